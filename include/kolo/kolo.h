@@ -1,0 +1,169 @@
+/* libkolo: collective operations (all-reduce, all-gather, broadcast,
+ * reduce-scatter, barrier) that keep N processes' buffers identical, over a
+ * ring of TCP connections between CPUs. This is the C API a training program links. */
+#ifndef KOLO_KOLO_H
+#define KOLO_KOLO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- element types and reduction operators ---- */
+
+typedef enum kolo_dtype {
+  KOLO_UINT8 = 0,
+  KOLO_INT32 = 1,
+  KOLO_INT64 = 2,
+  KOLO_FLOAT16 = 3,  /* IEEE binary16; reduced in float32, rounded back (nearest even) */
+  KOLO_BFLOAT16 = 4, /* bfloat16; reduced in float32, rounded back (nearest even) */
+  KOLO_FLOAT32 = 5,
+  KOLO_FLOAT64 = 6,
+  KOLO_DTYPE_COUNT = 7,
+} kolo_dtype;
+
+typedef enum kolo_op {
+  KOLO_SUM = 0,
+  KOLO_AVG = 1, /* sum divided by the number of ranks (integer division for integer types) */
+  KOLO_MIN = 2,
+  KOLO_MAX = 3,
+  KOLO_PROD = 4,
+  KOLO_OP_COUNT = 5,
+} kolo_op;
+
+/* Size in bytes of one element; 0 for an unknown type. */
+size_t kolo_dtype_size(kolo_dtype dtype);
+/* "float32", "bfloat16", ...; "unknown" for an unknown type. */
+const char *kolo_dtype_name(kolo_dtype dtype);
+/* "sum", "avg", ...; "unknown" for an unknown op. */
+const char *kolo_op_name(kolo_op op);
+
+/* ---- communicators ---- */
+
+typedef struct kolo_comm kolo_comm;
+typedef struct kolo_request kolo_request;
+typedef struct kolo_listener kolo_listener;
+
+/* Default per-operation timeout when neither the spec nor KOLO_TIMEOUT sets one. */
+#define KOLO_DEFAULT_TIMEOUT_MS 60000
+/* Size of the NCCL unique id carried in a ring spec (NCCL_UNIQUE_ID_BYTES). */
+#define KOLO_NCCL_ID_BYTES 128
+
+/* Everything a process needs to join one epoch of a ring. The worker agent
+ * builds it from etcd; kolo_comm_create_from_env builds it from a rendezvous. */
+typedef struct kolo_ring_spec {
+  uint64_t epoch;           /* ring generation; connections from another epoch are refused */
+  int rank;                 /* this process's rank, 0 <= rank < size */
+  int size;                 /* number of ranks */
+  int local_rank;           /* rank among the ranks on this host */
+  int local_size;           /* ranks on this host */
+  const char *const *peers; /* size data-plane addresses "host:port", indexed by rank */
+  const char *secret;       /* job secret checked in every handshake; NULL or "" = none */
+  int timeout_ms;           /* no-progress timeout per operation; <= 0 = KOLO_TIMEOUT or 60 s */
+  const uint8_t *nccl_id;   /* KOLO_NCCL_ID_BYTES from rank 0 of this epoch, or NULL */
+} kolo_ring_spec;
+
+/* Binds a data-plane listener on "host:port" (port 0 picks a free one) before
+ * the ring is known, so its address can be published. Does not block. */
+kolo_status kolo_listener_create(const char *bind_address, kolo_listener **out);
+/* Writes the bound "host:port" into buffer. */
+kolo_status kolo_listener_address(const kolo_listener *listener, char *buffer, size_t length);
+/* Closes the listener; NULL is a no-op. */
+void kolo_listener_destroy(kolo_listener *listener);
+
+/* Connects this rank into the ring described by spec. Blocks until both ring
+ * neighbours are connected and authenticated, or the timeout passes. If listener
+ * is NULL the communicator listens on spec->peers[spec->rank]; otherwise it takes
+ * ownership of listener (also on failure). The spec is copied. */
+kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener,
+                             kolo_comm **out);
+
+/* Builds the ring from the environment kolorun sets: KOLO_RANK, KOLO_SIZE,
+ * KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE, KOLO_RENDEZVOUS (host:port of rank 0's
+ * rendezvous) or KOLO_RENDEZVOUS_FD (an inherited listening socket, rank 0 only),
+ * KOLO_SECRET, KOLO_EPOCH, KOLO_HOST (address to bind, default 127.0.0.1),
+ * KOLO_TIMEOUT (seconds). Blocks until the ring is formed or the timeout passes. */
+kolo_status kolo_comm_create_from_env(kolo_comm **out);
+
+int kolo_comm_rank(const kolo_comm *comm);
+int kolo_comm_size(const kolo_comm *comm);
+int kolo_comm_local_rank(const kolo_comm *comm);
+int kolo_comm_local_size(const kolo_comm *comm);
+uint64_t kolo_comm_epoch(const kolo_comm *comm);
+
+/* Makes every pending and later operation fail with KOLO_ERR_ABORTED (or the
+ * error that caused the abort) and tells the ring neighbours. Never blocks; safe
+ * from any thread, including while another thread waits on the communicator. */
+void kolo_comm_abort(kolo_comm *comm);
+
+/* Once the communicator has failed: the status of the failure (KOLO_OK if it has
+ * not) and the rank it names (-1 if none, e.g. a timeout). Thread-safe. */
+kolo_status kolo_comm_error(const kolo_comm *comm, int *failed_rank);
+
+/* Human-readable description of the last failure ("peer lost: rank 2 (connection
+ * closed)"); "" when none. Thread-safe; the buffer is copied into. */
+void kolo_comm_error_message(const kolo_comm *comm, char *buffer, size_t length);
+
+/* Aborts if operations are pending, waits for the engine thread, closes the
+ * sockets and frees everything. Pending requests must not be used afterwards. */
+void kolo_comm_destroy(kolo_comm *comm);
+
+/* ---- non-blocking operations ----
+ * Every rank must issue the same operations in the same order (as with NCCL or
+ * MPI). Buffers must stay valid until the request completes. send may equal recv
+ * (in place). A request is freed by kolo_wait, or by kolo_test once it reports done. */
+
+kolo_status kolo_allreduce_async(kolo_comm *comm, const void *send, void *recv, size_t count,
+                                 kolo_dtype dtype, kolo_op op, kolo_request **request);
+
+/* Each rank contributes send_count elements (counts may differ by rank); recv
+ * receives their concatenation in rank order. recv_capacity is recv's size in
+ * elements; recv_counts (size entries, may be NULL) receives every rank's count.
+ * A total over capacity fails with KOLO_ERR_TOO_LARGE on every rank. */
+kolo_status kolo_allgather_async(kolo_comm *comm, const void *send, size_t send_count, void *recv,
+                                 size_t recv_capacity, size_t *recv_counts, kolo_dtype dtype,
+                                 kolo_request **request);
+
+/* Copies root's buffer (count elements) into every rank's buffer. */
+kolo_status kolo_broadcast_async(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype,
+                                 int root, kolo_request **request);
+
+/* send holds recv_count * size elements; rank r receives block r of the reduction. */
+kolo_status kolo_reducescatter_async(kolo_comm *comm, const void *send, void *recv,
+                                     size_t recv_count, kolo_dtype dtype, kolo_op op,
+                                     kolo_request **request);
+
+kolo_status kolo_barrier_async(kolo_comm *comm, kolo_request **request);
+
+/* Blocks until the request completes; returns its status and frees it. */
+kolo_status kolo_wait(kolo_request *request);
+
+/* Never blocks. Sets *done; when done, *status holds the result and the request is freed. */
+kolo_status kolo_test(kolo_request *request, int *done, kolo_status *status);
+
+/* ---- blocking forms: same arguments, return when the operation is complete ---- */
+
+kolo_status kolo_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
+                           kolo_dtype dtype, kolo_op op);
+kolo_status kolo_allgather(kolo_comm *comm, const void *send, size_t send_count, void *recv,
+                           size_t recv_capacity, size_t *recv_counts, kolo_dtype dtype);
+kolo_status kolo_broadcast(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype,
+                           int root);
+kolo_status kolo_reducescatter(kolo_comm *comm, const void *send, void *recv, size_t recv_count,
+                               kolo_dtype dtype, kolo_op op);
+kolo_status kolo_barrier(kolo_comm *comm);
+
+/* ---- float16 / bfloat16 helpers (round to nearest even) ---- */
+float kolo_half_to_float(uint16_t half);
+uint16_t kolo_float_to_half(float value);
+float kolo_bfloat16_to_float(uint16_t value);
+uint16_t kolo_float_to_bfloat16(float value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
