@@ -149,9 +149,10 @@ static void *abort_later(void *arg) {
   return NULL;
 }
 
-/* Rank 0 starts an all-reduce nobody else joins and aborts it from a second thread;
- * the other ranks see the abort reach them through a barrier that cannot complete.
- * Then every rank builds a communicator for epoch+1 (new listener, new spec). */
+/* Rank 0 starts an all-reduce nobody else joins and aborts it from a second thread.
+ * The other ranks issue nothing: they watch kolo_comm_error until the abort reaches
+ * them ("noticed"), and then a barrier must fail at once ("waited"). Then every rank
+ * builds a communicator for epoch+1 (new listener, new spec). */
 static int run_abort(spec_line *first, kolo_comm *comm) {
   if (checked_allreduce(comm) != 0) return 1;
   if (kolo_comm_rank(comm) == 0) {
@@ -173,6 +174,15 @@ static int run_abort(spec_line *first, kolo_comm *comm) {
     say("later %s\n", kolo_status_name(later));
   } else {
     long long before = now_ns();
+    int failed_rank = -1;
+    kolo_status noticed = KOLO_OK;
+    while (now_ns() - before < 5000000000LL) {
+      noticed = kolo_comm_error(comm, &failed_rank);
+      if (noticed != KOLO_OK) break;
+      usleep(2000);
+    }
+    say("noticed %s %d %lld\n", kolo_status_name(noticed), failed_rank, now_ns() - before);
+    before = now_ns();
     kolo_status status = kolo_barrier(comm);
     say("waited %s %lld\n", kolo_status_name(status), now_ns() - before);
   }
