@@ -37,9 +37,12 @@ static int parse_size(const char *text, size_t *out) {
   double value = strtod(text, &end);
   if (errno != 0 || end == text || value < 0) return -1;
   double scale = 1;
-  if (*end == 'K' || *end == 'k') scale = 1024.0, end++;
-  else if (*end == 'M' || *end == 'm') scale = 1024.0 * 1024.0, end++;
-  else if (*end == 'G' || *end == 'g') scale = 1024.0 * 1024.0 * 1024.0, end++;
+  if (*end == 'K' || *end == 'k')
+    scale = 1024.0, end++;
+  else if (*end == 'M' || *end == 'm')
+    scale = 1024.0 * 1024.0, end++;
+  else if (*end == 'G' || *end == 'g')
+    scale = 1024.0 * 1024.0 * 1024.0, end++;
   if (*end == 'B' || *end == 'b') end++;
   if (*end != '\0') return -1;
   *out = (size_t)(value * scale);
@@ -55,23 +58,45 @@ static int parse_int(const char *text, int min, int *out) {
 }
 
 static int parse_options(int argc, char **argv, bench_options *o) {
-  *o = (bench_options){.min_bytes = 4096, .max_bytes = 64u << 20, .factor = 4, .warmups = 5,
-                       .iterations = 20, .dtype = KOLO_FLOAT32, .op = KOLO_SUM, .check = 1};
+  *o = (bench_options){.min_bytes = 4096,
+                       .max_bytes = 64u << 20,
+                       .factor = 4,
+                       .warmups = 5,
+                       .iterations = 20,
+                       .dtype = KOLO_FLOAT32,
+                       .op = KOLO_SUM,
+                       .check = 1};
   int c;
   while ((c = getopt(argc, argv, "b:e:f:w:n:d:o:c:i:h")) != -1) {
     int bad = 0;
     switch (c) {
-      case 'b': bad = parse_size(optarg, &o->min_bytes); break;
-      case 'e': bad = parse_size(optarg, &o->max_bytes); break;
-      case 'f': o->factor = atof(optarg); bad = o->factor < 1.01; break;
-      case 'w': bad = parse_int(optarg, 0, &o->warmups); break;
-      case 'n': bad = parse_int(optarg, 1, &o->iterations); break;
-      case 'c': bad = parse_int(optarg, 0, &o->check); break;
-      case 'i': bad = parse_int(optarg, 0, &o->in_place); break;
+      case 'b':
+        bad = parse_size(optarg, &o->min_bytes);
+        break;
+      case 'e':
+        bad = parse_size(optarg, &o->max_bytes);
+        break;
+      case 'f':
+        o->factor = atof(optarg);
+        bad = o->factor < 1.01;
+        break;
+      case 'w':
+        bad = parse_int(optarg, 0, &o->warmups);
+        break;
+      case 'n':
+        bad = parse_int(optarg, 1, &o->iterations);
+        break;
+      case 'c':
+        bad = parse_int(optarg, 0, &o->check);
+        break;
+      case 'i':
+        bad = parse_int(optarg, 0, &o->in_place);
+        break;
       case 'd':
         bad = 1;
         for (int d = 0; d < KOLO_DTYPE_COUNT; d++) {
-          if (strcmp(optarg, kolo_dtype_name((kolo_dtype)d)) == 0) o->dtype = (kolo_dtype)d, bad = 0;
+          if (strcmp(optarg, kolo_dtype_name((kolo_dtype)d)) == 0)
+            o->dtype = (kolo_dtype)d, bad = 0;
         }
         break;
       case 'o':
@@ -80,8 +105,11 @@ static int parse_options(int argc, char **argv, bench_options *o) {
           if (strcmp(optarg, kolo_op_name((kolo_op)p)) == 0) o->op = (kolo_op)p, bad = 0;
         }
         break;
-      case 'h': usage(stdout); exit(0);
-      default: bad = 1;
+      case 'h':
+        usage(stdout);
+        exit(0);
+      default:
+        bad = 1;
     }
     if (bad) {
       fprintf(stderr, "kolo-allreduce-perf: bad value for -%c\n", optopt ? optopt : c);
@@ -111,10 +139,13 @@ static int compare_doubles(const void *a, const void *b) {
 /* Input of rank for element i, chosen so the exact result is known and small. */
 static double input(kolo_op op, int rank, int size, size_t i) {
   switch (op) {
-    case KOLO_PROD: return (i + (size_t)rank) % (size_t)size == 0 ? 2 : 1; /* product is 2 */
+    case KOLO_PROD:
+      return (i + (size_t)rank) % (size_t)size == 0 ? 2 : 1; /* product is 2 */
     case KOLO_MIN:
-    case KOLO_MAX: return (double)((i + (size_t)rank) % 7);
-    default: return (double)((i + (size_t)rank) % 5);
+    case KOLO_MAX:
+      return (double)((i + (size_t)rank) % 7);
+    default:
+      return (double)((i + (size_t)rank) % 5);
   }
 }
 
@@ -122,10 +153,14 @@ static double expected(kolo_op op, kolo_dtype dtype, int size, size_t i) {
   double acc = input(op, 0, size, i);
   for (int r = 1; r < size; r++) {
     double v = input(op, r, size, i);
-    if (op == KOLO_MIN) acc = v < acc ? v : acc;
-    else if (op == KOLO_MAX) acc = v > acc ? v : acc;
-    else if (op == KOLO_PROD) acc *= v;
-    else acc += v;
+    if (op == KOLO_MIN)
+      acc = v < acc ? v : acc;
+    else if (op == KOLO_MAX)
+      acc = v > acc ? v : acc;
+    else if (op == KOLO_PROD)
+      acc *= v;
+    else
+      acc += v;
   }
   if (op == KOLO_AVG) {
     int integer = dtype == KOLO_UINT8 || dtype == KOLO_INT32 || dtype == KOLO_INT64;
@@ -136,25 +171,46 @@ static double expected(kolo_op op, kolo_dtype dtype, int size, size_t i) {
 
 static void store(kolo_dtype dtype, void *buffer, size_t i, double v) {
   switch (dtype) {
-    case KOLO_UINT8: ((uint8_t *)buffer)[i] = (uint8_t)v; break;
-    case KOLO_INT32: ((int32_t *)buffer)[i] = (int32_t)v; break;
-    case KOLO_INT64: ((int64_t *)buffer)[i] = (int64_t)v; break;
-    case KOLO_FLOAT16: ((uint16_t *)buffer)[i] = kolo_float_to_half((float)v); break;
-    case KOLO_BFLOAT16: ((uint16_t *)buffer)[i] = kolo_float_to_bfloat16((float)v); break;
-    case KOLO_FLOAT32: ((float *)buffer)[i] = (float)v; break;
-    default: ((double *)buffer)[i] = v; break;
+    case KOLO_UINT8:
+      ((uint8_t *)buffer)[i] = (uint8_t)v;
+      break;
+    case KOLO_INT32:
+      ((int32_t *)buffer)[i] = (int32_t)v;
+      break;
+    case KOLO_INT64:
+      ((int64_t *)buffer)[i] = (int64_t)v;
+      break;
+    case KOLO_FLOAT16:
+      ((uint16_t *)buffer)[i] = kolo_float_to_half((float)v);
+      break;
+    case KOLO_BFLOAT16:
+      ((uint16_t *)buffer)[i] = kolo_float_to_bfloat16((float)v);
+      break;
+    case KOLO_FLOAT32:
+      ((float *)buffer)[i] = (float)v;
+      break;
+    default:
+      ((double *)buffer)[i] = v;
+      break;
   }
 }
 
 static double load(kolo_dtype dtype, const void *buffer, size_t i) {
   switch (dtype) {
-    case KOLO_UINT8: return ((const uint8_t *)buffer)[i];
-    case KOLO_INT32: return ((const int32_t *)buffer)[i];
-    case KOLO_INT64: return (double)((const int64_t *)buffer)[i];
-    case KOLO_FLOAT16: return kolo_half_to_float(((const uint16_t *)buffer)[i]);
-    case KOLO_BFLOAT16: return kolo_bfloat16_to_float(((const uint16_t *)buffer)[i]);
-    case KOLO_FLOAT32: return ((const float *)buffer)[i];
-    default: return ((const double *)buffer)[i];
+    case KOLO_UINT8:
+      return ((const uint8_t *)buffer)[i];
+    case KOLO_INT32:
+      return ((const int32_t *)buffer)[i];
+    case KOLO_INT64:
+      return (double)((const int64_t *)buffer)[i];
+    case KOLO_FLOAT16:
+      return kolo_half_to_float(((const uint16_t *)buffer)[i]);
+    case KOLO_BFLOAT16:
+      return kolo_bfloat16_to_float(((const uint16_t *)buffer)[i]);
+    case KOLO_FLOAT32:
+      return ((const float *)buffer)[i];
+    default:
+      return ((const double *)buffer)[i];
   }
 }
 
@@ -215,12 +271,14 @@ int main(int argc, char **argv) {
   memset(recv, 0, max_count * width + 64);
   double factor = 2.0 * (size - 1) / size;
   if (rank == 0) {
-    printf("# kolo-allreduce-perf: %d ranks, dtype %s, op %s, %s, %d warm-up and %d timed "
-           "iterations per size\n",
-           size, kolo_dtype_name(o.dtype), kolo_op_name(o.op),
-           o.in_place ? "in place" : "out of place", o.warmups, o.iterations);
-    printf("# time = median of the per-iteration times on each rank, then the max over ranks;\n"
-           "# algbw = size / time; busbw = algbw * 2(n-1)/n; #wrong from a separate checked run\n");
+    printf(
+        "# kolo-allreduce-perf: %d ranks, dtype %s, op %s, %s, %d warm-up and %d timed "
+        "iterations per size\n",
+        size, kolo_dtype_name(o.dtype), kolo_op_name(o.op),
+        o.in_place ? "in place" : "out of place", o.warmups, o.iterations);
+    printf(
+        "# time = median of the per-iteration times on each rank, then the max over ranks;\n"
+        "# algbw = size / time; busbw = algbw * 2(n-1)/n; #wrong from a separate checked run\n");
     printf("#%11s %12s %9s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "time",
            "algbw", "busbw", "#wrong");
     printf("#%11s %12s %9s %6s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
@@ -269,11 +327,12 @@ int main(int argc, char **argv) {
     rows++;
     if (rank == 0) {
       char wrong_text[32];
-      if (o.check) snprintf(wrong_text, sizeof wrong_text, "%lld", wrong_total);
-      else snprintf(wrong_text, sizeof wrong_text, "N/A");
+      if (o.check)
+        snprintf(wrong_text, sizeof wrong_text, "%lld", wrong_total);
+      else
+        snprintf(wrong_text, sizeof wrong_text, "N/A");
       printf(" %11zu %12zu %9s %6s %10.1f %8.2f %8.2f %7s\n", bytes, count,
-             kolo_dtype_name(o.dtype), kolo_op_name(o.op), slowest * 1e6, algbw, busbw,
-             wrong_text);
+             kolo_dtype_name(o.dtype), kolo_op_name(o.op), slowest * 1e6, algbw, busbw, wrong_text);
       fflush(stdout);
     }
   }

@@ -25,25 +25,25 @@
 #include "launcher/stream.h"
 
 typedef struct rank_proc {
-  pid_t pid;         /* 0 before it started */
-  int running;       /* started and not reaped */
-  int fds[2];        /* read ends of its stdout and stderr pipes; -1 once closed */
+  pid_t pid;   /* 0 before it started */
+  int running; /* started and not reaped */
+  int fds[2];  /* read ends of its stdout and stderr pipes; -1 once closed */
   kolo_launcher_stream *streams[2];
 } rank_proc;
 
 typedef struct supervisor {
   const kolo_launcher_options *options;
   rank_proc *ranks;
-  int running;             /* ranks not reaped yet */
-  int open_fds;            /* pipe read ends still open */
-  pid_t group;             /* process group of the ranks (rank 0's pid) */
+  int running;  /* ranks not reaped yet */
+  int open_fds; /* pipe read ends still open */
+  pid_t group;  /* process group of the ranks (rank 0's pid) */
   int signal_fd;
   int exit_code;
-  int failed;              /* a failure (or the timeout) has been reported */
-  int stopping;            /* SIGTERM sent by kolorun; SIGKILL follows at kill_at */
+  int failed;   /* a failure (or the timeout) has been reported */
+  int stopping; /* SIGTERM sent by kolorun; SIGKILL follows at kill_at */
   double kill_at;
-  double timeout_at;       /* 0 = no --timeout */
-  double drain_until;      /* 0 = not draining yet */
+  double timeout_at;  /* 0 = no --timeout */
+  double drain_until; /* 0 = not draining yet */
 } supervisor;
 
 static double now_s(void) {
@@ -111,8 +111,8 @@ fail:
 /* In the child between fork and exec: only async-signal-safe-ish work on a
  * single-threaded image, then exec. Never returns. */
 static void exec_rank(const kolo_launcher_options *options, int rank, pid_t group, int out_pipe,
-                      int err_pipe, int rendezvous_fd, const char *rendezvous,
-                      const char *secret, pid_t parent) {
+                      int err_pipe, int rendezvous_fd, const char *rendezvous, const char *secret,
+                      pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127); /* kolorun already died */
   setpgid(0, group);

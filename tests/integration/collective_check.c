@@ -55,21 +55,30 @@ static void must(checker *c, kolo_status status, const char *what) {
 
 static double unit_roundoff(kolo_dtype dtype) {
   switch (dtype) {
-    case KOLO_FLOAT16: return ldexp(1, -10);
-    case KOLO_BFLOAT16: return ldexp(1, -7);
-    case KOLO_FLOAT32: return ldexp(1, -23);
-    case KOLO_FLOAT64: return ldexp(1, -52);
-    default: return 0;
+    case KOLO_FLOAT16:
+      return ldexp(1, -10);
+    case KOLO_BFLOAT16:
+      return ldexp(1, -7);
+    case KOLO_FLOAT32:
+      return ldexp(1, -23);
+    case KOLO_FLOAT64:
+      return ldexp(1, -52);
+    default:
+      return 0;
   }
 }
 
 /* Smallest positive subnormal of the dtype: the absolute error floor of a rounding. */
 static double tiny(kolo_dtype dtype) {
   switch (dtype) {
-    case KOLO_FLOAT16: return ldexp(1, -24);
-    case KOLO_BFLOAT16: return ldexp(1, -133);
-    case KOLO_FLOAT32: return ldexp(1, -149);
-    default: return 0;
+    case KOLO_FLOAT16:
+      return ldexp(1, -24);
+    case KOLO_BFLOAT16:
+      return ldexp(1, -133);
+    case KOLO_FLOAT32:
+      return ldexp(1, -149);
+    default:
+      return 0;
   }
 }
 
@@ -85,11 +94,21 @@ static void reference(const checker *c, kolo_dtype dtype, kolo_op op, uint64_t s
     magnitude += fabs(v);
     switch (op) {
       case KOLO_SUM:
-      case KOLO_AVG: acc += v; isum += (int64_t)v; break;
-      case KOLO_MIN: acc = v < acc ? v : acc; break;
-      case KOLO_MAX: acc = v > acc ? v : acc; break;
-      case KOLO_PROD: acc *= v; break;
-      default: break;
+      case KOLO_AVG:
+        acc += v;
+        isum += (int64_t)v;
+        break;
+      case KOLO_MIN:
+        acc = v < acc ? v : acc;
+        break;
+      case KOLO_MAX:
+        acc = v > acc ? v : acc;
+        break;
+      case KOLO_PROD:
+        acc *= v;
+        break;
+      default:
+        break;
     }
   }
   *tol = 0;
@@ -187,11 +206,16 @@ static void check_all_allreduces(checker *c) {
 /* Rank r's contribution count in allgather variant v (some ranks give 0). */
 static size_t gather_count(int r, int v, int n) {
   switch (v) {
-    case 0: return 0;
-    case 1: return (size_t)r + 1;
-    case 2: return (size_t)((r * 7 + 3) % 5); /* includes zeros */
-    case 3: return r == n - 1 ? 1 : 0;
-    default: return 300001 + (size_t)r; /* large */
+    case 0:
+      return 0;
+    case 1:
+      return (size_t)r + 1;
+    case 2:
+      return (size_t)((r * 7 + 3) % 5); /* includes zeros */
+    case 3:
+      return r == n - 1 ? 1 : 0;
+    default:
+      return 300001 + (size_t)r; /* large */
   }
 }
 
@@ -212,7 +236,8 @@ static void check_allgather(checker *c, kolo_dtype dtype, int variant) {
   size_t offset = 0;
   for (int r = 0; r < n; r++) {
     size_t count = gather_count(r, variant, n);
-    if (counts[r] != count) failf(c, "%s: recv_counts[%d] = %zu, want %zu", what, r, counts[r], count);
+    if (counts[r] != count)
+      failf(c, "%s: recv_counts[%d] = %zu, want %zu", what, r, counts[r], count);
     for (size_t i = 0; i < count; i++) {
       double want = cv_input(r, i, dtype, KOLO_MAX, salt);
       double got = cv_load(dtype, c->recv, offset + i);
@@ -231,8 +256,8 @@ static void check_broadcast(checker *c, kolo_dtype dtype, size_t count, int root
   size_t width = kolo_dtype_size(dtype);
   uint64_t salt = (uint64_t)c->cases++;
   char what[128];
-  snprintf(what, sizeof what, "broadcast dtype=%s count=%zu root=%d", kolo_dtype_name(dtype),
-           count, root);
+  snprintf(what, sizeof what, "broadcast dtype=%s count=%zu root=%d", kolo_dtype_name(dtype), count,
+           root);
   if (c->rank == root) {
     cv_fill(root, dtype, KOLO_MAX, salt, c->send, count);
   } else {
@@ -331,12 +356,19 @@ static void check_nonblocking(checker *c) {
   cv_fill(c->rank, KOLO_FLOAT64, KOLO_SUM, salt + 5, f_in, f_count * (size_t)n);
 
   kolo_request *req[7] = {0};
-  must(c, kolo_allreduce_async(c->comm, a, a, a_count, KOLO_FLOAT32, KOLO_SUM, &req[0]), "allreduce_async(a)");
-  must(c, kolo_allreduce_async(c->comm, b_in, b_out, b_count, KOLO_INT32, KOLO_MAX, &req[1]), "allreduce_async(b)");
-  must(c, kolo_allreduce_async(c->comm, cc, cc, 17, KOLO_BFLOAT16, KOLO_AVG, &req[2]), "allreduce_async(c)");
-  must(c, kolo_broadcast_async(c->comm, d, d_count, KOLO_INT64, n - 1, &req[3]), "broadcast_async(d)");
-  must(c, kolo_allgather_async(c->comm, e_in, e_count, e_out, sizeof e_out, NULL, KOLO_UINT8, &req[4]), "allgather_async(e)");
-  must(c, kolo_reducescatter_async(c->comm, f_in, f_out, f_count, KOLO_FLOAT64, KOLO_SUM, &req[5]), "reducescatter_async(f)");
+  must(c, kolo_allreduce_async(c->comm, a, a, a_count, KOLO_FLOAT32, KOLO_SUM, &req[0]),
+       "allreduce_async(a)");
+  must(c, kolo_allreduce_async(c->comm, b_in, b_out, b_count, KOLO_INT32, KOLO_MAX, &req[1]),
+       "allreduce_async(b)");
+  must(c, kolo_allreduce_async(c->comm, cc, cc, 17, KOLO_BFLOAT16, KOLO_AVG, &req[2]),
+       "allreduce_async(c)");
+  must(c, kolo_broadcast_async(c->comm, d, d_count, KOLO_INT64, n - 1, &req[3]),
+       "broadcast_async(d)");
+  must(c,
+       kolo_allgather_async(c->comm, e_in, e_count, e_out, sizeof e_out, NULL, KOLO_UINT8, &req[4]),
+       "allgather_async(e)");
+  must(c, kolo_reducescatter_async(c->comm, f_in, f_out, f_count, KOLO_FLOAT64, KOLO_SUM, &req[5]),
+       "reducescatter_async(f)");
   must(c, kolo_barrier_async(c->comm, &req[6]), "barrier_async");
 
   /* even requests by polling kolo_test (bounded), odd ones by kolo_wait in reverse order */
@@ -393,7 +425,8 @@ static void check_nonblocking(checker *c) {
   for (int r = 0; r < n; r++) {
     for (int i = 0; i <= r; i++) {
       if (e_out[offset + (size_t)i] != r + 1) {
-        failf(c, "async allgather uint8: element %d of rank %d is %d", i, r, e_out[offset + (size_t)i]);
+        failf(c, "async allgather uint8: element %d of rank %d is %d", i, r,
+              e_out[offset + (size_t)i]);
         r = n;
         break;
       }
@@ -404,7 +437,8 @@ static void check_nonblocking(checker *c) {
     double want, tol;
     reference(c, KOLO_FLOAT64, KOLO_SUM, salt + 5, f_count * (size_t)c->rank + i, &want, &tol);
     if (!(fabs(f_out[i] - want) <= tol)) {
-      failf(c, "async reducescatter float64 sum: element %zu is %.17g, want %.17g", i, f_out[i], want);
+      failf(c, "async reducescatter float64 sum: element %zu is %.17g, want %.17g", i, f_out[i],
+            want);
       break;
     }
   }
@@ -446,12 +480,14 @@ static void check_bad_arguments(checker *c) {
   }
   /* ... and changes nothing: the next operation works */
   float one = 1, sum = 0;
-  must(c, kolo_allreduce(c->comm, &one, &sum, 1, KOLO_FLOAT32, KOLO_SUM), "allreduce after TOO_LARGE");
+  must(c, kolo_allreduce(c->comm, &one, &sum, 1, KOLO_FLOAT32, KOLO_SUM),
+       "allreduce after TOO_LARGE");
   if (sum != (float)c->size) failf(c, "allreduce after TOO_LARGE gave %g", sum);
 }
 
 static void check_identity(checker *c) {
-  const char *names[] = {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "KOLO_EPOCH"};
+  const char *names[] = {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE",
+                         "KOLO_EPOCH"};
   long got[] = {kolo_comm_rank(c->comm), kolo_comm_size(c->comm), kolo_comm_local_rank(c->comm),
                 kolo_comm_local_size(c->comm), (long)kolo_comm_epoch(c->comm)};
   for (int i = 0; i < 5; i++) {
@@ -514,7 +550,8 @@ int main(void) {
 
   /* every rank learns whether any rank failed, so all exit alike */
   int64_t failures = c.failures, total = 0;
-  must(&c, kolo_allreduce(c.comm, &failures, &total, 1, KOLO_INT64, KOLO_SUM), "allreduce(failures)");
+  must(&c, kolo_allreduce(c.comm, &failures, &total, 1, KOLO_INT64, KOLO_SUM),
+       "allreduce(failures)");
   if (c.rank == 0) {
     printf("collective_check: %d ranks, %ld cases, %lld failures, %.1f s\n", c.size, c.cases,
            (long long)total, ((double)monotonic_ns() - started) / 1e9);

@@ -158,7 +158,8 @@ static int run_abort(spec_line *first, kolo_comm *comm) {
   if (kolo_comm_rank(comm) == 0) {
     float value = 1;
     kolo_request *request = NULL;
-    kolo_status status = kolo_allreduce_async(comm, &value, &value, 1, KOLO_FLOAT32, KOLO_SUM, &request);
+    kolo_status status =
+        kolo_allreduce_async(comm, &value, &value, 1, KOLO_FLOAT32, KOLO_SUM, &request);
     if (status != KOLO_OK) {
       say("pending %s\n", kolo_status_name(status));
       return 1;

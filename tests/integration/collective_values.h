@@ -22,10 +22,14 @@ static inline uint64_t cv_mix(uint64_t x) {
  * library's own helpers, so reference and library agree on the format). */
 static inline double cv_round(kolo_dtype dtype, double v) {
   switch (dtype) {
-    case KOLO_FLOAT16: return kolo_half_to_float(kolo_float_to_half((float)v));
-    case KOLO_BFLOAT16: return kolo_bfloat16_to_float(kolo_float_to_bfloat16((float)v));
-    case KOLO_FLOAT32: return (float)v;
-    default: return v;
+    case KOLO_FLOAT16:
+      return kolo_half_to_float(kolo_float_to_half((float)v));
+    case KOLO_BFLOAT16:
+      return kolo_bfloat16_to_float(kolo_float_to_bfloat16((float)v));
+    case KOLO_FLOAT32:
+      return (float)v;
+    default:
+      return v;
   }
 }
 
@@ -48,7 +52,8 @@ static inline double cv_input(int rank, size_t i, kolo_dtype dtype, kolo_op op, 
   }
   int wide = op == KOLO_MIN || op == KOLO_MAX;
   switch (dtype) {
-    case KOLO_UINT8: return wide ? (double)(h % 256) : (double)(h % 16);
+    case KOLO_UINT8:
+      return wide ? (double)(h % 256) : (double)(h % 16);
     case KOLO_INT32:
       return wide ? (double)(int32_t)(uint32_t)h : (double)((int64_t)(h % 2000001) - 1000000);
     case KOLO_INT64:
@@ -65,27 +70,50 @@ static inline double cv_input(int rank, size_t i, kolo_dtype dtype, kolo_op op, 
 
 static inline void cv_store(kolo_dtype dtype, void *buffer, size_t i, double v) {
   switch (dtype) {
-    case KOLO_UINT8: ((uint8_t *)buffer)[i] = (uint8_t)v; break;
-    case KOLO_INT32: ((int32_t *)buffer)[i] = (int32_t)v; break;
-    case KOLO_INT64: ((int64_t *)buffer)[i] = (int64_t)v; break;
-    case KOLO_FLOAT16: ((uint16_t *)buffer)[i] = kolo_float_to_half((float)v); break;
-    case KOLO_BFLOAT16: ((uint16_t *)buffer)[i] = kolo_float_to_bfloat16((float)v); break;
-    case KOLO_FLOAT32: ((float *)buffer)[i] = (float)v; break;
-    case KOLO_FLOAT64: ((double *)buffer)[i] = v; break;
-    default: break;
+    case KOLO_UINT8:
+      ((uint8_t *)buffer)[i] = (uint8_t)v;
+      break;
+    case KOLO_INT32:
+      ((int32_t *)buffer)[i] = (int32_t)v;
+      break;
+    case KOLO_INT64:
+      ((int64_t *)buffer)[i] = (int64_t)v;
+      break;
+    case KOLO_FLOAT16:
+      ((uint16_t *)buffer)[i] = kolo_float_to_half((float)v);
+      break;
+    case KOLO_BFLOAT16:
+      ((uint16_t *)buffer)[i] = kolo_float_to_bfloat16((float)v);
+      break;
+    case KOLO_FLOAT32:
+      ((float *)buffer)[i] = (float)v;
+      break;
+    case KOLO_FLOAT64:
+      ((double *)buffer)[i] = v;
+      break;
+    default:
+      break;
   }
 }
 
 static inline double cv_load(kolo_dtype dtype, const void *buffer, size_t i) {
   switch (dtype) {
-    case KOLO_UINT8: return ((const uint8_t *)buffer)[i];
-    case KOLO_INT32: return ((const int32_t *)buffer)[i];
-    case KOLO_INT64: return (double)((const int64_t *)buffer)[i];
-    case KOLO_FLOAT16: return kolo_half_to_float(((const uint16_t *)buffer)[i]);
-    case KOLO_BFLOAT16: return kolo_bfloat16_to_float(((const uint16_t *)buffer)[i]);
-    case KOLO_FLOAT32: return ((const float *)buffer)[i];
-    case KOLO_FLOAT64: return ((const double *)buffer)[i];
-    default: return NAN;
+    case KOLO_UINT8:
+      return ((const uint8_t *)buffer)[i];
+    case KOLO_INT32:
+      return ((const int32_t *)buffer)[i];
+    case KOLO_INT64:
+      return (double)((const int64_t *)buffer)[i];
+    case KOLO_FLOAT16:
+      return kolo_half_to_float(((const uint16_t *)buffer)[i]);
+    case KOLO_BFLOAT16:
+      return kolo_bfloat16_to_float(((const uint16_t *)buffer)[i]);
+    case KOLO_FLOAT32:
+      return ((const float *)buffer)[i];
+    case KOLO_FLOAT64:
+      return ((const double *)buffer)[i];
+    default:
+      return NAN;
   }
 }
 

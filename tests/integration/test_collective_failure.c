@@ -25,8 +25,8 @@
 
 typedef struct helper {
   pid_t pid;
-  int to;       /* its stdin */
-  int from;     /* its stdout */
+  int to;   /* its stdin */
+  int from; /* its stdout */
   char buffer[8192];
   size_t length;
   char address[256];
@@ -105,9 +105,10 @@ static void read_address(helper *h) {
 static void send_spec(helper *h, unsigned long long epoch, int rank, int size, int timeout_ms,
                       const char *secret, helper **peers) {
   char line[4096];
-  int used = snprintf(line, sizeof line, "spec %llu %d %d %d %s", epoch, rank, size, timeout_ms,
-                      secret);
-  for (int r = 0; r < size; r++) used += snprintf(line + used, sizeof line - (size_t)used, " %s", peers[r]->address);
+  int used =
+      snprintf(line, sizeof line, "spec %llu %d %d %d %s", epoch, rank, size, timeout_ms, secret);
+  for (int r = 0; r < size; r++)
+    used += snprintf(line + used, sizeof line - (size_t)used, " %s", peers[r]->address);
   line[used++] = '\n';
   assert_int_equal(write(h->to, line, (size_t)used), used);
 }
@@ -176,13 +177,15 @@ static void killed_rank_is_reported_as_peer_lost(void **state, int n, int victim
     char status[64], reported[64];
     int failed_rank = -9;
     long long at = 0;
-    assert_int_equal(sscanf(line, "error %63s %d %lld %63s", status, &failed_rank, &at, reported), 4);
+    assert_int_equal(sscanf(line, "error %63s %d %lld %63s", status, &failed_rank, &at, reported),
+                     4);
     double after_s = (double)(at - killed_at) / 1e9;
     print_message("rank %d: %s after %.3f s: %s\n", r, status, after_s, line);
     assert_string_equal(status, "KOLO_ERR_PEER_LOST");
     assert_string_equal(reported, "KOLO_ERR_PEER_LOST");
     assert_int_equal(failed_rank, victim);
-    if (after_s > 1.0) fail_msg("rank %d learned of the death after %.3f s (limit 1 s)", r, after_s);
+    if (after_s > 1.0)
+      fail_msg("rank %d learned of the death after %.3f s (limit 1 s)", r, after_s);
     expect_line(ring[r], "later ", 10, line, sizeof line);
     assert_non_null(strstr(line, "later KOLO_ERR_PEER_LOST "));
     assert_int_equal(exit_status(ring[r], 10), 0);
@@ -263,7 +266,8 @@ static void a_refused_intruder_is_told_auth_or_stale_epoch(void **state) {
   run_intruders(*state, statuses);
   for (int kind = 0; kind < 2; kind++) {
     int told = 0;
-    for (int i = 2 * kind; i < 2 * kind + 2; i++) told += strcmp(statuses[i], refusal_codes[kind]) == 0;
+    for (int i = 2 * kind; i < 2 * kind + 2; i++)
+      told += strcmp(statuses[i], refusal_codes[kind]) == 0;
     if (told == 0) {
       fail_msg("no %s intruder got %s (got %s and %s)", kind ? "stale-epoch" : "wrong-secret",
                refusal_codes[kind], statuses[2 * kind], statuses[2 * kind + 1]);
