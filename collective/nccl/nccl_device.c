@@ -20,7 +20,7 @@ void kolo_nccl_backoff_sleep(uint64_t *backoff_ns) {
   struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)*backoff_ns};
   nanosleep(&ts, NULL);
   *backoff_ns *= 2;
-  if (*backoff_ns > 1000000) *backoff_ns = 1000000;
+  if (*backoff_ns > 250000) *backoff_ns = 250000;
 }
 
 kolo_status kolo_nccl_device_count(int *count, char *message, size_t length) {

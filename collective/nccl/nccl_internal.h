@@ -43,7 +43,7 @@ kolo_status kolo_nccl_op_to_nccl(kolo_op op, ncclRedOp_t *out);
  * no GPU or device is out of range. */
 kolo_status kolo_nccl_use_device(int device, char *message, size_t length);
 
-/* Monotonic clock in nanoseconds, and a sleep that grows from 20 us to 1 ms as
+/* Monotonic clock in nanoseconds, and a sleep that grows from 20 us to 250 us as
  * a poll goes on (*backoff_ns holds the state; start it at 0). */
 uint64_t kolo_nccl_now_ns(void);
 void kolo_nccl_backoff_sleep(uint64_t *backoff_ns);

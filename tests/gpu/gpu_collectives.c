@@ -275,6 +275,7 @@ static int rank_main(int rank, int size, const char *dir, void *arg) {
   size_t counts[2] = {1, opt->quick ? 1003 : 65539};
   size_t max_elems = (counts[1] + (size_t)size * 3) * (size_t)size;
   bufs b = {.bytes = max_elems * 8 + 64};
+  if (b.bytes < 16000) b.bytes = 16000; /* check_group packs 14 * 1000 bytes */
   b.hsend = malloc(b.bytes);
   b.hrecv = malloc(b.bytes);
   if (b.hsend == NULL || b.hrecv == NULL ||

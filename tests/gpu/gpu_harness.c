@@ -56,7 +56,9 @@ int gpu_run_ranks(int size, gpu_rank_fn fn, void *arg, int timeout_s, int expect
     pids[r] = fork();
     if (pids[r] == 0) {
       setvbuf(stdout, NULL, _IOLBF, 0); /* one line per write: lines from ranks don't mix */
-      _exit(fn(r, size, dir, arg));
+      int rc = fn(r, size, dir, arg);
+      fflush(stdout);
+      _exit(rc);
     }
     if (pids[r] < 0) {
       perror("fork");
