@@ -299,113 +299,17 @@ void kolo_nccl_comm_destroy(kolo_nccl_comm *comm) {
 
 /* ---- operations ---- */
 
-/* Checks one buffer: device memory usable from the communicator's device. */
-static kolo_status check_buffer(const kolo_nccl_comm *comm, const void *ptr, const char *what,
-                                char *message, size_t length) {
-  if (ptr == NULL) {
-    snprintf(message, length, "%s is NULL", what);
-    return KOLO_ERR_INVALID_ARG;
-  }
+/* Pointer check for kolo_nccl_check_op: device memory on `device`, or managed. */
+static int usable_device_memory(const void *ptr, int device) {
   struct cudaPointerAttributes attr;
   memset(&attr, 0, sizeof attr);
   cudaError_t e = cudaPointerGetAttributes(&attr, ptr);
-  if (e != cudaSuccess) (void)cudaGetLastError();
-  if (e != cudaSuccess ||
-      !(attr.type == cudaMemoryTypeManaged ||
-        (attr.type == cudaMemoryTypeDevice && attr.device == comm->device))) {
-    snprintf(message, length, "%s is not device memory on CUDA device %d", what, comm->device);
-    return KOLO_ERR_INVALID_ARG;
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
   }
-  return KOLO_OK;
-}
-
-/* Whether [a, a+an) and [b, b+bn) overlap (byte ranges). */
-static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return an > 0 && bn > 0 && x < y + bn && y < x + an;
-}
-
-/* Validates one descriptor completely (nothing is enqueued before all pass). */
-static kolo_status check_op(const kolo_nccl_comm *comm, const kolo_nccl_op_desc *d, char *message,
-                            size_t length) {
-  ncclDataType_t dt;
-  ncclRedOp_t op;
-  size_t es = kolo_nccl_dtype_size(d->dtype);
-  if (kolo_nccl_dtype_to_nccl(d->dtype, &dt) != KOLO_OK || es == 0) {
-    snprintf(message, length, "unknown dtype %d", (int)d->dtype);
-    return KOLO_ERR_INVALID_ARG;
-  }
-  size_t n = (size_t)comm->size;
-  size_t limit = SIZE_MAX / es / n; /* element counts beyond this overflow a byte size */
-  switch (d->kind) {
-    case KOLO_NCCL_ALLREDUCE:
-    case KOLO_NCCL_REDUCESCATTER:
-      if (kolo_nccl_op_to_nccl(d->op, &op) != KOLO_OK) {
-        snprintf(message, length, "unknown reduction op %d", (int)d->op);
-        return KOLO_ERR_INVALID_ARG;
-      }
-      break;
-    case KOLO_NCCL_BROADCAST:
-      if (d->root < 0 || d->root >= comm->size) {
-        snprintf(message, length, "broadcast root %d outside 0..%d", d->root, comm->size - 1);
-        return KOLO_ERR_INVALID_ARG;
-      }
-      break;
-    case KOLO_NCCL_ALLGATHER:
-      break;
-    case KOLO_NCCL_ALLGATHERV:
-      if (d->counts == NULL) {
-        snprintf(message, length, "allgatherv without counts");
-        return KOLO_ERR_INVALID_ARG;
-      }
-      break;
-    default:
-      snprintf(message, length, "unknown operation kind %d", (int)d->kind);
-      return KOLO_ERR_INVALID_ARG;
-  }
-  size_t send_n = d->count, recv_n = d->count, in_place_offset = 0;
-  if (d->kind == KOLO_NCCL_ALLGATHER) {
-    recv_n = d->count * n;
-    in_place_offset = d->count * (size_t)comm->rank;
-  } else if (d->kind == KOLO_NCCL_REDUCESCATTER) {
-    send_n = d->count * n;
-  } else if (d->kind == KOLO_NCCL_ALLGATHERV) {
-    size_t total = 0;
-    for (size_t r = 0; r < n; r++) {
-      if (d->counts[r] > limit - total) {
-        snprintf(message, length, "allgatherv counts overflow");
-        return KOLO_ERR_TOO_LARGE;
-      }
-      if ((int)r == comm->rank) in_place_offset = total;
-      total += d->counts[r];
-    }
-    send_n = d->counts[comm->rank];
-    recv_n = total;
-  }
-  if (d->count > limit) {
-    snprintf(message, length, "count %zu too large", d->count);
-    return KOLO_ERR_TOO_LARGE;
-  }
-  kolo_status st;
-  if (recv_n > 0 && (st = check_buffer(comm, d->recv, "recv", message, length)) != KOLO_OK)
-    return st;
-  if (d->kind != KOLO_NCCL_BROADCAST && send_n > 0) {
-    if ((st = check_buffer(comm, d->send, "send", message, length)) != KOLO_OK) return st;
-    /* In place is allowed only where NCCL allows it: send == recv for allreduce,
-     * send at the rank's own block of recv (gather) or recv at the rank's block of
-     * send (reduce-scatter). Any other overlap is refused. */
-    const char *s = d->send;
-    const char *r = d->recv;
-    int exact = 0;
-    if (d->kind == KOLO_NCCL_ALLREDUCE) exact = s == r;
-    else if (d->kind == KOLO_NCCL_REDUCESCATTER) exact = r == s + d->count * (size_t)comm->rank * es;
-    else exact = s == r + in_place_offset * es;
-    if (!exact && overlaps(s, send_n * es, r, recv_n * es)) {
-      snprintf(message, length, "send and recv overlap other than in place");
-      return KOLO_ERR_INVALID_ARG;
-    }
-  }
-  return KOLO_OK;
+  return attr.type == cudaMemoryTypeManaged ||
+         (attr.type == cudaMemoryTypeDevice && attr.device == device);
 }
 
 /* Issues one descriptor's NCCL calls (inside the caller's group). */
@@ -511,7 +415,8 @@ kolo_status kolo_nccl_group_async(kolo_nccl_comm *comm, const kolo_nccl_op_desc 
   if (st != KOLO_OK) return st;
   char message[256];
   for (size_t i = 0; i < n; i++) {
-    st = check_op(comm, &ops[i], message, sizeof message);
+    st = kolo_nccl_check_op(comm->rank, comm->size, comm->device, &ops[i], usable_device_memory,
+                            message, sizeof message);
     if (st != KOLO_OK) {
       /* Bad input: refused before anything is enqueued; the comm stays READY. */
       KOLO_LOGE(COMPONENT, "rank %d/%d: operation %zu of %zu: %s", comm->rank, comm->size, i, n,

@@ -43,6 +43,17 @@ kolo_status kolo_nccl_op_to_nccl(kolo_op op, ncclRedOp_t *out);
  * no GPU or device is out of range. */
 kolo_status kolo_nccl_use_device(int device, char *message, size_t length);
 
+/* Whether ptr is memory NCCL may use from CUDA device `device` (1) or not (0). */
+typedef int (*kolo_nccl_ptr_check)(const void *ptr, int device);
+
+/* Validates one collective for rank `rank` of `size` on `device`: kind, dtype,
+ * op, root, counts (overflow -> KOLO_ERR_TOO_LARGE), buffers (through usable)
+ * and overlap: in place only as NCCL allows it (allreduce send == recv; gather
+ * send at the rank's block of recv; reduce-scatter recv at the rank's block of
+ * send). KOLO_OK, or an error with the reason in message. Pure but for usable. */
+kolo_status kolo_nccl_check_op(int rank, int size, int device, const kolo_nccl_op_desc *d,
+                               kolo_nccl_ptr_check usable, char *message, size_t length);
+
 /* Monotonic clock in nanoseconds, and a sleep that grows from 20 us to 250 us as
  * a poll goes on (*backoff_ns holds the state; start it at 0). */
 uint64_t kolo_nccl_now_ns(void);
