@@ -24,7 +24,7 @@ extern "C" {
  * - A communicator is used by one thread at a time, except kolo_nccl_comm_abort,
  *   which may be called from any thread, also while another thread waits.
  * - Without a usable GPU every entry point that needs one returns
- *   KOLO_ERR_NO_DEVICE (and logs why once); none crashes or hangs. */
+ *   KOLO_ERR_NO_DEVICE and logs the CUDA runtime's reason; none crashes or hangs. */
 
 /* Length of the text form of a unique id (hex), without the terminating NUL. */
 #define KOLO_NCCL_ID_TEXT_LENGTH (2 * KOLO_NCCL_ID_BYTES)
@@ -38,6 +38,10 @@ typedef struct kolo_nccl_request kolo_nccl_request;
  * (no device, no driver, driver too old, runtime stub) and then writes the CUDA
  * runtime's reason into message (may be NULL). Does not block. */
 kolo_status kolo_nccl_device_count(int *count, char *message, size_t length);
+
+/* "NCCL 2.28.9, CUDA runtime 13.0, driver 13.0" (driver "none" without one)
+ * into buffer, for logs and benchmark headers. Needs no GPU; never fails. */
+void kolo_nccl_versions(char *buffer, size_t length);
 
 /* 1 when ptr is device memory (or managed memory) that NCCL can use, 0 for host
  * memory (pageable or pinned), NULL, or when there is no GPU. Never fails, never
@@ -108,7 +112,7 @@ kolo_status kolo_nccl_state_submit_status(kolo_nccl_state state, kolo_status fai
 const char *kolo_nccl_state_name(kolo_nccl_state state);
 
 /* Joins rank `rank` of `size` into the NCCL communicator named by id, on CUDA
- * device `device` (< 0: local_rank modulo the device count, see _from_spec).
+ * device `device` (< 0: rank modulo the device count).
  * Creation is non-blocking inside NCCL (config.blocking = 0); this function
  * polls ncclCommGetAsyncError until the communicator is ready, and blocks until
  * then or until timeout_ms (<= 0: KOLO_DEFAULT_TIMEOUT_MS) passes: KOLO_ERR_TIMEOUT

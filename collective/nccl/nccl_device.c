@@ -154,3 +154,17 @@ kolo_status kolo_nccl_copy_to_device(void *device_dst, const void *host_src, siz
 kolo_status kolo_nccl_copy_to_host(void *host_dst, const void *device_src, size_t bytes) {
   return copy_bytes(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, "copy to host");
 }
+
+void kolo_nccl_versions(char *buffer, size_t length) {
+  if (buffer == NULL || length == 0) return;
+  int nccl = 0, runtime = 0, driver = 0;
+  if (ncclGetVersion(&nccl) != ncclSuccess) nccl = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  (void)cudaGetLastError();
+  char drv[32] = "none";
+  if (driver > 0) snprintf(drv, sizeof drv, "%d.%d", driver / 1000, (driver % 1000) / 10);
+  /* NCCL >= 2.9 encodes X*10000 + Y*100 + Z. */
+  snprintf(buffer, length, "NCCL %d.%d.%d, CUDA runtime %d.%d, driver %s", nccl / 10000,
+           (nccl % 10000) / 100, nccl % 100, runtime / 1000, (runtime % 1000) / 10, drv);
+}

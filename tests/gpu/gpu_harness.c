@@ -26,11 +26,15 @@ static void sleep_ms(int ms) {
 }
 
 int gpu_count_in_child(void) {
+  fflush(stdout);
   pid_t pid = fork();
   if (pid < 0) return 0;
   if (pid == 0) {
     int n = 0;
     char message[256];
+    kolo_nccl_versions(message, sizeof message);
+    printf("# %s\n", message);
+    fflush(stdout);
     if (kolo_nccl_device_count(&n, message, sizeof message) != KOLO_OK) {
       fprintf(stderr, "gpu: no usable CUDA device: %s\n", message);
       _exit(0);

@@ -13,7 +13,8 @@
 #define GPU_EXIT_SKIP 77
 
 /* Counts GPUs in a forked child, so this process never initializes CUDA (a
- * child forked after CUDA init cannot use CUDA). 0 when there is none. */
+ * child forked after CUDA init cannot use CUDA). 0 when there is none. The
+ * child also prints the NCCL / CUDA versions as a comment line. */
 int gpu_count_in_child(void);
 
 /* Body of one rank; returns its exit code (0 = all its checks passed). */

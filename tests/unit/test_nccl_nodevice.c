@@ -145,6 +145,18 @@ static void operations_without_a_communicator_are_refused(void **state) {
   kolo_nccl_comm_destroy(NULL);
 }
 
+static void versions_are_reported_without_a_device(void **state) {
+  (void)state;
+  char text[128];
+  kolo_nccl_versions(text, sizeof text);
+  assert_non_null(strstr(text, "NCCL 2."));
+  assert_non_null(strstr(text, "CUDA runtime "));
+  char tiny[6];
+  kolo_nccl_versions(tiny, sizeof tiny);
+  assert_int_equal(strlen(tiny), sizeof tiny - 1);
+  kolo_nccl_versions(NULL, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(counting_devices_says_no_device_and_why),
@@ -156,6 +168,7 @@ int main(void) {
       cmocka_unit_test(host_memory_is_never_taken_for_device_memory),
       cmocka_unit_test(bad_arguments_are_refused_before_the_device_check),
       cmocka_unit_test(operations_without_a_communicator_are_refused),
+      cmocka_unit_test(versions_are_reported_without_a_device),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
