@@ -45,7 +45,10 @@ void kolo_nccl_versions(char *buffer, size_t length);
 
 /* 1 when ptr is device memory (or managed memory) that NCCL can use, 0 for host
  * memory (pageable or pinned), NULL, or when there is no GPU. Never fails, never
- * blocks; cheap enough to call on every operation. */
+ * blocks; about a microsecond once CUDA is up. Caution: on a machine with a GPU
+ * the first call initializes the CUDA runtime in this process (a context on the
+ * current device), so a CPU-only job should not call it: dispatch on it only
+ * when the job runs in GPU mode (e.g. its ring spec carries an NCCL id). */
 int kolo_nccl_is_device_pointer(const void *ptr);
 
 /* Like kolo_nccl_is_device_pointer, and also the device ordinal the memory lives
