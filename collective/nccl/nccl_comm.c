@@ -98,10 +98,10 @@ static ncclResult_t settle_locked(kolo_nccl_comm *comm, ncclResult_t r, uint64_t
       *timed_out = 1;
       return r;
     }
-    kolo_nccl_backoff_sleep(&backoff);
     ncclResult_t async = ncclSuccess;
     ncclResult_t q = ncclCommGetAsyncError(comm->nccl, &async);
     r = q != ncclSuccess ? q : async;
+    if (r == ncclInProgress) kolo_nccl_backoff_sleep(&backoff);
   }
   return r;
 }

@@ -2,6 +2,7 @@
  * device buffers for callers and tests. Without a GPU each answers NO_DEVICE. */
 #include <stdio.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "common/log.h"
@@ -16,6 +17,13 @@ uint64_t kolo_nccl_now_ns(void) {
 }
 
 void kolo_nccl_backoff_sleep(uint64_t *backoff_ns) {
+  /* A GPU collective often finishes within microseconds: yield the CPU a few
+   * times before sleeping, then sleep 20 us doubling to 250 us. */
+  if (*backoff_ns < 32) {
+    (*backoff_ns)++;
+    sched_yield();
+    return;
+  }
   if (*backoff_ns < 20000) *backoff_ns = 20000;
   struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)*backoff_ns};
   nanosleep(&ts, NULL);

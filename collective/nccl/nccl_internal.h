@@ -54,8 +54,9 @@ typedef int (*kolo_nccl_ptr_check)(const void *ptr, int device);
 kolo_status kolo_nccl_check_op(int rank, int size, int device, const kolo_nccl_op_desc *d,
                                kolo_nccl_ptr_check usable, char *message, size_t length);
 
-/* Monotonic clock in nanoseconds, and a sleep that grows from 20 us to 250 us as
- * a poll goes on (*backoff_ns holds the state; start it at 0). */
+/* Monotonic clock in nanoseconds, and the pause between polls: 32 sched_yield
+ * calls, then sleeps growing from 20 us to 250 us (*backoff_ns holds the state;
+ * start it at 0). */
 uint64_t kolo_nccl_now_ns(void);
 void kolo_nccl_backoff_sleep(uint64_t *backoff_ns);
 
