@@ -27,6 +27,8 @@
 typedef struct rank_proc {
   pid_t pid;   /* 0 before it started */
   int running; /* started and not reaped */
+  int ended;   /* reaped, status not yet reported */
+  int status;  /* wait status once ended */
   int fds[2];  /* read ends of its stdout and stderr pipes; -1 once closed */
   kolo_launcher_stream *streams[2];
 } rank_proc;
@@ -222,17 +224,30 @@ static void report_exit(supervisor *sv, int rank, int status) {
   stop_all(sv);
 }
 
+/* Reaps every rank that has ended. When several ended together, a rank killed
+ * by a signal is reported first: it is the likely cause, and the others usually
+ * failed because they lost it as a peer. */
 static void reap(supervisor *sv) {
-  for (;;) {
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid < 0 && errno == EINTR) continue;
-    if (pid <= 0) return;
-    for (int r = 0; r < sv->options->nprocs; r++) {
-      if (sv->ranks[r].running && sv->ranks[r].pid == pid) {
-        report_exit(sv, r, status);
-        break;
+  int count = sv->options->nprocs;
+  for (int pass = 0; pass < 2; pass++) {
+    for (;;) {
+      int status = 0;
+      pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid <= 0) break;
+      for (int r = 0; r < count; r++) {
+        if (sv->ranks[r].running && sv->ranks[r].pid == pid) {
+          sv->ranks[r].ended = 1;
+          sv->ranks[r].status = status;
+          break;
+        }
       }
+    }
+    for (int r = 0; r < count; r++) {
+      rank_proc *proc = &sv->ranks[r];
+      if (!proc->running || !proc->ended) continue;
+      if (pass == 0 && !WIFSIGNALED(proc->status)) continue;
+      report_exit(sv, r, proc->status);
     }
   }
 }
