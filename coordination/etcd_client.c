@@ -20,10 +20,13 @@ static _Thread_local char last_error[512];
 const char *kolo_etcd_last_error(void) { return last_error[0] ? last_error : "no error"; }
 
 kolo_status kolo_etcd_fail(kolo_status status, const char *fmt, ...) {
+  /* Format into a copy first: the arguments may point into last_error itself. */
+  char text[sizeof last_error];
   va_list args;
   va_start(args, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, args);
+  vsnprintf(text, sizeof text, fmt, args);
   va_end(args);
+  memcpy(last_error, text, sizeof text);
   KOLO_LOGD(COMPONENT, "%s: %s", kolo_status_name(status), last_error);
   return status;
 }
@@ -160,6 +163,7 @@ static void pool_give(kolo_etcd *c, CURL *h) {
 kolo_status kolo_etcd_error_status(int code, const char *message) {
   const char *m = message ? message : "";
   if (strstr(m, "too large")) return KOLO_ERR_TOO_LARGE;
+  if (strstr(m, "user name is empty") || strstr(m, "permission denied")) return KOLO_ERR_AUTH;
   switch (code) {
     case 1: return KOLO_ERR_ABORTED;
     case 2: return strstr(m, "timed out") ? KOLO_ERR_TIMEOUT : KOLO_ERR_INTERNAL;
@@ -276,9 +280,10 @@ static int failed_before_sending(CURLcode code, CURL *h) {
       code == CURLE_COULDNT_RESOLVE_PROXY || code == CURLE_SSL_CONNECT_ERROR)
     return 1;
   if (code == CURLE_OPERATION_TIMEDOUT) {
-    curl_off_t connect_us = 0;
-    curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connect_us);
-    return connect_us == 0;
+    /* Nothing was sent if the transfer never got past connecting. */
+    curl_off_t pretransfer_us = 0;
+    curl_easy_getinfo(h, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_us);
+    return pretransfer_us == 0;
   }
   return 0;
 }
@@ -413,7 +418,7 @@ again:;
     } else {
       int before = failed_before_sending(code, h);
       retry_elsewhere = before || (flags & KOLO_ETCD_IDEMPOTENT);
-      if (code == CURLE_OPERATION_TIMEDOUT && !before)
+      if (code == CURLE_OPERATION_TIMEDOUT && (!before || kolo_etcd_now_ms() >= deadline))
         rc = kolo_etcd_fail(KOLO_ERR_TIMEOUT, "etcd %s at %s: no reply within the deadline", path,
                             endpoint);
       else
