@@ -143,9 +143,9 @@ static void *keepalive_main(void *arg) {
     wait = interval / 3 < 200 ? 200 : interval / 3;
   }
   if (!atomic_load(&k->stopping) && reason[0]) {
-    atomic_store(&k->alive, 0);
     KOLO_LOGW(COMPONENT, "%s", reason);
     if (k->lost) k->lost(k->lease_id, KOLO_ERR_LEASE_LOST, reason, k->user);
+    atomic_store(&k->alive, 0);
   }
   return NULL;
 }
