@@ -373,6 +373,8 @@ again:;
     headers = curl_slist_append(headers, "Expect:");
     if (auth[0]) headers = curl_slist_append(headers, auth);
     reply_buffer b = {0};
+    char curl_error[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_error);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, text);
@@ -422,8 +424,9 @@ again:;
         rc = kolo_etcd_fail(KOLO_ERR_TIMEOUT, "etcd %s at %s: no reply within the deadline", path,
                             endpoint);
       else
-        rc = kolo_etcd_fail(KOLO_ERR_UNAVAILABLE, "etcd unavailable: %s at %s: %s", path, endpoint,
-                            curl_easy_strerror(code));
+        rc = kolo_etcd_fail(KOLO_ERR_UNAVAILABLE, "etcd unavailable: %s at %s: %s%s%s%s", path, endpoint,
+                            curl_easy_strerror(code), curl_error[0] ? " (" : "", curl_error,
+                            curl_error[0] ? ")" : "");
       if (first_error[0] == '\0') copy_text(first_error, sizeof first_error, last_error);
     }
     free(b.data);
