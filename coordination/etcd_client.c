@@ -267,10 +267,32 @@ static size_t on_reply_data(char *ptr, size_t size, size_t nmemb, void *userdata
   return n;
 }
 
-static int on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                       curl_off_t ulnow) {
-  const atomic_int *cancel = clientp;
-  return cancel && atomic_load(cancel) ? 1 : 0;
+/* Runs a transfer that cancel can abort: through a multi handle polled every
+ * 50 ms, so a keep-alive stopping mid-request waits at most that long. */
+static CURLcode perform_cancellable(CURL *h, const atomic_int *cancel) {
+  CURLM *multi = curl_multi_init();
+  if (multi == NULL) return CURLE_OUT_OF_MEMORY;
+  CURLcode result = CURLE_ABORTED_BY_CALLBACK;
+  curl_multi_add_handle(multi, h);
+  int running = 1;
+  while (!atomic_load(cancel)) {
+    if (curl_multi_perform(multi, &running) != CURLM_OK) {
+      result = CURLE_RECV_ERROR;
+      break;
+    }
+    if (!running) {
+      int pending;
+      CURLMsg *msg;
+      result = CURLE_RECV_ERROR;
+      while ((msg = curl_multi_info_read(multi, &pending)) != NULL)
+        if (msg->msg == CURLMSG_DONE) result = msg->data.result;
+      break;
+    }
+    curl_multi_poll(multi, NULL, 0, 50, NULL);
+  }
+  curl_multi_remove_handle(multi, h);
+  curl_multi_cleanup(multi);
+  return result;
 }
 
 /* Whether a transport failure happened before the request could have reached etcd,
@@ -386,13 +408,8 @@ again:;
                      (long)(remaining < c->connect_timeout_ms ? remaining : c->connect_timeout_ms));
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-    if (cancel) {
-      curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-      curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-      curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)cancel);
-    }
     kolo_etcd_apply_tls(c, h);
-    CURLcode code = curl_easy_perform(h);
+    CURLcode code = cancel ? perform_cancellable(h, cancel) : curl_easy_perform(h);
     long http_status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http_status);
     int retry_elsewhere = 0;

@@ -206,6 +206,24 @@ static void a_keepalive_rides_out_an_etcd_restart(void **state) {
   kolo_etcd_destroy(c);
 }
 
+static void a_keepalive_stops_promptly_while_a_renewal_hangs(void **state) {
+  fixture *f = *state;
+  const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
+  kolo_etcd *c = client_for(endpoints, 1, 5000);
+  kolo_member m = {.id = "w-hang", .host = "h", .address = "127.0.0.1:1", .state = "idle"};
+  kolo_membership *reg = NULL;
+  assert_int_equal(kolo_membership_register(c, &m, 3, NULL, NULL, &reg), KOLO_OK);
+  kill(kolo_etcd_harness_pid(f->etcd), SIGSTOP);
+  sleep_ms(1300); /* the renewal (every 1 s) is now waiting on the frozen etcd */
+  long long t0 = now_ms();
+  kolo_membership_abandon(reg);
+  long long took = now_ms() - t0;
+  kill(kolo_etcd_harness_pid(f->etcd), SIGCONT);
+  print_message("keep-alive stopped in %lld ms with a renewal in flight\n", took);
+  assert_true(took < 1500);
+  kolo_etcd_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(with_etcd_stopped_every_call_fails_fast_with_a_clear_error),
@@ -213,6 +231,7 @@ int main(void) {
       cmocka_unit_test(a_watch_notices_a_frozen_etcd_and_recovers),
       cmocka_unit_test(a_dead_endpoint_fails_over_to_a_live_one),
       cmocka_unit_test(a_keepalive_rides_out_an_etcd_restart),
+      cmocka_unit_test(a_keepalive_stops_promptly_while_a_renewal_hangs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
