@@ -105,6 +105,8 @@ static size_t on_stream_data(char *ptr, size_t size, size_t nmemb, void *userdat
     if (ptr[i] == '\n') {
       int keep = handle_line(w, w->line ? w->line : "", w->line_len);
       w->line_len = 0;
+      /* Time spent in the callback is not silence of the stream. */
+      w->last_data_ms = kolo_etcd_now_ms();
       if (!keep) return 0;
       continue;
     }
@@ -158,7 +160,7 @@ static void run_stream(kolo_etcd_watch *w) {
     KOLO_LOGW(COMPONENT, "out of memory starting a watch stream");
     goto out;
   }
-  if (kolo_etcd_auth_header(c, auth, sizeof auth) != KOLO_OK) {
+  if (kolo_etcd_auth_header(c, auth, sizeof auth, 0, &w->stopping) != KOLO_OK) {
     KOLO_LOGW(COMPONENT, "watch cannot authenticate: %s", kolo_etcd_last_error());
     goto out;
   }
