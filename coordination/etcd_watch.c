@@ -39,6 +39,7 @@ struct kolo_etcd_watch {
   int stream_failed;      /* a message was an error or unparsable */
   size_t endpoint;        /* endpoint index for the next stream */
   int64_t last_data_ms;   /* when the stream last delivered a byte */
+  uint64_t cluster_id;    /* the etcd cluster the resume point belongs to */
 };
 
 /* Delivers the events of one message that are new (revision >= next_revision). */
@@ -72,6 +73,23 @@ static int handle_line(kolo_etcd_watch *w, const char *line, size_t len) {
     return 0;
   }
   int keep = 1;
+  if (m.created) {
+    /* etcd's data was wiped or restored from an older backup: another cluster id,
+     * or a store revision below what was already delivered. Resuming is meaningless
+     * then; re-list and continue from the new head. */
+    int64_t next = atomic_load(&w->next_revision);
+    int other_cluster = m.cluster_id != 0 && w->cluster_id != 0 && m.cluster_id != w->cluster_id;
+    int went_back = next > 1 && m.header_revision > 0 && m.header_revision < next - 1;
+    if (m.cluster_id != 0) w->cluster_id = m.cluster_id;
+    if (other_cluster || went_back) {
+      KOLO_LOGW(COMPONENT, "etcd history restarted (cluster %" PRIu64 ", revision %" PRId64 " < %" PRId64
+                "): resyncing", m.cluster_id, m.header_revision, next - 1);
+      w->compacted = 1;
+      w->compact_revision = 0;
+      kolo_etcd_watch_message_clear(&m);
+      return 0;
+    }
+  }
   if (m.created) {
     atomic_store(&w->connected, 1);
     /* Watching "from now": nothing at or below the creation revision will come. */
@@ -238,8 +256,11 @@ static kolo_status resync(kolo_etcd_watch *w) {
       .kv_count = r.count,
       .compact_revision = w->compact_revision,
   };
-  KOLO_LOGI(COMPONENT, "history compacted at %" PRId64 ": resynced %zu keys at revision %" PRId64,
-            w->compact_revision, r.count, r.revision);
+  if (w->compact_revision > 0)
+    KOLO_LOGI(COMPONENT, "history compacted at %" PRId64 ": resynced %zu keys at revision %" PRId64,
+              w->compact_revision, r.count, r.revision);
+  else
+    KOLO_LOGI(COMPONENT, "history restarted: resynced %zu keys at revision %" PRId64, r.count, r.revision);
   w->fn(&u, w->user);
   atomic_store(&w->next_revision, r.revision + 1);
   kolo_etcd_range_result_free(&r);
