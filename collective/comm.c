@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "collective/internal.h"
+#include "collective/transport_shm.h"
 #include "common/checks.h"
 #include "common/log.h"
 
@@ -126,9 +127,12 @@ static uint32_t get32(const uint8_t *in) {
 }
 
 kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
-                                      int64_t deadline_ns) {
-  uint8_t hello[28 + MAX_SECRET_BYTES];
+                                      const kolo_shm_offer *offer, int64_t deadline_ns) {
+  uint8_t hello[28 + MAX_SECRET_BYTES + 12 + KOLO_SHM_NAME_BYTES];
   size_t secret_length = strlen(comm->secret);
+  const char *shm_name = offer ? kolo_shm_offer_name(offer) : "";
+  size_t name_length = strlen(shm_name);
+  uint64_t nonce = offer ? kolo_shm_offer_nonce(offer) : 0;
   put32(hello, HELLO_MAGIC);
   put32(hello + 4, ((uint32_t)PROTOCOL_VERSION << 16) | (uint32_t)kind);
   put32(hello + 8, (uint32_t)(comm->epoch >> 32));
@@ -137,16 +141,23 @@ kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn
   put32(hello + 20, (uint32_t)comm->size);
   put32(hello + 24, (uint32_t)secret_length);
   memcpy(hello + 28, comm->secret, secret_length);
-  return kolo_transport_send_all(comm->transport, conn, hello, 28 + secret_length, deadline_ns);
+  uint8_t *tail = hello + 28 + secret_length;
+  put32(tail, (uint32_t)name_length);
+  put32(tail + 4, (uint32_t)(nonce >> 32));
+  put32(tail + 8, (uint32_t)nonce);
+  memcpy(tail + 12, shm_name, name_length);
+  return kolo_transport_send_all(comm->transport, conn, hello,
+                                 28 + secret_length + 12 + name_length, deadline_ns);
 }
 
-kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn,
+kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, int *shm_taken,
                                     int64_t deadline_ns) {
-  uint8_t ack[8];
+  uint8_t ack[12];
   kolo_status status = kolo_transport_recv_all(comm->transport, conn, ack, sizeof ack, deadline_ns);
   if (status == KOLO_ERR_PEER_LOST) status = KOLO_ERR_CONNECT;
   if (status != KOLO_OK) return status;
   if (get32(ack) != ACK_MAGIC) return KOLO_ERR_PROTOCOL;
+  if (shm_taken != NULL) *shm_taken = get32(ack + 8) == 1;
   return (kolo_status)get32(ack + 4);
 }
 
@@ -156,8 +167,9 @@ static int secrets_equal(const char *a, size_t a_length, const char *b, size_t b
   return difference == 0;
 }
 
-kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
-                                  int *kind, int64_t deadline_ns) {
+kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn **connection,
+                                  int expected_rank, int *kind, int64_t deadline_ns) {
+  kolo_transport_conn *conn = *connection;
   /* a stranger gets at most one second to introduce itself */
   int64_t short_deadline = kolo_deadline_after_ms(1000);
   if (short_deadline > deadline_ns) short_deadline = deadline_ns;
@@ -177,6 +189,15 @@ kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, in
     return KOLO_ERR_PROTOCOL; /* not worth an answer */
   }
   status = kolo_transport_recv_all(comm->transport, conn, secret, secret_length, short_deadline);
+  uint8_t offer[12];
+  char shm_name[KOLO_SHM_NAME_BYTES + 1] = "";
+  if (status == KOLO_OK) status = kolo_transport_recv_all(comm->transport, conn, offer, 12, short_deadline);
+  uint32_t name_length = status == KOLO_OK ? get32(offer) : 0;
+  if (status == KOLO_OK && name_length > KOLO_SHM_NAME_BYTES) status = KOLO_ERR_PROTOCOL;
+  if (status == KOLO_OK) {
+    status = kolo_transport_recv_all(comm->transport, conn, shm_name, name_length, short_deadline);
+    shm_name[name_length] = '\0';
+  }
   if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
   *kind = (int)(version_kind & 0xffffu);
   if (!secrets_equal(secret, secret_length, comm->secret, strlen(comm->secret))) {
@@ -193,10 +214,18 @@ kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, in
     KOLO_LOGW("kolo", "rank %d: refused a connection claiming rank %d of %d (want rank %d of %d)",
               comm->rank, rank, size, expected_rank, comm->size);
   }
-  uint8_t ack[8];
+  uint32_t shm_taken = 0;
+  kolo_transport_conn *shared = NULL;
+  if (verdict == KOLO_OK && *kind == KOLO_CONNECTION_DATA && name_length > 0) {
+    uint64_t nonce = ((uint64_t)get32(offer + 4) << 32) | get32(offer + 8);
+    shm_taken = kolo_shm_accept(shm_name, nonce, conn, &shared) == KOLO_OK;
+  }
+  uint8_t ack[12];
   put32(ack, ACK_MAGIC);
   put32(ack + 4, (uint32_t)verdict);
+  put32(ack + 8, shm_taken);
   kolo_transport_send_all(comm->transport, conn, ack, sizeof ack, short_deadline);
+  if (shm_taken) *connection = shared;
   return verdict;
 }
 
@@ -256,8 +285,8 @@ static void free_comm(kolo_comm *comm) {
   }
   free(comm->secret);
   if (comm->transport != NULL) {
-    comm->transport->close(comm->data_next);
-    comm->transport->close(comm->data_prev);
+    comm->next_ops->close(comm->data_next);
+    comm->prev_ops->close(comm->data_prev);
     comm->transport->close(comm->control[0].conn);
     comm->transport->close(comm->control[1].conn);
   }
@@ -324,6 +353,8 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   comm->local_size = spec->local_size > 0 ? spec->local_size : spec->size;
   comm->timeout_ms = spec->timeout_ms > 0 ? spec->timeout_ms : timeout_from_env();
   comm->transport = &kolo_transport_tcp;
+  comm->next_ops = &kolo_transport_tcp;
+  comm->prev_ops = &kolo_transport_tcp;
   comm->failed_rank = -1;
   comm->segment_bytes = size_from_env("KOLO_SEGMENT_BYTES", DEFAULT_SEGMENT_BYTES);
   comm->small_bytes = size_from_env("KOLO_SMALL_BYTES", DEFAULT_SMALL_BYTES);
@@ -376,14 +407,19 @@ static kolo_status form_ring(kolo_comm *comm, kolo_listener *listener) {
   kolo_status status;
   kolo_transport_conn *control_next = NULL, *control_prev = NULL;
 
+  kolo_shm_offer *offer = NULL;
   status = tp->connect(comm->peers[next], deadline, &comm->data_next);
-  if (status == KOLO_OK) status = kolo_handshake_send_hello(comm, comm->data_next, KOLO_CONNECTION_DATA, deadline);
+  if (status == KOLO_OK && kolo_shm_enabled() && kolo_shm_offer_create(&offer) != KOLO_OK) {
+    offer = NULL; /* no shared memory here: plain TCP */
+  }
+  if (status == KOLO_OK) status = kolo_handshake_send_hello(comm, comm->data_next, KOLO_CONNECTION_DATA, offer, deadline);
   if (status == KOLO_OK) status = tp->connect(comm->peers[next], deadline, &control_next);
   if (status == KOLO_OK) comm->control[0].conn = control_next;
-  if (status == KOLO_OK) status = kolo_handshake_send_hello(comm, control_next, KOLO_CONNECTION_CONTROL, deadline);
+  if (status == KOLO_OK) status = kolo_handshake_send_hello(comm, control_next, KOLO_CONNECTION_CONTROL, NULL, deadline);
   if (status != KOLO_OK) {
     KOLO_LOGE("kolo", "rank %d epoch %llu: cannot reach rank %d at %s: %s", comm->rank,
               (unsigned long long)comm->epoch, next, comm->peers[next], kolo_strerror(status));
+    kolo_shm_offer_destroy(offer);
     return status;
   }
   /* accept from the previous rank while watching our own outgoing connections:
@@ -401,6 +437,7 @@ static kolo_status form_ring(kolo_comm *comm, kolo_listener *listener) {
     }
     int wait_ms = kolo_ms_until(deadline);
     if (wait_ms == 0) {
+      kolo_shm_offer_destroy(offer);
       status = KOLO_ERR_TIMEOUT;
       KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", comm->rank,
                 (unsigned long long)comm->epoch, accepting ? prev : next,
@@ -410,23 +447,40 @@ static kolo_status form_ring(kolo_comm *comm, kolo_listener *listener) {
     if (poll(fds, 3, wait_ms) <= 0) continue;
     for (int i = 0; i < 2; i++) {
       if (fds[1 + i].revents == 0) continue;
-      status = kolo_handshake_read_ack(comm, outgoing[i], deadline);
+      int shm_taken = 0;
+      status = kolo_handshake_read_ack(comm, outgoing[i], &shm_taken, deadline);
       if (status != KOLO_OK) {
         KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", comm->rank,
                   (unsigned long long)comm->epoch, next, kolo_strerror(status));
+        kolo_shm_offer_destroy(offer);
         return status;
       }
       acked[i] = 1;
+      if (i == 0 && shm_taken && offer != NULL) {
+        kolo_transport_conn *shared = NULL;
+        status = kolo_shm_offer_accepted(offer, comm->data_next, &shared);
+        offer = NULL;
+        if (status != KOLO_OK) return status;
+        comm->data_next = shared;
+        comm->next_ops = &kolo_transport_shm;
+      }
     }
     if (fds[0].revents == 0) continue;
     kolo_transport_conn *conn = NULL;
     status = tp->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
     if (status == KOLO_ERR_TIMEOUT) continue;
-    if (status != KOLO_OK) return status;
+    if (status != KOLO_OK) {
+      kolo_shm_offer_destroy(offer);
+      return status;
+    }
     int kind = 0;
-    status = kolo_handshake_accept(comm, conn, prev, &kind, deadline);
+    kolo_transport_conn *accepted = conn;
+    status = kolo_handshake_accept(comm, &accepted, prev, &kind, deadline);
     if (status == KOLO_OK && kind == KOLO_CONNECTION_DATA && comm->data_prev == NULL) {
-      comm->data_prev = conn;
+      comm->data_prev = accepted;
+      if (accepted != conn) comm->prev_ops = &kolo_transport_shm;
+    } else if (accepted != conn) {
+      kolo_transport_shm.close(accepted); /* a duplicate that mapped a ring */
     } else if (status == KOLO_OK && kind == KOLO_CONNECTION_CONTROL && control_prev == NULL) {
       control_prev = conn;
       comm->control[1].conn = conn;
@@ -434,6 +488,7 @@ static kolo_status form_ring(kolo_comm *comm, kolo_listener *listener) {
       tp->close(conn); /* refused stranger or duplicate: changes nothing */
     }
   }
+  kolo_shm_offer_destroy(offer); /* not taken (another host): plain TCP */
   comm->control[0] = (kolo_control_link){.conn = control_next, .peer_rank = next, .open = 1};
   comm->control[1] = (kolo_control_link){.conn = control_prev, .peer_rank = prev, .open = 1};
   return KOLO_OK;
@@ -459,8 +514,9 @@ kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener
     goto out;
   }
   comm->engine_started = 1;
-  KOLO_LOGD("kolo", "rank %d of %d joined the ring at epoch %llu", comm->rank, comm->size,
-            (unsigned long long)comm->epoch);
+  KOLO_LOGD("kolo", "rank %d of %d joined the ring at epoch %llu (data out over %s, in over %s)",
+            comm->rank, comm->size, (unsigned long long)comm->epoch, comm->next_ops->name,
+            comm->prev_ops->name);
   *out = comm;
   comm = NULL;
 out:

@@ -98,6 +98,8 @@ struct kolo_comm {
   /* ring connections (NULL when size == 1) */
   kolo_transport_conn *data_next; /* we send data to rank + 1 */
   kolo_transport_conn *data_prev; /* we receive data from rank - 1 */
+  const kolo_transport_ops *next_ops; /* transport of data_next: TCP or shared memory */
+  const kolo_transport_ops *prev_ops; /* transport of data_prev */
   kolo_control_link control[2];   /* [0] to rank + 1, [1] to rank - 1 */
 
   /* engine: queue of requests, run by the engine thread or inline by a blocking caller */
@@ -152,12 +154,17 @@ void kolo_control_service(kolo_comm *comm, kolo_control_link *link);
 /* Handshake of a fresh connection (connector side / acceptor side). */
 #define KOLO_CONNECTION_DATA 1
 #define KOLO_CONNECTION_CONTROL 2
+struct kolo_shm_offer;
+/* offer: a shared-memory ring offered for this (data) connection, or NULL. */
 kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
-                                      int64_t deadline_ns);
-kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn,
+                                      const struct kolo_shm_offer *offer, int64_t deadline_ns);
+/* *shm_taken: whether the peer mapped the offered ring. */
+kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, int *shm_taken,
                                     int64_t deadline_ns);
-/* Reads a hello, checks secret/epoch/rank, answers; *kind is the connection kind. */
-kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
+/* Reads a hello, checks secret/epoch/rank, answers; *kind is the connection kind.
+ * When the hello offers a ring this host can map, *conn is replaced by a shared-
+ * memory connection wrapping it. */
+kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn **conn, int expected_rank,
                                   int *kind, int64_t deadline_ns);
 
 /* Device-buffer dispatch (collective/device.c): whether either buffer is device

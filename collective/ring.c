@@ -300,6 +300,7 @@ static kolo_status data_link_failed(kolo_comm *comm, int neighbour, int engine_t
 static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
   kolo_ring_plan *plan = &comm->plan;
   const kolo_transport_ops *tp = comm->transport;
+  const kolo_transport_ops *next_ops = comm->next_ops, *prev_ops = comm->prev_ops;
   size_t element = kolo_dtype_size(plan->dtype);
   size_t segment = comm->segment_bytes / element * element;
   if (segment == 0) segment = element;
@@ -319,7 +320,8 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
       size_t available = item->depends_on < 0 ? item->bytes : plan->processed[item->depends_on];
       if (sent < available) {
         size_t moved = 0;
-        kolo_status status = tp->send(comm->data_next, item->buffer + sent, available - sent, &moved);
+        kolo_status status =
+            next_ops->send(comm->data_next, item->buffer + sent, available - sent, &moved);
         if (status != KOLO_OK) return data_link_failed(comm, next, engine_thread, "send failed");
         if (moved == 0) break;
         sent += moved;
@@ -344,7 +346,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
       size_t moved = 0;
       kolo_status status;
       if (item->local == NULL) {
-        status = tp->recv(comm->data_prev, item->buffer + done, item->bytes - done, &moved);
+        status = prev_ops->recv(comm->data_prev, item->buffer + done, item->bytes - done, &moved);
         if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
         if (moved == 0) break;
         plan->processed[recv_index] += moved;
@@ -352,7 +354,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
         continue;
       }
       size_t want = item->bytes - done < segment ? item->bytes - done : segment;
-      status = tp->recv(comm->data_prev, comm->staging + staged, want - staged, &moved);
+      status = prev_ops->recv(comm->data_prev, comm->staging + staged, want - staged, &moved);
       if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
       if (moved == 0) break;
       staged += moved;
@@ -386,10 +388,10 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
     int recvs_pending = recv_index < plan->recv_count;
     int next_slot = count;
     fds[count++] = (struct pollfd){
-        .fd = sends_pending ? tp->poll_fd(comm->data_next) : -1,
-        .events = (short)(POLLRDHUP | (want_send ? POLLOUT : 0))};
-    fds[count++] = (struct pollfd){.fd = recvs_pending ? tp->poll_fd(comm->data_prev) : -1,
-                                   .events = POLLIN};
+        .fd = sends_pending ? next_ops->poll_fd(comm->data_next) : -1,
+        .events = (short)(POLLRDHUP | (want_send ? next_ops->poll_events(comm->data_next, 1) : 0))};
+    fds[count++] = (struct pollfd){.fd = recvs_pending ? prev_ops->poll_fd(comm->data_prev) : -1,
+                                   .events = prev_ops->poll_events(comm->data_prev, 0)};
     int link_slot[2] = {-1, -1};
     if (engine_thread) {
       for (int i = 0; i < 2; i++) {

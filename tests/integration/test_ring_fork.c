@@ -106,6 +106,32 @@ static void allreduce_matches_the_serial_sum_for_many_sizes(void **state) {
   }
 }
 
+/* The same sums over plain TCP data connections (shared memory turned off). */
+static void allreduce_is_right_over_tcp_without_shared_memory(void **state) {
+  (void)state;
+  setenv("KOLO_SHM", "0", 1);
+  size_t counts[] = {5, 40000, 2000003};
+  for (int size = 2; size <= 4; size++) {
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+      assert_int_equal(run_ranks(size, allreduce_float_sum, &counts[c]), 0);
+    }
+  }
+  unsetenv("KOLO_SHM");
+}
+
+/* A shared-memory ring much smaller than the messages: the ring wraps many times. */
+static void allreduce_is_right_through_a_small_wrapping_shared_memory_ring(void **state) {
+  (void)state;
+  setenv("KOLO_SHM_BYTES", "65536", 1);
+  size_t counts[] = {40000, 2000003};
+  for (int size = 2; size <= 3; size++) {
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+      assert_int_equal(run_ranks(size, allreduce_float_sum, &counts[c]), 0);
+    }
+  }
+  unsetenv("KOLO_SHM_BYTES");
+}
+
 static int many_collectives(kolo_comm *comm, void *argument) {
   (void)argument;
   int rank = kolo_comm_rank(comm), size = kolo_comm_size(comm);
@@ -231,6 +257,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(allreduce_matches_the_serial_sum_for_many_sizes),
       cmocka_unit_test(other_collectives_work_for_every_ring_size),
+      cmocka_unit_test(allreduce_is_right_over_tcp_without_shared_memory),
+      cmocka_unit_test(allreduce_is_right_through_a_small_wrapping_shared_memory_ring),
       cmocka_unit_test(survivors_report_the_killed_rank_within_a_second),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
