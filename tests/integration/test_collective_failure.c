@@ -21,6 +21,14 @@
 
 #include <cmocka.h>
 
+/* The issue's bound is one second; under AddressSanitizer every reduction runs
+ * several times slower, so there the bound only proves liveness. */
+#if defined(__SANITIZE_ADDRESS__)
+#define DETECTION_BOUND_S 3.0
+#else
+#define DETECTION_BOUND_S 1.0
+#endif
+
 #define MAX_HELPERS 8
 
 typedef struct helper {
@@ -184,8 +192,9 @@ static void killed_rank_is_reported_as_peer_lost(void **state, int n, int victim
     assert_string_equal(status, "KOLO_ERR_PEER_LOST");
     assert_string_equal(reported, "KOLO_ERR_PEER_LOST");
     assert_int_equal(failed_rank, victim);
-    if (after_s > 1.0)
-      fail_msg("rank %d learned of the death after %.3f s (limit 1 s)", r, after_s);
+    if (after_s > DETECTION_BOUND_S)
+      fail_msg("rank %d learned of the death after %.3f s (limit %.0f s)", r, after_s,
+               DETECTION_BOUND_S);
     expect_line(ring[r], "later ", 10, line, sizeof line);
     assert_non_null(strstr(line, "later KOLO_ERR_PEER_LOST "));
     assert_int_equal(exit_status(ring[r], 10), 0);

@@ -19,6 +19,14 @@
 
 typedef int (*rank_body)(kolo_comm *comm, void *argument);
 
+/* The detection bound of the issue is one second; under AddressSanitizer every
+ * reduction runs several times slower, so the bound there only proves liveness. */
+#if defined(__SANITIZE_ADDRESS__)
+#define DETECTION_BOUND_S 3.0
+#else
+#define DETECTION_BOUND_S 1.0
+#endif
+
 #define MAX_RANKS 8
 
 /* Forks size ranks joined in one ring; returns how many ranks failed. */
@@ -248,7 +256,7 @@ static void survivors_report_the_killed_rank_within_a_second(void **state) {
       fprintf(stderr, "size %d rank %d: status %lld rank %lld after %.3f s\n", size, r,
               (long long)(report[0] / 1000), (long long)(report[0] % 1000), seconds);
       assert_int_equal(report[0], KOLO_ERR_PEER_LOST * 1000 + victim);
-      assert_true(seconds < 1.0);
+      assert_true(seconds < DETECTION_BOUND_S);
     }
   }
 }
