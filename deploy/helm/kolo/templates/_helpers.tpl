@@ -125,6 +125,10 @@ the cluster (so upgrades keep it), else a fresh random one.
 {{- if and .Values.workers.autoscaling.enabled (gt (int .Values.workers.autoscaling.minReplicas) (int .Values.workers.autoscaling.maxReplicas)) -}}
 {{- fail "workers.autoscaling.minReplicas must not exceed workers.autoscaling.maxReplicas" -}}
 {{- end -}}
+{{- $coord := .Values.coordinator -}}
+{{- if and $coord.podDisruptionBudget.enabled (gt (int $coord.replicas) 1) (ge (int $coord.podDisruptionBudget.minAvailable) (int $coord.replicas)) -}}
+{{- fail "coordinator.podDisruptionBudget.minAvailable must be below coordinator.replicas, or no node could ever be drained" -}}
+{{- end -}}
 {{- if and .Values.auth.token .Values.auth.existingSecret -}}
 {{- fail "set auth.token or auth.existingSecret, not both" -}}
 {{- end -}}
