@@ -162,6 +162,8 @@ case "$scenario" in
     expect_invalid "$work/bad.yaml" "requests GPUs although none were asked for" --gpus 0
     sed 's|secretName: ci-kolo-auth|secretName: other|' "$work/good.yaml" >"$work/bad.yaml"
     expect_invalid "$work/bad.yaml" "Secret other, which is not rendered"
+    sed 's|readOnly: true|readonly: true|' "$work/good.yaml" >"$work/bad.yaml"
+    expect_invalid "$work/bad.yaml" 'volumeMounts\[0\]: unknown field "readonly"'
     sed 's|readOnlyRootFilesystem: true|readOnlyRootFilesystem: false|' "$work/good.yaml" >"$work/bad.yaml"
     expect_invalid "$work/bad.yaml" "root file system is writable"
     ;;

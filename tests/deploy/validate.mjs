@@ -1,5 +1,6 @@
 // Validates the output of `helm template` for the kolo chart, offline: every object against
-// Kubernetes' own schemas (npm kubernetes-models, by apiVersion/kind), then kolo's wiring:
+// Kubernetes' own schemas (npm kubernetes-models, by apiVersion/kind), with no field unknown
+// to its type (from kubernetes-models' type declarations), then kolo's wiring:
 // every pod finds etcd, the coordinators and workers get the token, probes hit the right
 // routes and ports, GPUs are requested only when asked, the worker preStop drains.
 //
@@ -16,7 +17,7 @@
 //   --existing-secrets AUTH[,TLS]   secrets the chart must use without creating them
 // Prints one line per failed check and exits 1 when any failed.
 import { createRequire } from "node:module";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 
 function parseArgs(argv) {
@@ -87,6 +88,107 @@ for (const o of objects) {
   seen.add(key);
   check(o.metadata?.namespace === opts.namespace, `${label(o)}: namespace ${o.metadata?.namespace}, want ${opts.namespace}`);
   check((o.metadata?.name ?? "").length <= 63, `${label(o)}: name longer than 63 characters`);
+}
+
+// ---- 1b. unknown fields ---------------------------------------------------------------------
+// Kubernetes' schemas accept unknown fields (the API server drops them), so kubernetes-models'
+// validate() does not catch a misspelt field name in a template. Its type declarations list
+// every field of every type, though; walk each object along them and report keys no type has.
+const modelsDir = path.dirname(require.resolve("kubernetes-models/package.json"));
+const typeCache = new Map();
+
+/** Fields of the interface a .d.ts file declares first: Map name -> type text, or null. */
+function interfaceFields(file) {
+  if (typeCache.has(file)) return typeCache.get(file);
+  let result = null;
+  if (existsSync(file)) {
+    const text = readFileSync(file, "utf8").replace(/\/\*[\s\S]*?\*\//g, "");
+    const head = text.match(/export interface (\w+)(?: extends (\w+))? \{/);
+    if (head && (!head[2] || head[2] === "TypeMeta")) {
+      const imports = new Map();
+      for (const m of text.matchAll(/import \{ (\w+) \} from "([^"]+)";/g)) imports.set(m[1], m[2]);
+      // The body up to the brace closing the interface, then its top-level "field"?: type; entries.
+      let depth = 0;
+      let i = head.index + head[0].length - 1;
+      const start = i + 1;
+      for (; i < text.length; i++) {
+        if (text[i] === "{") depth++;
+        else if (text[i] === "}" && --depth === 0) break;
+      }
+      const body = text.slice(start, i);
+      const fields = new Map();
+      let field = null;
+      let type = "";
+      depth = 0;
+      for (const line of body.split("\n")) {
+        const m = depth === 0 && line.match(/^\s*"([^"]+)"\??: (.*)$/);
+        if (m) {
+          field = m[1];
+          type = m[2];
+        } else if (field) {
+          type += ` ${line.trim()}`;
+        }
+        depth += (line.match(/\{/g) ?? []).length - (line.match(/\}/g) ?? []).length;
+        if (field && depth === 0 && type.trim().endsWith(";")) {
+          fields.set(field, { type: type.trim().replace(/;$/, ""), imports, file });
+          field = null;
+        }
+      }
+      result = fields;
+    }
+  }
+  typeCache.set(file, result);
+  return result;
+}
+
+/** The .d.ts file behind a type name imported into `from`, or null. */
+function typeFile(name, imports, from) {
+  const spec = imports.get(name);
+  if (!spec) return null;
+  if (spec.startsWith(".")) return path.resolve(path.dirname(from), `${spec}.d.ts`);
+  try {
+    return path.join(path.dirname(require.resolve(`${spec.split("/").slice(0, 2).join("/")}/package.json`)),
+      `${spec.split("/").slice(2).join("/")}.d.ts`);
+  } catch {
+    return null;
+  }
+}
+
+/** Reports keys of `value` that its declared type (text) does not have, recursively. */
+function checkFields(value, typeText, imports, from, where) {
+  const t = typeText.trim();
+  const arr = t.match(/^Array<(.+)>$/s);
+  if (arr) {
+    if (Array.isArray(value)) value.forEach((v, i) => checkFields(v, arr[1], imports, from, `${where}[${i}]`));
+    return;
+  }
+  const map = t.match(/^\{\s*\[key: string\]: (.+?);?\s*\}$/s);
+  if (map) {
+    if (value && typeof value === "object") {
+      for (const [k, v] of Object.entries(value)) checkFields(v, map[1], imports, from, `${where}.${k}`);
+    }
+    return;
+  }
+  if (!/^I\w+$/.test(t) || !value || typeof value !== "object" || Array.isArray(value)) return;
+  const file = typeFile(t, imports, from);
+  const fields = file && interfaceFields(file);
+  if (!fields) return; // a type alias (Quantity, IntOrString) or unknown: nothing to check
+  for (const [k, v] of Object.entries(value)) {
+    const f = fields.get(k);
+    if (!check(f, `${where}: unknown field "${k}"`)) continue;
+    checkFields(v, f.type, f.imports, f.file, `${where}.${k}`);
+  }
+}
+
+for (const o of objects) {
+  const file = path.join(modelsDir, o.apiVersion ?? "", `${o.kind}.d.ts`);
+  const fields = interfaceFields(file);
+  if (!check(fields, `${label(o)}: no type declaration for ${o.apiVersion} ${o.kind}`)) continue;
+  for (const [k, v] of Object.entries(o)) {
+    const f = fields.get(k);
+    if (!check(f, `${label(o)}: unknown field "${k}"`)) continue;
+    checkFields(v, f.type, f.imports, f.file, `${label(o)}.${k}`);
+  }
 }
 
 // ---- helpers over pods ------------------------------------------------------------------
