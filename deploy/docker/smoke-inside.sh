@@ -19,7 +19,9 @@ data="${KOLO_DATA_DIR:-/usr/share/datasets/fashion-mnist}"
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
   [ -r "$data/$f.gz" ] || fail "Fashion-MNIST file $data/$f.gz missing"
 done
-gzip -t "$data/train-images-idx3-ubyte.gz" 2>/dev/null || has gzip || step "(gzip not in image; dataset integrity not checked)"
+if has gzip; then
+  gzip -t "$data/train-images-idx3-ubyte.gz" "$data/train-labels-idx1-ubyte.gz" || fail "Fashion-MNIST files are corrupt"
+fi
 step "Fashion-MNIST present in $data"
 programs=$(ls /usr/local/bin 2>/dev/null | tr '\n' ' ')
 step "programs: ${programs:-none}"
