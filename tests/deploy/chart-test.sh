@@ -157,7 +157,9 @@ case "$scenario" in
     sed "s|$release-kolo-etcd.$namespace.svc|nowhere.$namespace.svc|" "$work/good.yaml" >"$work/bad.yaml"
     expect_invalid "$work/bad.yaml" "etcd Service nowhere is not rendered"
     "$helm" template "$release" "$chart" --namespace "$namespace" --set workers.drain.enabled=false >"$work/bad.yaml"
-    expect_invalid "$work/bad.yaml" "preStop .* does not run 'kolo-worker drain'"
+    expect_invalid "$work/bad.yaml" "no preStop exec hook that drains the worker"
+    sed 's|drain "\$KOLO_WORKER_ID"|drain "$POD_IP"|' "$work/good.yaml" >"$work/bad.yaml"
+    expect_invalid "$work/bad.yaml" "preStop does not run 'kolo \.\.\. drain <this worker>'"
     "$helm" template "$release" "$chart" --namespace "$namespace" --set workers.gpus=1 >"$work/bad.yaml"
     expect_invalid "$work/bad.yaml" "requests GPUs although none were asked for" --gpus 0
     sed 's|secretName: ci-kolo-auth|secretName: other|' "$work/good.yaml" >"$work/bad.yaml"

@@ -17,7 +17,9 @@
 //   --existing-secrets AUTH[,TLS]   secrets the chart must use without creating them
 // Prints one line per failed check and exits 1 when any failed.
 import { createRequire } from "node:module";
-import { existsSync, readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 
 function parseArgs(argv) {
@@ -366,6 +368,55 @@ function checkEtcdEndpoints(who, value) {
   }
 }
 
+/**
+ * The worker's preStop hook must drain this very worker at the coordinator: run it with
+ * /bin/sh and a stand-in CLI that records what it was given, in the environment the
+ * container would have (ConfigMap, field refs, the token file with the Secret's token).
+ */
+function checkPreStop(w, c) {
+  const who = `${label(w)}/${c.name}`;
+  const command = c.lifecycle?.preStop?.exec?.command;
+  if (!check(Array.isArray(command) && command.length > 0, `${who}: no preStop exec hook that drains the worker`)) return;
+  const env = envOf(c);
+  check(env.KOLO_WORKER_ID === "<field:metadata.name>" && flagValue(c, WF.id) === env.KOLO_WORKER_ID, `${who}: KOLO_WORKER_ID is not the worker's --id`);
+  const server = env.KOLO_SERVER ?? "";
+  const svc = byKind("Service").find((x) => coordinator && matches(x.spec.selector, coordinator.spec.template.metadata.labels));
+  const grpc = svc?.spec.ports.find((p) => p.name === "grpc");
+  check(svc && server === `${svc.metadata.name}.${opts.namespace}.svc.${server.split(".svc.")[1]}` && server.endsWith(`:${grpc?.port}`),
+    `${who}: KOLO_SERVER ${server} is not the coordinator Service's gRPC port`);
+
+  const dir = mkdtempSync(path.join(os.tmpdir(), "kolo-prestop-"));
+  try {
+    const record = path.join(dir, "record.json");
+    const cli = path.join(dir, iface.binaries.cli);
+    writeFileSync(cli, `#!/bin/sh\nnode -e 'require("fs").writeFileSync(process.argv[1], JSON.stringify({argv: process.argv.slice(2), token: process.env.${iface.cliTokenEnv}}))' "${record}" "$@"\n`);
+    chmodSync(cli, 0o755);
+    const token = "prestop-token-0123456789";
+    writeFileSync(path.join(dir, "token"), token);
+    const runEnv = { PATH: `${dir}:${process.env.PATH}` };
+    for (const [k, v] of Object.entries(env)) runEnv[k] = String(v).replace("<field:metadata.name>", "worker-pod-7");
+    runEnv.KOLO_TOKEN_FILE = path.join(dir, "token");
+    if (opts.tls === "on") {
+      check(env.KOLO_TLS_CA && secretFileSource(w.spec.template.spec, c, env.KOLO_TLS_CA), `${who}: the CA for the drain call does not come from a Secret`);
+      runEnv.KOLO_TLS_CA = path.join(dir, "ca.crt");
+    }
+    execFileSync(command[0], command.slice(1), { env: runEnv, stdio: "pipe", timeout: 10000 });
+    const got = JSON.parse(readFileSync(record, "utf8"));
+    const cf = iface.cliFlags;
+    const want = [cf.server, server.replace("<field:metadata.name>", "worker-pod-7"), cf.timeout];
+    check(JSON.stringify(got.argv.slice(0, 3)) === JSON.stringify(want), `${who}: preStop runs ${iface.binaries.cli} ${got.argv.join(" ")}, want ${want.join(" ")} ...`);
+    check(JSON.stringify(got.argv.slice(-2)) === JSON.stringify([iface.drainCommand, "worker-pod-7"]), `${who}: preStop does not run '${iface.binaries.cli} ... ${iface.drainCommand} <this worker>' (got ${got.argv.join(" ")})`);
+    check(got.token === token, `${who}: preStop does not hand the CLI the token from $KOLO_TOKEN_FILE`);
+    const ca = got.argv.indexOf(cf.tlsCa);
+    if (opts.tls === "on") check(ca > 0 && got.argv[ca + 1] === runEnv.KOLO_TLS_CA, `${who}: preStop does not trust the TLS CA`);
+    else check(ca < 0, `${who}: preStop passes ${cf.tlsCa} although TLS is off`);
+  } catch (err) {
+    check(false, `${who}: preStop hook failed to run: ${err.message.split("\n")[0]}`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 // ---- 4. coordinators: etcd, token, TLS, listeners, probes -------------------------------
 function checkTokenFile(w, c, file) {
   const who = `${label(w)}/${c.name}`;
@@ -391,6 +442,8 @@ if (coordinator) {
   checkTokenFile(coordinator, c, flagValue(c, SF.tokenFile));
   if (opts.existingSecrets) check(!byKind("Secret").some((s) => existing.includes(s.metadata.name)), "the chart creates a Secret it was told exists already");
 
+  check(flagValue(c, SF.name) === "<field:metadata.name>", `${who}: ${SF.name} is not the pod's name (election candidates must differ)`);
+  check(["error", "warn", "info", "debug"].includes(flagValue(c, SF.logLevel)), `${who}: ${SF.logLevel} ${flagValue(c, SF.logLevel)} is not a kolo-server level`);
   const grpcListen = flagValue(c, SF.grpcListen) ?? "";
   const httpListen = flagValue(c, SF.httpListen) ?? "";
   const grpcPort = Number(grpcListen.split(":").pop());
@@ -445,15 +498,14 @@ if (worker) {
   const port = Number(advertise.split(":").pop());
   check(port > 0 && resolvePort(c, "peer") === port, `${who}: --advertise ${advertise} is not host:<declared peer port>`);
   check(/^(<field:status\.podIP>|<field:metadata\.name>\.)/.test(advertise), `${who}: --advertise ${advertise} is neither the pod IP nor its DNS name`);
+  check(flagValue(c, WF.listen) === `0.0.0.0:${port}`, `${who}: ${WF.listen} ${flagValue(c, WF.listen)} is not 0.0.0.0:${port}`);
   check(flagValue(c, WF.id) === "<field:metadata.name>", `${who}: --id is not the pod's stable name`);
+  check(Number(flagValue(c, WF.gpus)) === opts.gpus, `${who}: ${WF.gpus} ${flagValue(c, WF.gpus)}, want ${opts.gpus}`);
   check(Number(flagValue(c, WF.leaseTtl)) >= 2, `${who}: --lease-ttl below 2 s`);
   const workDir = flagValue(c, WF.workDir);
   check(workDir && (c.volumeMounts ?? []).some((m) => m.mountPath === workDir), `${who}: --work-dir ${workDir} is not a mounted volume`);
 
-  const preStop = c.lifecycle?.preStop?.exec?.command ?? [];
-  const drain = [iface.binaries.worker, ...iface.drainArgs];
-  check(JSON.stringify(preStop) === JSON.stringify(drain), `${who}: preStop [${preStop.join(" ")}] does not run '${drain.join(" ")}'`);
-  check(c.command?.[0] === iface.binaries.worker, `${who}: runs ${c.command?.[0]}, not ${iface.binaries.worker}`);
+  checkPreStop(worker, c);
   check(spec.terminationGracePeriodSeconds >= 30, `${who}: terminationGracePeriodSeconds ${spec.terminationGracePeriodSeconds} leaves no time to drain`);
   check((spec.topologySpreadConstraints ?? []).some((t) => matches(t.labelSelector?.matchLabels, worker.spec.template.metadata.labels)), `${who}: no topology spread over its own pods`);
 

@@ -138,6 +138,7 @@ the cluster (so upgrades keep it), else a fresh random one.
 {{- define "kolo.tokenFile" -}}/etc/kolo/auth/token{{- end -}}
 {{- define "kolo.tlsCertFile" -}}/etc/kolo/tls/tls.crt{{- end -}}
 {{- define "kolo.tlsKeyFile" -}}/etc/kolo/tls/tls.key{{- end -}}
+{{- define "kolo.tlsCaFile" -}}/etc/kolo/tls/ca.crt{{- end -}}
 
 {{/* Scheme of the coordinator's HTTP listener. */}}
 {{- define "kolo.httpScheme" -}}
@@ -179,32 +180,38 @@ securityContext:
 - name: KOLO_TOKEN_FILE
   value: {{ include "kolo.tokenFile" . }}
 {{- if .Values.tls.enabled }}
-- name: KOLO_TLS_CERT
-  value: {{ include "kolo.tlsCertFile" . }}
-- name: KOLO_TLS_KEY
-  value: {{ include "kolo.tlsKeyFile" . }}
+- name: KOLO_TLS_CA
+  value: {{ include "kolo.tlsCaFile" . }}
 {{- end }}
 {{- end -}}
 
-{{/* Secret volumes (token, TLS) and /tmp for every kolo pod. */}}
+{{/*
+Secret volumes (token, TLS) and /tmp for every kolo pod: call with (dict "ctx" $ "withKey" true)
+for the coordinators (certificate and key); the others get only the CA clients trust.
+*/}}
 {{- define "kolo.volumesCommon" -}}
+{{- $v := .ctx.Values -}}
 - name: auth
   secret:
-    secretName: {{ include "kolo.authSecretName" . }}
+    secretName: {{ include "kolo.authSecretName" .ctx }}
     defaultMode: 288 # 0440: owner and fsGroup may read
     items:
-      - key: {{ .Values.auth.tokenKey }}
+      - key: {{ $v.auth.tokenKey }}
         path: token
-{{- if .Values.tls.enabled }}
+{{- if $v.tls.enabled }}
 - name: tls
   secret:
-    secretName: {{ include "kolo.tlsSecretName" . }}
+    secretName: {{ include "kolo.tlsSecretName" .ctx }}
     defaultMode: 288
     items:
+      {{- if .withKey }}
       - key: tls.crt
         path: tls.crt
       - key: tls.key
         path: tls.key
+      {{- end }}
+      - key: {{ $v.tls.caKey }}
+        path: ca.crt
 {{- end }}
 - name: tmp
   emptyDir: {}
