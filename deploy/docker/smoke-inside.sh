@@ -2,8 +2,10 @@
 # Runs inside the kolo image (deploy/docker/smoke.sh mounts it at /smoke): checks the image
 # itself, then completes one small kolo job. The container has its own network namespace,
 # so the fixed loopback ports below cannot collide with anything outside it.
-# Job (SMOKE_JOB): auto (kolo-train if present, else kolorun + kolo-allreduce-perf),
-# train, allreduce, service (etcd + kolo-server + 2 kolo-workers + a job submitted with kolo).
+# Job (SMOKE_JOB): service (etcd + kolo-server + 2 kolo-workers, a job submitted with kolo
+# and watched with curl, then one worker drained as the Helm chart's preStop does and
+# stopped with SIGTERM), train (kolo-train alone), allreduce (kolorun + kolo-allreduce-perf),
+# or auto: the first of these whose programs are all in the image.
 # Exit: 0 passed, 77 no job binary in the image yet (image checks passed), other: failed.
 set -uo pipefail
 
@@ -49,10 +51,11 @@ step "etcd $(etcd --version | head -n1 | awk '{print $3}') healthy"
 # ---- one job --------------------------------------------------------------------------------
 job="${SMOKE_JOB:-auto}"
 if [ "$job" = auto ]; then
-  if has kolo-train; then job=train
+  if has kolo-server && has kolo-worker && has kolo && has kolo-train; then job=service
+  elif has kolo-train; then job=train
   elif has kolorun && has kolo-allreduce-perf; then job=allreduce
   else
-    step "SKIP job: neither kolo-train nor kolorun + kolo-allreduce-perf is in this image yet"
+    step "SKIP job: no kolo job program (kolo-server + kolo-worker, kolo-train, kolorun) in this image yet"
     exit 77
   fi
 fi
@@ -76,10 +79,12 @@ case "$job" in
       --http-listen 127.0.0.1:8080 --token-file /tmp/token >/tmp/server.log 2>&1 &
     for _ in $(seq 1 100); do curl -sf http://127.0.0.1:8080/readyz >/dev/null && break; sleep 0.1; done
     curl -sf http://127.0.0.1:8080/readyz >/dev/null || { tail -20 /tmp/server.log; fail "kolo-server not ready within 10 s"; }
+    worker_pids=()
     for i in 1 2; do
       mkdir -p "/tmp/w$i"
       kolo-worker --etcd http://127.0.0.1:2379 --advertise "127.0.0.1:710$i" --id "w$i" \
         --lease-ttl 3 --work-dir "/tmp/w$i" >"/tmp/w$i.log" 2>&1 &
+      worker_pids+=("$!")
     done
     kolo --server 127.0.0.1:7070 --token "$token" submit /smoke/smoke-job.json || fail "kolo submit failed"
     for _ in $(seq 1 120); do
@@ -90,6 +95,18 @@ case "$job" in
     done
     grep -q '"SUCCEEDED"' <<<"$jobs_json" || { echo "$jobs_json"; tail -20 /tmp/server.log; fail "the job did not succeed within 120 s"; }
     step "job succeeded: $jobs_json"
+    # A worker leaves as in the Helm chart: its preStop drain call, then SIGTERM.
+    export KOLO_TOKEN_FILE=/tmp/token KOLO_SERVER=127.0.0.1:7070 KOLO_WORKER_ID=w2
+    KOLO_TOKEN="$(cat "$KOLO_TOKEN_FILE")" kolo --server "$KOLO_SERVER" --timeout 5 drain "$KOLO_WORKER_ID" ||
+      fail "the preStop drain call failed"
+    workers_json="$(curl -sf -H "Authorization: Bearer $token" http://127.0.0.1:8080/v1/workers)"
+    sed 's/},{"id"/}\n{"id"/g' <<<"$workers_json" | grep '"id": *"w2"' | grep -Eq '"draining": *true' ||
+      { echo "$workers_json"; fail "w2 is not marked draining"; }
+    w2_pid="${worker_pids[1]}"
+    kill -TERM "$w2_pid"
+    for _ in $(seq 1 200); do kill -0 "$w2_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$w2_pid" 2>/dev/null && fail "kolo-worker did not exit within 20 s of SIGTERM"
+    step "drain + SIGTERM: w2 marked draining, exited"
     ;;
   *) fail "unknown SMOKE_JOB $job" ;;
 esac
