@@ -13,6 +13,7 @@ PACKAGES=(
   python3-grpcio python3-protobuf
   wrk valgrind iproute2 procps psmisc openssl
   unzip
+  buildah podman debootstrap runc
 )
 
 missing=()
