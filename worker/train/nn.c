@@ -71,25 +71,34 @@ size_t kolo_nn_conv_col_size(const kolo_nn_conv_shape *s, size_t batch) {
          s->in_channels;
 }
 
-/* col[(b, oy, ox), (ky, kx, c)] = x[b, oy+ky-pad, ox+kx-pad, c] or 0 outside the image. */
+/* In-bounds kernel columns [lo, hi) for output column ox: 0 <= ox + kx - pad < width. */
+static void kernel_span(const kolo_nn_conv_shape *s, size_t ox, size_t *lo, size_t *hi) {
+  *lo = ox < s->pad ? s->pad - ox : 0;
+  size_t limit = s->width + s->pad - ox; /* kx < limit */
+  *hi = limit < s->kernel ? limit : s->kernel;
+}
+
+/* col[(b, oy, ox), (ky, kx, c)] = x[b, oy+ky-pad, ox+kx-pad, c] or 0 outside the
+ * image. In NHWC the in-bounds part of one kernel row is contiguous in x. */
 static void im2col(const kolo_nn_conv_shape *s, const float *x, float *col, size_t batch) {
   size_t oh = kolo_nn_conv_out_height(s), ow = kolo_nn_conv_out_width(s);
-  size_t k = s->kernel, c = s->in_channels;
+  size_t k = s->kernel, c = s->in_channels, row = k * c;
   for (size_t b = 0; b < batch; b++) {
     const float *img = x + b * s->height * s->width * c;
     for (size_t oy = 0; oy < oh; oy++) {
       for (size_t ox = 0; ox < ow; ox++) {
-        for (size_t ky = 0; ky < k; ky++) {
+        size_t lo, hi;
+        kernel_span(s, ox, &lo, &hi);
+        for (size_t ky = 0; ky < k; ky++, col += row) {
           long iy = (long)oy + (long)ky - (long)s->pad;
-          for (size_t kx = 0; kx < k; kx++) {
-            long ix = (long)ox + (long)kx - (long)s->pad;
-            if (iy < 0 || ix < 0 || iy >= (long)s->height || ix >= (long)s->width) {
-              memset(col, 0, c * sizeof *col);
-            } else {
-              memcpy(col, img + ((size_t)iy * s->width + (size_t)ix) * c, c * sizeof *col);
-            }
-            col += c;
+          if (iy < 0 || iy >= (long)s->height) {
+            for (size_t i = 0; i < row; i++) col[i] = 0.0f;
+            continue;
           }
+          const float *src = img + ((size_t)iy * s->width + ox + lo - s->pad) * c;
+          for (size_t i = 0; i < lo * c; i++) col[i] = 0.0f;
+          for (size_t i = 0; i < (hi - lo) * c; i++) col[lo * c + i] = src[i];
+          for (size_t i = hi * c; i < row; i++) col[i] = 0.0f;
         }
       }
     }
@@ -99,22 +108,19 @@ static void im2col(const kolo_nn_conv_shape *s, const float *x, float *col, size
 /* The adjoint of im2col: dx (zeroed first) += every column entry at its pixel. */
 static void col2im(const kolo_nn_conv_shape *s, const float *dcol, float *dx, size_t batch) {
   size_t oh = kolo_nn_conv_out_height(s), ow = kolo_nn_conv_out_width(s);
-  size_t k = s->kernel, c = s->in_channels;
+  size_t k = s->kernel, c = s->in_channels, row = k * c;
   memset(dx, 0, batch * s->height * s->width * c * sizeof *dx);
   for (size_t b = 0; b < batch; b++) {
     float *img = dx + b * s->height * s->width * c;
     for (size_t oy = 0; oy < oh; oy++) {
       for (size_t ox = 0; ox < ow; ox++) {
-        for (size_t ky = 0; ky < k; ky++) {
+        size_t lo, hi;
+        kernel_span(s, ox, &lo, &hi);
+        for (size_t ky = 0; ky < k; ky++, dcol += row) {
           long iy = (long)oy + (long)ky - (long)s->pad;
-          for (size_t kx = 0; kx < k; kx++) {
-            long ix = (long)ox + (long)kx - (long)s->pad;
-            if (iy >= 0 && ix >= 0 && iy < (long)s->height && ix < (long)s->width) {
-              float *px = img + ((size_t)iy * s->width + (size_t)ix) * c;
-              for (size_t ch = 0; ch < c; ch++) px[ch] += dcol[ch];
-            }
-            dcol += c;
-          }
+          if (iy < 0 || iy >= (long)s->height) continue;
+          float *dst = img + ((size_t)iy * s->width + ox + lo - s->pad) * c;
+          for (size_t i = 0; i < (hi - lo) * c; i++) dst[i] += dcol[lo * c + i];
         }
       }
     }

@@ -302,12 +302,14 @@ static kolo_status evaluate(kolo_train_trainer *t, double *accuracy, double *los
 
 /* ---- ASYNC model averaging ---- */
 
+#ifndef KOLO_TRAIN_NO_COMM
 /* Folds a completed average in: w <- w + (avg - snapshot), keeping the local
  * progress made since the snapshot on top of the averaged model. */
-static __attribute__((unused)) void fold_average(kolo_train_trainer *t) {
+static void fold_average(kolo_train_trainer *t) {
   float *w = kolo_train_state_params(t->state);
   for (size_t i = 0; i < t->param_count; i++) w[i] += t->average[i] - t->snapshot[i];
 }
+#endif
 
 /* Polls (block = 0) or waits for (block = 1) the pending average; folds it in when done. */
 static kolo_status async_complete(kolo_train_trainer *t, int block) {
@@ -442,6 +444,7 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
   double window_loss = 0.0;
   uint64_t window_batches = 0, window_local = 0, window_global = 0;
   uint64_t local_samples = 0, global_samples = 0;
+  int have_eval = 0; /* the last epoch-end evaluation is of the current weights */
   for (;;) {
     if (c->steps ? h->step >= c->steps : h->epoch >= c->epochs) break;
     int epoch_ended = 0;
@@ -474,6 +477,7 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
       rc = comm_average(t, grads, t->param_count);
       if (rc != KOLO_OK) goto out;
     }
+    have_eval = 0;
     double lr = kolo_train_optim_lr(&c->optim, h->step);
     kolo_train_optim_step(&c->optim, h->step, params, grads, optim, t->param_count);
     h->step++;
@@ -501,6 +505,9 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
         rc = evaluate(t, &acc, &l);
         if (rc != KOLO_OK) goto out;
         report_eval(t, ended_epoch, acc, l);
+        result->test_accuracy = acc;
+        result->test_loss = l;
+        have_eval = !async;
       }
     }
     if (c->checkpoint_every && h->step % c->checkpoint_every == 0) {
@@ -522,8 +529,10 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
     result->samples_per_second_worker = (double)local_samples / result->seconds;
     result->samples_per_second_total = (double)global_samples / result->seconds;
   }
-  rc = evaluate(t, &result->test_accuracy, &result->test_loss);
-  if (rc != KOLO_OK) goto out;
+  if (!have_eval) {
+    rc = evaluate(t, &result->test_accuracy, &result->test_loss);
+    if (rc != KOLO_OK) goto out;
+  }
   rc = write_checkpoint(t);
 out:
   if (rc != KOLO_OK && t->comm) {
