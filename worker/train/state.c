@@ -2,10 +2,16 @@
  * optimizer state) and its checked restore. */
 #include "worker/train/state.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+
+/* The documented on-disk / on-wire layout (docs/TRAINER.md). */
+_Static_assert(sizeof(kolo_train_state_header) == 160, "state header layout changed");
+_Static_assert(offsetof(kolo_train_state_header, param_count) == 104, "state header layout");
+_Static_assert(offsetof(kolo_train_state_header, seed) == 152, "state header layout");
 
 struct kolo_train_state {
   void *blob;

@@ -370,21 +370,23 @@ static kolo_status write_checkpoint(kolo_train_trainer *t) {
   return rc;
 }
 
-static void report_progress(kolo_train_trainer *t, double loss, double local_rate,
-                            double total_rate, double lr) {
+static void report_progress(kolo_train_trainer *t, double loss, double accuracy,
+                            double local_rate, double total_rate, double lr) {
   const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
   if (!t->out || t->rank != 0 || t->config.quiet) return;
   if (t->config.json) {
     fprintf(t->out,
-            "{\"event\":\"progress\",\"step\":%llu,\"epoch\":%llu,\"loss\":%.6f,\"lr\":%.6g,"
-            "\"samples_per_sec_worker\":%.1f,\"samples_per_sec_total\":%.1f,\"workers\":%d}\n",
-            (unsigned long long)h->step, (unsigned long long)h->epoch, loss, lr, local_rate,
-            total_rate, t->size);
+            "{\"event\":\"progress\",\"step\":%llu,\"epoch\":%llu,\"loss\":%.6f,"
+            "\"train_accuracy\":%.6f,\"lr\":%.6g,\"samples_per_sec_worker\":%.1f,"
+            "\"samples_per_sec_total\":%.1f,\"workers\":%d}\n",
+            (unsigned long long)h->step, (unsigned long long)h->epoch, loss, accuracy, lr,
+            local_rate, total_rate, t->size);
   } else {
     fprintf(t->out,
-            "step %6llu  epoch %3llu  loss %.4f  lr %.4g  samples/s %.0f per worker, %.0f total\n",
-            (unsigned long long)h->step, (unsigned long long)h->epoch, loss, lr, local_rate,
-            total_rate);
+            "step %6llu  epoch %3llu  loss %.4f  train acc %.3f  lr %.4g  "
+            "samples/s %.0f per worker, %.0f total\n",
+            (unsigned long long)h->step, (unsigned long long)h->epoch, loss, accuracy, lr,
+            local_rate, total_rate);
   }
   fflush(t->out);
 }
@@ -442,7 +444,7 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
 
   double start = now_seconds(), window_start = start;
   double window_loss = 0.0;
-  uint64_t window_batches = 0, window_local = 0, window_global = 0;
+  uint64_t window_batches = 0, window_local = 0, window_global = 0, window_correct = 0;
   uint64_t local_samples = 0, global_samples = 0;
   int have_eval = 0; /* the last epoch-end evaluation is of the current weights */
   for (;;) {
@@ -459,7 +461,10 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
       size_t window = n - h->epoch_offset < global_batch ? n - h->epoch_offset : global_batch;
       kolo_train_data_gather(t->train, t->index, got, t->x, t->y);
       float scale = got ? 1.0f / (float)(got * c->accumulate) : 0.0f;
-      double loss = kolo_train_model_train_batch(t->model, t->x, t->y, got, scale, micro > 0, NULL);
+      size_t correct = 0;
+      double loss =
+          kolo_train_model_train_batch(t->model, t->x, t->y, got, scale, micro > 0, &correct);
+      window_correct += correct;
       window_loss += loss;
       window_batches++;
       window_local += got;
@@ -492,11 +497,13 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
     if (c->log_every && h->step % c->log_every == 0) {
       double now = now_seconds(), dt = now - window_start;
       result->last_loss = window_batches ? window_loss / (double)window_batches : 0.0;
-      report_progress(t, result->last_loss, dt > 0 ? (double)window_local / dt : 0.0,
+      double train_accuracy = window_local ? (double)window_correct / (double)window_local : 0.0;
+      report_progress(t, result->last_loss, train_accuracy,
+                      dt > 0 ? (double)window_local / dt : 0.0,
                       dt > 0 ? (double)window_global / dt : 0.0, lr);
       window_start = now;
       window_loss = 0.0;
-      window_batches = window_local = window_global = 0;
+      window_batches = window_local = window_global = window_correct = 0;
     }
     if (epoch_ended) {
       result->epochs++;
