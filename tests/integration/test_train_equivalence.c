@@ -6,6 +6,9 @@
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +24,7 @@
 #define MAX_RANKS 4
 
 typedef struct rank_job {
+  _Atomic(kolo_comm *) comm; /* published once joined, for the abort test */
   kolo_ring_spec spec;
   kolo_listener *listener;
   kolo_train_config config;
@@ -37,6 +41,7 @@ static void *rank_main(void *arg) {
   kolo_train_trainer *t = NULL;
   j->status = kolo_comm_create(&j->spec, j->listener, &comm);
   if (j->status != KOLO_OK) return NULL;
+  atomic_store(&j->comm, comm);
   j->status = kolo_train_trainer_create(&j->config, comm, NULL, &t);
   if (j->status == KOLO_OK) j->status = kolo_train_trainer_run(t, &j->result);
   if (j->status == KOLO_OK) {
@@ -46,15 +51,24 @@ static void *rank_main(void *arg) {
     memcpy(j->params, kolo_train_state_params(s), j->count * sizeof(float));
   }
   kolo_train_trainer_destroy(t);
+  atomic_store(&j->comm, NULL);
   kolo_comm_destroy(comm);
   return NULL;
 }
 
-/* Runs configs[0..size) as the ranks of one ring; jobs receive the results. */
-static void run_ring(int size, const kolo_train_config *configs, rank_job *jobs) {
+typedef struct ring {
   char addresses[MAX_RANKS][64];
   const char *peers[MAX_RANKS];
   pthread_t threads[MAX_RANKS];
+  int size;
+} ring;
+
+/* Starts configs[0..size) as the ranks of one ring, one thread each. */
+static void start_ring(ring *g, int size, const kolo_train_config *configs, rank_job *jobs) {
+  char (*addresses)[64] = g->addresses;
+  const char **peers = g->peers;
+  pthread_t *threads = g->threads;
+  g->size = size;
   for (int r = 0; r < size; r++) {
     memset(&jobs[r], 0, sizeof jobs[r]);
     assert_int_equal(kolo_listener_create("127.0.0.1:0", &jobs[r].listener), KOLO_OK);
@@ -75,7 +89,17 @@ static void run_ring(int size, const kolo_train_config *configs, rank_job *jobs)
     jobs[r].config = configs[r];
     assert_int_equal(pthread_create(&threads[r], NULL, rank_main, &jobs[r]), 0);
   }
-  for (int r = 0; r < size; r++) pthread_join(threads[r], NULL);
+}
+
+static void join_ring(ring *g) {
+  for (int r = 0; r < g->size; r++) pthread_join(g->threads[r], NULL);
+}
+
+/* Runs configs[0..size) as the ranks of one ring; jobs receive the results. */
+static void run_ring(int size, const kolo_train_config *configs, rank_job *jobs) {
+  ring g;
+  start_ring(&g, size, configs, jobs);
+  join_ring(&g);
   for (int r = 0; r < size; r++) {
     if (jobs[r].status != KOLO_OK) {
       fail_msg("rank %d failed: %s", r, kolo_strerror(jobs[r].status));
@@ -231,6 +255,48 @@ static void async_workers_end_identical_and_learn(void **state) {
   free(jobs[1].params);
 }
 
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Aborts rank 1's communicator mid-run: both ranks stop with an error, no hang. */
+static void check_abort(const fixture *f, kolo_train_mode mode) {
+  kolo_train_config c[2];
+  base_config(f, &c[0]);
+  c[0].mode = mode;
+  c[0].average_every = 2;
+  c[0].batch = 16;
+  c[0].steps = 1000000; /* far more than the test lets it run */
+  c[1] = c[0];
+  rank_job jobs[2];
+  ring g;
+  double start = now_seconds();
+  start_ring(&g, 2, c, jobs);
+  kolo_comm *victim = NULL;
+  while (!(victim = atomic_load(&jobs[1].comm)) && now_seconds() - start < 20) usleep(10000);
+  assert_non_null(victim);
+  usleep(200000); /* let it train a little */
+  kolo_comm_abort(victim);
+  join_ring(&g);
+  double took = now_seconds() - start;
+  printf("%s: abort of rank 1 -> rank 0 %s, rank 1 %s after %.2f s\n",
+         mode == KOLO_TRAIN_SYNC ? "sync" : "async", kolo_status_name(jobs[0].status),
+         kolo_status_name(jobs[1].status), took);
+  assert_int_not_equal(jobs[0].status, KOLO_OK);
+  assert_int_not_equal(jobs[1].status, KOLO_OK);
+  assert_true(took < 15.0); /* well under the 30 s collective timeout */
+}
+
+static void aborting_one_rank_stops_sync_training_with_an_error(void **state) {
+  check_abort(*state, KOLO_TRAIN_SYNC);
+}
+
+static void aborting_one_rank_stops_async_training_with_an_error(void **state) {
+  check_abort(*state, KOLO_TRAIN_ASYNC);
+}
+
 int main(void) {
   openblas_set_num_threads(1);
   const struct CMUnitTest tests[] = {
@@ -241,6 +307,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(initial_state_and_data_order_come_from_rank_0, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(async_workers_end_identical_and_learn, setup, teardown),
+      cmocka_unit_test_setup_teardown(aborting_one_rank_stops_sync_training_with_an_error, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(aborting_one_rank_stops_async_training_with_an_error, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
