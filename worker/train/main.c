@@ -1,6 +1,7 @@
 /* kolo-train: the built-in data-parallel trainer. Parses flags, joins the ring
- * when launched by kolorun / kolo-worker (KOLO_SIZE set), trains, and prints
- * a final line with test accuracy and total time. */
+ * when launched by kolo-worker (KOLO_AGENT_SOCKET: elastic) or kolorun
+ * (KOLO_SIZE: fixed ring), trains, and prints a final line with test accuracy
+ * and total time. */
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "kolo/elastic.h"
 #include "kolo/kolo.h"
 #include "worker/train/trainer.h"
 
@@ -39,6 +41,7 @@ static void usage(FILE *f) {
           "  --checkpoint-every M       steps between checkpoints (default: only at the end)\n"
           "  --eval / --no-eval         evaluate on the test split every epoch (default on)\n"
           "  --log-every N              steps between progress lines (default 100)\n"
+          "  --commit-every N           elastic runs: steps between state commits (default 10)\n"
           "  --threads N                OpenBLAS threads per worker (default 1)\n"
           "  --json                     progress and result as JSON lines\n"
           "  --quiet                    only the final line\n"
@@ -74,7 +77,8 @@ enum {
   OPT_MODEL = 256, OPT_HIDDEN, OPT_DATASET, OPT_TEST_DATA, OPT_EPOCHS, OPT_STEPS, OPT_BATCH,
   OPT_ACCUMULATE, OPT_LR, OPT_SCALE_LR, OPT_WARMUP, OPT_OPTIMIZER, OPT_MOMENTUM,
   OPT_WEIGHT_DECAY, OPT_MODE, OPT_AVERAGE_EVERY, OPT_SEED, OPT_CKPT_DIR, OPT_CKPT_EVERY,
-  OPT_EVAL, OPT_NO_EVAL, OPT_LOG_EVERY, OPT_THREADS, OPT_JSON, OPT_QUIET, OPT_HELP,
+  OPT_EVAL, OPT_NO_EVAL, OPT_LOG_EVERY, OPT_COMMIT_EVERY, OPT_THREADS, OPT_JSON, OPT_QUIET,
+  OPT_HELP,
 };
 
 static const struct option options[] = {
@@ -100,6 +104,7 @@ static const struct option options[] = {
     {"eval", no_argument, NULL, OPT_EVAL},
     {"no-eval", no_argument, NULL, OPT_NO_EVAL},
     {"log-every", required_argument, NULL, OPT_LOG_EVERY},
+    {"commit-every", required_argument, NULL, OPT_COMMIT_EVERY},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"json", no_argument, NULL, OPT_JSON},
     {"quiet", no_argument, NULL, OPT_QUIET},
@@ -178,6 +183,12 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
       case OPT_EVAL: c->eval = 1; break;
       case OPT_NO_EVAL: c->eval = 0; break;
       case OPT_LOG_EVERY: if (parse_u64("--log-every", optarg, &c->log_every)) return -1; break;
+      case OPT_COMMIT_EVERY:
+        if (parse_u64("--commit-every", optarg, &c->commit_every) || c->commit_every == 0) {
+          fprintf(stderr, "kolo-train: --commit-every must be >= 1\n");
+          return -1;
+        }
+        break;
       case OPT_THREADS:
         if (parse_u64("--threads", optarg, threads) || *threads == 0 || *threads > 256) {
           fprintf(stderr, "kolo-train: --threads must be 1..256\n");
@@ -214,49 +225,60 @@ int main(int argc, char **argv) {
   }
   openblas_set_num_threads((int)threads);
 
-  kolo_comm *comm = NULL;
+  kolo_elastic *elastic = NULL;
   kolo_train_trainer *trainer = NULL;
   kolo_status rc = KOLO_OK;
   const char *size_env = getenv("KOLO_SIZE");
-  if (size_env && *size_env) {
+  const char *agent_env = getenv("KOLO_AGENT_SOCKET");
+  int distributed = (size_env && *size_env) || (agent_env && *agent_env);
+  int rank = 0, size = 1;
+  if (distributed) {
 #ifdef KOLO_TRAIN_NO_COMM
-    fprintf(stderr, "kolo-train: KOLO_SIZE is set but this build has no libkolo\n");
+    fprintf(stderr, "kolo-train: launched as a rank but this build has no libkolo\n");
     return 1;
 #else
-    rc = kolo_comm_create_from_env(&comm);
+    rc = kolo_elastic_create(&elastic);
     if (rc != KOLO_OK) {
       fprintf(stderr, "kolo-train: cannot join the ring: %s\n", kolo_strerror(rc));
       return 1;
     }
+    rc = kolo_train_trainer_create_elastic(&config, elastic, stdout, &trainer);
 #endif
+  } else {
+    rc = kolo_train_trainer_create(&config, NULL, stdout, &trainer);
   }
-  int rank = 0, size = 1;
-#ifndef KOLO_TRAIN_NO_COMM
-  if (comm) {
-    rank = kolo_comm_rank(comm);
-    size = kolo_comm_size(comm);
-  }
-#endif
-  rc = kolo_train_trainer_create(&config, comm, stdout, &trainer);
   if (rc != KOLO_OK) {
     fprintf(stderr, "kolo-train: setup failed: %s\n", kolo_strerror(rc));
     goto out;
   }
   kolo_train_result r;
   rc = kolo_train_trainer_run(trainer, &r);
+#ifndef KOLO_TRAIN_NO_COMM
+  if (elastic) { /* the ring may have changed during the run */
+    rank = kolo_comm_rank(kolo_elastic_comm(elastic));
+    size = kolo_comm_size(kolo_elastic_comm(elastic));
+  }
+#endif
   if (rc != KOLO_OK) {
     fprintf(stderr, "kolo-train: rank %d: training failed: %s\n", rank, kolo_strerror(rc));
     goto out;
   }
+  char done[512];
+  snprintf(done, sizeof done,
+           "{\"event\":\"done\",\"steps\":%llu,\"epochs\":%llu,\"resumed_step\":%llu,"
+           "\"workers\":%d,\"reconfigurations\":%d,\"mode\":\"%s\",\"loss\":%.6f,"
+           "\"accuracy\":%.6f,\"test_loss\":%.6f,\"time_s\":%.3f,"
+           "\"samples_per_sec_worker\":%.1f,\"samples_per_sec_total\":%.1f}",
+           (unsigned long long)r.steps, (unsigned long long)r.epochs,
+           (unsigned long long)r.resumed_step, size, r.reconfigurations,
+           config.mode == KOLO_TRAIN_ASYNC ? "async" : "sync", r.last_loss, r.test_accuracy,
+           r.test_loss, r.seconds, r.samples_per_second_worker, r.samples_per_second_total);
+#ifndef KOLO_TRAIN_NO_COMM
+  if (elastic) kolo_elastic_report(elastic, done);
+#endif
   if (rank == 0) {
     if (config.json) {
-      printf("{\"event\":\"done\",\"steps\":%llu,\"epochs\":%llu,\"resumed_step\":%llu,"
-             "\"workers\":%d,\"mode\":\"%s\",\"loss\":%.6f,\"accuracy\":%.6f,\"test_loss\":%.6f,"
-             "\"time_s\":%.3f,\"samples_per_sec_worker\":%.1f,\"samples_per_sec_total\":%.1f}\n",
-             (unsigned long long)r.steps, (unsigned long long)r.epochs,
-             (unsigned long long)r.resumed_step, size,
-             config.mode == KOLO_TRAIN_ASYNC ? "async" : "sync", r.last_loss, r.test_accuracy,
-             r.test_loss, r.seconds, r.samples_per_second_worker, r.samples_per_second_total);
+      printf("%s\n", done);
     } else {
       printf("final: test accuracy %.4f  test loss %.4f  steps %llu  workers %d  time %.2f s  "
              "samples/s %.0f per worker, %.0f total\n",
@@ -268,7 +290,7 @@ int main(int argc, char **argv) {
 out:
   kolo_train_trainer_destroy(trainer);
 #ifndef KOLO_TRAIN_NO_COMM
-  kolo_comm_destroy(comm);
+  kolo_elastic_destroy(elastic);
 #endif
   return rc == KOLO_OK ? 0 : 1;
 }

@@ -37,6 +37,8 @@ struct kolo_train_trainer {
   float *average;     /* ASYNC: the average arriving */
   kolo_request *pending; /* ASYNC: the average in flight, or NULL */
   uint64_t pending_step; /* ASYNC: step at which the pending snapshot was taken */
+  kolo_elastic *elastic; /* borrowed; NULL = a fixed ring or none */
+  int reforms;           /* rings re-formed during this run */
 };
 
 int kolo_train_has_comm(void) {
@@ -63,6 +65,7 @@ void kolo_train_config_defaults(kolo_train_config *c) {
   c->seed = 1;
   c->eval = 1;
   c->log_every = 100;
+  c->commit_every = 10;
 }
 
 kolo_status kolo_train_mode_parse(const char *name, kolo_train_mode *mode) {
@@ -253,6 +256,30 @@ fail:
   return rc;
 }
 
+kolo_status kolo_train_trainer_create_elastic(const kolo_train_config *config,
+                                              kolo_elastic *elastic, FILE *out,
+                                              kolo_train_trainer **trainer) {
+#ifdef KOLO_TRAIN_NO_COMM
+  (void)config, (void)elastic, (void)out, (void)trainer;
+  return KOLO_ERR_UNSUPPORTED;
+#else
+  if (!elastic || !trainer) return KOLO_ERR_INVALID_ARG;
+  kolo_train_trainer *t = NULL;
+  kolo_status rc = kolo_train_trainer_create(config, kolo_elastic_comm(elastic), out, &t);
+  if (rc != KOLO_OK) return rc;
+  t->elastic = elastic;
+  /* the whole training state is one buffer: registered once, same size on every rank */
+  rc = kolo_elastic_register(elastic, kolo_train_state_data(t->state),
+                             kolo_train_state_size(t->state));
+  if (rc != KOLO_OK) {
+    kolo_train_trainer_destroy(t);
+    return rc;
+  }
+  *trainer = t;
+  return KOLO_OK;
+#endif
+}
+
 void kolo_train_trainer_destroy(kolo_train_trainer *t) {
   if (!t) return;
 #ifndef KOLO_TRAIN_NO_COMM
@@ -370,17 +397,29 @@ static kolo_status write_checkpoint(kolo_train_trainer *t) {
   return rc;
 }
 
+/* Sends one JSON object to the worker agent (elastic runs; every rank). */
+static void report_to_agent(kolo_train_trainer *t, const char *json) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->elastic) kolo_elastic_report(t->elastic, json);
+#else
+  (void)t, (void)json;
+#endif
+}
+
 static void report_progress(kolo_train_trainer *t, double loss, double accuracy,
                             double local_rate, double total_rate, double lr) {
   const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
+  char json[512];
+  snprintf(json, sizeof json,
+           "{\"event\":\"progress\",\"step\":%llu,\"epoch\":%llu,\"loss\":%.6f,"
+           "\"train_accuracy\":%.6f,\"lr\":%.6g,\"samples_per_sec_worker\":%.1f,"
+           "\"samples_per_sec_total\":%.1f,\"workers\":%d,\"rank\":%d}",
+           (unsigned long long)h->step, (unsigned long long)h->epoch, loss, accuracy, lr,
+           local_rate, total_rate, t->size, t->rank);
+  report_to_agent(t, json);
   if (!t->out || t->rank != 0 || t->config.quiet) return;
   if (t->config.json) {
-    fprintf(t->out,
-            "{\"event\":\"progress\",\"step\":%llu,\"epoch\":%llu,\"loss\":%.6f,"
-            "\"train_accuracy\":%.6f,\"lr\":%.6g,\"samples_per_sec_worker\":%.1f,"
-            "\"samples_per_sec_total\":%.1f,\"workers\":%d}\n",
-            (unsigned long long)h->step, (unsigned long long)h->epoch, loss, accuracy, lr,
-            local_rate, total_rate, t->size);
+    fprintf(t->out, "%s\n", json);
   } else {
     fprintf(t->out,
             "step %6llu  epoch %3llu  loss %.4f  train acc %.3f  lr %.4g  "
@@ -392,11 +431,15 @@ static void report_progress(kolo_train_trainer *t, double loss, double accuracy,
 }
 
 static void report_eval(kolo_train_trainer *t, uint64_t epoch, double accuracy, double loss) {
+  char json[256];
+  snprintf(json, sizeof json,
+           "{\"event\":\"eval\",\"epoch\":%llu,\"step\":%llu,\"accuracy\":%.6f,"
+           "\"loss\":%.6f}", (unsigned long long)epoch,
+           (unsigned long long)kolo_train_state_header_of(t->state)->step, accuracy, loss);
+  report_to_agent(t, json);
   if (!t->out || t->rank != 0 || t->config.quiet) return;
   if (t->config.json) {
-    fprintf(t->out, "{\"event\":\"eval\",\"epoch\":%llu,\"step\":%llu,\"accuracy\":%.6f,"
-            "\"loss\":%.6f}\n", (unsigned long long)epoch,
-            (unsigned long long)kolo_train_state_header_of(t->state)->step, accuracy, loss);
+    fprintf(t->out, "%s\n", json);
   } else {
     fprintf(t->out, "epoch %3llu  test accuracy %.4f  test loss %.4f\n",
             (unsigned long long)epoch, accuracy, loss);
@@ -420,11 +463,101 @@ static kolo_status initial_state(kolo_train_trainer *t, kolo_train_result *r) {
       return rc;
     }
   }
-  kolo_status rc = comm_broadcast_state(t);
+  kolo_status rc;
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->elastic) {
+    rc = kolo_elastic_sync(t->elastic); /* broadcast from rank 0, then the first commit */
+  } else
+#endif
+  {
+    rc = comm_broadcast_state(t);
+  }
   if (rc != KOLO_OK) return rc;
   r->resumed_step = h->step;
   kolo_train_shuffle(h->seed, h->epoch, t->perm, kolo_train_data_count(t->train));
   return KOLO_OK;
+}
+
+/* Failures a re-formed ring can recover from. */
+static int recoverable(kolo_status rc) {
+  return rc == KOLO_ERR_PEER_LOST || rc == KOLO_ERR_ABORTED || rc == KOLO_ERR_TIMEOUT ||
+         rc == KOLO_ERR_RING_CHANGED || rc == KOLO_ERR_CONNECT || rc == KOLO_ERR_STALE_EPOCH;
+}
+
+/* After a failed collective or a ring change: with an elastic context, forms
+ * the agent's next ring, restores the last committed state (broadcast from the
+ * new rank 0) and lets the loop continue from it; otherwise the failure stands. */
+static kolo_status recover(kolo_train_trainer *t, kolo_status failure) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (!t->elastic || !recoverable(failure)) return failure;
+  if (t->pending) {
+    kolo_wait(t->pending); /* on the failed communicator: completes at once */
+    t->pending = NULL;
+  }
+  kolo_status rc = failure;
+  for (int attempt = 0; rc != KOLO_OK && attempt < 10; attempt++) {
+    if (kolo_elastic_should_stop(t->elastic)) return KOLO_ERR_ABORTED;
+    KOLO_LOGW(LOG_TAG, "rank %d: %s at step %llu; re-forming the ring", t->rank,
+              kolo_strerror(rc),
+              (unsigned long long)kolo_train_state_header_of(t->state)->step);
+    rc = kolo_elastic_reform(t->elastic);
+    if (rc != KOLO_OK && !recoverable(rc)) return rc;
+  }
+  if (rc != KOLO_OK) return rc;
+  t->comm = kolo_elastic_comm(t->elastic);
+  t->rank = kolo_comm_rank(t->comm);
+  t->size = kolo_comm_size(t->comm);
+  if (t->config.scale_lr) t->config.optim.lr_scale = (float)t->size;
+  kolo_train_state_header *h = kolo_train_state_header_of(t->state);
+  kolo_train_shuffle(h->seed, h->epoch, t->perm, kolo_train_data_count(t->train));
+  t->reforms++;
+  KOLO_LOGI(LOG_TAG, "rank %d of %d: resumed at step %llu (epoch %llu) after re-forming", t->rank,
+            t->size, (unsigned long long)h->step, (unsigned long long)h->epoch);
+  return KOLO_OK;
+#else
+  (void)t;
+  return failure;
+#endif
+}
+
+/* The stop condition: the step limit, or else the epoch limit. */
+static int finished(const kolo_train_trainer *t) {
+  const kolo_train_state_header *h = kolo_train_state_header_of(((kolo_train_trainer *)t)->state);
+  return t->config.steps ? h->step >= t->config.steps : h->epoch >= t->config.epochs;
+}
+
+/* Whether the agent asked this process to stop. */
+static int stop_requested(kolo_train_trainer *t) {
+#ifndef KOLO_TRAIN_NO_COMM
+  return t->elastic && kolo_elastic_should_stop(t->elastic);
+#else
+  (void)t;
+  return 0;
+#endif
+}
+
+/* Commits the state to the elastic context (in memory, no communication). */
+static kolo_status commit_state(kolo_train_trainer *t) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->elastic) return kolo_elastic_commit(t->elastic);
+#else
+  (void)t;
+#endif
+  return KOLO_OK;
+}
+
+/* The end of training: ASYNC replicas are averaged into one model, then the
+ * final evaluation (unless the last epoch-end one is of these weights). */
+static kolo_status finish(kolo_train_trainer *t, int have_eval, kolo_train_result *result) {
+  float *params = kolo_train_state_params(t->state);
+  if (t->config.mode == KOLO_TRAIN_ASYNC && t->comm && t->size > 1) {
+    kolo_status rc = async_complete(t, 1);
+    if (rc == KOLO_OK) rc = comm_average(t, params, t->param_count);
+    if (rc != KOLO_OK) return rc;
+    have_eval = 0;
+  }
+  if (have_eval) return KOLO_OK;
+  return evaluate(t, &result->test_accuracy, &result->test_loss);
 }
 
 kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *result) {
@@ -436,10 +569,9 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
   float *grads = kolo_train_model_grads(t->model);
   float *optim = kolo_train_state_optim(t->state);
   size_t n = kolo_train_data_count(t->train);
-  size_t global_batch = c->batch * (size_t)t->size;
-  int async = c->mode == KOLO_TRAIN_ASYNC && t->comm && t->size > 1;
 
   kolo_status rc = initial_state(t, result);
+  while (rc != KOLO_OK && recoverable(rc) && t->elastic) rc = recover(t, rc);
   if (rc != KOLO_OK) goto out;
 
   double start = now_seconds(), window_start = start;
@@ -448,7 +580,22 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
   uint64_t local_samples = 0, global_samples = 0;
   int have_eval = 0; /* the last epoch-end evaluation is of the current weights */
   for (;;) {
-    if (c->steps ? h->step >= c->steps : h->epoch >= c->epochs) break;
+    if (stop_requested(t)) {
+      KOLO_LOGW(LOG_TAG, "rank %d: stopped by the agent at step %llu", t->rank,
+                (unsigned long long)h->step);
+      write_checkpoint(t);
+      rc = KOLO_ERR_ABORTED;
+      goto out;
+    }
+    if (finished(t)) {
+      rc = finish(t, have_eval, result);
+      if (rc == KOLO_OK) break;
+      rc = recover(t, rc); /* back to the last commit; train up to the end again */
+      if (rc != KOLO_OK) goto out;
+      continue;
+    }
+    size_t global_batch = c->batch * (size_t)t->size;
+    int async = c->mode == KOLO_TRAIN_ASYNC && t->comm && t->size > 1;
     int epoch_ended = 0;
     uint64_t ended_epoch = h->epoch;
     for (size_t micro = 0; micro < c->accumulate; micro++) {
@@ -480,11 +627,15 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
     }
     if (!async) {
       rc = comm_average(t, grads, t->param_count);
-      if (rc != KOLO_OK) goto out;
+      if (rc != KOLO_OK) {
+        rc = recover(t, rc);
+        if (rc != KOLO_OK) goto out;
+        continue;
+      }
     }
     have_eval = 0;
-    double lr = kolo_train_optim_lr(&c->optim, h->step);
-    kolo_train_optim_step(&c->optim, h->step, params, grads, optim, t->param_count);
+    double lr = kolo_train_optim_lr(&t->config.optim, h->step);
+    kolo_train_optim_step(&t->config.optim, h->step, params, grads, optim, t->param_count);
     h->step++;
     if (async) {
       rc = async_complete(t, 0);
@@ -492,7 +643,11 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
         rc = async_complete(t, 1); /* at most one round in flight */
         if (rc == KOLO_OK) rc = async_start(t);
       }
-      if (rc != KOLO_OK) goto out;
+      if (rc != KOLO_OK) {
+        rc = recover(t, rc);
+        if (rc != KOLO_OK) goto out;
+        continue;
+      }
     }
     if (c->log_every && h->step % c->log_every == 0) {
       double now = now_seconds(), dt = now - window_start;
@@ -510,11 +665,23 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
       if (c->eval) {
         double acc = 0.0, l = 0.0;
         rc = evaluate(t, &acc, &l);
-        if (rc != KOLO_OK) goto out;
+        if (rc != KOLO_OK) {
+          rc = recover(t, rc);
+          if (rc != KOLO_OK) goto out;
+          continue;
+        }
         report_eval(t, ended_epoch, acc, l);
         result->test_accuracy = acc;
         result->test_loss = l;
         have_eval = !async;
+      }
+    }
+    if (c->commit_every && h->step % c->commit_every == 0) {
+      rc = commit_state(t);
+      if (rc != KOLO_OK) {
+        rc = recover(t, rc);
+        if (rc != KOLO_OK) goto out;
+        continue;
       }
     }
     if (c->checkpoint_every && h->step % c->checkpoint_every == 0) {
@@ -523,22 +690,12 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
     }
   }
   if (window_batches) result->last_loss = window_loss / (double)window_batches;
-  if (async) {
-    /* end: finish the round in flight, then one blocking average so every
-     * replica ends with the same model */
-    rc = async_complete(t, 1);
-    if (rc == KOLO_OK) rc = comm_average(t, params, t->param_count);
-    if (rc != KOLO_OK) goto out;
-  }
   result->seconds = now_seconds() - start;
   result->steps = h->step;
+  result->reconfigurations = t->reforms;
   if (result->seconds > 0) {
     result->samples_per_second_worker = (double)local_samples / result->seconds;
     result->samples_per_second_total = (double)global_samples / result->seconds;
-  }
-  if (!have_eval) {
-    rc = evaluate(t, &result->test_accuracy, &result->test_loss);
-    if (rc != KOLO_OK) goto out;
   }
   rc = write_checkpoint(t);
 out:

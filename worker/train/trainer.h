@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kolo/elastic.h"
 #include "kolo/kolo.h"
 #include "kolo/status.h"
 #include "worker/train/data.h"
@@ -42,6 +43,7 @@ typedef struct kolo_train_config {
   int json;                 /* progress as JSON lines */
   int quiet;                /* only the final line */
   uint64_t log_every;       /* steps between progress lines */
+  uint64_t commit_every;    /* elastic runs: steps between in-memory state commits */
 } kolo_train_config;
 
 /* Defaults: mlp 256,128; synthetic 6000/1000; 1 epoch; batch 64; SGD lr 0.02
@@ -60,6 +62,7 @@ typedef struct kolo_train_result {
   double seconds;           /* wall time of the training loop */
   double samples_per_second_worker;
   double samples_per_second_total;
+  int reconfigurations;     /* rings re-formed during the run (elastic) */
 } kolo_train_result;
 
 typedef struct kolo_train_trainer kolo_train_trainer;
@@ -68,11 +71,20 @@ typedef struct kolo_train_trainer kolo_train_trainer;
  * it is borrowed, not owned. out is where progress lines go on rank 0 (NULL = none). */
 kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm *comm, FILE *out,
                                       kolo_train_trainer **trainer);
+/* The same for an elastic run: the communicator comes from elastic (it may
+ * change when the ring is re-formed); the training state is registered with it
+ * as one buffer, committed every commit_every steps, and restored after a
+ * re-form. elastic is borrowed and must outlive the trainer. */
+kolo_status kolo_train_trainer_create_elastic(const kolo_train_config *config,
+                                              kolo_elastic *elastic, FILE *out,
+                                              kolo_train_trainer **trainer);
 void kolo_train_trainer_destroy(kolo_train_trainer *trainer);
 
 /* Resumes from the newest valid checkpoint (if configured), synchronises the
  * initial state from rank 0, trains until the step or epoch limit, evaluates
- * and writes the final checkpoint. */
+ * and writes the final checkpoint. In an elastic run a failed collective or a
+ * ring change re-forms the ring and continues from the last commit; a stop
+ * request from the agent ends the run with KOLO_ERR_ABORTED. */
 kolo_status kolo_train_trainer_run(kolo_train_trainer *trainer, kolo_train_result *result);
 
 /* The training state (weights, optimizer state, step, data position). */
