@@ -329,6 +329,12 @@ kolo_status kolo_train_data_load_csv(const char *path, kolo_train_dataset **out)
       errno = 0;
       row[j] = strtof(p, &end);
       int last = j + 1 == t.features;
+      if (end != p && !errno && !last && *end == 0) {
+        KOLO_LOGE(LOG_TAG, "%s:%zu: only %zu features, want %zu", path, lineno, j + 1,
+                  t.features);
+        rc = KOLO_ERR_PARSE;
+        goto out;
+      }
       if (end == p || errno || !isfinite(row[j]) || (last ? *end != 0 : *end != ',')) {
         KOLO_LOGE(LOG_TAG, "%s:%zu: bad or missing feature %zu (want %zu numeric fields)", path,
                   lineno, j + 1, t.features);
