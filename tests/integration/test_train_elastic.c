@@ -2,7 +2,8 @@
  * the protocol in collective/elastic.c): three real kolo-train processes form
  * the ring the agent announces; one is SIGKILLed mid-run; the survivors re-form
  * at the next epoch, restore the last commit and finish. The run must end with
- * one reconfiguration and an accuracy close to an undisturbed run.
+ * one reconfiguration and an accuracy close to an undisturbed run. A STOP from
+ * the agent ends every rank promptly.
  * Usage: test_train_elastic [synthetic|fashion] (default synthetic). */
 #define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
@@ -246,11 +247,30 @@ static void a_killed_worker_costs_at_most_one_point_of_accuracy(void **state) {
   assert_true(killed >= plain - 0.01);
 }
 
+static void a_stop_from_the_agent_ends_every_rank_promptly(void **state) {
+  (void)state;
+  agent g;
+  agent_start(&g);
+  for (int i = 0; i < 2; i++) agent_spawn(&g, i);
+  int ring1[2] = {0, 1};
+  agent_announce(&g, 1, ring1, 2);
+  agent_wait(&g, 0, "REPORT {\"event\":\"progress\"", "\"step\":", 30, 120);
+  double start = now_seconds();
+  for (int i = 0; i < 2; i++) assert_int_equal(write(g.conns[i], "STOP cancelled\n", 15), 15);
+  for (int i = 0; i < 2; i++) assert_int_equal(agent_wait_exit(&g, i, 60), 1);
+  assert_true(now_seconds() - start < 10.0);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "grep -q 'stopped by the agent\\|communicator aborted' '%s/out.0'", g.dir);
+  assert_int_equal(system(cmd), 0);
+  agent_stop(&g);
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (argc > 1) g_dataset = argv[1];
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_killed_worker_costs_at_most_one_point_of_accuracy),
+      cmocka_unit_test(a_stop_from_the_agent_ends_every_rank_promptly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
