@@ -386,14 +386,43 @@ static kolo_status form_ring(kolo_comm *comm, kolo_listener *listener) {
               (unsigned long long)comm->epoch, next, comm->peers[next], kolo_strerror(status));
     return status;
   }
-  while (comm->data_prev == NULL || control_prev == NULL) {
-    kolo_transport_conn *conn = NULL;
-    status = tp->accept(listener->listener, deadline, &conn);
-    if (status != KOLO_OK) {
-      KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d did not connect in time: %s", comm->rank,
-                (unsigned long long)comm->epoch, prev, kolo_strerror(status));
+  /* accept from the previous rank while watching our own outgoing connections:
+   * a refusal (wrong secret, other epoch) must end this call at once, not after
+   * the timeout spent waiting for a neighbour that will never dial us */
+  int acked[2] = {0, 0};
+  kolo_transport_conn *outgoing[2] = {comm->data_next, control_next};
+  while (comm->data_prev == NULL || control_prev == NULL || !acked[0] || !acked[1]) {
+    struct pollfd fds[3];
+    int accepting = comm->data_prev == NULL || control_prev == NULL;
+    fds[0] = (struct pollfd){.fd = accepting ? tp->listener_poll_fd(listener->listener) : -1,
+                             .events = POLLIN};
+    for (int i = 0; i < 2; i++) {
+      fds[1 + i] = (struct pollfd){.fd = acked[i] ? -1 : tp->poll_fd(outgoing[i]), .events = POLLIN};
+    }
+    int wait_ms = kolo_ms_until(deadline);
+    if (wait_ms == 0) {
+      status = KOLO_ERR_TIMEOUT;
+      KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", comm->rank,
+                (unsigned long long)comm->epoch, accepting ? prev : next,
+                accepting ? "did not connect" : "did not answer");
       return status;
     }
+    if (poll(fds, 3, wait_ms) <= 0) continue;
+    for (int i = 0; i < 2; i++) {
+      if (fds[1 + i].revents == 0) continue;
+      status = kolo_handshake_read_ack(comm, outgoing[i], deadline);
+      if (status != KOLO_OK) {
+        KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", comm->rank,
+                  (unsigned long long)comm->epoch, next, kolo_strerror(status));
+        return status;
+      }
+      acked[i] = 1;
+    }
+    if (fds[0].revents == 0) continue;
+    kolo_transport_conn *conn = NULL;
+    status = tp->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
+    if (status == KOLO_ERR_TIMEOUT) continue;
+    if (status != KOLO_OK) return status;
     int kind = 0;
     status = kolo_handshake_accept(comm, conn, prev, &kind, deadline);
     if (status == KOLO_OK && kind == KOLO_CONNECTION_DATA && comm->data_prev == NULL) {
@@ -404,13 +433,6 @@ static kolo_status form_ring(kolo_comm *comm, kolo_listener *listener) {
     } else {
       tp->close(conn); /* refused stranger or duplicate: changes nothing */
     }
-  }
-  status = kolo_handshake_read_ack(comm, comm->data_next, deadline);
-  if (status == KOLO_OK) status = kolo_handshake_read_ack(comm, control_next, deadline);
-  if (status != KOLO_OK) {
-    KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", comm->rank,
-              (unsigned long long)comm->epoch, next, kolo_strerror(status));
-    return status;
   }
   comm->control[0] = (kolo_control_link){.conn = control_next, .peer_rank = next, .open = 1};
   comm->control[1] = (kolo_control_link){.conn = control_prev, .peer_rank = prev, .open = 1};
@@ -508,6 +530,12 @@ static void wake_engine(kolo_comm *comm) {
 /* Runs a blocking request: inline on the caller's thread when nothing is queued
  * (no thread hand-off on the latency path), else behind the queued ones. */
 static kolo_status run_blocking(kolo_comm *comm, kolo_request *request) {
+  if (request->kind != KOLO_REQUEST_BARRIER &&
+      kolo_device_wanted(comm, request->send, request->recv)) {
+    void *device_request = NULL;
+    KOLO_CHECK(kolo_device_submit(comm, request, &device_request));
+    return kolo_device_wait(comm, device_request);
+  }
   pthread_mutex_lock(&comm->mutex);
   if (!comm->busy && comm->queue_head == NULL) {
     comm->busy = 1;
@@ -533,6 +561,11 @@ static kolo_status run_blocking(kolo_comm *comm, kolo_request *request) {
 
 static kolo_status submit_async(kolo_comm *comm, const kolo_request *prototype,
                                 kolo_request **out) {
+  void *device_request = NULL;
+  if (prototype->kind != KOLO_REQUEST_BARRIER &&
+      kolo_device_wanted(comm, prototype->send, prototype->recv)) {
+    KOLO_CHECK(kolo_device_submit(comm, prototype, &device_request));
+  }
   pthread_mutex_lock(&comm->mutex);
   kolo_request *request = comm->free_requests;
   if (request != NULL) {
@@ -548,6 +581,12 @@ static kolo_status submit_async(kolo_comm *comm, const kolo_request *prototype,
   request->pooled = 1;
   request->done = 0;
   request->next = NULL;
+  request->device_request = device_request;
+  if (device_request != NULL) { /* NCCL runs it; nothing to queue */
+    pthread_mutex_unlock(&comm->mutex);
+    *out = request;
+    return KOLO_OK;
+  }
   if (comm->queue_tail) comm->queue_tail->next = request;
   else comm->queue_head = request;
   comm->queue_tail = request;
@@ -565,6 +604,13 @@ static void release_request(kolo_comm *comm, kolo_request *request) {
 kolo_status kolo_wait(kolo_request *request) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   kolo_comm *comm = request->comm;
+  if (request->device_request != NULL) {
+    kolo_status device_status = kolo_device_wait(comm, request->device_request);
+    pthread_mutex_lock(&comm->mutex);
+    release_request(comm, request);
+    pthread_mutex_unlock(&comm->mutex);
+    return device_status;
+  }
   pthread_mutex_lock(&comm->mutex);
   while (!request->done) pthread_cond_wait(&comm->cond, &comm->mutex);
   kolo_status status = request->status;
@@ -576,6 +622,17 @@ kolo_status kolo_wait(kolo_request *request) {
 kolo_status kolo_test(kolo_request *request, int *done, kolo_status *status) {
   if (request == NULL || done == NULL) return KOLO_ERR_INVALID_ARG;
   kolo_comm *comm = request->comm;
+  if (request->device_request != NULL) {
+    kolo_status device_status = KOLO_OK;
+    kolo_device_test(comm, request->device_request, done, &device_status);
+    if (*done) {
+      if (status != NULL) *status = device_status;
+      pthread_mutex_lock(&comm->mutex);
+      release_request(comm, request);
+      pthread_mutex_unlock(&comm->mutex);
+    }
+    return KOLO_OK;
+  }
   pthread_mutex_lock(&comm->mutex);
   *done = request->done;
   if (request->done) {
@@ -622,6 +679,7 @@ void kolo_comm_error_message(const kolo_comm *comm, char *buffer, size_t length)
 void kolo_comm_abort(kolo_comm *comm) {
   if (comm == NULL) return;
   kolo_comm_fail(comm, KOLO_ERR_ABORTED, comm->rank, "aborted by rank %d", comm->rank);
+  kolo_device_abort(comm);
 }
 
 void kolo_comm_destroy(kolo_comm *comm) {
@@ -642,6 +700,7 @@ void kolo_comm_destroy(kolo_comm *comm) {
   pthread_mutex_unlock(&comm->mutex);
   wake_engine(comm);
   if (comm->engine_started) pthread_join(comm->engine, NULL);
+  kolo_device_destroy(comm);
   free_comm(comm);
 }
 

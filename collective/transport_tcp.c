@@ -299,6 +299,8 @@ static kolo_status tcp_recv(kolo_transport_conn *conn, void *buffer, size_t leng
 
 static int tcp_poll_fd(const kolo_transport_conn *conn) { return conn->fd; }
 
+static int tcp_listener_poll_fd(const kolo_transport_listener *listener) { return listener->fd; }
+
 static void tcp_close(kolo_transport_conn *conn) {
   if (conn == NULL) return;
   close(conn->fd);
@@ -321,6 +323,7 @@ const kolo_transport_ops kolo_transport_tcp = {
     .send = tcp_send,
     .recv = tcp_recv,
     .poll_fd = tcp_poll_fd,
+    .listener_poll_fd = tcp_listener_poll_fd,
     .close = tcp_close,
     .close_listener = tcp_close_listener,
 };

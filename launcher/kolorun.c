@@ -14,11 +14,12 @@ int main(int argc, char **argv) {
   }
   if (options.help) {
     printf("%s\n", kolo_launcher_usage());
-    printf("Starts N ranks on this host with KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK,\n"
-           "KOLO_LOCAL_SIZE, KOLO_RENDEZVOUS, KOLO_SECRET and KOLO_EPOCH set; prefixes\n"
-           "each output line with [rank]; stops all ranks when one fails.\n"
-           "  --timeout S  stop everything after S seconds (exit 124)\n"
-           "  --host H     address for the rendezvous and KOLO_HOST (default 127.0.0.1)\n");
+    printf(
+        "Starts N ranks on this host with KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK,\n"
+        "KOLO_LOCAL_SIZE, KOLO_RENDEZVOUS, KOLO_SECRET and KOLO_EPOCH set; prefixes\n"
+        "each output line with [rank]; stops all ranks when one fails.\n"
+        "  --timeout S  stop everything after S seconds (exit 124)\n"
+        "  --host H     address for the rendezvous and KOLO_HOST (default 127.0.0.1)\n");
     return 0;
   }
   return kolo_launcher_run(&options);

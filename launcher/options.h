@@ -11,12 +11,12 @@
 #define KOLO_LAUNCHER_MAX_RANKS 1024
 
 typedef struct kolo_launcher_options {
-  int nprocs;          /* number of ranks, 1..KOLO_LAUNCHER_MAX_RANKS */
-  double timeout_s;    /* kill everything after this many seconds; 0 = never */
-  const char *host;    /* address to bind the rendezvous on; also KOLO_HOST when set */
-  int host_given;      /* whether --host was on the command line */
-  char **program;      /* program and its arguments, NULL-terminated (points into argv) */
-  int help;            /* -h/--help was asked for */
+  int nprocs;       /* number of ranks, 1..KOLO_LAUNCHER_MAX_RANKS */
+  double timeout_s; /* kill everything after this many seconds; 0 = never */
+  const char *host; /* address to bind the rendezvous on; also KOLO_HOST when set */
+  int host_given;   /* whether --host was on the command line */
+  char **program;   /* program and its arguments, NULL-terminated (points into argv) */
+  int help;         /* -h/--help was asked for */
 } kolo_launcher_options;
 
 /* Parses argv. On bad usage returns KOLO_ERR_INVALID_ARG and writes a one-line

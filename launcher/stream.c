@@ -13,10 +13,10 @@ struct kolo_launcher_stream {
   int out_fd;
   char prefix[24];
   size_t prefix_length;
-  char *held;          /* bytes of the current, unfinished line */
+  char *held; /* bytes of the current, unfinished line */
   size_t held_length;
   size_t held_capacity;
-  int mid_line;        /* a piece of an over-long line went out without its newline */
+  int mid_line; /* a piece of an over-long line went out without its newline */
 };
 
 kolo_status kolo_launcher_stream_create(int rank, int out_fd, kolo_launcher_stream **out) {

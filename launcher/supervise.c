@@ -25,25 +25,27 @@
 #include "launcher/stream.h"
 
 typedef struct rank_proc {
-  pid_t pid;         /* 0 before it started */
-  int running;       /* started and not reaped */
-  int fds[2];        /* read ends of its stdout and stderr pipes; -1 once closed */
+  pid_t pid;   /* 0 before it started */
+  int running; /* started and not reaped */
+  int ended;   /* reaped, status not yet reported */
+  int status;  /* wait status once ended */
+  int fds[2];  /* read ends of its stdout and stderr pipes; -1 once closed */
   kolo_launcher_stream *streams[2];
 } rank_proc;
 
 typedef struct supervisor {
   const kolo_launcher_options *options;
   rank_proc *ranks;
-  int running;             /* ranks not reaped yet */
-  int open_fds;            /* pipe read ends still open */
-  pid_t group;             /* process group of the ranks (rank 0's pid) */
+  int running;  /* ranks not reaped yet */
+  int open_fds; /* pipe read ends still open */
+  pid_t group;  /* process group of the ranks (rank 0's pid) */
   int signal_fd;
   int exit_code;
-  int failed;              /* a failure (or the timeout) has been reported */
-  int stopping;            /* SIGTERM sent by kolorun; SIGKILL follows at kill_at */
+  int failed;   /* a failure (or the timeout) has been reported */
+  int stopping; /* SIGTERM sent by kolorun; SIGKILL follows at kill_at */
   double kill_at;
-  double timeout_at;       /* 0 = no --timeout */
-  double drain_until;      /* 0 = not draining yet */
+  double timeout_at;  /* 0 = no --timeout */
+  double drain_until; /* 0 = not draining yet */
 } supervisor;
 
 static double now_s(void) {
@@ -111,8 +113,8 @@ fail:
 /* In the child between fork and exec: only async-signal-safe-ish work on a
  * single-threaded image, then exec. Never returns. */
 static void exec_rank(const kolo_launcher_options *options, int rank, pid_t group, int out_pipe,
-                      int err_pipe, int rendezvous_fd, const char *rendezvous,
-                      const char *secret, pid_t parent) {
+                      int err_pipe, int rendezvous_fd, const char *rendezvous, const char *secret,
+                      pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127); /* kolorun already died */
   setpgid(0, group);
@@ -222,17 +224,30 @@ static void report_exit(supervisor *sv, int rank, int status) {
   stop_all(sv);
 }
 
+/* Reaps every rank that has ended. When several ended together, a rank killed
+ * by a signal is reported first: it is the likely cause, and the others usually
+ * failed because they lost it as a peer. */
 static void reap(supervisor *sv) {
-  for (;;) {
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid < 0 && errno == EINTR) continue;
-    if (pid <= 0) return;
-    for (int r = 0; r < sv->options->nprocs; r++) {
-      if (sv->ranks[r].running && sv->ranks[r].pid == pid) {
-        report_exit(sv, r, status);
-        break;
+  int count = sv->options->nprocs;
+  for (int pass = 0; pass < 2; pass++) {
+    for (;;) {
+      int status = 0;
+      pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid <= 0) break;
+      for (int r = 0; r < count; r++) {
+        if (sv->ranks[r].running && sv->ranks[r].pid == pid) {
+          sv->ranks[r].ended = 1;
+          sv->ranks[r].status = status;
+          break;
+        }
       }
+    }
+    for (int r = 0; r < count; r++) {
+      rank_proc *proc = &sv->ranks[r];
+      if (!proc->running || !proc->ended) continue;
+      if (pass == 0 && !WIFSIGNALED(proc->status)) continue;
+      report_exit(sv, r, proc->status);
     }
   }
 }

@@ -22,8 +22,8 @@
 /* One kolorun run: its pid and everything it wrote. */
 typedef struct job {
   pid_t pid;
-  int fds[2];       /* stdout, stderr read ends; -1 at EOF */
-  char *text[2];    /* what was read, NUL-terminated */
+  int fds[2];    /* stdout, stderr read ends; -1 at EOF */
+  char *text[2]; /* what was read, NUL-terminated */
   size_t length[2];
   int status;
   int reaped;
@@ -109,7 +109,8 @@ static int job_pump(job *j, int wait_ms) {
 static void job_expect(job *j, int which, const char *needle, double seconds) {
   double deadline = now_s() + seconds;
   while (strstr(j->text[which], needle) == NULL) {
-    if (now_s() > deadline) fail_msg("no '%s' within %.1f s; got:\n%s", needle, seconds, j->text[which]);
+    if (now_s() > deadline)
+      fail_msg("no '%s' within %.1f s; got:\n%s", needle, seconds, j->text[which]);
     if (job_pump(j, 50) && strstr(j->text[which], needle) == NULL) {
       fail_msg("kolorun ended without '%s'; got:\n%s", needle, j->text[which]);
     }
@@ -188,12 +189,19 @@ static void every_rank_gets_its_rank_and_the_shared_job_environment(void **state
     char prefix[16];
     snprintf(prefix, sizeof prefix, "[%d] probe", r);
     /* only rank 0 inherits the listening rendezvous socket, and it is the real one */
-    assert_string_equal(field(j->text[0], prefix, "rdvfd", value, sizeof value), r == 0 ? "set" : "-");
-    assert_string_equal(field(j->text[0], prefix, "listeners", value, sizeof value), r == 0 ? "1" : "0");
-    assert_string_equal(field(j->text[0], prefix, "accept", value, sizeof value), r == 0 ? "ok" : "-");
+    assert_string_equal(field(j->text[0], prefix, "rdvfd", value, sizeof value),
+                        r == 0 ? "set" : "-");
+    assert_string_equal(field(j->text[0], prefix, "listeners", value, sizeof value),
+                        r == 0 ? "1" : "0");
+    assert_string_equal(field(j->text[0], prefix, "accept", value, sizeof value),
+                        r == 0 ? "ok" : "-");
     /* no pipe of kolorun's leaks into a rank; stdin is /dev/null */
     assert_string_equal(field(j->text[0], prefix, "stray", value, sizeof value), "0");
     assert_string_equal(field(j->text[0], prefix, "stdin_null", value, sizeof value), "1");
+    /* without --host, KOLO_HOST is left to the caller's environment */
+    const char *outer_host = getenv("KOLO_HOST");
+    assert_string_equal(field(j->text[0], prefix, "host", value, sizeof value),
+                        outer_host ? outer_host : "-");
     char secret[64], rdv[64];
     field(j->text[0], prefix, "secret", secret, sizeof secret);
     field(j->text[0], prefix, "rdv", rdv, sizeof rdv);
@@ -209,6 +217,23 @@ static void every_rank_gets_its_rank_and_the_shared_job_environment(void **state
     }
   }
   assert_int_equal(j->length[1], 0); /* nothing on stderr */
+}
+
+static void host_sets_the_rendezvous_address_and_kolo_host(void **state) {
+  job *j = *state;
+  const char *args[] = {"--host", "localhost", "-np", "2", probe_path, NULL};
+  job_start(j, args);
+  job_finish(j, 30);
+  assert_int_equal(job_exit_code(j), 0);
+  char value[64];
+  for (int r = 0; r < 2; r++) {
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "[%d] probe", r);
+    assert_string_equal(field(j->text[0], prefix, "host", value, sizeof value), "localhost");
+    field(j->text[0], prefix, "rdv", value, sizeof value);
+    assert_true(strncmp(value, "127.0.0.1:", 10) == 0); /* resolved, numeric */
+  }
+  assert_string_equal(field(j->text[0], "[0] probe", "accept", value, sizeof value), "ok");
 }
 
 static void two_jobs_get_different_secrets(void **state) {
@@ -230,8 +255,9 @@ static void two_jobs_get_different_secrets(void **state) {
 
 static void output_lines_are_prefixed_and_partial_lines_held(void **state) {
   job *j = *state;
-  const char *args[] = {"-np", "2", "/bin/sh", "-c",
-                        "printf 'one\\ntw'; sleep 0.3; printf 'o\\nthree'; echo err >&2", NULL};
+  const char *args[] = {
+      "-np", "2", "/bin/sh", "-c", "printf 'one\\ntw'; sleep 0.3; printf 'o\\nthree'; echo err >&2",
+      NULL};
   job_start(j, args);
   job_finish(j, 30);
   assert_int_equal(job_exit_code(j), 0);
@@ -258,9 +284,10 @@ static void output_lines_are_prefixed_and_partial_lines_held(void **state) {
 
 static void a_failing_rank_stops_the_others_and_is_named(void **state) {
   job *j = *state;
-  const char *args[] = {"-np", "3", "--", "/bin/sh", "-c",
-                        "if [ \"$KOLO_RANK\" = 2 ]; then echo bye >&2; exit 3; fi; exec sleep 30",
-                        NULL};
+  const char *args[] = {
+      "-np",     "3",  "--",
+      "/bin/sh", "-c", "if [ \"$KOLO_RANK\" = 2 ]; then echo bye >&2; exit 3; fi; exec sleep 30",
+      NULL};
   job_start(j, args);
   job_finish(j, 20);
   assert_int_equal(job_exit_code(j), 3);
@@ -268,14 +295,18 @@ static void a_failing_rank_stops_the_others_and_is_named(void **state) {
   assert_non_null(verdict);
   const char *last_words = strstr(j->text[1], "[2] bye\n");
   assert_non_null(last_words);
-  assert_true(last_words < verdict); /* the rank's own output comes first */
+  assert_true(last_words < verdict);       /* the rank's own output comes first */
   assert_true(j->ended - j->started < 10); /* the sleeping ranks were stopped */
 }
 
 static void a_rank_killed_by_a_signal_is_named(void **state) {
   job *j = *state;
-  const char *args[] = {"-np", "3", "/bin/sh", "-c",
-                        "if [ \"$KOLO_RANK\" = 1 ]; then kill -KILL $$; fi; exec sleep 30", NULL};
+  const char *args[] = {"-np",
+                        "3",
+                        "/bin/sh",
+                        "-c",
+                        "if [ \"$KOLO_RANK\" = 1 ]; then kill -KILL $$; fi; exec sleep 30",
+                        NULL};
   job_start(j, args);
   job_finish(j, 20);
   assert_non_null(strstr(j->text[1], "kolorun: rank 1 killed by signal 9\n"));
@@ -292,11 +323,15 @@ static void a_rank_ignoring_sigterm_is_killed_after_the_grace_period(void **stat
   unlink(flag);
   setenv("KOLORUN_TEST_FLAG", flag, 1);
   /* rank 1 ignores SIGTERM, then tells rank 0 to fail */
-  const char *args[] = {"-np", "2", "/bin/sh", "-c",
-                        "if [ \"$KOLO_RANK\" = 1 ]; then trap '' TERM; touch \"$KOLORUN_TEST_FLAG\";"
-                        " while :; do sleep 0.2; done; fi;"
-                        " while [ ! -e \"$KOLORUN_TEST_FLAG\" ]; do sleep 0.05; done; exit 1",
-                        NULL};
+  const char *args[] = {
+      "-np",
+      "2",
+      "/bin/sh",
+      "-c",
+      "if [ \"$KOLO_RANK\" = 1 ]; then trap '' TERM; touch \"$KOLORUN_TEST_FLAG\";"
+      " while :; do sleep 0.2; done; fi;"
+      " while [ ! -e \"$KOLORUN_TEST_FLAG\" ]; do sleep 0.05; done; exit 1",
+      NULL};
   job_start(j, args);
   job_finish(j, 20);
   unlink(flag);
@@ -425,6 +460,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(every_rank_gets_its_rank_and_the_shared_job_environment,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(host_sets_the_rendezvous_address_and_kolo_host, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(two_jobs_get_different_secrets, setup, teardown),
       cmocka_unit_test_setup_teardown(output_lines_are_prefixed_and_partial_lines_held, setup,
                                       teardown),

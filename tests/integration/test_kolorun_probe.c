@@ -64,10 +64,11 @@ int main(void) {
   if (rendezvous_fd >= 0) accept_result = check_accept(rendezvous_fd, env("KOLO_RENDEZVOUS"));
   struct stat in_stat;
   int stdin_null = fstat(0, &in_stat) == 0 && S_ISCHR(in_stat.st_mode);
-  printf("probe rank=%s size=%s lrank=%s lsize=%s epoch=%s rdvfd=%s listeners=%d accept=%s "
-         "stray=%d stdin_null=%d secret=%s rdv=%s\n",
-         env("KOLO_RANK"), env("KOLO_SIZE"), env("KOLO_LOCAL_RANK"), env("KOLO_LOCAL_SIZE"),
-         env("KOLO_EPOCH"), rendezvous_fd >= 0 ? "set" : "-", listeners, accept_result, stray,
-         stdin_null, env("KOLO_SECRET"), env("KOLO_RENDEZVOUS"));
+  printf(
+      "probe rank=%s size=%s lrank=%s lsize=%s epoch=%s rdvfd=%s listeners=%d accept=%s "
+      "stray=%d stdin_null=%d host=%s secret=%s rdv=%s\n",
+      env("KOLO_RANK"), env("KOLO_SIZE"), env("KOLO_LOCAL_RANK"), env("KOLO_LOCAL_SIZE"),
+      env("KOLO_EPOCH"), rendezvous_fd >= 0 ? "set" : "-", listeners, accept_result, stray,
+      stdin_null, env("KOLO_HOST"), env("KOLO_SECRET"), env("KOLO_RENDEZVOUS"));
   return 0;
 }

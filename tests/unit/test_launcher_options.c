@@ -16,8 +16,7 @@ static void np_and_program_are_parsed(void **state) {
   char *argv[] = {"kolorun", "-np", "4", "prog", "-x", "--np", NULL};
   kolo_launcher_options o;
   char error[128];
-  assert_int_equal(kolo_launcher_options_parse(ARGC(argv), argv, &o, error, sizeof error),
-                   KOLO_OK);
+  assert_int_equal(kolo_launcher_options_parse(ARGC(argv), argv, &o, error, sizeof error), KOLO_OK);
   assert_int_equal(o.nprocs, 4);
   assert_string_equal(o.program[0], "prog");
   assert_string_equal(o.program[1], "-x"); /* the program's own flags are left alone */
@@ -33,8 +32,7 @@ static void timeout_host_and_double_dash_are_parsed(void **state) {
   char *argv[] = {"kolorun", "--timeout=2.5", "--host", "localhost", "-np=2", "--", "-prog", NULL};
   kolo_launcher_options o;
   char error[128];
-  assert_int_equal(kolo_launcher_options_parse(ARGC(argv), argv, &o, error, sizeof error),
-                   KOLO_OK);
+  assert_int_equal(kolo_launcher_options_parse(ARGC(argv), argv, &o, error, sizeof error), KOLO_OK);
   assert_int_equal(o.nprocs, 2);
   assert_true(o.timeout_s == 2.5);
   assert_string_equal(o.host, "localhost");
@@ -57,7 +55,15 @@ static void bad_usage_is_refused_with_a_reason(void **state) {
       {{"kolorun", "-np", "2", "--timeout", "-1", "prog"}, "bad timeout"},
       {{"kolorun", "-np", "2", "--timeout", "x", "prog"}, "bad timeout"},
       {{"kolorun", "-np", "2", "--bogus", "prog", NULL}, "unknown option '--bogus'"},
-      {{"kolorun", "-np", "2", "--host", "", "prog", }, "--host needs"},
+      {{
+           "kolorun",
+           "-np",
+           "2",
+           "--host",
+           "",
+           "prog",
+       },
+       "--host needs"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int argc = 0;

@@ -2,12 +2,12 @@
  * output captured through a pipe. */
 #define _GNU_SOURCE /* memfd_create */
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -16,7 +16,7 @@
 
 /* Output is captured in a memory file, so nothing blocks however much is written. */
 typedef struct capture {
-  int fds[2];       /* both the same memfd: [1] is written by the stream */
+  int fds[2]; /* both the same memfd: [1] is written by the stream */
   off_t read_at;
   char text[8192];
 } capture;
@@ -36,7 +36,9 @@ static const char *capture_read(capture *c) {
   return c->text;
 }
 
-static void capture_close(capture *c) { close(c->fds[0]); }
+static void capture_close(capture *c) {
+  close(c->fds[0]);
+}
 
 static void complete_lines_get_the_rank_prefix(void **state) {
   (void)state;
