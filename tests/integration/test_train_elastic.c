@@ -89,8 +89,8 @@ static void agent_spawn(agent *g, int i) {
     int fashion = strcmp(g_dataset, "fashion") == 0;
     execl(program, program, "--dataset", fashion ? "fashion-mnist" : "synthetic", "--model", "mlp",
           "--hidden", fashion ? "128" : "32", "--epochs", fashion ? "3" : "6", "--batch",
-          fashion ? "32" : "16",
-          "--lr", "0.02", "--log-every", "10", "--commit-every", "10", "--json", (char *)NULL);
+          fashion ? "32" : "16", "--lr", "0.02", "--log-every", "10", "--commit-every", "10",
+          "--json", (char *)NULL);
     _exit(127);
   }
   g->pids[i] = pid;
@@ -105,12 +105,12 @@ static void agent_spawn(agent *g, int i) {
 static void agent_announce(agent *g, uint64_t epoch, const int *members, int size) {
   for (int rank = 0; rank < size; rank++) {
     char line[1024];
-    int used = snprintf(line, sizeof line, "RING %llu %d %d %d %d 20000 elastic-secret 127.0.0.1:%d",
-                        (unsigned long long)epoch, rank, size, rank, size,
-                        g->ports[members[rank]]);
+    int used =
+        snprintf(line, sizeof line, "RING %llu %d %d %d %d 20000 elastic-secret 127.0.0.1:%d",
+                 (unsigned long long)epoch, rank, size, rank, size, g->ports[members[rank]]);
     for (int r = 0; r < size; r++) {
-      used += snprintf(line + used, sizeof line - (size_t)used, " 127.0.0.1:%d",
-                       g->ports[members[r]]);
+      used +=
+          snprintf(line + used, sizeof line - (size_t)used, " 127.0.0.1:%d", g->ports[members[r]]);
     }
     used += snprintf(line + used, sizeof line - (size_t)used, "\n");
     assert_int_equal(write(g->conns[members[rank]], line, (size_t)used), used);
@@ -139,7 +139,8 @@ static void agent_wait(agent *g, int i, const char *prefix, const char *needle, 
     if (now_seconds() - start > timeout_s) fail_msg("process %d: no '%s' line in time", i, prefix);
     struct pollfd p = {.fd = g->conns[i], .events = POLLIN};
     if (poll(&p, 1, 100) <= 0) continue;
-    ssize_t n = read(g->conns[i], g->buffer[i] + g->filled[i], sizeof g->buffer[i] - 1 - g->filled[i]);
+    ssize_t n =
+        read(g->conns[i], g->buffer[i] + g->filled[i], sizeof g->buffer[i] - 1 - g->filled[i]);
     if (n <= 0) fail_msg("process %d closed the agent socket", i);
     g->filled[i] += (size_t)n;
   }
@@ -260,7 +261,8 @@ static void a_stop_from_the_agent_ends_every_rank_promptly(void **state) {
   for (int i = 0; i < 2; i++) assert_int_equal(agent_wait_exit(&g, i, 60), 1);
   assert_true(now_seconds() - start < 10.0);
   char cmd[256];
-  snprintf(cmd, sizeof cmd, "grep -q 'stopped by the agent\\|communicator aborted' '%s/out.0'", g.dir);
+  snprintf(cmd, sizeof cmd, "grep -q 'stopped by the agent\\|communicator aborted' '%s/out.0'",
+           g.dir);
   assert_int_equal(system(cmd), 0);
   agent_stop(&g);
 }

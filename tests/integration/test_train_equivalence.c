@@ -6,15 +6,15 @@
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
-#include <time.h>
-#include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -65,7 +65,7 @@ typedef struct ring {
 
 /* Starts configs[0..size) as the ranks of one ring, one thread each. */
 static void start_ring(ring *g, int size, const kolo_train_config *configs, rank_job *jobs) {
-  char (*addresses)[64] = g->addresses;
+  char(*addresses)[64] = g->addresses;
   const char **peers = g->peers;
   pthread_t *threads = g->threads;
   g->size = size;
@@ -302,8 +302,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(two_mlp_workers_with_batch_b_match_one_with_batch_2b, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(two_lenet_workers_with_batch_b_match_one_with_batch_2b,
-                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(two_lenet_workers_with_batch_b_match_one_with_batch_2b, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(initial_state_and_data_order_come_from_rank_0, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(async_workers_end_identical_and_learn, setup, teardown),

@@ -155,7 +155,8 @@ static void restore_picks_the_newest_valid_checkpoint(void **state) {
   write_one(f, 20.0f, 20, p20, sizeof p20);
   write_one(f, 30.0f, 30, p30, sizeof p30);
   fill(f->state, 0.0f, 0);
-  assert_int_equal(kolo_train_checkpoint_restore_latest(f->dir, f->state, got, sizeof got), KOLO_OK);
+  assert_int_equal(kolo_train_checkpoint_restore_latest(f->dir, f->state, got, sizeof got),
+                   KOLO_OK);
   assert_string_equal(got, p30);
   assert_int_equal(kolo_train_state_header_of(f->state)->step, 30);
   /* damage the newest: the one before it is used */
@@ -164,7 +165,8 @@ static void restore_picks_the_newest_valid_checkpoint(void **state) {
   assert_int_equal(stat(p20, &st), 0);
   assert_int_equal(truncate(p20, st.st_size - 4), 0);
   fill(f->state, 0.0f, 0);
-  assert_int_equal(kolo_train_checkpoint_restore_latest(f->dir, f->state, got, sizeof got), KOLO_OK);
+  assert_int_equal(kolo_train_checkpoint_restore_latest(f->dir, f->state, got, sizeof got),
+                   KOLO_OK);
   assert_string_equal(got, p10);
   assert_int_equal(kolo_train_state_header_of(f->state)->step, 10);
   assert_float_equal(kolo_train_state_params(f->state)[0], 10.0f, 0);
@@ -208,13 +210,15 @@ static void state_load_refuses_a_wrong_size(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(checkpoint_round_trip_restores_the_exact_state, setup, teardown),
+      cmocka_unit_test_setup_teardown(checkpoint_round_trip_restores_the_exact_state, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(truncated_checkpoint_is_refused_and_state_untouched, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(corrupted_checkpoint_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(checkpoint_of_another_model_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(restore_picks_the_newest_valid_checkpoint, setup, teardown),
-      cmocka_unit_test_setup_teardown(empty_or_missing_directory_has_no_checkpoint, setup, teardown),
+      cmocka_unit_test_setup_teardown(empty_or_missing_directory_has_no_checkpoint, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(only_the_newest_checkpoints_are_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(state_load_refuses_a_wrong_size, setup, teardown),
   };

@@ -68,8 +68,14 @@ static void write_idx(const fixture *f, const char *prefix, uint32_t count, uint
   memcpy(img, hdr, 16);
   for (size_t i = 0; i < (size_t)count * rows * cols; i++) img[16 + i] = (uint8_t)(i % 256);
   uint8_t *lab = malloc(8 + count);
-  uint8_t lh[8] = {0, 0, 8, 1, (uint8_t)(count >> 24), (uint8_t)(count >> 16),
-                   (uint8_t)(count >> 8), (uint8_t)count};
+  uint8_t lh[8] = {0,
+                   0,
+                   8,
+                   1,
+                   (uint8_t)(count >> 24),
+                   (uint8_t)(count >> 16),
+                   (uint8_t)(count >> 8),
+                   (uint8_t)count};
   memcpy(lab, lh, 8);
   for (uint32_t i = 0; i < count; i++) lab[8 + i] = (uint8_t)(i % 10);
   char p[512], name[128];
@@ -324,8 +330,8 @@ static void shards_cover_every_sample_exactly_once_per_epoch(void **state) {
         }
       }
       for (size_t i = 0; i < N; i++) {
-        if (seen[i] != 1) fail_msg("size %d batch %zu: sample %zu seen %d times", size, batch, i,
-                                   seen[i]);
+        if (seen[i] != 1)
+          fail_msg("size %d batch %zu: sample %zu seen %d times", size, batch, i, seen[i]);
       }
     }
   }

@@ -124,8 +124,8 @@ typedef struct conv_ctx {
 static double conv_objective(void *p) {
   conv_ctx *c = p;
   kolo_nn_conv_forward(&c->s, c->x, c->w, c->b, c->y, c->col, c->batch);
-  size_t ny = c->batch * kolo_nn_conv_out_height(&c->s) * kolo_nn_conv_out_width(&c->s) *
-              c->s.out_channels;
+  size_t ny =
+      c->batch * kolo_nn_conv_out_height(&c->s) * kolo_nn_conv_out_width(&c->s) * c->s.out_channels;
   return dot(c->r, c->y, ny);
 }
 

@@ -57,7 +57,7 @@ static kolo_status write_all(int fd, const void *buffer, size_t length) {
     if (n < 0) {
       if (errno == EINTR) continue;
       return kolo_status_from_errno(errno) == KOLO_ERR_SYSTEM ? KOLO_ERR_IO
-                                                                : kolo_status_from_errno(errno);
+                                                              : kolo_status_from_errno(errno);
     }
     p += n;
     length -= (size_t)n;

@@ -18,8 +18,8 @@
 struct kolo_train_dataset {
   size_t count, features, classes;
   size_t height, width, channels;
-  uint8_t *u8;  /* IDX pixels (scaled by 1/255 on gather), or NULL */
-  float *f32;   /* float features, or NULL */
+  uint8_t *u8; /* IDX pixels (scaled by 1/255 on gather), or NULL */
+  float *f32;  /* float features, or NULL */
   int *labels;
 };
 
@@ -60,9 +60,15 @@ void kolo_train_data_destroy(kolo_train_dataset *ds) {
   free(ds);
 }
 
-size_t kolo_train_data_count(const kolo_train_dataset *ds) { return ds->count; }
-size_t kolo_train_data_features(const kolo_train_dataset *ds) { return ds->features; }
-size_t kolo_train_data_classes(const kolo_train_dataset *ds) { return ds->classes; }
+size_t kolo_train_data_count(const kolo_train_dataset *ds) {
+  return ds->count;
+}
+size_t kolo_train_data_features(const kolo_train_dataset *ds) {
+  return ds->features;
+}
+size_t kolo_train_data_classes(const kolo_train_dataset *ds) {
+  return ds->classes;
+}
 
 void kolo_train_data_shape(const kolo_train_dataset *ds, size_t *height, size_t *width,
                            size_t *channels) {
@@ -280,7 +286,9 @@ static int parse_label(const char *s, char **end, int allow_minus_one, int *labe
 }
 
 /* Reads the next line of any length into *line (grown as needed); 0 at EOF. */
-static ssize_t read_line(FILE *f, char **line, size_t *cap) { return getline(line, cap, f); }
+static ssize_t read_line(FILE *f, char **line, size_t *cap) {
+  return getline(line, cap, f);
+}
 
 kolo_status kolo_train_data_load_csv(const char *path, kolo_train_dataset **out) {
   if (!path || !out) return KOLO_ERR_INVALID_ARG;
@@ -299,7 +307,8 @@ kolo_status kolo_train_data_load_csv(const char *path, kolo_train_dataset **out)
     lineno++;
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
     if (len == 0) continue;
-    if (t.features == 0) { /* first data line fixes the width; a non-numeric first line is a header */
+    if (t.features ==
+        0) { /* first data line fixes the width; a non-numeric first line is a header */
       char *end;
       strtod(line, &end);
       if (end == line && lineno == 1) continue;
@@ -330,8 +339,7 @@ kolo_status kolo_train_data_load_csv(const char *path, kolo_train_dataset **out)
       row[j] = strtof(p, &end);
       int last = j + 1 == t.features;
       if (end != p && !errno && !last && *end == 0) {
-        KOLO_LOGE(LOG_TAG, "%s:%zu: only %zu features, want %zu", path, lineno, j + 1,
-                  t.features);
+        KOLO_LOGE(LOG_TAG, "%s:%zu: only %zu features, want %zu", path, lineno, j + 1, t.features);
         rc = KOLO_ERR_PARSE;
         goto out;
       }
@@ -429,8 +437,10 @@ kolo_status kolo_train_data_load_libsvm(const char *path, size_t features,
       goto out;
     }
     if (e) {
-      KOLO_LOGE(LOG_TAG, "%s:%zu: bad LIBSVM line (want 'label index:value ...', indices 1-based, "
-                "increasing)", path, lineno);
+      KOLO_LOGE(LOG_TAG,
+                "%s:%zu: bad LIBSVM line (want 'label index:value ...', indices 1-based, "
+                "increasing)",
+                path, lineno);
       rc = KOLO_ERR_PARSE;
       goto out;
     }
@@ -514,7 +524,8 @@ kolo_status kolo_train_data_synthetic(uint64_t seed, size_t train_count, size_t 
   memset(protos, 0, SYN_CLASSES * f * sizeof(float));
   for (size_t c = 0; c < SYN_CLASSES; c++) {
     for (int blob = 0; blob < 4; blob++) {
-      double cy = kolo_train_rng_uniform(&rng) * SYN_SIDE, cx = kolo_train_rng_uniform(&rng) * SYN_SIDE;
+      double cy = kolo_train_rng_uniform(&rng) * SYN_SIDE,
+             cx = kolo_train_rng_uniform(&rng) * SYN_SIDE;
       for (size_t y = 0; y < SYN_SIDE; y++) {
         for (size_t x = 0; x < SYN_SIDE; x++) {
           double d2 = ((double)y - cy) * ((double)y - cy) + ((double)x - cx) * ((double)x - cx);

@@ -74,10 +74,32 @@ static int parse_float(const char *flag, const char *s, float *out, float min) {
 }
 
 enum {
-  OPT_MODEL = 256, OPT_HIDDEN, OPT_DATASET, OPT_TEST_DATA, OPT_EPOCHS, OPT_STEPS, OPT_BATCH,
-  OPT_ACCUMULATE, OPT_LR, OPT_SCALE_LR, OPT_WARMUP, OPT_OPTIMIZER, OPT_MOMENTUM,
-  OPT_WEIGHT_DECAY, OPT_MODE, OPT_AVERAGE_EVERY, OPT_SEED, OPT_CKPT_DIR, OPT_CKPT_EVERY,
-  OPT_EVAL, OPT_NO_EVAL, OPT_LOG_EVERY, OPT_COMMIT_EVERY, OPT_THREADS, OPT_JSON, OPT_QUIET,
+  OPT_MODEL = 256,
+  OPT_HIDDEN,
+  OPT_DATASET,
+  OPT_TEST_DATA,
+  OPT_EPOCHS,
+  OPT_STEPS,
+  OPT_BATCH,
+  OPT_ACCUMULATE,
+  OPT_LR,
+  OPT_SCALE_LR,
+  OPT_WARMUP,
+  OPT_OPTIMIZER,
+  OPT_MOMENTUM,
+  OPT_WEIGHT_DECAY,
+  OPT_MODE,
+  OPT_AVERAGE_EVERY,
+  OPT_SEED,
+  OPT_CKPT_DIR,
+  OPT_CKPT_EVERY,
+  OPT_EVAL,
+  OPT_NO_EVAL,
+  OPT_LOG_EVERY,
+  OPT_COMMIT_EVERY,
+  OPT_THREADS,
+  OPT_JSON,
+  OPT_QUIET,
   OPT_HELP,
 };
 
@@ -127,11 +149,21 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
         }
         c->model = optarg;
         break;
-      case OPT_HIDDEN: c->hidden = optarg; break;
-      case OPT_DATASET: c->dataset = optarg; break;
-      case OPT_TEST_DATA: c->test_dataset = optarg; break;
-      case OPT_EPOCHS: if (parse_u64("--epochs", optarg, &c->epochs)) return -1; break;
-      case OPT_STEPS: if (parse_u64("--steps", optarg, &c->steps)) return -1; break;
+      case OPT_HIDDEN:
+        c->hidden = optarg;
+        break;
+      case OPT_DATASET:
+        c->dataset = optarg;
+        break;
+      case OPT_TEST_DATA:
+        c->test_dataset = optarg;
+        break;
+      case OPT_EPOCHS:
+        if (parse_u64("--epochs", optarg, &c->epochs)) return -1;
+        break;
+      case OPT_STEPS:
+        if (parse_u64("--steps", optarg, &c->steps)) return -1;
+        break;
       case OPT_BATCH:
         if (parse_u64("--batch", optarg, &v) || v == 0 || v > 65536) {
           fprintf(stderr, "kolo-train: --batch must be 1..65536\n");
@@ -149,8 +181,12 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
       case OPT_LR:
         if (parse_float("--lr", optarg, &c->optim.lr, 1e-12f)) return -1;
         break;
-      case OPT_SCALE_LR: c->scale_lr = 1; break;
-      case OPT_WARMUP: if (parse_u64("--warmup", optarg, &c->optim.warmup)) return -1; break;
+      case OPT_SCALE_LR:
+        c->scale_lr = 1;
+        break;
+      case OPT_WARMUP:
+        if (parse_u64("--warmup", optarg, &c->optim.warmup)) return -1;
+        break;
       case OPT_OPTIMIZER:
         if (kolo_train_optim_parse(optarg, &c->optim.kind) != KOLO_OK) {
           fprintf(stderr, "kolo-train: --optimizer: '%s' (want sgd or adam)\n", optarg);
@@ -175,14 +211,24 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
           return -1;
         }
         break;
-      case OPT_SEED: if (parse_u64("--seed", optarg, &c->seed)) return -1; break;
-      case OPT_CKPT_DIR: c->checkpoint_dir = optarg; break;
+      case OPT_SEED:
+        if (parse_u64("--seed", optarg, &c->seed)) return -1;
+        break;
+      case OPT_CKPT_DIR:
+        c->checkpoint_dir = optarg;
+        break;
       case OPT_CKPT_EVERY:
         if (parse_u64("--checkpoint-every", optarg, &c->checkpoint_every)) return -1;
         break;
-      case OPT_EVAL: c->eval = 1; break;
-      case OPT_NO_EVAL: c->eval = 0; break;
-      case OPT_LOG_EVERY: if (parse_u64("--log-every", optarg, &c->log_every)) return -1; break;
+      case OPT_EVAL:
+        c->eval = 1;
+        break;
+      case OPT_NO_EVAL:
+        c->eval = 0;
+        break;
+      case OPT_LOG_EVERY:
+        if (parse_u64("--log-every", optarg, &c->log_every)) return -1;
+        break;
       case OPT_COMMIT_EVERY:
         if (parse_u64("--commit-every", optarg, &c->commit_every) || c->commit_every == 0) {
           fprintf(stderr, "kolo-train: --commit-every must be >= 1\n");
@@ -195,9 +241,14 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
           return -1;
         }
         break;
-      case OPT_JSON: c->json = 1; break;
-      case OPT_QUIET: c->quiet = 1; break;
-      case OPT_HELP: return 1;
+      case OPT_JSON:
+        c->json = 1;
+        break;
+      case OPT_QUIET:
+        c->quiet = 1;
+        break;
+      case OPT_HELP:
+        return 1;
       default:
         fprintf(stderr, "kolo-train: unknown or incomplete option '%s' (see --help)\n", flag);
         return -1;
@@ -280,10 +331,11 @@ int main(int argc, char **argv) {
     if (config.json) {
       printf("%s\n", done);
     } else {
-      printf("final: test accuracy %.4f  test loss %.4f  steps %llu  workers %d  time %.2f s  "
-             "samples/s %.0f per worker, %.0f total\n",
-             r.test_accuracy, r.test_loss, (unsigned long long)r.steps, size, r.seconds,
-             r.samples_per_second_worker, r.samples_per_second_total);
+      printf(
+          "final: test accuracy %.4f  test loss %.4f  steps %llu  workers %d  time %.2f s  "
+          "samples/s %.0f per worker, %.0f total\n",
+          r.test_accuracy, r.test_loss, (unsigned long long)r.steps, size, r.seconds,
+          r.samples_per_second_worker, r.samples_per_second_total);
     }
     fflush(stdout);
   }

@@ -11,17 +11,23 @@
 #include "worker/train/nn.h"
 #include "worker/train/rng.h"
 
-typedef enum layer_kind { LAYER_DENSE, LAYER_RELU, LAYER_CONV, LAYER_POOL, LAYER_FLATTEN } layer_kind;
+typedef enum layer_kind {
+  LAYER_DENSE,
+  LAYER_RELU,
+  LAYER_CONV,
+  LAYER_POOL,
+  LAYER_FLATTEN
+} layer_kind;
 
 typedef struct layer {
   layer_kind kind;
   size_t in_size, out_size; /* floats per sample */
   size_t w_off, w_count, b_off, b_count;
-  size_t fan_in;            /* for He init */
-  kolo_nn_conv_shape conv;  /* LAYER_CONV */
-  size_t h, w, c;           /* LAYER_POOL input shape */
-  float *col;               /* LAYER_CONV im2col of the last forward */
-  size_t *argmax;           /* LAYER_POOL winners of the last forward */
+  size_t fan_in;           /* for He init */
+  kolo_nn_conv_shape conv; /* LAYER_CONV */
+  size_t h, w, c;          /* LAYER_POOL input shape */
+  float *col;              /* LAYER_CONV im2col of the last forward */
+  size_t *argmax;          /* LAYER_POOL winners of the last forward */
 } layer;
 
 #define MAX_LAYERS 32
@@ -102,8 +108,8 @@ static int add_conv_pool(kolo_train_model *m, size_t *h, size_t *w, size_t *c, s
   kolo_nn_conv_shape s = {*h, *w, *c, oc, kernel, pad};
   size_t oh = kolo_nn_conv_out_height(&s), ow = kolo_nn_conv_out_width(&s);
   if (oh % 2 || ow % 2) return -1;
-  layer *l = add_layer(m, LAYER_CONV, *h * *w * *c, oh * ow * oc, kolo_nn_conv_weight_count(&s),
-                       oc, kernel * kernel * *c);
+  layer *l = add_layer(m, LAYER_CONV, *h * *w * *c, oh * ow * oc, kolo_nn_conv_weight_count(&s), oc,
+                       kernel * kernel * *c);
   if (!l) return -1;
   l->conv = s;
   if (!add_layer(m, LAYER_RELU, oh * ow * oc, oh * ow * oc, 0, 0, 0)) return -1;
@@ -230,10 +236,18 @@ void kolo_train_model_destroy(kolo_train_model *m) {
   free(m);
 }
 
-size_t kolo_train_model_param_count(const kolo_train_model *m) { return m->param_count; }
-void kolo_train_model_bind(kolo_train_model *m, float *params) { m->params = params; }
-float *kolo_train_model_grads(kolo_train_model *m) { return m->grads; }
-const char *kolo_train_model_describe(const kolo_train_model *m) { return m->description; }
+size_t kolo_train_model_param_count(const kolo_train_model *m) {
+  return m->param_count;
+}
+void kolo_train_model_bind(kolo_train_model *m, float *params) {
+  m->params = params;
+}
+float *kolo_train_model_grads(kolo_train_model *m) {
+  return m->grads;
+}
+const char *kolo_train_model_describe(const kolo_train_model *m) {
+  return m->description;
+}
 const float *kolo_train_model_logits(const kolo_train_model *m) {
   return m->act[m->layer_count];
 }

@@ -10,7 +10,9 @@ typedef struct kolo_train_rng {
   uint64_t state;
 } kolo_train_rng;
 
-static inline void kolo_train_rng_seed(kolo_train_rng *rng, uint64_t seed) { rng->state = seed; }
+static inline void kolo_train_rng_seed(kolo_train_rng *rng, uint64_t seed) {
+  rng->state = seed;
+}
 
 /* Next 64 random bits (SplitMix64). */
 static inline uint64_t kolo_train_rng_next(kolo_train_rng *rng) {

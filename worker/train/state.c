@@ -46,7 +46,9 @@ void kolo_train_state_destroy(kolo_train_state *s) {
   free(s);
 }
 
-kolo_train_state_header *kolo_train_state_header_of(kolo_train_state *s) { return s->blob; }
+kolo_train_state_header *kolo_train_state_header_of(kolo_train_state *s) {
+  return s->blob;
+}
 
 float *kolo_train_state_params(kolo_train_state *s) {
   return (float *)((char *)s->blob + sizeof(kolo_train_state_header));
@@ -56,8 +58,12 @@ float *kolo_train_state_optim(kolo_train_state *s) {
   return kolo_train_state_params(s) + kolo_train_state_header_of(s)->param_count;
 }
 
-void *kolo_train_state_data(kolo_train_state *s) { return s->blob; }
-size_t kolo_train_state_size(const kolo_train_state *s) { return s->size; }
+void *kolo_train_state_data(kolo_train_state *s) {
+  return s->blob;
+}
+size_t kolo_train_state_size(const kolo_train_state *s) {
+  return s->size;
+}
 
 kolo_status kolo_train_state_load(kolo_train_state *s, const void *data, size_t size) {
   if (!s || !data) return KOLO_ERR_INVALID_ARG;

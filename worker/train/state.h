@@ -14,9 +14,9 @@
  * little-endian on every machine kolo targets), then param_count floats of
  * parameters, then optim_count floats of optimizer state. */
 typedef struct kolo_train_state_header {
-  char model[96];        /* model description ("mlp:784-256-10"); a restore must match */
-  uint32_t optimizer;    /* kolo_train_optim_kind */
-  uint32_t flags;        /* reserved, 0 */
+  char model[96];     /* model description ("mlp:784-256-10"); a restore must match */
+  uint32_t optimizer; /* kolo_train_optim_kind */
+  uint32_t flags;     /* reserved, 0 */
   uint64_t param_count;
   uint64_t optim_count;
   uint64_t step;         /* optimizer steps completed */

@@ -29,12 +29,12 @@ struct kolo_train_trainer {
   kolo_train_model *model;
   kolo_train_state *state;
   size_t param_count, optim_count;
-  size_t *perm;       /* current epoch's permutation */
-  size_t *index;      /* this rank's sample ids of a micro-batch */
-  float *x;           /* gathered inputs (max(batch, EVAL_BATCH) samples) */
+  size_t *perm;  /* current epoch's permutation */
+  size_t *index; /* this rank's sample ids of a micro-batch */
+  float *x;      /* gathered inputs (max(batch, EVAL_BATCH) samples) */
   int *y;
-  float *snapshot;    /* ASYNC: model snapshot being averaged */
-  float *average;     /* ASYNC: the average arriving */
+  float *snapshot;       /* ASYNC: model snapshot being averaged */
+  float *average;        /* ASYNC: the average arriving */
   kolo_request *pending; /* ASYNC: the average in flight, or NULL */
   uint64_t pending_step; /* ASYNC: step at which the pending snapshot was taken */
   kolo_elastic *elastic; /* borrowed; NULL = a fixed ring or none */
@@ -111,8 +111,8 @@ static kolo_status comm_sum_doubles(kolo_train_trainer *t, double *buffer, size_
 static kolo_status comm_broadcast_state(kolo_train_trainer *t) {
 #ifndef KOLO_TRAIN_NO_COMM
   if (t->comm && t->size > 1) {
-    return kolo_broadcast(t->comm, kolo_train_state_data(t->state),
-                          kolo_train_state_size(t->state), KOLO_UINT8, 0);
+    return kolo_broadcast(t->comm, kolo_train_state_data(t->state), kolo_train_state_size(t->state),
+                          KOLO_UINT8, 0);
   }
 #endif
   (void)t;
@@ -151,8 +151,7 @@ static kolo_status load_data(kolo_train_trainer *t) {
       if (strncmp(tp, "libsvm:", 7) == 0) tp += 7;
       rc = csv ? kolo_train_data_load_csv(tp, &t->own_test)
                : kolo_train_data_load_libsvm(tp, kolo_train_data_features(all), &t->own_test);
-      if (rc == KOLO_OK &&
-          kolo_train_data_features(t->own_test) != kolo_train_data_features(all)) {
+      if (rc == KOLO_OK && kolo_train_data_features(t->own_test) != kolo_train_data_features(all)) {
         KOLO_LOGE(LOG_TAG, "%s: %zu features, the training set has %zu", tp,
                   kolo_train_data_features(t->own_test), kolo_train_data_features(all));
         rc = KOLO_ERR_PARSE;
@@ -169,8 +168,10 @@ static kolo_status load_data(kolo_train_trainer *t) {
       kolo_train_data_destroy(all);
     }
   } else {
-    KOLO_LOGE(LOG_TAG, "unknown dataset '%s' (fashion-mnist, idx:<dir>, csv:<file>, "
-              "libsvm:<file>, synthetic)", spec);
+    KOLO_LOGE(LOG_TAG,
+              "unknown dataset '%s' (fashion-mnist, idx:<dir>, csv:<file>, "
+              "libsvm:<file>, synthetic)",
+              spec);
     return KOLO_ERR_INVALID_ARG;
   }
   if (rc != KOLO_OK) return rc;
@@ -216,7 +217,8 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
   }
   kolo_train_data_shape(t->train, &spec.height, &spec.width, &spec.channels);
   spec.classes = kolo_train_data_classes(t->train);
-  if (kolo_train_data_classes(t->test) > spec.classes) spec.classes = kolo_train_data_classes(t->test);
+  if (kolo_train_data_classes(t->test) > spec.classes)
+    spec.classes = kolo_train_data_classes(t->test);
   if (spec.classes < 2) spec.classes = 2;
   size_t max_batch = config->batch > EVAL_BATCH ? config->batch : EVAL_BATCH;
   rc = kolo_train_model_create(&spec, max_batch, &t->model);
@@ -300,7 +302,9 @@ void kolo_train_trainer_destroy(kolo_train_trainer *t) {
   free(t);
 }
 
-kolo_train_state *kolo_train_trainer_state(kolo_train_trainer *t) { return t->state; }
+kolo_train_state *kolo_train_trainer_state(kolo_train_trainer *t) {
+  return t->state;
+}
 
 /* ---- evaluation ---- */
 
@@ -392,7 +396,8 @@ static void next_epoch(kolo_train_trainer *t) {
 static kolo_status write_checkpoint(kolo_train_trainer *t) {
   if (!t->config.checkpoint_dir || t->rank != 0) return KOLO_OK;
   char path[4096];
-  kolo_status rc = kolo_train_checkpoint_write(t->config.checkpoint_dir, t->state, path, sizeof path);
+  kolo_status rc =
+      kolo_train_checkpoint_write(t->config.checkpoint_dir, t->state, path, sizeof path);
   if (rc == KOLO_OK) KOLO_LOGD(LOG_TAG, "checkpoint %s", path);
   return rc;
 }
@@ -406,8 +411,8 @@ static void report_to_agent(kolo_train_trainer *t, const char *json) {
 #endif
 }
 
-static void report_progress(kolo_train_trainer *t, double loss, double accuracy,
-                            double local_rate, double total_rate, double lr) {
+static void report_progress(kolo_train_trainer *t, double loss, double accuracy, double local_rate,
+                            double total_rate, double lr) {
   const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
   char json[512];
   snprintf(json, sizeof json,
@@ -434,15 +439,16 @@ static void report_eval(kolo_train_trainer *t, uint64_t epoch, double accuracy, 
   char json[256];
   snprintf(json, sizeof json,
            "{\"event\":\"eval\",\"epoch\":%llu,\"step\":%llu,\"accuracy\":%.6f,"
-           "\"loss\":%.6f}", (unsigned long long)epoch,
+           "\"loss\":%.6f}",
+           (unsigned long long)epoch,
            (unsigned long long)kolo_train_state_header_of(t->state)->step, accuracy, loss);
   report_to_agent(t, json);
   if (!t->out || t->rank != 0 || t->config.quiet) return;
   if (t->config.json) {
     fprintf(t->out, "%s\n", json);
   } else {
-    fprintf(t->out, "epoch %3llu  test accuracy %.4f  test loss %.4f\n",
-            (unsigned long long)epoch, accuracy, loss);
+    fprintf(t->out, "epoch %3llu  test accuracy %.4f  test loss %.4f\n", (unsigned long long)epoch,
+            accuracy, loss);
   }
   fflush(t->out);
 }
@@ -454,8 +460,8 @@ static kolo_status initial_state(kolo_train_trainer *t, kolo_train_result *r) {
   h->seed = t->config.seed;
   if (t->config.checkpoint_dir && t->rank == 0) {
     char path[4096];
-    kolo_status rc = kolo_train_checkpoint_restore_latest(t->config.checkpoint_dir, t->state, path,
-                                                          sizeof path);
+    kolo_status rc =
+        kolo_train_checkpoint_restore_latest(t->config.checkpoint_dir, t->state, path, sizeof path);
     if (rc == KOLO_OK) {
       KOLO_LOGI(LOG_TAG, "resumed from %s (step %llu, epoch %llu)", path,
                 (unsigned long long)h->step, (unsigned long long)h->epoch);
@@ -497,8 +503,7 @@ static kolo_status recover(kolo_train_trainer *t, kolo_status failure) {
   kolo_status rc = failure;
   for (int attempt = 0; rc != KOLO_OK && attempt < 10; attempt++) {
     if (kolo_elastic_should_stop(t->elastic)) return KOLO_ERR_ABORTED;
-    KOLO_LOGW(LOG_TAG, "rank %d: %s at step %llu; re-forming the ring", t->rank,
-              kolo_strerror(rc),
+    KOLO_LOGW(LOG_TAG, "rank %d: %s at step %llu; re-forming the ring", t->rank, kolo_strerror(rc),
               (unsigned long long)kolo_train_state_header_of(t->state)->step);
     rc = kolo_elastic_reform(t->elastic);
     if (rc != KOLO_OK && !recoverable(rc)) return rc;
@@ -603,8 +608,8 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
         next_epoch(t);
         epoch_ended = 1;
       }
-      size_t got = kolo_train_shard(t->perm, n, h->epoch_offset, global_batch, t->rank, t->size,
-                                    t->index);
+      size_t got =
+          kolo_train_shard(t->perm, n, h->epoch_offset, global_batch, t->rank, t->size, t->index);
       size_t window = n - h->epoch_offset < global_batch ? n - h->epoch_offset : global_batch;
       kolo_train_data_gather(t->train, t->index, got, t->x, t->y);
       float scale = got ? 1.0f / (float)(got * c->accumulate) : 0.0f;

@@ -27,23 +27,23 @@ typedef struct kolo_train_config {
   const char *dataset;      /* fashion-mnist | idx:<dir> | csv:<file> | libsvm:<file> | synthetic */
   const char *test_dataset; /* csv:/libsvm: test file; NULL holds out the last 10% */
   const kolo_train_dataset *train_set, *test_set; /* preloaded sets (tests); override dataset */
-  size_t synthetic_train, synthetic_test;          /* sizes of the synthetic set */
-  uint64_t epochs;          /* stop after this many epochs (when steps is 0) */
-  uint64_t steps;           /* stop after this many optimizer steps; 0 = use epochs */
-  size_t batch;             /* samples per worker per micro-batch */
-  size_t accumulate;        /* micro-batches per optimizer step */
+  size_t synthetic_train, synthetic_test;         /* sizes of the synthetic set */
+  uint64_t epochs;   /* stop after this many epochs (when steps is 0) */
+  uint64_t steps;    /* stop after this many optimizer steps; 0 = use epochs */
+  size_t batch;      /* samples per worker per micro-batch */
+  size_t accumulate; /* micro-batches per optimizer step */
   kolo_train_optim_config optim;
-  int scale_lr;             /* multiply the learning rate by the number of workers */
+  int scale_lr; /* multiply the learning rate by the number of workers */
   kolo_train_mode mode;
-  uint64_t average_every;   /* ASYNC: steps between model averages */
+  uint64_t average_every; /* ASYNC: steps between model averages */
   uint64_t seed;
   const char *checkpoint_dir; /* NULL = no checkpoints */
   uint64_t checkpoint_every;  /* steps between checkpoints; 0 = only at the end */
-  int eval;                 /* evaluate on the test split at the end of each epoch */
-  int json;                 /* progress as JSON lines */
-  int quiet;                /* only the final line */
-  uint64_t log_every;       /* steps between progress lines */
-  uint64_t commit_every;    /* elastic runs: steps between in-memory state commits */
+  int eval;                   /* evaluate on the test split at the end of each epoch */
+  int json;                   /* progress as JSON lines */
+  int quiet;                  /* only the final line */
+  uint64_t log_every;         /* steps between progress lines */
+  uint64_t commit_every;      /* elastic runs: steps between in-memory state commits */
 } kolo_train_config;
 
 /* Defaults: mlp 256,128; synthetic 6000/1000; 1 epoch; batch 64; SGD lr 0.02
@@ -53,16 +53,16 @@ void kolo_train_config_defaults(kolo_train_config *config);
 kolo_status kolo_train_mode_parse(const char *name, kolo_train_mode *mode);
 
 typedef struct kolo_train_result {
-  uint64_t steps;           /* optimizer steps completed (including resumed ones) */
-  uint64_t epochs;          /* epochs completed */
-  uint64_t resumed_step;    /* the step a checkpoint resumed from; 0 = fresh start */
-  double last_loss;         /* mean training loss of the last logging window */
-  double test_accuracy;     /* final evaluation on the test split */
+  uint64_t steps;        /* optimizer steps completed (including resumed ones) */
+  uint64_t epochs;       /* epochs completed */
+  uint64_t resumed_step; /* the step a checkpoint resumed from; 0 = fresh start */
+  double last_loss;      /* mean training loss of the last logging window */
+  double test_accuracy;  /* final evaluation on the test split */
   double test_loss;
-  double seconds;           /* wall time of the training loop */
+  double seconds; /* wall time of the training loop */
   double samples_per_second_worker;
   double samples_per_second_total;
-  int reconfigurations;     /* rings re-formed during the run (elastic) */
+  int reconfigurations; /* rings re-formed during the run (elastic) */
 } kolo_train_result;
 
 typedef struct kolo_train_trainer kolo_train_trainer;
