@@ -204,6 +204,40 @@ static void two_lenet_workers_with_batch_b_match_one_with_batch_2b(void **state)
   check_equivalence(*state, "lenet", 8, 8);
 }
 
+static void adam_warmup_accumulation_and_lr_scaling_keep_the_equivalence(void **state) {
+  fixture *f = *state;
+  kolo_train_config c[2];
+  base_config(f, &c[0]);
+  c[0].optim.kind = KOLO_TRAIN_ADAM;
+  c[0].optim.lr = 0.002f;
+  c[0].optim.warmup = 5;
+  c[0].scale_lr = 1; /* 2 workers: lr x 2 */
+  c[0].accumulate = 2;
+  c[0].batch = 8;
+  c[0].steps = 25;
+  c[1] = c[0];
+  rank_job jobs[2];
+  run_ring(2, c, jobs);
+  assert_memory_equal(jobs[0].params, jobs[1].params, jobs[0].count * sizeof(float));
+  kolo_train_config single = c[0];
+  single.batch = 16;
+  single.scale_lr = 0;
+  single.optim.lr = 0.004f;
+  size_t n;
+  float *p = run_single(&single, &n);
+  double d = max_rel_diff(p, jobs[0].params, n);
+  printf("adam+warmup+accumulate+scale-lr: max relative difference %.3g\n", d);
+  assert_true(d < 1e-3);
+  /* without the doubled rate the single run goes elsewhere */
+  single.optim.lr = 0.002f;
+  float *q = run_single(&single, &n);
+  assert_true(max_rel_diff(q, jobs[0].params, n) > 1e-2);
+  free(p);
+  free(q);
+  free(jobs[0].params);
+  free(jobs[1].params);
+}
+
 static void initial_state_and_data_order_come_from_rank_0(void **state) {
   fixture *f = *state;
   kolo_train_config c[2];
@@ -304,6 +338,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(two_lenet_workers_with_batch_b_match_one_with_batch_2b, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(
+          adam_warmup_accumulation_and_lr_scaling_keep_the_equivalence, setup, teardown),
       cmocka_unit_test_setup_teardown(initial_state_and_data_order_come_from_rank_0, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(async_workers_end_identical_and_learn, setup, teardown),
