@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Integration test of the kolo-train program: bad flags and damaged datasets
-# fail with a clear message and a non-zero exit; a 2-process run under kolorun
+# fail with a clear message and a non-zero exit; SIGTERM stops a run with a
+# checkpoint that a rerun resumes from; a 2-process run under kolorun
 # (real processes, real TCP ring on 127.0.0.1) prints JSON progress and a final
 # line; checkpoints written by the binary resume, and a corrupted one is skipped.
 set -uo pipefail
@@ -8,7 +9,8 @@ BIN="${KOLO_BIN_DIR:?}"
 TRAIN="$BIN/kolo-train"
 KOLORUN="$BIN/kolorun"
 WORK="$(mktemp -d /tmp/kolo-train-cli-XXXXXX)"
-trap 'rm -rf "$WORK"' EXIT
+pid=""
+trap '[ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; rm -rf "$WORK"' EXIT
 failures=0
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -59,6 +61,32 @@ PY
 if "$TRAIN" --dataset "csv:$WORK/d.csv" --hidden 8 --epochs 5 --batch 16 --quiet >"$WORK/out" 2>&1 &&
    grep -q "^final: test accuracy 0\.[89]" "$WORK/out"; then pass "csv training"; else
   fail "csv training"; cat "$WORK/out"; fi
+
+# SIGTERM: the run stops at the next step, writes a checkpoint, exits 143; a rerun resumes there
+SIG="$WORK/sig"
+"$TRAIN" --dataset synthetic --hidden 32 --epochs 100000 --batch 16 --checkpoint-dir "$SIG" \
+  --log-every 20 --json >"$WORK/sig.out" 2>"$WORK/sig.err" &
+pid=$!
+for _ in $(seq 200); do grep -q '"event":"progress"' "$WORK/sig.out" && break; sleep 0.1; done
+kill -TERM "$pid"
+rc=124
+for _ in $(seq 200); do
+  if ! kill -0 "$pid" 2>/dev/null; then wait "$pid"; rc=$?; break; fi
+  sleep 0.1
+done
+[ "$rc" -eq 124 ] && { kill -KILL "$pid"; wait "$pid"; }
+pid=""
+ckpt="$(ls "$SIG" 2>/dev/null | head -1)"
+if [ "$rc" -eq 143 ] && [ -n "$ckpt" ] && grep -q "stopped by signal 15" "$WORK/sig.err"; then
+  pass "SIGTERM stops with a checkpoint ($ckpt)"
+  step=$((10#$(echo "$ckpt" | sed 's/ckpt-\([0-9]*\)\.kolo/\1/')))
+  "$TRAIN" --dataset synthetic --hidden 32 --steps $((step + 5)) --batch 16 --checkpoint-dir "$SIG" \
+    --json --quiet >"$WORK/sig2.out" 2>&1
+  grep -q "\"resumed_step\":$step," "$WORK/sig2.out" && pass "resumed after SIGTERM at $step" ||
+    { fail "resume after SIGTERM"; cat "$WORK/sig2.out"; }
+else
+  fail "SIGTERM (rc $rc, checkpoint '$ckpt')"; cat "$WORK/sig.err"
+fi
 
 # 2 processes under kolorun, JSON lines
 if [ -x "$KOLORUN" ]; then

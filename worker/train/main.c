@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,14 @@
 #include "worker/train/trainer.h"
 
 #define LOG_TAG "train"
+
+/* Set by SIGTERM/SIGINT; the trainer polls it at every step boundary, writes a
+ * checkpoint and stops. A signal handler can only reach a static. */
+static volatile sig_atomic_t stop_signal = 0;
+
+static void on_stop_signal(int signo) {
+  stop_signal = signo;
+}
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -275,6 +284,14 @@ int main(int argc, char **argv) {
     return parsed > 0 ? 0 : 2;
   }
   openblas_set_num_threads((int)threads);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART; /* libkolo also retries on EINTR */
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  config.stop_flag = &stop_signal;
 
   kolo_elastic *elastic = NULL;
   kolo_train_trainer *trainer = NULL;
@@ -310,6 +327,11 @@ int main(int argc, char **argv) {
     size = kolo_comm_size(kolo_elastic_comm(elastic));
   }
 #endif
+  if (rc != KOLO_OK && stop_signal) {
+    fprintf(stderr, "kolo-train: rank %d: stopped by signal %d at step %llu\n", rank,
+            (int)stop_signal, (unsigned long long)r.steps);
+    goto out;
+  }
   if (rc != KOLO_OK) {
     fprintf(stderr, "kolo-train: rank %d: training failed: %s\n", rank, kolo_strerror(rc));
     goto out;
@@ -344,5 +366,6 @@ out:
 #ifndef KOLO_TRAIN_NO_COMM
   kolo_elastic_destroy(elastic);
 #endif
+  if (rc != KOLO_OK && stop_signal) return 128 + (int)stop_signal;
   return rc == KOLO_OK ? 0 : 1;
 }

@@ -531,14 +531,13 @@ static int finished(const kolo_train_trainer *t) {
   return t->config.steps ? h->step >= t->config.steps : h->epoch >= t->config.epochs;
 }
 
-/* Whether the agent asked this process to stop. */
-static int stop_requested(kolo_train_trainer *t) {
+/* Why the run must stop now: NULL to go on, "a signal" or "the agent". */
+static const char *stop_reason(kolo_train_trainer *t) {
+  if (t->config.stop_flag && *t->config.stop_flag) return "a signal";
 #ifndef KOLO_TRAIN_NO_COMM
-  return t->elastic && kolo_elastic_should_stop(t->elastic);
-#else
-  (void)t;
-  return 0;
+  if (t->elastic && kolo_elastic_should_stop(t->elastic)) return "the agent";
 #endif
+  return NULL;
 }
 
 /* Commits the state to the elastic context (in memory, no communication). */
@@ -585,10 +584,13 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
   uint64_t local_samples = 0, global_samples = 0;
   int have_eval = 0; /* the last epoch-end evaluation is of the current weights */
   for (;;) {
-    if (stop_requested(t)) {
-      KOLO_LOGW(LOG_TAG, "rank %d: stopped by the agent at step %llu", t->rank,
-                (unsigned long long)h->step);
+    const char *why = stop_reason(t);
+    if (why) {
+      KOLO_LOGW(LOG_TAG, "rank %d: stopped by %s at step %llu%s", t->rank, why,
+                (unsigned long long)h->step,
+                t->config.checkpoint_dir && t->rank == 0 ? "; writing a checkpoint" : "");
       write_checkpoint(t);
+      result->steps = h->step;
       rc = KOLO_ERR_ABORTED;
       goto out;
     }

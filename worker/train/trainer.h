@@ -5,6 +5,7 @@
 #ifndef KOLO_TRAIN_TRAINER_H
 #define KOLO_TRAIN_TRAINER_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +45,9 @@ typedef struct kolo_train_config {
   int quiet;                  /* only the final line */
   uint64_t log_every;         /* steps between progress lines */
   uint64_t commit_every;      /* elastic runs: steps between in-memory state commits */
+  /* checked at every step boundary; non-zero = stop (checkpoint written on rank 0)
+   * and return KOLO_ERR_ABORTED. Set from a signal handler. NULL = none. */
+  const volatile sig_atomic_t *stop_flag;
 } kolo_train_config;
 
 /* Defaults: mlp 256,128; synthetic 6000/1000; 1 epoch; batch 64; SGD lr 0.02
