@@ -526,8 +526,8 @@ static kolo_status recover(kolo_train_trainer *t, kolo_status failure) {
 }
 
 /* The stop condition: the step limit, or else the epoch limit. */
-static int finished(const kolo_train_trainer *t) {
-  const kolo_train_state_header *h = kolo_train_state_header_of(((kolo_train_trainer *)t)->state);
+static int finished(kolo_train_trainer *t) {
+  const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
   return t->config.steps ? h->step >= t->config.steps : h->epoch >= t->config.epochs;
 }
 
