@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "kolo/kolo.h"
+#ifdef KOLO_BENCH_CUDA
+#include "kolo_nccl.h"
+#endif
 
 typedef struct bench_options {
   size_t min_bytes, max_bytes;
@@ -20,15 +23,17 @@ typedef struct bench_options {
   kolo_op op;
   int check;
   int in_place;
+  int cuda; /* -D cuda: buffers in GPU memory, all-reduce over NCCL */
 } bench_options;
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: kolo-allreduce-perf [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUPS] [-n ITERS]\n"
-          "                           [-d DTYPE] [-o OP] [-c 0|1] [-i 0|1]\n"
+          "                           [-d DTYPE] [-o OP] [-c 0|1] [-i 0|1] [-D host|cuda]\n"
           "  sizes in bytes with K/M/G suffixes (defaults: -b 4K -e 64M -f 4 -w 5 -n 20)\n"
           "  -d uint8|int32|int64|float16|bfloat16|float32|float64 (default float32)\n"
-          "  -o sum|avg|min|max|prod (default sum); -c 1 checks results; -i 1 in place\n");
+          "  -o sum|avg|min|max|prod (default sum); -c 1 checks results; -i 1 in place\n"
+          "  -D cuda: buffers in GPU memory (rank r on CUDA device local_rank), NCCL data plane\n");
 }
 
 static int parse_size(const char *text, size_t *out) {
@@ -67,7 +72,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
                        .op = KOLO_SUM,
                        .check = 1};
   int c;
-  while ((c = getopt(argc, argv, "b:e:f:w:n:d:o:c:i:h")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:f:w:n:d:o:c:i:D:h")) != -1) {
     int bad = 0;
     switch (c) {
       case 'b':
@@ -104,6 +109,10 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         for (int p = 0; p < KOLO_OP_COUNT; p++) {
           if (strcmp(optarg, kolo_op_name((kolo_op)p)) == 0) o->op = (kolo_op)p, bad = 0;
         }
+        break;
+      case 'D':
+        bad = strcmp(optarg, "cuda") != 0 && strcmp(optarg, "host") != 0;
+        o->cuda = strcmp(optarg, "cuda") == 0;
         break;
       case 'h':
         usage(stdout);
@@ -224,18 +233,83 @@ static void fill(const bench_options *o, int rank, int size, void *buffer, size_
   for (size_t i = 0; i < count; i++) store(o->dtype, buffer, i, input(o->op, rank, size, i));
 }
 
+/* The operation's buffers: host memory, or GPU memory with host mirrors. */
+typedef struct bench_buffers {
+  void *send, *recv;           /* what the all-reduce sees */
+  void *host_send, *host_recv; /* where inputs are made and results checked */
+} bench_buffers;
+
+static kolo_status upload(const bench_options *o, bench_buffers *b, size_t bytes) {
+#ifdef KOLO_BENCH_CUDA
+  if (o->cuda) return kolo_nccl_copy_to_device(b->send, b->host_send, bytes);
+#endif
+  (void)o, (void)b, (void)bytes;
+  return KOLO_OK;
+}
+
+static kolo_status download(const bench_options *o, bench_buffers *b, const void *target,
+                            size_t bytes) {
+#ifdef KOLO_BENCH_CUDA
+  if (o->cuda) return kolo_nccl_copy_to_host(b->host_recv, target, bytes);
+#endif
+  (void)bytes;
+  if (target != b->host_recv) b->host_recv = (void *)target;
+  (void)o;
+  return KOLO_OK;
+}
+
+static kolo_status allocate(const bench_options *o, kolo_comm *comm, bench_buffers *b,
+                            size_t bytes) {
+  b->host_send = malloc(bytes);
+  b->host_recv = malloc(bytes);
+  if (b->host_send == NULL || b->host_recv == NULL) return KOLO_ERR_NO_MEMORY;
+  memset(b->host_send, 0, bytes);
+  memset(b->host_recv, 0, bytes);
+  b->send = b->host_send;
+  b->recv = b->host_recv;
+  if (!o->cuda) return KOLO_OK;
+  kolo_status status = kolo_comm_use_cuda(comm, kolo_comm_local_rank(comm));
+  if (status != KOLO_OK) return status;
+#ifdef KOLO_BENCH_CUDA
+  int device = kolo_comm_local_rank(comm);
+  status = kolo_nccl_device_alloc(device, bytes, &b->send);
+  if (status == KOLO_OK) status = kolo_nccl_device_alloc(device, bytes, &b->recv);
+  return status;
+#else
+  return KOLO_ERR_UNSUPPORTED;
+#endif
+}
+
+static void release(const bench_options *o, bench_buffers *b) {
+#ifdef KOLO_BENCH_CUDA
+  if (o->cuda) {
+    kolo_nccl_device_free(b->send);
+    kolo_nccl_device_free(b->recv);
+  }
+#endif
+  (void)o;
+  free(b->host_send);
+  free(b->host_recv);
+}
+
 /* One all-reduce on fresh inputs, compared element by element; returns #wrong. */
-static long long check_once(kolo_comm *comm, const bench_options *o, void *send, void *recv,
+static long long check_once(kolo_comm *comm, const bench_options *o, bench_buffers *b,
                             size_t count, kolo_status *status) {
   int rank = kolo_comm_rank(comm), size = kolo_comm_size(comm);
-  fill(o, rank, size, send, count);
-  void *target = o->in_place ? send : recv;
-  *status = kolo_allreduce(comm, send, target, count, o->dtype, o->op);
+  size_t bytes = count * kolo_dtype_size(o->dtype);
+  fill(o, rank, size, b->host_send, count);
+  *status = upload(o, b, bytes);
+  if (*status != KOLO_OK) return -1;
+  void *target = o->in_place ? b->send : b->recv;
+  *status = kolo_allreduce(comm, b->send, target, count, o->dtype, o->op);
+  if (*status != KOLO_OK) return -1;
+  bench_buffers result = *b;
+  *status = download(o, &result, target, bytes);
   if (*status != KOLO_OK) return -1;
   long long wrong = 0;
   for (size_t i = 0; i < count; i++) {
     double want = expected(o->op, o->dtype, size, i);
-    if (!(fabs(load(o->dtype, target, i) - want) <= tolerance(o->dtype, want))) wrong++;
+    if (!(fabs(load(o->dtype, result.host_recv, i) - want) <= tolerance(o->dtype, want))) wrong++;
   }
   return wrong;
 }
@@ -261,20 +335,21 @@ int main(int argc, char **argv) {
   size_t width = kolo_dtype_size(o.dtype);
   size_t max_count = o.max_bytes / width;
   /* allocated and touched once, reused for every size */
-  void *send = malloc(max_count * width + 64), *recv = malloc(max_count * width + 64);
+  bench_buffers buffers;
+  status = allocate(&o, comm, &buffers, max_count * width + 64);
   double *times = malloc((size_t)o.iterations * sizeof *times);
-  if (send == NULL || recv == NULL || times == NULL) {
-    fprintf(stderr, "kolo-allreduce-perf: out of memory\n");
+  if (status != KOLO_OK || times == NULL) {
+    fprintf(stderr, "kolo-allreduce-perf: cannot set up %s buffers: %s\n",
+            o.cuda ? "CUDA" : "host", kolo_strerror(status != KOLO_OK ? status : KOLO_ERR_NO_MEMORY));
     return 1;
   }
-  memset(send, 0, max_count * width + 64);
-  memset(recv, 0, max_count * width + 64);
+  void *send = buffers.send, *recv = buffers.recv;
   double factor = 2.0 * (size - 1) / size;
   if (rank == 0) {
     printf(
-        "# kolo-allreduce-perf: %d ranks, dtype %s, op %s, %s, %d warm-up and %d timed "
-        "iterations per size\n",
-        size, kolo_dtype_name(o.dtype), kolo_op_name(o.op),
+        "# kolo-allreduce-perf: %d ranks, %s buffers, dtype %s, op %s, %s, %d warm-up and %d "
+        "timed iterations per size\n",
+        size, o.cuda ? "CUDA" : "host", kolo_dtype_name(o.dtype), kolo_op_name(o.op),
         o.in_place ? "in place" : "out of place", o.warmups, o.iterations);
     printf(
         "# time = median of the per-iteration times on each rank, then the max over ranks;\n"
@@ -293,7 +368,9 @@ int main(int argc, char **argv) {
     size_t count = (size_t)bytes_d / width;
     if (count == 0) continue;
     size_t bytes = count * width;
-    fill(&o, rank, size, send, count);
+    fill(&o, rank, size, buffers.host_send, count);
+    status = upload(&o, &buffers, bytes);
+    if (status != KOLO_OK) return fail(comm, status, "copy to the GPU");
     void *target = o.in_place ? send : recv;
     status = kolo_barrier(comm);
     if (status != KOLO_OK) return fail(comm, status, "barrier");
@@ -315,7 +392,7 @@ int main(int argc, char **argv) {
     if (status != KOLO_OK) return fail(comm, status, "all-reduce of the times");
     long long wrong = 0, wrong_total = 0;
     if (o.check) {
-      wrong = check_once(comm, &o, send, recv, count, &status);
+      wrong = check_once(comm, &o, &buffers, count, &status);
       if (status != KOLO_OK) return fail(comm, status, "checked all-reduce");
       status = kolo_allreduce(comm, &wrong, &wrong_total, 1, KOLO_INT64, KOLO_SUM);
       if (status != KOLO_OK) return fail(comm, status, "all-reduce of #wrong");
@@ -338,8 +415,7 @@ int main(int argc, char **argv) {
   }
   if (rank == 0 && rows > 0) printf("# Avg bus bandwidth    : %.3f GB/s\n", bus_sum / rows);
   kolo_comm_destroy(comm);
-  free(send);
-  free(recv);
+  release(&o, &buffers);
   free(times);
   if (wrong_all != 0) {
     if (rank == 0) fprintf(stderr, "kolo-allreduce-perf: %lld wrong elements\n", wrong_all);
