@@ -62,6 +62,26 @@ if "$TRAIN" --dataset "csv:$WORK/d.csv" --hidden 8 --epochs 5 --batch 16 --quiet
    grep -q "^final: test accuracy 0\.[89]" "$WORK/out"; then pass "csv training"; else
   fail "csv training"; cat "$WORK/out"; fi
 
+# LIBSVM with a separate test file (sparse, +1/-1 labels)
+python3 - "$WORK/train.svm" "$WORK/test.svm" <<'PY'
+import random, sys
+random.seed(5)
+for path, n in ((sys.argv[1], 600), (sys.argv[2], 200)):
+    with open(path, "w") as f:
+        for _ in range(n):
+            c = random.randrange(2)
+            f.write("%+d 2:%.4f 5:%.4f\n" % (2 * c - 1, random.gauss(2 * c - 1, 0.5), random.gauss(0, 1)))
+PY
+if "$TRAIN" --dataset "libsvm:$WORK/train.svm" --test-data "$WORK/test.svm" --hidden 8 --epochs 5 \
+     --batch 16 --quiet >"$WORK/out" 2>&1 && grep -q "^final: test accuracy 0\.[89]" "$WORK/out"; then
+  pass "libsvm training with a test file"
+else
+  fail "libsvm training"; cat "$WORK/out"
+fi
+printf '+1 9:1\n' >"$WORK/wide.svm"
+expect_error "libsvm test file wider than training" "beyond the training set" \
+  "$TRAIN" --dataset "libsvm:$WORK/train.svm" --test-data "$WORK/wide.svm"
+
 # SIGTERM: the run stops at the next step, writes a checkpoint, exits 143; a rerun resumes there
 SIG="$WORK/sig"
 "$TRAIN" --dataset synthetic --hidden 32 --epochs 100000 --batch 16 --checkpoint-dir "$SIG" \
