@@ -27,10 +27,15 @@ expect_error() {
 }
 
 expect_error "unknown flag" "unknown or incomplete option" "$TRAIN" --bogus
-expect_error "bad model" "want mlp or lenet" "$TRAIN" --model resnet
+expect_error "bad model" "want mlp, lenet or logreg" "$TRAIN" --model resnet
 expect_error "bad batch" "batch must be" "$TRAIN" --batch 0
 expect_error "bad mode" "want sync or async" "$TRAIN" --mode sometimes
 expect_error "bad lr" "--lr" "$TRAIN" --lr -1
+expect_error "bad boolean" "not a boolean" "$TRAIN" --json=maybe
+expect_error "logreg with hidden layers" "no hidden layers" "$TRAIN" --model logreg --hidden 12
+if "$TRAIN" --model=logreg --steps=5 --json=true --quiet=yes --eval=false >"$WORK/out" 2>&1 &&
+   grep -q '^{"event":"done","steps":5,' "$WORK/out"; then pass "--key=value flags and logreg"; else
+  fail "--key=value flags"; cat "$WORK/out"; fi
 expect_error "unknown dataset" "unknown dataset" "$TRAIN" --dataset nosuch
 expect_error "missing idx dir" "No such file" "$TRAIN" --dataset "idx:$WORK/none"
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/log.h"
 #include "kolo/elastic.h"
@@ -28,7 +29,7 @@ static void on_stop_signal(int signo) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: kolo-train [options]\n"
-          "  --model mlp|lenet          model (default mlp)\n"
+          "  --model mlp|lenet|logreg   model (default mlp; logreg = mlp without hidden layers)\n"
           "  --hidden 256,128           MLP hidden sizes\n"
           "  --dataset D                fashion-mnist | idx:<dir> | csv:<file> | libsvm:<file> |\n"
           "                             synthetic (default synthetic)\n"
@@ -54,6 +55,7 @@ static void usage(FILE *f) {
           "  --threads N                OpenBLAS threads per worker (default 1)\n"
           "  --json                     progress and result as JSON lines\n"
           "  --quiet                    only the final line\n"
+          "Switches also take =true/=false; every flag also works as --flag=value.\n"
           "Distributed: run under kolorun (or kolo-worker); KOLO_SIZE etc. come from it.\n");
 }
 
@@ -79,6 +81,22 @@ static int parse_float(const char *flag, const char *s, float *out, float min) {
     return -1;
   }
   *out = v;
+  return 0;
+}
+
+/* A switch: no value means on; "=1/true/yes/on" or "=0/false/no/off" (so a job's
+ * hyper-parameter map can pass every flag as --key=value). */
+static int parse_bool(const char *flag, const char *s, int *out) {
+  if (!s || !strcmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") ||
+      !strcasecmp(s, "on")) {
+    *out = 1;
+  } else if (!strcmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") ||
+             !strcasecmp(s, "off")) {
+    *out = 0;
+  } else {
+    fprintf(stderr, "kolo-train: %s: '%s' is not a boolean (true/false)\n", flag, s);
+    return -1;
+  }
   return 0;
 }
 
@@ -122,7 +140,7 @@ static const struct option options[] = {
     {"batch", required_argument, NULL, OPT_BATCH},
     {"accumulate", required_argument, NULL, OPT_ACCUMULATE},
     {"lr", required_argument, NULL, OPT_LR},
-    {"scale-lr", no_argument, NULL, OPT_SCALE_LR},
+    {"scale-lr", optional_argument, NULL, OPT_SCALE_LR},
     {"warmup", required_argument, NULL, OPT_WARMUP},
     {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
     {"momentum", required_argument, NULL, OPT_MOMENTUM},
@@ -132,28 +150,34 @@ static const struct option options[] = {
     {"seed", required_argument, NULL, OPT_SEED},
     {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
-    {"eval", no_argument, NULL, OPT_EVAL},
+    {"eval", optional_argument, NULL, OPT_EVAL},
     {"no-eval", no_argument, NULL, OPT_NO_EVAL},
     {"log-every", required_argument, NULL, OPT_LOG_EVERY},
     {"commit-every", required_argument, NULL, OPT_COMMIT_EVERY},
     {"threads", required_argument, NULL, OPT_THREADS},
-    {"json", no_argument, NULL, OPT_JSON},
-    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"json", optional_argument, NULL, OPT_JSON},
+    {"quiet", optional_argument, NULL, OPT_QUIET},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
 
 /* Fills config from argv; returns 0, 1 for --help, -1 on a bad flag (message printed). */
 static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *threads) {
-  int opt;
+  int opt, logreg = 0;
   uint64_t v = 0;
   opterr = 0;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
     const char *flag = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
     switch (opt) {
       case OPT_MODEL:
+        if (strcmp(optarg, "logreg") == 0) { /* an MLP without hidden layers */
+          c->model = "mlp";
+          c->hidden = "";
+          logreg = 1;
+          break;
+        }
         if (strcmp(optarg, "mlp") != 0 && strcmp(optarg, "lenet") != 0) {
-          fprintf(stderr, "kolo-train: --model: '%s' (want mlp or lenet)\n", optarg);
+          fprintf(stderr, "kolo-train: --model: '%s' (want mlp, lenet or logreg)\n", optarg);
           return -1;
         }
         c->model = optarg;
@@ -191,7 +215,7 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
         if (parse_float("--lr", optarg, &c->optim.lr, 1e-12f)) return -1;
         break;
       case OPT_SCALE_LR:
-        c->scale_lr = 1;
+        if (parse_bool("--scale-lr", optarg, &c->scale_lr)) return -1;
         break;
       case OPT_WARMUP:
         if (parse_u64("--warmup", optarg, &c->optim.warmup)) return -1;
@@ -230,7 +254,7 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
         if (parse_u64("--checkpoint-every", optarg, &c->checkpoint_every)) return -1;
         break;
       case OPT_EVAL:
-        c->eval = 1;
+        if (parse_bool("--eval", optarg, &c->eval)) return -1;
         break;
       case OPT_NO_EVAL:
         c->eval = 0;
@@ -251,10 +275,10 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
         }
         break;
       case OPT_JSON:
-        c->json = 1;
+        if (parse_bool("--json", optarg, &c->json)) return -1;
         break;
       case OPT_QUIET:
-        c->quiet = 1;
+        if (parse_bool("--quiet", optarg, &c->quiet)) return -1;
         break;
       case OPT_HELP:
         return 1;
@@ -262,6 +286,10 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
         fprintf(stderr, "kolo-train: unknown or incomplete option '%s' (see --help)\n", flag);
         return -1;
     }
+  }
+  if (logreg && c->hidden && *c->hidden) {
+    fprintf(stderr, "kolo-train: --model logreg has no hidden layers (drop --hidden)\n");
+    return -1;
   }
   if (optind < argc) {
     fprintf(stderr, "kolo-train: unexpected argument '%s'\n", argv[optind]);
