@@ -163,7 +163,7 @@ static const struct option options[] = {
 
 /* Fills config from argv; returns 0, 1 for --help, -1 on a bad flag (message printed). */
 static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *threads) {
-  int opt, logreg = 0;
+  int opt, logreg = 0, hidden_set = 0;
   uint64_t v = 0;
   opterr = 0;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -172,7 +172,6 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
       case OPT_MODEL:
         if (strcmp(optarg, "logreg") == 0) { /* an MLP without hidden layers */
           c->model = "mlp";
-          c->hidden = "";
           logreg = 1;
           break;
         }
@@ -181,9 +180,11 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
           return -1;
         }
         c->model = optarg;
+        logreg = 0;
         break;
       case OPT_HIDDEN:
         c->hidden = optarg;
+        hidden_set = 1;
         break;
       case OPT_DATASET:
         c->dataset = optarg;
@@ -287,10 +288,11 @@ static int parse_flags(int argc, char **argv, kolo_train_config *c, uint64_t *th
         return -1;
     }
   }
-  if (logreg && c->hidden && *c->hidden) {
+  if (logreg && hidden_set && c->hidden && *c->hidden) {
     fprintf(stderr, "kolo-train: --model logreg has no hidden layers (drop --hidden)\n");
     return -1;
   }
+  if (logreg) c->hidden = "";
   if (optind < argc) {
     fprintf(stderr, "kolo-train: unexpected argument '%s'\n", argv[optind]);
     return -1;
