@@ -30,6 +30,7 @@
 #define PROCS 3
 
 typedef struct agent {
+  int active; /* started and not yet stopped */
   char dir[64];
   char socket_path[128];
   int listen_fd;
@@ -70,6 +71,7 @@ static void agent_start(agent *g) {
   assert_int_equal(bind(g->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
   assert_int_equal(listen(g->listen_fd, 8), 0);
   for (int i = 0; i < PROCS; i++) g->conns[i] = -1;
+  g->active = 1;
 }
 
 /* Starts kolo-train number i with stdout/stderr in the agent dir; accepts its connection. */
@@ -174,6 +176,8 @@ static int agent_wait_exit(agent *g, int i, double timeout_s) {
 
 /* Kills whatever is left and removes the directory. */
 static void agent_stop(agent *g) {
+  if (!g->active) return;
+  g->active = 0;
   for (int i = 0; i < PROCS; i++) {
     if (g->conns[i] >= 0) close(g->conns[i]);
     if (g->pids[i] > 0) {
@@ -208,38 +212,53 @@ static void read_done(agent *g, int i, double *accuracy, int *reconfigurations) 
 }
 
 /* One 3-process run; kill_at > 0 SIGKILLs process 1 once rank 0 reports that step. */
-static double run_job(long kill_at, int *reconfigurations) {
-  agent g;
-  agent_start(&g);
-  for (int i = 0; i < PROCS; i++) agent_spawn(&g, i);
+static double run_job(agent *a, long kill_at, int *reconfigurations) {
+  agent_stop(a);
+  agent_start(a);
+  for (int i = 0; i < PROCS; i++) agent_spawn(a, i);
   int ring1[3] = {0, 1, 2};
-  agent_announce(&g, 1, ring1, 3);
-  for (int i = 0; i < PROCS; i++) agent_wait(&g, i, "FORMED 1", NULL, 0, 60);
+  agent_announce(a, 1, ring1, 3);
+  for (int i = 0; i < PROCS; i++) agent_wait(a, i, "FORMED 1", NULL, 0, 60);
   double accuracy = 0;
   if (kill_at > 0) {
-    agent_wait(&g, 0, "REPORT {\"event\":\"progress\"", "\"step\":", kill_at, 120);
-    kill(g.pids[1], SIGKILL);
-    waitpid(g.pids[1], NULL, 0);
-    g.pids[1] = 0;
+    agent_wait(a, 0, "REPORT {\"event\":\"progress\"", "\"step\":", kill_at, 120);
+    kill(a->pids[1], SIGKILL);
+    waitpid(a->pids[1], NULL, 0);
+    a->pids[1] = 0;
     int ring2[2] = {0, 2};
-    agent_announce(&g, 2, ring2, 2);
-    agent_wait(&g, 0, "FORMED 2", NULL, 0, 60);
-    agent_wait(&g, 2, "FORMED 2", NULL, 0, 60);
-    assert_int_equal(agent_wait_exit(&g, 0, 240), 0);
-    assert_int_equal(agent_wait_exit(&g, 2, 240), 0);
+    agent_announce(a, 2, ring2, 2);
+    agent_wait(a, 0, "FORMED 2", NULL, 0, 60);
+    agent_wait(a, 2, "FORMED 2", NULL, 0, 60);
+    assert_int_equal(agent_wait_exit(a, 0, 240), 0);
+    assert_int_equal(agent_wait_exit(a, 2, 240), 0);
   } else {
-    for (int i = 0; i < PROCS; i++) assert_int_equal(agent_wait_exit(&g, i, 240), 0);
+    for (int i = 0; i < PROCS; i++) assert_int_equal(agent_wait_exit(a, i, 240), 0);
   }
-  read_done(&g, 0, &accuracy, reconfigurations);
-  agent_stop(&g);
+  read_done(a, 0, &accuracy, reconfigurations);
+  agent_stop(a);
   return accuracy;
 }
 
+/* Each test's agent lives in its state, so teardown stops its processes even
+ * when an assertion ends the test early. */
+static int setup(void **state) {
+  agent *a = calloc(1, sizeof *a);
+  if (!a) return -1;
+  *state = a;
+  return 0;
+}
+
+static int teardown(void **state) {
+  agent_stop(*state);
+  free(*state);
+  return 0;
+}
+
 static void a_killed_worker_costs_at_most_one_point_of_accuracy(void **state) {
-  (void)state;
+  agent *a = *state;
   int reconf_plain = -1, reconf_killed = -1;
-  double plain = run_job(0, &reconf_plain);
-  double killed = run_job(strcmp(g_dataset, "fashion") == 0 ? 300 : 40, &reconf_killed);
+  double plain = run_job(a, 0, &reconf_plain);
+  double killed = run_job(a, strcmp(g_dataset, "fashion") == 0 ? 300 : 40, &reconf_killed);
   printf("%s: undisturbed accuracy %.4f, with a worker killed %.4f (%d reconfiguration)\n",
          g_dataset, plain, killed, reconf_killed);
   assert_int_equal(reconf_plain, 0);
@@ -249,30 +268,31 @@ static void a_killed_worker_costs_at_most_one_point_of_accuracy(void **state) {
 }
 
 static void a_stop_from_the_agent_ends_every_rank_promptly(void **state) {
-  (void)state;
-  agent g;
-  agent_start(&g);
-  for (int i = 0; i < 2; i++) agent_spawn(&g, i);
+  agent *a = *state;
+  agent_start(a);
+  for (int i = 0; i < 2; i++) agent_spawn(a, i);
   int ring1[2] = {0, 1};
-  agent_announce(&g, 1, ring1, 2);
-  agent_wait(&g, 0, "REPORT {\"event\":\"progress\"", "\"step\":", 30, 120);
+  agent_announce(a, 1, ring1, 2);
+  agent_wait(a, 0, "REPORT {\"event\":\"progress\"", "\"step\":", 30, 120);
   double start = now_seconds();
-  for (int i = 0; i < 2; i++) assert_int_equal(write(g.conns[i], "STOP cancelled\n", 15), 15);
-  for (int i = 0; i < 2; i++) assert_int_equal(agent_wait_exit(&g, i, 60), 1);
+  for (int i = 0; i < 2; i++) assert_int_equal(write(a->conns[i], "STOP cancelled\n", 15), 15);
+  for (int i = 0; i < 2; i++) assert_int_equal(agent_wait_exit(a, i, 60), 1);
   assert_true(now_seconds() - start < 10.0);
   char cmd[256];
   snprintf(cmd, sizeof cmd, "grep -q 'stopped by the agent\\|communicator aborted' '%s/out.0'",
-           g.dir);
+           a->dir);
   assert_int_equal(system(cmd), 0);
-  agent_stop(&g);
+  agent_stop(a);
 }
 
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (argc > 1) g_dataset = argv[1];
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(a_killed_worker_costs_at_most_one_point_of_accuracy),
-      cmocka_unit_test(a_stop_from_the_agent_ends_every_rank_promptly),
+      cmocka_unit_test_setup_teardown(a_killed_worker_costs_at_most_one_point_of_accuracy, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_stop_from_the_agent_ends_every_rank_promptly, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
