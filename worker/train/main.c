@@ -324,6 +324,9 @@ int main(int argc, char **argv) {
   config.stop_flag = &stop_signal;
 
   kolo_elastic *elastic = NULL;
+#ifdef KOLO_TRAIN_NO_COMM
+  (void)elastic;
+#endif
   kolo_train_trainer *trainer = NULL;
   kolo_status rc = KOLO_OK;
   const char *size_env = getenv("KOLO_SIZE");
