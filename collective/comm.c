@@ -22,6 +22,8 @@
 #define MAX_SECRET_BYTES 1024
 #define DEFAULT_SEGMENT_BYTES (256 * 1024)
 #define DEFAULT_SMALL_BYTES (32 * 1024)
+/* operations from this size on stream through shared memory (same-host neighbours) */
+#define DEFAULT_SHM_MIN_BYTES (256 * 1024)
 
 /* ---- failure ---- */
 
@@ -209,14 +211,15 @@ kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn **connect
     KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d of epoch %llu",
               comm->rank, (unsigned long long)comm->epoch, rank, (unsigned long long)epoch);
   } else if (size != comm->size || rank != expected_rank ||
-             (*kind != KOLO_CONNECTION_DATA && *kind != KOLO_CONNECTION_CONTROL)) {
+             (*kind != KOLO_CONNECTION_DATA && *kind != KOLO_CONNECTION_CONTROL &&
+              *kind != KOLO_CONNECTION_BELL)) {
     verdict = KOLO_ERR_PROTOCOL;
     KOLO_LOGW("kolo", "rank %d: refused a connection claiming rank %d of %d (want rank %d of %d)",
               comm->rank, rank, size, expected_rank, comm->size);
   }
   uint32_t shm_taken = 0;
   kolo_transport_conn *shared = NULL;
-  if (verdict == KOLO_OK && *kind == KOLO_CONNECTION_DATA && name_length > 0) {
+  if (verdict == KOLO_OK && *kind == KOLO_CONNECTION_BELL && name_length > 0) {
     uint64_t nonce = ((uint64_t)get32(offer + 4) << 32) | get32(offer + 8);
     shm_taken = kolo_shm_accept(shm_name, nonce, conn, &shared) == KOLO_OK;
   }
@@ -285,8 +288,10 @@ static void free_comm(kolo_comm *comm) {
   }
   free(comm->secret);
   if (comm->transport != NULL) {
-    comm->next_ops->close(comm->data_next);
-    comm->prev_ops->close(comm->data_prev);
+    comm->transport->close(comm->data_next);
+    comm->transport->close(comm->data_prev);
+    kolo_transport_shm.close(comm->shm_next);
+    kolo_transport_shm.close(comm->shm_prev);
     comm->transport->close(comm->control[0].conn);
     comm->transport->close(comm->control[1].conn);
   }
@@ -353,8 +358,7 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   comm->local_size = spec->local_size > 0 ? spec->local_size : spec->size;
   comm->timeout_ms = spec->timeout_ms > 0 ? spec->timeout_ms : timeout_from_env();
   comm->transport = &kolo_transport_tcp;
-  comm->next_ops = &kolo_transport_tcp;
-  comm->prev_ops = &kolo_transport_tcp;
+  comm->shm_min_bytes = size_from_env("KOLO_SHM_MIN_BYTES", DEFAULT_SHM_MIN_BYTES);
   comm->failed_rank = -1;
   comm->segment_bytes = size_from_env("KOLO_SEGMENT_BYTES", DEFAULT_SEGMENT_BYTES);
   comm->small_bytes = size_from_env("KOLO_SMALL_BYTES", DEFAULT_SMALL_BYTES);
@@ -396,102 +400,112 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   return KOLO_OK;
 }
 
-/* Connects both links to the next rank, accepts both from the previous one, and
- * checks every handshake; strangers (wrong secret, other epoch) are refused and
- * the accept loop goes on until the deadline. */
+/* Connects three connections to the next rank (data, control, and the doorbell
+ * of a shared-memory ring offered on it), accepts the same three from the
+ * previous one, and checks every handshake; strangers (wrong secret, other
+ * epoch) are refused and the accept loop goes on until the deadline. */
 static kolo_status form_ring(kolo_comm *comm, kolo_listener *listener) {
   int n = comm->size;
   int next = (comm->rank + 1) % n, prev = (comm->rank + n - 1) % n;
   int64_t deadline = kolo_deadline_after_ms(comm->timeout_ms);
   const kolo_transport_ops *tp = comm->transport;
-  kolo_status status;
-  kolo_transport_conn *control_next = NULL, *control_prev = NULL;
-
+  kolo_status status = KOLO_OK;
+  static const int kinds[3] = {KOLO_CONNECTION_DATA, KOLO_CONNECTION_CONTROL, KOLO_CONNECTION_BELL};
+  kolo_transport_conn *outgoing[3] = {NULL, NULL, NULL};
+  kolo_transport_conn *incoming[3] = {NULL, NULL, NULL};
   kolo_shm_offer *offer = NULL;
-  status = tp->connect(comm->peers[next], deadline, &comm->data_next);
-  if (status == KOLO_OK && kolo_shm_enabled() && kolo_shm_offer_create(&offer) != KOLO_OK) {
-    offer = NULL; /* no shared memory here: plain TCP */
+  int acked[3] = {0, 0, 0};
+  int shm_given = 0;
+
+  if (kolo_shm_enabled() && kolo_shm_offer_create(&offer) != KOLO_OK) offer = NULL;
+  for (int i = 0; i < 3 && status == KOLO_OK; i++) {
+    status = tp->connect(comm->peers[next], deadline, &outgoing[i]);
+    if (status == KOLO_OK) {
+      status = kolo_handshake_send_hello(comm, outgoing[i], kinds[i], i == 2 ? offer : NULL,
+                                         deadline);
+    }
   }
-  if (status == KOLO_OK) status = kolo_handshake_send_hello(comm, comm->data_next, KOLO_CONNECTION_DATA, offer, deadline);
-  if (status == KOLO_OK) status = tp->connect(comm->peers[next], deadline, &control_next);
-  if (status == KOLO_OK) comm->control[0].conn = control_next;
-  if (status == KOLO_OK) status = kolo_handshake_send_hello(comm, control_next, KOLO_CONNECTION_CONTROL, NULL, deadline);
   if (status != KOLO_OK) {
     KOLO_LOGE("kolo", "rank %d epoch %llu: cannot reach rank %d at %s: %s", comm->rank,
               (unsigned long long)comm->epoch, next, comm->peers[next], kolo_strerror(status));
-    kolo_shm_offer_destroy(offer);
-    return status;
+    goto out;
   }
   /* accept from the previous rank while watching our own outgoing connections:
    * a refusal (wrong secret, other epoch) must end this call at once, not after
    * the timeout spent waiting for a neighbour that will never dial us */
-  int acked[2] = {0, 0};
-  kolo_transport_conn *outgoing[2] = {comm->data_next, control_next};
-  while (comm->data_prev == NULL || control_prev == NULL || !acked[0] || !acked[1]) {
-    struct pollfd fds[3];
-    int accepting = comm->data_prev == NULL || control_prev == NULL;
+  for (;;) {
+    int accepting = incoming[0] == NULL || incoming[1] == NULL || incoming[2] == NULL;
+    if (!accepting && acked[0] && acked[1] && acked[2]) break;
+    struct pollfd fds[4];
     fds[0] = (struct pollfd){.fd = accepting ? tp->listener_poll_fd(listener->listener) : -1,
                              .events = POLLIN};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
       fds[1 + i] = (struct pollfd){.fd = acked[i] ? -1 : tp->poll_fd(outgoing[i]), .events = POLLIN};
     }
     int wait_ms = kolo_ms_until(deadline);
     if (wait_ms == 0) {
-      kolo_shm_offer_destroy(offer);
       status = KOLO_ERR_TIMEOUT;
       KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", comm->rank,
                 (unsigned long long)comm->epoch, accepting ? prev : next,
                 accepting ? "did not connect" : "did not answer");
-      return status;
+      goto out;
     }
-    if (poll(fds, 3, wait_ms) <= 0) continue;
-    for (int i = 0; i < 2; i++) {
+    if (poll(fds, 4, wait_ms) <= 0) continue;
+    for (int i = 0; i < 3; i++) {
       if (fds[1 + i].revents == 0) continue;
       int shm_taken = 0;
       status = kolo_handshake_read_ack(comm, outgoing[i], &shm_taken, deadline);
       if (status != KOLO_OK) {
         KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", comm->rank,
                   (unsigned long long)comm->epoch, next, kolo_strerror(status));
-        kolo_shm_offer_destroy(offer);
-        return status;
+        goto out;
       }
       acked[i] = 1;
-      if (i == 0 && shm_taken && offer != NULL) {
-        kolo_transport_conn *shared = NULL;
-        status = kolo_shm_offer_accepted(offer, comm->data_next, &shared);
-        offer = NULL;
-        if (status != KOLO_OK) return status;
-        comm->data_next = shared;
-        comm->next_ops = &kolo_transport_shm;
-      }
+      if (i == 2 && shm_taken && offer != NULL) shm_given = 1;
     }
     if (fds[0].revents == 0) continue;
     kolo_transport_conn *conn = NULL;
     status = tp->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
     if (status == KOLO_ERR_TIMEOUT) continue;
-    if (status != KOLO_OK) {
-      kolo_shm_offer_destroy(offer);
-      return status;
-    }
+    if (status != KOLO_OK) goto out;
     int kind = 0;
     kolo_transport_conn *accepted = conn;
     status = kolo_handshake_accept(comm, &accepted, prev, &kind, deadline);
-    if (status == KOLO_OK && kind == KOLO_CONNECTION_DATA && comm->data_prev == NULL) {
-      comm->data_prev = accepted;
-      if (accepted != conn) comm->prev_ops = &kolo_transport_shm;
+    int slot = kind - KOLO_CONNECTION_DATA;
+    if (status == KOLO_OK && slot >= 0 && slot < 3 && incoming[slot] == NULL) {
+      if (accepted != conn) {
+        comm->shm_prev = accepted; /* a ring we mapped: its bell is this connection */
+        incoming[slot] = accepted;
+      } else {
+        incoming[slot] = conn;
+      }
     } else if (accepted != conn) {
       kolo_transport_shm.close(accepted); /* a duplicate that mapped a ring */
-    } else if (status == KOLO_OK && kind == KOLO_CONNECTION_CONTROL && control_prev == NULL) {
-      control_prev = conn;
-      comm->control[1].conn = conn;
     } else {
       tp->close(conn); /* refused stranger or duplicate: changes nothing */
     }
+    status = KOLO_OK;
   }
-  kolo_shm_offer_destroy(offer); /* not taken (another host): plain TCP */
-  comm->control[0] = (kolo_control_link){.conn = control_next, .peer_rank = next, .open = 1};
-  comm->control[1] = (kolo_control_link){.conn = control_prev, .peer_rank = prev, .open = 1};
-  return KOLO_OK;
+  comm->data_next = outgoing[0];
+  comm->data_prev = incoming[0];
+  comm->control[0] = (kolo_control_link){.conn = outgoing[1], .peer_rank = next, .open = 1};
+  comm->control[1] = (kolo_control_link){.conn = incoming[1], .peer_rank = prev, .open = 1};
+  outgoing[0] = outgoing[1] = incoming[0] = incoming[1] = NULL;
+  if (shm_given) {
+    status = kolo_shm_offer_accepted(offer, outgoing[2], &comm->shm_next);
+    offer = NULL;
+    if (status != KOLO_OK) goto out;
+    outgoing[2] = NULL;
+  }
+  if (comm->shm_prev != NULL) incoming[2] = NULL; /* owned by shm_prev */
+  status = KOLO_OK;
+out:
+  kolo_shm_offer_destroy(offer); /* not taken (another host): TCP only */
+  for (int i = 0; i < 3; i++) {
+    tp->close(outgoing[i]);
+    if (incoming[i] != comm->shm_prev) tp->close(incoming[i]);
+  }
+  return status;
 }
 
 kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener,
@@ -514,9 +528,9 @@ kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener
     goto out;
   }
   comm->engine_started = 1;
-  KOLO_LOGD("kolo", "rank %d of %d joined the ring at epoch %llu (data out over %s, in over %s)",
-            comm->rank, comm->size, (unsigned long long)comm->epoch, comm->next_ops->name,
-            comm->prev_ops->name);
+  KOLO_LOGD("kolo", "rank %d of %d joined the ring at epoch %llu (shared memory out: %s, in: %s)",
+            comm->rank, comm->size, (unsigned long long)comm->epoch,
+            comm->shm_next ? "yes" : "no", comm->shm_prev ? "yes" : "no");
   *out = comm;
   comm = NULL;
 out:

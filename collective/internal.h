@@ -98,8 +98,11 @@ struct kolo_comm {
   /* ring connections (NULL when size == 1) */
   kolo_transport_conn *data_next; /* we send data to rank + 1 */
   kolo_transport_conn *data_prev; /* we receive data from rank - 1 */
-  const kolo_transport_ops *next_ops; /* transport of data_next: TCP or shared memory */
-  const kolo_transport_ops *prev_ops; /* transport of data_prev */
+  /* shared-memory rings with the neighbours (NULL when not on one host): large
+   * operations stream through them, small ones keep TCP's lower latency */
+  kolo_transport_conn *shm_next;
+  kolo_transport_conn *shm_prev;
+  size_t shm_min_bytes; /* operations of at least this many bytes use the rings */
   kolo_control_link control[2];   /* [0] to rank + 1, [1] to rank - 1 */
 
   /* engine: queue of requests, run by the engine thread or inline by a blocking caller */
@@ -154,8 +157,9 @@ void kolo_control_service(kolo_comm *comm, kolo_control_link *link);
 /* Handshake of a fresh connection (connector side / acceptor side). */
 #define KOLO_CONNECTION_DATA 1
 #define KOLO_CONNECTION_CONTROL 2
+#define KOLO_CONNECTION_BELL 3 /* doorbell of a shared-memory ring */
 struct kolo_shm_offer;
-/* offer: a shared-memory ring offered for this (data) connection, or NULL. */
+/* offer: a shared-memory ring offered on this (bell) connection, or NULL. */
 kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
                                       const struct kolo_shm_offer *offer, int64_t deadline_ns);
 /* *shm_taken: whether the peer mapped the offered ring. */

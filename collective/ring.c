@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "collective/internal.h"
+#include "collective/transport_shm.h"
 #include "common/log.h"
 
 static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
@@ -108,8 +109,9 @@ static void plan_allreduce_ring(kolo_comm *comm, const char *src, char *dst, siz
   }
 }
 
-/* Executes comm->plan. Returns KOLO_OK or the communicator's failure. */
-static kolo_status execute_plan(kolo_comm *comm, int engine_thread);
+/* Executes comm->plan; op_bytes (the operation's size, the same on every rank)
+ * picks the shared-memory rings or TCP. Returns KOLO_OK or the failure. */
+static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes);
 
 static kolo_status run_allreduce(kolo_comm *comm, kolo_request *request, int engine_thread) {
   size_t element = kolo_dtype_size(request->dtype);
@@ -136,7 +138,7 @@ static kolo_status run_allreduce(kolo_comm *comm, kolo_request *request, int eng
       plan_send(plan, gather + bytes * (size_t)send_block, bytes, t == 0 ? -1 : t - 1);
       plan_recv(plan, gather + bytes * (size_t)recv_block, NULL, bytes, 0);
     }
-    status = execute_plan(comm, engine_thread);
+    status = execute_plan(comm, engine_thread, bytes);
     if (status != KOLO_OK) return status;
     kolo_reduce(dst, gather, gather + bytes, request->count, request->dtype, request->op);
     for (int b = 2; b < n; b++) {
@@ -147,7 +149,7 @@ static kolo_status run_allreduce(kolo_comm *comm, kolo_request *request, int eng
     return KOLO_OK;
   }
   plan_allreduce_ring(comm, src, dst, request->count, element, request->op);
-  return execute_plan(comm, engine_thread);
+  return execute_plan(comm, engine_thread, bytes);
 }
 
 static kolo_status run_allgather(kolo_comm *comm, kolo_request *request, int engine_thread) {
@@ -166,7 +168,7 @@ static kolo_status run_allgather(kolo_comm *comm, kolo_request *request, int eng
     }
     plan_reset(&comm->plan, KOLO_UINT8, KOLO_SUM);
     plan_allgather_blocks(comm, (char *)comm->counts, count_offsets, count_bytes);
-    status = execute_plan(comm, engine_thread);
+    status = execute_plan(comm, engine_thread, 0);
     if (status != KOLO_OK) return status;
     total = 0;
     for (int b = 0; b < n; b++) total += (size_t)comm->counts[b];
@@ -195,7 +197,7 @@ static kolo_status run_allgather(kolo_comm *comm, kolo_request *request, int eng
   if (n == 1 || total == 0) return KOLO_OK;
   plan_reset(&comm->plan, request->dtype, KOLO_SUM);
   plan_allgather_blocks(comm, out, offsets, bytes);
-  return execute_plan(comm, engine_thread);
+  return execute_plan(comm, engine_thread, total * element);
 }
 
 static kolo_status run_broadcast(kolo_comm *comm, kolo_request *request, int engine_thread) {
@@ -211,7 +213,7 @@ static kolo_status run_broadcast(kolo_comm *comm, kolo_request *request, int eng
     int index = plan_recv(plan, request->recv, NULL, bytes, 0);
     if (position < n - 1) plan_send(plan, request->recv, bytes, index);
   }
-  return execute_plan(comm, engine_thread);
+  return execute_plan(comm, engine_thread, bytes);
 }
 
 static kolo_status run_reducescatter(kolo_comm *comm, kolo_request *request, int engine_thread) {
@@ -239,7 +241,7 @@ static kolo_status run_reducescatter(kolo_comm *comm, kolo_request *request, int
     plan_recv(plan, into, src + (size_t)recv_block * block, block,
               request->op == KOLO_AVG && t == n - 2);
   }
-  return execute_plan(comm, engine_thread);
+  return execute_plan(comm, engine_thread, block * (size_t)n);
 }
 
 kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thread) {
@@ -297,10 +299,17 @@ static kolo_status data_link_failed(kolo_comm *comm, int neighbour, int engine_t
   return comm->error;
 }
 
-static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
+static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes) {
   kolo_ring_plan *plan = &comm->plan;
   const kolo_transport_ops *tp = comm->transport;
-  const kolo_transport_ops *next_ops = comm->next_ops, *prev_ops = comm->prev_ops;
+  /* the writer has a ring exactly when its reader has one, and op_bytes is the
+   * same on both sides, so both pick the same channel */
+  int shared = comm->shm_next != NULL && op_bytes >= comm->shm_min_bytes;
+  const kolo_transport_ops *next_ops = shared ? &kolo_transport_shm : tp;
+  kolo_transport_conn *data_next = shared ? comm->shm_next : comm->data_next;
+  shared = comm->shm_prev != NULL && op_bytes >= comm->shm_min_bytes;
+  const kolo_transport_ops *prev_ops = shared ? &kolo_transport_shm : tp;
+  kolo_transport_conn *data_prev = shared ? comm->shm_prev : comm->data_prev;
   size_t element = kolo_dtype_size(plan->dtype);
   size_t segment = comm->segment_bytes / element * element;
   if (segment == 0) segment = element;
@@ -321,7 +330,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
       if (sent < available) {
         size_t moved = 0;
         kolo_status status =
-            next_ops->send(comm->data_next, item->buffer + sent, available - sent, &moved);
+            next_ops->send(data_next, item->buffer + sent, available - sent, &moved);
         if (status != KOLO_OK) return data_link_failed(comm, next, engine_thread, "send failed");
         if (moved == 0) break;
         sent += moved;
@@ -346,7 +355,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
       size_t moved = 0;
       kolo_status status;
       if (item->local == NULL) {
-        status = prev_ops->recv(comm->data_prev, item->buffer + done, item->bytes - done, &moved);
+        status = prev_ops->recv(data_prev, item->buffer + done, item->bytes - done, &moved);
         if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
         if (moved == 0) break;
         plan->processed[recv_index] += moved;
@@ -354,7 +363,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
         continue;
       }
       size_t want = item->bytes - done < segment ? item->bytes - done : segment;
-      status = prev_ops->recv(comm->data_prev, comm->staging + staged, want - staged, &moved);
+      status = prev_ops->recv(data_prev, comm->staging + staged, want - staged, &moved);
       if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
       if (moved == 0) break;
       staged += moved;
@@ -388,10 +397,10 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
     int recvs_pending = recv_index < plan->recv_count;
     int next_slot = count;
     fds[count++] = (struct pollfd){
-        .fd = sends_pending ? next_ops->poll_fd(comm->data_next) : -1,
-        .events = (short)(POLLRDHUP | (want_send ? next_ops->poll_events(comm->data_next, 1) : 0))};
-    fds[count++] = (struct pollfd){.fd = recvs_pending ? prev_ops->poll_fd(comm->data_prev) : -1,
-                                   .events = prev_ops->poll_events(comm->data_prev, 0)};
+        .fd = sends_pending ? next_ops->poll_fd(data_next) : -1,
+        .events = (short)(POLLRDHUP | (want_send ? next_ops->poll_events(data_next, 1) : 0))};
+    fds[count++] = (struct pollfd){.fd = recvs_pending ? prev_ops->poll_fd(data_prev) : -1,
+                                   .events = prev_ops->poll_events(data_prev, 0)};
     int link_slot[2] = {-1, -1};
     if (engine_thread) {
       for (int i = 0; i < 2; i++) {
@@ -400,6 +409,16 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
           fds[count++] = (struct pollfd){.fd = tp->poll_fd(comm->control[i].conn), .events = POLLIN};
         }
       }
+    }
+    /* shared memory moves without the kernel: announce we are about to sleep,
+     * and look again if the peer moved meanwhile */
+    if (want_send && next_ops->prepare_wait != NULL &&
+        !next_ops->prepare_wait(data_next, 1)) {
+      continue;
+    }
+    if (recvs_pending && prev_ops->prepare_wait != NULL &&
+        !prev_ops->prepare_wait(data_prev, 0)) {
+      continue;
     }
     int64_t left_ns = last_progress + timeout_ns - kolo_now_ns();
     if (left_ns <= 0) {

@@ -41,6 +41,10 @@ typedef struct kolo_transport_ops {
   /* poll(2) events that mean progress is possible on poll_fd: for sending
    * (sending = 1) or receiving. TCP: POLLOUT / POLLIN. */
   short (*poll_events)(const kolo_transport_conn *conn, int sending);
+  /* Called right before sleeping in poll for sending or receiving: returns 1 if
+   * it is safe to sleep (the peer will wake poll_fd), 0 if progress is possible
+   * now. NULL = always safe (the kernel wakes us, as with TCP). Never blocks. */
+  int (*prepare_wait)(kolo_transport_conn *conn, int sending);
   /* Descriptor that polls readable when a connection waits to be accepted. */
   int (*listener_poll_fd)(const kolo_transport_listener *listener);
   /* Closes and frees; never blocks; NULL is a no-op. */

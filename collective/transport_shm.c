@@ -1,8 +1,8 @@
 /* The shared-memory transport for ranks on one host: a byte ring per direction
- * in a POSIX shared-memory object, with the ring's TCP data connection kept as
- * the doorbell (one byte after each write, one credit byte after each read) so
- * that the executor still sleeps in poll(2) and a dead peer still shows up as a
- * closed socket. Offered by the connecting side in the handshake; the acceptor
+ * in a POSIX shared-memory object, with a TCP connection of its own kept as the
+ * doorbell (a byte when the other side said it was about to sleep) so that the
+ * executor still sleeps in poll(2) and a dead peer still shows up as a closed
+ * socket. Offered by the connecting side in the handshake; the acceptor
  * takes it only if it can open the object and finds the offer's nonce in it, so
  * ranks on different hosts (or without a shared /dev/shm) fall back to TCP. */
 #include <errno.h>
@@ -21,7 +21,7 @@
 #include "common/log.h"
 
 #define SHM_MAGIC 0x4b4f4c4f53484d31ull /* "KOLOSHM1" */
-#define DEFAULT_CAPACITY (4u * 1024u * 1024u)
+#define DEFAULT_CAPACITY (1024u * 1024u)
 
 typedef struct shm_ring {
   uint64_t magic;
@@ -32,6 +32,9 @@ typedef struct shm_ring {
   char pad1[56];
   _Atomic uint64_t tail; /* bytes read, ever (reader) */
   char pad2[56];
+  _Atomic uint32_t reader_waiting; /* the reader is about to sleep: ring the bell */
+  _Atomic uint32_t writer_waiting; /* the writer is about to sleep: send a credit */
+  char pad3[56];
   char data[];
 } shm_ring;
 
@@ -94,7 +97,8 @@ kolo_status kolo_shm_offer_create(kolo_shm_offer **out) {
   if (ftruncate(fd, (off_t)offer->mapped_bytes) != 0) {
     status = KOLO_ERR_UNSUPPORTED;
   } else {
-    void *map = mmap(NULL, offer->mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *map = mmap(NULL, offer->mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                     fd, 0);
     if (map == MAP_FAILED) {
       status = KOLO_ERR_UNSUPPORTED;
     } else {
@@ -103,6 +107,8 @@ kolo_status kolo_shm_offer_create(kolo_shm_offer **out) {
       offer->ring->nonce = offer->nonce;
       atomic_store(&offer->ring->head, 0);
       atomic_store(&offer->ring->tail, 0);
+      atomic_store(&offer->ring->reader_waiting, 0);
+      atomic_store(&offer->ring->writer_waiting, 0);
       atomic_thread_fence(memory_order_release);
       offer->ring->magic = SHM_MAGIC;
     }
@@ -159,7 +165,7 @@ kolo_status kolo_shm_accept(const char *name, uint64_t nonce, kolo_transport_con
   size_t mapped_bytes = 0;
   if (fstat(fd, &info) == 0 && (size_t)info.st_size > sizeof(shm_ring)) {
     mapped_bytes = (size_t)info.st_size;
-    map = mmap(NULL, mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    map = mmap(NULL, mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   }
   close(fd);
   shm_unlink(name); /* both sides mapped it (or gave up): nothing may leak */
@@ -215,8 +221,8 @@ static kolo_status shm_send(kolo_transport_conn *handle, const void *buffer, siz
   memcpy(ring->data + offset, buffer, first);
   if (n > first) memcpy(ring->data, (const char *)buffer + first, n - first);
   conn->position += n;
-  atomic_store_explicit(&ring->head, conn->position, memory_order_release);
-  ring_bell(conn);
+  atomic_store(&ring->head, conn->position);
+  if (atomic_exchange(&ring->reader_waiting, 0)) ring_bell(conn);
   *moved = n;
   return KOLO_OK;
 }
@@ -238,10 +244,26 @@ static kolo_status shm_recv(kolo_transport_conn *handle, void *buffer, size_t le
   memcpy(buffer, ring->data + offset, first);
   if (n > first) memcpy((char *)buffer + first, ring->data, n - first);
   conn->position += n;
-  atomic_store_explicit(&ring->tail, conn->position, memory_order_release);
-  ring_bell(conn);
+  atomic_store(&ring->tail, conn->position);
+  if (atomic_exchange(&ring->writer_waiting, 0)) ring_bell(conn);
   *moved = n;
   return KOLO_OK;
+}
+
+/* Before sleeping in poll: raise this side's waiting flag, then look again
+ * (the other side clears the flag and rings only after it moved its counter, so
+ * with sequentially consistent ordering one of the two always sees the other). */
+static int shm_prepare_wait(kolo_transport_conn *handle, int sending) {
+  shm_conn *conn = (shm_conn *)handle;
+  shm_ring *ring = conn->ring;
+  if (sending) {
+    atomic_store(&ring->writer_waiting, 1);
+    uint64_t tail = atomic_load(&ring->tail);
+    return ring->capacity - (conn->position - tail) == 0;
+  }
+  atomic_store(&ring->reader_waiting, 1);
+  uint64_t head = atomic_load(&ring->head);
+  return head == conn->position;
 }
 
 static int shm_poll_fd(const kolo_transport_conn *handle) {
@@ -269,5 +291,6 @@ const kolo_transport_ops kolo_transport_shm = {
     .recv = shm_recv,
     .poll_fd = shm_poll_fd,
     .poll_events = shm_poll_events,
+    .prepare_wait = shm_prepare_wait,
     .close = shm_close,
 };
