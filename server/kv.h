@@ -41,9 +41,10 @@ typedef struct kolo_server_kv_event {
 } kolo_server_kv_event;
 
 /* Called with the events of one or more revisions, in order. revision = the newest one seen.
- * The backend resumes a broken watch itself from revision + 1. */
+ * The backend resumes a broken watch itself from revision + 1. reset = 1 means history
+ * was lost (compaction): events are then the whole current state under the prefix, as puts. */
 typedef void (*kolo_server_kv_watch_fn)(void *arg, const kolo_server_kv_event *events, size_t count,
-                                        int64_t revision);
+                                        int64_t revision, int reset);
 
 typedef struct kolo_server_kv kolo_server_kv;
 
@@ -73,5 +74,8 @@ void kolo_server_kv_items_free(kolo_server_kv_item *items, size_t count);
 
 /* The in-process backend. */
 kolo_status kolo_server_kv_mem_create(kolo_server_kv **out);
+
+/* The etcd backend over libkolo_coord: endpoints is a comma-separated list of client URLs. */
+kolo_status kolo_server_kv_etcd_create(const char *endpoints, kolo_server_kv **out);
 
 #endif

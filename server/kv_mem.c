@@ -138,7 +138,7 @@ static kolo_status mem_txn(kolo_server_kv *kv, const kolo_server_kv_compare *com
   if (revision) *revision = rev;
 unlock:
   pthread_mutex_unlock(&m->lock);
-  if (rc == KOLO_OK && n_events && m->watch_fn) m->watch_fn(m->watch_arg, events, n_events, m->revision);
+  if (rc == KOLO_OK && n_events && m->watch_fn) m->watch_fn(m->watch_arg, events, n_events, m->revision, 0);
   pthread_mutex_unlock(&m->notify);
   for (size_t i = 0; i < n_events; i++) {
     free(events[i].item.key);

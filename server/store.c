@@ -214,10 +214,17 @@ static void set_revision(kolo_server_store *s, int64_t revision) {
 }
 
 /* The kv watch callback: apply the batch, then tell subscribers of each changed job once. */
-static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count, int64_t revision) {
+static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count, int64_t revision,
+                     int reset) {
   kolo_server_store *s = arg;
   pthread_mutex_lock(&s->sub_lock);
   pthread_rwlock_wrlock(&s->lock);
+  if (reset) {
+    /* History was compacted away: rebuild the view from the snapshot. */
+    KOLO_LOGW(LOG, "watch resynced at revision %" PRId64 "; reloading %zu keys", revision, count);
+    for (size_t i = 0; i < s->count; i++) entry_free(s->entries[i]);
+    s->count = 0;
+  }
   for (size_t i = 0; i < count; i++) apply_item(s, &events[i].item, events[i].is_delete);
   for (size_t i = 0; i < s->count; i++) {
     entry *e = s->entries[i];
