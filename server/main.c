@@ -16,6 +16,7 @@
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/store.h"
+#include "scheduler/scheduler.h"
 
 #define LOG "server"
 
@@ -29,6 +30,7 @@ typedef struct server {
   kolo_server_metrics *metrics;
   kolo_server_grpc *grpc;
   kolo_server_http *http;
+  kolo_sched *sched; /* scheduling runs while this replica leads */
 } server;
 
 /* Reads a whole (small) file; NULL with errno on failure. */
@@ -79,7 +81,13 @@ static int write_port_file(const char *path, int grpc_port, int http_port) {
   return rename(tmp, path);
 }
 
+/* The scheduler asks through this whether this replica leads (and for the fence). */
+static kolo_status sched_fence(void *arg, char *key, size_t len, int64_t *revision) {
+  return kolo_server_leader_fence(arg, key, len, revision);
+}
+
 static void teardown(server *s) {
+  kolo_sched_stop(s->sched);
   if (s->grpc) kolo_server_grpc_stop(s->grpc, s->opts.grace_ms);
   kolo_server_http_stop(s->http);
   kolo_server_leader_stop(s->leader);
@@ -167,6 +175,8 @@ int main(int argc, char **argv) {
       KOLO_LOGE(LOG, "leader election: %s", kolo_strerror(rc));
       goto out;
     }
+    kolo_sched_config sc = {endpoints, sched_fence, s.leader, 0};
+    if (kolo_sched_start(&sc, &s.sched) != KOLO_OK) goto out;
   }
   if (kolo_server_metrics_create(&s.metrics) != KOLO_OK) goto out;
 
