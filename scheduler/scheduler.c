@@ -647,6 +647,7 @@ static int handle_active(kolo_sched *s, snapshot *snap, job *j) {
 
   uint32_t min = bound(j, "min_workers"), max = bound(j, "max_workers");
   if (l->n > 0) {
+    size_t k;
     const char *survivors[4096];
     size_t n_survivors = 0;
     for (size_t i = 0; i < n; i++)
@@ -667,8 +668,18 @@ static int handle_active(kolo_sched *s, snapshot *snap, job *j) {
         kolo_sched_on_loss(n_survivors, count_idle(snap), min, max, done, limit, &take);
     char message[2600];
     if (action == KOLO_SCHED_FAIL) {
-      snprintf(message, sizeof message, "exceeded max_reconfigurations (%u): lost workers %s",
-               limit ? limit : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS, names);
+      /* name every worker lost since the job started: the earlier ones are in the ring */
+      char earlier[1024] = "";
+      size_t at = 0;
+      json_t *gone;
+      json_array_foreach(json_object_get(ring, "lost"), k, gone) {
+        at += (size_t)snprintf(earlier + at, at < sizeof earlier ? sizeof earlier - at : 0, "%s%s",
+                               at ? ", " : "", json_string_value(json_object_get(gone, "worker_id")) ?: "?");
+        if (at >= sizeof earlier) at = sizeof earlier - 1;
+      }
+      snprintf(message, sizeof message, "exceeded max_reconfigurations (%u): lost workers %s%s%s",
+               limit ? limit : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS, names, at ? "; earlier: " : "",
+               earlier);
       wrote = end_job(s, snap, j, "FAILED", "FAILED", message) == KOLO_OK;
     } else if (action == KOLO_SCHED_REFORM) {
       snprintf(message, sizeof message, "lost %s; re-forming with %zu survivors and %zu new workers", names,

@@ -228,6 +228,29 @@ int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers,
   return -1;
 }
 
+json_t *cluster_post(cluster *c, const char *path, const char *body) {
+  for (int i = 0; i < CLUSTER_MAX_SERVERS; i++)
+    if (c->servers[i] > 0) return http(c->http_ports[i], "POST", path, body);
+  return NULL;
+}
+
+const char *cluster_worker_state(cluster *c, const char *id, char *buf, size_t len) {
+  buf[0] = '\0';
+  for (int i = 0; i < CLUSTER_MAX_SERVERS; i++) {
+    if (c->servers[i] <= 0) continue;
+    json_t *workers = http(c->http_ports[i], "GET", "/v1/workers", NULL);
+    size_t k;
+    json_t *w;
+    json_array_foreach(json_object_get(workers, "workers"), k, w) {
+      if (strcmp(json_string_value(json_object_get(w, "id")) ?: "", id) == 0)
+        snprintf(buf, len, "%s", json_string_value(json_object_get(w, "state")) ?: "");
+    }
+    json_decref(workers);
+    break;
+  }
+  return buf;
+}
+
 json_t *cluster_job(cluster *c, const char *id) {
   char path[256];
   snprintf(path, sizeof path, "/v1/jobs/%s", id);
