@@ -457,6 +457,21 @@ static kolo_status end_job(kolo_sched *s, snapshot *snap, job *j, const char *ph
   json_object_set_new(status, "phase", json_string(phase));
   json_object_set_new(status, "finished_unix_ms", json_integer(wall_ms()));
   if (strcmp(phase, "FAILED") == 0) json_object_set_new(status, "error", json_string(message));
+  /* the last progress rank 0 reported (the periodic copy is throttled) */
+  const char *rank0 = json_string_value(json_object_get(json_array_get(json_object_get(j->status, "members"), 0), "worker_id"));
+  json_t *progress = rank0 ? json_object_get(json_object_get(j->reports, rank0), "progress") : NULL;
+  if (json_is_object(progress)) {
+    json_t *merged = json_deep_copy(json_object_get(status, "progress"));
+    if (!json_is_object(merged)) {
+      json_decref(merged);
+      merged = json_object();
+    }
+    static const char *const fields[] = {"step", "total_steps", "loss", "samples_per_sec", "accuracy"};
+    for (size_t i = 0; i < 5; i++)
+      if (json_is_number(json_object_get(progress, fields[i])))
+        json_object_set(merged, fields[i], json_object_get(progress, fields[i]));
+    json_object_set_new(status, "progress", merged);
+  }
   add_event(t, j, type, int_of(j->status, "epoch"), message);
   finish_job_write(t, j, status);
   for (size_t i = 0; i < snap->n_workers; i++) {

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <netinet/in.h>
@@ -328,6 +329,46 @@ int cluster_results(cluster *c, const char *id, int steps) {
   }
   fclose(f);
   return bad ? -1 : n;
+}
+
+int cluster_job_processes(const char *job, const char *worker) {
+  char want_job[160], want_worker[160];
+  snprintf(want_job, sizeof want_job, "KOLO_JOB_ID=%s", job);
+  snprintf(want_worker, sizeof want_worker, "KOLO_WORKER_ID=%s", worker);
+  DIR *proc = opendir("/proc");
+  if (proc == NULL) return -1;
+  int count = 0;
+  struct dirent *entry;
+  while ((entry = readdir(proc)) != NULL) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    char path[300], env[16384];
+    snprintf(path, sizeof path, "/proc/%s/environ", entry->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue;
+    size_t n = fread(env, 1, sizeof env - 1, f);
+    fclose(f);
+    env[n] = '\0';
+    int has_job = 0, has_worker = 0;
+    for (size_t at = 0; at < n; at += strlen(env + at) + 1) {
+      if (strcmp(env + at, want_job) == 0) has_job = 1;
+      if (strcmp(env + at, want_worker) == 0) has_worker = 1;
+    }
+    if (has_job && has_worker) {
+      /* a zombie has no environment left to read; so this one runs */
+      count++;
+    }
+  }
+  closedir(proc);
+  return count;
+}
+
+int cluster_wait_no_processes(const char *job, const char *worker, int timeout_ms) {
+  int64_t deadline = cluster_now_ms() + timeout_ms;
+  while (cluster_job_processes(job, worker) != 0) {
+    if (cluster_now_ms() > deadline) return -1;
+    sleep_ms(50);
+  }
+  return 0;
 }
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {

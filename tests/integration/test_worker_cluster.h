@@ -66,6 +66,13 @@ json_t *cluster_event(json_t *job, const char *type, int min_epoch);
  * returns the number of lines, or -1 if any line is wrong. */
 int cluster_results(cluster *c, const char *id, int steps);
 
+/* Live processes started for job by worker (found by their KOLO_JOB_ID and
+ * KOLO_WORKER_ID environment in /proc). */
+int cluster_job_processes(const char *job, const char *worker);
+
+/* Waits until no such process is left; 0 on success. */
+int cluster_wait_no_processes(const char *job, const char *worker, int timeout_ms);
+
 int64_t cluster_now_ms(void);
 
 /* Kills everything, removes the directory. */

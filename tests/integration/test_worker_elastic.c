@@ -55,6 +55,8 @@ static void a_three_worker_job_finishes_with_the_exact_result(void **state) {
   assert_non_null(cluster_event(job, "SCHEDULED", 1));
   assert_non_null(cluster_event(job, "FINISHED", 1));
   assert_int_equal(cluster_results(c, "three", 40), 3);
+  /* progress came back through the agents' reports */
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(job, "status"), "progress"), "step")), 40);
   json_decref(job);
 }
 
@@ -63,8 +65,11 @@ static void a_killed_worker_is_left_behind_and_the_result_stays_exact(void **sta
   start_workers(c, 3);
   assert_int_equal(cluster_submit(c, "kill", 2, 3, 200, 20, ""), 0);
   assert_int_equal(cluster_wait_step(c, "kill", 10, 30000), 0);
+  assert_int_equal(cluster_job_processes("kill", "w2"), 1);
   int64_t killed_at = cluster_now_ms();
   cluster_signal_worker(c, 2, SIGKILL);
+  /* no orphan: the process died with its agent */
+  assert_int_equal(cluster_wait_no_processes("kill", "w2", 3000), 0);
   json_t *job = cluster_wait_phase(c, "kill", "RUNNING", 2, 20000);
   assert_string_equal(phase(job), "RUNNING");
   assert_int_equal(status_int(job, "epoch"), 2);
@@ -111,6 +116,7 @@ static void a_draining_worker_leaves_at_once_and_exits_zero(void **state) {
   int64_t asked_at = cluster_now_ms();
   cluster_signal_worker(c, 3, SIGTERM);
   assert_int_equal(cluster_wait_worker(c, 3, 10000), 0);
+  assert_int_equal(cluster_job_processes("drain", "w3"), 0);
   json_t *job = cluster_wait_phase(c, "drain", "RUNNING", 2, 20000);
   assert_int_equal(member_count(job), 2);
   json_t *lost = cluster_event(job, "WORKER_LOST", 2);

@@ -134,6 +134,7 @@ static void cancel_stops_the_processes_and_scale_grows_the_ring(void **state) {
     char id[8];
     snprintf(id, sizeof id, "w%d", i);
     assert_int_equal(wait_worker_state(c, id, "idle", 10000), 0);
+    assert_int_equal(cluster_job_processes("cs", id), 0);
   }
 }
 
