@@ -312,7 +312,7 @@ static kolo_status load(kolo_sched *s, snapshot *snap) {
     }
   }
   snap->n_jobs = kept;
-  qsort(snap->jobs, snap->n_jobs, sizeof *snap->jobs, by_creation);
+  if (snap->n_jobs > 1) qsort(snap->jobs, snap->n_jobs, sizeof *snap->jobs, by_creation);
 out:
   kolo_etcd_range_result_free(&assigns);
   kolo_etcd_range_result_free(&drains);
@@ -681,7 +681,7 @@ static int handle_active(kolo_sched *s, snapshot *snap, job *j) {
     uint32_t limit = (uint32_t)int_of(j->spec, "max_reconfigurations");
     kolo_sched_loss_action action =
         kolo_sched_on_loss(n_survivors, count_idle(snap), min, max, done, limit, &take);
-    char message[2600];
+    char message[4200];
     if (action == KOLO_SCHED_FAIL) {
       /* name every worker lost since the job started: the earlier ones are in the ring */
       char earlier[1024] = "";
