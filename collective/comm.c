@@ -508,6 +508,12 @@ static void wake_engine(kolo_comm *comm) {
 /* Runs a blocking request: inline on the caller's thread when nothing is queued
  * (no thread hand-off on the latency path), else behind the queued ones. */
 static kolo_status run_blocking(kolo_comm *comm, kolo_request *request) {
+  if (request->kind != KOLO_REQUEST_BARRIER &&
+      kolo_device_wanted(comm, request->send, request->recv)) {
+    void *device_request = NULL;
+    KOLO_CHECK(kolo_device_submit(comm, request, &device_request));
+    return kolo_device_wait(comm, device_request);
+  }
   pthread_mutex_lock(&comm->mutex);
   if (!comm->busy && comm->queue_head == NULL) {
     comm->busy = 1;
@@ -533,6 +539,11 @@ static kolo_status run_blocking(kolo_comm *comm, kolo_request *request) {
 
 static kolo_status submit_async(kolo_comm *comm, const kolo_request *prototype,
                                 kolo_request **out) {
+  void *device_request = NULL;
+  if (prototype->kind != KOLO_REQUEST_BARRIER &&
+      kolo_device_wanted(comm, prototype->send, prototype->recv)) {
+    KOLO_CHECK(kolo_device_submit(comm, prototype, &device_request));
+  }
   pthread_mutex_lock(&comm->mutex);
   kolo_request *request = comm->free_requests;
   if (request != NULL) {
@@ -548,6 +559,12 @@ static kolo_status submit_async(kolo_comm *comm, const kolo_request *prototype,
   request->pooled = 1;
   request->done = 0;
   request->next = NULL;
+  request->device_request = device_request;
+  if (device_request != NULL) { /* NCCL runs it; nothing to queue */
+    pthread_mutex_unlock(&comm->mutex);
+    *out = request;
+    return KOLO_OK;
+  }
   if (comm->queue_tail) comm->queue_tail->next = request;
   else comm->queue_head = request;
   comm->queue_tail = request;
@@ -565,6 +582,13 @@ static void release_request(kolo_comm *comm, kolo_request *request) {
 kolo_status kolo_wait(kolo_request *request) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   kolo_comm *comm = request->comm;
+  if (request->device_request != NULL) {
+    kolo_status device_status = kolo_device_wait(comm, request->device_request);
+    pthread_mutex_lock(&comm->mutex);
+    release_request(comm, request);
+    pthread_mutex_unlock(&comm->mutex);
+    return device_status;
+  }
   pthread_mutex_lock(&comm->mutex);
   while (!request->done) pthread_cond_wait(&comm->cond, &comm->mutex);
   kolo_status status = request->status;
@@ -576,6 +600,17 @@ kolo_status kolo_wait(kolo_request *request) {
 kolo_status kolo_test(kolo_request *request, int *done, kolo_status *status) {
   if (request == NULL || done == NULL) return KOLO_ERR_INVALID_ARG;
   kolo_comm *comm = request->comm;
+  if (request->device_request != NULL) {
+    kolo_status device_status = KOLO_OK;
+    kolo_device_test(comm, request->device_request, done, &device_status);
+    if (*done) {
+      if (status != NULL) *status = device_status;
+      pthread_mutex_lock(&comm->mutex);
+      release_request(comm, request);
+      pthread_mutex_unlock(&comm->mutex);
+    }
+    return KOLO_OK;
+  }
   pthread_mutex_lock(&comm->mutex);
   *done = request->done;
   if (request->done) {
@@ -622,6 +657,7 @@ void kolo_comm_error_message(const kolo_comm *comm, char *buffer, size_t length)
 void kolo_comm_abort(kolo_comm *comm) {
   if (comm == NULL) return;
   kolo_comm_fail(comm, KOLO_ERR_ABORTED, comm->rank, "aborted by rank %d", comm->rank);
+  kolo_device_abort(comm);
 }
 
 void kolo_comm_destroy(kolo_comm *comm) {
@@ -642,6 +678,7 @@ void kolo_comm_destroy(kolo_comm *comm) {
   pthread_mutex_unlock(&comm->mutex);
   wake_engine(comm);
   if (comm->engine_started) pthread_join(comm->engine, NULL);
+  kolo_device_destroy(comm);
   free_comm(comm);
 }
 

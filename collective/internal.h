@@ -40,6 +40,7 @@ struct kolo_request {
   kolo_status status;
   int done;     /* guarded by comm->mutex */
   int pooled;   /* lives in the comm's pool (async) rather than on a caller's stack */
+  void *device_request; /* an NCCL request when the operation runs on device buffers */
   kolo_request *next;
 };
 
@@ -129,6 +130,11 @@ struct kolo_comm {
   size_t *block_offsets;  /* size entries */
   size_t *block_bytes;    /* size entries */
   kolo_ring_plan plan;
+
+  /* CUDA mode (collective/device.c) */
+  int cuda_enabled;
+  int cuda_device;
+  struct kolo_nccl_comm *nccl;
 };
 
 /* Records the first failure, wakes every waiter and tells the ring neighbours.
@@ -153,6 +159,16 @@ kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn,
 /* Reads a hello, checks secret/epoch/rank, answers; *kind is the connection kind. */
 kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
                                   int *kind, int64_t deadline_ns);
+
+/* Device-buffer dispatch (collective/device.c): whether either buffer is device
+ * memory in a CUDA-mode communicator; submit an operation to NCCL; wait/test the
+ * NCCL request; abort/destroy the epoch's NCCL communicator. */
+int kolo_device_wanted(const kolo_comm *comm, const void *a, const void *b);
+kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request, void **device_request);
+kolo_status kolo_device_wait(kolo_comm *comm, void *device_request);
+kolo_status kolo_device_test(kolo_comm *comm, void *device_request, int *done, kolo_status *status);
+void kolo_device_abort(kolo_comm *comm);
+void kolo_device_destroy(kolo_comm *comm);
 
 struct kolo_listener {
   const kolo_transport_ops *transport;

@@ -242,7 +242,8 @@ kolo_status kolo_etcd_keepalive_start(kolo_etcd *client, int64_t lease_id, int64
                                       kolo_etcd_lease_lost_fn lost, void *user,
                                       kolo_etcd_keepalive **out);
 
-/* Whether the keep-alive still holds its lease (no loss reported). */
+/* Whether the keep-alive still holds its lease; turns false once the lost
+ * callback (if any) has returned. */
 int kolo_etcd_keepalive_alive(const kolo_etcd_keepalive *keepalive);
 
 /* Stops the thread (promptly: an in-flight renewal is cancelled) and frees it.
@@ -277,7 +278,8 @@ typedef struct kolo_etcd_watch_update {
 } kolo_etcd_watch_update;
 
 /* Called on the watch's own thread, one update at a time, in order. The update
- * and everything it points to live only for the call. Must not stop its own watch. */
+ * and everything it points to live only for the call. A slow callback holds the
+ * stream back (etcd buffers); it must not stop its own watch. */
 typedef void (*kolo_etcd_watch_fn)(const kolo_etcd_watch_update *update, void *user);
 
 typedef struct kolo_etcd_watch_opts {
@@ -303,8 +305,9 @@ int64_t kolo_etcd_watch_next_revision(const kolo_etcd_watch *watch);
 /* Whether the stream is currently established. */
 int kolo_etcd_watch_connected(const kolo_etcd_watch *watch);
 
-/* Stops the watch thread promptly (the stream is aborted, not drained) and frees
- * it. Not from the watch's own callback (KOLO_ERR_STATE is logged and nothing
+/* Stops the watch thread promptly (the stream is aborted, not drained; a resync
+ * read in progress after a compaction is waited for, at most one request deadline
+ * per page) and frees it. Not from the watch's own callback (KOLO_ERR_STATE is logged and nothing
  * happens). NULL is ignored. */
 void kolo_etcd_watch_stop(kolo_etcd_watch *watch);
 

@@ -54,8 +54,10 @@ kolo_status kolo_etcd_call(kolo_etcd *client, const char *path, json_t *body, in
 const char *kolo_etcd_endpoint(const kolo_etcd *client, size_t i);
 
 /* The "Authorization" header line for the current token ("" when none), copied to buf.
- * Authenticates first when a user is configured and no token is held. */
-kolo_status kolo_etcd_auth_header(kolo_etcd *client, char *buf, size_t size);
+ * Authenticates first (within timeout_ms, 0 = the client's deadline; cancel, if
+ * given, aborts the login) when a user is configured and no token is held. */
+kolo_status kolo_etcd_auth_header(kolo_etcd *client, char *buf, size_t size, int timeout_ms,
+                                  const atomic_int *cancel);
 
 /* Drops the token so that the next request authenticates again. */
 void kolo_etcd_auth_invalidate(kolo_etcd *client);
