@@ -28,9 +28,10 @@ kolo_sched_loss_action kolo_sched_on_loss(size_t survivors, size_t idle, uint32_
                                           uint32_t max_workers, uint32_t done,
                                           uint32_t max_reconfigurations, size_t *take);
 
-/* The next ring's order: the survivors in their old rank order, then the
- * newcomers, at most max entries (a shrink drops the highest ranks). Rank 0 is
- * therefore a survivor whenever there is one. out needs room for
+/* Who is in the next ring: the survivors in their old rank order, then the
+ * newcomers, at most max entries (a shrink drops the highest ranks). The final
+ * rank order (grouped by host) comes from coord's planner (planner.h), which
+ * keeps the survivors' order and makes a survivor rank 0. out needs room for
  * n_survivors + n_new entries; returns the count written. */
 size_t kolo_sched_plan_ring(const char *const *survivors, size_t n_survivors,
                             const char *const *newcomers, size_t n_new, size_t max,

@@ -20,6 +20,7 @@
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
+#include "coordination/planner.h"
 #include "scheduler/plan.h"
 
 #define LOG "sched"
@@ -338,6 +339,37 @@ static size_t count_idle(const snapshot *snap) {
 
 /* ---- decisions ---- */
 
+/* Ranks the chosen members with coord's planner (grouped by host, survivors in
+ * their old order, rank 0 the survivor with the lowest old rank). Leaves order
+ * as it is if the planner refuses. */
+static void order_by_planner(snapshot *snap, const json_t *old_ring, const char **order, size_t n) {
+  if (n == 0) return;
+  kolo_planner_member *members = calloc(n, sizeof *members);
+  size_t *ranks = calloc(n, sizeof *ranks);
+  const char **reordered = calloc(n, sizeof *reordered);
+  json_t *old_members = json_object_get(old_ring, "members");
+  size_t n_previous = json_array_size(old_members);
+  const char **previous = calloc(n_previous + 1, sizeof *previous);
+  if (members && ranks && reordered && previous) {
+    for (size_t i = 0; i < n; i++) {
+      worker *w = find_worker(snap, order[i]);
+      members[i] = (kolo_planner_member){order[i], w ? w->m.host : "?", w ? w->m.address : "?"};
+    }
+    for (size_t i = 0; i < n_previous; i++)
+      previous[i] = json_string_value(json_object_get(json_array_get(old_members, i), "worker_id")) ?: "?";
+    if (kolo_planner_plan(members, n, previous, n_previous, ranks) == KOLO_OK) {
+      for (size_t i = 0; i < n; i++) reordered[i] = order[ranks[i]];
+      memcpy(order, reordered, n * sizeof *order);
+    } else {
+      KOLO_LOGW(LOG, "ring planner: %s; keeping survivors-first order", kolo_etcd_last_error());
+    }
+  }
+  free(members);
+  free(ranks);
+  free(reordered);
+  free(previous);
+}
+
 /* Writes epoch (status.epoch + 1) of j with members = survivors + newcomers,
  * removing the removed workers' assignments; phase and events go with it. */
 static kolo_status write_epoch(kolo_sched *s, snapshot *snap, job *j, const char *const *survivors,
@@ -357,6 +389,7 @@ static kolo_status write_epoch(kolo_sched *s, snapshot *snap, job *j, const char
   int64_t old_epoch = int_of(j->status, "epoch");
   int64_t epoch = old_epoch + 1;
   json_t *old_ring = ring_at(j, old_epoch);
+  order_by_planner(snap, old_ring, order, n);
   const char *hosts[4096];
   int local_rank[4096], local_size[4096];
   if (n > 4096) n = 4096;
