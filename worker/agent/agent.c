@@ -40,6 +40,8 @@ typedef struct agent {
   kolo_etcd *etcd;
   kolo_membership *reg;
   kolo_member record;
+  kolo_member_label labels[64]; /* the record's labels point into label_text */
+  char label_text[1024], endpoint_text[1024];
   kolo_etcd_watch *watch;
   int wake[2];
   pthread_mutex_t lock;
@@ -496,14 +498,6 @@ static kolo_status setup(agent *a) {
     return KOLO_ERR_INVALID_ARG;
   }
   snprintf(a->listen, sizeof a->listen, "%s", o->listen[0] ? o->listen : o->advertise);
-  if (o->work_dir[0])
-    snprintf(a->work_dir, sizeof a->work_dir, "%s", o->work_dir);
-  else
-    snprintf(a->work_dir, sizeof a->work_dir, "/tmp/kolo-worker-%.200s", a->id);
-  if (mkdir(a->work_dir, 0755) != 0 && errno != EEXIST) {
-    KOLO_LOGE(LOG, "cannot create work dir %s: %s", a->work_dir, strerror(errno));
-    return KOLO_ERR_IO;
-  }
   snprintf(a->assign_key, sizeof a->assign_key, KOLO_KEY_ASSIGN_PREFIX "%s", a->id);
 
   /* the record */
@@ -513,9 +507,9 @@ static kolo_status setup(agent *a) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   a->record.cpus = cpus > 0 && cpus < 65536 ? (int)cpus : 1;
   a->record.gpus = o->gpus;
-  static kolo_member_label labels[64];
-  static char label_text[1024];
-  snprintf(label_text, sizeof label_text, "%s", o->labels);
+  kolo_member_label *labels = a->labels;
+  char *label_text = a->label_text;
+  snprintf(label_text, sizeof a->label_text, "%s", o->labels);
   char *save = NULL;
   for (char *pair = strtok_r(label_text, ",", &save); pair && a->record.label_count < 64;
        pair = strtok_r(NULL, ",", &save)) {
@@ -536,9 +530,17 @@ static kolo_status setup(agent *a) {
     return rc;
   }
 
+  if (o->work_dir[0])
+    snprintf(a->work_dir, sizeof a->work_dir, "%s", o->work_dir);
+  else
+    snprintf(a->work_dir, sizeof a->work_dir, "/tmp/kolo-worker-%.200s", a->id);
+  if (mkdir(a->work_dir, 0755) != 0 && errno != EEXIST) {
+    KOLO_LOGE(LOG, "cannot create work dir %s: %s", a->work_dir, strerror(errno));
+    return KOLO_ERR_IO;
+  }
   const char *endpoints[16];
-  static char endpoint_text[1024];
-  snprintf(endpoint_text, sizeof endpoint_text, "%s", o->etcd);
+  char *endpoint_text = a->endpoint_text;
+  snprintf(endpoint_text, sizeof a->endpoint_text, "%s", o->etcd);
   size_t n = 0;
   save = NULL;
   for (char *e = strtok_r(endpoint_text, ",", &save); e && n < 16; e = strtok_r(NULL, ",", &save))
