@@ -84,7 +84,7 @@ static json_t *http(int port, const char *method, const char *path, const char *
   if (body) curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 3000L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 10000L);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   long code = 0;
   json_t *out = NULL;

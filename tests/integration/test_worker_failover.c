@@ -111,7 +111,7 @@ static void past_max_reconfigurations_the_job_fails_naming_the_lost_workers(void
   assert_non_null(strstr(error, "w3"));
   json_decref(job);
   /* the survivor's process is stopped and its worker is free again */
-  assert_int_equal(wait_worker_state(c, "w1", "idle", 10000), 0);
+  assert_int_equal(wait_worker_state(c, "w1", "idle", 20000), 0);
 }
 
 static void cancel_stops_the_processes_and_scale_grows_the_ring(void **state) {
@@ -133,7 +133,7 @@ static void cancel_stops_the_processes_and_scale_grows_the_ring(void **state) {
   for (int i = 1; i <= 3; i++) {
     char id[8];
     snprintf(id, sizeof id, "w%d", i);
-    assert_int_equal(wait_worker_state(c, id, "idle", 10000), 0);
+    assert_int_equal(wait_worker_state(c, id, "idle", 20000), 0);
     assert_int_equal(cluster_job_processes("cs", id), 0);
   }
 }
