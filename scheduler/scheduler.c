@@ -631,7 +631,6 @@ static int handle_active(kolo_sched *s, snapshot *snap, job *j) {
   loss *l = calloc(1, sizeof *l);
   if (l == NULL) return 0;
   int wrote = 0;
-  int settle_wait = 0;
   for (size_t i = 0; i < n; i++) {
     worker *w = find_worker(snap, ids[i]);
     if (w == NULL) {
@@ -678,7 +677,7 @@ static int handle_active(kolo_sched *s, snapshot *snap, job *j) {
     }
     /* act when every other member has spoken, or after a short settle time */
     if (reporters > 0 && suspects > 0) {
-      if (silent <= suspects || oldest_ms >= FAILED_SETTLE_MS) {
+      if (silent == 0 || oldest_ms >= FAILED_SETTLE_MS) {
         for (size_t i = 0; i < n; i++) {
           if (named[i] && !reported[i]) {
             char why[96];
@@ -686,12 +685,9 @@ static int handle_active(kolo_sched *s, snapshot *snap, job *j) {
             mark_lost(l, ids[i], why);
           }
         }
-      } else {
-        settle_wait = 1;
-      }
+      } /* else: the next pass (at most one tick away) looks again */
     }
   }
-  (void)settle_wait;
 
   uint32_t min = bound(j, "min_workers"), max = bound(j, "max_workers");
   if (l->n > 0) {
