@@ -770,7 +770,12 @@ static int handle_active(kolo_sched *s, snapshot *snap, job *j) {
     }
     return 0;
   }
-  /* RUNNING: shrink to a lowered max, grow with idle workers below max */
+  /* RUNNING: shrink to a lowered max, grow with idle workers below max; but
+   * never move a ring that has not formed yet (its processes would fail to
+   * form the old epoch while their peers already moved on) */
+  size_t formed = 0;
+  for (size_t i = 0; i < n; i++) formed += int_of(json_object_get(j->reports, ids[i]), "formed_epoch") >= epoch;
+  if (formed < n) return 0;
   if (n > max) {
     const char *removed[4096];
     size_t n_removed = 0;

@@ -297,6 +297,24 @@ int cluster_wait_step(cluster *c, const char *id, int step, int timeout_ms) {
   return -1;
 }
 
+void cluster_print_job(json_t *job) {
+  json_t *status = json_object_get(job, "status");
+  fprintf(stderr, "job %s: %s epoch %lld, %zu members, error '%s'\n",
+          json_string_value(json_object_get(job, "id")) ?: "?",
+          json_string_value(json_object_get(status, "phase")) ?: "?",
+          (long long)json_integer_value(json_object_get(status, "epoch")),
+          json_array_size(json_object_get(status, "members")),
+          json_string_value(json_object_get(status, "error")) ?: "");
+  size_t k;
+  json_t *event;
+  json_array_foreach(json_object_get(job, "events"), k, event) {
+    fprintf(stderr, "  %lld %s (epoch %lld): %s\n", (long long)json_integer_value(json_object_get(event, "time_unix_ms")),
+            json_string_value(json_object_get(event, "type")) ?: "?",
+            (long long)json_integer_value(json_object_get(event, "epoch")),
+            json_string_value(json_object_get(event, "message")) ?: "");
+  }
+}
+
 json_t *cluster_event(json_t *job, const char *type, int min_epoch) {
   size_t k;
   json_t *event;

@@ -73,6 +73,9 @@ int cluster_job_processes(const char *job, const char *worker);
 /* Waits until no such process is left; 0 on success. */
 int cluster_wait_no_processes(const char *job, const char *worker, int timeout_ms);
 
+/* Prints the job's phase and events to stderr (for a failing test's log). */
+void cluster_print_job(json_t *job);
+
 int64_t cluster_now_ms(void);
 
 /* Kills everything, removes the directory. */

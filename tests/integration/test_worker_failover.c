@@ -125,6 +125,7 @@ static void cancel_stops_the_processes_and_scale_grows_the_ring(void **state) {
   assert_non_null(job);
   json_decref(job);
   job = cluster_wait_phase(c, "cs", "RUNNING", 2, 20000);
+  if (member_count(job) != 3) cluster_print_job(job);
   assert_int_equal(member_count(job), 3);
   json_decref(job);
   job = cluster_post(c, "/v1/jobs/cs:cancel", "{\"reason\":\"test\"}");
