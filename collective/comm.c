@@ -386,14 +386,43 @@ static kolo_status form_ring(kolo_comm *comm, kolo_listener *listener) {
               (unsigned long long)comm->epoch, next, comm->peers[next], kolo_strerror(status));
     return status;
   }
-  while (comm->data_prev == NULL || control_prev == NULL) {
-    kolo_transport_conn *conn = NULL;
-    status = tp->accept(listener->listener, deadline, &conn);
-    if (status != KOLO_OK) {
-      KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d did not connect in time: %s", comm->rank,
-                (unsigned long long)comm->epoch, prev, kolo_strerror(status));
+  /* accept from the previous rank while watching our own outgoing connections:
+   * a refusal (wrong secret, other epoch) must end this call at once, not after
+   * the timeout spent waiting for a neighbour that will never dial us */
+  int acked[2] = {0, 0};
+  kolo_transport_conn *outgoing[2] = {comm->data_next, control_next};
+  while (comm->data_prev == NULL || control_prev == NULL || !acked[0] || !acked[1]) {
+    struct pollfd fds[3];
+    int accepting = comm->data_prev == NULL || control_prev == NULL;
+    fds[0] = (struct pollfd){.fd = accepting ? tp->listener_poll_fd(listener->listener) : -1,
+                             .events = POLLIN};
+    for (int i = 0; i < 2; i++) {
+      fds[1 + i] = (struct pollfd){.fd = acked[i] ? -1 : tp->poll_fd(outgoing[i]), .events = POLLIN};
+    }
+    int wait_ms = kolo_ms_until(deadline);
+    if (wait_ms == 0) {
+      status = KOLO_ERR_TIMEOUT;
+      KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", comm->rank,
+                (unsigned long long)comm->epoch, accepting ? prev : next,
+                accepting ? "did not connect" : "did not answer");
       return status;
     }
+    if (poll(fds, 3, wait_ms) <= 0) continue;
+    for (int i = 0; i < 2; i++) {
+      if (fds[1 + i].revents == 0) continue;
+      status = kolo_handshake_read_ack(comm, outgoing[i], deadline);
+      if (status != KOLO_OK) {
+        KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", comm->rank,
+                  (unsigned long long)comm->epoch, next, kolo_strerror(status));
+        return status;
+      }
+      acked[i] = 1;
+    }
+    if (fds[0].revents == 0) continue;
+    kolo_transport_conn *conn = NULL;
+    status = tp->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
+    if (status == KOLO_ERR_TIMEOUT) continue;
+    if (status != KOLO_OK) return status;
     int kind = 0;
     status = kolo_handshake_accept(comm, conn, prev, &kind, deadline);
     if (status == KOLO_OK && kind == KOLO_CONNECTION_DATA && comm->data_prev == NULL) {
@@ -404,13 +433,6 @@ static kolo_status form_ring(kolo_comm *comm, kolo_listener *listener) {
     } else {
       tp->close(conn); /* refused stranger or duplicate: changes nothing */
     }
-  }
-  status = kolo_handshake_read_ack(comm, comm->data_next, deadline);
-  if (status == KOLO_OK) status = kolo_handshake_read_ack(comm, control_next, deadline);
-  if (status != KOLO_OK) {
-    KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", comm->rank,
-              (unsigned long long)comm->epoch, next, kolo_strerror(status));
-    return status;
   }
   comm->control[0] = (kolo_control_link){.conn = control_next, .peer_rank = next, .open = 1};
   comm->control[1] = (kolo_control_link){.conn = control_prev, .peer_rank = prev, .open = 1};

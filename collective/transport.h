@@ -38,6 +38,8 @@ typedef struct kolo_transport_ops {
   kolo_status (*recv)(kolo_transport_conn *conn, void *buffer, size_t length, size_t *moved);
   /* Descriptor to poll(2) for POLLIN/POLLOUT readiness; valid until close. */
   int (*poll_fd)(const kolo_transport_conn *conn);
+  /* Descriptor that polls readable when a connection waits to be accepted. */
+  int (*listener_poll_fd)(const kolo_transport_listener *listener);
   /* Closes and frees; never blocks; NULL is a no-op. */
   void (*close)(kolo_transport_conn *conn);
   void (*close_listener)(kolo_transport_listener *listener);

@@ -94,11 +94,22 @@ static void set_nonblocking(int fd) {
   if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
+/* Socket buffer size: KOLO_SOCKET_BUFFER_BYTES, 0 = leave it to the kernel's
+ * autotuning, unset = TCP_BUFFER_BYTES. */
+static int socket_buffer_bytes(void) {
+  const char *value = getenv("KOLO_SOCKET_BUFFER_BYTES");
+  if (value == NULL || *value == '\0') return TCP_BUFFER_BYTES;
+  long parsed = strtol(value, NULL, 10);
+  return parsed < 0 ? TCP_BUFFER_BYTES : (int)parsed;
+}
+
 static void tune_data_socket(int fd) {
-  int one = 1, size = TCP_BUFFER_BYTES;
+  int one = 1, size = socket_buffer_bytes();
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+  if (size > 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+  }
   set_nonblocking(fd);
 }
 
@@ -116,8 +127,8 @@ static kolo_status tcp_listen(const char *address, kolo_transport_listener **out
     }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    int size = TCP_BUFFER_BYTES;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+    int size = socket_buffer_bytes();
+    if (size > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0) break;
     last_errno = errno;
     close(fd);
@@ -299,6 +310,8 @@ static kolo_status tcp_recv(kolo_transport_conn *conn, void *buffer, size_t leng
 
 static int tcp_poll_fd(const kolo_transport_conn *conn) { return conn->fd; }
 
+static int tcp_listener_poll_fd(const kolo_transport_listener *listener) { return listener->fd; }
+
 static void tcp_close(kolo_transport_conn *conn) {
   if (conn == NULL) return;
   close(conn->fd);
@@ -321,6 +334,7 @@ const kolo_transport_ops kolo_transport_tcp = {
     .send = tcp_send,
     .recv = tcp_recv,
     .poll_fd = tcp_poll_fd,
+    .listener_poll_fd = tcp_listener_poll_fd,
     .close = tcp_close,
     .close_listener = tcp_close_listener,
 };

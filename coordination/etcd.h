@@ -264,7 +264,8 @@ typedef struct kolo_etcd_event {
 
 typedef enum kolo_etcd_watch_kind {
   KOLO_ETCD_WATCH_EVENTS, /* events, in revision order, none lost or repeated */
-  KOLO_ETCD_WATCH_RESYNC, /* history was compacted: kvs is the whole current state */
+  KOLO_ETCD_WATCH_RESYNC, /* history was compacted (or etcd is a new cluster, its data
+                             wiped or restored): kvs is the whole current state */
 } kolo_etcd_watch_kind;
 
 typedef struct kolo_etcd_watch_update {
@@ -274,7 +275,8 @@ typedef struct kolo_etcd_watch_update {
   size_t event_count;
   const kolo_etcd_kv *kvs; /* RESYNC only */
   size_t kv_count;
-  int64_t compact_revision; /* RESYNC only: the revision etcd compacted to */
+  int64_t compact_revision; /* RESYNC only: the revision etcd compacted to; 0 when the
+                               cluster changed */
 } kolo_etcd_watch_update;
 
 /* Called on the watch's own thread, one update at a time, in order. The update

@@ -106,6 +106,7 @@ typedef struct kolo_etcd_watch_message {
   int canceled;
   int64_t compact_revision;
   int64_t header_revision;
+  uint64_t cluster_id; /* header.cluster_id, 0 when absent */
   kolo_etcd_event *events;
   size_t event_count;
   char *cancel_reason;

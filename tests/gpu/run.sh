@@ -98,4 +98,23 @@ run_program "collectives (every op x dtype vs host reference)" 600 \
 run_program "abort and re-create" 600 "$BUILD/tests/kolo-gpu-abort" "${ranks[@]}"
 run_program "all-reduce benchmark (nccl-tests columns)" 600 \
   "$BUILD/tests/kolo-gpu-bench" "${ranks[@]}" "${bench_args[@]}"
+
+# libkolo end to end in CUDA mode: kolorun starts one rank per GPU, the ring is
+# formed over TCP, the NCCL id made by rank 0 is broadcast over it, and device
+# buffers are all-reduced over NCCL (checked: #wrong must be 0).
+gpu_count="$gpus"; [ "$gpu_count" = "?" ] && gpu_count=1
+echo "== kolo-allreduce-perf -D cuda under kolorun ($gpu_count rank(s))"
+perf_out="$(mktemp)"
+timeout --kill-after=10 600 "$BUILD/bin/kolorun" -np "$gpu_count" -- \
+  "$BUILD/bin/kolo-allreduce-perf" -D cuda -b 4K -e 256M -f 4 -w 5 -n 20 -c 1 2>&1 | tee "$perf_out"
+perf_rc="${PIPESTATUS[0]}"
+if [ "$perf_rc" -eq 0 ]; then
+  echo "ok libkolo CUDA mode (kolo-allreduce-perf -D cuda)"; passed=$((passed + 1))
+elif grep -q "no usable GPU device" "$perf_out"; then
+  echo "not ok libkolo CUDA mode: skipped, no usable GPU"; failed=$((failed + 1))
+else
+  echo "not ok libkolo CUDA mode (kolo-allreduce-perf -D cuda): exit status $perf_rc"
+  failed=$((failed + 1))
+fi
+rm -f "$perf_out"
 summary

@@ -1,0 +1,298 @@
+/* Elastic kolo-train against a test agent on a unix socket (the agent side of
+ * the protocol in collective/elastic.c): three real kolo-train processes form
+ * the ring the agent announces; one is SIGKILLed mid-run; the survivors re-form
+ * at the next epoch, restore the last commit and finish. The run must end with
+ * one reconfiguration and an accuracy close to an undisturbed run. A STOP from
+ * the agent ends every rank promptly.
+ * Usage: test_train_elastic [synthetic|fashion] (default synthetic). */
+#define _GNU_SOURCE /* accept4 */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define PROCS 3
+
+typedef struct agent {
+  int active; /* started and not yet stopped */
+  char dir[64];
+  char socket_path[128];
+  int listen_fd;
+  pid_t pids[PROCS];
+  int conns[PROCS];
+  int ports[PROCS];
+  char buffer[PROCS][8192];
+  size_t filled[PROCS];
+} agent;
+
+static const char *g_dataset = "synthetic";
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A port the kernel just handed out (bound and released). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, (struct sockaddr *)&a, &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+static void agent_start(agent *g) {
+  memset(g, 0, sizeof *g);
+  strcpy(g->dir, "/tmp/kolo-train-elastic-XXXXXX");
+  assert_non_null(mkdtemp(g->dir));
+  snprintf(g->socket_path, sizeof g->socket_path, "%s/agent.sock", g->dir);
+  g->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  strcpy(a.sun_path, g->socket_path);
+  assert_int_equal(bind(g->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(g->listen_fd, 8), 0);
+  for (int i = 0; i < PROCS; i++) g->conns[i] = -1;
+  g->active = 1;
+}
+
+/* Starts kolo-train number i with stdout/stderr in the agent dir; accepts its connection. */
+static void agent_spawn(agent *g, int i) {
+  char program[512], out[160];
+  snprintf(program, sizeof program, "%s/kolo-train", getenv("KOLO_BIN_DIR"));
+  snprintf(out, sizeof out, "%s/out.%d", g->dir, i);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    setenv("KOLO_AGENT_SOCKET", g->socket_path, 1);
+    setenv("KOLO_TIMEOUT", "20", 1);
+    unsetenv("KOLO_SIZE");
+    int fashion = strcmp(g_dataset, "fashion") == 0;
+    execl(program, program, "--dataset", fashion ? "fashion-mnist" : "synthetic", "--model", "mlp",
+          "--hidden", fashion ? "128" : "32", "--epochs", fashion ? "3" : "6", "--batch",
+          fashion ? "32" : "16", "--lr", "0.02", "--log-every", "10", "--commit-every", "10",
+          "--json", (char *)NULL);
+    _exit(127);
+  }
+  g->pids[i] = pid;
+  struct pollfd p = {.fd = g->listen_fd, .events = POLLIN};
+  assert_int_equal(poll(&p, 1, 20000), 1);
+  g->conns[i] = accept4(g->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+  assert_true(g->conns[i] >= 0);
+  g->ports[i] = free_port();
+}
+
+/* Sends RING <epoch> to each member (process indexes, in rank order). */
+static void agent_announce(agent *g, uint64_t epoch, const int *members, int size) {
+  for (int rank = 0; rank < size; rank++) {
+    char line[1024];
+    int used =
+        snprintf(line, sizeof line, "RING %llu %d %d %d %d 20000 elastic-secret 127.0.0.1:%d",
+                 (unsigned long long)epoch, rank, size, rank, size, g->ports[members[rank]]);
+    for (int r = 0; r < size; r++) {
+      used +=
+          snprintf(line + used, sizeof line - (size_t)used, " 127.0.0.1:%d", g->ports[members[r]]);
+    }
+    used += snprintf(line + used, sizeof line - (size_t)used, "\n");
+    assert_int_equal(write(g->conns[members[rank]], line, (size_t)used), used);
+  }
+}
+
+/* Reads process i's lines until one starts with prefix and, if given,
+ * contains needle with a number >= min after it; fails after timeout_s. */
+static void agent_wait(agent *g, int i, const char *prefix, const char *needle, long min,
+                       double timeout_s) {
+  double start = now_seconds();
+  for (;;) {
+    char *nl;
+    while ((nl = memchr(g->buffer[i], '\n', g->filled[i])) != NULL) {
+      *nl = '\0';
+      int match = strncmp(g->buffer[i], prefix, strlen(prefix)) == 0;
+      if (match && needle) {
+        char *at = strstr(g->buffer[i], needle);
+        match = at && atol(at + strlen(needle)) >= min;
+      }
+      size_t used = (size_t)(nl - g->buffer[i]) + 1;
+      memmove(g->buffer[i], nl + 1, g->filled[i] - used);
+      g->filled[i] -= used;
+      if (match) return;
+    }
+    if (now_seconds() - start > timeout_s) fail_msg("process %d: no '%s' line in time", i, prefix);
+    struct pollfd p = {.fd = g->conns[i], .events = POLLIN};
+    if (poll(&p, 1, 100) <= 0) continue;
+    ssize_t n =
+        read(g->conns[i], g->buffer[i] + g->filled[i], sizeof g->buffer[i] - 1 - g->filled[i]);
+    if (n <= 0) fail_msg("process %d closed the agent socket", i);
+    g->filled[i] += (size_t)n;
+  }
+}
+
+/* Waits (bounded) for process i to exit; its exit status, or -1 if it had to be killed. */
+static int agent_wait_exit(agent *g, int i, double timeout_s) {
+  double start = now_seconds();
+  int status = 0;
+  while (now_seconds() - start < timeout_s) {
+    /* keep draining its socket so it never blocks on a full buffer */
+    char sink[4096];
+    if (g->conns[i] >= 0) {
+      struct pollfd p = {.fd = g->conns[i], .events = POLLIN};
+      if (poll(&p, 1, 0) == 1 && read(g->conns[i], sink, sizeof sink) <= 0) {
+        close(g->conns[i]);
+        g->conns[i] = -1;
+      }
+    }
+    if (waitpid(g->pids[i], &status, WNOHANG) == g->pids[i]) {
+      g->pids[i] = 0;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    usleep(50000);
+  }
+  kill(g->pids[i], SIGKILL);
+  waitpid(g->pids[i], NULL, 0);
+  g->pids[i] = 0;
+  return -1;
+}
+
+/* Kills whatever is left and removes the directory. */
+static void agent_stop(agent *g) {
+  if (!g->active) return;
+  g->active = 0;
+  for (int i = 0; i < PROCS; i++) {
+    if (g->conns[i] >= 0) close(g->conns[i]);
+    if (g->pids[i] > 0) {
+      kill(g->pids[i], SIGKILL);
+      waitpid(g->pids[i], NULL, 0);
+    }
+  }
+  close(g->listen_fd);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g->dir);
+  if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", g->dir);
+}
+
+/* The "done" JSON line of process i's stdout: accuracy and reconfigurations. */
+static void read_done(agent *g, int i, double *accuracy, int *reconfigurations) {
+  char path[160], line[1024];
+  snprintf(path, sizeof path, "%s/out.%d", g->dir, i);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  *accuracy = -1;
+  while (fgets(line, sizeof line, f)) {
+    if (!strstr(line, "\"event\":\"done\"")) continue;
+    *accuracy = atof(strstr(line, "\"accuracy\":") + 11);
+    *reconfigurations = atoi(strstr(line, "\"reconfigurations\":") + 19);
+  }
+  fclose(f);
+  if (*accuracy < 0) {
+    snprintf(line, sizeof line, "cat '%s'", path);
+    if (system(line) != 0) fprintf(stderr, "cannot show %s\n", path);
+    fail_msg("process %d printed no done line", i);
+  }
+}
+
+/* One 3-process run; kill_at > 0 SIGKILLs process 1 once rank 0 reports that step. */
+static double run_job(agent *a, long kill_at, int *reconfigurations) {
+  agent_stop(a);
+  agent_start(a);
+  for (int i = 0; i < PROCS; i++) agent_spawn(a, i);
+  int ring1[3] = {0, 1, 2};
+  agent_announce(a, 1, ring1, 3);
+  for (int i = 0; i < PROCS; i++) agent_wait(a, i, "FORMED 1", NULL, 0, 60);
+  double accuracy = 0;
+  if (kill_at > 0) {
+    agent_wait(a, 0, "REPORT {\"event\":\"progress\"", "\"step\":", kill_at, 120);
+    kill(a->pids[1], SIGKILL);
+    waitpid(a->pids[1], NULL, 0);
+    a->pids[1] = 0;
+    int ring2[2] = {0, 2};
+    agent_announce(a, 2, ring2, 2);
+    agent_wait(a, 0, "FORMED 2", NULL, 0, 60);
+    agent_wait(a, 2, "FORMED 2", NULL, 0, 60);
+    assert_int_equal(agent_wait_exit(a, 0, 240), 0);
+    assert_int_equal(agent_wait_exit(a, 2, 240), 0);
+  } else {
+    for (int i = 0; i < PROCS; i++) assert_int_equal(agent_wait_exit(a, i, 240), 0);
+  }
+  read_done(a, 0, &accuracy, reconfigurations);
+  agent_stop(a);
+  return accuracy;
+}
+
+/* Each test's agent lives in its state, so teardown stops its processes even
+ * when an assertion ends the test early. */
+static int setup(void **state) {
+  agent *a = calloc(1, sizeof *a);
+  if (!a) return -1;
+  *state = a;
+  return 0;
+}
+
+static int teardown(void **state) {
+  agent_stop(*state);
+  free(*state);
+  return 0;
+}
+
+static void a_killed_worker_costs_at_most_one_point_of_accuracy(void **state) {
+  agent *a = *state;
+  int reconf_plain = -1, reconf_killed = -1;
+  double plain = run_job(a, 0, &reconf_plain);
+  double killed = run_job(a, strcmp(g_dataset, "fashion") == 0 ? 300 : 40, &reconf_killed);
+  printf("%s: undisturbed accuracy %.4f, with a worker killed %.4f (%d reconfiguration)\n",
+         g_dataset, plain, killed, reconf_killed);
+  assert_int_equal(reconf_plain, 0);
+  assert_int_equal(reconf_killed, 1);
+  assert_true(plain >= (strcmp(g_dataset, "fashion") == 0 ? 0.84 : 0.9));
+  assert_true(killed >= plain - 0.01);
+}
+
+static void a_stop_from_the_agent_ends_every_rank_promptly(void **state) {
+  agent *a = *state;
+  agent_start(a);
+  for (int i = 0; i < 2; i++) agent_spawn(a, i);
+  int ring1[2] = {0, 1};
+  agent_announce(a, 1, ring1, 2);
+  agent_wait(a, 0, "REPORT {\"event\":\"progress\"", "\"step\":", 30, 120);
+  double start = now_seconds();
+  for (int i = 0; i < 2; i++) assert_int_equal(write(a->conns[i], "STOP cancelled\n", 15), 15);
+  for (int i = 0; i < 2; i++) assert_int_equal(agent_wait_exit(a, i, 60), 1);
+  assert_true(now_seconds() - start < 10.0);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "grep -q 'stopped by the agent\\|communicator aborted' '%s/out.0'",
+           a->dir);
+  assert_int_equal(system(cmd), 0);
+  agent_stop(a);
+}
+
+int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
+  if (argc > 1) g_dataset = argv[1];
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(a_killed_worker_costs_at_most_one_point_of_accuracy, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_stop_from_the_agent_ends_every_rank_promptly, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

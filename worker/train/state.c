@@ -1,0 +1,85 @@
+/* kolo_train_state: the contiguous training-state blob (header, parameters,
+ * optimizer state) and its checked restore. */
+#include "worker/train/state.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+/* The documented on-disk / on-wire layout (docs/TRAINER.md). */
+_Static_assert(sizeof(kolo_train_state_header) == 160, "state header layout changed");
+_Static_assert(offsetof(kolo_train_state_header, param_count) == 104, "state header layout");
+_Static_assert(offsetof(kolo_train_state_header, seed) == 152, "state header layout");
+
+struct kolo_train_state {
+  void *blob;
+  size_t size;
+};
+
+kolo_status kolo_train_state_create(const char *model, uint32_t optimizer, size_t param_count,
+                                    size_t optim_count, kolo_train_state **out) {
+  if (!model || !out || strlen(model) >= sizeof(((kolo_train_state_header *)0)->model)) {
+    return KOLO_ERR_INVALID_ARG;
+  }
+  kolo_train_state *s = calloc(1, sizeof *s);
+  if (!s) return KOLO_ERR_NO_MEMORY;
+  s->size = sizeof(kolo_train_state_header) + (param_count + optim_count) * sizeof(float);
+  s->blob = calloc(1, s->size);
+  if (!s->blob) {
+    free(s);
+    return KOLO_ERR_NO_MEMORY;
+  }
+  kolo_train_state_header *h = s->blob;
+  strcpy(h->model, model);
+  h->optimizer = optimizer;
+  h->param_count = param_count;
+  h->optim_count = optim_count;
+  *out = s;
+  return KOLO_OK;
+}
+
+void kolo_train_state_destroy(kolo_train_state *s) {
+  if (!s) return;
+  free(s->blob);
+  free(s);
+}
+
+kolo_train_state_header *kolo_train_state_header_of(kolo_train_state *s) {
+  return s->blob;
+}
+
+float *kolo_train_state_params(kolo_train_state *s) {
+  return (float *)((char *)s->blob + sizeof(kolo_train_state_header));
+}
+
+float *kolo_train_state_optim(kolo_train_state *s) {
+  return kolo_train_state_params(s) + kolo_train_state_header_of(s)->param_count;
+}
+
+void *kolo_train_state_data(kolo_train_state *s) {
+  return s->blob;
+}
+size_t kolo_train_state_size(const kolo_train_state *s) {
+  return s->size;
+}
+
+kolo_status kolo_train_state_load(kolo_train_state *s, const void *data, size_t size) {
+  if (!s || !data) return KOLO_ERR_INVALID_ARG;
+  if (size < sizeof(kolo_train_state_header)) return KOLO_ERR_CORRUPT;
+  kolo_train_state_header in;
+  memcpy(&in, data, sizeof in);
+  const kolo_train_state_header *mine = s->blob;
+  if (memchr(in.model, 0, sizeof in.model) == NULL) return KOLO_ERR_CORRUPT;
+  if (strcmp(in.model, mine->model) != 0 || in.optimizer != mine->optimizer ||
+      in.param_count != mine->param_count || in.optim_count != mine->optim_count) {
+    KOLO_LOGE("train", "state is for %s/%u (%llu params), this run is %s/%u (%llu params)",
+              in.model, in.optimizer, (unsigned long long)in.param_count, mine->model,
+              mine->optimizer, (unsigned long long)mine->param_count);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (size != s->size) return KOLO_ERR_CORRUPT;
+  memcpy(s->blob, data, size);
+  return KOLO_OK;
+}

@@ -1,0 +1,714 @@
+/* kolo_train_trainer: the training loop. Data position is an offset into the
+ * epoch's shared permutation; each micro-batch takes a global window of
+ * batch * size samples and this rank its strided share (shard.h). SYNC averages
+ * the fused gradient buffer every step; ASYNC averages model snapshots in the
+ * background every k steps and folds the result in (see docs/TRAINER.md). */
+#include "worker/train/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "worker/train/checkpoint.h"
+#include "worker/train/model.h"
+#include "worker/train/shard.h"
+
+#define LOG_TAG "train"
+#define EVAL_BATCH 256
+#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+struct kolo_train_trainer {
+  kolo_train_config config;
+  kolo_comm *comm;
+  FILE *out;
+  int rank, size;
+  kolo_train_dataset *own_train, *own_test; /* loaded here (freed here) */
+  const kolo_train_dataset *train, *test;
+  kolo_train_model *model;
+  kolo_train_state *state;
+  size_t param_count, optim_count;
+  size_t *perm;  /* current epoch's permutation */
+  size_t *index; /* this rank's sample ids of a micro-batch */
+  float *x;      /* gathered inputs (max(batch, EVAL_BATCH) samples) */
+  int *y;
+  float *snapshot;       /* ASYNC: model snapshot being averaged */
+  float *average;        /* ASYNC: the average arriving */
+  kolo_request *pending; /* ASYNC: the average in flight, or NULL */
+  uint64_t pending_step; /* ASYNC: step at which the pending snapshot was taken */
+  kolo_elastic *elastic; /* borrowed; NULL = a fixed ring or none */
+  int reforms;           /* rings re-formed during this run */
+};
+
+int kolo_train_has_comm(void) {
+#ifdef KOLO_TRAIN_NO_COMM
+  return 0;
+#else
+  return 1;
+#endif
+}
+
+void kolo_train_config_defaults(kolo_train_config *c) {
+  memset(c, 0, sizeof *c);
+  c->model = "mlp";
+  c->hidden = "256,128";
+  c->dataset = "synthetic";
+  c->synthetic_train = 6000;
+  c->synthetic_test = 1000;
+  c->epochs = 1;
+  c->batch = 64;
+  c->accumulate = 1;
+  kolo_train_optim_defaults(&c->optim);
+  c->mode = KOLO_TRAIN_SYNC;
+  c->average_every = 8;
+  c->seed = 1;
+  c->eval = 1;
+  c->log_every = 100;
+  c->commit_every = 10;
+}
+
+kolo_status kolo_train_mode_parse(const char *name, kolo_train_mode *mode) {
+  if (!name || !mode) return KOLO_ERR_INVALID_ARG;
+  if (strcasecmp(name, "sync") == 0) {
+    *mode = KOLO_TRAIN_SYNC;
+  } else if (strcasecmp(name, "async") == 0) {
+    *mode = KOLO_TRAIN_ASYNC;
+  } else {
+    return KOLO_ERR_INVALID_ARG;
+  }
+  return KOLO_OK;
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- collectives (no-ops without a communicator) ---- */
+
+static kolo_status comm_average(kolo_train_trainer *t, float *buffer, size_t count) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->comm && t->size > 1) {
+    return kolo_allreduce(t->comm, buffer, buffer, count, KOLO_FLOAT32, KOLO_AVG);
+  }
+#endif
+  (void)t, (void)buffer, (void)count;
+  return KOLO_OK;
+}
+
+static kolo_status comm_sum_doubles(kolo_train_trainer *t, double *buffer, size_t count) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->comm && t->size > 1) {
+    return kolo_allreduce(t->comm, buffer, buffer, count, KOLO_FLOAT64, KOLO_SUM);
+  }
+#endif
+  (void)t, (void)buffer, (void)count;
+  return KOLO_OK;
+}
+
+static kolo_status comm_broadcast_state(kolo_train_trainer *t) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->comm && t->size > 1) {
+    return kolo_broadcast(t->comm, kolo_train_state_data(t->state), kolo_train_state_size(t->state),
+                          KOLO_UINT8, 0);
+  }
+#endif
+  (void)t;
+  return KOLO_OK;
+}
+
+/* ---- setup ---- */
+
+/* Loads train and test sets named by config->dataset. */
+static kolo_status load_data(kolo_train_trainer *t) {
+  const kolo_train_config *c = &t->config;
+  if (c->train_set && c->test_set) {
+    t->train = c->train_set;
+    t->test = c->test_set;
+    return KOLO_OK;
+  }
+  const char *spec = c->dataset ? c->dataset : "synthetic";
+  kolo_status rc;
+  if (strcmp(spec, "synthetic") == 0) {
+    rc = kolo_train_data_synthetic(c->seed, c->synthetic_train, c->synthetic_test, &t->own_train,
+                                   &t->own_test);
+  } else if (strcmp(spec, "fashion-mnist") == 0 || strncmp(spec, "idx:", 4) == 0) {
+    const char *dir = spec[0] == 'i' ? spec + 4 : FASHION_MNIST_DIR;
+    rc = kolo_train_data_load_idx_dir(dir, "train", &t->own_train);
+    if (rc == KOLO_OK) rc = kolo_train_data_load_idx_dir(dir, "t10k", &t->own_test);
+  } else if (strncmp(spec, "csv:", 4) == 0 || strncmp(spec, "libsvm:", 7) == 0) {
+    int csv = spec[0] == 'c';
+    const char *path = spec + (csv ? 4 : 7);
+    kolo_train_dataset *all = NULL;
+    rc = csv ? kolo_train_data_load_csv(path, &all) : kolo_train_data_load_libsvm(path, 0, &all);
+    if (rc != KOLO_OK) return rc;
+    if (c->test_dataset) {
+      t->own_train = all;
+      const char *tp = c->test_dataset;
+      if (strncmp(tp, "csv:", 4) == 0) tp += 4;
+      if (strncmp(tp, "libsvm:", 7) == 0) tp += 7;
+      rc = csv ? kolo_train_data_load_csv(tp, &t->own_test)
+               : kolo_train_data_load_libsvm(tp, kolo_train_data_features(all), &t->own_test);
+      if (rc == KOLO_OK && kolo_train_data_features(t->own_test) != kolo_train_data_features(all)) {
+        KOLO_LOGE(LOG_TAG, "%s: %zu features, the training set has %zu", tp,
+                  kolo_train_data_features(t->own_test), kolo_train_data_features(all));
+        rc = KOLO_ERR_PARSE;
+      }
+    } else {
+      size_t n = kolo_train_data_count(all);
+      if (n < 2) {
+        KOLO_LOGE(LOG_TAG, "%s: need at least 2 samples to hold out a test split", path);
+        kolo_train_data_destroy(all);
+        return KOLO_ERR_PARSE;
+      }
+      size_t held = n / 10 ? n / 10 : 1;
+      rc = kolo_train_data_split(all, held, &t->own_train, &t->own_test);
+      kolo_train_data_destroy(all);
+    }
+  } else {
+    KOLO_LOGE(LOG_TAG,
+              "unknown dataset '%s' (fashion-mnist, idx:<dir>, csv:<file>, "
+              "libsvm:<file>, synthetic)",
+              spec);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (rc != KOLO_OK) return rc;
+  t->train = t->own_train;
+  t->test = t->own_test;
+  return KOLO_OK;
+}
+
+kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm *comm, FILE *out,
+                                      kolo_train_trainer **trainer) {
+  if (!config || !trainer || config->batch == 0 || config->accumulate == 0 ||
+      config->average_every == 0 || (config->steps == 0 && config->epochs == 0) ||
+      !(config->optim.lr > 0.0f)) {
+    return KOLO_ERR_INVALID_ARG;
+  }
+#ifdef KOLO_TRAIN_NO_COMM
+  if (comm) return KOLO_ERR_UNSUPPORTED;
+#endif
+  kolo_train_trainer *t = calloc(1, sizeof *t);
+  if (!t) return KOLO_ERR_NO_MEMORY;
+  t->config = *config;
+  t->comm = comm;
+  t->out = out;
+  t->rank = 0;
+  t->size = 1;
+#ifndef KOLO_TRAIN_NO_COMM
+  if (comm) {
+    t->rank = kolo_comm_rank(comm);
+    t->size = kolo_comm_size(comm);
+  }
+#endif
+  if (t->config.scale_lr) t->config.optim.lr_scale = (float)t->size;
+  kolo_status rc = load_data(t);
+  if (rc != KOLO_OK) goto fail;
+
+  kolo_train_model_spec spec;
+  memset(&spec, 0, sizeof spec);
+  rc = kolo_train_model_spec_parse(config->model, config->hidden, &spec);
+  if (rc != KOLO_OK) {
+    KOLO_LOGE(LOG_TAG, "bad model '%s' / hidden sizes '%s'", config->model ? config->model : "",
+              config->hidden ? config->hidden : "");
+    goto fail;
+  }
+  kolo_train_data_shape(t->train, &spec.height, &spec.width, &spec.channels);
+  spec.classes = kolo_train_data_classes(t->train);
+  if (kolo_train_data_classes(t->test) > spec.classes)
+    spec.classes = kolo_train_data_classes(t->test);
+  if (spec.classes < 2) spec.classes = 2;
+  size_t max_batch = config->batch > EVAL_BATCH ? config->batch : EVAL_BATCH;
+  rc = kolo_train_model_create(&spec, max_batch, &t->model);
+  if (rc != KOLO_OK) {
+    KOLO_LOGE(LOG_TAG, "cannot build model %s for %zux%zux%zu inputs: %s", config->model,
+              spec.height, spec.width, spec.channels, kolo_strerror(rc));
+    goto fail;
+  }
+  t->param_count = kolo_train_model_param_count(t->model);
+  t->optim_count = kolo_train_optim_state_count(config->optim.kind, t->param_count);
+  rc = kolo_train_state_create(kolo_train_model_describe(t->model), config->optim.kind,
+                               t->param_count, t->optim_count, &t->state);
+  if (rc != KOLO_OK) goto fail;
+  kolo_train_model_bind(t->model, kolo_train_state_params(t->state));
+
+  size_t n = kolo_train_data_count(t->train), f = kolo_train_data_features(t->train);
+  t->perm = malloc(n * sizeof *t->perm);
+  t->index = malloc(max_batch * sizeof *t->index);
+  t->x = malloc(max_batch * f * sizeof *t->x);
+  t->y = malloc(max_batch * sizeof *t->y);
+  if (!t->perm || !t->index || !t->x || !t->y) {
+    rc = KOLO_ERR_NO_MEMORY;
+    goto fail;
+  }
+  if (config->mode == KOLO_TRAIN_ASYNC) {
+    t->snapshot = malloc(t->param_count * sizeof(float));
+    t->average = malloc(t->param_count * sizeof(float));
+    if (!t->snapshot || !t->average) {
+      rc = KOLO_ERR_NO_MEMORY;
+      goto fail;
+    }
+  }
+  *trainer = t;
+  return KOLO_OK;
+fail:
+  kolo_train_trainer_destroy(t);
+  return rc;
+}
+
+kolo_status kolo_train_trainer_create_elastic(const kolo_train_config *config,
+                                              kolo_elastic *elastic, FILE *out,
+                                              kolo_train_trainer **trainer) {
+#ifdef KOLO_TRAIN_NO_COMM
+  (void)config, (void)elastic, (void)out, (void)trainer;
+  return KOLO_ERR_UNSUPPORTED;
+#else
+  if (!elastic || !trainer) return KOLO_ERR_INVALID_ARG;
+  kolo_train_trainer *t = NULL;
+  kolo_status rc = kolo_train_trainer_create(config, kolo_elastic_comm(elastic), out, &t);
+  if (rc != KOLO_OK) return rc;
+  t->elastic = elastic;
+  /* the whole training state is one buffer: registered once, same size on every rank */
+  rc = kolo_elastic_register(elastic, kolo_train_state_data(t->state),
+                             kolo_train_state_size(t->state));
+  if (rc != KOLO_OK) {
+    kolo_train_trainer_destroy(t);
+    return rc;
+  }
+  *trainer = t;
+  return KOLO_OK;
+#endif
+}
+
+void kolo_train_trainer_destroy(kolo_train_trainer *t) {
+  if (!t) return;
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->pending) {
+    kolo_wait(t->pending); /* buffers must outlive the request */
+  }
+#endif
+  kolo_train_model_destroy(t->model);
+  kolo_train_state_destroy(t->state);
+  kolo_train_data_destroy(t->own_train);
+  kolo_train_data_destroy(t->own_test);
+  free(t->perm);
+  free(t->index);
+  free(t->x);
+  free(t->y);
+  free(t->snapshot);
+  free(t->average);
+  free(t);
+}
+
+kolo_train_state *kolo_train_trainer_state(kolo_train_trainer *t) {
+  return t->state;
+}
+
+/* ---- evaluation ---- */
+
+/* Loss and accuracy on the test split, each rank taking the strided share
+ * r, r+size, ... and the sums all-reduced. */
+static kolo_status evaluate(kolo_train_trainer *t, double *accuracy, double *loss) {
+  size_t n = kolo_train_data_count(t->test);
+  double sums[3] = {0.0, 0.0, 0.0}; /* loss sum, correct, count */
+  size_t pos = (size_t)t->rank;
+  while (pos < n) {
+    size_t b = 0;
+    for (; b < EVAL_BATCH && pos < n; b++, pos += (size_t)t->size) t->index[b] = pos;
+    kolo_train_data_gather(t->test, t->index, b, t->x, t->y);
+    size_t correct = 0;
+    double l = kolo_train_model_evaluate(t->model, t->x, t->y, b, &correct);
+    sums[0] += l * (double)b;
+    sums[1] += (double)correct;
+    sums[2] += (double)b;
+  }
+  kolo_status rc = comm_sum_doubles(t, sums, 3);
+  if (rc != KOLO_OK) return rc;
+  *accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
+  *loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
+  return KOLO_OK;
+}
+
+/* ---- ASYNC model averaging ---- */
+
+#ifndef KOLO_TRAIN_NO_COMM
+/* Folds a completed average in: w <- w + (avg - snapshot), keeping the local
+ * progress made since the snapshot on top of the averaged model. */
+static void fold_average(kolo_train_trainer *t) {
+  float *w = kolo_train_state_params(t->state);
+  for (size_t i = 0; i < t->param_count; i++) w[i] += t->average[i] - t->snapshot[i];
+}
+#endif
+
+/* Polls (block = 0) or waits for (block = 1) the pending average; folds it in when done. */
+static kolo_status async_complete(kolo_train_trainer *t, int block) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (!t->pending) return KOLO_OK;
+  kolo_status rc = KOLO_OK;
+  if (block) {
+    rc = kolo_wait(t->pending);
+    t->pending = NULL;
+  } else {
+    int done = 0;
+    kolo_status st = KOLO_OK;
+    rc = kolo_test(t->pending, &done, &st);
+    if (rc != KOLO_OK) {
+      t->pending = NULL;
+      return rc;
+    }
+    if (!done) return KOLO_OK;
+    t->pending = NULL;
+    rc = st;
+  }
+  if (rc != KOLO_OK) return rc;
+  fold_average(t);
+#else
+  (void)t, (void)block;
+#endif
+  return KOLO_OK;
+}
+
+/* Starts averaging a snapshot of the current model in the background. */
+static kolo_status async_start(kolo_train_trainer *t) {
+#ifndef KOLO_TRAIN_NO_COMM
+  memcpy(t->snapshot, kolo_train_state_params(t->state), t->param_count * sizeof(float));
+  t->pending_step = kolo_train_state_header_of(t->state)->step;
+  return kolo_allreduce_async(t->comm, t->snapshot, t->average, t->param_count, KOLO_FLOAT32,
+                              KOLO_AVG, &t->pending);
+#else
+  (void)t;
+  return KOLO_OK;
+#endif
+}
+
+/* ---- the loop ---- */
+
+/* Moves to the next epoch: new permutation, offset 0. */
+static void next_epoch(kolo_train_trainer *t) {
+  kolo_train_state_header *h = kolo_train_state_header_of(t->state);
+  h->epoch++;
+  h->epoch_offset = 0;
+  kolo_train_shuffle(h->seed, h->epoch, t->perm, kolo_train_data_count(t->train));
+}
+
+static kolo_status write_checkpoint(kolo_train_trainer *t) {
+  if (!t->config.checkpoint_dir || t->rank != 0) return KOLO_OK;
+  char path[4096];
+  kolo_status rc =
+      kolo_train_checkpoint_write(t->config.checkpoint_dir, t->state, path, sizeof path);
+  if (rc == KOLO_OK) KOLO_LOGD(LOG_TAG, "checkpoint %s", path);
+  return rc;
+}
+
+/* Sends one JSON object to the worker agent (elastic runs; every rank). */
+static void report_to_agent(kolo_train_trainer *t, const char *json) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->elastic) kolo_elastic_report(t->elastic, json);
+#else
+  (void)t, (void)json;
+#endif
+}
+
+static void report_progress(kolo_train_trainer *t, double loss, double accuracy, double local_rate,
+                            double total_rate, double lr) {
+  const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
+  char json[512];
+  snprintf(json, sizeof json,
+           "{\"event\":\"progress\",\"step\":%llu,\"epoch\":%llu,\"loss\":%.6f,"
+           "\"train_accuracy\":%.6f,\"lr\":%.6g,\"samples_per_sec_worker\":%.1f,"
+           "\"samples_per_sec_total\":%.1f,\"workers\":%d,\"rank\":%d}",
+           (unsigned long long)h->step, (unsigned long long)h->epoch, loss, accuracy, lr,
+           local_rate, total_rate, t->size, t->rank);
+  report_to_agent(t, json);
+  if (!t->out || t->rank != 0 || t->config.quiet) return;
+  if (t->config.json) {
+    fprintf(t->out, "%s\n", json);
+  } else {
+    fprintf(t->out,
+            "step %6llu  epoch %3llu  loss %.4f  train acc %.3f  lr %.4g  "
+            "samples/s %.0f per worker, %.0f total\n",
+            (unsigned long long)h->step, (unsigned long long)h->epoch, loss, accuracy, lr,
+            local_rate, total_rate);
+  }
+  fflush(t->out);
+}
+
+static void report_eval(kolo_train_trainer *t, uint64_t epoch, double accuracy, double loss) {
+  char json[256];
+  snprintf(json, sizeof json,
+           "{\"event\":\"eval\",\"epoch\":%llu,\"step\":%llu,\"accuracy\":%.6f,"
+           "\"loss\":%.6f}",
+           (unsigned long long)epoch,
+           (unsigned long long)kolo_train_state_header_of(t->state)->step, accuracy, loss);
+  report_to_agent(t, json);
+  if (!t->out || t->rank != 0 || t->config.quiet) return;
+  if (t->config.json) {
+    fprintf(t->out, "%s\n", json);
+  } else {
+    fprintf(t->out, "epoch %3llu  test accuracy %.4f  test loss %.4f\n", (unsigned long long)epoch,
+            accuracy, loss);
+  }
+  fflush(t->out);
+}
+
+/* Fresh weights, or the newest valid checkpoint; then rank 0's state everywhere. */
+static kolo_status initial_state(kolo_train_trainer *t, kolo_train_result *r) {
+  kolo_train_state_header *h = kolo_train_state_header_of(t->state);
+  kolo_train_model_init_params(t->model, t->config.seed);
+  h->seed = t->config.seed;
+  if (t->config.checkpoint_dir && t->rank == 0) {
+    char path[4096];
+    kolo_status rc =
+        kolo_train_checkpoint_restore_latest(t->config.checkpoint_dir, t->state, path, sizeof path);
+    if (rc == KOLO_OK) {
+      KOLO_LOGI(LOG_TAG, "resumed from %s (step %llu, epoch %llu)", path,
+                (unsigned long long)h->step, (unsigned long long)h->epoch);
+    } else if (rc != KOLO_ERR_NOT_FOUND) {
+      return rc;
+    }
+  }
+  kolo_status rc;
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->elastic) {
+    rc = kolo_elastic_sync(t->elastic); /* broadcast from rank 0, then the first commit */
+  } else
+#endif
+  {
+    rc = comm_broadcast_state(t);
+  }
+  if (rc != KOLO_OK) return rc;
+  r->resumed_step = h->step;
+  kolo_train_shuffle(h->seed, h->epoch, t->perm, kolo_train_data_count(t->train));
+  return KOLO_OK;
+}
+
+/* Failures a re-formed ring can recover from. */
+static int recoverable(kolo_status rc) {
+  return rc == KOLO_ERR_PEER_LOST || rc == KOLO_ERR_ABORTED || rc == KOLO_ERR_TIMEOUT ||
+         rc == KOLO_ERR_RING_CHANGED || rc == KOLO_ERR_CONNECT || rc == KOLO_ERR_STALE_EPOCH;
+}
+
+/* After a failed collective or a ring change: with an elastic context, forms
+ * the agent's next ring, restores the last committed state (broadcast from the
+ * new rank 0) and lets the loop continue from it; otherwise the failure stands. */
+static kolo_status recover(kolo_train_trainer *t, kolo_status failure) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (!t->elastic || !recoverable(failure)) return failure;
+  if (t->pending) {
+    kolo_wait(t->pending); /* on the failed communicator: completes at once */
+    t->pending = NULL;
+  }
+  kolo_status rc = failure;
+  for (int attempt = 0; rc != KOLO_OK && attempt < 10; attempt++) {
+    if (kolo_elastic_should_stop(t->elastic)) return KOLO_ERR_ABORTED;
+    KOLO_LOGW(LOG_TAG, "rank %d: %s at step %llu; re-forming the ring", t->rank, kolo_strerror(rc),
+              (unsigned long long)kolo_train_state_header_of(t->state)->step);
+    rc = kolo_elastic_reform(t->elastic);
+    if (rc != KOLO_OK && !recoverable(rc)) return rc;
+  }
+  if (rc != KOLO_OK) return rc;
+  t->comm = kolo_elastic_comm(t->elastic);
+  t->rank = kolo_comm_rank(t->comm);
+  t->size = kolo_comm_size(t->comm);
+  if (t->config.scale_lr) t->config.optim.lr_scale = (float)t->size;
+  kolo_train_state_header *h = kolo_train_state_header_of(t->state);
+  kolo_train_shuffle(h->seed, h->epoch, t->perm, kolo_train_data_count(t->train));
+  t->reforms++;
+  KOLO_LOGI(LOG_TAG, "rank %d of %d: resumed at step %llu (epoch %llu) after re-forming", t->rank,
+            t->size, (unsigned long long)h->step, (unsigned long long)h->epoch);
+  return KOLO_OK;
+#else
+  (void)t;
+  return failure;
+#endif
+}
+
+/* The stop condition: the step limit, or else the epoch limit. */
+static int finished(kolo_train_trainer *t) {
+  const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
+  return t->config.steps ? h->step >= t->config.steps : h->epoch >= t->config.epochs;
+}
+
+/* Why the run must stop now: NULL to go on, "a signal" or "the agent". */
+static const char *stop_reason(kolo_train_trainer *t) {
+  if (t->config.stop_flag && *t->config.stop_flag) return "a signal";
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->elastic && kolo_elastic_should_stop(t->elastic)) return "the agent";
+#endif
+  return NULL;
+}
+
+/* Commits the state to the elastic context (in memory, no communication). */
+static kolo_status commit_state(kolo_train_trainer *t) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->elastic) return kolo_elastic_commit(t->elastic);
+#else
+  (void)t;
+#endif
+  return KOLO_OK;
+}
+
+/* The end of training: ASYNC replicas are averaged into one model, then the
+ * final evaluation (unless the last epoch-end one is of these weights). */
+static kolo_status finish(kolo_train_trainer *t, int have_eval, kolo_train_result *result) {
+  float *params = kolo_train_state_params(t->state);
+  if (t->config.mode == KOLO_TRAIN_ASYNC && t->comm && t->size > 1) {
+    kolo_status rc = async_complete(t, 1);
+    if (rc == KOLO_OK) rc = comm_average(t, params, t->param_count);
+    if (rc != KOLO_OK) return rc;
+    have_eval = 0;
+  }
+  if (have_eval) return KOLO_OK;
+  return evaluate(t, &result->test_accuracy, &result->test_loss);
+}
+
+kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *result) {
+  if (!t || !result) return KOLO_ERR_INVALID_ARG;
+  memset(result, 0, sizeof *result);
+  const kolo_train_config *c = &t->config;
+  kolo_train_state_header *h = kolo_train_state_header_of(t->state);
+  float *params = kolo_train_state_params(t->state);
+  float *grads = kolo_train_model_grads(t->model);
+  float *optim = kolo_train_state_optim(t->state);
+  size_t n = kolo_train_data_count(t->train);
+
+  kolo_status rc = initial_state(t, result);
+  while (rc != KOLO_OK && recoverable(rc) && t->elastic) rc = recover(t, rc);
+  if (rc != KOLO_OK) goto out;
+
+  double start = now_seconds(), window_start = start;
+  double window_loss = 0.0;
+  uint64_t window_batches = 0, window_local = 0, window_global = 0, window_correct = 0;
+  uint64_t local_samples = 0, global_samples = 0;
+  int have_eval = 0; /* the last epoch-end evaluation is of the current weights */
+  for (;;) {
+    const char *why = stop_reason(t);
+    if (why) {
+      KOLO_LOGW(LOG_TAG, "rank %d: stopped by %s at step %llu%s", t->rank, why,
+                (unsigned long long)h->step,
+                t->config.checkpoint_dir && t->rank == 0 ? "; writing a checkpoint" : "");
+      write_checkpoint(t);
+      result->steps = h->step;
+      rc = KOLO_ERR_ABORTED;
+      goto out;
+    }
+    if (finished(t)) {
+      rc = finish(t, have_eval, result);
+      if (rc == KOLO_OK) break;
+      rc = recover(t, rc); /* back to the last commit; train up to the end again */
+      if (rc != KOLO_OK) goto out;
+      continue;
+    }
+    size_t global_batch = c->batch * (size_t)t->size;
+    int async = c->mode == KOLO_TRAIN_ASYNC && t->comm && t->size > 1;
+    int epoch_ended = 0;
+    uint64_t ended_epoch = h->epoch;
+    for (size_t micro = 0; micro < c->accumulate; micro++) {
+      if (h->epoch_offset >= n) {
+        next_epoch(t);
+        epoch_ended = 1;
+      }
+      size_t got =
+          kolo_train_shard(t->perm, n, h->epoch_offset, global_batch, t->rank, t->size, t->index);
+      size_t window = n - h->epoch_offset < global_batch ? n - h->epoch_offset : global_batch;
+      kolo_train_data_gather(t->train, t->index, got, t->x, t->y);
+      float scale = got ? 1.0f / (float)(got * c->accumulate) : 0.0f;
+      size_t correct = 0;
+      double loss =
+          kolo_train_model_train_batch(t->model, t->x, t->y, got, scale, micro > 0, &correct);
+      window_correct += correct;
+      window_loss += loss;
+      window_batches++;
+      window_local += got;
+      window_global += window;
+      local_samples += got;
+      global_samples += window;
+      h->epoch_offset += window;
+      h->samples += window;
+    }
+    if (h->epoch_offset >= n) {
+      next_epoch(t);
+      epoch_ended = 1;
+    }
+    if (!async) {
+      rc = comm_average(t, grads, t->param_count);
+      if (rc != KOLO_OK) {
+        rc = recover(t, rc);
+        if (rc != KOLO_OK) goto out;
+        continue;
+      }
+    }
+    have_eval = 0;
+    double lr = kolo_train_optim_lr(&t->config.optim, h->step);
+    kolo_train_optim_step(&t->config.optim, h->step, params, grads, optim, t->param_count);
+    h->step++;
+    if (async) {
+      rc = async_complete(t, 0);
+      if (rc == KOLO_OK && h->step % c->average_every == 0) {
+        rc = async_complete(t, 1); /* at most one round in flight */
+        if (rc == KOLO_OK) rc = async_start(t);
+      }
+      if (rc != KOLO_OK) {
+        rc = recover(t, rc);
+        if (rc != KOLO_OK) goto out;
+        continue;
+      }
+    }
+    if (c->log_every && h->step % c->log_every == 0) {
+      double now = now_seconds(), dt = now - window_start;
+      result->last_loss = window_batches ? window_loss / (double)window_batches : 0.0;
+      double train_accuracy = window_local ? (double)window_correct / (double)window_local : 0.0;
+      report_progress(t, result->last_loss, train_accuracy,
+                      dt > 0 ? (double)window_local / dt : 0.0,
+                      dt > 0 ? (double)window_global / dt : 0.0, lr);
+      window_start = now;
+      window_loss = 0.0;
+      window_batches = window_local = window_global = window_correct = 0;
+    }
+    if (epoch_ended) {
+      result->epochs++;
+      if (c->eval) {
+        double acc = 0.0, l = 0.0;
+        rc = evaluate(t, &acc, &l);
+        if (rc != KOLO_OK) {
+          rc = recover(t, rc);
+          if (rc != KOLO_OK) goto out;
+          continue;
+        }
+        report_eval(t, ended_epoch, acc, l);
+        result->test_accuracy = acc;
+        result->test_loss = l;
+        have_eval = !async;
+      }
+    }
+    if (c->commit_every && h->step % c->commit_every == 0) {
+      rc = commit_state(t);
+      if (rc != KOLO_OK) {
+        rc = recover(t, rc);
+        if (rc != KOLO_OK) goto out;
+        continue;
+      }
+    }
+    if (c->checkpoint_every && h->step % c->checkpoint_every == 0) {
+      rc = write_checkpoint(t);
+      if (rc != KOLO_OK) goto out;
+    }
+  }
+  if (window_batches) result->last_loss = window_loss / (double)window_batches;
+  result->seconds = now_seconds() - start;
+  result->steps = h->step;
+  result->reconfigurations = t->reforms;
+  if (result->seconds > 0) {
+    result->samples_per_second_worker = (double)local_samples / result->seconds;
+    result->samples_per_second_total = (double)global_samples / result->seconds;
+  }
+  rc = write_checkpoint(t);
+out:
+  if (rc != KOLO_OK && t->comm) {
+    KOLO_LOGE(LOG_TAG, "rank %d: training failed at step %llu: %s", t->rank,
+              (unsigned long long)h->step, kolo_strerror(rc));
+  }
+  return rc;
+}

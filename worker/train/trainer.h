@@ -1,0 +1,100 @@
+/* kolo_train_trainer: the data-parallel training loop of kolo-train. It owns
+ * the datasets, the model and the training state; with a communicator it keeps
+ * replicas in step (SYNC: one fused gradient all-reduce per step; ASYNC: a
+ * background model average every k steps), without one it trains alone. */
+#ifndef KOLO_TRAIN_TRAINER_H
+#define KOLO_TRAIN_TRAINER_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kolo/elastic.h"
+#include "kolo/kolo.h"
+#include "kolo/status.h"
+#include "worker/train/data.h"
+#include "worker/train/optim.h"
+#include "worker/train/state.h"
+
+typedef enum kolo_train_mode {
+  KOLO_TRAIN_SYNC = 0,
+  KOLO_TRAIN_ASYNC = 1,
+} kolo_train_mode;
+
+typedef struct kolo_train_config {
+  const char *model;        /* "mlp" or "lenet" */
+  const char *hidden;       /* MLP hidden sizes, "256,128" */
+  const char *dataset;      /* fashion-mnist | idx:<dir> | csv:<file> | libsvm:<file> | synthetic */
+  const char *test_dataset; /* csv:/libsvm: test file; NULL holds out the last 10% */
+  const kolo_train_dataset *train_set, *test_set; /* preloaded sets (tests); override dataset */
+  size_t synthetic_train, synthetic_test;         /* sizes of the synthetic set */
+  uint64_t epochs;   /* stop after this many epochs (when steps is 0) */
+  uint64_t steps;    /* stop after this many optimizer steps; 0 = use epochs */
+  size_t batch;      /* samples per worker per micro-batch */
+  size_t accumulate; /* micro-batches per optimizer step */
+  kolo_train_optim_config optim;
+  int scale_lr; /* multiply the learning rate by the number of workers */
+  kolo_train_mode mode;
+  uint64_t average_every; /* ASYNC: steps between model averages */
+  uint64_t seed;
+  const char *checkpoint_dir; /* NULL = no checkpoints */
+  uint64_t checkpoint_every;  /* steps between checkpoints; 0 = only at the end */
+  int eval;                   /* evaluate on the test split at the end of each epoch */
+  int json;                   /* progress as JSON lines */
+  int quiet;                  /* only the final line */
+  uint64_t log_every;         /* steps between progress lines */
+  uint64_t commit_every;      /* elastic runs: steps between in-memory state commits */
+  /* checked at every step boundary; non-zero = stop (checkpoint written on rank 0)
+   * and return KOLO_ERR_ABORTED. Set from a signal handler. NULL = none. */
+  const volatile sig_atomic_t *stop_flag;
+} kolo_train_config;
+
+/* Defaults: mlp 256,128; synthetic 6000/1000; 1 epoch; batch 64; SGD lr 0.02
+ * momentum 0.9; SYNC; average every 8; seed 1; eval on; log every 100 steps. */
+void kolo_train_config_defaults(kolo_train_config *config);
+
+kolo_status kolo_train_mode_parse(const char *name, kolo_train_mode *mode);
+
+typedef struct kolo_train_result {
+  uint64_t steps;        /* optimizer steps completed (including resumed ones) */
+  uint64_t epochs;       /* epochs completed */
+  uint64_t resumed_step; /* the step a checkpoint resumed from; 0 = fresh start */
+  double last_loss;      /* mean training loss of the last logging window */
+  double test_accuracy;  /* final evaluation on the test split */
+  double test_loss;
+  double seconds; /* wall time of the training loop */
+  double samples_per_second_worker;
+  double samples_per_second_total;
+  int reconfigurations; /* rings re-formed during the run (elastic) */
+} kolo_train_result;
+
+typedef struct kolo_train_trainer kolo_train_trainer;
+
+/* Loads the data, builds the model and state. comm may be NULL (one process);
+ * it is borrowed, not owned. out is where progress lines go on rank 0 (NULL = none). */
+kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm *comm, FILE *out,
+                                      kolo_train_trainer **trainer);
+/* The same for an elastic run: the communicator comes from elastic (it may
+ * change when the ring is re-formed); the training state is registered with it
+ * as one buffer, committed every commit_every steps, and restored after a
+ * re-form. elastic is borrowed and must outlive the trainer. */
+kolo_status kolo_train_trainer_create_elastic(const kolo_train_config *config,
+                                              kolo_elastic *elastic, FILE *out,
+                                              kolo_train_trainer **trainer);
+void kolo_train_trainer_destroy(kolo_train_trainer *trainer);
+
+/* Resumes from the newest valid checkpoint (if configured), synchronises the
+ * initial state from rank 0, trains until the step or epoch limit, evaluates
+ * and writes the final checkpoint. In an elastic run a failed collective or a
+ * ring change re-forms the ring and continues from the last commit; a stop
+ * request from the agent ends the run with KOLO_ERR_ABORTED. */
+kolo_status kolo_train_trainer_run(kolo_train_trainer *trainer, kolo_train_result *result);
+
+/* The training state (weights, optimizer state, step, data position). */
+kolo_train_state *kolo_train_trainer_state(kolo_train_trainer *trainer);
+
+/* Whether this build can use a communicator (linked with libkolo). */
+int kolo_train_has_comm(void);
+
+#endif
