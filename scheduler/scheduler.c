@@ -481,6 +481,21 @@ out:
   return rc;
 }
 
+/* The Progress fields of a process's report (JobStatus.progress takes no
+ * others); kolo-train's names are accepted as well. A new object. */
+static json_t *progress_fields(const json_t *report) {
+  static const char *const names[][2] = {{"step", "steps"}, {"total_steps", NULL}, {"loss", NULL},
+                                         {"samples_per_sec", "samples_per_sec_total"},
+                                         {"accuracy", "train_accuracy"}};
+  json_t *clean = json_object();
+  for (size_t i = 0; i < 5; i++) {
+    json_t *value = json_object_get(report, names[i][0]);
+    if (!json_is_number(value) && names[i][1]) value = json_object_get(report, names[i][1]);
+    if (json_is_number(value)) json_object_set(clean, names[i][0], value);
+  }
+  return clean;
+}
+
 /* Ends j in phase (SUCCEEDED/FAILED) and takes every member's assignment away. */
 static kolo_status end_job(kolo_sched *s, snapshot *snap, job *j, const char *phase, const char *type,
                            const char *message) {
@@ -499,10 +514,9 @@ static kolo_status end_job(kolo_sched *s, snapshot *snap, job *j, const char *ph
       json_decref(merged);
       merged = json_object();
     }
-    static const char *const fields[] = {"step", "total_steps", "loss", "samples_per_sec", "accuracy"};
-    for (size_t i = 0; i < 5; i++)
-      if (json_is_number(json_object_get(progress, fields[i])))
-        json_object_set(merged, fields[i], json_object_get(progress, fields[i]));
+    json_t *clean = progress_fields(progress);
+    json_object_update(merged, clean);
+    json_decref(clean);
     json_object_set_new(status, "progress", merged);
   }
   add_event(t, j, type, int_of(j->status, "epoch"), message);
@@ -545,12 +559,7 @@ static void maybe_progress(kolo_sched *s, job *j, const char *rank0) {
   json_t *progress = json_object_get(json_object_get(j->reports, rank0), "progress");
   if (!json_is_object(progress)) return;
   if (wall_ms() - int_of(j->status, "updated_unix_ms") < PROGRESS_EVERY_MS) return;
-  json_t *clean = json_object();
-  static const char *const fields[] = {"step", "total_steps", "loss", "samples_per_sec", "accuracy"};
-  for (size_t i = 0; i < 5; i++) {
-    json_t *value = json_object_get(progress, fields[i]);
-    if (json_is_number(value)) json_object_set(clean, fields[i], value);
-  }
+  json_t *clean = progress_fields(progress);
   json_t *current = json_object_get(j->status, "progress");
   int same = 1;
   const char *key;

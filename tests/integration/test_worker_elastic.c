@@ -132,12 +132,36 @@ static void a_draining_worker_leaves_at_once_and_exits_zero(void **state) {
   json_decref(job);
 }
 
+static void a_builtin_job_runs_kolo_train_on_two_workers(void **state) {
+  cluster *c = *state;
+  char train[512];
+  snprintf(train, sizeof train, "%s/kolo-train", getenv("KOLO_BIN_DIR"));
+  FILE *probe = fopen(train, "r");
+  if (probe == NULL) skip(); /* the trainer is not part of this build */
+  fclose(probe);
+  start_workers(c, 2);
+  json_t *job = cluster_post(c, "/v1/jobs",
+                             "{\"id\":\"builtin\",\"name\":\"mlp\",\"min_workers\":2,\"max_workers\":2,"
+                             "\"builtin\":{\"model\":\"mlp\",\"dataset\":\"synthetic\",\"learning_rate\":0.02,"
+                             "\"epochs\":2,\"batch_size\":16,\"hyper_parameters\":{\"hidden\":\"32\"}}}");
+  assert_non_null(job);
+  json_decref(job);
+  job = cluster_wait_phase(c, "builtin", "SUCCEEDED", 1, 60000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(member_count(job), 2);
+  json_t *progress = json_object_get(json_object_get(job, "status"), "progress");
+  assert_true(json_integer_value(json_object_get(progress, "step")) > 0);
+  assert_true(json_number_value(json_object_get(progress, "accuracy")) > 0.5);
+  json_decref(job);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_three_worker_job_finishes_with_the_exact_result, setup, teardown),
       cmocka_unit_test_setup_teardown(a_killed_worker_is_left_behind_and_the_result_stays_exact, setup, teardown),
       cmocka_unit_test_setup_teardown(a_fourth_worker_joins_a_job_below_max_workers, setup, teardown),
       cmocka_unit_test_setup_teardown(a_draining_worker_leaves_at_once_and_exits_zero, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_builtin_job_runs_kolo_train_on_two_workers, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

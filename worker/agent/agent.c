@@ -201,8 +201,10 @@ static void on_line(const char *line, void *user) {
   } else if (strncmp(line, "REPORT ", 7) == 0) {
     json_t *progress = json_loads(line + 7, 0, NULL);
     if (json_is_object(progress)) {
-      json_decref(a->progress);
-      a->progress = progress;
+      /* merged: a final line (e.g. kolo-train's "done") keeps earlier fields */
+      if (a->progress == NULL) a->progress = json_object();
+      json_object_update(a->progress, progress);
+      json_decref(progress);
       a->report_dirty = 1;
       if (mono_ms() - a->report_written_ms >= REPORT_EVERY_MS) write_report(a);
     } else {
