@@ -349,7 +349,16 @@ int cluster_results(cluster *c, const char *id, int steps) {
   return bad ? -1 : n;
 }
 
-int cluster_job_processes(const char *job, const char *worker) {
+static int scan_processes(const char *job, const char *worker, pid_t *first);
+
+int cluster_job_processes(const char *job, const char *worker) { return scan_processes(job, worker, NULL); }
+
+pid_t cluster_job_pid(const char *job, const char *worker) {
+  pid_t pid = -1;
+  return scan_processes(job, worker, &pid) > 0 ? pid : -1;
+}
+
+static int scan_processes(const char *job, const char *worker, pid_t *first) {
   char want_job[160], want_worker[160];
   snprintf(want_job, sizeof want_job, "KOLO_JOB_ID=%s", job);
   snprintf(want_worker, sizeof want_worker, "KOLO_WORKER_ID=%s", worker);
@@ -373,6 +382,7 @@ int cluster_job_processes(const char *job, const char *worker) {
     }
     if (has_job && has_worker) {
       /* a zombie has no environment left to read; so this one runs */
+      if (first && count == 0) *first = (pid_t)atoi(entry->d_name);
       count++;
     }
   }

@@ -70,6 +70,9 @@ int cluster_results(cluster *c, const char *id, int steps);
  * KOLO_WORKER_ID environment in /proc). */
 int cluster_job_processes(const char *job, const char *worker);
 
+/* The pid of one such process, or -1. */
+pid_t cluster_job_pid(const char *job, const char *worker);
+
 /* Waits until no such process is left; 0 on success. */
 int cluster_wait_no_processes(const char *job, const char *worker, int timeout_ms);
 

@@ -132,6 +132,31 @@ static void a_draining_worker_leaves_at_once_and_exits_zero(void **state) {
   json_decref(job);
 }
 
+static void a_crashed_process_is_reported_and_its_worker_rejoins(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(cluster_submit(c, "crash", 2, 3, 250, 20, ""), 0);
+  assert_int_equal(cluster_wait_step(c, "crash", 10, 30000), 0);
+  pid_t pid = cluster_job_pid("crash", "w3");
+  assert_true(pid > 0);
+  kill(pid, SIGKILL); /* the process only: its agent lives on */
+  json_t *job = cluster_wait_phase(c, "crash", "RUNNING", 2, 20000);
+  json_t *lost = cluster_event(job, "WORKER_LOST", 2);
+  assert_non_null(lost);
+  assert_non_null(strstr(json_string_value(json_object_get(lost, "message")), "w3"));
+  json_decref(job);
+  /* the agent reported the exit and is free again, so the job takes it back */
+  job = cluster_wait_phase(c, "crash", "RUNNING", 3, 20000);
+  if (member_count(job) != 3) cluster_print_job(job);
+  assert_int_equal(member_count(job), 3);
+  assert_non_null(cluster_event(job, "WORKER_JOINED", 3));
+  json_decref(job);
+  job = cluster_wait_phase(c, "crash", "SUCCEEDED", 3, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(cluster_results(c, "crash", 250), 3);
+  json_decref(job);
+}
+
 static void a_builtin_job_runs_kolo_train_on_two_workers(void **state) {
   cluster *c = *state;
   char train[512];
@@ -161,6 +186,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_killed_worker_is_left_behind_and_the_result_stays_exact, setup, teardown),
       cmocka_unit_test_setup_teardown(a_fourth_worker_joins_a_job_below_max_workers, setup, teardown),
       cmocka_unit_test_setup_teardown(a_draining_worker_leaves_at_once_and_exits_zero, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_crashed_process_is_reported_and_its_worker_rejoins, setup, teardown),
       cmocka_unit_test_setup_teardown(a_builtin_job_runs_kolo_train_on_two_workers, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
