@@ -386,7 +386,11 @@ kolo_status kolo_elastic_reform(kolo_elastic *elastic) {
   if (comm != NULL) {
     int failed_rank = -1;
     kolo_status error = kolo_comm_error(comm, &failed_rank);
-    if (error != KOLO_OK && error != KOLO_ERR_ABORTED) {
+    /* A peer's abort names the peer: it is leaving (e.g. its agent died, which
+     * the process notices before its death signal), so report it like a loss.
+     * Our own abort (a ring change) names ourselves and is not reported. */
+    if (error != KOLO_OK && (error != KOLO_ERR_ABORTED ||
+                             (failed_rank >= 0 && failed_rank != kolo_comm_rank(comm)))) {
       char line[128];
       snprintf(line, sizeof line, "FAILED %llu %s %d\n", (unsigned long long)kolo_comm_epoch(comm),
                kolo_status_name(error), failed_rank);

@@ -1,0 +1,60 @@
+/* The training loop the recovery benchmark runs as its exec program: every
+ * step all-reduces a small vector and commits, and prints
+ * "STEP <epoch> <step> <unix_ms>" once the step is done, so the benchmark can
+ * see the first step completed on a new ring. Built by run.py against libkolo.
+ *
+ * Usage: recovery_loop STEPS LENGTH STEP_DELAY_MS */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "kolo/elastic.h"
+
+static long long now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: recovery_loop STEPS LENGTH STEP_DELAY_MS\n");
+    return 2;
+  }
+  int64_t steps = atoll(argv[1]);
+  size_t length = (size_t)atoll(argv[2]);
+  long delay_ms = atol(argv[3]);
+  kolo_elastic *elastic = NULL;
+  kolo_status status = kolo_elastic_create(&elastic);
+  if (status != KOLO_OK) {
+    fprintf(stderr, "recovery_loop: %s\n", kolo_strerror(status));
+    return 1;
+  }
+  double *vector = calloc(length ? length : 1, sizeof *vector);
+  int64_t step = 0;
+  kolo_elastic_register(elastic, &step, sizeof step);
+  status = kolo_elastic_sync(elastic);
+  while (step < steps && !kolo_elastic_should_stop(elastic)) {
+    if (status != KOLO_OK) {
+      status = kolo_elastic_reform(elastic);
+      if (status != KOLO_OK && status != KOLO_ERR_PEER_LOST && status != KOLO_ERR_ABORTED) break;
+      continue;
+    }
+    for (size_t i = 0; i < length; i++) vector[i] = (double)step;
+    status = kolo_allreduce(kolo_elastic_comm(elastic), vector, vector, length, KOLO_FLOAT64, KOLO_SUM);
+    if (status != KOLO_OK) continue;
+    step++;
+    status = kolo_elastic_commit(elastic);
+    printf("STEP %llu %lld %lld\n", (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)),
+           (long long)step, now_ms());
+    fflush(stdout);
+    if (delay_ms > 0) {
+      struct timespec pause = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+      nanosleep(&pause, NULL);
+    }
+  }
+  free(vector);
+  kolo_elastic_destroy(elastic);
+  return step == steps ? 0 : 1;
+}

@@ -1,0 +1,442 @@
+/* Implementation of http_api.h. */
+#include "server/http_api.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "kolo/v1/cluster.pb-c.h"
+#include "kolo/v1/job.pb-c.h"
+#include "server/json_codec.h"
+#include "server/service.h"
+
+#define LOG "http"
+
+struct kolo_server_http {
+  kolo_server_http_config cfg;
+  char *token_header;
+  struct MHD_Daemon *daemon;
+};
+
+/* Per-request state: the body collected so far. */
+typedef struct request {
+  char *body;
+  size_t len, cap;
+  int too_large;
+  struct timespec started;
+} request;
+
+typedef struct reply {
+  int status;
+  char *body; /* malloc'd */
+  const char *content_type;
+  int method; /* for metrics */
+  int grpc_code;
+} reply;
+
+static void reply_text(reply *r, int status, const char *content_type, char *body) {
+  r->status = status;
+  r->content_type = content_type;
+  r->body = body;
+}
+
+static void reply_error(reply *r, kolo_status rc, const char *message) {
+  int code = kolo_server_grpc_code(rc);
+  json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", kolo_server_grpc_code_name(code), "message",
+                          message && message[0] ? message : kolo_strerror(rc));
+  char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+  json_decref(obj);
+  r->grpc_code = code;
+  reply_text(r, kolo_server_http_code(rc), "application/json", text);
+}
+
+static void reply_message(reply *r, const ProtobufCMessage *msg) {
+  char *text = kolo_server_json_dump_message(msg, 0);
+  if (text == NULL) {
+    reply_error(r, KOLO_ERR_NO_MEMORY, NULL);
+    return;
+  }
+  r->grpc_code = 0;
+  reply_text(r, 200, "application/json", text);
+}
+
+/* Runs a unary RPC and turns its outcome into a reply. */
+static void call_service(kolo_server_http *h, reply *r, kolo_server_method method,
+                         const ProtobufCMessage *req) {
+  char err[512];
+  ProtobufCMessage *resp = NULL;
+  r->method = method;
+  kolo_status rc = kolo_server_service_call(h->cfg.store, method, req, &resp, err, sizeof err);
+  if (rc != KOLO_OK) {
+    reply_error(r, rc, err);
+    return;
+  }
+  reply_message(r, resp);
+  protobuf_c_message_free_unpacked(resp, NULL);
+}
+
+/* Decodes a POST body as message type desc (empty body = empty message). */
+static kolo_status decode_body(request *req, const ProtobufCMessageDescriptor *desc,
+                               ProtobufCMessage **out, char *err, size_t err_len) {
+  if (req->len == 0) return kolo_server_json_parse_message("{}", 2, desc, out, err, err_len);
+  return kolo_server_json_parse_message(req->body, req->len, desc, out, err, err_len);
+}
+
+typedef struct list_query {
+  Kolo__V1__ListJobsRequest *req;
+  kolo_status rc;
+  char err[256];
+} list_query;
+
+/* Query arguments of GET /v1/jobs: phase, label (k=v, repeatable), page_size, page_token. */
+static enum MHD_Result list_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  list_query *q = cls;
+  (void)kind;
+  if (q->rc != KOLO_OK) return MHD_YES;
+  Kolo__V1__ListJobsRequest *r = q->req;
+  if (value == NULL) value = "";
+  if (strcmp(key, "phase") == 0) {
+    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, value);
+    if (v == NULL) {
+      q->rc = KOLO_ERR_INVALID_ARG;
+      snprintf(q->err, sizeof q->err, "phase: unknown phase '%.64s'", value);
+    } else {
+      r->phase = (Kolo__V1__Phase)v->value;
+    }
+  } else if (strcmp(key, "label") == 0) {
+    const char *eq = strchr(value, '=');
+    Kolo__V1__ListJobsRequest__LabelsEntry **grown = realloc(r->labels, (r->n_labels + 1) * sizeof *grown);
+    if (eq == NULL || eq == value || grown == NULL) {
+      if (grown) r->labels = grown;
+      q->rc = KOLO_ERR_INVALID_ARG;
+      snprintf(q->err, sizeof q->err, "labels: expected label=key=value");
+      return MHD_YES;
+    }
+    r->labels = grown;
+    Kolo__V1__ListJobsRequest__LabelsEntry *e = malloc(sizeof *e);
+    if (e == NULL) return MHD_YES;
+    kolo__v1__list_jobs_request__labels_entry__init(e);
+    e->key = strndup(value, (size_t)(eq - value));
+    e->value = strdup(eq + 1);
+    r->labels[r->n_labels++] = e;
+  } else if (strcmp(key, "page_size") == 0) {
+    char *end;
+    long n = strtol(value, &end, 10);
+    if (*value == '\0' || *end != '\0' || n < 0 || n > 1000) {
+      q->rc = KOLO_ERR_INVALID_ARG;
+      snprintf(q->err, sizeof q->err, "page_size: expected 0..1000");
+    } else {
+      r->page_size = (uint32_t)n;
+    }
+  } else if (strcmp(key, "page_token") == 0) {
+    kolo_server_pb_set_string(&r->page_token, value);
+  } else {
+    q->rc = KOLO_ERR_INVALID_ARG;
+    snprintf(q->err, sizeof q->err, "%.64s: unknown query parameter", key);
+  }
+  return MHD_YES;
+}
+
+static void route_list(kolo_server_http *h, struct MHD_Connection *conn, reply *r) {
+  Kolo__V1__ListJobsRequest *req = malloc(sizeof *req);
+  if (req == NULL) return reply_error(r, KOLO_ERR_NO_MEMORY, NULL);
+  kolo__v1__list_jobs_request__init(req);
+  list_query q = {req, KOLO_OK, ""};
+  MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, list_arg, &q);
+  r->method = KOLO_SERVER_LIST_JOBS;
+  if (q.rc != KOLO_OK)
+    reply_error(r, q.rc, q.err);
+  else
+    call_service(h, r, KOLO_SERVER_LIST_JOBS, &req->base);
+  protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+static void route_readyz(kolo_server_http *h, reply *r) {
+  kolo_server_health *health = &h->cfg.health;
+  char leader[128] = "";
+  int is_me = 0;
+  int backend = health->backend_ok ? health->backend_ok(health->arg) : 1;
+  int known = health->leader ? health->leader(health->arg, leader, sizeof leader, &is_me) : 1;
+  json_t *obj = json_pack("{s:b,s:b,s:s,s:b,s:I}", "ready", backend && known, "etcd", backend,
+                          "leader", leader, "is_leader", is_me, "revision",
+                          (json_int_t)kolo_server_store_revision(h->cfg.store));
+  r->grpc_code = backend && known ? 0 : 14;
+  reply_text(r, backend && known ? 200 : 503, "application/json", json_dumps(obj, JSON_COMPACT));
+  json_decref(obj);
+}
+
+static void route_metrics(kolo_server_http *h, reply *r) {
+  uint64_t phases[7];
+  kolo_server_store_count_phases(h->cfg.store, phases);
+  size_t workers = 0;
+  Kolo__V1__ListWorkersResponse *all = NULL;
+  if (kolo_server_store_list_workers(h->cfg.store, &all) == KOLO_OK) {
+    workers = all->n_workers;
+    protobuf_c_message_free_unpacked(&all->base, NULL);
+  }
+  int is_me = 0;
+  char leader[128];
+  if (h->cfg.health.leader) h->cfg.health.leader(h->cfg.health.arg, leader, sizeof leader, &is_me);
+  reply_text(r, 200, "text/plain; version=0.0.4",
+             kolo_server_metrics_render(h->cfg.metrics, phases, workers, is_me));
+}
+
+/* Splits "/v1/jobs/<id>[suffix]" into id and suffix ("", "/events", ":cancel", ":scale"). */
+static int job_path(const char *url, char *id, size_t id_len, const char **suffix) {
+  const char *p = url + strlen("/v1/jobs/");
+  size_t n = strcspn(p, "/:");
+  if (n == 0 || n >= id_len) return 0;
+  memcpy(id, p, n);
+  id[n] = '\0';
+  *suffix = p + n;
+  return 1;
+}
+
+static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *url, const char *method,
+                  request *req, reply *r) {
+  int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+  char err[512];
+  char id[128];
+  const char *suffix = "";
+  r->method = KOLO_SERVER_METRIC_OTHER;
+  if (strcmp(url, "/healthz") == 0 && get) {
+    r->grpc_code = 0;
+    return reply_text(r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+  }
+  if (strcmp(url, "/readyz") == 0 && get) return route_readyz(h, r);
+  if (h->token_header) {
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (auth == NULL || strcmp(auth, h->token_header) != 0)
+      return reply_error(r, KOLO_ERR_AUTH, "missing or wrong bearer token");
+  }
+  if (req->too_large) {
+    snprintf(err, sizeof err, "request body over the %zu byte limit", h->cfg.max_message_bytes);
+    return reply_error(r, KOLO_ERR_TOO_LARGE, err);
+  }
+  if (strcmp(url, "/metrics") == 0 && get) return route_metrics(h, r);
+  if (strcmp(url, "/v1/jobs") == 0 && get) return route_list(h, conn, r);
+  if (strcmp(url, "/v1/workers") == 0 && get) {
+    Kolo__V1__ListWorkersRequest lw = KOLO__V1__LIST_WORKERS_REQUEST__INIT;
+    return call_service(h, r, KOLO_SERVER_LIST_WORKERS, &lw.base);
+  }
+  if (strcmp(url, "/v1/jobs") == 0 && post) {
+    ProtobufCMessage *spec = NULL;
+    r->method = KOLO_SERVER_SUBMIT_JOB;
+    kolo_status rc = decode_body(req, &kolo__v1__job_spec__descriptor, &spec, err, sizeof err);
+    if (rc != KOLO_OK) return reply_error(r, rc, err);
+    call_service(h, r, KOLO_SERVER_SUBMIT_JOB, spec);
+    protobuf_c_message_free_unpacked(spec, NULL);
+    return;
+  }
+  if (strncmp(url, "/v1/workers/", 12) == 0 && post) {
+    const char *w = url + 12;
+    const char *colon = strrchr(w, ':');
+    if (colon && strcmp(colon, ":drain") == 0 && colon > w && (size_t)(colon - w) < sizeof id) {
+      Kolo__V1__DrainWorkerRequest dr = KOLO__V1__DRAIN_WORKER_REQUEST__INIT;
+      memcpy(id, w, (size_t)(colon - w));
+      id[colon - w] = '\0';
+      dr.id = id;
+      return call_service(h, r, KOLO_SERVER_DRAIN_WORKER, &dr.base);
+    }
+  }
+  if (strncmp(url, "/v1/jobs/", 9) == 0 && job_path(url, id, sizeof id, &suffix)) {
+    if (get && suffix[0] == '\0') {
+      /* Hot path: the view keeps every job's JSON ready. */
+      char *json = NULL;
+      r->method = KOLO_SERVER_GET_JOB;
+      kolo_status rc = kolo_server_service_check_id(id, err, sizeof err);
+      if (rc == KOLO_OK) rc = kolo_server_store_get_json(h->cfg.store, id, &json);
+      if (rc == KOLO_ERR_NOT_FOUND) snprintf(err, sizeof err, "no job %.100s", id);
+      if (rc != KOLO_OK) return reply_error(r, rc, err);
+      r->grpc_code = 0;
+      return reply_text(r, 200, "application/json", json);
+    }
+    if (get && strcmp(suffix, "/events") == 0) {
+      Kolo__V1__Job *job = NULL;
+      r->method = KOLO_SERVER_GET_JOB;
+      kolo_status rc = kolo_server_service_check_id(id, err, sizeof err);
+      if (rc == KOLO_OK) rc = kolo_server_store_get(h->cfg.store, id, &job);
+      if (rc == KOLO_ERR_NOT_FOUND) snprintf(err, sizeof err, "no job %.100s", id);
+      if (rc != KOLO_OK) return reply_error(r, rc, err);
+      json_t *obj = kolo_server_json_from_message(&job->base);
+      json_t *out = json_pack("{s:s,s:O}", "id", job->id, "events", json_object_get(obj, "events"));
+      r->grpc_code = 0;
+      reply_text(r, 200, "application/json", json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER));
+      json_decref(out);
+      json_decref(obj);
+      protobuf_c_message_free_unpacked(&job->base, NULL);
+      return;
+    }
+    if (post && (strcmp(suffix, ":cancel") == 0 || strcmp(suffix, ":scale") == 0)) {
+      int cancel = suffix[1] == 'c';
+      const ProtobufCMessageDescriptor *desc =
+          cancel ? &kolo__v1__cancel_job_request__descriptor : &kolo__v1__scale_job_request__descriptor;
+      ProtobufCMessage *msg = NULL;
+      r->method = cancel ? KOLO_SERVER_CANCEL_JOB : KOLO_SERVER_SCALE_JOB;
+      kolo_status rc = decode_body(req, desc, &msg, err, sizeof err);
+      if (rc != KOLO_OK) return reply_error(r, rc, err);
+      /* The id in the path wins over one in the body. */
+      char **id_slot = cancel ? &((Kolo__V1__CancelJobRequest *)msg)->id : &((Kolo__V1__ScaleJobRequest *)msg)->id;
+      kolo_server_pb_set_string(id_slot, id);
+      call_service(h, r, cancel ? KOLO_SERVER_CANCEL_JOB : KOLO_SERVER_SCALE_JOB, msg);
+      protobuf_c_message_free_unpacked(msg, NULL);
+      return;
+    }
+  }
+  snprintf(err, sizeof err, "no route for %.8s %.200s", method, url);
+  r->grpc_code = 5;
+  json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", "NOT_FOUND", "message", err);
+  reply_text(r, 404, "application/json", json_dumps(obj, JSON_COMPACT));
+  json_decref(obj);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
+  kolo_server_http *h = cls;
+  (void)version;
+  request *req = *con_cls;
+  if (req == NULL) {
+    req = calloc(1, sizeof *req);
+    if (req == NULL) return MHD_NO;
+    clock_gettime(CLOCK_MONOTONIC, &req->started);
+    *con_cls = req;
+    return MHD_YES;
+  }
+  if (*upload_data_size > 0) {
+    size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    if (req->too_large || req->len + n > h->cfg.max_message_bytes) {
+      req->too_large = 1;
+      return MHD_YES;
+    }
+    if (req->len + n + 1 > req->cap) {
+      size_t cap = (req->len + n + 1) * 2;
+      char *grown = realloc(req->body, cap);
+      if (grown == NULL) return MHD_NO;
+      req->body = grown;
+      req->cap = cap;
+    }
+    memcpy(req->body + req->len, upload_data, n);
+    req->len += n;
+    return MHD_YES;
+  }
+  reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13};
+  route(h, conn, url, method, req, &r);
+  if (r.body == NULL) reply_error(&r, KOLO_ERR_NO_MEMORY, NULL);
+  const char *body = r.body ? r.body : "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
+  struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), (void *)body,
+                                                              r.body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+  if (resp == NULL) {
+    free(r.body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, "Content-Type", r.content_type);
+  if (r.status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+  enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r.status, resp);
+  MHD_destroy_response(resp);
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  double seconds = (double)(now.tv_sec - req->started.tv_sec) + (double)(now.tv_nsec - req->started.tv_nsec) / 1e9;
+  kolo_server_metrics_observe(h->cfg.metrics, KOLO_SERVER_API_HTTP, r.method, r.grpc_code, seconds);
+  if (r.status >= 500) KOLO_LOGW(LOG, "%s %s -> %d", method, url, r.status);
+  return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)cls;
+  (void)conn;
+  (void)toe;
+  request *req = *con_cls;
+  if (req == NULL) return;
+  free(req->body);
+  free(req);
+  *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  char line[512];
+  (void)cls;
+  vsnprintf(line, sizeof line, fmt, ap);
+  line[strcspn(line, "\n")] = '\0';
+  KOLO_LOGD(LOG, "libmicrohttpd: %s", line);
+}
+
+kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_server_http **out,
+                                   int *bound_port) {
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  char host[128];
+  const char *colon = strrchr(config->listen, ':');
+  if (colon == NULL || (size_t)(colon - config->listen) >= sizeof host) return KOLO_ERR_ADDRESS;
+  memcpy(host, config->listen, (size_t)(colon - config->listen));
+  host[colon - config->listen] = '\0';
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  if (*end != '\0' || port < 0 || port > 65535) return KOLO_ERR_ADDRESS;
+  if (host[0] == '\0' || strcmp(host, "0.0.0.0") == 0)
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  else if (strcmp(host, "localhost") == 0)
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  else if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
+    return KOLO_ERR_ADDRESS;
+  addr.sin_port = htons((uint16_t)port);
+
+  kolo_server_http *h = calloc(1, sizeof *h);
+  if (h == NULL) return KOLO_ERR_NO_MEMORY;
+  h->cfg = *config;
+  if (h->cfg.max_message_bytes == 0) h->cfg.max_message_bytes = 4u << 20;
+  if (config->token) {
+    size_t len = strlen(config->token) + 8;
+    h->token_header = malloc(len);
+    if (h->token_header) snprintf(h->token_header, len, "Bearer %s", config->token);
+  }
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+  if (config->tls_cert_pem) {
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+      KOLO_LOGE(LOG, "this libmicrohttpd has no TLS support");
+      free(h->token_header);
+      free(h);
+      return KOLO_ERR_UNSUPPORTED;
+    }
+    flags |= MHD_USE_TLS;
+  }
+  unsigned threads = (unsigned)(config->threads > 0 ? config->threads : 2);
+  struct MHD_OptionItem tls_opts[] = {
+      {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)config->tls_key_pem},
+      {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)config->tls_cert_pem},
+      {MHD_OPTION_END, 0, NULL},
+  };
+  h->daemon = MHD_start_daemon(
+      flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+      MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+      MHD_OPTION_ARRAY, config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
+  if (h->daemon == NULL) {
+    KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
+    free(h->token_header);
+    free(h);
+    return KOLO_ERR_ADDRESS;
+  }
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+  *bound_port = info ? (int)info->port : (int)port;
+  *out = h;
+  return KOLO_OK;
+}
+
+void kolo_server_http_stop(kolo_server_http *h) {
+  if (h == NULL) return;
+  MHD_stop_daemon(h->daemon);
+  free(h->token_header);
+  free(h);
+}

@@ -1,0 +1,39 @@
+/* kolo.v1 over HTTP/JSON (libmicrohttpd + jansson) for curl and probes: the job routes map
+ * onto the same service functions as gRPC, errors are {"error":{"code","message"}}, plus
+ * /healthz, /readyz and /metrics. */
+#ifndef KOLO_SERVER_HTTP_API_H
+#define KOLO_SERVER_HTTP_API_H
+
+#include <stddef.h>
+
+#include "kolo/status.h"
+#include "server/metrics.h"
+#include "server/store.h"
+
+/* What /readyz and /metrics need from the rest of the server. */
+typedef struct kolo_server_health {
+  void *arg;
+  int (*backend_ok)(void *arg);                                    /* etcd answers */
+  int (*leader)(void *arg, char *leader_id, size_t len, int *is_me); /* 1 if a leader is known */
+} kolo_server_health;
+
+typedef struct kolo_server_http_config {
+  const char *listen; /* host:port (IPv4); port 0 picks a free one */
+  const char *tls_cert_pem;
+  const char *tls_key_pem;
+  const char *token; /* NULL = no auth; /healthz and /readyz stay open always */
+  size_t max_message_bytes;
+  int threads;
+  kolo_server_store *store;
+  kolo_server_metrics *metrics;
+  kolo_server_health health;
+} kolo_server_http_config;
+
+typedef struct kolo_server_http kolo_server_http;
+
+kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_server_http **out,
+                                   int *bound_port);
+/* Stops accepting, finishes requests in flight, frees. */
+void kolo_server_http_stop(kolo_server_http *h);
+
+#endif

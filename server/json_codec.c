@@ -1,0 +1,436 @@
+/* Implementation of json_codec.h: walks protobuf-c descriptors, so every message of
+ * proto/kolo/v1 gets the same JSON mapping without per-message code. */
+#include "server/json_codec.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MEMBER_PTR(msg, offset) ((void *)((char *)(msg) + (offset)))
+
+/* A protobuf-c map field is a repeated "...Entry" message with fields key(1), value(2). */
+static int field_is_map(const ProtobufCFieldDescriptor *field) {
+  if (field->label != PROTOBUF_C_LABEL_REPEATED || field->type != PROTOBUF_C_TYPE_MESSAGE) return 0;
+  const ProtobufCMessageDescriptor *entry = field->descriptor;
+  size_t len = strlen(entry->short_name);
+  return entry->n_fields == 2 && len > 5 && strcmp(entry->short_name + len - 5, "Entry") == 0 &&
+         strcmp(entry->fields[0].name, "key") == 0 && strcmp(entry->fields[1].name, "value") == 0;
+}
+
+static size_t scalar_size(ProtobufCType type) {
+  switch (type) {
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32:
+    case PROTOBUF_C_TYPE_ENUM:
+      return 4;
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+      return 8;
+    case PROTOBUF_C_TYPE_FLOAT:
+      return sizeof(float);
+    case PROTOBUF_C_TYPE_DOUBLE:
+      return sizeof(double);
+    case PROTOBUF_C_TYPE_BOOL:
+      return sizeof(protobuf_c_boolean);
+    case PROTOBUF_C_TYPE_STRING:
+      return sizeof(char *);
+    case PROTOBUF_C_TYPE_BYTES:
+      return sizeof(ProtobufCBinaryData);
+    case PROTOBUF_C_TYPE_MESSAGE:
+      return sizeof(ProtobufCMessage *);
+  }
+  return 0;
+}
+
+static const char hex_digits[] = "0123456789abcdef";
+
+/* Encodes one value (not repeated) stored at ptr. */
+static json_t *encode_value(const ProtobufCFieldDescriptor *field, const void *ptr) {
+  switch (field->type) {
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+      return json_integer(*(const int32_t *)ptr);
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32:
+      return json_integer(*(const uint32_t *)ptr);
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+      return json_integer(*(const int64_t *)ptr);
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+      return json_integer((json_int_t) * (const uint64_t *)ptr);
+    case PROTOBUF_C_TYPE_FLOAT:
+      return json_real(isfinite(*(const float *)ptr) ? *(const float *)ptr : 0.0);
+    case PROTOBUF_C_TYPE_DOUBLE:
+      return json_real(isfinite(*(const double *)ptr) ? *(const double *)ptr : 0.0);
+    case PROTOBUF_C_TYPE_BOOL:
+      return json_boolean(*(const protobuf_c_boolean *)ptr);
+    case PROTOBUF_C_TYPE_ENUM: {
+      int value = *(const int *)ptr;
+      const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(field->descriptor, value);
+      return ev ? json_string(ev->name) : json_integer(value);
+    }
+    case PROTOBUF_C_TYPE_STRING: {
+      const char *s = *(char *const *)ptr;
+      return json_string(s ? s : "");
+    }
+    case PROTOBUF_C_TYPE_BYTES: {
+      /* Bytes as lowercase hex; kolo's messages carry none today. */
+      const ProtobufCBinaryData *bin = ptr;
+      char *text = malloc(bin->len * 2 + 1);
+      if (text == NULL) return NULL;
+      for (size_t i = 0; i < bin->len; i++) {
+        text[2 * i] = hex_digits[bin->data[i] >> 4];
+        text[2 * i + 1] = hex_digits[bin->data[i] & 15];
+      }
+      text[bin->len * 2] = '\0';
+      json_t *out = json_string(text);
+      free(text);
+      return out;
+    }
+    case PROTOBUF_C_TYPE_MESSAGE: {
+      const ProtobufCMessage *sub = *(ProtobufCMessage *const *)ptr;
+      return sub ? kolo_server_json_from_message(sub) : json_object();
+    }
+  }
+  return NULL;
+}
+
+json_t *kolo_server_json_from_message(const ProtobufCMessage *msg) {
+  const ProtobufCMessageDescriptor *desc = msg->descriptor;
+  json_t *obj = json_object();
+  if (obj == NULL) return NULL;
+  for (unsigned i = 0; i < desc->n_fields; i++) {
+    const ProtobufCFieldDescriptor *field = &desc->fields[i];
+    const void *ptr = MEMBER_PTR(msg, field->offset);
+    json_t *value = NULL;
+    if (field->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+      if (*(const uint32_t *)MEMBER_PTR(msg, field->quantifier_offset) != field->id) continue;
+      value = encode_value(field, ptr);
+    } else if (field->label == PROTOBUF_C_LABEL_REPEATED) {
+      size_t count = *(const size_t *)MEMBER_PTR(msg, field->quantifier_offset);
+      const char *array = *(char *const *)ptr;
+      size_t stride = scalar_size(field->type);
+      if (field_is_map(field)) {
+        const ProtobufCMessageDescriptor *entry = field->descriptor;
+        value = json_object();
+        for (size_t k = 0; value && k < count; k++) {
+          const ProtobufCMessage *e = ((ProtobufCMessage *const *)array)[k];
+          const char *key = *(char *const *)MEMBER_PTR(e, entry->fields[0].offset);
+          json_object_set_new(value, key ? key : "",
+                              encode_value(&entry->fields[1], MEMBER_PTR(e, entry->fields[1].offset)));
+        }
+      } else {
+        value = json_array();
+        for (size_t k = 0; value && k < count; k++)
+          json_array_append_new(value, encode_value(field, array + k * stride));
+      }
+    } else {
+      if (field->type == PROTOBUF_C_TYPE_MESSAGE && *(ProtobufCMessage *const *)ptr == NULL) continue;
+      if (field->label == PROTOBUF_C_LABEL_OPTIONAL && field->quantifier_offset &&
+          field->type != PROTOBUF_C_TYPE_MESSAGE && field->type != PROTOBUF_C_TYPE_STRING &&
+          !*(const protobuf_c_boolean *)MEMBER_PTR(msg, field->quantifier_offset))
+        continue;
+      value = encode_value(field, ptr);
+    }
+    if (value == NULL || json_object_set_new(obj, field->name, value) != 0) {
+      json_decref(obj);
+      return NULL;
+    }
+  }
+  return obj;
+}
+
+/* ---- decoding ---- */
+
+typedef struct decode_ctx {
+  char *err;
+  size_t err_len;
+} decode_ctx;
+
+static kolo_status fail(decode_ctx *ctx, const char *path, const char *what) {
+  if (ctx->err && ctx->err_len) snprintf(ctx->err, ctx->err_len, "%s: %s", path, what);
+  return KOLO_ERR_INVALID_ARG;
+}
+
+static kolo_status decode_message(decode_ctx *ctx, const json_t *json,
+                                  const ProtobufCMessageDescriptor *desc, const char *path,
+                                  ProtobufCMessage **out);
+
+/* Reads an integer from a JSON integer, an integral real, or a decimal string. */
+static int json_to_i64(const json_t *v, int64_t *out, int is_unsigned) {
+  if (json_is_integer(v)) {
+    *out = json_integer_value(v);
+    return !(is_unsigned && *out < 0);
+  }
+  if (json_is_real(v)) {
+    double d = json_real_value(v);
+    if (d != floor(d) || fabs(d) > 9.0e18 || (is_unsigned && d < 0)) return 0;
+    *out = (int64_t)d;
+    return 1;
+  }
+  if (json_is_string(v)) {
+    const char *s = json_string_value(v);
+    char *end = NULL;
+    errno = 0;
+    if (*s == '\0' || (is_unsigned && *s == '-')) return 0;
+    long long parsed = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0') return 0;
+    *out = parsed;
+    return 1;
+  }
+  return 0;
+}
+
+/* Decodes one JSON value into the slot at ptr (not repeated). */
+static kolo_status decode_value(decode_ctx *ctx, const ProtobufCFieldDescriptor *field,
+                                const json_t *v, void *ptr, const char *path) {
+  int64_t i = 0;
+  switch (field->type) {
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+      if (!json_to_i64(v, &i, 0) || i < INT32_MIN || i > INT32_MAX)
+        return fail(ctx, path, "expected a 32-bit integer");
+      *(int32_t *)ptr = (int32_t)i;
+      return KOLO_OK;
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32:
+      if (!json_to_i64(v, &i, 1) || i > (int64_t)UINT32_MAX)
+        return fail(ctx, path, "expected an unsigned 32-bit integer");
+      *(uint32_t *)ptr = (uint32_t)i;
+      return KOLO_OK;
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+      if (!json_to_i64(v, &i, 0)) return fail(ctx, path, "expected an integer");
+      *(int64_t *)ptr = i;
+      return KOLO_OK;
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+      if (!json_to_i64(v, &i, 1)) return fail(ctx, path, "expected an unsigned integer");
+      *(uint64_t *)ptr = (uint64_t)i;
+      return KOLO_OK;
+    case PROTOBUF_C_TYPE_FLOAT:
+    case PROTOBUF_C_TYPE_DOUBLE: {
+      double d;
+      if (!json_is_number(v)) return fail(ctx, path, "expected a number");
+      d = json_number_value(v);
+      if (field->type == PROTOBUF_C_TYPE_FLOAT)
+        *(float *)ptr = (float)d;
+      else
+        *(double *)ptr = d;
+      return KOLO_OK;
+    }
+    case PROTOBUF_C_TYPE_BOOL:
+      if (!json_is_boolean(v)) return fail(ctx, path, "expected true or false");
+      *(protobuf_c_boolean *)ptr = json_is_true(v);
+      return KOLO_OK;
+    case PROTOBUF_C_TYPE_ENUM: {
+      const ProtobufCEnumValue *ev = NULL;
+      if (json_is_string(v))
+        ev = protobuf_c_enum_descriptor_get_value_by_name(field->descriptor, json_string_value(v));
+      else if (json_is_integer(v))
+        ev = protobuf_c_enum_descriptor_get_value(field->descriptor, (int)json_integer_value(v));
+      if (ev == NULL) {
+        char what[256];
+        const ProtobufCEnumDescriptor *ed = field->descriptor;
+        size_t used = (size_t)snprintf(what, sizeof what, "expected one of");
+        for (unsigned k = 0; k < ed->n_values && used < sizeof what; k++)
+          used += (size_t)snprintf(what + used, sizeof what - used, " %s", ed->values[k].name);
+        return fail(ctx, path, what);
+      }
+      *(int *)ptr = ev->value;
+      return KOLO_OK;
+    }
+    case PROTOBUF_C_TYPE_STRING: {
+      if (!json_is_string(v)) return fail(ctx, path, "expected a string");
+      char *copy = strdup(json_string_value(v));
+      if (copy == NULL) return KOLO_ERR_NO_MEMORY;
+      char **slot = ptr;
+      if (*slot && *slot != (char *)protobuf_c_empty_string && *slot != field->default_value)
+        free(*slot);
+      *slot = copy;
+      return KOLO_OK;
+    }
+    case PROTOBUF_C_TYPE_BYTES: {
+      if (!json_is_string(v)) return fail(ctx, path, "expected a hex string");
+      const char *s = json_string_value(v);
+      size_t len = strlen(s);
+      if (len % 2) return fail(ctx, path, "expected a hex string");
+      ProtobufCBinaryData *bin = ptr;
+      uint8_t *data = malloc(len / 2 + 1);
+      if (data == NULL) return KOLO_ERR_NO_MEMORY;
+      for (size_t k = 0; k < len / 2; k++) {
+        unsigned byte;
+        if (sscanf(s + 2 * k, "%2x", &byte) != 1) {
+          free(data);
+          return fail(ctx, path, "expected a hex string");
+        }
+        data[k] = (uint8_t)byte;
+      }
+      bin->data = data;
+      bin->len = len / 2;
+      return KOLO_OK;
+    }
+    case PROTOBUF_C_TYPE_MESSAGE:
+      return decode_message(ctx, v, field->descriptor, path, (ProtobufCMessage **)ptr);
+  }
+  return fail(ctx, path, "unsupported field type");
+}
+
+static kolo_status decode_repeated(decode_ctx *ctx, const ProtobufCFieldDescriptor *field,
+                                   const json_t *v, ProtobufCMessage *msg, const char *path) {
+  size_t *count = MEMBER_PTR(msg, field->quantifier_offset);
+  void **array = MEMBER_PTR(msg, field->offset);
+  size_t stride = scalar_size(field->type);
+  char sub[512];
+  if (field_is_map(field)) {
+    const ProtobufCMessageDescriptor *entry = field->descriptor;
+    if (!json_is_object(v)) return fail(ctx, path, "expected an object");
+    size_t n = json_object_size(v);
+    *array = calloc(n ? n : 1, sizeof(ProtobufCMessage *));
+    if (*array == NULL) return KOLO_ERR_NO_MEMORY;
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)v, key, value) {
+      ProtobufCMessage *e = calloc(1, entry->sizeof_message);
+      if (e == NULL) return KOLO_ERR_NO_MEMORY;
+      entry->message_init(e);
+      ((ProtobufCMessage **)*array)[(*count)++] = e;
+      char **key_slot = MEMBER_PTR(e, entry->fields[0].offset);
+      *key_slot = strdup(key);
+      if (*key_slot == NULL) return KOLO_ERR_NO_MEMORY;
+      snprintf(sub, sizeof sub, "%.250s.%.250s", path, key);
+      kolo_status rc = decode_value(ctx, &entry->fields[1], value,
+                                    MEMBER_PTR(e, entry->fields[1].offset), sub);
+      if (rc != KOLO_OK) return rc;
+    }
+    return KOLO_OK;
+  }
+  if (!json_is_array(v)) return fail(ctx, path, "expected an array");
+  size_t n = json_array_size(v);
+  *array = calloc(n ? n : 1, stride);
+  if (*array == NULL) return KOLO_ERR_NO_MEMORY;
+  for (size_t k = 0; k < n; k++) {
+    snprintf(sub, sizeof sub, "%.400s[%zu]", path, k);
+    void *slot = (char *)*array + k * stride;
+    if (field->type == PROTOBUF_C_TYPE_STRING) *(char **)slot = NULL;
+    kolo_status rc = decode_value(ctx, field, json_array_get(v, k), slot, sub);
+    if (rc != KOLO_OK) {
+      /* Count what was filled so free_unpacked releases exactly that. */
+      *count = (field->type == PROTOBUF_C_TYPE_STRING || field->type == PROTOBUF_C_TYPE_MESSAGE)
+                   ? k + 1
+                   : k;
+      return rc;
+    }
+    *count = k + 1;
+  }
+  return KOLO_OK;
+}
+
+static kolo_status decode_message(decode_ctx *ctx, const json_t *json,
+                                  const ProtobufCMessageDescriptor *desc, const char *path,
+                                  ProtobufCMessage **out) {
+  if (!json_is_object(json)) return fail(ctx, path[0] ? path : "(body)", "expected a JSON object");
+  ProtobufCMessage *msg = calloc(1, desc->sizeof_message);
+  if (msg == NULL) return KOLO_ERR_NO_MEMORY;
+  desc->message_init(msg);
+  *out = msg;
+  const char *key;
+  json_t *value;
+  char sub[512];
+  json_object_foreach((json_t *)json, key, value) {
+    snprintf(sub, sizeof sub, "%.250s%s%.250s", path, path[0] ? "." : "", key);
+    const ProtobufCFieldDescriptor *field = protobuf_c_message_descriptor_get_field_by_name(desc, key);
+    if (field == NULL) return fail(ctx, sub, "unknown field");
+    if (json_is_null(value)) continue;
+    kolo_status rc;
+    if (field->label == PROTOBUF_C_LABEL_REPEATED) {
+      if (*(size_t *)MEMBER_PTR(msg, field->quantifier_offset) != 0)
+        return fail(ctx, sub, "given twice");
+      rc = decode_repeated(ctx, field, value, msg, sub);
+    } else if (field->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+      uint32_t *which = MEMBER_PTR(msg, field->quantifier_offset);
+      if (*which != 0) return fail(ctx, sub, "only one member of the oneof may be set");
+      if (field->type == PROTOBUF_C_TYPE_MESSAGE || field->type == PROTOBUF_C_TYPE_STRING)
+        *(void **)MEMBER_PTR(msg, field->offset) = NULL;
+      *which = field->id;
+      rc = decode_value(ctx, field, value, MEMBER_PTR(msg, field->offset), sub);
+    } else {
+      rc = decode_value(ctx, field, value, MEMBER_PTR(msg, field->offset), sub);
+      if (rc == KOLO_OK && field->label == PROTOBUF_C_LABEL_OPTIONAL && field->quantifier_offset &&
+          field->type != PROTOBUF_C_TYPE_MESSAGE && field->type != PROTOBUF_C_TYPE_STRING)
+        *(protobuf_c_boolean *)MEMBER_PTR(msg, field->quantifier_offset) = 1;
+    }
+    if (rc != KOLO_OK) return rc;
+  }
+  return KOLO_OK;
+}
+
+kolo_status kolo_server_json_to_message(const json_t *json, const ProtobufCMessageDescriptor *desc,
+                                        ProtobufCMessage **out, char *err, size_t err_len) {
+  decode_ctx ctx = {err, err_len};
+  ProtobufCMessage *msg = NULL;
+  if (err && err_len) err[0] = '\0';
+  kolo_status rc = decode_message(&ctx, json, desc, "", &msg);
+  if (rc != KOLO_OK) {
+    if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+  }
+  *out = msg;
+  return KOLO_OK;
+}
+
+kolo_status kolo_server_json_parse_message(const char *text, size_t length,
+                                           const ProtobufCMessageDescriptor *desc,
+                                           ProtobufCMessage **out, char *err, size_t err_len) {
+  json_error_t jerr;
+  json_t *json = json_loadb(text, length, JSON_REJECT_DUPLICATES, &jerr);
+  if (json == NULL) {
+    if (err && err_len)
+      snprintf(err, err_len, "malformed JSON at line %d column %d: %s", jerr.line, jerr.column,
+               jerr.text);
+    return KOLO_ERR_PARSE;
+  }
+  kolo_status rc = kolo_server_json_to_message(json, desc, out, err, err_len);
+  json_decref(json);
+  return rc;
+}
+
+char *kolo_server_json_dump_message(const ProtobufCMessage *msg, int pretty) {
+  json_t *json = kolo_server_json_from_message(msg);
+  if (json == NULL) return NULL;
+  char *text = json_dumps(json, (pretty ? JSON_INDENT(2) : JSON_COMPACT) | JSON_PRESERVE_ORDER);
+  json_decref(json);
+  return text;
+}
+
+ProtobufCMessage *kolo_server_pb_copy(const ProtobufCMessage *msg) {
+  size_t size = protobuf_c_message_get_packed_size(msg);
+  uint8_t *buf = malloc(size ? size : 1);
+  if (buf == NULL) return NULL;
+  protobuf_c_message_pack(msg, buf);
+  ProtobufCMessage *copy = protobuf_c_message_unpack(msg->descriptor, NULL, size, buf);
+  free(buf);
+  return copy;
+}
+
+kolo_status kolo_server_pb_set_string(char **slot, const char *value) {
+  char *copy = strdup(value ? value : "");
+  if (copy == NULL) return KOLO_ERR_NO_MEMORY;
+  if (*slot && *slot != (char *)protobuf_c_empty_string) free(*slot);
+  *slot = copy;
+  return KOLO_OK;
+}

@@ -1,0 +1,39 @@
+/* The HTTP/JSON shape of every kolo.v1 message: a 1:1, descriptor-driven mapping of the
+ * protobuf-c structs (same snake_case field names, enums as their names, maps as objects,
+ * 64-bit integers as JSON numbers). HTTP, the CLI and the etcd store share it, so a spec
+ * is validated the same way whichever door it came through. */
+#ifndef KOLO_SERVER_JSON_CODEC_H
+#define KOLO_SERVER_JSON_CODEC_H
+
+#include <jansson.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stddef.h>
+
+#include "kolo/status.h"
+
+/* Encodes msg as a new JSON object. Every scalar field is present (zero values too), so
+ * scripts can rely on the keys; unset sub-messages and unset oneof members are left out.
+ * Returns NULL only when out of memory. */
+json_t *kolo_server_json_from_message(const ProtobufCMessage *msg);
+
+/* Decodes a JSON object into a new message of type desc (free it with
+ * protobuf_c_message_free_unpacked(msg, NULL)). Unknown fields and wrong types are
+ * KOLO_ERR_INVALID_ARG with the field's dotted path named in err ("spec.builtin.epochs: ..."). */
+kolo_status kolo_server_json_to_message(const json_t *json, const ProtobufCMessageDescriptor *desc,
+                                        ProtobufCMessage **out, char *err, size_t err_len);
+
+/* Parses text (JSON) and decodes it as above; a JSON syntax error is KOLO_ERR_PARSE. */
+kolo_status kolo_server_json_parse_message(const char *text, size_t length,
+                                           const ProtobufCMessageDescriptor *desc,
+                                           ProtobufCMessage **out, char *err, size_t err_len);
+
+/* Encodes msg as compact JSON text (malloc'd, caller frees); NULL when out of memory. */
+char *kolo_server_json_dump_message(const ProtobufCMessage *msg, int pretty);
+
+/* Deep copy through pack/unpack; NULL when out of memory. */
+ProtobufCMessage *kolo_server_pb_copy(const ProtobufCMessage *msg);
+
+/* Replaces a string field's value with a malloc'd copy of value (freeing the old one). */
+kolo_status kolo_server_pb_set_string(char **slot, const char *value);
+
+#endif

@@ -1,0 +1,81 @@
+/* The narrow key-value interface the job store needs from etcd: prefix range, txn with
+ * revision compares, and a prefix watch that delivers whole revisions at a time. kv_etcd.c
+ * implements it over libkolo_coord; kv_mem.c is an in-process stand-in with the same
+ * revision semantics for unit tests and `--etcd none`. */
+#ifndef KOLO_SERVER_KV_H
+#define KOLO_SERVER_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/status.h"
+
+typedef struct kolo_server_kv_item {
+  char *key;
+  char *value; /* NUL-terminated copy of the value */
+  size_t value_len;
+  int64_t create_revision;
+  int64_t mod_revision;
+} kolo_server_kv_item;
+
+typedef enum kolo_server_kv_target {
+  KOLO_SERVER_KV_CREATE = 0, /* create_revision (0 = key absent) */
+  KOLO_SERVER_KV_MOD = 1,    /* mod_revision */
+} kolo_server_kv_target;
+
+/* Compare: target(key) == revision. */
+typedef struct kolo_server_kv_compare {
+  const char *key;
+  kolo_server_kv_target target;
+  int64_t revision;
+} kolo_server_kv_compare;
+
+typedef struct kolo_server_kv_put {
+  const char *key;
+  const char *value;
+} kolo_server_kv_put;
+
+typedef struct kolo_server_kv_event {
+  int is_delete;
+  kolo_server_kv_item item; /* value empty on delete */
+} kolo_server_kv_event;
+
+/* Called with the events of one or more revisions, in order. revision = the newest one seen.
+ * The backend resumes a broken watch itself from revision + 1. reset = 1 means history
+ * was lost (compaction): events are then the whole current state under the prefix, as puts. */
+typedef void (*kolo_server_kv_watch_fn)(void *arg, const kolo_server_kv_event *events, size_t count,
+                                        int64_t revision, int reset);
+
+typedef struct kolo_server_kv kolo_server_kv;
+
+typedef struct kolo_server_kv_ops {
+  /* Every key under prefix, sorted; *revision = the store revision of the snapshot. */
+  kolo_status (*range)(kolo_server_kv *kv, const char *prefix, kolo_server_kv_item **items,
+                       size_t *count, int64_t *revision);
+  /* All compares hold -> all puts applied atomically (*revision = new revision);
+   * otherwise KOLO_ERR_CONFLICT and nothing changes. */
+  kolo_status (*txn)(kolo_server_kv *kv, const kolo_server_kv_compare *compares, size_t n_compares,
+                     const kolo_server_kv_put *puts, size_t n_puts, int64_t *revision);
+  /* Delivers changes under prefix after start_revision to fn on a thread of the kv's
+   * until stop_watch. One watch per kv. */
+  kolo_status (*start_watch)(kolo_server_kv *kv, const char *prefix, int64_t start_revision,
+                             kolo_server_kv_watch_fn fn, void *arg);
+  void (*stop_watch)(kolo_server_kv *kv);
+  /* Whether the backend answers now (for /readyz). */
+  int (*healthy)(kolo_server_kv *kv);
+  void (*destroy)(kolo_server_kv *kv);
+} kolo_server_kv_ops;
+
+struct kolo_server_kv {
+  const kolo_server_kv_ops *ops;
+};
+
+void kolo_server_kv_items_free(kolo_server_kv_item *items, size_t count);
+
+/* The in-process backend. */
+kolo_status kolo_server_kv_mem_create(kolo_server_kv **out);
+
+/* The etcd backend over libkolo_coord: endpoints is a comma-separated list of client URLs. */
+kolo_status kolo_server_kv_etcd_create(const char *endpoints, kolo_server_kv **out);
+
+#endif

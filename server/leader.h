@@ -1,0 +1,33 @@
+/* Leader election among kolo-server replicas (the etcd recipe): each replica puts
+ * /kolo/v1/leader/<lease-hex> = its name under a lease it keeps alive; the key with the
+ * lowest create revision leads. A replica that dies stops renewing, its key goes with its
+ * lease, and the next one leads within the TTL (plus one poll interval). Only the leader
+ * runs scheduling work (none yet: that lands with the worker issue); every replica serves
+ * reads and the txn-guarded writes. */
+#ifndef KOLO_SERVER_LEADER_H
+#define KOLO_SERVER_LEADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/status.h"
+
+#define KOLO_SERVER_LEADER_PREFIX "/kolo/v1/leader/"
+
+typedef struct kolo_server_leader kolo_server_leader;
+
+/* Starts campaigning in a thread of its own. endpoints: comma-separated etcd URLs. */
+kolo_status kolo_server_leader_start(const char *endpoints, const char *name, int ttl_s,
+                                     kolo_server_leader **out);
+/* Resigns (revokes the lease, so another replica leads at once) and frees. */
+void kolo_server_leader_stop(kolo_server_leader *l);
+
+/* 1 if a leader is known; its name goes to leader_name, *is_me says whether it is us. */
+int kolo_server_leader_get(kolo_server_leader *l, char *leader_name, size_t len, int *is_me);
+
+/* For fencing leader-only writes: compare CREATE(key) == create_revision in the txn.
+ * KOLO_ERR_NOT_LEADER if this replica does not lead now. */
+kolo_status kolo_server_leader_fence(kolo_server_leader *l, char *key, size_t len,
+                                     int64_t *create_revision);
+
+#endif

@@ -1,0 +1,215 @@
+/* kolo-server: wires the job store (etcd or memory), the leader election, the gRPC and
+ * HTTP transports together, and runs until SIGTERM/SIGINT, then drains and exits 0. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "server/etcd_child.h"
+#include "server/grpc_api.h"
+#include "server/http_api.h"
+#include "server/kv.h"
+#include "server/leader.h"
+#include "server/metrics.h"
+#include "server/options.h"
+#include "server/store.h"
+#include "scheduler/scheduler.h"
+
+#define LOG "server"
+
+typedef struct server {
+  kolo_server_options opts;
+  char *tls_cert, *tls_key, *token;
+  kolo_server_etcd_child *etcd_child;
+  kolo_server_kv *kv;
+  kolo_server_store *store;
+  kolo_server_leader *leader;
+  kolo_server_metrics *metrics;
+  kolo_server_grpc *grpc;
+  kolo_server_http *http;
+  kolo_sched *sched; /* scheduling runs while this replica leads */
+} server;
+
+/* Reads a whole (small) file; NULL with errno on failure. */
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      cap = (len + 4096 + 1) * 2;
+      char *grown = realloc(buf, cap);
+      if (grown == NULL) break;
+      buf = grown;
+    }
+    size_t n = fread(buf + len, 1, 4096, f);
+    len += n;
+    if (n < 4096) break;
+  }
+  fclose(f);
+  if (buf) buf[len] = '\0';
+  return buf;
+}
+
+static int backend_ok(void *arg) {
+  server *s = arg;
+  return s->kv->ops->healthy(s->kv);
+}
+
+static int leader_of(void *arg, char *name, size_t len, int *is_me) {
+  server *s = arg;
+  if (s->leader == NULL) {
+    /* --etcd none: a single replica that leads itself. */
+    snprintf(name, len, "%s", s->opts.name);
+    *is_me = 1;
+    return 1;
+  }
+  return kolo_server_leader_get(s->leader, name, len, is_me);
+}
+
+static int write_port_file(const char *path, int grpc_port, int http_port) {
+  char tmp[600];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (f == NULL) return -1;
+  fprintf(f, "grpc_port=%d\nhttp_port=%d\npid=%d\n", grpc_port, http_port, (int)getpid());
+  if (fclose(f) != 0) return -1;
+  return rename(tmp, path);
+}
+
+/* The scheduler asks through this whether this replica leads (and for the fence). */
+static kolo_status sched_fence(void *arg, char *key, size_t len, int64_t *revision) {
+  return kolo_server_leader_fence(arg, key, len, revision);
+}
+
+static void teardown(server *s) {
+  kolo_sched_stop(s->sched);
+  if (s->grpc) kolo_server_grpc_stop(s->grpc, s->opts.grace_ms);
+  kolo_server_http_stop(s->http);
+  kolo_server_leader_stop(s->leader);
+  kolo_server_store_destroy(s->store);
+  if (s->kv) s->kv->ops->destroy(s->kv);
+  kolo_server_etcd_child_stop(s->etcd_child);
+  kolo_server_metrics_destroy(s->metrics);
+  free(s->tls_cert);
+  free(s->tls_key);
+  free(s->token);
+}
+
+int main(int argc, char **argv) {
+  server s;
+  memset(&s, 0, sizeof s);
+  char err[512];
+  kolo_status rc = kolo_server_options_parse(argc, argv, &s.opts, err, sizeof err);
+  if (rc == KOLO_ERR_ABORTED) return 0;
+  if (rc != KOLO_OK) {
+    fprintf(stderr, "kolo-server: %s\n", err);
+    kolo_server_options_usage(stderr);
+    return 2;
+  }
+  if (s.opts.log_level[0]) {
+    const char *names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++)
+      if (strcmp(s.opts.log_level, names[i]) == 0) kolo_log_set_level((kolo_log_level)i);
+  }
+  /* Block the stop signals before any thread exists (gRPC's included); main sigwaits. */
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  int exit_code = 1;
+  if (s.opts.tls_cert[0]) {
+    s.tls_cert = read_file(s.opts.tls_cert);
+    s.tls_key = read_file(s.opts.tls_key);
+    if (s.tls_cert == NULL || s.tls_key == NULL) {
+      KOLO_LOGE(LOG, "cannot read --tls-cert/--tls-key: %s", strerror(errno));
+      goto out;
+    }
+  }
+  if (s.opts.token_file[0]) {
+    s.token = read_file(s.opts.token_file);
+    if (s.token == NULL) {
+      KOLO_LOGE(LOG, "cannot read --token-file %s: %s", s.opts.token_file, strerror(errno));
+      goto out;
+    }
+    s.token[strcspn(s.token, "\r\n")] = '\0';
+    if (s.token[0] == '\0') {
+      KOLO_LOGE(LOG, "--token-file %s is empty", s.opts.token_file);
+      goto out;
+    }
+  }
+  const char *endpoints = s.opts.etcd;
+  if (strcmp(s.opts.etcd, "none") == 0) {
+    rc = kolo_server_kv_mem_create(&s.kv);
+    KOLO_LOGW(LOG, "--etcd none: jobs live in memory only and are lost on exit");
+  } else {
+    if (strcmp(s.opts.etcd, "auto") == 0) {
+      rc = kolo_server_etcd_child_start(s.opts.data_dir, 30000, &s.etcd_child);
+      if (rc != KOLO_OK) {
+        KOLO_LOGE(LOG, "cannot start a private etcd: %s", kolo_strerror(rc));
+        goto out;
+      }
+      endpoints = kolo_server_etcd_child_url(s.etcd_child);
+    }
+    rc = kolo_server_kv_etcd_create(endpoints, &s.kv);
+  }
+  if (rc != KOLO_OK) {
+    KOLO_LOGE(LOG, "job store backend: %s", kolo_strerror(rc));
+    goto out;
+  }
+  rc = kolo_server_store_create(s.kv, &s.store);
+  if (rc != KOLO_OK) {
+    KOLO_LOGE(LOG, "cannot load jobs from etcd at %s: %s", endpoints, kolo_strerror(rc));
+    goto out;
+  }
+  if (s.etcd_child || strcmp(s.opts.etcd, "none") != 0) {
+    rc = kolo_server_leader_start(endpoints, s.opts.name, s.opts.leader_ttl_s, &s.leader);
+    if (rc != KOLO_OK) {
+      KOLO_LOGE(LOG, "leader election: %s", kolo_strerror(rc));
+      goto out;
+    }
+    kolo_sched_config sc = {endpoints, sched_fence, s.leader, 0};
+    if (kolo_sched_start(&sc, &s.sched) != KOLO_OK) goto out;
+  }
+  if (kolo_server_metrics_create(&s.metrics) != KOLO_OK) goto out;
+
+  int grpc_port = 0, http_port = 0;
+  kolo_server_grpc_config gc = {s.opts.grpc_listen, s.tls_cert, s.tls_key, s.token,
+                                s.opts.max_message_bytes, s.opts.threads, s.store, s.metrics};
+  rc = kolo_server_grpc_start(&gc, &s.grpc, &grpc_port);
+  if (rc != KOLO_OK) {
+    KOLO_LOGE(LOG, "gRPC on %s: %s", s.opts.grpc_listen, kolo_strerror(rc));
+    goto out;
+  }
+  if (strcmp(s.opts.http_listen, "off") != 0) {
+    kolo_server_http_config hc = {s.opts.http_listen, s.tls_cert, s.tls_key, s.token,
+                                  s.opts.max_message_bytes, s.opts.http_threads, s.store, s.metrics,
+                                  {&s, backend_ok, leader_of}};
+    rc = kolo_server_http_start(&hc, &s.http, &http_port);
+    if (rc != KOLO_OK) {
+      KOLO_LOGE(LOG, "HTTP on %s: %s", s.opts.http_listen, kolo_strerror(rc));
+      goto out;
+    }
+  }
+  KOLO_LOGI(LOG, "kolo-server %s ready: grpc_port=%d http_port=%d etcd=%s tls=%s auth=%s", s.opts.name,
+            grpc_port, http_port, endpoints, s.tls_cert ? "on" : "off", s.token ? "token" : "off");
+  if (s.opts.port_file[0] && write_port_file(s.opts.port_file, grpc_port, http_port) != 0) {
+    KOLO_LOGE(LOG, "cannot write --port-file %s: %s", s.opts.port_file, strerror(errno));
+    goto out;
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  KOLO_LOGI(LOG, "%s: draining calls in flight (up to %d ms) and stopping", strsignal(sig), s.opts.grace_ms);
+  exit_code = 0;
+out:
+  teardown(&s);
+  if (exit_code == 0) KOLO_LOGI(LOG, "stopped");
+  return exit_code;
+}

@@ -1,0 +1,116 @@
+/* Implementation of metrics.h. */
+#include "server/metrics.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/job_model.h"
+
+#define CODES 17
+static const double bucket_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0};
+#define BUCKETS (sizeof bucket_bounds / sizeof bucket_bounds[0])
+
+typedef struct series {
+  atomic_uint_fast64_t count[CODES];
+  atomic_uint_fast64_t buckets[BUCKETS]; /* non-cumulative */
+  atomic_uint_fast64_t micros_sum;
+} series;
+
+struct kolo_server_metrics {
+  series s[2][KOLO_SERVER_METRIC_SLOTS];
+};
+
+kolo_status kolo_server_metrics_create(kolo_server_metrics **out) {
+  *out = calloc(1, sizeof **out);
+  return *out ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+}
+
+void kolo_server_metrics_destroy(kolo_server_metrics *m) { free(m); }
+
+void kolo_server_metrics_observe(kolo_server_metrics *m, kolo_server_api api, int method,
+                                 int grpc_code, double seconds) {
+  if (m == NULL || method < 0 || method >= KOLO_SERVER_METRIC_SLOTS) return;
+  series *s = &m->s[api][method];
+  atomic_fetch_add(&s->count[grpc_code >= 0 && grpc_code < CODES ? grpc_code : 2], 1);
+  size_t b = 0;
+  while (b < BUCKETS && seconds > bucket_bounds[b]) b++;
+  if (b < BUCKETS) atomic_fetch_add(&s->buckets[b], 1);
+  atomic_fetch_add(&s->micros_sum, (uint_fast64_t)(seconds * 1e6));
+}
+
+typedef struct text {
+  char *buf;
+  size_t len, cap;
+} text;
+
+static void add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(text *t, const char *fmt, ...) {
+  for (;;) {
+    va_list args;
+    va_start(args, fmt);
+    int n = t->buf ? vsnprintf(t->buf + t->len, t->cap - t->len, fmt, args) : -1;
+    va_end(args);
+    if (n >= 0 && (size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = t->cap ? t->cap * 2 : 8192;
+    char *grown = realloc(t->buf, cap);
+    if (grown == NULL) return;
+    t->buf = grown;
+    t->cap = cap;
+  }
+}
+
+char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_counts[7],
+                                 size_t workers, int is_leader) {
+  static const char *const apis[] = {"grpc", "http"};
+  text t = {0};
+  add(&t, "# HELP kolo_jobs Jobs known to this server, by phase.\n# TYPE kolo_jobs gauge\n");
+  for (int p = 1; p < 7; p++)
+    add(&t, "kolo_jobs{phase=\"%s\"} %" PRIu64 "\n", kolo_server_job_phase_name((Kolo__V1__Phase)p),
+        phase_counts[p]);
+  add(&t, "# HELP kolo_workers Workers registered in etcd.\n# TYPE kolo_workers gauge\n");
+  add(&t, "kolo_workers %zu\n", workers);
+  add(&t, "# HELP kolo_server_leader 1 if this replica is the elected leader.\n"
+          "# TYPE kolo_server_leader gauge\nkolo_server_leader %d\n",
+      is_leader);
+  add(&t, "# HELP kolo_requests_total Requests served, by transport, method and gRPC code.\n"
+          "# TYPE kolo_requests_total counter\n");
+  for (int a = 0; a < 2; a++)
+    for (int k = 0; k < KOLO_SERVER_METRIC_SLOTS; k++)
+      for (int c = 0; c < CODES; c++) {
+        uint64_t n = atomic_load(&m->s[a][k].count[c]);
+        if (n == 0) continue;
+        add(&t, "kolo_requests_total{api=\"%s\",method=\"%s\",code=\"%s\"} %" PRIu64 "\n", apis[a],
+            k < KOLO_SERVER_METHOD_COUNT ? kolo_server_methods[k].name : "other",
+            kolo_server_grpc_code_name(c), n);
+      }
+  add(&t, "# HELP kolo_request_duration_seconds Request latency.\n"
+          "# TYPE kolo_request_duration_seconds histogram\n");
+  for (int a = 0; a < 2; a++)
+    for (int k = 0; k < KOLO_SERVER_METRIC_SLOTS; k++) {
+      series *s = &m->s[a][k];
+      uint64_t total = 0;
+      for (int c = 0; c < CODES; c++) total += atomic_load(&s->count[c]);
+      if (total == 0) continue;
+      const char *name = k < KOLO_SERVER_METHOD_COUNT ? kolo_server_methods[k].name : "other";
+      uint64_t cumulative = 0;
+      for (size_t b = 0; b < BUCKETS; b++) {
+        cumulative += atomic_load(&s->buckets[b]);
+        add(&t, "kolo_request_duration_seconds_bucket{api=\"%s\",method=\"%s\",le=\"%g\"} %" PRIu64 "\n",
+            apis[a], name, bucket_bounds[b], cumulative);
+      }
+      add(&t, "kolo_request_duration_seconds_bucket{api=\"%s\",method=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
+          apis[a], name, total);
+      add(&t, "kolo_request_duration_seconds_sum{api=\"%s\",method=\"%s\"} %.6f\n", apis[a], name,
+          (double)atomic_load(&s->micros_sum) / 1e6);
+      add(&t, "kolo_request_duration_seconds_count{api=\"%s\",method=\"%s\"} %" PRIu64 "\n", apis[a],
+          name, total);
+    }
+  return t.buf;
+}

@@ -1,0 +1,30 @@
+/* Request counters and latency histograms for /metrics (Prometheus text format): per
+ * transport (grpc, http), method and gRPC code; lock-free (atomics) on the hot path. */
+#ifndef KOLO_SERVER_METRICS_H
+#define KOLO_SERVER_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/service.h"
+
+typedef enum kolo_server_api { KOLO_SERVER_API_GRPC = 0, KOLO_SERVER_API_HTTP = 1 } kolo_server_api;
+
+/* Methods beyond the RPCs, for HTTP routes that map to none and unknown gRPC methods. */
+#define KOLO_SERVER_METRIC_OTHER KOLO_SERVER_METHOD_COUNT
+#define KOLO_SERVER_METRIC_SLOTS (KOLO_SERVER_METHOD_COUNT + 1)
+
+typedef struct kolo_server_metrics kolo_server_metrics;
+
+kolo_status kolo_server_metrics_create(kolo_server_metrics **out);
+void kolo_server_metrics_destroy(kolo_server_metrics *m);
+
+/* Records one finished request. method: a kolo_server_method or KOLO_SERVER_METRIC_OTHER. */
+void kolo_server_metrics_observe(kolo_server_metrics *m, kolo_server_api api, int method,
+                                 int grpc_code, double seconds);
+
+/* Appends the metrics as Prometheus text to a malloc'd buffer (caller frees). */
+char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_counts[7],
+                                 size_t workers, int is_leader);
+
+#endif

@@ -1,0 +1,37 @@
+/* kolo-server's settings: command-line flags and an optional `--config FILE` of
+ * `key = value` lines using the same names as the long flags (flags win). */
+#ifndef KOLO_SERVER_OPTIONS_H
+#define KOLO_SERVER_OPTIONS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kolo/status.h"
+
+typedef struct kolo_server_options {
+  char etcd[1024];        /* "auto", "none" (in-memory, nothing persists) or client URLs */
+  char data_dir[512];     /* where --etcd auto keeps its data */
+  char grpc_listen[256];
+  char http_listen[256];  /* "off" disables HTTP */
+  size_t max_message_bytes;
+  char tls_cert[512];
+  char tls_key[512];
+  char token_file[512];
+  char port_file[512];
+  char name[128];         /* replica name in the election */
+  int threads;            /* gRPC completion-queue threads */
+  int http_threads;
+  int grace_ms;           /* SIGTERM: how long in-flight calls may take */
+  int leader_ttl_s;
+  char log_level[16];
+} kolo_server_options;
+
+/* Fills opts from defaults, then the config file (if --config), then the flags.
+ * KOLO_ERR_INVALID_ARG with a message in err for a bad flag, key or value;
+ * KOLO_ERR_ABORTED after printing the usage for --help. */
+kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options *opts, char *err,
+                                      size_t err_len);
+
+void kolo_server_options_usage(FILE *out);
+
+#endif

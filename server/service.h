@@ -1,0 +1,50 @@
+/* The RPCs of kolo.v1 as plain functions on decoded messages: the one place requests are
+ * checked and mapped onto the store, shared by the gRPC and HTTP transports. Also the
+ * mapping of kolo_status to gRPC codes and HTTP statuses. */
+#ifndef KOLO_SERVER_SERVICE_H
+#define KOLO_SERVER_SERVICE_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stddef.h>
+
+#include "kolo/status.h"
+#include "server/store.h"
+
+typedef enum kolo_server_method {
+  KOLO_SERVER_SUBMIT_JOB = 0,
+  KOLO_SERVER_GET_JOB,
+  KOLO_SERVER_LIST_JOBS,
+  KOLO_SERVER_CANCEL_JOB,
+  KOLO_SERVER_SCALE_JOB,
+  KOLO_SERVER_WATCH_JOB,
+  KOLO_SERVER_LIST_WORKERS,
+  KOLO_SERVER_DRAIN_WORKER,
+  KOLO_SERVER_METHOD_COUNT
+} kolo_server_method;
+
+typedef struct kolo_server_method_info {
+  const char *path; /* "/kolo.v1.JobService/SubmitJob" */
+  const char *name; /* "SubmitJob" */
+  const ProtobufCMessageDescriptor *request;
+  const ProtobufCMessageDescriptor *response;
+  int server_streaming;
+} kolo_server_method_info;
+
+extern const kolo_server_method_info kolo_server_methods[KOLO_SERVER_METHOD_COUNT];
+
+/* Runs a unary method (not WatchJob). On error *resp stays NULL and err says why, naming
+ * the request field for KOLO_ERR_INVALID_ARG. */
+kolo_status kolo_server_service_call(kolo_server_store *store, kolo_server_method method,
+                                     const ProtobufCMessage *req, ProtobufCMessage **resp,
+                                     char *err, size_t err_len);
+
+/* Checks a request that carries a job id ("id: required" / "id: ..."). */
+kolo_status kolo_server_service_check_id(const char *id, char *err, size_t err_len);
+
+/* gRPC status code (grpc_status_code values) and its name for a kolo_status. */
+int kolo_server_grpc_code(kolo_status rc);
+const char *kolo_server_grpc_code_name(int code);
+/* HTTP status for a kolo_status. */
+int kolo_server_http_code(kolo_status rc);
+
+#endif

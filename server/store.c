@@ -1,0 +1,739 @@
+/* Implementation of store.h: the watch-fed view (a sorted array of jobs, each with cached
+ * packed and JSON forms) and the txn-based writes. */
+#include "server/store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/checks.h"
+#include "common/log.h"
+#include "server/job_model.h"
+#include "server/json_codec.h"
+
+#define LOG "store"
+#define WRITE_ATTEMPTS 8
+#define CATCH_UP_MS 5000
+#define KOLO_CHECK_GOTO_RC(call) KOLO_CHECK_GOTO(call, rc, out)
+
+typedef struct entry {
+  char id[KOLO_SERVER_ID_MAX + 1];
+  Kolo__V1__JobSpec *spec;
+  Kolo__V1__JobStatus *status;
+  int64_t status_rev;
+  Kolo__V1__Event **events; /* sorted by seq */
+  size_t n_events, cap_events;
+  uint8_t *packed; /* Job with events; NULL until spec and status are both known */
+  size_t packed_len;
+  char *json;
+  int touched; /* changed in the batch being applied */
+} entry;
+
+typedef struct subscriber {
+  uint64_t handle;
+  char id[KOLO_SERVER_ID_MAX + 1];
+  kolo_server_store_watch_fn fn;
+  void *arg;
+  struct subscriber *next;
+} subscriber;
+
+struct kolo_server_store {
+  kolo_server_kv *kv;
+  pthread_rwlock_t lock; /* entries */
+  entry **entries;       /* sorted by id */
+  size_t count, cap;
+  pthread_mutex_t rev_lock;
+  pthread_cond_t rev_cond;
+  int64_t revision; /* newest revision applied to the view */
+  pthread_mutex_t sub_lock; /* subscribers; held while delivering */
+  subscriber *subs;
+  uint64_t next_handle;
+};
+
+/* ---- the view ---- */
+
+static long find_entry(const kolo_server_store *s, const char *id) {
+  size_t lo = 0, hi = s->count;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    int c = strcmp(s->entries[mid]->id, id);
+    if (c == 0) return (long)mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return -(long)lo - 1;
+}
+
+static void entry_free(entry *e) {
+  if (e == NULL) return;
+  if (e->spec) protobuf_c_message_free_unpacked(&e->spec->base, NULL);
+  if (e->status) protobuf_c_message_free_unpacked(&e->status->base, NULL);
+  for (size_t i = 0; i < e->n_events; i++) protobuf_c_message_free_unpacked(&e->events[i]->base, NULL);
+  free(e->events);
+  free(e->packed);
+  free(e->json);
+  free(e);
+}
+
+static entry *get_or_add_entry(kolo_server_store *s, const char *id) {
+  long at = find_entry(s, id);
+  if (at >= 0) return s->entries[at];
+  if (s->count == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 64;
+    entry **grown = realloc(s->entries, cap * sizeof *grown);
+    if (grown == NULL) return NULL;
+    s->entries = grown;
+    s->cap = cap;
+  }
+  entry *e = calloc(1, sizeof *e);
+  if (e == NULL) return NULL;
+  snprintf(e->id, sizeof e->id, "%s", id);
+  size_t pos = (size_t)(-at - 1);
+  memmove(&s->entries[pos + 1], &s->entries[pos], (s->count - pos) * sizeof *s->entries);
+  s->entries[pos] = e;
+  s->count++;
+  return e;
+}
+
+/* A Job that borrows the entry's parts (never free it; only pack or encode it). */
+static void borrow_job(entry *e, Kolo__V1__Job *job, int with_events) {
+  kolo__v1__job__init(job);
+  job->id = e->id;
+  job->spec = e->spec;
+  job->status = e->status;
+  if (with_events) {
+    job->events = e->events;
+    job->n_events = e->n_events;
+  }
+}
+
+static void entry_rebuild(entry *e) {
+  free(e->packed);
+  free(e->json);
+  e->packed = NULL;
+  e->json = NULL;
+  if (e->spec == NULL || e->status == NULL) return;
+  Kolo__V1__Job job;
+  borrow_job(e, &job, 1);
+  e->packed_len = kolo__v1__job__get_packed_size(&job);
+  e->packed = malloc(e->packed_len + 1);
+  if (e->packed) kolo__v1__job__pack(&job, e->packed);
+  e->json = kolo_server_json_dump_message(&job.base, 0);
+  if (e->json == NULL) {
+    free(e->packed);
+    e->packed = NULL;
+  }
+}
+
+static kolo_status entry_put_event(entry *e, Kolo__V1__Event *ev) {
+  size_t pos = e->n_events;
+  while (pos > 0 && e->events[pos - 1]->seq >= ev->seq) pos--;
+  if (pos < e->n_events && e->events[pos]->seq == ev->seq) {
+    protobuf_c_message_free_unpacked(&e->events[pos]->base, NULL);
+    e->events[pos] = ev;
+    return KOLO_OK;
+  }
+  if (e->n_events == e->cap_events) {
+    size_t cap = e->cap_events ? e->cap_events * 2 : 8;
+    Kolo__V1__Event **grown = realloc(e->events, cap * sizeof *grown);
+    if (grown == NULL) return KOLO_ERR_NO_MEMORY;
+    e->events = grown;
+    e->cap_events = cap;
+  }
+  memmove(&e->events[pos + 1], &e->events[pos], (e->n_events - pos) * sizeof *e->events);
+  e->events[pos] = ev;
+  e->n_events++;
+  return KOLO_OK;
+}
+
+/* Applies one key of /kolo/v1/jobs/ to the view (write lock held). */
+static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, int is_delete) {
+  const char *rest = item->key + strlen(KOLO_SERVER_JOBS_PREFIX);
+  const char *slash = strchr(rest, '/');
+  if (slash == NULL || (size_t)(slash - rest) > KOLO_SERVER_ID_MAX) return;
+  char id[KOLO_SERVER_ID_MAX + 1];
+  memcpy(id, rest, (size_t)(slash - rest));
+  id[slash - rest] = '\0';
+  const char *part = slash + 1;
+  const ProtobufCMessageDescriptor *desc;
+  if (strcmp(part, "spec") == 0)
+    desc = &kolo__v1__job_spec__descriptor;
+  else if (strcmp(part, "status") == 0)
+    desc = &kolo__v1__job_status__descriptor;
+  else if (strncmp(part, "events/", 7) == 0)
+    desc = &kolo__v1__event__descriptor;
+  else
+    return; /* ring/<epoch> and others belong to the scheduler */
+  if (is_delete) {
+    long at = find_entry(s, id);
+    if (at < 0) return;
+    /* Deleting a job's spec removes the job from the view (operators' cleanup). */
+    if (desc == &kolo__v1__job_spec__descriptor) {
+      entry_free(s->entries[at]);
+      memmove(&s->entries[at], &s->entries[at + 1], (s->count - (size_t)at - 1) * sizeof *s->entries);
+      s->count--;
+    }
+    return;
+  }
+  ProtobufCMessage *msg = NULL;
+  char err[256];
+  if (kolo_server_json_parse_message(item->value, item->value_len, desc, &msg, err, sizeof err) != KOLO_OK) {
+    KOLO_LOGW(LOG, "ignoring %s: %s", item->key, err);
+    return;
+  }
+  entry *e = get_or_add_entry(s, id);
+  if (e == NULL) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return;
+  }
+  if (desc == &kolo__v1__job_spec__descriptor) {
+    if (e->spec) protobuf_c_message_free_unpacked(&e->spec->base, NULL);
+    e->spec = (Kolo__V1__JobSpec *)msg;
+  } else if (desc == &kolo__v1__job_status__descriptor) {
+    if (e->status) protobuf_c_message_free_unpacked(&e->status->base, NULL);
+    e->status = (Kolo__V1__JobStatus *)msg;
+    e->status_rev = item->mod_revision;
+  } else if (entry_put_event(e, (Kolo__V1__Event *)msg) != KOLO_OK) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+  }
+  e->touched = 1;
+}
+
+static void set_revision(kolo_server_store *s, int64_t revision) {
+  pthread_mutex_lock(&s->rev_lock);
+  if (revision > s->revision) s->revision = revision;
+  pthread_cond_broadcast(&s->rev_cond);
+  pthread_mutex_unlock(&s->rev_lock);
+}
+
+/* The kv watch callback: apply the batch, then tell subscribers of each changed job once. */
+static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count, int64_t revision,
+                     int reset) {
+  kolo_server_store *s = arg;
+  pthread_mutex_lock(&s->sub_lock);
+  pthread_rwlock_wrlock(&s->lock);
+  if (reset) {
+    /* History was compacted away: rebuild the view from the snapshot. */
+    KOLO_LOGW(LOG, "watch resynced at revision %" PRId64 "; reloading %zu keys", revision, count);
+    for (size_t i = 0; i < s->count; i++) entry_free(s->entries[i]);
+    s->count = 0;
+  }
+  for (size_t i = 0; i < count; i++) apply_item(s, &events[i].item, events[i].is_delete);
+  for (size_t i = 0; i < s->count; i++) {
+    entry *e = s->entries[i];
+    if (!e->touched) continue;
+    e->touched = 0;
+    entry_rebuild(e);
+    if (e->packed == NULL) continue;
+    for (subscriber *sub = s->subs; sub; sub = sub->next)
+      if (strcmp(sub->id, e->id) == 0) sub->fn(sub->arg, e->packed, e->packed_len, e->status->phase);
+  }
+  pthread_rwlock_unlock(&s->lock);
+  pthread_mutex_unlock(&s->sub_lock);
+  set_revision(s, revision);
+}
+
+/* Waits until the view has applied revision (a write of ours), up to CATCH_UP_MS. */
+static kolo_status wait_revision(kolo_server_store *s, int64_t revision, int timeout_ms) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_ms / 1000;
+  deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  kolo_status rc = KOLO_OK;
+  pthread_mutex_lock(&s->rev_lock);
+  while (s->revision < revision) {
+    if (pthread_cond_timedwait(&s->rev_cond, &s->rev_lock, &deadline) == ETIMEDOUT) {
+      rc = s->revision >= revision ? KOLO_OK : KOLO_ERR_TIMEOUT;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&s->rev_lock);
+  return rc;
+}
+
+int64_t kolo_server_store_revision(kolo_server_store *s) {
+  pthread_mutex_lock(&s->rev_lock);
+  int64_t rev = s->revision;
+  pthread_mutex_unlock(&s->rev_lock);
+  return rev;
+}
+
+kolo_status kolo_server_store_create(kolo_server_kv *kv, kolo_server_store **out) {
+  kolo_status rc;
+  kolo_server_kv_item *items = NULL;
+  size_t n = 0;
+  int64_t revision = 0;
+  kolo_server_store *s = calloc(1, sizeof *s);
+  if (s == NULL) return KOLO_ERR_NO_MEMORY;
+  s->kv = kv;
+  s->next_handle = 1;
+  pthread_rwlock_init(&s->lock, NULL);
+  pthread_mutex_init(&s->rev_lock, NULL);
+  pthread_cond_init(&s->rev_cond, NULL);
+  pthread_mutex_init(&s->sub_lock, NULL);
+  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_JOBS_PREFIX, &items, &n, &revision));
+  pthread_rwlock_wrlock(&s->lock);
+  for (size_t i = 0; i < n; i++) apply_item(s, &items[i], 0);
+  for (size_t i = 0; i < s->count; i++) {
+    s->entries[i]->touched = 0;
+    entry_rebuild(s->entries[i]);
+  }
+  pthread_rwlock_unlock(&s->lock);
+  s->revision = revision;
+  KOLO_CHECK_GOTO_RC(kv->ops->start_watch(kv, KOLO_SERVER_JOBS_PREFIX, revision + 1, on_watch, s));
+  KOLO_LOGI(LOG, "loaded %zu jobs at revision %" PRId64, s->count, revision);
+  kolo_server_kv_items_free(items, n);
+  *out = s;
+  return KOLO_OK;
+out:
+  kolo_server_kv_items_free(items, n);
+  kolo_server_store_destroy(s);
+  return rc;
+}
+
+void kolo_server_store_destroy(kolo_server_store *s) {
+  if (s == NULL) return;
+  s->kv->ops->stop_watch(s->kv);
+  for (size_t i = 0; i < s->count; i++) entry_free(s->entries[i]);
+  free(s->entries);
+  while (s->subs) {
+    subscriber *next = s->subs->next;
+    free(s->subs);
+    s->subs = next;
+  }
+  pthread_rwlock_destroy(&s->lock);
+  pthread_mutex_destroy(&s->rev_lock);
+  pthread_cond_destroy(&s->rev_cond);
+  pthread_mutex_destroy(&s->sub_lock);
+  free(s);
+}
+
+/* ---- reads ---- */
+
+kolo_status kolo_server_store_get_packed(kolo_server_store *s, const char *id, uint8_t **buf,
+                                         size_t *len) {
+  kolo_status rc = KOLO_ERR_NOT_FOUND;
+  pthread_rwlock_rdlock(&s->lock);
+  long at = find_entry(s, id);
+  if (at >= 0 && s->entries[at]->packed) {
+    entry *e = s->entries[at];
+    *buf = malloc(e->packed_len + 1);
+    rc = *buf ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+    if (*buf) {
+      memcpy(*buf, e->packed, e->packed_len);
+      *len = e->packed_len;
+    }
+  }
+  pthread_rwlock_unlock(&s->lock);
+  return rc;
+}
+
+kolo_status kolo_server_store_get_json(kolo_server_store *s, const char *id, char **json) {
+  kolo_status rc = KOLO_ERR_NOT_FOUND;
+  pthread_rwlock_rdlock(&s->lock);
+  long at = find_entry(s, id);
+  if (at >= 0 && s->entries[at]->json) {
+    *json = strdup(s->entries[at]->json);
+    rc = *json ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+  }
+  pthread_rwlock_unlock(&s->lock);
+  return rc;
+}
+
+kolo_status kolo_server_store_get(kolo_server_store *s, const char *id, Kolo__V1__Job **out) {
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  KOLO_CHECK(kolo_server_store_get_packed(s, id, &buf, &len));
+  *out = kolo__v1__job__unpack(NULL, len, buf);
+  free(buf);
+  return *out ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+}
+
+static int labels_match(const Kolo__V1__JobSpec *spec, const Kolo__V1__ListJobsRequest *req) {
+  for (size_t i = 0; i < req->n_labels; i++) {
+    int found = 0;
+    for (size_t j = 0; j < spec->n_labels && !found; j++)
+      found = strcmp(spec->labels[j]->key, req->labels[i]->key) == 0 &&
+              strcmp(spec->labels[j]->value, req->labels[i]->value) == 0;
+    if (!found) return 0;
+  }
+  return 1;
+}
+
+kolo_status kolo_server_store_list(kolo_server_store *s, const Kolo__V1__ListJobsRequest *req,
+                                   Kolo__V1__ListJobsResponse **out) {
+  kolo_status rc = KOLO_ERR_NO_MEMORY;
+  size_t limit = req->page_size == 0 ? 100 : req->page_size > 1000 ? 1000 : req->page_size;
+  Kolo__V1__ListJobsResponse *resp = malloc(sizeof *resp);
+  if (resp == NULL) return KOLO_ERR_NO_MEMORY;
+  kolo__v1__list_jobs_response__init(resp);
+  pthread_rwlock_rdlock(&s->lock);
+  resp->jobs = calloc(limit, sizeof *resp->jobs);
+  if (resp->jobs == NULL) goto out;
+  const char *after = req->page_token ? req->page_token : "";
+  for (size_t i = 0; i < s->count; i++) {
+    entry *e = s->entries[i];
+    if (e->packed == NULL || strcmp(e->id, after) <= 0) continue;
+    if (req->phase != KOLO__V1__PHASE__PHASE_UNSPECIFIED && e->status->phase != req->phase) continue;
+    if (!labels_match(e->spec, req)) continue;
+    if (resp->n_jobs == limit) {
+      rc = kolo_server_pb_set_string(&resp->next_page_token, resp->jobs[limit - 1]->id);
+      if (rc != KOLO_OK) goto out;
+      break;
+    }
+    Kolo__V1__Job borrowed;
+    borrow_job(e, &borrowed, 0);
+    Kolo__V1__Job *copy = (Kolo__V1__Job *)kolo_server_pb_copy(&borrowed.base);
+    if (copy == NULL) goto out;
+    resp->jobs[resp->n_jobs++] = copy;
+  }
+  rc = KOLO_OK;
+out:
+  pthread_rwlock_unlock(&s->lock);
+  if (rc != KOLO_OK) {
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+  }
+  *out = resp;
+  return KOLO_OK;
+}
+
+void kolo_server_store_count_phases(kolo_server_store *s, uint64_t counts[7]) {
+  memset(counts, 0, 7 * sizeof counts[0]);
+  pthread_rwlock_rdlock(&s->lock);
+  for (size_t i = 0; i < s->count; i++)
+    if (s->entries[i]->status && (unsigned)s->entries[i]->status->phase < 7)
+      counts[s->entries[i]->status->phase]++;
+  pthread_rwlock_unlock(&s->lock);
+}
+
+/* ---- writes ---- */
+
+static void job_key(char *out, size_t len, const char *id, const char *part) {
+  snprintf(out, len, KOLO_SERVER_JOBS_PREFIX "%s/%s", id, part);
+}
+
+static void event_key(char *out, size_t len, const char *id, uint64_t seq) {
+  snprintf(out, len, KOLO_SERVER_JOBS_PREFIX "%s/events/%010" PRIu64, id, seq);
+}
+
+/* The view's status revision and event count for id (0, 0 if unknown). */
+static kolo_status snapshot(kolo_server_store *s, const char *id, Kolo__V1__Job **job, int64_t *status_rev) {
+  kolo_status rc = KOLO_ERR_NOT_FOUND;
+  pthread_rwlock_rdlock(&s->lock);
+  long at = find_entry(s, id);
+  if (at >= 0 && s->entries[at]->packed) {
+    entry *e = s->entries[at];
+    *status_rev = e->status_rev;
+    *job = kolo__v1__job__unpack(NULL, e->packed_len, e->packed);
+    rc = *job ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+  }
+  pthread_rwlock_unlock(&s->lock);
+  return rc;
+}
+
+/* Writes job's status and its events from index first_new on, if the status is still at
+ * status_rev and none of the new event keys exist. */
+static kolo_status write_status(kolo_server_store *s, const Kolo__V1__Job *job, size_t first_new,
+                                int64_t status_rev, int64_t *revision) {
+  kolo_status rc = KOLO_ERR_NO_MEMORY;
+  size_t n_new = job->n_events - first_new;
+  kolo_server_kv_compare *cmps = calloc(n_new + 1, sizeof *cmps);
+  kolo_server_kv_put *puts = calloc(n_new + 1, sizeof *puts);
+  char (*keys)[160] = calloc(n_new + 1, sizeof *keys);
+  char **values = calloc(n_new + 1, sizeof *values);
+  if (!cmps || !puts || !keys || !values) goto out;
+  job_key(keys[0], sizeof keys[0], job->id, "status");
+  cmps[0] = (kolo_server_kv_compare){keys[0], KOLO_SERVER_KV_MOD, status_rev};
+  values[0] = kolo_server_json_dump_message(&job->status->base, 0);
+  if (values[0] == NULL) goto out;
+  puts[0] = (kolo_server_kv_put){keys[0], values[0]};
+  for (size_t i = 0; i < n_new; i++) {
+    const Kolo__V1__Event *ev = job->events[first_new + i];
+    event_key(keys[i + 1], sizeof keys[i + 1], job->id, ev->seq);
+    cmps[i + 1] = (kolo_server_kv_compare){keys[i + 1], KOLO_SERVER_KV_CREATE, 0};
+    values[i + 1] = kolo_server_json_dump_message(&ev->base, 0);
+    if (values[i + 1] == NULL) goto out;
+    puts[i + 1] = (kolo_server_kv_put){keys[i + 1], values[i + 1]};
+  }
+  rc = s->kv->ops->txn(s->kv, cmps, n_new + 1, puts, n_new + 1, revision);
+out:
+  for (size_t i = 0; values && i < n_new + 1; i++) free(values[i]);
+  free(values);
+  free(keys);
+  free(puts);
+  free(cmps);
+  return rc;
+}
+
+typedef kolo_status (*mutate_fn)(Kolo__V1__Job *job, const void *arg, char *err, size_t err_len);
+
+/* Read-modify-write of one job's status with compares; retried while other writers win. */
+static kolo_status mutate(kolo_server_store *s, const char *id, mutate_fn fn, const void *arg,
+                          Kolo__V1__Job **out, char *err, size_t err_len) {
+  kolo_status rc = KOLO_ERR_CONFLICT;
+  for (int attempt = 0; attempt < WRITE_ATTEMPTS; attempt++) {
+    Kolo__V1__Job *job = NULL;
+    int64_t status_rev = 0, revision = 0;
+    if (err && err_len) err[0] = '\0';
+    rc = snapshot(s, id, &job, &status_rev);
+    if (rc != KOLO_OK) {
+      if (rc == KOLO_ERR_NOT_FOUND && err && err_len) snprintf(err, err_len, "no job %.63s", id);
+      return rc;
+    }
+    size_t first_new = job->n_events;
+    rc = fn(job, arg, err, err_len);
+    if (rc == KOLO_OK) rc = write_status(s, job, first_new, status_rev, &revision);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    if (rc == KOLO_OK) {
+      rc = wait_revision(s, revision, CATCH_UP_MS);
+      if (rc != KOLO_OK) return KOLO_ERR_UNAVAILABLE;
+      return kolo_server_store_get(s, id, out);
+    }
+    if (rc != KOLO_ERR_CONFLICT) return rc;
+    /* Someone else wrote first: let the view catch up with etcd, then try again. */
+    int64_t seen = kolo_server_store_revision(s);
+    wait_revision(s, seen + 1, 100 + attempt * 50);
+  }
+  if (err && err_len) snprintf(err, err_len, "job %.63s kept changing; try again", id);
+  return rc;
+}
+
+static kolo_status do_cancel(Kolo__V1__Job *job, const void *arg, char *err, size_t err_len) {
+  return kolo_server_job_cancel(job, arg, kolo_server_now_ms(), err, err_len);
+}
+
+kolo_status kolo_server_store_cancel(kolo_server_store *s, const char *id, const char *reason,
+                                     Kolo__V1__Job **out, char *err, size_t err_len) {
+  return mutate(s, id, do_cancel, reason ? reason : "", out, err, err_len);
+}
+
+typedef struct scale_arg {
+  uint32_t min, max;
+} scale_arg;
+
+static kolo_status do_scale(Kolo__V1__Job *job, const void *arg, char *err, size_t err_len) {
+  const scale_arg *a = arg;
+  return kolo_server_job_scale(job, a->min, a->max, kolo_server_now_ms(), err, err_len);
+}
+
+kolo_status kolo_server_store_scale(kolo_server_store *s, const char *id, uint32_t min_workers,
+                                    uint32_t max_workers, Kolo__V1__Job **out, char *err,
+                                    size_t err_len) {
+  scale_arg a = {min_workers, max_workers};
+  return mutate(s, id, do_scale, &a, out, err, err_len);
+}
+
+/* The stored spec of id read from kv itself (the view may not have caught up yet). */
+static kolo_status read_spec(kolo_server_store *s, const char *id, Kolo__V1__JobSpec **out) {
+  char key[160];
+  kolo_server_kv_item *items = NULL;
+  size_t n = 0;
+  int64_t revision;
+  job_key(key, sizeof key, id, "spec");
+  KOLO_CHECK(s->kv->ops->range(s->kv, key, &items, &n, &revision));
+  kolo_status rc = KOLO_ERR_NOT_FOUND;
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(items[i].key, key) != 0) continue;
+    ProtobufCMessage *msg = NULL;
+    rc = kolo_server_json_parse_message(items[i].value, items[i].value_len,
+                                        &kolo__v1__job_spec__descriptor, &msg, NULL, 0);
+    if (rc == KOLO_OK) *out = (Kolo__V1__JobSpec *)msg;
+    break;
+  }
+  kolo_server_kv_items_free(items, n);
+  if (rc == KOLO_OK) wait_revision(s, revision, CATCH_UP_MS);
+  return rc;
+}
+
+kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *spec,
+                                     Kolo__V1__Job **out, int *created, char *err, size_t err_len) {
+  kolo_status rc;
+  char id[KOLO_SERVER_ID_MAX + 1];
+  char spec_key[160], status_key[160], event_key_text[160];
+  char *spec_json = NULL, *status_json = NULL, *event_json = NULL;
+  Kolo__V1__Job *job = NULL;
+  *created = 0;
+  kolo_server_job_normalize_spec(spec);
+  if (spec->id && spec->id[0])
+    snprintf(id, sizeof id, "%s", spec->id);
+  else
+    KOLO_CHECK(kolo_server_job_make_id(id, sizeof id));
+  KOLO_CHECK_GOTO_RC(kolo_server_pb_set_string(&spec->id, id));
+  KOLO_CHECK_GOTO_RC(kolo_server_job_create(spec, id, kolo_server_now_ms(), &job));
+  spec_json = kolo_server_json_dump_message(&job->spec->base, 0);
+  status_json = kolo_server_json_dump_message(&job->status->base, 0);
+  event_json = kolo_server_json_dump_message(&job->events[0]->base, 0);
+  rc = KOLO_ERR_NO_MEMORY;
+  if (!spec_json || !status_json || !event_json) goto out;
+  job_key(spec_key, sizeof spec_key, id, "spec");
+  job_key(status_key, sizeof status_key, id, "status");
+  event_key(event_key_text, sizeof event_key_text, id, 1);
+  kolo_server_kv_compare cmp = {spec_key, KOLO_SERVER_KV_CREATE, 0};
+  kolo_server_kv_put puts[3] = {{spec_key, spec_json}, {status_key, status_json}, {event_key_text, event_json}};
+  int64_t revision = 0;
+  rc = s->kv->ops->txn(s->kv, &cmp, 1, puts, 3, &revision);
+  if (rc == KOLO_OK) {
+    *created = 1;
+    KOLO_LOGI(LOG, "job %s (%s) submitted at revision %" PRId64, id, spec->name, revision);
+    if (wait_revision(s, revision, CATCH_UP_MS) != KOLO_OK) {
+      rc = KOLO_ERR_UNAVAILABLE;
+      goto out;
+    }
+    rc = kolo_server_store_get(s, id, out);
+    goto out;
+  }
+  if (rc != KOLO_ERR_CONFLICT) goto out;
+  /* The id exists: the same spec is a retry and gets the job; another is a clash. */
+  Kolo__V1__JobSpec *existing = NULL;
+  rc = read_spec(s, id, &existing);
+  if (rc != KOLO_OK) goto out;
+  kolo_server_job_normalize_spec(existing);
+  int same = kolo_server_job_spec_equal(existing, job->spec);
+  protobuf_c_message_free_unpacked(&existing->base, NULL);
+  if (!same) {
+    if (err && err_len) snprintf(err, err_len, "job %s already exists with a different spec", id);
+    rc = KOLO_ERR_EXISTS;
+    goto out;
+  }
+  rc = kolo_server_store_get(s, id, out);
+out:
+  free(spec_json);
+  free(status_json);
+  free(event_json);
+  if (job) protobuf_c_message_free_unpacked(&job->base, NULL);
+  return rc;
+}
+
+/* ---- subscriptions ---- */
+
+kolo_status kolo_server_store_subscribe(kolo_server_store *s, const char *id,
+                                        kolo_server_store_watch_fn fn, void *arg, uint64_t *handle) {
+  subscriber *sub = calloc(1, sizeof *sub);
+  if (sub == NULL) return KOLO_ERR_NO_MEMORY;
+  snprintf(sub->id, sizeof sub->id, "%s", id);
+  sub->fn = fn;
+  sub->arg = arg;
+  kolo_status rc = KOLO_ERR_NOT_FOUND;
+  pthread_mutex_lock(&s->sub_lock);
+  pthread_rwlock_rdlock(&s->lock);
+  long at = find_entry(s, id);
+  if (at >= 0 && s->entries[at]->packed) {
+    entry *e = s->entries[at];
+    sub->handle = s->next_handle++;
+    sub->next = s->subs;
+    s->subs = sub;
+    *handle = sub->handle;
+    fn(arg, e->packed, e->packed_len, e->status->phase);
+    rc = KOLO_OK;
+  }
+  pthread_rwlock_unlock(&s->lock);
+  pthread_mutex_unlock(&s->sub_lock);
+  if (rc != KOLO_OK) free(sub);
+  return rc;
+}
+
+void kolo_server_store_unsubscribe(kolo_server_store *s, uint64_t handle) {
+  pthread_mutex_lock(&s->sub_lock);
+  for (subscriber **p = &s->subs; *p; p = &(*p)->next) {
+    if ((*p)->handle == handle) {
+      subscriber *gone = *p;
+      *p = gone->next;
+      free(gone);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&s->sub_lock);
+}
+
+/* ---- workers ---- */
+
+/* Reads a worker registration leniently: the worker component owns its exact shape. */
+static Kolo__V1__Worker *worker_from_json(const char *key, const char *text, size_t len) {
+  json_t *obj = json_loadb(text, len, 0, NULL);
+  Kolo__V1__Worker *w = malloc(sizeof *w);
+  if (w == NULL) {
+    json_decref(obj);
+    return NULL;
+  }
+  kolo__v1__worker__init(w);
+  const char *id = key + strlen(KOLO_SERVER_WORKERS_PREFIX);
+  kolo_server_pb_set_string(&w->id, json_string_value(json_object_get(obj, "id")) ?: id);
+  kolo_server_pb_set_string(&w->host, json_string_value(json_object_get(obj, "host")) ?: "");
+  kolo_server_pb_set_string(&w->address, json_string_value(json_object_get(obj, "address")) ?: "");
+  kolo_server_pb_set_string(&w->state, json_string_value(json_object_get(obj, "state")) ?: "IDLE");
+  kolo_server_pb_set_string(&w->job_id, json_string_value(json_object_get(obj, "job_id")) ?: "");
+  w->slots = (uint32_t)json_integer_value(json_object_get(obj, "slots"));
+  w->gpus = (uint32_t)json_integer_value(json_object_get(obj, "gpus"));
+  w->registered_unix_ms = json_integer_value(json_object_get(obj, "registered_unix_ms"));
+  json_decref(obj);
+  return w;
+}
+
+kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListWorkersResponse **out) {
+  kolo_server_kv_item *items = NULL, *drains = NULL;
+  size_t n = 0, n_drains = 0;
+  int64_t revision;
+  kolo_status rc;
+  KOLO_CHECK(s->kv->ops->range(s->kv, KOLO_SERVER_WORKERS_PREFIX, &items, &n, &revision));
+  KOLO_CHECK_GOTO_RC(s->kv->ops->range(s->kv, KOLO_SERVER_DRAIN_PREFIX, &drains, &n_drains, &revision));
+  rc = KOLO_ERR_NO_MEMORY;
+  Kolo__V1__ListWorkersResponse *resp = malloc(sizeof *resp);
+  if (resp == NULL) goto out;
+  kolo__v1__list_workers_response__init(resp);
+  resp->workers = calloc(n + 1, sizeof *resp->workers);
+  if (resp->workers == NULL) {
+    free(resp);
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    Kolo__V1__Worker *w = worker_from_json(items[i].key, items[i].value, items[i].value_len);
+    if (w == NULL) continue;
+    for (size_t d = 0; d < n_drains; d++)
+      if (strcmp(drains[d].key + strlen(KOLO_SERVER_DRAIN_PREFIX), w->id) == 0) w->draining = 1;
+    if (w->draining) kolo_server_pb_set_string(&w->state, "DRAINING");
+    resp->workers[resp->n_workers++] = w;
+  }
+  *out = resp;
+  rc = KOLO_OK;
+out:
+  kolo_server_kv_items_free(items, n);
+  kolo_server_kv_items_free(drains, n_drains);
+  return rc;
+}
+
+kolo_status kolo_server_store_drain_worker(kolo_server_store *s, const char *id, Kolo__V1__Worker **out) {
+  Kolo__V1__ListWorkersResponse *all = NULL;
+  KOLO_CHECK(kolo_server_store_list_workers(s, &all));
+  kolo_status rc = KOLO_ERR_NOT_FOUND;
+  for (size_t i = 0; i < all->n_workers; i++) {
+    if (strcmp(all->workers[i]->id, id) != 0) continue;
+    char key[200], value[96];
+    snprintf(key, sizeof key, KOLO_SERVER_DRAIN_PREFIX "%.150s", id);
+    snprintf(value, sizeof value, "{\"draining\":true,\"time_unix_ms\":%" PRId64 "}", kolo_server_now_ms());
+    kolo_server_kv_put put = {key, value};
+    int64_t revision;
+    rc = s->kv->ops->txn(s->kv, NULL, 0, &put, 1, &revision);
+    if (rc != KOLO_OK) break;
+    Kolo__V1__Worker *w = all->workers[i];
+    w->draining = 1;
+    kolo_server_pb_set_string(&w->state, "DRAINING");
+    *out = (Kolo__V1__Worker *)kolo_server_pb_copy(&w->base);
+    rc = *out ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+    KOLO_LOGI(LOG, "worker %s drained", id);
+    break;
+  }
+  protobuf_c_message_free_unpacked(&all->base, NULL);
+  return rc;
+}

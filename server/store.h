@@ -1,0 +1,75 @@
+/* The job store: jobs live in etcd (through kv.h) under /kolo/v1/jobs/<id>/{spec,status,
+ * events/<n>}; every change is a txn with revision compares, and reads are served from an
+ * in-memory view fed by a prefix watch (so a GET never touches etcd). Every replica keeps
+ * its own view; any replica may submit/cancel/scale because the compares make concurrent
+ * writers safe. */
+#ifndef KOLO_SERVER_STORE_H
+#define KOLO_SERVER_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/status.h"
+#include "kolo/v1/cluster.pb-c.h"
+#include "kolo/v1/job.pb-c.h"
+#include "server/kv.h"
+
+#define KOLO_SERVER_JOBS_PREFIX "/kolo/v1/jobs/"
+#define KOLO_SERVER_WORKERS_PREFIX "/kolo/v1/workers/"
+#define KOLO_SERVER_DRAIN_PREFIX "/kolo/v1/drain/"
+
+typedef struct kolo_server_store kolo_server_store;
+
+/* Loads every job from kv and starts following it. kv stays owned by the caller. */
+kolo_status kolo_server_store_create(kolo_server_kv *kv, kolo_server_store **out);
+void kolo_server_store_destroy(kolo_server_store *store);
+
+/* Stores a new job for spec (validated by the caller; normalized here). A repeated submit
+ * of the same id and spec returns the existing job (*created = 0); another spec under that
+ * id is KOLO_ERR_EXISTS. *out: a copy to free with protobuf_c_message_free_unpacked. */
+kolo_status kolo_server_store_submit(kolo_server_store *store, Kolo__V1__JobSpec *spec,
+                                     Kolo__V1__Job **out, int *created, char *err, size_t err_len);
+
+/* A copy of job id with its events (KOLO_ERR_NOT_FOUND if unknown). */
+kolo_status kolo_server_store_get(kolo_server_store *store, const char *id, Kolo__V1__Job **out);
+/* The same job as packed protobuf bytes or as JSON text (malloc'd copies of cached forms). */
+kolo_status kolo_server_store_get_packed(kolo_server_store *store, const char *id, uint8_t **buf,
+                                         size_t *len);
+kolo_status kolo_server_store_get_json(kolo_server_store *store, const char *id, char **json);
+
+/* Jobs ordered by id, filtered by phase (0 = any) and labels (all must match), after
+ * page_token, at most page_size (0 = 100, max 1000); events left out. */
+kolo_status kolo_server_store_list(kolo_server_store *store, const Kolo__V1__ListJobsRequest *req,
+                                   Kolo__V1__ListJobsResponse **out);
+
+/* CANCELLED, recorded with an event; KOLO_ERR_STATE if the job already ended. */
+kolo_status kolo_server_store_cancel(kolo_server_store *store, const char *id, const char *reason,
+                                     Kolo__V1__Job **out, char *err, size_t err_len);
+/* New worker bounds with a SCALED event. */
+kolo_status kolo_server_store_scale(kolo_server_store *store, const char *id, uint32_t min_workers,
+                                    uint32_t max_workers, Kolo__V1__Job **out, char *err,
+                                    size_t err_len);
+
+/* Called (on the store's watch thread, without store locks held) with the packed job each
+ * time it changes; must not block. */
+typedef void (*kolo_server_store_watch_fn)(void *arg, const uint8_t *packed, size_t len,
+                                           Kolo__V1__Phase phase);
+/* Delivers the current version at once (from this thread), then every change. */
+kolo_status kolo_server_store_subscribe(kolo_server_store *store, const char *id,
+                                        kolo_server_store_watch_fn fn, void *arg, uint64_t *handle);
+/* After it returns, fn is not running and will not be called again for handle. */
+void kolo_server_store_unsubscribe(kolo_server_store *store, uint64_t handle);
+
+/* Number of jobs in each phase (index = Kolo__V1__Phase, 7 slots). */
+void kolo_server_store_count_phases(kolo_server_store *store, uint64_t counts[7]);
+
+/* Workers registered under /kolo/v1/workers/ (read from kv; drained ones flagged). */
+kolo_status kolo_server_store_list_workers(kolo_server_store *store, Kolo__V1__ListWorkersResponse **out);
+/* Writes /kolo/v1/drain/<id>; KOLO_ERR_NOT_FOUND if no such worker is registered. */
+kolo_status kolo_server_store_drain_worker(kolo_server_store *store, const char *id,
+                                           Kolo__V1__Worker **out);
+
+/* Revision the view has caught up with. */
+int64_t kolo_server_store_revision(kolo_server_store *store);
+
+#endif

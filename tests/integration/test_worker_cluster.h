@@ -1,0 +1,87 @@
+/* A real kolo cluster on 127.0.0.1 for the worker tests: one etcd (the
+ * kolo_test_etcd harness), kolo-server replicas and kolo-worker agents started
+ * as child processes (each dies with the test through PR_SET_PDEATHSIG), HTTP
+ * helpers to submit and read jobs, and waits with deadlines. */
+#ifndef KOLO_TEST_WORKER_CLUSTER_H
+#define KOLO_TEST_WORKER_CLUSTER_H
+
+#include <jansson.h>
+#include <sys/types.h>
+
+#include "tests/support/etcd_harness.h"
+
+#define CLUSTER_MAX_SERVERS 2
+#define CLUSTER_MAX_WORKERS 8
+#define CLUSTER_TTL_S "2"
+
+typedef struct cluster {
+  kolo_etcd_harness *etcd;
+  char dir[128];
+  pid_t servers[CLUSTER_MAX_SERVERS];
+  int http_ports[CLUSTER_MAX_SERVERS];
+  pid_t workers[CLUSTER_MAX_WORKERS];
+} cluster;
+
+/* Starts etcd and n_servers kolo-server replicas (server 0 first, so it leads). */
+int cluster_start(cluster *c, int n_servers);
+
+/* Starts kolo-worker "w<index>" with a fresh data-plane port; waits until it is
+ * registered. Returns 0 on success. */
+int cluster_start_worker(cluster *c, int index);
+
+/* Sends sig to worker index; for SIGKILL also reaps it. */
+void cluster_signal_worker(cluster *c, int index, int sig);
+
+/* Waits for worker index to exit; returns its exit code or -1 on timeout. */
+int cluster_wait_worker(cluster *c, int index, int timeout_ms);
+
+/* SIGKILLs server index. */
+void cluster_kill_server(cluster *c, int index);
+
+/* Submits an elastic_loop job (writing its results to <dir>/<id>.result).
+ * extra: more spec fields as JSON members, e.g. "\"max_reconfigurations\":1" or "". */
+int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
+                   const char *extra);
+
+/* POST path with body to the first live server; the JSON answer or NULL. */
+json_t *cluster_post(cluster *c, const char *path, const char *body);
+
+/* The state of worker id as /v1/workers says ("idle", "busy", ...; "" if absent). */
+const char *cluster_worker_state(cluster *c, const char *id, char *buf, size_t len);
+
+/* GET /v1/jobs/<id> from the first live server; NULL on error. */
+json_t *cluster_job(cluster *c, const char *id);
+
+/* Polls until the job's phase is phase (and epoch >= min_epoch), or the job
+ * ends in another phase, or timeout_ms passes. Returns the job (caller frees). */
+json_t *cluster_wait_phase(cluster *c, const char *id, const char *phase, int min_epoch, int timeout_ms);
+
+/* Polls until rank 0's reported step reaches step. */
+int cluster_wait_step(cluster *c, const char *id, int step, int timeout_ms);
+
+/* The first event of type (at or after epoch), or NULL; borrowed from job. */
+json_t *cluster_event(json_t *job, const char *type, int min_epoch);
+
+/* Checks the result file: count lines, every one "RESULT <steps> ... exact";
+ * returns the number of lines, or -1 if any line is wrong. */
+int cluster_results(cluster *c, const char *id, int steps);
+
+/* Live processes started for job by worker (found by their KOLO_JOB_ID and
+ * KOLO_WORKER_ID environment in /proc). */
+int cluster_job_processes(const char *job, const char *worker);
+
+/* The pid of one such process, or -1. */
+pid_t cluster_job_pid(const char *job, const char *worker);
+
+/* Waits until no such process is left; 0 on success. */
+int cluster_wait_no_processes(const char *job, const char *worker, int timeout_ms);
+
+/* Prints the job's phase and events to stderr (for a failing test's log). */
+void cluster_print_job(json_t *job);
+
+int64_t cluster_now_ms(void);
+
+/* Kills everything, removes the directory. */
+void cluster_stop(cluster *c);
+
+#endif

@@ -1,0 +1,193 @@
+/* Elastic jobs end to end: a real etcd, a real kolo-server, real kolo-worker
+ * agents and elastic_loop as the exec program, all on 127.0.0.1. Each test
+ * checks the job through the HTTP API and the exact result every final rank
+ * wrote (no step lost or counted twice). */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test_worker_cluster.h"
+
+static int setup(void **state) {
+  cluster *c = calloc(1, sizeof *c);
+  *state = c;
+  return c && cluster_start(c, 1) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  cluster *c = *state;
+  if (c) cluster_stop(c);
+  free(c);
+  return 0;
+}
+
+static const char *phase(json_t *job) {
+  return json_string_value(json_object_get(json_object_get(job, "status"), "phase")) ?: "";
+}
+
+static json_int_t status_int(json_t *job, const char *name) {
+  return json_integer_value(json_object_get(json_object_get(job, "status"), name));
+}
+
+static size_t member_count(json_t *job) {
+  return json_array_size(json_object_get(json_object_get(job, "status"), "members"));
+}
+
+static void start_workers(cluster *c, int n) {
+  for (int i = 1; i <= n; i++) assert_int_equal(cluster_start_worker(c, i), 0);
+}
+
+static void a_three_worker_job_finishes_with_the_exact_result(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(cluster_submit(c, "three", 3, 3, 40, 5, ""), 0);
+  json_t *job = cluster_wait_phase(c, "three", "SUCCEEDED", 1, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(status_int(job, "epoch"), 1);
+  assert_int_equal(member_count(job), 3);
+  assert_non_null(cluster_event(job, "SCHEDULED", 1));
+  assert_non_null(cluster_event(job, "FINISHED", 1));
+  assert_int_equal(cluster_results(c, "three", 40), 3);
+  /* progress came back through the agents' reports */
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(job, "status"), "progress"), "step")), 40);
+  json_decref(job);
+}
+
+static void a_killed_worker_is_left_behind_and_the_result_stays_exact(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(cluster_submit(c, "kill", 2, 3, 200, 20, ""), 0);
+  assert_int_equal(cluster_wait_step(c, "kill", 10, 30000), 0);
+  assert_int_equal(cluster_job_processes("kill", "w2"), 1);
+  int64_t killed_at = cluster_now_ms();
+  cluster_signal_worker(c, 2, SIGKILL);
+  /* no orphan: the process died with its agent */
+  assert_int_equal(cluster_wait_no_processes("kill", "w2", 3000), 0);
+  json_t *job = cluster_wait_phase(c, "kill", "RUNNING", 2, 20000);
+  assert_string_equal(phase(job), "RUNNING");
+  assert_int_equal(status_int(job, "epoch"), 2);
+  assert_int_equal(member_count(job), 2);
+  json_t *lost = cluster_event(job, "WORKER_LOST", 2);
+  assert_non_null(lost);
+  assert_non_null(strstr(json_string_value(json_object_get(lost, "message")), "w2"));
+  /* the ring neighbours told the coordinator: no wait for the 2 s lease TTL */
+  int64_t detected = json_integer_value(json_object_get(lost, "time_unix_ms")) - killed_at;
+  printf("worker lost after %lld ms\n", (long long)detected);
+  assert_true(detected < 1500);
+  assert_non_null(cluster_event(job, "RING_FORMED", 2));
+  json_decref(job);
+  job = cluster_wait_phase(c, "kill", "SUCCEEDED", 2, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(status_int(job, "reconfigurations"), 1);
+  assert_int_equal(cluster_results(c, "kill", 200), 2);
+  json_decref(job);
+}
+
+static void a_fourth_worker_joins_a_job_below_max_workers(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(cluster_submit(c, "grow", 3, 4, 200, 20, ""), 0);
+  assert_int_equal(cluster_wait_step(c, "grow", 10, 30000), 0);
+  assert_int_equal(cluster_start_worker(c, 4), 0);
+  json_t *job = cluster_wait_phase(c, "grow", "RUNNING", 2, 20000);
+  assert_int_equal(status_int(job, "epoch"), 2);
+  assert_int_equal(member_count(job), 4);
+  assert_non_null(cluster_event(job, "WORKER_JOINED", 2));
+  json_decref(job);
+  job = cluster_wait_phase(c, "grow", "SUCCEEDED", 2, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(status_int(job, "reconfigurations"), 0); /* growth is not a failure */
+  assert_int_equal(cluster_results(c, "grow", 200), 4);
+  json_decref(job);
+}
+
+static void a_draining_worker_leaves_at_once_and_exits_zero(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(cluster_submit(c, "drain", 2, 3, 200, 20, ""), 0);
+  assert_int_equal(cluster_wait_step(c, "drain", 10, 30000), 0);
+  int64_t asked_at = cluster_now_ms();
+  cluster_signal_worker(c, 3, SIGTERM);
+  assert_int_equal(cluster_wait_worker(c, 3, 10000), 0);
+  assert_int_equal(cluster_job_processes("drain", "w3"), 0);
+  json_t *job = cluster_wait_phase(c, "drain", "RUNNING", 2, 20000);
+  assert_int_equal(member_count(job), 2);
+  json_t *lost = cluster_event(job, "WORKER_LOST", 2);
+  assert_non_null(lost);
+  assert_non_null(strstr(json_string_value(json_object_get(lost, "message")), "draining"));
+  int64_t reacted = json_integer_value(json_object_get(lost, "time_unix_ms")) - asked_at;
+  printf("drain re-formed after %lld ms\n", (long long)reacted);
+  assert_true(reacted < 1500); /* below the 2 s lease TTL */
+  json_decref(job);
+  job = cluster_wait_phase(c, "drain", "SUCCEEDED", 2, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(cluster_results(c, "drain", 200), 2);
+  json_decref(job);
+}
+
+static void a_crashed_process_is_reported_and_its_worker_rejoins(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(cluster_submit(c, "crash", 2, 3, 250, 20, ""), 0);
+  assert_int_equal(cluster_wait_step(c, "crash", 10, 30000), 0);
+  pid_t pid = cluster_job_pid("crash", "w3");
+  assert_true(pid > 0);
+  kill(pid, SIGKILL); /* the process only: its agent lives on */
+  json_t *job = cluster_wait_phase(c, "crash", "RUNNING", 2, 20000);
+  json_t *lost = cluster_event(job, "WORKER_LOST", 2);
+  assert_non_null(lost);
+  assert_non_null(strstr(json_string_value(json_object_get(lost, "message")), "w3"));
+  json_decref(job);
+  /* the agent reported the exit and is free again, so the job takes it back */
+  job = cluster_wait_phase(c, "crash", "RUNNING", 3, 20000);
+  if (member_count(job) != 3) cluster_print_job(job);
+  assert_int_equal(member_count(job), 3);
+  assert_non_null(cluster_event(job, "WORKER_JOINED", 3));
+  json_decref(job);
+  job = cluster_wait_phase(c, "crash", "SUCCEEDED", 3, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(cluster_results(c, "crash", 250), 3);
+  json_decref(job);
+}
+
+static void a_builtin_job_runs_kolo_train_on_two_workers(void **state) {
+  cluster *c = *state;
+  char train[512];
+  snprintf(train, sizeof train, "%s/kolo-train", getenv("KOLO_BIN_DIR"));
+  FILE *probe = fopen(train, "r");
+  if (probe == NULL) skip(); /* the trainer is not part of this build */
+  fclose(probe);
+  start_workers(c, 2);
+  json_t *job = cluster_post(c, "/v1/jobs",
+                             "{\"id\":\"builtin\",\"name\":\"mlp\",\"min_workers\":2,\"max_workers\":2,"
+                             "\"builtin\":{\"model\":\"mlp\",\"dataset\":\"synthetic\",\"learning_rate\":0.02,"
+                             "\"epochs\":2,\"batch_size\":16,\"hyper_parameters\":{\"hidden\":\"32\"}}}");
+  assert_non_null(job);
+  json_decref(job);
+  job = cluster_wait_phase(c, "builtin", "SUCCEEDED", 1, 60000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(member_count(job), 2);
+  json_t *progress = json_object_get(json_object_get(job, "status"), "progress");
+  assert_true(json_integer_value(json_object_get(progress, "step")) > 0);
+  assert_true(json_number_value(json_object_get(progress, "accuracy")) > 0.5);
+  json_decref(job);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(a_three_worker_job_finishes_with_the_exact_result, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_killed_worker_is_left_behind_and_the_result_stays_exact, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_fourth_worker_joins_a_job_below_max_workers, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_draining_worker_leaves_at_once_and_exits_zero, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_crashed_process_is_reported_and_its_worker_rejoins, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_builtin_job_runs_kolo_train_on_two_workers, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

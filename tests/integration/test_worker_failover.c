@@ -1,0 +1,166 @@
+/* Elastic jobs under harder failures, end to end (real etcd, kolo-server,
+ * kolo-worker, elastic_loop on 127.0.0.1): below min_workers the job waits and
+ * resumes, past max_reconfigurations it fails naming the lost workers, cancel
+ * and scale act on running processes, and the leader kolo-server can die
+ * without disturbing a running job. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "test_worker_cluster.h"
+
+static int setup_with(void **state, int servers) {
+  cluster *c = calloc(1, sizeof *c);
+  *state = c;
+  return c && cluster_start(c, servers) == 0 ? 0 : -1;
+}
+
+static int setup(void **state) { return setup_with(state, 1); }
+static int setup_two_servers(void **state) { return setup_with(state, 2); }
+
+static int teardown(void **state) {
+  cluster *c = *state;
+  if (c) cluster_stop(c);
+  free(c);
+  return 0;
+}
+
+static const char *phase(json_t *job) {
+  return json_string_value(json_object_get(json_object_get(job, "status"), "phase")) ?: "";
+}
+
+static json_int_t status_int(json_t *job, const char *name) {
+  return json_integer_value(json_object_get(json_object_get(job, "status"), name));
+}
+
+static size_t member_count(json_t *job) {
+  return json_array_size(json_object_get(json_object_get(job, "status"), "members"));
+}
+
+static void start_workers(cluster *c, int n) {
+  for (int i = 1; i <= n; i++) assert_int_equal(cluster_start_worker(c, i), 0);
+}
+
+static int wait_worker_state(cluster *c, const char *id, const char *state, int timeout_ms) {
+  int64_t deadline = cluster_now_ms() + timeout_ms;
+  char buf[32];
+  while (cluster_now_ms() < deadline) {
+    if (strcmp(cluster_worker_state(c, id, buf, sizeof buf), state) == 0) return 0;
+    struct timespec pause = {0, 100 * 1000000L};
+    nanosleep(&pause, NULL);
+  }
+  return -1;
+}
+
+static void below_min_workers_the_job_waits_then_resumes_with_a_new_worker(void **state) {
+  cluster *c = *state;
+  start_workers(c, 2);
+  assert_int_equal(cluster_submit(c, "wait", 2, 2, 150, 20, ""), 0);
+  assert_int_equal(cluster_wait_step(c, "wait", 10, 30000), 0);
+  cluster_signal_worker(c, 2, SIGKILL);
+  json_t *job = cluster_wait_phase(c, "wait", "RECONFIGURING", 1, 10000);
+  assert_string_equal(phase(job), "RECONFIGURING");
+  json_decref(job);
+  /* it holds: still waiting well after the lease TTL */
+  struct timespec pause = {3, 0};
+  nanosleep(&pause, NULL);
+  job = cluster_job(c, "wait");
+  assert_string_equal(phase(job), "RECONFIGURING");
+  assert_int_equal(member_count(job), 1);
+  assert_int_equal(status_int(job, "epoch"), 1);
+  json_t *lost = cluster_event(job, "WORKER_LOST", 1);
+  assert_non_null(lost);
+  assert_non_null(strstr(json_string_value(json_object_get(lost, "message")), "waiting for workers"));
+  json_decref(job);
+  assert_int_equal(cluster_start_worker(c, 3), 0);
+  job = cluster_wait_phase(c, "wait", "RUNNING", 2, 20000);
+  assert_int_equal(status_int(job, "epoch"), 2);
+  assert_int_equal(member_count(job), 2);
+  assert_non_null(cluster_event(job, "RESUMING", 2));
+  json_decref(job);
+  job = cluster_wait_phase(c, "wait", "SUCCEEDED", 2, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(cluster_results(c, "wait", 150), 2);
+  json_decref(job);
+}
+
+static void past_max_reconfigurations_the_job_fails_naming_the_lost_workers(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(cluster_submit(c, "limit", 1, 3, 100000, 20, "\"max_reconfigurations\":1"), 0);
+  assert_int_equal(cluster_wait_step(c, "limit", 10, 30000), 0);
+  cluster_signal_worker(c, 3, SIGKILL);
+  json_t *job = cluster_wait_phase(c, "limit", "RUNNING", 2, 20000);
+  assert_int_equal(status_int(job, "reconfigurations"), 1);
+  json_decref(job);
+  cluster_signal_worker(c, 2, SIGKILL);
+  job = cluster_wait_phase(c, "limit", "FAILED", 2, 20000);
+  assert_string_equal(phase(job), "FAILED");
+  const char *error = json_string_value(json_object_get(json_object_get(job, "status"), "error"));
+  printf("error: %s\n", error);
+  assert_non_null(strstr(error, "max_reconfigurations (1)"));
+  assert_non_null(strstr(error, "w2"));
+  assert_non_null(strstr(error, "w3"));
+  json_decref(job);
+  /* the survivor's process is stopped and its worker is free again */
+  assert_int_equal(wait_worker_state(c, "w1", "idle", 20000), 0);
+}
+
+static void cancel_stops_the_processes_and_scale_grows_the_ring(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(cluster_submit(c, "cs", 2, 2, 100000, 20, ""), 0);
+  json_t *job = cluster_wait_phase(c, "cs", "RUNNING", 1, 20000);
+  assert_int_equal(member_count(job), 2);
+  json_decref(job);
+  job = cluster_post(c, "/v1/jobs/cs:scale", "{\"min_workers\":2,\"max_workers\":3}");
+  assert_non_null(job);
+  json_decref(job);
+  job = cluster_wait_phase(c, "cs", "RUNNING", 2, 20000);
+  if (member_count(job) != 3) cluster_print_job(job);
+  assert_int_equal(member_count(job), 3);
+  json_decref(job);
+  job = cluster_post(c, "/v1/jobs/cs:cancel", "{\"reason\":\"test\"}");
+  assert_string_equal(phase(job), "CANCELLED");
+  json_decref(job);
+  for (int i = 1; i <= 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "w%d", i);
+    assert_int_equal(wait_worker_state(c, id, "idle", 20000), 0);
+    assert_int_equal(cluster_job_processes("cs", id), 0);
+  }
+}
+
+static void the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed(void **state) {
+  cluster *c = *state;
+  start_workers(c, 2);
+  assert_int_equal(cluster_submit(c, "ha", 2, 2, 200, 20, ""), 0);
+  assert_int_equal(cluster_wait_step(c, "ha", 10, 30000), 0);
+  cluster_kill_server(c, 0);
+  json_t *job = cluster_wait_phase(c, "ha", "SUCCEEDED", 1, 40000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(status_int(job, "epoch"), 1);
+  assert_int_equal(status_int(job, "reconfigurations"), 0);
+  assert_null(cluster_event(job, "WORKER_LOST", 0));
+  assert_int_equal(cluster_results(c, "ha", 200), 2);
+  json_decref(job);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(below_min_workers_the_job_waits_then_resumes_with_a_new_worker, setup, teardown),
+      cmocka_unit_test_setup_teardown(past_max_reconfigurations_the_job_fails_naming_the_lost_workers, setup, teardown),
+      cmocka_unit_test_setup_teardown(cancel_stops_the_processes_and_scale_grows_the_ring, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed,
+                                      setup_two_servers, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

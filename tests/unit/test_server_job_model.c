@@ -1,0 +1,151 @@
+/* Unit tests for server/job_model.c: validation names the bad field, normalized specs
+ * compare equal regardless of map order, and the phase machine refuses illegal moves. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server/job_model.h"
+#include "server/json_codec.h"
+
+static Kolo__V1__JobSpec *spec_from(const char *text) {
+  ProtobufCMessage *msg = NULL;
+  char err[256];
+  assert_int_equal(kolo_server_json_parse_message(text, strlen(text), &kolo__v1__job_spec__descriptor,
+                                                  &msg, err, sizeof err),
+                   KOLO_OK);
+  return (Kolo__V1__JobSpec *)msg;
+}
+
+static void expect_invalid(const char *text, const char *field) {
+  char err[256] = "";
+  Kolo__V1__JobSpec *spec = spec_from(text);
+  assert_int_equal(kolo_server_job_validate_spec(spec, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  if (strncmp(err, field, strlen(field)) != 0) fail_msg("expected '%s' in '%s'", field, err);
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+}
+
+#define GOOD "\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"epochs\":1}"
+
+static void a_minimal_builtin_spec_is_valid(void **state) {
+  (void)state;
+  char err[256];
+  Kolo__V1__JobSpec *spec = spec_from("{" GOOD "}");
+  assert_int_equal(kolo_server_job_validate_spec(spec, err, sizeof err), KOLO_OK);
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+}
+
+static void each_bad_field_is_named(void **state) {
+  (void)state;
+  expect_invalid("{\"min_workers\":1,\"builtin\":{\"model\":\"m\",\"epochs\":1}}", "name");
+  expect_invalid("{\"name\":\"n\",\"builtin\":{\"model\":\"m\",\"epochs\":1}}", "min_workers");
+  expect_invalid("{\"name\":\"n\",\"min_workers\":3,\"max_workers\":2,\"builtin\":{\"model\":\"m\",\"epochs\":1}}", "max_workers");
+  expect_invalid("{\"name\":\"n\",\"min_workers\":1}", "program");
+  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"epochs\":1}}", "builtin.model");
+  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"m\"}}", "builtin.epochs");
+  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"exec\":{\"argv\":[]}}", "exec.argv");
+  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"exec\":{\"argv\":[\"a\"],\"env\":{\"A=B\":\"1\"}}}",
+                 "exec.env.A=B");
+  expect_invalid("{" GOOD ",\"id\":\"Bad/Id\"}", "id");
+  expect_invalid("{" GOOD ",\"average_every\":4}", "average_every");
+  expect_invalid("{" GOOD ",\"labels\":{\"bad key\":\"v\"}}", "labels.bad key");
+  expect_invalid("{" GOOD ",\"collective_timeout_ms\":99999999}", "collective_timeout_ms");
+}
+
+static void specs_differing_only_in_map_order_are_equal_once_normalized(void **state) {
+  (void)state;
+  Kolo__V1__JobSpec *a = spec_from("{" GOOD ",\"labels\":{\"a\":\"1\",\"b\":\"2\"}}");
+  Kolo__V1__JobSpec *b = spec_from("{" GOOD ",\"labels\":{\"b\":\"2\",\"a\":\"1\"},\"mode\":\"SYNC\"}");
+  Kolo__V1__JobSpec *c = spec_from("{" GOOD ",\"labels\":{\"b\":\"3\",\"a\":\"1\"}}");
+  kolo_server_job_normalize_spec(a);
+  kolo_server_job_normalize_spec(b);
+  kolo_server_job_normalize_spec(c);
+  assert_int_equal(a->max_workers, 1);
+  assert_true(kolo_server_job_spec_equal(a, b));
+  assert_false(kolo_server_job_spec_equal(a, c));
+  protobuf_c_message_free_unpacked(&a->base, NULL);
+  protobuf_c_message_free_unpacked(&b->base, NULL);
+  protobuf_c_message_free_unpacked(&c->base, NULL);
+}
+
+static void the_phase_machine_allows_only_forward_moves(void **state) {
+  (void)state;
+  assert_true(kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__RUNNING));
+  assert_true(kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__CANCELLED));
+  assert_true(kolo_server_job_transition_allowed(KOLO__V1__PHASE__RUNNING, KOLO__V1__PHASE__RECONFIGURING));
+  assert_true(kolo_server_job_transition_allowed(KOLO__V1__PHASE__RECONFIGURING, KOLO__V1__PHASE__RUNNING));
+  assert_false(kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__SUCCEEDED));
+  assert_false(kolo_server_job_transition_allowed(KOLO__V1__PHASE__SUCCEEDED, KOLO__V1__PHASE__CANCELLED));
+  assert_false(kolo_server_job_transition_allowed(KOLO__V1__PHASE__CANCELLED, KOLO__V1__PHASE__RUNNING));
+  assert_false(kolo_server_job_transition_allowed(KOLO__V1__PHASE__FAILED, KOLO__V1__PHASE__FAILED));
+}
+
+static void cancelling_a_pending_job_records_an_event_and_a_second_cancel_is_refused(void **state) {
+  (void)state;
+  char err[256];
+  Kolo__V1__JobSpec *spec = spec_from("{" GOOD "}");
+  kolo_server_job_normalize_spec(spec);
+  Kolo__V1__Job *job = NULL;
+  assert_int_equal(kolo_server_job_create(spec, "j-1", 1000, &job), KOLO_OK);
+  assert_string_equal(job->id, "j-1");
+  assert_string_equal(job->spec->id, "j-1");
+  assert_int_equal(job->status->phase, KOLO__V1__PHASE__PENDING);
+  assert_int_equal(job->n_events, 1);
+  assert_string_equal(job->events[0]->type, "SUBMITTED");
+  assert_int_equal(kolo_server_job_cancel(job, "user asked", 2000, err, sizeof err), KOLO_OK);
+  assert_int_equal(job->status->phase, KOLO__V1__PHASE__CANCELLED);
+  assert_int_equal(job->status->finished_unix_ms, 2000);
+  assert_int_equal(job->n_events, 2);
+  assert_int_equal(job->events[1]->seq, 2);
+  assert_non_null(strstr(job->status->error, "user asked"));
+  assert_int_equal(kolo_server_job_cancel(job, "", 3000, err, sizeof err), KOLO_ERR_STATE);
+  assert_non_null(strstr(err, "CANCELLED"));
+  assert_int_equal(job->n_events, 2);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+}
+
+static void scaling_checks_bounds_and_logs_an_event(void **state) {
+  (void)state;
+  char err[256];
+  Kolo__V1__JobSpec *spec = spec_from("{" GOOD "}");
+  Kolo__V1__Job *job = NULL;
+  assert_int_equal(kolo_server_job_create(spec, "j-2", 1000, &job), KOLO_OK);
+  assert_int_equal(kolo_server_job_scale(job, 3, 2, 1500, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "max_workers"));
+  assert_int_equal(kolo_server_job_scale(job, 2, 5, 1500, err, sizeof err), KOLO_OK);
+  assert_int_equal(job->status->min_workers, 2);
+  assert_int_equal(job->status->max_workers, 5);
+  assert_string_equal(job->events[job->n_events - 1]->type, "SCALED");
+  assert_int_equal(kolo_server_job_cancel(job, NULL, 1600, err, sizeof err), KOLO_OK);
+  assert_int_equal(kolo_server_job_scale(job, 1, 1, 1700, err, sizeof err), KOLO_ERR_STATE);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+}
+
+static void generated_ids_are_valid_and_distinct(void **state) {
+  (void)state;
+  char a[32], b[32];
+  assert_int_equal(kolo_server_job_make_id(a, sizeof a), KOLO_OK);
+  assert_int_equal(kolo_server_job_make_id(b, sizeof b), KOLO_OK);
+  assert_true(kolo_server_job_id_valid(a));
+  assert_string_not_equal(a, b);
+  assert_false(kolo_server_job_id_valid("-x"));
+  assert_false(kolo_server_job_id_valid("a/b"));
+  assert_false(kolo_server_job_id_valid(""));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(a_minimal_builtin_spec_is_valid),
+      cmocka_unit_test(each_bad_field_is_named),
+      cmocka_unit_test(specs_differing_only_in_map_order_are_equal_once_normalized),
+      cmocka_unit_test(the_phase_machine_allows_only_forward_moves),
+      cmocka_unit_test(cancelling_a_pending_job_records_an_event_and_a_second_cancel_is_refused),
+      cmocka_unit_test(scaling_checks_bounds_and_logs_an_event),
+      cmocka_unit_test(generated_ids_are_valid_and_distinct),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,145 @@
+/* Unit tests for server/json_codec.c: the JSON shape is a 1:1 mapping of the protobuf
+ * messages, bad input names the offending field, and nothing leaks on error paths. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kolo/v1/job.pb-c.h"
+#include "server/json_codec.h"
+
+static Kolo__V1__JobSpec *parse_spec(const char *text, kolo_status *rc, char *err, size_t len) {
+  ProtobufCMessage *msg = NULL;
+  *rc = kolo_server_json_parse_message(text, strlen(text), &kolo__v1__job_spec__descriptor, &msg,
+                                       err, len);
+  return (Kolo__V1__JobSpec *)msg;
+}
+
+static void a_full_spec_decodes_into_every_field(void **state) {
+  (void)state;
+  char err[256];
+  kolo_status rc;
+  Kolo__V1__JobSpec *spec = parse_spec(
+      "{\"name\":\"mnist\",\"id\":\"j1\",\"mode\":\"ASYNC\",\"min_workers\":2,\"max_workers\":4,"
+      "\"builtin\":{\"model\":\"mlp\",\"dataset\":\"fashion-mnist\",\"learning_rate\":0.05,"
+      "\"epochs\":3,\"batch_size\":64,\"hyper_parameters\":{\"hidden\":\"128\"}},"
+      "\"labels\":{\"team\":\"a\",\"env\":\"dev\"},\"average_every\":8,\"checkpoint_dir\":\"/tmp/c\"}",
+      &rc, err, sizeof err);
+  assert_int_equal(rc, KOLO_OK);
+  assert_string_equal(spec->name, "mnist");
+  assert_int_equal(spec->mode, KOLO__V1__MODE__ASYNC);
+  assert_int_equal(spec->max_workers, 4);
+  assert_int_equal(spec->program_case, KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN);
+  assert_string_equal(spec->builtin->dataset, "fashion-mnist");
+  assert_true(spec->builtin->learning_rate > 0.049 && spec->builtin->learning_rate < 0.051);
+  assert_int_equal(spec->builtin->n_hyper_parameters, 1);
+  assert_string_equal(spec->builtin->hyper_parameters[0]->value, "128");
+  assert_int_equal(spec->n_labels, 2);
+  assert_int_equal(spec->average_every, 8);
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+}
+
+static void encoding_then_decoding_gives_back_the_same_message(void **state) {
+  (void)state;
+  char err[256];
+  kolo_status rc;
+  Kolo__V1__JobSpec *spec = parse_spec(
+      "{\"name\":\"x\",\"min_workers\":1,\"exec\":{\"argv\":[\"/bin/true\",\"-v\"],"
+      "\"env\":{\"A\":\"1\"},\"working_dir\":\"/\"}}",
+      &rc, err, sizeof err);
+  assert_int_equal(rc, KOLO_OK);
+  char *text = kolo_server_json_dump_message(&spec->base, 0);
+  assert_non_null(text);
+  assert_non_null(strstr(text, "\"mode\":\"MODE_UNSPECIFIED\""));
+  assert_non_null(strstr(text, "\"argv\":[\"/bin/true\",\"-v\"]"));
+  assert_null(strstr(text, "\"builtin\""));
+  Kolo__V1__JobSpec *again = parse_spec(text, &rc, err, sizeof err);
+  assert_int_equal(rc, KOLO_OK);
+  assert_int_equal(kolo__v1__job_spec__get_packed_size(spec), kolo__v1__job_spec__get_packed_size(again));
+  assert_string_equal(again->exec->argv[1], "-v");
+  assert_string_equal(again->exec->env[0]->key, "A");
+  free(text);
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+  protobuf_c_message_free_unpacked(&again->base, NULL);
+}
+
+static void an_unknown_field_is_named_in_the_error(void **state) {
+  (void)state;
+  char err[256];
+  kolo_status rc;
+  Kolo__V1__JobSpec *spec =
+      parse_spec("{\"name\":\"x\",\"builtin\":{\"model\":\"m\",\"colour\":1}}", &rc, err, sizeof err);
+  assert_null(spec);
+  assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "builtin.colour"));
+}
+
+static void a_wrong_type_is_named_in_the_error(void **state) {
+  (void)state;
+  char err[256];
+  kolo_status rc;
+  assert_null(parse_spec("{\"min_workers\":\"two\"}", &rc, err, sizeof err));
+  assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "min_workers"));
+  assert_null(parse_spec("{\"min_workers\":-1}", &rc, err, sizeof err));
+  assert_non_null(strstr(err, "min_workers"));
+  assert_null(parse_spec("{\"mode\":\"FAST\"}", &rc, err, sizeof err));
+  assert_non_null(strstr(err, "mode"));
+  assert_non_null(strstr(err, "ASYNC"));
+  assert_null(parse_spec("{\"exec\":{\"argv\":[\"a\",3]}}", &rc, err, sizeof err));
+  assert_non_null(strstr(err, "exec.argv[1]"));
+  assert_null(parse_spec("{\"labels\":{\"a\":\"b\",\"c\":7}}", &rc, err, sizeof err));
+  assert_non_null(strstr(err, "labels.c"));
+}
+
+static void both_members_of_the_program_oneof_are_refused(void **state) {
+  (void)state;
+  char err[256];
+  kolo_status rc;
+  assert_null(parse_spec("{\"builtin\":{\"model\":\"m\"},\"exec\":{\"argv\":[\"a\"]}}", &rc, err,
+                         sizeof err));
+  assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "oneof"));
+}
+
+static void garbage_text_is_a_parse_error(void **state) {
+  (void)state;
+  char err[256];
+  kolo_status rc;
+  assert_null(parse_spec("{\"name\": ", &rc, err, sizeof err));
+  assert_int_equal(rc, KOLO_ERR_PARSE);
+  assert_non_null(strstr(err, "malformed JSON"));
+  assert_null(parse_spec("[1,2]", &rc, err, sizeof err));
+  assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
+}
+
+static void sixty_four_bit_integers_accept_numbers_and_strings(void **state) {
+  (void)state;
+  ProtobufCMessage *msg = NULL;
+  char err[128];
+  const char *text = "{\"step\":\"12345678901\",\"total_steps\":99,\"loss\":1}";
+  assert_int_equal(kolo_server_json_parse_message(text, strlen(text), &kolo__v1__progress__descriptor,
+                                                  &msg, err, sizeof err),
+                   KOLO_OK);
+  Kolo__V1__Progress *p = (Kolo__V1__Progress *)msg;
+  assert_true(p->step == 12345678901ULL);
+  assert_true(p->total_steps == 99);
+  assert_true(p->loss == 1.0);
+  protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(a_full_spec_decodes_into_every_field),
+      cmocka_unit_test(encoding_then_decoding_gives_back_the_same_message),
+      cmocka_unit_test(an_unknown_field_is_named_in_the_error),
+      cmocka_unit_test(a_wrong_type_is_named_in_the_error),
+      cmocka_unit_test(both_members_of_the_program_oneof_are_refused),
+      cmocka_unit_test(garbage_text_is_a_parse_error),
+      cmocka_unit_test(sixty_four_bit_integers_accept_numbers_and_strings),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,244 @@
+/* Unit tests for server/store.c over the in-memory kv (same revision rules as etcd; the
+ * etcd-backed runs are in tests/integration): idempotent submit, compares on writes, the
+ * watch-fed view, paging and filters, subscriptions, and reload from the kv. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server/job_model.h"
+#include "server/json_codec.h"
+#include "server/store.h"
+
+typedef struct fixture {
+  kolo_server_kv *kv;
+  kolo_server_store *store;
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  assert_int_equal(kolo_server_kv_mem_create(&f->kv), KOLO_OK);
+  assert_int_equal(kolo_server_store_create(f->kv, &f->store), KOLO_OK);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  kolo_server_store_destroy(f->store);
+  f->kv->ops->destroy(f->kv);
+  free(f);
+  return 0;
+}
+
+static Kolo__V1__JobSpec *spec_from(const char *text) {
+  ProtobufCMessage *msg = NULL;
+  assert_int_equal(kolo_server_json_parse_message(text, strlen(text), &kolo__v1__job_spec__descriptor,
+                                                  &msg, NULL, 0),
+                   KOLO_OK);
+  return (Kolo__V1__JobSpec *)msg;
+}
+
+static kolo_status submit(fixture *f, const char *text, Kolo__V1__Job **job, int *created) {
+  char err[256];
+  Kolo__V1__JobSpec *spec = spec_from(text);
+  kolo_status rc = kolo_server_store_submit(f->store, spec, job, created, err, sizeof err);
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+  return rc;
+}
+
+#define SPEC(id, extra) \
+  "{\"name\":\"n\",\"id\":\"" id "\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"epochs\":1}" extra "}"
+
+static void a_submitted_job_is_pending_and_readable(void **state) {
+  fixture *f = *state;
+  Kolo__V1__Job *job = NULL, *again = NULL;
+  int created = 0;
+  assert_int_equal(submit(f, SPEC("a1", ""), &job, &created), KOLO_OK);
+  assert_true(created);
+  assert_string_equal(job->id, "a1");
+  assert_int_equal(job->status->phase, KOLO__V1__PHASE__PENDING);
+  assert_int_equal(job->n_events, 1);
+  assert_int_equal(kolo_server_store_get(f->store, "a1", &again), KOLO_OK);
+  assert_string_equal(again->spec->name, "n");
+  char *json = NULL;
+  assert_int_equal(kolo_server_store_get_json(f->store, "a1", &json), KOLO_OK);
+  assert_non_null(strstr(json, "\"phase\":\"PENDING\""));
+  free(json);
+  assert_int_equal(kolo_server_store_get(f->store, "nope", &job), KOLO_ERR_NOT_FOUND);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  protobuf_c_message_free_unpacked(&again->base, NULL);
+}
+
+static void a_repeated_submit_returns_the_job_and_a_different_spec_is_refused(void **state) {
+  fixture *f = *state;
+  Kolo__V1__Job *job = NULL;
+  int created = 0;
+  assert_int_equal(submit(f, SPEC("b1", ",\"labels\":{\"x\":\"1\",\"y\":\"2\"}"), &job, &created), KOLO_OK);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  assert_int_equal(submit(f, SPEC("b1", ",\"labels\":{\"y\":\"2\",\"x\":\"1\"}"), &job, &created), KOLO_OK);
+  assert_false(created);
+  assert_int_equal(job->n_events, 1);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  job = NULL;
+  assert_int_equal(submit(f, SPEC("b1", ",\"max_workers\":3"), &job, &created), KOLO_ERR_EXISTS);
+  assert_null(job);
+}
+
+static void cancel_then_cancel_again_is_a_state_error_and_keeps_the_events(void **state) {
+  fixture *f = *state;
+  Kolo__V1__Job *job = NULL;
+  int created;
+  char err[256];
+  assert_int_equal(submit(f, SPEC("c1", ""), &job, &created), KOLO_OK);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  assert_int_equal(kolo_server_store_cancel(f->store, "c1", "test", &job, err, sizeof err), KOLO_OK);
+  assert_int_equal(job->status->phase, KOLO__V1__PHASE__CANCELLED);
+  assert_int_equal(job->n_events, 2);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  job = NULL;
+  assert_int_equal(kolo_server_store_cancel(f->store, "c1", "", &job, err, sizeof err), KOLO_ERR_STATE);
+  assert_int_equal(kolo_server_store_cancel(f->store, "zz", "", &job, err, sizeof err), KOLO_ERR_NOT_FOUND);
+  assert_int_equal(kolo_server_store_get(f->store, "c1", &job), KOLO_OK);
+  assert_int_equal(job->n_events, 2);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+}
+
+static void a_stale_status_revision_makes_the_write_retry_on_fresh_state(void **state) {
+  fixture *f = *state;
+  Kolo__V1__Job *job = NULL;
+  int created;
+  char err[256];
+  assert_int_equal(submit(f, SPEC("d1", ""), &job, &created), KOLO_OK);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  /* Another writer (the scheduler) appends event 2 without touching the status. */
+  kolo_server_kv_put put = {"/kolo/v1/jobs/d1/events/0000000002",
+                            "{\"seq\":2,\"type\":\"SCHEDULED\",\"message\":\"x\"}"};
+  int64_t rev;
+  assert_int_equal(f->kv->ops->txn(f->kv, NULL, 0, &put, 1, &rev), KOLO_OK);
+  assert_int_equal(kolo_server_store_scale(f->store, "d1", 2, 4, &job, err, sizeof err), KOLO_OK);
+  assert_int_equal(job->n_events, 3);
+  assert_string_equal(job->events[1]->type, "SCHEDULED");
+  assert_string_equal(job->events[2]->type, "SCALED");
+  assert_int_equal(job->status->max_workers, 4);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+}
+
+static void list_filters_by_phase_and_label_and_pages_in_id_order(void **state) {
+  fixture *f = *state;
+  Kolo__V1__Job *job = NULL;
+  int created;
+  char err[256];
+  const char *ids[] = {"e3", "e1", "e2", "e4"};
+  for (int i = 0; i < 4; i++) {
+    char text[256];
+    snprintf(text, sizeof text,
+             "{\"name\":\"n\",\"id\":\"%s\",\"min_workers\":1,\"builtin\":{\"model\":\"m\",\"epochs\":1},"
+             "\"labels\":{\"team\":\"%s\"}}",
+             ids[i], i % 2 ? "b" : "a");
+    assert_int_equal(submit(f, text, &job, &created), KOLO_OK);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+  }
+  assert_int_equal(kolo_server_store_cancel(f->store, "e2", "", &job, err, sizeof err), KOLO_OK);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  Kolo__V1__ListJobsRequest req = KOLO__V1__LIST_JOBS_REQUEST__INIT;
+  Kolo__V1__ListJobsResponse *resp = NULL;
+  req.page_size = 3;
+  assert_int_equal(kolo_server_store_list(f->store, &req, &resp), KOLO_OK);
+  assert_int_equal(resp->n_jobs, 3);
+  assert_string_equal(resp->jobs[0]->id, "e1");
+  assert_string_equal(resp->jobs[2]->id, "e3");
+  assert_int_equal(resp->jobs[0]->n_events, 0);
+  assert_string_equal(resp->next_page_token, "e3");
+  req.page_token = "e3";
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+  assert_int_equal(kolo_server_store_list(f->store, &req, &resp), KOLO_OK);
+  assert_int_equal(resp->n_jobs, 1);
+  assert_string_equal(resp->next_page_token, "");
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+  req.page_token = "";
+  req.page_size = 0;
+  req.phase = KOLO__V1__PHASE__PENDING;
+  Kolo__V1__ListJobsRequest__LabelsEntry label = KOLO__V1__LIST_JOBS_REQUEST__LABELS_ENTRY__INIT;
+  Kolo__V1__ListJobsRequest__LabelsEntry *labels[1] = {&label};
+  label.key = "team";
+  label.value = "b";
+  req.labels = labels;
+  req.n_labels = 1;
+  assert_int_equal(kolo_server_store_list(f->store, &req, &resp), KOLO_OK);
+  /* team b and PENDING: e1 and e4. */
+  assert_int_equal(resp->n_jobs, 2);
+  assert_string_equal(resp->jobs[0]->id, "e1");
+  assert_string_equal(resp->jobs[1]->id, "e4");
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+  uint64_t counts[7];
+  kolo_server_store_count_phases(f->store, counts);
+  assert_int_equal(counts[KOLO__V1__PHASE__PENDING], 3);
+  assert_int_equal(counts[KOLO__V1__PHASE__CANCELLED], 1);
+}
+
+typedef struct seen {
+  int calls;
+  Kolo__V1__Phase last;
+} seen;
+
+static void record(void *arg, const uint8_t *packed, size_t len, Kolo__V1__Phase phase) {
+  seen *s = arg;
+  Kolo__V1__Job *job = kolo__v1__job__unpack(NULL, len, packed);
+  assert_non_null(job);
+  assert_int_equal(job->status->phase, phase);
+  kolo__v1__job__free_unpacked(job, NULL);
+  s->calls++;
+  s->last = phase;
+}
+
+static void a_subscriber_sees_the_current_job_then_each_change_once(void **state) {
+  fixture *f = *state;
+  Kolo__V1__Job *job = NULL;
+  int created;
+  char err[256];
+  seen s = {0, 0};
+  uint64_t handle = 0;
+  assert_int_equal(submit(f, SPEC("f1", ""), &job, &created), KOLO_OK);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  assert_int_equal(kolo_server_store_subscribe(f->store, "nope", record, &s, &handle), KOLO_ERR_NOT_FOUND);
+  assert_int_equal(kolo_server_store_subscribe(f->store, "f1", record, &s, &handle), KOLO_OK);
+  assert_int_equal(s.calls, 1);
+  assert_int_equal(kolo_server_store_scale(f->store, "f1", 1, 2, &job, err, sizeof err), KOLO_OK);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  assert_int_equal(s.calls, 2);
+  assert_int_equal(kolo_server_store_cancel(f->store, "f1", "", &job, err, sizeof err), KOLO_OK);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  assert_int_equal(s.calls, 3);
+  assert_int_equal(s.last, KOLO__V1__PHASE__CANCELLED);
+  kolo_server_store_unsubscribe(f->store, handle);
+}
+
+static void a_new_store_over_the_same_kv_sees_every_job(void **state) {
+  fixture *f = *state;
+  Kolo__V1__Job *job = NULL;
+  int created;
+  assert_int_equal(submit(f, SPEC("g1", ""), &job, &created), KOLO_OK);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  kolo_server_store_destroy(f->store);
+  assert_int_equal(kolo_server_store_create(f->kv, &f->store), KOLO_OK);
+  assert_int_equal(kolo_server_store_get(f->store, "g1", &job), KOLO_OK);
+  assert_int_equal(job->n_events, 1);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(a_submitted_job_is_pending_and_readable, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_repeated_submit_returns_the_job_and_a_different_spec_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(cancel_then_cancel_again_is_a_state_error_and_keeps_the_events, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_stale_status_revision_makes_the_write_retry_on_fresh_state, setup, teardown),
+      cmocka_unit_test_setup_teardown(list_filters_by_phase_and_label_and_pages_in_id_order, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_subscriber_sees_the_current_job_then_each_change_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_new_store_over_the_same_kv_sees_every_job, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,644 @@
+/* Implementation of agent.h: one poll loop over a signalfd, a wake-up pipe fed
+ * by the etcd watch and lease threads, and the training process's socket. The
+ * loop reconciles what runs with the newest assignment (level-triggered: only
+ * the latest assignment matters, events in between may be skipped). */
+#define _GNU_SOURCE
+#include "worker/agent/agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/checks.h"
+#include "common/log.h"
+#include "coordination/etcd.h"
+#include "coordination/keys.h"
+#include "coordination/membership.h"
+#include "worker/agent/process.h"
+
+#define LOG "agent"
+#define REPORT_EVERY_MS 500
+#define DRAIN_WAIT_MS 15000
+#define REFORM_WAIT_S "600"
+
+typedef struct agent {
+  const kolo_agent_options *opts;
+  char id[129], host[256], listen[256], work_dir[256], assign_key[256];
+  kolo_etcd *etcd;
+  kolo_membership *reg;
+  kolo_member record;
+  kolo_member_label labels[64]; /* the record's labels point into label_text */
+  char label_text[1024], endpoint_text[1024];
+  kolo_etcd_watch *watch;
+  int wake[2];
+  pthread_mutex_t lock;
+  char *assignment; /* newest assignment value, NULL when none */
+  int lease_lost;
+
+  /* the job being run */
+  char job[129];
+  int64_t epoch;      /* epoch of the newest ring loaded */
+  int64_t sent_epoch; /* newest RING sent to the process */
+  char *ring_line;
+  kolo_agent_proc *proc;
+  char done_job[129]; /* the process of this job exited at done_epoch: not restarted */
+  int64_t done_epoch;
+  /* the report */
+  int64_t formed_epoch, failed_epoch, exit_epoch;
+  int failed_rank, exited, exit_code;
+  char failed_status[64];
+  json_t *progress;
+  int report_dirty;
+  int64_t report_written_ms;
+  int draining;
+  int64_t drain_deadline_ms;
+  const char *state;
+} agent;
+
+static int64_t mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static int64_t wall_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void poke(agent *a) {
+  char byte = 1;
+  ssize_t ignored = write(a->wake[1], &byte, 1);
+  (void)ignored;
+}
+
+/* Watch thread: keep the newest assignment value and wake the loop. */
+static void on_assignment(const kolo_etcd_watch_update *update, void *user) {
+  agent *a = user;
+  pthread_mutex_lock(&a->lock);
+  if (update->kind == KOLO_ETCD_WATCH_RESYNC) {
+    free(a->assignment);
+    a->assignment = update->kv_count ? strdup((const char *)update->kvs[0].value) : NULL;
+  }
+  for (size_t i = 0; update->kind == KOLO_ETCD_WATCH_EVENTS && i < update->event_count; i++) {
+    free(a->assignment);
+    a->assignment = update->events[i].type == KOLO_ETCD_EVENT_PUT
+                        ? strdup((const char *)update->events[i].kv.value)
+                        : NULL;
+  }
+  pthread_mutex_unlock(&a->lock);
+  poke(a);
+}
+
+static void on_lease_lost(int64_t lease, kolo_status status, const char *message, void *user) {
+  agent *a = user;
+  KOLO_LOGW(LOG, "registration lease %" PRIx64 " lost: %s", (uint64_t)lease, message ? message : "");
+  pthread_mutex_lock(&a->lock);
+  a->lease_lost = 1;
+  pthread_mutex_unlock(&a->lock);
+  poke(a);
+}
+
+static kolo_status set_state(agent *a, const char *state) {
+  if (a->state == state || a->reg == NULL) return KOLO_OK;
+  a->record.state = (char *)state;
+  kolo_status rc = kolo_membership_update(a->reg, &a->record);
+  a->record.state = NULL;
+  if (rc == KOLO_OK) {
+    a->state = state;
+    KOLO_LOGI(LOG, "worker %s is %s", a->id, state);
+  } else {
+    KOLO_LOGW(LOG, "cannot set state %s: %s", state, kolo_etcd_last_error());
+  }
+  return rc;
+}
+
+static kolo_status register_worker(agent *a) {
+  int64_t deadline = mono_ms() + (a->opts->lease_ttl_s + 10) * 1000;
+  a->record.state = "idle";
+  kolo_status rc;
+  for (;;) {
+    rc = kolo_membership_register(a->etcd, &a->record, a->opts->lease_ttl_s, on_lease_lost, a, &a->reg);
+    if (rc != KOLO_ERR_EXISTS && rc != KOLO_ERR_UNAVAILABLE && rc != KOLO_ERR_CONNECT) break;
+    if (mono_ms() > deadline) break;
+    KOLO_LOGW(LOG, "worker id %s still registered (a previous instance?); retrying", a->id);
+    usleep(500 * 1000);
+  }
+  a->record.state = NULL;
+  if (rc != KOLO_OK) {
+    KOLO_LOGE(LOG, "cannot register worker %s: %s (%s)", a->id, kolo_strerror(rc), kolo_etcd_last_error());
+    return rc;
+  }
+  a->state = "idle";
+  KOLO_LOGI(LOG, "registered worker %s at %s", a->id, a->record.address);
+  return KOLO_OK;
+}
+
+/* ---- reports ---- */
+
+static void write_report(agent *a) {
+  if (a->job[0] == '\0') return;
+  char key[512];
+  snprintf(key, sizeof key, KOLO_KEY_JOBS_PREFIX "%s/reports/%s", a->job, a->id);
+  json_t *r = json_pack("{s:s, s:I, s:I, s:I, s:i, s:s, s:b, s:i, s:I, s:I, s:i}", "worker", a->id,
+                        "epoch", (json_int_t)a->epoch, "formed_epoch", (json_int_t)a->formed_epoch,
+                        "failed_epoch", (json_int_t)a->failed_epoch, "failed_rank", a->failed_rank,
+                        "failed_status", a->failed_status, "exited", a->exited, "exit_code",
+                        a->exit_code, "exit_epoch", (json_int_t)a->exit_epoch, "time_unix_ms",
+                        (json_int_t)wall_ms(), "pid", (int)kolo_agent_proc_pid(a->proc));
+  if (r == NULL) return;
+  if (a->progress) json_object_set(r, "progress", a->progress);
+  char *text = json_dumps(r, JSON_COMPACT);
+  json_decref(r);
+  if (text == NULL) return;
+  kolo_status rc = kolo_etcd_put(a->etcd, kolo_etcd_str(key), kolo_etcd_str(text), 0, NULL, NULL);
+  free(text);
+  if (rc != KOLO_OK) {
+    KOLO_LOGW(LOG, "cannot write report %s: %s", key, kolo_etcd_last_error());
+    return; /* stays dirty: retried on the next tick */
+  }
+  a->report_dirty = 0;
+  a->report_written_ms = mono_ms();
+}
+
+static void on_line(const char *line, void *user) {
+  agent *a = user;
+  if (strncmp(line, "HELLO", 5) == 0) {
+    KOLO_LOGI(LOG, "process says %s", line);
+    a->sent_epoch = 0; /* (re)send the current ring */
+  } else if (strncmp(line, "FORMED ", 7) == 0) {
+    long long epoch = 0;
+    if (sscanf(line + 7, "%lld", &epoch) == 1) {
+      a->formed_epoch = epoch;
+      KOLO_LOGI(LOG, "ring of epoch %lld formed", epoch);
+      write_report(a);
+    }
+  } else if (strncmp(line, "FAILED ", 7) == 0) {
+    long long epoch = 0;
+    char status[64] = "";
+    int rank = -1;
+    if (sscanf(line + 7, "%lld %63s %d", &epoch, status, &rank) >= 2) {
+      a->failed_epoch = epoch;
+      a->failed_rank = rank;
+      snprintf(a->failed_status, sizeof a->failed_status, "%s", status);
+      KOLO_LOGW(LOG, "process reports epoch %lld failed: %s (rank %d)", epoch, status, rank);
+      write_report(a); /* at once: the coordinator re-forms without waiting for the TTL */
+    }
+  } else if (strncmp(line, "REPORT ", 7) == 0) {
+    json_t *progress = json_loads(line + 7, 0, NULL);
+    if (json_is_object(progress)) {
+      /* merged: a final line (e.g. kolo-train's "done") keeps earlier fields */
+      if (a->progress == NULL) a->progress = json_object();
+      json_object_update(a->progress, progress);
+      json_decref(progress);
+      a->report_dirty = 1;
+      if (mono_ms() - a->report_written_ms >= REPORT_EVERY_MS) write_report(a);
+    } else {
+      json_decref(progress);
+      KOLO_LOGW(LOG, "ignoring a REPORT that is not a JSON object");
+    }
+  } else {
+    KOLO_LOGW(LOG, "unknown line from the process: %.60s", line);
+  }
+}
+
+/* ---- starting the process ---- */
+
+typedef struct strv {
+  char **items;
+  size_t count, cap;
+} strv;
+
+static int strv_push(strv *v, char *owned) {
+  if (owned == NULL) return -1;
+  if (v->count + 2 > v->cap) {
+    size_t cap = v->cap ? v->cap * 2 : 16;
+    char **grown = realloc(v->items, cap * sizeof *grown);
+    if (grown == NULL) {
+      free(owned);
+      return -1;
+    }
+    v->items = grown;
+    v->cap = cap;
+  }
+  v->items[v->count++] = owned;
+  v->items[v->count] = NULL;
+  return 0;
+}
+
+static char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *format(const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  char *out = NULL;
+  if (vasprintf(&out, fmt, args) < 0) out = NULL;
+  va_end(args);
+  return out;
+}
+
+static void strv_free(strv *v) {
+  for (size_t i = 0; i < v->count; i++) free(v->items[i]);
+  free(v->items);
+  memset(v, 0, sizeof *v);
+}
+
+static json_t *get_json(agent *a, const char *key) {
+  kolo_etcd_kv kv = {0};
+  if (kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK) {
+    KOLO_LOGW(LOG, "cannot read %s: %s", key, kolo_etcd_last_error());
+    return NULL;
+  }
+  json_error_t error;
+  json_t *value = json_loadb((const char *)kv.value, kv.value_len, 0, &error);
+  if (value == NULL) KOLO_LOGW(LOG, "%s is not JSON: %s", key, error.text);
+  kolo_etcd_kv_clear(&kv);
+  return value;
+}
+
+/* Builds the RING line for this worker from the ring JSON; NULL if absent from it. */
+static char *ring_line_for(agent *a, const json_t *ring, int *rank, int *size) {
+  json_t *members = json_object_get(ring, "members");
+  size_t n = json_array_size(members);
+  int me = -1;
+  for (size_t i = 0; i < n; i++) {
+    const char *id = json_string_value(json_object_get(json_array_get(members, i), "worker_id"));
+    if (id && strcmp(id, a->id) == 0) me = (int)i;
+  }
+  if (me < 0) return NULL;
+  json_t *mine = json_array_get(members, (size_t)me);
+  const char *secret = json_string_value(json_object_get(ring, "secret"));
+  size_t length = 512;
+  for (size_t i = 0; i < n; i++)
+    length += strlen(json_string_value(json_object_get(json_array_get(members, i), "address")) ?: "?") + 1;
+  char *line = malloc(length);
+  if (line == NULL) return NULL;
+  int used = snprintf(line, length, "RING %" PRId64 " %d %zu %d %d %d %s %s",
+                      (int64_t)json_integer_value(json_object_get(ring, "epoch")), me, n,
+                      (int)json_integer_value(json_object_get(mine, "local_rank")),
+                      (int)json_integer_value(json_object_get(mine, "local_size")),
+                      (int)json_integer_value(json_object_get(ring, "timeout_ms")),
+                      secret && secret[0] ? secret : "-", a->listen);
+  for (size_t i = 0; i < n; i++) {
+    const char *address = json_string_value(json_object_get(json_array_get(members, i), "address"));
+    used += snprintf(line + used, length - (size_t)used, " %s", address ? address : "?");
+  }
+  snprintf(line + used, length - (size_t)used, "\n");
+  *rank = me;
+  *size = (int)n;
+  return line;
+}
+
+static int push_builtin_argv(agent *a, strv *argv, json_t *builtin, const json_t *spec) {
+  const char *bin = a->opts->train_bin;
+  char self[PATH_MAX], fallback[PATH_MAX + 16];
+  if (bin[0] == '\0') {
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    snprintf(fallback, sizeof fallback, "%s/kolo-train", dirname(self));
+    bin = fallback;
+  }
+  int bad = strv_push(argv, strdup(bin));
+  const char *model = json_string_value(json_object_get(builtin, "model"));
+  const char *dataset = json_string_value(json_object_get(builtin, "dataset"));
+  if (model && model[0]) bad |= strv_push(argv, format("--model=%s", model));
+  if (dataset && dataset[0]) bad |= strv_push(argv, format("--dataset=%s", dataset));
+  double lr = json_number_value(json_object_get(builtin, "learning_rate"));
+  if (lr > 0) bad |= strv_push(argv, format("--lr=%g", lr));
+  json_int_t epochs = json_integer_value(json_object_get(builtin, "epochs"));
+  json_int_t steps = json_integer_value(json_object_get(builtin, "steps"));
+  json_int_t batch = json_integer_value(json_object_get(builtin, "batch_size"));
+  if (epochs > 0) bad |= strv_push(argv, format("--epochs=%lld", (long long)epochs));
+  if (steps > 0) bad |= strv_push(argv, format("--steps=%lld", (long long)steps));
+  if (batch > 0) bad |= strv_push(argv, format("--batch=%lld", (long long)batch));
+  const char *mode = json_string_value(json_object_get(spec, "mode"));
+  if (mode && strcmp(mode, "ASYNC") == 0) bad |= strv_push(argv, strdup("--mode=async"));
+  json_int_t every = json_integer_value(json_object_get(spec, "average_every"));
+  if (every > 0) bad |= strv_push(argv, format("--average-every=%lld", (long long)every));
+  const char *checkpoints = json_string_value(json_object_get(spec, "checkpoint_dir"));
+  if (checkpoints && checkpoints[0]) bad |= strv_push(argv, format("--checkpoint-dir=%s", checkpoints));
+  const char *key;
+  json_t *value;
+  json_object_foreach(json_object_get(builtin, "hyper_parameters"), key, value) {
+    bad |= strv_push(argv, format("--%s=%s", key, json_string_value(value) ?: ""));
+  }
+  bad |= strv_push(argv, strdup("--json"));
+  return bad;
+}
+
+/* Starts the process for job at the ring in ring_json. */
+static void start_process(agent *a, const char *job, const json_t *ring) {
+  char key[512];
+  snprintf(key, sizeof key, KOLO_KEY_JOBS_PREFIX "%s/spec", job);
+  json_t *spec = get_json(a, key);
+  strv argv = {0}, env = {0};
+  int rank = 0, size = 0;
+  char *line = ring_line_for(a, ring, &rank, &size);
+  int64_t epoch = json_integer_value(json_object_get(ring, "epoch"));
+  const char *cwd = NULL;
+  if (spec == NULL || line == NULL) goto out;
+  json_t *exec = json_object_get(spec, "exec");
+  json_t *builtin = json_object_get(spec, "builtin");
+  int bad = 0, user_timeout = 0;
+  if (json_is_object(exec)) {
+    size_t i;
+    json_t *arg;
+    json_array_foreach(json_object_get(exec, "argv"), i, arg) bad |= strv_push(&argv, strdup(json_string_value(arg) ?: ""));
+    const char *name;
+    json_t *value;
+    json_object_foreach(json_object_get(exec, "env"), name, value) {
+      bad |= strv_push(&env, format("%s=%s", name, json_string_value(value) ?: ""));
+      if (strcmp(name, "KOLO_TIMEOUT") == 0) user_timeout = 1;
+    }
+    cwd = json_string_value(json_object_get(exec, "working_dir"));
+  } else if (json_is_object(builtin)) {
+    bad |= push_builtin_argv(a, &argv, builtin, spec);
+  }
+  if (argv.count == 0 || bad) {
+    KOLO_LOGE(LOG, "job %s has no program this agent can run", job);
+    goto out;
+  }
+  bad |= strv_push(&env, format("KOLO_JOB_ID=%s", job));
+  bad |= strv_push(&env, format("KOLO_WORKER_ID=%s", a->id));
+  bad |= strv_push(&env, format("KOLO_RANK=%d", rank));
+  bad |= strv_push(&env, format("KOLO_SIZE=%d", size));
+  bad |= strv_push(&env, format("KOLO_EPOCH=%" PRId64, epoch));
+  /* how long a survivor waits for the next ring: long, so that a job below
+   * min_workers holds its state until workers return */
+  if (!user_timeout) bad |= strv_push(&env, strdup("KOLO_TIMEOUT=" REFORM_WAIT_S));
+  char log_name[300];
+  snprintf(log_name, sizeof log_name, "%s.log", job);
+  kolo_agent_spawn spawn = {(const char *const *)argv.items, (const char *const *)env.items, cwd,
+                            a->work_dir, log_name};
+  if (bad || kolo_agent_proc_start(&spawn, &a->proc) != KOLO_OK) {
+    KOLO_LOGE(LOG, "cannot start the process of job %s", job);
+    goto out;
+  }
+  snprintf(a->job, sizeof a->job, "%s", job);
+  a->epoch = epoch;
+  a->sent_epoch = 0;
+  free(a->ring_line);
+  a->ring_line = line;
+  line = NULL;
+  a->formed_epoch = a->failed_epoch = a->exit_epoch = 0;
+  a->failed_rank = -1;
+  a->failed_status[0] = '\0';
+  a->exited = a->exit_code = 0;
+  json_decref(a->progress);
+  a->progress = NULL;
+  write_report(a);
+  set_state(a, a->draining ? "draining" : "busy");
+out:
+  if (a->proc == NULL && spec != NULL && line != NULL) {
+    /* the program cannot start: say so as an exit, so the job does not wait on us */
+    snprintf(a->job, sizeof a->job, "%s", job);
+    a->epoch = epoch;
+    a->exited = 1;
+    a->exit_code = 127;
+    a->exit_epoch = epoch;
+    write_report(a);
+    snprintf(a->done_job, sizeof a->done_job, "%s", job);
+    a->done_epoch = epoch;
+  }
+  free(line);
+  strv_free(&argv);
+  strv_free(&env);
+  json_decref(spec);
+}
+
+/* Brings what runs in line with the newest assignment. */
+static void reconcile(agent *a) {
+  pthread_mutex_lock(&a->lock);
+  char *value = a->assignment ? strdup(a->assignment) : NULL;
+  pthread_mutex_unlock(&a->lock);
+  json_t *assignment = value ? json_loads(value, 0, NULL) : NULL;
+  free(value);
+  const char *job = json_string_value(json_object_get(assignment, "job"));
+  int64_t epoch = json_integer_value(json_object_get(assignment, "epoch"));
+  const char *ring_key = json_string_value(json_object_get(assignment, "ring"));
+  if (job == NULL || ring_key == NULL) job = NULL;
+
+  if (a->proc != NULL && (job == NULL || strcmp(job, a->job) != 0)) {
+    kolo_agent_proc_stop(a->proc, job ? "reassigned" : "unassigned", a->opts->stop_grace_ms);
+    goto out; /* the next job starts once this process is gone */
+  }
+  if (job == NULL) {
+    if (a->proc == NULL) {
+      a->job[0] = '\0';
+      set_state(a, a->draining ? "draining" : "idle");
+    }
+    goto out;
+  }
+  if (a->proc == NULL && strcmp(job, a->done_job) == 0 && epoch <= a->done_epoch) goto out;
+  if (a->proc != NULL && epoch <= a->epoch) goto out;
+  json_t *ring = get_json(a, ring_key);
+  if (ring == NULL) goto out;
+  if (a->proc == NULL) {
+    start_process(a, job, ring);
+  } else {
+    int rank, size;
+    char *line = ring_line_for(a, ring, &rank, &size);
+    if (line != NULL) {
+      free(a->ring_line);
+      a->ring_line = line;
+      a->epoch = json_integer_value(json_object_get(ring, "epoch"));
+      write_report(a);
+    }
+  }
+  json_decref(ring);
+out:
+  if (a->proc && a->ring_line && a->sent_epoch < a->epoch && kolo_agent_proc_connected(a->proc)) {
+    if (kolo_agent_proc_send(a->proc, a->ring_line) == KOLO_OK) {
+      a->sent_epoch = a->epoch;
+      KOLO_LOGI(LOG, "sent ring epoch %" PRId64 " of job %s", a->epoch, a->job);
+    }
+  }
+  json_decref(assignment);
+}
+
+static void reap(agent *a) {
+  int code = 0;
+  if (!kolo_agent_proc_reap(a->proc, &code)) return;
+  KOLO_LOGI(LOG, "process of job %s exited with code %d", a->job, code);
+  kolo_agent_proc_destroy(a->proc);
+  a->proc = NULL;
+  a->exited = 1;
+  a->exit_code = code;
+  a->exit_epoch = a->epoch;
+  snprintf(a->done_job, sizeof a->done_job, "%s", a->job);
+  a->done_epoch = a->epoch;
+  write_report(a);
+}
+
+static kolo_status setup(agent *a) {
+  const kolo_agent_options *o = a->opts;
+  if (gethostname(a->host, sizeof a->host) != 0) snprintf(a->host, sizeof a->host, "localhost");
+  a->host[sizeof a->host - 1] = '\0';
+  if (o->id[0])
+    snprintf(a->id, sizeof a->id, "%s", o->id);
+  else
+    snprintf(a->id, sizeof a->id, "%.100s-%d", a->host, (int)getpid());
+  if (!kolo_keys_name_valid(a->id)) {
+    KOLO_LOGE(LOG, "worker id '%s' is not a valid key segment ([A-Za-z0-9._-], 1..128)", a->id);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (!kolo_member_address_valid(o->advertise)) {
+    KOLO_LOGE(LOG, "--advertise '%s' is not host:port", o->advertise);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  snprintf(a->listen, sizeof a->listen, "%s", o->listen[0] ? o->listen : o->advertise);
+  snprintf(a->assign_key, sizeof a->assign_key, KOLO_KEY_ASSIGN_PREFIX "%s", a->id);
+
+  /* the record */
+  a->record.id = a->id;
+  a->record.host = a->host;
+  a->record.address = (char *)o->advertise;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  a->record.cpus = cpus > 0 && cpus < 65536 ? (int)cpus : 1;
+  a->record.gpus = o->gpus;
+  kolo_member_label *labels = a->labels;
+  char *label_text = a->label_text;
+  snprintf(label_text, sizeof a->label_text, "%s", o->labels);
+  char *save = NULL;
+  for (char *pair = strtok_r(label_text, ",", &save); pair && a->record.label_count < 64;
+       pair = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(pair, '=');
+    if (eq == NULL) {
+      KOLO_LOGE(LOG, "--labels: '%s' is not key=value", pair);
+      return KOLO_ERR_INVALID_ARG;
+    }
+    *eq = '\0';
+    labels[a->record.label_count++] = (kolo_member_label){pair, eq + 1};
+  }
+  a->record.labels = labels;
+  a->record.state = "idle";
+  kolo_status rc = kolo_member_validate(&a->record);
+  a->record.state = NULL;
+  if (rc != KOLO_OK) {
+    KOLO_LOGE(LOG, "bad worker record: %s", kolo_etcd_last_error());
+    return rc;
+  }
+
+  if (o->work_dir[0])
+    snprintf(a->work_dir, sizeof a->work_dir, "%s", o->work_dir);
+  else
+    snprintf(a->work_dir, sizeof a->work_dir, "/tmp/kolo-worker-%.200s", a->id);
+  if (mkdir(a->work_dir, 0755) != 0 && errno != EEXIST) {
+    KOLO_LOGE(LOG, "cannot create work dir %s: %s", a->work_dir, strerror(errno));
+    return KOLO_ERR_IO;
+  }
+  const char *endpoints[16];
+  char *endpoint_text = a->endpoint_text;
+  snprintf(endpoint_text, sizeof a->endpoint_text, "%s", o->etcd);
+  size_t n = 0;
+  save = NULL;
+  for (char *e = strtok_r(endpoint_text, ",", &save); e && n < 16; e = strtok_r(NULL, ",", &save))
+    endpoints[n++] = e;
+  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = n};
+  if (kolo_etcd_create(&config, &a->etcd) != KOLO_OK) return KOLO_ERR_INVALID_ARG;
+  KOLO_CHECK(register_worker(a));
+
+  kolo_etcd_kv kv = {0};
+  int64_t revision = 0;
+  rc = kolo_etcd_get(a->etcd, kolo_etcd_str(a->assign_key), &kv, &revision);
+  if (rc == KOLO_OK) a->assignment = strdup((const char *)kv.value);
+  kolo_etcd_kv_clear(&kv);
+  if (rc != KOLO_OK && rc != KOLO_ERR_NOT_FOUND) return rc;
+  kolo_etcd_watch_opts watch = {.key = kolo_etcd_str(a->assign_key), .start_revision = revision + 1};
+  return kolo_etcd_watch_start(a->etcd, &watch, on_assignment, a, &a->watch);
+}
+
+kolo_status kolo_agent_run(const kolo_agent_options *opts) {
+  agent a;
+  memset(&a, 0, sizeof a);
+  a.opts = opts;
+  a.failed_rank = -1;
+  a.wake[0] = a.wake[1] = -1;
+  pthread_mutex_init(&a.lock, NULL);
+  kolo_status rc = KOLO_ERR_SYSTEM;
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGCHLD);
+  int sfd = signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0 || pipe2(a.wake, O_CLOEXEC | O_NONBLOCK) != 0) goto out;
+  KOLO_CHECK_GOTO(setup(&a), rc, out);
+  KOLO_LOGI(LOG, "worker %s ready (data plane %s, work dir %s)", a.id, opts->advertise, a.work_dir);
+  reconcile(&a);
+  for (;;) {
+    struct pollfd fds[4];
+    int proc_fds[2];
+    int n_proc = kolo_agent_proc_poll_fds(a.proc, proc_fds);
+    fds[0] = (struct pollfd){.fd = sfd, .events = POLLIN};
+    fds[1] = (struct pollfd){.fd = a.wake[0], .events = POLLIN};
+    for (int i = 0; i < n_proc; i++) fds[2 + i] = (struct pollfd){.fd = proc_fds[i], .events = POLLIN};
+    poll(fds, (nfds_t)(2 + n_proc), 250);
+    struct signalfd_siginfo info;
+    while (read(sfd, &info, sizeof info) == (ssize_t)sizeof info) {
+      if ((info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT) && !a.draining) {
+        KOLO_LOGI(LOG, "%s: draining (leaving the job, then exiting)", strsignal((int)info.ssi_signo));
+        a.draining = 1;
+        a.drain_deadline_ms = mono_ms() + DRAIN_WAIT_MS;
+        set_state(&a, "draining");
+      }
+    }
+    char drained[64];
+    while (read(a.wake[0], drained, sizeof drained) > 0) {
+    }
+    kolo_agent_proc_service(a.proc, on_line, &a);
+    reap(&a);
+    pthread_mutex_lock(&a.lock);
+    int lost = a.lease_lost;
+    a.lease_lost = 0;
+    pthread_mutex_unlock(&a.lock);
+    if (lost) {
+      /* the coordinator counts us gone: stop the process and come back as new */
+      kolo_agent_proc_destroy(a.proc);
+      a.proc = NULL;
+      kolo_membership_abandon(a.reg);
+      a.reg = NULL;
+      a.state = NULL;
+      if (a.draining) break;
+      if (register_worker(&a) != KOLO_OK) {
+        rc = KOLO_ERR_LEASE_LOST;
+        goto out;
+      }
+    }
+    reconcile(&a);
+    kolo_agent_proc_tick(a.proc);
+    if (a.report_dirty && mono_ms() - a.report_written_ms >= REPORT_EVERY_MS) write_report(&a);
+    if (a.draining) {
+      if (a.proc == NULL) break;
+      if (mono_ms() > a.drain_deadline_ms) kolo_agent_proc_stop(a.proc, "worker draining", opts->stop_grace_ms);
+    }
+  }
+  rc = KOLO_OK;
+out:
+  kolo_etcd_watch_stop(a.watch);
+  kolo_agent_proc_destroy(a.proc);
+  if (a.reg) kolo_membership_deregister(a.reg);
+  if (a.etcd) kolo_etcd_destroy(a.etcd);
+  free(a.assignment);
+  free(a.ring_line);
+  json_decref(a.progress);
+  if (sfd >= 0) close(sfd);
+  if (a.wake[0] >= 0) close(a.wake[0]);
+  if (a.wake[1] >= 0) close(a.wake[1]);
+  pthread_mutex_destroy(&a.lock);
+  if (rc == KOLO_OK) KOLO_LOGI(LOG, "worker %s stopped", a.id);
+  return rc;
+}

@@ -1,0 +1,97 @@
+/* Command-line flags of kolo-worker. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/agent/agent.h"
+
+void kolo_agent_options_usage(FILE *out) {
+  fprintf(out,
+          "usage: kolo-worker --etcd URLS --advertise HOST:PORT [options]\n"
+          "  --etcd URLS          etcd client URLs, comma-separated\n"
+          "  --advertise H:P      data-plane address ring peers connect to\n"
+          "  --listen H:P         address the training process binds (default: --advertise)\n"
+          "  --id ID              worker id (default: <host>-<pid>)\n"
+          "  --lease-ttl S        registration lease TTL in seconds (default 3)\n"
+          "  --work-dir DIR       socket and process logs (default /tmp/kolo-worker-<id>)\n"
+          "  --labels K=V,...     labels of this worker\n"
+          "  --gpus N             GPUs of this worker (default 0)\n"
+          "  --train-bin PATH     kolo-train for builtin jobs (default: next to kolo-worker)\n"
+          "  --stop-grace-ms MS   STOP -> SIGTERM -> SIGKILL spacing (default 2000)\n");
+}
+
+static int copy(char *dst, size_t size, const char *src, const char *flag, char *err, size_t err_len) {
+  if (strlen(src) >= size) {
+    snprintf(err, err_len, "%s: value too long", flag);
+    return -1;
+  }
+  strcpy(dst, src);
+  return 0;
+}
+
+kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *opts, char *err,
+                                     size_t err_len) {
+  memset(opts, 0, sizeof *opts);
+  opts->lease_ttl_s = 3;
+  opts->stop_grace_ms = 2000;
+  static const struct option long_options[] = {
+      {"etcd", required_argument, NULL, 'e'},      {"advertise", required_argument, NULL, 'a'},
+      {"listen", required_argument, NULL, 'l'},    {"id", required_argument, NULL, 'i'},
+      {"lease-ttl", required_argument, NULL, 't'}, {"work-dir", required_argument, NULL, 'w'},
+      {"labels", required_argument, NULL, 'L'},    {"gpus", required_argument, NULL, 'g'},
+      {"train-bin", required_argument, NULL, 'b'}, {"stop-grace-ms", required_argument, NULL, 's'},
+      {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0}};
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+    int rc = 0;
+    char *end = NULL;
+    switch (c) {
+      case 'e': rc = copy(opts->etcd, sizeof opts->etcd, optarg, "--etcd", err, err_len); break;
+      case 'a': rc = copy(opts->advertise, sizeof opts->advertise, optarg, "--advertise", err, err_len); break;
+      case 'l': rc = copy(opts->listen, sizeof opts->listen, optarg, "--listen", err, err_len); break;
+      case 'i': rc = copy(opts->id, sizeof opts->id, optarg, "--id", err, err_len); break;
+      case 'w': rc = copy(opts->work_dir, sizeof opts->work_dir, optarg, "--work-dir", err, err_len); break;
+      case 'L': rc = copy(opts->labels, sizeof opts->labels, optarg, "--labels", err, err_len); break;
+      case 'b': rc = copy(opts->train_bin, sizeof opts->train_bin, optarg, "--train-bin", err, err_len); break;
+      case 't':
+        opts->lease_ttl_s = (int)strtol(optarg, &end, 10);
+        if (*end || opts->lease_ttl_s < 1 || opts->lease_ttl_s > 3600) {
+          snprintf(err, err_len, "--lease-ttl: want 1..3600 seconds, got '%s'", optarg);
+          rc = -1;
+        }
+        break;
+      case 'g':
+        opts->gpus = (int)strtol(optarg, &end, 10);
+        if (*end || opts->gpus < 0 || opts->gpus > 65535) {
+          snprintf(err, err_len, "--gpus: want 0..65535, got '%s'", optarg);
+          rc = -1;
+        }
+        break;
+      case 's':
+        opts->stop_grace_ms = (int)strtol(optarg, &end, 10);
+        if (*end || opts->stop_grace_ms < 0 || opts->stop_grace_ms > 600000) {
+          snprintf(err, err_len, "--stop-grace-ms: want 0..600000, got '%s'", optarg);
+          rc = -1;
+        }
+        break;
+      case 'h': kolo_agent_options_usage(stdout); return KOLO_ERR_ABORTED;
+      default: snprintf(err, err_len, "unknown option"); return KOLO_ERR_INVALID_ARG;
+    }
+    if (rc != 0) return KOLO_ERR_INVALID_ARG;
+  }
+  if (optind < argc) {
+    snprintf(err, err_len, "unexpected argument '%s'", argv[optind]);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (opts->etcd[0] == '\0') {
+    snprintf(err, err_len, "--etcd is required");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (opts->advertise[0] == '\0') {
+    snprintf(err, err_len, "--advertise is required (the data-plane host:port)");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  return KOLO_OK;
+}

@@ -1,0 +1,235 @@
+/* Implementation of process.h: fork/exec with a death signal and its own
+ * process group, the unix socket the process connects to, line framing, and
+ * the STOP -> SIGTERM -> SIGKILL escalation. */
+#define _GNU_SOURCE
+#include "worker/agent/process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+#define LOG "agent"
+#define MAX_LINE (64 * 1024)
+
+struct kolo_agent_proc {
+  pid_t pid;
+  int reaped;
+  int listen_fd;
+  int conn_fd;
+  int hello;
+  char socket_path[108];
+  char *buffer;
+  size_t filled;
+  int stopping;
+  int64_t term_at_ms, kill_at_ms;
+};
+
+static int64_t now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* The child side of fork: never returns. */
+static void exec_child(const kolo_agent_spawn *spawn, pid_t agent_pid, const char *socket_path) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != agent_pid) _exit(126); /* the agent died before the prctl */
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  signal(SIGPIPE, SIG_DFL);
+  char log_path[4096];
+  snprintf(log_path, sizeof log_path, "%s/%s", spawn->work_dir, spawn->log_name);
+  int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (log_fd >= 0) {
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    close(log_fd);
+  }
+  int null_fd = open("/dev/null", O_RDONLY);
+  if (null_fd >= 0) {
+    dup2(null_fd, STDIN_FILENO);
+    close(null_fd);
+  }
+  const char *cwd = spawn->cwd && spawn->cwd[0] ? spawn->cwd : spawn->work_dir;
+  if (chdir(cwd) != 0) {
+    fprintf(stderr, "kolo-worker: cannot enter %s: %s\n", cwd, strerror(errno));
+    _exit(127);
+  }
+  for (const char *const *e = spawn->env; e && *e; e++) putenv((char *)*e);
+  setenv("KOLO_AGENT_SOCKET", socket_path, 1);
+  execvp(spawn->argv[0], (char *const *)spawn->argv);
+  fprintf(stderr, "kolo-worker: cannot run %s: %s\n", spawn->argv[0], strerror(errno));
+  _exit(127);
+}
+
+kolo_status kolo_agent_proc_start(const kolo_agent_spawn *spawn, kolo_agent_proc **out) {
+  if (spawn == NULL || spawn->argv == NULL || spawn->argv[0] == NULL || out == NULL)
+    return KOLO_ERR_INVALID_ARG;
+  kolo_agent_proc *proc = calloc(1, sizeof *proc);
+  if (proc == NULL) return KOLO_ERR_NO_MEMORY;
+  proc->conn_fd = -1;
+  proc->listen_fd = -1;
+  proc->pid = -1;
+  proc->buffer = malloc(MAX_LINE);
+  kolo_status status = KOLO_ERR_NO_MEMORY;
+  if (proc->buffer == NULL) goto fail;
+  status = KOLO_ERR_ADDRESS;
+  if ((size_t)snprintf(proc->socket_path, sizeof proc->socket_path, "%s/agent.sock", spawn->work_dir) >=
+      sizeof proc->socket_path) {
+    KOLO_LOGE(LOG, "work dir %s is too long for a unix socket path", spawn->work_dir);
+    goto fail;
+  }
+  unlink(proc->socket_path);
+  proc->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  struct sockaddr_un address;
+  memset(&address, 0, sizeof address);
+  address.sun_family = AF_UNIX;
+  strcpy(address.sun_path, proc->socket_path);
+  status = KOLO_ERR_SYSTEM;
+  if (proc->listen_fd < 0 || bind(proc->listen_fd, (struct sockaddr *)&address, sizeof address) != 0 ||
+      listen(proc->listen_fd, 4) != 0) {
+    KOLO_LOGE(LOG, "cannot listen on %s: %s", proc->socket_path, strerror(errno));
+    goto fail;
+  }
+  pid_t agent_pid = getpid();
+  proc->pid = fork();
+  if (proc->pid < 0) goto fail;
+  if (proc->pid == 0) exec_child(spawn, agent_pid, proc->socket_path);
+  setpgid(proc->pid, proc->pid); /* also from here: no race with an early kill */
+  KOLO_LOGI(LOG, "started %s as pid %d", spawn->argv[0], (int)proc->pid);
+  *out = proc;
+  return KOLO_OK;
+fail:
+  kolo_agent_proc_destroy(proc);
+  return status;
+}
+
+int kolo_agent_proc_poll_fds(const kolo_agent_proc *proc, int *fds) {
+  int n = 0;
+  if (proc == NULL) return 0;
+  if (proc->conn_fd >= 0) fds[n++] = proc->conn_fd;
+  if (proc->listen_fd >= 0) fds[n++] = proc->listen_fd;
+  return n;
+}
+
+void kolo_agent_proc_service(kolo_agent_proc *proc, kolo_agent_line_fn fn, void *user) {
+  if (proc == NULL) return;
+  if (proc->listen_fd >= 0) {
+    int fd = accept4(proc->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      if (proc->conn_fd >= 0) close(proc->conn_fd); /* a newer connection replaces it */
+      proc->conn_fd = fd;
+      proc->filled = 0;
+      proc->hello = 0;
+    }
+  }
+  while (proc->conn_fd >= 0) {
+    ssize_t n = recv(proc->conn_fd, proc->buffer + proc->filled, MAX_LINE - 1 - proc->filled, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    if (n <= 0) {
+      close(proc->conn_fd);
+      proc->conn_fd = -1;
+      proc->hello = 0;
+      break;
+    }
+    proc->filled += (size_t)n;
+    char *start = proc->buffer, *newline;
+    while ((newline = memchr(start, '\n', proc->filled - (size_t)(start - proc->buffer))) != NULL) {
+      *newline = '\0';
+      if (strncmp(start, "HELLO", 5) == 0) proc->hello = 1;
+      fn(start, user);
+      start = newline + 1;
+    }
+    proc->filled -= (size_t)(start - proc->buffer);
+    memmove(proc->buffer, start, proc->filled);
+    if (proc->filled == MAX_LINE - 1) proc->filled = 0; /* an endless line: dropped */
+  }
+}
+
+int kolo_agent_proc_connected(const kolo_agent_proc *proc) {
+  return proc != NULL && proc->conn_fd >= 0 && proc->hello;
+}
+
+kolo_status kolo_agent_proc_send(kolo_agent_proc *proc, const char *line) {
+  if (!kolo_agent_proc_connected(proc)) return KOLO_ERR_STATE;
+  size_t length = strlen(line), done = 0;
+  int64_t deadline = now_ms() + 2000;
+  while (done < length) {
+    ssize_t n = send(proc->conn_fd, line + done, length - done, MSG_NOSIGNAL);
+    if (n > 0) {
+      done += (size_t)n;
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR) && now_ms() < deadline) {
+      usleep(1000);
+    } else {
+      return KOLO_ERR_PEER_LOST;
+    }
+  }
+  return KOLO_OK;
+}
+
+int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code) {
+  if (proc == NULL || proc->pid <= 0) return 0;
+  if (proc->reaped) return 0;
+  int wstatus = 0;
+  pid_t r = waitpid(proc->pid, &wstatus, WNOHANG);
+  if (r != proc->pid) return 0;
+  proc->reaped = 1;
+  *code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+  /* whatever the process left in its group goes with it */
+  kill(-proc->pid, SIGKILL);
+  return 1;
+}
+
+pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc) { return proc ? proc->pid : -1; }
+
+void kolo_agent_proc_stop(kolo_agent_proc *proc, const char *reason, int grace_ms) {
+  if (proc == NULL || proc->stopping) return;
+  proc->stopping = 1;
+  char line[256];
+  snprintf(line, sizeof line, "STOP %.200s\n", reason);
+  if (kolo_agent_proc_send(proc, line) != KOLO_OK) grace_ms = 0; /* nobody to tell: signal now */
+  proc->term_at_ms = now_ms() + grace_ms;
+  proc->kill_at_ms = proc->term_at_ms + (grace_ms > 0 ? grace_ms : 1000);
+  kolo_agent_proc_tick(proc);
+}
+
+void kolo_agent_proc_tick(kolo_agent_proc *proc) {
+  if (proc == NULL || !proc->stopping || proc->reaped) return;
+  int64_t now = now_ms();
+  if (proc->kill_at_ms && now >= proc->kill_at_ms) {
+    kill(-proc->pid, SIGKILL);
+    proc->kill_at_ms = 0;
+  } else if (proc->term_at_ms && now >= proc->term_at_ms) {
+    kill(-proc->pid, SIGTERM);
+    proc->term_at_ms = 0;
+  }
+}
+
+void kolo_agent_proc_destroy(kolo_agent_proc *proc) {
+  if (proc == NULL) return;
+  if (proc->pid > 0 && !proc->reaped) {
+    kill(-proc->pid, SIGKILL);
+    kill(proc->pid, SIGKILL);
+    waitpid(proc->pid, NULL, 0);
+  }
+  if (proc->conn_fd >= 0) close(proc->conn_fd);
+  if (proc->listen_fd >= 0) {
+    close(proc->listen_fd);
+    unlink(proc->socket_path);
+  }
+  free(proc->buffer);
+  free(proc);
+}

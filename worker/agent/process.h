@@ -1,0 +1,58 @@
+/* One supervised training process of the kolo-worker agent: started in its own
+ * process group with PR_SET_PDEATHSIG, connected back over a unix socket (the
+ * agent protocol of collective/elastic.c), stopped with STOP then signals. */
+#ifndef KOLO_AGENT_PROCESS_H
+#define KOLO_AGENT_PROCESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kolo/status.h"
+
+typedef struct kolo_agent_proc kolo_agent_proc;
+
+typedef struct kolo_agent_spawn {
+  const char *const *argv;   /* argv[0] is looked up in PATH */
+  const char *const *env;    /* extra "K=V" entries, NULL-terminated; may be NULL */
+  const char *cwd;           /* NULL or "" = the agent's work dir */
+  const char *work_dir;      /* holds the socket and the process log */
+  const char *log_name;      /* file name of the process log inside work_dir */
+} kolo_agent_spawn;
+
+/* What the process said, one line at a time (the caller parses the line). */
+typedef void (*kolo_agent_line_fn)(const char *line, void *user);
+
+/* Creates the socket (<work_dir>/agent.sock), forks and execs the process with
+ * KOLO_AGENT_SOCKET set. The child dies with the agent (PR_SET_PDEATHSIG) and
+ * leads its own process group. */
+kolo_status kolo_agent_proc_start(const kolo_agent_spawn *spawn, kolo_agent_proc **out);
+
+/* Fds to poll (the listen socket or the connection); at most 2, returns count. */
+int kolo_agent_proc_poll_fds(const kolo_agent_proc *proc, int *fds);
+
+/* Accepts/reads whatever is ready, calling fn per complete line. Non-blocking. */
+void kolo_agent_proc_service(kolo_agent_proc *proc, kolo_agent_line_fn fn, void *user);
+
+/* Whether the process has said HELLO (a line may be sent). */
+int kolo_agent_proc_connected(const kolo_agent_proc *proc);
+
+/* Sends one line (with its newline). KOLO_ERR_STATE before HELLO. */
+kolo_status kolo_agent_proc_send(kolo_agent_proc *proc, const char *line);
+
+/* Reaps the process if it exited: 1 and *code (exit status, or 128 + signal). */
+int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code);
+
+pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc);
+
+/* Asks the process to stop: STOP line now, SIGTERM to the group after grace_ms,
+ * SIGKILL after 2 * grace_ms (kolo_agent_proc_tick escalates). */
+void kolo_agent_proc_stop(kolo_agent_proc *proc, const char *reason, int grace_ms);
+
+/* Escalates a requested stop when its deadlines pass. */
+void kolo_agent_proc_tick(kolo_agent_proc *proc);
+
+/* Kills the whole group (SIGKILL), reaps, removes the socket, frees. */
+void kolo_agent_proc_destroy(kolo_agent_proc *proc);
+
+#endif
