@@ -100,12 +100,20 @@ typedef struct kolo_etcd_range_result {
 
 void kolo_etcd_range_result_free(kolo_etcd_range_result *result);
 
+typedef enum kolo_etcd_sort {
+  KOLO_ETCD_SORT_KEY = 0,     /* etcd's default: ascending by key */
+  KOLO_ETCD_SORT_CREATE_ASC,  /* oldest create revision first */
+  KOLO_ETCD_SORT_CREATE_DESC, /* newest create revision first */
+} kolo_etcd_sort;
+
 typedef struct kolo_etcd_range_opts {
   kolo_etcd_bytes key;
   int prefix;       /* read every key starting with key */
   int64_t limit;    /* at most this many keys, 0 = no limit */
   int64_t revision; /* read at this revision, 0 = newest */
   int keys_only;    /* values come back empty */
+  kolo_etcd_sort sort;
+  int64_t max_create_revision; /* only keys created at or below it; 0 = no bound */
 } kolo_etcd_range_opts;
 
 /* One range request (one page when limit is set). Blocks for at most the deadline. */

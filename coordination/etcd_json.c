@@ -187,6 +187,13 @@ kolo_status kolo_etcd_range_request_json(const kolo_etcd_range_opts *opts, json_
   if (rc == KOLO_OK && opts->revision > 0)
     rc = kolo_etcd_json_set_int64(body, "revision", opts->revision);
   if (rc == KOLO_OK && opts->keys_only) json_object_set_new(body, "keys_only", json_true());
+  if (rc == KOLO_OK && opts->sort != KOLO_ETCD_SORT_KEY) {
+    json_object_set_new(body, "sort_target", json_string("CREATE"));
+    json_object_set_new(body, "sort_order",
+                        json_string(opts->sort == KOLO_ETCD_SORT_CREATE_ASC ? "ASCEND" : "DESCEND"));
+  }
+  if (rc == KOLO_OK && opts->max_create_revision > 0)
+    rc = kolo_etcd_json_set_int64(body, "max_create_revision", opts->max_create_revision);
   if (rc != KOLO_OK) {
     json_decref(body);
     return rc;

@@ -1,0 +1,39 @@
+/* kolo's etcd key layout, in one place (see docs/COORDINATION.md). Every key
+ * kolo writes is built by these helpers so that the layout cannot drift between
+ * the server, the worker and the tests. */
+#ifndef KOLO_COORD_KEYS_H
+#define KOLO_COORD_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/status.h"
+
+#define KOLO_KEY_ROOT "/kolo/v1/"
+#define KOLO_KEY_LEADER_PREFIX "/kolo/v1/leader/"   /* + <lease id, hex> */
+#define KOLO_KEY_WORKERS_PREFIX "/kolo/v1/workers/" /* + <worker id> */
+#define KOLO_KEY_JOBS_PREFIX "/kolo/v1/jobs/"       /* + <job id>/{spec,status,events/,ring/} */
+#define KOLO_KEY_ASSIGN_PREFIX "/kolo/v1/assign/"   /* + <worker id> */
+
+/* Whether name can be one path segment of a key: 1..128 characters of
+ * [A-Za-z0-9._-], not "." or "..". Worker and job ids must be. */
+int kolo_keys_name_valid(const char *name);
+
+/* "/kolo/v1/workers/<id>". KOLO_ERR_INVALID_ARG for a bad id, KOLO_ERR_TOO_LARGE
+ * when buf is too small. */
+kolo_status kolo_keys_worker(const char *worker_id, char *buf, size_t size);
+
+/* "/kolo/v1/assign/<id>". */
+kolo_status kolo_keys_assign(const char *worker_id, char *buf, size_t size);
+
+/* "/kolo/v1/jobs/<job>/<leaf>" for leaf "spec", "status", "events/", "ring/". */
+kolo_status kolo_keys_job(const char *job_id, const char *leaf, char *buf, size_t size);
+
+/* "/kolo/v1/jobs/<job>/ring/<epoch>", the epoch zero-padded to 20 digits so that
+ * key order is epoch order (the newest ring is the last key under ring/). */
+kolo_status kolo_keys_ring(const char *job_id, int64_t epoch, char *buf, size_t size);
+
+/* "/kolo/v1/jobs/<job>/events/<n>", n zero-padded to 20 digits. */
+kolo_status kolo_keys_event(const char *job_id, int64_t n, char *buf, size_t size);
+
+#endif

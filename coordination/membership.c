@@ -1,0 +1,444 @@
+/* Implementation of coordination/membership.h: the worker record's JSON codec
+ * and validation, registration under a kept-alive lease, and the coordinator's
+ * list and snapshot watch. */
+#include "coordination/membership.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "coordination/etcd_internal.h"
+#include "coordination/keys.h"
+
+#define COMPONENT "membership"
+#define MAX_LABELS 64
+
+void kolo_member_clear(kolo_member *m) {
+  if (m == NULL) return;
+  free(m->id);
+  free(m->host);
+  free(m->address);
+  free(m->state);
+  for (size_t i = 0; i < m->label_count; i++) {
+    free(m->labels[i].key);
+    free(m->labels[i].value);
+  }
+  free(m->labels);
+  memset(m, 0, sizeof *m);
+}
+
+void kolo_members_free(kolo_member *members, size_t count) {
+  for (size_t i = 0; i < count; i++) kolo_member_clear(&members[i]);
+  free(members);
+}
+
+int kolo_member_address_valid(const char *address) {
+  if (address == NULL) return 0;
+  size_t n = strlen(address);
+  if (n < 3 || n > 300) return 0;
+  const char *colon = strrchr(address, ':');
+  if (colon == NULL || colon == address) return 0;
+  const char *port = colon + 1;
+  if (*port == '\0' || strlen(port) > 5) return 0;
+  long value = 0;
+  for (const char *p = port; *p; p++) {
+    if (*p < '0' || *p > '9') return 0;
+    value = value * 10 + (*p - '0');
+  }
+  if (value < 1 || value > 65535) return 0;
+  size_t host_len = (size_t)(colon - address);
+  if (address[0] == '[') {
+    /* "[v6]:port": brackets around the host, hex digits, colons and dots inside. */
+    if (host_len < 3 || address[host_len - 1] != ']') return 0;
+    for (size_t i = 1; i + 1 < host_len; i++) {
+      char c = address[i];
+      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' || c == '.'))
+        return 0;
+    }
+    return 1;
+  }
+  for (size_t i = 0; i < host_len; i++) {
+    char c = address[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' || c == '-' ||
+          c == '_'))
+      return 0;
+  }
+  return 1;
+}
+
+static int printable(const char *s, size_t max) {
+  if (s == NULL) return 0;
+  size_t n = strlen(s);
+  if (n == 0 || n > max) return 0;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return 0;
+  return 1;
+}
+
+kolo_status kolo_member_validate(const kolo_member *m) {
+  if (m == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record is NULL");
+  if (!kolo_keys_name_valid(m->id))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                          "worker record: id '%.64s' is not valid (1-128 of A-Z a-z 0-9 . _ -)",
+                          m->id ? m->id : "(null)");
+  if (!printable(m->host, 255))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: host must be 1-255 printable characters", m->id);
+  if (!kolo_member_address_valid(m->address))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: address '%.64s' is not host:port", m->id,
+                          m->address ? m->address : "(null)");
+  if (m->cpus < 0 || m->cpus > 65535 || m->gpus < 0 || m->gpus > 65535)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: cpus and gpus must be in 0..65535", m->id);
+  if (m->state == NULL || m->state[0] == '\0' || strlen(m->state) > 32 ||
+      strspn(m->state, "abcdefghijklmnopqrstuvwxyz_") != strlen(m->state))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: state must be 1-32 of [a-z_]", m->id);
+  if (m->label_count > MAX_LABELS)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: more than %d labels", m->id, MAX_LABELS);
+  for (size_t i = 0; i < m->label_count; i++) {
+    if (!printable(m->labels[i].key, 128) || m->labels[i].value == NULL || strlen(m->labels[i].value) > 1024)
+      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: label %zu is not a short printable key with a value",
+                            m->id, i);
+    for (size_t k = 0; k < i; k++)
+      if (strcmp(m->labels[k].key, m->labels[i].key) == 0)
+        return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: label '%s' appears twice", m->id,
+                              m->labels[i].key);
+  }
+  return KOLO_OK;
+}
+
+kolo_status kolo_member_to_json(const kolo_member *m, char **json) {
+  *json = NULL;
+  kolo_status rc = kolo_member_validate(m);
+  if (rc != KOLO_OK) return rc;
+  json_t *labels = json_object();
+  for (size_t i = 0; labels && i < m->label_count; i++)
+    json_object_set_new(labels, m->labels[i].key, json_string(m->labels[i].value));
+  json_t *o = labels ? json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:s}", "id", m->id, "host", m->host, "address",
+                                 m->address, "cpus", m->cpus, "gpus", m->gpus, "labels", labels, "state", m->state)
+                     : NULL;
+  *json = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(o);
+  return *json ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a worker record");
+}
+
+/* Copies a required string field. */
+static kolo_status take_string(const json_t *o, const char *name, char **out) {
+  json_t *v = json_object_get(o, name);
+  if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: missing '%s'", name);
+  if (!json_is_string(v)) return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' is not a string", name);
+  if (strlen(json_string_value(v)) != json_string_length(v))
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' contains a NUL byte", name);
+  *out = strdup(json_string_value(v));
+  return *out ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+}
+
+static kolo_status take_int(const json_t *o, const char *name, int *out) {
+  json_t *v = json_object_get(o, name);
+  if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: missing '%s'", name);
+  if (!json_is_integer(v)) return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' is not an integer", name);
+  json_int_t n = json_integer_value(v);
+  if (n < 0 || n > 65535) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: '%s' out of range", name);
+  *out = (int)n;
+  return KOLO_OK;
+}
+
+kolo_status kolo_member_from_json(const char *text, size_t len, kolo_member *out) {
+  memset(out, 0, sizeof *out);
+  json_error_t error;
+  json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &error);
+  kolo_status rc = KOLO_OK;
+  if (o == NULL || !json_is_object(o)) {
+    rc = kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: malformed JSON: %s", o ? "not an object" : error.text);
+    goto out;
+  }
+  rc = take_string(o, "id", &out->id);
+  if (rc == KOLO_OK) rc = take_string(o, "host", &out->host);
+  if (rc == KOLO_OK) rc = take_string(o, "address", &out->address);
+  if (rc == KOLO_OK) rc = take_string(o, "state", &out->state);
+  if (rc == KOLO_OK) rc = take_int(o, "cpus", &out->cpus);
+  if (rc == KOLO_OK) rc = take_int(o, "gpus", &out->gpus);
+  json_t *labels = json_object_get(o, "labels");
+  if (rc == KOLO_OK && labels != NULL) {
+    if (!json_is_object(labels)) {
+      rc = kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: 'labels' is not an object");
+      goto out;
+    }
+    size_t n = json_object_size(labels);
+    if (n > MAX_LABELS) {
+      rc = kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: more than %d labels", MAX_LABELS);
+      goto out;
+    }
+    out->labels = n ? calloc(n, sizeof *out->labels) : NULL;
+    if (n && out->labels == NULL) {
+      rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+      goto out;
+    }
+    const char *key;
+    json_t *value;
+    json_object_foreach(labels, key, value) {
+      if (!json_is_string(value)) {
+        rc = kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: label '%.64s' is not a string", key);
+        goto out;
+      }
+      kolo_member_label *l = &out->labels[out->label_count];
+      l->key = strdup(key);
+      l->value = strdup(json_string_value(value));
+      out->label_count++;
+      if (l->key == NULL || l->value == NULL) {
+        rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+        goto out;
+      }
+    }
+  }
+  if (rc == KOLO_OK) rc = kolo_member_validate(out);
+out:
+  json_decref(o);
+  if (rc != KOLO_OK) kolo_member_clear(out);
+  return rc;
+}
+
+/* ---- registration ---- */
+
+struct kolo_membership {
+  kolo_etcd *client;
+  char key[256];
+  char *id;
+  int64_t lease;
+  kolo_etcd_keepalive *keepalive;
+};
+
+kolo_status kolo_membership_register(kolo_etcd *client, const kolo_member *m, int64_t ttl_s,
+                                     kolo_etcd_lease_lost_fn lost, void *user, kolo_membership **out) {
+  *out = NULL;
+  char *json = NULL;
+  kolo_status rc = kolo_member_to_json(m, &json);
+  if (rc != KOLO_OK) return rc;
+  kolo_membership *r = calloc(1, sizeof *r);
+  if (r == NULL || (r->id = strdup(m->id)) == NULL) {
+    rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+    goto fail;
+  }
+  r->client = client;
+  rc = kolo_keys_worker(m->id, r->key, sizeof r->key);
+  int64_t granted = 0;
+  if (rc == KOLO_OK) rc = kolo_etcd_lease_grant(client, ttl_s, &r->lease, &granted);
+  if (rc != KOLO_OK) goto fail;
+  kolo_etcd_kv existing;
+  rc = kolo_etcd_create_key(client, kolo_etcd_str(r->key), kolo_etcd_str(json), r->lease, &existing, NULL);
+  if (rc == KOLO_ERR_EXISTS) {
+    rc = kolo_etcd_fail(KOLO_ERR_EXISTS,
+                        "worker '%s' is already registered (lease %llx); it expires within its TTL if dead",
+                        m->id, (unsigned long long)existing.lease);
+    kolo_etcd_kv_clear(&existing);
+  }
+  if (rc == KOLO_OK) rc = kolo_etcd_keepalive_start(client, r->lease, granted, lost, user, &r->keepalive);
+  if (rc != KOLO_OK) goto fail;
+  free(json);
+  KOLO_LOGI(COMPONENT, "registered worker %s at %s (lease %llx, TTL %lld s)", m->id, r->key,
+            (unsigned long long)r->lease, (long long)granted);
+  *out = r;
+  return KOLO_OK;
+fail:
+  free(json);
+  if (r) {
+    if (r->lease) {
+      /* Keep the message of the real failure. */
+      char saved[512];
+      snprintf(saved, sizeof saved, "%s", kolo_etcd_last_error());
+      kolo_etcd_lease_revoke(client, r->lease);
+      kolo_etcd_fail(rc, "%s", saved);
+    }
+    free(r->id);
+    free(r);
+  }
+  return rc;
+}
+
+kolo_status kolo_membership_update(kolo_membership *r, const kolo_member *m) {
+  if (m == NULL || m->id == NULL || strcmp(m->id, r->id) != 0)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record update must keep the id '%s'", r->id);
+  char *json = NULL;
+  kolo_status rc = kolo_member_to_json(m, &json);
+  if (rc != KOLO_OK) return rc;
+  /* Only while the record is still ours: compare LEASE(key) == our lease. */
+  kolo_etcd_compare cmp = {.target = KOLO_ETCD_CMP_LEASE, .result = KOLO_ETCD_EQUAL, .key = kolo_etcd_str(r->key),
+                           .number = r->lease};
+  kolo_etcd_op put = {.kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str(r->key), .value = kolo_etcd_str(json),
+                      .lease = r->lease};
+  kolo_etcd_txn txn = {&cmp, 1, &put, 1, NULL, 0};
+  kolo_etcd_txn_result result;
+  rc = kolo_etcd_txn_run(r->client, &txn, &result);
+  if (rc == KOLO_ERR_NOT_FOUND) rc = kolo_etcd_fail(KOLO_ERR_LEASE_LOST, "worker %s: lease lost: %s", r->id,
+                                                    kolo_etcd_last_error());
+  if (rc == KOLO_OK) {
+    if (!result.succeeded)
+      rc = kolo_etcd_fail(KOLO_ERR_LEASE_LOST, "worker %s: the record is no longer held by lease %llx", r->id,
+                          (unsigned long long)r->lease);
+    kolo_etcd_txn_result_free(&result);
+  }
+  free(json);
+  return rc;
+}
+
+int64_t kolo_membership_lease(const kolo_membership *r) { return r->lease; }
+
+int kolo_membership_alive(const kolo_membership *r) { return kolo_etcd_keepalive_alive(r->keepalive); }
+
+kolo_status kolo_membership_deregister(kolo_membership *r) {
+  if (r == NULL) return KOLO_OK;
+  kolo_etcd_keepalive_stop(r->keepalive);
+  kolo_status rc = kolo_etcd_lease_revoke(r->client, r->lease);
+  if (rc == KOLO_ERR_NOT_FOUND) rc = KOLO_OK; /* already expired: the record is gone */
+  free(r->id);
+  free(r);
+  return rc;
+}
+
+void kolo_membership_abandon(kolo_membership *r) {
+  if (r == NULL) return;
+  kolo_etcd_keepalive_stop(r->keepalive);
+  free(r->id);
+  free(r);
+}
+
+/* ---- list and watch ---- */
+
+static int by_id(const void *a, const void *b) {
+  return strcmp(((const kolo_member *)a)->id, ((const kolo_member *)b)->id);
+}
+
+/* Decodes one kv into m, checking the key matches the id inside. */
+static kolo_status member_from_kv(const kolo_etcd_kv *kv, kolo_member *m) {
+  kolo_status rc = kolo_member_from_json((const char *)kv->value, kv->value_len, m);
+  if (rc != KOLO_OK) return rc;
+  const char *suffix = (const char *)kv->key + strlen(KOLO_KEY_WORKERS_PREFIX);
+  if (kv->key_len <= strlen(KOLO_KEY_WORKERS_PREFIX) || strcmp(suffix, m->id) != 0) {
+    kolo_member_clear(m);
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record at '%.100s' has another id", (const char *)kv->key);
+  }
+  m->lease = kv->lease;
+  m->mod_revision = kv->mod_revision;
+  return KOLO_OK;
+}
+
+/* Decodes kvs into a sorted member array, skipping bad records. */
+static kolo_status members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_member **members, size_t *count) {
+  *members = NULL;
+  *count = 0;
+  if (n == 0) return KOLO_OK;
+  kolo_member *out = calloc(n, sizeof *out);
+  if (out == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (member_from_kv(&kvs[i], &out[k]) == KOLO_OK)
+      k++;
+    else
+      KOLO_LOGW(COMPONENT, "skipping worker record %.100s: %s", (const char *)kvs[i].key, kolo_etcd_last_error());
+  }
+  qsort(out, k, sizeof *out, by_id);
+  *members = out;
+  *count = k;
+  return KOLO_OK;
+}
+
+kolo_status kolo_membership_list(kolo_etcd *client, kolo_member **members, size_t *count, int64_t *revision) {
+  *members = NULL;
+  *count = 0;
+  kolo_etcd_range_result r;
+  kolo_status rc = kolo_etcd_range_prefix(client, kolo_etcd_str(KOLO_KEY_WORKERS_PREFIX), 0, &r);
+  if (rc != KOLO_OK) return rc;
+  if (revision) *revision = r.revision;
+  rc = members_from_kvs(r.kvs, r.count, members, count);
+  kolo_etcd_range_result_free(&r);
+  return rc;
+}
+
+struct kolo_membership_watch {
+  kolo_membership_fn fn;
+  void *user;
+  kolo_member *members; /* sorted by id; touched only by the watch thread after start */
+  size_t count;
+  kolo_etcd_watch *watch;
+};
+
+/* Removes the member with this id, if present. */
+static void remove_member(kolo_membership_watch *w, const char *id) {
+  for (size_t i = 0; i < w->count; i++) {
+    if (strcmp(w->members[i].id, id) == 0) {
+      kolo_member_clear(&w->members[i]);
+      memmove(&w->members[i], &w->members[i + 1], (w->count - i - 1) * sizeof *w->members);
+      w->count--;
+      return;
+    }
+  }
+}
+
+static void on_change(const kolo_etcd_watch_update *u, void *user) {
+  kolo_membership_watch *w = user;
+  if (u->kind == KOLO_ETCD_WATCH_RESYNC) {
+    kolo_member *fresh = NULL;
+    size_t n = 0;
+    if (members_from_kvs(u->kvs, u->kv_count, &fresh, &n) != KOLO_OK) return;
+    kolo_members_free(w->members, w->count);
+    w->members = fresh;
+    w->count = n;
+    w->fn(w->members, w->count, w->user);
+    return;
+  }
+  for (size_t i = 0; i < u->event_count; i++) {
+    const kolo_etcd_event *e = &u->events[i];
+    const char *key = (const char *)e->kv.key;
+    if (e->kv.key_len <= strlen(KOLO_KEY_WORKERS_PREFIX)) continue;
+    const char *id = key + strlen(KOLO_KEY_WORKERS_PREFIX);
+    remove_member(w, id);
+    if (e->type == KOLO_ETCD_EVENT_DELETE) continue;
+    kolo_member m;
+    if (member_from_kv(&e->kv, &m) != KOLO_OK) {
+      KOLO_LOGW(COMPONENT, "ignoring worker record %.100s: %s", key, kolo_etcd_last_error());
+      continue;
+    }
+    kolo_member *grown = realloc(w->members, (w->count + 1) * sizeof *grown);
+    if (grown == NULL) {
+      kolo_member_clear(&m);
+      continue;
+    }
+    w->members = grown;
+    w->members[w->count++] = m;
+    qsort(w->members, w->count, sizeof *w->members, by_id);
+  }
+  w->fn(w->members, w->count, w->user);
+}
+
+kolo_status kolo_membership_watch_start(kolo_etcd *client, kolo_membership_fn fn, void *user,
+                                        kolo_membership_watch **out) {
+  *out = NULL;
+  if (fn == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "membership watch needs a callback");
+  kolo_membership_watch *w = calloc(1, sizeof *w);
+  if (w == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+  w->fn = fn;
+  w->user = user;
+  int64_t revision = 0;
+  kolo_status rc = kolo_membership_list(client, &w->members, &w->count, &revision);
+  if (rc != KOLO_OK) {
+    free(w);
+    return rc;
+  }
+  fn(w->members, w->count, user);
+  kolo_etcd_watch_opts opts = {.key = kolo_etcd_str(KOLO_KEY_WORKERS_PREFIX), .prefix = 1,
+                               .start_revision = revision + 1};
+  rc = kolo_etcd_watch_start(client, &opts, on_change, w, &w->watch);
+  if (rc != KOLO_OK) {
+    kolo_members_free(w->members, w->count);
+    free(w);
+    return rc;
+  }
+  *out = w;
+  return KOLO_OK;
+}
+
+void kolo_membership_watch_stop(kolo_membership_watch *w) {
+  if (w == NULL) return;
+  kolo_etcd_watch_stop(w->watch);
+  kolo_members_free(w->members, w->count);
+  free(w);
+}

@@ -1,0 +1,113 @@
+/* Worker membership in etcd: a worker registers a JSON record at
+ * /kolo/v1/workers/<id> attached to its own lease, kept alive by a keep-alive
+ * thread, so the record disappears within the TTL when the worker dies. The
+ * coordinator lists and watches the live records. */
+#ifndef KOLO_COORD_MEMBERSHIP_H
+#define KOLO_COORD_MEMBERSHIP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coordination/etcd.h"
+
+typedef struct kolo_member_label {
+  char *key;
+  char *value;
+} kolo_member_label;
+
+/* One worker record. JSON form:
+ *   {"id":"w1","host":"node-a","address":"10.0.0.5:7100","cpus":8,"gpus":1,
+ *    "labels":{"zone":"a"},"state":"idle"}
+ * id: a key segment (kolo_keys_name_valid); host: 1..255 printable characters;
+ * address: the data-plane "host:port" ("[v6]:port" for IPv6); cpus, gpus: 0..65535;
+ * labels: optional object of string values (at most 64); state: 1..32 of [a-z_].
+ * Unknown fields are ignored (a newer worker may add some). */
+typedef struct kolo_member {
+  char *id;
+  char *host;
+  char *address;
+  int cpus;
+  int gpus;
+  kolo_member_label *labels;
+  size_t label_count;
+  char *state;
+  /* Filled when read from etcd: */
+  int64_t lease;
+  int64_t mod_revision;
+} kolo_member;
+
+/* Frees the fields of m (not m) and zeroes it. */
+void kolo_member_clear(kolo_member *m);
+
+/* Frees an array returned by kolo_membership_list. */
+void kolo_members_free(kolo_member *members, size_t count);
+
+/* Whether address is "host:port" with a port in 1..65535 ("[v6addr]:port" too). */
+int kolo_member_address_valid(const char *address);
+
+/* Checks every field of m against the rules above; the message says which failed. */
+kolo_status kolo_member_validate(const kolo_member *m);
+
+/* Encodes a valid record as compact JSON (*json malloc'd). */
+kolo_status kolo_member_to_json(const kolo_member *m, char **json);
+
+/* Decodes and validates a record. KOLO_ERR_PARSE for malformed JSON or a wrong
+ * field type, KOLO_ERR_INVALID_ARG for a bad value; *out is zeroed then. */
+kolo_status kolo_member_from_json(const char *json, size_t len, kolo_member *out);
+
+/* ---- registration (the worker side) ---- */
+typedef struct kolo_membership kolo_membership;
+
+/* Grants a lease of ttl_s seconds, creates the record under it (create-if-absent:
+ * KOLO_ERR_EXISTS while another live holder has the id, e.g. a previous instance
+ * whose lease has not expired yet) and starts its keep-alive. lost (optional) is
+ * called on the keep-alive thread if the lease is lost; the record is gone then.
+ * Blocks for at most two request deadlines. */
+kolo_status kolo_membership_register(kolo_etcd *client, const kolo_member *m, int64_t ttl_s,
+                                     kolo_etcd_lease_lost_fn lost, void *user,
+                                     kolo_membership **out);
+
+/* Rewrites the record (e.g. a new state) under the same lease; fails with
+ * KOLO_ERR_LEASE_LOST if the lease is gone. The id cannot change. Blocks for at
+ * most the request deadline. */
+kolo_status kolo_membership_update(kolo_membership *reg, const kolo_member *m);
+
+/* The lease the record is attached to. */
+int64_t kolo_membership_lease(const kolo_membership *reg);
+
+/* Whether the keep-alive still holds the lease. */
+int kolo_membership_alive(const kolo_membership *reg);
+
+/* Stops the keep-alive, revokes the lease (which deletes the record) and frees
+ * reg, also when the revoke fails (the record then expires within the TTL).
+ * Blocks for at most the request deadline. */
+kolo_status kolo_membership_deregister(kolo_membership *reg);
+
+/* Stops the keep-alive and frees reg without touching etcd: the record expires
+ * within the TTL (what a crash looks like). */
+void kolo_membership_abandon(kolo_membership *reg);
+
+/* ---- reading (the coordinator side) ---- */
+
+/* Lists every live record, sorted by id. Records that fail to decode are skipped
+ * with a warning (one bad record must not hide the others). *revision (optional)
+ * is the snapshot's revision. Blocks for at most one deadline per 500 records. */
+kolo_status kolo_membership_list(kolo_etcd *client, kolo_member **members, size_t *count,
+                                 int64_t *revision);
+
+/* Called with the whole current member set, sorted by id, after every change. */
+typedef void (*kolo_membership_fn)(const kolo_member *members, size_t count, void *user);
+
+typedef struct kolo_membership_watch kolo_membership_watch;
+
+/* Lists the members and calls fn with them on the caller's thread before
+ * returning, then watches for changes from that snapshot on and calls fn on the
+ * watch thread after each one (also after a compaction resync). Blocks for the
+ * initial list. */
+kolo_status kolo_membership_watch_start(kolo_etcd *client, kolo_membership_fn fn, void *user,
+                                        kolo_membership_watch **out);
+
+/* Stops the watch promptly and frees it. NULL is ignored. */
+void kolo_membership_watch_stop(kolo_membership_watch *watch);
+
+#endif
