@@ -122,6 +122,32 @@ class ReplicaTest(unittest.TestCase):
         self.assertEqual(c2.call("CancelJob", pb.CancelJobRequest(id="f-1")).status.phase, pb.CANCELLED)
         c2.close()
 
+    def test_etcd_auto_keeps_jobs_in_the_data_dir_and_stops_its_etcd(self):
+        import os
+        import re
+        import shutil
+        import tempfile
+        data = tempfile.mkdtemp(prefix="kolo-auto-")
+        try:
+            first = Server("auto", "--data-dir", data)
+            self.servers.append(first)
+            client = Client(first.grpc_target)
+            client.call("SubmitJob", spec("auto-1"))
+            client.close()
+            self.assertEqual(first.terminate(), 0)
+            pids = re.findall(r"private etcd pid (\d+) stopped", first.read_log())
+            self.assertEqual(len(pids), 1, first.read_log())
+            self.assertFalse(os.path.exists("/proc/%s/cmdline" % pids[0]) and
+                             b"etcd" in open("/proc/%s/cmdline" % pids[0], "rb").read())
+            second = Server("auto", "--data-dir", data)
+            self.servers.append(second)
+            client = Client(second.grpc_target)
+            self.assertEqual(client.call("GetJob", pb.GetJobRequest(id="auto-1")).status.phase, pb.PENDING)
+            client.close()
+            self.assertEqual(second.terminate(), 0)
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
+
 
 if __name__ == "__main__":
     main()

@@ -79,7 +79,9 @@ class Server:
         self.log_path = os.path.join(self.dir, "server.log")
         args = list(wrapper or []) + [os.path.join(BIN, "kolo-server"), "--etcd", etcd_url,
                                       "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
-                                      "--port-file", self.port_file, "--data-dir", os.path.join(self.dir, "data")]
+                                      "--port-file", self.port_file]
+        if "--data-dir" not in extra:
+            args += ["--data-dir", os.path.join(self.dir, "data")]
         if name:
             args += ["--name", name]
         args += list(extra)
