@@ -277,3 +277,91 @@ kolo_status kolo_election_leader(kolo_etcd *client, const char *prefix, kolo_etc
   kolo_etcd_range_result_free(&r);
   return KOLO_OK;
 }
+
+/* ---- observer ---- */
+
+struct kolo_election_observer {
+  kolo_etcd *client;
+  char prefix[200];
+  kolo_election_observe_fn fn;
+  void *user;
+  unsigned char *key; /* current leader key, NULL when none */
+  int64_t create_revision;
+  kolo_etcd_watch *watch;
+};
+
+/* Re-reads the leader and reports it if it changed. */
+static void observe_refresh(kolo_election_observer *o) {
+  kolo_etcd_kv leader;
+  kolo_status rc = kolo_election_leader(o->client, o->prefix, &leader);
+  if (rc != KOLO_OK && rc != KOLO_ERR_NOT_FOUND) {
+    KOLO_LOGW(COMPONENT, "observing %s: %s", o->prefix, kolo_etcd_last_error());
+    return;
+  }
+  int have = rc == KOLO_OK;
+  int same = have ? (o->key && strcmp((char *)o->key, (char *)leader.key) == 0 &&
+                     o->create_revision == leader.create_revision)
+                  : o->key == NULL;
+  if (!same) {
+    free(o->key);
+    o->key = NULL;
+    o->create_revision = 0;
+    if (have) {
+      o->key = (unsigned char *)strdup((char *)leader.key);
+      o->create_revision = leader.create_revision;
+    }
+    o->fn(have ? &leader : NULL, o->user);
+  }
+  kolo_etcd_kv_clear(&leader);
+}
+
+static void on_candidates(const kolo_etcd_watch_update *u, void *user) {
+  (void)u;
+  observe_refresh(user);
+}
+
+kolo_status kolo_election_observe_start(kolo_etcd *client, const char *prefix, kolo_election_observe_fn fn,
+                                        void *user, kolo_election_observer **out) {
+  *out = NULL;
+  if (prefix == NULL) prefix = KOLO_KEY_LEADER_PREFIX;
+  if (client == NULL || fn == NULL || prefix[0] == '\0' || strlen(prefix) >= 200)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "observer needs a client, a callback and a prefix");
+  kolo_election_observer *o = calloc(1, sizeof *o);
+  if (o == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+  o->client = client;
+  snprintf(o->prefix, sizeof o->prefix, "%s", prefix);
+  o->fn = fn;
+  o->user = user;
+  int64_t revision = 0;
+  kolo_etcd_range_opts opts = {.key = kolo_etcd_str(prefix), .prefix = 1, .limit = 1,
+                               .sort = KOLO_ETCD_SORT_CREATE_ASC};
+  kolo_etcd_range_result r;
+  kolo_status rc = kolo_etcd_range(client, &opts, &r);
+  if (rc != KOLO_OK) {
+    free(o);
+    return rc;
+  }
+  revision = r.revision;
+  if (r.count == 1) {
+    o->key = (unsigned char *)strdup((char *)r.kvs[0].key);
+    o->create_revision = r.kvs[0].create_revision;
+  }
+  fn(r.count == 1 ? &r.kvs[0] : NULL, user);
+  kolo_etcd_range_result_free(&r);
+  kolo_etcd_watch_opts wopts = {.key = kolo_etcd_str(prefix), .prefix = 1, .start_revision = revision + 1};
+  rc = kolo_etcd_watch_start(client, &wopts, on_candidates, o, &o->watch);
+  if (rc != KOLO_OK) {
+    free(o->key);
+    free(o);
+    return rc;
+  }
+  *out = o;
+  return KOLO_OK;
+}
+
+void kolo_election_observe_stop(kolo_election_observer *o) {
+  if (o == NULL) return;
+  kolo_etcd_watch_stop(o->watch);
+  free(o->key);
+  free(o);
+}

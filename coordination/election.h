@@ -55,4 +55,19 @@ void kolo_election_destroy(kolo_election *e);
  * Blocks for at most the request deadline. */
 kolo_status kolo_election_leader(kolo_etcd *client, const char *prefix, kolo_etcd_kv *leader);
 
+/* Called with the current leader's key-value, or NULL when nobody campaigns. */
+typedef void (*kolo_election_observe_fn)(const kolo_etcd_kv *leader, void *user);
+
+typedef struct kolo_election_observer kolo_election_observer;
+
+/* Observes leadership changes: reads the leader and calls fn with it on the
+ * caller's thread before returning, then calls fn on a watch thread each time
+ * the leader (its key or create revision) changes. prefix NULL = the default.
+ * Blocks for the initial read. */
+kolo_status kolo_election_observe_start(kolo_etcd *client, const char *prefix, kolo_election_observe_fn fn,
+                                        void *user, kolo_election_observer **out);
+
+/* Stops the observer promptly and frees it. NULL is ignored. */
+void kolo_election_observe_stop(kolo_election_observer *observer);
+
 #endif

@@ -242,7 +242,8 @@ kolo_status kolo_etcd_keepalive_start(kolo_etcd *client, int64_t lease_id, int64
                                       kolo_etcd_lease_lost_fn lost, void *user,
                                       kolo_etcd_keepalive **out);
 
-/* Whether the keep-alive still holds its lease (no loss reported). */
+/* Whether the keep-alive still holds its lease; turns false once the lost
+ * callback (if any) has returned. */
 int kolo_etcd_keepalive_alive(const kolo_etcd_keepalive *keepalive);
 
 /* Stops the thread (promptly: an in-flight renewal is cancelled) and frees it.

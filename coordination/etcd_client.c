@@ -20,10 +20,13 @@ static _Thread_local char last_error[512];
 const char *kolo_etcd_last_error(void) { return last_error[0] ? last_error : "no error"; }
 
 kolo_status kolo_etcd_fail(kolo_status status, const char *fmt, ...) {
+  /* Format into a copy first: the arguments may point into last_error itself. */
+  char text[sizeof last_error];
   va_list args;
   va_start(args, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, args);
+  vsnprintf(text, sizeof text, fmt, args);
   va_end(args);
+  memcpy(last_error, text, sizeof text);
   KOLO_LOGD(COMPONENT, "%s: %s", kolo_status_name(status), last_error);
   return status;
 }
@@ -160,6 +163,7 @@ static void pool_give(kolo_etcd *c, CURL *h) {
 kolo_status kolo_etcd_error_status(int code, const char *message) {
   const char *m = message ? message : "";
   if (strstr(m, "too large")) return KOLO_ERR_TOO_LARGE;
+  if (strstr(m, "user name is empty") || strstr(m, "permission denied")) return KOLO_ERR_AUTH;
   switch (code) {
     case 1: return KOLO_ERR_ABORTED;
     case 2: return strstr(m, "timed out") ? KOLO_ERR_TIMEOUT : KOLO_ERR_INTERNAL;
@@ -263,10 +267,32 @@ static size_t on_reply_data(char *ptr, size_t size, size_t nmemb, void *userdata
   return n;
 }
 
-static int on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                       curl_off_t ulnow) {
-  const atomic_int *cancel = clientp;
-  return cancel && atomic_load(cancel) ? 1 : 0;
+/* Runs a transfer that cancel can abort: through a multi handle polled every
+ * 50 ms, so a keep-alive stopping mid-request waits at most that long. */
+static CURLcode perform_cancellable(CURL *h, const atomic_int *cancel) {
+  CURLM *multi = curl_multi_init();
+  if (multi == NULL) return CURLE_OUT_OF_MEMORY;
+  CURLcode result = CURLE_ABORTED_BY_CALLBACK;
+  curl_multi_add_handle(multi, h);
+  int running = 1;
+  while (!atomic_load(cancel)) {
+    if (curl_multi_perform(multi, &running) != CURLM_OK) {
+      result = CURLE_RECV_ERROR;
+      break;
+    }
+    if (!running) {
+      int pending;
+      CURLMsg *msg;
+      result = CURLE_RECV_ERROR;
+      while ((msg = curl_multi_info_read(multi, &pending)) != NULL)
+        if (msg->msg == CURLMSG_DONE) result = msg->data.result;
+      break;
+    }
+    curl_multi_poll(multi, NULL, 0, 50, NULL);
+  }
+  curl_multi_remove_handle(multi, h);
+  curl_multi_cleanup(multi);
+  return result;
 }
 
 /* Whether a transport failure happened before the request could have reached etcd,
@@ -276,9 +302,10 @@ static int failed_before_sending(CURLcode code, CURL *h) {
       code == CURLE_COULDNT_RESOLVE_PROXY || code == CURLE_SSL_CONNECT_ERROR)
     return 1;
   if (code == CURLE_OPERATION_TIMEDOUT) {
-    curl_off_t connect_us = 0;
-    curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connect_us);
-    return connect_us == 0;
+    /* Nothing was sent if the transfer never got past connecting. */
+    curl_off_t pretransfer_us = 0;
+    curl_easy_getinfo(h, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_us);
+    return pretransfer_us == 0;
   }
   return 0;
 }
@@ -368,6 +395,8 @@ again:;
     headers = curl_slist_append(headers, "Expect:");
     if (auth[0]) headers = curl_slist_append(headers, auth);
     reply_buffer b = {0};
+    char curl_error[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_error);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, text);
@@ -379,13 +408,8 @@ again:;
                      (long)(remaining < c->connect_timeout_ms ? remaining : c->connect_timeout_ms));
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-    if (cancel) {
-      curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-      curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-      curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)cancel);
-    }
     kolo_etcd_apply_tls(c, h);
-    CURLcode code = curl_easy_perform(h);
+    CURLcode code = cancel ? perform_cancellable(h, cancel) : curl_easy_perform(h);
     long http_status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http_status);
     int retry_elsewhere = 0;
@@ -413,12 +437,13 @@ again:;
     } else {
       int before = failed_before_sending(code, h);
       retry_elsewhere = before || (flags & KOLO_ETCD_IDEMPOTENT);
-      if (code == CURLE_OPERATION_TIMEDOUT && !before)
+      if (code == CURLE_OPERATION_TIMEDOUT && (!before || kolo_etcd_now_ms() >= deadline))
         rc = kolo_etcd_fail(KOLO_ERR_TIMEOUT, "etcd %s at %s: no reply within the deadline", path,
                             endpoint);
       else
-        rc = kolo_etcd_fail(KOLO_ERR_UNAVAILABLE, "etcd unavailable: %s at %s: %s", path, endpoint,
-                            curl_easy_strerror(code));
+        rc = kolo_etcd_fail(KOLO_ERR_UNAVAILABLE, "etcd unavailable: %s at %s: %s%s%s%s", path, endpoint,
+                            curl_easy_strerror(code), curl_error[0] ? " (" : "", curl_error,
+                            curl_error[0] ? ")" : "");
       if (first_error[0] == '\0') copy_text(first_error, sizeof first_error, last_error);
     }
     free(b.data);

@@ -126,7 +126,9 @@ static void *keepalive_main(void *arg) {
     int timeout = (int)(left < kolo_etcd_request_timeout_ms(k->client) ? left
                                                                         : kolo_etcd_request_timeout_ms(k->client));
     int64_t ttl = 0;
+    KOLO_LOGD(COMPONENT, "renewing lease %" PRIx64 " (deadline %d ms)", (uint64_t)k->lease_id, timeout);
     kolo_status rc = keepalive_once(k->client, k->lease_id, timeout, &k->stopping, &ttl);
+    KOLO_LOGD(COMPONENT, "renewal of %" PRIx64 ": %s", (uint64_t)k->lease_id, kolo_status_name(rc));
     if (rc == KOLO_OK) {
       last_ok = kolo_etcd_now_ms();
       wait = interval;
@@ -143,9 +145,9 @@ static void *keepalive_main(void *arg) {
     wait = interval / 3 < 200 ? 200 : interval / 3;
   }
   if (!atomic_load(&k->stopping) && reason[0]) {
-    atomic_store(&k->alive, 0);
     KOLO_LOGW(COMPONENT, "%s", reason);
     if (k->lost) k->lost(k->lease_id, KOLO_ERR_LEASE_LOST, reason, k->user);
+    atomic_store(&k->alive, 0);
   }
   return NULL;
 }

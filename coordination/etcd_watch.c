@@ -38,6 +38,7 @@ struct kolo_etcd_watch {
   int64_t compact_revision;
   int stream_failed;      /* a message was an error or unparsable */
   size_t endpoint;        /* endpoint index for the next stream */
+  int64_t last_data_ms;   /* when the stream last delivered a byte */
 };
 
 /* Delivers the events of one message that are new (revision >= next_revision). */
@@ -63,6 +64,9 @@ static int handle_line(kolo_etcd_watch *w, const char *line, size_t len) {
   kolo_etcd_watch_message m;
   kolo_status rc = kolo_etcd_watch_message_parse(line, len, &m);
   if (rc != KOLO_OK) {
+    /* An expired token (or an etcd restart, which forgets simple tokens): the
+     * next stream authenticates again. */
+    if (rc == KOLO_ERR_AUTH && w->client->user) kolo_etcd_auth_invalidate(w->client);
     KOLO_LOGW(COMPONENT, "dropping the stream: %s", kolo_etcd_last_error());
     w->stream_failed = 1;
     return 0;
@@ -79,6 +83,8 @@ static int handle_line(kolo_etcd_watch *w, const char *line, size_t len) {
       w->compact_revision = m.compact_revision;
     } else {
       KOLO_LOGW(COMPONENT, "etcd cancelled the watch: %s", m.cancel_reason ? m.cancel_reason : "(no reason)");
+      if (m.cancel_reason && strstr(m.cancel_reason, "Unauthenticated") && w->client->user)
+        kolo_etcd_auth_invalidate(w->client);
       w->stream_failed = 1;
     }
     keep = 0;
@@ -94,6 +100,7 @@ static size_t on_stream_data(char *ptr, size_t size, size_t nmemb, void *userdat
   kolo_etcd_watch *w = userdata;
   size_t n = size * nmemb;
   if (atomic_load(&w->stopping)) return 0;
+  w->last_data_ms = kolo_etcd_now_ms();
   for (size_t i = 0; i < n; i++) {
     if (ptr[i] == '\n') {
       int keep = handle_line(w, w->line ? w->line : "", w->line_len);
@@ -168,9 +175,6 @@ static void run_stream(kolo_etcd_watch *w) {
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_stream_data);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, w);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)c->connect_timeout_ms);
-  /* A dead etcd behind a live connection: no byte for watch_idle_ms breaks the stream. */
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)((c->watch_idle_ms + 999) / 1000));
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   kolo_etcd_apply_tls(c, h);
@@ -179,11 +183,19 @@ static void run_stream(kolo_etcd_watch *w) {
   w->stream_failed = 0;
   curl_multi_add_handle(w->multi, h);
   int running = 1;
+  w->last_data_ms = kolo_etcd_now_ms();
   while (running && !atomic_load(&w->stopping)) {
     CURLMcode mc = curl_multi_perform(w->multi, &running);
     if (mc != CURLM_OK) break;
     if (!running) break;
-    curl_multi_poll(w->multi, NULL, 0, 1000, NULL);
+    /* A dead etcd behind a live connection (frozen, partitioned): no byte for
+     * watch_idle_ms breaks the stream. etcd's progress notifications keep a
+     * healthy idle stream talking. */
+    if (kolo_etcd_now_ms() - w->last_data_ms > c->watch_idle_ms) {
+      KOLO_LOGW(COMPONENT, "watch stream at %s silent for %d ms: reconnecting", endpoint, c->watch_idle_ms);
+      break;
+    }
+    curl_multi_poll(w->multi, NULL, 0, 250, NULL);
   }
   int pending;
   CURLMsg *msg;

@@ -174,12 +174,64 @@ static void a_failing_caller_compare_is_not_a_lost_fence(void **state) {
   kolo_election_destroy(e);
 }
 
+/* Records the leaders an observer reports ("-" for none). */
+typedef struct history {
+  pthread_mutex_t lock;
+  char seen[8][32];
+  int count;
+} history;
+
+static void on_leader(const kolo_etcd_kv *leader, void *user) {
+  history *h = user;
+  pthread_mutex_lock(&h->lock);
+  if (h->count < 8) snprintf(h->seen[h->count++], 32, "%s", leader ? (char *)leader->value : "-");
+  pthread_mutex_unlock(&h->lock);
+}
+
+static int wait_history(history *h, int n) {
+  for (int i = 0; i < 250; i++) {
+    pthread_mutex_lock(&h->lock);
+    int got = h->count;
+    pthread_mutex_unlock(&h->lock);
+    if (got >= n) return got;
+    struct timespec d = {0, 20 * 1000000L};
+    nanosleep(&d, NULL);
+  }
+  return -1;
+}
+
+static void an_observer_reports_each_change_of_leader(void **state) {
+  fixture *f = *state;
+  history h = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  kolo_election_observer *o = NULL;
+  assert_int_equal(kolo_election_observe_start(f->client, "/e5/", on_leader, &h, &o), KOLO_OK);
+  assert_int_equal(h.count, 1);
+  assert_string_equal(h.seen[0], "-");
+  kolo_election *first = NULL, *second = NULL;
+  assert_int_equal(kolo_election_create(f->client, "/e5/", "one", TTL, NULL, NULL, &first), KOLO_OK);
+  assert_int_equal(kolo_election_create(f->client, "/e5/", "two", TTL, NULL, NULL, &second), KOLO_OK);
+  assert_int_equal(kolo_election_campaign(first, 2000), KOLO_OK);
+  assert_int_equal(wait_history(&h, 2), 2);
+  assert_int_equal(kolo_election_campaign(second, 200), KOLO_ERR_TIMEOUT); /* queued: no change */
+  assert_int_equal(kolo_election_resign(first), KOLO_OK);
+  assert_int_equal(wait_history(&h, 3), 3);
+  kolo_election_destroy(second);
+  assert_int_equal(wait_history(&h, 4), 4);
+  kolo_election_observe_stop(o);
+  kolo_election_destroy(first);
+  assert_string_equal(h.seen[1], "one");
+  assert_string_equal(h.seen[2], "two");
+  assert_string_equal(h.seen[3], "-");
+  assert_int_equal(h.count, 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(the_other_candidate_leads_within_ttl_after_the_leader_is_killed),
       cmocka_unit_test(a_deposed_leaders_fenced_write_fails),
       cmocka_unit_test(resign_hands_over_and_campaign_times_out_while_queued),
       cmocka_unit_test(a_failing_caller_compare_is_not_a_lost_fence),
+      cmocka_unit_test(an_observer_reports_each_change_of_leader),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

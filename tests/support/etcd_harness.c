@@ -29,6 +29,9 @@ struct kolo_etcd_harness {
   int peer_port;
   pid_t pid;
   char *extra[MAX_EXTRA + 1];
+  int tls_port; /* 0 without TLS */
+  char tls_url[64];
+  char *tls_files[3]; /* cert, key, CA */
 };
 
 static long long now_ms(void) {
@@ -98,7 +101,17 @@ static int spawn(kolo_etcd_harness *h) {
   char data[300], log[300], name_arg[64], client[64], peer[64], cluster[96];
   snprintf(data, sizeof data, "%s/data", h->dir);
   snprintf(log, sizeof log, "%s/etcd.log", h->dir);
+  char listen[160], advertise[160], cert_arg[600], key_arg[600], ca_arg[600];
   snprintf(client, sizeof client, "http://127.0.0.1:%d", h->client_port);
+  snprintf(listen, sizeof listen, "%s", client);
+  snprintf(advertise, sizeof advertise, "%s", client);
+  if (h->tls_port) {
+    snprintf(listen, sizeof listen, "%s,https://127.0.0.1:%d", client, h->tls_port);
+    snprintf(advertise, sizeof advertise, "https://127.0.0.1:%d", h->tls_port);
+    snprintf(cert_arg, sizeof cert_arg, "--cert-file=%s", h->tls_files[0]);
+    snprintf(key_arg, sizeof key_arg, "--key-file=%s", h->tls_files[1]);
+    snprintf(ca_arg, sizeof ca_arg, "--trusted-ca-file=%s", h->tls_files[2]);
+  }
   snprintf(peer, sizeof peer, "http://127.0.0.1:%d", h->peer_port);
   snprintf(cluster, sizeof cluster, "kolo=%s", peer);
   snprintf(name_arg, sizeof name_arg, "kolo");
@@ -107,8 +120,8 @@ static int spawn(kolo_etcd_harness *h) {
   const char *argv[64] = {bin,
                           "--name", name_arg,
                           "--data-dir", data,
-                          "--listen-client-urls", client,
-                          "--advertise-client-urls", client,
+                          "--listen-client-urls", listen,
+                          "--advertise-client-urls", advertise,
                           "--listen-peer-urls", peer,
                           "--initial-advertise-peer-urls", peer,
                           "--initial-cluster", cluster,
@@ -116,6 +129,12 @@ static int spawn(kolo_etcd_harness *h) {
                           NULL};
   int argc = 0;
   while (argv[argc]) argc++;
+  if (h->tls_port) {
+    argv[argc++] = cert_arg;
+    argv[argc++] = key_arg;
+    argv[argc++] = ca_arg;
+    argv[argc++] = "--client-cert-auth";
+  }
   for (int i = 0; h->extra[i] && argc < 62; i++) argv[argc++] = h->extra[i];
   argv[argc] = NULL;
   pid_t parent = getpid();
@@ -183,11 +202,19 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
   return 0;
 }
 
-kolo_status kolo_etcd_harness_start(const char *const *extra_args, kolo_etcd_harness **out) {
+/* Starts etcd; with tls_files (cert, key, CA) it also serves TLS clients. */
+static kolo_status start(const char *const *extra_args, const char *const *tls_files, kolo_etcd_harness **out) {
   *out = NULL;
   kolo_etcd_harness *h = calloc(1, sizeof *h);
   if (h == NULL) return KOLO_ERR_NO_MEMORY;
   h->pid = -1;
+  for (int i = 0; tls_files && i < 3; i++) {
+    h->tls_files[i] = strdup(tls_files[i]);
+    if (h->tls_files[i] == NULL) {
+      kolo_etcd_harness_destroy(h);
+      return KOLO_ERR_NO_MEMORY;
+    }
+  }
   for (int i = 0; extra_args && extra_args[i] && i < MAX_EXTRA; i++) {
     h->extra[i] = strdup(extra_args[i]);
     if (h->extra[i] == NULL) {
@@ -210,6 +237,11 @@ kolo_status kolo_etcd_harness_start(const char *const *extra_args, kolo_etcd_har
     h->peer_port = free_port();
     if (h->client_port <= 0 || h->peer_port <= 0 || h->client_port == h->peer_port) continue;
     snprintf(h->url, sizeof h->url, "http://127.0.0.1:%d", h->client_port);
+    if (tls_files) {
+      h->tls_port = free_port();
+      if (h->tls_port <= 0 || h->tls_port == h->client_port || h->tls_port == h->peer_port) continue;
+      snprintf(h->tls_url, sizeof h->tls_url, "https://127.0.0.1:%d", h->tls_port);
+    }
     if (spawn(h) != 0) {
       rc = KOLO_ERR_SYSTEM;
       break;
@@ -232,6 +264,19 @@ kolo_status kolo_etcd_harness_start(const char *const *extra_args, kolo_etcd_har
   *out = h;
   return KOLO_OK;
 }
+
+kolo_status kolo_etcd_harness_start(const char *const *extra_args, kolo_etcd_harness **out) {
+  return start(extra_args, NULL, out);
+}
+
+kolo_status kolo_etcd_harness_start_tls(const char *cert_file, const char *key_file, const char *ca_file,
+                                        kolo_etcd_harness **out) {
+  if (cert_file == NULL || key_file == NULL || ca_file == NULL) return KOLO_ERR_INVALID_ARG;
+  const char *files[3] = {cert_file, key_file, ca_file};
+  return start(NULL, files, out);
+}
+
+const char *kolo_etcd_harness_tls_url(const kolo_etcd_harness *h) { return h->tls_port ? h->tls_url : NULL; }
 
 const char *kolo_etcd_harness_url(const kolo_etcd_harness *h) { return h->url; }
 const char *kolo_etcd_harness_dir(const kolo_etcd_harness *h) { return h->dir; }
@@ -260,5 +305,6 @@ void kolo_etcd_harness_destroy(kolo_etcd_harness *h) {
   if (h->dir[0] && !(keep && strcmp(keep, "1") == 0))
     nftw(h->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   for (int i = 0; i < MAX_EXTRA; i++) free(h->extra[i]);
+  for (int i = 0; i < 3; i++) free(h->tls_files[i]);
   free(h);
 }
