@@ -281,23 +281,33 @@ static void start_watch(call_ctx *ctx, const Kolo__V1__WatchJobRequest *req) {
     ctx_unref(ctx);
     return;
   }
-  rc = kolo_server_store_subscribe(g->cfg.store, req->id, on_job, ctx, &ctx->sub);
+  /* The close may complete on another thread while we subscribe: hold a reference, and
+   * whoever comes second (us or on_watch_closed) removes the subscription. */
+  atomic_fetch_add(&ctx->refs, 1);
+  uint64_t handle = 0;
+  rc = kolo_server_store_subscribe(g->cfg.store, req->id, on_job, ctx, &handle);
+  pthread_mutex_lock(&ctx->lock);
+  int closed = ctx->closed;
+  if (!closed) ctx->sub = handle;
   if (rc != KOLO_OK) {
     /* Deleted in between: end the stream. */
-    pthread_mutex_lock(&ctx->lock);
     ctx->final_queued = 1;
     pump_locked(ctx);
-    pthread_mutex_unlock(&ctx->lock);
   }
+  pthread_mutex_unlock(&ctx->lock);
+  if (closed && handle) kolo_server_store_unsubscribe(g->cfg.store, handle);
   KOLO_LOGD(LOG, "WatchJob %s started", req->id);
+  ctx_unref(ctx);
 }
 
 static void on_watch_closed(call_ctx *ctx) {
   pthread_mutex_lock(&ctx->lock);
   ctx->closed = 1;
-  pthread_mutex_unlock(&ctx->lock);
-  if (ctx->sub) kolo_server_store_unsubscribe(ctx->g->cfg.store, ctx->sub);
+  uint64_t handle = ctx->sub;
   ctx->sub = 0;
+  pthread_mutex_unlock(&ctx->lock);
+  /* After this returns on_job is not running and will not run again for ctx. */
+  if (handle) kolo_server_store_unsubscribe(ctx->g->cfg.store, handle);
   if (!ctx->status_started) ctx->code = 1; /* CANCELLED by the client */
   kolo_server_metrics_observe(ctx->g->cfg.metrics, KOLO_SERVER_API_GRPC, KOLO_SERVER_WATCH_JOB,
                               ctx->code, seconds_since(&ctx->started));
