@@ -205,6 +205,19 @@ class ApiTest(unittest.TestCase):
         stream.cancel()
         wait_for(lambda: cancelled_watches() == before + 1, 10, "the server to close the cancelled watch")
 
+    def test_many_watches_cancelled_at_once_leave_the_server_healthy(self):
+        self.client.call("SubmitJob", spec("g-watch-many"))
+        streams = [self.client.watch("g-watch-many") for _ in range(30)]
+        for i, s in enumerate(streams):
+            if i % 2:
+                next(s)
+            s.cancel()
+        job = self.client.call("ScaleJob", pb.ScaleJobRequest(id="g-watch-many", min_workers=1, max_workers=2))
+        self.assertEqual(job.status.max_workers, 2)
+        stream = self.client.watch("g-watch-many", timeout=10)
+        self.assertEqual(len(next(stream).events), 2)
+        stream.cancel()
+
     def test_workers_are_listed_from_etcd_and_can_be_drained(self):
         key = base64.b64encode(b"/kolo/v1/workers/w-test-1").decode()
         value = base64.b64encode(json.dumps({"id": "w-test-1", "host": "node-a", "address": "10.0.0.1:9000",
@@ -222,6 +235,19 @@ class ApiTest(unittest.TestCase):
         code, body = curl(self.server.http_port, "/v1/workers")
         self.assertEqual(code, 200)
         self.assertEqual([w["state"] for w in body["workers"] if w["id"] == "w-test-1"], ["DRAINING"])
+        code, body = curl(self.server.http_port, "/v1/workers/w-test-1:drain", "POST")
+        self.assertEqual((code, body["draining"]), (200, True))
+        code, body = curl(self.server.http_port, "/v1/workers/w-none:drain", "POST")
+        self.assertEqual((code, body["error"]["code"]), (404, "NOT_FOUND"))
+        code, out, err = kolo(self.server, "drain", "w-test-1")
+        self.assertEqual(code, 0, err)
+        self.assertIn("draining", out)
+        code, out, _ = kolo(self.server, "workers")
+        self.assertIn("w-test-1", out)
+        self.assertIn("DRAINING", out)
+        code, _, err = kolo(self.server, "drain", "w-none")
+        self.assertEqual(code, 1)
+        self.assertIn("NOT_FOUND", err)
 
     # ---- HTTP ----
 
@@ -238,12 +264,17 @@ class ApiTest(unittest.TestCase):
         self.assertEqual((code, got["id"], got["spec"]["mode"]), (200, "h-1", "ASYNC"))
         code, lst = curl(port, "/v1/jobs?label=via=http&phase=PENDING")
         self.assertEqual((code, [j["id"] for j in lst["jobs"]]), (200, ["h-1"]))
+        code, scaled = curl(port, "/v1/jobs/h-1:scale", "POST", json.dumps({"min_workers": 2, "max_workers": 6}))
+        self.assertEqual((code, scaled["status"]["max_workers"]), (200, 6))
+        code, bad = curl(port, "/v1/jobs/h-1:scale", "POST", json.dumps({"min_workers": 0}))
+        self.assertEqual((code, bad["error"]["code"]), (400, "INVALID_ARGUMENT"))
+        self.assertIn("min_workers", bad["error"]["message"])
         code, cancelled = curl(port, "/v1/jobs/h-1:cancel", "POST", json.dumps({"reason": "curl"}))
         self.assertEqual((code, cancelled["status"]["phase"]), (200, "CANCELLED"))
         code, events = curl(port, "/v1/jobs/h-1/events")
         self.assertEqual(code, 200)
-        self.assertEqual([e["type"] for e in events["events"]], ["SUBMITTED", "CANCELLED"])
-        self.assertEqual([e["seq"] for e in events["events"]], [1, 2])
+        self.assertEqual([e["type"] for e in events["events"]], ["SUBMITTED", "SCALED", "CANCELLED"])
+        self.assertEqual([e["seq"] for e in events["events"]], [1, 2, 3])
         # The same job through gRPC: one store, one shape.
         self.assertEqual(self.client.call("GetJob", pb.GetJobRequest(id="h-1")).status.phase, pb.CANCELLED)
 
