@@ -30,6 +30,8 @@ for _ in $(seq 300); do [ -s "$WORK/ports" ] && break; sleep 0.1; done
 . "$WORK/ports"
 echo "kolo-server pid $SERVER_PID grpc $grpc_port http $http_port; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
+echo "== gRPC: SubmitJob + GetJob, one client (latency)"
+"$BUILD/bin/kolo-bench-control" --server "127.0.0.1:$grpc_port" --threads 1 --jobs 300 --seconds 2
 echo "== gRPC: SubmitJob + GetJob ($THREADS threads)"
 "$BUILD/bin/kolo-bench-control" --server "127.0.0.1:$grpc_port" --threads "$THREADS" --jobs 250 \
   --seconds "$SECONDS_RUN"
