@@ -1,8 +1,9 @@
 /* Test helper (not a test): starts a real etcd through kolo_test_etcd, prints its URL on
- * one line, and keeps it until stdin closes (the Python tests hold the pipe, so etcd also
- * goes away when a test dies), then stops it and removes its data. */
+ * one line, then obeys commands on stdin ("stop", "start": answered "ok" or "error") until
+ * stdin closes (the Python tests hold the pipe, so etcd also goes away when a test dies),
+ * then stops it and removes its data. */
 #include <stdio.h>
-#include <unistd.h>
+#include <string.h>
 
 #include "tests/support/etcd_harness.h"
 
@@ -14,8 +15,13 @@ int main(void) {
   }
   printf("%s\n", kolo_etcd_harness_url(etcd));
   fflush(stdout);
-  char buf[256];
-  while (read(STDIN_FILENO, buf, sizeof buf) > 0) {
+  char line[64];
+  while (fgets(line, sizeof line, stdin)) {
+    kolo_status rc = KOLO_ERR_INVALID_ARG;
+    if (strncmp(line, "stop", 4) == 0) rc = kolo_etcd_harness_stop(etcd);
+    if (strncmp(line, "start", 5) == 0) rc = kolo_etcd_harness_restart(etcd);
+    printf("%s\n", rc == KOLO_OK ? "ok" : "error");
+    fflush(stdout);
   }
   kolo_etcd_harness_destroy(etcd);
   return 0;

@@ -122,6 +122,26 @@ class ReplicaTest(unittest.TestCase):
         self.assertEqual(c2.call("CancelJob", pb.CancelJobRequest(id="f-1")).status.phase, pb.CANCELLED)
         c2.close()
 
+    def test_with_etcd_down_reads_are_served_writes_fail_cleanly_and_all_resumes_after(self):
+        srv = self.start()
+        client = Client(srv.grpc_target)
+        client.call("SubmitJob", spec("e-1"))
+        self.etcd.command("stop")
+        self.assertEqual(client.call("GetJob", pb.GetJobRequest(id="e-1")).id, "e-1")
+        self.assertEqual(curl(srv.http_port, "/v1/jobs/e-1")[0], 200)
+        with self.assertRaises(grpc.RpcError) as ctx:
+            client.call("SubmitJob", spec("e-2"), timeout=20)
+        self.assertIn(ctx.exception.code(), (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED))
+        code, body = curl(srv.http_port, "/readyz")
+        self.assertEqual((code, body["etcd"]), (503, False))
+        self.etcd.command("start")
+        wait_for(lambda: curl(srv.http_port, "/readyz")[0] == 200, 20, "ready again")
+        job = wait_for(lambda: _try(lambda: client.call("SubmitJob", spec("e-2"), timeout=5)), 20, "a submit")
+        self.assertEqual(job.status.phase, pb.PENDING)
+        self.assertEqual(client.call("CancelJob", pb.CancelJobRequest(id="e-1")).status.phase, pb.CANCELLED)
+        client.close()
+        self.assertEqual(srv.terminate(), 0)
+
     def test_etcd_auto_keeps_jobs_in_the_data_dir_and_stops_its_etcd(self):
         import os
         import re
@@ -147,6 +167,13 @@ class ReplicaTest(unittest.TestCase):
             self.assertEqual(second.terminate(), 0)
         finally:
             shutil.rmtree(data, ignore_errors=True)
+
+
+def _try(fn):
+    try:
+        return fn()
+    except grpc.RpcError:
+        return None
 
 
 if __name__ == "__main__":

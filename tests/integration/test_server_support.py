@@ -59,6 +59,14 @@ class Etcd:
             self.stop()
             raise RuntimeError("etcd helper failed")
 
+    def command(self, what):
+        """'stop' or 'start' (same ports and data)."""
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if answer != "ok":
+            raise RuntimeError("etcd helper: %s -> %r" % (what, answer))
+
     def stop(self):
         self.proc.stdout.close()
         if self.proc.poll() is None:
