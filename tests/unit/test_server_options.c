@@ -55,6 +55,12 @@ static void bad_input_is_named(void **state) {
   char *c[] = {"kolo-server", "--tls-cert", "/x", NULL};
   assert_int_equal(kolo_server_options_parse(3, c, &o, err, sizeof err), KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(err, "tls-key"));
+  char *e[] = {"kolo-server", "--grpc-listen", "127.0.0.1:99999", NULL};
+  assert_int_equal(kolo_server_options_parse(3, e, &o, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "grpc-listen"));
+  char *g[] = {"kolo-server", "--http-listen", "nocolon", NULL};
+  assert_int_equal(kolo_server_options_parse(3, g, &o, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "http-listen"));
   char path[] = "/tmp/kolo-options-XXXXXX";
   int fd = mkstemp(path);
   FILE *f = fdopen(fd, "w");
