@@ -142,6 +142,20 @@ class ReplicaTest(unittest.TestCase):
         client.close()
         self.assertEqual(srv.terminate(), 0)
 
+    def test_a_server_started_before_etcd_waits_for_it(self):
+        self.etcd.command("stop")
+        timer = threading.Timer(1.5, self.etcd.command, args=("start",))
+        timer.start()
+        try:
+            srv = self.start()
+        finally:
+            timer.join()
+        self.assertIn("retrying", srv.read_log())
+        client = Client(srv.grpc_target)
+        self.assertEqual(client.call("SubmitJob", spec("late-1")).id, "late-1")
+        client.close()
+        self.assertEqual(srv.terminate(), 0)
+
     def test_etcd_auto_keeps_jobs_in_the_data_dir_and_stops_its_etcd(self):
         import os
         import re
