@@ -264,7 +264,8 @@ typedef struct kolo_etcd_event {
 
 typedef enum kolo_etcd_watch_kind {
   KOLO_ETCD_WATCH_EVENTS, /* events, in revision order, none lost or repeated */
-  KOLO_ETCD_WATCH_RESYNC, /* history was compacted: kvs is the whole current state */
+  KOLO_ETCD_WATCH_RESYNC, /* history was compacted (or etcd is a new cluster, its data
+                             wiped or restored): kvs is the whole current state */
 } kolo_etcd_watch_kind;
 
 typedef struct kolo_etcd_watch_update {
@@ -274,11 +275,13 @@ typedef struct kolo_etcd_watch_update {
   size_t event_count;
   const kolo_etcd_kv *kvs; /* RESYNC only */
   size_t kv_count;
-  int64_t compact_revision; /* RESYNC only: the revision etcd compacted to */
+  int64_t compact_revision; /* RESYNC only: the revision etcd compacted to; 0 when the
+                               cluster changed */
 } kolo_etcd_watch_update;
 
 /* Called on the watch's own thread, one update at a time, in order. The update
- * and everything it points to live only for the call. Must not stop its own watch. */
+ * and everything it points to live only for the call. A slow callback holds the
+ * stream back (etcd buffers); it must not stop its own watch. */
 typedef void (*kolo_etcd_watch_fn)(const kolo_etcd_watch_update *update, void *user);
 
 typedef struct kolo_etcd_watch_opts {
@@ -304,8 +307,9 @@ int64_t kolo_etcd_watch_next_revision(const kolo_etcd_watch *watch);
 /* Whether the stream is currently established. */
 int kolo_etcd_watch_connected(const kolo_etcd_watch *watch);
 
-/* Stops the watch thread promptly (the stream is aborted, not drained) and frees
- * it. Not from the watch's own callback (KOLO_ERR_STATE is logged and nothing
+/* Stops the watch thread promptly (the stream is aborted, not drained; a resync
+ * read in progress after a compaction is waited for, at most one request deadline
+ * per page) and frees it. Not from the watch's own callback (KOLO_ERR_STATE is logged and nothing
  * happens). NULL is ignored. */
 void kolo_etcd_watch_stop(kolo_etcd_watch *watch);
 

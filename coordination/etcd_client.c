@@ -193,12 +193,12 @@ void kolo_etcd_auth_invalidate(kolo_etcd *c) {
 }
 
 /* auth/authenticate: trades user/password for a token. */
-static kolo_status authenticate(kolo_etcd *c) {
+static kolo_status authenticate(kolo_etcd *c, int timeout_ms, const atomic_int *cancel) {
   json_t *body = json_pack("{s:s, s:s}", "name", c->user, "password", c->password);
   json_t *reply = NULL;
   if (body == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
-  kolo_status rc = kolo_etcd_call(c, "auth/authenticate", body, 0, KOLO_ETCD_IDEMPOTENT |
-                                  KOLO_ETCD_NO_AUTH, NULL, &reply);
+  kolo_status rc = kolo_etcd_call(c, "auth/authenticate", body, timeout_ms, KOLO_ETCD_IDEMPOTENT |
+                                  KOLO_ETCD_NO_AUTH, cancel, &reply);
   json_decref(body);
   if (rc != KOLO_OK) {
     if (rc == KOLO_ERR_AUTH || rc == KOLO_ERR_INVALID_ARG || rc == KOLO_ERR_STATE)
@@ -221,14 +221,15 @@ static kolo_status authenticate(kolo_etcd *c) {
   return KOLO_OK;
 }
 
-kolo_status kolo_etcd_auth_header(kolo_etcd *c, char *buf, size_t size) {
+kolo_status kolo_etcd_auth_header(kolo_etcd *c, char *buf, size_t size, int timeout_ms,
+                                  const atomic_int *cancel) {
   buf[0] = '\0';
   if (c->user == NULL) return KOLO_OK;
   pthread_mutex_lock(&c->lock);
   int have = c->token != NULL;
   pthread_mutex_unlock(&c->lock);
   if (!have) {
-    kolo_status rc = authenticate(c);
+    kolo_status rc = authenticate(c, timeout_ms, cancel);
     if (rc != KOLO_OK) return rc;
   }
   pthread_mutex_lock(&c->lock);
@@ -370,7 +371,13 @@ kolo_status kolo_etcd_call(kolo_etcd *c, const char *path, json_t *body, int tim
 again:;
   char auth[1024] = "";
   if (!(flags & KOLO_ETCD_NO_AUTH)) {
-    rc = kolo_etcd_auth_header(c, auth, sizeof auth);
+    /* Logging in spends the same deadline as the request itself. */
+    int64_t left = deadline - kolo_etcd_now_ms();
+    if (left <= 0) {
+      rc = kolo_etcd_fail(KOLO_ERR_TIMEOUT, "etcd %s: deadline passed while authenticating", path);
+      goto out;
+    }
+    rc = kolo_etcd_auth_header(c, auth, sizeof auth, (int)left, cancel);
     if (rc != KOLO_OK) goto out;
   }
   size_t start = atomic_load(&c->current);

@@ -54,8 +54,10 @@ kolo_status kolo_etcd_call(kolo_etcd *client, const char *path, json_t *body, in
 const char *kolo_etcd_endpoint(const kolo_etcd *client, size_t i);
 
 /* The "Authorization" header line for the current token ("" when none), copied to buf.
- * Authenticates first when a user is configured and no token is held. */
-kolo_status kolo_etcd_auth_header(kolo_etcd *client, char *buf, size_t size);
+ * Authenticates first (within timeout_ms, 0 = the client's deadline; cancel, if
+ * given, aborts the login) when a user is configured and no token is held. */
+kolo_status kolo_etcd_auth_header(kolo_etcd *client, char *buf, size_t size, int timeout_ms,
+                                  const atomic_int *cancel);
 
 /* Drops the token so that the next request authenticates again. */
 void kolo_etcd_auth_invalidate(kolo_etcd *client);
@@ -104,6 +106,7 @@ typedef struct kolo_etcd_watch_message {
   int canceled;
   int64_t compact_revision;
   int64_t header_revision;
+  uint64_t cluster_id; /* header.cluster_id, 0 when absent */
   kolo_etcd_event *events;
   size_t event_count;
   char *cancel_reason;

@@ -269,6 +269,18 @@ kolo_status kolo_etcd_watch_message_parse(const char *line, size_t len,
   if (rc == KOLO_OK) rc = kolo_etcd_json_int64(result, "compact_revision", &out->compact_revision);
   if (rc == KOLO_OK) rc = kolo_etcd_header_revision(result, &out->header_revision);
   if (rc != KOLO_OK) goto out;
+  /* cluster_id is a uint64 sent as a decimal string. */
+  const char *cluster = json_string_value(json_object_get(json_object_get(result, "header"), "cluster_id"));
+  if (cluster != NULL) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long id = strtoull(cluster, &end, 10);
+    if (errno != 0 || end == cluster || *end != '\0') {
+      rc = kolo_etcd_fail(KOLO_ERR_PARSE, "watch message: cluster_id '%.30s' is not a number", cluster);
+      goto out;
+    }
+    out->cluster_id = (uint64_t)id;
+  }
   const char *reason = json_string_value(json_object_get(result, "cancel_reason"));
   if (reason && (out->cancel_reason = strdup(reason)) == NULL) {
     rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");

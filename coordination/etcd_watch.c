@@ -39,6 +39,8 @@ struct kolo_etcd_watch {
   int stream_failed;      /* a message was an error or unparsable */
   size_t endpoint;        /* endpoint index for the next stream */
   int64_t last_data_ms;   /* when the stream last delivered a byte */
+  uint64_t cluster_id;    /* the etcd cluster the resume point belongs to */
+  int64_t max_header_revision; /* highest store revision etcd has reported */
 };
 
 /* Delivers the events of one message that are new (revision >= next_revision). */
@@ -73,6 +75,29 @@ static int handle_line(kolo_etcd_watch *w, const char *line, size_t len) {
   }
   int keep = 1;
   if (m.created) {
+    /* etcd's data was wiped or restored from an older backup: another cluster id,
+     * or a store revision below the last one delivered, which etcd itself reported
+     * (max_header_revision guards a caller's start_revision in the future).
+     * Resuming is meaningless then; re-list and continue from the new head. (A
+     * follower lagging behind what the leader already delivered would also trip
+     * this: the cost is one spurious resync.) */
+    int other_cluster = m.cluster_id != 0 && w->cluster_id != 0 && m.cluster_id != w->cluster_id;
+    int64_t delivered = atomic_load(&w->next_revision) - 1;
+    int went_back = m.header_revision > 0 && w->max_header_revision >= delivered &&
+                    m.header_revision < delivered;
+    if (m.cluster_id != 0) w->cluster_id = m.cluster_id;
+    if (other_cluster || went_back) {
+      KOLO_LOGW(COMPONENT, "etcd history restarted (cluster %" PRIu64 ", revision %" PRId64 " < %" PRId64
+                "): resyncing", m.cluster_id, m.header_revision, delivered);
+      w->max_header_revision = m.header_revision;
+      w->compacted = 1;
+      w->compact_revision = 0;
+      kolo_etcd_watch_message_clear(&m);
+      return 0;
+    }
+  }
+  if (m.header_revision > w->max_header_revision) w->max_header_revision = m.header_revision;
+  if (m.created) {
     atomic_store(&w->connected, 1);
     /* Watching "from now": nothing at or below the creation revision will come. */
     if (atomic_load(&w->next_revision) == 0) atomic_store(&w->next_revision, m.header_revision + 1);
@@ -105,6 +130,8 @@ static size_t on_stream_data(char *ptr, size_t size, size_t nmemb, void *userdat
     if (ptr[i] == '\n') {
       int keep = handle_line(w, w->line ? w->line : "", w->line_len);
       w->line_len = 0;
+      /* Time spent in the callback is not silence of the stream. */
+      w->last_data_ms = kolo_etcd_now_ms();
       if (!keep) return 0;
       continue;
     }
@@ -158,7 +185,7 @@ static void run_stream(kolo_etcd_watch *w) {
     KOLO_LOGW(COMPONENT, "out of memory starting a watch stream");
     goto out;
   }
-  if (kolo_etcd_auth_header(c, auth, sizeof auth) != KOLO_OK) {
+  if (kolo_etcd_auth_header(c, auth, sizeof auth, 0, &w->stopping) != KOLO_OK) {
     KOLO_LOGW(COMPONENT, "watch cannot authenticate: %s", kolo_etcd_last_error());
     goto out;
   }
@@ -236,8 +263,11 @@ static kolo_status resync(kolo_etcd_watch *w) {
       .kv_count = r.count,
       .compact_revision = w->compact_revision,
   };
-  KOLO_LOGI(COMPONENT, "history compacted at %" PRId64 ": resynced %zu keys at revision %" PRId64,
-            w->compact_revision, r.count, r.revision);
+  if (w->compact_revision > 0)
+    KOLO_LOGI(COMPONENT, "history compacted at %" PRId64 ": resynced %zu keys at revision %" PRId64,
+              w->compact_revision, r.count, r.revision);
+  else
+    KOLO_LOGI(COMPONENT, "history restarted: resynced %zu keys at revision %" PRId64, r.count, r.revision);
   w->fn(&u, w->user);
   atomic_store(&w->next_revision, r.revision + 1);
   kolo_etcd_range_result_free(&r);

@@ -95,7 +95,8 @@ void kolo_membership_abandon(kolo_membership *reg);
 kolo_status kolo_membership_list(kolo_etcd *client, kolo_member **members, size_t *count,
                                  int64_t *revision);
 
-/* Called with the whole current member set, sorted by id, after every change. */
+/* Called with the whole current member set, sorted by id, after every change.
+ * The array lives only for the call; copy what you keep. */
 typedef void (*kolo_membership_fn)(const kolo_member *members, size_t count, void *user);
 
 typedef struct kolo_membership_watch kolo_membership_watch;

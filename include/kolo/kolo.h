@@ -104,6 +104,14 @@ void kolo_comm_abort(kolo_comm *comm);
  * not) and the rank it names (-1 if none, e.g. a timeout). Thread-safe. */
 kolo_status kolo_comm_error(const kolo_comm *comm, int *failed_rank);
 
+/* Puts the communicator in CUDA mode: from then on, collectives whose buffers are
+ * CUDA device memory run over NCCL (one rank per GPU) on kolo's own stream, with
+ * the same blocking/non-blocking API; host buffers keep using the TCP ring.
+ * device is this rank's CUDA device. Collective in effect: call it on every rank.
+ * KOLO_ERR_NO_DEVICE without a usable GPU; KOLO_ERR_UNSUPPORTED when libkolo was
+ * built without CUDA/NCCL. Does not communicate. */
+kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device);
+
 /* Human-readable description of the last failure ("peer lost: rank 2 (connection
  * closed)"); "" when none. Thread-safe; the buffer is copied into. */
 void kolo_comm_error_message(const kolo_comm *comm, char *buffer, size_t length);

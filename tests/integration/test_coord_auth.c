@@ -65,13 +65,13 @@ static void the_client_logs_in_and_refreshes_an_expired_token(void **state) {
   assert_non_null(c);
   assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/a/k"), kolo_etcd_str("1"), 0, NULL, NULL), KOLO_OK);
   char first[1024];
-  assert_int_equal(kolo_etcd_auth_header(c, first, sizeof first), KOLO_OK);
+  assert_int_equal(kolo_etcd_auth_header(c, first, sizeof first, 0, NULL), KOLO_OK);
   /* Idle past the 1 s token TTL: etcd forgets the token. */
   struct timespec d = {2, 500 * 1000000L};
   nanosleep(&d, NULL);
   assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/a/k"), kolo_etcd_str("2"), 0, NULL, NULL), KOLO_OK);
   char second[1024];
-  assert_int_equal(kolo_etcd_auth_header(c, second, sizeof second), KOLO_OK);
+  assert_int_equal(kolo_etcd_auth_header(c, second, sizeof second, 0, NULL), KOLO_OK);
   assert_string_not_equal(first, second); /* a new token was fetched */
   kolo_etcd_kv kv;
   assert_int_equal(kolo_etcd_get(c, kolo_etcd_str("/a/k"), &kv, NULL), KOLO_OK);

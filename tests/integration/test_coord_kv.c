@@ -221,6 +221,24 @@ static void oversize_values_and_empty_keys_are_refused_before_sending(void **sta
   kolo_etcd_kv_clear(&kv);
 }
 
+static void a_value_over_etcds_own_limit_is_too_large(void **state) {
+  fixture *f = *state;
+  const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
+  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 5000,
+                             .max_value_bytes = 8u << 20};
+  kolo_etcd *roomy = NULL;
+  assert_int_equal(kolo_etcd_create(&config, &roomy), KOLO_OK);
+  size_t n = 2u << 20; /* etcd's default request limit is 1.5 MiB */
+  char *big = calloc(1, n);
+  kolo_status rc = kolo_etcd_put(roomy, kolo_etcd_str("/huge"), (kolo_etcd_bytes){big, n}, 0, NULL, NULL);
+  print_message("2 MiB put: %s: %s\n", kolo_status_name(rc), kolo_etcd_last_error());
+  assert_int_equal(rc, KOLO_ERR_TOO_LARGE);
+  free(big);
+  kolo_etcd_kv kv;
+  assert_int_equal(kolo_etcd_get(roomy, kolo_etcd_str("/huge"), &kv, NULL), KOLO_ERR_NOT_FOUND);
+  kolo_etcd_destroy(roomy);
+}
+
 static void etcd_rejections_carry_etcds_message(void **state) {
   fixture *f = *state;
   kolo_etcd_range_opts future = {.key = kolo_etcd_str("/x"), .revision = 1000000};
@@ -239,6 +257,7 @@ int main(void) {
       cmocka_unit_test(create_if_absent_conflicts_are_reported),
       cmocka_unit_test(txn_compares_version_mod_value_and_lease),
       cmocka_unit_test(oversize_values_and_empty_keys_are_refused_before_sending),
+      cmocka_unit_test(a_value_over_etcds_own_limit_is_too_large),
       cmocka_unit_test(etcd_rejections_carry_etcds_message),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -286,6 +286,39 @@ static void stop_is_prompt_when_idle_and_when_etcd_is_down(void **state) {
   collector_free(c);
 }
 
+static void a_watch_resyncs_when_etcd_comes_back_with_wiped_data(void **state) {
+  fixture *f = *state;
+  for (int i = 0; i < 30; i++) put(f, "/w6/pad", "x", NULL); /* move the revision well up */
+  put(f, "/w6/old", "1", NULL);
+  collector *c = collector_new();
+  kolo_etcd_watch *w = NULL;
+  kolo_etcd_watch_opts opts = {.key = kolo_etcd_str("/w6/"), .prefix = 1};
+  assert_int_equal(kolo_etcd_watch_start(f->client, &opts, collect, c, &w), KOLO_OK);
+  wait_connected(w);
+  put(f, "/w6/a", "1", NULL);
+  assert_true(wait_for(c, 1, 0, 5000));
+  /* Disaster: etcd loses its data and starts over (revision back to 1). */
+  assert_int_equal(kolo_etcd_harness_stop(f->etcd), KOLO_OK);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s/data'", kolo_etcd_harness_dir(f->etcd));
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(kolo_etcd_harness_restart(f->etcd), KOLO_OK);
+  /* The watch sees the store went back and reports the (empty) new state. */
+  assert_true(wait_for(c, 1, 1, 8000));
+  assert_int_equal(c->compact_revision, 0);
+  assert_int_equal(c->snapshot_count, 0);
+  /* And it follows the new history from its start. */
+  int64_t rev = 0;
+  put(f, "/w6/fresh", "2", &rev);
+  assert_true(rev < 10);
+  assert_true(wait_for(c, 2, 1, 5000));
+  kolo_etcd_watch_stop(w);
+  assert_int_equal(c->count, 2);
+  assert_string_equal(c->items[1].key, "/w6/fresh");
+  assert_int_equal(c->items[1].revision, rev);
+  collector_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(watch_delivers_puts_and_deletes_in_order),
@@ -293,6 +326,7 @@ int main(void) {
       cmocka_unit_test(compacted_watch_reports_resync_with_the_current_state),
       cmocka_unit_test(watch_from_an_old_revision_replays_history),
       cmocka_unit_test(stop_is_prompt_when_idle_and_when_etcd_is_down),
+      cmocka_unit_test(a_watch_resyncs_when_etcd_comes_back_with_wiped_data),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -106,10 +106,12 @@ static void range_request_carries_base64_and_string_numbers(void **state) {
 static void parses_watch_lines_put_delete_created_and_compacted(void **state) {
   (void)state;
   kolo_etcd_watch_message m;
-  const char *created = "{\"result\":{\"header\":{\"revision\":\"3\"},\"created\":true}}";
+  const char *created =
+      "{\"result\":{\"header\":{\"cluster_id\":\"18328519036988811354\",\"revision\":\"3\"},\"created\":true}}";
   assert_int_equal(kolo_etcd_watch_message_parse(created, strlen(created), &m), KOLO_OK);
   assert_true(m.created);
   assert_int_equal(m.header_revision, 3);
+  assert_true(m.cluster_id == 18328519036988811354ULL); /* above INT64_MAX */
   assert_int_equal(m.event_count, 0);
   kolo_etcd_watch_message_clear(&m);
 

@@ -1,0 +1,229 @@
+/* Element types and reduction kernels of libkolo: sizes and names, float16 and
+ * bfloat16 conversion (round to nearest even), and dst = a (op) b over arrays. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "collective/internal.h"
+
+size_t kolo_dtype_size(kolo_dtype dtype) {
+  switch (dtype) {
+    case KOLO_UINT8: return 1;
+    case KOLO_INT32: return 4;
+    case KOLO_INT64: return 8;
+    case KOLO_FLOAT16: return 2;
+    case KOLO_BFLOAT16: return 2;
+    case KOLO_FLOAT32: return 4;
+    case KOLO_FLOAT64: return 8;
+    default: return 0;
+  }
+}
+
+const char *kolo_dtype_name(kolo_dtype dtype) {
+  switch (dtype) {
+    case KOLO_UINT8: return "uint8";
+    case KOLO_INT32: return "int32";
+    case KOLO_INT64: return "int64";
+    case KOLO_FLOAT16: return "float16";
+    case KOLO_BFLOAT16: return "bfloat16";
+    case KOLO_FLOAT32: return "float32";
+    case KOLO_FLOAT64: return "float64";
+    default: return "unknown";
+  }
+}
+
+const char *kolo_op_name(kolo_op op) {
+  switch (op) {
+    case KOLO_SUM: return "sum";
+    case KOLO_AVG: return "avg";
+    case KOLO_MIN: return "min";
+    case KOLO_MAX: return "max";
+    case KOLO_PROD: return "prod";
+    default: return "unknown";
+  }
+}
+
+float kolo_half_to_float(uint16_t half) {
+  uint32_t sign = (uint32_t)(half & 0x8000u) << 16;
+  uint32_t exponent = (half >> 10) & 0x1fu;
+  uint32_t mantissa = half & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else { /* subnormal: shift until the implicit bit appears */
+      int shifts = -1;
+      do {
+        shifts++;
+        mantissa <<= 1;
+      } while ((mantissa & 0x400u) == 0);
+      bits = sign | ((uint32_t)(127 - 15 - shifts) << 23) | ((mantissa & 0x3ffu) << 13);
+    }
+  } else if (exponent == 31) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent - 15 + 127) << 23) | (mantissa << 13);
+  }
+  float value;
+  memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+uint16_t kolo_float_to_half(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  uint32_t sign = (bits >> 16) & 0x8000u;
+  uint32_t exponent = (bits >> 23) & 0xffu;
+  uint32_t mantissa = bits & 0x7fffffu;
+  if (exponent == 0xff) { /* infinity or NaN (keep NaN quiet and non-zero) */
+    return (uint16_t)(sign | 0x7c00u | (mantissa ? (0x200u | (mantissa >> 13)) : 0));
+  }
+  int half_exponent = (int)exponent - 127 + 15;
+  if (half_exponent >= 31) return (uint16_t)(sign | 0x7c00u);
+  if (half_exponent <= 0) {
+    if (half_exponent < -10) return (uint16_t)sign;
+    uint32_t full = mantissa | 0x800000u;
+    int shift = 14 - half_exponent;
+    uint32_t kept = full >> shift;
+    uint32_t rest = full & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (kept & 1u))) kept++;
+    return (uint16_t)(sign | kept);
+  }
+  uint32_t result = sign | ((uint32_t)half_exponent << 10) | (mantissa >> 13);
+  uint32_t rest = mantissa & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (result & 1u))) result++;
+  return (uint16_t)result;
+}
+
+float kolo_bfloat16_to_float(uint16_t value) {
+  uint32_t bits = (uint32_t)value << 16;
+  float result;
+  memcpy(&result, &bits, sizeof result);
+  return result;
+}
+
+uint16_t kolo_float_to_bfloat16(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu) != 0) {
+    return (uint16_t)((bits >> 16) | 0x40u); /* quiet NaN stays NaN */
+  }
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return (uint16_t)(bits >> 16);
+}
+
+/* Integer sums and products wrap (computed unsigned) instead of being undefined. */
+#define KOLO_REDUCE_LOOP(type, expr)                 \
+  do {                                               \
+    type *out = (type *)dst;                         \
+    const type *x = (const type *)a;                 \
+    const type *y = (const type *)b;                 \
+    for (size_t i = 0; i < count; i++) {             \
+      type l = x[i], r = y[i];                       \
+      out[i] = (expr);                               \
+    }                                                \
+  } while (0)
+
+#define KOLO_REDUCE_INTEGER(type, utype)                                  \
+  switch (op) {                                                           \
+    case KOLO_SUM:                                                        \
+    case KOLO_AVG: KOLO_REDUCE_LOOP(type, (type)((utype)l + (utype)r)); break; \
+    case KOLO_PROD: KOLO_REDUCE_LOOP(type, (type)((utype)l * (utype)r)); break; \
+    case KOLO_MIN: KOLO_REDUCE_LOOP(type, l < r ? l : r); break;          \
+    case KOLO_MAX: KOLO_REDUCE_LOOP(type, l > r ? l : r); break;          \
+    default: break;                                                       \
+  }
+
+#define KOLO_REDUCE_FLOAT(type)                                  \
+  switch (op) {                                                  \
+    case KOLO_SUM:                                               \
+    case KOLO_AVG: KOLO_REDUCE_LOOP(type, l + r); break;         \
+    case KOLO_PROD: KOLO_REDUCE_LOOP(type, l * r); break;        \
+    case KOLO_MIN: KOLO_REDUCE_LOOP(type, l < r ? l : r); break; \
+    case KOLO_MAX: KOLO_REDUCE_LOOP(type, l > r ? l : r); break; \
+    default: break;                                              \
+  }
+
+static float combine_float(float l, float r, kolo_op op) {
+  switch (op) {
+    case KOLO_PROD: return l * r;
+    case KOLO_MIN: return l < r ? l : r;
+    case KOLO_MAX: return l > r ? l : r;
+    default: return l + r;
+  }
+}
+
+void kolo_reduce(void *dst, const void *a, const void *b, size_t count, kolo_dtype dtype,
+                 kolo_op op) {
+  switch (dtype) {
+    case KOLO_UINT8: KOLO_REDUCE_INTEGER(uint8_t, uint32_t); break;
+    case KOLO_INT32: KOLO_REDUCE_INTEGER(int32_t, uint32_t); break;
+    case KOLO_INT64: KOLO_REDUCE_INTEGER(int64_t, uint64_t); break;
+    case KOLO_FLOAT32: KOLO_REDUCE_FLOAT(float); break;
+    case KOLO_FLOAT64: KOLO_REDUCE_FLOAT(double); break;
+    case KOLO_FLOAT16: {
+      uint16_t *out = dst;
+      const uint16_t *x = a, *y = b;
+      for (size_t i = 0; i < count; i++) {
+        out[i] = kolo_float_to_half(
+            combine_float(kolo_half_to_float(x[i]), kolo_half_to_float(y[i]), op));
+      }
+      break;
+    }
+    case KOLO_BFLOAT16: {
+      uint16_t *out = dst;
+      const uint16_t *x = a, *y = b;
+      for (size_t i = 0; i < count; i++) {
+        out[i] = kolo_float_to_bfloat16(
+            combine_float(kolo_bfloat16_to_float(x[i]), kolo_bfloat16_to_float(y[i]), op));
+      }
+      break;
+    }
+    default: break;
+  }
+}
+
+void kolo_divide(void *buffer, size_t count, kolo_dtype dtype, int divisor) {
+  if (divisor <= 1) return;
+  switch (dtype) {
+    case KOLO_UINT8: {
+      uint8_t *v = buffer;
+      for (size_t i = 0; i < count; i++) v[i] = (uint8_t)(v[i] / (unsigned)divisor);
+      break;
+    }
+    case KOLO_INT32: {
+      int32_t *v = buffer;
+      for (size_t i = 0; i < count; i++) v[i] = v[i] / divisor;
+      break;
+    }
+    case KOLO_INT64: {
+      int64_t *v = buffer;
+      for (size_t i = 0; i < count; i++) v[i] = v[i] / divisor;
+      break;
+    }
+    case KOLO_FLOAT32: {
+      float *v = buffer;
+      for (size_t i = 0; i < count; i++) v[i] /= (float)divisor;
+      break;
+    }
+    case KOLO_FLOAT64: {
+      double *v = buffer;
+      for (size_t i = 0; i < count; i++) v[i] /= (double)divisor;
+      break;
+    }
+    case KOLO_FLOAT16: {
+      uint16_t *v = buffer;
+      for (size_t i = 0; i < count; i++)
+        v[i] = kolo_float_to_half(kolo_half_to_float(v[i]) / (float)divisor);
+      break;
+    }
+    case KOLO_BFLOAT16: {
+      uint16_t *v = buffer;
+      for (size_t i = 0; i < count; i++)
+        v[i] = kolo_float_to_bfloat16(kolo_bfloat16_to_float(v[i]) / (float)divisor);
+      break;
+    }
+    default: break;
+  }
+}

@@ -1,0 +1,428 @@
+/* The ring algorithms. Each collective is compiled into a plan of send and recv
+ * items (reduce-scatter then all-gather for all-reduce; a chain for broadcast;
+ * a ring all-gather for small buffers), and one executor streams the plan over
+ * the ring's data connections with non-blocking I/O, so that sending, receiving
+ * and reducing overlap segment by segment. */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collective/internal.h"
+#include "common/log.h"
+
+static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
+
+/* First element of chunk index when count elements are split into parts chunks. */
+static size_t chunk_start(size_t count, int parts, int index) {
+  size_t base = count / (size_t)parts, extra = count % (size_t)parts;
+  return base * (size_t)index + ((size_t)index < extra ? (size_t)index : extra);
+}
+
+static size_t chunk_length(size_t count, int parts, int index) {
+  return chunk_start(count, parts, index + 1) - chunk_start(count, parts, index);
+}
+
+static void plan_reset(kolo_ring_plan *plan, kolo_dtype dtype, kolo_op op) {
+  plan->send_count = 0;
+  plan->recv_count = 0;
+  plan->dtype = dtype;
+  plan->op = op;
+}
+
+static void plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int depends_on) {
+  kolo_ring_item *item = &plan->sends[plan->send_count++];
+  item->buffer = (char *)buffer;
+  item->local = NULL;
+  item->bytes = bytes;
+  item->depends_on = depends_on;
+  item->finalize_avg = 0;
+}
+
+static int plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t bytes,
+                     int finalize_avg) {
+  int index = plan->recv_count++;
+  kolo_ring_item *item = &plan->recvs[index];
+  item->buffer = buffer;
+  item->local = local;
+  item->bytes = bytes;
+  item->depends_on = -1;
+  item->finalize_avg = finalize_avg;
+  plan->processed[index] = 0;
+  return index;
+}
+
+/* Grows a reusable buffer; allocation happens only when a larger size is first
+ * seen, and the new memory is touched once here rather than on the hot path. */
+static kolo_status ensure_buffer(char **buffer, size_t *have, size_t need) {
+  if (*have >= need) return KOLO_OK;
+  size_t size = *have ? *have : 4096;
+  while (size < need) size *= 2;
+  char *grown = NULL;
+  if (posix_memalign((void **)&grown, 64, size) != 0) return KOLO_ERR_NO_MEMORY;
+  memset(grown, 0, size);
+  free(*buffer);
+  *buffer = grown;
+  *have = size;
+  return KOLO_OK;
+}
+
+/* Ring all-gather of equal or unequal blocks already laid out in out: block b
+ * is bytes[b] long at offset offsets[b]; this rank's block is in place. */
+static void plan_allgather_blocks(kolo_comm *comm, char *out, const size_t *offsets,
+                                  const size_t *bytes) {
+  kolo_ring_plan *plan = &comm->plan;
+  int n = comm->size, r = comm->rank;
+  for (int t = 0; t < n - 1; t++) {
+    int send_block = wrap_rank(r - t, n);
+    int recv_block = wrap_rank(r - t - 1, n);
+    plan_send(plan, out + offsets[send_block], bytes[send_block], t == 0 ? -1 : t - 1);
+    plan_recv(plan, out + offsets[recv_block], NULL, bytes[recv_block], 0);
+  }
+}
+
+static void plan_allreduce_ring(kolo_comm *comm, const char *src, char *dst, size_t count,
+                                size_t element, kolo_op op) {
+  kolo_ring_plan *plan = &comm->plan;
+  int n = comm->size, r = comm->rank;
+  /* reduce-scatter: after n-1 steps rank r owns the sum of chunk r+1 */
+  for (int t = 0; t < n - 1; t++) {
+    int send_chunk = wrap_rank(r - t, n);
+    int recv_chunk = wrap_rank(r - t - 1, n);
+    const char *from = (t == 0 ? src : dst) + chunk_start(count, n, send_chunk) * element;
+    plan_send(plan, from, chunk_length(count, n, send_chunk) * element, t == 0 ? -1 : t - 1);
+    size_t offset = chunk_start(count, n, recv_chunk) * element;
+    plan_recv(plan, dst + offset, src + offset, chunk_length(count, n, recv_chunk) * element,
+              op == KOLO_AVG && t == n - 2);
+  }
+  /* all-gather: circulate the owned chunks */
+  for (int u = 0; u < n - 1; u++) {
+    int send_chunk = wrap_rank(r + 1 - u, n);
+    int recv_chunk = wrap_rank(r - u, n);
+    plan_send(plan, dst + chunk_start(count, n, send_chunk) * element,
+              chunk_length(count, n, send_chunk) * element, n - 2 + u);
+    plan_recv(plan, dst + chunk_start(count, n, recv_chunk) * element, NULL,
+              chunk_length(count, n, recv_chunk) * element, 0);
+  }
+}
+
+/* Executes comm->plan. Returns KOLO_OK or the communicator's failure. */
+static kolo_status execute_plan(kolo_comm *comm, int engine_thread);
+
+static kolo_status run_allreduce(kolo_comm *comm, kolo_request *request, int engine_thread) {
+  size_t element = kolo_dtype_size(request->dtype);
+  size_t bytes = request->count * element;
+  const char *src = request->send;
+  char *dst = request->recv;
+  int n = comm->size;
+  if (n == 1 || request->count == 0) {
+    if (src != dst && bytes > 0) memcpy(dst, src, bytes);
+    return KOLO_OK;
+  }
+  kolo_ring_plan *plan = &comm->plan;
+  plan_reset(plan, request->dtype, request->op);
+  if (bytes <= comm->small_bytes || request->count < (size_t)n) {
+    /* latency path: gather every rank's whole buffer (n-1 steps instead of
+     * 2(n-1)), then reduce locally in rank order so all ranks agree bit for bit */
+    kolo_status status = ensure_buffer(&comm->scratch, &comm->scratch_bytes, bytes * (size_t)n);
+    if (status != KOLO_OK) return status;
+    char *gather = comm->scratch;
+    memcpy(gather + bytes * (size_t)comm->rank, src, bytes);
+    for (int t = 0; t < n - 1; t++) {
+      int send_block = wrap_rank(comm->rank - t, n);
+      int recv_block = wrap_rank(comm->rank - t - 1, n);
+      plan_send(plan, gather + bytes * (size_t)send_block, bytes, t == 0 ? -1 : t - 1);
+      plan_recv(plan, gather + bytes * (size_t)recv_block, NULL, bytes, 0);
+    }
+    status = execute_plan(comm, engine_thread);
+    if (status != KOLO_OK) return status;
+    kolo_reduce(dst, gather, gather + bytes, request->count, request->dtype, request->op);
+    for (int b = 2; b < n; b++) {
+      kolo_reduce(dst, dst, gather + bytes * (size_t)b, request->count, request->dtype,
+                  request->op);
+    }
+    if (request->op == KOLO_AVG) kolo_divide(dst, request->count, request->dtype, n);
+    return KOLO_OK;
+  }
+  plan_allreduce_ring(comm, src, dst, request->count, element, request->op);
+  return execute_plan(comm, engine_thread);
+}
+
+static kolo_status run_allgather(kolo_comm *comm, kolo_request *request, int engine_thread) {
+  int n = comm->size, r = comm->rank;
+  size_t element = kolo_dtype_size(request->dtype);
+  kolo_status status;
+  /* phase 1: every rank's count */
+  comm->counts[r] = (uint64_t)request->count;
+  size_t total = request->count;
+  if (n > 1) {
+    size_t *count_offsets = comm->block_offsets;
+    size_t *count_bytes = comm->block_bytes;
+    for (int b = 0; b < n; b++) {
+      count_offsets[b] = (size_t)b * sizeof(uint64_t);
+      count_bytes[b] = sizeof(uint64_t);
+    }
+    plan_reset(&comm->plan, KOLO_UINT8, KOLO_SUM);
+    plan_allgather_blocks(comm, (char *)comm->counts, count_offsets, count_bytes);
+    status = execute_plan(comm, engine_thread);
+    if (status != KOLO_OK) return status;
+    total = 0;
+    for (int b = 0; b < n; b++) total += (size_t)comm->counts[b];
+  }
+  if (request->recv_counts != NULL) {
+    for (int b = 0; b < n; b++) request->recv_counts[b] = (size_t)comm->counts[b];
+  }
+  if (total > request->recv_capacity) {
+    KOLO_LOGE("kolo", "allgather: %zu elements do not fit the receive capacity %zu", total,
+              request->recv_capacity);
+    return KOLO_ERR_TOO_LARGE;
+  }
+  /* phase 2: the blocks themselves */
+  size_t *offsets = comm->block_offsets;
+  size_t *bytes = comm->block_bytes;
+  size_t position = 0;
+  for (int b = 0; b < n; b++) {
+    offsets[b] = position * element;
+    bytes[b] = (size_t)comm->counts[b] * element;
+    position += (size_t)comm->counts[b];
+  }
+  char *out = request->recv;
+  if (bytes[r] > 0 && out + offsets[r] != (const char *)request->send) {
+    memmove(out + offsets[r], request->send, bytes[r]);
+  }
+  if (n == 1 || total == 0) return KOLO_OK;
+  plan_reset(&comm->plan, request->dtype, KOLO_SUM);
+  plan_allgather_blocks(comm, out, offsets, bytes);
+  return execute_plan(comm, engine_thread);
+}
+
+static kolo_status run_broadcast(kolo_comm *comm, kolo_request *request, int engine_thread) {
+  int n = comm->size;
+  size_t bytes = request->count * kolo_dtype_size(request->dtype);
+  if (n == 1 || bytes == 0) return KOLO_OK;
+  kolo_ring_plan *plan = &comm->plan;
+  plan_reset(plan, request->dtype, KOLO_SUM);
+  int position = wrap_rank(comm->rank - request->root, n);
+  if (position == 0) {
+    plan_send(plan, request->recv, bytes, -1);
+  } else {
+    int index = plan_recv(plan, request->recv, NULL, bytes, 0);
+    if (position < n - 1) plan_send(plan, request->recv, bytes, index);
+  }
+  return execute_plan(comm, engine_thread);
+}
+
+static kolo_status run_reducescatter(kolo_comm *comm, kolo_request *request, int engine_thread) {
+  int n = comm->size, r = comm->rank;
+  size_t element = kolo_dtype_size(request->dtype);
+  size_t block = request->count * element;
+  const char *src = request->send;
+  char *dst = request->recv;
+  if (block == 0) return KOLO_OK;
+  if (n == 1) {
+    if (src != dst) memmove(dst, src, block);
+    return KOLO_OK;
+  }
+  kolo_status status = ensure_buffer(&comm->scratch, &comm->scratch_bytes, block * (size_t)n);
+  if (status != KOLO_OK) return status;
+  kolo_ring_plan *plan = &comm->plan;
+  plan_reset(plan, request->dtype, request->op);
+  /* reduce-scatter shifted so that rank r ends with block r */
+  for (int t = 0; t < n - 1; t++) {
+    int send_block = wrap_rank(r - t - 1, n);
+    int recv_block = wrap_rank(r - t - 2, n);
+    const char *from = (t == 0 ? src : comm->scratch) + (size_t)send_block * block;
+    plan_send(plan, from, block, t == 0 ? -1 : t - 1);
+    char *into = t == n - 2 ? dst : comm->scratch + (size_t)recv_block * block;
+    plan_recv(plan, into, src + (size_t)recv_block * block, block,
+              request->op == KOLO_AVG && t == n - 2);
+  }
+  return execute_plan(comm, engine_thread);
+}
+
+kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thread) {
+  if (atomic_load(&comm->failed)) return comm->error;
+  switch (request->kind) {
+    case KOLO_REQUEST_ALLREDUCE: return run_allreduce(comm, request, engine_thread);
+    case KOLO_REQUEST_ALLGATHER: return run_allgather(comm, request, engine_thread);
+    case KOLO_REQUEST_BROADCAST: return run_broadcast(comm, request, engine_thread);
+    case KOLO_REQUEST_REDUCESCATTER: return run_reducescatter(comm, request, engine_thread);
+    case KOLO_REQUEST_BARRIER: {
+      uint8_t token = 1, result = 0;
+      kolo_request inner = *request;
+      inner.kind = KOLO_REQUEST_ALLREDUCE;
+      inner.send = &token;
+      inner.recv = &result;
+      inner.count = 1;
+      inner.dtype = KOLO_UINT8;
+      inner.op = KOLO_MAX;
+      return run_allreduce(comm, &inner, engine_thread);
+    }
+  }
+  return KOLO_ERR_INVALID_ARG;
+}
+
+/* ---- the executor ---- */
+
+/* A data connection to neighbour rank failed. Give the control path a moment
+ * to name the real origin (a neighbour that closed because a third rank died
+ * reports that rank on its control link first), then blame the neighbour. */
+static kolo_status data_link_failed(kolo_comm *comm, int neighbour, int engine_thread,
+                                    const char *what) {
+  int64_t deadline = kolo_deadline_after_ms(100);
+  while (!atomic_load(&comm->failed)) {
+    int wait_ms = kolo_ms_until(deadline);
+    if (wait_ms == 0) break;
+    struct pollfd fds[3];
+    int count = 0;
+    fds[count++] = (struct pollfd){.fd = comm->fail_fd, .events = POLLIN};
+    int links[2] = {-1, -1};
+    if (engine_thread) {
+      for (int i = 0; i < 2; i++) {
+        if (comm->control[i].open) {
+          links[count - 1] = i;
+          fds[count++] = (struct pollfd){.fd = comm->transport->poll_fd(comm->control[i].conn),
+                                         .events = POLLIN};
+        }
+      }
+    }
+    if (poll(fds, (nfds_t)count, wait_ms) <= 0) continue;
+    for (int i = 1; i < count; i++) {
+      if (fds[i].revents) kolo_control_service(comm, &comm->control[links[i - 1]]);
+    }
+  }
+  kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, neighbour, "peer lost: rank %d (%s)", neighbour, what);
+  return comm->error;
+}
+
+static kolo_status execute_plan(kolo_comm *comm, int engine_thread) {
+  kolo_ring_plan *plan = &comm->plan;
+  const kolo_transport_ops *tp = comm->transport;
+  size_t element = kolo_dtype_size(plan->dtype);
+  size_t segment = comm->segment_bytes / element * element;
+  if (segment == 0) segment = element;
+  int next = wrap_rank(comm->rank + 1, comm->size);
+  int prev = wrap_rank(comm->rank - 1, comm->size);
+  int send_index = 0, recv_index = 0;
+  size_t sent = 0;        /* bytes of the current send item on the wire */
+  size_t staged = 0;      /* bytes of the current reduce segment in staging */
+  int64_t last_progress = kolo_now_ns();
+  int64_t timeout_ns = (int64_t)comm->timeout_ms * 1000000LL;
+
+  for (;;) {
+    int progress = 0;
+    /* sends, as far as the pipeline allows */
+    while (send_index < plan->send_count) {
+      kolo_ring_item *item = &plan->sends[send_index];
+      size_t available = item->depends_on < 0 ? item->bytes : plan->processed[item->depends_on];
+      if (sent < available) {
+        size_t moved = 0;
+        kolo_status status = tp->send(comm->data_next, item->buffer + sent, available - sent, &moved);
+        if (status != KOLO_OK) return data_link_failed(comm, next, engine_thread, "send failed");
+        if (moved == 0) break;
+        sent += moved;
+        progress = 1;
+      }
+      if (sent == item->bytes) {
+        send_index++;
+        sent = 0;
+        continue;
+      }
+      break;
+    }
+    /* receives: copy straight into place, or stage a segment and reduce it */
+    while (recv_index < plan->recv_count) {
+      kolo_ring_item *item = &plan->recvs[recv_index];
+      size_t done = plan->processed[recv_index];
+      if (done == item->bytes) {
+        recv_index++;
+        staged = 0;
+        continue;
+      }
+      size_t moved = 0;
+      kolo_status status;
+      if (item->local == NULL) {
+        status = tp->recv(comm->data_prev, item->buffer + done, item->bytes - done, &moved);
+        if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
+        if (moved == 0) break;
+        plan->processed[recv_index] += moved;
+        progress = 1;
+        continue;
+      }
+      size_t want = item->bytes - done < segment ? item->bytes - done : segment;
+      status = tp->recv(comm->data_prev, comm->staging + staged, want - staged, &moved);
+      if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
+      if (moved == 0) break;
+      staged += moved;
+      progress = 1;
+      if (staged == want) {
+        kolo_reduce(item->buffer + done, item->local + done, comm->staging, want / element,
+                    plan->dtype, plan->op);
+        if (item->finalize_avg) {
+          kolo_divide(item->buffer + done, want / element, plan->dtype, comm->size);
+        }
+        plan->processed[recv_index] += want;
+        staged = 0;
+      }
+    }
+    if (send_index == plan->send_count && recv_index == plan->recv_count) return KOLO_OK;
+    if (atomic_load(&comm->failed)) return comm->error;
+    if (progress) {
+      last_progress = kolo_now_ns();
+      continue;
+    }
+    /* nothing moved: sleep in poll until a socket is ready, a failure or abort
+     * is signalled, or the no-progress timeout expires */
+    struct pollfd fds[5];
+    int count = 0;
+    int want_send = send_index < plan->send_count &&
+                    sent < (plan->sends[send_index].depends_on < 0
+                                ? plan->sends[send_index].bytes
+                                : plan->processed[plan->sends[send_index].depends_on]);
+    fds[count++] = (struct pollfd){.fd = comm->fail_fd, .events = POLLIN};
+    int sends_pending = send_index < plan->send_count;
+    int recvs_pending = recv_index < plan->recv_count;
+    int next_slot = count;
+    fds[count++] = (struct pollfd){
+        .fd = sends_pending ? tp->poll_fd(comm->data_next) : -1,
+        .events = (short)(POLLRDHUP | (want_send ? POLLOUT : 0))};
+    fds[count++] = (struct pollfd){.fd = recvs_pending ? tp->poll_fd(comm->data_prev) : -1,
+                                   .events = POLLIN};
+    int link_slot[2] = {-1, -1};
+    if (engine_thread) {
+      for (int i = 0; i < 2; i++) {
+        if (comm->control[i].open) {
+          link_slot[i] = count;
+          fds[count++] = (struct pollfd){.fd = tp->poll_fd(comm->control[i].conn), .events = POLLIN};
+        }
+      }
+    }
+    int64_t left_ns = last_progress + timeout_ns - kolo_now_ns();
+    if (left_ns <= 0) {
+      int waiting_on = recv_index < plan->recv_count ? prev : next;
+      kolo_comm_fail(comm, KOLO_ERR_TIMEOUT, waiting_on,
+                     "timeout: no progress for %d ms (waiting on rank %d)", comm->timeout_ms,
+                     waiting_on);
+      return comm->error;
+    }
+    int wait_ms = (int)((left_ns + 999999) / 1000000);
+    int ready = poll(fds, (nfds_t)count, wait_ms);
+    if (ready < 0 && errno != EINTR) {
+      kolo_comm_fail(comm, KOLO_ERR_SYSTEM, -1, "poll failed: %s", strerror(errno));
+      return comm->error;
+    }
+    if (ready <= 0) continue;
+    for (int i = 0; i < 2; i++) {
+      if (link_slot[i] >= 0 && fds[link_slot[i]].revents) {
+        kolo_control_service(comm, &comm->control[i]);
+      }
+    }
+    if (atomic_load(&comm->failed)) return comm->error;
+    /* the next rank hung up while we still owe it data */
+    if (sends_pending && (fds[next_slot].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+      return data_link_failed(comm, next, engine_thread, "connection closed");
+    }
+  }
+}

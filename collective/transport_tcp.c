@@ -1,0 +1,354 @@
+/* The TCP transport: non-blocking sockets with TCP_NODELAY and large buffers,
+ * connect with retry until the peer listens, and the blocking helpers used by
+ * handshakes. The ring algorithms see it only through kolo_transport_ops. */
+#define _GNU_SOURCE /* accept4 */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "collective/transport.h"
+#include "common/log.h"
+
+struct kolo_transport_listener {
+  int fd;
+};
+
+struct kolo_transport_conn {
+  int fd;
+};
+
+/* Socket buffer size asked for data connections; the kernel may clamp it. */
+#define TCP_BUFFER_BYTES (4 * 1024 * 1024)
+
+int64_t kolo_now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+int64_t kolo_deadline_after_ms(int64_t milliseconds) {
+  return kolo_now_ns() + milliseconds * 1000000LL;
+}
+
+int kolo_ms_until(int64_t deadline_ns) {
+  int64_t left = deadline_ns - kolo_now_ns();
+  if (left <= 0) return 0;
+  left = (left + 999999) / 1000000;
+  return left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
+kolo_status kolo_split_address(const char *address, char *host, size_t host_length, char *port,
+                               size_t port_length) {
+  if (address == NULL) return KOLO_ERR_ADDRESS;
+  const char *colon = strrchr(address, ':');
+  if (colon == NULL || colon[1] == '\0') return KOLO_ERR_ADDRESS;
+  const char *host_start = address;
+  size_t host_size = (size_t)(colon - address);
+  if (host_size >= 2 && address[0] == '[' && colon[-1] == ']') {
+    host_start++;
+    host_size -= 2;
+  }
+  if (host_size == 0 || host_size >= host_length || strlen(colon + 1) >= port_length) {
+    return KOLO_ERR_ADDRESS;
+  }
+  for (const char *p = colon + 1; *p; p++) {
+    if (*p < '0' || *p > '9') return KOLO_ERR_ADDRESS;
+  }
+  memcpy(host, host_start, host_size);
+  host[host_size] = '\0';
+  strcpy(port, colon + 1);
+  return KOLO_OK;
+}
+
+static kolo_status resolve(const char *address, int passive, struct addrinfo **out) {
+  char host[256], port[16];
+  kolo_status status = kolo_split_address(address, host, sizeof host, port, sizeof port);
+  if (status != KOLO_OK) {
+    KOLO_LOGE("tcp", "bad address '%s' (want host:port)", address ? address : "(null)");
+    return status;
+  }
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  int rc = getaddrinfo(host, port, &hints, out);
+  if (rc != 0) {
+    KOLO_LOGE("tcp", "cannot resolve '%s': %s", address, gai_strerror(rc));
+    return KOLO_ERR_ADDRESS;
+  }
+  return KOLO_OK;
+}
+
+static void set_nonblocking(int fd) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+static void tune_data_socket(int fd) {
+  int one = 1, size = TCP_BUFFER_BYTES;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+  set_nonblocking(fd);
+}
+
+static kolo_status tcp_listen(const char *address, kolo_transport_listener **out) {
+  struct addrinfo *info = NULL;
+  kolo_status status = resolve(address, 1, &info);
+  if (status != KOLO_OK) return status;
+  int fd = -1;
+  int last_errno = 0;
+  for (struct addrinfo *ai = info; ai != NULL; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      last_errno = errno;
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int size = TCP_BUFFER_BYTES;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0) break;
+    last_errno = errno;
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(info);
+  if (fd < 0) {
+    KOLO_LOGE("tcp", "cannot listen on %s: %s", address, strerror(last_errno));
+    return last_errno == EADDRINUSE ? KOLO_ERR_ADDRESS : kolo_status_from_errno(last_errno);
+  }
+  set_nonblocking(fd);
+  kolo_transport_listener *listener = calloc(1, sizeof *listener);
+  if (listener == NULL) {
+    close(fd);
+    return KOLO_ERR_NO_MEMORY;
+  }
+  listener->fd = fd;
+  *out = listener;
+  return KOLO_OK;
+}
+
+static kolo_status tcp_listener_from_fd(int fd, kolo_transport_listener **out) {
+  if (fd < 0) return KOLO_ERR_INVALID_ARG;
+  int accepting = 0;
+  socklen_t length = sizeof accepting;
+  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &length) != 0 || !accepting) {
+    KOLO_LOGE("tcp", "descriptor %d is not a listening socket", fd);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  set_nonblocking(fd);
+  kolo_transport_listener *listener = calloc(1, sizeof *listener);
+  if (listener == NULL) return KOLO_ERR_NO_MEMORY;
+  listener->fd = fd;
+  *out = listener;
+  return KOLO_OK;
+}
+
+static kolo_status tcp_listener_address(const kolo_transport_listener *listener, char *buffer,
+                                        size_t length) {
+  struct sockaddr_storage address;
+  socklen_t address_length = sizeof address;
+  if (getsockname(listener->fd, (struct sockaddr *)&address, &address_length) != 0) {
+    return kolo_status_from_errno(errno);
+  }
+  char host[128], port[16];
+  if (getnameinfo((struct sockaddr *)&address, address_length, host, sizeof host, port,
+                  sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return KOLO_ERR_ADDRESS;
+  }
+  int written = address.ss_family == AF_INET6 ? snprintf(buffer, length, "[%s]:%s", host, port)
+                                              : snprintf(buffer, length, "%s:%s", host, port);
+  return (written < 0 || (size_t)written >= length) ? KOLO_ERR_TOO_LARGE : KOLO_OK;
+}
+
+static kolo_status wrap_conn(int fd, kolo_transport_conn **out) {
+  kolo_transport_conn *conn = calloc(1, sizeof *conn);
+  if (conn == NULL) {
+    close(fd);
+    return KOLO_ERR_NO_MEMORY;
+  }
+  conn->fd = fd;
+  *out = conn;
+  return KOLO_OK;
+}
+
+static kolo_status tcp_accept(kolo_transport_listener *listener, int64_t deadline_ns,
+                              kolo_transport_conn **out) {
+  for (;;) {
+    int fd = accept4(listener->fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      tune_data_socket(fd);
+      return wrap_conn(fd, out);
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+      return kolo_status_from_errno(errno);
+    }
+    int wait_ms = kolo_ms_until(deadline_ns);
+    if (wait_ms == 0) return KOLO_ERR_TIMEOUT;
+    struct pollfd pfd = {.fd = listener->fd, .events = POLLIN};
+    poll(&pfd, 1, wait_ms);
+  }
+}
+
+/* One connection attempt with a deadline; EINPROGRESS is waited for with poll. */
+static int connect_once(const struct addrinfo *ai, int64_t deadline_ns, int *error_out) {
+  int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+  if (fd < 0) {
+    *error_out = errno;
+    return -1;
+  }
+  tune_data_socket(fd);
+  if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) return fd;
+  if (errno != EINPROGRESS) {
+    *error_out = errno;
+    close(fd);
+    return -1;
+  }
+  struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+  int ready = poll(&pfd, 1, kolo_ms_until(deadline_ns));
+  if (ready <= 0) {
+    *error_out = ETIMEDOUT;
+    close(fd);
+    return -1;
+  }
+  int socket_error = 0;
+  socklen_t length = sizeof socket_error;
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &socket_error, &length);
+  if (socket_error != 0) {
+    *error_out = socket_error;
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static kolo_status tcp_connect(const char *address, int64_t deadline_ns,
+                               kolo_transport_conn **out) {
+  struct addrinfo *info = NULL;
+  kolo_status status = resolve(address, 0, &info);
+  if (status != KOLO_OK) return status;
+  int last_error = 0;
+  int delay_ms = 2;
+  for (;;) {
+    for (struct addrinfo *ai = info; ai != NULL; ai = ai->ai_next) {
+      int fd = connect_once(ai, deadline_ns, &last_error);
+      if (fd >= 0) {
+        freeaddrinfo(info);
+        return wrap_conn(fd, out);
+      }
+    }
+    /* Refused or unreachable: the peer may not be listening yet. Retry. */
+    int left = kolo_ms_until(deadline_ns);
+    if (left == 0) break;
+    struct timespec pause = {.tv_sec = 0,
+                             .tv_nsec = (long)(delay_ms < left ? delay_ms : left) * 1000000L};
+    nanosleep(&pause, NULL);
+    if (delay_ms < 100) delay_ms *= 2;
+  }
+  freeaddrinfo(info);
+  KOLO_LOGD("tcp", "connect %s failed: %s", address, strerror(last_error));
+  return last_error == ETIMEDOUT || last_error == 0 ? KOLO_ERR_TIMEOUT : KOLO_ERR_CONNECT;
+}
+
+static kolo_status tcp_send(kolo_transport_conn *conn, const void *buffer, size_t length,
+                            size_t *moved) {
+  *moved = 0;
+  if (length == 0) return KOLO_OK;
+  for (;;) {
+    ssize_t n = send(conn->fd, buffer, length, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) {
+      *moved = (size_t)n;
+      return KOLO_OK;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return KOLO_OK;
+    return (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) ? KOLO_ERR_PEER_LOST
+                                                                        : kolo_status_from_errno(errno);
+  }
+}
+
+static kolo_status tcp_recv(kolo_transport_conn *conn, void *buffer, size_t length,
+                            size_t *moved) {
+  *moved = 0;
+  if (length == 0) return KOLO_OK;
+  for (;;) {
+    ssize_t n = recv(conn->fd, buffer, length, MSG_DONTWAIT);
+    if (n > 0) {
+      *moved = (size_t)n;
+      return KOLO_OK;
+    }
+    if (n == 0) return KOLO_ERR_PEER_LOST;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return KOLO_OK;
+    return (errno == ECONNRESET || errno == ENOTCONN) ? KOLO_ERR_PEER_LOST
+                                                      : kolo_status_from_errno(errno);
+  }
+}
+
+static int tcp_poll_fd(const kolo_transport_conn *conn) { return conn->fd; }
+
+static void tcp_close(kolo_transport_conn *conn) {
+  if (conn == NULL) return;
+  close(conn->fd);
+  free(conn);
+}
+
+static void tcp_close_listener(kolo_transport_listener *listener) {
+  if (listener == NULL) return;
+  close(listener->fd);
+  free(listener);
+}
+
+const kolo_transport_ops kolo_transport_tcp = {
+    .name = "tcp",
+    .listen = tcp_listen,
+    .listener_address = tcp_listener_address,
+    .listener_from_fd = tcp_listener_from_fd,
+    .accept = tcp_accept,
+    .connect = tcp_connect,
+    .send = tcp_send,
+    .recv = tcp_recv,
+    .poll_fd = tcp_poll_fd,
+    .close = tcp_close,
+    .close_listener = tcp_close_listener,
+};
+
+static kolo_status transfer_all(const kolo_transport_ops *ops, kolo_transport_conn *conn,
+                                void *buffer, size_t length, int64_t deadline_ns, int sending) {
+  size_t done = 0;
+  while (done < length) {
+    size_t moved = 0;
+    kolo_status status = sending ? ops->send(conn, (const char *)buffer + done, length - done, &moved)
+                                 : ops->recv(conn, (char *)buffer + done, length - done, &moved);
+    if (status != KOLO_OK) return status;
+    done += moved;
+    if (moved > 0) continue;
+    int wait_ms = kolo_ms_until(deadline_ns);
+    if (wait_ms == 0) return KOLO_ERR_TIMEOUT;
+    struct pollfd pfd = {.fd = ops->poll_fd(conn), .events = sending ? POLLOUT : POLLIN};
+    poll(&pfd, 1, wait_ms);
+  }
+  return KOLO_OK;
+}
+
+kolo_status kolo_transport_send_all(const kolo_transport_ops *ops, kolo_transport_conn *conn,
+                                    const void *buffer, size_t length, int64_t deadline_ns) {
+  return transfer_all(ops, conn, (void *)buffer, length, deadline_ns, 1);
+}
+
+kolo_status kolo_transport_recv_all(const kolo_transport_ops *ops, kolo_transport_conn *conn,
+                                    void *buffer, size_t length, int64_t deadline_ns) {
+  return transfer_all(ops, conn, buffer, length, deadline_ns, 0);
+}

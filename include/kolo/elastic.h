@@ -1,0 +1,76 @@
+/* Elastic training with libkolo, like Horovod's hvd.elastic State: the process
+ * gets its ring from the kolo-worker agent (not from static environment), so the
+ * ring can change under it. The loop registers its state buffers, commits them
+ * every few steps, and on a failed collective or a ring change calls
+ * kolo_elastic_reform, which forms the next epoch's ring, restores the last
+ * commit and broadcasts it from the new rank 0 (a survivor). */
+#ifndef KOLO_ELASTIC_H
+#define KOLO_ELASTIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/kolo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kolo_elastic kolo_elastic;
+
+/* Called after every re-form, once the state has been synchronised (e.g. to
+ * rescale the learning rate to the new size). */
+typedef void (*kolo_elastic_reset_fn)(kolo_elastic *elastic, void *user);
+
+/* Connects to the agent at KOLO_AGENT_SOCKET (a unix socket path) and forms the
+ * first ring it announces; without KOLO_AGENT_SOCKET it falls back to
+ * kolo_comm_create_from_env (a fixed ring, e.g. under kolorun). Blocks until the
+ * ring is formed or KOLO_TIMEOUT passes. */
+kolo_status kolo_elastic_create(kolo_elastic **out);
+
+/* The current communicator; changes after kolo_elastic_reform. Never NULL after
+ * a successful create. Owned by the elastic context. */
+kolo_comm *kolo_elastic_comm(kolo_elastic *elastic);
+
+/* Adds a buffer to the state (weights, optimizer state, counters). The buffer
+ * stays owned by the caller and must outlive the context. Register the same
+ * buffers, in the same order and sizes, on every rank. */
+kolo_status kolo_elastic_register(kolo_elastic *elastic, void *buffer, size_t bytes);
+
+void kolo_elastic_set_reset_callback(kolo_elastic *elastic, kolo_elastic_reset_fn callback,
+                                     void *user);
+
+/* Copies the registered buffers into the committed copy (in memory). Returns
+ * KOLO_ERR_RING_CHANGED when the agent has announced a newer ring: the caller
+ * should then call kolo_elastic_reform. Does not communicate. */
+kolo_status kolo_elastic_commit(kolo_elastic *elastic);
+
+/* Copies the committed state back into the registered buffers. */
+kolo_status kolo_elastic_restore(kolo_elastic *elastic);
+
+/* Broadcasts the registered buffers from rank 0 to all ranks, then commits.
+ * Call once after create so new members start from the ring's state. */
+kolo_status kolo_elastic_sync(kolo_elastic *elastic);
+
+/* After a collective failed (peer lost, aborted by a ring change) or commit said
+ * KOLO_ERR_RING_CHANGED: waits for the agent's next ring (newer epoch), forms it,
+ * restores the last commit, syncs from the new rank 0 and calls the reset
+ * callback. Blocks up to KOLO_TIMEOUT. Without an agent: KOLO_ERR_UNSUPPORTED. */
+kolo_status kolo_elastic_reform(kolo_elastic *elastic);
+
+/* Sends one progress line to the agent (a JSON object, no newline), which
+ * forwards it to the job status. No-op without an agent. Never blocks long. */
+kolo_status kolo_elastic_report(kolo_elastic *elastic, const char *json);
+
+/* Whether the agent asked the process to stop (job cancelled or finished). */
+int kolo_elastic_should_stop(kolo_elastic *elastic);
+
+/* Number of re-forms so far. */
+int kolo_elastic_reconfigurations(const kolo_elastic *elastic);
+
+void kolo_elastic_destroy(kolo_elastic *elastic);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,95 @@
+/* An elastic training loop whose result is predictable: every step all-reduces
+ * (AVG) a vector that is the same on every rank and adds it to an accumulator,
+ * committing every few steps. Whatever the ring does (ranks lost, ranks joining),
+ * the final accumulator must equal the serial sum if no step is lost or counted
+ * twice. Used by the elastic tests with a test agent and by the worker tests.
+ *
+ * Usage: elastic_loop STEPS LENGTH COMMIT_EVERY [STEP_DELAY_MS]
+ * Prints "RESULT <steps> <checksum> <reconfigurations>" on success (rank 0 of the
+ * final ring prints it; with KOLO_RESULT_FILE set, every rank writes it there). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kolo/elastic.h"
+
+static double step_value(int64_t step, size_t index) { return (double)((step * 7 + (int64_t)index) % 13); }
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: elastic_loop STEPS LENGTH COMMIT_EVERY [STEP_DELAY_MS]\n");
+    return 2;
+  }
+  int64_t steps = atoll(argv[1]);
+  size_t length = (size_t)atoll(argv[2]);
+  int64_t commit_every = atoll(argv[3]);
+  long delay_ms = argc > 4 ? atol(argv[4]) : 0;
+  if (steps < 0 || length == 0 || commit_every < 1) return 2;
+
+  kolo_elastic *elastic = NULL;
+  kolo_status status = kolo_elastic_create(&elastic);
+  if (status != KOLO_OK) {
+    fprintf(stderr, "elastic_loop: %s\n", kolo_strerror(status));
+    return 1;
+  }
+  double *accumulator = calloc(length, sizeof *accumulator);
+  double *contribution = calloc(length, sizeof *contribution);
+  int64_t step = 0;
+  kolo_elastic_register(elastic, &step, sizeof step);
+  kolo_elastic_register(elastic, accumulator, length * sizeof *accumulator);
+  status = kolo_elastic_sync(elastic);
+  while (status == KOLO_OK || status == KOLO_ERR_RING_CHANGED || status == KOLO_ERR_PEER_LOST ||
+         status == KOLO_ERR_ABORTED || status == KOLO_ERR_TIMEOUT) {
+    if (status != KOLO_OK) {
+      if (kolo_elastic_should_stop(elastic)) break;
+      status = kolo_elastic_reform(elastic);
+      continue;
+    }
+    if (step >= steps) break;
+    for (size_t i = 0; i < length; i++) contribution[i] = step_value(step, i);
+    status = kolo_allreduce(kolo_elastic_comm(elastic), contribution, contribution, length,
+                            KOLO_FLOAT64, KOLO_AVG);
+    if (status != KOLO_OK) continue;
+    for (size_t i = 0; i < length; i++) accumulator[i] += contribution[i];
+    step++;
+    if (step % commit_every == 0 || step == steps) {
+      status = kolo_elastic_commit(elastic);
+      char report[128];
+      snprintf(report, sizeof report, "{\"step\":%lld,\"total_steps\":%lld}", (long long)step,
+               (long long)steps);
+      kolo_elastic_report(elastic, report);
+    }
+    if (delay_ms > 0) {
+      struct timespec pause = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+      nanosleep(&pause, NULL);
+    }
+  }
+  int ok = status == KOLO_OK && step == steps;
+  double expected_sum = 0, sum = 0;
+  for (int64_t s = 0; s < steps; s++) {
+    for (size_t i = 0; i < length; i++) expected_sum += step_value(s, i);
+  }
+  for (size_t i = 0; i < length; i++) sum += accumulator[i];
+  if (ok) {
+    char line[160];
+    snprintf(line, sizeof line, "RESULT %lld %.1f %d %s\n", (long long)step, sum,
+             kolo_elastic_reconfigurations(elastic), sum == expected_sum ? "exact" : "WRONG");
+    const char *file = getenv("KOLO_RESULT_FILE");
+    if (file != NULL) {
+      FILE *out = fopen(file, "a");
+      if (out) {
+        fputs(line, out);
+        fclose(out);
+      }
+    }
+    if (kolo_comm_rank(kolo_elastic_comm(elastic)) == 0) fputs(line, stdout);
+  } else {
+    fprintf(stderr, "elastic_loop: stopped at step %lld: %s\n", (long long)step, kolo_strerror(status));
+  }
+  free(accumulator);
+  free(contribution);
+  kolo_elastic_destroy(elastic);
+  return ok && sum == expected_sum ? 0 : 1;
+}

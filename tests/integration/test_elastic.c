@@ -1,0 +1,220 @@
+/* The process side of elasticity against a test agent on a unix socket: real
+ * elastic_loop processes form the ring the agent announces; when one is
+ * SIGKILLed the survivors re-form at the next epoch, and when one joins it gets
+ * the state by broadcast; in both cases the final result is exact. */
+#include <errno.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define MAX_PROCESSES 4
+
+typedef struct test_agent {
+  char directory[64];
+  char socket_path[128];
+  char result_path[128];
+  int listen_fd;
+  pid_t pids[MAX_PROCESSES];
+  int conns[MAX_PROCESSES];
+  int ports[MAX_PROCESSES];
+  char pending[MAX_PROCESSES][4096];
+  size_t filled[MAX_PROCESSES];
+} test_agent;
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in address = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  bind(fd, (struct sockaddr *)&address, sizeof address);
+  socklen_t length = sizeof address;
+  getsockname(fd, (struct sockaddr *)&address, &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+static void agent_start(test_agent *agent) {
+  memset(agent, 0, sizeof *agent);
+  strcpy(agent->directory, "/tmp/kolo-elastic-XXXXXX");
+  assert_non_null(mkdtemp(agent->directory));
+  snprintf(agent->socket_path, sizeof agent->socket_path, "%s/agent.sock", agent->directory);
+  snprintf(agent->result_path, sizeof agent->result_path, "%s/result", agent->directory);
+  agent->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un address = {.sun_family = AF_UNIX};
+  strcpy(address.sun_path, agent->socket_path);
+  assert_int_equal(bind(agent->listen_fd, (struct sockaddr *)&address, sizeof address), 0);
+  assert_int_equal(listen(agent->listen_fd, 8), 0);
+  for (int i = 0; i < MAX_PROCESSES; i++) agent->conns[i] = -1;
+}
+
+/* Starts process index i (elastic_loop) and accepts its connection. */
+static void agent_spawn(test_agent *agent, int index, const char *steps, const char *delay_ms) {
+  char program[512];
+  snprintf(program, sizeof program, "%s/elastic_loop", getenv("KOLO_TEST_DIR"));
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("KOLO_AGENT_SOCKET", agent->socket_path, 1);
+    setenv("KOLO_RESULT_FILE", agent->result_path, 1);
+    setenv("KOLO_TIMEOUT", "10", 1);
+    execl(program, program, steps, "1000", "5", delay_ms, (char *)NULL);
+    _exit(127);
+  }
+  agent->pids[index] = pid;
+  struct pollfd pfd = {.fd = agent->listen_fd, .events = POLLIN};
+  assert_true(poll(&pfd, 1, 10000) == 1);
+  agent->conns[index] = accept(agent->listen_fd, NULL, NULL);
+  assert_true(agent->conns[index] >= 0);
+  agent->ports[index] = free_port();
+}
+
+/* Announces a ring of the given process indexes at epoch. */
+static void agent_announce(test_agent *agent, uint64_t epoch, const int *members, int size) {
+  for (int rank = 0; rank < size; rank++) {
+    char line[1024];
+    int used = snprintf(line, sizeof line, "RING %llu %d %d %d %d 10000 secret 127.0.0.1:%d",
+                        (unsigned long long)epoch, rank, size, rank, size,
+                        agent->ports[members[rank]]);
+    for (int r = 0; r < size; r++) {
+      used += snprintf(line + used, sizeof line - (size_t)used, " 127.0.0.1:%d",
+                       agent->ports[members[r]]);
+    }
+    used += snprintf(line + used, sizeof line - (size_t)used, "\n");
+    assert_int_equal(write(agent->conns[members[rank]], line, (size_t)used), used);
+  }
+}
+
+/* Reads lines from process index until one starts with prefix; returns its step
+ * for REPORT lines (or 0). Fails the test after timeout_ms. */
+static long agent_wait_line(test_agent *agent, int index, const char *prefix, int timeout_ms) {
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    char *newline;
+    while ((newline = memchr(agent->pending[index], '\n', agent->filled[index])) != NULL) {
+      *newline = '\0';
+      int match = strncmp(agent->pending[index], prefix, strlen(prefix)) == 0;
+      long step = 0;
+      char *found = strstr(agent->pending[index], "\"step\":");
+      if (found) step = atol(found + 7);
+      size_t consumed = (size_t)(newline - agent->pending[index]) + 1;
+      memmove(agent->pending[index], newline + 1, agent->filled[index] - consumed);
+      agent->filled[index] -= consumed;
+      if (match) return step;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int elapsed = (int)((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+    assert_true(elapsed < timeout_ms);
+    struct pollfd pfd = {.fd = agent->conns[index], .events = POLLIN};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    ssize_t n = read(agent->conns[index], agent->pending[index] + agent->filled[index],
+                     sizeof agent->pending[index] - 1 - agent->filled[index]);
+    assert_true(n > 0);
+    agent->filled[index] += (size_t)n;
+  }
+}
+
+static int agent_wait_exit(test_agent *agent, int index) {
+  int status = 0;
+  for (int i = 0; i < 300; i++) {
+    if (waitpid(agent->pids[index], &status, WNOHANG) == agent->pids[index]) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    struct timespec pause = {0, 100 * 1000000L};
+    nanosleep(&pause, NULL);
+  }
+  kill(agent->pids[index], SIGKILL);
+  waitpid(agent->pids[index], &status, 0);
+  return -1;
+}
+
+static int count_exact_results(test_agent *agent, const char *steps) {
+  FILE *file = fopen(agent->result_path, "r");
+  if (file == NULL) return 0;
+  char line[256], want[64];
+  snprintf(want, sizeof want, "RESULT %s ", steps);
+  int exact = 0;
+  while (fgets(line, sizeof line, file)) {
+    if (strncmp(line, want, strlen(want)) == 0 && strstr(line, "exact")) exact++;
+  }
+  fclose(file);
+  return exact;
+}
+
+static void agent_stop(test_agent *agent) {
+  for (int i = 0; i < MAX_PROCESSES; i++) {
+    if (agent->conns[i] >= 0) close(agent->conns[i]);
+    if (agent->pids[i] > 0 && kill(agent->pids[i], 0) == 0) {
+      kill(agent->pids[i], SIGKILL);
+      waitpid(agent->pids[i], NULL, 0);
+    }
+  }
+  close(agent->listen_fd);
+  unlink(agent->socket_path);
+  unlink(agent->result_path);
+  rmdir(agent->directory);
+}
+
+static void survivors_reform_after_a_kill_and_finish_exactly(void **state) {
+  (void)state;
+  test_agent agent;
+  agent_start(&agent);
+  for (int i = 0; i < 3; i++) agent_spawn(&agent, i, "400", "5");
+  int ring1[3] = {0, 1, 2};
+  agent_announce(&agent, 1, ring1, 3);
+  for (int i = 0; i < 3; i++) agent_wait_line(&agent, i, "FORMED", 10000);
+  while (agent_wait_line(&agent, 0, "REPORT", 20000) < 100) {
+  }
+  kill(agent.pids[1], SIGKILL);
+  waitpid(agent.pids[1], NULL, 0);
+  agent.pids[1] = 0;
+  agent_wait_line(&agent, 0, "FAILED", 5000);
+  agent_wait_line(&agent, 2, "FAILED", 5000);
+  int ring2[2] = {0, 2};
+  agent_announce(&agent, 2, ring2, 2);
+  agent_wait_line(&agent, 0, "FORMED 2", 10000);
+  assert_int_equal(agent_wait_exit(&agent, 0), 0);
+  assert_int_equal(agent_wait_exit(&agent, 2), 0);
+  assert_int_equal(count_exact_results(&agent, "400"), 2);
+  agent_stop(&agent);
+}
+
+static void a_joining_process_gets_the_state_and_the_result_stays_exact(void **state) {
+  (void)state;
+  test_agent agent;
+  agent_start(&agent);
+  for (int i = 0; i < 2; i++) agent_spawn(&agent, i, "300", "5");
+  int ring1[2] = {0, 1};
+  agent_announce(&agent, 1, ring1, 2);
+  while (agent_wait_line(&agent, 0, "REPORT", 20000) < 50) {
+  }
+  agent_spawn(&agent, 2, "300", "5");
+  int ring2[3] = {0, 1, 2};
+  agent_announce(&agent, 2, ring2, 3);
+  agent_wait_line(&agent, 2, "FORMED 2", 10000);
+  for (int i = 0; i < 3; i++) assert_int_equal(agent_wait_exit(&agent, i), 0);
+  assert_int_equal(count_exact_results(&agent, "300"), 3);
+  agent_stop(&agent);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(survivors_reform_after_a_kill_and_finish_exactly),
+      cmocka_unit_test(a_joining_process_gets_the_state_and_the_result_stays_exact),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

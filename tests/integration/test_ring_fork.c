@@ -1,0 +1,237 @@
+/* Multi-process tests of libkolo's ring on 127.0.0.1: the parent binds one
+ * listener per rank, forks the ranks with explicit ring specs, and each rank
+ * checks its results; the parent asserts every rank exited 0. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kolo/kolo.h"
+
+typedef int (*rank_body)(kolo_comm *comm, void *argument);
+
+#define MAX_RANKS 8
+
+/* Forks size ranks joined in one ring; returns how many ranks failed. */
+static int run_ranks(int size, rank_body body, void *argument) {
+  kolo_listener *listeners[MAX_RANKS];
+  char addresses[MAX_RANKS][64];
+  const char *peers[MAX_RANKS];
+  for (int r = 0; r < size; r++) {
+    assert_int_equal(kolo_listener_create("127.0.0.1:0", &listeners[r]), KOLO_OK);
+    assert_int_equal(kolo_listener_address(listeners[r], addresses[r], sizeof addresses[r]), KOLO_OK);
+    peers[r] = addresses[r];
+  }
+  pid_t pids[MAX_RANKS];
+  for (int r = 0; r < size; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      alarm(60);
+      for (int other = 0; other < size; other++) {
+        if (other != r) kolo_listener_destroy(listeners[other]);
+      }
+      kolo_ring_spec spec = {.epoch = 1, .rank = r, .size = size, .peers = peers,
+                             .secret = "s3cret", .timeout_ms = 20000};
+      kolo_comm *comm = NULL;
+      kolo_status status = kolo_comm_create(&spec, listeners[r], &comm);
+      if (status != KOLO_OK) {
+        fprintf(stderr, "rank %d: create: %s\n", r, kolo_strerror(status));
+        _exit(10);
+      }
+      int failures = body(comm, argument);
+      kolo_comm_destroy(comm);
+      _exit(failures ? 1 : 0);
+    }
+  }
+  for (int r = 0; r < size; r++) kolo_listener_destroy(listeners[r]);
+  int failed = 0;
+  for (int r = 0; r < size; r++) {
+    int wstatus = 0;
+    waitpid(pids[r], &wstatus, 0);
+    if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+      fprintf(stderr, "rank %d ended with status 0x%x\n", r, wstatus);
+      failed++;
+    }
+  }
+  return failed;
+}
+
+static float value_of(int rank, size_t index) { return (float)((rank + 1) * 0.5 + (double)(index % 97)); }
+
+static int allreduce_float_sum(kolo_comm *comm, void *argument) {
+  size_t count = *(size_t *)argument;
+  int rank = kolo_comm_rank(comm), size = kolo_comm_size(comm);
+  float *data = malloc(count * sizeof *data + 4);
+  float *out = malloc(count * sizeof *out + 4);
+  for (size_t i = 0; i < count; i++) data[i] = value_of(rank, i);
+  int bad = 0;
+  for (int round = 0; round < 3; round++) {
+    kolo_status status = kolo_allreduce(comm, data, out, count, KOLO_FLOAT32, KOLO_SUM);
+    if (status != KOLO_OK) {
+      fprintf(stderr, "rank %d: allreduce: %s\n", rank, kolo_strerror(status));
+      bad++;
+      break;
+    }
+    for (size_t i = 0; i < count; i++) {
+      float expected = 0;
+      for (int r = 0; r < size; r++) expected += value_of(r, i);
+      if (out[i] != expected && bad++ < 5) {
+        fprintf(stderr, "rank %d: [%zu] = %g, want %g\n", rank, i, out[i], expected);
+      }
+    }
+  }
+  free(data);
+  free(out);
+  return bad;
+}
+
+static void allreduce_matches_the_serial_sum_for_many_sizes(void **state) {
+  (void)state;
+  size_t counts[] = {0, 1, 3, 7, 1000, 8193, 300001, 2000003};
+  for (int size = 1; size <= 5; size++) {
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+      int failed = run_ranks(size, allreduce_float_sum, &counts[c]);
+      if (failed) fprintf(stderr, "size %d count %zu failed\n", size, counts[c]);
+      assert_int_equal(failed, 0);
+    }
+  }
+}
+
+static int many_collectives(kolo_comm *comm, void *argument) {
+  (void)argument;
+  int rank = kolo_comm_rank(comm), size = kolo_comm_size(comm);
+  int bad = 0;
+  /* allgather with counts rank + 1 */
+  size_t total = (size_t)size * (size_t)(size + 1) / 2;
+  int32_t mine[MAX_RANKS + 1], all[64];
+  size_t counts[MAX_RANKS];
+  for (int i = 0; i <= rank; i++) mine[i] = rank * 100 + i;
+  if (kolo_allgather(comm, mine, (size_t)rank + 1, all, 64, counts, KOLO_INT32) != KOLO_OK) bad++;
+  size_t position = 0;
+  for (int r = 0; r < size; r++) {
+    if (counts[r] != (size_t)r + 1) bad++;
+    for (int i = 0; i <= r; i++) {
+      if (all[position++] != r * 100 + i) bad++;
+    }
+  }
+  if (position != total) bad++;
+  /* broadcast from every root */
+  for (int root = 0; root < size; root++) {
+    int64_t values[1000];
+    for (int i = 0; i < 1000; i++) values[i] = rank == root ? root * 1000 + i : -1;
+    if (kolo_broadcast(comm, values, 1000, KOLO_INT64, root) != KOLO_OK) bad++;
+    for (int i = 0; i < 1000; i++) {
+      if (values[i] != root * 1000 + i) bad++;
+    }
+  }
+  /* reducescatter: block b of rank r holds r + b */
+  double send[MAX_RANKS * 5], recv[5];
+  for (int b = 0; b < size; b++) {
+    for (int i = 0; i < 5; i++) send[b * 5 + i] = rank + b + i;
+  }
+  if (kolo_reducescatter(comm, send, recv, 5, KOLO_FLOAT64, KOLO_MAX) != KOLO_OK) bad++;
+  for (int i = 0; i < 5; i++) {
+    if (recv[i] != (double)(size - 1 + rank + i)) bad++;
+  }
+  /* non-blocking: two in flight */
+  int32_t x[4] = {rank, rank, rank, rank}, y[4] = {1, 2, 3, 4};
+  kolo_request *first = NULL, *second = NULL;
+  if (kolo_allreduce_async(comm, x, x, 4, KOLO_INT32, KOLO_SUM, &first) != KOLO_OK) bad++;
+  if (kolo_allreduce_async(comm, y, y, 4, KOLO_INT32, KOLO_PROD, &second) != KOLO_OK) bad++;
+  if (kolo_wait(first) != KOLO_OK || kolo_wait(second) != KOLO_OK) bad++;
+  int64_t product = 1;
+  for (int r = 0; r < size; r++) product *= 1;
+  if (x[0] != size * (size - 1) / 2) bad++;
+  if (y[3] != (int32_t)(1LL << (2 * size))) bad++;
+  (void)product;
+  if (kolo_barrier(comm) != KOLO_OK) bad++;
+  if (bad) fprintf(stderr, "rank %d: %d mismatches\n", rank, bad);
+  return bad;
+}
+
+static void other_collectives_work_for_every_ring_size(void **state) {
+  (void)state;
+  for (int size = 1; size <= 6; size++) assert_int_equal(run_ranks(size, many_collectives, NULL), 0);
+}
+
+/* Every rank loops over large all-reduces; the parent SIGKILLs one rank and the
+ * others must report KOLO_ERR_PEER_LOST naming it within a second. */
+static void survivors_report_the_killed_rank_within_a_second(void **state) {
+  (void)state;
+  for (int size = 2; size <= 5; size++) {
+    int victim = size - 2;
+    kolo_listener *listeners[MAX_RANKS];
+    char addresses[MAX_RANKS][64];
+    const char *peers[MAX_RANKS];
+    int pipes[MAX_RANKS][2];
+    for (int r = 0; r < size; r++) {
+      assert_int_equal(kolo_listener_create("127.0.0.1:0", &listeners[r]), KOLO_OK);
+      kolo_listener_address(listeners[r], addresses[r], sizeof addresses[r]);
+      peers[r] = addresses[r];
+      assert_int_equal(pipe(pipes[r]), 0);
+    }
+    pid_t pids[MAX_RANKS];
+    for (int r = 0; r < size; r++) {
+      pids[r] = fork();
+      if (pids[r] == 0) {
+        alarm(30);
+        for (int other = 0; other < size; other++) {
+          if (other != r) kolo_listener_destroy(listeners[other]);
+        }
+        kolo_ring_spec spec = {.epoch = 7, .rank = r, .size = size, .peers = peers, .secret = "x"};
+        kolo_comm *comm = NULL;
+        if (kolo_comm_create(&spec, listeners[r], &comm) != KOLO_OK) _exit(10);
+        size_t count = 8 << 20;
+        float *data = calloc(count, sizeof *data);
+        kolo_status status = KOLO_OK;
+        while (status == KOLO_OK) status = kolo_allreduce(comm, data, data, count, KOLO_FLOAT32, KOLO_SUM);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int failed_rank = -1;
+        kolo_status recorded = kolo_comm_error(comm, &failed_rank);
+        int64_t report[3] = {(int64_t)status * 1000 + failed_rank, (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, recorded};
+        ssize_t written = write(pipes[r][1], report, sizeof report);
+        (void)written;
+        kolo_comm_destroy(comm);
+        _exit(0);
+      }
+    }
+    for (int r = 0; r < size; r++) kolo_listener_destroy(listeners[r]);
+    struct timespec pause = {0, 300 * 1000000L};
+    nanosleep(&pause, NULL);
+    struct timespec killed;
+    clock_gettime(CLOCK_MONOTONIC, &killed);
+    kill(pids[victim], SIGKILL);
+    int64_t killed_ns = (int64_t)killed.tv_sec * 1000000000LL + killed.tv_nsec;
+    for (int r = 0; r < size; r++) {
+      int wstatus;
+      waitpid(pids[r], &wstatus, 0);
+      if (r == victim) continue;
+      int64_t report[3];
+      assert_int_equal(read(pipes[r][0], report, sizeof report), (ssize_t)sizeof report);
+      double seconds = (double)(report[1] - killed_ns) / 1e9;
+      fprintf(stderr, "size %d rank %d: status %lld rank %lld after %.3f s\n", size, r,
+              (long long)(report[0] / 1000), (long long)(report[0] % 1000), seconds);
+      assert_int_equal(report[0], KOLO_ERR_PEER_LOST * 1000 + victim);
+      assert_true(seconds < 1.0);
+    }
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(allreduce_matches_the_serial_sum_for_many_sizes),
+      cmocka_unit_test(other_collectives_work_for_every_ring_size),
+      cmocka_unit_test(survivors_report_the_killed_rank_within_a_second),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

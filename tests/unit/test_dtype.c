@@ -1,0 +1,112 @@
+/* Unit tests for collective/dtype.c: float16/bfloat16 conversion rounds to
+ * nearest even and keeps specials; the reduction kernels compute each op. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "collective/internal.h"
+
+static void half_round_trips_every_finite_value(void **state) {
+  (void)state;
+  for (uint32_t bits = 0; bits < 0x10000u; bits++) {
+    uint16_t half = (uint16_t)bits;
+    if ((half & 0x7c00u) == 0x7c00u && (half & 0x3ffu) != 0) continue; /* NaN payloads */
+    assert_int_equal(kolo_float_to_half(kolo_half_to_float(half)), half);
+  }
+}
+
+static void half_conversion_rounds_to_nearest_even(void **state) {
+  (void)state;
+  assert_true(kolo_half_to_float(kolo_float_to_half(1.0f)) == 1.0f);
+  /* 1 + 2^-11 lies halfway between 1 and 1 + 2^-10: ties to even (1.0) */
+  assert_int_equal(kolo_float_to_half(1.0f + 0x1p-11f), 0x3c00);
+  /* 1 + 3 * 2^-11 is halfway between 1+2^-10 (odd) and 1+2^-9 (even) */
+  assert_int_equal(kolo_float_to_half(1.0f + 3 * 0x1p-11f), 0x3c02);
+  assert_int_equal(kolo_float_to_half(65520.0f), 0x7c00); /* overflow to infinity */
+  assert_int_equal(kolo_float_to_half(0x1p-24f), 0x0001); /* smallest subnormal */
+  assert_int_equal(kolo_float_to_half(0x1p-26f), 0x0000);
+  assert_true(isnan(kolo_half_to_float(kolo_float_to_half(NAN))));
+  assert_true(isinf(kolo_half_to_float(kolo_float_to_half(-INFINITY))));
+}
+
+static void bfloat16_conversion_rounds_to_nearest_even(void **state) {
+  (void)state;
+  assert_int_equal(kolo_float_to_bfloat16(1.0f), 0x3f80);
+  assert_int_equal(kolo_float_to_bfloat16(1.0f + 0x1p-8f), 0x3f80);      /* tie -> even */
+  assert_int_equal(kolo_float_to_bfloat16(1.0f + 3 * 0x1p-8f), 0x3f82);  /* tie -> even */
+  assert_true(kolo_bfloat16_to_float(kolo_float_to_bfloat16(-2.5f)) == -2.5f);
+  assert_true(isnan(kolo_bfloat16_to_float(kolo_float_to_bfloat16(NAN))));
+}
+
+static void reduce_computes_every_op_on_int32(void **state) {
+  (void)state;
+  int32_t a[3] = {1, -5, 7}, b[3] = {4, 2, -7}, out[3];
+  kolo_reduce(out, a, b, 3, KOLO_INT32, KOLO_SUM);
+  assert_int_equal(out[0], 5);
+  assert_int_equal(out[2], 0);
+  kolo_reduce(out, a, b, 3, KOLO_INT32, KOLO_PROD);
+  assert_int_equal(out[1], -10);
+  kolo_reduce(out, a, b, 3, KOLO_INT32, KOLO_MIN);
+  assert_int_equal(out[0], 1);
+  assert_int_equal(out[2], -7);
+  kolo_reduce(out, a, b, 3, KOLO_INT32, KOLO_MAX);
+  assert_int_equal(out[1], 2);
+}
+
+static void reduce_of_float16_works_in_float32(void **state) {
+  (void)state;
+  uint16_t a[2] = {kolo_float_to_half(1.5f), kolo_float_to_half(-2.0f)};
+  uint16_t b[2] = {kolo_float_to_half(0.25f), kolo_float_to_half(3.0f)};
+  kolo_reduce(a, a, b, 2, KOLO_FLOAT16, KOLO_SUM);
+  assert_true(kolo_half_to_float(a[0]) == 1.75f);
+  assert_true(kolo_half_to_float(a[1]) == 1.0f);
+}
+
+static void integer_sums_wrap_instead_of_overflowing(void **state) {
+  (void)state;
+  int64_t a = INT64_MAX, b = 1, out;
+  kolo_reduce(&out, &a, &b, 1, KOLO_INT64, KOLO_SUM);
+  assert_true(out == INT64_MIN);
+  uint8_t x = 200, y = 100, z;
+  kolo_reduce(&z, &x, &y, 1, KOLO_UINT8, KOLO_SUM);
+  assert_int_equal(z, 44);
+}
+
+static void divide_averages_each_type(void **state) {
+  (void)state;
+  double d[2] = {3.0, -9.0};
+  kolo_divide(d, 2, KOLO_FLOAT64, 3);
+  assert_true(d[0] == 1.0 && d[1] == -3.0);
+  int32_t i[2] = {7, -7};
+  kolo_divide(i, 2, KOLO_INT32, 2);
+  assert_int_equal(i[0], 3);
+  assert_int_equal(i[1], -3);
+}
+
+static void dtype_and_op_names_are_known(void **state) {
+  (void)state;
+  assert_string_equal(kolo_dtype_name(KOLO_BFLOAT16), "bfloat16");
+  assert_int_equal(kolo_dtype_size(KOLO_FLOAT64), 8);
+  assert_int_equal(kolo_dtype_size((kolo_dtype)99), 0);
+  assert_string_equal(kolo_op_name(KOLO_AVG), "avg");
+  assert_string_equal(kolo_op_name((kolo_op)99), "unknown");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(half_round_trips_every_finite_value),
+      cmocka_unit_test(half_conversion_rounds_to_nearest_even),
+      cmocka_unit_test(bfloat16_conversion_rounds_to_nearest_even),
+      cmocka_unit_test(reduce_computes_every_op_on_int32),
+      cmocka_unit_test(reduce_of_float16_works_in_float32),
+      cmocka_unit_test(integer_sums_wrap_instead_of_overflowing),
+      cmocka_unit_test(divide_averages_each_type),
+      cmocka_unit_test(dtype_and_op_names_are_known),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
