@@ -206,9 +206,10 @@ static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, in
   e->touched = 1;
 }
 
-static void set_revision(kolo_server_store *s, int64_t revision) {
+/* Records how far the view got; reset = a resync (etcd's history may even have gone back). */
+static void set_revision(kolo_server_store *s, int64_t revision, int reset) {
   pthread_mutex_lock(&s->rev_lock);
-  if (revision > s->revision) s->revision = revision;
+  if (revision > s->revision || reset) s->revision = revision;
   pthread_cond_broadcast(&s->rev_cond);
   pthread_mutex_unlock(&s->rev_lock);
 }
@@ -237,7 +238,7 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
   }
   pthread_rwlock_unlock(&s->lock);
   pthread_mutex_unlock(&s->sub_lock);
-  set_revision(s, revision);
+  set_revision(s, revision, reset);
 }
 
 /* Waits until the view has applied revision (a write of ours), up to CATCH_UP_MS. */
