@@ -24,6 +24,8 @@
 #define LOG "grpc"
 #define GENERIC (-1)
 #define MAX_THREADS 32
+/* A WatchJob client this many versions behind is cut off (RESOURCE_EXHAUSTED). */
+#define WATCH_QUEUE_MAX 1024
 
 typedef enum tag_kind { TAG_NEW, TAG_DONE, TAG_SEND, TAG_STATUS, TAG_CLOSE, TAG_SHUTDOWN } tag_kind;
 
@@ -55,6 +57,8 @@ struct call_ctx {
   /* WatchJob state, under lock. */
   pthread_mutex_t lock;
   queued *head, *tail;
+  size_t queued_count;
+  int status_code; /* the stream's final status, sent once the queue is empty */
   int md_sent, in_flight, final_queued, status_started, closed;
   uint64_t sub;
 };
@@ -201,6 +205,7 @@ static void pump_locked(call_ctx *ctx) {
   if (ctx->head) {
     queued *q = ctx->head;
     ctx->head = q->next;
+    ctx->queued_count--;
     if (ctx->head == NULL) ctx->tail = NULL;
     if (ctx->response) grpc_byte_buffer_destroy(ctx->response);
     ctx->response = q->buf;
@@ -219,11 +224,14 @@ static void pump_locked(call_ctx *ctx) {
   }
   if (ctx->final_queued) {
     /* The job ended: close the stream with OK once its last state went out. */
+    grpc_slice details = grpc_slice_from_static_string(
+        ctx->status_code ? "watcher too slow: too many versions queued" : "");
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)ctx->status_code;
+    ops[n].data.send_status_from_server.status_details = &details;
     n++;
     ctx->status_started = 1;
-    ctx->code = 0;
+    ctx->code = ctx->status_code;
     atomic_fetch_add(&ctx->refs, 1);
     if (grpc_call_start_batch(ctx->call, ops, n, &ctx->t_status, NULL) != GRPC_CALL_OK)
       atomic_fetch_sub(&ctx->refs, 1);
@@ -234,9 +242,24 @@ static void pump_locked(call_ctx *ctx) {
 static void on_job(void *arg, const uint8_t *packed, size_t len, Kolo__V1__Phase phase) {
   call_ctx *ctx = arg;
   pthread_mutex_lock(&ctx->lock);
+  if (!ctx->closed && !ctx->final_queued && ctx->queued_count >= WATCH_QUEUE_MAX) {
+    /* The client does not keep up: drop what is queued and end the stream. */
+    while (ctx->head) {
+      queued *next = ctx->head->next;
+      grpc_byte_buffer_destroy(ctx->head->buf);
+      free(ctx->head);
+      ctx->head = next;
+    }
+    ctx->tail = NULL;
+    ctx->queued_count = 0;
+    ctx->status_code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+    ctx->final_queued = 1;
+    pump_locked(ctx);
+  }
   if (!ctx->closed && !ctx->final_queued) {
     queued *q = malloc(sizeof *q);
     if (q) {
+      ctx->queued_count++;
       grpc_slice slice = grpc_slice_from_copied_buffer((const char *)packed, len);
       q->buf = grpc_raw_byte_buffer_create(&slice, 1);
       grpc_slice_unref(slice);
@@ -281,23 +304,33 @@ static void start_watch(call_ctx *ctx, const Kolo__V1__WatchJobRequest *req) {
     ctx_unref(ctx);
     return;
   }
-  rc = kolo_server_store_subscribe(g->cfg.store, req->id, on_job, ctx, &ctx->sub);
+  /* The close may complete on another thread while we subscribe: hold a reference, and
+   * whoever comes second (us or on_watch_closed) removes the subscription. */
+  atomic_fetch_add(&ctx->refs, 1);
+  uint64_t handle = 0;
+  rc = kolo_server_store_subscribe(g->cfg.store, req->id, on_job, ctx, &handle);
+  pthread_mutex_lock(&ctx->lock);
+  int closed = ctx->closed;
+  if (!closed) ctx->sub = handle;
   if (rc != KOLO_OK) {
     /* Deleted in between: end the stream. */
-    pthread_mutex_lock(&ctx->lock);
     ctx->final_queued = 1;
     pump_locked(ctx);
-    pthread_mutex_unlock(&ctx->lock);
   }
+  pthread_mutex_unlock(&ctx->lock);
+  if (closed && handle) kolo_server_store_unsubscribe(g->cfg.store, handle);
   KOLO_LOGD(LOG, "WatchJob %s started", req->id);
+  ctx_unref(ctx);
 }
 
 static void on_watch_closed(call_ctx *ctx) {
   pthread_mutex_lock(&ctx->lock);
   ctx->closed = 1;
-  pthread_mutex_unlock(&ctx->lock);
-  if (ctx->sub) kolo_server_store_unsubscribe(ctx->g->cfg.store, ctx->sub);
+  uint64_t handle = ctx->sub;
   ctx->sub = 0;
+  pthread_mutex_unlock(&ctx->lock);
+  /* After this returns on_job is not running and will not run again for ctx. */
+  if (handle) kolo_server_store_unsubscribe(ctx->g->cfg.store, handle);
   if (!ctx->status_started) ctx->code = 1; /* CANCELLED by the client */
   kolo_server_metrics_observe(ctx->g->cfg.metrics, KOLO_SERVER_API_GRPC, KOLO_SERVER_WATCH_JOB,
                               ctx->code, seconds_since(&ctx->started));

@@ -188,6 +188,15 @@ static void route_metrics(kolo_server_http *h, reply *r) {
              kolo_server_metrics_render(h->cfg.metrics, phases, workers, is_me));
 }
 
+/* Constant-time comparison of a presented Authorization header with the expected one. */
+static int same_secret(const char *given, const char *want) {
+  if (given == NULL) return 0;
+  size_t len = strlen(given), want_len = strlen(want);
+  unsigned diff = (unsigned)(len ^ want_len);
+  for (size_t k = 0; k < want_len; k++) diff |= (unsigned)((uint8_t)given[k < len ? k : 0] ^ (uint8_t)want[k]);
+  return diff == 0;
+}
+
 /* Splits "/v1/jobs/<id>[suffix]" into id and suffix ("", "/events", ":cancel", ":scale"). */
 static int job_path(const char *url, char *id, size_t id_len, const char **suffix) {
   const char *p = url + strlen("/v1/jobs/");
@@ -213,7 +222,7 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
   if (strcmp(url, "/readyz") == 0 && get) return route_readyz(h, r);
   if (h->token_header) {
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (auth == NULL || strcmp(auth, h->token_header) != 0)
+    if (!same_secret(auth, h->token_header))
       return reply_error(r, KOLO_ERR_AUTH, "missing or wrong bearer token");
   }
   if (req->too_large) {

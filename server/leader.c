@@ -1,5 +1,5 @@
-/* Implementation of leader.h: one thread that keeps a lease and a candidate key, and
- * re-reads the candidates every poll interval. */
+/* Implementation of leader.h over libkolo_coord's election (coordination/election.h):
+ * one thread campaigns in short waits and observes who leads in between. */
 #include "server/leader.h"
 
 #include <errno.h>
@@ -13,6 +13,7 @@
 
 #include "common/checks.h"
 #include "common/log.h"
+#include "coordination/election.h"
 #include "coordination/etcd.h"
 
 #define LOG "leader"
@@ -28,9 +29,8 @@ struct kolo_server_leader {
   pthread_cond_t cond;
   int stop;
   atomic_int lease_lost;
-  int64_t lease;
-  kolo_etcd_keepalive *keepalive;
-  /* what the last poll saw, under lock */
+  kolo_election *election; /* owned by the thread while it runs */
+  /* what the thread saw last, under lock */
   char my_key[96];
   int64_t my_revision;
   int known, is_me;
@@ -44,89 +44,82 @@ static void on_lost(int64_t lease_id, kolo_status status, const char *message, v
   atomic_store(&l->lease_lost, 1);
 }
 
-/* Gets a lease and puts our candidate key under it. */
-static kolo_status campaign(kolo_server_leader *l) {
-  int64_t lease = 0, granted = 0, revision = 0;
-  KOLO_CHECK(kolo_etcd_lease_grant(l->client, l->ttl_s, &lease, &granted));
-  char key[96];
-  snprintf(key, sizeof key, KOLO_SERVER_LEADER_PREFIX "%016" PRIx64, (uint64_t)lease);
-  kolo_status rc = kolo_etcd_create_key(l->client, kolo_etcd_str(key), kolo_etcd_str(l->name), lease,
-                                        NULL, &revision);
-  if (rc == KOLO_OK) rc = kolo_etcd_keepalive_start(l->client, lease, l->ttl_s, on_lost, l, &l->keepalive);
-  if (rc != KOLO_OK) {
-    kolo_etcd_lease_revoke(l->client, lease);
-    return rc;
+/* Waits up to ms or until stop; returns 1 when stopping. */
+static int pause_ms(kolo_server_leader *l, int ms) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_nsec += (long)ms * 1000000L;
+  while (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
   }
-  atomic_store(&l->lease_lost, 0);
   pthread_mutex_lock(&l->lock);
-  l->lease = lease;
-  snprintf(l->my_key, sizeof l->my_key, "%s", key);
-  l->my_revision = revision;
+  while (!l->stop && pthread_cond_timedwait(&l->cond, &l->lock, &deadline) != ETIMEDOUT) {
+  }
+  int stop = l->stop;
   pthread_mutex_unlock(&l->lock);
-  KOLO_LOGI(LOG, "%s campaigning as %s (revision %" PRId64 ")", l->name, key, revision);
-  return KOLO_OK;
+  return stop;
 }
 
-static void drop_lease(kolo_server_leader *l, int revoke) {
-  kolo_etcd_keepalive_stop(l->keepalive);
-  l->keepalive = NULL;
-  if (revoke && l->lease) kolo_etcd_lease_revoke(l->client, l->lease);
+static void drop_election(kolo_server_leader *l) {
+  kolo_election_destroy(l->election);
+  l->election = NULL;
   pthread_mutex_lock(&l->lock);
-  l->lease = 0;
   l->my_key[0] = '\0';
   l->is_me = 0;
   pthread_mutex_unlock(&l->lock);
 }
 
-/* Reads the candidates: the lowest create revision leads. */
-static void poll_leader(kolo_server_leader *l) {
-  kolo_etcd_range_result res;
-  memset(&res, 0, sizeof res);
-  if (kolo_etcd_range_prefix(l->client, kolo_etcd_str(KOLO_SERVER_LEADER_PREFIX), 100, &res) != KOLO_OK) {
-    pthread_mutex_lock(&l->lock);
-    l->known = 0;
-    l->is_me = 0;
-    pthread_mutex_unlock(&l->lock);
-    return;
-  }
-  const kolo_etcd_kv *best = NULL;
-  for (size_t i = 0; i < res.count; i++)
-    if (best == NULL || res.kvs[i].create_revision < best->create_revision) best = &res.kvs[i];
+/* Reads who leads now (the lowest candidate) and whether it is us. */
+static void observe(kolo_server_leader *l) {
+  kolo_etcd_kv kv;
+  memset(&kv, 0, sizeof kv);
+  kolo_status rc = kolo_election_leader(l->client, NULL, &kv);
+  int me = l->election && kolo_election_is_leader(l->election) && !atomic_load(&l->lease_lost);
   pthread_mutex_lock(&l->lock);
   int was_me = l->is_me;
-  l->known = best != NULL;
-  l->is_me = best && l->my_key[0] && strcmp((const char *)best->key, l->my_key) == 0 &&
-             !atomic_load(&l->lease_lost);
-  snprintf(l->leader_name, sizeof l->leader_name, "%.*s", best ? (int)best->value_len : 0,
-           best ? (const char *)best->value : "");
+  l->known = rc == KOLO_OK;
+  l->is_me = me && rc == KOLO_OK;
+  snprintf(l->leader_name, sizeof l->leader_name, "%.*s", rc == KOLO_OK ? (int)kv.value_len : 0,
+           rc == KOLO_OK ? (const char *)kv.value : "");
+  if (l->election) {
+    snprintf(l->my_key, sizeof l->my_key, "%s", kolo_election_key(l->election));
+    l->my_revision = kolo_election_revision(l->election);
+  }
   int now_me = l->is_me;
   pthread_mutex_unlock(&l->lock);
+  kolo_etcd_kv_clear(&kv);
   if (now_me && !was_me) KOLO_LOGI(LOG, "%s is now the leader", l->name);
   if (!now_me && was_me) KOLO_LOGW(LOG, "%s is no longer the leader", l->name);
-  kolo_etcd_range_result_free(&res);
 }
 
 static void *run(void *arg) {
   kolo_server_leader *l = arg;
-  pthread_mutex_lock(&l->lock);
-  while (!l->stop) {
-    pthread_mutex_unlock(&l->lock);
-    if (atomic_load(&l->lease_lost) && l->keepalive) drop_lease(l, 0);
-    if (l->keepalive == NULL && campaign(l) != KOLO_OK)
-      KOLO_LOGW(LOG, "campaign failed: %s", kolo_etcd_last_error());
-    poll_leader(l);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_nsec += POLL_MS * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-      deadline.tv_sec++;
-      deadline.tv_nsec -= 1000000000L;
-    }
+  for (;;) {
     pthread_mutex_lock(&l->lock);
-    while (!l->stop && pthread_cond_timedwait(&l->cond, &l->lock, &deadline) != ETIMEDOUT) {
+    int stop = l->stop;
+    pthread_mutex_unlock(&l->lock);
+    if (stop) break;
+    if (l->election && atomic_load(&l->lease_lost)) drop_election(l);
+    if (l->election == NULL) {
+      atomic_store(&l->lease_lost, 0);
+      if (kolo_election_create(l->client, NULL, l->name, l->ttl_s, on_lost, l, &l->election) != KOLO_OK) {
+        KOLO_LOGW(LOG, "cannot join the election: %s", kolo_etcd_last_error());
+        l->election = NULL;
+        observe(l);
+        pause_ms(l, POLL_MS);
+        continue;
+      }
     }
+    int waited = 0;
+    if (!kolo_election_is_leader(l->election)) {
+      kolo_status rc = kolo_election_campaign(l->election, POLL_MS);
+      waited = rc == KOLO_ERR_TIMEOUT;
+      if (rc == KOLO_ERR_LEASE_LOST) drop_election(l);
+    }
+    observe(l);
+    if (!waited) pause_ms(l, POLL_MS);
   }
-  pthread_mutex_unlock(&l->lock);
   return NULL;
 }
 
@@ -168,7 +161,7 @@ void kolo_server_leader_stop(kolo_server_leader *l) {
   pthread_cond_broadcast(&l->cond);
   pthread_mutex_unlock(&l->lock);
   pthread_join(l->thread, NULL);
-  drop_lease(l, 1);
+  kolo_election_destroy(l->election); /* resigns: the next replica leads at once */
   kolo_etcd_destroy(l->client);
   pthread_mutex_destroy(&l->lock);
   pthread_cond_destroy(&l->cond);

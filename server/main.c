@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -19,6 +20,7 @@
 #include "scheduler/scheduler.h"
 
 #define LOG "server"
+#define STARTUP_ATTEMPTS 60 /* 500 ms apart */
 
 typedef struct server {
   kolo_server_options opts;
@@ -164,10 +166,23 @@ int main(int argc, char **argv) {
     KOLO_LOGE(LOG, "job store backend: %s", kolo_strerror(rc));
     goto out;
   }
-  rc = kolo_server_store_create(s.kv, &s.store);
-  if (rc != KOLO_OK) {
-    KOLO_LOGE(LOG, "cannot load jobs from etcd at %s: %s", endpoints, kolo_strerror(rc));
-    goto out;
+  /* etcd may come up after us (a pod starting next to it): retry the first load for a
+   * while, still answering SIGTERM at once. */
+  for (int attempt = 1;; attempt++) {
+    rc = kolo_server_store_create(s.kv, &s.store);
+    if (rc == KOLO_OK) break;
+    if (attempt >= STARTUP_ATTEMPTS) {
+      KOLO_LOGE(LOG, "cannot load jobs from etcd at %s: %s; giving up", endpoints, kolo_strerror(rc));
+      goto out;
+    }
+    if (attempt == 1) KOLO_LOGW(LOG, "etcd at %s not answering (%s); retrying for %d s", endpoints,
+                                kolo_strerror(rc), STARTUP_ATTEMPTS / 2);
+    struct timespec pause = {0, 500 * 1000000L};
+    if (sigtimedwait(&stop_signals, NULL, &pause) > 0) {
+      KOLO_LOGI(LOG, "stopped before etcd answered");
+      exit_code = 0;
+      goto out;
+    }
   }
   if (s.etcd_child || strcmp(s.opts.etcd, "none") != 0) {
     rc = kolo_server_leader_start(endpoints, s.opts.name, s.opts.leader_ttl_s, &s.leader);

@@ -180,6 +180,18 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
     }
     KOLO_CHECK(set(o, s, value, err, err_len));
   }
+  const char *listens[2][2] = {{"grpc-listen", o->grpc_listen}, {"http-listen", o->http_listen}};
+  for (int k = 0; k < 2; k++) {
+    if (k == 1 && strcmp(o->http_listen, "off") == 0) continue;
+    const char *colon = strrchr(listens[k][1], ':');
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (colon == NULL || colon[1] == '\0' || *end != '\0' || port < 0 || port > 65535) {
+      snprintf(err, err_len, "%s: expected HOST:PORT with a port 0-65535, got '%.200s'", listens[k][0],
+               listens[k][1]);
+      return KOLO_ERR_INVALID_ARG;
+    }
+  }
   if ((o->tls_cert[0] != '\0') != (o->tls_key[0] != '\0')) {
     snprintf(err, err_len, "--tls-cert and --tls-key go together");
     return KOLO_ERR_INVALID_ARG;

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,9 +205,10 @@ static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, in
   e->touched = 1;
 }
 
-static void set_revision(kolo_server_store *s, int64_t revision) {
+/* Records how far the view got; reset = a resync (etcd's history may even have gone back). */
+static void set_revision(kolo_server_store *s, int64_t revision, int reset) {
   pthread_mutex_lock(&s->rev_lock);
-  if (revision > s->revision) s->revision = revision;
+  if (revision > s->revision || reset) s->revision = revision;
   pthread_cond_broadcast(&s->rev_cond);
   pthread_mutex_unlock(&s->rev_lock);
 }
@@ -237,7 +237,7 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
   }
   pthread_rwlock_unlock(&s->lock);
   pthread_mutex_unlock(&s->sub_lock);
-  set_revision(s, revision);
+  set_revision(s, revision, reset);
 }
 
 /* Waits until the view has applied revision (a write of ours), up to CATCH_UP_MS. */
@@ -657,83 +657,4 @@ void kolo_server_store_unsubscribe(kolo_server_store *s, uint64_t handle) {
   pthread_mutex_unlock(&s->sub_lock);
 }
 
-/* ---- workers ---- */
-
-/* Reads a worker registration leniently: the worker component owns its exact shape. */
-static Kolo__V1__Worker *worker_from_json(const char *key, const char *text, size_t len) {
-  json_t *obj = json_loadb(text, len, 0, NULL);
-  Kolo__V1__Worker *w = malloc(sizeof *w);
-  if (w == NULL) {
-    json_decref(obj);
-    return NULL;
-  }
-  kolo__v1__worker__init(w);
-  const char *id = key + strlen(KOLO_SERVER_WORKERS_PREFIX);
-  kolo_server_pb_set_string(&w->id, json_string_value(json_object_get(obj, "id")) ?: id);
-  kolo_server_pb_set_string(&w->host, json_string_value(json_object_get(obj, "host")) ?: "");
-  kolo_server_pb_set_string(&w->address, json_string_value(json_object_get(obj, "address")) ?: "");
-  kolo_server_pb_set_string(&w->state, json_string_value(json_object_get(obj, "state")) ?: "IDLE");
-  kolo_server_pb_set_string(&w->job_id, json_string_value(json_object_get(obj, "job_id")) ?: "");
-  w->slots = (uint32_t)json_integer_value(json_object_get(obj, "slots"));
-  w->gpus = (uint32_t)json_integer_value(json_object_get(obj, "gpus"));
-  w->registered_unix_ms = json_integer_value(json_object_get(obj, "registered_unix_ms"));
-  json_decref(obj);
-  return w;
-}
-
-kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListWorkersResponse **out) {
-  kolo_server_kv_item *items = NULL, *drains = NULL;
-  size_t n = 0, n_drains = 0;
-  int64_t revision;
-  kolo_status rc;
-  KOLO_CHECK(s->kv->ops->range(s->kv, KOLO_SERVER_WORKERS_PREFIX, &items, &n, &revision));
-  KOLO_CHECK_GOTO_RC(s->kv->ops->range(s->kv, KOLO_SERVER_DRAIN_PREFIX, &drains, &n_drains, &revision));
-  rc = KOLO_ERR_NO_MEMORY;
-  Kolo__V1__ListWorkersResponse *resp = malloc(sizeof *resp);
-  if (resp == NULL) goto out;
-  kolo__v1__list_workers_response__init(resp);
-  resp->workers = calloc(n + 1, sizeof *resp->workers);
-  if (resp->workers == NULL) {
-    free(resp);
-    goto out;
-  }
-  for (size_t i = 0; i < n; i++) {
-    Kolo__V1__Worker *w = worker_from_json(items[i].key, items[i].value, items[i].value_len);
-    if (w == NULL) continue;
-    for (size_t d = 0; d < n_drains; d++)
-      if (strcmp(drains[d].key + strlen(KOLO_SERVER_DRAIN_PREFIX), w->id) == 0) w->draining = 1;
-    if (w->draining) kolo_server_pb_set_string(&w->state, "DRAINING");
-    resp->workers[resp->n_workers++] = w;
-  }
-  *out = resp;
-  rc = KOLO_OK;
-out:
-  kolo_server_kv_items_free(items, n);
-  kolo_server_kv_items_free(drains, n_drains);
-  return rc;
-}
-
-kolo_status kolo_server_store_drain_worker(kolo_server_store *s, const char *id, Kolo__V1__Worker **out) {
-  Kolo__V1__ListWorkersResponse *all = NULL;
-  KOLO_CHECK(kolo_server_store_list_workers(s, &all));
-  kolo_status rc = KOLO_ERR_NOT_FOUND;
-  for (size_t i = 0; i < all->n_workers; i++) {
-    if (strcmp(all->workers[i]->id, id) != 0) continue;
-    char key[200], value[96];
-    snprintf(key, sizeof key, KOLO_SERVER_DRAIN_PREFIX "%.150s", id);
-    snprintf(value, sizeof value, "{\"draining\":true,\"time_unix_ms\":%" PRId64 "}", kolo_server_now_ms());
-    kolo_server_kv_put put = {key, value};
-    int64_t revision;
-    rc = s->kv->ops->txn(s->kv, NULL, 0, &put, 1, &revision);
-    if (rc != KOLO_OK) break;
-    Kolo__V1__Worker *w = all->workers[i];
-    w->draining = 1;
-    kolo_server_pb_set_string(&w->state, "DRAINING");
-    *out = (Kolo__V1__Worker *)kolo_server_pb_copy(&w->base);
-    rc = *out ? KOLO_OK : KOLO_ERR_NO_MEMORY;
-    KOLO_LOGI(LOG, "worker %s drained", id);
-    break;
-  }
-  protobuf_c_message_free_unpacked(&all->base, NULL);
-  return rc;
-}
+kolo_server_kv *kolo_server_store_kv(kolo_server_store *s) { return s->kv; }

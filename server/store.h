@@ -69,6 +69,9 @@ kolo_status kolo_server_store_list_workers(kolo_server_store *store, Kolo__V1__L
 kolo_status kolo_server_store_drain_worker(kolo_server_store *store, const char *id,
                                            Kolo__V1__Worker **out);
 
+/* The kv the store writes through (workers.c reads worker registrations with it). */
+kolo_server_kv *kolo_server_store_kv(kolo_server_store *store);
+
 /* Revision the view has caught up with. */
 int64_t kolo_server_store_revision(kolo_server_store *store);
 

@@ -1,0 +1,28 @@
+/* Test helper (not a test): starts a real etcd through kolo_test_etcd, prints its URL on
+ * one line, then obeys commands on stdin ("stop", "start": answered "ok" or "error") until
+ * stdin closes (the Python tests hold the pipe, so etcd also goes away when a test dies),
+ * then stops it and removes its data. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/support/etcd_harness.h"
+
+int main(void) {
+  kolo_etcd_harness *etcd = NULL;
+  if (kolo_etcd_harness_start(NULL, &etcd) != KOLO_OK) {
+    fprintf(stderr, "test_server_etcd: etcd did not start\n");
+    return 1;
+  }
+  printf("%s\n", kolo_etcd_harness_url(etcd));
+  fflush(stdout);
+  char line[64];
+  while (fgets(line, sizeof line, stdin)) {
+    kolo_status rc = KOLO_ERR_INVALID_ARG;
+    if (strncmp(line, "stop", 4) == 0) rc = kolo_etcd_harness_stop(etcd);
+    if (strncmp(line, "start", 5) == 0) rc = kolo_etcd_harness_restart(etcd);
+    printf("%s\n", rc == KOLO_OK ? "ok" : "error");
+    fflush(stdout);
+  }
+  kolo_etcd_harness_destroy(etcd);
+  return 0;
+}
