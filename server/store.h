@@ -17,6 +17,7 @@
 #define KOLO_SERVER_JOBS_PREFIX "/kolo/v1/jobs/"
 #define KOLO_SERVER_WORKERS_PREFIX "/kolo/v1/workers/"
 #define KOLO_SERVER_DRAIN_PREFIX "/kolo/v1/drain/"
+#define KOLO_SERVER_ASSIGN_PREFIX "/kolo/v1/assign/"
 
 typedef struct kolo_server_store kolo_server_store;
 

@@ -31,21 +31,52 @@ static Kolo__V1__Worker *worker_from_json(const char *key, const char *text, siz
   kolo_server_pb_set_string(&w->address, json_string_value(json_object_get(obj, "address")) ?: "");
   kolo_server_pb_set_string(&w->state, json_string_value(json_object_get(obj, "state")) ?: "IDLE");
   kolo_server_pb_set_string(&w->job_id, json_string_value(json_object_get(obj, "job_id")) ?: "");
-  w->slots = (uint32_t)json_integer_value(json_object_get(obj, "slots"));
+  /* kolo-worker's record (coordination/membership.c) says "cpus": one slot each */
+  json_t *slots = json_object_get(obj, "slots");
+  w->slots = (uint32_t)json_integer_value(slots ? slots : json_object_get(obj, "cpus"));
   w->gpus = (uint32_t)json_integer_value(json_object_get(obj, "gpus"));
   w->registered_unix_ms = json_integer_value(json_object_get(obj, "registered_unix_ms"));
+  json_t *labels = json_object_get(obj, "labels");
+  if (json_is_object(labels) && json_object_size(labels) > 0) {
+    w->labels = calloc(json_object_size(labels), sizeof *w->labels);
+    const char *name;
+    json_t *value;
+    json_object_foreach(labels, name, value) {
+      if (w->labels == NULL || !json_is_string(value)) continue;
+      Kolo__V1__Worker__LabelsEntry *entry = malloc(sizeof *entry);
+      if (entry == NULL) continue;
+      kolo__v1__worker__labels_entry__init(entry);
+      kolo_server_pb_set_string(&entry->key, name);
+      kolo_server_pb_set_string(&entry->value, json_string_value(value));
+      w->labels[w->n_labels++] = entry;
+    }
+  }
   json_decref(obj);
   return w;
 }
 
+/* The job a worker is assigned to, from /kolo/v1/assign/<id> ({"job": ...}); "" if none. */
+static void set_job_from_assignments(Kolo__V1__Worker *w, const kolo_server_kv_item *assigns,
+                                     size_t n_assigns) {
+  if (w->job_id != NULL && w->job_id[0] != '\0') return;
+  for (size_t a = 0; a < n_assigns; a++) {
+    if (strcmp(assigns[a].key + strlen(KOLO_SERVER_ASSIGN_PREFIX), w->id) != 0) continue;
+    json_t *obj = json_loadb(assigns[a].value, assigns[a].value_len, 0, NULL);
+    const char *job = json_string_value(json_object_get(obj, "job"));
+    if (job != NULL) kolo_server_pb_set_string(&w->job_id, job);
+    json_decref(obj);
+  }
+}
+
 kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListWorkersResponse **out) {
   kolo_server_kv *kv = kolo_server_store_kv(s);
-  kolo_server_kv_item *items = NULL, *drains = NULL;
-  size_t n = 0, n_drains = 0;
+  kolo_server_kv_item *items = NULL, *drains = NULL, *assigns = NULL;
+  size_t n = 0, n_drains = 0, n_assigns = 0;
   int64_t revision;
   kolo_status rc;
   KOLO_CHECK(kv->ops->range(kv, KOLO_SERVER_WORKERS_PREFIX, &items, &n, &revision));
   KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_DRAIN_PREFIX, &drains, &n_drains, &revision));
+  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_ASSIGN_PREFIX, &assigns, &n_assigns, &revision));
   rc = KOLO_ERR_NO_MEMORY;
   Kolo__V1__ListWorkersResponse *resp = malloc(sizeof *resp);
   if (resp == NULL) goto out;
@@ -61,6 +92,7 @@ kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListW
     for (size_t d = 0; d < n_drains; d++)
       if (strcmp(drains[d].key + strlen(KOLO_SERVER_DRAIN_PREFIX), w->id) == 0) w->draining = 1;
     if (w->draining) kolo_server_pb_set_string(&w->state, "DRAINING");
+    set_job_from_assignments(w, assigns, n_assigns);
     resp->workers[resp->n_workers++] = w;
   }
   *out = resp;
@@ -68,6 +100,7 @@ kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListW
 out:
   kolo_server_kv_items_free(items, n);
   kolo_server_kv_items_free(drains, n_drains);
+  kolo_server_kv_items_free(assigns, n_assigns);
   return rc;
 }
 
