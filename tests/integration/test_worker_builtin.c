@@ -3,9 +3,11 @@
  * scaled by the number of workers). One run goes undisturbed; in a second,
  * identical run one worker is SIGKILLed mid-training. The disturbed job must
  * re-form once, finish, and land close to the undisturbed one. Measured here:
- * 0.45-0.9 points below it (the issue asks for 1 point; the trainer-level test
- * test_train_elastic_fashion shows 0.05), so the bound asserted is 2 points
- * until the gap is understood: see the closing note of the trainer issue. */
+ * 0.45-0.9 points below it, and that gap is the global batch, not elasticity:
+ * after the kill the job trains at 2 x 32 instead of 3 x 32, and one process
+ * alone gives 86.44% at batch 96 and 85.71% at batch 64 for the same 4 epochs.
+ * So the bound asserted is 2 points; the 1-point check with an unchanged batch
+ * schedule is the trainer-level test_train_elastic_fashion. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
