@@ -310,7 +310,17 @@ kolo_status kolo_elastic_create(kolo_elastic **out) {
     goto fail;
   }
   elastic->reader_started = 1;
-  KOLO_CHECK_GOTO(form_next_ring(elastic), status, fail);
+  /* a newer ring may arrive while the first one forms (the job grew or lost a
+   * member meanwhile): then form that one, as kolo_elastic_reform would */
+  for (;;) {
+    status = form_next_ring(elastic);
+    if (status == KOLO_OK) break;
+    pthread_mutex_lock(&elastic->mutex);
+    int newer = elastic->pending != NULL && !elastic->stop_requested;
+    pthread_mutex_unlock(&elastic->mutex);
+    if (!newer || status == KOLO_ERR_TIMEOUT) goto fail;
+    KOLO_LOGW("elastic", "first ring failed (%s); forming the newer one", kolo_strerror(status));
+  }
   *out = elastic;
   return KOLO_OK;
 fail:
