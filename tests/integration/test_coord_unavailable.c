@@ -27,6 +27,29 @@ typedef struct fixture {
   kolo_etcd *client;
 } fixture;
 
+/* Sends SIGSTOP and waits (up to 2 s) until the kernel reports the process
+ * stopped: kill() returns before every thread of a running process has stopped,
+ * and a request served in that gap would not meet a frozen etcd. */
+static void freeze(pid_t pid) {
+  kill(pid, SIGSTOP);
+  char path[64], text[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  for (int i = 0; i < 200; i++) {
+    FILE *file = fopen(path, "r");
+    size_t n = file ? fread(text, 1, sizeof text - 1, file) : 0;
+    if (file) fclose(file);
+    text[n] = '\0';
+    const char *close_paren = strrchr(text, ')');
+    if (close_paren != NULL && (close_paren[2] == 'T' || close_paren[2] == 't')) {
+      struct timespec settle = {0, 20 * 1000000L}; /* let the other threads follow */
+      nanosleep(&settle, NULL);
+      return;
+    }
+    struct timespec pause = {0, 10 * 1000000L};
+    nanosleep(&pause, NULL);
+  }
+}
+
 static long long now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -104,7 +127,7 @@ static void with_etcd_frozen_calls_end_at_their_deadline(void **state) {
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
   kolo_etcd *c = client_for(endpoints, 1, 800);
   assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/f"), kolo_etcd_str("v"), 0, NULL, NULL), KOLO_OK);
-  kill(kolo_etcd_harness_pid(f->etcd), SIGSTOP);
+  freeze(kolo_etcd_harness_pid(f->etcd));
   long long t0 = now_ms();
   kolo_status rc = kolo_etcd_put(c, kolo_etcd_str("/u/f"), kolo_etcd_str("w"), 0, NULL, NULL);
   long long took = now_ms() - t0;
@@ -147,7 +170,7 @@ static void a_watch_notices_a_frozen_etcd_and_recovers(void **state) {
   /* Progress notifications (every 1 s) keep a healthy idle stream up. */
   sleep_ms(2500);
   assert_true(kolo_etcd_watch_connected(w));
-  kill(kolo_etcd_harness_pid(f->etcd), SIGSTOP);
+  freeze(kolo_etcd_harness_pid(f->etcd));
   t0 = now_ms();
   while (kolo_etcd_watch_connected(w) && now_ms() - t0 < 6000) sleep_ms(50);
   long long noticed = now_ms() - t0;
@@ -213,7 +236,7 @@ static void a_keepalive_stops_promptly_while_a_renewal_hangs(void **state) {
   kolo_member m = {.id = "w-hang", .host = "h", .address = "127.0.0.1:1", .state = "idle"};
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(c, &m, 3, NULL, NULL, &reg), KOLO_OK);
-  kill(kolo_etcd_harness_pid(f->etcd), SIGSTOP);
+  freeze(kolo_etcd_harness_pid(f->etcd));
   sleep_ms(1300); /* the renewal (every 1 s) is now waiting on the frozen etcd */
   long long t0 = now_ms();
   kolo_membership_abandon(reg);
