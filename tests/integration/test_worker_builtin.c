@@ -1,13 +1,10 @@
 /* The built-in trainer as an elastic service job: a real etcd, kolo-server and
- * three kolo-worker agents running kolo-train on Fashion-MNIST (learning rate
- * scaled by the number of workers). One run goes undisturbed; in a second,
- * identical run one worker is SIGKILLed mid-training. The disturbed job must
- * re-form once, finish, and land close to the undisturbed one. Measured here:
- * 0.45-0.9 points below it, and that gap is the global batch, not elasticity:
- * after the kill the job trains at 2 x 32 instead of 3 x 32, and one process
- * alone gives 86.44% at batch 96 and 85.71% at batch 64 for the same 4 epochs.
- * So the bound asserted is 2 points; the 1-point check with an unchanged batch
- * schedule is the trainer-level test_train_elastic_fashion. */
+ * three kolo-worker agents running kolo-train on Fashion-MNIST. One run goes
+ * undisturbed; in a second, identical run one worker is SIGKILLed mid-training.
+ * The disturbed job must re-form once, finish, and land within one accuracy
+ * point of the undisturbed one. (kolo-train keeps the job's global batch when
+ * the ring shrinks; before it did, the survivors trained at 2 x 32 instead of
+ * 3 x 32 and landed 0.5-0.9 points lower from the batch size alone.) */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -40,8 +37,8 @@ static void submit_mlp(cluster *c, const char *id) {
   char body[512];
   snprintf(body, sizeof body,
            "{\"id\":\"%s\",\"name\":\"%s\",\"min_workers\":2,\"max_workers\":3,"
-           "\"builtin\":{\"model\":\"mlp\",\"dataset\":\"fashion-mnist\",\"learning_rate\":0.01,"
-           "\"epochs\":4,\"batch_size\":32,\"hyper_parameters\":{\"hidden\":\"128\",\"seed\":\"7\",\"scale-lr\":\"true\"}}}",
+           "\"builtin\":{\"model\":\"mlp\",\"dataset\":\"fashion-mnist\",\"learning_rate\":0.02,"
+           "\"epochs\":4,\"batch_size\":32,\"hyper_parameters\":{\"hidden\":\"128\",\"seed\":\"7\"}}}",
            id, id);
   json_t *job = cluster_post(c, "/v1/jobs", body);
   assert_non_null(job);
@@ -52,7 +49,7 @@ static double final_accuracy(json_t *job) {
   return json_number_value(json_object_get(json_object_get(status_of(job), "progress"), "accuracy"));
 }
 
-static void a_builtin_job_that_loses_a_worker_ends_close_to_an_undisturbed_one(void **state) {
+static void a_builtin_job_that_loses_a_worker_ends_within_a_point_of_an_undisturbed_one(void **state) {
   cluster *c = *state;
   char train[512];
   snprintf(train, sizeof train, "%s/kolo-train", getenv("KOLO_BIN_DIR"));
@@ -89,14 +86,14 @@ static void a_builtin_job_that_loses_a_worker_ends_close_to_an_undisturbed_one(v
 
   printf("undisturbed %.2f%%, one worker killed %.2f%%\n", 100 * calm_accuracy, 100 * storm_accuracy);
   assert_true(calm_accuracy > 0.84);
-  assert_true(storm_accuracy > calm_accuracy - 0.02);
-  assert_true(storm_accuracy < calm_accuracy + 0.02);
+  assert_true(storm_accuracy > calm_accuracy - 0.01);
+  assert_true(storm_accuracy < calm_accuracy + 0.01);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(
-          a_builtin_job_that_loses_a_worker_ends_close_to_an_undisturbed_one, setup,
+          a_builtin_job_that_loses_a_worker_ends_within_a_point_of_an_undisturbed_one, setup,
           teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

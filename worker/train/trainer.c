@@ -39,6 +39,7 @@ struct kolo_train_trainer {
   uint64_t pending_step; /* ASYNC: step at which the pending snapshot was taken */
   kolo_elastic *elastic; /* borrowed; NULL = a fixed ring or none */
   int reforms;           /* rings re-formed during this run */
+  size_t global_batch;   /* samples per micro-batch over all ranks, fixed at the start */
 };
 
 int kolo_train_has_comm(void) {
@@ -204,6 +205,10 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
   }
 #endif
   if (t->config.scale_lr) t->config.optim.lr_scale = (float)t->size;
+  /* The global batch stays what the job started with when the ring later shrinks
+   * or grows (each rank's share changes instead), so a re-formed job keeps the
+   * optimisation it began with: a lost worker costs time, not accuracy. */
+  t->global_batch = config->batch * (size_t)t->size;
   kolo_status rc = load_data(t);
   if (rc != KOLO_OK) goto fail;
 
@@ -220,7 +225,8 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
   if (kolo_train_data_classes(t->test) > spec.classes)
     spec.classes = kolo_train_data_classes(t->test);
   if (spec.classes < 2) spec.classes = 2;
-  size_t max_batch = config->batch > EVAL_BATCH ? config->batch : EVAL_BATCH;
+  /* a rank's share grows when the ring shrinks, up to the whole global batch */
+  size_t max_batch = t->global_batch > EVAL_BATCH ? t->global_batch : EVAL_BATCH;
   rc = kolo_train_model_create(&spec, max_batch, &t->model);
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG_TAG, "cannot build model %s for %zux%zux%zu inputs: %s", config->model,
@@ -512,7 +518,7 @@ static kolo_status recover(kolo_train_trainer *t, kolo_status failure) {
   t->comm = kolo_elastic_comm(t->elastic);
   t->rank = kolo_comm_rank(t->comm);
   t->size = kolo_comm_size(t->comm);
-  if (t->config.scale_lr) t->config.optim.lr_scale = (float)t->size;
+  /* the global batch did not change, so neither does the (scaled) learning rate */
   kolo_train_state_header *h = kolo_train_state_header_of(t->state);
   kolo_train_shuffle(h->seed, h->epoch, t->perm, kolo_train_data_count(t->train));
   t->reforms++;
@@ -601,7 +607,7 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
       if (rc != KOLO_OK) goto out;
       continue;
     }
-    size_t global_batch = c->batch * (size_t)t->size;
+    size_t global_batch = t->global_batch;
     int async = c->mode == KOLO_TRAIN_ASYNC && t->comm && t->size > 1;
     int epoch_ended = 0;
     uint64_t ended_epoch = h->epoch;
@@ -610,11 +616,19 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
         next_epoch(t);
         epoch_ended = 1;
       }
+      size_t window = n - h->epoch_offset < global_batch ? n - h->epoch_offset : global_batch;
       size_t got =
           kolo_train_shard(t->perm, n, h->epoch_offset, global_batch, t->rank, t->size, t->index);
-      size_t window = n - h->epoch_offset < global_batch ? n - h->epoch_offset : global_batch;
       kolo_train_data_gather(t->train, t->index, got, t->x, t->y);
-      float scale = got ? 1.0f / (float)(got * c->accumulate) : 0.0f;
+      /* SYNC: scaled so that the AVG all-reduce yields the mean over the whole
+       * window even when ranks' shares differ (size * grad / window, averaged
+       * over size ranks); otherwise the mean over this rank's samples */
+      float scale = 0.0f;
+      if (got && !async && t->size > 1) {
+        scale = (float)t->size / (float)(window * c->accumulate);
+      } else if (got) {
+        scale = 1.0f / (float)(got * c->accumulate);
+      }
       size_t correct = 0;
       double loss =
           kolo_train_model_train_batch(t->model, t->x, t->y, got, scale, micro > 0, &correct);
