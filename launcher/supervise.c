@@ -224,32 +224,58 @@ static void report_exit(supervisor *sv, int rank, int status) {
   stop_all(sv);
 }
 
-/* Reaps every rank that has ended. When several ended together, a rank killed
- * by a signal is reported first: it is the likely cause, and the others usually
- * failed because they lost it as a peer. */
-static void reap(supervisor *sv) {
+/* Marks every rank that has ended (not yet reported). */
+static void collect_ended(supervisor *sv) {
   int count = sv->options->nprocs;
-  for (int pass = 0; pass < 2; pass++) {
-    for (;;) {
-      int status = 0;
-      pid_t pid = waitpid(-1, &status, WNOHANG);
-      if (pid < 0 && errno == EINTR) continue;
-      if (pid <= 0) break;
-      for (int r = 0; r < count; r++) {
-        if (sv->ranks[r].running && sv->ranks[r].pid == pid) {
-          sv->ranks[r].ended = 1;
-          sv->ranks[r].status = status;
-          break;
-        }
+  for (;;) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid <= 0) return;
+    for (int r = 0; r < count; r++) {
+      if (sv->ranks[r].running && sv->ranks[r].pid == pid) {
+        sv->ranks[r].ended = 1;
+        sv->ranks[r].status = status;
+        break;
       }
     }
-    for (int r = 0; r < count; r++) {
-      rank_proc *proc = &sv->ranks[r];
-      if (!proc->running || !proc->ended) continue;
-      if (pass == 0 && !WIFSIGNALED(proc->status)) continue;
-      report_exit(sv, r, proc->status);
+  }
+}
+
+/* Reports the ended ranks: those killed by a signal first (the likely cause;
+ * the others usually failed because they lost it as a peer), then the rest. */
+static int report_ended(supervisor *sv, int signaled_only) {
+  int reported = 0;
+  for (int r = 0; r < sv->options->nprocs; r++) {
+    rank_proc *proc = &sv->ranks[r];
+    if (!proc->running || !proc->ended) continue;
+    if (signaled_only && !WIFSIGNALED(proc->status)) continue;
+    report_exit(sv, r, proc->status);
+    reported = 1;
+  }
+  return reported;
+}
+
+static void reap(supervisor *sv) {
+  collect_ended(sv);
+  report_ended(sv, 1);
+  int own_failure = 0;
+  for (int r = 0; r < sv->options->nprocs; r++) {
+    rank_proc *proc = &sv->ranks[r];
+    if (proc->running && proc->ended && !(WIFEXITED(proc->status) && WEXITSTATUS(proc->status) == 0)) {
+      own_failure = 1;
     }
   }
+  /* A rank that failed on its own is often the echo of a killed peer still
+   * being torn down by the kernel (its sockets close before its parent is
+   * told): give the others up to 200 ms before naming anyone. */
+  for (int wait = 0; own_failure && !sv->failed && wait < 20; wait++) {
+    struct timespec pause = {0, 10 * 1000000L};
+    nanosleep(&pause, NULL);
+    collect_ended(sv);
+    if (report_ended(sv, 1)) break;
+  }
+  report_ended(sv, 0);
 }
 
 static void handle_signals(supervisor *sv) {
