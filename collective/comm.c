@@ -117,17 +117,6 @@ void kolo_control_service(kolo_comm *comm, kolo_control_link *link) {
 
 /* ---- handshake ---- */
 
-static void put32(uint8_t *out, uint32_t value) {
-  out[0] = (uint8_t)(value >> 24);
-  out[1] = (uint8_t)(value >> 16);
-  out[2] = (uint8_t)(value >> 8);
-  out[3] = (uint8_t)value;
-}
-
-static uint32_t get32(const uint8_t *in) {
-  return ((uint32_t)in[0] << 24) | ((uint32_t)in[1] << 16) | ((uint32_t)in[2] << 8) | in[3];
-}
-
 kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
                                       const kolo_shm_offer *offer, int64_t deadline_ns) {
   uint8_t hello[28 + MAX_SECRET_BYTES + 12 + KOLO_SHM_NAME_BYTES];
@@ -135,18 +124,18 @@ kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn
   const char *shm_name = offer ? kolo_shm_offer_name(offer) : "";
   size_t name_length = strlen(shm_name);
   uint64_t nonce = offer ? kolo_shm_offer_nonce(offer) : 0;
-  put32(hello, HELLO_MAGIC);
-  put32(hello + 4, ((uint32_t)PROTOCOL_VERSION << 16) | (uint32_t)kind);
-  put32(hello + 8, (uint32_t)(comm->epoch >> 32));
-  put32(hello + 12, (uint32_t)comm->epoch);
-  put32(hello + 16, (uint32_t)comm->rank);
-  put32(hello + 20, (uint32_t)comm->size);
-  put32(hello + 24, (uint32_t)secret_length);
+  kolo_put32(hello, HELLO_MAGIC);
+  kolo_put32(hello + 4, ((uint32_t)PROTOCOL_VERSION << 16) | (uint32_t)kind);
+  kolo_put32(hello + 8, (uint32_t)(comm->epoch >> 32));
+  kolo_put32(hello + 12, (uint32_t)comm->epoch);
+  kolo_put32(hello + 16, (uint32_t)comm->rank);
+  kolo_put32(hello + 20, (uint32_t)comm->size);
+  kolo_put32(hello + 24, (uint32_t)secret_length);
   memcpy(hello + 28, comm->secret, secret_length);
   uint8_t *tail = hello + 28 + secret_length;
-  put32(tail, (uint32_t)name_length);
-  put32(tail + 4, (uint32_t)(nonce >> 32));
-  put32(tail + 8, (uint32_t)nonce);
+  kolo_put32(tail, (uint32_t)name_length);
+  kolo_put32(tail + 4, (uint32_t)(nonce >> 32));
+  kolo_put32(tail + 8, (uint32_t)nonce);
   memcpy(tail + 12, shm_name, name_length);
   return kolo_transport_send_all(comm->transport, conn, hello,
                                  28 + secret_length + 12 + name_length, deadline_ns);
@@ -158,9 +147,9 @@ kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, 
   kolo_status status = kolo_transport_recv_all(comm->transport, conn, ack, sizeof ack, deadline_ns);
   if (status == KOLO_ERR_PEER_LOST) status = KOLO_ERR_CONNECT;
   if (status != KOLO_OK) return status;
-  if (get32(ack) != ACK_MAGIC) return KOLO_ERR_PROTOCOL;
-  if (shm_taken != NULL) *shm_taken = get32(ack + 8) == 1;
-  return (kolo_status)get32(ack + 4);
+  if (kolo_get32(ack) != ACK_MAGIC) return KOLO_ERR_PROTOCOL;
+  if (shm_taken != NULL) *shm_taken = kolo_get32(ack + 8) == 1;
+  return (kolo_status)kolo_get32(ack + 4);
 }
 
 static int secrets_equal(const char *a, size_t a_length, const char *b, size_t b_length) {
@@ -180,12 +169,12 @@ kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn **connect
       kolo_transport_recv_all(comm->transport, conn, header, sizeof header, short_deadline);
   if (status != KOLO_OK) return status == KOLO_ERR_TIMEOUT ? KOLO_ERR_PROTOCOL : status;
   kolo_status verdict = KOLO_OK;
-  uint32_t version_kind = get32(header + 4);
-  uint64_t epoch = ((uint64_t)get32(header + 8) << 32) | get32(header + 12);
-  int rank = (int)get32(header + 16), size = (int)get32(header + 20);
-  uint32_t secret_length = get32(header + 24);
+  uint32_t version_kind = kolo_get32(header + 4);
+  uint64_t epoch = ((uint64_t)kolo_get32(header + 8) << 32) | kolo_get32(header + 12);
+  int rank = (int)kolo_get32(header + 16), size = (int)kolo_get32(header + 20);
+  uint32_t secret_length = kolo_get32(header + 24);
   char secret[MAX_SECRET_BYTES];
-  if (get32(header) != HELLO_MAGIC || (version_kind >> 16) != PROTOCOL_VERSION ||
+  if (kolo_get32(header) != HELLO_MAGIC || (version_kind >> 16) != PROTOCOL_VERSION ||
       secret_length > MAX_SECRET_BYTES) {
     KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", comm->rank);
     return KOLO_ERR_PROTOCOL; /* not worth an answer */
@@ -194,7 +183,7 @@ kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn **connect
   uint8_t offer[12];
   char shm_name[KOLO_SHM_NAME_BYTES + 1] = "";
   if (status == KOLO_OK) status = kolo_transport_recv_all(comm->transport, conn, offer, 12, short_deadline);
-  uint32_t name_length = status == KOLO_OK ? get32(offer) : 0;
+  uint32_t name_length = status == KOLO_OK ? kolo_get32(offer) : 0;
   if (status == KOLO_OK && name_length > KOLO_SHM_NAME_BYTES) status = KOLO_ERR_PROTOCOL;
   if (status == KOLO_OK) {
     status = kolo_transport_recv_all(comm->transport, conn, shm_name, name_length, short_deadline);
@@ -220,13 +209,13 @@ kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn **connect
   uint32_t shm_taken = 0;
   kolo_transport_conn *shared = NULL;
   if (verdict == KOLO_OK && *kind == KOLO_CONNECTION_BELL && name_length > 0) {
-    uint64_t nonce = ((uint64_t)get32(offer + 4) << 32) | get32(offer + 8);
+    uint64_t nonce = ((uint64_t)kolo_get32(offer + 4) << 32) | kolo_get32(offer + 8);
     shm_taken = kolo_shm_accept(shm_name, nonce, conn, &shared) == KOLO_OK;
   }
   uint8_t ack[12];
-  put32(ack, ACK_MAGIC);
-  put32(ack + 4, (uint32_t)verdict);
-  put32(ack + 8, shm_taken);
+  kolo_put32(ack, ACK_MAGIC);
+  kolo_put32(ack + 4, (uint32_t)verdict);
+  kolo_put32(ack + 8, shm_taken);
   kolo_transport_send_all(comm->transport, conn, ack, sizeof ack, short_deadline);
   if (shm_taken) *connection = shared;
   return verdict;
@@ -272,7 +261,7 @@ static size_t size_from_env(const char *name, size_t fallback) {
   return (size_t)parsed;
 }
 
-static int timeout_from_env(void) {
+int kolo_timeout_ms_from_env(void) {
   const char *value = getenv("KOLO_TIMEOUT");
   if (value == NULL || *value == '\0') return KOLO_DEFAULT_TIMEOUT_MS;
   char *end = NULL;
@@ -356,7 +345,7 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   comm->size = spec->size;
   comm->local_rank = spec->local_size > 0 ? spec->local_rank : spec->rank;
   comm->local_size = spec->local_size > 0 ? spec->local_size : spec->size;
-  comm->timeout_ms = spec->timeout_ms > 0 ? spec->timeout_ms : timeout_from_env();
+  comm->timeout_ms = spec->timeout_ms > 0 ? spec->timeout_ms : kolo_timeout_ms_from_env();
   comm->transport = &kolo_transport_tcp;
   comm->shm_min_bytes = size_from_env("KOLO_SHM_MIN_BYTES", DEFAULT_SHM_MIN_BYTES);
   comm->failed_rank = -1;
@@ -545,7 +534,6 @@ static void complete_request(kolo_comm *comm, kolo_request *request, kolo_status
   request->status = status;
   request->done = 1;
   pthread_cond_broadcast(&comm->cond);
-  (void)comm;
 }
 
 static void *engine_main(void *argument) {

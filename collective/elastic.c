@@ -21,7 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "collective/transport.h"
+#include "collective/internal.h"
 #include "common/checks.h"
 #include "common/log.h"
 #include "kolo/elastic.h"
@@ -199,15 +199,9 @@ static void *reader_main(void *argument) {
   return NULL;
 }
 
-static int timeout_ms_from_env(void) {
-  const char *value = getenv("KOLO_TIMEOUT");
-  double seconds = value ? strtod(value, NULL) : 0;
-  return seconds > 0 ? (int)(seconds * 1000) : KOLO_DEFAULT_TIMEOUT_MS;
-}
-
 /* Waits for a ring newer than the current communicator's and forms it. */
 static kolo_status form_next_ring(kolo_elastic *elastic) {
-  int64_t deadline = kolo_deadline_after_ms(timeout_ms_from_env());
+  int64_t deadline = kolo_deadline_after_ms(kolo_timeout_ms_from_env());
   pthread_mutex_lock(&elastic->mutex);
   for (;;) {
     if (elastic->stop_requested) {

@@ -12,6 +12,22 @@
 #include "collective/transport.h"
 #include "kolo/kolo.h"
 
+/* Big-endian 32-bit fields of the handshake and rendezvous messages. */
+static inline void kolo_put32(uint8_t *out, uint32_t value) {
+  out[0] = (uint8_t)(value >> 24);
+  out[1] = (uint8_t)(value >> 16);
+  out[2] = (uint8_t)(value >> 8);
+  out[3] = (uint8_t)value;
+}
+
+static inline uint32_t kolo_get32(const uint8_t *in) {
+  return ((uint32_t)in[0] << 24) | ((uint32_t)in[1] << 16) | ((uint32_t)in[2] << 8) | in[3];
+}
+
+/* The no-progress timeout from KOLO_TIMEOUT (seconds, fractions allowed), or
+ * KOLO_DEFAULT_TIMEOUT_MS when unset or not a positive number. */
+int kolo_timeout_ms_from_env(void);
+
 /* dst = a (op) b for count elements; dst may alias a or b. AVG reduces as SUM. */
 void kolo_reduce(void *dst, const void *a, const void *b, size_t count, kolo_dtype dtype,
                  kolo_op op);

@@ -13,17 +13,6 @@
 #define MAX_ADDRESS_BYTES 256
 #define MAX_SECRET_BYTES 1024
 
-static void put32(uint8_t *out, uint32_t value) {
-  out[0] = (uint8_t)(value >> 24);
-  out[1] = (uint8_t)(value >> 16);
-  out[2] = (uint8_t)(value >> 8);
-  out[3] = (uint8_t)value;
-}
-
-static uint32_t get32(const uint8_t *in) {
-  return ((uint32_t)in[0] << 24) | ((uint32_t)in[1] << 16) | ((uint32_t)in[2] << 8) | in[3];
-}
-
 static int env_int(const char *name, int fallback, int *ok) {
   const char *value = getenv(name);
   if (value == NULL || *value == '\0') return fallback;
@@ -47,12 +36,12 @@ static kolo_status send_registration(const kolo_transport_ops *tp, kolo_transpor
                                      int64_t deadline) {
   uint8_t message[20 + MAX_SECRET_BYTES + MAX_ADDRESS_BYTES];
   size_t secret_length = strlen(secret), address_length = strlen(address);
-  put32(message, RENDEZVOUS_MAGIC);
-  put32(message + 4, (uint32_t)rank);
-  put32(message + 8, (uint32_t)size);
-  put32(message + 12, (uint32_t)secret_length);
+  kolo_put32(message, RENDEZVOUS_MAGIC);
+  kolo_put32(message + 4, (uint32_t)rank);
+  kolo_put32(message + 8, (uint32_t)size);
+  kolo_put32(message + 12, (uint32_t)secret_length);
   memcpy(message + 16, secret, secret_length);
-  put32(message + 16 + secret_length, (uint32_t)address_length);
+  kolo_put32(message + 16 + secret_length, (uint32_t)address_length);
   memcpy(message + 20 + secret_length, address, address_length);
   return kolo_transport_send_all(tp, conn, message, 20 + secret_length + address_length, deadline);
 }
@@ -71,9 +60,9 @@ static kolo_status gather_ring(const kolo_transport_ops *tp, kolo_transport_list
     uint8_t header[16];
     char their_secret[MAX_SECRET_BYTES + 1];
     kolo_status verdict = kolo_transport_recv_all(tp, conn, header, sizeof header, short_deadline);
-    uint32_t secret_length = verdict == KOLO_OK ? get32(header + 12) : 0;
-    int rank = (int)get32(header + 4);
-    if (verdict == KOLO_OK && (get32(header) != RENDEZVOUS_MAGIC || secret_length > MAX_SECRET_BYTES)) {
+    uint32_t secret_length = verdict == KOLO_OK ? kolo_get32(header + 12) : 0;
+    int rank = (int)kolo_get32(header + 4);
+    if (verdict == KOLO_OK && (kolo_get32(header) != RENDEZVOUS_MAGIC || secret_length > MAX_SECRET_BYTES)) {
       verdict = KOLO_ERR_PROTOCOL;
     }
     if (verdict == KOLO_OK) {
@@ -81,7 +70,7 @@ static kolo_status gather_ring(const kolo_transport_ops *tp, kolo_transport_list
     }
     uint8_t length_bytes[4];
     if (verdict == KOLO_OK) verdict = kolo_transport_recv_all(tp, conn, length_bytes, 4, short_deadline);
-    uint32_t address_length = verdict == KOLO_OK ? get32(length_bytes) : 0;
+    uint32_t address_length = verdict == KOLO_OK ? kolo_get32(length_bytes) : 0;
     if (verdict == KOLO_OK && (address_length == 0 || address_length >= MAX_ADDRESS_BYTES)) {
       verdict = KOLO_ERR_PROTOCOL;
     }
@@ -92,7 +81,7 @@ static kolo_status gather_ring(const kolo_transport_ops *tp, kolo_transport_list
       their_secret[secret_length] = '\0';
       if (secret_length != strlen(secret) || memcmp(their_secret, secret, secret_length) != 0) {
         verdict = KOLO_ERR_AUTH;
-      } else if ((int)get32(header + 8) != size || rank <= 0 || rank >= size ||
+      } else if ((int)kolo_get32(header + 8) != size || rank <= 0 || rank >= size ||
                  peers[rank].conn != NULL) {
         verdict = KOLO_ERR_PROTOCOL;
       }
@@ -100,8 +89,8 @@ static kolo_status gather_ring(const kolo_transport_ops *tp, kolo_transport_list
     if (verdict != KOLO_OK) {
       KOLO_LOGW("kolo", "rendezvous: refused a registration: %s", kolo_strerror(verdict));
       uint8_t refusal[8];
-      put32(refusal, RENDEZVOUS_MAGIC);
-      put32(refusal + 4, (uint32_t)verdict);
+      kolo_put32(refusal, RENDEZVOUS_MAGIC);
+      kolo_put32(refusal + 4, (uint32_t)verdict);
       kolo_transport_send_all(tp, conn, refusal, sizeof refusal, short_deadline);
       tp->close(conn);
       continue;
@@ -115,11 +104,11 @@ static kolo_status gather_ring(const kolo_transport_ops *tp, kolo_transport_list
   uint8_t *reply = malloc(capacity);
   if (reply == NULL) return KOLO_ERR_NO_MEMORY;
   size_t length = 8;
-  put32(reply, RENDEZVOUS_MAGIC);
-  put32(reply + 4, KOLO_OK);
+  kolo_put32(reply, RENDEZVOUS_MAGIC);
+  kolo_put32(reply + 4, KOLO_OK);
   for (int r = 0; r < size; r++) {
     size_t address_length = strlen(peers[r].address);
-    put32(reply + length, (uint32_t)address_length);
+    kolo_put32(reply + length, (uint32_t)address_length);
     memcpy(reply + length + 4, peers[r].address, address_length);
     length += 4 + address_length;
   }
@@ -145,12 +134,12 @@ static kolo_status join_ring(const kolo_transport_ops *tp, const char *rendezvou
   status = send_registration(tp, conn, rank, size, secret, own_address, deadline);
   uint8_t header[8];
   if (status == KOLO_OK) status = kolo_transport_recv_all(tp, conn, header, sizeof header, deadline);
-  if (status == KOLO_OK && get32(header) != RENDEZVOUS_MAGIC) status = KOLO_ERR_PROTOCOL;
-  if (status == KOLO_OK) status = (kolo_status)get32(header + 4);
+  if (status == KOLO_OK && kolo_get32(header) != RENDEZVOUS_MAGIC) status = KOLO_ERR_PROTOCOL;
+  if (status == KOLO_OK) status = (kolo_status)kolo_get32(header + 4);
   for (int r = 0; r < size && status == KOLO_OK; r++) {
     uint8_t length_bytes[4];
     status = kolo_transport_recv_all(tp, conn, length_bytes, 4, deadline);
-    uint32_t length = status == KOLO_OK ? get32(length_bytes) : 0;
+    uint32_t length = status == KOLO_OK ? kolo_get32(length_bytes) : 0;
     if (status == KOLO_OK && (length == 0 || length >= MAX_ADDRESS_BYTES)) status = KOLO_ERR_PROTOCOL;
     if (status == KOLO_OK) status = kolo_transport_recv_all(tp, conn, peers[r].address, length, deadline);
     if (status == KOLO_OK) peers[r].address[length] = '\0';
@@ -203,11 +192,7 @@ kolo_status kolo_comm_create_from_env(kolo_comm **out) {
   snprintf(bind_address, sizeof bind_address, strchr(host, ':') ? "[%s]:0" : "%s:0", host);
   KOLO_CHECK_GOTO(kolo_listener_create(bind_address, &listener), status, out);
   KOLO_CHECK_GOTO(kolo_listener_address(listener, own_address, sizeof own_address), status, out);
-  {
-    const char *timeout_text = getenv("KOLO_TIMEOUT");
-    double seconds = timeout_text ? strtod(timeout_text, NULL) : 0;
-    deadline = kolo_deadline_after_ms(seconds > 0 ? (int64_t)(seconds * 1000) : KOLO_DEFAULT_TIMEOUT_MS);
-  }
+  deadline = kolo_deadline_after_ms(kolo_timeout_ms_from_env());
   if (rank == 0) {
     if (inherited_fd >= 0) {
       KOLO_CHECK_GOTO(tp->listener_from_fd(inherited_fd, &rendezvous), status, out);
