@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "coordination/etcd.h"
 
@@ -118,5 +119,19 @@ void kolo_etcd_watch_message_clear(kolo_etcd_watch_message *message);
 
 /* Frees the kvs of an event array and the array. */
 void kolo_etcd_events_free(kolo_etcd_event *events, size_t count);
+
+/* The CLOCK_MONOTONIC time ms from now, for pthread_cond_timedwait on condition
+ * variables created with that clock (the keep-alive and watch sleeps). */
+static inline struct timespec kolo_etcd_monotonic_after(int64_t ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += (ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  return until;
+}
 
 #endif

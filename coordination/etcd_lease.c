@@ -91,14 +91,7 @@ struct kolo_etcd_keepalive {
 
 /* Sleeps up to ms unless stop is requested; returns whether to stop. */
 static int sleep_unless_stopped(kolo_etcd_keepalive *k, int64_t ms) {
-  struct timespec until;
-  clock_gettime(CLOCK_MONOTONIC, &until);
-  until.tv_sec += ms / 1000;
-  until.tv_nsec += (ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
+  struct timespec until = kolo_etcd_monotonic_after(ms);
   pthread_mutex_lock(&k->lock);
   while (!atomic_load(&k->stopping)) {
     if (pthread_cond_timedwait(&k->wake, &k->lock, &until) == ETIMEDOUT) break;

@@ -276,14 +276,7 @@ static kolo_status resync(kolo_etcd_watch *w) {
 
 /* Sleeps up to ms unless stop is requested. */
 static void backoff(kolo_etcd_watch *w, int64_t ms) {
-  struct timespec until;
-  clock_gettime(CLOCK_MONOTONIC, &until);
-  until.tv_sec += ms / 1000;
-  until.tv_nsec += (ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
+  struct timespec until = kolo_etcd_monotonic_after(ms);
   pthread_mutex_lock(&w->lock);
   while (!atomic_load(&w->stopping))
     if (pthread_cond_timedwait(&w->wake, &w->lock, &until) == ETIMEDOUT) break;
