@@ -38,7 +38,9 @@ extern "C" {
   X(KOLO_ERR_RING_CHANGED, 25, "ring changed: restore state and continue")             \
   X(KOLO_ERR_LEASE_LOST, 26, "etcd lease lost")                                        \
   X(KOLO_ERR_NOT_LEADER, 27, "not the leader")                                         \
-  X(KOLO_ERR_INTERNAL, 28, "internal error")
+  X(KOLO_ERR_INTERNAL, 28, "internal error")                                          \
+  X(KOLO_ERR_STALLED, 29, "stalled: a named operation was not submitted by every rank") \
+  X(KOLO_ERR_MISMATCH, 30, "ranks disagree on an operation (dtype, count, op or root)")
 
 typedef enum kolo_status {
 #define KOLO_STATUS_ENUM_(name, value, text) name = value,

@@ -1,0 +1,116 @@
+/* libkolo's engine: named non-blocking collectives, Horovod-style.
+ *
+ * Framework threads hand named operations to the communicator; a background
+ * engine negotiates which names every rank has submitted (ranks may submit the
+ * same names in any order), fuses ready tensors of one dtype and op into one
+ * buffer (KOLO_FUSION_THRESHOLD bytes, KOLO_CYCLE_TIME ms), runs the collective on
+ * the ring (or NCCL in CUDA mode) and completes the requests. A name that some
+ * ranks submitted and others did not is logged after KOLO_STALL_WARNING seconds
+ * and fails on every rank with KOLO_ERR_STALLED after KOLO_STALL_TIMEOUT seconds.
+ * Ranks that disagree on a name's dtype, count, op or root get an error naming the
+ * tensor and the ranks, on every rank. KOLO_TIMELINE=path writes a Chrome trace.
+ *
+ * Names: 1..KOLO_NAME_MAX bytes, no NUL; one name may be in flight once per rank
+ * at a time (submitting it again before it completes is KOLO_ERR_EXISTS). The
+ * same name may be reused once its request has completed (each step).
+ *
+ * Requests are completed with kolo_wait/kolo_test (kolo.h) or with the _result
+ * forms below, which also return the error message and any output the engine
+ * allocated. Buffers stay owned by the caller and must stay valid until the
+ * request completes. A dead peer fails every pending named operation with
+ * KOLO_ERR_PEER_LOST, as for the unnamed API. Unnamed operations (kolo.h) may be
+ * mixed with named ones on the same communicator.
+ *
+ * This header is the contract between the engine (collective/) and its users
+ * (kolo-train, the Python package). Change it only together with them. */
+#ifndef KOLO_ENGINE_H
+#define KOLO_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/kolo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KOLO_NAME_MAX 255
+#define KOLO_RESULT_MESSAGE_BYTES 512
+
+/* What a completed request tells besides its status. */
+typedef struct kolo_result {
+  kolo_status status;
+  /* why it failed ("tensor 'fc1.weight': count 10 on ranks 0,2 but 12 on rank 1"); "" on success */
+  char message[KOLO_RESULT_MESSAGE_BYTES];
+  /* output the engine allocated (allgather/alltoall submitted with recv == NULL):
+   * output_count elements, owned by the caller from now on, freed with kolo_free */
+  void *output;
+  size_t output_count;
+  /* kolo_join_async: the last rank that joined; -1 otherwise */
+  int last_rank;
+} kolo_result;
+
+/* Frees memory libkolo handed to the caller (kolo_result.output); NULL is a no-op. */
+void kolo_free(void *memory);
+
+/* Like kolo_wait: blocks until the request completes, fills *result (may be NULL)
+ * and frees the request. Returns the request's status. */
+kolo_status kolo_wait_result(kolo_request *request, kolo_result *result);
+
+/* Like kolo_test: never blocks; when *done, fills *result and frees the request. */
+kolo_status kolo_test_result(kolo_request *request, int *done, kolo_result *result);
+
+/* recv = op over ranks of (send * prescale), then * postscale. send may equal recv.
+ * prescale/postscale 1.0 = none (exact for integers; other factors only for
+ * floating types, else KOLO_ERR_INVALID_ARG). */
+kolo_status kolo_allreduce_named(kolo_comm *comm, const char *name, const void *send, void *recv,
+                                 size_t count, kolo_dtype dtype, kolo_op op, double prescale,
+                                 double postscale, kolo_request **request);
+
+/* n tensors negotiated and fused as one unit: the request completes when all are
+ * done. names[i] name the members (for errors and the timeline); group_name names
+ * the group itself (the unit of negotiation). */
+kolo_status kolo_grouped_allreduce_named(kolo_comm *comm, const char *group_name, int n,
+                                         const char *const *names, const void *const *sends,
+                                         void *const *recvs, const size_t *counts,
+                                         kolo_dtype dtype, kolo_op op, double prescale,
+                                         double postscale, kolo_request **request);
+
+/* Each rank contributes send_count elements (may differ by rank). With recv != NULL
+ * it receives the concatenation in rank order (recv_capacity elements; a total over
+ * it is KOLO_ERR_TOO_LARGE on every rank); with recv == NULL the engine allocates the
+ * output (kolo_result.output). recv_counts (size entries, may be NULL) receives
+ * every rank's count; it must stay valid until completion. */
+kolo_status kolo_allgather_named(kolo_comm *comm, const char *name, const void *send,
+                                 size_t send_count, void *recv, size_t recv_capacity,
+                                 size_t *recv_counts, kolo_dtype dtype, kolo_request **request);
+
+kolo_status kolo_broadcast_named(kolo_comm *comm, const char *name, void *buffer, size_t count,
+                                 kolo_dtype dtype, int root, kolo_request **request);
+
+/* send holds the sum of recv_counts elements (recv_counts: size entries, rank r
+ * receives recv_counts[r] elements of the reduction, in rank order); recv_counts
+ * NULL means count/size each (count must then divide evenly: count is the total). */
+kolo_status kolo_reducescatter_named(kolo_comm *comm, const char *name, const void *send,
+                                     void *recv, size_t count, const size_t *recv_counts,
+                                     kolo_dtype dtype, kolo_op op, kolo_request **request);
+
+/* send_counts[r] elements (size entries, consecutive in send) go to rank r; rank r's
+ * block for this rank arrives in rank order. recv/recv_capacity/recv_counts as for
+ * kolo_allgather_named (recv == NULL: the engine allocates). */
+kolo_status kolo_alltoall_named(kolo_comm *comm, const char *name, const void *send,
+                                const size_t *send_counts, void *recv, size_t recv_capacity,
+                                size_t *recv_counts, kolo_dtype dtype, kolo_request **request);
+
+/* This rank has no more data: until every rank has joined, it takes part in the
+ * others' named all-reduces with neutral values (0 for SUM/AVG, identity for the
+ * others; AVG still divides by the full size) and receives nothing useful. The
+ * request completes when all ranks have joined; kolo_result.last_rank names the
+ * last one to join. */
+kolo_status kolo_join_async(kolo_comm *comm, kolo_request **request);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
