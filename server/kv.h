@@ -30,6 +30,7 @@ typedef struct kolo_server_kv_compare {
   int64_t revision;
 } kolo_server_kv_compare;
 
+/* One write of a txn: value NULL deletes key (absent keys are no error). */
 typedef struct kolo_server_kv_put {
   const char *key;
   const char *value;
@@ -52,7 +53,7 @@ typedef struct kolo_server_kv_ops {
   /* Every key under prefix, sorted; *revision = the store revision of the snapshot. */
   kolo_status (*range)(kolo_server_kv *kv, const char *prefix, kolo_server_kv_item **items,
                        size_t *count, int64_t *revision);
-  /* All compares hold -> all puts applied atomically (*revision = new revision);
+  /* All compares hold -> all puts (and deletes) applied atomically (*revision = new revision);
    * otherwise KOLO_ERR_CONFLICT and nothing changes. */
   kolo_status (*txn)(kolo_server_kv *kv, const kolo_server_kv_compare *compares, size_t n_compares,
                      const kolo_server_kv_put *puts, size_t n_puts, int64_t *revision);

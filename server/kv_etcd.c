@@ -1,5 +1,5 @@
 /* kv.h over etcd through libkolo_coord (coordination/etcd.h): prefix ranges as one
- * consistent snapshot, txns with EQUAL compares on create/mod revisions, and a prefix
+ * consistent snapshot, txns (puts and deletes) with EQUAL compares on create/mod revisions, and a prefix
  * watch that the client resumes (or resyncs after a compaction) by itself. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,9 +73,9 @@ static kolo_status etcd_txn(kolo_server_kv *kv, const kolo_server_kv_compare *co
     cmps[i].number = compares[i].revision;
   }
   for (size_t i = 0; i < n_puts; i++) {
-    ops[i].kind = KOLO_ETCD_OP_PUT;
+    ops[i].kind = puts[i].value ? KOLO_ETCD_OP_PUT : KOLO_ETCD_OP_DELETE;
     ops[i].key = kolo_etcd_str(puts[i].key);
-    ops[i].value = kolo_etcd_str(puts[i].value);
+    if (puts[i].value) ops[i].value = kolo_etcd_str(puts[i].value);
   }
   kolo_etcd_txn txn = {cmps, n_compares, ops, n_puts, NULL, 0};
   kolo_etcd_txn_result res;

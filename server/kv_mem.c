@@ -1,5 +1,5 @@
 /* kv.h in memory: a sorted array of keys with etcd's revision rules (one revision per txn,
- * create/mod revisions per key) and a synchronous watch. Unit tests and `--etcd none`. */
+ * create/mod revisions per key, deletes in txns) and a synchronous watch. Unit tests and `--etcd none`. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +52,25 @@ static kolo_status copy_item(const kolo_server_kv_item *src, kolo_server_kv_item
   return KOLO_OK;
 }
 
+/* Removes item at from the map, recording a delete event if it is watched. */
+static void delete_at(mem_kv *m, size_t at, kolo_server_kv_event *events, size_t *n_events) {
+  kolo_server_kv_item *item = &m->items[at];
+  if (m->watch_fn && strncmp(item->key, m->watch_prefix, strlen(m->watch_prefix)) == 0) {
+    kolo_server_kv_event *ev = &events[*n_events];
+    ev->is_delete = 1;
+    ev->item.key = item->key; /* moved, not copied */
+    ev->item.value = calloc(1, 1);
+    ev->item.create_revision = item->create_revision;
+    ev->item.mod_revision = item->mod_revision;
+    item->key = NULL;
+    (*n_events)++;
+  }
+  free(item->key);
+  free(item->value);
+  memmove(&m->items[at], &m->items[at + 1], (m->count - at - 1) * sizeof *m->items);
+  m->count--;
+}
+
 static kolo_status mem_range(kolo_server_kv *kv, const char *prefix, kolo_server_kv_item **items,
                              size_t *count, int64_t *revision) {
   mem_kv *m = (mem_kv *)kv;
@@ -100,6 +119,10 @@ static kolo_status mem_txn(kolo_server_kv *kv, const kolo_server_kv_compare *com
   int64_t rev = m->revision + 1;
   for (size_t i = 0; i < n_puts; i++) {
     long at = find(m, puts[i].key);
+    if (puts[i].value == NULL) {
+      if (at >= 0) delete_at(m, (size_t)at, events, &n_events);
+      continue;
+    }
     char *value = strdup(puts[i].value);
     if (value == NULL) {
       rc = KOLO_ERR_NO_MEMORY;
