@@ -32,6 +32,8 @@ const kolo_server_method_info kolo_server_methods[KOLO_SERVER_METHOD_COUNT] = {
      &kolo__v1__list_workers_response__descriptor, 0},
     {"/kolo.v1.ClusterService/DrainWorker", "DrainWorker", &kolo__v1__drain_worker_request__descriptor,
      &kolo__v1__worker__descriptor, 0},
+    {"/kolo.v1.JobService/GetJobMetrics", "GetJobMetrics", &kolo__v1__get_job_metrics_request__descriptor,
+     &kolo__v1__job_metrics__descriptor, 0},
 };
 
 kolo_status kolo_server_service_check_id(const char *id, char *err, size_t err_len) {
@@ -113,6 +115,12 @@ kolo_status kolo_server_service_call(kolo_server_store *store, kolo_server_metho
       }
       rc = kolo_server_store_drain_worker(store, r->id, (Kolo__V1__Worker **)resp);
       return not_found(rc, "worker", r->id, err, err_len);
+    }
+    case KOLO_SERVER_GET_JOB_METRICS: {
+      const Kolo__V1__GetJobMetricsRequest *r = (const Kolo__V1__GetJobMetricsRequest *)req;
+      KOLO_CHECK_ID(r->id);
+      rc = kolo_server_store_metrics(store, r->id, r->since_step, (Kolo__V1__JobMetrics **)resp);
+      return not_found(rc, "job", r->id, err, err_len);
     }
     default:
       snprintf(err, err_len, "not a unary method");
