@@ -2,7 +2,7 @@
  * in-memory kv: a drain mark goes under the lease of the worker's registration and drains
  * that registration only; undrain deletes it; a legacy mark drains nothing; demand counts
  * the view's jobs. The etcd-backed runs with real kolo-workers are in
- * tests/integration/test_server_cluster.py. */
+ * tests/integration/test_server_drain.py. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -76,7 +76,7 @@ def etcd_put(url, key, value):
     urllib.request.urlopen(urllib.request.Request(url + "/v3/kv/put", data=body, method="POST"), timeout=5).read()
 
 
-class ClusterTest(unittest.TestCase):
+class DrainAndDemandTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.etcd = Etcd()
