@@ -1,5 +1,5 @@
 /* kv.h over etcd through libkolo_coord (coordination/etcd.h): prefix ranges as one
- * consistent snapshot, txns (puts and deletes) with EQUAL compares on create/mod revisions, and a prefix
+ * consistent snapshot, txns with EQUAL compares on create/mod revisions, and a prefix
  * watch that the client resumes (or resyncs after a compaction) by itself. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +30,7 @@ static kolo_status copy_kv(const kolo_etcd_kv *src, kolo_server_kv_item *dst) {
   dst->value_len = src->value_len;
   dst->create_revision = src->create_revision;
   dst->mod_revision = src->mod_revision;
+  dst->lease = src->lease;
   return KOLO_OK;
 }
 
@@ -76,6 +77,7 @@ static kolo_status etcd_txn(kolo_server_kv *kv, const kolo_server_kv_compare *co
     ops[i].kind = puts[i].value ? KOLO_ETCD_OP_PUT : KOLO_ETCD_OP_DELETE;
     ops[i].key = kolo_etcd_str(puts[i].key);
     if (puts[i].value) ops[i].value = kolo_etcd_str(puts[i].value);
+    ops[i].lease = puts[i].lease;
   }
   kolo_etcd_txn txn = {cmps, n_compares, ops, n_puts, NULL, 0};
   kolo_etcd_txn_result res;

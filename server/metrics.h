@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kolo/v1/cluster.pb-c.h"
 #include "server/service.h"
 #include "server/store.h"
 
@@ -28,9 +29,10 @@ void kolo_server_metrics_destroy(kolo_server_metrics *m);
 void kolo_server_metrics_observe(kolo_server_metrics *m, kolo_server_api api, int method,
                                  int grpc_code, double seconds);
 
-/* Appends the metrics as Prometheus text to a malloc'd buffer (caller frees). */
+/* Appends the metrics as Prometheus text to a malloc'd buffer (caller frees). demand: the
+ * demand for workers now (its worker gauges are left out when NULL: etcd unreachable). */
 char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_counts[7],
-                                 size_t workers, int is_leader);
+                                 const Kolo__V1__Demand *demand, int is_leader);
 
 /* Per-job gauges (label job="<id>") as Prometheus text (malloc'd): step, total steps, loss,
  * accuracy, samples/s, ring size, ring epoch, reconfigurations, and how many jobs were left

@@ -37,11 +37,11 @@ static kolo_status write_one(kolo_server_recorder *r, const kolo_server_history_
                             : (kolo_server_kv_compare){point_key, KOLO_SERVER_KV_CREATE, 0};
   char *value = kolo_server_json_dump_message(&w->point.base, 0);
   if (value == NULL) return KOLO_ERR_NO_MEMORY;
-  puts[np++] = (kolo_server_kv_put){point_key, value};
+  puts[np++] = (kolo_server_kv_put){point_key, value, 0};
   if (w->has_delete) {
     kolo_server_store_metrics_key(drop_key, sizeof drop_key, w->id, w->delete_step);
     cmps[nc++] = (kolo_server_kv_compare){drop_key, KOLO_SERVER_KV_MOD, w->delete_rev};
-    puts[np++] = (kolo_server_kv_put){drop_key, NULL};
+    puts[np++] = (kolo_server_kv_put){drop_key, NULL, 0};
   }
   int64_t revision = 0;
   kolo_status rc = r->cfg.kv->ops->txn(r->cfg.kv, cmps, nc, puts, np, &revision);

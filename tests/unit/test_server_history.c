@@ -185,7 +185,7 @@ static int teardown(void **state) {
 }
 
 static void put(fixture *f, const char *key, const char *value) {
-  kolo_server_kv_put p = {key, value};
+  kolo_server_kv_put p = {key, value, 0};
   int64_t rev;
   assert_int_equal(f->kv->ops->txn(f->kv, NULL, 0, &p, 1, &rev), KOLO_OK);
 }
