@@ -175,17 +175,14 @@ static void route_readyz(kolo_server_http *h, reply *r) {
 static void route_metrics(kolo_server_http *h, reply *r) {
   uint64_t phases[7];
   kolo_server_store_count_phases(h->cfg.store, phases);
-  size_t workers = 0;
-  Kolo__V1__ListWorkersResponse *all = NULL;
-  if (kolo_server_store_list_workers(h->cfg.store, &all) == KOLO_OK) {
-    workers = all->n_workers;
-    protobuf_c_message_free_unpacked(&all->base, NULL);
-  }
+  Kolo__V1__Demand *demand = NULL;
+  if (kolo_server_store_get_demand(h->cfg.store, &demand) != KOLO_OK) demand = NULL;
   int is_me = 0;
   char leader[128];
   if (h->cfg.health.leader) h->cfg.health.leader(h->cfg.health.arg, leader, sizeof leader, &is_me);
   reply_text(r, 200, "text/plain; version=0.0.4",
-             kolo_server_metrics_render(h->cfg.metrics, phases, workers, is_me));
+             kolo_server_metrics_render(h->cfg.metrics, phases, demand, is_me));
+  if (demand) protobuf_c_message_free_unpacked(&demand->base, NULL);
 }
 
 /* Constant-time comparison of a presented Authorization header with the expected one. */
@@ -235,6 +232,10 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
     Kolo__V1__ListWorkersRequest lw = KOLO__V1__LIST_WORKERS_REQUEST__INIT;
     return call_service(h, r, KOLO_SERVER_LIST_WORKERS, &lw.base);
   }
+  if (strcmp(url, "/v1/demand") == 0 && get) {
+    Kolo__V1__GetDemandRequest gd = KOLO__V1__GET_DEMAND_REQUEST__INIT;
+    return call_service(h, r, KOLO_SERVER_GET_DEMAND, &gd.base);
+  }
   if (strcmp(url, "/v1/jobs") == 0 && post) {
     ProtobufCMessage *spec = NULL;
     r->method = KOLO_SERVER_SUBMIT_JOB;
@@ -253,6 +254,13 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
       id[colon - w] = '\0';
       dr.id = id;
       return call_service(h, r, KOLO_SERVER_DRAIN_WORKER, &dr.base);
+    }
+    if (colon && strcmp(colon, ":undrain") == 0 && colon > w && (size_t)(colon - w) < sizeof id) {
+      Kolo__V1__UndrainWorkerRequest ur = KOLO__V1__UNDRAIN_WORKER_REQUEST__INIT;
+      memcpy(id, w, (size_t)(colon - w));
+      id[colon - w] = '\0';
+      ur.id = id;
+      return call_service(h, r, KOLO_SERVER_UNDRAIN_WORKER, &ur.base);
     }
   }
   if (strncmp(url, "/v1/jobs/", 9) == 0 && job_path(url, id, sizeof id, &suffix)) {
