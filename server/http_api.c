@@ -15,21 +15,24 @@
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
 #include "server/json_codec.h"
+#include "server/pb_check.h"
 #include "server/service.h"
 
 #define LOG "http"
 
 struct kolo_server_http {
   kolo_server_http_config cfg;
-  char *token_header;
   struct MHD_Daemon *daemon;
 };
 
-/* Per-request state: the body collected so far. */
+/* Per-request state, made by on_uri from the raw request line: the body collected so far
+ * and what the raw URL said before libmicrohttpd unescaped it. */
 typedef struct request {
   char *body;
   size_t len, cap;
   int too_large;
+  int called;      /* on_request has seen this request once */
+  int nul_escape;  /* the raw URL holds %00: unescaped, it would cut the path or a value short */
   struct timespec started;
 } request;
 
@@ -102,6 +105,11 @@ static enum MHD_Result list_arg(void *cls, enum MHD_ValueKind kind, const char *
   if (q->rc != KOLO_OK) return MHD_YES;
   Kolo__V1__ListJobsRequest *r = q->req;
   if (value == NULL) value = "";
+  if (!kolo_server_utf8_valid(key, strlen(key)) || !kolo_server_utf8_valid(value, strlen(value))) {
+    q->rc = KOLO_ERR_INVALID_ARG;
+    snprintf(q->err, sizeof q->err, "query: a parameter is not valid UTF-8");
+    return MHD_YES;
+  }
   if (strcmp(key, "phase") == 0) {
     const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, value);
     if (v == NULL) {
@@ -185,14 +193,7 @@ static void route_metrics(kolo_server_http *h, reply *r) {
   if (demand) protobuf_c_message_free_unpacked(&demand->base, NULL);
 }
 
-/* Constant-time comparison of a presented Authorization header with the expected one. */
-static int same_secret(const char *given, const char *want) {
-  if (given == NULL) return 0;
-  size_t len = strlen(given), want_len = strlen(want);
-  unsigned diff = (unsigned)(len ^ want_len);
-  for (size_t k = 0; k < want_len; k++) diff |= (unsigned)((uint8_t)given[k < len ? k : 0] ^ (uint8_t)want[k]);
-  return diff == 0;
-}
+
 
 /* Splits "/v1/jobs/<id>[suffix]" into id and suffix ("", "/events", ":cancel", ":scale"). */
 static int job_path(const char *url, char *id, size_t id_len, const char **suffix) {
@@ -217,11 +218,15 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
     return reply_text(r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
   }
   if (strcmp(url, "/readyz") == 0 && get) return route_readyz(h, r);
-  if (h->token_header) {
+  if (h->cfg.token) {
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!same_secret(auth, h->token_header))
+    if (!kolo_server_bearer_matches(auth, auth ? strlen(auth) : 0, h->cfg.token))
       return reply_error(r, KOLO_ERR_AUTH, "missing or wrong bearer token");
   }
+  if (req->nul_escape)
+    return reply_error(r, KOLO_ERR_INVALID_ARG, "the URL holds an escaped NUL byte (%00)");
+  if (!kolo_server_utf8_valid(url, strlen(url)))
+    return reply_error(r, KOLO_ERR_INVALID_ARG, "the URL path is not valid UTF-8");
   if (req->too_large) {
     snprintf(err, sizeof err, "request body over the %zu byte limit", h->cfg.max_message_bytes);
     return reply_error(r, KOLO_ERR_TOO_LARGE, err);
@@ -320,11 +325,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   kolo_server_http *h = cls;
   (void)version;
   request *req = *con_cls;
-  if (req == NULL) {
-    req = calloc(1, sizeof *req);
-    if (req == NULL) return MHD_NO;
-    clock_gettime(CLOCK_MONOTONIC, &req->started);
-    *con_cls = req;
+  if (req == NULL) return MHD_NO; /* on_uri could not allocate it */
+  if (!req->called) {
+    req->called = 1;
     return MHD_YES;
   }
   if (*upload_data_size > 0) {
@@ -379,6 +382,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   *con_cls = NULL;
 }
 
+/* Called with the raw request line's URI, before libmicrohttpd unescapes it; what it
+ * returns is the request's con_cls. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
+  (void)cls;
+  (void)conn;
+  request *req = calloc(1, sizeof *req);
+  if (req == NULL) return NULL;
+  clock_gettime(CLOCK_MONOTONIC, &req->started);
+  for (const char *p = uri; p && (p = strchr(p, '%')) != NULL; p++)
+    if (p[1] == '0' && p[2] == '0') req->nul_escape = 1;
+  return req;
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
   char line[512];
   (void)cls;
@@ -412,16 +428,10 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
   if (h == NULL) return KOLO_ERR_NO_MEMORY;
   h->cfg = *config;
   if (h->cfg.max_message_bytes == 0) h->cfg.max_message_bytes = 4u << 20;
-  if (config->token) {
-    size_t len = strlen(config->token) + 8;
-    h->token_header = malloc(len);
-    if (h->token_header) snprintf(h->token_header, len, "Bearer %s", config->token);
-  }
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
   if (config->tls_cert_pem) {
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
       KOLO_LOGE(LOG, "this libmicrohttpd has no TLS support");
-      free(h->token_header);
       free(h);
       return KOLO_ERR_UNSUPPORTED;
     }
@@ -438,10 +448,10 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
       MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+      MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
       MHD_OPTION_ARRAY, config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
   if (h->daemon == NULL) {
     KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
-    free(h->token_header);
     free(h);
     return KOLO_ERR_ADDRESS;
   }
@@ -454,6 +464,5 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
 void kolo_server_http_stop(kolo_server_http *h) {
   if (h == NULL) return;
   MHD_stop_daemon(h->daemon);
-  free(h->token_header);
   free(h);
 }

@@ -1,12 +1,13 @@
 /* Implementation of service.h. */
 #include "server/service.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "coordination/keys.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
-#include "coordination/keys.h"
 #include "server/job_model.h"
 #include "server/json_codec.h"
 
@@ -129,6 +130,25 @@ kolo_status kolo_server_service_call(kolo_server_store *store, kolo_server_metho
       snprintf(err, err_len, "not a unary method");
       return KOLO_ERR_UNSUPPORTED;
   }
+}
+
+int kolo_server_bearer_matches(const char *given, size_t len, const char *token) {
+  static const char scheme[] = "bearer";
+  if (given == NULL || token == NULL || len < sizeof scheme) return 0;
+  for (size_t i = 0; i < sizeof scheme - 1; i++) {
+    char c = given[i];
+    if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+    if (c != scheme[i]) return 0;
+  }
+  size_t at = sizeof scheme - 1;
+  if (given[at] != ' ') return 0;
+  while (at < len && given[at] == ' ') at++;
+  const char *presented = given + at;
+  size_t presented_len = len - at, want_len = strlen(token);
+  unsigned diff = (unsigned)(presented_len ^ want_len);
+  for (size_t k = 0; k < want_len; k++)
+    diff |= (unsigned)((uint8_t)presented[k < presented_len ? k : 0] ^ (uint8_t)token[k]);
+  return diff == 0 && want_len > 0;
 }
 
 /* grpc_status_code values, fixed by the gRPC protocol. */
