@@ -13,6 +13,7 @@ PACKAGES=(
   python3-grpcio python3-protobuf
   wrk valgrind iproute2 procps psmisc openssl
   unzip
+  clang libclang-rt-14-dev
   buildah podman debootstrap runc
 )
 
