@@ -42,6 +42,7 @@ static const setting settings[] = {
     INT_OPT(grace_ms, "grace-ms", "on SIGTERM, how long calls in flight may still take (default 5000)"),
     INT_OPT(leader_ttl_s, "leader-ttl", "leader lease TTL in seconds (default 3)"),
     TEXT_OPT(log_level, "log-level", "error, warn, info or debug (default info, or KOLO_LOG_LEVEL)"),
+    INT_OPT(max_log_streams, "max-log-streams", "job log streams served at once (default 64)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -133,6 +134,7 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
   o->http_threads = 2;
   o->grace_ms = 5000;
   o->leader_ttl_s = 3;
+  o->max_log_streams = 64;
   char host[64] = "kolo";
   gethostname(host, sizeof host - 1);
   snprintf(o->name, sizeof o->name, "%.64s-%d", host, (int)getpid());
@@ -198,6 +200,10 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
   }
   if (o->max_message_bytes < 1024) {
     snprintf(err, err_len, "max-message-bytes: at least 1024");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (o->max_log_streams < 1 || o->max_log_streams > 4096) {
+    snprintf(err, err_len, "max-log-streams: 1..4096");
     return KOLO_ERR_INVALID_ARG;
   }
   if (o->threads < 1 || o->http_threads < 1) {

@@ -24,6 +24,7 @@ typedef struct kolo_server_options {
   int grace_ms;           /* SIGTERM: how long in-flight calls may take */
   int leader_ttl_s;
   char log_level[16];
+  int max_log_streams;    /* StreamLogs + GET .../logs at once */
 } kolo_server_options;
 
 /* Fills opts from defaults, then the config file (if --config), then the flags.

@@ -32,6 +32,8 @@ const kolo_server_method_info kolo_server_methods[KOLO_SERVER_METHOD_COUNT] = {
      &kolo__v1__list_workers_response__descriptor, 0},
     {"/kolo.v1.ClusterService/DrainWorker", "DrainWorker", &kolo__v1__drain_worker_request__descriptor,
      &kolo__v1__worker__descriptor, 0},
+    {"/kolo.v1.JobService/StreamLogs", "StreamLogs", &kolo__v1__stream_logs_request__descriptor,
+     &kolo__v1__log_chunk__descriptor, 1},
 };
 
 kolo_status kolo_server_service_check_id(const char *id, char *err, size_t err_len) {

@@ -19,6 +19,7 @@ typedef enum kolo_server_method {
   KOLO_SERVER_WATCH_JOB,
   KOLO_SERVER_LIST_WORKERS,
   KOLO_SERVER_DRAIN_WORKER,
+  KOLO_SERVER_STREAM_LOGS, /* streamed by the transports themselves (server/logs.h) */
   KOLO_SERVER_METHOD_COUNT
 } kolo_server_method;
 
