@@ -1,6 +1,10 @@
-/* libkolo's internal structures: the communicator (ring connections, engine
+/* libkolo's internal structures: the communicator (ring channels, engine
  * thread, request queue, failure state, staging buffers) and the ring plan that
- * every collective is compiled into before the executor runs it. */
+ * every collective is compiled into before the executor runs it. The code is
+ * split by concern: comm.c (lifetime), form.c (ring formation), handshake.c,
+ * channel.c (channels, the bulk upgrade), failure.c (failure propagation),
+ * queue.c (requests, engine thread), api.c (entry points), ring.c (algorithms
+ * and the executor). */
 #ifndef KOLO_COLLECTIVE_INTERNAL_H
 #define KOLO_COLLECTIVE_INTERNAL_H
 
@@ -9,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "collective/channel.h"
 #include "collective/transport.h"
 #include "kolo/kolo.h"
 
@@ -23,6 +28,13 @@ static inline void kolo_put32(uint8_t *out, uint32_t value) {
 static inline uint32_t kolo_get32(const uint8_t *in) {
   return ((uint32_t)in[0] << 24) | ((uint32_t)in[1] << 16) | ((uint32_t)in[2] << 8) | in[3];
 }
+
+/* The longest job secret a hello may carry. */
+#define KOLO_MAX_SECRET_BYTES 1024
+
+/* A byte count from the environment ("4096", "64K", "4M"), or fallback when
+ * unset, zero or not a number. */
+size_t kolo_size_from_env(const char *name, size_t fallback);
 
 /* The no-progress timeout from KOLO_TIMEOUT (seconds, fractions allowed), or
  * KOLO_DEFAULT_TIMEOUT_MS when unset or not a positive number. */
@@ -94,7 +106,7 @@ typedef struct kolo_control_message {
 
 /* A control connection and the bytes of a partial message read from it. */
 typedef struct kolo_control_link {
-  kolo_transport_conn *conn;
+  kolo_channel channel;
   int peer_rank;
   int open;
   size_t filled;
@@ -109,16 +121,15 @@ struct kolo_comm {
   char *secret;
   uint8_t nccl_id[KOLO_NCCL_ID_BYTES];
   int has_nccl_id;
+  /* connection setup: listen, dial, handshakes, control links (TCP) */
   const kolo_transport_ops *transport;
 
-  /* ring connections (NULL when size == 1) */
-  kolo_transport_conn *data_next; /* we send data to rank + 1 */
-  kolo_transport_conn *data_prev; /* we receive data from rank - 1 */
-  /* shared-memory rings with the neighbours (NULL when not on one host): large
-   * operations stream through them, small ones keep TCP's lower latency */
-  kolo_transport_conn *shm_next;
-  kolo_transport_conn *shm_prev;
-  size_t shm_min_bytes; /* operations of at least this many bytes use the rings */
+  /* the ring's two directions (unconnected when size == 1): each has a small
+   * channel (TCP, lowest latency) and a bulk one (a shared-memory ring when the
+   * neighbour shares the host, else the same TCP channel) */
+  kolo_direction next; /* we send data to rank + 1 */
+  kolo_direction prev; /* we receive data from rank - 1 */
+  size_t bulk_min_bytes; /* operations of at least this many bytes use the bulk channels */
   kolo_control_link control[2];   /* [0] to rank + 1, [1] to rank - 1 */
 
   /* engine: queue of requests, run by the engine thread or inline by a blocking caller */
@@ -170,22 +181,42 @@ kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thr
 /* Reads what a control link has to say; marks failure on a message or EOF. */
 void kolo_control_service(kolo_comm *comm, kolo_control_link *link);
 
+/* Sends a control message on both links (skipping the link to skip_rank);
+ * best effort, never blocks. */
+void kolo_control_send(kolo_comm *comm, const kolo_control_message *message, int skip_rank);
+
+/* Forms the ring (form.c): dials rank + 1, accepts rank - 1, fills the
+ * communicator's directions and control links. Blocks until the timeout. */
+kolo_status kolo_form_ring(kolo_comm *comm, kolo_listener *listener);
+
+/* The request queue and engine thread (queue.c). */
+kolo_status kolo_queue_start(kolo_comm *comm);
+/* Whether a request is queued or running. */
+int kolo_queue_pending(kolo_comm *comm);
+/* Stops and joins the engine thread (after an abort if anything was pending). */
+void kolo_queue_stop(kolo_comm *comm);
+/* Frees the pooled requests. */
+void kolo_queue_free(kolo_comm *comm);
+/* Runs a request to completion, inline when nothing is queued. */
+kolo_status kolo_queue_run_blocking(kolo_comm *comm, kolo_request *request);
+/* Queues a copy of prototype; *out is the pooled request. */
+kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, kolo_request **out);
+
 /* Handshake of a fresh connection (connector side / acceptor side). */
 #define KOLO_CONNECTION_DATA 1
 #define KOLO_CONNECTION_CONTROL 2
 #define KOLO_CONNECTION_BELL 3 /* doorbell of a shared-memory ring */
-struct kolo_shm_offer;
-/* offer: a shared-memory ring offered on this (bell) connection, or NULL. */
+/* offer: a bulk transport offered on this (bell) connection, or NULL. */
 kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
-                                      const struct kolo_shm_offer *offer, int64_t deadline_ns);
-/* *shm_taken: whether the peer mapped the offered ring. */
-kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, int *shm_taken,
+                                      const kolo_bulk_offer *offer, int64_t deadline_ns);
+/* *bulk_taken: whether the peer took the offered bulk transport. */
+kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, int *bulk_taken,
                                     int64_t deadline_ns);
 /* Reads a hello, checks secret/epoch/rank, answers; *kind is the connection kind.
- * When the hello offers a ring this host can map, *conn is replaced by a shared-
- * memory connection wrapping it. */
-kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn **conn, int expected_rank,
-                                  int *kind, int64_t deadline_ns);
+ * When the hello offers a bulk transport this host can open, *bulk is set to the
+ * reader side, which owns conn from then on; else bulk->ops stays NULL. */
+kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
+                                  int *kind, kolo_channel *bulk, int64_t deadline_ns);
 
 /* Device-buffer dispatch (collective/device.c): whether either buffer is device
  * memory in a CUDA-mode communicator; submit an operation to NCCL; wait/test the

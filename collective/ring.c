@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "collective/internal.h"
-#include "collective/transport_shm.h"
 #include "common/log.h"
 
 static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
@@ -110,7 +109,7 @@ static void plan_allreduce_ring(kolo_comm *comm, const char *src, char *dst, siz
 }
 
 /* Executes comm->plan; op_bytes (the operation's size, the same on every rank)
- * picks the shared-memory rings or TCP. Returns KOLO_OK or the failure. */
+ * picks each direction's bulk or small channel. Returns KOLO_OK or the failure. */
 static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes);
 
 static kolo_status run_allreduce(kolo_comm *comm, kolo_request *request, int engine_thread) {
@@ -285,7 +284,7 @@ static kolo_status data_link_failed(kolo_comm *comm, int neighbour, int engine_t
       for (int i = 0; i < 2; i++) {
         if (comm->control[i].open) {
           links[count - 1] = i;
-          fds[count++] = (struct pollfd){.fd = comm->transport->poll_fd(comm->control[i].conn),
+          fds[count++] = (struct pollfd){.fd = kolo_channel_poll_fd(&comm->control[i].channel),
                                          .events = POLLIN};
         }
       }
@@ -301,15 +300,8 @@ static kolo_status data_link_failed(kolo_comm *comm, int neighbour, int engine_t
 
 static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes) {
   kolo_ring_plan *plan = &comm->plan;
-  const kolo_transport_ops *tp = comm->transport;
-  /* the writer has a ring exactly when its reader has one, and op_bytes is the
-   * same on both sides, so both pick the same channel */
-  int shared = comm->shm_next != NULL && op_bytes >= comm->shm_min_bytes;
-  const kolo_transport_ops *next_ops = shared ? &kolo_transport_shm : tp;
-  kolo_transport_conn *data_next = shared ? comm->shm_next : comm->data_next;
-  shared = comm->shm_prev != NULL && op_bytes >= comm->shm_min_bytes;
-  const kolo_transport_ops *prev_ops = shared ? &kolo_transport_shm : tp;
-  kolo_transport_conn *data_prev = shared ? comm->shm_prev : comm->data_prev;
+  const kolo_channel *to_next = kolo_direction_pick(&comm->next, op_bytes, comm->bulk_min_bytes);
+  const kolo_channel *from_prev = kolo_direction_pick(&comm->prev, op_bytes, comm->bulk_min_bytes);
   size_t element = kolo_dtype_size(plan->dtype);
   size_t segment = comm->segment_bytes / element * element;
   if (segment == 0) segment = element;
@@ -330,7 +322,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_by
       if (sent < available) {
         size_t moved = 0;
         kolo_status status =
-            next_ops->send(data_next, item->buffer + sent, available - sent, &moved);
+            kolo_channel_send(to_next, item->buffer + sent, available - sent, &moved);
         if (status != KOLO_OK) return data_link_failed(comm, next, engine_thread, "send failed");
         if (moved == 0) break;
         sent += moved;
@@ -355,7 +347,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_by
       size_t moved = 0;
       kolo_status status;
       if (item->local == NULL) {
-        status = prev_ops->recv(data_prev, item->buffer + done, item->bytes - done, &moved);
+        status = kolo_channel_recv(from_prev, item->buffer + done, item->bytes - done, &moved);
         if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
         if (moved == 0) break;
         plan->processed[recv_index] += moved;
@@ -363,7 +355,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_by
         continue;
       }
       size_t want = item->bytes - done < segment ? item->bytes - done : segment;
-      status = prev_ops->recv(data_prev, comm->staging + staged, want - staged, &moved);
+      status = kolo_channel_recv(from_prev, comm->staging + staged, want - staged, &moved);
       if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
       if (moved == 0) break;
       staged += moved;
@@ -397,29 +389,24 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_by
     int recvs_pending = recv_index < plan->recv_count;
     int next_slot = count;
     fds[count++] = (struct pollfd){
-        .fd = sends_pending ? next_ops->poll_fd(data_next) : -1,
-        .events = (short)(POLLRDHUP | (want_send ? next_ops->poll_events(data_next, 1) : 0))};
-    fds[count++] = (struct pollfd){.fd = recvs_pending ? prev_ops->poll_fd(data_prev) : -1,
-                                   .events = prev_ops->poll_events(data_prev, 0)};
+        .fd = sends_pending ? kolo_channel_poll_fd(to_next) : -1,
+        .events = (short)(POLLRDHUP | (want_send ? kolo_channel_poll_events(to_next, 1) : 0))};
+    fds[count++] = (struct pollfd){.fd = recvs_pending ? kolo_channel_poll_fd(from_prev) : -1,
+                                   .events = kolo_channel_poll_events(from_prev, 0)};
     int link_slot[2] = {-1, -1};
     if (engine_thread) {
       for (int i = 0; i < 2; i++) {
         if (comm->control[i].open) {
           link_slot[i] = count;
-          fds[count++] = (struct pollfd){.fd = tp->poll_fd(comm->control[i].conn), .events = POLLIN};
+          fds[count++] = (struct pollfd){.fd = kolo_channel_poll_fd(&comm->control[i].channel),
+                                         .events = POLLIN};
         }
       }
     }
     /* shared memory moves without the kernel: announce we are about to sleep,
      * and look again if the peer moved meanwhile */
-    if (want_send && next_ops->prepare_wait != NULL &&
-        !next_ops->prepare_wait(data_next, 1)) {
-      continue;
-    }
-    if (recvs_pending && prev_ops->prepare_wait != NULL &&
-        !prev_ops->prepare_wait(data_prev, 0)) {
-      continue;
-    }
+    if (want_send && !kolo_channel_prepare_wait(to_next, 1)) continue;
+    if (recvs_pending && !kolo_channel_prepare_wait(from_prev, 0)) continue;
     int64_t left_ns = last_progress + timeout_ns - kolo_now_ns();
     if (left_ns <= 0) {
       int waiting_on = recv_index < plan->recv_count ? prev : next;

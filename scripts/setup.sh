@@ -11,6 +11,7 @@ PACKAGES=(
   etcd-server etcd-client
   dataset-fashion-mnist
   python3-grpcio python3-protobuf
+  python3-pytest python3-torch python3-numpy
   wrk valgrind iproute2 procps psmisc openssl
   unzip
   buildah podman debootstrap runc

@@ -144,11 +144,12 @@ int main(int argc, char **argv) {
       KOLO_LOGE(LOG, "cannot read --token-file %s: %s", s.opts.token_file, strerror(errno));
       goto out;
     }
-    s.token[strcspn(s.token, "\r\n")] = '\0';
-    if (s.token[0] == '\0') {
-      KOLO_LOGE(LOG, "--token-file %s is empty", s.opts.token_file);
+    const char *token = NULL;
+    if (kolo_server_token_parse(s.token, &token, err, sizeof err) != KOLO_OK) {
+      KOLO_LOGE(LOG, "--token-file %s: %s", s.opts.token_file, err);
       goto out;
     }
+    memmove(s.token, token, strlen(token) + 1);
   }
   const char *endpoints = s.opts.etcd;
   if (strcmp(s.opts.etcd, "none") == 0) {

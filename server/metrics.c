@@ -66,16 +66,35 @@ static void add(text *t, const char *fmt, ...) {
   }
 }
 
+/* The demand for workers (demand.h): what an autoscaler scales the worker pool on. */
+static void add_demand(text *t, const Kolo__V1__Demand *d) {
+  static const struct {
+    const char *name, *help;
+  } gauges[] = {
+      {"kolo_workers", "Workers registered in etcd."},
+      {"kolo_workers_idle", "Registered workers with no job that are not draining."},
+      {"kolo_workers_draining", "Registered workers that are drained or shutting down."},
+      {"kolo_workers_wanted", "Workers the jobs want now: members of running jobs, up to max_workers of growable "
+                              "ones, max_workers of pending ones (scale the worker pool on this)."},
+      {"kolo_workers_missing", "Workers wanted that no job has yet (pending jobs, jobs below max_workers)."},
+      {"kolo_jobs_growable", "Running or re-forming jobs below their max_workers."},
+  };
+  uint32_t values[] = {d->workers_registered, d->workers_idle,    d->workers_draining,
+                       d->workers_wanted,     d->workers_missing, d->growable_jobs};
+  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+    add(t, "# HELP %s %s\n# TYPE %s gauge\n%s %u\n", gauges[i].name, gauges[i].help, gauges[i].name,
+        gauges[i].name, (unsigned)values[i]);
+}
+
 char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_counts[7],
-                                 size_t workers, int is_leader) {
+                                 const Kolo__V1__Demand *demand, int is_leader) {
   static const char *const apis[] = {"grpc", "http"};
   text t = {0};
   add(&t, "# HELP kolo_jobs Jobs known to this server, by phase.\n# TYPE kolo_jobs gauge\n");
   for (int p = 1; p < 7; p++)
     add(&t, "kolo_jobs{phase=\"%s\"} %" PRIu64 "\n", kolo_server_job_phase_name((Kolo__V1__Phase)p),
         phase_counts[p]);
-  add(&t, "# HELP kolo_workers Workers registered in etcd.\n# TYPE kolo_workers gauge\n");
-  add(&t, "kolo_workers %zu\n", workers);
+  if (demand) add_demand(&t, demand);
   add(&t, "# HELP kolo_server_leader 1 if this replica is the elected leader.\n"
           "# TYPE kolo_server_leader gauge\nkolo_server_leader %d\n",
       is_leader);

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kolo/v1/cluster.pb-c.h"
 #include "server/service.h"
 
 typedef enum kolo_server_api { KOLO_SERVER_API_GRPC = 0, KOLO_SERVER_API_HTTP = 1 } kolo_server_api;
@@ -23,8 +24,9 @@ void kolo_server_metrics_destroy(kolo_server_metrics *m);
 void kolo_server_metrics_observe(kolo_server_metrics *m, kolo_server_api api, int method,
                                  int grpc_code, double seconds);
 
-/* Appends the metrics as Prometheus text to a malloc'd buffer (caller frees). */
+/* Appends the metrics as Prometheus text to a malloc'd buffer (caller frees). demand: the
+ * demand for workers now (its worker gauges are left out when NULL: etcd unreachable). */
 char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_counts[7],
-                                 size_t workers, int is_leader);
+                                 const Kolo__V1__Demand *demand, int is_leader);
 
 #endif

@@ -212,3 +212,25 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
   }
   return KOLO_OK;
 }
+
+kolo_status kolo_server_token_parse(char *text, const char **token, char *err, size_t err_len) {
+  char *t = trim(text);
+  size_t n = strlen(t);
+  if (n == 0) {
+    snprintf(err, err_len, "the token file holds no token (empty or only whitespace)");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (n > 4096) {
+    snprintf(err, err_len, "the token is longer than 4096 characters");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)t[i];
+    if (c <= ' ' || c >= 0x7f) {
+      snprintf(err, err_len, "the token has a space, control or non-ASCII character at offset %zu", i);
+      return KOLO_ERR_INVALID_ARG;
+    }
+  }
+  *token = t;
+  return KOLO_OK;
+}

@@ -35,4 +35,10 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
 
 void kolo_server_options_usage(FILE *out);
 
+/* The bearer token in a --token-file's text, trimmed in place: surrounding whitespace
+ * (a trailing newline) goes; what is left must be 1-4096 visible ASCII characters with no
+ * space inside, else KOLO_ERR_INVALID_ARG with the reason in err (a file of only
+ * whitespace would otherwise make every request need an empty or blank token). */
+kolo_status kolo_server_token_parse(char *text, const char **token, char *err, size_t err_len);
+
 #endif

@@ -409,6 +409,23 @@ out:
   return KOLO_OK;
 }
 
+kolo_status kolo_server_store_job_sizes(kolo_server_store *s, kolo_server_job_size **out, size_t *n) {
+  pthread_rwlock_rdlock(&s->lock);
+  kolo_server_job_size *sizes = calloc(s->count + 1, sizeof *sizes);
+  size_t k = 0;
+  for (size_t i = 0; sizes && i < s->count; i++) {
+    const entry *e = s->entries[i];
+    if (e->status == NULL || e->spec == NULL) continue;
+    sizes[k++] = (kolo_server_job_size){e->status->phase, (uint32_t)e->status->n_members,
+                                        e->status->min_workers ? e->status->min_workers : e->spec->min_workers,
+                                        e->status->max_workers ? e->status->max_workers : e->spec->max_workers};
+  }
+  pthread_rwlock_unlock(&s->lock);
+  *out = sizes;
+  *n = k;
+  return sizes ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+}
+
 void kolo_server_store_count_phases(kolo_server_store *s, uint64_t counts[7]) {
   memset(counts, 0, 7 * sizeof counts[0]);
   pthread_rwlock_rdlock(&s->lock);
@@ -458,14 +475,14 @@ static kolo_status write_status(kolo_server_store *s, const Kolo__V1__Job *job, 
   cmps[0] = (kolo_server_kv_compare){keys[0], KOLO_SERVER_KV_MOD, status_rev};
   values[0] = kolo_server_json_dump_message(&job->status->base, 0);
   if (values[0] == NULL) goto out;
-  puts[0] = (kolo_server_kv_put){keys[0], values[0]};
+  puts[0] = (kolo_server_kv_put){keys[0], values[0], 0};
   for (size_t i = 0; i < n_new; i++) {
     const Kolo__V1__Event *ev = job->events[first_new + i];
     event_key(keys[i + 1], sizeof keys[i + 1], job->id, ev->seq);
     cmps[i + 1] = (kolo_server_kv_compare){keys[i + 1], KOLO_SERVER_KV_CREATE, 0};
     values[i + 1] = kolo_server_json_dump_message(&ev->base, 0);
     if (values[i + 1] == NULL) goto out;
-    puts[i + 1] = (kolo_server_kv_put){keys[i + 1], values[i + 1]};
+    puts[i + 1] = (kolo_server_kv_put){keys[i + 1], values[i + 1], 0};
   }
   rc = s->kv->ops->txn(s->kv, cmps, n_new + 1, puts, n_new + 1, revision);
 out:
@@ -581,7 +598,7 @@ kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *sp
   job_key(status_key, sizeof status_key, id, "status");
   event_key(event_key_text, sizeof event_key_text, id, 1);
   kolo_server_kv_compare cmp = {spec_key, KOLO_SERVER_KV_CREATE, 0};
-  kolo_server_kv_put puts[3] = {{spec_key, spec_json}, {status_key, status_json}, {event_key_text, event_json}};
+  kolo_server_kv_put puts[3] = {{spec_key, spec_json, 0}, {status_key, status_json, 0}, {event_key_text, event_json, 0}};
   int64_t revision = 0;
   rc = s->kv->ops->txn(s->kv, &cmp, 1, puts, 3, &revision);
   if (rc == KOLO_OK) {

@@ -12,6 +12,7 @@
 #include "kolo/status.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
+#include "server/demand.h"
 #include "server/kv.h"
 
 #define KOLO_SERVER_JOBS_PREFIX "/kolo/v1/jobs/"
@@ -64,11 +65,23 @@ void kolo_server_store_unsubscribe(kolo_server_store *store, uint64_t handle);
 /* Number of jobs in each phase (index = Kolo__V1__Phase, 7 slots). */
 void kolo_server_store_count_phases(kolo_server_store *store, uint64_t counts[7]);
 
+/* Phase, members and bounds of every job in the view (*out malloc'd, *n entries). */
+kolo_status kolo_server_store_job_sizes(kolo_server_store *store, kolo_server_job_size **out, size_t *n);
+
+/* The demand for workers now (demand.h) from the view's jobs and the registered workers. */
+kolo_status kolo_server_store_get_demand(kolo_server_store *store, Kolo__V1__Demand **out);
+
 /* Workers registered under /kolo/v1/workers/ (read from kv; drained ones flagged). */
 kolo_status kolo_server_store_list_workers(kolo_server_store *store, Kolo__V1__ListWorkersResponse **out);
-/* Writes /kolo/v1/drain/<id>; KOLO_ERR_NOT_FOUND if no such worker is registered. */
+/* Writes /kolo/v1/drain/<id> under the lease of the worker's current registration, so the
+ * mark ends with it (coordination/drain.h); KOLO_ERR_NOT_FOUND if no such worker is
+ * registered. *out: the worker as ListWorkers shows it now. */
 kolo_status kolo_server_store_drain_worker(kolo_server_store *store, const char *id,
                                            Kolo__V1__Worker **out);
+/* Deletes /kolo/v1/drain/<id> (nothing to do if absent); KOLO_ERR_NOT_FOUND if no such
+ * worker is registered (a mark it left is deleted all the same). */
+kolo_status kolo_server_store_undrain_worker(kolo_server_store *store, const char *id,
+                                             Kolo__V1__Worker **out);
 
 /* The kv the store writes through (workers.c reads worker registrations with it). */
 kolo_server_kv *kolo_server_store_kv(kolo_server_store *store);

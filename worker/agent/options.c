@@ -19,6 +19,7 @@ void kolo_agent_options_usage(FILE *out) {
           "  --gpus N             GPUs of this worker (default 0)\n"
           "  --train-bin PATH     kolo-train for builtin jobs (default: next to kolo-worker)\n"
           "  --stop-grace-ms MS   STOP -> SIGTERM -> SIGKILL spacing (default 2000)\n"
+          "  --http-listen H:P    serve /healthz, /readyz (200 while registered) and /metrics\n"
           "  --logs-listen H:P    where kolo-server fetches job logs (default: the --advertise host, a free port)\n"
           "  --log-dir DIR        job logs (default <work-dir>/logs)\n"
           "  --log-file-size N    rotate a log file past N bytes (K, M, G suffixes; default 8M)\n"
@@ -78,7 +79,8 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
       {"logs-listen", required_argument, NULL, 'P'}, {"log-dir", required_argument, NULL, 'D'},
       {"log-file-size", required_argument, NULL, 'F'}, {"log-job-size", required_argument, NULL, 'J'},
       {"log-total-size", required_argument, NULL, 'T'}, {"log-retention", required_argument, NULL, 'R'},
-      {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0}};
+      {"http-listen", required_argument, NULL, 'H'}, {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
   optind = 1;
   int c;
   while ((c = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
@@ -92,6 +94,7 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
       case 'w': rc = copy(opts->work_dir, sizeof opts->work_dir, optarg, "--work-dir", err, err_len); break;
       case 'L': rc = copy(opts->labels, sizeof opts->labels, optarg, "--labels", err, err_len); break;
       case 'b': rc = copy(opts->train_bin, sizeof opts->train_bin, optarg, "--train-bin", err, err_len); break;
+      case 'H': rc = copy(opts->http_listen, sizeof opts->http_listen, optarg, "--http-listen", err, err_len); break;
       case 't':
         opts->lease_ttl_s = (int)strtol(optarg, &end, 10);
         if (*end || opts->lease_ttl_s < 1 || opts->lease_ttl_s > 3600) {
