@@ -14,6 +14,7 @@ PACKAGES=(
   python3-pytest python3-torch python3-numpy
   wrk valgrind iproute2 procps psmisc openssl
   unzip
+  clang libclang-rt-14-dev
   buildah podman debootstrap runc
 )
 
