@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "../support/skip.h"
 #include "test_worker_cluster.h"
 
 static int setup(void **state) {
@@ -162,7 +163,7 @@ static void a_builtin_job_runs_kolo_train_on_two_workers(void **state) {
   char train[512];
   snprintf(train, sizeof train, "%s/kolo-train", getenv("KOLO_BIN_DIR"));
   FILE *probe = fopen(train, "r");
-  if (probe == NULL) skip(); /* the trainer is not part of this build */
+  if (probe == NULL) KOLO_TEST_SKIP("%s is not part of this build", train);
   fclose(probe);
   start_workers(c, 2);
   json_t *job = cluster_post(c, "/v1/jobs",

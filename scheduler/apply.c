@@ -1,0 +1,360 @@
+/* Implementation of apply.h: the records the scheduler writes (ring, status,
+ * events, assignments) built as JSON and put in one txn per decision. */
+#define _GNU_SOURCE
+#include "scheduler/apply.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "coordination/keys.h"
+#include "coordination/planner.h"
+#include "scheduler/plan.h"
+#include "scheduler/txn.h"
+
+#define LOG "sched"
+#define PROGRESS_EVERY_MS 1000
+
+static int64_t wall_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static char *fmt(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  char *out = NULL;
+  if (vasprintf(&out, format, args) < 0) out = NULL;
+  va_end(args);
+  return out;
+}
+
+static kolo_status commit(const kolo_sched_writer *wr, kolo_sched_txn *t) {
+  return kolo_sched_txn_commit(t, wr->etcd, wr->fence, wr->fence_arg);
+}
+
+/* ---- status and events ---- */
+
+/* Starts a write of j: status compare, a copy of the status to edit. */
+static json_t *begin_job_write(kolo_sched_txn *t, const kolo_sched_job *j) {
+  kolo_sched_txn_compare(t, KOLO_ETCD_CMP_MOD, fmt(KOLO_KEY_JOBS_PREFIX "%s/status", j->id), j->status_mod);
+  return json_deep_copy(j->status);
+}
+
+static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch, const char *message) {
+  uint64_t seq = ++j->max_seq;
+  char *key = fmt(KOLO_KEY_JOBS_PREFIX "%s/events/%010" PRIu64, j->id, seq);
+  json_t *event = json_pack("{s:I, s:I, s:s, s:s, s:I}", "seq", (json_int_t)seq, "time_unix_ms",
+                            (json_int_t)wall_ms(), "type", type, "message", message, "epoch", (json_int_t)epoch);
+  kolo_sched_txn_compare(t, KOLO_ETCD_CMP_CREATE, key ? strdup(key) : NULL, 0);
+  kolo_sched_txn_put(t, key, event ? json_dumps(event, JSON_COMPACT) : NULL);
+  json_decref(event);
+  KOLO_LOGI(LOG, "job %s: %s (epoch %" PRId64 "): %s", j->id, type, epoch, message);
+}
+
+static void finish_job_write(kolo_sched_txn *t, const kolo_sched_job *j, json_t *status) {
+  json_object_set_new(status, "updated_unix_ms", json_integer(wall_ms()));
+  kolo_sched_txn_put(t, fmt(KOLO_KEY_JOBS_PREFIX "%s/status", j->id), json_dumps(status, JSON_COMPACT));
+  json_decref(status);
+}
+
+static void delete_assignments(kolo_sched_txn *t, const char *const *ids, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char key[512];
+    if (kolo_keys_assign(ids[i], key, sizeof key) == KOLO_OK) kolo_sched_txn_delete(t, strdup(key));
+  }
+}
+
+/* ---- a new epoch ---- */
+
+/* Ranks the chosen members with coord's planner (grouped by host, survivors in
+ * their old order, rank 0 the survivor with the lowest old rank). Leaves order
+ * as it is if the planner refuses. */
+static void order_by_planner(kolo_sched_snapshot *snap, const json_t *old_ring, const char **order, size_t n) {
+  if (n == 0) return;
+  kolo_planner_member *members = calloc(n, sizeof *members);
+  size_t *ranks = calloc(n, sizeof *ranks);
+  const char **reordered = calloc(n, sizeof *reordered);
+  json_t *old_members = json_object_get(old_ring, "members");
+  size_t n_previous = json_array_size(old_members);
+  const char **previous = calloc(n_previous + 1, sizeof *previous);
+  if (members && ranks && reordered && previous) {
+    for (size_t i = 0; i < n; i++) {
+      kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
+      members[i] = (kolo_planner_member){order[i], w ? w->m.host : "?", w ? w->m.address : "?"};
+    }
+    for (size_t i = 0; i < n_previous; i++)
+      previous[i] = json_string_value(json_object_get(json_array_get(old_members, i), "worker_id")) ?: "?";
+    if (kolo_planner_plan(members, n, previous, n_previous, ranks) == KOLO_OK) {
+      for (size_t i = 0; i < n; i++) reordered[i] = order[ranks[i]];
+      memcpy(order, reordered, n * sizeof *order);
+    } else {
+      KOLO_LOGW(LOG, "ring planner: %s; keeping survivors-first order", kolo_etcd_last_error());
+    }
+  }
+  free(members);
+  free(ranks);
+  free(reordered);
+  free(previous);
+}
+
+/* The ring's member entries and the status's, for order at epoch. */
+static kolo_status ring_members(kolo_sched_snapshot *snap, const json_t *old_ring, int64_t epoch,
+                                const char *const *order, size_t n, json_t *ring_out, json_t *status_out) {
+  const char **hosts = calloc(n + 1, sizeof *hosts);
+  int *local_rank = calloc(n + 1, sizeof *local_rank), *local_size = calloc(n + 1, sizeof *local_size);
+  kolo_status rc = KOLO_ERR_NO_MEMORY;
+  if (hosts == NULL || local_rank == NULL || local_size == NULL) goto out;
+  for (size_t i = 0; i < n; i++) {
+    kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
+    hosts[i] = w ? w->m.host : "?";
+  }
+  kolo_sched_local_ranks(hosts, n, local_rank, local_size);
+  int64_t old_epoch = epoch - 1;
+  for (size_t i = 0; i < n; i++) {
+    kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
+    const char *host = w ? w->m.host : "?", *address = w ? w->m.address : "?";
+    int64_t since = epoch;
+    size_t k;
+    json_t *old;
+    json_array_foreach(json_object_get(old_ring, "members"), k, old) {
+      if (strcmp(json_string_value(json_object_get(old, "worker_id")) ?: "", order[i]) == 0)
+        since = kolo_sched_int(old, "since_epoch") ?: old_epoch;
+    }
+    json_array_append_new(ring_out, json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:I}", "worker_id", order[i], "rank",
+                                              (int)i, "host", host, "address", address, "local_rank",
+                                              local_rank[i], "local_size", local_size[i], "since_epoch",
+                                              (json_int_t)since));
+    json_array_append_new(status_out, json_pack("{s:s, s:i, s:s, s:s}", "worker_id", order[i], "rank", (int)i,
+                                                "host", host, "address", address));
+  }
+  rc = KOLO_OK;
+out:
+  free(hosts);
+  free(local_rank);
+  free(local_size);
+  return rc;
+}
+
+/* The ring record of epoch: members, secret, timeout, lost so far. */
+static json_t *ring_record(const kolo_sched_job *j, const json_t *old_ring, int64_t epoch, json_t *members,
+                           const kolo_sched_epoch_plan *plan) {
+  char secret[33];
+  for (int i = 0; i < 32; i++) secret[i] = "0123456789abcdef"[rand() & 15];
+  secret[32] = '\0';
+  json_t *lost = json_deep_copy(json_object_get(old_ring, "lost"));
+  if (!json_is_array(lost)) {
+    json_decref(lost);
+    lost = json_array();
+  }
+  for (size_t i = 0; i < plan->n_lost; i++)
+    json_array_append_new(lost, json_pack("{s:s, s:s}", "worker_id", plan->lost_ids[i], "why", plan->lost_why[i]));
+  int64_t timeout_ms = kolo_sched_int(j->spec, "collective_timeout_ms");
+  return json_pack("{s:s, s:I, s:I, s:s, s:o, s:o}", "job", j->id, "epoch", (json_int_t)epoch, "timeout_ms",
+                   (json_int_t)(timeout_ms > 0 ? timeout_ms : 30000), "secret", secret, "members", members,
+                   "lost", lost);
+}
+
+/* RING_PLANNED's message: "epoch 3: 2 workers (w1, w3), rank 0 is w1". */
+static char *planned_message(int64_t epoch, const char *const *order, size_t n) {
+  char *names = NULL;
+  size_t length = 0;
+  FILE *out = open_memstream(&names, &length);
+  for (size_t i = 0; out && i < n; i++) fprintf(out, "%s%s", i ? ", " : "", order[i]);
+  if (out) fclose(out);
+  char *message = fmt("epoch %" PRId64 ": %zu workers (%s), rank 0 is %s", epoch, n, names ? names : "",
+                      n ? order[0] : "-");
+  free(names);
+  return message;
+}
+
+/* The status, events and assignments of the new epoch, added to t. */
+static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_sched_job *j, int64_t epoch,
+                             const char *const *order, size_t n, json_t *status_members,
+                             const kolo_sched_epoch_plan *plan, const char *ring_key) {
+  json_t *status = begin_job_write(t, j);
+  json_object_set_new(status, "phase", json_string(plan->phase));
+  json_object_set_new(status, "epoch", json_integer(epoch));
+  json_object_set_new(status, "members", status_members);
+  if (kolo_sched_int(status, "started_unix_ms") == 0)
+    json_object_set_new(status, "started_unix_ms", json_integer(wall_ms()));
+  if (plan->count_reconfiguration)
+    json_object_set_new(status, "reconfigurations", json_integer(kolo_sched_int(status, "reconfigurations") + 1));
+  add_event(t, j, plan->event_type, epoch, plan->event_message);
+  if (strcmp(plan->event_type, "SCHEDULED") != 0 || n > 0) {
+    char *message = planned_message(epoch, order, n);
+    add_event(t, j, "RING_PLANNED", epoch, message ? message : "");
+    free(message);
+  }
+  finish_job_write(t, j, status);
+  for (size_t i = 0; i < n; i++) {
+    char key[512];
+    kolo_keys_assign(order[i], key, sizeof key);
+    kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
+    /* a newcomer must still be free when this lands */
+    if (w && w->assign_job == NULL) kolo_sched_txn_compare(t, KOLO_ETCD_CMP_CREATE, strdup(key), 0);
+    json_t *assignment = json_pack("{s:s, s:I, s:s, s:i}", "job", j->id, "epoch", (json_int_t)epoch, "ring",
+                                   ring_key, "rank", (int)i);
+    kolo_sched_txn_put(t, strdup(key), assignment ? json_dumps(assignment, JSON_COMPACT) : NULL);
+    json_decref(assignment);
+  }
+  delete_assignments(t, plan->removed, plan->n_removed);
+}
+
+kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snapshot *snap, kolo_sched_job *j,
+                                   const kolo_sched_epoch_plan *plan) {
+  const char **newcomers = calloc(plan->take + 1, sizeof *newcomers);
+  const char **order = calloc(plan->n_keep + plan->take + 1, sizeof *order);
+  json_t *members = json_array(), *status_members = json_array(), *ring = NULL;
+  kolo_sched_txn *t = kolo_sched_txn_create();
+  kolo_status rc = KOLO_ERR_NO_MEMORY;
+  if (!newcomers || !order || !members || !status_members || !t) goto out;
+  size_t n_new = 0;
+  for (size_t i = 0; i < snap->n_workers && n_new < plan->take; i++)
+    if (kolo_sched_worker_idle(&snap->workers[i])) newcomers[n_new++] = snap->workers[i].m.id;
+  size_t n = kolo_sched_plan_ring(plan->keep, plan->n_keep, newcomers, n_new, kolo_sched_job_bound(j, "max_workers"),
+                                  order);
+  int64_t epoch = kolo_sched_int(j->status, "epoch") + 1;
+  json_t *old_ring = kolo_sched_job_ring(j, epoch - 1);
+  order_by_planner(snap, old_ring, order, n);
+  rc = ring_members(snap, old_ring, epoch, order, n, members, status_members);
+  if (rc != KOLO_OK) goto out;
+  ring = ring_record(j, old_ring, epoch, members, plan);
+  members = NULL; /* the ring owns them now (or they are freed with a failed pack) */
+  char ring_key[512];
+  kolo_keys_ring(j->id, epoch, ring_key, sizeof ring_key);
+  add_epoch_writes(t, snap, j, epoch, order, n, status_members, plan, ring_key);
+  status_members = NULL;
+  kolo_sched_txn_put(t, strdup(ring_key), ring ? json_dumps(ring, JSON_COMPACT) : NULL);
+  rc = commit(wr, t);
+  if (rc == KOLO_OK)
+    for (size_t i = 0; i < n_new; i++) kolo_sched_find_worker(snap, newcomers[i])->taken = 1;
+out:
+  json_decref(members);
+  json_decref(status_members);
+  json_decref(ring);
+  kolo_sched_txn_destroy(t);
+  free(newcomers);
+  free(order);
+  return rc;
+}
+
+/* ---- the other writes ---- */
+
+/* The Progress fields of a process's report (JobStatus.progress takes no
+ * others); kolo-train's names are accepted as well. A new object. */
+static json_t *progress_fields(const json_t *report) {
+  static const char *const names[][2] = {{"step", "steps"}, {"total_steps", NULL}, {"loss", NULL},
+                                         {"samples_per_sec", "samples_per_sec_total"},
+                                         {"accuracy", "train_accuracy"}};
+  json_t *clean = json_object();
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    json_t *value = json_object_get(report, names[i][0]);
+    if (!json_is_number(value) && names[i][1]) value = json_object_get(report, names[i][1]);
+    if (json_is_number(value)) json_object_set(clean, names[i][0], value);
+  }
+  return clean;
+}
+
+static json_t *rank0_progress(const kolo_sched_job *j) {
+  const char *rank0 = kolo_sched_member_id(j, 0);
+  return json_object_get(json_object_get(j->reports, rank0), "progress");
+}
+
+kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot *snap, kolo_sched_job *j,
+                               const char *phase, const char *type, const char *message) {
+  kolo_sched_txn *t = kolo_sched_txn_create();
+  if (t == NULL) return KOLO_ERR_NO_MEMORY;
+  json_t *status = begin_job_write(t, j);
+  json_object_set_new(status, "phase", json_string(phase));
+  json_object_set_new(status, "finished_unix_ms", json_integer(wall_ms()));
+  if (strcmp(phase, "FAILED") == 0) json_object_set_new(status, "error", json_string(message));
+  /* the last progress rank 0 reported (the periodic copy is throttled) */
+  json_t *progress = rank0_progress(j);
+  if (json_is_object(progress)) {
+    json_t *merged = json_deep_copy(json_object_get(status, "progress"));
+    if (!json_is_object(merged)) {
+      json_decref(merged);
+      merged = json_object();
+    }
+    json_t *clean = progress_fields(progress);
+    json_object_update(merged, clean);
+    json_decref(clean);
+    json_object_set_new(status, "progress", merged);
+  }
+  add_event(t, j, type, kolo_sched_int(j->status, "epoch"), message);
+  finish_job_write(t, j, status);
+  for (size_t i = 0; i < snap->n_workers; i++) {
+    kolo_sched_worker *w = &snap->workers[i];
+    if (w->assign_job && strcmp(w->assign_job, j->id) == 0) delete_assignments(t, (const char *const *)&w->m.id, 1);
+  }
+  kolo_status rc = commit(wr, t);
+  kolo_sched_txn_destroy(t);
+  return rc;
+}
+
+kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j, const char *phase,
+                                 json_t *members, const char *type, const char *message,
+                                 const char *const *removed, size_t n_removed, int count_reconfiguration) {
+  kolo_sched_txn *t = kolo_sched_txn_create();
+  if (t == NULL) return KOLO_ERR_NO_MEMORY;
+  json_t *status = begin_job_write(t, j);
+  json_object_set_new(status, "phase", json_string(phase));
+  if (members) json_object_set(status, "members", members);
+  if (count_reconfiguration)
+    json_object_set_new(status, "reconfigurations", json_integer(kolo_sched_int(status, "reconfigurations") + 1));
+  if (type) add_event(t, j, type, kolo_sched_int(j->status, "epoch"), message);
+  finish_job_write(t, j, status);
+  delete_assignments(t, removed, n_removed);
+  kolo_status rc = commit(wr, t);
+  kolo_sched_txn_destroy(t);
+  return rc;
+}
+
+void kolo_sched_copy_progress(const kolo_sched_writer *wr, kolo_sched_job *j) {
+  json_t *progress = rank0_progress(j);
+  if (!json_is_object(progress)) return;
+  if (wall_ms() - kolo_sched_int(j->status, "updated_unix_ms") < PROGRESS_EVERY_MS) return;
+  json_t *clean = progress_fields(progress);
+  json_t *current = json_object_get(j->status, "progress");
+  int same = 1;
+  const char *key;
+  json_t *value;
+  json_object_foreach(clean, key, value) {
+    if (!json_equal(value, json_object_get(current, key))) same = 0;
+  }
+  kolo_sched_txn *t = same ? NULL : kolo_sched_txn_create();
+  if (t) {
+    json_t *status = begin_job_write(t, j);
+    json_t *merged = json_is_object(current) ? json_deep_copy(current) : json_object();
+    json_object_update(merged, clean);
+    json_object_set_new(status, "progress", merged);
+    finish_job_write(t, j, status);
+    commit(wr, t);
+    kolo_sched_txn_destroy(t);
+  }
+  json_decref(clean);
+}
+
+void kolo_sched_sweep(const kolo_sched_writer *wr, kolo_sched_snapshot *snap) {
+  const char *worker_id;
+  json_t *assignment;
+  json_object_foreach(snap->assigns, worker_id, assignment) {
+    const char *job_id = json_string_value(json_object_get(assignment, "job")) ?: "";
+    char key[512];
+    if (kolo_sched_assignment_valid(snap, worker_id, job_id) ||
+        kolo_keys_assign(worker_id, key, sizeof key) != KOLO_OK)
+      continue;
+    kolo_sched_txn *t = kolo_sched_txn_create();
+    if (t == NULL) return;
+    kolo_sched_txn_delete(t, strdup(key));
+    if (commit(wr, t) == KOLO_OK) KOLO_LOGI(LOG, "took stale assignment of %s (job %s) away", worker_id, job_id);
+    kolo_sched_txn_destroy(t);
+  }
+}

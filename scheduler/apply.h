@@ -1,0 +1,61 @@
+/* The scheduler's writes: each decision becomes one fenced txn over the job's
+ * status (compared by mod revision), its events, its ring and its members'
+ * assignments, so a job is never half-moved and a stale snapshot or a deposed
+ * leader writes nothing (the txn fails and the next pass reads again). */
+#ifndef KOLO_SCHED_APPLY_H
+#define KOLO_SCHED_APPLY_H
+
+#include "coordination/etcd.h"
+#include "scheduler/decide.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/snapshot.h"
+
+typedef struct kolo_sched_writer {
+  kolo_etcd *etcd;
+  kolo_sched_fence_fn fence;
+  void *fence_arg;
+} kolo_sched_writer;
+
+/* A new epoch of a job: who stays, how many idle workers join, whose assignment
+ * goes, and what the status and events say. */
+typedef struct kolo_sched_epoch_plan {
+  const char *const *keep; /* members carried over, in their old rank order */
+  size_t n_keep;
+  size_t take;                /* idle workers to add (the first idle ones) */
+  const char *const *removed; /* workers whose assignment is deleted */
+  size_t n_removed;
+  const char *phase;          /* the status's new phase */
+  const char *event_type;     /* and its event */
+  const char *event_message;
+  int count_reconfiguration;  /* reconfigurations + 1 */
+  const char *const *lost_ids; /* appended to the ring's lost list, with why */
+  const char *const *lost_why;
+  size_t n_lost;
+} kolo_sched_epoch_plan;
+
+/* Writes epoch (status.epoch + 1) of j: the ring (ranked by coord's planner),
+ * the status, RING_PLANNED and the plan's event, every member's assignment (a
+ * newcomer's compared absent) and the removed assignments deleted. Newcomers
+ * are marked taken in snap on success. */
+kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snapshot *snap, kolo_sched_job *j,
+                                   const kolo_sched_epoch_plan *plan);
+
+/* Ends j in phase (SUCCEEDED/FAILED) with event type and message, copies rank
+ * 0's last progress into the status and deletes every member's assignment. */
+kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot *snap, kolo_sched_job *j,
+                               const char *phase, const char *type, const char *message);
+
+/* A status change without a ring change: phase, members (optional), one event
+ * (optional), removed assignments. */
+kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j, const char *phase,
+                                 json_t *members, const char *type, const char *message,
+                                 const char *const *removed, size_t n_removed, int count_reconfiguration);
+
+/* Copies rank 0's reported progress into the status, at most once a second and
+ * only when it changed. */
+void kolo_sched_copy_progress(const kolo_sched_writer *wr, kolo_sched_job *j);
+
+/* Deletes every assignment that kolo_sched_assignment_valid refuses. */
+void kolo_sched_sweep(const kolo_sched_writer *wr, kolo_sched_snapshot *snap);
+
+#endif

@@ -1,0 +1,242 @@
+/* Implementation of decide.h. The order of the checks is the order of the
+ * rules: finished first, then lost members (gone lease, drain, failed process,
+ * neighbours' FAILED reports), then a held job resuming, a re-formed ring
+ * becoming RUNNING, and a healthy ring shrinking or growing. */
+#define _GNU_SOURCE
+#include "scheduler/decide.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler/plan.h"
+
+kolo_sched_phase kolo_sched_phase_from(const char *text) {
+  if (text == NULL) return KOLO_SCHED_PHASE_OTHER;
+  if (strcmp(text, "PENDING") == 0) return KOLO_SCHED_PHASE_PENDING;
+  if (strcmp(text, "RUNNING") == 0) return KOLO_SCHED_PHASE_RUNNING;
+  if (strcmp(text, "RECONFIGURING") == 0) return KOLO_SCHED_PHASE_RECONFIGURING;
+  return KOLO_SCHED_PHASE_OTHER;
+}
+
+void kolo_sched_decision_clear(kolo_sched_decision *decision) {
+  if (decision == NULL) return;
+  free(decision->lost);
+  memset(decision, 0, sizeof *decision);
+}
+
+int kolo_sched_decision_lost(const kolo_sched_decision *decision, size_t i) {
+  for (size_t k = 0; k < decision->n_lost; k++)
+    if (decision->lost[k].member == i) return 1;
+  return 0;
+}
+
+/* Marks member i lost (the first reason found wins). */
+static void mark_lost(kolo_sched_decision *d, size_t i, const char *why) {
+  if (kolo_sched_decision_lost(d, i)) return;
+  kolo_sched_lost *entry = &d->lost[d->n_lost++];
+  entry->member = i;
+  snprintf(entry->why, sizeof entry->why, "%s", why);
+}
+
+/* Rank 0 exited 0: finish once every member exited or the grace passed. */
+static int decide_finished(const kolo_sched_job_view *job, kolo_sched_decision *d) {
+  if (job->n_members == 0) return 0;
+  const kolo_sched_report *r0 = &job->members[0].report;
+  if (!(r0->exited && r0->exit_code == 0)) return 0;
+  size_t exited = 0;
+  for (size_t i = 0; i < job->n_members; i++) exited += job->members[i].report.exited != 0;
+  if (exited == job->n_members || job->now_unix_ms - r0->time_unix_ms > KOLO_SCHED_FINISH_GRACE_MS) {
+    d->action = KOLO_SCHED_FINISH;
+    d->exited = exited;
+  }
+  return 1; /* finishing (or about to): nothing else applies */
+}
+
+/* Members lost by their own facts: no record, draining, a failed process. */
+static void find_gone(const kolo_sched_job_view *job, kolo_sched_decision *d) {
+  for (size_t i = 0; i < job->n_members; i++) {
+    const kolo_sched_member *m = &job->members[i];
+    if (!m->registered) {
+      mark_lost(d, i, "its lease expired");
+      continue;
+    }
+    if (m->draining) mark_lost(d, i, "it is draining");
+    const kolo_sched_report *r = &m->report;
+    if (r->exited && r->exit_code != 0 && r->exit_epoch >= m->since_epoch) {
+      char why[96];
+      snprintf(why, sizeof why, "its process exited with code %d", r->exit_code);
+      mark_lost(d, i, why);
+    }
+  }
+}
+
+/* FAILED reports of this epoch: a reporter is alive; a rank it names that did
+ * not report itself is lost, once every other member has spoken or the settle
+ * time passed since the first report. */
+static kolo_status find_named(const kolo_sched_job_view *job, kolo_sched_decision *d) {
+  size_t n = job->n_members;
+  if (!job->has_ring || job->ring_size != n || n == 0) return KOLO_OK;
+  unsigned char *named = calloc(n, 1), *reported = calloc(n, 1);
+  if (named == NULL || reported == NULL) {
+    free(named);
+    free(reported);
+    return KOLO_ERR_NO_MEMORY;
+  }
+  size_t reporters = 0;
+  int64_t oldest = job->now_unix_ms;
+  for (size_t i = 0; i < n; i++) {
+    const kolo_sched_report *r = &job->members[i].report;
+    if (r->failed_epoch != job->epoch) continue;
+    reported[i] = 1;
+    reporters++;
+    if (r->failed_rank >= 0 && (uint64_t)r->failed_rank < n) named[r->failed_rank] = 1;
+    if (r->time_unix_ms < oldest) oldest = r->time_unix_ms;
+  }
+  size_t suspects = 0, silent = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (named[i] && !reported[i]) suspects++;
+    else if (!reported[i] && !kolo_sched_decision_lost(d, i)) silent++;
+  }
+  int settled = silent == 0 || job->now_unix_ms - oldest >= KOLO_SCHED_FAILED_SETTLE_MS;
+  if (reporters > 0 && suspects > 0 && settled) {
+    char why[96];
+    snprintf(why, sizeof why, "its ring neighbours lost it at epoch %" PRId64, job->epoch);
+    for (size_t i = 0; i < n; i++)
+      if (named[i] && !reported[i]) mark_lost(d, i, why);
+  } /* else: the next pass (at most one tick away) looks again */
+  free(named);
+  free(reported);
+  return KOLO_OK;
+}
+
+static void decide_loss(const kolo_sched_job_view *job, kolo_sched_decision *d) {
+  size_t survivors = job->n_members - d->n_lost;
+  d->limit = job->max_reconfigurations ? job->max_reconfigurations : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
+  kolo_sched_loss_action action =
+      kolo_sched_on_loss(survivors, job->idle, job->min_workers, job->max_workers, job->reconfigurations,
+                         job->max_reconfigurations, &d->take);
+  d->action = action == KOLO_SCHED_FAIL     ? KOLO_SCHED_LOST_FAIL
+              : action == KOLO_SCHED_REFORM ? KOLO_SCHED_LOST_REFORM
+                                            : KOLO_SCHED_LOST_HOLD;
+}
+
+static size_t count_formed(const kolo_sched_job_view *job) {
+  size_t formed = 0;
+  for (size_t i = 0; i < job->n_members; i++) formed += job->members[i].report.formed_epoch >= job->epoch;
+  return formed;
+}
+
+/* No loss: resume a held job, finish a re-form, or shrink / grow / report. */
+static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *d) {
+  size_t n = job->n_members;
+  if (n != job->ring_size) {
+    /* held below min_workers: members are the survivors of the last ring */
+    if (kolo_sched_on_loss(n, job->idle, job->min_workers, job->max_workers, 0, 0, &d->take) == KOLO_SCHED_REFORM)
+      d->action = KOLO_SCHED_RESUME;
+    return;
+  }
+  size_t formed = count_formed(job);
+  if (job->phase == KOLO_SCHED_PHASE_RECONFIGURING) {
+    if (formed == n && n > 0) d->action = KOLO_SCHED_FORMED;
+    return;
+  }
+  /* RUNNING; never move a ring that has not formed yet (its processes would
+   * fail to form the old epoch while their peers already moved on) */
+  if (formed < n) return;
+  if (n > job->max_workers) {
+    d->action = KOLO_SCHED_SHRINK;
+    d->keep = job->max_workers;
+  } else if (n < job->max_workers && job->idle > 0) {
+    d->action = KOLO_SCHED_GROW;
+    d->take = job->idle < job->max_workers - n ? job->idle : job->max_workers - n;
+  } else if (n > 0) {
+    d->action = KOLO_SCHED_PROGRESS;
+  }
+}
+
+kolo_status kolo_sched_decide(const kolo_sched_job_view *job, kolo_sched_decision *out) {
+  memset(out, 0, sizeof *out);
+  if (decide_finished(job, out)) return KOLO_OK;
+  out->lost = calloc(job->n_members + 1, sizeof *out->lost);
+  if (out->lost == NULL) return KOLO_ERR_NO_MEMORY;
+  find_gone(job, out);
+  if (find_named(job, out) != KOLO_OK) {
+    kolo_sched_decision_clear(out);
+    return KOLO_ERR_NO_MEMORY;
+  }
+  if (out->n_lost > 0) decide_loss(job, out);
+  else decide_healthy(job, out);
+  return KOLO_OK;
+}
+
+const char *kolo_sched_event_type(kolo_sched_action action) {
+  switch (action) {
+  case KOLO_SCHED_FINISH: return "FINISHED";
+  case KOLO_SCHED_LOST_REFORM:
+  case KOLO_SCHED_LOST_HOLD: return "WORKER_LOST";
+  case KOLO_SCHED_LOST_FAIL: return "FAILED";
+  case KOLO_SCHED_RESUME: return "RESUMING";
+  case KOLO_SCHED_FORMED: return "RING_FORMED";
+  case KOLO_SCHED_SHRINK: return "SHRINKING";
+  case KOLO_SCHED_GROW: return "WORKER_JOINED";
+  default: return NULL;
+  }
+}
+
+/* "w2 (its lease expired), w3 (it is draining)" */
+static void print_lost(FILE *out, const kolo_sched_job_view *job, const kolo_sched_decision *d) {
+  for (size_t i = 0; i < d->n_lost; i++)
+    fprintf(out, "%s%s (%s)", i ? ", " : "", job->members[d->lost[i].member].worker_id, d->lost[i].why);
+}
+
+char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sched_decision *d) {
+  if (kolo_sched_event_type(d->action) == NULL) return NULL;
+  char *text = NULL;
+  size_t length = 0;
+  FILE *out = open_memstream(&text, &length);
+  if (out == NULL) return NULL;
+  size_t n = job->n_members, survivors = n - d->n_lost;
+  switch (d->action) {
+  case KOLO_SCHED_FINISH:
+    fprintf(out, "rank 0 (%s) exited 0 at epoch %" PRId64 "; %zu of %zu processes exited",
+            job->members[0].worker_id, job->epoch, d->exited, n);
+    break;
+  case KOLO_SCHED_LOST_FAIL:
+    fprintf(out, "exceeded max_reconfigurations (%u): lost workers ", d->limit);
+    print_lost(out, job, d);
+    for (size_t i = 0; i < job->n_earlier_lost; i++)
+      fprintf(out, "%s%s", i ? ", " : "; earlier: ", job->earlier_lost[i]);
+    break;
+  case KOLO_SCHED_LOST_REFORM:
+    fprintf(out, "lost ");
+    print_lost(out, job, d);
+    fprintf(out, "; re-forming with %zu survivors and %zu new workers", survivors, d->take);
+    break;
+  case KOLO_SCHED_LOST_HOLD:
+    fprintf(out, "lost ");
+    print_lost(out, job, d);
+    fprintf(out, "; %zu workers left, below min_workers %u: waiting for workers", survivors, job->min_workers);
+    break;
+  case KOLO_SCHED_RESUME:
+    fprintf(out, "workers available again: resuming with %zu survivors and %zu new workers", n, d->take);
+    break;
+  case KOLO_SCHED_FORMED:
+    fprintf(out, "every member formed epoch %" PRId64 " (%zu workers)", job->epoch, n);
+    break;
+  case KOLO_SCHED_SHRINK:
+    fprintf(out, "max_workers is %u: leaving %zu workers", job->max_workers, n - d->keep);
+    break;
+  case KOLO_SCHED_GROW:
+    fprintf(out, "%zu idle workers join (below max_workers %u)", d->take, job->max_workers);
+    break;
+  default:
+    break;
+  }
+  if (fclose(out) != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}

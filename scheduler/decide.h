@@ -1,0 +1,113 @@
+/* The scheduler's per-job decision as one pure function over a typed view of
+ * the job (its phase, epoch, members with their worker record and last report,
+ * the idle workers, the clock): has it finished, which members are lost and
+ * why, and then re-form / hold / fail, resume, mark formed, shrink, grow or
+ * copy progress. No I/O and no JSON: snapshot.c builds the view from etcd's
+ * records, apply.c writes the decision. Sizes come from the view; nothing is
+ * clamped. docs/ELASTIC.md gives the rules in prose; tests/unit/
+ * test_sched_decide.c pins them down case by case. */
+#ifndef KOLO_SCHED_DECIDE_H
+#define KOLO_SCHED_DECIDE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/status.h"
+
+#define KOLO_SCHED_FAILED_SETTLE_MS 500 /* wait this long for every survivor's FAILED report */
+#define KOLO_SCHED_FINISH_GRACE_MS 10000 /* after rank 0 exited 0, wait this long for the others */
+
+typedef enum kolo_sched_phase {
+  KOLO_SCHED_PHASE_OTHER, /* ended, unknown: not the scheduler's */
+  KOLO_SCHED_PHASE_PENDING,
+  KOLO_SCHED_PHASE_RUNNING,
+  KOLO_SCHED_PHASE_RECONFIGURING,
+} kolo_sched_phase;
+
+/* The phase named by text ("RUNNING", ...). */
+kolo_sched_phase kolo_sched_phase_from(const char *text);
+
+/* A member's last report (what its agent wrote under reports/<worker>). */
+typedef struct kolo_sched_report {
+  int present;            /* a report exists */
+  int64_t time_unix_ms;   /* when the agent wrote it */
+  int exited;             /* the process exited ... */
+  int exit_code;          /* ... with this code ... */
+  int64_t exit_epoch;     /* ... while at this epoch */
+  int64_t failed_epoch;   /* the process said this epoch's ring failed ... */
+  int64_t failed_rank;    /* ... naming this rank (-1: none) */
+  int64_t formed_epoch;   /* newest epoch whose ring the process formed */
+} kolo_sched_report;
+
+typedef struct kolo_sched_member {
+  const char *worker_id; /* borrowed */
+  int registered;        /* its worker record exists (its lease lives) */
+  int draining;          /* its record says draining, or an operator drained it */
+  int64_t since_epoch;   /* first epoch of its current stay (from the ring; 0 if absent) */
+  kolo_sched_report report;
+} kolo_sched_member;
+
+/* A RUNNING or RECONFIGURING job as the scheduler sees it in one pass. */
+typedef struct kolo_sched_job_view {
+  kolo_sched_phase phase;
+  int64_t epoch;                     /* the status's epoch */
+  int has_ring;                      /* the ring record of that epoch was read */
+  size_t ring_size;                  /* its members (0 without one) */
+  const kolo_sched_member *members;  /* status members, in rank order */
+  size_t n_members;
+  uint32_t min_workers, max_workers; /* effective (status over spec, at least 1) */
+  uint32_t reconfigurations;         /* done so far */
+  uint32_t max_reconfigurations;     /* from the spec; 0 = the default */
+  size_t idle;                       /* idle workers free to join */
+  const char *const *earlier_lost;   /* workers lost before this epoch (the ring's list) */
+  size_t n_earlier_lost;
+  int64_t now_unix_ms;
+} kolo_sched_job_view;
+
+typedef enum kolo_sched_action {
+  KOLO_SCHED_NOTHING,   /* nothing to write this pass */
+  KOLO_SCHED_FINISH,    /* SUCCEEDED: rank 0 exited 0 and the others did or the grace passed */
+  KOLO_SCHED_LOST_REFORM, /* members lost: next epoch with the survivors (+ take idle) */
+  KOLO_SCHED_LOST_HOLD,   /* members lost, below min_workers: RECONFIGURING, survivors wait */
+  KOLO_SCHED_LOST_FAIL,   /* members lost past max_reconfigurations: FAILED */
+  KOLO_SCHED_RESUME,    /* a held job has enough workers again: next epoch (+ take idle) */
+  KOLO_SCHED_FORMED,    /* every member formed the epoch: RUNNING */
+  KOLO_SCHED_SHRINK,    /* above max_workers: next epoch with the first keep members */
+  KOLO_SCHED_GROW,      /* below max_workers with idle workers: next epoch (+ take idle) */
+  KOLO_SCHED_PROGRESS,  /* healthy: copy rank 0's progress into the status */
+} kolo_sched_action;
+
+typedef struct kolo_sched_lost {
+  size_t member;  /* index into the view's members */
+  char why[96];   /* "its lease expired", "it is draining", ... */
+} kolo_sched_lost;
+
+typedef struct kolo_sched_decision {
+  kolo_sched_action action;
+  size_t take;             /* LOST_REFORM, RESUME, GROW: idle workers to add */
+  size_t keep;             /* SHRINK: members kept (the lowest ranks) */
+  size_t exited;           /* FINISH: members whose process exited */
+  kolo_sched_lost *lost;   /* LOST_*: in detection order, one per member at most */
+  size_t n_lost;
+  uint32_t limit;          /* LOST_FAIL: the effective max_reconfigurations */
+} kolo_sched_decision;
+
+/* Decides what to do with one active job. *out is filled (free with
+ * kolo_sched_decision_clear). KOLO_ERR_NO_MEMORY (out: NOTHING) is the only
+ * error. */
+kolo_status kolo_sched_decide(const kolo_sched_job_view *job, kolo_sched_decision *out);
+
+void kolo_sched_decision_clear(kolo_sched_decision *decision);
+
+/* Whether member index i is among the decision's lost. */
+int kolo_sched_decision_lost(const kolo_sched_decision *decision, size_t i);
+
+/* The event type a decision is logged under ("WORKER_LOST", ...); NULL for
+ * NOTHING and PROGRESS. */
+const char *kolo_sched_event_type(kolo_sched_action action);
+
+/* The event message for a decision (malloc'd; NULL when out of memory or for an
+ * action without an event). Names every lost worker with its reason. */
+char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sched_decision *decision);
+
+#endif

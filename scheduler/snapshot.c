@@ -1,0 +1,268 @@
+/* Implementation of snapshot.h: three prefix reads plus the member list, then
+ * one pass over the job keys that sorts each into its job by the key's path. */
+#define _GNU_SOURCE
+#include "scheduler/snapshot.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordination/keys.h"
+
+static void job_free(kolo_sched_job *j) {
+  free(j->id);
+  json_decref(j->spec);
+  json_decref(j->status);
+  json_decref(j->rings);
+  json_decref(j->reports);
+}
+
+void kolo_sched_snapshot_free(kolo_sched_snapshot *snap) {
+  kolo_members_free(snap->members, snap->n_members);
+  free(snap->workers);
+  for (size_t i = 0; i < snap->n_jobs; i++) job_free(&snap->jobs[i]);
+  free(snap->jobs);
+  json_decref(snap->assigns);
+  memset(snap, 0, sizeof *snap);
+}
+
+/* The job with this id: the last one if it matches (keys come sorted, so a
+ * job's keys are adjacent), else a new one. */
+static kolo_sched_job *job_for(kolo_sched_snapshot *snap, const char *id, size_t id_len) {
+  if (snap->n_jobs > 0) {
+    kolo_sched_job *last = &snap->jobs[snap->n_jobs - 1];
+    if (strlen(last->id) == id_len && memcmp(last->id, id, id_len) == 0) return last;
+  }
+  kolo_sched_job *grown = realloc(snap->jobs, (snap->n_jobs + 1) * sizeof *grown);
+  if (grown == NULL) return NULL;
+  snap->jobs = grown;
+  kolo_sched_job *j = &snap->jobs[snap->n_jobs];
+  memset(j, 0, sizeof *j);
+  j->id = strndup(id, id_len);
+  j->rings = json_object();
+  j->reports = json_object();
+  if (j->id == NULL || j->rings == NULL || j->reports == NULL) {
+    job_free(j);
+    return NULL;
+  }
+  snap->n_jobs++;
+  return j;
+}
+
+static int by_creation(const void *a, const void *b) {
+  const kolo_sched_job *x = a, *y = b;
+  if (x->created != y->created) return x->created < y->created ? -1 : 1;
+  return strcmp(x->id, y->id);
+}
+
+/* Files one key under /kolo/v1/jobs/<id>/ into its job. */
+static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
+  const char *rest = (const char *)kv->key + strlen(KOLO_KEY_JOBS_PREFIX);
+  const char *slash = strchr(rest, '/');
+  if (slash == NULL) return;
+  kolo_sched_job *j = job_for(snap, rest, (size_t)(slash - rest));
+  if (j == NULL) return;
+  const char *part = slash + 1;
+  const char *text = (const char *)kv->value;
+  size_t length = kv->value_len;
+  if (strncmp(part, "events/", 7) == 0) {
+    uint64_t seq = strtoull(part + 7, NULL, 10);
+    if (seq > j->max_seq) j->max_seq = seq;
+  } else if (strcmp(part, "spec") == 0) {
+    json_decref(j->spec);
+    j->spec = json_loadb(text, length, 0, NULL);
+  } else if (strcmp(part, "status") == 0) {
+    json_decref(j->status);
+    j->status = json_loadb(text, length, 0, NULL);
+    j->status_mod = kv->mod_revision;
+    j->created = kolo_sched_int(j->status, "created_unix_ms");
+  } else if (strncmp(part, "ring/", 5) == 0) {
+    json_t *ring = json_loadb(text, length, 0, NULL);
+    char name[32];
+    snprintf(name, sizeof name, "%" PRId64, kolo_sched_int(ring, "epoch"));
+    if (ring) json_object_set_new(j->rings, name, ring);
+  } else if (strncmp(part, "reports/", 8) == 0) {
+    json_t *report = json_loadb(text, length, 0, NULL);
+    if (report) json_object_set_new(j->reports, part + 8, report);
+  }
+}
+
+static int drained(const kolo_etcd_range_result *drains, const char *id) {
+  for (size_t d = 0; d < drains->count; d++)
+    if (strcmp((const char *)drains->kvs[d].key + strlen(KOLO_SCHED_DRAIN_PREFIX), id) == 0) return 1;
+  return 0;
+}
+
+kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap, const kolo_etcd_range_result *assigns,
+                                     const kolo_etcd_range_result *drains, const kolo_etcd_range_result *jobs) {
+  snap->assigns = json_object();
+  snap->workers = calloc(snap->n_members + 1, sizeof *snap->workers);
+  if (snap->assigns == NULL || snap->workers == NULL) return KOLO_ERR_NO_MEMORY;
+  for (size_t i = 0; i < assigns->count; i++) {
+    json_t *value = json_loadb((const char *)assigns->kvs[i].value, assigns->kvs[i].value_len, 0, NULL);
+    if (value)
+      json_object_set_new(snap->assigns, (const char *)assigns->kvs[i].key + strlen(KOLO_KEY_ASSIGN_PREFIX), value);
+  }
+  for (size_t i = 0; i < snap->n_members; i++) {
+    kolo_sched_worker *w = &snap->workers[snap->n_workers++];
+    w->m = snap->members[i];
+    w->draining = strcmp(w->m.state, "draining") == 0 || drained(drains, w->m.id);
+    w->assign_job = json_string_value(json_object_get(json_object_get(snap->assigns, w->m.id), "job"));
+  }
+  for (size_t i = 0; i < jobs->count; i++) add_job_key(snap, &jobs->kvs[i]);
+  /* jobs without a readable spec and status are not ours to touch */
+  size_t kept = 0;
+  for (size_t i = 0; i < snap->n_jobs; i++) {
+    if (json_is_object(snap->jobs[i].spec) && json_is_object(snap->jobs[i].status))
+      snap->jobs[kept++] = snap->jobs[i];
+    else
+      job_free(&snap->jobs[i]);
+  }
+  snap->n_jobs = kept;
+  if (snap->n_jobs > 1) qsort(snap->jobs, snap->n_jobs, sizeof *snap->jobs, by_creation);
+  return KOLO_OK;
+}
+
+kolo_status kolo_sched_snapshot_load(kolo_etcd *etcd, kolo_sched_snapshot *snap) {
+  memset(snap, 0, sizeof *snap);
+  kolo_status rc = kolo_membership_list(etcd, &snap->members, &snap->n_members, NULL);
+  if (rc != KOLO_OK) return rc;
+  kolo_etcd_range_result assigns = {0}, drains = {0}, jobs = {0};
+  rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_ASSIGN_PREFIX), 0, &assigns);
+  if (rc == KOLO_OK) rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_SCHED_DRAIN_PREFIX), 0, &drains);
+  if (rc == KOLO_OK) rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_JOBS_PREFIX), 0, &jobs);
+  if (rc == KOLO_OK) rc = kolo_sched_snapshot_fill(snap, &assigns, &drains, &jobs);
+  kolo_etcd_range_result_free(&assigns);
+  kolo_etcd_range_result_free(&drains);
+  kolo_etcd_range_result_free(&jobs);
+  return rc;
+}
+
+kolo_sched_worker *kolo_sched_find_worker(kolo_sched_snapshot *snap, const char *id) {
+  for (size_t i = 0; i < snap->n_workers; i++)
+    if (strcmp(snap->workers[i].m.id, id) == 0) return &snap->workers[i];
+  return NULL;
+}
+
+int kolo_sched_worker_idle(const kolo_sched_worker *w) {
+  return !w->taken && !w->draining && w->assign_job == NULL && strcmp(w->m.state, "idle") == 0;
+}
+
+size_t kolo_sched_count_idle(const kolo_sched_snapshot *snap) {
+  size_t n = 0;
+  for (size_t i = 0; i < snap->n_workers; i++) n += kolo_sched_worker_idle(&snap->workers[i]);
+  return n;
+}
+
+/* ---- job fields ---- */
+
+const char *kolo_sched_job_phase(const kolo_sched_job *j) {
+  return json_string_value(json_object_get(j->status, "phase")) ?: "";
+}
+
+int64_t kolo_sched_int(const json_t *object, const char *name) {
+  return (int64_t)json_integer_value(json_object_get(object, name));
+}
+
+uint32_t kolo_sched_job_bound(const kolo_sched_job *j, const char *name) {
+  int64_t v = kolo_sched_int(j->status, name);
+  if (v <= 0) v = kolo_sched_int(j->spec, name);
+  return v > 0 ? (uint32_t)v : 1;
+}
+
+json_t *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch) {
+  char name[32];
+  snprintf(name, sizeof name, "%" PRId64, epoch);
+  return json_object_get(j->rings, name);
+}
+
+const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i) {
+  json_t *member = json_array_get(json_object_get(j->status, "members"), i);
+  return json_string_value(json_object_get(member, "worker_id")) ?: "";
+}
+
+static kolo_sched_report report_of(const json_t *r) {
+  kolo_sched_report out = {0};
+  out.present = json_is_object(r);
+  out.time_unix_ms = kolo_sched_int(r, "time_unix_ms");
+  out.exited = json_is_true(json_object_get(r, "exited"));
+  out.exit_code = (int)kolo_sched_int(r, "exit_code");
+  out.exit_epoch = kolo_sched_int(r, "exit_epoch");
+  out.failed_epoch = kolo_sched_int(r, "failed_epoch");
+  out.failed_rank = json_is_integer(json_object_get(r, "failed_rank")) ? kolo_sched_int(r, "failed_rank") : -1;
+  out.formed_epoch = kolo_sched_int(r, "formed_epoch");
+  return out;
+}
+
+/* since_epoch of worker id in ring (0 when it is not a member of it). */
+static int64_t since_in(const json_t *ring, const char *id) {
+  int64_t since = 0;
+  size_t k;
+  json_t *member;
+  json_array_foreach(json_object_get(ring, "members"), k, member) {
+    if (strcmp(json_string_value(json_object_get(member, "worker_id")) ?: "", id) == 0)
+      since = kolo_sched_int(member, "since_epoch");
+  }
+  return since;
+}
+
+kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sched_job *j, int64_t now_unix_ms,
+                                      kolo_sched_job_view *view, kolo_sched_member **members,
+                                      const char ***earlier) {
+  memset(view, 0, sizeof *view);
+  size_t n = json_array_size(json_object_get(j->status, "members"));
+  view->epoch = kolo_sched_int(j->status, "epoch");
+  json_t *ring = kolo_sched_job_ring(j, view->epoch);
+  json_t *lost = json_object_get(ring, "lost");
+  *members = calloc(n + 1, sizeof **members);
+  *earlier = calloc(json_array_size(lost) + 1, sizeof **earlier);
+  if (*members == NULL || *earlier == NULL) {
+    free(*members);
+    free(*earlier);
+    *members = NULL;
+    *earlier = NULL;
+    return KOLO_ERR_NO_MEMORY;
+  }
+  for (size_t i = 0; i < n; i++) {
+    kolo_sched_member *m = &(*members)[i];
+    m->worker_id = kolo_sched_member_id(j, i);
+    kolo_sched_worker *w = kolo_sched_find_worker(snap, m->worker_id);
+    m->registered = w != NULL;
+    m->draining = w != NULL && w->draining;
+    m->since_epoch = since_in(ring, m->worker_id);
+    m->report = report_of(json_object_get(j->reports, m->worker_id));
+  }
+  size_t k;
+  json_t *gone;
+  json_array_foreach(lost, k, gone) {
+    (*earlier)[view->n_earlier_lost++] = json_string_value(json_object_get(gone, "worker_id")) ?: "?";
+  }
+  view->phase = kolo_sched_phase_from(kolo_sched_job_phase(j));
+  view->has_ring = ring != NULL;
+  view->ring_size = json_array_size(json_object_get(ring, "members"));
+  view->members = *members;
+  view->n_members = n;
+  view->min_workers = kolo_sched_job_bound(j, "min_workers");
+  view->max_workers = kolo_sched_job_bound(j, "max_workers");
+  view->reconfigurations = (uint32_t)kolo_sched_int(j->status, "reconfigurations");
+  view->max_reconfigurations = (uint32_t)kolo_sched_int(j->spec, "max_reconfigurations");
+  view->idle = kolo_sched_count_idle(snap);
+  view->earlier_lost = *earlier;
+  view->now_unix_ms = now_unix_ms;
+  return KOLO_OK;
+}
+
+int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *worker_id, const char *job_id) {
+  for (size_t i = 0; i < snap->n_jobs; i++) {
+    const kolo_sched_job *j = &snap->jobs[i];
+    if (strcmp(j->id, job_id) != 0) continue;
+    kolo_sched_phase phase = kolo_sched_phase_from(kolo_sched_job_phase(j));
+    if (phase != KOLO_SCHED_PHASE_RUNNING && phase != KOLO_SCHED_PHASE_RECONFIGURING) return 0;
+    size_t n = json_array_size(json_object_get(j->status, "members"));
+    for (size_t m = 0; m < n; m++)
+      if (strcmp(kolo_sched_member_id(j, m), worker_id) == 0) return 1;
+    return 0;
+  }
+  return 0;
+}

@@ -1,0 +1,85 @@
+/* One pass's picture of the cluster, read from etcd at the start of the pass:
+ * live worker records (with drains and assignments), and every job's spec,
+ * status, rings and reports, jobs ordered oldest first. Records are kept as
+ * parsed JSON (the status is edited and written back whole); the typed view
+ * the decisions need (decide.h) is built from them here, so the decisions never
+ * see JSON. Loading is the only I/O; everything else is pure. */
+#ifndef KOLO_SCHED_SNAPSHOT_H
+#define KOLO_SCHED_SNAPSHOT_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coordination/etcd.h"
+#include "coordination/membership.h"
+#include "scheduler/decide.h"
+
+#define KOLO_SCHED_DRAIN_PREFIX "/kolo/v1/drain/"
+
+typedef struct kolo_sched_worker {
+  kolo_member m;          /* borrowed from the snapshot's member list */
+  int draining;
+  const char *assign_job; /* borrowed from the snapshot's assignment JSON */
+  int taken;              /* given to a job in this pass */
+} kolo_sched_worker;
+
+typedef struct kolo_sched_job {
+  char *id;
+  json_t *spec, *status;
+  int64_t status_mod;
+  uint64_t max_seq; /* highest event number */
+  json_t *rings;    /* "<epoch>" -> ring */
+  json_t *reports;  /* worker id -> report */
+  int64_t created;
+} kolo_sched_job;
+
+typedef struct kolo_sched_snapshot {
+  kolo_member *members;
+  size_t n_members;
+  kolo_sched_worker *workers;
+  size_t n_workers;
+  kolo_sched_job *jobs; /* oldest first */
+  size_t n_jobs;
+  json_t *assigns; /* worker id -> assignment */
+} kolo_sched_snapshot;
+
+/* Reads the cluster. On error *snap holds what was read so far; free it with
+ * kolo_sched_snapshot_free either way. Blocks for a few etcd requests. */
+kolo_status kolo_sched_snapshot_load(kolo_etcd *etcd, kolo_sched_snapshot *snap);
+
+/* Builds the jobs, workers and assignments from range results (no I/O): members
+ * are the live worker records, assigns/drains/jobs the key-values under their
+ * prefixes. Jobs without a readable spec and status are dropped. */
+kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap, const kolo_etcd_range_result *assigns,
+                                     const kolo_etcd_range_result *drains, const kolo_etcd_range_result *jobs);
+
+void kolo_sched_snapshot_free(kolo_sched_snapshot *snap);
+
+kolo_sched_worker *kolo_sched_find_worker(kolo_sched_snapshot *snap, const char *id);
+
+/* Registered, idle, not draining, without an assignment, not taken this pass. */
+int kolo_sched_worker_idle(const kolo_sched_worker *w);
+size_t kolo_sched_count_idle(const kolo_sched_snapshot *snap);
+
+/* ---- job fields ---- */
+const char *kolo_sched_job_phase(const kolo_sched_job *j);
+int64_t kolo_sched_int(const json_t *object, const char *name);
+/* min_workers / max_workers: the status's, else the spec's, at least 1. */
+uint32_t kolo_sched_job_bound(const kolo_sched_job *j, const char *name);
+json_t *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch);
+/* The worker id of status member i ("" if malformed). */
+const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i);
+
+/* The typed view of an active job. Fills *view and *members (an array of
+ * view->n_members, malloc'd) and *earlier (the ring's lost list, malloc'd); the
+ * strings are borrowed from the snapshot. Free both arrays. */
+kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sched_job *j, int64_t now_unix_ms,
+                                      kolo_sched_job_view *view, kolo_sched_member **members,
+                                      const char ***earlier);
+
+/* Whether worker_id's assignment to job_id belongs to an active job that lists
+ * the worker as a member (otherwise it is stale and swept). */
+int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *worker_id, const char *job_id);
+
+#endif

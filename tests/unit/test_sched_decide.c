@@ -1,0 +1,354 @@
+/* The scheduler's per-job decision (scheduler/decide.h), case by case: finish,
+ * each way a member is lost, FAILED reports and their settle time, re-form /
+ * hold / fail, resume, formed, shrink, grow, and the event messages. Views are
+ * built by hand; no etcd. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "scheduler/decide.h"
+#include "scheduler/plan.h"
+
+#define NOW 1000000
+
+static const char *const IDS[] = {"w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7"};
+
+typedef struct fixture {
+  kolo_sched_member members[8];
+  kolo_sched_job_view view;
+  kolo_sched_decision d;
+} fixture;
+
+/* A healthy RUNNING job of n members at epoch 3, every member formed it. */
+static void healthy(fixture *f, size_t n) {
+  memset(f, 0, sizeof *f);
+  for (size_t i = 0; i < n; i++) {
+    kolo_sched_member *m = &f->members[i];
+    m->worker_id = IDS[i];
+    m->registered = 1;
+    m->since_epoch = 1;
+    m->report = (kolo_sched_report){.present = 1, .time_unix_ms = NOW - 100, .formed_epoch = 3, .failed_rank = -1};
+  }
+  f->view = (kolo_sched_job_view){.phase = KOLO_SCHED_PHASE_RUNNING, .epoch = 3, .has_ring = 1, .ring_size = n,
+                                  .members = f->members, .n_members = n, .min_workers = 2, .max_workers = n,
+                                  .now_unix_ms = NOW};
+}
+
+static kolo_sched_action decide(fixture *f) {
+  kolo_sched_decision_clear(&f->d);
+  assert_int_equal(kolo_sched_decide(&f->view, &f->d), KOLO_OK);
+  return f->d.action;
+}
+
+static char *message(fixture *f) { return kolo_sched_decision_message(&f->view, &f->d); }
+
+static int setup(void **state) {
+  *state = calloc(1, sizeof(fixture));
+  return *state ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  kolo_sched_decision_clear(&f->d);
+  free(f);
+  return 0;
+}
+
+static void a_healthy_ring_copies_progress(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  assert_int_equal(decide(f), KOLO_SCHED_PROGRESS);
+  assert_null(kolo_sched_event_type(KOLO_SCHED_PROGRESS));
+}
+
+static void rank_zero_exiting_zero_finishes_once_everyone_exited(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  for (size_t i = 0; i < 3; i++) f->members[i].report.exited = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_FINISH);
+  assert_int_equal(f->d.exited, 3);
+  char *text = message(f);
+  assert_string_equal(text, "rank 0 (w0) exited 0 at epoch 3; 3 of 3 processes exited");
+  free(text);
+}
+
+static void rank_zero_exiting_zero_waits_for_the_others_until_the_grace(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->members[0].report.exited = 1;
+  f->members[2].registered = 0; /* nothing else is looked at while finishing */
+  assert_int_equal(decide(f), KOLO_SCHED_NOTHING);
+  f->view.now_unix_ms = f->members[0].report.time_unix_ms + KOLO_SCHED_FINISH_GRACE_MS + 1;
+  assert_int_equal(decide(f), KOLO_SCHED_FINISH);
+  assert_int_equal(f->d.exited, 1);
+}
+
+static void a_member_without_a_record_is_lost_and_the_ring_reforms(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->members[1].registered = 0;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(f->d.n_lost, 1);
+  assert_int_equal(f->d.lost[0].member, 1);
+  assert_string_equal(f->d.lost[0].why, "its lease expired");
+  assert_true(kolo_sched_decision_lost(&f->d, 1));
+  assert_false(kolo_sched_decision_lost(&f->d, 0));
+  assert_string_equal(kolo_sched_event_type(f->d.action), "WORKER_LOST");
+  char *text = message(f);
+  assert_string_equal(text, "lost w1 (its lease expired); re-forming with 2 survivors and 0 new workers");
+  free(text);
+}
+
+static void a_draining_member_is_lost_with_its_reason(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->members[2].draining = 1;
+  f->members[2].report.exited = 1; /* also failed: the first reason wins */
+  f->members[2].report.exit_code = 1;
+  f->members[2].report.exit_epoch = 3;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(f->d.n_lost, 1);
+  assert_string_equal(f->d.lost[0].why, "it is draining");
+}
+
+static void a_failed_process_is_lost_only_for_its_current_stay(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  kolo_sched_report *r = &f->members[1].report;
+  r->exited = 1;
+  r->exit_code = 137;
+  r->exit_epoch = 2;
+  f->members[1].since_epoch = 3; /* it rejoined at epoch 3: the old exit is history */
+  assert_int_equal(decide(f), KOLO_SCHED_PROGRESS);
+  f->members[1].since_epoch = 2;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_string_equal(f->d.lost[0].why, "its process exited with code 137");
+}
+
+/* Members 0 and 2 report epoch 3 failed, naming rank 1. */
+static void neighbours_name(fixture *f, int64_t at) {
+  for (size_t i = 0; i < 3; i += 2) {
+    f->members[i].report.failed_epoch = 3;
+    f->members[i].report.failed_rank = 1;
+    f->members[i].report.time_unix_ms = at;
+  }
+}
+
+static void a_rank_named_by_every_other_member_is_lost_at_once(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  neighbours_name(f, NOW - 1);
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(f->d.n_lost, 1);
+  assert_int_equal(f->d.lost[0].member, 1);
+  assert_string_equal(f->d.lost[0].why, "its ring neighbours lost it at epoch 3");
+}
+
+static void a_named_rank_waits_for_the_settle_time_while_others_are_silent(void **state) {
+  fixture *f = *state;
+  healthy(f, 4);
+  neighbours_name(f, NOW - 10); /* member 3 has not spoken */
+  assert_int_equal(decide(f), KOLO_SCHED_PROGRESS); /* no loss yet: the next pass looks again */
+  f->view.now_unix_ms = NOW - 10 + KOLO_SCHED_FAILED_SETTLE_MS;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(f->d.lost[0].member, 1);
+}
+
+static void reports_of_an_older_epoch_are_ignored(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  neighbours_name(f, NOW - 1);
+  f->members[0].report.failed_epoch = 2;
+  f->members[2].report.failed_epoch = 2;
+  assert_int_equal(decide(f), KOLO_SCHED_PROGRESS);
+}
+
+static void reports_are_not_read_while_the_ring_record_differs(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  neighbours_name(f, NOW - 1);
+  f->view.ring_size = 4; /* held: the ring still lists a lost member */
+  f->view.min_workers = 4;
+  assert_int_equal(decide(f), KOLO_SCHED_NOTHING); /* and too few to resume */
+}
+
+static void a_loss_below_min_workers_holds_the_survivors(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->members[1].registered = 0;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_HOLD);
+  char *text = message(f);
+  assert_string_equal(text, "lost w1 (its lease expired); 1 workers left, below min_workers 2: waiting for workers");
+  free(text);
+}
+
+static void a_loss_with_idle_workers_takes_them(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->view.max_workers = 3;
+  f->view.idle = 5;
+  f->members[1].registered = 0;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(f->d.take, 2);
+}
+
+static void a_loss_past_max_reconfigurations_fails_naming_everyone_lost(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  const char *earlier[] = {"w8", "w9"};
+  f->view.earlier_lost = earlier;
+  f->view.n_earlier_lost = 2;
+  f->view.reconfigurations = 2;
+  f->view.max_reconfigurations = 2;
+  f->members[1].registered = 0;
+  f->members[2].draining = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_FAIL);
+  assert_int_equal(f->d.limit, 2);
+  assert_string_equal(kolo_sched_event_type(f->d.action), "FAILED");
+  char *text = message(f);
+  assert_string_equal(text, "exceeded max_reconfigurations (2): lost workers w1 (its lease expired), "
+                            "w2 (it is draining); earlier: w8, w9");
+  free(text);
+}
+
+static void zero_max_reconfigurations_fails_at_the_default(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->view.reconfigurations = KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
+  f->members[1].registered = 0;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_FAIL);
+  assert_int_equal(f->d.limit, KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS);
+}
+
+static void a_held_job_resumes_when_enough_workers_are_idle(void **state) {
+  fixture *f = *state;
+  healthy(f, 1);
+  f->view.phase = KOLO_SCHED_PHASE_RECONFIGURING;
+  f->view.ring_size = 2; /* the ring still lists the lost member */
+  f->view.max_workers = 3;
+  assert_int_equal(decide(f), KOLO_SCHED_NOTHING);
+  f->view.idle = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_RESUME);
+  assert_int_equal(f->d.take, 1);
+  char *text = message(f);
+  assert_string_equal(text, "workers available again: resuming with 1 survivors and 1 new workers");
+  free(text);
+}
+
+static void a_reconfiguring_ring_runs_once_every_member_formed_it(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->view.phase = KOLO_SCHED_PHASE_RECONFIGURING;
+  f->members[2].report.formed_epoch = 2;
+  assert_int_equal(decide(f), KOLO_SCHED_NOTHING);
+  f->members[2].report.formed_epoch = 3;
+  assert_int_equal(decide(f), KOLO_SCHED_FORMED);
+  char *text = message(f);
+  assert_string_equal(text, "every member formed epoch 3 (3 workers)");
+  free(text);
+}
+
+static void a_ring_above_max_workers_shrinks_to_its_lowest_ranks(void **state) {
+  fixture *f = *state;
+  healthy(f, 4);
+  f->view.max_workers = 2;
+  assert_int_equal(decide(f), KOLO_SCHED_SHRINK);
+  assert_int_equal(f->d.keep, 2);
+  char *text = message(f);
+  assert_string_equal(text, "max_workers is 2: leaving 2 workers");
+  free(text);
+}
+
+static void a_ring_below_max_workers_grows_with_idle_workers(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->view.max_workers = 4;
+  assert_int_equal(decide(f), KOLO_SCHED_PROGRESS); /* nobody idle */
+  f->view.idle = 5;
+  assert_int_equal(decide(f), KOLO_SCHED_GROW);
+  assert_int_equal(f->d.take, 2);
+  char *text = message(f);
+  assert_string_equal(text, "2 idle workers join (below max_workers 4)");
+  free(text);
+}
+
+static void a_ring_that_has_not_formed_is_never_moved(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->view.max_workers = 4;
+  f->view.idle = 2;
+  f->members[0].report.formed_epoch = 2;
+  assert_int_equal(decide(f), KOLO_SCHED_NOTHING);
+}
+
+/* The old scheduler clamped members to 4096; a loss beyond that must be seen. */
+static void a_ring_of_five_thousand_finds_a_loss_at_rank_4500(void **state) {
+  (void)state;
+  size_t n = 5000;
+  kolo_sched_member *members = calloc(n, sizeof *members);
+  char (*ids)[16] = calloc(n, sizeof *ids);
+  assert_non_null(members);
+  assert_non_null(ids);
+  for (size_t i = 0; i < n; i++) {
+    snprintf(ids[i], sizeof ids[i], "w%zu", i);
+    members[i] = (kolo_sched_member){.worker_id = ids[i], .registered = 1, .since_epoch = 1,
+                                     .report = {.present = 1, .formed_epoch = 1, .failed_rank = -1}};
+  }
+  members[4500].registered = 0;
+  kolo_sched_job_view view = {.phase = KOLO_SCHED_PHASE_RUNNING, .epoch = 1, .has_ring = 1, .ring_size = n,
+                              .members = members, .n_members = n, .min_workers = 1,
+                              .max_workers = (uint32_t)n, .now_unix_ms = NOW};
+  kolo_sched_decision d;
+  assert_int_equal(kolo_sched_decide(&view, &d), KOLO_OK);
+  assert_int_equal(d.action, KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(d.n_lost, 1);
+  assert_int_equal(d.lost[0].member, 4500);
+  kolo_sched_decision_clear(&d);
+  free(members);
+  free(ids);
+}
+
+static void phases_are_read_by_name(void **state) {
+  (void)state;
+  assert_int_equal(kolo_sched_phase_from("PENDING"), KOLO_SCHED_PHASE_PENDING);
+  assert_int_equal(kolo_sched_phase_from("RUNNING"), KOLO_SCHED_PHASE_RUNNING);
+  assert_int_equal(kolo_sched_phase_from("RECONFIGURING"), KOLO_SCHED_PHASE_RECONFIGURING);
+  assert_int_equal(kolo_sched_phase_from("SUCCEEDED"), KOLO_SCHED_PHASE_OTHER);
+  assert_int_equal(kolo_sched_phase_from("running"), KOLO_SCHED_PHASE_OTHER);
+  assert_int_equal(kolo_sched_phase_from(NULL), KOLO_SCHED_PHASE_OTHER);
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(a_healthy_ring_copies_progress),
+      T(rank_zero_exiting_zero_finishes_once_everyone_exited),
+      T(rank_zero_exiting_zero_waits_for_the_others_until_the_grace),
+      T(a_member_without_a_record_is_lost_and_the_ring_reforms),
+      T(a_draining_member_is_lost_with_its_reason),
+      T(a_failed_process_is_lost_only_for_its_current_stay),
+      T(a_rank_named_by_every_other_member_is_lost_at_once),
+      T(a_named_rank_waits_for_the_settle_time_while_others_are_silent),
+      T(reports_of_an_older_epoch_are_ignored),
+      T(reports_are_not_read_while_the_ring_record_differs),
+      T(a_loss_below_min_workers_holds_the_survivors),
+      T(a_loss_with_idle_workers_takes_them),
+      T(a_loss_past_max_reconfigurations_fails_naming_everyone_lost),
+      T(zero_max_reconfigurations_fails_at_the_default),
+      T(a_held_job_resumes_when_enough_workers_are_idle),
+      T(a_reconfiguring_ring_runs_once_every_member_formed_it),
+      T(a_ring_above_max_workers_shrinks_to_its_lowest_ranks),
+      T(a_ring_below_max_workers_grows_with_idle_workers),
+      T(a_ring_that_has_not_formed_is_never_moved),
+      cmocka_unit_test(a_ring_of_five_thousand_finds_a_loss_at_rank_4500),
+      cmocka_unit_test(phases_are_read_by_name),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

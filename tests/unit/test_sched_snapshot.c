@@ -1,0 +1,180 @@
+/* The scheduler's snapshot (scheduler/snapshot.h) built from key-values as
+ * etcd returns them, without etcd: jobs sorted oldest first, unreadable jobs
+ * dropped, drains and assignments attached to workers, the typed view a
+ * decision is made from, and which assignments are stale. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "scheduler/snapshot.h"
+
+typedef struct kvs {
+  kolo_etcd_kv items[32];
+  size_t n;
+} kvs;
+
+static void add(kvs *set, const char *key, const char *value, int64_t mod) {
+  kolo_etcd_kv *kv = &set->items[set->n++];
+  kv->key = (unsigned char *)strdup(key);
+  kv->key_len = strlen(key);
+  kv->value = (unsigned char *)strdup(value);
+  kv->value_len = strlen(value);
+  kv->mod_revision = mod;
+}
+
+static kolo_etcd_range_result range(kvs *set) {
+  return (kolo_etcd_range_result){.kvs = set->items, .count = set->n};
+}
+
+static void clear(kvs *set) {
+  for (size_t i = 0; i < set->n; i++) kolo_etcd_kv_clear(&set->items[i]);
+  set->n = 0;
+}
+
+static void add_member(kolo_sched_snapshot *snap, const char *json) {
+  snap->members = realloc(snap->members, (snap->n_members + 1) * sizeof *snap->members);
+  assert_non_null(snap->members);
+  assert_int_equal(kolo_member_from_json(json, strlen(json), &snap->members[snap->n_members]), KOLO_OK);
+  snap->n_members++;
+}
+
+typedef struct fixture {
+  kolo_sched_snapshot snap;
+  kvs assigns, drains, jobs;
+} fixture;
+
+/* Workers w1 (idle), w2 (busy on job "b"), w3 (idle but drained by an
+ * operator); job "b" RUNNING at epoch 2 on w1 and w2 (w2 joined at epoch 2,
+ * w9 lost at epoch 1), job "a" older and PENDING, job "c" without a spec. */
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  add_member(&f->snap, "{\"id\":\"w1\",\"host\":\"h\",\"address\":\"127.0.0.1:7001\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\"}");
+  add_member(&f->snap, "{\"id\":\"w2\",\"host\":\"h\",\"address\":\"127.0.0.1:7002\",\"cpus\":1,\"gpus\":0,\"state\":\"busy\"}");
+  add_member(&f->snap, "{\"id\":\"w3\",\"host\":\"h\",\"address\":\"127.0.0.1:7003\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\"}");
+  add(&f->assigns, "/kolo/v1/assign/w2", "{\"job\":\"b\",\"epoch\":2}", 1);
+  add(&f->assigns, "/kolo/v1/assign/w7", "{\"job\":\"gone\",\"epoch\":1}", 1);
+  add(&f->drains, "/kolo/v1/drain/w3", "{}", 1);
+  add(&f->jobs, "/kolo/v1/jobs/a/spec", "{\"min_workers\":1}", 3);
+  add(&f->jobs, "/kolo/v1/jobs/a/status", "{\"phase\":\"PENDING\",\"created_unix_ms\":100}", 4);
+  add(&f->jobs, "/kolo/v1/jobs/b/events/0000000007", "{}", 5);
+  add(&f->jobs, "/kolo/v1/jobs/b/reports/w2",
+      "{\"time_unix_ms\":900,\"exited\":true,\"exit_code\":3,\"exit_epoch\":2,\"failed_epoch\":2,"
+      "\"failed_rank\":0,\"formed_epoch\":2}",
+      6);
+  add(&f->jobs, "/kolo/v1/jobs/b/ring/00000000000000000002",
+      "{\"epoch\":2,\"members\":[{\"worker_id\":\"w1\",\"since_epoch\":1},{\"worker_id\":\"w2\",\"since_epoch\":2}],"
+      "\"lost\":[{\"worker_id\":\"w9\",\"why\":\"its lease expired\"}]}",
+      7);
+  add(&f->jobs, "/kolo/v1/jobs/b/spec", "{\"min_workers\":1,\"max_workers\":4,\"max_reconfigurations\":3}", 8);
+  add(&f->jobs, "/kolo/v1/jobs/b/status",
+      "{\"phase\":\"RUNNING\",\"epoch\":2,\"created_unix_ms\":200,\"reconfigurations\":1,\"max_workers\":2,"
+      "\"members\":[{\"worker_id\":\"w1\"},{\"worker_id\":\"w2\"}]}",
+      9);
+  add(&f->jobs, "/kolo/v1/jobs/c/status", "{\"phase\":\"PENDING\",\"created_unix_ms\":1}", 10);
+  kolo_etcd_range_result a = range(&f->assigns), d = range(&f->drains), j = range(&f->jobs);
+  assert_int_equal(kolo_sched_snapshot_fill(&f->snap, &a, &d, &j), KOLO_OK);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  kolo_sched_snapshot_free(&f->snap);
+  clear(&f->assigns);
+  clear(&f->drains);
+  clear(&f->jobs);
+  free(f);
+  return 0;
+}
+
+static void jobs_come_oldest_first_and_unreadable_ones_are_dropped(void **state) {
+  fixture *f = *state;
+  assert_int_equal(f->snap.n_jobs, 2);
+  assert_string_equal(f->snap.jobs[0].id, "a");
+  assert_string_equal(f->snap.jobs[1].id, "b");
+  assert_int_equal(f->snap.jobs[1].max_seq, 7);
+  assert_int_equal(f->snap.jobs[1].status_mod, 9);
+  assert_string_equal(kolo_sched_job_phase(&f->snap.jobs[0]), "PENDING");
+}
+
+static void a_drained_or_assigned_worker_is_not_idle(void **state) {
+  fixture *f = *state;
+  assert_true(kolo_sched_find_worker(&f->snap, "w3")->draining);
+  assert_string_equal(kolo_sched_find_worker(&f->snap, "w2")->assign_job, "b");
+  assert_int_equal(kolo_sched_count_idle(&f->snap), 1);
+  kolo_sched_find_worker(&f->snap, "w1")->taken = 1;
+  assert_int_equal(kolo_sched_count_idle(&f->snap), 0);
+  assert_null(kolo_sched_find_worker(&f->snap, "w9"));
+}
+
+static void bounds_prefer_the_status_over_the_spec(void **state) {
+  fixture *f = *state;
+  assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[1], "max_workers"), 2);
+  assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[1], "min_workers"), 1);
+  assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[0], "max_workers"), 1); /* absent: at least 1 */
+}
+
+static void the_view_carries_records_reports_and_the_ring(void **state) {
+  fixture *f = *state;
+  kolo_sched_job_view view;
+  kolo_sched_member *members;
+  const char **earlier;
+  assert_int_equal(kolo_sched_job_view_build(&f->snap, &f->snap.jobs[1], 1000, &view, &members, &earlier), KOLO_OK);
+  assert_int_equal(view.phase, KOLO_SCHED_PHASE_RUNNING);
+  assert_int_equal(view.epoch, 2);
+  assert_true(view.has_ring);
+  assert_int_equal(view.ring_size, 2);
+  assert_int_equal(view.n_members, 2);
+  assert_int_equal(view.max_workers, 2);
+  assert_int_equal(view.reconfigurations, 1);
+  assert_int_equal(view.max_reconfigurations, 3);
+  assert_int_equal(view.idle, 1);
+  assert_int_equal(view.now_unix_ms, 1000);
+  assert_int_equal(view.n_earlier_lost, 1);
+  assert_string_equal(view.earlier_lost[0], "w9");
+  assert_string_equal(members[0].worker_id, "w1");
+  assert_true(members[0].registered);
+  assert_int_equal(members[0].since_epoch, 1);
+  assert_false(members[0].report.present);
+  assert_int_equal(members[0].report.failed_rank, -1);
+  const kolo_sched_report *r = &members[1].report;
+  assert_int_equal(members[1].since_epoch, 2);
+  assert_true(r->present && r->exited);
+  assert_int_equal(r->exit_code, 3);
+  assert_int_equal(r->exit_epoch, 2);
+  assert_int_equal(r->failed_epoch, 2);
+  assert_int_equal(r->failed_rank, 0);
+  assert_int_equal(r->formed_epoch, 2);
+  assert_int_equal(r->time_unix_ms, 900);
+  free(members);
+  free(earlier);
+}
+
+static void an_assignment_is_valid_only_for_a_member_of_an_active_job(void **state) {
+  fixture *f = *state;
+  assert_true(kolo_sched_assignment_valid(&f->snap, "w2", "b"));
+  assert_false(kolo_sched_assignment_valid(&f->snap, "w3", "b")); /* not a member */
+  assert_false(kolo_sched_assignment_valid(&f->snap, "w7", "gone")); /* unknown job */
+  assert_false(kolo_sched_assignment_valid(&f->snap, "w1", "a"));    /* pending job */
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(jobs_come_oldest_first_and_unreadable_ones_are_dropped),
+      T(a_drained_or_assigned_worker_is_not_idle),
+      T(bounds_prefer_the_status_over_the_spec),
+      T(the_view_carries_records_reports_and_the_ring),
+      T(an_assignment_is_valid_only_for_a_member_of_an_active_job),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
