@@ -14,6 +14,7 @@ PACKAGES=(
   python3-torch python3-torchvision python3-numpy python3-pytest python3-cloudpickle
   wrk valgrind iproute2 procps psmisc openssl
   unzip
+  clang libclang-rt-14-dev
   buildah podman debootstrap runc
 )
 
