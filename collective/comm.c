@@ -50,6 +50,9 @@ static void free_comm(kolo_comm *comm) {
   kolo_queue_free(comm);
   free(comm->staging);
   free(comm->scratch);
+  free(comm->fusion);
+  free(comm->matrix);
+  kolo_names_destroy(comm->in_flight);
   free(comm->counts);
   free(comm->block_offsets);
   free(comm->block_bytes);
@@ -98,7 +101,8 @@ static kolo_status allocate_buffers(kolo_comm *comm) {
   comm->plan.processed = calloc(2 * n, sizeof *comm->plan.processed);
   comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   comm->fail_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (comm->secret == NULL || comm->peers == NULL || comm->counts == NULL ||
+  if (kolo_names_create(&comm->in_flight) != KOLO_OK) comm->in_flight = NULL;
+  if (comm->secret == NULL || comm->in_flight == NULL || comm->peers == NULL || comm->counts == NULL ||
       comm->block_offsets == NULL || comm->block_bytes == NULL || comm->plan.sends == NULL ||
       comm->plan.recvs == NULL || comm->plan.processed == NULL || comm->wake_fd < 0 ||
       comm->fail_fd < 0 ||

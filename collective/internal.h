@@ -14,7 +14,9 @@
 #include <stdint.h>
 
 #include "collective/channel.h"
+#include "collective/names.h"
 #include "collective/transport.h"
+#include "kolo/engine.h"
 #include "kolo/kolo.h"
 
 /* Big-endian 32-bit fields of the handshake and rendezvous messages. */
@@ -45,6 +47,11 @@ void kolo_reduce(void *dst, const void *a, const void *b, size_t count, kolo_dty
                  kolo_op op);
 /* buffer /= divisor element-wise (the AVG finalisation). */
 void kolo_divide(void *buffer, size_t count, kolo_dtype dtype, int divisor);
+/* dst = src * factor (floating types; a plain copy for the others). dst may be src. */
+void kolo_scale(void *dst, const void *src, size_t count, kolo_dtype dtype, double factor);
+int kolo_dtype_is_floating(kolo_dtype dtype);
+/* Fills count elements with op's identity (what a joined rank contributes). */
+void kolo_fill_identity(void *buffer, size_t count, kolo_dtype dtype, kolo_op op);
 
 typedef struct kolo_device kolo_device; /* CUDA mode state, collective/device.c */
 
@@ -54,7 +61,17 @@ typedef enum kolo_request_kind {
   KOLO_REQUEST_BROADCAST,
   KOLO_REQUEST_REDUCESCATTER,
   KOLO_REQUEST_BARRIER,
+  KOLO_REQUEST_ALLTOALL,
+  KOLO_REQUEST_JOIN,
 } kolo_request_kind;
+
+/* One tensor of a named all-reduce (a grouped one has several). */
+typedef struct kolo_member {
+  const char *name; /* points into the request's names blob */
+  const void *send;
+  void *recv;
+  size_t count;
+} kolo_member;
 
 struct kolo_request {
   kolo_comm *comm;
@@ -73,6 +90,20 @@ struct kolo_request {
   void *device_request; /* an NCCL request when the operation runs on device buffers */
   void *cuda_stream;    /* device operations: ordered after the caller's stream (NULL: legacy) */
   kolo_request *next;
+
+  /* named operations (engine.h); name[0] == '\0' for the unnamed API */
+  char name[KOLO_NAME_MAX + 1];
+  double prescale, postscale;     /* all-reduce: 1.0 = none */
+  const size_t *split_counts;     /* reducescatter: per-rank recv counts; alltoall: per-rank
+                                   * send counts (caller's; NULL = even split) */
+  int engine_output;              /* allgather/alltoall with recv == NULL: the engine allocates */
+  void *output;                   /* what the engine allocated (handed over by _result) */
+  size_t output_count;
+  int last_rank;                  /* join: the last rank to join */
+  int member_count;               /* all-reduce: 1, or a group's size */
+  kolo_member *members;           /* member_count entries (malloc'd with the names blob) */
+  kolo_member single;             /* members points here for a plain named all-reduce */
+  char message[KOLO_RESULT_MESSAGE_BYTES];
 };
 
 /* One contiguous transfer of a ring plan. A send item streams buffer to the next
@@ -116,6 +147,15 @@ typedef struct kolo_control_link {
   kolo_control_message message;
 } kolo_control_link;
 
+/* One tensor of a fused all-reduce: send == NULL contributes op's identity (a
+ * joined rank), recv == NULL discards the result. */
+typedef struct kolo_fused_item {
+  const void *send;
+  void *recv;
+  size_t count;
+  double prescale, postscale;
+} kolo_fused_item;
+
 struct kolo_comm {
   uint64_t epoch;
   int rank, size, local_rank, local_size;
@@ -134,6 +174,9 @@ struct kolo_comm {
   kolo_direction prev; /* we receive data from rank - 1 */
   size_t bulk_min_bytes; /* operations of at least this many bytes use the bulk channels */
   kolo_control_link control[2];   /* [0] to rank + 1, [1] to rank - 1 */
+
+  /* named requests in flight on this rank (guarded by mutex) */
+  kolo_names *in_flight;
 
   /* engine: queue of requests, run by the engine thread or inline by a blocking caller */
   pthread_t engine;
@@ -161,6 +204,10 @@ struct kolo_comm {
   size_t staging_bytes;
   char *scratch;
   size_t scratch_bytes;
+  char *fusion;           /* the fusion buffer (grows to the largest fused size seen) */
+  size_t fusion_bytes;
+  char *matrix;           /* all-to-all: every rank's send counts and capacity */
+  size_t matrix_bytes;
   uint64_t *counts;       /* size entries: all-gather counts */
   size_t *block_offsets;  /* size entries */
   size_t *block_bytes;    /* size entries */
@@ -178,6 +225,38 @@ void kolo_comm_fail(kolo_comm *comm, kolo_status status, int failed_rank, const 
 /* Runs one request to completion on the calling thread (engine or blocking
  * caller). engine_thread says whether the control links must be served too. */
 kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thread);
+
+/* The ring plan and its executor (ring.c), for the algorithm files. */
+void kolo_plan_reset(kolo_ring_plan *plan, kolo_dtype dtype, kolo_op op);
+void kolo_plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int depends_on);
+int kolo_plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t bytes,
+                   int finalize_avg);
+/* Ring all-gather of blocks already laid out in out (block b: bytes[b] at offsets[b]). */
+void kolo_plan_allgather_blocks(kolo_comm *comm, char *out, const size_t *offsets,
+                                const size_t *bytes);
+/* Grows a reusable 64-byte-aligned buffer to at least need bytes. */
+kolo_status kolo_ensure_buffer(char **buffer, size_t *have, size_t need);
+/* Runs comm->plan; op_bytes (the same on every rank) picks bulk or small channels. */
+kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes);
+/* recv = op over ranks of send (the small path or the ring, by size). */
+kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
+                                kolo_dtype dtype, kolo_op op, int engine_thread);
+/* ring_uneven.c: reduce-scatter with request->split_counts, all-to-all. */
+kolo_status kolo_ring_reducescatter_v(kolo_comm *comm, kolo_request *request, int engine_thread);
+kolo_status kolo_ring_alltoall(kolo_comm *comm, kolo_request *request, int engine_thread);
+
+/* exec.c: named requests. */
+kolo_status kolo_exec_allreduce(kolo_comm *comm, kolo_request *request, int engine_thread);
+/* count tensors of one dtype and op as one all-reduce through the fusion buffer
+ * (one tensor alone runs in place). */
+kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int count,
+                            kolo_dtype dtype, kolo_op op, int engine_thread);
+kolo_status kolo_exec_join(kolo_comm *comm, kolo_request *request, int engine_thread);
+/* Allocates the request's engine output (count elements) and points recv at it;
+ * fails the communicator when memory runs out (the peers are mid-collective). */
+kolo_status kolo_output_allocate(kolo_request *request, size_t count);
+void kolo_request_message(kolo_request *request, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Reads what a control link has to say; marks failure on a message or EOF. */
 void kolo_control_service(kolo_comm *comm, kolo_control_link *link);

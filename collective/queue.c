@@ -7,13 +7,18 @@
  * mode go to NCCL instead (device.c). */
 #include <poll.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "collective/internal.h"
 #include "common/checks.h"
 
+/* Marks a request done (under comm->mutex). */
 static void complete_request(kolo_comm *comm, kolo_request *request, kolo_status status) {
   request->status = status;
+  if (status != KOLO_OK && request->message[0] == '\0' && atomic_load(&comm->failed)) {
+    kolo_comm_error_message(comm, request->message, sizeof request->message);
+  }
   request->done = 1;
   pthread_cond_broadcast(&comm->cond);
 }
@@ -150,6 +155,7 @@ kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, ko
     }
   }
   *request = *prototype;
+  if (prototype->members == &prototype->single) request->members = &request->single;
   request->pooled = 1;
   request->done = 0;
   request->next = NULL;
@@ -168,16 +174,40 @@ kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, ko
   return KOLO_OK;
 }
 
+/* Returns a request to the pool (under comm->mutex), with what it still owns; a
+ * named one's name may be submitted again from now on. */
 static void release_request(kolo_comm *comm, kolo_request *request) {
+  if (request->name[0] != '\0') kolo_names_remove(comm->in_flight, request->name);
+  if (request->members != &request->single) free(request->members);
+  request->members = NULL;
+  free(request->output);
+  request->output = NULL;
   request->next = comm->free_requests;
   comm->free_requests = request;
 }
 
-kolo_status kolo_wait(kolo_request *request) {
+/* Copies what a completed request tells into result (NULL = nothing), handing
+ * over any output the engine allocated. */
+static void fill_result(kolo_request *request, kolo_status status, kolo_result *result) {
+  if (result == NULL) return;
+  result->status = status;
+  memcpy(result->message, request->message, sizeof result->message);
+  result->output = request->output;
+  result->output_count = request->output_count;
+  result->last_rank = request->last_rank;
+  request->output = NULL;
+}
+
+void kolo_free(void *memory) { free(memory); }
+
+kolo_status kolo_wait(kolo_request *request) { return kolo_wait_result(request, NULL); }
+
+kolo_status kolo_wait_result(kolo_request *request, kolo_result *result) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   kolo_comm *comm = request->comm;
   if (request->device_request != NULL) {
     kolo_status device_status = kolo_device_wait(comm, request->device_request);
+    fill_result(request, device_status, result);
     pthread_mutex_lock(&comm->mutex);
     release_request(comm, request);
     pthread_mutex_unlock(&comm->mutex);
@@ -186,19 +216,30 @@ kolo_status kolo_wait(kolo_request *request) {
   pthread_mutex_lock(&comm->mutex);
   while (!request->done) pthread_cond_wait(&comm->cond, &comm->mutex);
   kolo_status status = request->status;
+  fill_result(request, status, result);
   release_request(comm, request);
   pthread_mutex_unlock(&comm->mutex);
   return status;
 }
 
 kolo_status kolo_test(kolo_request *request, int *done, kolo_status *status) {
+  kolo_result result;
+  kolo_status rc = kolo_test_result(request, done, &result);
+  if (rc == KOLO_OK && *done) {
+    if (status != NULL) *status = result.status;
+    free(result.output);
+  }
+  return rc;
+}
+
+kolo_status kolo_test_result(kolo_request *request, int *done, kolo_result *result) {
   if (request == NULL || done == NULL) return KOLO_ERR_INVALID_ARG;
   kolo_comm *comm = request->comm;
   if (request->device_request != NULL) {
     kolo_status device_status = KOLO_OK;
     kolo_device_test(comm, request->device_request, done, &device_status);
     if (*done) {
-      if (status != NULL) *status = device_status;
+      fill_result(request, device_status, result);
       pthread_mutex_lock(&comm->mutex);
       release_request(comm, request);
       pthread_mutex_unlock(&comm->mutex);
@@ -208,7 +249,7 @@ kolo_status kolo_test(kolo_request *request, int *done, kolo_status *status) {
   pthread_mutex_lock(&comm->mutex);
   *done = request->done;
   if (request->done) {
-    if (status != NULL) *status = request->status;
+    fill_result(request, request->status, result);
     release_request(comm, request);
   }
   pthread_mutex_unlock(&comm->mutex);

@@ -28,6 +28,8 @@ typedef struct kolo_sched_epoch_plan {
   const char *event_type;     /* and its event */
   const char *event_message;
   int count_reconfiguration;  /* reconfigurations + 1 */
+  size_t count_drains;        /* drains + this many (planned leaves of drained members) */
+  int planned;                /* the ring says "planned": members switch at their next commit */
   const char *const *lost_ids; /* appended to the ring's lost list, with why */
   const char *const *lost_why;
   size_t n_lost;
@@ -46,10 +48,12 @@ kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot 
                                const char *phase, const char *type, const char *message);
 
 /* A status change without a ring change: phase, members (optional), one event
- * (optional), removed assignments. */
+ * (optional), removed assignments; reconfigurations + count_reconfiguration and
+ * drains + count_drains. */
 kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j, const char *phase,
                                  json_t *members, const char *type, const char *message,
-                                 const char *const *removed, size_t n_removed, int count_reconfiguration);
+                                 const char *const *removed, size_t n_removed, int count_reconfiguration,
+                                 size_t count_drains);
 
 /* Copies rank 0's reported progress into the status, at most once a second and
  * only when it changed. */

@@ -2,6 +2,7 @@
 #include "server/http_api.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -98,6 +99,36 @@ typedef struct list_query {
   char err[256];
 } list_query;
 
+typedef struct allowed_args {
+  const char *names; /* space-separated */
+  char *err;
+  size_t err_len;
+  int ok;
+} allowed_args;
+
+static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  allowed_args *a = cls;
+  (void)kind;
+  (void)value;
+  size_t n = strlen(key);
+  for (const char *p = a->names; a->ok && *p;) {
+    size_t len = strcspn(p, " ");
+    if (len == n && strncmp(p, key, n) == 0) return MHD_YES;
+    p += len;
+    while (*p == ' ') p++;
+  }
+  if (a->ok) snprintf(a->err, a->err_len, "%.64s: unknown query parameter", key);
+  a->ok = 0;
+  return MHD_YES;
+}
+
+/* Whether every query argument of the request is one of names (space-separated). */
+static int only_args(struct MHD_Connection *conn, const char *names, char *err, size_t err_len) {
+  allowed_args a = {names, err, err_len, 1};
+  MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, check_arg, &a);
+  return a.ok;
+}
+
 /* Query arguments of GET /v1/jobs: phase, label (k=v, repeatable), page_size, page_token. */
 static enum MHD_Result list_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
   list_query *q = cls;
@@ -166,6 +197,25 @@ static void route_list(kolo_server_http *h, struct MHD_Connection *conn, reply *
   protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+/* GET /v1/jobs/<id>/metrics[?since_step=N] */
+static void route_job_metrics(kolo_server_http *h, struct MHD_Connection *conn, const char *id, reply *r) {
+  Kolo__V1__GetJobMetricsRequest req = KOLO__V1__GET_JOB_METRICS_REQUEST__INIT;
+  char err[256];
+  r->method = KOLO_SERVER_GET_JOB_METRICS;
+  if (!only_args(conn, "since_step", err, sizeof err)) return reply_error(r, KOLO_ERR_INVALID_ARG, err);
+  const char *since = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "since_step");
+  if (since) {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(since, &end, 10);
+    if (since[0] < '0' || since[0] > '9' || *end != '\0' || errno == ERANGE)
+      return reply_error(r, KOLO_ERR_INVALID_ARG, "since_step: expected a non-negative integer");
+    req.since_step = (uint64_t)n;
+  }
+  req.id = (char *)id;
+  call_service(h, r, KOLO_SERVER_GET_JOB_METRICS, &req.base);
+}
+
 static void route_readyz(kolo_server_http *h, reply *r) {
   kolo_server_health *health = &h->cfg.health;
   char leader[128] = "";
@@ -188,9 +238,25 @@ static void route_metrics(kolo_server_http *h, reply *r) {
   int is_me = 0;
   char leader[128];
   if (h->cfg.health.leader) h->cfg.health.leader(h->cfg.health.arg, leader, sizeof leader, &is_me);
-  reply_text(r, 200, "text/plain; version=0.0.4",
-             kolo_server_metrics_render(h->cfg.metrics, phases, demand, is_me));
+  char *base = kolo_server_metrics_render(h->cfg.metrics, phases, demand, is_me);
   if (demand) protobuf_c_message_free_unpacked(&demand->base, NULL);
+  kolo_server_job_gauge *gauges = calloc(KOLO_SERVER_METRICS_MAX_JOBS, sizeof *gauges);
+  size_t left_out = 0, n = 0;
+  if (gauges) n = kolo_server_store_job_gauges(h->cfg.store, gauges, KOLO_SERVER_METRICS_MAX_JOBS, &left_out);
+  char *jobs = gauges ? kolo_server_metrics_render_jobs(gauges, n, left_out) : NULL;
+  free(gauges);
+  char *body = NULL;
+  if (base && jobs) {
+    size_t a = strlen(base), b = strlen(jobs);
+    body = malloc(a + b + 1);
+    if (body) {
+      memcpy(body, base, a);
+      memcpy(body + a, jobs, b + 1);
+    }
+  }
+  free(base);
+  free(jobs);
+  reply_text(r, 200, "text/plain; version=0.0.4", body);
 }
 
 
@@ -296,6 +362,7 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
       protobuf_c_message_free_unpacked(&job->base, NULL);
       return;
     }
+    if (get && strcmp(suffix, "/metrics") == 0) return route_job_metrics(h, conn, id, r);
     if (post && (strcmp(suffix, ":cancel") == 0 || strcmp(suffix, ":scale") == 0)) {
       int cancel = suffix[1] == 'c';
       const ProtobufCMessageDescriptor *desc =

@@ -133,3 +133,56 @@ char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_co
     }
   return t.buf;
 }
+
+/* A label value with \\, " and newlines escaped (ids are plain, but the view takes any key). */
+static void add_label(text *t, const char *value) {
+  for (const char *c = value; *c; c++) {
+    if (*c == '\\' || *c == '"')
+      add(t, "\\%c", *c);
+    else if (*c == '\n')
+      add(t, "\\n");
+    else
+      add(t, "%c", *c);
+  }
+}
+
+typedef enum gauge_kind { G_STEP, G_TOTAL, G_LOSS, G_ACCURACY, G_RATE, G_RING, G_EPOCH, G_RECONF, G_COUNT } gauge_kind;
+
+static double gauge_value(const kolo_server_job_gauge *g, gauge_kind k) {
+  switch (k) {
+    case G_STEP: return (double)g->step;
+    case G_TOTAL: return (double)g->total_steps;
+    case G_LOSS: return g->loss;
+    case G_ACCURACY: return g->accuracy;
+    case G_RATE: return g->samples_per_sec;
+    case G_RING: return (double)g->ring_size;
+    case G_EPOCH: return (double)g->epoch;
+    default: return (double)g->reconfigurations;
+  }
+}
+
+char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t n, size_t left_out) {
+  static const char *const names[G_COUNT][3] = {
+      {"kolo_job_step", "gauge", "Training step the job reported last."},
+      {"kolo_job_total_steps", "gauge", "Steps the job will run in all (0 = unknown)."},
+      {"kolo_job_loss", "gauge", "Loss the job reported last."},
+      {"kolo_job_accuracy", "gauge", "Accuracy the job reported last."},
+      {"kolo_job_samples_per_second", "gauge", "Training throughput of the whole ring."},
+      {"kolo_job_ring_size", "gauge", "Workers in the job's current ring."},
+      {"kolo_job_ring_epoch", "gauge", "The job's current ring epoch."},
+      {"kolo_job_reconfigurations_total", "counter", "Times the job's ring re-formed."},
+  };
+  text t = {0};
+  add(&t, "# HELP kolo_job_series_left_out Jobs without per-job series (only %d are shown).\n"
+          "# TYPE kolo_job_series_left_out gauge\nkolo_job_series_left_out %zu\n",
+      KOLO_SERVER_METRICS_MAX_JOBS, left_out);
+  for (int k = 0; k < G_COUNT; k++) {
+    add(&t, "# HELP %s %s\n# TYPE %s %s\n", names[k][0], names[k][2], names[k][0], names[k][1]);
+    for (size_t i = 0; i < n; i++) {
+      add(&t, "%s{job=\"", names[k][0]);
+      add_label(&t, jobs[i].id);
+      add(&t, "\"} %.17g\n", gauge_value(&jobs[i], (gauge_kind)k));
+    }
+  }
+  return t.buf;
+}

@@ -1,5 +1,6 @@
 /* Request counters and latency histograms for /metrics (Prometheus text format): per
- * transport (grpc, http), method and gRPC code; lock-free (atomics) on the hot path. */
+ * transport (grpc, http), method and gRPC code; lock-free (atomics) on the hot path. Also
+ * the text of the per-job gauges. */
 #ifndef KOLO_SERVER_METRICS_H
 #define KOLO_SERVER_METRICS_H
 
@@ -8,6 +9,10 @@
 
 #include "kolo/v1/cluster.pb-c.h"
 #include "server/service.h"
+#include "server/store.h"
+
+/* At most this many jobs get per-job series on /metrics (bounded label cardinality). */
+#define KOLO_SERVER_METRICS_MAX_JOBS 100
 
 typedef enum kolo_server_api { KOLO_SERVER_API_GRPC = 0, KOLO_SERVER_API_HTTP = 1 } kolo_server_api;
 
@@ -28,5 +33,10 @@ void kolo_server_metrics_observe(kolo_server_metrics *m, kolo_server_api api, in
  * demand for workers now (its worker gauges are left out when NULL: etcd unreachable). */
 char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_counts[7],
                                  const Kolo__V1__Demand *demand, int is_leader);
+
+/* Per-job gauges (label job="<id>") as Prometheus text (malloc'd): step, total steps, loss,
+ * accuracy, samples/s, ring size, ring epoch, reconfigurations, and how many jobs were left
+ * out beyond the bound. */
+char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t n, size_t left_out);
 
 #endif

@@ -24,6 +24,8 @@ typedef struct kolo_server_options {
   int grace_ms;           /* SIGTERM: how long in-flight calls may take */
   int leader_ttl_s;
   char log_level[16];
+  int metrics_points;      /* metrics history: points kept per job */
+  int metrics_interval_ms; /* metrics history: at most one point per job this often */
 } kolo_server_options;
 
 /* Fills opts from defaults, then the config file (if --config), then the flags.

@@ -38,6 +38,8 @@ const kolo_server_method_info kolo_server_methods[KOLO_SERVER_METHOD_COUNT] = {
      &kolo__v1__worker__descriptor, 0},
     {"/kolo.v1.ClusterService/GetDemand", "GetDemand", &kolo__v1__get_demand_request__descriptor,
      &kolo__v1__demand__descriptor, 0},
+    {"/kolo.v1.JobService/GetJobMetrics", "GetJobMetrics", &kolo__v1__get_job_metrics_request__descriptor,
+     &kolo__v1__job_metrics__descriptor, 0},
 };
 
 kolo_status kolo_server_service_check_id(const char *id, char *err, size_t err_len) {
@@ -126,6 +128,12 @@ kolo_status kolo_server_service_call(kolo_server_store *store, kolo_server_metho
     }
     case KOLO_SERVER_GET_DEMAND:
       return kolo_server_store_get_demand(store, (Kolo__V1__Demand **)resp);
+    case KOLO_SERVER_GET_JOB_METRICS: {
+      const Kolo__V1__GetJobMetricsRequest *r = (const Kolo__V1__GetJobMetricsRequest *)req;
+      KOLO_CHECK_ID(r->id);
+      rc = kolo_server_store_metrics(store, r->id, r->since_step, (Kolo__V1__JobMetrics **)resp);
+      return not_found(rc, "job", r->id, err, err_len);
+    }
     default:
       snprintf(err, err_len, "not a unary method");
       return KOLO_ERR_UNSUPPORTED;

@@ -24,6 +24,7 @@
 
 #include "common/checks.h"
 #include "common/log.h"
+#include "coordination/drain.h"
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
@@ -66,6 +67,8 @@ typedef struct agent {
   int64_t report_written_ms;
   int draining;
   int64_t drain_deadline_ms;
+  int leave; /* the job let the process go: 0 not yet asked, 1 LEAVE sent, -1 stop it */
+  int64_t leave_deadline_ms; /* after LEAVE: stop it past this */
   const char *state;
   kolo_agent_health *health; /* --http-listen; NULL without */
   kolo_agent_health_state hs; /* its counters, and what publish_health last sent */
@@ -302,7 +305,8 @@ static char *ring_line_for(agent *a, const json_t *ring, int *rank, int *size) {
     const char *address = json_string_value(json_object_get(json_array_get(members, i), "address"));
     used += snprintf(line + used, length - (size_t)used, " %s", address ? address : "?");
   }
-  snprintf(line + used, length - (size_t)used, "\n");
+  /* a planned ring (a drained member leaves): switch at the next commit, nothing redone */
+  snprintf(line + used, length - (size_t)used, "%s\n", json_is_true(json_object_get(ring, "planned")) ? " planned" : "");
   *rank = me;
   *size = (int)n;
   return line;
@@ -426,6 +430,34 @@ out:
   json_decref(spec);
 }
 
+/* Whether this registration of the worker is drained (its mark names our lease). */
+static int drain_marked(agent *a) {
+  char key[256];
+  kolo_etcd_kv kv = {0};
+  if (a->reg == NULL || kolo_keys_drain(a->id, key, sizeof key) != KOLO_OK ||
+      kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK)
+    return 0;
+  int mine = kolo_drain_mark_applies((const char *)kv.value, kv.value_len, kolo_membership_lease(a->reg));
+  kolo_etcd_kv_clear(&kv);
+  return mine;
+}
+
+/* The job let this worker go: if the worker is drained (SIGTERM, or a drain mark), the
+ * process gets LEAVE and stops at its next commit, where its peers switch to the planned
+ * ring, so nobody redoes a step; past DRAIN_WAIT_MS it is stopped. Returns 1 while it may
+ * still leave by itself, 0 when the caller must stop it now. */
+static int leave_gracefully(agent *a) {
+  if (a->leave == 0) {
+    a->leave = -1;
+    if (!kolo_agent_proc_connected(a->proc) || !(a->draining || drain_marked(a))) return 0;
+    if (kolo_agent_proc_send(a->proc, "LEAVE drained\n") != KOLO_OK) return 0;
+    a->leave = 1;
+    a->leave_deadline_ms = mono_ms() + DRAIN_WAIT_MS;
+    KOLO_LOGI(LOG, "worker %s drained: its process leaves job %s at its next commit", a->id, a->job);
+  }
+  return a->leave == 1 && mono_ms() < a->leave_deadline_ms;
+}
+
 /* Brings what runs in line with the newest assignment. */
 static void reconcile(agent *a) {
   pthread_mutex_lock(&a->lock);
@@ -439,6 +471,7 @@ static void reconcile(agent *a) {
   if (job == NULL || ring_key == NULL) job = NULL;
 
   if (a->proc != NULL && (job == NULL || strcmp(job, a->job) != 0)) {
+    if (job == NULL && leave_gracefully(a)) goto out; /* it stops at its next commit */
     kolo_agent_proc_stop(a->proc, job ? "reassigned" : "unassigned", a->opts->stop_grace_ms);
     goto out; /* the next job starts once this process is gone */
   }
@@ -481,7 +514,8 @@ static void reap(agent *a) {
   int code = 0;
   if (!kolo_agent_proc_reap(a->proc, &code)) return;
   KOLO_LOGI(LOG, "process of job %s exited with code %d", a->job, code);
-  if (code != 0) a->hs.processes_failed++;
+  if (code != 0 && a->leave != 1) a->hs.processes_failed++; /* a leaver stops as asked */
+  a->leave = 0;
   kolo_agent_proc_destroy(a->proc);
   a->proc = NULL;
   a->exited = 1;
@@ -652,6 +686,7 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
       /* the coordinator counts us gone: stop the process and come back as new */
       kolo_agent_proc_destroy(a.proc);
       a.proc = NULL;
+      a.leave = 0;
       kolo_membership_abandon(a.reg);
       a.reg = NULL;
       a.state = NULL;
