@@ -1,7 +1,10 @@
 /* Element types and reduction kernels of libkolo: sizes and names, float16 and
  * bfloat16 conversion (round to nearest even), and dst = a (op) b over arrays. */
 #include <math.h>
-#if defined(__x86_64__)
+/* The F16C path needs __builtin_cpu_supports("f16c"), which clang 14 (the fuzz build's
+ * compiler) does not know; clang builds keep the scalar conversion. */
+#if defined(__x86_64__) && !defined(__clang__)
+#define KOLO_HAVE_F16C_PATH 1
 #include <immintrin.h>
 #endif
 #include <stdint.h>
@@ -197,7 +200,7 @@ static inline uint16_t float_to_bf16(float value) {
     }                                                                               \
   } while (0)
 
-#if defined(__x86_64__)
+#if defined(KOLO_HAVE_F16C_PATH)
 /* float16 with the F16C conversion instructions (IEEE round to nearest even, the
  * same bits as the software conversion), 8 elements at a time; used only when
  * the CPU has them. */
@@ -237,7 +240,7 @@ __attribute__((target("avx,f16c"))) static void reduce_half_f16c(uint16_t *out, 
 
 void kolo_reduce(void *dst, const void *a, const void *b, size_t count, kolo_dtype dtype,
                  kolo_op op) {
-#if defined(__x86_64__)
+#if defined(KOLO_HAVE_F16C_PATH)
   if (dtype == KOLO_FLOAT16 && __builtin_cpu_supports("f16c")) {
     reduce_half_f16c(dst, a, b, count, op);
     return;

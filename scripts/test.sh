@@ -31,5 +31,14 @@ if [ "$sanitize" -eq 1 ]; then
   (cd build-asan && ctest --output-on-failure -j "$jobs" -L "unit|integration" -LE "nosan" \
     --output-junit "$ROOT/build-asan/junit.xml" "$@")
   /usr/bin/python3 "$ROOT/scripts/check-skips.py" build-asan "$ROOT/build-asan/junit.xml"
+
+  # libFuzzer targets (tests/fuzz/): clang, ASan + UBSan, each for KOLO_FUZZ_SECONDS
+  # from its seed corpus; docs/FUZZING.md runs them longer.
+  echo "== fuzz build (build-fuzz/, clang)"
+  CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DKOLO_WERROR=OFF -DKOLO_SANITIZE=ON \
+    -DKOLO_FUZZ=ON -DKOLO_WITH_CUDA=OFF -DKOLO_FUZZ_SECONDS="${KOLO_FUZZ_SECONDS:-20}" >/dev/null
+  cmake --build build-fuzz -j "$jobs" --target fuzz_all
+  echo "== fuzzing (${KOLO_FUZZ_SECONDS:-20} s per target)"
+  (cd build-fuzz && ctest --output-on-failure -j "$jobs" -L fuzz)
 fi
 echo "== all tests passed"

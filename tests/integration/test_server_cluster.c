@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "test_worker_cluster.h"
+#include "tests/support/skip.h"
 
 static int setup(void **state) {
   cluster *c = calloc(1, sizeof *c);
@@ -83,10 +84,7 @@ int main(void) {
   char train[512];
   snprintf(train, sizeof train, "%s/kolo-train", bin ? bin : ".");
   FILE *probe = fopen(train, "r");
-  if (probe == NULL) {
-    printf("kolo-train is not part of this build: nothing to test\n");
-    return 0;
-  }
+  if (probe == NULL) KOLO_TEST_SKIP("kolo-train is not part of this build");
   fclose(probe);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_job_with_a_step_limit_reports_it_as_total_steps),
