@@ -42,7 +42,9 @@ static void usage(FILE *out) {
           "  scale ID MIN[:MAX]\n"
           "  watch ID                        print the job each time it changes until it ends\n"
           "  workers                         registered workers\n"
-          "  drain WORKER                    give a worker no new work\n"
+          "  drain WORKER                    give a worker no new work; its job lets it go\n"
+          "  undrain WORKER                  take a drain back\n"
+          "  demand                          workers the jobs want (what to scale the pool to)\n"
           "\n"
           "environment: KOLO_SERVER (default 127.0.0.1:7070), KOLO_TOKEN\n");
 }
@@ -417,6 +419,19 @@ int main(int argc, char **argv) {
     kolo_server_pb_set_string(&r->id, args[0]);
     req = &r->base;
     method = KOLO_SERVER_DRAIN_WORKER;
+  } else if (strcmp(cmd, "undrain") == 0) {
+    if (nargs != 1) return usage_error("undrain needs exactly one worker id", NULL);
+    Kolo__V1__UndrainWorkerRequest *r = malloc(sizeof *r);
+    kolo__v1__undrain_worker_request__init(r);
+    kolo_server_pb_set_string(&r->id, args[0]);
+    req = &r->base;
+    method = KOLO_SERVER_UNDRAIN_WORKER;
+  } else if (strcmp(cmd, "demand") == 0) {
+    if (nargs != 0) return usage_error("demand takes no arguments", NULL);
+    Kolo__V1__GetDemandRequest *r = malloc(sizeof *r);
+    kolo__v1__get_demand_request__init(r);
+    req = &r->base;
+    method = KOLO_SERVER_GET_DEMAND;
   } else {
     return usage_error("unknown command '%s'", cmd);
   }
@@ -496,6 +511,15 @@ int main(int argc, char **argv) {
                w->workers[k]->address, w->workers[k]->state, w->workers[k]->job_id);
     } else if (method == KOLO_SERVER_DRAIN_WORKER) {
       printf("worker %s is draining\n", ((Kolo__V1__Worker *)resp)->id);
+    } else if (method == KOLO_SERVER_UNDRAIN_WORKER) {
+      const Kolo__V1__Worker *w = (const Kolo__V1__Worker *)resp;
+      printf("worker %s is not drained (state %s)\n", w->id, w->state);
+    } else if (method == KOLO_SERVER_GET_DEMAND) {
+      const Kolo__V1__Demand *d = (const Kolo__V1__Demand *)resp;
+      printf("workers wanted %u (missing %u): %u registered, %u idle, %u draining; %u pending jobs, "
+             "%u growable\n",
+             d->workers_wanted, d->workers_missing, d->workers_registered, d->workers_idle,
+             d->workers_draining, d->pending_jobs, d->growable_jobs);
     } else {
       print_job((Kolo__V1__Job *)resp);
     }

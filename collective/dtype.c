@@ -1,7 +1,10 @@
 /* Element types and reduction kernels of libkolo: sizes and names, float16 and
  * bfloat16 conversion (round to nearest even), and dst = a (op) b over arrays. */
 #include <math.h>
-#if defined(__x86_64__)
+/* The F16C path needs __builtin_cpu_supports("f16c"), which clang 14 (the fuzz build's
+ * compiler) does not know; clang builds keep the scalar conversion. */
+#if defined(__x86_64__) && !defined(__clang__)
+#define KOLO_HAVE_F16C_PATH 1
 #include <immintrin.h>
 #endif
 #include <stdint.h>
@@ -197,7 +200,7 @@ static inline uint16_t float_to_bf16(float value) {
     }                                                                               \
   } while (0)
 
-#if defined(__x86_64__)
+#if defined(KOLO_HAVE_F16C_PATH)
 /* float16 with the F16C conversion instructions (IEEE round to nearest even, the
  * same bits as the software conversion), 8 elements at a time; used only when
  * the CPU has them. */
@@ -237,7 +240,7 @@ __attribute__((target("avx,f16c"))) static void reduce_half_f16c(uint16_t *out, 
 
 void kolo_reduce(void *dst, const void *a, const void *b, size_t count, kolo_dtype dtype,
                  kolo_op op) {
-#if defined(__x86_64__)
+#if defined(KOLO_HAVE_F16C_PATH)
   if (dtype == KOLO_FLOAT16 && __builtin_cpu_supports("f16c")) {
     reduce_half_f16c(dst, a, b, count, op);
     return;
@@ -297,4 +300,100 @@ void kolo_divide(void *buffer, size_t count, kolo_dtype dtype, int divisor) {
     }
     default: break;
   }
+}
+
+/* dst = src * factor element-wise (floating types; the product is formed in
+ * double and rounded once to the element type). dst may equal src. */
+void kolo_scale(void *dst, const void *src, size_t count, kolo_dtype dtype, double factor) {
+  switch (dtype) {
+    case KOLO_FLOAT32: {
+      float *out = dst;
+      const float *in = src;
+      for (size_t i = 0; i < count; i++) out[i] = (float)((double)in[i] * factor);
+      break;
+    }
+    case KOLO_FLOAT64: {
+      double *out = dst;
+      const double *in = src;
+      for (size_t i = 0; i < count; i++) out[i] = in[i] * factor;
+      break;
+    }
+    case KOLO_FLOAT16: {
+      uint16_t *out = dst;
+      const uint16_t *in = src;
+      for (size_t i = 0; i < count; i++)
+        out[i] = kolo_float_to_half((float)((double)kolo_half_to_float(in[i]) * factor));
+      break;
+    }
+    case KOLO_BFLOAT16: {
+      uint16_t *out = dst;
+      const uint16_t *in = src;
+      for (size_t i = 0; i < count; i++)
+        out[i] = float_to_bf16((float)((double)bf16_to_float(in[i]) * factor));
+      break;
+    }
+    default:
+      if (dst != src) memmove(dst, src, count * kolo_dtype_size(dtype));
+      break;
+  }
+}
+
+int kolo_dtype_is_floating(kolo_dtype dtype) {
+  return dtype == KOLO_FLOAT16 || dtype == KOLO_BFLOAT16 || dtype == KOLO_FLOAT32 ||
+         dtype == KOLO_FLOAT64;
+}
+
+/* The identity of op in dtype, as one element's bytes: what a rank that joined
+ * contributes (0 for SUM/AVG, 1 for PROD, +inf / the largest value for MIN,
+ * -inf / the smallest for MAX). */
+static void identity_element(kolo_dtype dtype, kolo_op op, unsigned char *out) {
+  int lowest = op == KOLO_MAX, highest = op == KOLO_MIN, one = op == KOLO_PROD;
+  switch (dtype) {
+    case KOLO_UINT8: out[0] = one ? 1 : highest ? 0xff : 0; break;
+    case KOLO_INT32: {
+      int32_t v = one ? 1 : highest ? INT32_MAX : lowest ? INT32_MIN : 0;
+      memcpy(out, &v, sizeof v);
+      break;
+    }
+    case KOLO_INT64: {
+      int64_t v = one ? 1 : highest ? INT64_MAX : lowest ? INT64_MIN : 0;
+      memcpy(out, &v, sizeof v);
+      break;
+    }
+    case KOLO_FLOAT32: {
+      float v = one ? 1.0f : highest ? INFINITY : lowest ? -INFINITY : 0.0f;
+      memcpy(out, &v, sizeof v);
+      break;
+    }
+    case KOLO_FLOAT64: {
+      double v = one ? 1.0 : highest ? INFINITY : lowest ? -INFINITY : 0.0;
+      memcpy(out, &v, sizeof v);
+      break;
+    }
+    case KOLO_FLOAT16: {
+      uint16_t v = one ? 0x3c00 : highest ? 0x7c00 : lowest ? 0xfc00 : 0;
+      memcpy(out, &v, sizeof v);
+      break;
+    }
+    case KOLO_BFLOAT16: {
+      uint16_t v = one ? 0x3f80 : highest ? 0x7f80 : lowest ? 0xff80 : 0;
+      memcpy(out, &v, sizeof v);
+      break;
+    }
+    default: break;
+  }
+}
+
+void kolo_fill_identity(void *buffer, size_t count, kolo_dtype dtype, kolo_op op) {
+  size_t element = kolo_dtype_size(dtype);
+  unsigned char value[8] = {0};
+  identity_element(dtype, op, value);
+  int zero = 1;
+  for (size_t i = 0; i < element; i++) zero &= value[i] == 0;
+  if (zero) {
+    memset(buffer, 0, count * element);
+    return;
+  }
+  unsigned char *out = buffer;
+  for (size_t i = 0; i < count; i++) memcpy(out + i * element, value, element);
 }

@@ -5,8 +5,16 @@
  *
  * Agent protocol, one text line per message:
  *   agent -> process  RING <epoch> <rank> <size> <local_rank> <local_size>
- *                          <timeout_ms> <secret|-> <listen_address> <address_0> ...
+ *                          <timeout_ms> <secret|-> <listen_address> <address_0> ... [planned]
  *                     STOP <reason>
+ *                     LEAVE <reason>
+ * A "planned" ring (a member was drained: nobody failed) does not abort the current
+ * communicator: the process goes on to its next commit, where kolo_elastic_commit
+ * says KOLO_ERR_RING_CHANGED and the re-form restores that very commit, so no step
+ * is redone. LEAVE is the drained member's side: it trains on up to its next commit
+ * and stops there (commit answers KOLO_ERR_ABORTED, should_stop turns true), so its
+ * peers switch rings at the same commit. (A parser that ignores the trailing
+ * "planned" treats the ring as an immediate change, as before.)
  *   process -> agent  HELLO <pid>
  *                     FORMED <epoch> <rank> <size>
  *                     FAILED <epoch> <status_name> <failed_rank>
@@ -35,6 +43,7 @@ typedef struct ring_announcement {
   char *secret;
   char *listen_address;
   char **peers;
+  int planned; /* switch at the next commit instead of aborting the current ring */
 } ring_announcement;
 
 typedef struct state_buffer {
@@ -52,6 +61,7 @@ struct kolo_elastic {
   kolo_comm *comm;
   ring_announcement *pending; /* newest announced ring not yet formed */
   int stop_requested;
+  int leave_requested; /* LEAVE: stop at the next commit */
   int agent_gone;
   int reconfigurations;
   state_buffer buffers[MAX_BUFFERS];
@@ -99,6 +109,8 @@ static ring_announcement *parse_ring(char *text) {
     ring->peers[i] = strdup(address);
     if (ring->peers[i] == NULL) goto bad;
   }
+  const char *flag = strtok_r(NULL, " \t", &save);
+  ring->planned = flag != NULL && strcmp(flag, "planned") == 0;
   return ring;
 bad:
   free_announcement(ring);
@@ -147,14 +159,21 @@ static void handle_line(kolo_elastic *elastic, char *line) {
       free_announcement(elastic->pending);
       elastic->pending = ring;
       ring = NULL;
-      /* a collective blocked on the old ring must not wait for its timeout */
-      if (elastic->comm != NULL && kolo_comm_epoch(elastic->comm) < elastic->pending->epoch) {
+      /* a collective blocked on the old ring must not wait for its timeout; a planned
+       * ring waits for the next commit instead */
+      if (elastic->comm != NULL && kolo_comm_epoch(elastic->comm) < elastic->pending->epoch &&
+          !elastic->pending->planned) {
         kolo_comm_abort(elastic->comm);
       }
       pthread_cond_broadcast(&elastic->cond);
     }
     pthread_mutex_unlock(&elastic->mutex);
     free_announcement(ring);
+  } else if (strncmp(line, "LEAVE", 5) == 0) {
+    pthread_mutex_lock(&elastic->mutex);
+    elastic->leave_requested = 1;
+    pthread_cond_broadcast(&elastic->cond); /* a process waiting for a ring leaves now */
+    pthread_mutex_unlock(&elastic->mutex);
   } else if (strncmp(line, "STOP", 4) == 0) {
     pthread_mutex_lock(&elastic->mutex);
     elastic->stop_requested = 1;
@@ -204,6 +223,7 @@ static kolo_status form_next_ring(kolo_elastic *elastic) {
   int64_t deadline = kolo_deadline_after_ms(kolo_timeout_ms_from_env());
   pthread_mutex_lock(&elastic->mutex);
   for (;;) {
+    if (elastic->leave_requested) elastic->stop_requested = 1; /* not training now: leave at once */
     if (elastic->stop_requested) {
       pthread_mutex_unlock(&elastic->mutex);
       return KOLO_ERR_ABORTED;
@@ -356,7 +376,10 @@ kolo_status kolo_elastic_commit(kolo_elastic *elastic) {
   pthread_mutex_lock(&elastic->mutex);
   int changed = elastic->pending != NULL && elastic->comm != NULL &&
                 elastic->pending->epoch > kolo_comm_epoch(elastic->comm);
+  int leave = elastic->leave_requested;
+  if (leave) elastic->stop_requested = 1; /* drained: this commit is the last one */
   pthread_mutex_unlock(&elastic->mutex);
+  if (leave) return KOLO_ERR_ABORTED;
   return changed ? KOLO_ERR_RING_CHANGED : KOLO_OK;
 }
 

@@ -1,6 +1,10 @@
-/* libkolo's internal structures: the communicator (ring connections, engine
+/* libkolo's internal structures: the communicator (ring channels, engine
  * thread, request queue, failure state, staging buffers) and the ring plan that
- * every collective is compiled into before the executor runs it. */
+ * every collective is compiled into before the executor runs it. The code is
+ * split by concern: comm.c (lifetime), form.c (ring formation), handshake.c,
+ * channel.c (channels, the bulk upgrade), failure.c (failure propagation),
+ * queue.c (requests, engine thread), api.c (entry points), ring.c (algorithms
+ * and the executor). */
 #ifndef KOLO_COLLECTIVE_INTERNAL_H
 #define KOLO_COLLECTIVE_INTERNAL_H
 
@@ -9,7 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "collective/channel.h"
+#include "collective/names.h"
 #include "collective/transport.h"
+#include "kolo/engine.h"
 #include "kolo/kolo.h"
 
 /* Big-endian 32-bit fields of the handshake and rendezvous messages. */
@@ -24,6 +31,13 @@ static inline uint32_t kolo_get32(const uint8_t *in) {
   return ((uint32_t)in[0] << 24) | ((uint32_t)in[1] << 16) | ((uint32_t)in[2] << 8) | in[3];
 }
 
+/* The longest job secret a hello may carry. */
+#define KOLO_MAX_SECRET_BYTES 1024
+
+/* A byte count from the environment ("4096", "64K", "4M"), or fallback when
+ * unset, zero or not a number. */
+size_t kolo_size_from_env(const char *name, size_t fallback);
+
 /* The no-progress timeout from KOLO_TIMEOUT (seconds, fractions allowed), or
  * KOLO_DEFAULT_TIMEOUT_MS when unset or not a positive number. */
 int kolo_timeout_ms_from_env(void);
@@ -33,6 +47,11 @@ void kolo_reduce(void *dst, const void *a, const void *b, size_t count, kolo_dty
                  kolo_op op);
 /* buffer /= divisor element-wise (the AVG finalisation). */
 void kolo_divide(void *buffer, size_t count, kolo_dtype dtype, int divisor);
+/* dst = src * factor (floating types; a plain copy for the others). dst may be src. */
+void kolo_scale(void *dst, const void *src, size_t count, kolo_dtype dtype, double factor);
+int kolo_dtype_is_floating(kolo_dtype dtype);
+/* Fills count elements with op's identity (what a joined rank contributes). */
+void kolo_fill_identity(void *buffer, size_t count, kolo_dtype dtype, kolo_op op);
 
 typedef enum kolo_request_kind {
   KOLO_REQUEST_ALLREDUCE,
@@ -40,7 +59,17 @@ typedef enum kolo_request_kind {
   KOLO_REQUEST_BROADCAST,
   KOLO_REQUEST_REDUCESCATTER,
   KOLO_REQUEST_BARRIER,
+  KOLO_REQUEST_ALLTOALL,
+  KOLO_REQUEST_JOIN,
 } kolo_request_kind;
+
+/* One tensor of a named all-reduce (a grouped one has several). */
+typedef struct kolo_member {
+  const char *name; /* points into the request's names blob */
+  const void *send;
+  void *recv;
+  size_t count;
+} kolo_member;
 
 struct kolo_request {
   kolo_comm *comm;
@@ -58,6 +87,20 @@ struct kolo_request {
   int pooled;   /* lives in the comm's pool (async) rather than on a caller's stack */
   void *device_request; /* an NCCL request when the operation runs on device buffers */
   kolo_request *next;
+
+  /* named operations (engine.h); name[0] == '\0' for the unnamed API */
+  char name[KOLO_NAME_MAX + 1];
+  double prescale, postscale;     /* all-reduce: 1.0 = none */
+  const size_t *split_counts;     /* reducescatter: per-rank recv counts; alltoall: per-rank
+                                   * send counts (caller's; NULL = even split) */
+  int engine_output;              /* allgather/alltoall with recv == NULL: the engine allocates */
+  void *output;                   /* what the engine allocated (handed over by _result) */
+  size_t output_count;
+  int last_rank;                  /* join: the last rank to join */
+  int member_count;               /* all-reduce: 1, or a group's size */
+  kolo_member *members;           /* member_count entries (malloc'd with the names blob) */
+  kolo_member single;             /* members points here for a plain named all-reduce */
+  char message[KOLO_RESULT_MESSAGE_BYTES];
 };
 
 /* One contiguous transfer of a ring plan. A send item streams buffer to the next
@@ -94,12 +137,21 @@ typedef struct kolo_control_message {
 
 /* A control connection and the bytes of a partial message read from it. */
 typedef struct kolo_control_link {
-  kolo_transport_conn *conn;
+  kolo_channel channel;
   int peer_rank;
   int open;
   size_t filled;
   kolo_control_message message;
 } kolo_control_link;
+
+/* One tensor of a fused all-reduce: send == NULL contributes op's identity (a
+ * joined rank), recv == NULL discards the result. */
+typedef struct kolo_fused_item {
+  const void *send;
+  void *recv;
+  size_t count;
+  double prescale, postscale;
+} kolo_fused_item;
 
 struct kolo_comm {
   uint64_t epoch;
@@ -109,17 +161,19 @@ struct kolo_comm {
   char *secret;
   uint8_t nccl_id[KOLO_NCCL_ID_BYTES];
   int has_nccl_id;
+  /* connection setup: listen, dial, handshakes, control links (TCP) */
   const kolo_transport_ops *transport;
 
-  /* ring connections (NULL when size == 1) */
-  kolo_transport_conn *data_next; /* we send data to rank + 1 */
-  kolo_transport_conn *data_prev; /* we receive data from rank - 1 */
-  /* shared-memory rings with the neighbours (NULL when not on one host): large
-   * operations stream through them, small ones keep TCP's lower latency */
-  kolo_transport_conn *shm_next;
-  kolo_transport_conn *shm_prev;
-  size_t shm_min_bytes; /* operations of at least this many bytes use the rings */
+  /* the ring's two directions (unconnected when size == 1): each has a small
+   * channel (TCP, lowest latency) and a bulk one (a shared-memory ring when the
+   * neighbour shares the host, else the same TCP channel) */
+  kolo_direction next; /* we send data to rank + 1 */
+  kolo_direction prev; /* we receive data from rank - 1 */
+  size_t bulk_min_bytes; /* operations of at least this many bytes use the bulk channels */
   kolo_control_link control[2];   /* [0] to rank + 1, [1] to rank - 1 */
+
+  /* named requests in flight on this rank (guarded by mutex) */
+  kolo_names *in_flight;
 
   /* engine: queue of requests, run by the engine thread or inline by a blocking caller */
   pthread_t engine;
@@ -147,6 +201,10 @@ struct kolo_comm {
   size_t staging_bytes;
   char *scratch;
   size_t scratch_bytes;
+  char *fusion;           /* the fusion buffer (grows to the largest fused size seen) */
+  size_t fusion_bytes;
+  char *matrix;           /* all-to-all: every rank's send counts and capacity */
+  size_t matrix_bytes;
   uint64_t *counts;       /* size entries: all-gather counts */
   size_t *block_offsets;  /* size entries */
   size_t *block_bytes;    /* size entries */
@@ -167,25 +225,77 @@ void kolo_comm_fail(kolo_comm *comm, kolo_status status, int failed_rank, const 
  * caller). engine_thread says whether the control links must be served too. */
 kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thread);
 
+/* The ring plan and its executor (ring.c), for the algorithm files. */
+void kolo_plan_reset(kolo_ring_plan *plan, kolo_dtype dtype, kolo_op op);
+void kolo_plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int depends_on);
+int kolo_plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t bytes,
+                   int finalize_avg);
+/* Ring all-gather of blocks already laid out in out (block b: bytes[b] at offsets[b]). */
+void kolo_plan_allgather_blocks(kolo_comm *comm, char *out, const size_t *offsets,
+                                const size_t *bytes);
+/* Grows a reusable 64-byte-aligned buffer to at least need bytes. */
+kolo_status kolo_ensure_buffer(char **buffer, size_t *have, size_t need);
+/* Runs comm->plan; op_bytes (the same on every rank) picks bulk or small channels. */
+kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes);
+/* recv = op over ranks of send (the small path or the ring, by size). */
+kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
+                                kolo_dtype dtype, kolo_op op, int engine_thread);
+/* ring_uneven.c: reduce-scatter with request->split_counts, all-to-all. */
+kolo_status kolo_ring_reducescatter_v(kolo_comm *comm, kolo_request *request, int engine_thread);
+kolo_status kolo_ring_alltoall(kolo_comm *comm, kolo_request *request, int engine_thread);
+
+/* exec.c: named requests. */
+kolo_status kolo_exec_allreduce(kolo_comm *comm, kolo_request *request, int engine_thread);
+/* count tensors of one dtype and op as one all-reduce through the fusion buffer
+ * (one tensor alone runs in place). */
+kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int count,
+                            kolo_dtype dtype, kolo_op op, int engine_thread);
+kolo_status kolo_exec_join(kolo_comm *comm, kolo_request *request, int engine_thread);
+/* Allocates the request's engine output (count elements) and points recv at it;
+ * fails the communicator when memory runs out (the peers are mid-collective). */
+kolo_status kolo_output_allocate(kolo_request *request, size_t count);
+void kolo_request_message(kolo_request *request, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* Reads what a control link has to say; marks failure on a message or EOF. */
 void kolo_control_service(kolo_comm *comm, kolo_control_link *link);
+
+/* Sends a control message on both links (skipping the link to skip_rank);
+ * best effort, never blocks. */
+void kolo_control_send(kolo_comm *comm, const kolo_control_message *message, int skip_rank);
+
+/* Forms the ring (form.c): dials rank + 1, accepts rank - 1, fills the
+ * communicator's directions and control links. Blocks until the timeout. */
+kolo_status kolo_form_ring(kolo_comm *comm, kolo_listener *listener);
+
+/* The request queue and engine thread (queue.c). */
+kolo_status kolo_queue_start(kolo_comm *comm);
+/* Whether a request is queued or running. */
+int kolo_queue_pending(kolo_comm *comm);
+/* Stops and joins the engine thread (after an abort if anything was pending). */
+void kolo_queue_stop(kolo_comm *comm);
+/* Frees the pooled requests. */
+void kolo_queue_free(kolo_comm *comm);
+/* Runs a request to completion, inline when nothing is queued. */
+kolo_status kolo_queue_run_blocking(kolo_comm *comm, kolo_request *request);
+/* Queues a copy of prototype; *out is the pooled request. */
+kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, kolo_request **out);
 
 /* Handshake of a fresh connection (connector side / acceptor side). */
 #define KOLO_CONNECTION_DATA 1
 #define KOLO_CONNECTION_CONTROL 2
 #define KOLO_CONNECTION_BELL 3 /* doorbell of a shared-memory ring */
-struct kolo_shm_offer;
-/* offer: a shared-memory ring offered on this (bell) connection, or NULL. */
+/* offer: a bulk transport offered on this (bell) connection, or NULL. */
 kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
-                                      const struct kolo_shm_offer *offer, int64_t deadline_ns);
-/* *shm_taken: whether the peer mapped the offered ring. */
-kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, int *shm_taken,
+                                      const kolo_bulk_offer *offer, int64_t deadline_ns);
+/* *bulk_taken: whether the peer took the offered bulk transport. */
+kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, int *bulk_taken,
                                     int64_t deadline_ns);
 /* Reads a hello, checks secret/epoch/rank, answers; *kind is the connection kind.
- * When the hello offers a ring this host can map, *conn is replaced by a shared-
- * memory connection wrapping it. */
-kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn **conn, int expected_rank,
-                                  int *kind, int64_t deadline_ns);
+ * When the hello offers a bulk transport this host can open, *bulk is set to the
+ * reader side, which owns conn from then on; else bulk->ops stays NULL. */
+kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
+                                  int *kind, kolo_channel *bulk, int64_t deadline_ns);
 
 /* Device-buffer dispatch (collective/device.c): whether either buffer is device
  * memory in a CUDA-mode communicator; submit an operation to NCCL; wait/test the

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "collective/internal.h"
-#include "collective/transport_shm.h"
 #include "common/log.h"
 
 static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
@@ -26,14 +25,14 @@ static size_t chunk_length(size_t count, int parts, int index) {
   return chunk_start(count, parts, index + 1) - chunk_start(count, parts, index);
 }
 
-static void plan_reset(kolo_ring_plan *plan, kolo_dtype dtype, kolo_op op) {
+void kolo_plan_reset(kolo_ring_plan *plan, kolo_dtype dtype, kolo_op op) {
   plan->send_count = 0;
   plan->recv_count = 0;
   plan->dtype = dtype;
   plan->op = op;
 }
 
-static void plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int depends_on) {
+void kolo_plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int depends_on) {
   kolo_ring_item *item = &plan->sends[plan->send_count++];
   item->buffer = (char *)buffer;
   item->local = NULL;
@@ -42,7 +41,7 @@ static void plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, in
   item->finalize_avg = 0;
 }
 
-static int plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t bytes,
+int kolo_plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t bytes,
                      int finalize_avg) {
   int index = plan->recv_count++;
   kolo_ring_item *item = &plan->recvs[index];
@@ -57,7 +56,7 @@ static int plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size
 
 /* Grows a reusable buffer; allocation happens only when a larger size is first
  * seen, and the new memory is touched once here rather than on the hot path. */
-static kolo_status ensure_buffer(char **buffer, size_t *have, size_t need) {
+kolo_status kolo_ensure_buffer(char **buffer, size_t *have, size_t need) {
   if (*have >= need) return KOLO_OK;
   size_t size = *have ? *have : 4096;
   while (size < need) size *= 2;
@@ -72,15 +71,15 @@ static kolo_status ensure_buffer(char **buffer, size_t *have, size_t need) {
 
 /* Ring all-gather of equal or unequal blocks already laid out in out: block b
  * is bytes[b] long at offset offsets[b]; this rank's block is in place. */
-static void plan_allgather_blocks(kolo_comm *comm, char *out, const size_t *offsets,
+void kolo_plan_allgather_blocks(kolo_comm *comm, char *out, const size_t *offsets,
                                   const size_t *bytes) {
   kolo_ring_plan *plan = &comm->plan;
   int n = comm->size, r = comm->rank;
   for (int t = 0; t < n - 1; t++) {
     int send_block = wrap_rank(r - t, n);
     int recv_block = wrap_rank(r - t - 1, n);
-    plan_send(plan, out + offsets[send_block], bytes[send_block], t == 0 ? -1 : t - 1);
-    plan_recv(plan, out + offsets[recv_block], NULL, bytes[recv_block], 0);
+    kolo_plan_send(plan, out + offsets[send_block], bytes[send_block], t == 0 ? -1 : t - 1);
+    kolo_plan_recv(plan, out + offsets[recv_block], NULL, bytes[recv_block], 0);
   }
 }
 
@@ -93,63 +92,57 @@ static void plan_allreduce_ring(kolo_comm *comm, const char *src, char *dst, siz
     int send_chunk = wrap_rank(r - t, n);
     int recv_chunk = wrap_rank(r - t - 1, n);
     const char *from = (t == 0 ? src : dst) + chunk_start(count, n, send_chunk) * element;
-    plan_send(plan, from, chunk_length(count, n, send_chunk) * element, t == 0 ? -1 : t - 1);
+    kolo_plan_send(plan, from, chunk_length(count, n, send_chunk) * element, t == 0 ? -1 : t - 1);
     size_t offset = chunk_start(count, n, recv_chunk) * element;
-    plan_recv(plan, dst + offset, src + offset, chunk_length(count, n, recv_chunk) * element,
+    kolo_plan_recv(plan, dst + offset, src + offset, chunk_length(count, n, recv_chunk) * element,
               op == KOLO_AVG && t == n - 2);
   }
   /* all-gather: circulate the owned chunks */
   for (int u = 0; u < n - 1; u++) {
     int send_chunk = wrap_rank(r + 1 - u, n);
     int recv_chunk = wrap_rank(r - u, n);
-    plan_send(plan, dst + chunk_start(count, n, send_chunk) * element,
+    kolo_plan_send(plan, dst + chunk_start(count, n, send_chunk) * element,
               chunk_length(count, n, send_chunk) * element, n - 2 + u);
-    plan_recv(plan, dst + chunk_start(count, n, recv_chunk) * element, NULL,
+    kolo_plan_recv(plan, dst + chunk_start(count, n, recv_chunk) * element, NULL,
               chunk_length(count, n, recv_chunk) * element, 0);
   }
 }
 
-/* Executes comm->plan; op_bytes (the operation's size, the same on every rank)
- * picks the shared-memory rings or TCP. Returns KOLO_OK or the failure. */
-static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes);
-
-static kolo_status run_allreduce(kolo_comm *comm, kolo_request *request, int engine_thread) {
-  size_t element = kolo_dtype_size(request->dtype);
-  size_t bytes = request->count * element;
-  const char *src = request->send;
-  char *dst = request->recv;
+kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
+                                kolo_dtype dtype, kolo_op op, int engine_thread) {
+  size_t element = kolo_dtype_size(dtype);
+  size_t bytes = count * element;
+  const char *src = send;
+  char *dst = recv;
   int n = comm->size;
-  if (n == 1 || request->count == 0) {
+  if (n == 1 || count == 0) {
     if (src != dst && bytes > 0) memcpy(dst, src, bytes);
     return KOLO_OK;
   }
   kolo_ring_plan *plan = &comm->plan;
-  plan_reset(plan, request->dtype, request->op);
-  if (bytes <= comm->small_bytes || request->count < (size_t)n) {
+  kolo_plan_reset(plan, dtype, op);
+  if (bytes <= comm->small_bytes || count < (size_t)n) {
     /* latency path: gather every rank's whole buffer (n-1 steps instead of
      * 2(n-1)), then reduce locally in rank order so all ranks agree bit for bit */
-    kolo_status status = ensure_buffer(&comm->scratch, &comm->scratch_bytes, bytes * (size_t)n);
+    kolo_status status = kolo_ensure_buffer(&comm->scratch, &comm->scratch_bytes, bytes * (size_t)n);
     if (status != KOLO_OK) return status;
     char *gather = comm->scratch;
     memcpy(gather + bytes * (size_t)comm->rank, src, bytes);
     for (int t = 0; t < n - 1; t++) {
       int send_block = wrap_rank(comm->rank - t, n);
       int recv_block = wrap_rank(comm->rank - t - 1, n);
-      plan_send(plan, gather + bytes * (size_t)send_block, bytes, t == 0 ? -1 : t - 1);
-      plan_recv(plan, gather + bytes * (size_t)recv_block, NULL, bytes, 0);
+      kolo_plan_send(plan, gather + bytes * (size_t)send_block, bytes, t == 0 ? -1 : t - 1);
+      kolo_plan_recv(plan, gather + bytes * (size_t)recv_block, NULL, bytes, 0);
     }
-    status = execute_plan(comm, engine_thread, bytes);
+    status = kolo_execute_plan(comm, engine_thread, bytes);
     if (status != KOLO_OK) return status;
-    kolo_reduce(dst, gather, gather + bytes, request->count, request->dtype, request->op);
-    for (int b = 2; b < n; b++) {
-      kolo_reduce(dst, dst, gather + bytes * (size_t)b, request->count, request->dtype,
-                  request->op);
-    }
-    if (request->op == KOLO_AVG) kolo_divide(dst, request->count, request->dtype, n);
+    kolo_reduce(dst, gather, gather + bytes, count, dtype, op);
+    for (int b = 2; b < n; b++) kolo_reduce(dst, dst, gather + bytes * (size_t)b, count, dtype, op);
+    if (op == KOLO_AVG) kolo_divide(dst, count, dtype, n);
     return KOLO_OK;
   }
-  plan_allreduce_ring(comm, src, dst, request->count, element, request->op);
-  return execute_plan(comm, engine_thread, bytes);
+  plan_allreduce_ring(comm, src, dst, count, element, op);
+  return kolo_execute_plan(comm, engine_thread, bytes);
 }
 
 static kolo_status run_allgather(kolo_comm *comm, kolo_request *request, int engine_thread) {
@@ -166,9 +159,9 @@ static kolo_status run_allgather(kolo_comm *comm, kolo_request *request, int eng
       count_offsets[b] = (size_t)b * sizeof(uint64_t);
       count_bytes[b] = sizeof(uint64_t);
     }
-    plan_reset(&comm->plan, KOLO_UINT8, KOLO_SUM);
-    plan_allgather_blocks(comm, (char *)comm->counts, count_offsets, count_bytes);
-    status = execute_plan(comm, engine_thread, 0);
+    kolo_plan_reset(&comm->plan, KOLO_UINT8, KOLO_SUM);
+    kolo_plan_allgather_blocks(comm, (char *)comm->counts, count_offsets, count_bytes);
+    status = kolo_execute_plan(comm, engine_thread, 0);
     if (status != KOLO_OK) return status;
     total = 0;
     for (int b = 0; b < n; b++) total += (size_t)comm->counts[b];
@@ -176,9 +169,14 @@ static kolo_status run_allgather(kolo_comm *comm, kolo_request *request, int eng
   if (request->recv_counts != NULL) {
     for (int b = 0; b < n; b++) request->recv_counts[b] = (size_t)comm->counts[b];
   }
-  if (total > request->recv_capacity) {
+  if (request->engine_output) {
+    status = kolo_output_allocate(request, total);
+    if (status != KOLO_OK) return status;
+  } else if (total > request->recv_capacity) {
     KOLO_LOGE("kolo", "allgather: %zu elements do not fit the receive capacity %zu", total,
               request->recv_capacity);
+    kolo_request_message(request, "allgather: %zu elements do not fit the receive capacity %zu",
+                         total, request->recv_capacity);
     return KOLO_ERR_TOO_LARGE;
   }
   /* phase 2: the blocks themselves */
@@ -195,9 +193,9 @@ static kolo_status run_allgather(kolo_comm *comm, kolo_request *request, int eng
     memmove(out + offsets[r], request->send, bytes[r]);
   }
   if (n == 1 || total == 0) return KOLO_OK;
-  plan_reset(&comm->plan, request->dtype, KOLO_SUM);
-  plan_allgather_blocks(comm, out, offsets, bytes);
-  return execute_plan(comm, engine_thread, total * element);
+  kolo_plan_reset(&comm->plan, request->dtype, KOLO_SUM);
+  kolo_plan_allgather_blocks(comm, out, offsets, bytes);
+  return kolo_execute_plan(comm, engine_thread, total * element);
 }
 
 static kolo_status run_broadcast(kolo_comm *comm, kolo_request *request, int engine_thread) {
@@ -205,15 +203,15 @@ static kolo_status run_broadcast(kolo_comm *comm, kolo_request *request, int eng
   size_t bytes = request->count * kolo_dtype_size(request->dtype);
   if (n == 1 || bytes == 0) return KOLO_OK;
   kolo_ring_plan *plan = &comm->plan;
-  plan_reset(plan, request->dtype, KOLO_SUM);
+  kolo_plan_reset(plan, request->dtype, KOLO_SUM);
   int position = wrap_rank(comm->rank - request->root, n);
   if (position == 0) {
-    plan_send(plan, request->recv, bytes, -1);
+    kolo_plan_send(plan, request->recv, bytes, -1);
   } else {
-    int index = plan_recv(plan, request->recv, NULL, bytes, 0);
-    if (position < n - 1) plan_send(plan, request->recv, bytes, index);
+    int index = kolo_plan_recv(plan, request->recv, NULL, bytes, 0);
+    if (position < n - 1) kolo_plan_send(plan, request->recv, bytes, index);
   }
-  return execute_plan(comm, engine_thread, bytes);
+  return kolo_execute_plan(comm, engine_thread, bytes);
 }
 
 static kolo_status run_reducescatter(kolo_comm *comm, kolo_request *request, int engine_thread) {
@@ -227,40 +225,37 @@ static kolo_status run_reducescatter(kolo_comm *comm, kolo_request *request, int
     if (src != dst) memmove(dst, src, block);
     return KOLO_OK;
   }
-  kolo_status status = ensure_buffer(&comm->scratch, &comm->scratch_bytes, block * (size_t)n);
+  kolo_status status = kolo_ensure_buffer(&comm->scratch, &comm->scratch_bytes, block * (size_t)n);
   if (status != KOLO_OK) return status;
   kolo_ring_plan *plan = &comm->plan;
-  plan_reset(plan, request->dtype, request->op);
+  kolo_plan_reset(plan, request->dtype, request->op);
   /* reduce-scatter shifted so that rank r ends with block r */
   for (int t = 0; t < n - 1; t++) {
     int send_block = wrap_rank(r - t - 1, n);
     int recv_block = wrap_rank(r - t - 2, n);
     const char *from = (t == 0 ? src : comm->scratch) + (size_t)send_block * block;
-    plan_send(plan, from, block, t == 0 ? -1 : t - 1);
+    kolo_plan_send(plan, from, block, t == 0 ? -1 : t - 1);
     char *into = t == n - 2 ? dst : comm->scratch + (size_t)recv_block * block;
-    plan_recv(plan, into, src + (size_t)recv_block * block, block,
+    kolo_plan_recv(plan, into, src + (size_t)recv_block * block, block,
               request->op == KOLO_AVG && t == n - 2);
   }
-  return execute_plan(comm, engine_thread, block * (size_t)n);
+  return kolo_execute_plan(comm, engine_thread, block * (size_t)n);
 }
 
 kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thread) {
   if (atomic_load(&comm->failed)) return comm->error;
   switch (request->kind) {
-    case KOLO_REQUEST_ALLREDUCE: return run_allreduce(comm, request, engine_thread);
+    case KOLO_REQUEST_ALLREDUCE: return kolo_exec_allreduce(comm, request, engine_thread);
     case KOLO_REQUEST_ALLGATHER: return run_allgather(comm, request, engine_thread);
     case KOLO_REQUEST_BROADCAST: return run_broadcast(comm, request, engine_thread);
-    case KOLO_REQUEST_REDUCESCATTER: return run_reducescatter(comm, request, engine_thread);
+    case KOLO_REQUEST_REDUCESCATTER:
+      if (request->split_counts != NULL) return kolo_ring_reducescatter_v(comm, request, engine_thread);
+      return run_reducescatter(comm, request, engine_thread);
+    case KOLO_REQUEST_ALLTOALL: return kolo_ring_alltoall(comm, request, engine_thread);
+    case KOLO_REQUEST_JOIN: return kolo_exec_join(comm, request, engine_thread);
     case KOLO_REQUEST_BARRIER: {
       uint8_t token = 1, result = 0;
-      kolo_request inner = *request;
-      inner.kind = KOLO_REQUEST_ALLREDUCE;
-      inner.send = &token;
-      inner.recv = &result;
-      inner.count = 1;
-      inner.dtype = KOLO_UINT8;
-      inner.op = KOLO_MAX;
-      return run_allreduce(comm, &inner, engine_thread);
+      return kolo_ring_allreduce(comm, &token, &result, 1, KOLO_UINT8, KOLO_MAX, engine_thread);
     }
   }
   return KOLO_ERR_INVALID_ARG;
@@ -285,7 +280,7 @@ static kolo_status data_link_failed(kolo_comm *comm, int neighbour, int engine_t
       for (int i = 0; i < 2; i++) {
         if (comm->control[i].open) {
           links[count - 1] = i;
-          fds[count++] = (struct pollfd){.fd = comm->transport->poll_fd(comm->control[i].conn),
+          fds[count++] = (struct pollfd){.fd = kolo_channel_poll_fd(&comm->control[i].channel),
                                          .events = POLLIN};
         }
       }
@@ -299,17 +294,10 @@ static kolo_status data_link_failed(kolo_comm *comm, int neighbour, int engine_t
   return comm->error;
 }
 
-static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes) {
+kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes) {
   kolo_ring_plan *plan = &comm->plan;
-  const kolo_transport_ops *tp = comm->transport;
-  /* the writer has a ring exactly when its reader has one, and op_bytes is the
-   * same on both sides, so both pick the same channel */
-  int shared = comm->shm_next != NULL && op_bytes >= comm->shm_min_bytes;
-  const kolo_transport_ops *next_ops = shared ? &kolo_transport_shm : tp;
-  kolo_transport_conn *data_next = shared ? comm->shm_next : comm->data_next;
-  shared = comm->shm_prev != NULL && op_bytes >= comm->shm_min_bytes;
-  const kolo_transport_ops *prev_ops = shared ? &kolo_transport_shm : tp;
-  kolo_transport_conn *data_prev = shared ? comm->shm_prev : comm->data_prev;
+  const kolo_channel *to_next = kolo_direction_pick(&comm->next, op_bytes, comm->bulk_min_bytes);
+  const kolo_channel *from_prev = kolo_direction_pick(&comm->prev, op_bytes, comm->bulk_min_bytes);
   size_t element = kolo_dtype_size(plan->dtype);
   size_t segment = comm->segment_bytes / element * element;
   if (segment == 0) segment = element;
@@ -330,7 +318,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_by
       if (sent < available) {
         size_t moved = 0;
         kolo_status status =
-            next_ops->send(data_next, item->buffer + sent, available - sent, &moved);
+            kolo_channel_send(to_next, item->buffer + sent, available - sent, &moved);
         if (status != KOLO_OK) return data_link_failed(comm, next, engine_thread, "send failed");
         if (moved == 0) break;
         sent += moved;
@@ -355,7 +343,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_by
       size_t moved = 0;
       kolo_status status;
       if (item->local == NULL) {
-        status = prev_ops->recv(data_prev, item->buffer + done, item->bytes - done, &moved);
+        status = kolo_channel_recv(from_prev, item->buffer + done, item->bytes - done, &moved);
         if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
         if (moved == 0) break;
         plan->processed[recv_index] += moved;
@@ -363,7 +351,7 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_by
         continue;
       }
       size_t want = item->bytes - done < segment ? item->bytes - done : segment;
-      status = prev_ops->recv(data_prev, comm->staging + staged, want - staged, &moved);
+      status = kolo_channel_recv(from_prev, comm->staging + staged, want - staged, &moved);
       if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
       if (moved == 0) break;
       staged += moved;
@@ -397,29 +385,24 @@ static kolo_status execute_plan(kolo_comm *comm, int engine_thread, size_t op_by
     int recvs_pending = recv_index < plan->recv_count;
     int next_slot = count;
     fds[count++] = (struct pollfd){
-        .fd = sends_pending ? next_ops->poll_fd(data_next) : -1,
-        .events = (short)(POLLRDHUP | (want_send ? next_ops->poll_events(data_next, 1) : 0))};
-    fds[count++] = (struct pollfd){.fd = recvs_pending ? prev_ops->poll_fd(data_prev) : -1,
-                                   .events = prev_ops->poll_events(data_prev, 0)};
+        .fd = sends_pending ? kolo_channel_poll_fd(to_next) : -1,
+        .events = (short)(POLLRDHUP | (want_send ? kolo_channel_poll_events(to_next, 1) : 0))};
+    fds[count++] = (struct pollfd){.fd = recvs_pending ? kolo_channel_poll_fd(from_prev) : -1,
+                                   .events = kolo_channel_poll_events(from_prev, 0)};
     int link_slot[2] = {-1, -1};
     if (engine_thread) {
       for (int i = 0; i < 2; i++) {
         if (comm->control[i].open) {
           link_slot[i] = count;
-          fds[count++] = (struct pollfd){.fd = tp->poll_fd(comm->control[i].conn), .events = POLLIN};
+          fds[count++] = (struct pollfd){.fd = kolo_channel_poll_fd(&comm->control[i].channel),
+                                         .events = POLLIN};
         }
       }
     }
     /* shared memory moves without the kernel: announce we are about to sleep,
      * and look again if the peer moved meanwhile */
-    if (want_send && next_ops->prepare_wait != NULL &&
-        !next_ops->prepare_wait(data_next, 1)) {
-      continue;
-    }
-    if (recvs_pending && prev_ops->prepare_wait != NULL &&
-        !prev_ops->prepare_wait(data_prev, 0)) {
-      continue;
-    }
+    if (want_send && !kolo_channel_prepare_wait(to_next, 1)) continue;
+    if (recvs_pending && !kolo_channel_prepare_wait(from_prev, 0)) continue;
     int64_t left_ns = last_progress + timeout_ns - kolo_now_ns();
     if (left_ns <= 0) {
       int waiting_on = recv_index < plan->recv_count ? prev : next;

@@ -43,6 +43,11 @@ kolo_status kolo_keys_assign(const char *id, char *buf, size_t size) {
   return rc != KOLO_OK ? rc : fit(snprintf(buf, size, KOLO_KEY_ASSIGN_PREFIX "%s", id), size);
 }
 
+kolo_status kolo_keys_drain(const char *id, char *buf, size_t size) {
+  kolo_status rc = check_name("worker id", id);
+  return rc != KOLO_OK ? rc : fit(snprintf(buf, size, KOLO_KEY_DRAIN_PREFIX "%s", id), size);
+}
+
 kolo_status kolo_keys_job(const char *job, const char *leaf, char *buf, size_t size) {
   kolo_status rc = check_name("job id", job);
   return rc != KOLO_OK ? rc : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/%s", job, leaf ? leaf : ""), size);

@@ -14,6 +14,7 @@
 #define KOLO_KEY_WORKERS_PREFIX "/kolo/v1/workers/" /* + <worker id> */
 #define KOLO_KEY_JOBS_PREFIX "/kolo/v1/jobs/"       /* + <job id>/{spec,status,events/,ring/} */
 #define KOLO_KEY_ASSIGN_PREFIX "/kolo/v1/assign/"   /* + <worker id> */
+#define KOLO_KEY_DRAIN_PREFIX "/kolo/v1/drain/"     /* + <worker id> (coordination/drain.h) */
 
 /* Whether name can be one path segment of a key: 1..128 characters of
  * [A-Za-z0-9._-], not "." or "..". Worker and job ids must be. */
@@ -25,6 +26,9 @@ kolo_status kolo_keys_worker(const char *worker_id, char *buf, size_t size);
 
 /* "/kolo/v1/assign/<id>". */
 kolo_status kolo_keys_assign(const char *worker_id, char *buf, size_t size);
+
+/* "/kolo/v1/drain/<id>". */
+kolo_status kolo_keys_drain(const char *worker_id, char *buf, size_t size);
 
 /* "/kolo/v1/jobs/<job>/<leaf>" for leaf "spec", "status", "events/", "ring/". */
 kolo_status kolo_keys_job(const char *job_id, const char *leaf, char *buf, size_t size);

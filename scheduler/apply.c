@@ -3,11 +3,13 @@
 #define _GNU_SOURCE
 #include "scheduler/apply.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "common/log.h"
@@ -142,12 +144,28 @@ out:
   return rc;
 }
 
+kolo_status kolo_sched_ring_secret(char out[KOLO_SCHED_SECRET_LEN + 1]) {
+  uint8_t bytes[KOLO_SCHED_SECRET_LEN / 2];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return KOLO_ERR_SYSTEM;
+    got += (size_t)n;
+  }
+  for (size_t i = 0; i < sizeof bytes; i++) {
+    out[2 * i] = "0123456789abcdef"[bytes[i] >> 4];
+    out[2 * i + 1] = "0123456789abcdef"[bytes[i] & 15];
+  }
+  out[KOLO_SCHED_SECRET_LEN] = '\0';
+  return KOLO_OK;
+}
+
 /* The ring record of epoch: members, secret, timeout, lost so far. */
 static json_t *ring_record(const kolo_sched_job *j, const json_t *old_ring, int64_t epoch, json_t *members,
                            const kolo_sched_epoch_plan *plan) {
-  char secret[33];
-  for (int i = 0; i < 32; i++) secret[i] = "0123456789abcdef"[rand() & 15];
-  secret[32] = '\0';
+  char secret[KOLO_SCHED_SECRET_LEN + 1];
+  if (kolo_sched_ring_secret(secret) != KOLO_OK) return NULL; /* no epoch without a secret */
   json_t *lost = json_deep_copy(json_object_get(old_ring, "lost"));
   if (!json_is_array(lost)) {
     json_decref(lost);
@@ -156,9 +174,12 @@ static json_t *ring_record(const kolo_sched_job *j, const json_t *old_ring, int6
   for (size_t i = 0; i < plan->n_lost; i++)
     json_array_append_new(lost, json_pack("{s:s, s:s}", "worker_id", plan->lost_ids[i], "why", plan->lost_why[i]));
   int64_t timeout_ms = kolo_sched_int(j->spec, "collective_timeout_ms");
-  return json_pack("{s:s, s:I, s:I, s:s, s:o, s:o}", "job", j->id, "epoch", (json_int_t)epoch, "timeout_ms",
-                   (json_int_t)(timeout_ms > 0 ? timeout_ms : 30000), "secret", secret, "members", members,
-                   "lost", lost);
+  json_t *ring = json_pack("{s:s, s:I, s:I, s:s, s:o, s:o}", "job", j->id, "epoch", (json_int_t)epoch, "timeout_ms",
+                           (json_int_t)(timeout_ms > 0 ? timeout_ms : 30000), "secret", secret, "members", members,
+                           "lost", lost);
+  /* members go on with the old ring up to their next commit, then switch (no step redone) */
+  if (ring && plan->planned) json_object_set_new(ring, "planned", json_true());
+  return ring;
 }
 
 /* RING_PLANNED's message: "epoch 3: 2 workers (w1, w3), rank 0 is w1". */
@@ -186,6 +207,9 @@ static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_
     json_object_set_new(status, "started_unix_ms", json_integer(wall_ms()));
   if (plan->count_reconfiguration)
     json_object_set_new(status, "reconfigurations", json_integer(kolo_sched_int(status, "reconfigurations") + 1));
+  if (plan->count_drains)
+    json_object_set_new(status, "drains",
+                        json_integer(kolo_sched_int(status, "drains") + (json_int_t)plan->count_drains));
   add_event(t, j, plan->event_type, epoch, plan->event_message);
   if (strcmp(plan->event_type, "SCHEDULED") != 0 || n > 0) {
     char *message = planned_message(epoch, order, n);
@@ -227,6 +251,10 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   if (rc != KOLO_OK) goto out;
   ring = ring_record(j, old_ring, epoch, members, plan);
   members = NULL; /* the ring owns them now (or they are freed with a failed pack) */
+  if (ring == NULL) {
+    rc = KOLO_ERR_SYSTEM;
+    goto out;
+  }
   char ring_key[512];
   kolo_keys_ring(j->id, epoch, ring_key, sizeof ring_key);
   add_epoch_writes(t, snap, j, epoch, order, n, status_members, plan, ring_key);
@@ -301,7 +329,8 @@ kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot 
 
 kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j, const char *phase,
                                  json_t *members, const char *type, const char *message,
-                                 const char *const *removed, size_t n_removed, int count_reconfiguration) {
+                                 const char *const *removed, size_t n_removed, int count_reconfiguration,
+                                 size_t count_drains) {
   kolo_sched_txn *t = kolo_sched_txn_create();
   if (t == NULL) return KOLO_ERR_NO_MEMORY;
   json_t *status = begin_job_write(t, j);
@@ -309,6 +338,8 @@ kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j,
   if (members) json_object_set(status, "members", members);
   if (count_reconfiguration)
     json_object_set_new(status, "reconfigurations", json_integer(kolo_sched_int(status, "reconfigurations") + 1));
+  if (count_drains)
+    json_object_set_new(status, "drains", json_integer(kolo_sched_int(status, "drains") + (json_int_t)count_drains));
   if (type) add_event(t, j, type, kolo_sched_int(j->status, "epoch"), message);
   finish_job_write(t, j, status);
   delete_assignments(t, removed, n_removed);

@@ -28,6 +28,8 @@ typedef struct kolo_sched_epoch_plan {
   const char *event_type;     /* and its event */
   const char *event_message;
   int count_reconfiguration;  /* reconfigurations + 1 */
+  size_t count_drains;        /* drains + this many (planned leaves of drained members) */
+  int planned;                /* the ring says "planned": members switch at their next commit */
   const char *const *lost_ids; /* appended to the ring's lost list, with why */
   const char *const *lost_why;
   size_t n_lost;
@@ -37,6 +39,12 @@ typedef struct kolo_sched_epoch_plan {
  * the status, RING_PLANNED and the plan's event, every member's assignment (a
  * newcomer's compared absent) and the removed assignments deleted. Newcomers
  * are marked taken in snap on success. */
+/* A ring's shared secret: 128 bits from the OS's CSPRNG (getrandom), as 32 lowercase hex
+ * digits. It was rand() seeded with the time and the pid, which anyone who could guess
+ * both could reproduce and so join a ring. KOLO_ERR_SYSTEM if the kernel gives none. */
+#define KOLO_SCHED_SECRET_LEN 32
+kolo_status kolo_sched_ring_secret(char out[KOLO_SCHED_SECRET_LEN + 1]);
+
 kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snapshot *snap, kolo_sched_job *j,
                                    const kolo_sched_epoch_plan *plan);
 
@@ -46,10 +54,12 @@ kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot 
                                const char *phase, const char *type, const char *message);
 
 /* A status change without a ring change: phase, members (optional), one event
- * (optional), removed assignments. */
+ * (optional), removed assignments; reconfigurations + count_reconfiguration and
+ * drains + count_drains. */
 kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j, const char *phase,
                                  json_t *members, const char *type, const char *message,
-                                 const char *const *removed, size_t n_removed, int count_reconfiguration);
+                                 const char *const *removed, size_t n_removed, int count_reconfiguration,
+                                 size_t count_drains);
 
 /* Copies rank 0's reported progress into the status, at most once a second and
  * only when it changed. */

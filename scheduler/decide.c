@@ -1,7 +1,8 @@
 /* Implementation of decide.h. The order of the checks is the order of the
  * rules: finished first, then lost members (gone lease, drain, failed process,
  * neighbours' FAILED reports), then a held job resuming, a re-formed ring
- * becoming RUNNING, and a healthy ring shrinking or growing. */
+ * becoming RUNNING, and a healthy ring shrinking or growing. A drained member
+ * leaves as planned: only real losses count against max_reconfigurations. */
 #define _GNU_SOURCE
 #include "scheduler/decide.h"
 
@@ -40,6 +41,14 @@ static void mark_lost(kolo_sched_decision *d, size_t i, const char *why) {
   snprintf(entry->why, sizeof entry->why, "%s", why);
 }
 
+/* Marks member i leaving because it is drained (a planned leave). */
+static void mark_drained(kolo_sched_decision *d, size_t i) {
+  if (kolo_sched_decision_lost(d, i)) return;
+  mark_lost(d, i, "it is draining");
+  d->lost[d->n_lost - 1].drained = 1;
+  d->n_drained++;
+}
+
 /* Rank 0 exited 0: finish once every member exited or the grace passed. */
 static int decide_finished(const kolo_sched_job_view *job, kolo_sched_decision *d) {
   if (job->n_members == 0) return 0;
@@ -62,7 +71,7 @@ static void find_gone(const kolo_sched_job_view *job, kolo_sched_decision *d) {
       mark_lost(d, i, "its lease expired");
       continue;
     }
-    if (m->draining) mark_lost(d, i, "it is draining");
+    if (m->draining) mark_drained(d, i);
     const kolo_sched_report *r = &m->report;
     if (r->exited && r->exit_code != 0 && r->exit_epoch >= m->since_epoch) {
       char why[96];
@@ -114,6 +123,13 @@ static kolo_status find_named(const kolo_sched_job_view *job, kolo_sched_decisio
 static void decide_loss(const kolo_sched_job_view *job, kolo_sched_decision *d) {
   size_t survivors = job->n_members - d->n_lost;
   d->limit = job->max_reconfigurations ? job->max_reconfigurations : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
+  if (d->n_drained == d->n_lost) { /* planned leaves only: no reconfiguration spent, never a failure */
+    kolo_sched_loss_action action =
+        kolo_sched_on_loss(survivors, job->idle, job->min_workers, job->max_workers, 0, UINT32_MAX, &d->take);
+    d->action = action == KOLO_SCHED_REFORM ? KOLO_SCHED_DRAIN_REFORM : KOLO_SCHED_DRAIN_HOLD;
+    d->planned = d->action == KOLO_SCHED_DRAIN_REFORM && d->take == 0 && survivors > 0;
+    return;
+  }
   kolo_sched_loss_action action =
       kolo_sched_on_loss(survivors, job->idle, job->min_workers, job->max_workers, job->reconfigurations,
                          job->max_reconfigurations, &d->take);
@@ -181,8 +197,15 @@ const char *kolo_sched_event_type(kolo_sched_action action) {
   case KOLO_SCHED_FORMED: return "RING_FORMED";
   case KOLO_SCHED_SHRINK: return "SHRINKING";
   case KOLO_SCHED_GROW: return "WORKER_JOINED";
+  case KOLO_SCHED_DRAIN_REFORM:
+  case KOLO_SCHED_DRAIN_HOLD: return "WORKER_DRAINED";
   default: return NULL;
   }
+}
+
+/* "w2, w3" (drained members: they are all drained) */
+static void print_left(FILE *out, const kolo_sched_job_view *job, const kolo_sched_decision *d) {
+  for (size_t i = 0; i < d->n_lost; i++) fprintf(out, "%s%s", i ? ", " : "", job->members[d->lost[i].member].worker_id);
 }
 
 /* "w2 (its lease expired), w3 (it is draining)" */
@@ -218,6 +241,16 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
     fprintf(out, "lost ");
     print_lost(out, job, d);
     fprintf(out, "; %zu workers left, below min_workers %u: waiting for workers", survivors, job->min_workers);
+    break;
+  case KOLO_SCHED_DRAIN_REFORM:
+    print_left(out, job, d);
+    fprintf(out, " left (drained); re-forming %swith %zu workers and %zu new workers",
+            d->planned ? "at the next commit " : "", survivors, d->take);
+    break;
+  case KOLO_SCHED_DRAIN_HOLD:
+    print_left(out, job, d);
+    fprintf(out, " left (drained); %zu workers left, below min_workers %u: waiting for workers", survivors,
+            job->min_workers);
     break;
   case KOLO_SCHED_RESUME:
     fprintf(out, "workers available again: resuming with %zu survivors and %zu new workers", n, d->take);

@@ -75,11 +75,16 @@ typedef enum kolo_sched_action {
   KOLO_SCHED_SHRINK,    /* above max_workers: next epoch with the first keep members */
   KOLO_SCHED_GROW,      /* below max_workers with idle workers: next epoch (+ take idle) */
   KOLO_SCHED_PROGRESS,  /* healthy: copy rank 0's progress into the status */
+  /* Only drained members left (planned leaves, not losses: never counted against
+   * max_reconfigurations, never a failure): */
+  KOLO_SCHED_DRAIN_REFORM, /* next epoch with the others (+ take idle); planned when nobody joins */
+  KOLO_SCHED_DRAIN_HOLD,   /* below min_workers: RECONFIGURING, the others wait */
 } kolo_sched_action;
 
 typedef struct kolo_sched_lost {
   size_t member;  /* index into the view's members */
   char why[96];   /* "its lease expired", "it is draining", ... */
+  int drained;    /* a planned leave (the member is draining), not a loss */
 } kolo_sched_lost;
 
 typedef struct kolo_sched_decision {
@@ -87,9 +92,14 @@ typedef struct kolo_sched_decision {
   size_t take;             /* LOST_REFORM, RESUME, GROW: idle workers to add */
   size_t keep;             /* SHRINK: members kept (the lowest ranks) */
   size_t exited;           /* FINISH: members whose process exited */
-  kolo_sched_lost *lost;   /* LOST_*: in detection order, one per member at most */
-  size_t n_lost;
+  kolo_sched_lost *lost;   /* LOST_*, DRAIN_*: in detection order, one per member at most */
+  size_t n_lost;           /* ... of which n_drained are drained members (planned leaves) */
+  size_t n_drained;
   uint32_t limit;          /* LOST_FAIL: the effective max_reconfigurations */
+  /* DRAIN_REFORM: the members go on until their next commit and switch rings there (the
+   * ring record says "planned"), so the leave costs no step; only when nobody joins (a
+   * newcomer could not wait for the others' commit within the ring timeout). */
+  int planned;
 } kolo_sched_decision;
 
 /* Decides what to do with one active job. *out is filled (free with
@@ -102,8 +112,8 @@ void kolo_sched_decision_clear(kolo_sched_decision *decision);
 /* Whether member index i is among the decision's lost. */
 int kolo_sched_decision_lost(const kolo_sched_decision *decision, size_t i);
 
-/* The event type a decision is logged under ("WORKER_LOST", ...); NULL for
- * NOTHING and PROGRESS. */
+/* The event type a decision is logged under ("WORKER_LOST", "WORKER_DRAINED",
+ * ...); NULL for NOTHING and PROGRESS. */
 const char *kolo_sched_event_type(kolo_sched_action action);
 
 /* The event message for a decision (malloc'd; NULL when out of memory or for an

@@ -43,10 +43,12 @@ static int64_t wall_ms(void) {
 
 /* ---- applying a decision ---- */
 
-/* The lost members' ids and reasons, and the survivors' ids, in rank order. */
+/* The lost members' ids and reasons (drained ones included), those of the real
+ * losses only (for the ring's lost list), and the survivors' ids, in rank order. */
 typedef struct loss_lists {
   const char **lost_ids, **lost_why, **survivors;
-  size_t n_survivors;
+  const char **gone_ids, **gone_why; /* lost, not drained */
+  size_t n_survivors, n_gone;
 } loss_lists;
 
 static int loss_lists_build(const kolo_sched_job_view *view, const kolo_sched_decision *d, loss_lists *out) {
@@ -54,10 +56,15 @@ static int loss_lists_build(const kolo_sched_job_view *view, const kolo_sched_de
   out->lost_ids = calloc(d->n_lost + 1, sizeof *out->lost_ids);
   out->lost_why = calloc(d->n_lost + 1, sizeof *out->lost_why);
   out->survivors = calloc(view->n_members + 1, sizeof *out->survivors);
-  if (!out->lost_ids || !out->lost_why || !out->survivors) return 0;
+  out->gone_ids = calloc(d->n_lost + 1, sizeof *out->gone_ids);
+  out->gone_why = calloc(d->n_lost + 1, sizeof *out->gone_why);
+  if (!out->lost_ids || !out->lost_why || !out->survivors || !out->gone_ids || !out->gone_why) return 0;
   for (size_t i = 0; i < d->n_lost; i++) {
     out->lost_ids[i] = view->members[d->lost[i].member].worker_id;
     out->lost_why[i] = d->lost[i].why;
+    if (d->lost[i].drained) continue;
+    out->gone_ids[out->n_gone] = out->lost_ids[i];
+    out->gone_why[out->n_gone++] = out->lost_why[i];
   }
   for (size_t i = 0; i < view->n_members; i++)
     if (!kolo_sched_decision_lost(d, i)) out->survivors[out->n_survivors++] = view->members[i].worker_id;
@@ -68,6 +75,8 @@ static void loss_lists_free(loss_lists *l) {
   free(l->lost_ids);
   free(l->lost_why);
   free(l->survivors);
+  free(l->gone_ids);
+  free(l->gone_why);
 }
 
 /* Holds the survivors below min_workers: status members shrink, the ring stays. */
@@ -76,8 +85,8 @@ static kolo_status hold(kolo_sched *s, kolo_sched_job *j, const kolo_sched_decis
   json_t *kept = json_array(), *members = json_object_get(j->status, "members");
   for (size_t i = 0; i < json_array_size(members); i++)
     if (!kolo_sched_decision_lost(d, i)) json_array_append(kept, json_array_get(members, i));
-  kolo_status rc = kolo_sched_set_phase(&s->writer, j, "RECONFIGURING", kept, "WORKER_LOST", message,
-                                        l->lost_ids, d->n_lost, 1);
+  kolo_status rc = kolo_sched_set_phase(&s->writer, j, "RECONFIGURING", kept, kolo_sched_event_type(d->action),
+                                        message, l->lost_ids, d->n_lost, d->n_lost > d->n_drained, d->n_drained);
   json_decref(kept);
   return rc;
 }
@@ -105,15 +114,19 @@ static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j, co
     rc = kolo_sched_end_job(&s->writer, snap, j, "FAILED", type, message);
     break;
   case KOLO_SCHED_LOST_HOLD:
+  case KOLO_SCHED_DRAIN_HOLD:
     rc = hold(s, j, d, &l, message);
     break;
   case KOLO_SCHED_LOST_REFORM:
+  case KOLO_SCHED_DRAIN_REFORM:
     plan.removed = l.lost_ids;
     plan.n_removed = d->n_lost;
-    plan.count_reconfiguration = 1;
-    plan.lost_ids = l.lost_ids;
-    plan.lost_why = l.lost_why;
-    plan.n_lost = d->n_lost;
+    plan.count_reconfiguration = d->action == KOLO_SCHED_LOST_REFORM;
+    plan.count_drains = d->n_drained;
+    plan.planned = d->planned;
+    plan.lost_ids = l.gone_ids;
+    plan.lost_why = l.gone_why;
+    plan.n_lost = l.n_gone;
     rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
     break;
   case KOLO_SCHED_RESUME:
@@ -127,7 +140,7 @@ static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j, co
     rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
     break;
   case KOLO_SCHED_FORMED:
-    rc = kolo_sched_set_phase(&s->writer, j, "RUNNING", NULL, type, message, NULL, 0, 0);
+    rc = kolo_sched_set_phase(&s->writer, j, "RUNNING", NULL, type, message, NULL, 0, 0, 0);
     break;
   default:
     break;
@@ -252,7 +265,6 @@ kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) 
   kolo_etcd_watch_opts watch = {.key = kolo_etcd_str(KOLO_KEY_ROOT), .prefix = 1};
   rc = kolo_etcd_watch_start(s->etcd, &watch, on_change, s, &s->watch);
   if (rc != KOLO_OK) goto fail;
-  srand((unsigned)(wall_ms() ^ getpid()));
   if (pthread_create(&s->thread, NULL, run, s) != 0) {
     rc = KOLO_ERR_SYSTEM;
     goto fail;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordination/drain.h"
 #include "coordination/keys.h"
 
 static void job_free(kolo_sched_job *j) {
@@ -88,9 +89,13 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
   }
 }
 
-static int drained(const kolo_etcd_range_result *drains, const char *id) {
+/* Whether a drain mark drains worker id's current registration (coordination/drain.h:
+ * a mark of an earlier registration under the same id drains nothing). */
+static int drained(const kolo_etcd_range_result *drains, const char *id, int64_t lease) {
   for (size_t d = 0; d < drains->count; d++)
-    if (strcmp((const char *)drains->kvs[d].key + strlen(KOLO_SCHED_DRAIN_PREFIX), id) == 0) return 1;
+    if (strcmp((const char *)drains->kvs[d].key + strlen(KOLO_KEY_DRAIN_PREFIX), id) == 0 &&
+        kolo_drain_mark_applies((const char *)drains->kvs[d].value, drains->kvs[d].value_len, lease))
+      return 1;
   return 0;
 }
 
@@ -107,7 +112,7 @@ kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap, const kolo_etcd_
   for (size_t i = 0; i < snap->n_members; i++) {
     kolo_sched_worker *w = &snap->workers[snap->n_workers++];
     w->m = snap->members[i];
-    w->draining = strcmp(w->m.state, "draining") == 0 || drained(drains, w->m.id);
+    w->draining = strcmp(w->m.state, "draining") == 0 || drained(drains, w->m.id, w->m.lease);
     w->assign_job = json_string_value(json_object_get(json_object_get(snap->assigns, w->m.id), "job"));
   }
   for (size_t i = 0; i < jobs->count; i++) add_job_key(snap, &jobs->kvs[i]);
@@ -130,7 +135,7 @@ kolo_status kolo_sched_snapshot_load(kolo_etcd *etcd, kolo_sched_snapshot *snap)
   if (rc != KOLO_OK) return rc;
   kolo_etcd_range_result assigns = {0}, drains = {0}, jobs = {0};
   rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_ASSIGN_PREFIX), 0, &assigns);
-  if (rc == KOLO_OK) rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_SCHED_DRAIN_PREFIX), 0, &drains);
+  if (rc == KOLO_OK) rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_DRAIN_PREFIX), 0, &drains);
   if (rc == KOLO_OK) rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_JOBS_PREFIX), 0, &jobs);
   if (rc == KOLO_OK) rc = kolo_sched_snapshot_fill(snap, &assigns, &drains, &jobs);
   kolo_etcd_range_result_free(&assigns);

@@ -15,8 +15,6 @@
 #include "coordination/membership.h"
 #include "scheduler/decide.h"
 
-#define KOLO_SCHED_DRAIN_PREFIX "/kolo/v1/drain/"
-
 typedef struct kolo_sched_worker {
   kolo_member m;          /* borrowed from the snapshot's member list */
   int draining;

@@ -11,8 +11,10 @@ PACKAGES=(
   etcd-server etcd-client
   dataset-fashion-mnist
   python3-grpcio python3-protobuf
+  python3-pytest python3-torch python3-numpy
   wrk valgrind iproute2 procps psmisc openssl
   unzip
+  clang libclang-rt-14-dev
   buildah podman debootstrap runc
 )
 

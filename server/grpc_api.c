@@ -18,7 +18,9 @@
 
 #include "common/log.h"
 #include "kolo/v1/job.pb-c.h"
+#include "server/inflate.h"
 #include "server/job_model.h"
+#include "server/pb_check.h"
 #include "server/service.h"
 
 #define LOG "grpc"
@@ -65,7 +67,6 @@ struct call_ctx {
 
 struct kolo_server_grpc {
   kolo_server_grpc_config cfg;
-  char *token_header; /* "Bearer <token>" */
   grpc_server *server;
   grpc_completion_queue *cq;
   void *registered[KOLO_SERVER_METHOD_COUNT];
@@ -173,19 +174,14 @@ static void finish_status(call_ctx *ctx, kolo_status rc, const char *err) {
   finish_unary(ctx, kolo_server_grpc_code(rc), message, NULL, 0);
 }
 
-/* Constant-time comparison of the authorization header with the expected one. */
+/* The call's "authorization" metadata against the token (service.c's bearer rule). */
 static int authorized(call_ctx *ctx) {
-  const char *want = ctx->g->token_header;
-  if (want == NULL) return 1;
-  size_t want_len = strlen(want);
+  const char *token = ctx->g->cfg.token;
+  if (token == NULL) return 1;
   for (size_t i = 0; i < ctx->md.count; i++) {
     if (grpc_slice_str_cmp(ctx->md.metadata[i].key, "authorization") != 0) continue;
     grpc_slice v = ctx->md.metadata[i].value;
-    size_t len = GRPC_SLICE_LENGTH(v);
-    const uint8_t *p = GRPC_SLICE_START_PTR(v);
-    unsigned diff = (unsigned)(len ^ want_len);
-    for (size_t k = 0; k < want_len; k++) diff |= (unsigned)(p[k < len ? k : 0] ^ (uint8_t)want[k]);
-    return diff == 0;
+    return kolo_server_bearer_matches((const char *)GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v), token);
   }
   return 0;
 }
@@ -341,6 +337,40 @@ static void on_watch_closed(call_ctx *ctx) {
 
 /* ---- dispatch ---- */
 
+/* The request's bytes (malloc'd). Per-message decompression is off in the core, so a
+ * compressed message arrives as it came and is inflated here, never past the message
+ * limit: a 64 KiB gzip body of 64 MiB costs at most the limit, not 64 MiB. */
+static kolo_status read_request(call_ctx *ctx, uint8_t **out, size_t *len, char *err, size_t err_len) {
+  grpc_byte_buffer *payload = ctx->payload;
+  grpc_compression_algorithm algorithm = payload->data.raw.compression;
+  size_t limit = ctx->g->cfg.max_message_bytes ? ctx->g->cfg.max_message_bytes : 4u << 20;
+  const grpc_slice_buffer *slices = &payload->data.raw.slice_buffer;
+  uint8_t *wire = malloc(slices->length + 1);
+  if (wire == NULL) return KOLO_ERR_NO_MEMORY;
+  size_t used = 0;
+  for (size_t i = 0; i < slices->count; i++) {
+    size_t n = GRPC_SLICE_LENGTH(slices->slices[i]);
+    memcpy(wire + used, GRPC_SLICE_START_PTR(slices->slices[i]), n);
+    used += n;
+  }
+  if (algorithm == GRPC_COMPRESS_NONE) {
+    *out = wire;
+    *len = used;
+    return KOLO_OK;
+  }
+  kolo_status rc = KOLO_ERR_UNSUPPORTED;
+  if (algorithm == GRPC_COMPRESS_GZIP || algorithm == GRPC_COMPRESS_DEFLATE)
+    rc = kolo_server_inflate(wire, used, limit, out, len);
+  free(wire);
+  if (rc == KOLO_ERR_TOO_LARGE)
+    snprintf(err, err_len, "request decompresses to more than the %zu byte limit", limit);
+  else if (rc == KOLO_ERR_PARSE)
+    snprintf(err, err_len, "malformed request: the compressed message does not inflate");
+  else if (rc == KOLO_ERR_UNSUPPORTED)
+    snprintf(err, err_len, "unsupported message compression %d", (int)algorithm);
+  return rc;
+}
+
 static void on_new_call(call_ctx *ctx) {
   kolo_server_grpc *g = ctx->g;
   post_request(g, ctx->method);
@@ -367,20 +397,26 @@ static void on_new_call(call_ctx *ctx) {
     finish_unary(ctx, GRPC_STATUS_INVALID_ARGUMENT, message, NULL, 0);
     return;
   }
-  grpc_byte_buffer_reader reader;
-  grpc_slice body = grpc_empty_slice();
-  if (grpc_byte_buffer_reader_init(&reader, ctx->payload)) {
-    body = grpc_byte_buffer_reader_readall(&reader);
-    grpc_byte_buffer_reader_destroy(&reader);
+  uint8_t *body = NULL;
+  size_t body_len = 0;
+  char err[512];
+  err[0] = '\0';
+  kolo_status rc = read_request(ctx, &body, &body_len, err, sizeof err);
+  ProtobufCMessage *req = NULL;
+  if (rc == KOLO_OK) {
+    req = protobuf_c_message_unpack(info->request, NULL, body_len, body);
+    if (req == NULL) {
+      rc = KOLO_ERR_INVALID_ARG;
+      snprintf(err, sizeof err, "malformed request: not a valid %s message", info->request->name);
+    }
   }
-  ProtobufCMessage *req = protobuf_c_message_unpack(info->request, NULL, GRPC_SLICE_LENGTH(body),
-                                                    GRPC_SLICE_START_PTR(body));
-  grpc_slice_unref(body);
-  if (req == NULL) {
+  /* Strings are checked on the wire: unpacked, a NUL would already have cut them short. */
+  if (rc == KOLO_OK) rc = kolo_server_pb_check(info->request, body, body_len, err, sizeof err);
+  free(body);
+  if (rc != KOLO_OK) {
+    if (req) protobuf_c_message_free_unpacked(req, NULL);
     atomic_fetch_add(&g->active, 1);
-    char message[160];
-    snprintf(message, sizeof message, "malformed request: not a valid %s message", info->request->name);
-    finish_unary(ctx, GRPC_STATUS_INVALID_ARGUMENT, message, NULL, 0);
+    finish_status(ctx, rc, err);
     return;
   }
   if (ctx->method == KOLO_SERVER_WATCH_JOB) {
@@ -389,9 +425,6 @@ static void on_new_call(call_ctx *ctx) {
     return;
   }
   atomic_fetch_add(&g->active, 1);
-  char err[512];
-  err[0] = '\0';
-  kolo_status rc;
   if (ctx->method == KOLO_SERVER_GET_JOB) {
     /* Hot path: the view keeps every job packed already. */
     const char *id = ((Kolo__V1__GetJobRequest *)req)->id;
@@ -492,13 +525,8 @@ kolo_status kolo_server_grpc_start(const kolo_server_grpc_config *config, kolo_s
   pthread_mutex_init(&g->lock, NULL);
   pthread_cond_init(&g->cond, NULL);
   g->t_shutdown = (tag){NULL, TAG_SHUTDOWN};
-  if (config->token) {
-    size_t len = strlen(config->token) + 8;
-    g->token_header = malloc(len);
-    if (g->token_header) snprintf(g->token_header, len, "Bearer %s", config->token);
-  }
   grpc_init();
-  grpc_arg args[2];
+  grpc_arg args[3];
   memset(args, 0, sizeof args);
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -506,7 +534,11 @@ kolo_status kolo_server_grpc_start(const kolo_server_grpc_config *config, kolo_s
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = -1;
-  grpc_channel_args channel_args = {2, args};
+  /* read_request inflates compressed messages itself, within the limit */
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION;
+  args[2].value.integer = 0;
+  grpc_channel_args channel_args = {3, args};
   g->server = grpc_server_create(&channel_args, NULL);
   g->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(g->server, g->cq, NULL);
@@ -531,7 +563,6 @@ kolo_status kolo_server_grpc_start(const kolo_server_grpc_config *config, kolo_s
     }
     grpc_completion_queue_destroy(g->cq);
     grpc_shutdown();
-    free(g->token_header);
     free(g);
     return KOLO_ERR_ADDRESS;
   }
@@ -575,6 +606,5 @@ void kolo_server_grpc_stop(kolo_server_grpc *g, int grace_ms) {
   grpc_shutdown();
   pthread_mutex_destroy(&g->lock);
   pthread_cond_destroy(&g->cond);
-  free(g->token_header);
   free(g);
 }

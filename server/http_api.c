@@ -2,6 +2,7 @@
 #include "server/http_api.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -15,21 +16,24 @@
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
 #include "server/json_codec.h"
+#include "server/pb_check.h"
 #include "server/service.h"
 
 #define LOG "http"
 
 struct kolo_server_http {
   kolo_server_http_config cfg;
-  char *token_header;
   struct MHD_Daemon *daemon;
 };
 
-/* Per-request state: the body collected so far. */
+/* Per-request state, made by on_uri from the raw request line: the body collected so far
+ * and what the raw URL said before libmicrohttpd unescaped it. */
 typedef struct request {
   char *body;
   size_t len, cap;
   int too_large;
+  int called;      /* on_request has seen this request once */
+  int nul_escape;  /* the raw URL holds %00: unescaped, it would cut the path or a value short */
   struct timespec started;
 } request;
 
@@ -95,6 +99,36 @@ typedef struct list_query {
   char err[256];
 } list_query;
 
+typedef struct allowed_args {
+  const char *names; /* space-separated */
+  char *err;
+  size_t err_len;
+  int ok;
+} allowed_args;
+
+static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  allowed_args *a = cls;
+  (void)kind;
+  (void)value;
+  size_t n = strlen(key);
+  for (const char *p = a->names; a->ok && *p;) {
+    size_t len = strcspn(p, " ");
+    if (len == n && strncmp(p, key, n) == 0) return MHD_YES;
+    p += len;
+    while (*p == ' ') p++;
+  }
+  if (a->ok) snprintf(a->err, a->err_len, "%.64s: unknown query parameter", key);
+  a->ok = 0;
+  return MHD_YES;
+}
+
+/* Whether every query argument of the request is one of names (space-separated). */
+static int only_args(struct MHD_Connection *conn, const char *names, char *err, size_t err_len) {
+  allowed_args a = {names, err, err_len, 1};
+  MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, check_arg, &a);
+  return a.ok;
+}
+
 /* Query arguments of GET /v1/jobs: phase, label (k=v, repeatable), page_size, page_token. */
 static enum MHD_Result list_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
   list_query *q = cls;
@@ -102,6 +136,11 @@ static enum MHD_Result list_arg(void *cls, enum MHD_ValueKind kind, const char *
   if (q->rc != KOLO_OK) return MHD_YES;
   Kolo__V1__ListJobsRequest *r = q->req;
   if (value == NULL) value = "";
+  if (!kolo_server_utf8_valid(key, strlen(key)) || !kolo_server_utf8_valid(value, strlen(value))) {
+    q->rc = KOLO_ERR_INVALID_ARG;
+    snprintf(q->err, sizeof q->err, "query: a parameter is not valid UTF-8");
+    return MHD_YES;
+  }
   if (strcmp(key, "phase") == 0) {
     const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, value);
     if (v == NULL) {
@@ -158,6 +197,25 @@ static void route_list(kolo_server_http *h, struct MHD_Connection *conn, reply *
   protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+/* GET /v1/jobs/<id>/metrics[?since_step=N] */
+static void route_job_metrics(kolo_server_http *h, struct MHD_Connection *conn, const char *id, reply *r) {
+  Kolo__V1__GetJobMetricsRequest req = KOLO__V1__GET_JOB_METRICS_REQUEST__INIT;
+  char err[256];
+  r->method = KOLO_SERVER_GET_JOB_METRICS;
+  if (!only_args(conn, "since_step", err, sizeof err)) return reply_error(r, KOLO_ERR_INVALID_ARG, err);
+  const char *since = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "since_step");
+  if (since) {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(since, &end, 10);
+    if (since[0] < '0' || since[0] > '9' || *end != '\0' || errno == ERANGE)
+      return reply_error(r, KOLO_ERR_INVALID_ARG, "since_step: expected a non-negative integer");
+    req.since_step = (uint64_t)n;
+  }
+  req.id = (char *)id;
+  call_service(h, r, KOLO_SERVER_GET_JOB_METRICS, &req.base);
+}
+
 static void route_readyz(kolo_server_http *h, reply *r) {
   kolo_server_health *health = &h->cfg.health;
   char leader[128] = "";
@@ -175,27 +233,33 @@ static void route_readyz(kolo_server_http *h, reply *r) {
 static void route_metrics(kolo_server_http *h, reply *r) {
   uint64_t phases[7];
   kolo_server_store_count_phases(h->cfg.store, phases);
-  size_t workers = 0;
-  Kolo__V1__ListWorkersResponse *all = NULL;
-  if (kolo_server_store_list_workers(h->cfg.store, &all) == KOLO_OK) {
-    workers = all->n_workers;
-    protobuf_c_message_free_unpacked(&all->base, NULL);
-  }
+  Kolo__V1__Demand *demand = NULL;
+  if (kolo_server_store_get_demand(h->cfg.store, &demand) != KOLO_OK) demand = NULL;
   int is_me = 0;
   char leader[128];
   if (h->cfg.health.leader) h->cfg.health.leader(h->cfg.health.arg, leader, sizeof leader, &is_me);
-  reply_text(r, 200, "text/plain; version=0.0.4",
-             kolo_server_metrics_render(h->cfg.metrics, phases, workers, is_me));
+  char *base = kolo_server_metrics_render(h->cfg.metrics, phases, demand, is_me);
+  if (demand) protobuf_c_message_free_unpacked(&demand->base, NULL);
+  kolo_server_job_gauge *gauges = calloc(KOLO_SERVER_METRICS_MAX_JOBS, sizeof *gauges);
+  size_t left_out = 0, n = 0;
+  if (gauges) n = kolo_server_store_job_gauges(h->cfg.store, gauges, KOLO_SERVER_METRICS_MAX_JOBS, &left_out);
+  char *jobs = gauges ? kolo_server_metrics_render_jobs(gauges, n, left_out) : NULL;
+  free(gauges);
+  char *body = NULL;
+  if (base && jobs) {
+    size_t a = strlen(base), b = strlen(jobs);
+    body = malloc(a + b + 1);
+    if (body) {
+      memcpy(body, base, a);
+      memcpy(body + a, jobs, b + 1);
+    }
+  }
+  free(base);
+  free(jobs);
+  reply_text(r, 200, "text/plain; version=0.0.4", body);
 }
 
-/* Constant-time comparison of a presented Authorization header with the expected one. */
-static int same_secret(const char *given, const char *want) {
-  if (given == NULL) return 0;
-  size_t len = strlen(given), want_len = strlen(want);
-  unsigned diff = (unsigned)(len ^ want_len);
-  for (size_t k = 0; k < want_len; k++) diff |= (unsigned)((uint8_t)given[k < len ? k : 0] ^ (uint8_t)want[k]);
-  return diff == 0;
-}
+
 
 /* Splits "/v1/jobs/<id>[suffix]" into id and suffix ("", "/events", ":cancel", ":scale"). */
 static int job_path(const char *url, char *id, size_t id_len, const char **suffix) {
@@ -220,11 +284,15 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
     return reply_text(r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
   }
   if (strcmp(url, "/readyz") == 0 && get) return route_readyz(h, r);
-  if (h->token_header) {
+  if (h->cfg.token) {
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!same_secret(auth, h->token_header))
+    if (!kolo_server_bearer_matches(auth, auth ? strlen(auth) : 0, h->cfg.token))
       return reply_error(r, KOLO_ERR_AUTH, "missing or wrong bearer token");
   }
+  if (req->nul_escape)
+    return reply_error(r, KOLO_ERR_INVALID_ARG, "the URL holds an escaped NUL byte (%00)");
+  if (!kolo_server_utf8_valid(url, strlen(url)))
+    return reply_error(r, KOLO_ERR_INVALID_ARG, "the URL path is not valid UTF-8");
   if (req->too_large) {
     snprintf(err, sizeof err, "request body over the %zu byte limit", h->cfg.max_message_bytes);
     return reply_error(r, KOLO_ERR_TOO_LARGE, err);
@@ -234,6 +302,10 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
   if (strcmp(url, "/v1/workers") == 0 && get) {
     Kolo__V1__ListWorkersRequest lw = KOLO__V1__LIST_WORKERS_REQUEST__INIT;
     return call_service(h, r, KOLO_SERVER_LIST_WORKERS, &lw.base);
+  }
+  if (strcmp(url, "/v1/demand") == 0 && get) {
+    Kolo__V1__GetDemandRequest gd = KOLO__V1__GET_DEMAND_REQUEST__INIT;
+    return call_service(h, r, KOLO_SERVER_GET_DEMAND, &gd.base);
   }
   if (strcmp(url, "/v1/jobs") == 0 && post) {
     ProtobufCMessage *spec = NULL;
@@ -253,6 +325,13 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
       id[colon - w] = '\0';
       dr.id = id;
       return call_service(h, r, KOLO_SERVER_DRAIN_WORKER, &dr.base);
+    }
+    if (colon && strcmp(colon, ":undrain") == 0 && colon > w && (size_t)(colon - w) < sizeof id) {
+      Kolo__V1__UndrainWorkerRequest ur = KOLO__V1__UNDRAIN_WORKER_REQUEST__INIT;
+      memcpy(id, w, (size_t)(colon - w));
+      id[colon - w] = '\0';
+      ur.id = id;
+      return call_service(h, r, KOLO_SERVER_UNDRAIN_WORKER, &ur.base);
     }
   }
   if (strncmp(url, "/v1/jobs/", 9) == 0 && job_path(url, id, sizeof id, &suffix)) {
@@ -283,6 +362,7 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
       protobuf_c_message_free_unpacked(&job->base, NULL);
       return;
     }
+    if (get && strcmp(suffix, "/metrics") == 0) return route_job_metrics(h, conn, id, r);
     if (post && (strcmp(suffix, ":cancel") == 0 || strcmp(suffix, ":scale") == 0)) {
       int cancel = suffix[1] == 'c';
       const ProtobufCMessageDescriptor *desc =
@@ -312,11 +392,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   kolo_server_http *h = cls;
   (void)version;
   request *req = *con_cls;
-  if (req == NULL) {
-    req = calloc(1, sizeof *req);
-    if (req == NULL) return MHD_NO;
-    clock_gettime(CLOCK_MONOTONIC, &req->started);
-    *con_cls = req;
+  if (req == NULL) return MHD_NO; /* on_uri could not allocate it */
+  if (!req->called) {
+    req->called = 1;
     return MHD_YES;
   }
   if (*upload_data_size > 0) {
@@ -371,6 +449,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   *con_cls = NULL;
 }
 
+/* Called with the raw request line's URI, before libmicrohttpd unescapes it; what it
+ * returns is the request's con_cls. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
+  (void)cls;
+  (void)conn;
+  request *req = calloc(1, sizeof *req);
+  if (req == NULL) return NULL;
+  clock_gettime(CLOCK_MONOTONIC, &req->started);
+  for (const char *p = uri; p && (p = strchr(p, '%')) != NULL; p++)
+    if (p[1] == '0' && p[2] == '0') req->nul_escape = 1;
+  return req;
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
   char line[512];
   (void)cls;
@@ -404,16 +495,10 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
   if (h == NULL) return KOLO_ERR_NO_MEMORY;
   h->cfg = *config;
   if (h->cfg.max_message_bytes == 0) h->cfg.max_message_bytes = 4u << 20;
-  if (config->token) {
-    size_t len = strlen(config->token) + 8;
-    h->token_header = malloc(len);
-    if (h->token_header) snprintf(h->token_header, len, "Bearer %s", config->token);
-  }
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
   if (config->tls_cert_pem) {
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
       KOLO_LOGE(LOG, "this libmicrohttpd has no TLS support");
-      free(h->token_header);
       free(h);
       return KOLO_ERR_UNSUPPORTED;
     }
@@ -430,10 +515,10 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
       MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+      MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
       MHD_OPTION_ARRAY, config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
   if (h->daemon == NULL) {
     KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
-    free(h->token_header);
     free(h);
     return KOLO_ERR_ADDRESS;
   }
@@ -446,6 +531,5 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
 void kolo_server_http_stop(kolo_server_http *h) {
   if (h == NULL) return;
   MHD_stop_daemon(h->daemon);
-  free(h->token_header);
   free(h);
 }

@@ -13,6 +13,8 @@
 
 #define KOLO_SERVER_MAX_WORKERS 4096
 #define KOLO_SERVER_ID_MAX 63
+/* builtin.steps: every JSON reader (the scheduler, the agent, a browser) holds it exactly. */
+#define KOLO_SERVER_MAX_STEPS (UINT64_C(1) << 53)
 
 /* Checks a submitted spec. KOLO_ERR_INVALID_ARG with "<field>: <why>" in err when bad. */
 kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *err, size_t err_len);

@@ -2,7 +2,6 @@
  * proto/kolo/v1 gets the same JSON mapping without per-message code. */
 #include "server/json_codec.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -68,8 +67,15 @@ static json_t *encode_value(const ProtobufCFieldDescriptor *field, const void *p
     case PROTOBUF_C_TYPE_SFIXED64:
       return json_integer(*(const int64_t *)ptr);
     case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-      return json_integer((json_int_t) * (const uint64_t *)ptr);
+    case PROTOBUF_C_TYPE_FIXED64: {
+      /* A JSON integer holds int64 (jansson's json_int_t); above that, the decimal string
+       * proto3 JSON uses, so every uint64 comes back exactly. */
+      uint64_t u = *(const uint64_t *)ptr;
+      if (u <= (uint64_t)INT64_MAX) return json_integer((json_int_t)u);
+      char text[24];
+      snprintf(text, sizeof text, "%" PRIu64, u);
+      return json_string(text);
+    }
     case PROTOBUF_C_TYPE_FLOAT:
       return json_real(isfinite(*(const float *)ptr) ? *(const float *)ptr : 0.0);
     case PROTOBUF_C_TYPE_DOUBLE:
@@ -128,13 +134,23 @@ json_t *kolo_server_json_from_message(const ProtobufCMessage *msg) {
         for (size_t k = 0; value && k < count; k++) {
           const ProtobufCMessage *e = ((ProtobufCMessage *const *)array)[k];
           const char *key = *(char *const *)MEMBER_PTR(e, entry->fields[0].offset);
-          json_object_set_new(value, key ? key : "",
-                              encode_value(&entry->fields[1], MEMBER_PTR(e, entry->fields[1].offset)));
+          /* a key or value jansson refuses (not UTF-8) fails the whole message: never a
+           * silently dropped entry */
+          json_t *item = encode_value(&entry->fields[1], MEMBER_PTR(e, entry->fields[1].offset));
+          if (item == NULL || json_object_set_new(value, key ? key : "", item) != 0) {
+            json_decref(value);
+            value = NULL;
+          }
         }
       } else {
         value = json_array();
-        for (size_t k = 0; value && k < count; k++)
-          json_array_append_new(value, encode_value(field, array + k * stride));
+        for (size_t k = 0; value && k < count; k++) {
+          json_t *item = encode_value(field, array + k * stride);
+          if (item == NULL || json_array_append_new(value, item) != 0) {
+            json_decref(value);
+            value = NULL;
+          }
+        }
       }
     } else {
       if (field->type == PROTOBUF_C_TYPE_MESSAGE && *(ProtobufCMessage *const *)ptr == NULL) continue;
@@ -168,59 +184,93 @@ static kolo_status decode_message(decode_ctx *ctx, const json_t *json,
                                   const ProtobufCMessageDescriptor *desc, const char *path,
                                   ProtobufCMessage **out);
 
-/* Reads an integer from a JSON integer, an integral real, or a decimal string. */
-static int json_to_i64(const json_t *v, int64_t *out, int is_unsigned) {
+/* Parses a decimal string: an optional '-' (signed only), then 1-20 digits, nothing else
+ * (no spaces, no '+', no hex), within the type's range. */
+static int parse_decimal(const char *s, int is_unsigned, uint64_t *magnitude, int *negative) {
+  *negative = !is_unsigned && *s == '-';
+  if (*negative) s++;
+  if (*s < '0' || *s > '9') return 0;
+  uint64_t value = 0;
+  for (; *s; s++) {
+    if (*s < '0' || *s > '9') return 0;
+    unsigned digit = (unsigned)(*s - '0');
+    if (value > (UINT64_MAX - digit) / 10) return 0;
+    value = value * 10 + digit;
+  }
+  *magnitude = value;
+  return 1;
+}
+
+/* Reads an integer from a JSON integer, an integral real (|x| < 2^53, where every
+ * integer is exact), or a decimal string. Unsigned values land in *u (all of uint64),
+ * signed ones in *i. */
+static int json_to_int(const json_t *v, int is_unsigned, int64_t *i, uint64_t *u) {
   if (json_is_integer(v)) {
-    *out = json_integer_value(v);
-    return !(is_unsigned && *out < 0);
+    json_int_t n = json_integer_value(v);
+    if (is_unsigned && n < 0) return 0;
+    *i = n;
+    *u = (uint64_t)n;
+    return 1;
   }
   if (json_is_real(v)) {
     double d = json_real_value(v);
-    if (d != floor(d) || fabs(d) > 9.0e18 || (is_unsigned && d < 0)) return 0;
-    *out = (int64_t)d;
+    if (d != floor(d) || fabs(d) > 9007199254740992.0 || (is_unsigned && d < 0)) return 0;
+    *i = (int64_t)d;
+    *u = (uint64_t)(is_unsigned ? d : 0);
     return 1;
   }
   if (json_is_string(v)) {
-    const char *s = json_string_value(v);
-    char *end = NULL;
-    errno = 0;
-    if (*s == '\0' || (is_unsigned && *s == '-')) return 0;
-    long long parsed = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0') return 0;
-    *out = parsed;
+    uint64_t magnitude;
+    int negative;
+    if (!parse_decimal(json_string_value(v), is_unsigned, &magnitude, &negative)) return 0;
+    if (is_unsigned) {
+      *u = magnitude;
+      *i = magnitude > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)magnitude;
+      return 1;
+    }
+    if (magnitude > (uint64_t)INT64_MAX + (negative ? 1u : 0u)) return 0;
+    *i = negative ? (int64_t)(0 - magnitude) : (int64_t)magnitude;
     return 1;
   }
   return 0;
+}
+
+static int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
 }
 
 /* Decodes one JSON value into the slot at ptr (not repeated). */
 static kolo_status decode_value(decode_ctx *ctx, const ProtobufCFieldDescriptor *field,
                                 const json_t *v, void *ptr, const char *path) {
   int64_t i = 0;
+  uint64_t u = 0;
   switch (field->type) {
     case PROTOBUF_C_TYPE_INT32:
     case PROTOBUF_C_TYPE_SINT32:
     case PROTOBUF_C_TYPE_SFIXED32:
-      if (!json_to_i64(v, &i, 0) || i < INT32_MIN || i > INT32_MAX)
+      if (!json_to_int(v, 0, &i, &u) || i < INT32_MIN || i > INT32_MAX)
         return fail(ctx, path, "expected a 32-bit integer");
       *(int32_t *)ptr = (int32_t)i;
       return KOLO_OK;
     case PROTOBUF_C_TYPE_UINT32:
     case PROTOBUF_C_TYPE_FIXED32:
-      if (!json_to_i64(v, &i, 1) || i > (int64_t)UINT32_MAX)
+      if (!json_to_int(v, 1, &i, &u) || u > UINT32_MAX)
         return fail(ctx, path, "expected an unsigned 32-bit integer");
-      *(uint32_t *)ptr = (uint32_t)i;
+      *(uint32_t *)ptr = (uint32_t)u;
       return KOLO_OK;
     case PROTOBUF_C_TYPE_INT64:
     case PROTOBUF_C_TYPE_SINT64:
     case PROTOBUF_C_TYPE_SFIXED64:
-      if (!json_to_i64(v, &i, 0)) return fail(ctx, path, "expected an integer");
+      if (!json_to_int(v, 0, &i, &u)) return fail(ctx, path, "expected a 64-bit integer");
       *(int64_t *)ptr = i;
       return KOLO_OK;
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_FIXED64:
-      if (!json_to_i64(v, &i, 1)) return fail(ctx, path, "expected an unsigned integer");
-      *(uint64_t *)ptr = (uint64_t)i;
+      if (!json_to_int(v, 1, &i, &u)) return fail(ctx, path, "expected an unsigned 64-bit integer");
+      *(uint64_t *)ptr = u;
       return KOLO_OK;
     case PROTOBUF_C_TYPE_FLOAT:
     case PROTOBUF_C_TYPE_DOUBLE: {
@@ -273,12 +323,12 @@ static kolo_status decode_value(decode_ctx *ctx, const ProtobufCFieldDescriptor 
       uint8_t *data = malloc(len / 2 + 1);
       if (data == NULL) return KOLO_ERR_NO_MEMORY;
       for (size_t k = 0; k < len / 2; k++) {
-        unsigned byte;
-        if (sscanf(s + 2 * k, "%2x", &byte) != 1) {
+        int hi = hex_value(s[2 * k]), lo = hex_value(s[2 * k + 1]);
+        if (hi < 0 || lo < 0) {
           free(data);
           return fail(ctx, path, "expected a hex string");
         }
-        data[k] = (uint8_t)byte;
+        data[k] = (uint8_t)(hi << 4 | lo);
       }
       bin->data = data;
       bin->len = len / 2;

@@ -13,11 +13,16 @@
 
 /* Encodes msg as a new JSON object. Every scalar field is present (zero values too), so
  * scripts can rely on the keys; unset sub-messages and unset oneof members are left out.
- * Returns NULL only when out of memory. */
+ * 64-bit unsigned values above INT64_MAX are written as decimal strings (jansson's
+ * integers are int64), so every value reads back exactly. Returns NULL when out of memory
+ * or when a string is not UTF-8 (which jansson cannot hold; kolo_server_pb_check refuses
+ * such requests at the door). */
 json_t *kolo_server_json_from_message(const ProtobufCMessage *msg);
 
 /* Decodes a JSON object into a new message of type desc (free it with
- * protobuf_c_message_free_unpacked(msg, NULL)). Unknown fields and wrong types are
+ * protobuf_c_message_free_unpacked(msg, NULL)). Integers come as JSON integers, integral
+ * reals below 2^53, or strict decimal strings (digits, an optional '-' for signed types),
+ * each within its type's range. Unknown fields and wrong types are
  * KOLO_ERR_INVALID_ARG with the field's dotted path named in err ("spec.builtin.epochs: ..."). */
 kolo_status kolo_server_json_to_message(const json_t *json, const ProtobufCMessageDescriptor *desc,
                                         ProtobufCMessage **out, char *err, size_t err_len);

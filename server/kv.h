@@ -16,6 +16,7 @@ typedef struct kolo_server_kv_item {
   size_t value_len;
   int64_t create_revision;
   int64_t mod_revision;
+  int64_t lease; /* the lease the key is attached to (0 = none) */
 } kolo_server_kv_item;
 
 typedef enum kolo_server_kv_target {
@@ -30,9 +31,11 @@ typedef struct kolo_server_kv_compare {
   int64_t revision;
 } kolo_server_kv_compare;
 
+/* A put, or a delete when value is NULL. lease (0 = none): the key goes when the lease does. */
 typedef struct kolo_server_kv_put {
   const char *key;
   const char *value;
+  int64_t lease;
 } kolo_server_kv_put;
 
 typedef struct kolo_server_kv_event {
@@ -52,8 +55,9 @@ typedef struct kolo_server_kv_ops {
   /* Every key under prefix, sorted; *revision = the store revision of the snapshot. */
   kolo_status (*range)(kolo_server_kv *kv, const char *prefix, kolo_server_kv_item **items,
                        size_t *count, int64_t *revision);
-  /* All compares hold -> all puts applied atomically (*revision = new revision);
-   * otherwise KOLO_ERR_CONFLICT and nothing changes. */
+  /* All compares hold -> all puts (and deletes) applied atomically (*revision = new
+   * revision); otherwise KOLO_ERR_CONFLICT and nothing changes. A put under a lease that
+   * no longer exists fails as a whole (KOLO_ERR_NOT_FOUND with etcd). */
   kolo_status (*txn)(kolo_server_kv *kv, const kolo_server_kv_compare *compares, size_t n_compares,
                      const kolo_server_kv_put *puts, size_t n_puts, int64_t *revision);
   /* Delivers changes under prefix after start_revision to fn on a thread of the kv's

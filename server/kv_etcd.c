@@ -30,6 +30,7 @@ static kolo_status copy_kv(const kolo_etcd_kv *src, kolo_server_kv_item *dst) {
   dst->value_len = src->value_len;
   dst->create_revision = src->create_revision;
   dst->mod_revision = src->mod_revision;
+  dst->lease = src->lease;
   return KOLO_OK;
 }
 
@@ -73,9 +74,10 @@ static kolo_status etcd_txn(kolo_server_kv *kv, const kolo_server_kv_compare *co
     cmps[i].number = compares[i].revision;
   }
   for (size_t i = 0; i < n_puts; i++) {
-    ops[i].kind = KOLO_ETCD_OP_PUT;
+    ops[i].kind = puts[i].value ? KOLO_ETCD_OP_PUT : KOLO_ETCD_OP_DELETE;
     ops[i].key = kolo_etcd_str(puts[i].key);
-    ops[i].value = kolo_etcd_str(puts[i].value);
+    if (puts[i].value) ops[i].value = kolo_etcd_str(puts[i].value);
+    ops[i].lease = puts[i].lease;
   }
   kolo_etcd_txn txn = {cmps, n_compares, ops, n_puts, NULL, 0};
   kolo_etcd_txn_result res;

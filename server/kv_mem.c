@@ -1,5 +1,6 @@
 /* kv.h in memory: a sorted array of keys with etcd's revision rules (one revision per txn,
- * create/mod revisions per key) and a synchronous watch. Unit tests and `--etcd none`. */
+ * create/mod revisions per key) and a synchronous watch. Unit tests and `--etcd none`.
+ * Leases are recorded with their keys but never expire (there are no lease holders here). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,7 @@ static kolo_status copy_item(const kolo_server_kv_item *src, kolo_server_kv_item
   dst->value_len = src->value_len;
   dst->create_revision = src->create_revision;
   dst->mod_revision = src->mod_revision;
+  dst->lease = src->lease;
   return KOLO_OK;
 }
 
@@ -76,6 +78,21 @@ out:
   return rc;
 }
 
+/* Removes item at (a delete in revision rev); a watched key becomes a delete event. */
+static void delete_at(mem_kv *m, size_t at, int64_t rev, kolo_server_kv_event *event, size_t *n_events) {
+  kolo_server_kv_item *item = &m->items[at];
+  if (m->watch_fn && strncmp(item->key, m->watch_prefix, strlen(m->watch_prefix)) == 0) {
+    event->is_delete = 1;
+    event->item = (kolo_server_kv_item){.key = item->key, .value = strdup(""), .mod_revision = rev};
+    (*n_events)++;
+  } else {
+    free(item->key);
+  }
+  free(item->value);
+  memmove(item, item + 1, (m->count - at - 1) * sizeof *item);
+  m->count--;
+}
+
 static kolo_status mem_txn(kolo_server_kv *kv, const kolo_server_kv_compare *compares,
                            size_t n_compares, const kolo_server_kv_put *puts, size_t n_puts,
                            int64_t *revision) {
@@ -100,6 +117,10 @@ static kolo_status mem_txn(kolo_server_kv *kv, const kolo_server_kv_compare *com
   int64_t rev = m->revision + 1;
   for (size_t i = 0; i < n_puts; i++) {
     long at = find(m, puts[i].key);
+    if (puts[i].value == NULL) {
+      if (at >= 0) delete_at(m, (size_t)at, rev, &events[n_events], &n_events);
+      continue;
+    }
     char *value = strdup(puts[i].value);
     if (value == NULL) {
       rc = KOLO_ERR_NO_MEMORY;
@@ -130,6 +151,7 @@ static kolo_status mem_txn(kolo_server_kv *kv, const kolo_server_kv_compare *com
     m->items[at].value = value;
     m->items[at].value_len = strlen(value);
     m->items[at].mod_revision = rev;
+    m->items[at].lease = puts[i].lease;
     if (m->watch_fn && strncmp(puts[i].key, m->watch_prefix, strlen(m->watch_prefix)) == 0 &&
         copy_item(&m->items[at], &events[n_events].item) == KOLO_OK)
       n_events++;

@@ -16,6 +16,7 @@
 #include "server/leader.h"
 #include "server/metrics.h"
 #include "server/options.h"
+#include "server/recorder.h"
 #include "server/store.h"
 #include "scheduler/scheduler.h"
 
@@ -33,6 +34,7 @@ typedef struct server {
   kolo_server_grpc *grpc;
   kolo_server_http *http;
   kolo_sched *sched; /* scheduling runs while this replica leads */
+  kolo_server_recorder *recorder; /* metrics history, written while this replica leads */
 } server;
 
 /* Reads a whole (small) file; NULL with errno on failure. */
@@ -83,13 +85,14 @@ static int write_port_file(const char *path, int grpc_port, int http_port) {
   return rename(tmp, path);
 }
 
-/* The scheduler asks through this whether this replica leads (and for the fence). */
-static kolo_status sched_fence(void *arg, char *key, size_t len, int64_t *revision) {
+/* The scheduler and the metrics recorder ask through this whether this replica leads (and for the fence). */
+static kolo_status leader_fence(void *arg, char *key, size_t len, int64_t *revision) {
   return kolo_server_leader_fence(arg, key, len, revision);
 }
 
 static void teardown(server *s) {
   kolo_sched_stop(s->sched);
+  kolo_server_recorder_stop(s->recorder);
   if (s->grpc) kolo_server_grpc_stop(s->grpc, s->opts.grace_ms);
   kolo_server_http_stop(s->http);
   kolo_server_leader_stop(s->leader);
@@ -141,11 +144,12 @@ int main(int argc, char **argv) {
       KOLO_LOGE(LOG, "cannot read --token-file %s: %s", s.opts.token_file, strerror(errno));
       goto out;
     }
-    s.token[strcspn(s.token, "\r\n")] = '\0';
-    if (s.token[0] == '\0') {
-      KOLO_LOGE(LOG, "--token-file %s is empty", s.opts.token_file);
+    const char *token = NULL;
+    if (kolo_server_token_parse(s.token, &token, err, sizeof err) != KOLO_OK) {
+      KOLO_LOGE(LOG, "--token-file %s: %s", s.opts.token_file, err);
       goto out;
     }
+    memmove(s.token, token, strlen(token) + 1);
   }
   const char *endpoints = s.opts.etcd;
   if (strcmp(s.opts.etcd, "none") == 0) {
@@ -190,9 +194,12 @@ int main(int argc, char **argv) {
       KOLO_LOGE(LOG, "leader election: %s", kolo_strerror(rc));
       goto out;
     }
-    kolo_sched_config sc = {endpoints, sched_fence, s.leader, 0};
+    kolo_sched_config sc = {endpoints, leader_fence, s.leader, 0};
     if (kolo_sched_start(&sc, &s.sched) != KOLO_OK) goto out;
   }
+  kolo_server_recorder_config rc_cfg = {s.store, s.kv, s.leader ? leader_fence : NULL, s.leader,
+                                         (size_t)s.opts.metrics_points, s.opts.metrics_interval_ms, 0};
+  if (kolo_server_recorder_start(&rc_cfg, &s.recorder) != KOLO_OK) goto out;
   if (kolo_server_metrics_create(&s.metrics) != KOLO_OK) goto out;
 
   int grpc_port = 0, http_port = 0;

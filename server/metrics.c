@@ -66,16 +66,35 @@ static void add(text *t, const char *fmt, ...) {
   }
 }
 
+/* The demand for workers (demand.h): what an autoscaler scales the worker pool on. */
+static void add_demand(text *t, const Kolo__V1__Demand *d) {
+  static const struct {
+    const char *name, *help;
+  } gauges[] = {
+      {"kolo_workers", "Workers registered in etcd."},
+      {"kolo_workers_idle", "Registered workers with no job that are not draining."},
+      {"kolo_workers_draining", "Registered workers that are drained or shutting down."},
+      {"kolo_workers_wanted", "Workers the jobs want now: members of running jobs, up to max_workers of growable "
+                              "ones, max_workers of pending ones (scale the worker pool on this)."},
+      {"kolo_workers_missing", "Workers wanted that no job has yet (pending jobs, jobs below max_workers)."},
+      {"kolo_jobs_growable", "Running or re-forming jobs below their max_workers."},
+  };
+  uint32_t values[] = {d->workers_registered, d->workers_idle,    d->workers_draining,
+                       d->workers_wanted,     d->workers_missing, d->growable_jobs};
+  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+    add(t, "# HELP %s %s\n# TYPE %s gauge\n%s %u\n", gauges[i].name, gauges[i].help, gauges[i].name,
+        gauges[i].name, (unsigned)values[i]);
+}
+
 char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_counts[7],
-                                 size_t workers, int is_leader) {
+                                 const Kolo__V1__Demand *demand, int is_leader) {
   static const char *const apis[] = {"grpc", "http"};
   text t = {0};
   add(&t, "# HELP kolo_jobs Jobs known to this server, by phase.\n# TYPE kolo_jobs gauge\n");
   for (int p = 1; p < 7; p++)
     add(&t, "kolo_jobs{phase=\"%s\"} %" PRIu64 "\n", kolo_server_job_phase_name((Kolo__V1__Phase)p),
         phase_counts[p]);
-  add(&t, "# HELP kolo_workers Workers registered in etcd.\n# TYPE kolo_workers gauge\n");
-  add(&t, "kolo_workers %zu\n", workers);
+  if (demand) add_demand(&t, demand);
   add(&t, "# HELP kolo_server_leader 1 if this replica is the elected leader.\n"
           "# TYPE kolo_server_leader gauge\nkolo_server_leader %d\n",
       is_leader);
@@ -112,5 +131,58 @@ char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_co
       add(&t, "kolo_request_duration_seconds_count{api=\"%s\",method=\"%s\"} %" PRIu64 "\n", apis[a],
           name, total);
     }
+  return t.buf;
+}
+
+/* A label value with \\, " and newlines escaped (ids are plain, but the view takes any key). */
+static void add_label(text *t, const char *value) {
+  for (const char *c = value; *c; c++) {
+    if (*c == '\\' || *c == '"')
+      add(t, "\\%c", *c);
+    else if (*c == '\n')
+      add(t, "\\n");
+    else
+      add(t, "%c", *c);
+  }
+}
+
+typedef enum gauge_kind { G_STEP, G_TOTAL, G_LOSS, G_ACCURACY, G_RATE, G_RING, G_EPOCH, G_RECONF, G_COUNT } gauge_kind;
+
+static double gauge_value(const kolo_server_job_gauge *g, gauge_kind k) {
+  switch (k) {
+    case G_STEP: return (double)g->step;
+    case G_TOTAL: return (double)g->total_steps;
+    case G_LOSS: return g->loss;
+    case G_ACCURACY: return g->accuracy;
+    case G_RATE: return g->samples_per_sec;
+    case G_RING: return (double)g->ring_size;
+    case G_EPOCH: return (double)g->epoch;
+    default: return (double)g->reconfigurations;
+  }
+}
+
+char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t n, size_t left_out) {
+  static const char *const names[G_COUNT][3] = {
+      {"kolo_job_step", "gauge", "Training step the job reported last."},
+      {"kolo_job_total_steps", "gauge", "Steps the job will run in all (0 = unknown)."},
+      {"kolo_job_loss", "gauge", "Loss the job reported last."},
+      {"kolo_job_accuracy", "gauge", "Accuracy the job reported last."},
+      {"kolo_job_samples_per_second", "gauge", "Training throughput of the whole ring."},
+      {"kolo_job_ring_size", "gauge", "Workers in the job's current ring."},
+      {"kolo_job_ring_epoch", "gauge", "The job's current ring epoch."},
+      {"kolo_job_reconfigurations_total", "counter", "Times the job's ring re-formed."},
+  };
+  text t = {0};
+  add(&t, "# HELP kolo_job_series_left_out Jobs without per-job series (only %d are shown).\n"
+          "# TYPE kolo_job_series_left_out gauge\nkolo_job_series_left_out %zu\n",
+      KOLO_SERVER_METRICS_MAX_JOBS, left_out);
+  for (int k = 0; k < G_COUNT; k++) {
+    add(&t, "# HELP %s %s\n# TYPE %s %s\n", names[k][0], names[k][2], names[k][0], names[k][1]);
+    for (size_t i = 0; i < n; i++) {
+      add(&t, "%s{job=\"", names[k][0]);
+      add_label(&t, jobs[i].id);
+      add(&t, "\"} %.17g\n", gauge_value(&jobs[i], (gauge_kind)k));
+    }
+  }
   return t.buf;
 }

@@ -1,12 +1,18 @@
 /* Request counters and latency histograms for /metrics (Prometheus text format): per
- * transport (grpc, http), method and gRPC code; lock-free (atomics) on the hot path. */
+ * transport (grpc, http), method and gRPC code; lock-free (atomics) on the hot path. Also
+ * the text of the per-job gauges. */
 #ifndef KOLO_SERVER_METRICS_H
 #define KOLO_SERVER_METRICS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kolo/v1/cluster.pb-c.h"
 #include "server/service.h"
+#include "server/store.h"
+
+/* At most this many jobs get per-job series on /metrics (bounded label cardinality). */
+#define KOLO_SERVER_METRICS_MAX_JOBS 100
 
 typedef enum kolo_server_api { KOLO_SERVER_API_GRPC = 0, KOLO_SERVER_API_HTTP = 1 } kolo_server_api;
 
@@ -23,8 +29,14 @@ void kolo_server_metrics_destroy(kolo_server_metrics *m);
 void kolo_server_metrics_observe(kolo_server_metrics *m, kolo_server_api api, int method,
                                  int grpc_code, double seconds);
 
-/* Appends the metrics as Prometheus text to a malloc'd buffer (caller frees). */
+/* Appends the metrics as Prometheus text to a malloc'd buffer (caller frees). demand: the
+ * demand for workers now (its worker gauges are left out when NULL: etcd unreachable). */
 char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_counts[7],
-                                 size_t workers, int is_leader);
+                                 const Kolo__V1__Demand *demand, int is_leader);
+
+/* Per-job gauges (label job="<id>") as Prometheus text (malloc'd): step, total steps, loss,
+ * accuracy, samples/s, ring size, ring epoch, reconfigurations, and how many jobs were left
+ * out beyond the bound. */
+char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t n, size_t left_out);
 
 #endif

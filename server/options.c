@@ -42,6 +42,9 @@ static const setting settings[] = {
     INT_OPT(grace_ms, "grace-ms", "on SIGTERM, how long calls in flight may still take (default 5000)"),
     INT_OPT(leader_ttl_s, "leader-ttl", "leader lease TTL in seconds (default 3)"),
     TEXT_OPT(log_level, "log-level", "error, warn, info or debug (default info, or KOLO_LOG_LEVEL)"),
+    INT_OPT(metrics_points, "metrics-points", "metrics history: points kept per job, 3-100000 (default 2000)"),
+    INT_OPT(metrics_interval_ms, "metrics-interval-ms",
+            "metrics history: at most one point per job this often, 100-3600000 ms (default 1000)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -133,6 +136,8 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
   o->http_threads = 2;
   o->grace_ms = 5000;
   o->leader_ttl_s = 3;
+  o->metrics_points = 2000;
+  o->metrics_interval_ms = 1000;
   char host[64] = "kolo";
   gethostname(host, sizeof host - 1);
   snprintf(o->name, sizeof o->name, "%.64s-%d", host, (int)getpid());
@@ -204,5 +209,35 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
     snprintf(err, err_len, "threads: at least 1");
     return KOLO_ERR_INVALID_ARG;
   }
+  if (o->metrics_points < 3 || o->metrics_points > 100000) {
+    snprintf(err, err_len, "metrics-points: expected 3-100000");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (o->metrics_interval_ms < 100 || o->metrics_interval_ms > 3600000) {
+    snprintf(err, err_len, "metrics-interval-ms: expected 100-3600000");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  return KOLO_OK;
+}
+
+kolo_status kolo_server_token_parse(char *text, const char **token, char *err, size_t err_len) {
+  char *t = trim(text);
+  size_t n = strlen(t);
+  if (n == 0) {
+    snprintf(err, err_len, "the token file holds no token (empty or only whitespace)");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (n > 4096) {
+    snprintf(err, err_len, "the token is longer than 4096 characters");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)t[i];
+    if (c <= ' ' || c >= 0x7f) {
+      snprintf(err, err_len, "the token has a space, control or non-ASCII character at offset %zu", i);
+      return KOLO_ERR_INVALID_ARG;
+    }
+  }
+  *token = t;
   return KOLO_OK;
 }

@@ -24,6 +24,8 @@ typedef struct kolo_server_options {
   int grace_ms;           /* SIGTERM: how long in-flight calls may take */
   int leader_ttl_s;
   char log_level[16];
+  int metrics_points;      /* metrics history: points kept per job */
+  int metrics_interval_ms; /* metrics history: at most one point per job this often */
 } kolo_server_options;
 
 /* Fills opts from defaults, then the config file (if --config), then the flags.
@@ -33,5 +35,11 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
                                       size_t err_len);
 
 void kolo_server_options_usage(FILE *out);
+
+/* The bearer token in a --token-file's text, trimmed in place: surrounding whitespace
+ * (a trailing newline) goes; what is left must be 1-4096 visible ASCII characters with no
+ * space inside, else KOLO_ERR_INVALID_ARG with the reason in err (a file of only
+ * whitespace would otherwise make every request need an empty or blank token). */
+kolo_status kolo_server_token_parse(char *text, const char **token, char *err, size_t err_len);
 
 #endif

@@ -1,9 +1,11 @@
 /* Implementation of service.h. */
 #include "server/service.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "coordination/keys.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
 #include "server/job_model.h"
@@ -32,6 +34,12 @@ const kolo_server_method_info kolo_server_methods[KOLO_SERVER_METHOD_COUNT] = {
      &kolo__v1__list_workers_response__descriptor, 0},
     {"/kolo.v1.ClusterService/DrainWorker", "DrainWorker", &kolo__v1__drain_worker_request__descriptor,
      &kolo__v1__worker__descriptor, 0},
+    {"/kolo.v1.ClusterService/UndrainWorker", "UndrainWorker", &kolo__v1__undrain_worker_request__descriptor,
+     &kolo__v1__worker__descriptor, 0},
+    {"/kolo.v1.ClusterService/GetDemand", "GetDemand", &kolo__v1__get_demand_request__descriptor,
+     &kolo__v1__demand__descriptor, 0},
+    {"/kolo.v1.JobService/GetJobMetrics", "GetJobMetrics", &kolo__v1__get_job_metrics_request__descriptor,
+     &kolo__v1__job_metrics__descriptor, 0},
 };
 
 kolo_status kolo_server_service_check_id(const char *id, char *err, size_t err_len) {
@@ -105,19 +113,50 @@ kolo_status kolo_server_service_call(kolo_server_store *store, kolo_server_metho
     }
     case KOLO_SERVER_LIST_WORKERS:
       return kolo_server_store_list_workers(store, (Kolo__V1__ListWorkersResponse **)resp);
-    case KOLO_SERVER_DRAIN_WORKER: {
-      const Kolo__V1__DrainWorkerRequest *r = (const Kolo__V1__DrainWorkerRequest *)req;
-      if (r->id[0] == '\0' || strchr(r->id, '/') != NULL) {
-        snprintf(err, err_len, "id: required, without '/'");
+    case KOLO_SERVER_DRAIN_WORKER:
+    case KOLO_SERVER_UNDRAIN_WORKER: {
+      /* DrainWorkerRequest and UndrainWorkerRequest have the same one field */
+      const char *id = method == KOLO_SERVER_DRAIN_WORKER ? ((const Kolo__V1__DrainWorkerRequest *)req)->id
+                                                          : ((const Kolo__V1__UndrainWorkerRequest *)req)->id;
+      if (!kolo_keys_name_valid(id)) {
+        snprintf(err, err_len, "id: %s", id[0] ? "not a worker id (1-128 of A-Z a-z 0-9 . _ -)" : "required");
         return KOLO_ERR_INVALID_ARG;
       }
-      rc = kolo_server_store_drain_worker(store, r->id, (Kolo__V1__Worker **)resp);
-      return not_found(rc, "worker", r->id, err, err_len);
+      rc = method == KOLO_SERVER_DRAIN_WORKER ? kolo_server_store_drain_worker(store, id, (Kolo__V1__Worker **)resp)
+                                              : kolo_server_store_undrain_worker(store, id, (Kolo__V1__Worker **)resp);
+      return not_found(rc, "worker", id, err, err_len);
+    }
+    case KOLO_SERVER_GET_DEMAND:
+      return kolo_server_store_get_demand(store, (Kolo__V1__Demand **)resp);
+    case KOLO_SERVER_GET_JOB_METRICS: {
+      const Kolo__V1__GetJobMetricsRequest *r = (const Kolo__V1__GetJobMetricsRequest *)req;
+      KOLO_CHECK_ID(r->id);
+      rc = kolo_server_store_metrics(store, r->id, r->since_step, (Kolo__V1__JobMetrics **)resp);
+      return not_found(rc, "job", r->id, err, err_len);
     }
     default:
       snprintf(err, err_len, "not a unary method");
       return KOLO_ERR_UNSUPPORTED;
   }
+}
+
+int kolo_server_bearer_matches(const char *given, size_t len, const char *token) {
+  static const char scheme[] = "bearer";
+  if (given == NULL || token == NULL || len < sizeof scheme) return 0;
+  for (size_t i = 0; i < sizeof scheme - 1; i++) {
+    char c = given[i];
+    if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+    if (c != scheme[i]) return 0;
+  }
+  size_t at = sizeof scheme - 1;
+  if (given[at] != ' ') return 0;
+  while (at < len && given[at] == ' ') at++;
+  const char *presented = given + at;
+  size_t presented_len = len - at, want_len = strlen(token);
+  unsigned diff = (unsigned)(presented_len ^ want_len);
+  for (size_t k = 0; k < want_len; k++)
+    diff |= (unsigned)((uint8_t)presented[k < presented_len ? k : 0] ^ (uint8_t)token[k]);
+  return diff == 0 && want_len > 0;
 }
 
 /* grpc_status_code values, fixed by the gRPC protocol. */

@@ -19,6 +19,9 @@ typedef enum kolo_server_method {
   KOLO_SERVER_WATCH_JOB,
   KOLO_SERVER_LIST_WORKERS,
   KOLO_SERVER_DRAIN_WORKER,
+  KOLO_SERVER_UNDRAIN_WORKER,
+  KOLO_SERVER_GET_DEMAND,
+  KOLO_SERVER_GET_JOB_METRICS,
   KOLO_SERVER_METHOD_COUNT
 } kolo_server_method;
 
@@ -40,6 +43,11 @@ kolo_status kolo_server_service_call(kolo_server_store *store, kolo_server_metho
 
 /* Checks a request that carries a job id ("id: required" / "id: ..."). */
 kolo_status kolo_server_service_check_id(const char *id, char *err, size_t err_len);
+
+/* Whether an Authorization value (gRPC metadata or HTTP header, given[0..len), not
+ * NUL-terminated) is "Bearer <token>": the scheme matched case-insensitively (RFC 7235),
+ * one or more spaces, then the token compared in constant time. NULL given = no. */
+int kolo_server_bearer_matches(const char *given, size_t len, const char *token);
 
 /* gRPC status code (grpc_status_code values) and its name for a kolo_status. */
 int kolo_server_grpc_code(kolo_status rc);

@@ -1,5 +1,7 @@
 /* Implementation of store.h: the watch-fed view (a sorted array of jobs, each with cached
- * packed and JSON forms) and the txn-based writes. */
+ * packed and JSON forms) and the txn-based writes. The view follows all of /kolo/v1/ with one
+ * watch: jobs here, metrics history and rings in store_history.c, and a change counter for
+ * the worker keys. */
 #include "server/store.h"
 
 #include <errno.h>
@@ -14,49 +16,16 @@
 #include "common/log.h"
 #include "server/job_model.h"
 #include "server/json_codec.h"
+#include "server/store_internal.h"
 
 #define LOG "store"
 #define WRITE_ATTEMPTS 8
 #define CATCH_UP_MS 5000
 #define KOLO_CHECK_GOTO_RC(call) KOLO_CHECK_GOTO(call, rc, out)
 
-typedef struct entry {
-  char id[KOLO_SERVER_ID_MAX + 1];
-  Kolo__V1__JobSpec *spec;
-  Kolo__V1__JobStatus *status;
-  int64_t status_rev;
-  Kolo__V1__Event **events; /* sorted by seq */
-  size_t n_events, cap_events;
-  uint8_t *packed; /* Job with events; NULL until spec and status are both known */
-  size_t packed_len;
-  char *json;
-  int touched; /* changed in the batch being applied */
-} entry;
-
-typedef struct subscriber {
-  uint64_t handle;
-  char id[KOLO_SERVER_ID_MAX + 1];
-  kolo_server_store_watch_fn fn;
-  void *arg;
-  struct subscriber *next;
-} subscriber;
-
-struct kolo_server_store {
-  kolo_server_kv *kv;
-  pthread_rwlock_t lock; /* entries */
-  entry **entries;       /* sorted by id */
-  size_t count, cap;
-  pthread_mutex_t rev_lock;
-  pthread_cond_t rev_cond;
-  int64_t revision; /* newest revision applied to the view */
-  pthread_mutex_t sub_lock; /* subscribers; held while delivering */
-  subscriber *subs;
-  uint64_t next_handle;
-};
-
 /* ---- the view ---- */
 
-static long find_entry(const kolo_server_store *s, const char *id) {
+long kolo_server_store_find_entry(const kolo_server_store *s, const char *id) {
   size_t lo = 0, hi = s->count;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -78,11 +47,12 @@ static void entry_free(entry *e) {
   free(e->events);
   free(e->packed);
   free(e->json);
+  kolo_server_store_history_free(e);
   free(e);
 }
 
-static entry *get_or_add_entry(kolo_server_store *s, const char *id) {
-  long at = find_entry(s, id);
+entry *kolo_server_store_entry_for(kolo_server_store *s, const char *id) {
+  long at = kolo_server_store_find_entry(s, id);
   if (at >= 0) return s->entries[at];
   if (s->count == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 64;
@@ -153,7 +123,7 @@ static kolo_status entry_put_event(entry *e, Kolo__V1__Event *ev) {
 }
 
 /* Applies one key of /kolo/v1/jobs/ to the view (write lock held). */
-static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, int is_delete) {
+static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item, int is_delete) {
   const char *rest = item->key + strlen(KOLO_SERVER_JOBS_PREFIX);
   const char *slash = strchr(rest, '/');
   if (slash == NULL || (size_t)(slash - rest) > KOLO_SERVER_ID_MAX) return;
@@ -168,16 +138,30 @@ static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, in
     desc = &kolo__v1__job_status__descriptor;
   else if (strncmp(part, "events/", 7) == 0)
     desc = &kolo__v1__event__descriptor;
-  else
-    return; /* ring/<epoch> and others belong to the scheduler */
+  else if (strncmp(part, "ring/", 5) == 0) {
+    entry *e = NULL;
+    if (!is_delete) {
+      e = kolo_server_store_entry_for(s, id);
+    } else {
+      long at = kolo_server_store_find_entry(s, id);
+      if (at >= 0) e = s->entries[at];
+    }
+    if (e) {
+      kolo_server_store_apply_ring(e, item, is_delete);
+      e->history_batch = s->batch;
+    }
+    return;
+  } else
+    return; /* reports/<worker> and others belong to the scheduler */
   if (is_delete) {
-    long at = find_entry(s, id);
+    long at = kolo_server_store_find_entry(s, id);
     if (at < 0) return;
     /* Deleting a job's spec removes the job from the view (operators' cleanup). */
     if (desc == &kolo__v1__job_spec__descriptor) {
       entry_free(s->entries[at]);
       memmove(&s->entries[at], &s->entries[at + 1], (s->count - (size_t)at - 1) * sizeof *s->entries);
       s->count--;
+      s->list_batch = s->batch;
     }
     return;
   }
@@ -187,7 +171,7 @@ static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, in
     KOLO_LOGW(LOG, "ignoring %s: %s", item->key, err);
     return;
   }
-  entry *e = get_or_add_entry(s, id);
+  entry *e = kolo_server_store_entry_for(s, id);
   if (e == NULL) {
     protobuf_c_message_free_unpacked(msg, NULL);
     return;
@@ -195,14 +179,29 @@ static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, in
   if (desc == &kolo__v1__job_spec__descriptor) {
     if (e->spec) protobuf_c_message_free_unpacked(&e->spec->base, NULL);
     e->spec = (Kolo__V1__JobSpec *)msg;
+    s->list_batch = s->batch;
   } else if (desc == &kolo__v1__job_status__descriptor) {
     if (e->status) protobuf_c_message_free_unpacked(&e->status->base, NULL);
     e->status = (Kolo__V1__JobStatus *)msg;
     e->status_rev = item->mod_revision;
+    s->list_batch = s->batch;
   } else if (entry_put_event(e, (Kolo__V1__Event *)msg) != KOLO_OK) {
     protobuf_c_message_free_unpacked(msg, NULL);
   }
   e->touched = 1;
+}
+
+static int has_prefix(const char *key, const char *prefix) { return strncmp(key, prefix, strlen(prefix)) == 0; }
+
+/* Applies one key under /kolo/v1/ to the view (write lock held). */
+static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, int is_delete) {
+  if (has_prefix(item->key, KOLO_SERVER_JOBS_PREFIX))
+    apply_job_item(s, item, is_delete);
+  else if (has_prefix(item->key, KOLO_SERVER_METRICS_PREFIX))
+    kolo_server_store_apply_point(s, item->key, item, is_delete);
+  else if (has_prefix(item->key, KOLO_SERVER_WORKERS_PREFIX) || has_prefix(item->key, KOLO_SERVER_DRAIN_PREFIX) ||
+           has_prefix(item->key, KOLO_SERVER_ASSIGN_PREFIX))
+    s->workers_batch = s->batch;
 }
 
 /* Records how far the view got; reset = a resync (etcd's history may even have gone back). */
@@ -219,25 +218,31 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
   kolo_server_store *s = arg;
   pthread_mutex_lock(&s->sub_lock);
   pthread_rwlock_wrlock(&s->lock);
+  s->batch++;
   if (reset) {
     /* History was compacted away: rebuild the view from the snapshot. */
     KOLO_LOGW(LOG, "watch resynced at revision %" PRId64 "; reloading %zu keys", revision, count);
     for (size_t i = 0; i < s->count; i++) entry_free(s->entries[i]);
     s->count = 0;
+    s->list_batch = s->workers_batch = s->batch;
   }
   for (size_t i = 0; i < count; i++) apply_item(s, &events[i].item, events[i].is_delete);
   for (size_t i = 0; i < s->count; i++) {
     entry *e = s->entries[i];
     if (!e->touched) continue;
     e->touched = 0;
+    e->job_batch = s->batch;
     entry_rebuild(e);
     if (e->packed == NULL) continue;
     for (subscriber *sub = s->subs; sub; sub = sub->next)
       if (strcmp(sub->id, e->id) == 0) sub->fn(sub->arg, e->packed, e->packed_len, e->status->phase);
   }
+  kolo_server_store_change_fn on_change = s->on_change;
+  void *on_change_arg = s->on_change_arg;
   pthread_rwlock_unlock(&s->lock);
   pthread_mutex_unlock(&s->sub_lock);
   set_revision(s, revision, reset);
+  if (on_change) on_change(on_change_arg);
 }
 
 /* Waits until the view has applied revision (a write of ours), up to CATCH_UP_MS. */
@@ -282,16 +287,20 @@ kolo_status kolo_server_store_create(kolo_server_kv *kv, kolo_server_store **out
   pthread_mutex_init(&s->rev_lock, NULL);
   pthread_cond_init(&s->rev_cond, NULL);
   pthread_mutex_init(&s->sub_lock, NULL);
-  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_JOBS_PREFIX, &items, &n, &revision));
+  pthread_mutex_init(&s->cache_lock, NULL);
+  s->batch = 1;
+  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_ROOT_PREFIX, &items, &n, &revision));
   pthread_rwlock_wrlock(&s->lock);
   for (size_t i = 0; i < n; i++) apply_item(s, &items[i], 0);
   for (size_t i = 0; i < s->count; i++) {
     s->entries[i]->touched = 0;
+    s->entries[i]->job_batch = s->batch;
     entry_rebuild(s->entries[i]);
   }
+  s->list_batch = s->workers_batch = s->batch;
   pthread_rwlock_unlock(&s->lock);
   s->revision = revision;
-  KOLO_CHECK_GOTO_RC(kv->ops->start_watch(kv, KOLO_SERVER_JOBS_PREFIX, revision + 1, on_watch, s));
+  KOLO_CHECK_GOTO_RC(kv->ops->start_watch(kv, KOLO_SERVER_ROOT_PREFIX, revision + 1, on_watch, s));
   KOLO_LOGI(LOG, "loaded %zu jobs at revision %" PRId64, s->count, revision);
   kolo_server_kv_items_free(items, n);
   *out = s;
@@ -316,6 +325,8 @@ void kolo_server_store_destroy(kolo_server_store *s) {
   pthread_mutex_destroy(&s->rev_lock);
   pthread_cond_destroy(&s->rev_cond);
   pthread_mutex_destroy(&s->sub_lock);
+  pthread_mutex_destroy(&s->cache_lock);
+  free(s->list_json);
   free(s);
 }
 
@@ -325,7 +336,7 @@ kolo_status kolo_server_store_get_packed(kolo_server_store *s, const char *id, u
                                          size_t *len) {
   kolo_status rc = KOLO_ERR_NOT_FOUND;
   pthread_rwlock_rdlock(&s->lock);
-  long at = find_entry(s, id);
+  long at = kolo_server_store_find_entry(s, id);
   if (at >= 0 && s->entries[at]->packed) {
     entry *e = s->entries[at];
     *buf = malloc(e->packed_len + 1);
@@ -342,7 +353,7 @@ kolo_status kolo_server_store_get_packed(kolo_server_store *s, const char *id, u
 kolo_status kolo_server_store_get_json(kolo_server_store *s, const char *id, char **json) {
   kolo_status rc = KOLO_ERR_NOT_FOUND;
   pthread_rwlock_rdlock(&s->lock);
-  long at = find_entry(s, id);
+  long at = kolo_server_store_find_entry(s, id);
   if (at >= 0 && s->entries[at]->json) {
     *json = strdup(s->entries[at]->json);
     rc = *json ? KOLO_OK : KOLO_ERR_NO_MEMORY;
@@ -409,6 +420,23 @@ out:
   return KOLO_OK;
 }
 
+kolo_status kolo_server_store_job_sizes(kolo_server_store *s, kolo_server_job_size **out, size_t *n) {
+  pthread_rwlock_rdlock(&s->lock);
+  kolo_server_job_size *sizes = calloc(s->count + 1, sizeof *sizes);
+  size_t k = 0;
+  for (size_t i = 0; sizes && i < s->count; i++) {
+    const entry *e = s->entries[i];
+    if (e->status == NULL || e->spec == NULL) continue;
+    sizes[k++] = (kolo_server_job_size){e->status->phase, (uint32_t)e->status->n_members,
+                                        e->status->min_workers ? e->status->min_workers : e->spec->min_workers,
+                                        e->status->max_workers ? e->status->max_workers : e->spec->max_workers};
+  }
+  pthread_rwlock_unlock(&s->lock);
+  *out = sizes;
+  *n = k;
+  return sizes ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+}
+
 void kolo_server_store_count_phases(kolo_server_store *s, uint64_t counts[7]) {
   memset(counts, 0, 7 * sizeof counts[0]);
   pthread_rwlock_rdlock(&s->lock);
@@ -432,7 +460,7 @@ static void event_key(char *out, size_t len, const char *id, uint64_t seq) {
 static kolo_status snapshot(kolo_server_store *s, const char *id, Kolo__V1__Job **job, int64_t *status_rev) {
   kolo_status rc = KOLO_ERR_NOT_FOUND;
   pthread_rwlock_rdlock(&s->lock);
-  long at = find_entry(s, id);
+  long at = kolo_server_store_find_entry(s, id);
   if (at >= 0 && s->entries[at]->packed) {
     entry *e = s->entries[at];
     *status_rev = e->status_rev;
@@ -458,14 +486,14 @@ static kolo_status write_status(kolo_server_store *s, const Kolo__V1__Job *job, 
   cmps[0] = (kolo_server_kv_compare){keys[0], KOLO_SERVER_KV_MOD, status_rev};
   values[0] = kolo_server_json_dump_message(&job->status->base, 0);
   if (values[0] == NULL) goto out;
-  puts[0] = (kolo_server_kv_put){keys[0], values[0]};
+  puts[0] = (kolo_server_kv_put){keys[0], values[0], 0};
   for (size_t i = 0; i < n_new; i++) {
     const Kolo__V1__Event *ev = job->events[first_new + i];
     event_key(keys[i + 1], sizeof keys[i + 1], job->id, ev->seq);
     cmps[i + 1] = (kolo_server_kv_compare){keys[i + 1], KOLO_SERVER_KV_CREATE, 0};
     values[i + 1] = kolo_server_json_dump_message(&ev->base, 0);
     if (values[i + 1] == NULL) goto out;
-    puts[i + 1] = (kolo_server_kv_put){keys[i + 1], values[i + 1]};
+    puts[i + 1] = (kolo_server_kv_put){keys[i + 1], values[i + 1], 0};
   }
   rc = s->kv->ops->txn(s->kv, cmps, n_new + 1, puts, n_new + 1, revision);
 out:
@@ -581,7 +609,7 @@ kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *sp
   job_key(status_key, sizeof status_key, id, "status");
   event_key(event_key_text, sizeof event_key_text, id, 1);
   kolo_server_kv_compare cmp = {spec_key, KOLO_SERVER_KV_CREATE, 0};
-  kolo_server_kv_put puts[3] = {{spec_key, spec_json}, {status_key, status_json}, {event_key_text, event_json}};
+  kolo_server_kv_put puts[3] = {{spec_key, spec_json, 0}, {status_key, status_json, 0}, {event_key_text, event_json, 0}};
   int64_t revision = 0;
   rc = s->kv->ops->txn(s->kv, &cmp, 1, puts, 3, &revision);
   if (rc == KOLO_OK) {
@@ -628,7 +656,7 @@ kolo_status kolo_server_store_subscribe(kolo_server_store *s, const char *id,
   kolo_status rc = KOLO_ERR_NOT_FOUND;
   pthread_mutex_lock(&s->sub_lock);
   pthread_rwlock_rdlock(&s->lock);
-  long at = find_entry(s, id);
+  long at = kolo_server_store_find_entry(s, id);
   if (at >= 0 && s->entries[at]->packed) {
     entry *e = s->entries[at];
     sub->handle = s->next_handle++;

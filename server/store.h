@@ -1,8 +1,9 @@
 /* The job store: jobs live in etcd (through kv.h) under /kolo/v1/jobs/<id>/{spec,status,
  * events/<n>}; every change is a txn with revision compares, and reads are served from an
- * in-memory view fed by a prefix watch (so a GET never touches etcd). Every replica keeps
- * its own view; any replica may submit/cancel/scale because the compares make concurrent
- * writers safe. */
+ * in-memory view fed by a prefix watch on /kolo/v1/ (so a GET never touches etcd). Every
+ * replica keeps its own view; any replica may submit/cancel/scale because the compares make
+ * concurrent writers safe. The view also holds each job's metrics history
+ * (/kolo/v1/metrics/<id>/<step>, written by the leader's recorder) and ring epochs. */
 #ifndef KOLO_SERVER_STORE_H
 #define KOLO_SERVER_STORE_H
 
@@ -12,9 +13,12 @@
 #include "kolo/status.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
+#include "server/demand.h"
 #include "server/kv.h"
 
+#define KOLO_SERVER_ROOT_PREFIX "/kolo/v1/"
 #define KOLO_SERVER_JOBS_PREFIX "/kolo/v1/jobs/"
+#define KOLO_SERVER_METRICS_PREFIX "/kolo/v1/metrics/"
 #define KOLO_SERVER_WORKERS_PREFIX "/kolo/v1/workers/"
 #define KOLO_SERVER_DRAIN_PREFIX "/kolo/v1/drain/"
 #define KOLO_SERVER_ASSIGN_PREFIX "/kolo/v1/assign/"
@@ -64,11 +68,83 @@ void kolo_server_store_unsubscribe(kolo_server_store *store, uint64_t handle);
 /* Number of jobs in each phase (index = Kolo__V1__Phase, 7 slots). */
 void kolo_server_store_count_phases(kolo_server_store *store, uint64_t counts[7]);
 
+/* Phase, members and bounds of every job in the view (*out malloc'd, *n entries). */
+kolo_status kolo_server_store_job_sizes(kolo_server_store *store, kolo_server_job_size **out, size_t *n);
+
+/* The demand for workers now (demand.h) from the view's jobs and the registered workers. */
+kolo_status kolo_server_store_get_demand(kolo_server_store *store, Kolo__V1__Demand **out);
+
 /* Workers registered under /kolo/v1/workers/ (read from kv; drained ones flagged). */
 kolo_status kolo_server_store_list_workers(kolo_server_store *store, Kolo__V1__ListWorkersResponse **out);
-/* Writes /kolo/v1/drain/<id>; KOLO_ERR_NOT_FOUND if no such worker is registered. */
+/* Writes /kolo/v1/drain/<id> under the lease of the worker's current registration, so the
+ * mark ends with it (coordination/drain.h); KOLO_ERR_NOT_FOUND if no such worker is
+ * registered. *out: the worker as ListWorkers shows it now. */
 kolo_status kolo_server_store_drain_worker(kolo_server_store *store, const char *id,
                                            Kolo__V1__Worker **out);
+/* Deletes /kolo/v1/drain/<id> (nothing to do if absent); KOLO_ERR_NOT_FOUND if no such
+ * worker is registered (a mark it left is deleted all the same). */
+kolo_status kolo_server_store_undrain_worker(kolo_server_store *store, const char *id,
+                                             Kolo__V1__Worker **out);
+
+/* ---- metrics history, rings, gauges (store_history.c) ---- */
+
+/* "/kolo/v1/metrics/<id>/<step, 20 digits>" (key order = step order). */
+void kolo_server_store_metrics_key(char *out, size_t len, const char *id, uint64_t step);
+
+/* Job id's history: points with step > since_step, and every ring epoch. KOLO_ERR_NOT_FOUND
+ * for an unknown job. */
+kolo_status kolo_server_store_metrics(kolo_server_store *store, const char *id, uint64_t since_step,
+                                      Kolo__V1__JobMetrics **out);
+
+/* One txn's worth of history for one job, planned by history.h against the view. */
+typedef struct kolo_server_history_write {
+  char id[64];
+  Kolo__V1__MetricPoint point; /* put at its step's key */
+  int64_t point_rev;           /* that key's mod revision now (0 = absent: compare CREATE == 0) */
+  int has_delete;              /* also delete the point at delete_step ... */
+  uint64_t delete_step;
+  int64_t delete_rev;          /* ... if its key is still at this mod revision */
+} kolo_server_history_write;
+
+/* Plans the next point of every job whose status moved on, at most max_writes of them
+ * (*out malloc'd, *n set; nothing to do = 0). max_points bounds each series. */
+kolo_status kolo_server_store_history_writes(kolo_server_store *store, size_t max_points, size_t max_writes,
+                                             kolo_server_history_write **out, size_t *n);
+
+/* What /metrics shows per job. */
+typedef struct kolo_server_job_gauge {
+  char id[64];
+  Kolo__V1__Phase phase;
+  uint64_t step, total_steps, epoch;
+  double loss, accuracy, samples_per_sec;
+  uint32_t ring_size, reconfigurations;
+} kolo_server_job_gauge;
+
+/* At most max jobs for /metrics (bounded label cardinality): jobs not yet finished first
+ * (newest first), then finished ones (latest finished first). Returns how many were written;
+ * *left_out = the jobs that did not fit. */
+size_t kolo_server_store_job_gauges(kolo_server_store *store, kolo_server_job_gauge *out, size_t max,
+                                    size_t *left_out);
+
+/* ---- change marks (for server-sent events) ---- */
+
+/* Called on the watch thread after each batch of changes was applied (no store lock held);
+ * must not block. One at a time: setting it replaces the previous one (NULL = none). */
+typedef void (*kolo_server_store_change_fn)(void *arg);
+void kolo_server_store_set_change_fn(kolo_server_store *store, kolo_server_store_change_fn fn, void *arg);
+
+/* Counters that grow whenever what they cover changes (compare with what you saw last). */
+typedef struct kolo_server_store_marks {
+  uint64_t list;    /* any job's spec or status, or the set of jobs */
+  uint64_t workers; /* worker registrations, drains, assignments */
+  uint64_t job;     /* job id (if given): its spec, status or events; 0 = unknown job */
+  uint64_t history; /* job id: its metrics points or rings */
+} kolo_server_store_marks;
+void kolo_server_store_get_marks(kolo_server_store *store, const char *id, kolo_server_store_marks *out);
+
+/* ListJobs of every job (the first 1000 by id, events left out) as JSON text, built once per
+ * change however many ask (malloc'd copy). */
+kolo_status kolo_server_store_list_json(kolo_server_store *store, char **json);
 
 /* The kv the store writes through (workers.c reads worker registrations with it). */
 kolo_server_kv *kolo_server_store_kv(kolo_server_store *store);

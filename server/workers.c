@@ -1,6 +1,7 @@
 /* ClusterService's side of the store: workers registered under /kolo/v1/workers/ (written
- * by kolo-worker, read here leniently) and drain marks under /kolo/v1/drain/. Read straight
- * from etcd: these are rare calls, unlike job reads. */
+ * by kolo-worker, read here leniently) and drain marks under /kolo/v1/drain/, each written
+ * under the lease of the registration it drains (coordination/drain.h). Read straight from
+ * etcd: these are rare calls, unlike job reads. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -9,12 +10,26 @@
 
 #include "common/checks.h"
 #include "common/log.h"
+#include "coordination/drain.h"
+#include "coordination/keys.h"
 #include "server/job_model.h"
 #include "server/json_codec.h"
 #include "server/store.h"
 
 #define LOG "store"
 #define KOLO_CHECK_GOTO_RC(call) KOLO_CHECK_GOTO(call, rc, out)
+
+/* Worker.state as cluster.proto names it (IDLE, BUSY, DRAINING): kolo-worker's record
+ * says "idle"/"busy"/"draining"; any other word is passed on upper-cased. */
+static const char *state_name(const char *state) {
+  static __thread char upper[32];
+  if (state == NULL || state[0] == '\0') return "IDLE";
+  size_t i = 0;
+  for (; state[i] && i < sizeof upper - 1; i++)
+    upper[i] = (char)(state[i] >= 'a' && state[i] <= 'z' ? state[i] - 'a' + 'A' : state[i]);
+  upper[i] = '\0';
+  return upper;
+}
 
 /* Reads a worker registration leniently: the worker component owns its exact shape. */
 static Kolo__V1__Worker *worker_from_json(const char *key, const char *text, size_t len) {
@@ -29,7 +44,7 @@ static Kolo__V1__Worker *worker_from_json(const char *key, const char *text, siz
   kolo_server_pb_set_string(&w->id, json_string_value(json_object_get(obj, "id")) ?: id);
   kolo_server_pb_set_string(&w->host, json_string_value(json_object_get(obj, "host")) ?: "");
   kolo_server_pb_set_string(&w->address, json_string_value(json_object_get(obj, "address")) ?: "");
-  kolo_server_pb_set_string(&w->state, json_string_value(json_object_get(obj, "state")) ?: "IDLE");
+  kolo_server_pb_set_string(&w->state, state_name(json_string_value(json_object_get(obj, "state"))));
   kolo_server_pb_set_string(&w->job_id, json_string_value(json_object_get(obj, "job_id")) ?: "");
   /* kolo-worker's record (coordination/membership.c) says "cpus": one slot each */
   json_t *slots = json_object_get(obj, "slots");
@@ -68,6 +83,16 @@ static void set_job_from_assignments(Kolo__V1__Worker *w, const kolo_server_kv_i
   }
 }
 
+/* The drain mark of worker id that applies to its registration holding lease, or NULL. */
+static const kolo_server_kv_item *drain_mark_of(const kolo_server_kv_item *drains, size_t n, const char *id,
+                                                int64_t lease) {
+  for (size_t d = 0; d < n; d++)
+    if (strcmp(drains[d].key + strlen(KOLO_SERVER_DRAIN_PREFIX), id) == 0 &&
+        kolo_drain_mark_applies(drains[d].value, drains[d].value_len, lease))
+      return &drains[d];
+  return NULL;
+}
+
 kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListWorkersResponse **out) {
   kolo_server_kv *kv = kolo_server_store_kv(s);
   kolo_server_kv_item *items = NULL, *drains = NULL, *assigns = NULL;
@@ -89,8 +114,8 @@ kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListW
   for (size_t i = 0; i < n; i++) {
     Kolo__V1__Worker *w = worker_from_json(items[i].key, items[i].value, items[i].value_len);
     if (w == NULL) continue;
-    for (size_t d = 0; d < n_drains; d++)
-      if (strcmp(drains[d].key + strlen(KOLO_SERVER_DRAIN_PREFIX), w->id) == 0) w->draining = 1;
+    w->draining = drain_mark_of(drains, n_drains, items[i].key + strlen(KOLO_SERVER_WORKERS_PREFIX),
+                                items[i].lease) != NULL;
     if (w->draining) kolo_server_pb_set_string(&w->state, "DRAINING");
     set_job_from_assignments(w, assigns, n_assigns);
     resp->workers[resp->n_workers++] = w;
@@ -104,28 +129,92 @@ out:
   return rc;
 }
 
-kolo_status kolo_server_store_drain_worker(kolo_server_store *s, const char *id, Kolo__V1__Worker **out) {
-  kolo_server_kv *kv = kolo_server_store_kv(s);
+/* A copy of worker id as ListWorkers shows it; KOLO_ERR_NOT_FOUND if it is not registered. */
+static kolo_status get_worker(kolo_server_store *s, const char *id, Kolo__V1__Worker **out) {
   Kolo__V1__ListWorkersResponse *all = NULL;
   KOLO_CHECK(kolo_server_store_list_workers(s, &all));
   kolo_status rc = KOLO_ERR_NOT_FOUND;
-  for (size_t i = 0; i < all->n_workers; i++) {
+  for (size_t i = 0; i < all->n_workers && rc == KOLO_ERR_NOT_FOUND; i++) {
     if (strcmp(all->workers[i]->id, id) != 0) continue;
-    char key[200], value[96];
-    snprintf(key, sizeof key, KOLO_SERVER_DRAIN_PREFIX "%.150s", id);
-    snprintf(value, sizeof value, "{\"draining\":true,\"time_unix_ms\":%" PRId64 "}", kolo_server_now_ms());
-    kolo_server_kv_put put = {key, value};
-    int64_t revision;
-    rc = kv->ops->txn(kv, NULL, 0, &put, 1, &revision);
-    if (rc != KOLO_OK) break;
-    Kolo__V1__Worker *w = all->workers[i];
-    w->draining = 1;
-    kolo_server_pb_set_string(&w->state, "DRAINING");
-    *out = (Kolo__V1__Worker *)kolo_server_pb_copy(&w->base);
+    *out = (Kolo__V1__Worker *)kolo_server_pb_copy(&all->workers[i]->base);
     rc = *out ? KOLO_OK : KOLO_ERR_NO_MEMORY;
-    KOLO_LOGI(LOG, "worker %s drained", id);
-    break;
   }
   protobuf_c_message_free_unpacked(&all->base, NULL);
+  return rc;
+}
+
+/* The registration of worker id: its record's create revision and lease (NOT_FOUND if none). */
+static kolo_status find_registration(kolo_server_kv *kv, const char *key, int64_t *created, int64_t *lease) {
+  kolo_server_kv_item *items = NULL;
+  size_t n = 0;
+  int64_t revision;
+  KOLO_CHECK(kv->ops->range(kv, key, &items, &n, &revision));
+  kolo_status rc = KOLO_ERR_NOT_FOUND;
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(items[i].key, key) != 0) continue; /* a prefix range: w1 also finds w10 */
+    *created = items[i].create_revision;
+    *lease = items[i].lease;
+    rc = KOLO_OK;
+  }
+  kolo_server_kv_items_free(items, n);
+  return rc;
+}
+
+kolo_status kolo_server_store_drain_worker(kolo_server_store *s, const char *id, Kolo__V1__Worker **out) {
+  kolo_server_kv *kv = kolo_server_store_kv(s);
+  char worker_key[200], drain_key[200];
+  if (kolo_keys_worker(id, worker_key, sizeof worker_key) != KOLO_OK ||
+      kolo_keys_drain(id, drain_key, sizeof drain_key) != KOLO_OK)
+    return KOLO_ERR_INVALID_ARG;
+  kolo_status rc = KOLO_ERR_CONFLICT;
+  /* the mark goes under the registration's lease, in a txn that the registration is still
+   * the one read: a worker that re-registers in between is read again */
+  for (int attempt = 0; attempt < 3 && rc == KOLO_ERR_CONFLICT; attempt++) {
+    int64_t created = 0, lease = 0, revision;
+    KOLO_CHECK(find_registration(kv, worker_key, &created, &lease));
+    char *mark = kolo_drain_mark_json(lease, kolo_server_now_ms());
+    if (mark == NULL) return KOLO_ERR_NO_MEMORY;
+    kolo_server_kv_compare same = {worker_key, KOLO_SERVER_KV_CREATE, created};
+    kolo_server_kv_put put = {drain_key, mark, lease};
+    rc = kv->ops->txn(kv, &same, 1, &put, 1, &revision);
+    free(mark);
+  }
+  if (rc == KOLO_ERR_CONFLICT) rc = KOLO_ERR_UNAVAILABLE; /* registered again three times meanwhile */
+  KOLO_CHECK(rc);
+  KOLO_LOGI(LOG, "worker %s drained", id);
+  return get_worker(s, id, out);
+}
+
+kolo_status kolo_server_store_undrain_worker(kolo_server_store *s, const char *id, Kolo__V1__Worker **out) {
+  kolo_server_kv *kv = kolo_server_store_kv(s);
+  char drain_key[200];
+  if (kolo_keys_drain(id, drain_key, sizeof drain_key) != KOLO_OK) return KOLO_ERR_INVALID_ARG;
+  kolo_server_kv_put remove = {drain_key, NULL, 0};
+  int64_t revision;
+  KOLO_CHECK(kv->ops->txn(kv, NULL, 0, &remove, 1, &revision));
+  KOLO_LOGI(LOG, "worker %s undrained", id);
+  return get_worker(s, id, out);
+}
+
+kolo_status kolo_server_store_get_demand(kolo_server_store *s, Kolo__V1__Demand **out) {
+  Kolo__V1__ListWorkersResponse *all = NULL;
+  kolo_server_job_size *jobs = NULL;
+  size_t n_jobs = 0;
+  kolo_status rc;
+  KOLO_CHECK_GOTO_RC(kolo_server_store_list_workers(s, &all));
+  KOLO_CHECK_GOTO_RC(kolo_server_store_job_sizes(s, &jobs, &n_jobs));
+  kolo_server_worker_counts counts;
+  kolo_server_demand_count_workers(all, &counts);
+  rc = KOLO_ERR_NO_MEMORY;
+  Kolo__V1__Demand *demand = malloc(sizeof *demand);
+  if (demand == NULL) goto out;
+  kolo__v1__demand__init(demand);
+  kolo_server_demand_compute(jobs, n_jobs, &counts, demand);
+  demand->time_unix_ms = kolo_server_now_ms();
+  *out = demand;
+  rc = KOLO_OK;
+out:
+  if (all) protobuf_c_message_free_unpacked(&all->base, NULL);
+  free(jobs);
   return rc;
 }

@@ -16,15 +16,21 @@ extern "C" {
 
 /* Ownership and threading, for every function below:
  * - Buffers passed to an operation belong to the caller; they must be device
- *   memory (cudaMalloc, or managed memory) on the communicator's device and stay
- *   valid until the request completes (kolo_nccl_wait, or kolo_nccl_test says done).
- * - The data must be ready when the operation is submitted. kolo's stream is an
- *   ordinary (blocking) CUDA stream: it is ordered after work on the legacy default
- *   stream, but not after other user streams; synchronize those first.
+ *   memory (cudaMalloc, or managed memory) on the communicator's device, each one
+ *   allocation holding the whole range, and stay valid until the request
+ *   completes (kolo_nccl_wait, or kolo_nccl_test says done).
+ * - Stream order: kolo's stream is a non-blocking CUDA stream, so kolo's
+ *   collectives never serialise with compute on the legacy default stream. An
+ *   operation first makes kolo's stream wait for the work enqueued so far on a
+ *   stream: the caller's (the _after forms) or the legacy default stream (the
+ *   others). The result is ready for the host when the request completes, and
+ *   for a stream once kolo_nccl_stream_wait has ordered it after the request.
  * - A communicator is used by one thread at a time, except kolo_nccl_comm_abort,
  *   which may be called from any thread, also while another thread waits.
  * - Without a usable GPU every entry point that needs one returns
- *   KOLO_ERR_NO_DEVICE and logs the CUDA runtime's reason; none crashes or hangs. */
+ *   KOLO_ERR_NO_DEVICE and logs the CUDA runtime's reason; none crashes or hangs.
+ * - kolo clears the CUDA runtime's last-error slot only right after one of its
+ *   own calls failed, so an error the caller's own code left pending stays. */
 
 /* Length of the text form of a unique id (hex), without the terminating NUL. */
 #define KOLO_NCCL_ID_TEXT_LENGTH (2 * KOLO_NCCL_ID_BYTES)
@@ -51,6 +57,11 @@ void kolo_nccl_versions(char *buffer, size_t length);
  * when the job runs in GPU mode (e.g. its ring spec carries an NCCL id). */
 int kolo_nccl_is_device_pointer(const void *ptr);
 
+/* kolo_nccl_is_device_pointer after making `device` current on the calling
+ * thread (if it is not), so a thread that never chose a device does not create
+ * a context on GPU 0 just by asking. device < 0: the thread's current device. */
+int kolo_nccl_is_device_pointer_on(const void *ptr, int device);
+
 /* Like kolo_nccl_is_device_pointer, and also the device ordinal the memory lives
  * on (-1 for host memory). Returns KOLO_ERR_NO_DEVICE without a GPU. */
 kolo_status kolo_nccl_pointer_device(const void *ptr, int *is_device, int *device);
@@ -63,6 +74,9 @@ void kolo_nccl_device_free(void *ptr);
 /* Blocking copies between host and device memory (cudaMemcpy). */
 kolo_status kolo_nccl_copy_to_device(void *device_dst, const void *host_src, size_t bytes);
 kolo_status kolo_nccl_copy_to_host(void *host_dst, const void *device_src, size_t bytes);
+/* Blocking copy in any direction (host or device on either side, told apart by
+ * the runtime). On the legacy default stream, so it does not wait for kolo's. */
+kolo_status kolo_nccl_copy(void *dst, const void *src, size_t bytes);
 
 /* ---- unique id: made by rank 0 of each epoch, carried as text in the ring spec ---- */
 
@@ -114,19 +128,39 @@ kolo_status kolo_nccl_state_submit_status(kolo_nccl_state state, kolo_status fai
 /* "new", "initializing", "ready", "failed", "aborted", "destroyed"; "unknown". */
 const char *kolo_nccl_state_name(kolo_nccl_state state);
 
-/* Joins rank `rank` of `size` into the NCCL communicator named by id, on CUDA
- * device `device` (< 0: rank modulo the device count).
+/* How a communicator is made. */
+typedef struct kolo_nccl_options {
+  int device;        /* CUDA device ordinal; negative: KOLO_ERR_INVALID_ARG */
+  int timeout_ms;    /* creation, enqueue and finalize deadline; <= 0: KOLO_DEFAULT_TIMEOUT_MS */
+  int op_timeout_ms; /* no-progress deadline of a submitted operation, counted from the
+                        later of its submission and the last completion seen; <= 0:
+                        timeout_ms. A caller that learns of dead peers by other means
+                        (libkolo's control links) sets it long, so a late but healthy
+                        peer (checkpointing, evaluating) is not taken for a dead one. */
+  /* Polled while creation waits for the other ranks; nonzero ends it with
+   * KOLO_ERR_ABORTED (the half-made communicator is aborted). May be NULL. */
+  int (*cancelled)(void *user);
+  void *cancel_user;
+} kolo_nccl_options;
+
+/* Joins rank `rank` of `size` into the NCCL communicator named by id.
  * Creation is non-blocking inside NCCL (config.blocking = 0); this function
  * polls ncclCommGetAsyncError until the communicator is ready, and blocks until
- * then or until timeout_ms (<= 0: KOLO_DEFAULT_TIMEOUT_MS) passes: KOLO_ERR_TIMEOUT
- * (the half-made communicator is aborted). The same timeout is the no-progress
- * deadline of later operations. Also creates kolo's CUDA stream. On success the
- * caller owns *out (kolo_nccl_comm_destroy). KOLO_ERR_NO_DEVICE without a GPU. */
+ * then, until the timeout passes (KOLO_ERR_TIMEOUT) or until cancelled
+ * (KOLO_ERR_ABORTED); the half-made communicator is then aborted. Also creates
+ * kolo's CUDA stream. On success the caller owns *out (kolo_nccl_comm_destroy).
+ * KOLO_ERR_NO_DEVICE without a GPU; KOLO_ERR_INVALID_ARG when NCCL_COMM_BLOCKING=1
+ * (environment or NCCL's conf files) would make creation block with no deadline. */
+kolo_status kolo_nccl_comm_create_with(const uint8_t id[KOLO_NCCL_ID_BYTES], int rank, int size,
+                                       const kolo_nccl_options *options, kolo_nccl_comm **out);
+
+/* kolo_nccl_comm_create_with(device, timeout_ms, op_timeout_ms = timeout_ms). */
 kolo_status kolo_nccl_comm_create(const uint8_t id[KOLO_NCCL_ID_BYTES], int rank, int size,
                                   int device, int timeout_ms, kolo_nccl_comm **out);
 
 /* kolo_nccl_comm_create from a ring spec: its nccl_id (must not be NULL), rank,
- * size, timeout_ms; device < 0 picks spec->local_rank modulo the device count. */
+ * size, timeout_ms; device < 0 picks spec->local_rank modulo the device count
+ * (the rank among this host's ranks, never the global rank). */
 kolo_status kolo_nccl_comm_create_from_spec(const kolo_ring_spec *spec, int device,
                                             kolo_nccl_comm **out);
 
@@ -140,12 +174,19 @@ kolo_nccl_state kolo_nccl_comm_state(kolo_nccl_comm *comm);
  * (library message included) copied into buffer (may be NULL). Thread-safe. */
 kolo_status kolo_nccl_comm_error(kolo_nccl_comm *comm, char *buffer, size_t length);
 
-/* Tears the NCCL communicator down with ncclCommAbort: kernels waiting for a
- * dead peer stop, pending and later operations fail with KOLO_ERR_ABORTED (or the
- * error already recorded). Idempotent; safe from any thread. Blocks only as long
- * as ncclCommAbort does. The object stays valid until kolo_nccl_comm_destroy; the
- * next epoch creates a new communicator. */
+/* Starts tearing the NCCL communicator down (ncclCommAbort, on a thread of its
+ * own) and returns at once: never blocks, safe from any thread, idempotent.
+ * Kernels waiting for a dead peer stop; later submits fail at once with
+ * KOLO_ERR_ABORTED (or the error recorded before); pending requests complete
+ * with that status once ncclCommAbort has returned, so a buffer is never freed
+ * under a kernel still writing it. The object stays valid until
+ * kolo_nccl_comm_destroy; the next epoch creates a new communicator. A failure
+ * kolo_nccl detects itself (NCCL error, no progress) starts the same abort. */
 void kolo_nccl_comm_abort(kolo_nccl_comm *comm);
+
+/* Blocks until an abort has finished (state ABORTED): KOLO_OK, or
+ * KOLO_ERR_TIMEOUT after timeout_ms; KOLO_ERR_STATE when no abort was started. */
+kolo_status kolo_nccl_comm_wait_aborted(kolo_nccl_comm *comm, int timeout_ms);
 
 /* Releases everything. A READY communicator with nothing pending is finalized
  * (ncclCommFinalize, bounded by the timeout) and destroyed; otherwise it is
@@ -160,7 +201,11 @@ void kolo_nccl_comm_destroy(kolo_nccl_comm *comm);
  * a CUDA event; it returns once enqueued. It may wait, bounded by the timeout,
  * while NCCL sets up connections on first use. *request (owned by the caller)
  * is freed by kolo_nccl_wait, or by kolo_nccl_test once it reports done.
- * send may equal recv (in place). */
+ * send and recv may overlap in any way for every collective, and every rank
+ * decides alike: NCCL's in-place forms run as they are, any other overlap goes
+ * through a scratch buffer on the device (kolo.h's send == recv included). A
+ * refusal (bad buffer) is local to the rank that made it: the other ranks, who
+ * submitted, wait until their deadline unless the caller aborts them. */
 
 typedef enum kolo_nccl_kind {
   KOLO_NCCL_ALLREDUCE = 0,     /* send, recv: count elements */
@@ -184,9 +229,29 @@ typedef struct kolo_nccl_op_desc {
 
 /* Several collectives in one ncclGroupStart/End (e.g. a fused set of gradient
  * buffers), completed by one request. n may not be 0. The descriptors (and
- * counts arrays) are read before the call returns. */
+ * counts arrays) are read before the call returns. Ordered after the work
+ * enqueued so far on the legacy default stream. */
 kolo_status kolo_nccl_group_async(kolo_nccl_comm *comm, const kolo_nccl_op_desc *ops, size_t n,
                                   kolo_nccl_request **request);
+
+/* The same, ordered after the work enqueued so far on `stream` (a cudaStream_t;
+ * NULL is the legacy default stream, cudaStreamPerThread the caller's per-thread
+ * one): kolo's stream waits on an event recorded there, the host does not. A
+ * stream handle the runtime refuses gives KOLO_ERR_INVALID_ARG, nothing
+ * enqueued, the communicator stays READY. */
+kolo_status kolo_nccl_group_after(kolo_nccl_comm *comm, const kolo_nccl_op_desc *ops, size_t n,
+                                  void *stream, kolo_nccl_request **request);
+
+/* Makes `stream` (a cudaStream_t, NULL = legacy default) wait on the device for
+ * the request's completion; the host does not block. The request is still the
+ * caller's: complete it with kolo_nccl_wait/test to learn its status (after a
+ * failure the stream goes on once the abort has stopped the kernels, with the
+ * output undefined). KOLO_ERR_INVALID_ARG for a stream the runtime refuses. */
+kolo_status kolo_nccl_stream_wait(kolo_nccl_request *request, void *stream);
+
+/* The request's completion event (a cudaEvent_t), valid until the request is
+ * freed; for callers that wait on it themselves. NULL for NULL. */
+void *kolo_nccl_request_event(kolo_nccl_request *request);
 
 kolo_status kolo_nccl_allreduce_async(kolo_nccl_comm *comm, const void *send, void *recv,
                                       size_t count, kolo_dtype dtype, kolo_op op,
@@ -213,14 +278,16 @@ kolo_status kolo_nccl_exchange_counts(kolo_nccl_comm *comm, size_t my_count, siz
 
 /* Never blocks. Checks the communicator (ncclCommGetAsyncError) and the request's
  * event (cudaEventQuery). Sets *done; when done, *status holds the result
- * (KOLO_OK, KOLO_ERR_PEER_LOST, KOLO_ERR_TIMEOUT when no progress for the timeout,
- * KOLO_ERR_ABORTED, ...) and the request is freed. A failure also moves the
- * communicator to FAILED: abort it and build a new one. Returns KOLO_OK, or
- * KOLO_ERR_INVALID_ARG for NULL arguments. */
+ * (KOLO_OK, KOLO_ERR_PEER_LOST, KOLO_ERR_TIMEOUT when no progress for the
+ * op_timeout, KOLO_ERR_ABORTED, ...) and the request is freed. A failure moves
+ * the communicator to FAILED and starts its abort; a failed request is done once
+ * the abort has stopped the kernels. Build a new communicator for the next epoch.
+ * Returns KOLO_OK, or KOLO_ERR_INVALID_ARG for NULL arguments. */
 kolo_status kolo_nccl_test(kolo_nccl_request *request, int *done, kolo_status *status);
 
-/* Blocks until the request completes, polling (sleeps between polls, no busy
- * loop) with the no-progress deadline; returns its status and frees it. */
+/* Blocks until the request completes, polling (yields for the first 100 us,
+ * then sleeps of about 1/16 of the time waited so far, at most 2 ms) with the
+ * no-progress deadline; returns its status and frees it. */
 kolo_status kolo_nccl_wait(kolo_nccl_request *request);
 
 /* ---- type mapping (pure, no GPU needed) ---- */

@@ -1,72 +1,53 @@
-/* kolo_nccl: one NCCL communicator per epoch (created non-blocking with a
- * deadline), kolo's CUDA stream, grouped collectives completed by CUDA events,
- * and test/wait that turn a dead peer into an error instead of a hang. */
-#include <pthread.h>
-#include <stdatomic.h>
+/* kolo_nccl: the life of one NCCL communicator per epoch: non-blocking creation
+ * with a deadline (and a cancel hook), kolo's non-blocking CUDA stream, failure
+ * recording, the abort that runs ncclCommAbort on a thread of its own so that
+ * kolo_nccl_comm_abort never blocks, and finalize-or-abort destruction. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "nccl_internal.h"
 
 #define COMPONENT "nccl"
 
-struct kolo_nccl_comm {
-  pthread_mutex_t mu;       /* guards everything below and every NCCL call on `nccl` */
-  atomic_int abort_requested; /* set first by kolo_nccl_comm_abort, read by poll loops */
-  kolo_nccl_state state;
-  kolo_status failure;      /* first error; KOLO_OK while none */
-  char error[512];          /* its description, library message included */
-  int rank, size, device, timeout_ms;
-  ncclComm_t nccl;          /* NULL once aborted or destroyed */
-  cudaStream_t stream;      /* kolo's stream; every collective runs on it */
-  int have_stream;
-  uint64_t progress_ns;     /* last time the stream was seen to make progress */
-  int pending;              /* requests handed out and not yet freed */
-  uint64_t *count_dev;      /* size slots: scratch for kolo_nccl_exchange_counts */
-  uint64_t *count_host;     /* the same, pinned host memory */
-};
-
-struct kolo_nccl_request {
-  kolo_nccl_comm *comm;
-  cudaEvent_t event;
-  uint64_t submit_ns;
-};
-
-/* Moves the state machine; an event the table refuses is a kolo bug, logged. */
-static void transition_locked(kolo_nccl_comm *comm, kolo_nccl_event event) {
+void kolo_nccl_transition_locked(kolo_nccl_comm *comm, kolo_nccl_event event) {
   kolo_nccl_state next;
   if (kolo_nccl_state_next(comm->state, event, &next) != KOLO_OK) {
     KOLO_LOGE(COMPONENT, "internal: event %d refused in state %s", (int)event,
               kolo_nccl_state_name(comm->state));
     return;
   }
+  if (next != comm->state) pthread_cond_broadcast(&comm->changed);
   comm->state = next;
 }
 
-/* Records the first failure (status + text), moves to FAILED and logs once. */
-static void fail_locked(kolo_nccl_comm *comm, kolo_status status, const char *message) {
+void kolo_nccl_fail_locked(kolo_nccl_comm *comm, kolo_status status, const char *message) {
   if (comm->failure == KOLO_OK) {
     comm->failure = status;
     snprintf(comm->error, sizeof comm->error, "%s", message);
     KOLO_LOGE(COMPONENT, "rank %d/%d: %s: %s", comm->rank, comm->size, kolo_strerror(status),
               message);
   }
-  transition_locked(comm, KOLO_NCCL_EV_ERROR);
+  kolo_nccl_transition_locked(comm, KOLO_NCCL_EV_ERROR);
+  /* a failed communicator's kernels may spin on a dead peer; stop them */
+  if (comm->state == KOLO_NCCL_STATE_FAILED) kolo_nccl_request_abort(comm);
 }
 
-static void fail_nccl_locked(kolo_nccl_comm *comm, ncclResult_t r, const char *what) {
+void kolo_nccl_fail_nccl_locked(kolo_nccl_comm *comm, ncclResult_t r, const char *what) {
   char message[512];
-  kolo_nccl_describe_nccl(r, what, ncclGetLastError(comm->nccl), message, sizeof message);
-  fail_locked(comm, kolo_nccl_status_from_nccl(r), message);
+  kolo_nccl_describe_nccl(r, what, comm->nccl ? ncclGetLastError(comm->nccl) : NULL, message,
+                          sizeof message);
+  kolo_nccl_fail_locked(comm, kolo_nccl_status_from_nccl(r), message);
 }
 
-static void fail_cuda_locked(kolo_nccl_comm *comm, cudaError_t e, const char *what) {
+void kolo_nccl_fail_cuda_locked(kolo_nccl_comm *comm, cudaError_t e, const char *what) {
   char message[512];
-  (void)cudaGetLastError();
+  kolo_nccl_cuda_forget(e);
   kolo_nccl_describe_cuda(e, what, message, sizeof message);
-  fail_locked(comm, kolo_nccl_status_from_cuda(e), message);
+  kolo_nccl_fail_locked(comm, kolo_nccl_status_from_cuda(e), message);
 }
 
 /* ncclCommAbort exactly once; the handle is gone afterwards. */
@@ -79,18 +60,89 @@ static void abort_nccl_locked(kolo_nccl_comm *comm) {
   }
 }
 
-/* Waits while NCCL reports ncclInProgress on this communicator (non-blocking
- * init, group end, finalize), with the comm's deadline from start_ns. The lock
- * stays held (NCCL allows no other call meanwhile) but an abort request ends
- * the wait. Returns the final ncclResult_t, or sets *timed_out / *aborted. */
-static ncclResult_t settle_locked(kolo_nccl_comm *comm, ncclResult_t r, uint64_t start_ns,
-                                  int *timed_out, int *aborted) {
-  uint64_t backoff = 0;
+void kolo_nccl_finish_abort_locked(kolo_nccl_comm *comm) {
+  if (comm->state == KOLO_NCCL_STATE_INITIALIZING || comm->state == KOLO_NCCL_STATE_READY ||
+      comm->state == KOLO_NCCL_STATE_FAILED) {
+    (void)kolo_nccl_make_current(comm->device);
+    uint64_t start = kolo_nccl_now_ns();
+    abort_nccl_locked(comm);
+    kolo_nccl_transition_locked(comm, KOLO_NCCL_EV_ABORT);
+    KOLO_LOGI(COMPONENT, "rank %d/%d: communicator aborted (%.1f ms)", comm->rank, comm->size,
+              (double)(kolo_nccl_now_ns() - start) / 1e6);
+  }
+  pthread_cond_broadcast(&comm->changed);
+}
+
+/* The abort on the abort thread or the destroy path: takes the lock (poll
+ * loops holding it end on abort_requested) and finishes the abort. */
+static void finish_abort(kolo_nccl_comm *comm) {
+  pthread_mutex_lock(&comm->mu);
+  kolo_nccl_finish_abort_locked(comm);
+  pthread_mutex_unlock(&comm->mu);
+}
+
+int kolo_nccl_aborter_running(kolo_nccl_comm *comm) {
+  pthread_mutex_lock(&comm->abort_mu);
+  int started = comm->aborter_started;
+  pthread_mutex_unlock(&comm->abort_mu);
+  return started;
+}
+
+static void *aborter_main(void *argument) {
+  finish_abort(argument);
+  return NULL;
+}
+
+void kolo_nccl_request_abort(kolo_nccl_comm *comm) {
+  atomic_store(&comm->abort_requested, 1);
+  pthread_mutex_lock(&comm->abort_mu);
+  int start = !comm->aborter_started;
+  if (start) comm->aborter_started = 1;
+  int created = start && pthread_create(&comm->aborter, NULL, aborter_main, comm) == 0;
+  if (start && !created) comm->aborter_started = 0;
+  pthread_mutex_unlock(&comm->abort_mu);
+  if (start && !created) {
+    /* no thread to spare: the next poll of a request (or destroy) aborts inline */
+    KOLO_LOGW(COMPONENT, "rank %d/%d: no thread for the abort (%s); aborting on the next poll",
+              comm->rank, comm->size, strerror(errno));
+  }
+}
+
+void kolo_nccl_comm_abort(kolo_nccl_comm *comm) {
+  if (comm == NULL) return;
+  kolo_nccl_request_abort(comm);
+}
+
+kolo_status kolo_nccl_comm_wait_aborted(kolo_nccl_comm *comm, int timeout_ms) {
+  if (comm == NULL) return KOLO_ERR_INVALID_ARG;
+  if (!atomic_load(&comm->abort_requested)) return KOLO_ERR_STATE;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&comm->mu);
+  int timed_out = 0;
+  while (comm->state != KOLO_NCCL_STATE_ABORTED && comm->state != KOLO_NCCL_STATE_DESTROYED &&
+         !timed_out)
+    timed_out = pthread_cond_timedwait(&comm->changed, &comm->mu, &until) == ETIMEDOUT;
+  int done = comm->state == KOLO_NCCL_STATE_ABORTED || comm->state == KOLO_NCCL_STATE_DESTROYED;
+  pthread_mutex_unlock(&comm->mu);
+  return done ? KOLO_OK : KOLO_ERR_TIMEOUT;
+}
+
+ncclResult_t kolo_nccl_settle_locked(kolo_nccl_comm *comm, ncclResult_t r, uint64_t start_ns,
+                                     int (*cancelled)(void *), void *user, int *timed_out,
+                                     int *aborted) {
   uint64_t deadline = start_ns + (uint64_t)comm->timeout_ms * 1000000ull;
+  uint64_t polling = kolo_nccl_now_ns();
   *timed_out = 0;
   *aborted = 0;
   while (r == ncclInProgress) {
-    if (atomic_load(&comm->abort_requested)) {
+    if (atomic_load(&comm->abort_requested) || (cancelled != NULL && cancelled(user))) {
       *aborted = 1;
       return r;
     }
@@ -101,108 +153,152 @@ static ncclResult_t settle_locked(kolo_nccl_comm *comm, ncclResult_t r, uint64_t
     ncclResult_t async = ncclSuccess;
     ncclResult_t q = ncclCommGetAsyncError(comm->nccl, &async);
     r = q != ncclSuccess ? q : async;
-    if (r == ncclInProgress) kolo_nccl_backoff_sleep(&backoff);
+    if (r == ncclInProgress) kolo_nccl_pause(polling);
   }
   return r;
 }
 
 static void free_comm_resources(kolo_nccl_comm *comm) {
-  if (comm->device >= 0) (void)cudaSetDevice(comm->device);
-  if (comm->count_dev != NULL) (void)cudaFree(comm->count_dev);
-  if (comm->count_host != NULL) (void)cudaFreeHost(comm->count_host);
-  if (comm->have_stream) (void)cudaStreamDestroy(comm->stream);
-  (void)cudaGetLastError();
+  if (comm->device >= 0) (void)kolo_nccl_make_current(comm->device);
+  if (comm->count_dev != NULL) kolo_nccl_cuda_forget(cudaFree(comm->count_dev));
+  if (comm->count_host != NULL) kolo_nccl_cuda_forget(cudaFreeHost(comm->count_host));
+  if (comm->scratch != NULL) {
+    cudaError_t e = comm->scratch_pooled ? cudaFreeAsync(comm->scratch, comm->stream)
+                                         : cudaFree(comm->scratch);
+    kolo_nccl_cuda_forget(e);
+  }
+  for (int i = 0; i < comm->event_count; i++) kolo_nccl_cuda_forget(cudaEventDestroy(comm->events[i]));
+  if (comm->have_input) kolo_nccl_cuda_forget(cudaEventDestroy(comm->input));
+  if (comm->have_stream) kolo_nccl_cuda_forget(cudaStreamDestroy(comm->stream));
+  pthread_cond_destroy(&comm->changed);
   pthread_mutex_destroy(&comm->mu);
+  pthread_mutex_destroy(&comm->abort_mu);
   free(comm);
 }
 
-kolo_status kolo_nccl_comm_create(const uint8_t id[KOLO_NCCL_ID_BYTES], int rank, int size,
-                                  int device, int timeout_ms, kolo_nccl_comm **out) {
-  if (out == NULL) return KOLO_ERR_INVALID_ARG;
-  *out = NULL;
-  if (id == NULL || size < 1 || rank < 0 || rank >= size) return KOLO_ERR_INVALID_ARG;
+/* The pieces of a communicator that need the device but not NCCL. */
+static kolo_status setup_locals(kolo_nccl_comm *comm) {
+  cudaError_t e = cudaStreamCreateWithFlags(&comm->stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) comm->have_stream = 1;
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&comm->input, cudaEventDisableTiming);
+  if (e == cudaSuccess) comm->have_input = 1;
+  if (e == cudaSuccess)
+    e = cudaMalloc((void **)&comm->count_dev, (size_t)comm->size * sizeof(uint64_t));
+  if (e == cudaSuccess)
+    e = cudaMallocHost((void **)&comm->count_host, (size_t)comm->size * sizeof(uint64_t));
+  if (e == cudaSuccess) return KOLO_OK;
   char message[512];
-  int ndev = 0;
-  kolo_status st = kolo_nccl_device_count(&ndev, message, sizeof message);
-  if (st != KOLO_OK) {
-    KOLO_LOGE(COMPONENT, "communicator rank %d/%d: %s: %s", rank, size, kolo_strerror(st),
-              message);
-    return st;
-  }
-  if (device < 0) device = rank % ndev;
-  st = kolo_nccl_use_device(device, message, sizeof message);
-  if (st != KOLO_OK) {
-    KOLO_LOGE(COMPONENT, "communicator rank %d/%d: %s: %s", rank, size, kolo_strerror(st),
-              message);
-    return st;
-  }
+  kolo_nccl_cuda_forget(e);
+  kolo_nccl_describe_cuda(e, "communicator setup", message, sizeof message);
+  KOLO_LOGE(COMPONENT, "rank %d/%d: %s", comm->rank, comm->size, message);
+  return kolo_nccl_status_from_cuda(e);
+}
 
-  kolo_nccl_comm *comm = calloc(1, sizeof *comm);
-  if (comm == NULL) return KOLO_ERR_NO_MEMORY;
-  pthread_mutex_init(&comm->mu, NULL);
-  atomic_init(&comm->abort_requested, 0);
-  comm->state = KOLO_NCCL_STATE_NEW;
-  comm->rank = rank;
-  comm->size = size;
-  comm->device = device;
-  comm->timeout_ms = timeout_ms > 0 ? timeout_ms : KOLO_DEFAULT_TIMEOUT_MS;
-
-  cudaError_t e = cudaStreamCreate(&comm->stream);
-  if (e != cudaSuccess) goto cuda_fail;
-  comm->have_stream = 1;
-  e = cudaMalloc((void **)&comm->count_dev, (size_t)size * sizeof(uint64_t));
-  if (e != cudaSuccess) goto cuda_fail;
-  e = cudaMallocHost((void **)&comm->count_host, (size_t)size * sizeof(uint64_t));
-  if (e != cudaSuccess) goto cuda_fail;
-
+/* Starts ncclCommInitRankConfig (non-blocking) and waits, bounded, until ready.
+ * Called with the lock held; on failure the comm is aborted and a status returned. */
+static kolo_status init_nccl_locked(kolo_nccl_comm *comm, const uint8_t id[KOLO_NCCL_ID_BYTES],
+                                    const kolo_nccl_options *options) {
   ncclUniqueId uid;
   memcpy(uid.internal, id, KOLO_NCCL_ID_BYTES);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0; /* we poll with our own deadline instead of blocking in NCCL */
   uint64_t start = kolo_nccl_now_ns();
-  pthread_mutex_lock(&comm->mu);
-  ncclResult_t r = ncclCommInitRankConfig(&comm->nccl, size, uid, rank, &config);
-  transition_locked(comm, KOLO_NCCL_EV_INIT_START);
+  ncclResult_t r = ncclCommInitRankConfig(&comm->nccl, comm->size, uid, comm->rank, &config);
+  kolo_nccl_transition_locked(comm, KOLO_NCCL_EV_INIT_START);
   int timed_out = 0, aborted = 0;
   if (r == ncclSuccess || r == ncclInProgress) {
-    if (r == ncclSuccess) {
-      ncclResult_t async = ncclSuccess;
-      ncclResult_t q = ncclCommGetAsyncError(comm->nccl, &async);
-      r = q != ncclSuccess ? q : async;
-    }
-    r = settle_locked(comm, r, start, &timed_out, &aborted);
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(comm->nccl, &async);
+    r = q != ncclSuccess ? q : async;
+    r = kolo_nccl_settle_locked(comm, r, start, options->cancelled, options->cancel_user,
+                                &timed_out, &aborted);
   }
-  if (timed_out) {
+  char message[512];
+  if (aborted) {
+    snprintf(message, sizeof message, "ncclCommInitRankConfig: cancelled while waiting for peers");
+    kolo_nccl_fail_locked(comm, KOLO_ERR_ABORTED, message);
+  } else if (timed_out) {
     snprintf(message, sizeof message, "ncclCommInitRankConfig: not ready after %d ms",
              comm->timeout_ms);
-    fail_locked(comm, KOLO_ERR_TIMEOUT, message);
+    kolo_nccl_fail_locked(comm, KOLO_ERR_TIMEOUT, message);
   } else if (r != ncclSuccess) {
-    fail_nccl_locked(comm, r, "ncclCommInitRankConfig");
+    kolo_nccl_fail_nccl_locked(comm, r, "ncclCommInitRankConfig");
   } else {
-    transition_locked(comm, KOLO_NCCL_EV_INIT_DONE);
+    kolo_nccl_transition_locked(comm, KOLO_NCCL_EV_INIT_DONE);
     comm->progress_ns = kolo_nccl_now_ns();
+    return KOLO_OK;
   }
-  if (comm->state != KOLO_NCCL_STATE_READY) {
-    st = comm->failure;
-    abort_nccl_locked(comm);
-    transition_locked(comm, KOLO_NCCL_EV_ABORT);
-    transition_locked(comm, KOLO_NCCL_EV_DESTROY);
-    pthread_mutex_unlock(&comm->mu);
+  return comm->failure;
+}
+
+/* Refuses what would make creation unbounded or pick the wrong GPU. */
+static kolo_status check_create_args(int rank, int size, const kolo_nccl_options *options) {
+  char source[1100];
+  if (options->device < 0) {
+    KOLO_LOGE(COMPONENT, "communicator rank %d/%d: CUDA device %d is not a device ordinal", rank,
+              size, options->device);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (kolo_nccl_blocking_forced(source, sizeof source)) {
+    KOLO_LOGE(COMPONENT,
+              "communicator rank %d/%d: NCCL_COMM_BLOCKING=1 (from %s) makes NCCL's "
+              "communicator creation block with no deadline; kolo needs non-blocking "
+              "communicators: unset it",
+              rank, size, source);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  return KOLO_OK;
+}
+
+kolo_status kolo_nccl_comm_create_with(const uint8_t id[KOLO_NCCL_ID_BYTES], int rank, int size,
+                                       const kolo_nccl_options *options, kolo_nccl_comm **out) {
+  if (out == NULL) return KOLO_ERR_INVALID_ARG;
+  *out = NULL;
+  if (id == NULL || options == NULL || size < 1 || rank < 0 || rank >= size)
+    return KOLO_ERR_INVALID_ARG;
+  kolo_status st = check_create_args(rank, size, options);
+  if (st != KOLO_OK) return st;
+  char message[512];
+  st = kolo_nccl_use_device(options->device, message, sizeof message);
+  if (st != KOLO_OK) {
+    KOLO_LOGE(COMPONENT, "communicator rank %d/%d: %s: %s", rank, size, kolo_strerror(st),
+              message);
+    return st;
+  }
+  kolo_nccl_comm *comm = calloc(1, sizeof *comm);
+  if (comm == NULL) return KOLO_ERR_NO_MEMORY;
+  pthread_mutex_init(&comm->mu, NULL);
+  pthread_mutex_init(&comm->abort_mu, NULL);
+  pthread_cond_init(&comm->changed, NULL);
+  atomic_init(&comm->abort_requested, 0);
+  comm->state = KOLO_NCCL_STATE_NEW;
+  comm->rank = rank;
+  comm->size = size;
+  comm->device = options->device;
+  comm->timeout_ms = options->timeout_ms > 0 ? options->timeout_ms : KOLO_DEFAULT_TIMEOUT_MS;
+  comm->op_timeout_ms = options->op_timeout_ms > 0 ? options->op_timeout_ms : comm->timeout_ms;
+  st = setup_locals(comm);
+  if (st != KOLO_OK) {
     free_comm_resources(comm);
     return st;
   }
+  pthread_mutex_lock(&comm->mu);
+  st = init_nccl_locked(comm, id, options);
   pthread_mutex_unlock(&comm->mu);
-  KOLO_LOGD(COMPONENT, "communicator rank %d/%d ready on device %d", rank, size, device);
+  if (st != KOLO_OK) {
+    kolo_nccl_comm_destroy(comm); /* joins the abort the failure started */
+    return st;
+  }
+  KOLO_LOGD(COMPONENT, "communicator rank %d/%d ready on device %d", rank, size, comm->device);
   *out = comm;
   return KOLO_OK;
+}
 
-cuda_fail:
-  (void)cudaGetLastError();
-  kolo_nccl_describe_cuda(e, "communicator setup", message, sizeof message);
-  KOLO_LOGE(COMPONENT, "rank %d/%d: %s", rank, size, message);
-  st = kolo_nccl_status_from_cuda(e);
-  free_comm_resources(comm);
-  return st;
+kolo_status kolo_nccl_comm_create(const uint8_t id[KOLO_NCCL_ID_BYTES], int rank, int size,
+                                  int device, int timeout_ms, kolo_nccl_comm **out) {
+  kolo_nccl_options options = {.device = device, .timeout_ms = timeout_ms,
+                               .op_timeout_ms = timeout_ms};
+  return kolo_nccl_comm_create_with(id, rank, size, &options, out);
 }
 
 kolo_status kolo_nccl_comm_create_from_spec(const kolo_ring_spec *spec, int device,
@@ -245,348 +341,50 @@ kolo_status kolo_nccl_comm_error(kolo_nccl_comm *comm, char *buffer, size_t leng
   return st;
 }
 
-void kolo_nccl_comm_abort(kolo_nccl_comm *comm) {
-  if (comm == NULL) return;
-  atomic_store(&comm->abort_requested, 1); /* ends any settle loop holding the lock */
-  pthread_mutex_lock(&comm->mu);
-  if (comm->state == KOLO_NCCL_STATE_INITIALIZING || comm->state == KOLO_NCCL_STATE_READY ||
-      comm->state == KOLO_NCCL_STATE_FAILED) {
-    (void)cudaSetDevice(comm->device);
-    abort_nccl_locked(comm);
-    transition_locked(comm, KOLO_NCCL_EV_ABORT);
-    KOLO_LOGI(COMPONENT, "rank %d/%d: communicator aborted", comm->rank, comm->size);
+/* Clean path of destroy: flush, wait (bounded) for quiescence, free locally.
+ * Returns 0 when NCCL did not finalize in time (the caller aborts). */
+static int finalize_locked(kolo_nccl_comm *comm) {
+  uint64_t start = kolo_nccl_now_ns();
+  int timed_out = 0, aborted = 0;
+  ncclResult_t r = ncclCommFinalize(comm->nccl);
+  if (r == ncclSuccess || r == ncclInProgress) {
+    /* Finalize completes asynchronously: its async state says when. */
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(comm->nccl, &async);
+    r = q != ncclSuccess ? q : async;
+    r = kolo_nccl_settle_locked(comm, r, start, NULL, NULL, &timed_out, &aborted);
   }
-  pthread_mutex_unlock(&comm->mu);
+  if (r != ncclSuccess || timed_out || aborted) {
+    KOLO_LOGW(COMPONENT, "rank %d/%d: finalize did not complete; aborting", comm->rank,
+              comm->size);
+    return 0;
+  }
+  (void)ncclCommDestroy(comm->nccl);
+  comm->nccl = NULL;
+  return 1;
 }
 
 void kolo_nccl_comm_destroy(kolo_nccl_comm *comm) {
   if (comm == NULL) return;
   pthread_mutex_lock(&comm->mu);
-  (void)cudaSetDevice(comm->device);
-  if (comm->state == KOLO_NCCL_STATE_READY && comm->pending == 0 &&
-      !atomic_load(&comm->abort_requested)) {
-    /* Clean path: flush, wait (bounded) for quiescence, then free locally. */
-    uint64_t start = kolo_nccl_now_ns();
-    int timed_out = 0, aborted = 0;
-    ncclResult_t r = ncclCommFinalize(comm->nccl);
-    if (r == ncclSuccess || r == ncclInProgress) {
-      /* Finalize completes asynchronously: its async state says when. */
-      ncclResult_t async = ncclSuccess;
-      ncclResult_t q = ncclCommGetAsyncError(comm->nccl, &async);
-      r = q != ncclSuccess ? q : async;
-      r = settle_locked(comm, r, start, &timed_out, &aborted);
-    }
-    if (r == ncclSuccess && !timed_out && !aborted) {
-      (void)ncclCommDestroy(comm->nccl);
-      comm->nccl = NULL;
-    } else {
-      KOLO_LOGW(COMPONENT, "rank %d/%d: finalize did not complete; aborting", comm->rank,
-                comm->size);
-      abort_nccl_locked(comm);
-      transition_locked(comm, KOLO_NCCL_EV_ABORT);
-    }
-  } else if (comm->state != KOLO_NCCL_STATE_ABORTED) {
-    abort_nccl_locked(comm);
-    transition_locked(comm, KOLO_NCCL_EV_ABORT);
+  (void)kolo_nccl_make_current(comm->device);
+  int clean = comm->state == KOLO_NCCL_STATE_READY && comm->pending == 0 &&
+              !atomic_load(&comm->abort_requested) && finalize_locked(comm);
+  pthread_mutex_unlock(&comm->mu);
+  if (!clean) {
+    atomic_store(&comm->abort_requested, 1);
+    pthread_mutex_lock(&comm->abort_mu);
+    int started = comm->aborter_started;
+    comm->aborter_started = 1; /* no abort thread starts from now on */
+    pthread_mutex_unlock(&comm->abort_mu);
+    if (started) pthread_join(comm->aborter, NULL);
+    finish_abort(comm); /* a no-op when the thread did it */
   }
-  transition_locked(comm, KOLO_NCCL_EV_DESTROY);
+  pthread_mutex_lock(&comm->mu);
+  kolo_nccl_transition_locked(comm, KOLO_NCCL_EV_DESTROY);
   if (comm->pending > 0)
     KOLO_LOGW(COMPONENT, "rank %d/%d: destroyed with %d requests outstanding", comm->rank,
               comm->size, comm->pending);
   pthread_mutex_unlock(&comm->mu);
   free_comm_resources(comm);
-}
-
-/* ---- operations ---- */
-
-/* Pointer check for kolo_nccl_check_op: device memory on `device`, or managed. */
-static int usable_device_memory(const void *ptr, int device) {
-  struct cudaPointerAttributes attr;
-  memset(&attr, 0, sizeof attr);
-  cudaError_t e = cudaPointerGetAttributes(&attr, ptr);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return attr.type == cudaMemoryTypeManaged ||
-         (attr.type == cudaMemoryTypeDevice && attr.device == device);
-}
-
-/* Issues one descriptor's NCCL calls (inside the caller's group). */
-static ncclResult_t issue_op(kolo_nccl_comm *comm, const kolo_nccl_op_desc *d) {
-  ncclDataType_t dt = ncclFloat32;
-  ncclRedOp_t op = ncclSum;
-  (void)kolo_nccl_dtype_to_nccl(d->dtype, &dt);
-  (void)kolo_nccl_op_to_nccl(d->op, &op);
-  size_t es = kolo_nccl_dtype_size(d->dtype);
-  switch (d->kind) {
-    case KOLO_NCCL_ALLREDUCE:
-      return ncclAllReduce(d->send, d->recv, d->count, dt, op, comm->nccl, comm->stream);
-    case KOLO_NCCL_BROADCAST:
-      return ncclBroadcast(d->recv, d->recv, d->count, dt, d->root, comm->nccl, comm->stream);
-    case KOLO_NCCL_ALLGATHER:
-      return ncclAllGather(d->send, d->recv, d->count, dt, comm->nccl, comm->stream);
-    case KOLO_NCCL_REDUCESCATTER:
-      return ncclReduceScatter(d->send, d->recv, d->count, dt, op, comm->nccl, comm->stream);
-    case KOLO_NCCL_ALLGATHERV: {
-      /* Every rank roots one broadcast of its block, into recv at its offset. */
-      char *base = d->recv;
-      size_t offset = 0;
-      for (int r = 0; r < comm->size; r++) {
-        size_t c = d->counts[r];
-        if (c > 0) {
-          const void *src = r == comm->rank ? d->send : (const void *)(base + offset * es);
-          ncclResult_t res = ncclBroadcast(src, base + offset * es, c, dt, r, comm->nccl,
-                                           comm->stream);
-          if (res != ncclSuccess) return res;
-        }
-        offset += c;
-      }
-      return ncclSuccess;
-    }
-  }
-  return ncclInvalidArgument;
-}
-
-/* Ends a group started by the caller and waits (bounded) while NCCL is still
- * enqueueing; on failure the communicator is FAILED. */
-static kolo_status end_group_locked(kolo_nccl_comm *comm, ncclResult_t issued, uint64_t start) {
-  ncclResult_t r = ncclGroupEnd();
-  if (issued != ncclSuccess && issued != ncclInProgress) r = issued;
-  int timed_out = 0, aborted = 0;
-  r = settle_locked(comm, r, start, &timed_out, &aborted);
-  if (aborted) return KOLO_ERR_ABORTED; /* the abort itself runs once we unlock */
-  if (timed_out) {
-    char message[128];
-    snprintf(message, sizeof message, "enqueue not finished after %d ms", comm->timeout_ms);
-    fail_locked(comm, KOLO_ERR_TIMEOUT, message);
-    return KOLO_ERR_TIMEOUT;
-  }
-  if (r != ncclSuccess) {
-    fail_nccl_locked(comm, r, "ncclGroupEnd");
-    return comm->failure;
-  }
-  return KOLO_OK;
-}
-
-/* Makes a request whose event is recorded on kolo's stream now. */
-static kolo_status record_request_locked(kolo_nccl_comm *comm, kolo_nccl_request **request) {
-  kolo_nccl_request *req = calloc(1, sizeof *req);
-  if (req == NULL) return KOLO_ERR_NO_MEMORY;
-  cudaError_t e = cudaEventCreateWithFlags(&req->event, cudaEventDisableTiming);
-  if (e == cudaSuccess) {
-    e = cudaEventRecord(req->event, comm->stream);
-    if (e != cudaSuccess) (void)cudaEventDestroy(req->event);
-  }
-  if (e != cudaSuccess) {
-    free(req);
-    fail_cuda_locked(comm, e, "cudaEventRecord");
-    return comm->failure;
-  }
-  req->comm = comm;
-  req->submit_ns = kolo_nccl_now_ns();
-  comm->pending++;
-  *request = req;
-  return KOLO_OK;
-}
-
-/* Common entry: state check under the lock, device current. Returns with the
- * lock held on KOLO_OK only. */
-static kolo_status begin_submit(kolo_nccl_comm *comm) {
-  pthread_mutex_lock(&comm->mu);
-  kolo_status st = kolo_nccl_state_submit_status(comm->state, comm->failure);
-  if (st == KOLO_OK && atomic_load(&comm->abort_requested)) st = KOLO_ERR_ABORTED;
-  if (st == KOLO_OK) {
-    cudaError_t e = cudaSetDevice(comm->device);
-    if (e != cudaSuccess) {
-      fail_cuda_locked(comm, e, "cudaSetDevice");
-      st = comm->failure;
-    }
-  }
-  if (st != KOLO_OK) pthread_mutex_unlock(&comm->mu);
-  return st;
-}
-
-kolo_status kolo_nccl_group_async(kolo_nccl_comm *comm, const kolo_nccl_op_desc *ops, size_t n,
-                                  kolo_nccl_request **request) {
-  if (request != NULL) *request = NULL;
-  if (comm == NULL || ops == NULL || n == 0 || request == NULL) return KOLO_ERR_INVALID_ARG;
-  kolo_status st = begin_submit(comm);
-  if (st != KOLO_OK) return st;
-  char message[256];
-  for (size_t i = 0; i < n; i++) {
-    st = kolo_nccl_check_op(comm->rank, comm->size, comm->device, &ops[i], usable_device_memory,
-                            message, sizeof message);
-    if (st != KOLO_OK) {
-      /* Bad input: refused before anything is enqueued; the comm stays READY. */
-      KOLO_LOGE(COMPONENT, "rank %d/%d: operation %zu of %zu: %s", comm->rank, comm->size, i, n,
-                message);
-      pthread_mutex_unlock(&comm->mu);
-      return st;
-    }
-  }
-  uint64_t start = kolo_nccl_now_ns();
-  ncclResult_t issued = ncclGroupStart();
-  for (size_t i = 0; i < n && (issued == ncclSuccess || issued == ncclInProgress); i++)
-    issued = issue_op(comm, &ops[i]);
-  st = end_group_locked(comm, issued, start);
-  if (st == KOLO_OK) st = record_request_locked(comm, request);
-  pthread_mutex_unlock(&comm->mu);
-  return st;
-}
-
-kolo_status kolo_nccl_allreduce_async(kolo_nccl_comm *comm, const void *send, void *recv,
-                                      size_t count, kolo_dtype dtype, kolo_op op,
-                                      kolo_nccl_request **request) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLREDUCE, .send = send, .recv = recv,
-                         .count = count, .dtype = dtype, .op = op};
-  return kolo_nccl_group_async(comm, &d, 1, request);
-}
-
-kolo_status kolo_nccl_broadcast_async(kolo_nccl_comm *comm, void *buffer, size_t count,
-                                      kolo_dtype dtype, int root, kolo_nccl_request **request) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_BROADCAST, .send = buffer, .recv = buffer,
-                         .count = count, .dtype = dtype, .root = root};
-  return kolo_nccl_group_async(comm, &d, 1, request);
-}
-
-kolo_status kolo_nccl_allgather_async(kolo_nccl_comm *comm, const void *send, size_t count,
-                                      void *recv, kolo_dtype dtype, kolo_nccl_request **request) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHER, .send = send, .recv = recv,
-                         .count = count, .dtype = dtype};
-  return kolo_nccl_group_async(comm, &d, 1, request);
-}
-
-kolo_status kolo_nccl_allgatherv_async(kolo_nccl_comm *comm, const void *send, void *recv,
-                                       const size_t *counts, kolo_dtype dtype,
-                                       kolo_nccl_request **request) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHERV, .send = send, .recv = recv,
-                         .counts = counts, .dtype = dtype};
-  return kolo_nccl_group_async(comm, &d, 1, request);
-}
-
-kolo_status kolo_nccl_reducescatter_async(kolo_nccl_comm *comm, const void *send, void *recv,
-                                          size_t recv_count, kolo_dtype dtype, kolo_op op,
-                                          kolo_nccl_request **request) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_REDUCESCATTER, .send = send, .recv = recv,
-                         .count = recv_count, .dtype = dtype, .op = op};
-  return kolo_nccl_group_async(comm, &d, 1, request);
-}
-
-kolo_status kolo_nccl_exchange_counts(kolo_nccl_comm *comm, size_t my_count, size_t *counts) {
-  if (comm == NULL || counts == NULL) return KOLO_ERR_INVALID_ARG;
-  kolo_status st = begin_submit(comm);
-  if (st != KOLO_OK) return st;
-  /* Pinned host slot: a pageable copy would wait for the stream without a deadline. */
-  comm->count_host[comm->rank] = (uint64_t)my_count;
-  uint64_t *mine = comm->count_dev + comm->rank;
-  kolo_nccl_request *req = NULL;
-  cudaError_t e = cudaMemcpyAsync(mine, comm->count_host + comm->rank, sizeof(uint64_t),
-                                  cudaMemcpyHostToDevice, comm->stream);
-  if (e != cudaSuccess) {
-    fail_cuda_locked(comm, e, "count exchange: copy to device");
-    st = comm->failure;
-    goto unlock;
-  }
-  uint64_t start = kolo_nccl_now_ns();
-  ncclResult_t issued = ncclGroupStart();
-  if (issued == ncclSuccess)
-    issued = ncclAllGather(mine, comm->count_dev, 1, ncclUint64, comm->nccl, comm->stream);
-  st = end_group_locked(comm, issued, start);
-  if (st != KOLO_OK) goto unlock;
-  e = cudaMemcpyAsync(comm->count_host, comm->count_dev, (size_t)comm->size * sizeof(uint64_t),
-                      cudaMemcpyDeviceToHost, comm->stream);
-  if (e != cudaSuccess) {
-    fail_cuda_locked(comm, e, "count exchange: copy to host");
-    st = comm->failure;
-    goto unlock;
-  }
-  st = record_request_locked(comm, &req);
-unlock:
-  pthread_mutex_unlock(&comm->mu);
-  if (st != KOLO_OK) return st;
-  st = kolo_nccl_wait(req);
-  if (st != KOLO_OK) return st;
-  for (int r = 0; r < comm->size; r++) counts[r] = (size_t)comm->count_host[r];
-  return KOLO_OK;
-}
-
-/* ---- completion ---- */
-
-static void free_request(kolo_nccl_request *req) {
-  kolo_nccl_comm *comm = req->comm;
-  pthread_mutex_lock(&comm->mu);
-  (void)cudaEventDestroy(req->event); /* deferred by CUDA if still pending */
-  (void)cudaGetLastError();
-  comm->pending--;
-  pthread_mutex_unlock(&comm->mu);
-  free(req);
-}
-
-/* One poll of a request; sets *done and *status. Takes the comm lock. */
-static void poll_request(kolo_nccl_request *req, int *done, kolo_status *status) {
-  kolo_nccl_comm *comm = req->comm;
-  *done = 1;
-  pthread_mutex_lock(&comm->mu);
-  if (comm->state == KOLO_NCCL_STATE_ABORTED || atomic_load(&comm->abort_requested)) {
-    *status = comm->failure != KOLO_OK ? comm->failure : KOLO_ERR_ABORTED;
-    goto out;
-  }
-  if (comm->state != KOLO_NCCL_STATE_READY) {
-    *status = kolo_nccl_state_submit_status(comm->state, comm->failure);
-    goto out;
-  }
-  ncclResult_t async = ncclSuccess;
-  ncclResult_t q = ncclCommGetAsyncError(comm->nccl, &async);
-  ncclResult_t r = q != ncclSuccess ? q : async;
-  if (r != ncclSuccess && r != ncclInProgress) {
-    fail_nccl_locked(comm, r, "ncclCommGetAsyncError");
-    *status = comm->failure;
-    goto out;
-  }
-  cudaError_t e = cudaEventQuery(req->event);
-  uint64_t now = kolo_nccl_now_ns();
-  if (e == cudaSuccess) {
-    comm->progress_ns = now;
-    *status = KOLO_OK;
-  } else if (e == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    uint64_t since = req->submit_ns > comm->progress_ns ? req->submit_ns : comm->progress_ns;
-    if (now - since > (uint64_t)comm->timeout_ms * 1000000ull) {
-      char message[160];
-      snprintf(message, sizeof message,
-               "no progress for %d ms (a peer is gone or stuck; abort and re-form)",
-               comm->timeout_ms);
-      fail_locked(comm, KOLO_ERR_TIMEOUT, message);
-      *status = KOLO_ERR_TIMEOUT;
-    } else {
-      *done = 0;
-    }
-  } else {
-    fail_cuda_locked(comm, e, "cudaEventQuery");
-    *status = comm->failure;
-  }
-out:
-  pthread_mutex_unlock(&comm->mu);
-}
-
-kolo_status kolo_nccl_test(kolo_nccl_request *request, int *done, kolo_status *status) {
-  if (request == NULL || done == NULL || status == NULL) return KOLO_ERR_INVALID_ARG;
-  poll_request(request, done, status);
-  if (*done) free_request(request);
-  return KOLO_OK;
-}
-
-kolo_status kolo_nccl_wait(kolo_nccl_request *request) {
-  if (request == NULL) return KOLO_ERR_INVALID_ARG;
-  uint64_t backoff = 0;
-  int done = 0;
-  kolo_status status = KOLO_OK;
-  for (;;) {
-    poll_request(request, &done, &status);
-    if (done) break;
-    kolo_nccl_backoff_sleep(&backoff); /* the deadline lives in poll_request */
-  }
-  free_request(request);
-  return status;
 }

@@ -1,8 +1,13 @@
-/* kolo_nccl: finding usable CUDA devices, telling device from host pointers, and
- * device buffers for callers and tests. Without a GPU each answers NO_DEVICE. */
+/* kolo_nccl: finding usable CUDA devices, telling device from host pointers
+ * (and checking that a whole buffer lies in one device allocation), device
+ * buffers and copies for callers and tests, and the poll pause. Without a GPU
+ * each answers NO_DEVICE. kolo clears the CUDA runtime's last-error slot only
+ * right after one of its own calls failed (kolo_nccl_cuda_forget). */
+#include <cuda.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
-#include <sched.h>
 #include <time.h>
 
 #include "common/log.h"
@@ -16,19 +21,23 @@ uint64_t kolo_nccl_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void kolo_nccl_backoff_sleep(uint64_t *backoff_ns) {
-  /* A GPU collective often finishes within microseconds: yield the CPU a few
-   * times before sleeping, then sleep 20 us doubling to 250 us. */
-  if (*backoff_ns < 32) {
-    (*backoff_ns)++;
+uint64_t kolo_nccl_pause_ns(uint64_t elapsed_ns) {
+  if (elapsed_ns < 100000ull) return 0;
+  uint64_t pause = elapsed_ns / 16;
+  if (pause < 20000ull) pause = 20000ull;
+  if (pause > 2000000ull) pause = 2000000ull;
+  return pause;
+}
+
+void kolo_nccl_pause(uint64_t start_ns) {
+  uint64_t now = kolo_nccl_now_ns();
+  uint64_t pause = kolo_nccl_pause_ns(now > start_ns ? now - start_ns : 0);
+  if (pause == 0) {
     sched_yield();
     return;
   }
-  if (*backoff_ns < 20000) *backoff_ns = 20000;
-  struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)*backoff_ns};
+  struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)pause};
   nanosleep(&ts, NULL);
-  *backoff_ns *= 2;
-  if (*backoff_ns > 250000) *backoff_ns = 250000;
 }
 
 kolo_status kolo_nccl_device_count(int *count, char *message, size_t length) {
@@ -36,12 +45,11 @@ kolo_status kolo_nccl_device_count(int *count, char *message, size_t length) {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
-    (void)cudaGetLastError(); /* clear a non-sticky error so later calls start clean */
+    kolo_nccl_cuda_forget(err);
     *count = 0;
     kolo_nccl_describe_cuda(err, "cudaGetDeviceCount", message, length);
-    kolo_status st = kolo_nccl_status_from_cuda(err);
     /* Anything that stops us from counting devices means: no usable device. */
-    return st == KOLO_ERR_NO_DEVICE ? st : KOLO_ERR_NO_DEVICE;
+    return KOLO_ERR_NO_DEVICE;
   }
   *count = n;
   if (n <= 0) {
@@ -50,6 +58,16 @@ kolo_status kolo_nccl_device_count(int *count, char *message, size_t length) {
   }
   if (message != NULL && length > 0) message[0] = '\0';
   return KOLO_OK;
+}
+
+cudaError_t kolo_nccl_make_current(int device) {
+  int current = -1;
+  cudaError_t err = cudaGetDevice(&current);
+  if (err == cudaSuccess && current == device) return cudaSuccess;
+  if (err != cudaSuccess) kolo_nccl_cuda_forget(err);
+  err = cudaSetDevice(device);
+  if (err != cudaSuccess) kolo_nccl_cuda_forget(err);
+  return err;
 }
 
 kolo_status kolo_nccl_use_device(int device, char *message, size_t length) {
@@ -61,9 +79,8 @@ kolo_status kolo_nccl_use_device(int device, char *message, size_t length) {
       snprintf(message, length, "CUDA device %d requested, %d present", device, n);
     return KOLO_ERR_NO_DEVICE;
   }
-  cudaError_t err = cudaSetDevice(device);
+  cudaError_t err = kolo_nccl_make_current(device);
   if (err != cudaSuccess) {
-    (void)cudaGetLastError();
     kolo_nccl_describe_cuda(err, "cudaSetDevice", message, length);
     return kolo_nccl_status_from_cuda(err);
   }
@@ -84,7 +101,7 @@ kolo_status kolo_nccl_pointer_device(const void *ptr, int *is_device, int *devic
   cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
   if (err != cudaSuccess) {
     /* Older runtimes report plain host memory as cudaErrorInvalidValue. */
-    (void)cudaGetLastError();
+    kolo_nccl_cuda_forget(err);
     return err == cudaErrorInvalidValue ? KOLO_OK : kolo_nccl_status_from_cuda(err);
   }
   if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) {
@@ -100,11 +117,67 @@ int kolo_nccl_is_device_pointer(const void *ptr) {
   memset(&attr, 0, sizeof attr);
   cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
   if (err != cudaSuccess) {
-    (void)cudaGetLastError(); /* no device, no driver, or unknown memory: host */
+    kolo_nccl_cuda_forget(err); /* no device, no driver, or unknown memory: host */
     return 0;
   }
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
+
+int kolo_nccl_is_device_pointer_on(const void *ptr, int device) {
+  if (ptr == NULL) return 0;
+  if (device >= 0 && kolo_nccl_make_current(device) != cudaSuccess) return 0;
+  return kolo_nccl_is_device_pointer(ptr);
+}
+
+/* ---- the extent of an allocation ---- */
+
+typedef CUresult (*address_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+static address_range_fn address_range;
+static pthread_once_t address_range_once = PTHREAD_ONCE_INIT;
+
+static void find_address_range(void) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaError_t err =
+      cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found);
+#else
+  cudaError_t err = cudaGetDriverEntryPoint("cuMemGetAddressRange", &fn, cudaEnableDefault, &found);
+#endif
+  if (err != cudaSuccess) kolo_nccl_cuda_forget(err);
+  if (err == cudaSuccess && found == cudaDriverEntryPointSuccess) address_range = (address_range_fn)fn;
+}
+
+/* Device memory of `device` (or managed memory) at p. */
+static int device_byte(const void *p, int device) {
+  struct cudaPointerAttributes attr;
+  memset(&attr, 0, sizeof attr);
+  cudaError_t err = cudaPointerGetAttributes(&attr, p);
+  if (err != cudaSuccess) {
+    kolo_nccl_cuda_forget(err);
+    return 0;
+  }
+  return attr.type == cudaMemoryTypeManaged ||
+         (attr.type == cudaMemoryTypeDevice && attr.device == device);
+}
+
+int kolo_nccl_device_range(const void *ptr, size_t bytes, int device) {
+  if (ptr == NULL || !device_byte(ptr, device)) return 0;
+  if (bytes <= 1) return 1;
+  uintptr_t start = (uintptr_t)ptr;
+  if (start + bytes < start) return 0; /* wraps around */
+  pthread_once(&address_range_once, find_address_range);
+  if (address_range != NULL) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (address_range(&base, &size, (CUdeviceptr)start) == CUDA_SUCCESS)
+      return start - (uintptr_t)base + bytes <= size;
+    return 0;
+  }
+  return device_byte((const char *)ptr + bytes - 1, device);
+}
+
+/* ---- buffers and copies ---- */
 
 kolo_status kolo_nccl_device_alloc(int device, size_t bytes, void **out) {
   if (out == NULL) return KOLO_ERR_INVALID_ARG;
@@ -119,7 +192,7 @@ kolo_status kolo_nccl_device_alloc(int device, size_t bytes, void **out) {
   void *p = NULL;
   cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {
-    (void)cudaGetLastError();
+    kolo_nccl_cuda_forget(err);
     kolo_nccl_describe_cuda(err, "cudaMalloc", message, sizeof message);
     KOLO_LOGE(COMPONENT, "device buffer of %zu bytes on device %d: %s", bytes, device, message);
     return kolo_nccl_status_from_cuda(err);
@@ -130,7 +203,7 @@ kolo_status kolo_nccl_device_alloc(int device, size_t bytes, void **out) {
 
 void kolo_nccl_device_free(void *ptr) {
   if (ptr == NULL) return;
-  if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+  kolo_nccl_cuda_forget(cudaFree(ptr));
 }
 
 /* One blocking cudaMemcpy with the device check and error text in one place. */
@@ -147,7 +220,7 @@ static kolo_status copy_bytes(void *dst, const void *src, size_t bytes, enum cud
   }
   cudaError_t err = cudaMemcpy(dst, src, bytes, kind);
   if (err != cudaSuccess) {
-    (void)cudaGetLastError();
+    kolo_nccl_cuda_forget(err);
     kolo_nccl_describe_cuda(err, what, message, sizeof message);
     KOLO_LOGE(COMPONENT, "%s", message);
     return kolo_nccl_status_from_cuda(err);
@@ -163,13 +236,24 @@ kolo_status kolo_nccl_copy_to_host(void *host_dst, const void *device_src, size_
   return copy_bytes(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, "copy to host");
 }
 
+kolo_status kolo_nccl_copy(void *dst, const void *src, size_t bytes) {
+  return copy_bytes(dst, src, bytes, cudaMemcpyDefault, "copy");
+}
+
 void kolo_nccl_versions(char *buffer, size_t length) {
   if (buffer == NULL || length == 0) return;
   int nccl = 0, runtime = 0, driver = 0;
   if (ncclGetVersion(&nccl) != ncclSuccess) nccl = 0;
-  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
-  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
-  (void)cudaGetLastError();
+  cudaError_t err = cudaRuntimeGetVersion(&runtime);
+  if (err != cudaSuccess) {
+    kolo_nccl_cuda_forget(err);
+    runtime = 0;
+  }
+  err = cudaDriverGetVersion(&driver);
+  if (err != cudaSuccess) {
+    kolo_nccl_cuda_forget(err);
+    driver = 0;
+  }
   char drv[32] = "none";
   if (driver > 0) snprintf(drv, sizeof drv, "%d.%d", driver / 1000, (driver % 1000) / 10);
   /* NCCL >= 2.9 encodes X*10000 + Y*100 + Z. */

@@ -9,8 +9,9 @@ kolo_status kolo_nccl_status_from_nccl(ncclResult_t result) {
     case ncclSuccess:
       return KOLO_OK;
     case ncclRemoteError:
-    case ncclSystemError:
       return KOLO_ERR_PEER_LOST;
+    case ncclSystemError:
+      return KOLO_ERR_SYSTEM;
     case ncclUnhandledCudaError:
       return KOLO_ERR_DEVICE;
     case ncclInvalidArgument:
@@ -41,6 +42,7 @@ kolo_status kolo_nccl_status_from_cuda(cudaError_t error) {
     case cudaErrorMemoryAllocation:
       return KOLO_ERR_NO_MEMORY;
     case cudaErrorInvalidValue:
+    case cudaErrorInvalidResourceHandle:
       return KOLO_ERR_INVALID_ARG;
     case cudaErrorNotReady:
       return KOLO_ERR_INTERNAL;
@@ -62,6 +64,10 @@ static const char *nccl_result_name(ncclResult_t result) {
     case ncclInProgress: return "ncclInProgress";
     default: return "ncclUnknownResult";
   }
+}
+
+void kolo_nccl_cuda_forget(cudaError_t error) {
+  if (error != cudaSuccess) (void)cudaGetLastError();
 }
 
 void kolo_nccl_describe_nccl(ncclResult_t result, const char *what, const char *last,
@@ -89,7 +95,7 @@ kolo_status kolo_nccl_dtype_to_nccl(kolo_dtype dtype, ncclDataType_t *out) {
     case KOLO_INT32: *out = ncclInt32; return KOLO_OK;
     case KOLO_INT64: *out = ncclInt64; return KOLO_OK;
     case KOLO_FLOAT16: *out = ncclFloat16; return KOLO_OK;
-    case KOLO_BFLOAT16: *out = ncclBfloat16; return KOLO_OK;
+    case KOLO_BFLOAT16: *out = KOLO_NCCL_BFLOAT16; return KOLO_OK;
     case KOLO_FLOAT32: *out = ncclFloat32; return KOLO_OK;
     case KOLO_FLOAT64: *out = ncclFloat64; return KOLO_OK;
     default: return KOLO_ERR_INVALID_ARG;

@@ -42,7 +42,11 @@ void kolo_elastic_set_reset_callback(kolo_elastic *elastic, kolo_elastic_reset_f
 
 /* Copies the registered buffers into the committed copy (in memory). Returns
  * KOLO_ERR_RING_CHANGED when the agent has announced a newer ring: the caller
- * should then call kolo_elastic_reform. Does not communicate. */
+ * should then call kolo_elastic_reform (a ring announced as planned, when a
+ * drained member leaves, is taken up here rather than by aborting the current
+ * ring, so the re-form restores this very commit). Returns KOLO_ERR_ABORTED, and
+ * should_stop turns true, when the agent asked this process to leave (its worker
+ * is drained): the caller stops, as for STOP. Does not communicate. */
 kolo_status kolo_elastic_commit(kolo_elastic *elastic);
 
 /* Copies the committed state back into the registered buffers. */

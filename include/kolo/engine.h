@@ -11,8 +11,9 @@
  * tensor and the ranks, on every rank. KOLO_TIMELINE=path writes a Chrome trace.
  *
  * Names: 1..KOLO_NAME_MAX bytes, no NUL; one name may be in flight once per rank
- * at a time (submitting it again before it completes is KOLO_ERR_EXISTS). The
- * same name may be reused once its request has completed (each step).
+ * at a time: submitting it again before its request was handed back as done
+ * (by kolo_wait, kolo_test, kolo_wait_result or kolo_test_result) is
+ * KOLO_ERR_EXISTS. The same name is reused once that happened (each step).
  *
  * Requests are completed with kolo_wait/kolo_test (kolo.h) or with the _result
  * forms below, which also return the error message and any output the engine

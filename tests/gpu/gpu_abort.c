@@ -73,6 +73,9 @@ static int single_rank(int rank, int size, const char *dir, void *arg) {
     bad += gpu_report(st == KOLO_OK, "epoch %d: allreduce before abort (%s)", epoch, kolo_strerror(st));
     kolo_nccl_comm_abort(comm);
     kolo_nccl_comm_abort(comm); /* idempotent */
+    kolo_status waited = kolo_nccl_comm_wait_aborted(comm, 5000);
+    bad += gpu_report(waited == KOLO_OK, "epoch %d: abort finished within 5 s (%s)", epoch,
+                      kolo_strerror(waited));
     kolo_nccl_request *req = NULL;
     st = kolo_nccl_allreduce_async(comm, dev, dev, 16, KOLO_FLOAT32, KOLO_SUM, &req);
     bad += gpu_report(kolo_nccl_comm_state(comm) == KOLO_NCCL_STATE_ABORTED &&
@@ -121,6 +124,7 @@ static int kill_one(int rank, int size, const char *dir, void *arg) {
          st == KOLO_ERR_PEER_LOST ? "NCCL itself reported the lost peer"
                                   : "NCCL did not notice; kolo's no-progress deadline fired");
   kolo_nccl_comm_abort(comm);
+  (void)kolo_nccl_comm_wait_aborted(comm, 10000);
   bad += gpu_report(kolo_nccl_comm_state(comm) == KOLO_NCCL_STATE_ABORTED,
                     "rank %d/%d: communicator aborted", rank, size);
   kolo_nccl_comm_destroy(comm);

@@ -6,7 +6,10 @@
  *
  * Usage: elastic_loop STEPS LENGTH COMMIT_EVERY [STEP_DELAY_MS]
  * Prints "RESULT <steps> <checksum> <reconfigurations>" on success (rank 0 of the
- * final ring prints it; with KOLO_RESULT_FILE set, every rank writes it there). */
+ * final ring prints it; with KOLO_RESULT_FILE set, every rank writes it there).
+ * With KOLO_REFORM_FILE set, every re-form appends "REFORM <epoch> <discarded>":
+ * the epoch formed and how many steps this process computed that the restored
+ * commit threw away (0 when the ring changed at a commit, as for a drain). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,11 +43,19 @@ int main(int argc, char **argv) {
   kolo_elastic_register(elastic, &step, sizeof step);
   kolo_elastic_register(elastic, accumulator, length * sizeof *accumulator);
   status = kolo_elastic_sync(elastic);
+  const char *reform_file = getenv("KOLO_REFORM_FILE");
   while (status == KOLO_OK || status == KOLO_ERR_RING_CHANGED || status == KOLO_ERR_PEER_LOST ||
          status == KOLO_ERR_ABORTED || status == KOLO_ERR_TIMEOUT) {
     if (status != KOLO_OK) {
       if (kolo_elastic_should_stop(elastic)) break;
+      int64_t before = step;
       status = kolo_elastic_reform(elastic);
+      FILE *out = status == KOLO_OK && reform_file ? fopen(reform_file, "a") : NULL;
+      if (out) {
+        fprintf(out, "REFORM %llu %lld\n", (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)),
+                (long long)(before - step));
+        fclose(out);
+      }
       continue;
     }
     if (step >= steps) break;

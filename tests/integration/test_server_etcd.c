@@ -1,5 +1,6 @@
 /* Test helper (not a test): starts a real etcd through kolo_test_etcd, prints its URL on
- * one line, then obeys commands on stdin ("stop", "start": answered "ok" or "error") until
+ * one line, then obeys commands on stdin ("stop", "start": answered "ok" or "error"; "pid": answered
+ * with etcd's process id) until
  * stdin closes (the Python tests hold the pipe, so etcd also goes away when a test dies),
  * then stops it and removes its data. */
 #include <stdio.h>
@@ -20,6 +21,11 @@ int main(void) {
     kolo_status rc = KOLO_ERR_INVALID_ARG;
     if (strncmp(line, "stop", 4) == 0) rc = kolo_etcd_harness_stop(etcd);
     if (strncmp(line, "start", 5) == 0) rc = kolo_etcd_harness_restart(etcd);
+    if (strncmp(line, "pid", 3) == 0) {
+      printf("%ld\n", (long)kolo_etcd_harness_pid(etcd));
+      fflush(stdout);
+      continue;
+    }
     printf("%s\n", rc == KOLO_OK ? "ok" : "error");
     fflush(stdout);
   }

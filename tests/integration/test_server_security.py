@@ -94,6 +94,26 @@ class SecurityTest(unittest.TestCase):
         code, _, err = kolo(self.tls_server, "--timeout", "3", "get", "tls-1")
         self.assertEqual(code, 1)
 
+    def test_the_bearer_scheme_is_matched_in_any_case(self):
+        port = self.token_server.http_port
+        for scheme in ("bearer", "BEARER", "bEaReR"):
+            code, _ = curl(port, "/v1/jobs", headers=["Authorization: %s %s" % (scheme, TOKEN)])
+            self.assertEqual(code, 200, scheme)
+            client = Client(self.token_server.grpc_target)
+            client.metadata = [("authorization", "%s %s" % (scheme, TOKEN))]
+            client.call("ListJobs", pb.ListJobsRequest())
+            client.close()
+        code, _ = curl(port, "/v1/jobs", headers=["Authorization: Basic " + TOKEN])
+        self.assertEqual(code, 401)
+
+    def test_a_token_file_of_only_whitespace_is_refused_at_startup(self):
+        blank = os.path.join(self.dir, "blank-token")
+        with open(blank, "w") as f:
+            f.write("  \n\t\n")
+        with self.assertRaises(RuntimeError) as ctx:
+            Server(self.etcd.url, "--token-file", blank)
+        self.assertIn("holds no token", str(ctx.exception))
+
     def test_http_over_tls_works_with_the_ca(self):
         port = self.tls_server.http_port
         code, body = curl(port, "/healthz", scheme="https", extra=["--cacert", self.cert])

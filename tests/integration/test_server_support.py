@@ -70,6 +70,12 @@ class Etcd:
         if answer != "ok":
             raise RuntimeError("etcd helper: %s -> %r" % (what, answer))
 
+    def pid(self):
+        """etcd's process id (to SIGSTOP/SIGCONT it)."""
+        self.proc.stdin.write("pid\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline().strip())
+
     def stop(self):
         self.proc.stdout.close()
         if self.proc.poll() is None:

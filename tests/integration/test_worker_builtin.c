@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "../support/skip.h"
 #include "test_worker_cluster.h"
 
 static int setup(void **state) {
@@ -106,10 +107,10 @@ static void a_builtin_job_that_loses_a_worker_ends_within_a_point_of_an_undistur
   char train[512];
   snprintf(train, sizeof train, "%s/kolo-train", getenv("KOLO_BIN_DIR"));
   FILE *probe = fopen(train, "r");
-  if (probe == NULL) skip(); /* the trainer is not part of this build */
+  if (probe == NULL) KOLO_TEST_SKIP("%s is not part of this build", train);
   fclose(probe);
   FILE *data = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "r");
-  if (data == NULL) skip(); /* Debian's dataset-fashion-mnist is not installed */
+  if (data == NULL) KOLO_TEST_SKIP("Debian's dataset-fashion-mnist is not installed");
   fclose(data);
   for (int i = 1; i <= 3; i++) assert_int_equal(cluster_start_worker(c, i), 0);
 

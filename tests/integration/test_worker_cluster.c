@@ -246,8 +246,10 @@ const char *cluster_worker_state(cluster *c, const char *id, char *buf, size_t l
     size_t k;
     json_t *w;
     json_array_foreach(json_object_get(workers, "workers"), k, w) {
-      if (strcmp(json_string_value(json_object_get(w, "id")) ?: "", id) == 0)
-        snprintf(buf, len, "%s", json_string_value(json_object_get(w, "state")) ?: "");
+      if (strcmp(json_string_value(json_object_get(w, "id")) ?: "", id) != 0) continue;
+      snprintf(buf, len, "%s", json_string_value(json_object_get(w, "state")) ?: "");
+      for (char *p = buf; *p; p++) /* the API says IDLE/BUSY/DRAINING; callers compare lower case */
+        if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
     }
     json_decref(workers);
     break;

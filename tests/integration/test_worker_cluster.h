@@ -46,7 +46,7 @@ int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers,
 /* POST path with body to the first live server; the JSON answer or NULL. */
 json_t *cluster_post(cluster *c, const char *path, const char *body);
 
-/* The state of worker id as /v1/workers says ("idle", "busy", ...; "" if absent). */
+/* The state of worker id as /v1/workers says, lower-cased ("idle", "busy", ...; "" if absent). */
 const char *cluster_worker_state(cluster *c, const char *id, char *buf, size_t len);
 
 /* GET /v1/jobs/<id> from the first live server; NULL on error. */

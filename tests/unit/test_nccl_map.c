@@ -14,7 +14,13 @@
 static void a_dead_peer_in_nccl_becomes_peer_lost(void **state) {
   (void)state;
   assert_int_equal(kolo_nccl_status_from_nccl(ncclRemoteError), KOLO_ERR_PEER_LOST);
-  assert_int_equal(kolo_nccl_status_from_nccl(ncclSystemError), KOLO_ERR_PEER_LOST);
+}
+
+/* ncclSystemError covers local faults too (a full /dev/shm, no fds left): it
+ * must not name a peer as lost. */
+static void a_system_error_in_nccl_is_not_taken_for_a_lost_peer(void **state) {
+  (void)state;
+  assert_int_equal(kolo_nccl_status_from_nccl(ncclSystemError), KOLO_ERR_SYSTEM);
 }
 
 static void other_nccl_results_map_to_their_own_codes(void **state) {
@@ -42,6 +48,9 @@ static void other_cuda_errors_map_to_their_own_codes(void **state) {
   assert_int_equal(kolo_nccl_status_from_cuda(cudaSuccess), KOLO_OK);
   assert_int_equal(kolo_nccl_status_from_cuda(cudaErrorMemoryAllocation), KOLO_ERR_NO_MEMORY);
   assert_int_equal(kolo_nccl_status_from_cuda(cudaErrorInvalidValue), KOLO_ERR_INVALID_ARG);
+  /* a stream handle the runtime refuses is the caller's bad argument */
+  assert_int_equal(kolo_nccl_status_from_cuda(cudaErrorInvalidResourceHandle),
+                   KOLO_ERR_INVALID_ARG);
   assert_int_equal(kolo_nccl_status_from_cuda(cudaErrorLaunchFailure), KOLO_ERR_DEVICE);
   assert_int_equal(kolo_nccl_status_from_cuda(cudaErrorIllegalAddress), KOLO_ERR_DEVICE);
   assert_int_equal(kolo_nccl_status_from_cuda(cudaErrorNotReady), KOLO_ERR_INTERNAL);
@@ -124,6 +133,7 @@ static void an_unknown_op_is_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_dead_peer_in_nccl_becomes_peer_lost),
+      cmocka_unit_test(a_system_error_in_nccl_is_not_taken_for_a_lost_peer),
       cmocka_unit_test(other_nccl_results_map_to_their_own_codes),
       cmocka_unit_test(a_missing_gpu_or_driver_becomes_no_device),
       cmocka_unit_test(other_cuda_errors_map_to_their_own_codes),

@@ -50,6 +50,7 @@ static void copying_to_or_from_a_device_says_no_device(void **state) {
   char host[16] = {0}, other[16] = {0};
   assert_int_equal(kolo_nccl_copy_to_device(other, host, sizeof host), KOLO_ERR_NO_DEVICE);
   assert_int_equal(kolo_nccl_copy_to_host(host, other, sizeof host), KOLO_ERR_NO_DEVICE);
+  assert_int_equal(kolo_nccl_copy(host, other, sizeof host), KOLO_ERR_NO_DEVICE);
 }
 
 static void asking_for_a_communicator_says_no_device(void **state) {
@@ -59,8 +60,39 @@ static void asking_for_a_communicator_says_no_device(void **state) {
   kolo_nccl_comm *comm = (kolo_nccl_comm *)0x1;
   assert_int_equal(kolo_nccl_comm_create(id, 0, 2, 0, 1000, &comm), KOLO_ERR_NO_DEVICE);
   assert_null(comm);
-  assert_int_equal(kolo_nccl_comm_create(id, 1, 2, -1, 1000, &comm), KOLO_ERR_NO_DEVICE);
+  kolo_nccl_options options = {.device = 0, .timeout_ms = 1000, .op_timeout_ms = 5000};
+  assert_int_equal(kolo_nccl_comm_create_with(id, 1, 2, &options, &comm), KOLO_ERR_NO_DEVICE);
   assert_null(comm);
+}
+
+/* A negative device used to be taken as "global rank modulo the device count",
+ * which puts ranks of a second host on the wrong GPUs: it is refused, before
+ * the device is even looked at. */
+static void a_negative_device_is_refused(void **state) {
+  (void)state;
+  uint8_t id[KOLO_NCCL_ID_BYTES] = {0};
+  kolo_nccl_comm *comm = (kolo_nccl_comm *)0x1;
+  assert_int_equal(kolo_nccl_comm_create(id, 1, 2, -1, 1000, &comm), KOLO_ERR_INVALID_ARG);
+  assert_null(comm);
+  kolo_nccl_options options = {.device = -3};
+  assert_int_equal(kolo_nccl_comm_create_with(id, 0, 1, &options, &comm), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_nccl_comm_create_with(id, 0, 1, NULL, &comm), KOLO_ERR_INVALID_ARG);
+}
+
+/* NCCL_COMM_BLOCKING=1 would override config.blocking = 0 and make creation
+ * wait for a missing peer with no deadline: refused with INVALID_ARG whatever
+ * the device situation. */
+static void nccl_comm_blocking_set_to_one_is_refused(void **state) {
+  (void)state;
+  uint8_t id[KOLO_NCCL_ID_BYTES] = {0};
+  kolo_nccl_comm *comm = NULL;
+  setenv("NCCL_COMM_BLOCKING", "1", 1);
+  assert_int_equal(kolo_nccl_comm_create(id, 0, 2, 0, 1000, &comm), KOLO_ERR_INVALID_ARG);
+  assert_null(comm);
+  setenv("NCCL_COMM_BLOCKING", "0", 1); /* what kolo asks for anyway: fine */
+  kolo_status st = kolo_nccl_comm_create(id, 0, 2, 0, 1000, &comm);
+  unsetenv("NCCL_COMM_BLOCKING");
+  assert_int_not_equal(st, KOLO_ERR_INVALID_ARG);
 }
 
 static void a_communicator_from_a_ring_spec_says_no_device(void **state) {
@@ -98,6 +130,8 @@ static void host_memory_is_never_taken_for_device_memory(void **state) {
   assert_int_equal(kolo_nccl_is_device_pointer(&stack_value), 0);
   assert_int_equal(kolo_nccl_is_device_pointer(heap), 0);
   assert_int_equal(kolo_nccl_is_device_pointer(NULL), 0);
+  assert_int_equal(kolo_nccl_is_device_pointer_on(heap, 0), 0);
+  assert_int_equal(kolo_nccl_is_device_pointer_on(NULL, -1), 0);
   int is_device = 1, device = 7;
   assert_int_equal(kolo_nccl_pointer_device(heap, &is_device, &device), KOLO_ERR_NO_DEVICE);
   assert_int_equal(is_device, 0);
@@ -135,6 +169,12 @@ static void operations_without_a_communicator_are_refused(void **state) {
   assert_int_equal(kolo_nccl_allgatherv_async(NULL, &x, &x, counts, KOLO_INT32, &req),
                    KOLO_ERR_INVALID_ARG);
   assert_int_equal(kolo_nccl_exchange_counts(NULL, 1, counts), KOLO_ERR_INVALID_ARG);
+  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLREDUCE, .send = &x, .recv = &x, .count = 1,
+                         .dtype = KOLO_INT32, .op = KOLO_SUM};
+  assert_int_equal(kolo_nccl_group_after(NULL, &d, 1, NULL, &req), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_nccl_stream_wait(NULL, NULL), KOLO_ERR_INVALID_ARG);
+  assert_null(kolo_nccl_request_event(NULL));
+  assert_int_equal(kolo_nccl_comm_wait_aborted(NULL, 10), KOLO_ERR_INVALID_ARG);
   int done = 0;
   kolo_status st = KOLO_OK;
   assert_int_equal(kolo_nccl_test(NULL, &done, &st), KOLO_ERR_INVALID_ARG);
@@ -163,6 +203,8 @@ int main(void) {
       cmocka_unit_test(asking_for_a_device_buffer_says_no_device),
       cmocka_unit_test(copying_to_or_from_a_device_says_no_device),
       cmocka_unit_test(asking_for_a_communicator_says_no_device),
+      cmocka_unit_test(a_negative_device_is_refused),
+      cmocka_unit_test(nccl_comm_blocking_set_to_one_is_refused),
       cmocka_unit_test(a_communicator_from_a_ring_spec_says_no_device),
       cmocka_unit_test(making_a_unique_id_says_no_device),
       cmocka_unit_test(host_memory_is_never_taken_for_device_memory),

@@ -105,16 +105,75 @@ static void a_member_without_a_record_is_lost_and_the_ring_reforms(void **state)
   free(text);
 }
 
-static void a_draining_member_is_lost_with_its_reason(void **state) {
+static void a_draining_member_leaves_as_planned_at_the_next_commit(void **state) {
   fixture *f = *state;
   healthy(f, 3);
   f->members[2].draining = 1;
   f->members[2].report.exited = 1; /* also failed: the first reason wins */
   f->members[2].report.exit_code = 1;
   f->members[2].report.exit_epoch = 3;
-  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(decide(f), KOLO_SCHED_DRAIN_REFORM);
   assert_int_equal(f->d.n_lost, 1);
+  assert_int_equal(f->d.n_drained, 1);
+  assert_true(f->d.lost[0].drained);
+  assert_true(f->d.planned);
   assert_string_equal(f->d.lost[0].why, "it is draining");
+  assert_string_equal(kolo_sched_event_type(f->d.action), "WORKER_DRAINED");
+  char *text = message(f);
+  assert_string_equal(text, "w2 left (drained); re-forming at the next commit with 2 workers and 0 new workers");
+  free(text);
+}
+
+static void drains_never_count_against_max_reconfigurations(void **state) {
+  fixture *f = *state;
+  healthy(f, 4);
+  f->view.reconfigurations = 2;
+  f->view.max_reconfigurations = 2; /* one more loss would fail the job */
+  f->members[3].draining = 1;
+  f->members[1].draining = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_DRAIN_REFORM);
+  assert_int_equal(f->d.n_drained, 2);
+  char *text = message(f);
+  assert_string_equal(text, "w1, w3 left (drained); re-forming at the next commit with 2 workers and 0 new workers");
+  free(text);
+}
+
+static void a_drain_below_min_workers_holds_the_others(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->view.reconfigurations = 10; /* at the default limit: a drain still never fails */
+  f->members[1].draining = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_DRAIN_HOLD);
+  assert_false(f->d.planned);
+  assert_string_equal(kolo_sched_event_type(f->d.action), "WORKER_DRAINED");
+  char *text = message(f);
+  assert_string_equal(text, "w1 left (drained); 1 workers left, below min_workers 2: waiting for workers");
+  free(text);
+}
+
+static void a_drain_that_takes_newcomers_is_not_planned(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->view.idle = 1;
+  f->members[0].draining = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_DRAIN_REFORM);
+  assert_int_equal(f->d.take, 1);
+  assert_false(f->d.planned); /* a newcomer cannot wait for the others' commit */
+  char *text = message(f);
+  assert_string_equal(text, "w0 left (drained); re-forming with 2 workers and 1 new workers");
+  free(text);
+}
+
+static void a_loss_with_a_drain_counts_one_reconfiguration_and_the_drain_apart(void **state) {
+  fixture *f = *state;
+  healthy(f, 4);
+  f->members[1].registered = 0;
+  f->members[2].draining = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(f->d.n_lost, 2);
+  assert_int_equal(f->d.n_drained, 1);
+  assert_false(f->d.planned);
+  assert_string_equal(kolo_sched_event_type(f->d.action), "WORKER_LOST");
 }
 
 static void a_failed_process_is_lost_only_for_its_current_stay(void **state) {
@@ -332,7 +391,11 @@ int main(void) {
       T(rank_zero_exiting_zero_finishes_once_everyone_exited),
       T(rank_zero_exiting_zero_waits_for_the_others_until_the_grace),
       T(a_member_without_a_record_is_lost_and_the_ring_reforms),
-      T(a_draining_member_is_lost_with_its_reason),
+      T(a_draining_member_leaves_as_planned_at_the_next_commit),
+      T(drains_never_count_against_max_reconfigurations),
+      T(a_drain_below_min_workers_holds_the_others),
+      T(a_drain_that_takes_newcomers_is_not_planned),
+      T(a_loss_with_a_drain_counts_one_reconfiguration_and_the_drain_apart),
       T(a_failed_process_is_lost_only_for_its_current_stay),
       T(a_rank_named_by_every_other_member_is_lost_at_once),
       T(a_named_rank_waits_for_the_settle_time_while_others_are_silent),

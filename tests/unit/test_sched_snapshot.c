@@ -50,8 +50,8 @@ typedef struct fixture {
   kvs assigns, drains, jobs;
 } fixture;
 
-/* Workers w1 (idle), w2 (busy on job "b"), w3 (idle but drained by an
- * operator); job "b" RUNNING at epoch 2 on w1 and w2 (w2 joined at epoch 2,
+/* Workers w1 (idle; a drain mark of its earlier registration is left), w2
+ * (busy on job "b"), w3 (idle but drained by an operator); job "b" RUNNING at epoch 2 on w1 and w2 (w2 joined at epoch 2,
  * w9 lost at epoch 1), job "a" older and PENDING, job "c" without a spec. */
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
@@ -61,7 +61,8 @@ static int setup(void **state) {
   add_member(&f->snap, "{\"id\":\"w3\",\"host\":\"h\",\"address\":\"127.0.0.1:7003\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\"}");
   add(&f->assigns, "/kolo/v1/assign/w2", "{\"job\":\"b\",\"epoch\":2}", 1);
   add(&f->assigns, "/kolo/v1/assign/w7", "{\"job\":\"gone\",\"epoch\":1}", 1);
-  add(&f->drains, "/kolo/v1/drain/w3", "{}", 1);
+  add(&f->drains, "/kolo/v1/drain/w1", "{\"draining\":true,\"lease\":77}", 1); /* an earlier registration's */
+  add(&f->drains, "/kolo/v1/drain/w3", "{\"draining\":true,\"lease\":0}", 1);
   add(&f->jobs, "/kolo/v1/jobs/a/spec", "{\"min_workers\":1}", 3);
   add(&f->jobs, "/kolo/v1/jobs/a/status", "{\"phase\":\"PENDING\",\"created_unix_ms\":100}", 4);
   add(&f->jobs, "/kolo/v1/jobs/b/events/0000000007", "{}", 5);
@@ -108,6 +109,7 @@ static void jobs_come_oldest_first_and_unreadable_ones_are_dropped(void **state)
 static void a_drained_or_assigned_worker_is_not_idle(void **state) {
   fixture *f = *state;
   assert_true(kolo_sched_find_worker(&f->snap, "w3")->draining);
+  assert_false(kolo_sched_find_worker(&f->snap, "w1")->draining); /* the mark names another lease */
   assert_string_equal(kolo_sched_find_worker(&f->snap, "w2")->assign_job, "b");
   assert_int_equal(kolo_sched_count_idle(&f->snap), 1);
   kolo_sched_find_worker(&f->snap, "w1")->taken = 1;

@@ -52,6 +52,16 @@ static void each_bad_field_is_named(void **state) {
   expect_invalid("{" GOOD ",\"average_every\":4}", "average_every");
   expect_invalid("{" GOOD ",\"labels\":{\"bad key\":\"v\"}}", "labels.bad key");
   expect_invalid("{" GOOD ",\"collective_timeout_ms\":99999999}", "collective_timeout_ms");
+  /* 2^63 was stored as a negative number and hid the job from every read */
+  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"m\",\"steps\":\"9223372036854775808\"}}",
+                 "builtin.steps");
+  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"m\",\"steps\":9007199254740993}}",
+                 "builtin.steps");
+  char err[256];
+  Kolo__V1__JobSpec *edge =
+      spec_from("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"m\",\"steps\":9007199254740992}}");
+  assert_int_equal(kolo_server_job_validate_spec(edge, err, sizeof err), KOLO_OK);
+  protobuf_c_message_free_unpacked(&edge->base, NULL);
 }
 
 static void specs_differing_only_in_map_order_are_equal_once_normalized(void **state) {

@@ -3,6 +3,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,6 +132,98 @@ static void sixty_four_bit_integers_accept_numbers_and_strings(void **state) {
   protobuf_c_message_free_unpacked(msg, NULL);
 }
 
+
+static Kolo__V1__Progress *parse_progress(const char *text, kolo_status *rc) {
+  ProtobufCMessage *msg = NULL;
+  char err[128];
+  *rc = kolo_server_json_parse_message(text, strlen(text), &kolo__v1__progress__descriptor, &msg,
+                                       err, sizeof err);
+  return (Kolo__V1__Progress *)msg;
+}
+
+/* Every uint64 round-trips exactly: values above INT64_MAX (jansson's integers are int64)
+ * go out as decimal strings and come back as the same number. */
+static void every_uint64_round_trips_exactly_through_json(void **state) {
+  (void)state;
+  const uint64_t values[] = {0, 1, (uint64_t)INT64_MAX, (uint64_t)INT64_MAX + 1, UINT64_MAX - 1, UINT64_MAX};
+  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+    Kolo__V1__Progress p = KOLO__V1__PROGRESS__INIT;
+    p.step = values[i];
+    p.total_steps = values[i];
+    char *text = kolo_server_json_dump_message(&p.base, 0);
+    assert_non_null(text);
+    kolo_status rc;
+    Kolo__V1__Progress *back = parse_progress(text, &rc);
+    assert_int_equal(rc, KOLO_OK);
+    assert_true(back->step == values[i]);
+    assert_true(back->total_steps == values[i]);
+    protobuf_c_message_free_unpacked(&back->base, NULL);
+    free(text);
+  }
+  Kolo__V1__Progress big = KOLO__V1__PROGRESS__INIT;
+  big.step = UINT64_MAX;
+  char *text = kolo_server_json_dump_message(&big.base, 0);
+  assert_non_null(strstr(text, "\"step\":\"18446744073709551615\""));
+  free(text);
+}
+
+static void integers_in_strings_are_strict_decimal_within_range(void **state) {
+  (void)state;
+  const char *refused[] = {
+      "{\"step\":\" 12\"}",   "{\"step\":\"+12\"}",  "{\"step\":\"0x10\"}", "{\"step\":\"1e3\"}",
+      "{\"step\":\"-1\"}",    "{\"step\":\"\"}",     "{\"step\":\"12 \"}",
+      "{\"step\":\"18446744073709551616\"}", "{\"step\":-1}", "{\"step\":1.5}",
+      "{\"step\":1e300}",
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    kolo_status rc;
+    assert_null(parse_progress(refused[i], &rc));
+    assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
+  }
+  kolo_status rc;
+  Kolo__V1__Progress *p = parse_progress("{\"step\":\"18446744073709551615\",\"total_steps\":4e15}", &rc);
+  assert_int_equal(rc, KOLO_OK);
+  assert_true(p->step == UINT64_MAX);
+  assert_true(p->total_steps == 4000000000000000ULL);
+  protobuf_c_message_free_unpacked(&p->base, NULL);
+  /* int64 takes its whole range from strings, and no more */
+  ProtobufCMessage *msg = NULL;
+  char err[128];
+  const char *low = "{\"created_unix_ms\":\"-9223372036854775808\"}";
+  assert_int_equal(kolo_server_json_parse_message(low, strlen(low), &kolo__v1__job_status__descriptor,
+                                                  &msg, err, sizeof err),
+                   KOLO_OK);
+  assert_true(((Kolo__V1__JobStatus *)msg)->created_unix_ms == INT64_MIN);
+  protobuf_c_message_free_unpacked(msg, NULL);
+  const char *past = "{\"created_unix_ms\":\"9223372036854775808\"}";
+  assert_int_equal(kolo_server_json_parse_message(past, strlen(past), &kolo__v1__job_status__descriptor,
+                                                  &msg, err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "created_unix_ms"));
+}
+
+/* A map value jansson cannot hold (not UTF-8) fails the encoding; it is never dropped. */
+static void a_map_entry_that_is_not_utf8_fails_the_encoding_instead_of_vanishing(void **state) {
+  (void)state;
+  Kolo__V1__JobSpec spec = KOLO__V1__JOB_SPEC__INIT;
+  Kolo__V1__JobSpec__LabelsEntry entry = KOLO__V1__JOB_SPEC__LABELS_ENTRY__INIT;
+  Kolo__V1__JobSpec__LabelsEntry *entries[] = {&entry};
+  entry.key = "team";
+  entry.value = "\xff\xfe";
+  spec.labels = entries;
+  spec.n_labels = 1;
+  spec.name = "x";
+  assert_null(kolo_server_json_from_message(&spec.base));
+  entry.value = "ok";
+  entry.key = "\xc0\x80";
+  assert_null(kolo_server_json_from_message(&spec.base));
+  entry.key = "team";
+  json_t *json = kolo_server_json_from_message(&spec.base);
+  assert_non_null(json);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(json, "labels"), "team")), "ok");
+  json_decref(json);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_full_spec_decodes_into_every_field),
@@ -140,6 +233,9 @@ int main(void) {
       cmocka_unit_test(both_members_of_the_program_oneof_are_refused),
       cmocka_unit_test(garbage_text_is_a_parse_error),
       cmocka_unit_test(sixty_four_bit_integers_accept_numbers_and_strings),
+      cmocka_unit_test(every_uint64_round_trips_exactly_through_json),
+      cmocka_unit_test(integers_in_strings_are_strict_decimal_within_range),
+      cmocka_unit_test(a_map_entry_that_is_not_utf8_fails_the_encoding_instead_of_vanishing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

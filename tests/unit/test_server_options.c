@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "server/options.h"
+#include "server/service.h"
 
 static void the_defaults_are_loopback_and_etcd_auto(void **state) {
   (void)state;
@@ -72,11 +73,45 @@ static void bad_input_is_named(void **state) {
   unlink(path);
 }
 
+static void a_token_file_is_trimmed_and_must_hold_one_visible_token(void **state) {
+  (void)state;
+  char err[256];
+  const char *token = NULL;
+  char good[] = "  s3cret-Token_1\r\n";
+  assert_int_equal(kolo_server_token_parse(good, &token, err, sizeof err), KOLO_OK);
+  assert_string_equal(token, "s3cret-Token_1");
+  const char *bad[] = {"", "   \n\t \r\n", "two words\n", "tab\there", "caf\xc3\xa9"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[64];
+    snprintf(text, sizeof text, "%s", bad[i]);
+    assert_int_equal(kolo_server_token_parse(text, &token, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  }
+  char blank[] = " \n";
+  kolo_server_token_parse(blank, &token, err, sizeof err);
+  assert_non_null(strstr(err, "no token"));
+}
+
+static void the_bearer_scheme_matches_in_any_case_and_the_token_exactly(void **state) {
+  (void)state;
+  const char *t = "abc123";
+  const char *yes[] = {"Bearer abc123", "bearer abc123", "BEARER abc123", "bEaReR   abc123"};
+  for (size_t i = 0; i < 4; i++) assert_true(kolo_server_bearer_matches(yes[i], strlen(yes[i]), t));
+  const char *no[] = {"Bearer abc12", "Bearer abc1234", "Bearer ABC123", "Bearerabc123", "Basic abc123",
+                      "abc123", "Bearer ", "", "Bearer abc123 "};
+  for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+    assert_false(kolo_server_bearer_matches(no[i], strlen(no[i]), t));
+  assert_false(kolo_server_bearer_matches(NULL, 0, t));
+  /* a length-delimited value with a NUL inside is not the token */
+  assert_false(kolo_server_bearer_matches("Bearer abc123\0x", 15, t));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(the_defaults_are_loopback_and_etcd_auto),
       cmocka_unit_test(flags_override_the_config_file),
       cmocka_unit_test(bad_input_is_named),
+      cmocka_unit_test(a_token_file_is_trimmed_and_must_hold_one_visible_token),
+      cmocka_unit_test(the_bearer_scheme_matches_in_any_case_and_the_token_exactly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -116,7 +116,7 @@ static void a_stale_status_revision_makes_the_write_retry_on_fresh_state(void **
   protobuf_c_message_free_unpacked(&job->base, NULL);
   /* Another writer (the scheduler) appends event 2 without touching the status. */
   kolo_server_kv_put put = {"/kolo/v1/jobs/d1/events/0000000002",
-                            "{\"seq\":2,\"type\":\"SCHEDULED\",\"message\":\"x\"}"};
+                            "{\"seq\":2,\"type\":\"SCHEDULED\",\"message\":\"x\"}", 0};
   int64_t rev;
   assert_int_equal(f->kv->ops->txn(f->kv, NULL, 0, &put, 1, &rev), KOLO_OK);
   assert_int_equal(kolo_server_store_scale(f->store, "d1", 2, 4, &job, err, sizeof err), KOLO_OK);

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -121,6 +123,35 @@ static void plain_idx_files_load_too(void **state) {
   assert_int_equal(kolo_train_data_count(ds), 5);
   assert_int_equal(kolo_train_data_features(ds), 24);
   kolo_train_data_destroy(ds);
+}
+
+/* Found by fuzz_train_files: an IDX header claiming 2^33 pixels in a file of a few bytes
+ * made the loader allocate them all before finding the file short. Now memory follows the
+ * bytes actually read: under a 1 GiB address-space limit the load fails as truncated,
+ * not as out of memory. (No rlimit under ASan, whose shadow needs the address space.) */
+static void an_idx_header_claiming_more_than_the_file_holds_costs_only_the_file(void **state) {
+  fixture *f = *state;
+  uint8_t images[16 + 8] = {0, 0, 8, 3, 0, 0x20, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0x40}; /* 2^21 x 64 x 64 */
+  uint8_t labels[8 + 2] = {0, 0, 8, 1, 0, 0x20, 0, 0, 1, 2};
+  char ip[512], lp[512];
+  path_in(f, "huge-images", ip, sizeof ip);
+  path_in(f, "huge-labels", lp, sizeof lp);
+  write_bytes(ip, images, sizeof images, 0);
+  write_bytes(lp, labels, sizeof labels, 0);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+#if !defined(__SANITIZE_ADDRESS__)
+    struct rlimit limit = {1u << 30, 1u << 30};
+    setrlimit(RLIMIT_AS, &limit);
+#endif
+    kolo_train_dataset *ds = NULL;
+    _exit(kolo_train_data_load_idx(ip, lp, &ds) == KOLO_ERR_PARSE ? 0 : 1);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 static void truncated_gzip_is_refused(void **state) {
@@ -357,6 +388,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(gzipped_idx_files_load_with_scaled_pixels, setup, teardown),
       cmocka_unit_test_setup_teardown(plain_idx_files_load_too, setup, teardown),
+      cmocka_unit_test_setup_teardown(an_idx_header_claiming_more_than_the_file_holds_costs_only_the_file, setup, teardown),
       cmocka_unit_test_setup_teardown(truncated_gzip_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(wrong_magic_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(image_and_label_counts_must_agree, setup, teardown),

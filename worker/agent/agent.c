@@ -24,9 +24,11 @@
 
 #include "common/checks.h"
 #include "common/log.h"
+#include "coordination/drain.h"
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
+#include "worker/agent/health.h"
 #include "worker/agent/process.h"
 
 #define LOG "agent"
@@ -65,7 +67,11 @@ typedef struct agent {
   int64_t report_written_ms;
   int draining;
   int64_t drain_deadline_ms;
+  int leave; /* the job let the process go: 0 not yet asked, 1 LEAVE sent, -1 stop it */
+  int64_t leave_deadline_ms; /* after LEAVE: stop it past this */
   const char *state;
+  kolo_agent_health *health; /* --http-listen; NULL without */
+  kolo_agent_health_state hs; /* its counters, and what publish_health last sent */
 } agent;
 
 static int64_t mono_ms(void) {
@@ -144,6 +150,7 @@ static kolo_status register_worker(agent *a) {
     return rc;
   }
   a->state = "idle";
+  a->hs.registrations++;
   KOLO_LOGI(LOG, "registered worker %s at %s", a->id, a->record.address);
   return KOLO_OK;
 }
@@ -169,8 +176,10 @@ static void write_report(agent *a) {
   free(text);
   if (rc != KOLO_OK) {
     KOLO_LOGW(LOG, "cannot write report %s: %s", key, kolo_etcd_last_error());
+    a->hs.report_errors++;
     return; /* stays dirty: retried on the next tick */
   }
+  a->hs.reports_written++;
   a->report_dirty = 0;
   a->report_written_ms = mono_ms();
 }
@@ -296,7 +305,8 @@ static char *ring_line_for(agent *a, const json_t *ring, int *rank, int *size) {
     const char *address = json_string_value(json_object_get(json_array_get(members, i), "address"));
     used += snprintf(line + used, length - (size_t)used, " %s", address ? address : "?");
   }
-  snprintf(line + used, length - (size_t)used, "\n");
+  /* a planned ring (a drained member leaves): switch at the next commit, nothing redone */
+  snprintf(line + used, length - (size_t)used, "%s\n", json_is_true(json_object_get(ring, "planned")) ? " planned" : "");
   *rank = me;
   *size = (int)n;
   return line;
@@ -387,6 +397,7 @@ static void start_process(agent *a, const char *job, const json_t *ring) {
     KOLO_LOGE(LOG, "cannot start the process of job %s", job);
     goto out;
   }
+  a->hs.processes_started++;
   snprintf(a->job, sizeof a->job, "%s", job);
   a->epoch = epoch;
   a->sent_epoch = 0;
@@ -419,6 +430,34 @@ out:
   json_decref(spec);
 }
 
+/* Whether this registration of the worker is drained (its mark names our lease). */
+static int drain_marked(agent *a) {
+  char key[256];
+  kolo_etcd_kv kv = {0};
+  if (a->reg == NULL || kolo_keys_drain(a->id, key, sizeof key) != KOLO_OK ||
+      kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK)
+    return 0;
+  int mine = kolo_drain_mark_applies((const char *)kv.value, kv.value_len, kolo_membership_lease(a->reg));
+  kolo_etcd_kv_clear(&kv);
+  return mine;
+}
+
+/* The job let this worker go: if the worker is drained (SIGTERM, or a drain mark), the
+ * process gets LEAVE and stops at its next commit, where its peers switch to the planned
+ * ring, so nobody redoes a step; past DRAIN_WAIT_MS it is stopped. Returns 1 while it may
+ * still leave by itself, 0 when the caller must stop it now. */
+static int leave_gracefully(agent *a) {
+  if (a->leave == 0) {
+    a->leave = -1;
+    if (!kolo_agent_proc_connected(a->proc) || !(a->draining || drain_marked(a))) return 0;
+    if (kolo_agent_proc_send(a->proc, "LEAVE drained\n") != KOLO_OK) return 0;
+    a->leave = 1;
+    a->leave_deadline_ms = mono_ms() + DRAIN_WAIT_MS;
+    KOLO_LOGI(LOG, "worker %s drained: its process leaves job %s at its next commit", a->id, a->job);
+  }
+  return a->leave == 1 && mono_ms() < a->leave_deadline_ms;
+}
+
 /* Brings what runs in line with the newest assignment. */
 static void reconcile(agent *a) {
   pthread_mutex_lock(&a->lock);
@@ -432,6 +471,7 @@ static void reconcile(agent *a) {
   if (job == NULL || ring_key == NULL) job = NULL;
 
   if (a->proc != NULL && (job == NULL || strcmp(job, a->job) != 0)) {
+    if (job == NULL && leave_gracefully(a)) goto out; /* it stops at its next commit */
     kolo_agent_proc_stop(a->proc, job ? "reassigned" : "unassigned", a->opts->stop_grace_ms);
     goto out; /* the next job starts once this process is gone */
   }
@@ -463,6 +503,7 @@ out:
   if (a->proc && a->ring_line && a->sent_epoch < a->epoch && kolo_agent_proc_connected(a->proc)) {
     if (kolo_agent_proc_send(a->proc, a->ring_line) == KOLO_OK) {
       a->sent_epoch = a->epoch;
+      a->hs.rings_sent++;
       KOLO_LOGI(LOG, "sent ring epoch %" PRId64 " of job %s", a->epoch, a->job);
     }
   }
@@ -473,6 +514,8 @@ static void reap(agent *a) {
   int code = 0;
   if (!kolo_agent_proc_reap(a->proc, &code)) return;
   KOLO_LOGI(LOG, "process of job %s exited with code %d", a->job, code);
+  if (code != 0 && a->leave != 1) a->hs.processes_failed++; /* a leaver stops as asked */
+  a->leave = 0;
   kolo_agent_proc_destroy(a->proc);
   a->proc = NULL;
   a->exited = 1;
@@ -481,6 +524,28 @@ static void reap(agent *a) {
   snprintf(a->done_job, sizeof a->done_job, "%s", a->job);
   a->done_epoch = a->epoch;
   write_report(a);
+}
+
+/* Publishes what /readyz and /metrics show (health.h): cheap, done once per loop turn. */
+static void publish_health(agent *a) {
+  if (a->health == NULL) return;
+  kolo_agent_health_state *h = &a->hs;
+  snprintf(h->id, sizeof h->id, "%s", a->id);
+  h->registered = a->reg != NULL && kolo_membership_alive(a->reg);
+  snprintf(h->state, sizeof h->state, "%s", a->state ? a->state : "");
+  snprintf(h->job, sizeof h->job, "%s", a->proc ? a->job : "");
+  h->epoch = a->proc ? a->epoch : 0;
+  h->process_running = a->proc != NULL;
+  h->has_progress = a->proc != NULL && json_is_object(a->progress);
+  if (h->has_progress) {
+    h->step = json_number_value(json_object_get(a->progress, "step"));
+    if (!json_is_number(json_object_get(a->progress, "step")))
+      h->step = json_number_value(json_object_get(a->progress, "steps"));
+    h->total_steps = json_number_value(json_object_get(a->progress, "total_steps"));
+    h->loss = json_number_value(json_object_get(a->progress, "loss"));
+    h->samples_per_sec = json_number_value(json_object_get(a->progress, "samples_per_sec"));
+  }
+  kolo_agent_health_publish(a->health, h);
 }
 
 static kolo_status setup(agent *a) {
@@ -576,10 +641,21 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
   sigaddset(&signals, SIGCHLD);
   int sfd = signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0 || pipe2(a.wake, O_CLOEXEC | O_NONBLOCK) != 0) goto out;
+  if (opts->http_listen[0]) {
+    /* before registering: liveness answers while a previous registration expires */
+    int port = 0;
+    rc = kolo_agent_health_start(opts->http_listen, &a.health, &port);
+    if (rc != KOLO_OK) {
+      KOLO_LOGE(LOG, "cannot serve --http-listen %s: %s", opts->http_listen, kolo_strerror(rc));
+      goto out;
+    }
+    KOLO_LOGI(LOG, "health and metrics on %s (port %d)", opts->http_listen, port);
+  }
   KOLO_CHECK_GOTO(setup(&a), rc, out);
   KOLO_LOGI(LOG, "worker %s ready (data plane %s, work dir %s)", a.id, opts->advertise, a.work_dir);
   reconcile(&a);
   for (;;) {
+    publish_health(&a);
     struct pollfd fds[4];
     int proc_fds[2];
     int n_proc = kolo_agent_proc_poll_fds(a.proc, proc_fds);
@@ -606,9 +682,11 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
     a.lease_lost = 0;
     pthread_mutex_unlock(&a.lock);
     if (lost) {
+      a.hs.leases_lost++;
       /* the coordinator counts us gone: stop the process and come back as new */
       kolo_agent_proc_destroy(a.proc);
       a.proc = NULL;
+      a.leave = 0;
       kolo_membership_abandon(a.reg);
       a.reg = NULL;
       a.state = NULL;
@@ -628,6 +706,7 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
   }
   rc = KOLO_OK;
 out:
+  kolo_agent_health_stop(a.health);
   kolo_etcd_watch_stop(a.watch);
   kolo_agent_proc_destroy(a.proc);
   if (a.reg) kolo_membership_deregister(a.reg);

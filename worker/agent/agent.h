@@ -20,6 +20,7 @@ typedef struct kolo_agent_options {
   int gpus;
   char train_bin[1024]; /* kolo-train for builtin jobs; "" = next to kolo-worker */
   int stop_grace_ms;
+  char http_listen[256]; /* /healthz, /readyz, /metrics (health.h); "" = none */
 } kolo_agent_options;
 
 /* Parses argv. KOLO_ERR_ABORTED after --help; KOLO_ERR_INVALID_ARG with err set. */

@@ -18,7 +18,8 @@ void kolo_agent_options_usage(FILE *out) {
           "  --labels K=V,...     labels of this worker\n"
           "  --gpus N             GPUs of this worker (default 0)\n"
           "  --train-bin PATH     kolo-train for builtin jobs (default: next to kolo-worker)\n"
-          "  --stop-grace-ms MS   STOP -> SIGTERM -> SIGKILL spacing (default 2000)\n");
+          "  --stop-grace-ms MS   STOP -> SIGTERM -> SIGKILL spacing (default 2000)\n"
+          "  --http-listen H:P    serve /healthz, /readyz (200 while registered) and /metrics\n");
 }
 
 static int copy(char *dst, size_t size, const char *src, const char *flag, char *err, size_t err_len) {
@@ -41,7 +42,8 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
       {"lease-ttl", required_argument, NULL, 't'}, {"work-dir", required_argument, NULL, 'w'},
       {"labels", required_argument, NULL, 'L'},    {"gpus", required_argument, NULL, 'g'},
       {"train-bin", required_argument, NULL, 'b'}, {"stop-grace-ms", required_argument, NULL, 's'},
-      {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0}};
+      {"http-listen", required_argument, NULL, 'H'}, {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
   optind = 1;
   int c;
   while ((c = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
@@ -55,6 +57,7 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
       case 'w': rc = copy(opts->work_dir, sizeof opts->work_dir, optarg, "--work-dir", err, err_len); break;
       case 'L': rc = copy(opts->labels, sizeof opts->labels, optarg, "--labels", err, err_len); break;
       case 'b': rc = copy(opts->train_bin, sizeof opts->train_bin, optarg, "--train-bin", err, err_len); break;
+      case 'H': rc = copy(opts->http_listen, sizeof opts->http_listen, optarg, "--http-listen", err, err_len); break;
       case 't':
         opts->lease_ttl_s = (int)strtol(optarg, &end, 10);
         if (*end || opts->lease_ttl_s < 1 || opts->lease_ttl_s > 3600) {

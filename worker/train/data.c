@@ -125,6 +125,37 @@ static kolo_status gz_read_exact(gzFile gz, const char *path, void *buffer, size
   return KOLO_OK;
 }
 
+/* Reads exactly length bytes into a new buffer (*out, caller frees) that grows as the
+ * data arrives, so a header that claims more than the file holds costs only what the
+ * file holds before it is found truncated (a 30-byte file once asked for 8 GB). */
+static kolo_status gz_read_grown(gzFile gz, const char *path, size_t length, uint8_t **out) {
+  size_t cap = length < (1u << 20) ? length : (1u << 20), used = 0;
+  uint8_t *buf = malloc(cap ? cap : 1);
+  if (!buf) return KOLO_ERR_NO_MEMORY;
+  kolo_status rc = KOLO_OK;
+  while (used < length) {
+    if (used == cap) {
+      size_t grown_cap = cap * 2 < length ? cap * 2 : length;
+      uint8_t *grown = realloc(buf, grown_cap);
+      if (!grown) {
+        rc = KOLO_ERR_NO_MEMORY;
+        break;
+      }
+      buf = grown;
+      cap = grown_cap;
+    }
+    rc = gz_read_exact(gz, path, buf + used, cap - used);
+    if (rc != KOLO_OK) break;
+    used = cap;
+  }
+  if (rc != KOLO_OK) {
+    free(buf);
+    return rc;
+  }
+  *out = buf;
+  return KOLO_OK;
+}
+
 /* Opens an IDX file, checks its magic (type u8, ndims), and reads its dims. */
 static kolo_status idx_open(const char *path, unsigned ndims, uint32_t *dims, gzFile *out) {
   if (access(path, R_OK) != 0) {
@@ -164,7 +195,7 @@ kolo_status kolo_train_data_load_idx(const char *images_path, const char *labels
   if (!images_path || !labels_path || !out) return KOLO_ERR_INVALID_ARG;
   gzFile images = NULL, labels = NULL;
   kolo_train_dataset *ds = NULL;
-  uint8_t *raw_labels = NULL;
+  uint8_t *raw_labels = NULL, *raw_pixels = NULL;
   uint32_t idims[3], ldims[1];
   kolo_status rc = idx_open(images_path, 3, idims, &images);
   if (rc != KOLO_OK) goto out;
@@ -177,23 +208,21 @@ kolo_status kolo_train_data_load_idx(const char *images_path, const char *labels
     rc = KOLO_ERR_PARSE;
     goto out;
   }
+  /* read first, allocate after: memory follows the data the files really hold */
+  rc = gz_read_grown(labels, labels_path, ldims[0], &raw_labels);
+  if (rc != KOLO_OK) goto out;
+  rc = gz_read_grown(images, images_path, (size_t)idims[0] * idims[1] * idims[2], &raw_pixels);
+  if (rc != KOLO_OK) goto out;
   rc = dataset_alloc(idims[0], (size_t)idims[1] * idims[2], 1, &ds);
   if (rc != KOLO_OK) goto out;
   ds->height = idims[1];
   ds->width = idims[2];
-  rc = gz_read_exact(images, images_path, ds->u8, ds->count * ds->features);
-  if (rc != KOLO_OK) goto out;
-  raw_labels = malloc(ds->count ? ds->count : 1);
-  if (!raw_labels) {
-    rc = KOLO_ERR_NO_MEMORY;
-    goto out;
-  }
-  rc = gz_read_exact(labels, labels_path, raw_labels, ds->count);
-  if (rc != KOLO_OK) goto out;
+  memcpy(ds->u8, raw_pixels, ds->count * ds->features);
   for (size_t i = 0; i < ds->count; i++) ds->labels[i] = raw_labels[i];
   count_classes(ds);
 out:
   free(raw_labels);
+  free(raw_pixels);
   if (images) gzclose(images);
   if (labels) gzclose(labels);
   if (rc != KOLO_OK) {

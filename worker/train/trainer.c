@@ -530,16 +530,28 @@ static void report_to_agent(kolo_train_trainer *t, const char *json) {
 #endif
 }
 
+/* The steps the whole run takes: the step limit, or else epochs x windows per
+ * epoch (a window is one global batch; an optimizer step takes `accumulate` of
+ * them). The global batch never changes, so neither does this. */
+static uint64_t total_steps(const kolo_train_trainer *t) {
+  if (t->config.steps) return t->config.steps;
+  size_t n = kolo_train_data_count(t->train);
+  uint64_t windows = t->global_batch ? (n + t->global_batch - 1) / t->global_batch : 0;
+  uint64_t all = windows * t->config.epochs;
+  return (all + t->config.accumulate - 1) / t->config.accumulate;
+}
+
 static void report_progress(kolo_train_trainer *t, double loss, double accuracy, double local_rate,
                             double total_rate, double lr) {
   const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
   char json[512];
   snprintf(json, sizeof json,
-           "{\"event\":\"progress\",\"step\":%llu,\"epoch\":%llu,\"loss\":%.6f,"
+           "{\"event\":\"progress\",\"step\":%llu,\"total_steps\":%llu,\"epoch\":%llu,\"loss\":%.6f,"
            "\"train_accuracy\":%.6f,\"lr\":%.6g,\"samples_per_sec_worker\":%.1f,"
            "\"samples_per_sec_total\":%.1f,\"workers\":%d,\"rank\":%d}",
-           (unsigned long long)h->step, (unsigned long long)h->epoch, loss, accuracy, lr,
-           local_rate, total_rate, t->size, t->rank);
+           (unsigned long long)h->step, (unsigned long long)total_steps(t),
+           (unsigned long long)h->epoch, loss, accuracy, lr, local_rate, total_rate, t->size,
+           t->rank);
   report_to_agent(t, json);
   if (!t->out || t->rank != 0 || t->config.quiet) return;
   if (t->config.json) {
@@ -702,6 +714,7 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
   float *params = kolo_train_state_params(t->state);
   float *optim = kolo_train_state_optim(t->state);
   size_t n = kolo_train_data_count(t->train);
+  result->total_steps = total_steps(t);
 
   kolo_status rc = initial_state(t, result);
   while (rc != KOLO_OK && recoverable(rc) && t->elastic) rc = recover(t, rc);

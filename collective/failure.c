@@ -1,0 +1,132 @@
+/* Failure propagation. The first failure a rank records (a dead neighbour, a
+ * timeout, an abort, garbage from a peer) wins: it is stored with its rank and
+ * message, every waiter is woken through the communicator's eventfds, and it is
+ * sent as a 16-byte control message over both control links; a rank that learns
+ * a failure from a control message records it and forwards it once, so the whole
+ * ring learns the failed rank's number within a few hops. A goodbye (status OK)
+ * on a control link is a neighbour closing normally, not a failure. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "collective/internal.h"
+#include "common/log.h"
+
+void kolo_control_send(kolo_comm *comm, const kolo_control_message *message, int skip_rank) {
+  for (int i = 0; i < 2; i++) {
+    kolo_control_link *link = &comm->control[i];
+    if (link->channel.ops == NULL || link->peer_rank == skip_rank) continue;
+    size_t moved = 0;
+    /* best effort, never blocks: 16 bytes always fit an idle socket buffer */
+    kolo_channel_send(&link->channel, message, sizeof *message, &moved);
+  }
+}
+
+static void record_failure(kolo_comm *comm, kolo_status status, int failed_rank, int propagate,
+                           int origin_rank, kolo_log_level level, const char *fmt, va_list args) {
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&comm->failed, &expected, 1)) return;
+  pthread_mutex_lock(&comm->error_mutex);
+  comm->error = status;
+  comm->failed_rank = failed_rank;
+  vsnprintf(comm->error_message, sizeof comm->error_message, fmt, args);
+  pthread_mutex_unlock(&comm->error_mutex);
+  kolo_log(level, "kolo", "rank %d epoch %llu: %s", comm->rank, (unsigned long long)comm->epoch,
+           comm->error_message);
+  uint64_t one = 1;
+  ssize_t ignored = write(comm->fail_fd, &one, sizeof one);
+  ignored = write(comm->wake_fd, &one, sizeof one);
+  (void)ignored;
+  if (propagate && comm->size > 1) {
+    kolo_control_message message = {.magic = KOLO_CONTROL_MAGIC,
+                                    .status = (int32_t)status,
+                                    .failed_rank = failed_rank,
+                                    .origin_rank = origin_rank};
+    kolo_control_send(comm, &message, failed_rank);
+  }
+}
+
+void kolo_comm_fail(kolo_comm *comm, kolo_status status, int failed_rank, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  record_failure(comm, status, failed_rank, 1, comm->rank, KOLO_LOG_WARN, fmt, args);
+  va_end(args);
+}
+
+static void fail_quietly(kolo_comm *comm, kolo_status status, int failed_rank, int propagate,
+                         int origin_rank, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  record_failure(comm, status, failed_rank, propagate, origin_rank, KOLO_LOG_INFO, fmt, args);
+  va_end(args);
+}
+
+void kolo_control_service(kolo_comm *comm, kolo_control_link *link) {
+  if (!link->open) return;
+  for (;;) {
+    size_t moved = 0;
+    kolo_status status =
+        kolo_channel_recv(&link->channel, (char *)&link->message + link->filled,
+                          sizeof link->message - link->filled, &moved);
+    if (status != KOLO_OK) {
+      link->open = 0;
+      kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, link->peer_rank,
+                     "peer lost: rank %d (connection closed)", link->peer_rank);
+      return;
+    }
+    if (moved == 0) return;
+    link->filled += moved;
+    if (link->filled < sizeof link->message) continue;
+    link->filled = 0;
+    kolo_control_message message = link->message;
+    if (message.magic != KOLO_CONTROL_MAGIC) {
+      link->open = 0;
+      kolo_comm_fail(comm, KOLO_ERR_PROTOCOL, link->peer_rank,
+                     "protocol error: garbage on the control link from rank %d", link->peer_rank);
+      return;
+    }
+    if (message.status == KOLO_OK) {
+      /* goodbye: the neighbour finished and closed its communicator. Not a
+       * failure by itself: an operation that still needs it sees its data
+       * connection close and fails then. */
+      link->open = 0;
+      KOLO_LOGD("kolo", "rank %d: rank %d closed its communicator", comm->rank, link->peer_rank);
+      return;
+    }
+    kolo_status remote = (kolo_status)message.status;
+    fail_quietly(comm, remote, message.failed_rank, 1, message.origin_rank,
+                 "%s: rank %d (reported by rank %d)", kolo_strerror(remote), message.failed_rank,
+                 message.origin_rank);
+  }
+}
+
+kolo_status kolo_comm_error(const kolo_comm *comm, int *failed_rank) {
+  if (comm == NULL) return KOLO_ERR_INVALID_ARG;
+  kolo_comm *mutable_comm = (kolo_comm *)comm;
+  if (!atomic_load(&mutable_comm->failed)) {
+    if (failed_rank) *failed_rank = -1;
+    return KOLO_OK;
+  }
+  pthread_mutex_lock(&mutable_comm->error_mutex);
+  kolo_status status = comm->error;
+  if (failed_rank) *failed_rank = comm->failed_rank;
+  pthread_mutex_unlock(&mutable_comm->error_mutex);
+  return status;
+}
+
+void kolo_comm_error_message(const kolo_comm *comm, char *buffer, size_t length) {
+  if (buffer == NULL || length == 0) return;
+  buffer[0] = '\0';
+  if (comm == NULL) return;
+  kolo_comm *mutable_comm = (kolo_comm *)comm;
+  if (!atomic_load(&mutable_comm->failed)) return;
+  pthread_mutex_lock(&mutable_comm->error_mutex);
+  snprintf(buffer, length, "%s", comm->error_message);
+  pthread_mutex_unlock(&mutable_comm->error_mutex);
+}
+
+void kolo_comm_abort(kolo_comm *comm) {
+  if (comm == NULL) return;
+  kolo_comm_fail(comm, KOLO_ERR_ABORTED, comm->rank, "aborted by rank %d", comm->rank);
+  kolo_device_abort(comm);
+}

@@ -1,0 +1,186 @@
+/* Ring formation and listeners. Rank r dials three connections to rank r+1
+ * (data, control, and the bell that may carry a bulk-transport offer) and
+ * accepts the same three from rank r-1, every one behind a handshake. To avoid a
+ * connect/accept deadlock every rank first dials and sends its hellos, then
+ * accepts while it watches its own connections for acks, so a refusal (wrong
+ * secret, stale epoch) ends the formation at once with that status; strangers
+ * are refused and the accept loop goes on until the deadline. */
+#include <poll.h>
+#include <stdlib.h>
+
+#include "collective/internal.h"
+#include "common/checks.h"
+#include "common/log.h"
+
+enum { LINK_DATA, LINK_CONTROL, LINK_BELL, LINK_COUNT };
+
+kolo_status kolo_listener_create(const char *bind_address, kolo_listener **out) {
+  if (bind_address == NULL || out == NULL) return KOLO_ERR_INVALID_ARG;
+  kolo_listener *listener = calloc(1, sizeof *listener);
+  if (listener == NULL) return KOLO_ERR_NO_MEMORY;
+  listener->transport = &kolo_transport_tcp;
+  kolo_status status = listener->transport->listen(bind_address, &listener->listener);
+  if (status != KOLO_OK) {
+    free(listener);
+    return status;
+  }
+  *out = listener;
+  return KOLO_OK;
+}
+
+kolo_status kolo_listener_address(const kolo_listener *listener, char *buffer, size_t length) {
+  if (listener == NULL || buffer == NULL) return KOLO_ERR_INVALID_ARG;
+  return listener->transport->listener_address(listener->listener, buffer, length);
+}
+
+void kolo_listener_destroy(kolo_listener *listener) {
+  if (listener == NULL) return;
+  listener->transport->close_listener(listener->listener);
+  free(listener);
+}
+
+/* Connections of one formation attempt; whatever is left here at the end is closed. */
+typedef struct formation {
+  kolo_transport_conn *outgoing[LINK_COUNT];
+  kolo_transport_conn *incoming[LINK_COUNT];
+  kolo_channel bulk_in; /* the bulk channel we mapped on the incoming bell, if any */
+  kolo_bulk_offer *offer;
+  int acked[LINK_COUNT];
+  int bulk_given;
+} formation;
+
+static kolo_status dial_next(kolo_comm *comm, formation *f, int next, int64_t deadline) {
+  static const int kinds[LINK_COUNT] = {KOLO_CONNECTION_DATA, KOLO_CONNECTION_CONTROL,
+                                        KOLO_CONNECTION_BELL};
+  kolo_status status = KOLO_OK;
+  for (int i = 0; i < LINK_COUNT && status == KOLO_OK; i++) {
+    status = comm->transport->connect(comm->peers[next], deadline, &f->outgoing[i]);
+    if (status == KOLO_OK) {
+      status = kolo_handshake_send_hello(comm, f->outgoing[i], kinds[i],
+                                         i == LINK_BELL ? f->offer : NULL, deadline);
+    }
+  }
+  if (status != KOLO_OK) {
+    KOLO_LOGE("kolo", "rank %d epoch %llu: cannot reach rank %d at %s: %s", comm->rank,
+              (unsigned long long)comm->epoch, next, comm->peers[next], kolo_strerror(status));
+  }
+  return status;
+}
+
+/* Reads the acks that arrived on our outgoing connections. */
+static kolo_status read_acks(kolo_comm *comm, formation *f, const struct pollfd *fds, int next,
+                             int64_t deadline) {
+  for (int i = 0; i < LINK_COUNT; i++) {
+    if (fds[i].revents == 0) continue;
+    int bulk_taken = 0;
+    kolo_status status = kolo_handshake_read_ack(comm, f->outgoing[i], &bulk_taken, deadline);
+    if (status != KOLO_OK) {
+      KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", comm->rank,
+                (unsigned long long)comm->epoch, next, kolo_strerror(status));
+      return status;
+    }
+    f->acked[i] = 1;
+    if (i == LINK_BELL && bulk_taken && f->offer != NULL) f->bulk_given = 1;
+  }
+  return KOLO_OK;
+}
+
+/* Accepts one connection and keeps it if it is the previous rank's, for a slot
+ * still empty; anything else is closed and changes nothing. */
+static kolo_status accept_one(kolo_comm *comm, kolo_listener *listener, formation *f, int prev,
+                              int64_t deadline) {
+  kolo_transport_conn *conn = NULL;
+  kolo_status status = comm->transport->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
+  if (status == KOLO_ERR_TIMEOUT) return KOLO_OK;
+  if (status != KOLO_OK) return status;
+  int kind = 0;
+  kolo_channel bulk = {0};
+  status = kolo_handshake_accept(comm, conn, prev, &kind, &bulk, deadline);
+  int slot = kind - KOLO_CONNECTION_DATA;
+  if (status == KOLO_OK && slot >= 0 && slot < LINK_COUNT && f->incoming[slot] == NULL) {
+    f->incoming[slot] = conn;
+    if (bulk.ops != NULL) f->bulk_in = bulk; /* it owns conn from now on */
+  } else if (bulk.ops != NULL) {
+    kolo_channel_close(&bulk); /* a duplicate that mapped a ring */
+  } else {
+    comm->transport->close(conn); /* refused stranger or duplicate */
+  }
+  return KOLO_OK;
+}
+
+static kolo_status await_neighbours(kolo_comm *comm, kolo_listener *listener, formation *f,
+                                    int next, int prev, int64_t deadline) {
+  const kolo_transport_ops *tp = comm->transport;
+  for (;;) {
+    int accepting = f->incoming[LINK_DATA] == NULL || f->incoming[LINK_CONTROL] == NULL ||
+                    f->incoming[LINK_BELL] == NULL;
+    if (!accepting && f->acked[0] && f->acked[1] && f->acked[2]) return KOLO_OK;
+    struct pollfd fds[LINK_COUNT + 1];
+    for (int i = 0; i < LINK_COUNT; i++) {
+      fds[i] = (struct pollfd){.fd = f->acked[i] ? -1 : tp->poll_fd(f->outgoing[i]),
+                               .events = POLLIN};
+    }
+    fds[LINK_COUNT] = (struct pollfd){
+        .fd = accepting ? tp->listener_poll_fd(listener->listener) : -1, .events = POLLIN};
+    int wait_ms = kolo_ms_until(deadline);
+    if (wait_ms == 0) {
+      KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", comm->rank,
+                (unsigned long long)comm->epoch, accepting ? prev : next,
+                accepting ? "did not connect" : "did not answer");
+      return KOLO_ERR_TIMEOUT;
+    }
+    if (poll(fds, LINK_COUNT + 1, wait_ms) <= 0) continue;
+    KOLO_CHECK(read_acks(comm, f, fds, next, deadline));
+    if (fds[LINK_COUNT].revents != 0) KOLO_CHECK(accept_one(comm, listener, f, prev, deadline));
+  }
+}
+
+/* Moves the formed connections into the communicator's directions and links. */
+static kolo_status adopt(kolo_comm *comm, formation *f, int next, int prev) {
+  comm->next.small = (kolo_channel){.ops = comm->transport, .conn = f->outgoing[LINK_DATA]};
+  comm->next.bulk = comm->next.small;
+  comm->prev.small = (kolo_channel){.ops = comm->transport, .conn = f->incoming[LINK_DATA]};
+  comm->prev.bulk = comm->prev.small;
+  comm->control[0] = (kolo_control_link){
+      .channel = {.ops = comm->transport, .conn = f->outgoing[LINK_CONTROL]},
+      .peer_rank = next, .open = 1};
+  comm->control[1] = (kolo_control_link){
+      .channel = {.ops = comm->transport, .conn = f->incoming[LINK_CONTROL]},
+      .peer_rank = prev, .open = 1};
+  f->outgoing[LINK_DATA] = f->outgoing[LINK_CONTROL] = NULL;
+  f->incoming[LINK_DATA] = f->incoming[LINK_CONTROL] = NULL;
+  if (f->bulk_in.ops != NULL) {
+    comm->prev.bulk = f->bulk_in;
+    comm->prev.bulk_owned = 1;
+    f->bulk_in = (kolo_channel){0};
+    f->incoming[LINK_BELL] = NULL; /* owned by prev.bulk */
+  }
+  if (f->bulk_given) {
+    kolo_bulk_offer *offer = f->offer;
+    f->offer = NULL;
+    KOLO_CHECK(kolo_bulk_offer_accepted(offer, f->outgoing[LINK_BELL], &comm->next));
+    f->outgoing[LINK_BELL] = NULL;
+  }
+  return KOLO_OK;
+}
+
+kolo_status kolo_form_ring(kolo_comm *comm, kolo_listener *listener) {
+  int n = comm->size;
+  int next = (comm->rank + 1) % n, prev = (comm->rank + n - 1) % n;
+  int64_t deadline = kolo_deadline_after_ms(comm->timeout_ms);
+  formation f = {0};
+  kolo_bulk_offer_create(&f.offer);
+  kolo_status status = dial_next(comm, &f, next, deadline);
+  if (status == KOLO_OK) status = await_neighbours(comm, listener, &f, next, prev, deadline);
+  if (status == KOLO_OK) status = adopt(comm, &f, next, prev);
+  kolo_bulk_offer_destroy(f.offer); /* not taken (another host): TCP only */
+  if (f.bulk_in.ops != NULL) {
+    kolo_channel_close(&f.bulk_in);
+    f.incoming[LINK_BELL] = NULL;
+  }
+  for (int i = 0; i < LINK_COUNT; i++) {
+    comm->transport->close(f.outgoing[i]);
+    comm->transport->close(f.incoming[i]);
+  }
+  return status;
+}

@@ -1,0 +1,23 @@
+/* Drain marks: /kolo/v1/drain/<worker id>, written by kolo-server (DrainWorker) and read by
+ * the scheduler and ListWorkers. A mark belongs to one registration (incarnation) of a
+ * worker: kolo-server writes it under that registration's lease, so etcd deletes it when the
+ * lease ends (the worker exited, was revoked or expired), and it names the lease, so a mark
+ * that outlived its registration anyway (written without a lease by an older kolo-server) is
+ * ignored by everyone instead of draining the worker's next incarnation forever.
+ *
+ * JSON form: {"draining":true,"lease":<lease id>,"time_unix_ms":<when it was drained>} */
+#ifndef KOLO_COORD_DRAIN_H
+#define KOLO_COORD_DRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The mark's value for the registration holding lease (malloc'd; NULL when out of memory). */
+char *kolo_drain_mark_json(int64_t lease, int64_t time_unix_ms);
+
+/* Whether a mark's value drains the registration that holds lease: it must be a JSON
+ * object with "draining": true and "lease" equal to lease. Anything else (malformed, a
+ * legacy mark without a lease, another incarnation's lease) drains nothing. */
+int kolo_drain_mark_applies(const char *value, size_t len, int64_t lease);
+
+#endif

@@ -1,0 +1,75 @@
+/* The store's private parts, shared by its files (store.c: the job view and its writes;
+ * store_history.c: metrics history, rings, per-job gauges and cached list forms). Nothing
+ * outside server/store*.c includes this. */
+#ifndef KOLO_SERVER_STORE_INTERNAL_H
+#define KOLO_SERVER_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "server/job_model.h"
+#include "server/store.h"
+
+typedef struct entry {
+  char id[KOLO_SERVER_ID_MAX + 1];
+  Kolo__V1__JobSpec *spec;
+  Kolo__V1__JobStatus *status;
+  int64_t status_rev;
+  Kolo__V1__Event **events; /* sorted by seq */
+  size_t n_events, cap_events;
+  uint8_t *packed; /* Job with events; NULL until spec and status are both known */
+  size_t packed_len;
+  char *json;
+  int touched; /* changed in the batch being applied */
+  /* metrics history (/kolo/v1/metrics/<id>/<step>), sorted by step */
+  Kolo__V1__MetricPoint **points;
+  int64_t *point_revs; /* mod revision of each point's key */
+  size_t n_points, cap_points;
+  /* ring records (/kolo/v1/jobs/<id>/ring/<epoch>), sorted by epoch */
+  Kolo__V1__RingEpoch **rings;
+  size_t n_rings, cap_rings;
+  uint64_t job_batch;     /* batch that last changed spec, status or events */
+  uint64_t history_batch; /* batch that last changed points or rings */
+} entry;
+
+typedef struct subscriber {
+  uint64_t handle;
+  char id[KOLO_SERVER_ID_MAX + 1];
+  kolo_server_store_watch_fn fn;
+  void *arg;
+  struct subscriber *next;
+} subscriber;
+
+struct kolo_server_store {
+  kolo_server_kv *kv;
+  pthread_rwlock_t lock; /* entries, batch counters */
+  entry **entries;       /* sorted by id */
+  size_t count, cap;
+  pthread_mutex_t rev_lock;
+  pthread_cond_t rev_cond;
+  int64_t revision; /* newest revision applied to the view */
+  pthread_mutex_t sub_lock; /* subscribers; held while delivering */
+  subscriber *subs;
+  uint64_t next_handle;
+  /* change counters: one batch per watch delivery */
+  uint64_t batch;         /* the batch being applied / last applied */
+  uint64_t list_batch;    /* last batch that changed a job's spec or status, or the set of jobs */
+  uint64_t workers_batch; /* last batch that touched /kolo/v1/{workers,drain,assign}/ */
+  kolo_server_store_change_fn on_change;
+  void *on_change_arg;
+  pthread_mutex_t cache_lock; /* list_json */
+  char *list_json;
+  uint64_t list_json_batch;
+};
+
+/* store.c */
+long kolo_server_store_find_entry(const kolo_server_store *s, const char *id);
+entry *kolo_server_store_entry_for(kolo_server_store *s, const char *id);
+
+/* store_history.c: applying /kolo/v1/metrics/ and ring keys to an entry (write lock held). */
+void kolo_server_store_apply_point(kolo_server_store *s, const char *key, const kolo_server_kv_item *item,
+                                   int is_delete);
+void kolo_server_store_apply_ring(entry *e, const kolo_server_kv_item *item, int is_delete);
+void kolo_server_store_history_free(entry *e);
+
+#endif

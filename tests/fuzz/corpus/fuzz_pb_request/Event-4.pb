@@ -1,0 +1,1 @@
+	SUBMITTED"job submitted

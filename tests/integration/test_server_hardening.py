@@ -1,0 +1,201 @@
+"""Bad input at kolo-server's doors, as a careful user or an attacker would send it: 64-bit
+integers at their limits, NUL bytes in strings and URLs, bytes that are not UTF-8, and a
+gzip-compressed request that expands far past the message limit. Each answer must be a clear
+error naming the field, and nothing may be stored, changed or lost (issue #12 items 1-4).
+Real etcd, a real kolo-server on 127.0.0.1 port 0, Python grpcio and curl as clients."""
+import grpc
+import unittest
+
+from test_server_support import Client, Etcd, Server, curl, kolo, main, pb, spec
+
+STEPS_MAX = 1 << 53
+
+
+def varint(v):
+    out = bytearray()
+    while True:
+        byte = v & 0x7F
+        v >>= 7
+        out.append(byte | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def field(number, payload):
+    """A length-delimited protobuf field written by hand (protobuf itself refuses bad UTF-8)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def uint_field(number, value):
+    return varint(number << 3) + varint(value)
+
+
+def spec_bytes(name=b"demo", job_id=None, extra=b"", builtin_extra=b""):
+    """JobSpec{name, id, min_workers: 1, builtin{model: mlp, epochs: 1, ...}, ...}."""
+    out = field(1, name) + uint_field(4, 1)
+    if job_id is not None:
+        out += field(2, job_id)
+    out += field(6, field(1, b"mlp") + uint_field(4, 1) + builtin_extra)
+    return out + extra
+
+
+def memory_kib(pid):
+    """(VmHWM, VmRSS) of a process in KiB."""
+    values = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmHWM", "VmRSS"):
+                values[key] = int(rest.split()[0])
+    return values["VmHWM"], values["VmRSS"]
+
+
+class HardeningTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.etcd = Etcd()
+        try:
+            cls.srv = Server(cls.etcd.url)
+        except Exception:
+            cls.etcd.stop()
+            raise
+        cls.client = Client(cls.srv.grpc_target)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        code = cls.srv.terminate()
+        cls.etcd.stop()
+        assert code == 0, code
+
+    def assertRefused(self, fn, code, contains):
+        with self.assertRaises(grpc.RpcError) as ctx:
+            fn()
+        self.assertEqual(ctx.exception.code(), code, ctx.exception.details())
+        self.assertIn(contains, ctx.exception.details())
+
+    def raw_submit(self, payload):
+        return self.client.raw("/kolo.v1.JobService/SubmitJob", payload)
+
+    def job_ids(self):
+        return sorted(j.id for j in self.client.call("ListJobs", pb.ListJobsRequest(page_size=1000)).jobs)
+
+    # -- item 1: uint64 ------------------------------------------------------------------
+
+    def test_steps_of_2_to_the_63_or_more_are_refused_at_submit_naming_the_field(self):
+        before = self.job_ids()
+        for steps in (1 << 63, (1 << 64) - 1, STEPS_MAX + 1):
+            s = spec("u64-big")
+            s.builtin.steps = steps
+            self.assertRefused(lambda: self.client.call("SubmitJob", s), grpc.StatusCode.INVALID_ARGUMENT,
+                               "builtin.steps")
+        body = ('{"id":"u64-http","name":"n","min_workers":1,'
+                '"builtin":{"model":"mlp","steps":"9223372036854775808"}}')
+        code, answer = curl(self.srv.http_port, "/v1/jobs", "POST", body)
+        self.assertEqual(code, 400)
+        self.assertIn("builtin.steps", answer["error"]["message"])
+        self.assertEqual(self.job_ids(), before)
+
+    def test_the_largest_accepted_steps_round_trips_exactly_through_grpc_http_and_the_cli(self):
+        s = spec("u64-edge")
+        s.builtin.steps = STEPS_MAX
+        self.assertEqual(self.client.call("SubmitJob", s).spec.builtin.steps, STEPS_MAX)
+        self.assertEqual(self.client.call("GetJob", pb.GetJobRequest(id="u64-edge")).spec.builtin.steps, STEPS_MAX)
+        code, job = curl(self.srv.http_port, "/v1/jobs/u64-edge")
+        self.assertEqual((code, job["spec"]["builtin"]["steps"]), (200, STEPS_MAX))
+        listed = [j for j in self.client.call("ListJobs", pb.ListJobsRequest(page_size=1000)).jobs
+                  if j.id == "u64-edge"]
+        self.assertEqual(listed[0].spec.builtin.steps, STEPS_MAX)
+        rc, out, err = kolo(self.srv, "--json", "get", "u64-edge")
+        self.assertEqual(rc, 0, err)
+        self.assertIn('"steps": %d' % STEPS_MAX, out)
+        # it can be cancelled: the job is visible to every call
+        self.assertEqual(self.client.call("CancelJob", pb.CancelJobRequest(id="u64-edge")).status.phase, pb.CANCELLED)
+
+    # -- item 2: NUL bytes -------------------------------------------------------------------
+
+    def test_a_nul_byte_in_an_id_or_name_is_refused_and_never_cuts_the_string(self):
+        self.client.call("SubmitJob", spec("a"))
+        self.assertRefused(lambda: self.client.call("SubmitJob", spec("a\x00b")),
+                           grpc.StatusCode.INVALID_ARGUMENT, "id: contains a NUL byte")
+        named = spec("nul-name")
+        named.name = "demo\x00hidden"
+        self.assertRefused(lambda: self.client.call("SubmitJob", named), grpc.StatusCode.INVALID_ARGUMENT,
+                           "name: contains a NUL byte")
+        for method, request in (("CancelJob", pb.CancelJobRequest(id="a\x00x")),
+                                ("GetJob", pb.GetJobRequest(id="a\x00x")),
+                                ("ScaleJob", pb.ScaleJobRequest(id="a\x00x", min_workers=2))):
+            self.assertRefused(lambda: self.client.call(method, request), grpc.StatusCode.INVALID_ARGUMENT,
+                               "id: contains a NUL byte")
+        self.assertNotIn("nul-name", self.job_ids())
+        job = self.client.call("GetJob", pb.GetJobRequest(id="a"))
+        self.assertEqual((job.status.phase, job.status.min_workers), (pb.PENDING, 1))
+
+    def test_an_escaped_nul_in_a_url_is_refused_and_changes_nothing(self):
+        self.client.call("SubmitJob", spec("url-nul"))
+        for method, path in (("GET", "/v1/jobs/url-nul%00junk"), ("POST", "/v1/jobs/url-nul:cancel%00junk"),
+                             ("POST", "/v1/jobs/url-nul%00:cancel"), ("GET", "/v1/jobs?page_token=a%00b"),
+                             ("GET", "/v1/jobs/url-nul%00/events")):
+            code, body = curl(self.srv.http_port, path, method, "{}" if method == "POST" else None)
+            self.assertEqual(code, 400, (path, body))
+            self.assertEqual(body["error"]["code"], "INVALID_ARGUMENT")
+            self.assertIn("NUL", body["error"]["message"])
+        self.assertEqual(self.client.call("GetJob", pb.GetJobRequest(id="url-nul")).status.phase, pb.PENDING)
+        code, body = curl(self.srv.http_port, "/v1/jobs/url-nul")
+        self.assertEqual((code, body["id"]), (200, "url-nul"))
+
+    # -- item 3: invalid UTF-8 ----------------------------------------------------------------
+
+    def test_invalid_utf8_in_any_string_field_is_invalid_argument_naming_the_field(self):
+        before = self.job_ids()
+        cases = [
+            (spec_bytes(name=b"bad\xff", job_id=b"utf-1"), "name: not valid UTF-8"),
+            (spec_bytes(job_id=b"utf-2", extra=field(10, b"/tmp/\xc0\xaf")), "checkpoint_dir: not valid UTF-8"),
+            (spec_bytes(job_id=b"utf-3", extra=field(11, field(1, b"team") + field(2, b"\xed\xa0\x80"))),
+             "labels.team: not valid UTF-8"),
+            (spec_bytes(job_id=b"utf-4", extra=field(11, field(1, b"t\xffm") + field(2, b"v"))),
+             "labels: a key not valid UTF-8"),
+            (spec_bytes(job_id=b"utf-5", builtin_extra=field(7, field(1, b"hidden") + field(2, b"\xe2\x82"))),
+             "builtin.hyper_parameters.hidden: not valid UTF-8"),
+        ]
+        for payload, message in cases:
+            self.assertRefused(lambda: self.raw_submit(payload), grpc.StatusCode.INVALID_ARGUMENT, message)
+        self.client.call("SubmitJob", spec("utf-ok"))
+        cancel = field(1, b"utf-ok") + field(2, b"because \xff")
+        self.assertRefused(lambda: self.client.raw("/kolo.v1.JobService/CancelJob", cancel),
+                           grpc.StatusCode.INVALID_ARGUMENT, "reason: not valid UTF-8")
+        self.assertEqual(self.client.call("GetJob", pb.GetJobRequest(id="utf-ok")).status.phase, pb.PENDING)
+        self.assertEqual(self.job_ids(), sorted(before + ["utf-ok"]))
+        # and over HTTP, in the path and in a query value
+        for path in ("/v1/jobs/%ff", "/v1/jobs?label=team%3D%ff"):
+            code, body = curl(self.srv.http_port, path)
+            self.assertEqual(code, 400, (path, body))
+            self.assertEqual(body["error"]["code"], "INVALID_ARGUMENT")
+
+    # -- item 4: compressed requests ------------------------------------------------------------
+
+    def test_a_gzip_request_that_expands_past_the_limit_is_refused_without_growing_memory(self):
+        channel = grpc.insecure_channel(self.srv.grpc_target, options=[("grpc.max_send_message_length", 512 << 20)])
+        submit = channel.unary_unary("/kolo.v1.JobService/SubmitJob", request_serializer=lambda m: m.SerializeToString(),
+                                     response_deserializer=pb.Job.FromString)
+        small = spec("gzip-small")
+        self.assertEqual(submit(small, timeout=10, compression=grpc.Compression.Gzip).id, "gzip-small")
+        peak_before, _ = memory_kib(self.srv.proc.pid)
+        for mib in (64, 128):
+            big = spec("gzip-%d" % mib)
+            big.name = "a" * (mib << 20)  # ~64-128 KiB on the wire
+            with self.assertRaises(grpc.RpcError) as ctx:
+                submit(big, timeout=60, compression=grpc.Compression.Gzip)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertIn("decompresses to more than", ctx.exception.details())
+        peak_after, rss_after = memory_kib(self.srv.proc.pid)
+        # the message limit (4 MiB) bounds what one request may cost; before: +70 MB and +205 MB
+        grown = peak_after - peak_before
+        print("gzip 64+128 MiB: peak %d -> %d KiB (+%d KiB), rss %d KiB" % (peak_before, peak_after, grown, rss_after))
+        self.assertLess(grown, 16 << 10)
+        channel.close()
+        self.assertNotIn("gzip-64", self.job_ids())
+
+
+if __name__ == "__main__":
+    main()
