@@ -714,11 +714,11 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
   float *params = kolo_train_state_params(t->state);
   float *optim = kolo_train_state_optim(t->state);
   size_t n = kolo_train_data_count(t->train);
-  result->total_steps = total_steps(t);
 
   kolo_status rc = initial_state(t, result);
   while (rc != KOLO_OK && recoverable(rc) && t->elastic) rc = recover(t, rc);
   if (rc != KOLO_OK) goto out;
+  result->total_steps = total_steps(t); /* by the ring's schedule, known once synced */
 
   double start = now_seconds(), window_start = start;
   double window_loss = 0.0;
