@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +22,25 @@
 
 #define LOG "http"
 
+typedef struct http_logs http_logs;
+
 struct kolo_server_http {
   kolo_server_http_config cfg;
   struct MHD_Daemon *daemon;
+  pthread_mutex_t lock; /* the open log streams */
+  http_logs *streams;
+};
+
+/* One GET /v1/jobs/<id>/logs answer: a log stream read by a content-reader callback that
+ * suspends the connection while no line is ready and is resumed by the stream. */
+struct http_logs {
+  kolo_server_http *h;
+  struct MHD_Connection *conn;
+  kolo_server_logstream *stream;
+  pthread_mutex_t lock;
+  int suspended, shutdown;
+  struct timespec started;
+  http_logs *prev, *next;
 };
 
 /* Per-request state, made by on_uri from the raw request line: the body collected so far
@@ -43,6 +60,7 @@ typedef struct reply {
   const char *content_type;
   int method; /* for metrics */
   int grpc_code;
+  http_logs *logs; /* set: stream this instead of body */
 } reply;
 
 static void reply_text(reply *r, int status, const char *content_type, char *body) {
@@ -259,6 +277,144 @@ static void route_metrics(kolo_server_http *h, reply *r) {
   reply_text(r, 200, "text/plain; version=0.0.4", body);
 }
 
+/* ---- GET /v1/jobs/<id>/logs ---- */
+
+typedef struct logs_query {
+  Kolo__V1__StreamLogsRequest *req;
+  uint32_t ranks[KOLO_SERVER_LOGS_MAX_RANKS];
+  kolo_status rc;
+  char err[160];
+} logs_query;
+
+static int query_u32(const char *value, uint32_t max, uint32_t *out) {
+  if (value == NULL || *value < '0' || *value > '9') return 0;
+  char *end;
+  unsigned long long v = strtoull(value, &end, 10);
+  if (*end != '\0' || v > max) return 0;
+  *out = (uint32_t)v;
+  return 1;
+}
+
+/* Query arguments: rank (repeatable), tail, follow (1/0/true/false). */
+static enum MHD_Result logs_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  logs_query *q = cls;
+  (void)kind;
+  uint32_t v = 0;
+  if (q->rc != KOLO_OK) return MHD_YES;
+  q->rc = KOLO_ERR_INVALID_ARG;
+  if (strcmp(key, "rank") == 0) {
+    if (!query_u32(value, UINT32_MAX, &v) || q->req->n_ranks == KOLO_SERVER_LOGS_MAX_RANKS) {
+      snprintf(q->err, sizeof q->err, "rank: expected at most %d ranks, each a number", KOLO_SERVER_LOGS_MAX_RANKS);
+      return MHD_YES;
+    }
+    q->ranks[q->req->n_ranks++] = v;
+  } else if (strcmp(key, "tail") == 0) {
+    if (!query_u32(value, 1000000000u, &q->req->tail)) {
+      snprintf(q->err, sizeof q->err, "tail: expected a number of lines (0 = all)");
+      return MHD_YES;
+    }
+  } else if (strcmp(key, "follow") == 0) {
+    if (value && (strcmp(value, "1") == 0 || strcmp(value, "true") == 0))
+      q->req->follow = 1;
+    else if (value && (strcmp(value, "0") == 0 || strcmp(value, "false") == 0))
+      q->req->follow = 0;
+    else {
+      snprintf(q->err, sizeof q->err, "follow: expected 1 or 0");
+      return MHD_YES;
+    }
+  } else {
+    snprintf(q->err, sizeof q->err, "%.64s: unknown query parameter", key);
+    return MHD_YES;
+  }
+  q->rc = KOLO_OK;
+  return MHD_YES;
+}
+
+static void logs_notify(void *arg) {
+  http_logs *hl = arg;
+  pthread_mutex_lock(&hl->lock);
+  if (hl->suspended) {
+    hl->suspended = 0;
+    MHD_resume_connection(hl->conn);
+  }
+  pthread_mutex_unlock(&hl->lock);
+}
+
+static ssize_t logs_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  http_logs *hl = cls;
+  (void)pos;
+  pthread_mutex_lock(&hl->lock);
+  if (hl->shutdown) {
+    pthread_mutex_unlock(&hl->lock);
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+  }
+  size_t n = 0;
+  kolo_server_logstream_state state = kolo_server_logstream_take_text(hl->stream, buf, max, &n);
+  ssize_t ret = (ssize_t)n;
+  if (state == KOLO_SERVER_LOGS_END)
+    ret = kolo_server_logstream_end_status(hl->stream, NULL, 0) == KOLO_OK ? MHD_CONTENT_READER_END_OF_STREAM
+                                                                        : MHD_CONTENT_READER_END_WITH_ERROR;
+  if (state == KOLO_SERVER_LOGS_EMPTY) {
+    /* nothing now: the stream's notify resumes us */
+    hl->suspended = 1;
+    MHD_suspend_connection(hl->conn);
+    ret = 0;
+  }
+  pthread_mutex_unlock(&hl->lock);
+  return ret;
+}
+
+static void logs_free(void *cls) {
+  http_logs *hl = cls;
+  kolo_server_http *h = hl->h;
+  kolo_server_logstream_close(hl->stream); /* no notify after this */
+  pthread_mutex_lock(&h->lock);
+  if (hl->prev) hl->prev->next = hl->next;
+  else h->streams = hl->next;
+  if (hl->next) hl->next->prev = hl->prev;
+  pthread_mutex_unlock(&h->lock);
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  double seconds = (double)(now.tv_sec - hl->started.tv_sec) + (double)(now.tv_nsec - hl->started.tv_nsec) / 1e9;
+  kolo_server_metrics_observe(h->cfg.metrics, KOLO_SERVER_API_HTTP, KOLO_SERVER_STREAM_LOGS, 0, seconds);
+  pthread_mutex_destroy(&hl->lock);
+  free(hl);
+}
+
+static void route_logs(kolo_server_http *h, struct MHD_Connection *conn, const char *id, reply *r) {
+  char err[256];
+  r->method = KOLO_SERVER_STREAM_LOGS;
+  Kolo__V1__StreamLogsRequest req = KOLO__V1__STREAM_LOGS_REQUEST__INIT;
+  logs_query q = {&req, {0}, KOLO_OK, ""};
+  req.id = (char *)id;
+  req.ranks = q.ranks;
+  MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, logs_arg, &q);
+  if (q.rc != KOLO_OK) return reply_error(r, q.rc, q.err);
+  if (h->cfg.logs == NULL) return reply_error(r, KOLO_ERR_UNSUPPORTED, "logs are not served here");
+  http_logs *hl = calloc(1, sizeof *hl);
+  if (hl == NULL) return reply_error(r, KOLO_ERR_NO_MEMORY, NULL);
+  hl->h = h;
+  hl->conn = conn;
+  pthread_mutex_init(&hl->lock, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &hl->started);
+  /* the stream may notify at once: the connection is not suspended yet, so that is a no-op */
+  kolo_status rc = kolo_server_logstream_open(h->cfg.logs, &req, logs_notify, hl, &hl->stream, err, sizeof err);
+  if (rc != KOLO_OK) {
+    pthread_mutex_destroy(&hl->lock);
+    free(hl);
+    return reply_error(r, rc, err);
+  }
+  const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (info) kolo_server_logstream_watch_fd(hl->stream, info->connect_fd);
+  pthread_mutex_lock(&h->lock);
+  hl->next = h->streams;
+  if (h->streams) h->streams->prev = hl;
+  h->streams = hl;
+  pthread_mutex_unlock(&h->lock);
+  r->logs = hl;
+  r->status = 200;
+  r->grpc_code = 0;
+}
 
 
 /* Splits "/v1/jobs/<id>[suffix]" into id and suffix ("", "/events", ":cancel", ":scale"). */
@@ -346,6 +502,7 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
       r->grpc_code = 0;
       return reply_text(r, 200, "application/json", json);
     }
+    if (get && strcmp(suffix, "/logs") == 0) return route_logs(h, conn, id, r);
     if (get && strcmp(suffix, "/events") == 0) {
       Kolo__V1__Job *job = NULL;
       r->method = KOLO_SERVER_GET_JOB;
@@ -415,8 +572,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->len += n;
     return MHD_YES;
   }
-  reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13};
+  reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13, NULL};
   route(h, conn, url, method, req, &r);
+  if (r.logs) {
+    struct MHD_Response *stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, logs_read, r.logs,
+                                                                    logs_free);
+    if (stream == NULL) {
+      logs_free(r.logs);
+      return MHD_NO;
+    }
+    MHD_add_response_header(stream, "Content-Type", "text/plain; charset=utf-8");
+    MHD_add_response_header(stream, "X-Content-Type-Options", "nosniff");
+    enum MHD_Result queued = MHD_queue_response(conn, 200, stream);
+    MHD_destroy_response(stream);
+    return queued;
+  }
   if (r.body == NULL) reply_error(&r, KOLO_ERR_NO_MEMORY, NULL);
   const char *body = r.body ? r.body : "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
   struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), (void *)body,
@@ -494,8 +664,9 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
   kolo_server_http *h = calloc(1, sizeof *h);
   if (h == NULL) return KOLO_ERR_NO_MEMORY;
   h->cfg = *config;
+  pthread_mutex_init(&h->lock, NULL);
   if (h->cfg.max_message_bytes == 0) h->cfg.max_message_bytes = 4u << 20;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
   if (config->tls_cert_pem) {
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
       KOLO_LOGE(LOG, "this libmicrohttpd has no TLS support");
@@ -530,6 +701,19 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
 
 void kolo_server_http_stop(kolo_server_http *h) {
   if (h == NULL) return;
+  /* open log streams end now (a suspended connection must be resumed to be closed) */
+  pthread_mutex_lock(&h->lock);
+  for (http_logs *hl = h->streams; hl; hl = hl->next) {
+    pthread_mutex_lock(&hl->lock);
+    hl->shutdown = 1;
+    if (hl->suspended) {
+      hl->suspended = 0;
+      MHD_resume_connection(hl->conn);
+    }
+    pthread_mutex_unlock(&hl->lock);
+  }
+  pthread_mutex_unlock(&h->lock);
   MHD_stop_daemon(h->daemon);
+  pthread_mutex_destroy(&h->lock);
   free(h);
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "kolo/status.h"
+#include "server/logs.h"
 #include "server/metrics.h"
 #include "server/store.h"
 
@@ -27,13 +28,14 @@ typedef struct kolo_server_http_config {
   kolo_server_store *store;
   kolo_server_metrics *metrics;
   kolo_server_health health;
+  kolo_server_logs *logs; /* GET /v1/jobs/<id>/logs */
 } kolo_server_http_config;
 
 typedef struct kolo_server_http kolo_server_http;
 
 kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_server_http **out,
                                    int *bound_port);
-/* Stops accepting, finishes requests in flight, frees. */
+/* Stops accepting, ends open log streams, finishes requests in flight, frees. */
 void kolo_server_http_stop(kolo_server_http *h);
 
 #endif

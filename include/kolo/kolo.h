@@ -95,6 +95,12 @@ int kolo_comm_local_rank(const kolo_comm *comm);
 int kolo_comm_local_size(const kolo_comm *comm);
 uint64_t kolo_comm_epoch(const kolo_comm *comm);
 
+/* Which transport carries this rank's large operations to the next rank (peer 0)
+ * or from the previous rank (peer 1): "shm" (shared memory, same host), "tcp", or
+ * "none" (one rank, or a closed direction). Small operations always use TCP. For
+ * diagnostics and tests; never blocks. */
+const char *kolo_comm_transport(const kolo_comm *comm, int peer);
+
 /* Makes every pending and later operation fail with KOLO_ERR_ABORTED (or the
  * error that caused the abort) and tells the ring neighbours. Never blocks; safe
  * from any thread, including while another thread waits on the communicator. */
