@@ -41,6 +41,9 @@ static void usage(FILE *out) {
           "  cancel ID [--reason TEXT]\n"
           "  scale ID MIN[:MAX]\n"
           "  watch ID                        print the job each time it changes until it ends\n"
+          "  logs [-f] [--rank R ...] [--tail N] ID\n"
+          "                                  the job's output (\"[rank] line\"; bare lines with one --rank);\n"
+          "                                  -f follows it until the job ends\n"
           "  workers                         registered workers\n"
           "  drain WORKER                    give a worker no new work; its job lets it go\n"
           "  undrain WORKER                  take a drain back\n"
@@ -297,6 +300,66 @@ static int on_watch(void *arg, const ProtobufCMessage *msg) {
   return 0;
 }
 
+typedef struct logs_state {
+  int json;
+  int bare; /* exactly one rank asked for: no "[rank] " prefix */
+} logs_state;
+
+static int on_logs(void *arg, const ProtobufCMessage *msg) {
+  logs_state *l = arg;
+  const Kolo__V1__LogChunk *chunk = (const Kolo__V1__LogChunk *)msg;
+  for (size_t k = 0; k < chunk->n_lines; k++) {
+    const Kolo__V1__LogLine *line = chunk->lines[k];
+    if (l->json) {
+      print_json(&line->base, 0);
+    } else if (line->notice) {
+      fflush(stdout);
+      fprintf(stderr, "kolo: %.*s\n", (int)line->text.len, (const char *)line->text.data);
+    } else {
+      if (!l->bare) printf("[%" PRIu32 "] ", line->rank);
+      fwrite(line->text.data, 1, line->text.len, stdout);
+      putchar('\n');
+    }
+  }
+  fflush(stdout);
+  return 0;
+}
+
+/* logs [-f|--follow] [--rank R ...] [--tail N] ID */
+static int logs_from_args(int nargs, char **args, Kolo__V1__StreamLogsRequest *r) {
+  const char *id = NULL;
+  for (int k = 0; k < nargs; k++) {
+    const char *a = args[k];
+    uint64_t n;
+    if (strcmp(a, "-f") == 0 || strcmp(a, "--follow") == 0) {
+      r->follow = 1;
+    } else if (strcmp(a, "--rank") == 0 || strcmp(a, "--tail") == 0) {
+      if (k + 1 >= nargs) return usage_error("%s needs a value", a);
+      const char *value = args[++k];
+      if (!parse_uint(value, &n) || n > (a[2] == 'r' ? UINT32_MAX : 1000000000u))
+        return usage_error(a[2] == 'r' ? "--rank: expected a rank number, got '%s'" : "--tail: expected a number of lines, got '%s'",
+                           value);
+      if (a[2] == 't') {
+        r->tail = (uint32_t)n;
+      } else {
+        uint32_t *grown = realloc(r->ranks, (r->n_ranks + 1) * sizeof *grown);
+        if (grown == NULL) return usage_error("out of memory", NULL);
+        r->ranks = grown;
+        r->ranks[r->n_ranks++] = (uint32_t)n;
+      }
+    } else if (a[0] == '-') {
+      return usage_error("logs: unknown flag %s", a);
+    } else if (id != NULL) {
+      return usage_error("logs needs exactly one job id", NULL);
+    } else {
+      id = a;
+    }
+  }
+  if (id == NULL) return usage_error("logs needs a job id", NULL);
+  kolo_server_pb_set_string(&r->id, id);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   globals g = {getenv("KOLO_SERVER") ? getenv("KOLO_SERVER") : "127.0.0.1:7070", NULL,
                getenv("KOLO_TOKEN"), 0, 10000};
@@ -369,6 +432,12 @@ int main(int argc, char **argv) {
       req = &r->base;
       method = KOLO_SERVER_WATCH_JOB;
     }
+  } else if (strcmp(cmd, "logs") == 0) {
+    Kolo__V1__StreamLogsRequest *r = malloc(sizeof *r);
+    kolo__v1__stream_logs_request__init(r);
+    req = &r->base;
+    method = KOLO_SERVER_STREAM_LOGS;
+    rc_exit = logs_from_args(nargs, args, r);
   } else if (strcmp(cmd, "list") == 0) {
     Kolo__V1__ListJobsRequest *r = malloc(sizeof *r);
     kolo__v1__list_jobs_request__init(r);
@@ -457,6 +526,10 @@ int main(int argc, char **argv) {
   if (method == KOLO_SERVER_WATCH_JOB) {
     watch_state w = {g.json};
     kolo_cli_stream(client, info->path, req, info->response, on_watch, &w, &result);
+    if (result.code != 0) exit_code = rpc_error(&result);
+  } else if (method == KOLO_SERVER_STREAM_LOGS) {
+    logs_state l = {g.json, ((Kolo__V1__StreamLogsRequest *)req)->n_ranks == 1};
+    kolo_cli_stream(client, info->path, req, info->response, on_logs, &l, &result);
     if (result.code != 0) exit_code = rpc_error(&result);
   } else if (method == KOLO_SERVER_LIST_JOBS) {
     /* Follow the pages so the user sees every match. */

@@ -191,6 +191,12 @@ int kolo_comm_local_rank(const kolo_comm *comm) { return comm ? comm->local_rank
 int kolo_comm_local_size(const kolo_comm *comm) { return comm ? comm->local_size : 0; }
 uint64_t kolo_comm_epoch(const kolo_comm *comm) { return comm ? comm->epoch : 0; }
 
+const char *kolo_comm_transport(const kolo_comm *comm, int peer) {
+  if (comm == NULL || (peer != 0 && peer != 1)) return "none";
+  const kolo_channel *bulk = peer == 0 ? &comm->next.bulk : &comm->prev.bulk;
+  return bulk->ops != NULL && bulk->ops->name != NULL ? bulk->ops->name : "none";
+}
+
 void kolo_comm_destroy(kolo_comm *comm) {
   if (comm == NULL) return;
   if (kolo_queue_pending(comm)) {

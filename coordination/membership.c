@@ -19,6 +19,8 @@ void kolo_member_clear(kolo_member *m) {
   free(m->id);
   free(m->host);
   free(m->address);
+  free(m->logs_url);
+  free(m->logs_token);
   free(m->state);
   for (size_t i = 0; i < m->label_count; i++) {
     free(m->labels[i].key);
@@ -92,6 +94,16 @@ kolo_status kolo_member_validate(const kolo_member *m) {
   if (m->state == NULL || m->state[0] == '\0' || strlen(m->state) > 32 ||
       strspn(m->state, "abcdefghijklmnopqrstuvwxyz_") != strlen(m->state))
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: state must be 1-32 of [a-z_]", m->id);
+  if ((m->logs_url == NULL) != (m->logs_token == NULL))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: logs_url and logs_token go together", m->id);
+  if (m->logs_url != NULL && (!printable(m->logs_url, 255) || (strncmp(m->logs_url, "http://", 7) != 0 &&
+                                                               strncmp(m->logs_url, "https://", 8) != 0)))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: logs_url must be an http(s):// URL of 1-255 printable characters",
+                          m->id);
+  if (m->logs_token != NULL &&
+      (strlen(m->logs_token) < 16 || strlen(m->logs_token) > 128 ||
+       strspn(m->logs_token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") != strlen(m->logs_token)))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: logs_token must be 16-128 of [A-Za-z0-9]", m->id);
   if (m->label_count > MAX_LABELS)
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: more than %d labels", m->id, MAX_LABELS);
   for (size_t i = 0; i < m->label_count; i++) {
@@ -116,6 +128,11 @@ kolo_status kolo_member_to_json(const kolo_member *m, char **json) {
   json_t *o = labels ? json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:s}", "id", m->id, "host", m->host, "address",
                                  m->address, "cpus", m->cpus, "gpus", m->gpus, "labels", labels, "state", m->state)
                      : NULL;
+  if (o && m->logs_url && (json_object_set_new(o, "logs_url", json_string(m->logs_url)) != 0 ||
+                           json_object_set_new(o, "logs_token", json_string(m->logs_token)) != 0)) {
+    json_decref(o);
+    o = NULL;
+  }
   *json = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(o);
   return *json ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a worker record");
@@ -157,6 +174,8 @@ kolo_status kolo_member_from_json(const char *text, size_t len, kolo_member *out
   if (rc == KOLO_OK) rc = take_string(o, "state", &out->state);
   if (rc == KOLO_OK) rc = take_int(o, "cpus", &out->cpus);
   if (rc == KOLO_OK) rc = take_int(o, "gpus", &out->gpus);
+  if (rc == KOLO_OK && json_object_get(o, "logs_url")) rc = take_string(o, "logs_url", &out->logs_url);
+  if (rc == KOLO_OK && json_object_get(o, "logs_token")) rc = take_string(o, "logs_token", &out->logs_token);
   json_t *labels = json_object_get(o, "labels");
   if (rc == KOLO_OK && labels != NULL) {
     if (!json_is_object(labels)) {

@@ -21,6 +21,9 @@ typedef struct kolo_member_label {
  * id: a key segment (kolo_keys_name_valid); host: 1..255 printable characters;
  * address: the data-plane "host:port" ("[v6]:port" for IPv6); cpus, gpus: 0..65535;
  * labels: optional object of string values (at most 64); state: 1..32 of [a-z_].
+ * Optional, both or neither: "logs_url" (where the agent serves its jobs' output,
+ * "http://host:port", at most 255 printable characters) and "logs_token" (the bearer
+ * token that server needs, 16..128 of [A-Za-z0-9]); kolo-server reads them, never shows them.
  * Unknown fields are ignored (a newer worker may add some). */
 typedef struct kolo_member {
   char *id;
@@ -31,6 +34,8 @@ typedef struct kolo_member {
   kolo_member_label *labels;
   size_t label_count;
   char *state;
+  char *logs_url;   /* NULL = none */
+  char *logs_token; /* NULL = none */
   /* Filled when read from etcd: */
   int64_t lease;
   int64_t mod_revision;

@@ -3,11 +3,13 @@
 #define _GNU_SOURCE
 #include "scheduler/apply.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "common/log.h"
@@ -142,12 +144,28 @@ out:
   return rc;
 }
 
+kolo_status kolo_sched_ring_secret(char out[KOLO_SCHED_SECRET_LEN + 1]) {
+  uint8_t bytes[KOLO_SCHED_SECRET_LEN / 2];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return KOLO_ERR_SYSTEM;
+    got += (size_t)n;
+  }
+  for (size_t i = 0; i < sizeof bytes; i++) {
+    out[2 * i] = "0123456789abcdef"[bytes[i] >> 4];
+    out[2 * i + 1] = "0123456789abcdef"[bytes[i] & 15];
+  }
+  out[KOLO_SCHED_SECRET_LEN] = '\0';
+  return KOLO_OK;
+}
+
 /* The ring record of epoch: members, secret, timeout, lost so far. */
 static json_t *ring_record(const kolo_sched_job *j, const json_t *old_ring, int64_t epoch, json_t *members,
                            const kolo_sched_epoch_plan *plan) {
-  char secret[33];
-  for (int i = 0; i < 32; i++) secret[i] = "0123456789abcdef"[rand() & 15];
-  secret[32] = '\0';
+  char secret[KOLO_SCHED_SECRET_LEN + 1];
+  if (kolo_sched_ring_secret(secret) != KOLO_OK) return NULL; /* no epoch without a secret */
   json_t *lost = json_deep_copy(json_object_get(old_ring, "lost"));
   if (!json_is_array(lost)) {
     json_decref(lost);
@@ -233,6 +251,10 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   if (rc != KOLO_OK) goto out;
   ring = ring_record(j, old_ring, epoch, members, plan);
   members = NULL; /* the ring owns them now (or they are freed with a failed pack) */
+  if (ring == NULL) {
+    rc = KOLO_ERR_SYSTEM;
+    goto out;
+  }
   char ring_key[512];
   kolo_keys_ring(j->id, epoch, ring_key, sizeof ring_key);
   add_epoch_writes(t, snap, j, epoch, order, n, status_members, plan, ring_key);

@@ -39,6 +39,12 @@ typedef struct kolo_sched_epoch_plan {
  * the status, RING_PLANNED and the plan's event, every member's assignment (a
  * newcomer's compared absent) and the removed assignments deleted. Newcomers
  * are marked taken in snap on success. */
+/* A ring's shared secret: 128 bits from the OS's CSPRNG (getrandom), as 32 lowercase hex
+ * digits. It was rand() seeded with the time and the pid, which anyone who could guess
+ * both could reproduce and so join a ring. KOLO_ERR_SYSTEM if the kernel gives none. */
+#define KOLO_SCHED_SECRET_LEN 32
+kolo_status kolo_sched_ring_secret(char out[KOLO_SCHED_SECRET_LEN + 1]);
+
 kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snapshot *snap, kolo_sched_job *j,
                                    const kolo_sched_epoch_plan *plan);
 

@@ -265,7 +265,6 @@ kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) 
   kolo_etcd_watch_opts watch = {.key = kolo_etcd_str(KOLO_KEY_ROOT), .prefix = 1};
   rc = kolo_etcd_watch_start(s->etcd, &watch, on_change, s, &s->watch);
   if (rc != KOLO_OK) goto fail;
-  srand((unsigned)(wall_ms() ^ getpid()));
   if (pthread_create(&s->thread, NULL, run, s) != 0) {
     rc = KOLO_ERR_SYSTEM;
     goto fail;

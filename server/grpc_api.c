@@ -28,6 +28,8 @@
 #define MAX_THREADS 32
 /* A WatchJob client this many versions behind is cut off (RESOURCE_EXHAUSTED). */
 #define WATCH_QUEUE_MAX 1024
+/* StreamLogs sends lines in LogChunk messages of about this size. */
+#define LOG_CHUNK_BYTES (64 * 1024)
 
 typedef enum tag_kind { TAG_NEW, TAG_DONE, TAG_SEND, TAG_STATUS, TAG_CLOSE, TAG_SHUTDOWN } tag_kind;
 
@@ -63,6 +65,7 @@ struct call_ctx {
   int status_code; /* the stream's final status, sent once the queue is empty */
   int md_sent, in_flight, final_queued, status_started, closed;
   uint64_t sub;
+  kolo_server_logstream *logs; /* StreamLogs, under lock */
 };
 
 struct kolo_server_grpc {
@@ -335,6 +338,117 @@ static void on_watch_closed(call_ctx *ctx) {
   ctx_unref(ctx); /* the call */
 }
 
+/* ---- StreamLogs ---- */
+
+/* Sends the next chunk, or the final status once the stream is over (one send at a time). */
+static void pump_logs_locked(call_ctx *ctx) {
+  if (ctx->closed || ctx->in_flight || ctx->status_started || ctx->logs == NULL) return;
+  uint8_t *packed = NULL;
+  size_t len = 0;
+  kolo_server_logstream_state state = kolo_server_logstream_take_chunk(ctx->logs, LOG_CHUNK_BYTES, &packed, &len);
+  if (state == KOLO_SERVER_LOGS_EMPTY) return; /* the stream notifies when lines come */
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  if (!ctx->md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ctx->md_sent = 1;
+  }
+  if (state == KOLO_SERVER_LOGS_DATA) {
+    grpc_slice slice = grpc_slice_from_copied_buffer((const char *)packed, len);
+    free(packed);
+    if (ctx->response) grpc_byte_buffer_destroy(ctx->response);
+    ctx->response = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = ctx->response;
+    n++;
+    atomic_fetch_add(&ctx->refs, 1);
+    ctx->in_flight = 1;
+    if (grpc_call_start_batch(ctx->call, ops, n, &ctx->t_send, NULL) != GRPC_CALL_OK) {
+      ctx->in_flight = 0;
+      ctx->closed = 1;
+      atomic_fetch_sub(&ctx->refs, 1);
+    }
+    return;
+  }
+  char message[256];
+  kolo_status rc = kolo_server_logstream_end_status(ctx->logs, message, sizeof message);
+  ctx->code = rc == KOLO_OK ? 0 : kolo_server_grpc_code(rc);
+  grpc_slice details = grpc_slice_from_copied_string(rc == KOLO_OK ? "" : message);
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = (grpc_status_code)ctx->code;
+  ops[n].data.send_status_from_server.status_details = &details;
+  n++;
+  ctx->status_started = 1;
+  atomic_fetch_add(&ctx->refs, 1);
+  if (grpc_call_start_batch(ctx->call, ops, n, &ctx->t_status, NULL) != GRPC_CALL_OK)
+    atomic_fetch_sub(&ctx->refs, 1);
+  grpc_slice_unref(details);
+}
+
+/* The stream's thread: lines are ready, or the stream ended. */
+static void on_logs_ready(void *arg) {
+  call_ctx *ctx = arg;
+  pthread_mutex_lock(&ctx->lock);
+  if (ctx->logs != NULL && ctx->in_flight && !ctx->closed) {
+    /* a reader that stopped reading holds the send: cut it off if the stream says so */
+    char message[256];
+    if (kolo_server_logstream_end_status(ctx->logs, message, sizeof message) != KOLO_OK)
+      grpc_call_cancel_with_status(ctx->call, GRPC_STATUS_RESOURCE_EXHAUSTED, message, NULL);
+  }
+  pump_logs_locked(ctx);
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+static void start_logs(call_ctx *ctx, const Kolo__V1__StreamLogsRequest *req) {
+  kolo_server_grpc *g = ctx->g;
+  char err[256];
+  kolo_server_logstream *stream = NULL;
+  kolo_status rc = g->cfg.logs ? kolo_server_logstream_open(g->cfg.logs, req, on_logs_ready, ctx, &stream, err,
+                                                            sizeof err)
+                               : KOLO_ERR_UNSUPPORTED;
+  if (rc != KOLO_OK) {
+    atomic_fetch_add(&g->active, 1);
+    finish_status(ctx, rc, err);
+    return;
+  }
+  atomic_fetch_add(&g->watches, 1);
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &ctx->recv_cancelled;
+  atomic_fetch_add(&ctx->refs, 1);
+  if (grpc_call_start_batch(ctx->call, &op, 1, &ctx->t_close, NULL) != GRPC_CALL_OK) {
+    kolo_server_logstream_close(stream);
+    atomic_fetch_sub(&g->watches, 1);
+    atomic_fetch_sub(&ctx->refs, 1);
+    ctx_unref(ctx);
+    return;
+  }
+  pthread_mutex_lock(&ctx->lock);
+  ctx->logs = stream;
+  pump_logs_locked(ctx);
+  pthread_mutex_unlock(&ctx->lock);
+  KOLO_LOGD(LOG, "StreamLogs %s started", req->id);
+}
+
+static void on_logs_closed(call_ctx *ctx) {
+  pthread_mutex_lock(&ctx->lock);
+  ctx->closed = 1;
+  kolo_server_logstream *stream = ctx->logs;
+  ctx->logs = NULL;
+  pthread_mutex_unlock(&ctx->lock);
+  /* after this the stream's thread is gone: on_logs_ready will not run again */
+  kolo_server_logstream_close(stream);
+  if (!ctx->status_started) ctx->code = 1; /* CANCELLED by the client */
+  kolo_server_metrics_observe(ctx->g->cfg.metrics, KOLO_SERVER_API_GRPC, KOLO_SERVER_STREAM_LOGS, ctx->code,
+                              seconds_since(&ctx->started));
+  atomic_fetch_sub(&ctx->g->watches, 1);
+  ctx_unref(ctx); /* the close batch */
+  ctx_unref(ctx); /* the call */
+}
+
 /* ---- dispatch ---- */
 
 /* The request's bytes (malloc'd). Per-message decompression is off in the core, so a
@@ -424,6 +538,11 @@ static void on_new_call(call_ctx *ctx) {
     protobuf_c_message_free_unpacked(req, NULL);
     return;
   }
+  if (ctx->method == KOLO_SERVER_STREAM_LOGS) {
+    start_logs(ctx, (Kolo__V1__StreamLogsRequest *)req);
+    protobuf_c_message_free_unpacked(req, NULL);
+    return;
+  }
   atomic_fetch_add(&g->active, 1);
   if (ctx->method == KOLO_SERVER_GET_JOB) {
     /* Hot path: the view keeps every job packed already. */
@@ -499,6 +618,8 @@ static void *cq_thread(void *arg) {
         ctx->in_flight = 0;
         if (!ev.success)
           ctx->closed = 1;
+        else if (ctx->method == KOLO_SERVER_STREAM_LOGS)
+          pump_logs_locked(ctx);
         else
           pump_locked(ctx);
         pthread_mutex_unlock(&ctx->lock);
@@ -508,7 +629,10 @@ static void *cq_thread(void *arg) {
         ctx_unref(ctx);
         break;
       case TAG_CLOSE:
-        on_watch_closed(ctx);
+        if (ctx->method == KOLO_SERVER_STREAM_LOGS)
+          on_logs_closed(ctx);
+        else
+          on_watch_closed(ctx);
         break;
       default:
         break;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "kolo/status.h"
+#include "server/logs.h"
 #include "server/metrics.h"
 #include "server/store.h"
 
@@ -19,6 +20,7 @@ typedef struct kolo_server_grpc_config {
   int threads;                /* completion-queue threads */
   kolo_server_store *store;
   kolo_server_metrics *metrics;
+  kolo_server_logs *logs;     /* StreamLogs */
 } kolo_server_grpc_config;
 
 typedef struct kolo_server_grpc kolo_server_grpc;
@@ -28,7 +30,7 @@ kolo_status kolo_server_grpc_start(const kolo_server_grpc_config *config, kolo_s
                                    int *bound_port);
 
 /* Stops taking calls, lets unary calls in flight finish (up to grace_ms), ends open
- * WatchJob streams, joins the threads and frees everything. */
+ * WatchJob and StreamLogs streams, joins the threads and frees everything. */
 void kolo_server_grpc_stop(kolo_server_grpc *g, int grace_ms);
 
 /* Calls currently being served (for draining and tests). */

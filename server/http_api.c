@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,15 +16,34 @@
 #include "common/log.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
+#include "server/http_stream.h"
 #include "server/json_codec.h"
 #include "server/pb_check.h"
 #include "server/service.h"
+#include "server/ui.h"
 
 #define LOG "http"
+
+typedef struct http_logs http_logs;
 
 struct kolo_server_http {
   kolo_server_http_config cfg;
   struct MHD_Daemon *daemon;
+  kolo_server_stream_hub *events; /* GET /v1/stream */
+  pthread_mutex_t lock; /* the open log streams */
+  http_logs *streams;
+};
+
+/* One GET /v1/jobs/<id>/logs answer: a log stream read by a content-reader callback that
+ * suspends the connection while no line is ready and is resumed by the stream. */
+struct http_logs {
+  kolo_server_http *h;
+  struct MHD_Connection *conn;
+  kolo_server_logstream *stream;
+  pthread_mutex_t lock;
+  int suspended, shutdown;
+  struct timespec started;
+  http_logs *prev, *next;
 };
 
 /* Per-request state, made by on_uri from the raw request line: the body collected so far
@@ -43,6 +63,9 @@ typedef struct reply {
   const char *content_type;
   int method; /* for metrics */
   int grpc_code;
+  http_logs *logs; /* set: stream this instead of body */
+  const kolo_server_ui_asset *asset; /* instead of body: an embedded file (304 if not modified) */
+  struct MHD_Response *stream;       /* instead of body: a server-sent event stream */
 } reply;
 
 static void reply_text(reply *r, int status, const char *content_type, char *body) {
@@ -259,6 +282,144 @@ static void route_metrics(kolo_server_http *h, reply *r) {
   reply_text(r, 200, "text/plain; version=0.0.4", body);
 }
 
+/* ---- GET /v1/jobs/<id>/logs ---- */
+
+typedef struct logs_query {
+  Kolo__V1__StreamLogsRequest *req;
+  uint32_t ranks[KOLO_SERVER_LOGS_MAX_RANKS];
+  kolo_status rc;
+  char err[160];
+} logs_query;
+
+static int query_u32(const char *value, uint32_t max, uint32_t *out) {
+  if (value == NULL || *value < '0' || *value > '9') return 0;
+  char *end;
+  unsigned long long v = strtoull(value, &end, 10);
+  if (*end != '\0' || v > max) return 0;
+  *out = (uint32_t)v;
+  return 1;
+}
+
+/* Query arguments: rank (repeatable), tail, follow (1/0/true/false). */
+static enum MHD_Result logs_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  logs_query *q = cls;
+  (void)kind;
+  uint32_t v = 0;
+  if (q->rc != KOLO_OK) return MHD_YES;
+  q->rc = KOLO_ERR_INVALID_ARG;
+  if (strcmp(key, "rank") == 0) {
+    if (!query_u32(value, UINT32_MAX, &v) || q->req->n_ranks == KOLO_SERVER_LOGS_MAX_RANKS) {
+      snprintf(q->err, sizeof q->err, "rank: expected at most %d ranks, each a number", KOLO_SERVER_LOGS_MAX_RANKS);
+      return MHD_YES;
+    }
+    q->ranks[q->req->n_ranks++] = v;
+  } else if (strcmp(key, "tail") == 0) {
+    if (!query_u32(value, 1000000000u, &q->req->tail)) {
+      snprintf(q->err, sizeof q->err, "tail: expected a number of lines (0 = all)");
+      return MHD_YES;
+    }
+  } else if (strcmp(key, "follow") == 0) {
+    if (value && (strcmp(value, "1") == 0 || strcmp(value, "true") == 0))
+      q->req->follow = 1;
+    else if (value && (strcmp(value, "0") == 0 || strcmp(value, "false") == 0))
+      q->req->follow = 0;
+    else {
+      snprintf(q->err, sizeof q->err, "follow: expected 1 or 0");
+      return MHD_YES;
+    }
+  } else {
+    snprintf(q->err, sizeof q->err, "%.64s: unknown query parameter", key);
+    return MHD_YES;
+  }
+  q->rc = KOLO_OK;
+  return MHD_YES;
+}
+
+static void logs_notify(void *arg) {
+  http_logs *hl = arg;
+  pthread_mutex_lock(&hl->lock);
+  if (hl->suspended) {
+    hl->suspended = 0;
+    MHD_resume_connection(hl->conn);
+  }
+  pthread_mutex_unlock(&hl->lock);
+}
+
+static ssize_t logs_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  http_logs *hl = cls;
+  (void)pos;
+  pthread_mutex_lock(&hl->lock);
+  if (hl->shutdown) {
+    pthread_mutex_unlock(&hl->lock);
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+  }
+  size_t n = 0;
+  kolo_server_logstream_state state = kolo_server_logstream_take_text(hl->stream, buf, max, &n);
+  ssize_t ret = (ssize_t)n;
+  if (state == KOLO_SERVER_LOGS_END)
+    ret = kolo_server_logstream_end_status(hl->stream, NULL, 0) == KOLO_OK ? MHD_CONTENT_READER_END_OF_STREAM
+                                                                        : MHD_CONTENT_READER_END_WITH_ERROR;
+  if (state == KOLO_SERVER_LOGS_EMPTY) {
+    /* nothing now: the stream's notify resumes us */
+    hl->suspended = 1;
+    MHD_suspend_connection(hl->conn);
+    ret = 0;
+  }
+  pthread_mutex_unlock(&hl->lock);
+  return ret;
+}
+
+static void logs_free(void *cls) {
+  http_logs *hl = cls;
+  kolo_server_http *h = hl->h;
+  kolo_server_logstream_close(hl->stream); /* no notify after this */
+  pthread_mutex_lock(&h->lock);
+  if (hl->prev) hl->prev->next = hl->next;
+  else h->streams = hl->next;
+  if (hl->next) hl->next->prev = hl->prev;
+  pthread_mutex_unlock(&h->lock);
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  double seconds = (double)(now.tv_sec - hl->started.tv_sec) + (double)(now.tv_nsec - hl->started.tv_nsec) / 1e9;
+  kolo_server_metrics_observe(h->cfg.metrics, KOLO_SERVER_API_HTTP, KOLO_SERVER_STREAM_LOGS, 0, seconds);
+  pthread_mutex_destroy(&hl->lock);
+  free(hl);
+}
+
+static void route_logs(kolo_server_http *h, struct MHD_Connection *conn, const char *id, reply *r) {
+  char err[256];
+  r->method = KOLO_SERVER_STREAM_LOGS;
+  Kolo__V1__StreamLogsRequest req = KOLO__V1__STREAM_LOGS_REQUEST__INIT;
+  logs_query q = {&req, {0}, KOLO_OK, ""};
+  req.id = (char *)id;
+  req.ranks = q.ranks;
+  MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, logs_arg, &q);
+  if (q.rc != KOLO_OK) return reply_error(r, q.rc, q.err);
+  if (h->cfg.logs == NULL) return reply_error(r, KOLO_ERR_UNSUPPORTED, "logs are not served here");
+  http_logs *hl = calloc(1, sizeof *hl);
+  if (hl == NULL) return reply_error(r, KOLO_ERR_NO_MEMORY, NULL);
+  hl->h = h;
+  hl->conn = conn;
+  pthread_mutex_init(&hl->lock, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &hl->started);
+  /* the stream may notify at once: the connection is not suspended yet, so that is a no-op */
+  kolo_status rc = kolo_server_logstream_open(h->cfg.logs, &req, logs_notify, hl, &hl->stream, err, sizeof err);
+  if (rc != KOLO_OK) {
+    pthread_mutex_destroy(&hl->lock);
+    free(hl);
+    return reply_error(r, rc, err);
+  }
+  const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (info) kolo_server_logstream_watch_fd(hl->stream, info->connect_fd);
+  pthread_mutex_lock(&h->lock);
+  hl->next = h->streams;
+  if (h->streams) h->streams->prev = hl;
+  h->streams = hl;
+  pthread_mutex_unlock(&h->lock);
+  r->logs = hl;
+  r->status = 200;
+  r->grpc_code = 0;
+}
 
 
 /* Splits "/v1/jobs/<id>[suffix]" into id and suffix ("", "/events", ":cancel", ":scale"). */
@@ -270,6 +431,55 @@ static int job_path(const char *url, char *id, size_t id_len, const char **suffi
   id[n] = '\0';
   *suffix = p + n;
   return 1;
+}
+
+/* GET /, /ui/...: the dashboard's files; never need the token (they hold no data). */
+static int route_ui(struct MHD_Connection *conn, const char *url, reply *r) {
+  if (strcmp(url, "/") != 0 && strcmp(url, "/ui") != 0 && strncmp(url, "/ui/", 4) != 0) return 0;
+  const kolo_server_ui_asset *asset = kolo_server_ui_find(url);
+  if (asset == NULL) return 0; /* the generic 404 */
+  const char *match = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-None-Match");
+  r->asset = asset;
+  r->grpc_code = 0;
+  r->status = match && strcmp(match, asset->etag) == 0 ? 304 : 200;
+  r->content_type = kolo_server_ui_content_type(asset->path);
+  return 1;
+}
+
+/* Parses a yes/no query argument ("1", "true", "0", "false"). */
+static int flag_arg(struct MHD_Connection *conn, const char *name, int *out, char *err, size_t err_len) {
+  const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
+  *out = 0;
+  if (v == NULL) return 1;
+  if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0 || v[0] == '\0') *out = 1;
+  else if (strcmp(v, "0") != 0 && strcmp(v, "false") != 0) {
+    snprintf(err, err_len, "%s: expected 1, true, 0 or false", name);
+    return 0;
+  }
+  return 1;
+}
+
+/* GET /v1/stream?jobs=1&workers=1&job=<id>: server-sent events (http_stream.h). */
+static void route_stream(kolo_server_http *h, struct MHD_Connection *conn, reply *r) {
+  char err[256];
+  kolo_server_stream_topics topics;
+  memset(&topics, 0, sizeof topics);
+  if (!only_args(conn, "jobs workers job", err, sizeof err) || !flag_arg(conn, "jobs", &topics.jobs, err, sizeof err) ||
+      !flag_arg(conn, "workers", &topics.workers, err, sizeof err))
+    return reply_error(r, KOLO_ERR_INVALID_ARG, err);
+  const char *job = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "job");
+  if (job) {
+    kolo_status rc = kolo_server_service_check_id(job, err, sizeof err);
+    if (rc != KOLO_OK) return reply_error(r, rc, err);
+    snprintf(topics.job, sizeof topics.job, "%s", job);
+  }
+  if (!topics.jobs && !topics.workers && !topics.job[0])
+    return reply_error(r, KOLO_ERR_INVALID_ARG, "stream: name at least one of jobs=1, workers=1, job=<id>");
+  kolo_status rc = kolo_server_stream_open(h->events, conn, &topics, &r->stream);
+  if (rc == KOLO_ERR_UNAVAILABLE) return reply_error(r, rc, "too many open streams; try again later");
+  if (rc != KOLO_OK) return reply_error(r, rc, NULL);
+  r->status = 200;
+  r->grpc_code = 0;
 }
 
 static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *url, const char *method,
@@ -284,6 +494,7 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
     return reply_text(r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
   }
   if (strcmp(url, "/readyz") == 0 && get) return route_readyz(h, r);
+  if (get && !req->nul_escape && route_ui(conn, url, r)) return;
   if (h->cfg.token) {
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     if (!kolo_server_bearer_matches(auth, auth ? strlen(auth) : 0, h->cfg.token))
@@ -298,6 +509,7 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
     return reply_error(r, KOLO_ERR_TOO_LARGE, err);
   }
   if (strcmp(url, "/metrics") == 0 && get) return route_metrics(h, r);
+  if (strcmp(url, "/v1/stream") == 0 && get) return route_stream(h, conn, r);
   if (strcmp(url, "/v1/jobs") == 0 && get) return route_list(h, conn, r);
   if (strcmp(url, "/v1/workers") == 0 && get) {
     Kolo__V1__ListWorkersRequest lw = KOLO__V1__LIST_WORKERS_REQUEST__INIT;
@@ -346,6 +558,7 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
       r->grpc_code = 0;
       return reply_text(r, 200, "application/json", json);
     }
+    if (get && strcmp(suffix, "/logs") == 0) return route_logs(h, conn, id, r);
     if (get && strcmp(suffix, "/events") == 0) {
       Kolo__V1__Job *job = NULL;
       r->method = KOLO_SERVER_GET_JOB;
@@ -415,17 +628,42 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->len += n;
     return MHD_YES;
   }
-  reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13};
+  reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13, NULL, NULL, NULL};
   route(h, conn, url, method, req, &r);
-  if (r.body == NULL) reply_error(&r, KOLO_ERR_NO_MEMORY, NULL);
-  const char *body = r.body ? r.body : "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
-  struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), (void *)body,
-                                                              r.body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-  if (resp == NULL) {
-    free(r.body);
-    return MHD_NO;
+  if (r.logs) {
+    struct MHD_Response *stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, logs_read, r.logs,
+                                                                    logs_free);
+    if (stream == NULL) {
+      logs_free(r.logs);
+      return MHD_NO;
+    }
+    MHD_add_response_header(stream, "Content-Type", "text/plain; charset=utf-8");
+    MHD_add_response_header(stream, "X-Content-Type-Options", "nosniff");
+    enum MHD_Result queued = MHD_queue_response(conn, 200, stream);
+    MHD_destroy_response(stream);
+    return queued;
   }
-  MHD_add_response_header(resp, "Content-Type", r.content_type);
+  struct MHD_Response *resp = r.stream;
+  if (resp == NULL && r.asset) {
+    /* 304: no body; 200: the embedded bytes, never copied */
+    resp = MHD_create_response_from_buffer(r.status == 304 ? 0 : r.asset->len, (void *)r.asset->data,
+                                           MHD_RESPMEM_PERSISTENT);
+    if (resp) {
+      MHD_add_response_header(resp, "ETag", r.asset->etag);
+      MHD_add_response_header(resp, "Cache-Control", "no-cache");
+      MHD_add_response_header(resp, "Content-Security-Policy", KOLO_SERVER_UI_CSP);
+      MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+      MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    }
+  } else if (resp == NULL) {
+    if (r.body == NULL) reply_error(&r, KOLO_ERR_NO_MEMORY, NULL);
+    const char *body = r.body ? r.body : "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
+    resp = MHD_create_response_from_buffer(strlen(body), (void *)body,
+                                           r.body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL) free(r.body);
+  }
+  if (resp == NULL) return MHD_NO;
+  if (r.stream == NULL) MHD_add_response_header(resp, "Content-Type", r.content_type);
   if (r.status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
   enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r.status, resp);
   MHD_destroy_response(resp);
@@ -494,8 +732,9 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
   kolo_server_http *h = calloc(1, sizeof *h);
   if (h == NULL) return KOLO_ERR_NO_MEMORY;
   h->cfg = *config;
+  pthread_mutex_init(&h->lock, NULL);
   if (h->cfg.max_message_bytes == 0) h->cfg.max_message_bytes = 4u << 20;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
   if (config->tls_cert_pem) {
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
       KOLO_LOGE(LOG, "this libmicrohttpd has no TLS support");
@@ -503,6 +742,10 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
       return KOLO_ERR_UNSUPPORTED;
     }
     flags |= MHD_USE_TLS;
+  }
+  if (kolo_server_stream_hub_create(config->store, KOLO_SERVER_STREAM_MAX, &h->events) != KOLO_OK) {
+    free(h);
+    return KOLO_ERR_NO_MEMORY;
   }
   unsigned threads = (unsigned)(config->threads > 0 ? config->threads : 2);
   struct MHD_OptionItem tls_opts[] = {
@@ -519,6 +762,7 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
       MHD_OPTION_ARRAY, config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
   if (h->daemon == NULL) {
     KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
+    kolo_server_stream_hub_destroy(h->events);
     free(h);
     return KOLO_ERR_ADDRESS;
   }
@@ -530,6 +774,21 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
 
 void kolo_server_http_stop(kolo_server_http *h) {
   if (h == NULL) return;
+  kolo_server_stream_hub_close(h->events); /* no suspended connection may be left for MHD_stop_daemon */
+  /* open log streams end now (a suspended connection must be resumed to be closed) */
+  pthread_mutex_lock(&h->lock);
+  for (http_logs *hl = h->streams; hl; hl = hl->next) {
+    pthread_mutex_lock(&hl->lock);
+    hl->shutdown = 1;
+    if (hl->suspended) {
+      hl->suspended = 0;
+      MHD_resume_connection(hl->conn);
+    }
+    pthread_mutex_unlock(&hl->lock);
+  }
+  pthread_mutex_unlock(&h->lock);
   MHD_stop_daemon(h->daemon);
+  kolo_server_stream_hub_destroy(h->events);
+  pthread_mutex_destroy(&h->lock);
   free(h);
 }

@@ -1,12 +1,14 @@
 /* kolo.v1 over HTTP/JSON (libmicrohttpd + jansson) for curl and probes: the job routes map
  * onto the same service functions as gRPC, errors are {"error":{"code","message"}}, plus
- * /healthz, /readyz and /metrics. */
+ * /healthz, /readyz and /metrics, and the dashboard: its page at / and /ui/... (embedded
+ * files, ui.h) and its live updates at /v1/stream (server-sent events, http_stream.h). */
 #ifndef KOLO_SERVER_HTTP_API_H
 #define KOLO_SERVER_HTTP_API_H
 
 #include <stddef.h>
 
 #include "kolo/status.h"
+#include "server/logs.h"
 #include "server/metrics.h"
 #include "server/store.h"
 
@@ -27,13 +29,14 @@ typedef struct kolo_server_http_config {
   kolo_server_store *store;
   kolo_server_metrics *metrics;
   kolo_server_health health;
+  kolo_server_logs *logs; /* GET /v1/jobs/<id>/logs */
 } kolo_server_http_config;
 
 typedef struct kolo_server_http kolo_server_http;
 
 kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_server_http **out,
                                    int *bound_port);
-/* Stops accepting, finishes requests in flight, frees. */
+/* Stops accepting, ends open log streams, finishes requests in flight, frees. */
 void kolo_server_http_stop(kolo_server_http *h);
 
 #endif

@@ -14,6 +14,7 @@
 #include "server/http_api.h"
 #include "server/kv.h"
 #include "server/leader.h"
+#include "server/logs.h"
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/recorder.h"
@@ -33,6 +34,7 @@ typedef struct server {
   kolo_server_metrics *metrics;
   kolo_server_grpc *grpc;
   kolo_server_http *http;
+  kolo_server_logs *logs;
   kolo_sched *sched; /* scheduling runs while this replica leads */
   kolo_server_recorder *recorder; /* metrics history, written while this replica leads */
 } server;
@@ -95,6 +97,7 @@ static void teardown(server *s) {
   kolo_server_recorder_stop(s->recorder);
   if (s->grpc) kolo_server_grpc_stop(s->grpc, s->opts.grace_ms);
   kolo_server_http_stop(s->http);
+  kolo_server_logs_destroy(s->logs); /* every stream was closed with its call */
   kolo_server_leader_stop(s->leader);
   kolo_server_store_destroy(s->store);
   if (s->kv) s->kv->ops->destroy(s->kv);
@@ -201,10 +204,12 @@ int main(int argc, char **argv) {
                                          (size_t)s.opts.metrics_points, s.opts.metrics_interval_ms, 0};
   if (kolo_server_recorder_start(&rc_cfg, &s.recorder) != KOLO_OK) goto out;
   if (kolo_server_metrics_create(&s.metrics) != KOLO_OK) goto out;
+  kolo_server_logs_config lc = {s.store, s.opts.max_log_streams, 0, 0};
+  if (kolo_server_logs_create(&lc, &s.logs) != KOLO_OK) goto out;
 
   int grpc_port = 0, http_port = 0;
   kolo_server_grpc_config gc = {s.opts.grpc_listen, s.tls_cert, s.tls_key, s.token,
-                                s.opts.max_message_bytes, s.opts.threads, s.store, s.metrics};
+                                s.opts.max_message_bytes, s.opts.threads, s.store, s.metrics, s.logs};
   rc = kolo_server_grpc_start(&gc, &s.grpc, &grpc_port);
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG, "gRPC on %s: %s", s.opts.grpc_listen, kolo_strerror(rc));
@@ -213,7 +218,7 @@ int main(int argc, char **argv) {
   if (strcmp(s.opts.http_listen, "off") != 0) {
     kolo_server_http_config hc = {s.opts.http_listen, s.tls_cert, s.tls_key, s.token,
                                   s.opts.max_message_bytes, s.opts.http_threads, s.store, s.metrics,
-                                  {&s, backend_ok, leader_of}};
+                                  {&s, backend_ok, leader_of}, s.logs};
     rc = kolo_server_http_start(&hc, &s.http, &http_port);
     if (rc != KOLO_OK) {
       KOLO_LOGE(LOG, "HTTP on %s: %s", s.opts.http_listen, kolo_strerror(rc));

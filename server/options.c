@@ -45,6 +45,7 @@ static const setting settings[] = {
     INT_OPT(metrics_points, "metrics-points", "metrics history: points kept per job, 3-100000 (default 2000)"),
     INT_OPT(metrics_interval_ms, "metrics-interval-ms",
             "metrics history: at most one point per job this often, 100-3600000 ms (default 1000)"),
+    INT_OPT(max_log_streams, "max-log-streams", "job log streams served at once (default 64)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -138,6 +139,7 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
   o->leader_ttl_s = 3;
   o->metrics_points = 2000;
   o->metrics_interval_ms = 1000;
+  o->max_log_streams = 64;
   char host[64] = "kolo";
   gethostname(host, sizeof host - 1);
   snprintf(o->name, sizeof o->name, "%.64s-%d", host, (int)getpid());
@@ -203,6 +205,10 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
   }
   if (o->max_message_bytes < 1024) {
     snprintf(err, err_len, "max-message-bytes: at least 1024");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (o->max_log_streams < 1 || o->max_log_streams > 4096) {
+    snprintf(err, err_len, "max-log-streams: 1..4096");
     return KOLO_ERR_INVALID_ARG;
   }
   if (o->threads < 1 || o->http_threads < 1) {

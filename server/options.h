@@ -26,6 +26,7 @@ typedef struct kolo_server_options {
   char log_level[16];
   int metrics_points;      /* metrics history: points kept per job */
   int metrics_interval_ms; /* metrics history: at most one point per job this often */
+  int max_log_streams;    /* StreamLogs + GET .../logs at once */
 } kolo_server_options;
 
 /* Fills opts from defaults, then the config file (if --config), then the flags.

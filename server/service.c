@@ -40,6 +40,8 @@ const kolo_server_method_info kolo_server_methods[KOLO_SERVER_METHOD_COUNT] = {
      &kolo__v1__demand__descriptor, 0},
     {"/kolo.v1.JobService/GetJobMetrics", "GetJobMetrics", &kolo__v1__get_job_metrics_request__descriptor,
      &kolo__v1__job_metrics__descriptor, 0},
+    {"/kolo.v1.JobService/StreamLogs", "StreamLogs", &kolo__v1__stream_logs_request__descriptor,
+     &kolo__v1__log_chunk__descriptor, 1},
 };
 
 kolo_status kolo_server_service_check_id(const char *id, char *err, size_t err_len) {

@@ -19,6 +19,18 @@
 #define LOG "store"
 #define KOLO_CHECK_GOTO_RC(call) KOLO_CHECK_GOTO(call, rc, out)
 
+/* Worker.state as cluster.proto names it (IDLE, BUSY, DRAINING): kolo-worker's record
+ * says "idle"/"busy"/"draining"; any other word is passed on upper-cased. */
+static const char *state_name(const char *state) {
+  static __thread char upper[32];
+  if (state == NULL || state[0] == '\0') return "IDLE";
+  size_t i = 0;
+  for (; state[i] && i < sizeof upper - 1; i++)
+    upper[i] = (char)(state[i] >= 'a' && state[i] <= 'z' ? state[i] - 'a' + 'A' : state[i]);
+  upper[i] = '\0';
+  return upper;
+}
+
 /* Reads a worker registration leniently: the worker component owns its exact shape. */
 static Kolo__V1__Worker *worker_from_json(const char *key, const char *text, size_t len) {
   json_t *obj = json_loadb(text, len, 0, NULL);
@@ -32,7 +44,7 @@ static Kolo__V1__Worker *worker_from_json(const char *key, const char *text, siz
   kolo_server_pb_set_string(&w->id, json_string_value(json_object_get(obj, "id")) ?: id);
   kolo_server_pb_set_string(&w->host, json_string_value(json_object_get(obj, "host")) ?: "");
   kolo_server_pb_set_string(&w->address, json_string_value(json_object_get(obj, "address")) ?: "");
-  kolo_server_pb_set_string(&w->state, json_string_value(json_object_get(obj, "state")) ?: "IDLE");
+  kolo_server_pb_set_string(&w->state, state_name(json_string_value(json_object_get(obj, "state"))));
   kolo_server_pb_set_string(&w->job_id, json_string_value(json_object_get(obj, "job_id")) ?: "");
   /* kolo-worker's record (coordination/membership.c) says "cpus": one slot each */
   json_t *slots = json_object_get(obj, "slots");

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cmocka.h>
 
 #include "kolo/kolo.h"
@@ -28,6 +30,10 @@ typedef int (*rank_body)(kolo_comm *comm, void *argument);
 #endif
 
 #define MAX_RANKS 8
+
+/* The ranks of the last run_ranks call. */
+static pid_t last_pids[MAX_RANKS];
+static int last_size;
 
 /* Forks size ranks joined in one ring; returns how many ranks failed. */
 static int run_ranks(int size, rank_body body, void *argument) {
@@ -61,6 +67,8 @@ static int run_ranks(int size, rank_body body, void *argument) {
     }
   }
   for (int r = 0; r < size; r++) kolo_listener_destroy(listeners[r]);
+  memcpy(last_pids, pids, sizeof pids[0] * (size_t)size);
+  last_size = size;
   int failed = 0;
   for (int r = 0; r < size; r++) {
     int wstatus = 0;
@@ -73,6 +81,41 @@ static int run_ranks(int size, rank_body body, void *argument) {
   return failed;
 }
 
+/* The bulk transport every rank must find in both directions ("shm", "tcp"), or
+ * NULL to not check; set by a test before run_ranks (the ranks inherit it). */
+static const char *expected_transport;
+
+static int transport_is_expected(kolo_comm *comm) {
+  if (expected_transport == NULL || kolo_comm_size(comm) < 2) return 1;
+  for (int peer = 0; peer < 2; peer++) {
+    if (strcmp(kolo_comm_transport(comm, peer), expected_transport) != 0) {
+      fprintf(stderr, "rank %d: %s uses %s, want %s\n", kolo_comm_rank(comm), peer ? "prev" : "next",
+              kolo_comm_transport(comm, peer), expected_transport);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* How many shared-memory objects of the last run's ranks are left in /dev/shm
+ * (libkolo names them /kolo-<creator pid>-<nonce> and unlinks them as soon as both
+ * sides have mapped them, so none may be left). */
+static int leftover_shm_objects(void) {
+  DIR *dir = opendir("/dev/shm");
+  if (dir == NULL) return 0;
+  int n = 0;
+  struct dirent *entry;
+  while ((entry = readdir(dir)) != NULL) {
+    for (int r = 0; r < last_size; r++) {
+      char prefix[32];
+      snprintf(prefix, sizeof prefix, "kolo-%d-", (int)last_pids[r]);
+      n += strncmp(entry->d_name, prefix, strlen(prefix)) == 0;
+    }
+  }
+  closedir(dir);
+  return n;
+}
+
 static float value_of(int rank, size_t index) { return (float)((rank + 1) * 0.5 + (double)(index % 97)); }
 
 static int allreduce_float_sum(kolo_comm *comm, void *argument) {
@@ -81,7 +124,7 @@ static int allreduce_float_sum(kolo_comm *comm, void *argument) {
   float *data = malloc(count * sizeof *data + 4);
   float *out = malloc(count * sizeof *out + 4);
   for (size_t i = 0; i < count; i++) data[i] = value_of(rank, i);
-  int bad = 0;
+  int bad = transport_is_expected(comm) ? 0 : 1;
   for (int round = 0; round < 3; round++) {
     kolo_status status = kolo_allreduce(comm, data, out, count, KOLO_FLOAT32, KOLO_SUM);
     if (status != KOLO_OK) {
@@ -105,25 +148,30 @@ static int allreduce_float_sum(kolo_comm *comm, void *argument) {
 static void allreduce_matches_the_serial_sum_for_many_sizes(void **state) {
   (void)state;
   size_t counts[] = {0, 1, 3, 7, 1000, 8193, 300001, 2000003};
+  expected_transport = "shm"; /* every rank on this host: the bulk path is shared memory */
   for (int size = 1; size <= 5; size++) {
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
       int failed = run_ranks(size, allreduce_float_sum, &counts[c]);
+      assert_int_equal(leftover_shm_objects(), 0);
       if (failed) fprintf(stderr, "size %d count %zu failed\n", size, counts[c]);
       assert_int_equal(failed, 0);
     }
   }
+  expected_transport = NULL;
 }
 
 /* The same sums over plain TCP data connections (shared memory turned off). */
 static void allreduce_is_right_over_tcp_without_shared_memory(void **state) {
   (void)state;
   setenv("KOLO_SHM", "0", 1);
+  expected_transport = "tcp";
   size_t counts[] = {5, 40000, 2000003};
   for (int size = 2; size <= 4; size++) {
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
       assert_int_equal(run_ranks(size, allreduce_float_sum, &counts[c]), 0);
     }
   }
+  expected_transport = NULL;
   unsetenv("KOLO_SHM");
 }
 
@@ -131,12 +179,15 @@ static void allreduce_is_right_over_tcp_without_shared_memory(void **state) {
 static void allreduce_is_right_through_a_small_wrapping_shared_memory_ring(void **state) {
   (void)state;
   setenv("KOLO_SHM_BYTES", "65536", 1);
+  expected_transport = "shm"; /* really through shared memory, not a silent TCP fallback */
   size_t counts[] = {40000, 2000003};
   for (int size = 2; size <= 3; size++) {
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
       assert_int_equal(run_ranks(size, allreduce_float_sum, &counts[c]), 0);
+      assert_int_equal(leftover_shm_objects(), 0); /* nothing left in /dev/shm */
     }
   }
+  expected_transport = NULL;
   unsetenv("KOLO_SHM_BYTES");
 }
 

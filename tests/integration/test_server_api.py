@@ -235,6 +235,17 @@ class ApiTest(unittest.TestCase):
         code, body = curl(self.server.http_port, "/v1/workers")
         self.assertEqual(code, 200)
         self.assertEqual([w["state"] for w in body["workers"] if w["id"] == "w-test-1"], ["DRAINING"])
+        # kolo-worker writes its state in lower case; the API names it as cluster.proto does
+        for written, shown in (("idle", "IDLE"), ("busy", "BUSY"), ("draining", "DRAINING")):
+            key2 = base64.b64encode(b"/kolo/v1/workers/w-case").decode()
+            value2 = base64.b64encode(json.dumps({"id": "w-case", "host": "h", "address": "10.0.0.2:1",
+                                                  "cpus": 1, "state": written}).encode()).decode()
+            urllib.request.urlopen(urllib.request.Request(
+                self.etcd.url + "/v3/kv/put", data=json.dumps({"key": key2, "value": value2}).encode(),
+                method="POST"), timeout=5).read()
+            states = [w.state for w in self.client.call("ListWorkers", cpb.ListWorkersRequest()).workers
+                      if w.id == "w-case"]
+            self.assertEqual(states, [shown])
         code, body = curl(self.server.http_port, "/v1/workers/w-test-1:drain", "POST")
         self.assertEqual((code, body["draining"]), (200, True))
         code, body = curl(self.server.http_port, "/v1/workers/w-none:drain", "POST")

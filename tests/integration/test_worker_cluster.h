@@ -46,7 +46,7 @@ int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers,
 /* POST path with body to the first live server; the JSON answer or NULL. */
 json_t *cluster_post(cluster *c, const char *path, const char *body);
 
-/* The state of worker id as /v1/workers says ("idle", "busy", ...; "" if absent). */
+/* The state of worker id as /v1/workers says, lower-cased ("idle", "busy", ...; "" if absent). */
 const char *cluster_worker_state(cluster *c, const char *id, char *buf, size_t len);
 
 /* GET /v1/jobs/<id> from the first live server; NULL on error. */
@@ -75,6 +75,10 @@ pid_t cluster_job_pid(const char *job, const char *worker);
 
 /* Waits until no such process is left; 0 on success. */
 int cluster_wait_no_processes(const char *job, const char *worker, int timeout_ms);
+
+/* The report worker's agent wrote for job (/kolo/v1/jobs/<job>/reports/<worker>,
+ * read from etcd), or NULL. Caller frees. */
+json_t *cluster_report(cluster *c, const char *job, const char *worker);
 
 /* Prints the job's phase and events to stderr (for a failing test's log). */
 void cluster_print_job(json_t *job);

@@ -26,5 +26,10 @@ expect 2 "unexpected argument" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.
 expect 1 "is not host:port" -- --etcd http://127.0.0.1:9 --advertise nope
 expect 1 "not a valid key segment" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --id "a/b"
 expect 1 "is not key=value" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --labels zone
+expect 2 "--log-file-size: want a size" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --log-file-size 12Q
+expect 2 "--log-job-size must be at least twice" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --log-file-size 8M --log-job-size 10M
+expect 2 "--log-retention: want" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --log-retention -5
+expect 1 "is not host:port of an IPv4 address" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --logs-listen nope --work-dir /tmp/kolo-flags-$$
+rm -rf /tmp/kolo-flags-$$
 expect 0 "usage: kolo-worker" -- --help
 exit $fail

@@ -33,7 +33,7 @@ static int setup(void **state) {
   assert_int_equal(kolo_server_kv_mem_create(&f->kv), KOLO_OK);
   assert_int_equal(kolo_server_store_create(f->kv, &f->store), KOLO_OK);
   assert_int_equal(kolo_server_metrics_create(&f->metrics), KOLO_OK);
-  kolo_server_grpc_config cfg = {"127.0.0.1:0", NULL, NULL, NULL, 4096, 4, f->store, f->metrics};
+  kolo_server_grpc_config cfg = {"127.0.0.1:0", NULL, NULL, NULL, 4096, 4, f->store, f->metrics, NULL};
   int port = 0;
   assert_int_equal(kolo_server_grpc_start(&cfg, &f->grpc, &port), KOLO_OK);
   assert_true(port > 0);
@@ -300,7 +300,7 @@ static void stopping_ends_an_open_watch_stream(void **state) {
   f->grpc = NULL;
   pthread_join(t, NULL); /* the client saw the stream end */
   int port = 0;
-  kolo_server_grpc_config cfg = {"127.0.0.1:0", NULL, NULL, NULL, 4096, 2, f->store, f->metrics};
+  kolo_server_grpc_config cfg = {"127.0.0.1:0", NULL, NULL, NULL, 4096, 2, f->store, f->metrics, NULL};
   assert_int_equal(kolo_server_grpc_start(&cfg, &f->grpc, &port), KOLO_OK);
 }
 

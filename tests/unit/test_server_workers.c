@@ -138,7 +138,7 @@ static void undrain_deletes_the_mark_and_is_idempotent(void **state) {
   for (int round = 0; round < 2; round++) {
     assert_int_equal(kolo_server_store_undrain_worker(f->store, "w3", &w), KOLO_OK);
     assert_false(w->draining);
-    assert_string_equal(w->state, "idle");
+    assert_string_equal(w->state, "IDLE");
     protobuf_c_message_free_unpacked(&w->base, NULL);
     assert_null(drain_mark(f, "w3", NULL));
     assert_int_equal(listed_draining(f, "w3"), 0);

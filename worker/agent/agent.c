@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -28,6 +29,9 @@
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
+#include "worker/agent/capture.h"
+#include "worker/agent/logserver.h"
+#include "worker/agent/logstore.h"
 #include "worker/agent/health.h"
 #include "worker/agent/process.h"
 
@@ -35,6 +39,7 @@
 #define REPORT_EVERY_MS 500
 #define DRAIN_WAIT_MS 15000
 #define REFORM_WAIT_S "600"
+#define CAPTURE_DRAIN_MS 1000 /* how long an exited process's pipes may still be read */
 
 typedef struct agent {
   const kolo_agent_options *opts;
@@ -70,6 +75,12 @@ typedef struct agent {
   int leave; /* the job let the process go: 0 not yet asked, 1 LEAVE sent, -1 stop it */
   int64_t leave_deadline_ms; /* after LEAVE: stop it past this */
   const char *state;
+  /* job logs */
+  kolo_agent_logstore *logstore;
+  kolo_agent_capture *capture;
+  kolo_agent_logserver *logserver;
+  char logs_url[300], logs_token[40];
+  char stderr_tail[2048]; /* last stderr lines of a process that failed */
   kolo_agent_health *health; /* --http-listen; NULL without */
   kolo_agent_health_state hs; /* its counters, and what publish_health last sent */
 } agent;
@@ -169,6 +180,7 @@ static void write_report(agent *a) {
                         (json_int_t)wall_ms(), "pid", (int)kolo_agent_proc_pid(a->proc));
   if (r == NULL) return;
   if (a->progress) json_object_set(r, "progress", a->progress);
+  if (a->exited && a->stderr_tail[0]) json_object_set_new(r, "stderr_tail", json_string(a->stderr_tail));
   char *text = json_dumps(r, JSON_COMPACT);
   json_decref(r);
   if (text == NULL) return;
@@ -362,7 +374,7 @@ static void start_process(agent *a, const char *job, const json_t *ring) {
   if (spec == NULL || line == NULL) goto out;
   json_t *exec = json_object_get(spec, "exec");
   json_t *builtin = json_object_get(spec, "builtin");
-  int bad = 0, user_timeout = 0;
+  int bad = 0, user_timeout = 0, user_unbuffered = 0;
   if (json_is_object(exec)) {
     size_t i;
     json_t *arg;
@@ -372,6 +384,7 @@ static void start_process(agent *a, const char *job, const json_t *ring) {
     json_object_foreach(json_object_get(exec, "env"), name, value) {
       bad |= strv_push(&env, format("%s=%s", name, json_string_value(value) ?: ""));
       if (strcmp(name, "KOLO_TIMEOUT") == 0) user_timeout = 1;
+      if (strcmp(name, "PYTHONUNBUFFERED") == 0) user_unbuffered = 1;
     }
     cwd = json_string_value(json_object_get(exec, "working_dir"));
   } else if (json_is_object(builtin)) {
@@ -389,12 +402,20 @@ static void start_process(agent *a, const char *job, const json_t *ring) {
   /* how long a survivor waits for the next ring: long, so that a job below
    * min_workers holds its state until workers return */
   if (!user_timeout) bad |= strv_push(&env, strdup("KOLO_TIMEOUT=" REFORM_WAIT_S));
-  char log_name[300];
-  snprintf(log_name, sizeof log_name, "%s.log", job);
+  /* output goes to a pipe: without this Python would hold it in its buffer until exit */
+  if (!user_unbuffered) bad |= strv_push(&env, strdup("PYTHONUNBUFFERED=1"));
+  int out_fd = -1, err_fd = -1;
+  if (!bad && kolo_agent_capture_begin(a->capture, job, epoch, (uint32_t)rank, &out_fd, &err_fd) != KOLO_OK)
+    KOLO_LOGW(LOG, "the output of job %s is not captured", job);
   kolo_agent_spawn spawn = {(const char *const *)argv.items, (const char *const *)env.items, cwd,
-                            a->work_dir, log_name};
-  if (bad || kolo_agent_proc_start(&spawn, &a->proc) != KOLO_OK) {
+                            a->work_dir, out_fd, err_fd};
+  kolo_status started = bad ? KOLO_ERR_NO_MEMORY : kolo_agent_proc_start(&spawn, &a->proc);
+  if (out_fd >= 0) close(out_fd);
+  if (err_fd >= 0) close(err_fd);
+  a->stderr_tail[0] = '\0';
+  if (started != KOLO_OK) {
     KOLO_LOGE(LOG, "cannot start the process of job %s", job);
+    kolo_agent_capture_end(a->capture, 0, NULL, 0);
     goto out;
   }
   a->hs.processes_started++;
@@ -495,6 +516,7 @@ static void reconcile(agent *a) {
       free(a->ring_line);
       a->ring_line = line;
       a->epoch = json_integer_value(json_object_get(ring, "epoch"));
+      kolo_agent_capture_segment(a->capture, a->epoch, (uint32_t)rank);
       write_report(a);
     }
   }
@@ -518,12 +540,49 @@ static void reap(agent *a) {
   a->leave = 0;
   kolo_agent_proc_destroy(a->proc);
   a->proc = NULL;
+  kolo_agent_capture_end(a->capture, CAPTURE_DRAIN_MS, a->stderr_tail, sizeof a->stderr_tail);
+  if (code == 0) a->stderr_tail[0] = '\0';
   a->exited = 1;
   a->exit_code = code;
   a->exit_epoch = a->epoch;
   snprintf(a->done_job, sizeof a->done_job, "%s", a->job);
   a->done_epoch = a->epoch;
   write_report(a);
+}
+
+/* The log store, the capture thread and the log server; fills the record's logs fields. */
+static kolo_status setup_logs(agent *a) {
+  const kolo_agent_options *o = a->opts;
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s", o->log_dir[0] ? o->log_dir : "");
+  if (dir[0] == '\0') snprintf(dir, sizeof dir, "%s/logs", a->work_dir);
+  kolo_agent_logstore_config lc = {dir, o->log_file_bytes, o->log_job_bytes, o->log_total_bytes, o->log_retention_s};
+  kolo_status rc = kolo_agent_logstore_open(&lc, &a->logstore);
+  if (rc != KOLO_OK) {
+    KOLO_LOGE(LOG, "cannot open the log store in %s: %s", dir, kolo_strerror(rc));
+    return rc;
+  }
+  KOLO_CHECK(kolo_agent_capture_create(a->logstore, &a->capture));
+  unsigned char secret[16];
+  if (getrandom(secret, sizeof secret, 0) != (ssize_t)sizeof secret) return KOLO_ERR_SYSTEM;
+  for (size_t i = 0; i < sizeof secret; i++) snprintf(a->logs_token + 2 * i, 3, "%02x", secret[i]);
+  /* the advertised host is the one servers reach us at; the port is the log server's */
+  const char *colon = strrchr(o->advertise, ':');
+  int host_len = (int)(colon - o->advertise);
+  char listen[300];
+  if (o->logs_listen[0])
+    snprintf(listen, sizeof listen, "%s", o->logs_listen);
+  else
+    snprintf(listen, sizeof listen, "%.*s:0", host_len, o->advertise);
+  kolo_agent_logserver_config sc = {listen, a->logs_token, a->logstore};
+  int port = 0;
+  rc = kolo_agent_logserver_start(&sc, &a->logserver, &port);
+  if (rc != KOLO_OK) return rc;
+  snprintf(a->logs_url, sizeof a->logs_url, "http://%.*s:%d", host_len, o->advertise, port);
+  a->record.logs_url = a->logs_url;
+  a->record.logs_token = a->logs_token;
+  KOLO_LOGI(LOG, "serving job logs from %s at %s", dir, a->logs_url);
+  return KOLO_OK;
 }
 
 /* Publishes what /readyz and /metrics show (health.h): cheap, done once per loop turn. */
@@ -605,6 +664,7 @@ static kolo_status setup(agent *a) {
     KOLO_LOGE(LOG, "cannot create work dir %s: %s", a->work_dir, strerror(errno));
     return KOLO_ERR_IO;
   }
+  KOLO_CHECK(setup_logs(a));
   const char *endpoints[16];
   char *endpoint_text = a->endpoint_text;
   snprintf(endpoint_text, sizeof a->endpoint_text, "%s", o->etcd);
@@ -686,6 +746,7 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
       /* the coordinator counts us gone: stop the process and come back as new */
       kolo_agent_proc_destroy(a.proc);
       a.proc = NULL;
+      kolo_agent_capture_end(a.capture, CAPTURE_DRAIN_MS, NULL, 0);
       a.leave = 0;
       kolo_membership_abandon(a.reg);
       a.reg = NULL;
@@ -709,6 +770,10 @@ out:
   kolo_agent_health_stop(a.health);
   kolo_etcd_watch_stop(a.watch);
   kolo_agent_proc_destroy(a.proc);
+  if (a.capture) kolo_agent_capture_end(a.capture, CAPTURE_DRAIN_MS, NULL, 0);
+  kolo_agent_logserver_stop(a.logserver);
+  kolo_agent_capture_destroy(a.capture);
+  kolo_agent_logstore_close(a.logstore);
   if (a.reg) kolo_membership_deregister(a.reg);
   if (a.etcd) kolo_etcd_destroy(a.etcd);
   free(a.assignment);

@@ -5,6 +5,7 @@
 #ifndef KOLO_AGENT_AGENT_H
 #define KOLO_AGENT_AGENT_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "kolo/status.h"
@@ -21,6 +22,11 @@ typedef struct kolo_agent_options {
   char train_bin[1024]; /* kolo-train for builtin jobs; "" = next to kolo-worker */
   int stop_grace_ms;
   char http_listen[256]; /* /healthz, /readyz, /metrics (health.h); "" = none */
+  /* job logs (worker/agent/logstore.h) */
+  char logs_listen[256]; /* where the log server binds; "" = the --advertise host, port 0 */
+  char log_dir[256];     /* "" = <work_dir>/logs */
+  uint64_t log_file_bytes, log_job_bytes, log_total_bytes;
+  int64_t log_retention_s;
 } kolo_agent_options;
 
 /* Parses argv. KOLO_ERR_ABORTED after --help; KOLO_ERR_INVALID_ARG with err set. */

@@ -19,7 +19,13 @@ void kolo_agent_options_usage(FILE *out) {
           "  --gpus N             GPUs of this worker (default 0)\n"
           "  --train-bin PATH     kolo-train for builtin jobs (default: next to kolo-worker)\n"
           "  --stop-grace-ms MS   STOP -> SIGTERM -> SIGKILL spacing (default 2000)\n"
-          "  --http-listen H:P    serve /healthz, /readyz (200 while registered) and /metrics\n");
+          "  --http-listen H:P    serve /healthz, /readyz (200 while registered) and /metrics\n"
+          "  --logs-listen H:P    where kolo-server fetches job logs (default: the --advertise host, a free port)\n"
+          "  --log-dir DIR        job logs (default <work-dir>/logs)\n"
+          "  --log-file-size N    rotate a log file past N bytes (K, M, G suffixes; default 8M)\n"
+          "  --log-job-size N     keep at most N bytes per job, dropping its oldest files (default 64M)\n"
+          "  --log-total-size N   keep at most N bytes of finished jobs' logs (default 1G)\n"
+          "  --log-retention S    delete a finished job's logs S seconds after its last line (default 86400)\n");
 }
 
 static int copy(char *dst, size_t size, const char *src, const char *flag, char *err, size_t err_len) {
@@ -31,17 +37,48 @@ static int copy(char *dst, size_t size, const char *src, const char *flag, char 
   return 0;
 }
 
+/* "123", "64K", "8M", "1G" -> bytes; 0 on a malformed value. */
+static uint64_t parse_size(const char *text) {
+  char *end;
+  if (text[0] < '0' || text[0] > '9') return 0;
+  unsigned long long n = strtoull(text, &end, 10);
+  unsigned shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10;
+  else if (*end == 'M' || *end == 'm') shift = 20;
+  else if (*end == 'G' || *end == 'g') shift = 30;
+  if (shift) end++;
+  if (*end != '\0' || n > (1ull << 40) >> shift) return 0;
+  return (uint64_t)n << shift;
+}
+
+static int size_flag(const char *flag, const char *value, uint64_t min, uint64_t *out, char *err, size_t err_len) {
+  *out = parse_size(value);
+  if (*out < min) {
+    snprintf(err, err_len, "%s: want a size of at least %llu bytes (K, M, G suffixes), got '%s'", flag,
+             (unsigned long long)min, value);
+    return -1;
+  }
+  return 0;
+}
+
 kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *opts, char *err,
                                      size_t err_len) {
   memset(opts, 0, sizeof *opts);
   opts->lease_ttl_s = 3;
   opts->stop_grace_ms = 2000;
+  opts->log_file_bytes = 8u << 20;
+  opts->log_job_bytes = 64u << 20;
+  opts->log_total_bytes = 1u << 30;
+  opts->log_retention_s = 86400;
   static const struct option long_options[] = {
       {"etcd", required_argument, NULL, 'e'},      {"advertise", required_argument, NULL, 'a'},
       {"listen", required_argument, NULL, 'l'},    {"id", required_argument, NULL, 'i'},
       {"lease-ttl", required_argument, NULL, 't'}, {"work-dir", required_argument, NULL, 'w'},
       {"labels", required_argument, NULL, 'L'},    {"gpus", required_argument, NULL, 'g'},
       {"train-bin", required_argument, NULL, 'b'}, {"stop-grace-ms", required_argument, NULL, 's'},
+      {"logs-listen", required_argument, NULL, 'P'}, {"log-dir", required_argument, NULL, 'D'},
+      {"log-file-size", required_argument, NULL, 'F'}, {"log-job-size", required_argument, NULL, 'J'},
+      {"log-total-size", required_argument, NULL, 'T'}, {"log-retention", required_argument, NULL, 'R'},
       {"http-listen", required_argument, NULL, 'H'}, {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   optind = 1;
@@ -79,6 +116,20 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
           rc = -1;
         }
         break;
+      case 'P': rc = copy(opts->logs_listen, sizeof opts->logs_listen, optarg, "--logs-listen", err, err_len); break;
+      case 'D': rc = copy(opts->log_dir, sizeof opts->log_dir, optarg, "--log-dir", err, err_len); break;
+      case 'F': rc = size_flag("--log-file-size", optarg, 1024, &opts->log_file_bytes, err, err_len); break;
+      case 'J': rc = size_flag("--log-job-size", optarg, 2048, &opts->log_job_bytes, err, err_len); break;
+      case 'T': rc = size_flag("--log-total-size", optarg, 2048, &opts->log_total_bytes, err, err_len); break;
+      case 'R': {
+        long long seconds = strtoll(optarg, &end, 10);
+        if (*optarg == '\0' || *end || seconds < 0 || seconds > 100LL * 365 * 86400) {
+          snprintf(err, err_len, "--log-retention: want 0.. seconds, got '%s'", optarg);
+          rc = -1;
+        }
+        opts->log_retention_s = seconds;
+        break;
+      }
       case 'h': kolo_agent_options_usage(stdout); return KOLO_ERR_ABORTED;
       default: snprintf(err, err_len, "unknown option"); return KOLO_ERR_INVALID_ARG;
     }
@@ -90,6 +141,10 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
   }
   if (opts->etcd[0] == '\0') {
     snprintf(err, err_len, "--etcd is required");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (opts->log_job_bytes < 2 * opts->log_file_bytes || opts->log_total_bytes < opts->log_job_bytes) {
+    snprintf(err, err_len, "--log-job-size must be at least twice --log-file-size, and --log-total-size at least --log-job-size");
     return KOLO_ERR_INVALID_ARG;
   }
   if (opts->advertise[0] == '\0') {

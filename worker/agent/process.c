@@ -50,19 +50,13 @@ static void exec_child(const kolo_agent_spawn *spawn, pid_t agent_pid, const cha
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   signal(SIGPIPE, SIG_DFL);
-  char log_path[4096];
-  snprintf(log_path, sizeof log_path, "%s/%s", spawn->work_dir, spawn->log_name);
-  int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (log_fd >= 0) {
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    close(log_fd);
-  }
-  int null_fd = open("/dev/null", O_RDONLY);
-  if (null_fd >= 0) {
-    dup2(null_fd, STDIN_FILENO);
-    close(null_fd);
-  }
+  int null_fd = open("/dev/null", O_RDWR);
+  if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+  int out_fd = spawn->stdout_fd >= 0 ? spawn->stdout_fd : null_fd;
+  int err_fd = spawn->stderr_fd >= 0 ? spawn->stderr_fd : null_fd;
+  if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO); /* dup2 clears close-on-exec */
+  if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
+  if (null_fd > STDERR_FILENO) close(null_fd);
   const char *cwd = spawn->cwd && spawn->cwd[0] ? spawn->cwd : spawn->work_dir;
   if (chdir(cwd) != 0) {
     fprintf(stderr, "kolo-worker: cannot enter %s: %s\n", cwd, strerror(errno));

@@ -16,8 +16,8 @@ typedef struct kolo_agent_spawn {
   const char *const *argv;   /* argv[0] is looked up in PATH */
   const char *const *env;    /* extra "K=V" entries, NULL-terminated; may be NULL */
   const char *cwd;           /* NULL or "" = the agent's work dir */
-  const char *work_dir;      /* holds the socket and the process log */
-  const char *log_name;      /* file name of the process log inside work_dir */
+  const char *work_dir;      /* holds the socket */
+  int stdout_fd, stderr_fd;  /* the child's stdout and stderr (the capture's pipes); -1 = /dev/null */
 } kolo_agent_spawn;
 
 /* What the process said, one line at a time (the caller parses the line). */
