@@ -376,7 +376,7 @@ class ApiTest(unittest.TestCase):
         code, out, err = kolo(self.server, "get", "nope")
         self.assertEqual(code, 1)
         self.assertEqual(err.strip().splitlines(), ["error: NOT_FOUND: no job nope"])
-        kolo(self.server, "submit", "--name", "x", "--id", "c-done", "--workers", "1", "--model", "m", "--epochs", "1")
+        kolo(self.server, "submit", "--name", "x", "--id", "c-done", "--workers", "1", "--model", "mlp", "--epochs", "1")
         kolo(self.server, "cancel", "c-done")
         code, _, err = kolo(self.server, "cancel", "c-done")
         self.assertEqual(code, 1)

@@ -171,6 +171,7 @@ static void a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers(void **
   printf("error: %s\n", error);
   assert_non_null(strstr(error, "refused its arguments"));
   assert_non_null(strstr(error, "exited with code 2 (a usage error)"));
+  assert_non_null(strstr(error, "bad flag --colour")); /* the process's own stderr line */
   assert_int_equal(status_int(job, "reconfigurations"), 0);
   assert_int_equal(status_int(job, "epoch"), 1);
   assert_null(cluster_event(job, "WORKER_LOST", 0));

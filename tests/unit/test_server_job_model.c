@@ -72,7 +72,7 @@ static void builtin_arguments_are_checked_by_kolo_trains_parser(void **state) {
   expect_invalid(B("\"model\":\"nope\",\"epochs\":1"), "builtin.model: --model: 'nope'");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"batch_size\":4294967295"),
                  "builtin.batch_size: --batch must be 1..65536");
-  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"dataset\":\"mnist\""), "builtin.dataset: --dataset: 'mnist'");
+  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"dataset\":\"mnist\""), "builtin.dataset: --dataset: unknown dataset 'mnist'");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"dataset\":\"csv:\""), "builtin.dataset");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"learning_rate\":1e-20"), "builtin.learning_rate");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"colour\":\"red\"}"),

@@ -198,7 +198,7 @@ static int parse_locked(int argc, char **argv, kolo_train_config *c, uint64_t *t
         break;
       case OPT_DATASET:
         if (!kolo_train_dataset_name_valid(optarg)) {
-          fail(e, "--dataset: '%s' (want fashion-mnist, idx:<dir>, csv:<file>, libsvm:<file> or "
+          fail(e, "--dataset: unknown dataset '%s' (want fashion-mnist, idx:<dir>, csv:<file>, libsvm:<file> or "
                "synthetic)", optarg);
           return -1;
         }

@@ -1,0 +1,346 @@
+"""Framework-free collectives over raw memory: a View is (pointer, element count,
+kolo dtype) plus the object that keeps the memory alive; every submit_* function
+hands one operation to libkolo and returns a Request. kolo (numpy) and kolo.torch
+turn their arrays and tensors into Views and build their results from Requests.
+
+With the engine (engine.h) every operation is named, so ranks may submit them in
+any order; libkolo negotiates, fuses and reports mismatches. Without it (an older
+libkolo) the unnamed kolo.h calls run in submission order on every rank."""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from . import _lib
+from ._runtime import RUNTIME, Runtime
+from .errors import KoloError
+
+lib = _lib.lib
+engine = _lib.have_engine
+
+# kolo_dtype
+UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(7)
+DTYPE_NAMES = ["uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+DTYPE_SIZES = [1, 4, 8, 2, 2, 4, 8]
+FLOATING = {FLOAT16, BFLOAT16, FLOAT32, FLOAT64}
+
+# kolo_op
+SUM, AVG, MIN, MAX, PROD = range(5)
+OP_NAMES = ["Sum", "Average", "Min", "Max", "Product"]
+
+NAME_MAX = 255
+
+
+@dataclass
+class View:
+    """count elements of dtype at ptr; keep holds what owns the memory."""
+    ptr: int
+    count: int
+    dtype: int
+    keep: Any = None
+
+
+def check_op(op: Any) -> int:
+    if not isinstance(op, int) or isinstance(op, bool) or op not in range(5):
+        raise ValueError("kolo: unknown reduction op %r (use kolo.Average, Sum, Min, Max or Product)" % (op,))
+    return op
+
+
+def check_name(name: Optional[str]) -> Optional[bytes]:
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise TypeError("kolo: an operation's name must be a str, not %s" % type(name).__name__)
+    raw = name.encode()
+    if not 1 <= len(raw) <= NAME_MAX or b"\0" in raw:
+        raise ValueError("kolo: an operation's name must be 1..%d bytes without NUL: %r" % (NAME_MAX, name))
+    return raw
+
+
+def check_root(root: Any, size: int) -> int:
+    if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < size:
+        raise ValueError("kolo: root_rank %r is not a rank of this ring (size %d)" % (root, size))
+    return root
+
+
+class Names:
+    """Automatic names ('allreduce.noname.7'), counted per kind and reset at every
+    ring change, so every rank of a ring gives its n-th unnamed call the same name."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.generation = -1
+        self.counters: Dict[str, int] = {}
+
+    def next(self, kind: str, runtime: Runtime) -> bytes:
+        with self.lock:
+            if self.generation != runtime.generation:
+                self.generation = runtime.generation
+                self.counters = {}
+            n = self.counters.get(kind, 0)
+            self.counters[kind] = n + 1
+        return ("%s.noname.%d" % (kind, n)).encode()
+
+
+NAMES = Names()
+
+
+def op_name(kind: str, name: Optional[str], runtime: Runtime = RUNTIME) -> bytes:
+    raw = check_name(name)
+    return raw if raw is not None else NAMES.next(kind, runtime)
+
+
+class Request:
+    """One kolo_request in flight. settle() waits for it exactly once and keeps
+    the outcome (error, engine-allocated output, last joined rank)."""
+
+    def __init__(self, what: str, keep: Any, runtime: Runtime = RUNTIME) -> None:
+        self.what = what
+        self.keep = keep
+        self.runtime = runtime
+        self.handle = ctypes.c_void_p()
+        self.lock = threading.Lock()
+        self.done = False
+        self.error: Optional[KoloError] = None
+        self.output: Optional[bytearray] = None
+        self.output_count = 0
+        self.output_dtype = UINT8
+        self.last_rank = -1
+
+    def submitted(self, code: int) -> "Request":
+        """Takes the submit call's status; raises if it failed."""
+        if code != 0:
+            self.done = True
+            self.runtime.check(code, self.what)
+        self.runtime.inflight[id(self)] = self
+        return self
+
+    def _finish(self, code: int, result: Optional[_lib.Result]) -> None:
+        self.done = True
+        self.runtime.inflight.pop(id(self), None)
+        message = ""
+        if result is not None:
+            message = result.message.decode(errors="replace")
+            self.last_rank = result.last_rank
+            if result.output:
+                nbytes = result.output_count * DTYPE_SIZES[self.output_dtype]
+                self.output = bytearray(nbytes)
+                if nbytes:
+                    ctypes.memmove((ctypes.c_char * nbytes).from_buffer(self.output), result.output, nbytes)
+                self.output_count = result.output_count
+                lib.kolo_free(result.output)
+        if code != 0:
+            try:
+                self.runtime.check(code, self.what, message)
+            except KoloError as error:
+                self.error = error
+        self.keep = None
+
+    def settle(self) -> None:
+        """Blocks until the request completes (GIL released while it waits)."""
+        with self.lock:
+            if self.done:
+                return
+            if engine():
+                result = _lib.Result()
+                code = lib.kolo_wait_result(self.handle, ctypes.byref(result))
+                self._finish(code, result)
+            else:
+                self._finish(lib.kolo_wait(self.handle), None)
+
+    def poll(self) -> bool:
+        """Never blocks; True once complete."""
+        with self.lock:
+            if self.done:
+                return True
+            done = ctypes.c_int(0)
+            if engine():
+                result = _lib.Result()
+                lib.kolo_test_result(self.handle, ctypes.byref(done), ctypes.byref(result))
+                if done.value:
+                    self._finish(result.status, result)
+            else:
+                status = ctypes.c_int(0)
+                lib.kolo_test(self.handle, ctypes.byref(done), ctypes.byref(status))
+                if done.value:
+                    self._finish(status.value, None)
+            return self.done
+
+    def result(self) -> "Request":
+        self.settle()
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+class Handle:
+    """What the *_async calls return: one or more requests and a function that
+    builds the output once they are done. kolo.synchronize(handle) waits and
+    returns the output; kolo.poll(handle) tells whether it is ready."""
+
+    def __init__(self, requests: Sequence[Request], finish: Optional[Callable[[], Any]] = None,
+                 what: str = "") -> None:
+        self.requests = list(requests)
+        self.finish = finish
+        self.what = what
+        self.lock = threading.Lock()
+        self.finished = False
+        self.value: Any = None
+
+    def poll(self) -> bool:
+        return all(request.poll() for request in self.requests)
+
+    def wait(self) -> Any:
+        with self.lock:
+            if self.finished:
+                return self.value
+            for request in self.requests:
+                request.settle()
+            for request in self.requests:
+                if request.error is not None:
+                    raise request.error
+            self.value = self.finish() if self.finish is not None else None
+            self.finished = True
+            self.requests = []
+            self.finish = None
+            return self.value
+
+    def __repr__(self) -> str:
+        return "<kolo.Handle %s%s>" % (self.what, " done" if self.finished else "")
+
+
+# ---- submitting operations ----
+
+def _ptr(value: int) -> ctypes.c_void_p:
+    return ctypes.c_void_p(value or None)
+
+
+def submit_allreduce(name: bytes, send: View, recv: View, op: int, prescale: float = 1.0,
+                     postscale: float = 1.0, runtime: Runtime = RUNTIME) -> Request:
+    """recv = op over ranks of (send * prescale) * postscale. Scales other than 1
+    need the engine (callers scale themselves otherwise)."""
+    comm = runtime.require()
+    request = Request("allreduce %s" % name.decode(errors="replace"), (send.keep, recv.keep), runtime)
+    if engine():
+        code = lib.kolo_allreduce_named(comm, name, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype,
+                                        op, float(prescale), float(postscale), ctypes.byref(request.handle))
+    else:
+        if prescale != 1.0 or postscale != 1.0:
+            raise KoloError("kolo: scaled all-reduce needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+        code = lib.kolo_allreduce_async(comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op,
+                                        ctypes.byref(request.handle))
+    return request.submitted(code)
+
+
+def submit_grouped_allreduce(group: bytes, names: List[bytes], sends: List[View], recvs: List[View],
+                             op: int, prescale: float = 1.0, postscale: float = 1.0,
+                             runtime: Runtime = RUNTIME) -> List[Request]:
+    """All members of one dtype, negotiated and fused as one unit (engine); one
+    request per member otherwise."""
+    if not engine():
+        return [submit_allreduce(n, s, r, op, prescale, postscale, runtime)
+                for n, s, r in zip(names, sends, recvs)]
+    comm = runtime.require()
+    n = len(sends)
+    c_names = (ctypes.c_char_p * n)(*names)
+    c_sends = (ctypes.c_void_p * n)(*[s.ptr or None for s in sends])
+    c_recvs = (ctypes.c_void_p * n)(*[r.ptr or None for r in recvs])
+    c_counts = (ctypes.c_size_t * n)(*[s.count for s in sends])
+    keep = ([s.keep for s in sends], [r.keep for r in recvs], c_names, c_sends, c_recvs, c_counts)
+    request = Request("grouped allreduce %s" % group.decode(errors="replace"), keep, runtime)
+    code = lib.kolo_grouped_allreduce_named(comm, group, n, c_names, c_sends, c_recvs, c_counts,
+                                            sends[0].dtype, op, float(prescale), float(postscale),
+                                            ctypes.byref(request.handle))
+    return [request.submitted(code)]
+
+
+def submit_allgather(name: bytes, send: View, recv: Optional[View], recv_counts: Any,
+                     runtime: Runtime = RUNTIME) -> Request:
+    """recv None: the engine allocates the output (Request.output). recv_counts:
+    a ctypes size_t array of size entries, or None."""
+    comm = runtime.require()
+    request = Request("allgather %s" % name.decode(errors="replace"),
+                      (send.keep, recv.keep if recv else None, recv_counts), runtime)
+    request.output_dtype = send.dtype
+    if engine():
+        code = lib.kolo_allgather_named(comm, name, _ptr(send.ptr), send.count, _ptr(recv.ptr if recv else 0),
+                                        recv.count if recv else 0, recv_counts, send.dtype,
+                                        ctypes.byref(request.handle))
+    else:
+        if recv is None:
+            raise KoloError("kolo: allgather without a receive buffer needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+        code = lib.kolo_allgather_async(comm, _ptr(send.ptr), send.count, _ptr(recv.ptr), recv.count,
+                                        recv_counts, send.dtype, ctypes.byref(request.handle))
+    return request.submitted(code)
+
+
+def submit_broadcast(name: bytes, buffer: View, root: int, runtime: Runtime = RUNTIME) -> Request:
+    comm = runtime.require()
+    request = Request("broadcast %s" % name.decode(errors="replace"), buffer.keep, runtime)
+    if engine():
+        code = lib.kolo_broadcast_named(comm, name, _ptr(buffer.ptr), buffer.count, buffer.dtype, root,
+                                        ctypes.byref(request.handle))
+    else:
+        code = lib.kolo_broadcast_async(comm, _ptr(buffer.ptr), buffer.count, buffer.dtype, root,
+                                        ctypes.byref(request.handle))
+    return request.submitted(code)
+
+
+def submit_reducescatter(name: bytes, send: View, recv: View, counts: List[int], op: int,
+                         runtime: Runtime = RUNTIME) -> Request:
+    """counts[r] elements of the reduction go to rank r (send holds their sum)."""
+    comm = runtime.require()
+    c_counts = (ctypes.c_size_t * len(counts))(*counts)
+    request = Request("reducescatter %s" % name.decode(errors="replace"), (send.keep, recv.keep, c_counts), runtime)
+    if engine():
+        code = lib.kolo_reducescatter_named(comm, name, _ptr(send.ptr), _ptr(recv.ptr), send.count, c_counts,
+                                            send.dtype, op, ctypes.byref(request.handle))
+    else:
+        if len(set(counts)) != 1:
+            raise KoloError("kolo: reducescatter with unequal blocks needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+        code = lib.kolo_reducescatter_async(comm, _ptr(send.ptr), _ptr(recv.ptr), counts[0], send.dtype, op,
+                                            ctypes.byref(request.handle))
+    return request.submitted(code)
+
+
+def submit_alltoall(name: bytes, send: View, send_counts: List[int], recv_counts: Any,
+                    runtime: Runtime = RUNTIME) -> Request:
+    """Engine only: send_counts[r] elements go to rank r; the output is allocated."""
+    comm = runtime.require()
+    if not engine():
+        raise KoloError("kolo: alltoall needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+    c_send_counts = (ctypes.c_size_t * len(send_counts))(*send_counts)
+    request = Request("alltoall %s" % name.decode(errors="replace"), (send.keep, c_send_counts, recv_counts),
+                      runtime)
+    request.output_dtype = send.dtype
+    code = lib.kolo_alltoall_named(comm, name, _ptr(send.ptr), c_send_counts, None, 0, recv_counts, send.dtype,
+                                   ctypes.byref(request.handle))
+    return request.submitted(code)
+
+
+def submit_barrier(runtime: Runtime = RUNTIME) -> Request:
+    comm = runtime.require()
+    request = Request("barrier", None, runtime)
+    return request.submitted(lib.kolo_barrier_async(comm, ctypes.byref(request.handle)))
+
+
+def submit_join(runtime: Runtime = RUNTIME) -> Request:
+    comm = runtime.require()
+    if not engine():
+        raise KoloError("kolo: join needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+    request = Request("join", None, runtime)
+    return request.submitted(lib.kolo_join_async(comm, ctypes.byref(request.handle)))
+
+
+def size_array(n: int) -> Any:
+    """A zeroed ctypes size_t[n] (for recv_counts)."""
+    return (ctypes.c_size_t * n)()
+
+
+def split_counts(first_dim: int, size: int) -> List[int]:
+    """Horovod's default split of a first dimension over ranks: the first
+    first_dim % size ranks get one more row."""
+    base, extra = divmod(first_dim, size)
+    return [base + (1 if r < extra else 0) for r in range(size)]

@@ -1,0 +1,227 @@
+"""The ctypes binding to libkolo: finds the shared library, declares the C
+signatures of include/kolo/kolo.h, elastic.h and engine.h, and nothing else.
+
+ctypes releases the GIL for the whole of every foreign call, so Python threads
+keep running while kolo waits on the ring or moves data. Tensor memory is passed
+by pointer; no PyTorch header is compiled against, so one build works with any
+torch version.
+
+Where libkolo is looked for, first match wins:
+  1. $KOLO_LIBRARY (a path to libkolo.so);
+  2. libkolo.so next to this package (an installed copy);
+  3. the build trees of the source checkout this package lives in
+     (<repo>/build/lib, then <repo>/build-*/lib);
+  4. the system loader (libkolo.so.0 on the library path).
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint8, c_uint64, c_void_p
+from typing import List, Optional
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(os.path.dirname(_HERE))
+
+
+def candidate_paths() -> List[str]:
+    """Every place libkolo is looked for, in order."""
+    paths = []
+    explicit = os.environ.get("KOLO_LIBRARY")
+    if explicit:
+        paths.append(explicit)
+    paths.append(os.path.join(_HERE, "libkolo.so"))
+    paths.append(os.path.join(_REPO, "build", "lib", "libkolo.so"))
+    paths.extend(sorted(glob.glob(os.path.join(_REPO, "build-*", "lib", "libkolo.so"))))
+    return paths
+
+
+def _load() -> ctypes.CDLL:
+    explicit = os.environ.get("KOLO_LIBRARY")
+    if explicit:
+        if not os.path.exists(explicit):
+            raise ImportError("KOLO_LIBRARY=%s: no such file" % explicit)
+        return ctypes.CDLL(explicit)
+    for path in candidate_paths():
+        if os.path.exists(path):
+            return ctypes.CDLL(path)
+    try:
+        return ctypes.CDLL("libkolo.so.0")
+    except OSError:
+        pass
+    raise ImportError(
+        "libkolo.so not found (looked in %s and the system library path); build kolo "
+        "(cmake -S . -B build && cmake --build build) or set KOLO_LIBRARY"
+        % ", ".join(candidate_paths()))
+
+
+
+
+class RingSpec(ctypes.Structure):
+    """kolo_ring_spec (kolo.h)."""
+    _fields_ = [
+        ("epoch", c_uint64),
+        ("rank", c_int),
+        ("size", c_int),
+        ("local_rank", c_int),
+        ("local_size", c_int),
+        ("peers", POINTER(c_char_p)),
+        ("secret", c_char_p),
+        ("timeout_ms", c_int),
+        ("nccl_id", POINTER(c_uint8)),
+    ]
+
+
+RESULT_MESSAGE_BYTES = 512
+
+
+class Result(ctypes.Structure):
+    """kolo_result (engine.h)."""
+    _fields_ = [
+        ("status", c_int),
+        ("message", ctypes.c_char * RESULT_MESSAGE_BYTES),
+        ("output", c_void_p),
+        ("output_count", c_size_t),
+        ("last_rank", c_int),
+    ]
+
+
+_P = c_void_p
+_PP = POINTER(c_void_p)
+_SZ = c_size_t
+_SZP = POINTER(c_size_t)
+
+# name: (restype, argtypes); None restype = void
+_SIGNATURES = {
+    "kolo_strerror": (c_char_p, [c_int]),
+    "kolo_status_name": (c_char_p, [c_int]),
+    "kolo_dtype_size": (_SZ, [c_int]),
+    # communicators
+    "kolo_comm_create": (c_int, [POINTER(RingSpec), _P, _PP]),
+    "kolo_comm_rank": (c_int, [_P]),
+    "kolo_comm_size": (c_int, [_P]),
+    "kolo_comm_local_rank": (c_int, [_P]),
+    "kolo_comm_local_size": (c_int, [_P]),
+    "kolo_comm_epoch": (c_uint64, [_P]),
+    "kolo_comm_abort": (None, [_P]),
+    "kolo_comm_error": (c_int, [_P, POINTER(c_int)]),
+    "kolo_comm_error_message": (None, [_P, c_char_p, _SZ]),
+    "kolo_comm_use_cuda": (c_int, [_P, c_int]),
+    "kolo_comm_destroy": (None, [_P]),
+    # non-blocking operations (kolo.h)
+    "kolo_allreduce_async": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _PP]),
+    "kolo_allgather_async": (c_int, [_P, _P, _SZ, _P, _SZ, _SZP, c_int, _PP]),
+    "kolo_broadcast_async": (c_int, [_P, _P, _SZ, c_int, c_int, _PP]),
+    "kolo_reducescatter_async": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _PP]),
+    "kolo_barrier_async": (c_int, [_P, _PP]),
+    "kolo_wait": (c_int, [_P]),
+    "kolo_test": (c_int, [_P, POINTER(c_int), POINTER(c_int)]),
+    # elastic (elastic.h)
+    "kolo_elastic_create": (c_int, [_PP]),
+    "kolo_elastic_comm": (_P, [_P]),
+    "kolo_elastic_commit": (c_int, [_P]),
+    "kolo_elastic_reform": (c_int, [_P]),
+    "kolo_elastic_report": (c_int, [_P, c_char_p]),
+    "kolo_elastic_should_stop": (c_int, [_P]),
+    "kolo_elastic_reconfigurations": (c_int, [_P]),
+    "kolo_elastic_destroy": (None, [_P]),
+}
+
+# engine.h: declared when this libkolo has the engine
+_ENGINE_SIGNATURES = {
+    "kolo_free": (None, [_P]),
+    "kolo_wait_result": (c_int, [_P, POINTER(Result)]),
+    "kolo_test_result": (c_int, [_P, POINTER(c_int), POINTER(Result)]),
+    "kolo_allreduce_named": (c_int, [_P, c_char_p, _P, _P, _SZ, c_int, c_int, c_double, c_double, _PP]),
+    "kolo_grouped_allreduce_named": (c_int, [_P, c_char_p, c_int, POINTER(c_char_p), _PP, _PP, _SZP,
+                                             c_int, c_int, c_double, c_double, _PP]),
+    "kolo_allgather_named": (c_int, [_P, c_char_p, _P, _SZ, _P, _SZ, _SZP, c_int, _PP]),
+    "kolo_broadcast_named": (c_int, [_P, c_char_p, _P, _SZ, c_int, c_int, _PP]),
+    "kolo_reducescatter_named": (c_int, [_P, c_char_p, _P, _P, _SZ, _SZP, c_int, c_int, _PP]),
+    "kolo_alltoall_named": (c_int, [_P, c_char_p, _P, _SZP, _P, _SZ, _SZP, c_int, _PP]),
+    "kolo_join_async": (c_int, [_P, _PP]),
+}
+
+
+def _declare(library: ctypes.CDLL, signatures: dict, required: bool) -> bool:
+    complete = True
+    for name, (restype, argtypes) in signatures.items():
+        try:
+            function = getattr(library, name)
+        except AttributeError:
+            if required:
+                raise ImportError("%s has no %s: rebuild kolo" % (library._name, name))
+            complete = False
+            continue
+        function.restype = restype
+        function.argtypes = argtypes
+    return complete
+
+
+class _Library:
+    """libkolo, loaded and declared on first use, so `import kolo` (and kolo.client,
+    which needs no libkolo) works before kolo is built."""
+
+    def __init__(self) -> None:
+        self._cdll: Optional[ctypes.CDLL] = None
+        self.engine = False
+
+    def load(self) -> ctypes.CDLL:
+        if self._cdll is None:
+            cdll = _load()
+            _declare(cdll, _SIGNATURES, True)
+            engine = _declare(cdll, _ENGINE_SIGNATURES, False)
+            self.engine = engine and os.environ.get("KOLO_PY_ENGINE", "1") != "0"
+            self._cdll = cdll
+        return self._cdll
+
+    def __getattr__(self, name: str):
+        return getattr(self.load(), name)
+
+
+lib = _Library()
+
+
+def have_engine() -> bool:
+    """Whether the loaded libkolo has the named-operation engine (engine.h);
+    KOLO_PY_ENGINE=0 forces the unnamed kolo.h path."""
+    lib.load()
+    return lib.engine
+
+
+def library_path() -> str:
+    return lib.load()._name
+
+
+def status_name(code: int) -> str:
+    """'KOLO_ERR_PEER_LOST' for 5."""
+    return lib.kolo_status_name(code).decode()
+
+
+def strerror(code: int) -> str:
+    """kolo_strerror's fixed text for a code."""
+    return lib.kolo_strerror(code).decode()
+
+
+def comm_error_message(comm: int) -> str:
+    """kolo_comm_error_message: why the communicator failed, '' if it has not."""
+    buffer = ctypes.create_string_buffer(512)
+    lib.kolo_comm_error_message(comm, buffer, len(buffer))
+    return buffer.value.decode(errors="replace")
+
+
+def comm_error(comm: int) -> "tuple[int, int]":
+    """(status, failed rank or -1) of the communicator's failure; (0, -1) if none."""
+    rank = c_int(-1)
+    code = lib.kolo_comm_error(comm, ctypes.byref(rank))
+    return code, rank.value
+
+
+def new_request() -> c_void_p:
+    return c_void_p()
+
+
+def as_pointer(value: Optional[int]) -> c_void_p:
+    return c_void_p(value) if value else c_void_p()
+

@@ -1,0 +1,208 @@
+"""The one process-wide kolo context behind kolo.init(): the elastic handle (or a
+single-rank communicator when the process runs alone), the current
+communicator, and every request still in flight on it.
+
+Which ring init() joins:
+  * KOLO_AGENT_SOCKET set (an `exec` job started by kolo-worker): the agent's ring,
+    through kolo_elastic_create; the ring may change later (kolo.elastic);
+  * KOLO_SIZE set (kolorun, or a hand-made environment): the rendezvous ring,
+    also through kolo_elastic_create (which falls back to the environment);
+  * neither: a ring of one, so a script runs unchanged as `python3 train.py`.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import threading
+from typing import Dict, Optional, Tuple
+
+from . import _lib
+from .errors import JobStoppedError, KoloError, NotInitializedError, PeerLostError, error_class
+
+lib = _lib.lib
+
+
+def raise_for(code: int, what: str, comm: Optional[int] = None, message: str = "",
+              stop_requested: bool = False) -> None:
+    """Raises the KoloError subclass for a non-zero status, with the communicator's
+    own reason (which names the lost rank) when there is one."""
+    if code == 0:
+        return
+    name = _lib.status_name(code)
+    rank = None
+    if comm:
+        failed_code, failed_rank = _lib.comm_error(comm)
+        if failed_code != 0:
+            rank = failed_rank if failed_rank >= 0 else None
+            if not message:
+                message = _lib.comm_error_message(comm)
+            if name == "KOLO_ERR_ABORTED" and failed_code != code:
+                # an abort caused by a failure reports the failure
+                name = _lib.status_name(failed_code)
+                code = failed_code
+    if stop_requested:
+        raise JobStoppedError("%s: the kolo agent asked this process to stop" % what,
+                              "KOLO_ERR_ABORTED", code, rank)
+    text = "%s failed: %s (%s)" % (what, message or _lib.strerror(code), name)
+    if name == "KOLO_ERR_PEER_LOST" and rank is not None and "rank" not in text:
+        text += "; lost rank %d" % rank
+    raise error_class(name)(text, name, code, rank)
+
+
+class Runtime:
+    """The process's ring membership. One instance lives in kolo._runtime.RUNTIME."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.elastic: Optional[int] = None
+        self.comm: Optional[int] = None
+        self.owned_comm = False
+        self.generation = 0
+        self.inflight: Dict[int, object] = {}
+        self.cuda_device: Optional[int] = None
+        self.exit_hook = False
+
+    # ---- life cycle ----
+
+    def init(self) -> None:
+        with self.lock:
+            if self.comm is not None:
+                return
+            if os.environ.get("KOLO_AGENT_SOCKET") or os.environ.get("KOLO_SIZE"):
+                handle = ctypes.c_void_p()
+                code = lib.kolo_elastic_create(ctypes.byref(handle))
+                if code != 0:
+                    raise_for(code, "kolo.init (joining the ring: see the log line above)")
+                self.elastic = handle.value
+                self.comm = lib.kolo_elastic_comm(self.elastic)
+            else:
+                spec = _lib.RingSpec(epoch=1, rank=0, size=1, local_rank=0, local_size=1)
+                comm = ctypes.c_void_p()
+                raise_for(lib.kolo_comm_create(ctypes.byref(spec), None, ctypes.byref(comm)),
+                          "kolo.init (a ring of one)")
+                self.comm = comm.value
+                self.owned_comm = True
+            self.generation += 1
+            if not self.exit_hook:
+                atexit.register(self.shutdown)  # leave the ring cleanly (a goodbye, not a failure)
+                self.exit_hook = True
+
+    def shutdown(self) -> None:
+        with self.lock:
+            if self.comm is None:
+                return
+            self.drain()
+            if self.elastic is not None:
+                lib.kolo_elastic_destroy(self.elastic)
+            elif self.owned_comm:
+                lib.kolo_comm_destroy(self.comm)
+            self.elastic = None
+            self.comm = None
+            self.owned_comm = False
+            self.cuda_device = None
+            self.generation += 1
+
+    def drain(self) -> None:
+        """Waits out every request still in flight (they fail fast once the
+        communicator is aborted), so none outlives its communicator."""
+        for request in list(self.inflight.values()):
+            request.settle()
+
+    # ---- queries ----
+
+    def require(self) -> int:
+        comm = self.comm
+        if comm is None:
+            raise NotInitializedError()
+        return comm
+
+    def is_initialized(self) -> bool:
+        return self.comm is not None
+
+    def rank(self) -> int:
+        return lib.kolo_comm_rank(self.require())
+
+    def size(self) -> int:
+        return lib.kolo_comm_size(self.require())
+
+    def local_rank(self) -> int:
+        return lib.kolo_comm_local_rank(self.require())
+
+    def local_size(self) -> int:
+        return lib.kolo_comm_local_size(self.require())
+
+    def epoch(self) -> int:
+        return lib.kolo_comm_epoch(self.require())
+
+    def stop_requested(self) -> bool:
+        return self.elastic is not None and bool(lib.kolo_elastic_should_stop(self.elastic))
+
+    def failure(self) -> Tuple[int, int]:
+        """(status, rank) of the current communicator's failure; (0, -1) if none."""
+        comm = self.comm
+        return _lib.comm_error(comm) if comm else (0, -1)
+
+    def check(self, code: int, what: str, message: str = "") -> None:
+        """Raises for a non-zero status of an operation on the current ring."""
+        if code != 0:
+            raise_for(code, what, self.comm, message, self.stop_requested())
+
+    # ---- elastic ----
+
+    def ring_changed(self) -> bool:
+        """Whether the agent has announced a newer ring (kolo_elastic_commit's check)."""
+        if self.elastic is None:
+            return False
+        return lib.kolo_elastic_commit(self.elastic) == 25  # KOLO_ERR_RING_CHANGED
+
+    def reform(self) -> None:
+        """Moves onto the agent's next ring (kolo_elastic_reform)."""
+        with self.lock:
+            elastic = self.elastic
+            if elastic is None:
+                raise PeerLostError("the ring failed and this process has no kolo agent to re-form it",
+                                    "KOLO_ERR_UNSUPPORTED", 18)
+            old = self.comm
+            if old:
+                lib.kolo_comm_abort(old)
+            self.drain()
+            code = lib.kolo_elastic_reform(elastic)
+            self.comm = lib.kolo_elastic_comm(elastic)
+            self.generation += 1
+            self.cuda_device = None
+            if code != 0:
+                raise_for(code, "kolo.elastic: re-forming the ring", None, "",
+                          bool(lib.kolo_elastic_should_stop(elastic)))
+
+    def report(self, json_text: str) -> None:
+        if self.elastic is not None:
+            self.check(lib.kolo_elastic_report(self.elastic, json_text.encode()), "kolo.report")
+
+    def reconfigurations(self) -> int:
+        return lib.kolo_elastic_reconfigurations(self.elastic) if self.elastic else 0
+
+    # ---- CUDA ----
+
+    def use_cuda(self, device: int) -> None:
+        """Puts the communicator in CUDA mode for device (once per ring)."""
+        with self.lock:
+            if self.cuda_device == device:
+                return
+            if self.cuda_device is not None:
+                raise ValueError("kolo: this rank already uses CUDA device %d, not %d (one GPU per rank)"
+                                 % (self.cuda_device, device))
+            self.check(lib.kolo_comm_use_cuda(self.require(), device), "kolo: CUDA mode")
+            self.cuda_device = device
+
+
+RUNTIME = Runtime()
+
+
+def check_status(code: int, what: str) -> None:
+    """Raises KoloError for a non-zero status of a call that names no communicator."""
+    if code != 0:
+        raise_for(code, what)
+
+
+__all__ = ["RUNTIME", "Runtime", "raise_for", "check_status", "KoloError"]

@@ -1,0 +1,69 @@
+"""The exceptions kolo raises. Every failure that comes from libkolo is a
+KoloError carrying the C status (its name and number) and libkolo's message;
+the subclasses name the cases a training script handles differently."""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class KoloError(RuntimeError):
+    """A kolo operation failed. `status` is the C status name
+    ('KOLO_ERR_PEER_LOST'), `code` its number, `rank` the rank it names (or None)."""
+
+    def __init__(self, message: str, status: str = "KOLO_ERR_INTERNAL", code: int = 28,
+                 rank: Optional[int] = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.rank = rank
+
+
+class PeerLostError(KoloError):
+    """A rank of the ring died or left; `rank` names it when known."""
+
+
+class KoloTimeoutError(KoloError, TimeoutError):
+    """No progress within the communicator's timeout (KOLO_TIMEOUT)."""
+
+
+class AbortedError(KoloError):
+    """The communicator was aborted (shut down, or replaced by a newer ring)."""
+
+
+class RingChangedError(KoloError):
+    """The elastic ring changed under the operation; kolo.elastic.run recovers from it."""
+
+
+class MismatchError(KoloError, ValueError):
+    """Ranks disagree on a tensor's shape, dtype, op or root; the message names the tensor."""
+
+
+class StalledError(KoloError):
+    """A named operation was not submitted by every rank in time."""
+
+
+class JobStoppedError(KoloError):
+    """The kolo agent asked this process to stop (job cancelled or over)."""
+
+
+class NotInitializedError(KoloError, ValueError):
+    """A kolo call before kolo.init() (or after shutdown())."""
+
+    def __init__(self, what: str = "kolo"):
+        super().__init__("%s has not been initialized; call kolo.init() first" % what,
+                         "KOLO_ERR_STATE", 19)
+
+
+_BY_STATUS = {
+    "KOLO_ERR_PEER_LOST": PeerLostError,
+    "KOLO_ERR_TIMEOUT": KoloTimeoutError,
+    "KOLO_ERR_ABORTED": AbortedError,
+    "KOLO_ERR_RING_CHANGED": RingChangedError,
+    "KOLO_ERR_MISMATCH": MismatchError,
+    "KOLO_ERR_STALLED": StalledError,
+}
+
+
+def error_class(status: str) -> type:
+    """The KoloError subclass for a C status name."""
+    return _BY_STATUS.get(status, KoloError)

@@ -1,0 +1,479 @@
+"""kolo.torch's collectives on torch tensors, with horovod.torch's names and
+arguments. A tensor goes to libkolo by pointer (data_ptr); the `_` forms work in
+place and need a contiguous tensor; the out-of-place forms return new tensors
+and are differentiable where Horovod's are (allreduce, allgather, broadcast).
+CUDA tensors put the ring in CUDA mode (NCCL) on first use."""
+from __future__ import annotations
+
+import math
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from .. import _core, _shapes
+from .._core import Handle, View
+from .._runtime import RUNTIME
+from .compression import Compression, Compressor
+
+Average = _core.AVG
+Sum = _core.SUM
+Min = _core.MIN
+Max = _core.MAX
+Product = _core.PROD
+
+_DTYPES = {
+    torch.uint8: _core.UINT8,
+    torch.int32: _core.INT32,
+    torch.int64: _core.INT64,
+    torch.float16: _core.FLOAT16,
+    torch.bfloat16: _core.BFLOAT16,
+    torch.float32: _core.FLOAT32,
+    torch.float64: _core.FLOAT64,
+}
+_TORCH = {code: dtype for dtype, code in _DTYPES.items()}
+
+
+class _ProcessSet:
+    """kolo has one process set, the whole ring (horovod's global_process_set)."""
+
+    def __repr__(self) -> str:
+        return "kolo.torch.global_process_set"
+
+
+global_process_set = _ProcessSet()
+
+
+def _check_process_set(process_set: Any) -> None:
+    if process_set is not None and process_set is not global_process_set:
+        raise NotImplementedError("kolo: process sets other than the global one are not supported")
+
+
+# ---- tensors to views ----
+
+def _check_tensor(tensor: Any) -> torch.Tensor:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("kolo: expected a torch.Tensor, not %s" % type(tensor).__name__)
+    if tensor.layout != torch.strided:
+        raise TypeError("kolo: %s tensors are not supported (convert with .to_dense())" % tensor.layout)
+    if tensor.dtype not in _DTYPES:
+        raise TypeError("kolo: dtype %s is not supported (uint8, int32, int64, float16, bfloat16, float32, "
+                        "float64)" % tensor.dtype)
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise TypeError("kolo: tensors on %s are not supported (cpu or cuda)" % tensor.device)
+    return tensor
+
+
+def _prepare_device(tensor: torch.Tensor) -> None:
+    """A CUDA tensor: CUDA mode on its device, and the producer's stream finished
+    before kolo's stream reads the memory."""
+    if tensor.device.type == "cuda":
+        RUNTIME.use_cuda(tensor.device.index if tensor.device.index is not None else torch.cuda.current_device())
+        torch.cuda.current_stream(tensor.device).synchronize()
+
+
+def _view(tensor: torch.Tensor, what: str = "an in-place operation") -> View:
+    if not tensor.is_contiguous():
+        raise ValueError("kolo: %s needs a contiguous tensor (call .contiguous() first)" % what)
+    _prepare_device(tensor)
+    return View(tensor.data_ptr() if tensor.numel() else 0, tensor.numel(), _DTYPES[tensor.dtype], tensor)
+
+
+def _resolve_op(average: Optional[bool], op: Optional[int]) -> int:
+    if op is not None and average is not None:
+        raise ValueError("kolo: give op or the deprecated average, not both")
+    if op is None:
+        return Sum if average is False else Average
+    return _core.check_op(op)
+
+
+def _check_scales(tensor: torch.Tensor, prescale: float, postscale: float) -> Tuple[float, float]:
+    prescale, postscale = float(prescale), float(postscale)
+    if (prescale != 1.0 or postscale != 1.0) and not tensor.dtype.is_floating_point:
+        raise ValueError("kolo: prescale/postscale factors need a floating-point tensor, not %s" % tensor.dtype)
+    return prescale, postscale
+
+
+def _from_bytes(data: Optional[bytearray], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if not data:
+        return torch.empty(0, dtype=dtype, device=device)
+    flat = torch.frombuffer(data, dtype=dtype)
+    return flat if device.type == "cpu" else flat.to(device)
+
+
+# ---- all-reduce ----
+
+def _allreduce_into(source: torch.Tensor, target: torch.Tensor, name: bytes, op: int, prescale: float,
+                    postscale: float) -> Handle:
+    """target = op(source * prescale) * postscale; source may be target."""
+    if _core.engine():
+        request = _core.submit_allreduce(name, _view(source), _view(target), op, prescale, postscale)
+        return Handle([request], lambda: target, "allreduce")
+    if source is not target:
+        target.copy_(source)
+    if prescale != 1.0:
+        target.mul_(prescale)
+    request = _core.submit_allreduce(name, _view(target), _view(target), op)
+
+    def finish() -> torch.Tensor:
+        if postscale != 1.0:
+            target.mul_(postscale)
+        return target
+    return Handle([request], finish, "allreduce")
+
+
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+                     op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: Any = None) -> Handle:
+    """Starts an in-place all-reduce (default op Average); synchronize(handle)
+    returns the tensor."""
+    _check_process_set(process_set)
+    tensor = _check_tensor(tensor)
+    op = _resolve_op(average, op)
+    prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
+    _view(tensor)
+    return _allreduce_into(tensor, tensor, _core.op_name("allreduce", name), op, prescale, postscale)
+
+
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+               op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: Any = None) -> torch.Tensor:
+    """In-place all-reduce; returns the tensor."""
+    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set).wait()
+
+
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+                    op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: Any = None) -> Handle:
+    """Starts an all-reduce into a new tensor (the input is not modified)."""
+    _check_process_set(process_set)
+    tensor = _check_tensor(tensor)
+    op = _resolve_op(average, op)
+    prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
+    source = tensor.detach().contiguous()
+    output = torch.empty_like(source, memory_format=torch.contiguous_format)
+    return _allreduce_into(source, output, _core.op_name("allreduce", name), op, prescale, postscale)
+
+
+class _AllreduceFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale: float,
+                postscale: float) -> torch.Tensor:
+        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
+        return allreduce_async(tensor, None, name, op, prescale, postscale).wait()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
+        if ctx.op not in (Sum, Average):
+            raise RuntimeError("kolo: allreduce with op %s has no gradient" % _core.OP_NAMES[ctx.op])
+        reduced = allreduce_async(grad, None, None, ctx.op, ctx.prescale, ctx.postscale).wait()
+        return reduced, None, None, None, None
+
+
+def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+              compression: Compressor = Compression.none, op: Optional[int] = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0, process_set: Any = None) -> torch.Tensor:
+    """All-reduces tensor over every rank into a new tensor (default op Average);
+    differentiable for Sum and Average."""
+    _check_process_set(process_set)
+    tensor = _check_tensor(tensor)
+    op = _resolve_op(average, op)
+    compressed, ctx = compression.compress(tensor)
+    if compressed.requires_grad and torch.is_grad_enabled():
+        reduced = _AllreduceFunction.apply(compressed, name, op, prescale_factor, postscale_factor)
+    else:
+        reduced = allreduce_async(compressed, None, name, op, prescale_factor, postscale_factor).wait()
+    return compression.decompress(reduced, ctx)
+
+
+def _grouped(tensors: Sequence[torch.Tensor], in_place: bool, average: Optional[bool], name: Optional[str],
+             op: Optional[int], prescale_factor: float, postscale_factor: float) -> Handle:
+    tensors = [_check_tensor(t) for t in tensors]
+    op = _resolve_op(average, op)
+    if not tensors:
+        return Handle([], lambda: [], "grouped_allreduce")
+    group = _core.op_name("grouped_allreduce", name)
+    sources: List[torch.Tensor] = []
+    targets: List[torch.Tensor] = []
+    by_dtype: dict = {}
+    for index, tensor in enumerate(tensors):
+        _check_scales(tensor, prescale_factor, postscale_factor)
+        source = tensor if in_place else tensor.detach().contiguous()
+        target = tensor if in_place else torch.empty_like(source, memory_format=torch.contiguous_format)
+        _view(target)
+        sources.append(source)
+        targets.append(target)
+        by_dtype.setdefault(tensor.dtype, []).append((index, source, target))
+    if _core.engine():
+        requests = []
+        for dtype, members in by_dtype.items():
+            suffix = b"" if len(by_dtype) == 1 else b"." + str(dtype).encode()
+            names = [group + b".%d" % index for index, _, _ in members]
+            requests += _core.submit_grouped_allreduce(group + suffix, names, [_view(s) for _, s, _ in members],
+                                                       [_view(t) for _, _, t in members], op,
+                                                       float(prescale_factor), float(postscale_factor))
+        return Handle(requests, lambda: targets, "grouped_allreduce")
+    handles: List[Handle] = []
+    for index, (source, target) in enumerate(zip(sources, targets)):
+        handles.append(_allreduce_into(source, target, group + b".%d" % index, op, float(prescale_factor),
+                                       float(postscale_factor)))
+    requests = [r for h in handles for r in h.requests]
+
+    def finish() -> List[torch.Tensor]:
+        for h in handles:
+            h.wait()
+        return targets
+    return Handle(requests, finish, "grouped_allreduce")
+
+
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0, process_set: Any = None) -> Handle:
+    """Starts an all-reduce of a list of tensors as one negotiated, fused unit."""
+    _check_process_set(process_set)
+    return _grouped(tensors, False, average, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
+                      compression: Compressor = Compression.none, op: Optional[int] = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: Any = None) -> List[torch.Tensor]:
+    """All-reduces a list of tensors into new tensors, as one unit."""
+    _check_process_set(process_set)
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = _grouped([c for c, _ in compressed], False, average, name, op, prescale_factor,
+                       postscale_factor).wait()
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+
+
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0, process_set: Any = None) -> Handle:
+    _check_process_set(process_set)
+    return _grouped(tensors, True, average, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
+                       op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: Any = None) -> List[torch.Tensor]:
+    _check_process_set(process_set)
+    return _grouped(tensors, True, average, name, op, prescale_factor, postscale_factor).wait()
+
+
+# ---- all-gather ----
+
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any = None) -> Handle:
+    """Starts a concatenation of every rank's tensor along the first dimension
+    (which may differ by rank; the others must match)."""
+    _check_process_set(process_set)
+    tensor = _check_tensor(tensor)
+    source = tensor.detach().contiguous()
+    if source.dim() == 0:
+        source = source.reshape(1)
+    raw = _core.op_name("allgather", name)
+    size = RUNTIME.size()
+    _prepare_device(source)
+    shape_request, gathered = _shapes.submit(raw, tuple(source.shape), _DTYPES[source.dtype])
+    what = "allgather %s" % raw.decode()
+    rest = tuple(source.shape[1:])
+
+    def shape_out() -> Tuple[int, ...]:
+        records = _shapes.decode(gathered, size)
+        _shapes.check_compatible(what, records)
+        return (sum(s[0] for _, s in records),) + rest
+
+    if _core.engine() and source.device.type == "cpu":
+        data = _core.submit_allgather(raw, _view(source), None, _core.size_array(size))
+        return Handle([shape_request, data],
+                      lambda: _from_bytes(data.output, source.dtype, source.device).reshape(shape_out()), what)
+
+    def two_stage() -> torch.Tensor:
+        output = torch.empty(shape_out(), dtype=source.dtype, device=source.device)
+        _core.submit_allgather(raw, _view(source), _view(output), None).result()
+        return output
+    return Handle([shape_request], two_stage, what)
+
+
+class _AllgatherFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str]) -> torch.Tensor:
+        ctx.rows = tensor.shape[0] if tensor.dim() else 1
+        return allgather_async(tensor, name).wait()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
+        reduced = allreduce_async(grad, None, None, Sum).wait()
+        rows = allgather_async(torch.tensor([ctx.rows], dtype=torch.int64)).wait()
+        offset = int(rows[:RUNTIME.rank()].sum())
+        return reduced.narrow(0, offset, ctx.rows), None
+
+
+def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any = None) -> torch.Tensor:
+    """Concatenates every rank's tensor along the first dimension; differentiable."""
+    _check_process_set(process_set)
+    tensor = _check_tensor(tensor)
+    if tensor.requires_grad and torch.is_grad_enabled():
+        return _AllgatherFunction.apply(tensor, name)
+    return allgather_async(tensor, name).wait()
+
+
+# ---- broadcast ----
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set: Any = None) -> Handle:
+    """Starts an in-place broadcast of root_rank's tensor."""
+    _check_process_set(process_set)
+    tensor = _check_tensor(tensor)
+    root = _core.check_root(root_rank, RUNTIME.size())
+    request = _core.submit_broadcast(_core.op_name("broadcast", name), _view(tensor), root)
+    return Handle([request], lambda: tensor, "broadcast")
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set: Any = None) -> torch.Tensor:
+    return broadcast_async_(tensor, root_rank, name, process_set).wait()
+
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set: Any = None) -> Handle:
+    """Starts a broadcast into a new tensor (the input is not modified)."""
+    tensor = _check_tensor(tensor)
+    return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name,
+                            process_set)
+
+
+class _BroadcastFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: Optional[str]) -> torch.Tensor:
+        ctx.root_rank = root_rank
+        return broadcast_async(tensor, root_rank, name).wait()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
+        reduced = allreduce_async(grad, None, None, Sum).wait()
+        if RUNTIME.rank() != ctx.root_rank:
+            reduced.zero_()
+        return reduced, None, None
+
+
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set: Any = None) -> torch.Tensor:
+    """root_rank's tensor on every rank, as a new tensor; differentiable."""
+    _check_process_set(process_set)
+    tensor = _check_tensor(tensor)
+    if tensor.requires_grad and torch.is_grad_enabled():
+        return _BroadcastFunction.apply(tensor, root_rank, name)
+    return broadcast_async(tensor, root_rank, name).wait()
+
+
+# ---- reduce-scatter ----
+
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
+                        process_set: Any = None) -> Handle:
+    """Starts a reduction over ranks of which rank r keeps its share of the first
+    dimension (the first d0 % size ranks get one row more)."""
+    _check_process_set(process_set)
+    tensor = _check_tensor(tensor)
+    op = _core.check_op(op)
+    source = tensor.detach().contiguous()
+    if source.dim() == 0:
+        raise ValueError("kolo: reducescatter needs a tensor of at least one dimension")
+    size, rank = RUNTIME.size(), RUNTIME.rank()
+    rows = _core.split_counts(source.shape[0], size)
+    row = math.prod(source.shape[1:])
+    output = torch.empty((rows[rank],) + tuple(source.shape[1:]), dtype=source.dtype, device=source.device)
+    request = _core.submit_reducescatter(_core.op_name("reducescatter", name), _view(source), _view(output),
+                                         [n * row for n in rows], op)
+    return Handle([request], lambda: output, "reducescatter")
+
+
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression: Compressor = Compression.none,
+                  op: int = Average, process_set: Any = None) -> torch.Tensor:
+    compressed, ctx = compression.compress(tensor)
+    return compression.decompress(reducescatter_async(compressed, name, op, process_set).wait(), ctx)
+
+
+# ---- all-to-all ----
+
+def _split_rows(first_dim: int, size: int, splits: Any) -> List[int]:
+    if splits is None:
+        if first_dim % size:
+            raise ValueError("kolo: alltoall without splits needs the first dimension (%d) divisible by the "
+                             "number of ranks (%d)" % (first_dim, size))
+        return [first_dim // size] * size
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.dim() != 1:
+            raise TypeError("kolo: alltoall splits must be a 1-D integer tensor or a list of ints")
+        rows = [int(s) for s in splits.tolist()]
+    else:
+        rows = [int(s) for s in splits]
+    if len(rows) != size or any(s < 0 for s in rows) or sum(rows) != first_dim:
+        raise ValueError("kolo: alltoall splits %s must be %d non-negative counts summing to %d"
+                         % (rows, size, first_dim))
+    return rows
+
+
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
+                   process_set: Any = None) -> Handle:
+    """Starts an all-to-all; synchronize(handle) returns (output, received_splits)."""
+    _check_process_set(process_set)
+    tensor = _check_tensor(tensor)
+    source = tensor.detach().contiguous()
+    if source.dim() == 0:
+        raise ValueError("kolo: alltoall needs a tensor of at least one dimension")
+    size = RUNTIME.size()
+    rows = _split_rows(source.shape[0], size, splits)
+    row = math.prod(source.shape[1:])
+    raw = _core.op_name("alltoall", name)
+    _prepare_device(source)
+    shape_request, gathered = _shapes.submit(raw, tuple(source.shape), _DTYPES[source.dtype])
+    counts = _core.size_array(size)
+    request = _core.submit_alltoall(raw, _view(source), [n * row for n in rows], counts)
+    what = "alltoall %s" % raw.decode()
+
+    def finish() -> Tuple[torch.Tensor, torch.Tensor]:
+        _shapes.check_compatible(what, _shapes.decode(gathered, size))
+        received = torch.tensor([c // row if row else 0 for c in counts], dtype=torch.int32)
+        flat = _from_bytes(request.output, source.dtype, source.device)
+        return flat.reshape((int(received.sum()),) + tuple(source.shape[1:])), received
+    return Handle([shape_request, request], finish, what)
+
+
+def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
+             process_set: Any = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Sends splits[r] rows of the first dimension to rank r (even split by
+    default) and returns what every rank sent here, in rank order; with splits
+    given, also the received splits (as horovod.torch)."""
+    output, received = alltoall_async(tensor, splits, name, process_set).wait()
+    return output if splits is None else (output, received)
+
+
+# ---- synchronisation ----
+
+def barrier(process_set: Any = None) -> None:
+    """Returns once every rank has entered the barrier."""
+    _check_process_set(process_set)
+    _core.submit_barrier().result()
+
+
+def join(device: int = -1) -> int:
+    """This rank has no more batches: it keeps taking part (with zeros) in the
+    others' all-reduces until every rank has joined. Returns the last rank to join."""
+    return _core.submit_join().result().last_rank
+
+
+def synchronize(handle: Handle) -> Any:
+    """Waits for an *_async operation and returns its output."""
+    if not isinstance(handle, Handle):
+        raise TypeError("kolo: synchronize needs a handle from an *_async call, not %s" % type(handle).__name__)
+    return handle.wait()
+
+
+def poll(handle: Handle) -> bool:
+    """True once the operation is complete; never blocks."""
+    if not isinstance(handle, Handle):
+        raise TypeError("kolo: poll needs a handle from an *_async call, not %s" % type(handle).__name__)
+    return handle.poll()
+
+
+def torch_dtype(code: int) -> torch.dtype:
+    return _TORCH[code]

@@ -1,0 +1,13 @@
+"""Every collective of kolo.torch and kolo (numpy), every dtype, against a
+single-process reference, on 1, 2 and 3 real ranks under kolorun."""
+import pytest
+
+import kolotest
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_every_op_and_dtype_matches_the_single_process_reference(ranks):
+    result = kolotest.kolorun(ranks, kolotest.worker("ops_check.py"), timeout=300)
+    counts = result.values("CHECKS")
+    assert sorted(counts) == list(range(ranks)), result
+    assert len(set(counts.values())) == 1 and int(counts[0]) > 500, counts
