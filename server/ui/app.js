@@ -135,6 +135,12 @@ function jobsView(query) {
   const ticker = setInterval(render, 5000);
   const stop = stream("jobs=1", {
     jobs: (list) => { jobs = list.jobs || []; more = !!list.next_page_token; render(); },
+    jobs_changed: (list) => { // only the jobs whose spec or status changed
+      const byId = new Map(jobs.map((j) => [j.id, j]));
+      for (const j of list.jobs || []) byId.set(j.id, j);
+      jobs = [...byId.values()];
+      render();
+    },
   }, setLive);
   return () => { clearInterval(ticker); stop(); };
 }
