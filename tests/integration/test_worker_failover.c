@@ -259,6 +259,35 @@ static void the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed(
   json_decref(job);
 }
 
+/* #12 item 5: a process exiting 2 (a usage error: kolo-train's bad arguments,
+ * argparse) fails the job at once with its reason; before, each exit was
+ * re-planned as a lost worker until max_reconfigurations. */
+static void a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  json_t *job = cluster_post(c, "/v1/jobs",
+                             "{\"id\":\"usage\",\"name\":\"usage\",\"min_workers\":2,\"max_workers\":2,"
+                             "\"exec\":{\"argv\":[\"/bin/sh\",\"-c\",\"echo 'bad flag --colour' >&2; exit 2\"]}}");
+  assert_non_null(job);
+  json_decref(job);
+  job = cluster_wait_phase(c, "usage", "FAILED", 1, 20000);
+  assert_string_equal(phase(job), "FAILED");
+  const char *error = json_string_value(json_object_get(json_object_get(job, "status"), "error"));
+  printf("error: %s\n", error);
+  assert_non_null(strstr(error, "exited with a usage error"));
+  assert_non_null(strstr(error, "exited with code 2 (a usage error)"));
+  assert_non_null(strstr(error, "bad flag --colour")); /* the process's own stderr line */
+  assert_int_equal(status_int(job, "reconfigurations"), 0);
+  assert_int_equal(status_int(job, "epoch"), 1);
+  assert_null(cluster_event(job, "WORKER_LOST", 0));
+  json_decref(job);
+  for (int i = 1; i <= 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "w%d", i);
+    assert_int_equal(wait_worker_state(c, id, "idle", 20000), 0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(below_min_workers_the_job_waits_then_resumes_with_a_new_worker, setup, teardown),
@@ -268,6 +297,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_ring_that_keeps_timing_out_fails_past_max_reconfigurations, setup, teardown),
       cmocka_unit_test_setup_teardown(a_short_etcd_outage_loses_no_training, setup, teardown),
       cmocka_unit_test_setup_teardown(cancel_stops_the_processes_and_scale_grows_the_ring, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers, setup, teardown),
       cmocka_unit_test_setup_teardown(the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed,
                                       setup_two_servers, teardown),
   };
