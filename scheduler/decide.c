@@ -75,8 +75,12 @@ static void find_gone(const kolo_sched_job_view *job, kolo_sched_decision *d) {
     const kolo_sched_report *r = &m->report;
     if (r->exited && r->exit_code != 0 && r->exit_epoch >= m->since_epoch) {
       char why[96];
-      snprintf(why, sizeof why, "its process exited with code %d", r->exit_code);
+      int usage = r->exit_code == KOLO_SCHED_EXIT_USAGE;
+      snprintf(why, sizeof why, usage ? "its process exited with code %d (a usage error)" : "its process exited with code %d",
+               r->exit_code);
+      if (kolo_sched_decision_lost(d, i)) continue; /* draining: it leaves as planned */
       mark_lost(d, i, why);
+      d->lost[d->n_lost - 1].usage = usage;
     }
   }
 }
@@ -124,6 +128,11 @@ static kolo_status find_named(const kolo_sched_job_view *job, kolo_sched_decisio
 
 static void decide_loss(const kolo_sched_job_view *job, kolo_sched_decision *d) {
   size_t survivors = job->n_members - d->n_lost;
+  for (size_t i = 0; i < d->n_lost; i++)
+    if (d->lost[i].usage) { /* the arguments are wrong on every worker: re-planning cannot help */
+      d->action = KOLO_SCHED_USAGE_FAIL;
+      return;
+    }
   d->limit = job->max_reconfigurations ? job->max_reconfigurations : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
   if (d->n_drained == d->n_lost) { /* planned leaves only: no reconfiguration spent, never a failure */
     kolo_sched_loss_action action =
@@ -201,7 +210,8 @@ const char *kolo_sched_event_type(kolo_sched_action action) {
   case KOLO_SCHED_FINISH: return "FINISHED";
   case KOLO_SCHED_LOST_REFORM:
   case KOLO_SCHED_LOST_HOLD: return "WORKER_LOST";
-  case KOLO_SCHED_LOST_FAIL: return "FAILED";
+  case KOLO_SCHED_LOST_FAIL:
+  case KOLO_SCHED_USAGE_FAIL: return "FAILED";
   case KOLO_SCHED_RESUME: return "RESUMING";
   case KOLO_SCHED_FORMED: return "RING_FORMED";
   case KOLO_SCHED_SHRINK: return "SHRINKING";
@@ -276,6 +286,13 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
     for (size_t i = 0; i < job->n_earlier_lost; i++)
       fprintf(out, "%s%s", i ? ", " : "; earlier: ", job->earlier_lost[i]);
     break;
+  case KOLO_SCHED_USAGE_FAIL:
+    fprintf(out, "the program exited with a usage error: ");
+    for (size_t i = 0, shown = 0; i < d->n_lost; i++)
+      if (d->lost[i].usage)
+        fprintf(out, "%s%s (rank %zu) %s", shown++ ? ", " : "", job->members[d->lost[i].member].worker_id,
+                d->lost[i].member, d->lost[i].why);
+    break;
   case KOLO_SCHED_LOST_REFORM:
     fprintf(out, "lost ");
     print_lost(out, job, d);
@@ -321,7 +338,8 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
   default:
     break;
   }
-  if (d->action == KOLO_SCHED_LOST_FAIL || d->action == KOLO_SCHED_LOST_REFORM || d->action == KOLO_SCHED_LOST_HOLD)
+  if (d->action == KOLO_SCHED_LOST_FAIL || d->action == KOLO_SCHED_LOST_REFORM || d->action == KOLO_SCHED_LOST_HOLD ||
+      d->action == KOLO_SCHED_USAGE_FAIL)
     print_tails(out, job, d);
   if (fclose(out) != 0) {
     free(text);

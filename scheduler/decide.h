@@ -16,6 +16,10 @@
 
 #define KOLO_SCHED_FAILED_SETTLE_MS 500 /* wait this long for every survivor's FAILED report */
 #define KOLO_SCHED_FINISH_GRACE_MS 10000 /* after rank 0 exited 0, wait this long for the others */
+/* A process exiting with this code refused its arguments (kolo-train's
+ * KOLO_TRAIN_EXIT_USAGE, getopt tools, Python's argparse): no other worker would
+ * do better, so the job fails at once instead of re-planning a lost worker. */
+#define KOLO_SCHED_EXIT_USAGE 2
 
 typedef enum kolo_sched_phase {
   KOLO_SCHED_PHASE_OTHER, /* ended, unknown: not the scheduler's */
@@ -87,12 +91,14 @@ typedef enum kolo_sched_action {
    * count against max_reconfigurations like a loss. */
   KOLO_SCHED_STALLED_REFORM, /* next epoch, same members */
   KOLO_SCHED_STALLED_FAIL,   /* past max_reconfigurations: FAILED */
+  KOLO_SCHED_USAGE_FAIL,   /* a member's process exited with KOLO_SCHED_EXIT_USAGE: FAILED now */
 } kolo_sched_action;
 
 typedef struct kolo_sched_lost {
   size_t member;  /* index into the view's members */
   char why[96];   /* "its lease expired", "it is draining", ... */
   int drained;    /* a planned leave (the member is draining), not a loss */
+  int usage;      /* its process exited with KOLO_SCHED_EXIT_USAGE */
 } kolo_sched_lost;
 
 typedef struct kolo_sched_decision {

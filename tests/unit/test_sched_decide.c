@@ -276,6 +276,35 @@ static void a_loss_past_max_reconfigurations_fails_naming_everyone_lost(void **s
   free(text);
 }
 
+/* #12 item 5: a usage error (exit 2, kolo-train's bad arguments) fails the job at
+ * once, never re-planned as a lost worker; any other exit code still is. */
+static void a_usage_error_exit_fails_the_job_at_once(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->view.max_workers = 4;
+  f->view.idle = 2; /* a re-form would be possible: it must not be chosen */
+  f->members[1].report.exited = 1;
+  f->members[1].report.exit_code = KOLO_SCHED_EXIT_USAGE;
+  f->members[1].report.exit_epoch = 3;
+  assert_int_equal(decide(f), KOLO_SCHED_USAGE_FAIL);
+  assert_string_equal(kolo_sched_event_type(f->d.action), "FAILED");
+  char *text = message(f);
+  assert_string_equal(text, "the program exited with a usage error: w1 (rank 1) its process exited with code 2 (a usage error)");
+  free(text);
+  /* with the agent's stderr tail, the message shows the program's own reason */
+  f->members[1].report.stderr_tail = "kolo-train: --batch must be 1..65536 (usage: kolo-train --help)";
+  text = message(f);
+  assert_string_equal(text, "the program exited with a usage error: w1 (rank 1) its process exited with code 2 (a usage error)\n"
+                            "w1 (rank 1) stderr, last lines:\nkolo-train: --batch must be 1..65536 (usage: kolo-train --help)");
+  free(text);
+  f->members[1].report.exit_code = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  /* a usage error from a member already leaving by drain is that member's planned leave */
+  f->members[1].report.exit_code = KOLO_SCHED_EXIT_USAGE;
+  f->members[1].draining = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_DRAIN_REFORM);
+}
+
 static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none(void **state) {
   fixture *f = *state;
   healthy(f, 3);
@@ -283,7 +312,7 @@ static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_h
   f->view.max_reconfigurations = 1;
   kolo_sched_report *r = &f->members[2].report;
   r->exited = 1;
-  r->exit_code = 2;
+  r->exit_code = 1; /* 2 would be a usage error: FAILED at once */
   r->exit_epoch = 3;
   r->stderr_tail = "usage: train.py [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3";
   f->members[1].registered = 0;
@@ -291,7 +320,7 @@ static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_h
   assert_int_equal(decide(f), KOLO_SCHED_LOST_FAIL);
   char *text = message(f);
   assert_string_equal(text, "exceeded max_reconfigurations (1): lost workers w1 (its lease expired), "
-                            "w2 (its process exited with code 2)\n"
+                            "w2 (its process exited with code 1)\n"
                             "w2 (rank 2) stderr, last lines:\n"
                             "usage: train.py [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3");
   free(text);
@@ -520,6 +549,7 @@ int main(void) {
       T(a_loss_past_max_reconfigurations_fails_naming_everyone_lost),
       T(a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none),
       T(zero_max_reconfigurations_fails_at_the_default),
+      T(a_usage_error_exit_fails_the_job_at_once),
       T(a_held_job_resumes_when_enough_workers_are_idle),
       T(a_reconfiguring_ring_runs_once_every_member_formed_it),
       T(a_ring_above_max_workers_shrinks_to_its_lowest_ranks),
