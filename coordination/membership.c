@@ -250,7 +250,11 @@ kolo_status kolo_membership_register(kolo_etcd *client, const kolo_member *m, in
                         m->id, (unsigned long long)existing.lease);
     kolo_etcd_kv_clear(&existing);
   }
-  if (rc == KOLO_OK) rc = kolo_etcd_keepalive_start(client, r->lease, granted, lost, user, &r->keepalive);
+  /* patient: a worker keeps its record through an etcd outage; only etcd saying
+   * the lease is gone counts (docs/ELASTIC.md, "etcd outages") */
+  if (rc == KOLO_OK)
+    rc = kolo_etcd_keepalive_start_mode(client, r->lease, granted, KOLO_ETCD_KEEPALIVE_PATIENT, lost, user,
+                                        &r->keepalive);
   if (rc != KOLO_OK) goto fail;
   free(json);
   KOLO_LOGI(COMPONENT, "registered worker %s at %s (lease %llx, TTL %lld s)", m->id, r->key,

@@ -65,8 +65,9 @@ typedef struct kolo_membership kolo_membership;
 
 /* Grants a lease of ttl_s seconds, creates the record under it (create-if-absent:
  * KOLO_ERR_EXISTS while another live holder has the id, e.g. a previous instance
- * whose lease has not expired yet) and starts its keep-alive. lost (optional) is
- * called on the keep-alive thread if the lease is lost; the record is gone then.
+ * whose lease has not expired yet) and starts its keep-alive (PATIENT: it
+ * keeps renewing while etcd cannot be reached). lost (optional) is called on the
+ * keep-alive thread when etcd says the lease is gone; the record is gone then.
  * Blocks for at most two request deadlines. */
 kolo_status kolo_membership_register(kolo_etcd *client, const kolo_member *m, int64_t ttl_s,
                                      kolo_etcd_lease_lost_fn lost, void *user,

@@ -15,7 +15,10 @@ fail() { echo "FAIL $*"; status=1; }
 # The words of setup.sh's PACKAGES=( ... ) array.
 setup_pkgs="$(sed -n '/^PACKAGES=(/,/^)/p' "$setup" | sed 's/#.*//; s/PACKAGES=(//; s/)//' | tr -s ' \t' '\n' | grep -v '^$' | sort -u)"
 [ -n "$setup_pkgs" ] || fail "no PACKAGES list found in $setup"
-build_needed="$(grep -E -- '-dev$|compiler$|^(build-essential|cmake|pkg-config|git|ca-certificates)$' <<<"$setup_pkgs" || true)"
+# Test-only toolchains (clang's sanitizer runtime for the fuzzers) build nothing the image ships.
+test_only='^(libclang-rt-[0-9]+-dev)$'
+build_needed="$(grep -E -- '-dev$|compiler$|^(build-essential|cmake|pkg-config|git|ca-certificates)$' <<<"$setup_pkgs" |
+  grep -Ev -- "$test_only" || true)"
 
 # Package names of the apt-get install in one stage of the Dockerfile (stage 1 or 2).
 stage_pkgs() {
