@@ -719,6 +719,7 @@ static kolo_status setup(agent *a) {
   for (char *e = strtok_r(endpoint_text, ",", &save); e && n < 16; e = strtok_r(NULL, ",", &save))
     endpoints[n++] = e;
   kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = n};
+  kolo_etcd_access_apply(&o->etcd_access, &config);
   if (kolo_etcd_create(&config, &a->etcd) != KOLO_OK) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(register_worker(a));
 
