@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 from kolo_cluster import Worker
@@ -58,9 +59,13 @@ class Cluster:
         """Leader elected, a worker registered, a job stored, scheduled, run and finished."""
         http = self.server.http_port
         wait_for(lambda: curl(http, "/readyz")[1].get("is_leader"), 30, "leader elected")
+        before = int(time.time() * 1000)
         w = self.worker("w1", port, *self.flags)
         wait_for(lambda: self.listed("w1") or w.proc.poll() is not None, 30, "w1 registered")
         test.assertIsNone(w.proc.poll(), w.read_log())
+        # #12 item 10: the worker's registration time is real (it was always 0)
+        listed = [x for x in curl(http, "/v1/workers")[1]["workers"] if x["id"] == "w1"][0]
+        test.assertTrue(before - 1000 <= int(listed.get("registered_unix_ms", 0)) <= time.time() * 1000 + 1000, listed)
         code, job = curl(http, "/v1/jobs", "POST", json.dumps(
             {"name": "access", "id": "access-1", "min_workers": 1, "exec": {"argv": ["/bin/true"]}}))
         test.assertEqual(code, 200, job)

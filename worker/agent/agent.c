@@ -154,6 +154,7 @@ static int transient(kolo_status rc) {
 /* One registration attempt (idle, under a fresh lease). */
 static kolo_status register_once(agent *a) {
   a->record.state = "idle";
+  a->record.registered_unix_ms = wall_ms(); /* ListWorkers' registered_unix_ms */
   kolo_status rc = kolo_membership_register(a->etcd, &a->record, a->opts->lease_ttl_s, on_lease_lost, a, &a->reg);
   a->record.state = NULL;
   if (rc != KOLO_OK) return rc;
