@@ -141,6 +141,52 @@ kolo_status kolo_reducescatter(kolo_comm *comm, const void *send, void *recv, si
   return kolo_queue_run_blocking(comm, &request);
 }
 
+/* The stream-ordered forms: the same checks, then CUDA mode and device buffers
+ * required (device.c), then queued like any request (it goes to NCCL). */
+static kolo_status submit_on_stream(kolo_comm *comm, kolo_request *prototype, void *stream,
+                                    kolo_request **request) {
+  prototype->cuda_stream = stream;
+  KOLO_CHECK(kolo_device_check_stream_call(comm, prototype));
+  return kolo_queue_submit(comm, prototype, request);
+}
+
+kolo_status kolo_allreduce_on_stream(kolo_comm *comm, const void *send, void *recv, size_t count,
+                                     kolo_dtype dtype, kolo_op op, void *cuda_stream,
+                                     kolo_request **request) {
+  kolo_request prototype;
+  if (request == NULL) return KOLO_ERR_INVALID_ARG;
+  KOLO_CHECK(prepare_allreduce(comm, send, recv, count, dtype, op, &prototype));
+  return submit_on_stream(comm, &prototype, cuda_stream, request);
+}
+
+kolo_status kolo_allgather_on_stream(kolo_comm *comm, const void *send, size_t send_count,
+                                     void *recv, size_t recv_capacity, size_t *recv_counts,
+                                     kolo_dtype dtype, void *cuda_stream, kolo_request **request) {
+  kolo_request prototype;
+  if (request == NULL) return KOLO_ERR_INVALID_ARG;
+  KOLO_CHECK(prepare_allgather(comm, send, send_count, recv, recv_capacity, recv_counts, dtype,
+                               &prototype));
+  return submit_on_stream(comm, &prototype, cuda_stream, request);
+}
+
+kolo_status kolo_broadcast_on_stream(kolo_comm *comm, void *buffer, size_t count,
+                                     kolo_dtype dtype, int root, void *cuda_stream,
+                                     kolo_request **request) {
+  kolo_request prototype;
+  if (request == NULL) return KOLO_ERR_INVALID_ARG;
+  KOLO_CHECK(prepare_broadcast(comm, buffer, count, dtype, root, &prototype));
+  return submit_on_stream(comm, &prototype, cuda_stream, request);
+}
+
+kolo_status kolo_reducescatter_on_stream(kolo_comm *comm, const void *send, void *recv,
+                                         size_t recv_count, kolo_dtype dtype, kolo_op op,
+                                         void *cuda_stream, kolo_request **request) {
+  kolo_request prototype;
+  if (request == NULL) return KOLO_ERR_INVALID_ARG;
+  KOLO_CHECK(prepare_reducescatter(comm, send, recv, recv_count, dtype, op, &prototype));
+  return submit_on_stream(comm, &prototype, cuda_stream, request);
+}
+
 kolo_status kolo_barrier_async(kolo_comm *comm, kolo_request **request) {
   kolo_request prototype;
   if (request == NULL) return KOLO_ERR_INVALID_ARG;

@@ -3,7 +3,20 @@
  * (collective/nccl/) instead of the TCP ring. The NCCL communicator of an epoch
  * is created at the first device operation, from the ring spec's NCCL id or, when
  * the spec has none, from an id that rank 0 makes and broadcasts over the ring.
- * Built without CUDA/NCCL, CUDA mode is refused with KOLO_ERR_UNSUPPORTED. */
+ *
+ * Failure is coupled both ways. A failure the ring records (a neighbour's
+ * control link closing, an abort, a ring change) aborts the NCCL communicator
+ * at once (failure.c calls kolo_device_abort, which never blocks), so GPU
+ * collectives stuck on a dead peer end in milliseconds like CPU ones; creation
+ * waiting for a dead peer is cancelled the same way. An error NCCL reports, or a
+ * refusal that only this rank made (a host buffer, a bad stream), fails the
+ * communicator, so kolo_comm_error says so, the neighbours learn it over the
+ * control links and destroy sends no goodbye. GPU operations have their own
+ * long no-progress deadline (KOLO_GPU_TIMEOUT), since dead peers are found by
+ * the control links, not by waiting. Built without CUDA/NCCL, CUDA mode is
+ * refused with KOLO_ERR_UNSUPPORTED. */
+#include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "collective/internal.h"
@@ -12,114 +25,296 @@
 #ifdef KOLO_HAVE_NCCL
 #include "kolo_nccl.h"
 
+#define DEFAULT_GPU_TIMEOUT_MS (10 * 60 * 1000)
+/* an NCCL error waits this long for the control links to name a dead rank */
+#define NAME_THE_PEER_MS 100
+
+struct kolo_device {
+  int device;           /* CUDA ordinal of this rank */
+  int op_timeout_ms;    /* no-progress deadline of GPU operations */
+  pthread_mutex_t mutex; /* one submit at a time into kolo_nccl; the NCCL comm's creation */
+  _Atomic(kolo_nccl_comm *) nccl;
+  size_t *counts;       /* size entries: the device all-gather's counts (mutex) */
+};
+
+static kolo_device *device_of(const kolo_comm *comm) {
+  return atomic_load(&((kolo_comm *)comm)->device);
+}
+
+/* KOLO_GPU_TIMEOUT (seconds, fractions allowed), else 10 minutes. */
+static int gpu_timeout_ms(void) {
+  const char *value = getenv("KOLO_GPU_TIMEOUT");
+  if (value == NULL || *value == '\0') return DEFAULT_GPU_TIMEOUT_MS;
+  char *end = NULL;
+  double seconds = strtod(value, &end);
+  if (end == value || seconds <= 0 || seconds > 2e6) return DEFAULT_GPU_TIMEOUT_MS;
+  return (int)(seconds * 1000.0);
+}
+
+/* The device to use, or -1 with the reason logged. */
+static int pick_device(const kolo_comm *comm, int device, int count) {
+  if (device == KOLO_CUDA_LOCAL_DEVICE) return comm->local_rank % count;
+  if (device >= count) {
+    KOLO_LOGE("kolo", "rank %d: CUDA device %d asked for, %d present", comm->rank, device, count);
+    return -1;
+  }
+  return device;
+}
+
 kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device) {
   if (comm == NULL) return KOLO_ERR_INVALID_ARG;
+  if (device < 0 && device != KOLO_CUDA_LOCAL_DEVICE) {
+    KOLO_LOGE("kolo", "rank %d: CUDA device %d is not a device ordinal", comm->rank, device);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  char reason[1100];
+  if (kolo_nccl_blocking_forced(reason, sizeof reason)) {
+    KOLO_LOGE("kolo", "rank %d: NCCL_COMM_BLOCKING=1 (from %s) would make NCCL's setup wait "
+              "with no deadline; unset it to use CUDA buffers", comm->rank, reason);
+    return KOLO_ERR_INVALID_ARG;
+  }
   int count = 0;
-  char reason[160];
   kolo_status status = kolo_nccl_device_count(&count, reason, sizeof reason);
   if (status != KOLO_OK) {
     KOLO_LOGE("kolo", "rank %d: CUDA buffers asked for, but %s (%s)", comm->rank,
               kolo_strerror(status), reason);
     return status;
   }
-  if (device >= count) {
-    KOLO_LOGE("kolo", "rank %d: CUDA device %d asked for, %d present", comm->rank, device, count);
-    return KOLO_ERR_NO_DEVICE;
+  int chosen = pick_device(comm, device, count);
+  if (chosen < 0) return KOLO_ERR_NO_DEVICE;
+  kolo_device *current = device_of(comm);
+  if (current != NULL) {
+    if (current->device == chosen) return KOLO_OK;
+    KOLO_LOGE("kolo", "rank %d: already in CUDA mode on device %d (asked for %d)", comm->rank,
+              current->device, chosen);
+    return KOLO_ERR_STATE;
   }
-  comm->cuda_device = device;
-  comm->cuda_enabled = 1;
+  kolo_device *dev = calloc(1, sizeof *dev);
+  size_t *counts = calloc((size_t)comm->size, sizeof *counts);
+  if (dev == NULL || counts == NULL) {
+    free(dev);
+    free(counts);
+    return KOLO_ERR_NO_MEMORY;
+  }
+  dev->device = chosen;
+  dev->op_timeout_ms = gpu_timeout_ms();
+  if (dev->op_timeout_ms < comm->timeout_ms) dev->op_timeout_ms = comm->timeout_ms;
+  pthread_mutex_init(&dev->mutex, NULL);
+  atomic_init(&dev->nccl, NULL);
+  dev->counts = counts;
+  kolo_device *expected = NULL;
+  if (!atomic_compare_exchange_strong(&comm->device, &expected, dev)) {
+    pthread_mutex_destroy(&dev->mutex);
+    free(dev->counts);
+    free(dev);
+    return expected->device == chosen ? KOLO_OK : KOLO_ERR_STATE;
+  }
   return KOLO_OK;
+}
+
+int kolo_device_mode(const kolo_comm *comm, int *device) {
+  kolo_device *dev = comm != NULL ? device_of(comm) : NULL;
+  if (device != NULL) *device = dev != NULL ? dev->device : -1;
+  return dev != NULL;
 }
 
 int kolo_device_wanted(const kolo_comm *comm, const void *a, const void *b) {
-  if (!comm->cuda_enabled) return 0;
-  return kolo_nccl_is_device_pointer(a) || kolo_nccl_is_device_pointer(b);
+  kolo_device *dev = device_of(comm);
+  if (dev == NULL) return 0;
+  return kolo_nccl_is_device_pointer_on(a, dev->device) ||
+         kolo_nccl_is_device_pointer_on(b, dev->device);
 }
 
-static kolo_status ensure_nccl(kolo_comm *comm) {
-  if (comm->nccl != NULL) return KOLO_OK;
+int kolo_device_is_device_memory(const kolo_comm *comm, const void *p) {
+  kolo_device *dev = comm != NULL ? device_of(comm) : NULL;
+  return dev != NULL && kolo_nccl_is_device_pointer_on(p, dev->device);
+}
+
+kolo_status kolo_device_copy(void *dst, const void *src, size_t bytes) {
+  return kolo_nccl_copy(dst, src, bytes);
+}
+
+/* Creation waits for the other ranks; a failure of the ring ends that wait. */
+static int ring_failed(void *user) { return atomic_load(&((kolo_comm *)user)->failed); }
+
+/* The epoch's NCCL id: the spec's, or rank 0's broadcast over the ring. */
+static kolo_status epoch_nccl_id(kolo_comm *comm, uint8_t id[KOLO_NCCL_ID_BYTES]) {
+  if (comm->has_nccl_id) {
+    memcpy(id, comm->nccl_id, KOLO_NCCL_ID_BYTES);
+    return KOLO_OK;
+  }
+  /* the id must be made in rank 0's own process: NCCL's bootstrap lives there */
+  kolo_status status = KOLO_OK;
+  memset(id, 0, KOLO_NCCL_ID_BYTES);
+  if (comm->rank == 0) status = kolo_nccl_id_create(id);
+  uint8_t ok = status == KOLO_OK;
+  kolo_status shared = kolo_allreduce(comm, &ok, &ok, 1, KOLO_UINT8, KOLO_MIN);
+  if (shared != KOLO_OK) return shared;
+  if (!ok) return status != KOLO_OK ? status : KOLO_ERR_NCCL;
+  return kolo_broadcast(comm, id, KOLO_NCCL_ID_BYTES, KOLO_UINT8, 0);
+}
+
+/* Creates the epoch's NCCL communicator once; dev->mutex held. */
+static kolo_status ensure_nccl(kolo_comm *comm, kolo_device *dev) {
+  if (atomic_load(&dev->nccl) != NULL) return KOLO_OK;
   if (atomic_load(&comm->failed)) return comm->error;
   uint8_t id[KOLO_NCCL_ID_BYTES];
-  kolo_status status = KOLO_OK;
-  if (comm->has_nccl_id) {
-    memcpy(id, comm->nccl_id, sizeof id);
-  } else {
-    /* the id must be made in rank 0's own process: NCCL's bootstrap lives there */
-    memset(id, 0, sizeof id);
-    if (comm->rank == 0) status = kolo_nccl_id_create(id);
-    uint8_t ok = status == KOLO_OK;
-    kolo_status shared = kolo_allreduce(comm, &ok, &ok, 1, KOLO_UINT8, KOLO_MIN);
-    if (shared != KOLO_OK) return shared;
-    if (!ok) return status != KOLO_OK ? status : KOLO_ERR_NCCL;
-    status = kolo_broadcast(comm, id, sizeof id, KOLO_UINT8, 0);
-    if (status != KOLO_OK) return status;
-  }
-  kolo_nccl_comm *nccl = NULL;
-  status = kolo_nccl_comm_create(id, comm->rank, comm->size, comm->cuda_device, comm->timeout_ms,
-                                 &nccl);
+  kolo_status status = epoch_nccl_id(comm, id);
   if (status != KOLO_OK) return status;
-  comm->nccl = nccl;
+  kolo_nccl_options options = {.device = dev->device, .timeout_ms = comm->timeout_ms,
+                               .op_timeout_ms = dev->op_timeout_ms, .cancelled = ring_failed,
+                               .cancel_user = comm};
+  kolo_nccl_comm *nccl = NULL;
+  status = kolo_nccl_comm_create_with(id, comm->rank, comm->size, &options, &nccl);
+  if (status != KOLO_OK) return atomic_load(&comm->failed) ? comm->error : status;
+  atomic_store(&dev->nccl, nccl);
+  /* a failure recorded meanwhile may have found no NCCL comm to abort */
+  if (atomic_load(&comm->failed)) kolo_nccl_comm_abort(nccl);
   return KOLO_OK;
+}
+
+/* The all-gather with counts unknown in advance: exchange them (a collective
+ * decision, the same on every rank), then the blocks. dev->mutex held. */
+static kolo_status submit_allgather(kolo_comm *comm, kolo_device *dev, kolo_nccl_comm *nccl,
+                                    const kolo_request *request, kolo_nccl_request **handle,
+                                    int *shared_refusal) {
+  kolo_status status = kolo_nccl_exchange_counts(nccl, request->count, dev->counts);
+  if (status != KOLO_OK) return status;
+  size_t total = 0;
+  for (int r = 0; r < comm->size; r++) {
+    total += dev->counts[r];
+    if (request->recv_counts != NULL) request->recv_counts[r] = dev->counts[r];
+  }
+  if (total > request->recv_capacity) {
+    KOLO_LOGE("kolo", "allgather: %zu elements do not fit the receive capacity %zu", total,
+              request->recv_capacity);
+    *shared_refusal = 1;
+    return KOLO_ERR_TOO_LARGE;
+  }
+  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHERV, .send = request->send,
+                         .recv = request->recv, .counts = dev->counts, .dtype = request->dtype};
+  return kolo_nccl_group_after(nccl, &d, 1, request->cuda_stream, handle);
+}
+
+static kolo_status submit_locked(kolo_comm *comm, kolo_device *dev, const kolo_request *request,
+                                 kolo_nccl_request **handle, int *shared_refusal) {
+  kolo_status status = ensure_nccl(comm, dev);
+  if (status != KOLO_OK) return status;
+  kolo_nccl_comm *nccl = atomic_load(&dev->nccl);
+  kolo_nccl_op_desc d = {.send = request->send, .recv = request->recv, .count = request->count,
+                         .dtype = request->dtype, .op = request->op, .root = request->root};
+  switch (request->kind) {
+    case KOLO_REQUEST_ALLREDUCE: d.kind = KOLO_NCCL_ALLREDUCE; break;
+    case KOLO_REQUEST_BROADCAST: d.kind = KOLO_NCCL_BROADCAST; break;
+    case KOLO_REQUEST_REDUCESCATTER: d.kind = KOLO_NCCL_REDUCESCATTER; break;
+    case KOLO_REQUEST_ALLGATHER:
+      return submit_allgather(comm, dev, nccl, request, handle, shared_refusal);
+    default:
+      *shared_refusal = 1;
+      return KOLO_ERR_UNSUPPORTED;
+  }
+  return kolo_nccl_group_after(nccl, &d, 1, request->cuda_stream, handle);
 }
 
 kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request,
                                void **nccl_request) {
-  kolo_status status = ensure_nccl(comm);
-  if (status != KOLO_OK) return status;
+  kolo_device *dev = device_of(comm);
+  if (dev == NULL) return KOLO_ERR_STATE;
+  if (atomic_load(&comm->failed)) return comm->error; /* a dead ring submits nothing */
   kolo_nccl_request *handle = NULL;
-  switch (request->kind) {
-    case KOLO_REQUEST_ALLREDUCE:
-      status = kolo_nccl_allreduce_async(comm->nccl, request->send, request->recv, request->count,
-                                         request->dtype, request->op, &handle);
-      break;
-    case KOLO_REQUEST_BROADCAST:
-      status = kolo_nccl_broadcast_async(comm->nccl, request->recv, request->count,
-                                         request->dtype, request->root, &handle);
-      break;
-    case KOLO_REQUEST_REDUCESCATTER:
-      status = kolo_nccl_reducescatter_async(comm->nccl, request->send, request->recv,
-                                             request->count, request->dtype, request->op, &handle);
-      break;
-    case KOLO_REQUEST_ALLGATHER: {
-      size_t total = 0;
-      status = kolo_nccl_exchange_counts(comm->nccl, request->count, comm->block_bytes);
-      if (status != KOLO_OK) break;
-      for (int r = 0; r < comm->size; r++) {
-        total += comm->block_bytes[r];
-        if (request->recv_counts != NULL) request->recv_counts[r] = comm->block_bytes[r];
-      }
-      if (total > request->recv_capacity) {
-        status = KOLO_ERR_TOO_LARGE;
-        break;
-      }
-      status = kolo_nccl_allgatherv_async(comm->nccl, request->send, request->recv,
-                                          comm->block_bytes, request->dtype, &handle);
-      break;
-    }
-    default:
-      status = KOLO_ERR_UNSUPPORTED;
+  int shared_refusal = 0;
+  pthread_mutex_lock(&dev->mutex);
+  kolo_status status = submit_locked(comm, dev, request, &handle, &shared_refusal);
+  pthread_mutex_unlock(&dev->mutex);
+  if (status == KOLO_OK) {
+    *nccl_request = handle;
+    return KOLO_OK;
   }
-  if (status == KOLO_OK) *nccl_request = handle;
+  if (atomic_load(&comm->failed)) return comm->error;
+  /* The other ranks submitted this operation and wait for this one: a refusal
+   * or failure made here alone must fail the ring, or they wait for their
+   * deadline. (A capacity refusal is decided alike on every rank: not so.) */
+  if (!shared_refusal)
+    kolo_comm_fail(comm, status, comm->rank, "rank %d could not run a GPU collective: %s",
+                   comm->rank, kolo_strerror(status));
   return status;
 }
 
+/* After NCCL reported an error: gives the control links a moment to name a
+ * dead rank (they see a SIGKILLed peer within milliseconds), then records
+ * NCCL's verdict unless one came. Returns the communicator's error. */
+static kolo_status fail_from_nccl(kolo_comm *comm, kolo_device *dev, kolo_status status) {
+  if (!atomic_load(&comm->failed)) {
+    struct pollfd pfd = {.fd = comm->fail_fd, .events = POLLIN};
+    (void)poll(&pfd, 1, NAME_THE_PEER_MS);
+  }
+  if (!atomic_load(&comm->failed)) {
+    char message[200] = "";
+    kolo_nccl_comm *nccl = atomic_load(&dev->nccl);
+    if (nccl != NULL) (void)kolo_nccl_comm_error(nccl, message, sizeof message);
+    kolo_comm_fail(comm, status, -1, "GPU collective failed: %s", message);
+  }
+  return comm->error;
+}
+
+static kolo_status finish(kolo_comm *comm, kolo_status status) {
+  if (status == KOLO_OK) return KOLO_OK;
+  if (atomic_load(&comm->failed)) return comm->error;
+  return fail_from_nccl(comm, device_of(comm), status);
+}
+
 kolo_status kolo_device_wait(kolo_comm *comm, void *nccl_request) {
-  (void)comm;
-  return kolo_nccl_wait(nccl_request);
+  return finish(comm, kolo_nccl_wait(nccl_request));
 }
 
 kolo_status kolo_device_test(kolo_comm *comm, void *nccl_request, int *done, kolo_status *status) {
-  (void)comm;
-  return kolo_nccl_test(nccl_request, done, status);
+  kolo_status polled = KOLO_OK;
+  kolo_status st = kolo_nccl_test(nccl_request, done, &polled);
+  if (st != KOLO_OK) return st;
+  if (*done) *status = finish(comm, polled);
+  return KOLO_OK;
+}
+
+kolo_status kolo_stream_wait(kolo_request *request, void *cuda_stream) {
+  if (request == NULL || request->device_request == NULL) return KOLO_ERR_INVALID_ARG;
+  return kolo_nccl_stream_wait(request->device_request, cuda_stream);
+}
+
+void *kolo_request_cuda_event(kolo_request *request) {
+  if (request == NULL || request->device_request == NULL) return NULL;
+  return kolo_nccl_request_event(request->device_request);
+}
+
+kolo_status kolo_device_check_stream_call(kolo_comm *comm, const kolo_request *request) {
+  kolo_device *dev = device_of(comm);
+  if (dev == NULL) {
+    KOLO_LOGE("kolo", "rank %d: a stream-ordered collective needs CUDA mode "
+              "(kolo_comm_use_cuda)", comm->rank);
+    return KOLO_ERR_STATE;
+  }
+  if (kolo_device_wanted(comm, request->send, request->recv)) return KOLO_OK;
+  /* host buffers on this rank while the others run it on their GPUs */
+  kolo_comm_fail(comm, KOLO_ERR_INVALID_ARG, comm->rank,
+                 "rank %d passed host buffers to a stream-ordered collective", comm->rank);
+  return KOLO_ERR_INVALID_ARG;
 }
 
 void kolo_device_abort(kolo_comm *comm) {
-  if (comm->nccl != NULL) kolo_nccl_comm_abort(comm->nccl);
+  kolo_device *dev = device_of(comm);
+  if (dev == NULL) return;
+  kolo_nccl_comm *nccl = atomic_load(&dev->nccl);
+  if (nccl != NULL) kolo_nccl_comm_abort(nccl); /* never blocks */
 }
 
 void kolo_device_destroy(kolo_comm *comm) {
-  kolo_nccl_comm_destroy(comm->nccl);
-  comm->nccl = NULL;
+  kolo_device *dev = atomic_exchange(&comm->device, NULL);
+  if (dev == NULL) return;
+  kolo_nccl_comm *nccl = atomic_load(&dev->nccl);
+  if (nccl != NULL && atomic_load(&comm->failed)) kolo_nccl_comm_abort(nccl);
+  kolo_nccl_comm_destroy(nccl); /* finalizes a healthy one; joins a running abort */
+  pthread_mutex_destroy(&dev->mutex);
+  free(dev->counts);
+  free(dev);
 }
 
 #else /* built without CUDA/NCCL */
@@ -131,9 +326,25 @@ kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device) {
   return KOLO_ERR_UNSUPPORTED;
 }
 
+int kolo_device_mode(const kolo_comm *comm, int *device) {
+  (void)comm;
+  if (device != NULL) *device = -1;
+  return 0;
+}
+
 int kolo_device_wanted(const kolo_comm *comm, const void *a, const void *b) {
   (void)comm, (void)a, (void)b;
   return 0;
+}
+
+int kolo_device_is_device_memory(const kolo_comm *comm, const void *p) {
+  (void)comm, (void)p;
+  return 0;
+}
+
+kolo_status kolo_device_copy(void *dst, const void *src, size_t bytes) {
+  (void)dst, (void)src, (void)bytes;
+  return KOLO_ERR_UNSUPPORTED;
 }
 
 kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request, void **nccl_request) {
@@ -151,6 +362,22 @@ kolo_status kolo_device_test(kolo_comm *comm, void *nccl_request, int *done, kol
   *done = 1;
   *status = KOLO_ERR_UNSUPPORTED;
   return KOLO_OK;
+}
+
+kolo_status kolo_stream_wait(kolo_request *request, void *cuda_stream) {
+  (void)request, (void)cuda_stream;
+  return KOLO_ERR_INVALID_ARG; /* no request runs on a device in this build */
+}
+
+void *kolo_request_cuda_event(kolo_request *request) {
+  (void)request;
+  return NULL;
+}
+
+kolo_status kolo_device_check_stream_call(kolo_comm *comm, const kolo_request *request) {
+  (void)comm, (void)request;
+  KOLO_LOGE("kolo", "stream-ordered collectives need a libkolo built with CUDA/NCCL");
+  return KOLO_ERR_UNSUPPORTED;
 }
 
 void kolo_device_abort(kolo_comm *comm) { (void)comm; }

@@ -1,7 +1,9 @@
 /* Elastic state and the process side of the agent protocol. A reader thread
  * takes ring announcements from the kolo-worker agent over a unix socket and
  * aborts the current communicator when a newer ring arrives; the training loop
- * commits, restores and re-forms through the kolo_elastic_* calls.
+ * commits, restores and re-forms through the kolo_elastic_* calls. A ring in
+ * CUDA mode hands its mode to the next one, and state buffers in device memory
+ * are committed to host copies with CUDA copies.
  *
  * Agent protocol, one text line per message:
  *   agent -> process  RING <epoch> <rank> <size> <local_rank> <local_size>
@@ -48,8 +50,9 @@ typedef struct ring_announcement {
 
 typedef struct state_buffer {
   void *buffer;
-  void *committed;
+  void *committed; /* host memory, whatever the buffer is */
   size_t bytes;
+  int on_device;   /* CUDA device memory: copied with CUDA copies, never memcpy */
 } state_buffer;
 
 struct kolo_elastic {
@@ -69,6 +72,7 @@ struct kolo_elastic {
   kolo_elastic_reset_fn reset;
   void *reset_user;
   pthread_mutex_t write_mutex;
+  int cuda_device; /* >= 0: the rings are in CUDA mode on this device (carried across re-forms) */
 };
 
 static void free_announcement(ring_announcement *ring) {
@@ -248,6 +252,8 @@ static kolo_status form_next_ring(kolo_elastic *elastic) {
   elastic->pending = NULL;
   kolo_comm *old = elastic->comm;
   elastic->comm = NULL;
+  int device = -1;
+  if (kolo_device_mode(old, &device)) elastic->cuda_device = device;
   pthread_mutex_unlock(&elastic->mutex);
   kolo_comm_destroy(old);
 
@@ -261,6 +267,14 @@ static kolo_status form_next_ring(kolo_elastic *elastic) {
                            .peers = (const char *const *)ring->peers, .secret = ring->secret,
                            .timeout_ms = ring->timeout_ms};
     status = kolo_comm_create(&spec, listener, &comm);
+  }
+  /* a GPU job stays one: device buffers must not reach the TCP ring */
+  if (status == KOLO_OK && elastic->cuda_device >= 0) {
+    status = kolo_comm_use_cuda(comm, elastic->cuda_device);
+    if (status != KOLO_OK) {
+      kolo_comm_destroy(comm);
+      comm = NULL;
+    }
   }
   char line[128];
   if (status == KOLO_OK) {
@@ -305,6 +319,7 @@ kolo_status kolo_elastic_create(kolo_elastic **out) {
   kolo_elastic *elastic = calloc(1, sizeof *elastic);
   if (elastic == NULL) return KOLO_ERR_NO_MEMORY;
   elastic->agent_fd = -1;
+  elastic->cuda_device = -1;
   pthread_mutex_init(&elastic->mutex, NULL);
   pthread_mutex_init(&elastic->write_mutex, NULL);
   pthread_cond_init(&elastic->cond, NULL);
@@ -350,13 +365,47 @@ kolo_comm *kolo_elastic_comm(kolo_elastic *elastic) {
   return comm;
 }
 
+/* Whether a state buffer is device memory. Only asked in CUDA mode (a CPU
+ * job never touches CUDA); once device, always device. */
+static int state_on_device(kolo_elastic *elastic, state_buffer *state) {
+  if (!state->on_device && state->bytes > 0) {
+    kolo_comm *comm = kolo_elastic_comm(elastic);
+    state->on_device = kolo_device_mode(comm, NULL) &&
+                       kolo_device_is_device_memory(comm, state->buffer);
+  }
+  return state->on_device;
+}
+
+/* Copies one state buffer: with the CUDA runtime for device memory (a host
+ * memcpy of device memory faults), memcpy otherwise. */
+static kolo_status copy_state(kolo_elastic *elastic, state_buffer *state, int to_committed) {
+  if (state->bytes == 0) return KOLO_OK;
+  void *dst = to_committed ? state->committed : state->buffer;
+  const void *src = to_committed ? state->buffer : state->committed;
+  if (state_on_device(elastic, state)) return kolo_device_copy(dst, src, state->bytes);
+  memcpy(dst, src, state->bytes);
+  return KOLO_OK;
+}
+
+static kolo_status copy_all(kolo_elastic *elastic, int to_committed) {
+  for (int i = 0; i < elastic->buffer_count; i++)
+    KOLO_CHECK(copy_state(elastic, &elastic->buffers[i], to_committed));
+  return KOLO_OK;
+}
+
 kolo_status kolo_elastic_register(kolo_elastic *elastic, void *buffer, size_t bytes) {
   if (elastic == NULL || (buffer == NULL && bytes > 0)) return KOLO_ERR_INVALID_ARG;
   if (elastic->buffer_count == MAX_BUFFERS) return KOLO_ERR_TOO_LARGE;
   void *committed = malloc(bytes ? bytes : 1);
   if (committed == NULL) return KOLO_ERR_NO_MEMORY;
-  if (bytes) memcpy(committed, buffer, bytes);
-  elastic->buffers[elastic->buffer_count++] = (state_buffer){buffer, committed, bytes};
+  state_buffer *state = &elastic->buffers[elastic->buffer_count];
+  *state = (state_buffer){buffer, committed, bytes, 0};
+  kolo_status status = copy_state(elastic, state, 1);
+  if (status != KOLO_OK) {
+    free(committed);
+    return status;
+  }
+  elastic->buffer_count++;
   return KOLO_OK;
 }
 
@@ -369,10 +418,7 @@ void kolo_elastic_set_reset_callback(kolo_elastic *elastic, kolo_elastic_reset_f
 
 kolo_status kolo_elastic_commit(kolo_elastic *elastic) {
   if (elastic == NULL) return KOLO_ERR_INVALID_ARG;
-  for (int i = 0; i < elastic->buffer_count; i++) {
-    state_buffer *state = &elastic->buffers[i];
-    if (state->bytes) memcpy(state->committed, state->buffer, state->bytes);
-  }
+  KOLO_CHECK(copy_all(elastic, 1));
   pthread_mutex_lock(&elastic->mutex);
   int changed = elastic->pending != NULL && elastic->comm != NULL &&
                 elastic->pending->epoch > kolo_comm_epoch(elastic->comm);
@@ -385,11 +431,7 @@ kolo_status kolo_elastic_commit(kolo_elastic *elastic) {
 
 kolo_status kolo_elastic_restore(kolo_elastic *elastic) {
   if (elastic == NULL) return KOLO_ERR_INVALID_ARG;
-  for (int i = 0; i < elastic->buffer_count; i++) {
-    state_buffer *state = &elastic->buffers[i];
-    if (state->bytes) memcpy(state->buffer, state->committed, state->bytes);
-  }
-  return KOLO_OK;
+  return copy_all(elastic, 0);
 }
 
 kolo_status kolo_elastic_sync(kolo_elastic *elastic) {
@@ -399,11 +441,7 @@ kolo_status kolo_elastic_sync(kolo_elastic *elastic) {
     state_buffer *state = &elastic->buffers[i];
     KOLO_CHECK(kolo_broadcast(comm, state->buffer, state->bytes, KOLO_UINT8, 0));
   }
-  for (int i = 0; i < elastic->buffer_count; i++) {
-    state_buffer *state = &elastic->buffers[i];
-    if (state->bytes) memcpy(state->committed, state->buffer, state->bytes);
-  }
-  return KOLO_OK;
+  return copy_all(elastic, 1);
 }
 
 kolo_status kolo_elastic_reform(kolo_elastic *elastic) {

@@ -4,7 +4,9 @@
  * sent as a 16-byte control message over both control links; a rank that learns
  * a failure from a control message records it and forwards it once, so the whole
  * ring learns the failed rank's number within a few hops. A goodbye (status OK)
- * on a control link is a neighbour closing normally, not a failure. */
+ * on a control link is a neighbour closing normally, not a failure. Every
+ * failure also aborts the epoch's NCCL communicator (device.c), so GPU
+ * collectives waiting for a dead peer end as soon as the ring knows. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -37,6 +39,8 @@ static void record_failure(kolo_comm *comm, kolo_status status, int failed_rank,
   ssize_t ignored = write(comm->fail_fd, &one, sizeof one);
   ignored = write(comm->wake_fd, &one, sizeof one);
   (void)ignored;
+  /* GPU collectives in flight wait for this peer too: stop them now (non-blocking) */
+  kolo_device_abort(comm);
   if (propagate && comm->size > 1) {
     kolo_control_message message = {.magic = KOLO_CONTROL_MAGIC,
                                     .status = (int32_t)status,

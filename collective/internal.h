@@ -53,6 +53,8 @@ int kolo_dtype_is_floating(kolo_dtype dtype);
 /* Fills count elements with op's identity (what a joined rank contributes). */
 void kolo_fill_identity(void *buffer, size_t count, kolo_dtype dtype, kolo_op op);
 
+typedef struct kolo_device kolo_device; /* CUDA mode state, collective/device.c */
+
 typedef enum kolo_request_kind {
   KOLO_REQUEST_ALLREDUCE,
   KOLO_REQUEST_ALLGATHER,
@@ -86,6 +88,7 @@ struct kolo_request {
   int done;     /* guarded by comm->mutex */
   int pooled;   /* lives in the comm's pool (async) rather than on a caller's stack */
   void *device_request; /* an NCCL request when the operation runs on device buffers */
+  void *cuda_stream;    /* device operations: ordered after the caller's stream (NULL: legacy) */
   kolo_request *next;
 
   /* named operations (engine.h); name[0] == '\0' for the unnamed API */
@@ -210,10 +213,8 @@ struct kolo_comm {
   size_t *block_bytes;    /* size entries */
   kolo_ring_plan plan;
 
-  /* CUDA mode (collective/device.c) */
-  int cuda_enabled;
-  int cuda_device;
-  struct kolo_nccl_comm *nccl;
+  /* CUDA mode (collective/device.c): NULL until kolo_comm_use_cuda, then set once */
+  _Atomic(kolo_device *) device;
 };
 
 /* Records the first failure, wakes every waiter and tells the ring neighbours.
@@ -297,14 +298,29 @@ kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, 
 kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
                                   int *kind, kolo_channel *bulk, int64_t deadline_ns);
 
-/* Device-buffer dispatch (collective/device.c): whether either buffer is device
- * memory in a CUDA-mode communicator; submit an operation to NCCL; wait/test the
- * NCCL request; abort/destroy the epoch's NCCL communicator. */
+/* Device-buffer dispatch (collective/device.c). */
+/* Whether either buffer is device memory in a CUDA-mode communicator. */
 int kolo_device_wanted(const kolo_comm *comm, const void *a, const void *b);
+/* 1 (and the CUDA device) when the communicator is in CUDA mode. */
+int kolo_device_mode(const kolo_comm *comm, int *device);
+/* Whether p is device memory (CUDA mode only; never touches CUDA otherwise). */
+int kolo_device_is_device_memory(const kolo_comm *comm, const void *p);
+/* Blocking copy between any two of host and device memory. */
+kolo_status kolo_device_copy(void *dst, const void *src, size_t bytes);
+/* Submits an operation to NCCL (ordered after request->cuda_stream). A failure
+ * or refusal made by this rank alone fails the communicator. */
 kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request, void **device_request);
+/* Wait/test an NCCL request; an NCCL error fails the communicator, and a
+ * communicator that failed answers with its own error. */
 kolo_status kolo_device_wait(kolo_comm *comm, void *device_request);
 kolo_status kolo_device_test(kolo_comm *comm, void *device_request, int *done, kolo_status *status);
+/* A stream-ordered call needs CUDA mode (STATE) and device buffers (INVALID_ARG,
+ * which fails the communicator: the other ranks run it on their GPUs). */
+kolo_status kolo_device_check_stream_call(kolo_comm *comm, const kolo_request *request);
+/* Starts the NCCL communicator's abort; never blocks (failure.c calls it for
+ * every failure the ring records). */
 void kolo_device_abort(kolo_comm *comm);
+/* Destroys the epoch's NCCL communicator and leaves CUDA mode. */
 void kolo_device_destroy(kolo_comm *comm);
 
 struct kolo_listener {

@@ -214,6 +214,26 @@ static void print_lost(FILE *out, const kolo_sched_job_view *job, const kolo_sch
     fprintf(out, "%s%s (%s)", i ? ", " : "", job->members[d->lost[i].member].worker_id, d->lost[i].why);
 }
 
+/* Below the first line: the stderr tails of lost members whose process failed. */
+static void print_tails(FILE *out, const kolo_sched_job_view *job, const kolo_sched_decision *d) {
+  size_t shown = 0;
+  for (size_t i = 0; i < d->n_lost && shown < KOLO_SCHED_TAIL_WORKERS; i++) {
+    const kolo_sched_member *m = &job->members[d->lost[i].member];
+    const char *tail = m->report.stderr_tail;
+    if (d->lost[i].drained || !m->report.exited || m->report.exit_code == 0 || tail == NULL || tail[0] == '\0')
+      continue;
+    size_t len = strlen(tail);
+    if (len > KOLO_SCHED_TAIL_BYTES) {
+      /* keep the newest lines: start after the first newline past the cut */
+      const char *cut = tail + len - KOLO_SCHED_TAIL_BYTES;
+      const char *nl = strchr(cut, '\n');
+      tail = nl ? nl + 1 : cut;
+    }
+    fprintf(out, "\n%s (rank %zu) stderr, last lines:\n%s", m->worker_id, d->lost[i].member, tail);
+    shown++;
+  }
+}
+
 char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sched_decision *d) {
   if (kolo_sched_event_type(d->action) == NULL) return NULL;
   char *text = NULL;
@@ -267,6 +287,8 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
   default:
     break;
   }
+  if (d->action == KOLO_SCHED_LOST_FAIL || d->action == KOLO_SCHED_LOST_REFORM || d->action == KOLO_SCHED_LOST_HOLD)
+    print_tails(out, job, d);
   if (fclose(out) != 0) {
     free(text);
     return NULL;

@@ -37,6 +37,7 @@ typedef struct kolo_sched_report {
   int64_t failed_epoch;   /* the process said this epoch's ring failed ... */
   int64_t failed_rank;    /* ... naming this rank (-1: none) */
   int64_t formed_epoch;   /* newest epoch whose ring the process formed */
+  const char *stderr_tail; /* borrowed: last stderr lines of a process that exited non-zero; NULL if none */
 } kolo_sched_report;
 
 typedef struct kolo_sched_member {
@@ -117,7 +118,12 @@ int kolo_sched_decision_lost(const kolo_sched_decision *decision, size_t i);
 const char *kolo_sched_event_type(kolo_sched_action action);
 
 /* The event message for a decision (malloc'd; NULL when out of memory or for an
- * action without an event). Names every lost worker with its reason. */
+ * action without an event). Names every lost worker with its reason on the first line;
+ * a lost member whose process failed adds the last lines of its stderr below (at most
+ * KOLO_SCHED_TAIL_WORKERS members, KOLO_SCHED_TAIL_BYTES each), so the job's FAILED
+ * error says what went wrong. */
+#define KOLO_SCHED_TAIL_WORKERS 3
+#define KOLO_SCHED_TAIL_BYTES 1536
 char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sched_decision *decision);
 
 #endif

@@ -197,6 +197,7 @@ static kolo_sched_report report_of(const json_t *r) {
   out.failed_epoch = kolo_sched_int(r, "failed_epoch");
   out.failed_rank = json_is_integer(json_object_get(r, "failed_rank")) ? kolo_sched_int(r, "failed_rank") : -1;
   out.formed_epoch = kolo_sched_int(r, "formed_epoch");
+  out.stderr_tail = json_string_value(json_object_get(r, "stderr_tail"));
   return out;
 }
 

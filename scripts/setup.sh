@@ -15,6 +15,7 @@ PACKAGES=(
   wrk valgrind iproute2 procps psmisc openssl
   unzip
   clang libclang-rt-14-dev
+  chromium chromium-driver
   buildah podman debootstrap runc
 )
 

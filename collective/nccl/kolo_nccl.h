@@ -78,6 +78,14 @@ kolo_status kolo_nccl_copy_to_host(void *host_dst, const void *device_src, size_
  * the runtime). On the legacy default stream, so it does not wait for kolo's. */
 kolo_status kolo_nccl_copy(void *dst, const void *src, size_t bytes);
 
+/* NCCL_COMM_BLOCKING, as NCCL reads it: from the environment, else the first
+ * line "NCCL_COMM_BLOCKING=..." of NCCL_CONF_FILE (or ~/.nccl.conf), else of
+ * /etc/nccl.conf. Returns 1 when NCCL will make communicators blocking (the
+ * value parses as 1, like strtoll base 0) and writes where it came from into
+ * source (may be NULL); 0 otherwise. A blocking communicator's creation waits
+ * with no deadline, so kolo refuses to create one. Needs no GPU. */
+int kolo_nccl_blocking_forced(char *source, size_t length);
+
 /* ---- unique id: made by rank 0 of each epoch, carried as text in the ring spec ---- */
 
 /* Makes a new NCCL unique id (ncclGetUniqueId). Rank 0 calls this once per epoch;

@@ -250,23 +250,10 @@ static kolo_status check_create_args(int rank, int size, const kolo_nccl_options
   return KOLO_OK;
 }
 
-kolo_status kolo_nccl_comm_create_with(const uint8_t id[KOLO_NCCL_ID_BYTES], int rank, int size,
-                                       const kolo_nccl_options *options, kolo_nccl_comm **out) {
-  if (out == NULL) return KOLO_ERR_INVALID_ARG;
-  *out = NULL;
-  if (id == NULL || options == NULL || size < 1 || rank < 0 || rank >= size)
-    return KOLO_ERR_INVALID_ARG;
-  kolo_status st = check_create_args(rank, size, options);
-  if (st != KOLO_OK) return st;
-  char message[512];
-  st = kolo_nccl_use_device(options->device, message, sizeof message);
-  if (st != KOLO_OK) {
-    KOLO_LOGE(COMPONENT, "communicator rank %d/%d: %s: %s", rank, size, kolo_strerror(st),
-              message);
-    return st;
-  }
+/* The communicator object, before any CUDA or NCCL call. */
+static kolo_nccl_comm *new_comm(int rank, int size, const kolo_nccl_options *options) {
   kolo_nccl_comm *comm = calloc(1, sizeof *comm);
-  if (comm == NULL) return KOLO_ERR_NO_MEMORY;
+  if (comm == NULL) return NULL;
   pthread_mutex_init(&comm->mu, NULL);
   pthread_mutex_init(&comm->abort_mu, NULL);
   pthread_cond_init(&comm->changed, NULL);
@@ -277,18 +264,48 @@ kolo_status kolo_nccl_comm_create_with(const uint8_t id[KOLO_NCCL_ID_BYTES], int
   comm->device = options->device;
   comm->timeout_ms = options->timeout_ms > 0 ? options->timeout_ms : KOLO_DEFAULT_TIMEOUT_MS;
   comm->op_timeout_ms = options->op_timeout_ms > 0 ? options->op_timeout_ms : comm->timeout_ms;
-  st = setup_locals(comm);
+  return comm;
+}
+
+kolo_status kolo_nccl_comm_create_with(const uint8_t id[KOLO_NCCL_ID_BYTES], int rank, int size,
+                                       const kolo_nccl_options *options, kolo_nccl_comm **out) {
+  if (out == NULL) return KOLO_ERR_INVALID_ARG;
+  *out = NULL;
+  if (id == NULL || options == NULL || size < 1 || rank < 0 || rank >= size)
+    return KOLO_ERR_INVALID_ARG;
+  kolo_status st = check_create_args(rank, size, options);
+  if (st != KOLO_OK) return st;
+  char message[512];
+  int ndev = 0;
+  st = kolo_nccl_device_count(&ndev, message, sizeof message);
+  if (st == KOLO_OK && options->device >= ndev) {
+    snprintf(message, sizeof message, "CUDA device %d requested, %d present", options->device,
+             ndev);
+    st = KOLO_ERR_NO_DEVICE;
+  }
+  kolo_nccl_guard guard;
+  cudaError_t e = st == KOLO_OK ? kolo_nccl_guard_enter(options->device, &guard) : cudaSuccess;
+  if (st == KOLO_OK && e != cudaSuccess) {
+    kolo_nccl_describe_cuda(e, "cudaSetDevice", message, sizeof message);
+    st = kolo_nccl_status_from_cuda(e);
+  }
   if (st != KOLO_OK) {
+    KOLO_LOGE(COMPONENT, "communicator rank %d/%d: %s: %s", rank, size, kolo_strerror(st),
+              message);
+    return st;
+  }
+  kolo_nccl_comm *comm = new_comm(rank, size, options);
+  st = comm == NULL ? KOLO_ERR_NO_MEMORY : setup_locals(comm);
+  if (st == KOLO_OK) {
+    pthread_mutex_lock(&comm->mu);
+    st = init_nccl_locked(comm, id, options);
+    pthread_mutex_unlock(&comm->mu);
+    if (st != KOLO_OK) kolo_nccl_comm_destroy(comm); /* joins the abort the failure started */
+  } else if (comm != NULL) {
     free_comm_resources(comm);
-    return st;
   }
-  pthread_mutex_lock(&comm->mu);
-  st = init_nccl_locked(comm, id, options);
-  pthread_mutex_unlock(&comm->mu);
-  if (st != KOLO_OK) {
-    kolo_nccl_comm_destroy(comm); /* joins the abort the failure started */
-    return st;
-  }
+  kolo_nccl_guard_exit(&guard);
+  if (st != KOLO_OK) return st;
   KOLO_LOGD(COMPONENT, "communicator rank %d/%d ready on device %d", rank, size, comm->device);
   *out = comm;
   return KOLO_OK;
@@ -366,8 +383,9 @@ static int finalize_locked(kolo_nccl_comm *comm) {
 
 void kolo_nccl_comm_destroy(kolo_nccl_comm *comm) {
   if (comm == NULL) return;
+  kolo_nccl_guard guard;
+  (void)kolo_nccl_guard_enter(comm->device, &guard);
   pthread_mutex_lock(&comm->mu);
-  (void)kolo_nccl_make_current(comm->device);
   int clean = comm->state == KOLO_NCCL_STATE_READY && comm->pending == 0 &&
               !atomic_load(&comm->abort_requested) && finalize_locked(comm);
   pthread_mutex_unlock(&comm->mu);
@@ -387,4 +405,5 @@ void kolo_nccl_comm_destroy(kolo_nccl_comm *comm) {
               comm->size, comm->pending);
   pthread_mutex_unlock(&comm->mu);
   free_comm_resources(comm);
+  kolo_nccl_guard_exit(&guard);
 }

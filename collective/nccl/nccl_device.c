@@ -125,28 +125,74 @@ int kolo_nccl_is_device_pointer(const void *ptr) {
 
 int kolo_nccl_is_device_pointer_on(const void *ptr, int device) {
   if (ptr == NULL) return 0;
-  if (device >= 0 && kolo_nccl_make_current(device) != cudaSuccess) return 0;
-  return kolo_nccl_is_device_pointer(ptr);
+  if (device < 0) return kolo_nccl_is_device_pointer(ptr);
+  kolo_nccl_guard guard;
+  if (kolo_nccl_guard_enter(device, &guard) != cudaSuccess) return 0;
+  int is_device = kolo_nccl_is_device_pointer(ptr);
+  kolo_nccl_guard_exit(&guard);
+  return is_device;
 }
 
-/* ---- the extent of an allocation ---- */
+/* ---- driver entry points (no link against libcuda) ---- */
 
 typedef CUresult (*address_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+typedef CUresult (*ctx_get_fn)(CUcontext *ctx);
+typedef CUresult (*ctx_set_fn)(CUcontext ctx);
 static address_range_fn address_range;
-static pthread_once_t address_range_once = PTHREAD_ONCE_INIT;
+static ctx_get_fn ctx_get_current;
+static ctx_set_fn ctx_set_current;
+static pthread_once_t entry_points_once = PTHREAD_ONCE_INIT;
 
-static void find_address_range(void) {
+static void *entry_point(const char *symbol) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
-  cudaError_t err =
-      cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found);
+  cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found);
 #else
-  cudaError_t err = cudaGetDriverEntryPoint("cuMemGetAddressRange", &fn, cudaEnableDefault, &found);
+  cudaError_t err = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &found);
 #endif
   if (err != cudaSuccess) kolo_nccl_cuda_forget(err);
-  if (err == cudaSuccess && found == cudaDriverEntryPointSuccess) address_range = (address_range_fn)fn;
+  return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? fn : NULL;
 }
+
+static void find_entry_points(void) {
+  address_range = (address_range_fn)entry_point("cuMemGetAddressRange");
+  ctx_get_current = (ctx_get_fn)entry_point("cuCtxGetCurrent");
+  ctx_set_current = (ctx_set_fn)entry_point("cuCtxSetCurrent");
+}
+
+cudaError_t kolo_nccl_guard_enter(int device, kolo_nccl_guard *guard) {
+  guard->saved = NULL;
+  guard->restore = 0;
+  pthread_once(&entry_points_once, find_entry_points);
+  CUcontext saved = NULL;
+  if (ctx_get_current == NULL || ctx_set_current == NULL ||
+      ctx_get_current(&saved) != CUDA_SUCCESS)
+    return kolo_nccl_make_current(device);
+  if (saved != NULL) {
+    int current = -1;
+    cudaError_t err = cudaGetDevice(&current);
+    if (err != cudaSuccess) kolo_nccl_cuda_forget(err);
+    if (err == cudaSuccess && current == device) return cudaSuccess;
+  }
+  cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    kolo_nccl_cuda_forget(err);
+    return err;
+  }
+  /* a thread that had chosen a device gets it back; one that had none keeps
+   * kolo's, so no context is ever made on a device kolo does not use */
+  guard->saved = saved;
+  guard->restore = saved != NULL;
+  return cudaSuccess;
+}
+
+void kolo_nccl_guard_exit(kolo_nccl_guard *guard) {
+  if (guard->restore && ctx_set_current != NULL) (void)ctx_set_current((CUcontext)guard->saved);
+  guard->restore = 0;
+}
+
+/* ---- the extent of an allocation ---- */
 
 /* Device memory of `device` (or managed memory) at p. */
 static int device_byte(const void *p, int device) {
@@ -166,7 +212,7 @@ int kolo_nccl_device_range(const void *ptr, size_t bytes, int device) {
   if (bytes <= 1) return 1;
   uintptr_t start = (uintptr_t)ptr;
   if (start + bytes < start) return 0; /* wraps around */
-  pthread_once(&address_range_once, find_address_range);
+  pthread_once(&entry_points_once, find_entry_points);
   if (address_range != NULL) {
     CUdeviceptr base = 0;
     size_t size = 0;

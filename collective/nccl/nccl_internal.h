@@ -69,6 +69,19 @@ kolo_status kolo_nccl_use_device(int device, char *message, size_t length);
  * cudaGetDevice, and cudaSetDevice only when it differs). */
 cudaError_t kolo_nccl_make_current(int device);
 
+/* The calling thread's CUDA binding around one of kolo's calls on a caller's
+ * thread: enter makes `device` current; exit puts back the context the thread
+ * had bound, if it had one. A thread with none keeps `device` afterwards, so no
+ * context is ever created on a GPU kolo does not use (a fresh thread's default
+ * device 0, say). Without the driver entry points, enter only makes `device`
+ * current. */
+typedef struct kolo_nccl_guard {
+  void *saved; /* the CUcontext bound at enter */
+  int restore;
+} kolo_nccl_guard;
+cudaError_t kolo_nccl_guard_enter(int device, kolo_nccl_guard *guard);
+void kolo_nccl_guard_exit(kolo_nccl_guard *guard);
+
 /* Whether [ptr, ptr + bytes) is memory NCCL may use from CUDA device `device`:
  * one device (or managed) allocation that holds the whole range (1), or not (0). */
 typedef int (*kolo_nccl_ptr_check)(const void *ptr, size_t bytes, int device);
@@ -108,15 +121,7 @@ uint64_t kolo_nccl_pause_ns(uint64_t elapsed_ns);
 /* Yields or sleeps as kolo_nccl_pause_ns(now - start_ns) says. */
 void kolo_nccl_pause(uint64_t start_ns);
 
-/* NCCL_COMM_BLOCKING, as NCCL reads it: from the environment, else the first
- * line "NCCL_COMM_BLOCKING=..." of NCCL_CONF_FILE (or ~/.nccl.conf), else of
- * /etc/nccl.conf. Returns 1 when NCCL will make communicators blocking (the
- * value parses as 1, like strtoll base 0), and writes where it came from into
- * source; 0 otherwise. A blocking communicator's creation waits with no
- * deadline, so kolo refuses to create one. */
-int kolo_nccl_blocking_forced(char *source, size_t length);
-
-/* Pure pieces of the above: the value of `name` in conf-file text (lines
+/* Pure pieces of kolo_nccl_blocking_forced (kolo_nccl.h): the value of `name` in conf-file text (lines
  * NAME=VALUE, '#' comments; the first one wins, as NCCL's setenv(…, 0) does),
  * copied into value; 1 if found. And whether a value forces blocking. */
 int kolo_nccl_conf_value(const char *text, const char *name, char *value, size_t length);

@@ -24,15 +24,15 @@ typedef struct issued_op {
 
 static size_t align_up(size_t n) { return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN; }
 
-/* State check under the lock, device current. Returns with the lock held on
- * KOLO_OK only. */
-static kolo_status begin_submit(kolo_nccl_comm *comm) {
+/* State check under the lock, the comm's device current for the call (guard).
+ * Returns with the lock held and the guard entered on KOLO_OK only. */
+static kolo_status begin_submit(kolo_nccl_comm *comm, kolo_nccl_guard *guard) {
   pthread_mutex_lock(&comm->mu);
   kolo_status st = kolo_nccl_state_submit_status(comm->state, comm->failure);
   if (st == KOLO_OK && atomic_load(&comm->abort_requested)) st = KOLO_ERR_ABORTED;
   if (st != KOLO_OK && comm->failure != KOLO_OK) st = comm->failure;
   if (st == KOLO_OK) {
-    cudaError_t e = kolo_nccl_make_current(comm->device);
+    cudaError_t e = kolo_nccl_guard_enter(comm->device, guard);
     if (e != cudaSuccess) {
       kolo_nccl_fail_cuda_locked(comm, e, "cudaSetDevice");
       st = comm->failure;
@@ -40,6 +40,11 @@ static kolo_status begin_submit(kolo_nccl_comm *comm) {
   }
   if (st != KOLO_OK) pthread_mutex_unlock(&comm->mu);
   return st;
+}
+
+static void end_submit(kolo_nccl_comm *comm, kolo_nccl_guard *guard) {
+  kolo_nccl_guard_exit(guard);
+  pthread_mutex_unlock(&comm->mu);
 }
 
 /* Grows the scratch buffer to at least bytes, in kolo's stream order (the old
@@ -260,12 +265,13 @@ kolo_status kolo_nccl_group_after(kolo_nccl_comm *comm, const kolo_nccl_op_desc 
   issued_op local[8];
   issued_op *plan = n <= 8 ? local : calloc(n, sizeof *plan);
   if (plan == NULL) return KOLO_ERR_NO_MEMORY;
-  kolo_status st = begin_submit(comm);
+  kolo_nccl_guard guard;
+  kolo_status st = begin_submit(comm, &guard);
   if (st == KOLO_OK) {
     size_t scratch = 0;
     st = plan_ops_locked(comm, ops, n, plan, &scratch);
     if (st == KOLO_OK) st = submit_planned_locked(comm, ops, plan, n, scratch, stream, request);
-    pthread_mutex_unlock(&comm->mu);
+    end_submit(comm, &guard);
   }
   if (plan != local) free(plan);
   return st;
@@ -331,7 +337,8 @@ void *kolo_nccl_request_event(kolo_nccl_request *request) {
 
 kolo_status kolo_nccl_exchange_counts(kolo_nccl_comm *comm, size_t my_count, size_t *counts) {
   if (comm == NULL || counts == NULL) return KOLO_ERR_INVALID_ARG;
-  kolo_status st = begin_submit(comm);
+  kolo_nccl_guard guard;
+  kolo_status st = begin_submit(comm, &guard);
   if (st != KOLO_OK) return st;
   /* Pinned host slot: a pageable copy would wait for the stream without a deadline. */
   comm->count_host[comm->rank] = (uint64_t)my_count;
@@ -359,7 +366,7 @@ kolo_status kolo_nccl_exchange_counts(kolo_nccl_comm *comm, size_t my_count, siz
   }
   st = record_request_locked(comm, &req);
 unlock:
-  pthread_mutex_unlock(&comm->mu);
+  end_submit(comm, &guard);
   if (st != KOLO_OK) return st;
   st = kolo_nccl_wait(req);
   if (st != KOLO_OK) return st;

@@ -110,12 +110,25 @@ void kolo_comm_abort(kolo_comm *comm);
  * not) and the rank it names (-1 if none, e.g. a timeout). Thread-safe. */
 kolo_status kolo_comm_error(const kolo_comm *comm, int *failed_rank);
 
+/* kolo_comm_use_cuda's device meaning "this rank's local rank modulo the GPUs
+ * of this host" (the usual one-rank-per-GPU placement). */
+#define KOLO_CUDA_LOCAL_DEVICE (-1)
+
 /* Puts the communicator in CUDA mode: from then on, collectives whose buffers are
- * CUDA device memory run over NCCL (one rank per GPU) on kolo's own stream, with
- * the same blocking/non-blocking API; host buffers keep using the TCP ring.
- * device is this rank's CUDA device. Collective in effect: call it on every rank.
- * KOLO_ERR_NO_DEVICE without a usable GPU; KOLO_ERR_UNSUPPORTED when libkolo was
- * built without CUDA/NCCL. Does not communicate. */
+ * CUDA device memory run over NCCL (one rank per GPU) on kolo's own non-blocking
+ * stream, with the same blocking/non-blocking API; host buffers keep using the
+ * TCP ring. device is this rank's CUDA device, or KOLO_CUDA_LOCAL_DEVICE; other
+ * negative values are KOLO_ERR_INVALID_ARG. Collective in effect: call it on every
+ * rank. The unordered forms (kolo_allreduce, ...) are ordered after the work
+ * enqueued on the legacy default stream; for other streams use the _on_stream
+ * forms below. A failure of the ring (a dead peer, an abort) aborts the GPU
+ * collectives in flight at once; an NCCL error fails the communicator
+ * (kolo_comm_error) like a ring error. GPU operations fail on no progress after
+ * KOLO_GPU_TIMEOUT seconds (default 600, never less than the ring's timeout).
+ * KOLO_ERR_NO_DEVICE without a usable GPU; KOLO_ERR_INVALID_ARG when
+ * NCCL_COMM_BLOCKING=1 is set (NCCL's setup would wait with no deadline);
+ * KOLO_ERR_STATE if already in CUDA mode on another device; KOLO_ERR_UNSUPPORTED
+ * when libkolo was built without CUDA/NCCL. Does not communicate. */
 kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device);
 
 /* Human-readable description of the last failure ("peer lost: rank 2 (connection
@@ -158,6 +171,43 @@ kolo_status kolo_wait(kolo_request *request);
 
 /* Never blocks. Sets *done; when done, *status holds the result and the request is freed. */
 kolo_status kolo_test(kolo_request *request, int *done, kolo_status *status);
+
+/* ---- stream-ordered forms (CUDA mode, device buffers) ----
+ * cuda_stream is the caller's cudaStream_t, passed as a pointer so this header
+ * needs no CUDA headers (NULL: the legacy default stream; cudaStreamPerThread:
+ * the calling thread's per-thread default stream). kolo's stream first waits on
+ * an event recorded on cuda_stream, so data the caller's kernels write there
+ * before the call is what is sent; the host does not block. The request
+ * completes as any other (kolo_wait / kolo_test report its status); to use the
+ * result on a stream without blocking the host, kolo_stream_wait. Arguments as
+ * for the _async forms. KOLO_ERR_STATE outside CUDA mode; host buffers are
+ * KOLO_ERR_INVALID_ARG and, since the other ranks run the operation on their GPUs,
+ * fail the communicator (as any refusal made by one rank alone does). */
+kolo_status kolo_allreduce_on_stream(kolo_comm *comm, const void *send, void *recv, size_t count,
+                                     kolo_dtype dtype, kolo_op op, void *cuda_stream,
+                                     kolo_request **request);
+kolo_status kolo_allgather_on_stream(kolo_comm *comm, const void *send, size_t send_count,
+                                     void *recv, size_t recv_capacity, size_t *recv_counts,
+                                     kolo_dtype dtype, void *cuda_stream, kolo_request **request);
+kolo_status kolo_broadcast_on_stream(kolo_comm *comm, void *buffer, size_t count,
+                                     kolo_dtype dtype, int root, void *cuda_stream,
+                                     kolo_request **request);
+kolo_status kolo_reducescatter_on_stream(kolo_comm *comm, const void *send, void *recv,
+                                         size_t recv_count, kolo_dtype dtype, kolo_op op,
+                                         void *cuda_stream, kolo_request **request);
+
+/* Makes cuda_stream (NULL: legacy default) wait on the device until a device
+ * request's collective is done; the host does not block, and the request stays
+ * the caller's to complete with kolo_wait / kolo_test. If the operation fails,
+ * the stream goes on once the abort has stopped the kernels, with the output
+ * undefined: check the status. KOLO_ERR_INVALID_ARG for a request that does not
+ * run on the device or a stream the runtime refuses. Any kind of request from a
+ * device buffer in CUDA mode qualifies, not only the _on_stream ones. */
+kolo_status kolo_stream_wait(kolo_request *request, void *cuda_stream);
+
+/* The completion event (a cudaEvent_t) of a device request, valid until the
+ * request is freed, for callers that wait on it themselves; NULL otherwise. */
+void *kolo_request_cuda_event(kolo_request *request);
 
 /* ---- blocking forms: same arguments, return when the operation is complete ---- */
 

@@ -162,6 +162,22 @@ class LogsTest(unittest.TestCase):
         self.assertNotEqual(self.cluster.job("running-1")["status"]["phase"], "SUCCEEDED")
         self.client.call("CancelJob", pb.CancelJobRequest(id="running-1"))
 
+    def test_a_failing_process_s_last_stderr_lines_are_in_the_job_s_error(self):
+        script = ('echo "starting"; echo "usage: train.py [--epochs N]" >&2; '
+                  'echo "train.py: error: unrecognized arguments: --epoch 3" >&2; exit 2')
+        self.cluster.submit({"name": "bad", "id": "bad-1", "min_workers": 1, "max_reconfigurations": 1,
+                             "exec": {"argv": ["/bin/sh", "-c", script]}})
+        job = self.cluster.wait_phase("bad-1", "FAILED", timeout=90)
+        error = job["status"]["error"]
+        self.assertIn("its process exited with code 2", error)
+        self.assertIn("stderr, last lines:\nusage: train.py [--epochs N]\n"
+                      "train.py: error: unrecognized arguments: --epoch 3", error)
+        self.assertNotIn("starting", error, "stdout is not stderr")
+        failed = [e for e in job["events"] if e["type"] == "FAILED"]
+        self.assertIn("unrecognized arguments", failed[-1]["message"])
+        code, out, err = kolo(self.server, "get", "bad-1")
+        self.assertIn("train.py: error: unrecognized arguments", out)
+
     # ---- bad requests ----
 
     def test_bad_requests_get_clear_errors(self):

@@ -18,6 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coordination/etcd.h"
+#include "coordination/keys.h"
+
 int64_t cluster_now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_REALTIME, &t);
@@ -297,6 +300,22 @@ int cluster_wait_step(cluster *c, const char *id, int step, int timeout_ms) {
     sleep_ms(50);
   }
   return -1;
+}
+
+json_t *cluster_report(cluster *c, const char *job, const char *worker) {
+  const char *endpoints[] = {kolo_etcd_harness_url(c->etcd)};
+  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1};
+  kolo_etcd *etcd = NULL;
+  if (kolo_etcd_create(&config, &etcd) != KOLO_OK) return NULL;
+  char key[512];
+  snprintf(key, sizeof key, KOLO_KEY_JOBS_PREFIX "%s/reports/%s", job, worker);
+  kolo_etcd_kv kv = {0};
+  json_t *report = NULL;
+  if (kolo_etcd_get(etcd, kolo_etcd_str(key), &kv, NULL) == KOLO_OK)
+    report = json_loadb((const char *)kv.value, kv.value_len, 0, NULL);
+  kolo_etcd_kv_clear(&kv);
+  kolo_etcd_destroy(etcd);
+  return report;
 }
 
 void cluster_print_job(json_t *job) {

@@ -76,6 +76,10 @@ pid_t cluster_job_pid(const char *job, const char *worker);
 /* Waits until no such process is left; 0 on success. */
 int cluster_wait_no_processes(const char *job, const char *worker, int timeout_ms);
 
+/* The report worker's agent wrote for job (/kolo/v1/jobs/<job>/reports/<worker>,
+ * read from etcd), or NULL. Caller frees. */
+json_t *cluster_report(cluster *c, const char *job, const char *worker);
+
 /* Prints the job's phase and events to stderr (for a failing test's log). */
 void cluster_print_job(json_t *job);
 

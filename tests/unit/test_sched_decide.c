@@ -276,6 +276,43 @@ static void a_loss_past_max_reconfigurations_fails_naming_everyone_lost(void **s
   free(text);
 }
 
+static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->view.reconfigurations = 1;
+  f->view.max_reconfigurations = 1;
+  kolo_sched_report *r = &f->members[2].report;
+  r->exited = 1;
+  r->exit_code = 2;
+  r->exit_epoch = 3;
+  r->stderr_tail = "usage: train.py [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3";
+  f->members[1].registered = 0;
+  f->members[1].report.stderr_tail = "not shown: this member's lease expired";
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_FAIL);
+  char *text = message(f);
+  assert_string_equal(text, "exceeded max_reconfigurations (1): lost workers w1 (its lease expired), "
+                            "w2 (its process exited with code 2)\n"
+                            "w2 (rank 2) stderr, last lines:\n"
+                            "usage: train.py [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3");
+  free(text);
+  /* a long tail keeps its newest whole lines within the bound */
+  char long_tail[4096] = "";
+  for (int i = 0; i < 200; i++) snprintf(long_tail + strlen(long_tail), sizeof long_tail - strlen(long_tail), "line %03d\n", i);
+  long_tail[strlen(long_tail) - 1] = '\0';
+  r->stderr_tail = long_tail;
+  f->view.reconfigurations = 0;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_HOLD); /* one survivor, below min_workers */
+  text = message(f);
+  const char *tail = strstr(text, "stderr, last lines:\n");
+  assert_non_null(tail);
+  tail += strlen("stderr, last lines:\n");
+  assert_true(strlen(tail) <= KOLO_SCHED_TAIL_BYTES);
+  assert_true(strncmp(tail, "line ", 5) == 0);
+  assert_non_null(strstr(tail, "line 199"));
+  assert_null(strstr(tail, "line 000"));
+  free(text);
+}
+
 static void zero_max_reconfigurations_fails_at_the_default(void **state) {
   fixture *f = *state;
   healthy(f, 3);
@@ -404,6 +441,7 @@ int main(void) {
       T(a_loss_below_min_workers_holds_the_survivors),
       T(a_loss_with_idle_workers_takes_them),
       T(a_loss_past_max_reconfigurations_fails_naming_everyone_lost),
+      T(a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none),
       T(zero_max_reconfigurations_fails_at_the_default),
       T(a_held_job_resumes_when_enough_workers_are_idle),
       T(a_reconfiguring_ring_runs_once_every_member_formed_it),

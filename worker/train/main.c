@@ -402,5 +402,7 @@ out:
   kolo_elastic_destroy(elastic);
 #endif
   if (rc != KOLO_OK && stop_signal) return 128 + (int)stop_signal;
+  /* ranks that disagree on the schedule cannot train this job: a usage error */
+  if (rc == KOLO_ERR_MISMATCH) return 2;
   return rc == KOLO_OK ? 0 : 1;
 }
