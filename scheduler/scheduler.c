@@ -111,7 +111,13 @@ static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j, co
     rc = kolo_sched_end_job(&s->writer, snap, j, "SUCCEEDED", type, message);
     break;
   case KOLO_SCHED_LOST_FAIL:
+  case KOLO_SCHED_USAGE_FAIL:
+  case KOLO_SCHED_STALLED_FAIL:
     rc = kolo_sched_end_job(&s->writer, snap, j, "FAILED", type, message);
+    break;
+  case KOLO_SCHED_STALLED_REFORM:
+    plan.count_reconfiguration = 1;
+    rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
     break;
   case KOLO_SCHED_LOST_HOLD:
   case KOLO_SCHED_DRAIN_HOLD:

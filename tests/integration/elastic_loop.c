@@ -1,15 +1,24 @@
 /* An elastic training loop whose result is predictable: every step all-reduces
- * (AVG) a vector that is the same on every rank and adds it to an accumulator,
- * committing every few steps. Whatever the ring does (ranks lost, ranks joining),
- * the final accumulator must equal the serial sum if no step is lost or counted
- * twice. Used by the elastic tests with a test agent and by the worker tests.
+ * (AVG) a vector and adds it to an accumulator, committing every few steps.
+ * Rank r of n contributes the step's value plus (2r - (n - 1)): the offsets sum
+ * to zero over any ring, so the average is the step's value exactly only if
+ * every rank's contribution entered it once (a rank reduced alone, or counted
+ * twice, is off by a whole number). Whatever the ring does (ranks lost, ranks
+ * joining), the final accumulator must equal the serial sum if no step is lost
+ * or counted twice. Used by the elastic tests with a test agent and by the
+ * worker tests.
  *
  * Usage: elastic_loop STEPS LENGTH COMMIT_EVERY [STEP_DELAY_MS]
  * Prints "RESULT <steps> <checksum> <reconfigurations>" on success (rank 0 of the
  * final ring prints it; with KOLO_RESULT_FILE set, every rank writes it there).
  * With KOLO_REFORM_FILE set, every re-form appends "REFORM <epoch> <discarded>":
  * the epoch formed and how many steps this process computed that the restored
- * commit threw away (0 when the ring changed at a commit, as for a drain). */
+ * commit threw away (0 when the ring changed at a commit, as for a drain).
+ * With KOLO_LOOP_STALL_UNTIL=E, every rank of an epoch <= E stalls at step
+ * KOLO_LOOP_STALL_AT (default 10) in a collective that cannot complete with
+ * every member alive (each rank broadcasts from the next rank as root, so each
+ * waits for bytes nobody sends) until the ring's timeout: a ring that cannot
+ * make progress although nobody died. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +28,12 @@
 #include "kolo/elastic.h"
 
 static double step_value(int64_t step, size_t index) { return (double)((step * 7 + (int64_t)index) % 13); }
+
+/* Fails with the ring's timeout although every rank is alive (see above). */
+static kolo_status stall(kolo_comm *comm, double *buffer, size_t length) {
+  int root = (kolo_comm_rank(comm) + 1) % kolo_comm_size(comm);
+  return kolo_broadcast(comm, buffer, length, KOLO_FLOAT64, root);
+}
 
 int main(int argc, char **argv) {
   if (argc < 4) {
@@ -44,6 +59,9 @@ int main(int argc, char **argv) {
   kolo_elastic_register(elastic, accumulator, length * sizeof *accumulator);
   status = kolo_elastic_sync(elastic);
   const char *reform_file = getenv("KOLO_REFORM_FILE");
+  const char *stall_until = getenv("KOLO_LOOP_STALL_UNTIL"), *stall_at = getenv("KOLO_LOOP_STALL_AT");
+  uint64_t stall_epochs = stall_until ? strtoull(stall_until, NULL, 10) : 0;
+  int64_t stall_step = stall_at ? atoll(stall_at) : 10;
   while (status == KOLO_OK || status == KOLO_ERR_RING_CHANGED || status == KOLO_ERR_PEER_LOST ||
          status == KOLO_ERR_ABORTED || status == KOLO_ERR_TIMEOUT) {
     if (status != KOLO_OK) {
@@ -59,9 +77,15 @@ int main(int argc, char **argv) {
       continue;
     }
     if (step >= steps) break;
-    for (size_t i = 0; i < length; i++) contribution[i] = step_value(step, i);
-    status = kolo_allreduce(kolo_elastic_comm(elastic), contribution, contribution, length,
-                            KOLO_FLOAT64, KOLO_AVG);
+    kolo_comm *comm = kolo_elastic_comm(elastic);
+    double offset = 2.0 * kolo_comm_rank(comm) - (kolo_comm_size(comm) - 1);
+    for (size_t i = 0; i < length; i++) contribution[i] = step_value(step, i) + offset;
+    if (kolo_comm_size(comm) > 1 && kolo_comm_epoch(comm) <= stall_epochs && step == stall_step) {
+      status = stall(comm, contribution, length);
+      if (status == KOLO_OK) status = KOLO_ERR_INTERNAL; /* it cannot complete */
+      continue;
+    }
+    status = kolo_allreduce(comm, contribution, contribution, length, KOLO_FLOAT64, KOLO_AVG);
     if (status != KOLO_OK) continue;
     for (size_t i = 0; i < length; i++) accumulator[i] += contribution[i];
     step++;

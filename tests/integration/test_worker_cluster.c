@@ -215,13 +215,18 @@ void cluster_kill_server(cluster *c, int index) {
 
 int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
                    const char *extra) {
+  return cluster_submit_env(c, id, min_workers, max_workers, steps, delay_ms, extra, "");
+}
+
+int cluster_submit_env(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
+                       const char *extra, const char *env) {
   char body[2048];
   snprintf(body, sizeof body,
            "{\"id\":\"%s\",\"name\":\"elastic-loop\",\"min_workers\":%d,\"max_workers\":%d%s%s,"
            "\"exec\":{\"argv\":[\"%s/elastic_loop\",\"%d\",\"1000\",\"5\",\"%d\"],"
-           "\"env\":{\"KOLO_RESULT_FILE\":\"%s/%s.result\"}}}",
+           "\"env\":{\"KOLO_RESULT_FILE\":\"%s/%s.result\"%s%s}}}",
            id, min_workers, max_workers, extra && extra[0] ? "," : "", extra ? extra : "",
-           getenv("KOLO_TEST_DIR"), steps, delay_ms, c->dir, id);
+           getenv("KOLO_TEST_DIR"), steps, delay_ms, c->dir, id, env && env[0] ? "," : "", env ? env : "");
   for (int i = 0; i < CLUSTER_MAX_SERVERS; i++) {
     if (c->servers[i] < 0) continue;
     json_t *job = http(c->http_ports[i], "POST", "/v1/jobs", body);

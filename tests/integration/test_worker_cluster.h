@@ -43,6 +43,11 @@ void cluster_kill_server(cluster *c, int index);
 int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
                    const char *extra);
 
+/* The same with more environment for the processes: env holds JSON members of
+ * the exec env object, e.g. "\"KOLO_LOOP_STALL_UNTIL\":\"1\"" or "". */
+int cluster_submit_env(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
+                       const char *extra, const char *env);
+
 /* POST path with body to the first live server; the JSON answer or NULL. */
 json_t *cluster_post(cluster *c, const char *path, const char *body);
 

@@ -59,37 +59,6 @@ int kolo_train_has_comm(void) {
 #endif
 }
 
-void kolo_train_config_defaults(kolo_train_config *c) {
-  memset(c, 0, sizeof *c);
-  c->model = "mlp";
-  c->hidden = "256,128";
-  c->dataset = "synthetic";
-  c->synthetic_train = 6000;
-  c->synthetic_test = 1000;
-  c->epochs = 1;
-  c->batch = 64;
-  c->accumulate = 1;
-  kolo_train_optim_defaults(&c->optim);
-  c->mode = KOLO_TRAIN_SYNC;
-  c->average_every = 8;
-  c->seed = 1;
-  c->eval = 1;
-  c->log_every = 100;
-  c->commit_every = 10;
-}
-
-kolo_status kolo_train_mode_parse(const char *name, kolo_train_mode *mode) {
-  if (!name || !mode) return KOLO_ERR_INVALID_ARG;
-  if (strcasecmp(name, "sync") == 0) {
-    *mode = KOLO_TRAIN_SYNC;
-  } else if (strcasecmp(name, "async") == 0) {
-    *mode = KOLO_TRAIN_ASYNC;
-  } else {
-    return KOLO_ERR_INVALID_ARG;
-  }
-  return KOLO_OK;
-}
-
 static double now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
