@@ -118,9 +118,11 @@ static void build(stream *st) {
   kolo_server_store_get_marks(hub->store, st->topics.job[0] ? st->topics.job : NULL, &m);
   if (st->topics.jobs && m.list != st->sent.list) {
     char *json = NULL;
-    if (kolo_server_store_list_json(hub->store, &json) == KOLO_OK) {
-      emit(st, "jobs", json);
-      st->sent.list = m.list;
+    int full = 0;
+    uint64_t mark = 0;
+    if (kolo_server_store_jobs_json(hub->store, st->sent.list, &json, &full, &mark) == KOLO_OK) {
+      emit(st, full ? "jobs" : "jobs_changed", json);
+      st->sent.list = mark;
     }
     free(json);
   }

@@ -76,6 +76,35 @@ export async function request(method, path, body) {
   }
 }
 
+// Reads a text answer as it arrives (GET path): onChunk(text) per piece; a 401 asks for the
+// token and tries again. Resolves with the HTTP status when the answer ends.
+export async function follow(path, onChunk, signal) {
+  for (let attempt = 0; ; attempt++) {
+    const resp = await fetch(path, { headers: headers(), signal });
+    if (resp.status === 401 && attempt < 5) {
+      await askToken(attempt > 0 || token() !== "");
+      continue;
+    }
+    if (!resp.ok) {
+      let err = {};
+      try {
+        err = (await resp.json()).error || {};
+      } catch (e) {
+        err = {};
+      }
+      throw new ApiError(resp.status, err.code || String(resp.status), err.message || resp.statusText);
+    }
+    const reader = resp.body.getReader();
+    const decoder = new TextDecoder();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      onChunk(decoder.decode(value, { stream: true }));
+    }
+    return resp.status;
+  }
+}
+
 // Parses server-sent events out of a text stream; calls onEvent(name, data).
 function sseParser(onEvent) {
   let buffer = "";

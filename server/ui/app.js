@@ -3,7 +3,7 @@
 // Cancel and Scale, logs) and #/workers (Drain, Undrain). Each view follows one server-sent event
 // stream (api.js) and redraws from what it last received. Text from the server is only ever set
 // as text, never parsed as HTML.
-import { ApiError, request, stream } from "./api.js";
+import { ApiError, follow, request, stream } from "./api.js";
 import { drawChart, formatNumber } from "./chart.js";
 
 const PHASES = ["PENDING", "RUNNING", "RECONFIGURING", "SUCCEEDED", "FAILED", "CANCELLED"];
@@ -135,6 +135,12 @@ function jobsView(query) {
   const ticker = setInterval(render, 5000);
   const stop = stream("jobs=1", {
     jobs: (list) => { jobs = list.jobs || []; more = !!list.next_page_token; render(); },
+    jobs_changed: (list) => { // only the jobs whose spec or status changed
+      const byId = new Map(jobs.map((j) => [j.id, j]));
+      for (const j of list.jobs || []) byId.set(j.id, j);
+      jobs = [...byId.values()];
+      render();
+    },
   }, setLive);
   return () => { clearInterval(ticker); stop(); };
 }
@@ -251,26 +257,48 @@ function jobView(id) {
     if (job) renderSummary();
   }
 
-  async function loadLogs() {
-    logs.replaceChildren(h("p", { class: "muted" }, "Loading logs…"));
+  // Logs: the last lines of every rank (or one), followed while the job runs.
+  const logRank = h("select", { id: "logs-rank", onchange: () => followLogs() }, h("option", { value: "" }, "all ranks"));
+  const logText = h("pre", { id: "logs-text", class: "mono logs" });
+  const logNote = h("p", { id: "logs-note", class: "muted" });
+  logs.append(h("div", { class: "actions" }, logRank, h("button", { id: "logs-reload", onclick: () => followLogs() }, "Reload")),
+    logText, logNote);
+  let logAbort = null;
+  function rankOptions() {
+    const size = Math.max(0, ...rings.map((r) => (r.members || []).length));
+    if (logRank.options.length - 1 === size) return;
+    const chosen = logRank.value;
+    logRank.replaceChildren(h("option", { value: "" }, "all ranks"),
+      ...Array.from({ length: size }, (_, i) => h("option", { value: String(i) }, "rank " + i)));
+    logRank.value = chosen !== "" && +chosen < size ? chosen : "";
+  }
+  async function followLogs() {
+    if (logAbort) logAbort.abort();
+    const mine = (logAbort = new AbortController());
+    logText.textContent = "";
+    logNote.className = "muted";
+    logNote.textContent = "following…";
+    const rank = logRank.value;
+    const path = `/v1/jobs/${encodeURIComponent(id)}/logs?tail=200&follow=1` + (rank !== "" ? "&rank=" + rank : "");
     try {
-      const resp = await fetch(`/v1/jobs/${encodeURIComponent(id)}/logs?tail=200`, {
-        headers: sessionStorage.getItem("kolo-token") ? { Authorization: "Bearer " + sessionStorage.getItem("kolo-token") } : {},
-      });
-      const text = await resp.text();
-      if (resp.status === 404 && text.includes("no route")) {
-        logs.replaceChildren(h("p", { class: "muted" }, "This kolo-server does not serve job logs yet."));
-        return;
-      }
-      if (!resp.ok) throw new Error(`HTTP ${resp.status}: ${text.slice(0, 200)}`);
-      logs.replaceChildren(h("button", { onclick: loadLogs }, "Refresh"), h("pre", { class: "mono logs" }, text || "(no output yet)"));
+      await follow(path, (text) => {
+        let all = logText.textContent + text;
+        if (all.length > 200000) all = all.slice(all.length - 150000); // keep the page light
+        const atBottom = logText.scrollTop + logText.clientHeight >= logText.scrollHeight - 4;
+        logText.textContent = all;
+        if (atBottom) logText.scrollTop = logText.scrollHeight;
+      }, mine.signal);
+      if (mine === logAbort) logNote.textContent = logText.textContent ? "end of the logs" : "no output";
     } catch (e) {
-      logs.replaceChildren(h("p", { class: "error" }, String(e)));
+      if (e.name === "AbortError") return;
+      logNote.className = e instanceof ApiError && e.status === 404 && /no route/.test(e.message) ? "muted" : "error";
+      logNote.textContent = logNote.className === "muted" ? "This kolo-server does not serve job logs."
+        : e instanceof ApiError ? `${e.code}: ${e.message}` : String(e);
     }
   }
 
   renderHistory();
-  loadLogs();
+  followLogs();
   let stop = () => {};
   stop = stream("job=" + encodeURIComponent(id), {
     job: (j) => { job = j; render(); },
@@ -280,11 +308,12 @@ function jobView(id) {
       points = [...byStep.values()].sort((a, b) => a.step - b.step);
       rings = m.rings || [];
       renderHistory();
+      rankOptions();
     },
     error: (e) => { stop(); showError(main, new ApiError(404, e.error.code, e.error.message)); },
   }, setLive);
   const ticker = setInterval(() => job && renderSummary(), 5000);
-  return () => { clearInterval(ticker); stop(); };
+  return () => { clearInterval(ticker); stop(); if (logAbort) logAbort.abort(); };
 }
 
 // ---- #/workers ----

@@ -1,7 +1,8 @@
 """The dashboard in a real browser: Debian's chromium, headless, driven over the DevTools
 protocol (tests/browser/cdp.py), during a real job on a real cluster (etcd, kolo-server, two
 kolo-workers training the built-in MLP on Fashion-MNIST). The jobs table shows the job with its
-progress and ETA; its page draws a loss curve that gains points as steps pass; a SIGKILLed
+progress and ETA; its page draws a loss curve that gains points as steps pass and follows the
+training processes' logs; a SIGKILLed
 worker shows up as a re-form marker on the curves, a WORKER_LOST event and a new ring epoch;
 Cancel cancels it; Drain drains a worker. A second server on the same etcd with TLS and a token
 shows the page over https after the token is asked once. The page loads nothing from anywhere
@@ -140,6 +141,10 @@ class DashboardTest(unittest.TestCase):
         b.wait(js("document.querySelector('#rings tr[data-epoch=\"1\"]').textContent.includes('worker-2')"), 20,
                "ring epoch 1 with both workers")
         self.assertEqual(b.evaluate(js("document.querySelectorAll('#chart-loss .reform').length")), 0)
+        # the logs view follows the training processes' output (kolo-train's rank 0 prints its steps)
+        b.wait(js("document.querySelector('#logs-text').textContent.match(/\\[0\\] .*\"step\":\\d+.*\"loss\"/)"),
+               60, "rank 0's step lines in the logs view")
+        b.wait(js("document.querySelectorAll('#logs-rank option').length === 3"), 10, "a choice of ranks")
         self.assertIn(b.evaluate(js("document.querySelector('#job-phase .badge').textContent")), ("RUNNING",))
         self.shot("02-job-curves.png")
 

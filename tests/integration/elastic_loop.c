@@ -24,8 +24,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kolo/elastic.h"
+
+/* With KOLO_TRANSPORT_FILE set, appends "TRANSPORT <epoch> <rank> <host> <next> <prev>":
+ * which bulk transport this rank's ring connections use (tests across hosts). */
+static void note_transport(kolo_elastic *elastic) {
+  const char *file = getenv("KOLO_TRANSPORT_FILE");
+  FILE *out = file ? fopen(file, "a") : NULL;
+  if (out == NULL) return;
+  kolo_comm *comm = kolo_elastic_comm(elastic);
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  fprintf(out, "TRANSPORT %llu %d %s %s %s\n", (unsigned long long)kolo_comm_epoch(comm), kolo_comm_rank(comm),
+          host, kolo_comm_transport(comm, 0), kolo_comm_transport(comm, 1));
+  fclose(out);
+}
 
 static double step_value(int64_t step, size_t index) { return (double)((step * 7 + (int64_t)index) % 13); }
 
@@ -58,6 +73,7 @@ int main(int argc, char **argv) {
   kolo_elastic_register(elastic, &step, sizeof step);
   kolo_elastic_register(elastic, accumulator, length * sizeof *accumulator);
   status = kolo_elastic_sync(elastic);
+  if (status == KOLO_OK) note_transport(elastic);
   const char *reform_file = getenv("KOLO_REFORM_FILE");
   const char *stall_until = getenv("KOLO_LOOP_STALL_UNTIL"), *stall_at = getenv("KOLO_LOOP_STALL_AT");
   uint64_t stall_epochs = stall_until ? strtoull(stall_until, NULL, 10) : 0;
@@ -68,6 +84,7 @@ int main(int argc, char **argv) {
       if (kolo_elastic_should_stop(elastic)) break;
       int64_t before = step;
       status = kolo_elastic_reform(elastic);
+      if (status == KOLO_OK) note_transport(elastic);
       FILE *out = status == KOLO_OK && reform_file ? fopen(reform_file, "a") : NULL;
       if (out) {
         fprintf(out, "REFORM %llu %lld\n", (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)),

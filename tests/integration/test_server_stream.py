@@ -123,11 +123,14 @@ class StreamTest(unittest.TestCase):
         self.assertEqual(s.status, 200)
         self.assertTrue(s.resp.getheader("Content-Type").startswith("text/event-stream"))
         wait_for(lambda: s.named("jobs"), 10, "the first jobs event")
+        before = {j["id"] for j in s.named("jobs")[0][2]["jobs"]}
         self.client.call("SubmitJob", spec("st-1"))
         sent = time.monotonic()
-        got = wait_for(lambda: [e for e in s.named("jobs") if any(j["id"] == "st-1" for j in e[2]["jobs"])], 10,
-                       "the new job on the stream")
+        got = wait_for(lambda: [e for e in s.named("jobs_changed") if any(j["id"] == "st-1" for j in e[2]["jobs"])],
+                       10, "the new job on the stream")
         self.assertLess(got[0][0] - sent, 2.0)
+        # only what changed is sent again
+        self.assertEqual({j["id"] for j in got[0][2]["jobs"]} & before, set())
         s.close()
 
     def test_fast_changes_arrive_as_a_few_batches_a_second(self):
@@ -141,7 +144,7 @@ class StreamTest(unittest.TestCase):
             self.client.call("ScaleJob", pb.ScaleJobRequest(id="st-2", min_workers=1, max_workers=2 + n % 50))
             n += 1
         time.sleep(0.6)
-        batches = [e for e in s.named("jobs") if e[0] >= started]
+        batches = [e for e in s.named("jobs_changed") if e[0] >= started]
         print("%d changes in 3 s -> %d jobs events" % (n, len(batches)))
         self.assertGreater(n, 30)
         self.assertLessEqual(len(batches), 3.6 * 1000 / 250 + 2)
