@@ -510,7 +510,8 @@ static kolo_status act(kolo_engine *e, int64_t now) {
   kolo_comm *comm = e->comm;
   kolo_nego_decision *d = &e->decision;
   if (d->stall != KOLO_OK) {
-    kolo_comm_fail(comm, KOLO_ERR_STALLED, d->stall_rank, "%s", d->stall_message);
+    /* every rank decides this from the same cycle: no forwarding (each keeps the names) */
+    kolo_comm_fail_local(comm, KOLO_ERR_STALLED, d->stall_rank, "%s", d->stall_message);
     return KOLO_ERR_STALLED;
   }
   kolo_status status = KOLO_OK;

@@ -154,6 +154,7 @@ static int transient(kolo_status rc) {
 /* One registration attempt (idle, under a fresh lease). */
 static kolo_status register_once(agent *a) {
   a->record.state = "idle";
+  a->record.registered_unix_ms = wall_ms(); /* ListWorkers' registered_unix_ms */
   kolo_status rc = kolo_membership_register(a->etcd, &a->record, a->opts->lease_ttl_s, on_lease_lost, a, &a->reg);
   a->record.state = NULL;
   if (rc != KOLO_OK) return rc;
@@ -719,6 +720,7 @@ static kolo_status setup(agent *a) {
   for (char *e = strtok_r(endpoint_text, ",", &save); e && n < 16; e = strtok_r(NULL, ",", &save))
     endpoints[n++] = e;
   kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = n};
+  kolo_etcd_access_apply(&o->etcd_access, &config);
   if (kolo_etcd_create(&config, &a->etcd) != KOLO_OK) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(register_worker(a));
 
