@@ -50,6 +50,15 @@ def memory_kib(pid):
     return values["VmHWM"], values["VmRSS"]
 
 
+def peak_rss_kb(pid):
+    """The process's peak resident memory (VmHWM) in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM for %d" % pid)
+
+
 class HardeningTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -67,6 +76,29 @@ class HardeningTest(unittest.TestCase):
         code = cls.srv.terminate()
         cls.etcd.stop()
         assert code == 0, code
+
+    def test_a_watcher_that_stops_reading_costs_bounded_memory_and_still_gets_the_newest_job(self):
+        """#12 item 8: before, every version was queued for a stalled WatchJob client (the
+        server grew by tens of MB through a thousand changes); now the queue is coalesced
+        to the newest version past 256 versions / 4 MiB, and the client, once it reads
+        again, gets the final job with every event."""
+        labels = {"pad%02d" % i: "x" * 250 for i in range(60)}  # ~15 KB per version
+        self.client.call("SubmitJob", spec("slow-watch", **labels))
+        stream = self.client.watch("slow-watch", timeout=600)
+        self.assertEqual(len(next(stream).events), 1)  # then it stops reading
+        before = peak_rss_kb(self.srv.proc.pid)
+        changes = 1000
+        for i in range(changes):
+            self.client.call("ScaleJob", pb.ScaleJobRequest(id="slow-watch", min_workers=1, max_workers=2 + i % 2))
+        grown_mb = (peak_rss_kb(self.srv.proc.pid) - before) / 1024
+        print("server peak RSS grew %.1f MB through %d changes with a stalled watcher" % (grown_mb, changes))
+        self.client.call("CancelJob", pb.CancelJobRequest(id="slow-watch"))
+        rest = list(stream)
+        self.assertEqual(stream.code(), grpc.StatusCode.OK)
+        self.assertEqual(rest[-1].status.phase, pb.CANCELLED)
+        self.assertEqual(len(rest[-1].events), changes + 2)  # SUBMITTED, the SCALEDs, CANCELLED
+        self.assertLess(len(rest), changes + 1)  # intermediate versions were coalesced
+        self.assertLess(grown_mb, 25)
 
     def assertRefused(self, fn, code, contains):
         with self.assertRaises(grpc.RpcError) as ctx:
