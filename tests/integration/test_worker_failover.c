@@ -169,6 +169,56 @@ static void a_ring_that_keeps_timing_out_fails_past_max_reconfigurations(void **
   assert_int_equal(wait_worker_state(c, "w2", "idle", 20000), 0);
 }
 
+/* The issue's outage: TTL 2 s, etcd SIGKILLed and started again 1 s later
+ * (serving again ~2.5 s after the kill). The leases are still alive in etcd, so
+ * no agent may give up its process: the job finishes at epoch 1, nothing lost,
+ * no step redone. */
+static void a_short_etcd_outage_loses_no_training(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  char env[512];
+  snprintf(env, sizeof env, "\"KOLO_REFORM_FILE\":\"%s/outage.reforms\"", c->dir);
+  assert_int_equal(cluster_submit_env(c, "outage", 3, 3, 400, 20, "", env), 0);
+  assert_int_equal(cluster_wait_step(c, "outage", 20, 30000), 0);
+  pid_t before[3];
+  for (int i = 0; i < 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "w%d", i + 1);
+    before[i] = cluster_job_pid("outage", id);
+    assert_true(before[i] > 0);
+  }
+  int64_t killed = cluster_now_ms();
+  assert_int_equal(kolo_etcd_harness_kill(c->etcd), KOLO_OK);
+  struct timespec pause = {1, 0};
+  nanosleep(&pause, NULL);
+  assert_int_equal(kolo_etcd_harness_restart(c->etcd), KOLO_OK);
+  printf("etcd serving again %lld ms after the kill\n", (long long)(cluster_now_ms() - killed));
+  /* past another TTL: an agent that had given up would have killed its process by now */
+  nanosleep(&(struct timespec){3, 0}, NULL);
+  for (int i = 0; i < 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "w%d", i + 1);
+    assert_int_equal(cluster_job_pid("outage", id), before[i]);
+  }
+  json_t *job = cluster_wait_phase(c, "outage", "SUCCEEDED", 1, 60000);
+  if (strcmp(phase(job), "SUCCEEDED") != 0) cluster_print_job(job);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(status_int(job, "epoch"), 1);
+  assert_int_equal(status_int(job, "reconfigurations"), 0);
+  assert_null(cluster_event(job, "WORKER_LOST", 0));
+  json_decref(job);
+  assert_int_equal(cluster_results(c, "outage", 400), 3);
+  /* no step was redone */
+  char path[256];
+  snprintf(path, sizeof path, "%s/outage.reforms", c->dir);
+  FILE *reforms = fopen(path, "r");
+  if (reforms) {
+    char line[128];
+    assert_null(fgets(line, sizeof line, reforms));
+    fclose(reforms);
+  }
+}
+
 static void cancel_stops_the_processes_and_scale_grows_the_ring(void **state) {
   cluster *c = *state;
   start_workers(c, 3);
@@ -245,6 +295,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_ring_timing_out_with_everyone_alive_reforms_with_the_same_members, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(a_ring_that_keeps_timing_out_fails_past_max_reconfigurations, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_short_etcd_outage_loses_no_training, setup, teardown),
       cmocka_unit_test_setup_teardown(cancel_stops_the_processes_and_scale_grows_the_ring, setup, teardown),
       cmocka_unit_test_setup_teardown(a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers, setup, teardown),
       cmocka_unit_test_setup_teardown(the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed,
