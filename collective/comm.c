@@ -47,6 +47,7 @@ static void free_comm(kolo_comm *comm) {
   kolo_channel_close(&comm->control[1].channel);
   if (comm->wake_fd >= 0) close(comm->wake_fd);
   if (comm->fail_fd >= 0) close(comm->fail_fd);
+  kolo_engine_free(comm);
   kolo_queue_free(comm);
   free(comm->staging);
   free(comm->scratch);
@@ -62,6 +63,7 @@ static void free_comm(kolo_comm *comm) {
   pthread_mutex_destroy(&comm->mutex);
   pthread_mutex_destroy(&comm->error_mutex);
   pthread_cond_destroy(&comm->cond);
+  pthread_cond_destroy(&comm->exec_cond);
   free(comm);
 }
 
@@ -96,15 +98,12 @@ static kolo_status allocate_buffers(kolo_comm *comm) {
   comm->counts = calloc(n, sizeof *comm->counts);
   comm->block_offsets = calloc(n, sizeof *comm->block_offsets);
   comm->block_bytes = calloc(n, sizeof *comm->block_bytes);
-  comm->plan.sends = calloc(2 * n, sizeof *comm->plan.sends);
-  comm->plan.recvs = calloc(2 * n, sizeof *comm->plan.recvs);
-  comm->plan.processed = calloc(2 * n, sizeof *comm->plan.processed);
   comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   comm->fail_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (kolo_names_create(&comm->in_flight) != KOLO_OK) comm->in_flight = NULL;
   if (comm->secret == NULL || comm->in_flight == NULL || comm->peers == NULL || comm->counts == NULL ||
-      comm->block_offsets == NULL || comm->block_bytes == NULL || comm->plan.sends == NULL ||
-      comm->plan.recvs == NULL || comm->plan.processed == NULL || comm->wake_fd < 0 ||
+      comm->block_offsets == NULL || comm->block_bytes == NULL ||
+      kolo_plan_reserve(&comm->plan, 2 * comm->size) != KOLO_OK || comm->wake_fd < 0 ||
       comm->fail_fd < 0 ||
       posix_memalign((void **)&comm->staging, 64, comm->segment_bytes) != 0) {
     comm->staging = NULL;
@@ -123,7 +122,9 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   pthread_mutex_init(&comm->mutex, NULL);
   pthread_mutex_init(&comm->error_mutex, NULL);
   pthread_cond_init(&comm->cond, NULL);
+  pthread_cond_init(&comm->exec_cond, NULL);
   atomic_init(&comm->failed, 0);
+  atomic_init(&comm->outbox_pending, 0);
   comm->epoch = spec->epoch;
   comm->rank = spec->rank;
   comm->size = spec->size;
@@ -203,9 +204,7 @@ void kolo_comm_destroy(kolo_comm *comm) {
     kolo_comm_fail(comm, KOLO_ERR_ABORTED, comm->rank, "communicator of rank %d destroyed",
                    comm->rank);
   } else if (!atomic_load(&comm->failed) && comm->size > 1) {
-    kolo_control_message goodbye = {.magic = KOLO_CONTROL_MAGIC, .status = KOLO_OK,
-                                    .failed_rank = comm->rank, .origin_rank = comm->rank};
-    kolo_control_send(comm, &goodbye, -1);
+    comm->say_goodbye = 1; /* the negotiator sends it as it stops */
   }
   kolo_queue_stop(comm);
   kolo_device_destroy(comm);

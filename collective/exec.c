@@ -35,47 +35,6 @@ kolo_status kolo_output_allocate(kolo_request *request, size_t count) {
   return KOLO_OK;
 }
 
-/* One tensor alone: scale into recv first when asked, reduce in place, scale after. */
-static kolo_status run_single(kolo_comm *comm, const kolo_fused_item *item, kolo_dtype dtype,
-                              kolo_op op, int engine_thread) {
-  const void *src = item->send;
-  if (item->prescale != 1.0) {
-    kolo_scale(item->recv, item->send, item->count, dtype, item->prescale);
-    src = item->recv;
-  }
-  KOLO_CHECK(kolo_ring_allreduce(comm, src, item->recv, item->count, dtype, op, engine_thread));
-  if (item->postscale != 1.0) kolo_scale(item->recv, item->recv, item->count, dtype, item->postscale);
-  return KOLO_OK;
-}
-
-kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int count,
-                            kolo_dtype dtype, kolo_op op, int engine_thread) {
-  if (count == 1) return run_single(comm, &items[0], dtype, op, engine_thread);
-  size_t element = kolo_dtype_size(dtype), total = 0;
-  for (int i = 0; i < count; i++) total += items[i].count;
-  KOLO_CHECK(kolo_ensure_buffer(&comm->fusion, &comm->fusion_bytes, total * element));
-  char *at = comm->fusion;
-  for (int i = 0; i < count; i++) {
-    size_t bytes = items[i].count * element;
-    if (items[i].send == NULL) kolo_fill_identity(at, items[i].count, dtype, op); /* joined */
-    else if (items[i].prescale != 1.0) kolo_scale(at, items[i].send, items[i].count, dtype, items[i].prescale);
-    else if (bytes > 0) memcpy(at, items[i].send, bytes);
-    at += bytes;
-  }
-  KOLO_CHECK(kolo_ring_allreduce(comm, comm->fusion, comm->fusion, total, dtype, op, engine_thread));
-  at = comm->fusion;
-  for (int i = 0; i < count; i++) {
-    size_t bytes = items[i].count * element;
-    if (items[i].recv != NULL && items[i].postscale != 1.0) {
-      kolo_scale(items[i].recv, at, items[i].count, dtype, items[i].postscale);
-    } else if (items[i].recv != NULL && bytes > 0) {
-      memcpy(items[i].recv, at, bytes);
-    }
-    at += bytes;
-  }
-  return KOLO_OK;
-}
-
 kolo_status kolo_exec_allreduce(kolo_comm *comm, kolo_request *request, int engine_thread) {
   if (request->member_count == 0) { /* the unnamed API */
     return kolo_ring_allreduce(comm, request->send, request->recv, request->count, request->dtype,
@@ -96,17 +55,15 @@ kolo_status kolo_exec_allreduce(kolo_comm *comm, kolo_request *request, int engi
                                  .prescale = request->prescale, .postscale = request->postscale};
   }
   kolo_status status = kolo_exec_fused(comm, items, request->member_count, request->dtype,
-                                       request->op, engine_thread);
+                                       request->op, engine_thread, NULL);
   if (items != stack_items) free(items);
   return status;
 }
 
-/* The first, order-bound join: every rank's join meets in one max-all-reduce of
- * the ranks, so the result names the highest rank (the negotiating engine will
- * name the one that really joined last). */
+/* A join: the negotiation already decided it (every rank joined; last_rank
+ * set), and it reaches the executor only to complete after everything it took
+ * part in. */
 kolo_status kolo_exec_join(kolo_comm *comm, kolo_request *request, int engine_thread) {
-  int32_t me = comm->rank, last = 0;
-  KOLO_CHECK(kolo_ring_allreduce(comm, &me, &last, 1, KOLO_INT32, KOLO_MAX, engine_thread));
-  request->last_rank = last;
+  (void)comm, (void)request, (void)engine_thread;
   return KOLO_OK;
 }

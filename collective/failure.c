@@ -1,20 +1,25 @@
-/* Failure propagation. The first failure a rank records (a dead neighbour, a
- * timeout, an abort, garbage from a peer) wins: it is stored with its rank and
- * message, every waiter is woken through the communicator's eventfds, and it is
- * sent as a 16-byte control message over both control links; a rank that learns
- * a failure from a control message records it and forwards it once, so the whole
- * ring learns the failed rank's number within a few hops. A goodbye (status OK)
- * on a control link is a neighbour closing normally, not a failure. Every
- * failure also aborts the epoch's NCCL communicator (device.c), so GPU
- * collectives waiting for a dead peer end as soon as the ring knows. */
+/* Failure propagation and the control links. The first failure a rank records
+ * (a dead neighbour, a timeout, an abort, garbage from a peer) wins: it is
+ * stored with its rank and message, every waiter is woken through the
+ * communicator's eventfds, and the negotiator thread (engine.c, the only writer
+ * of the control links) sends it as a 16-byte control message over both links;
+ * a rank that learns a failure from a control message records it and forwards
+ * it once, so the whole ring learns the failed rank's number within a few hops.
+ * A goodbye (status OK) on a control link is a neighbour closing normally, not
+ * a failure. Every failure also aborts the epoch's NCCL communicator
+ * (device.c), so GPU collectives waiting for a dead peer end as soon as the ring
+ * knows. The same links carry the engine's negotiation frames (header +
+ * payload) from each rank to the next; they are read here into a queue. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "collective/internal.h"
 #include "common/log.h"
 
 void kolo_control_send(kolo_comm *comm, const kolo_control_message *message, int skip_rank) {
+  /* only the negotiator thread writes the links (no interleaved frames) */
   for (int i = 0; i < 2; i++) {
     kolo_control_link *link = &comm->control[i];
     if (link->channel.ops == NULL || link->peer_rank == skip_rank) continue;
@@ -47,11 +52,12 @@ static void record_failure(kolo_comm *comm, kolo_status status, int failed_rank,
   /* GPU collectives in flight wait for this peer too: stop them now (non-blocking) */
   kolo_device_abort(comm);
   if (propagate && comm->size > 1) {
-    kolo_control_message message = {.magic = KOLO_CONTROL_MAGIC,
-                                    .status = (int32_t)status,
-                                    .failed_rank = failed_rank,
-                                    .origin_rank = origin_rank};
-    kolo_control_send(comm, &message, failed_rank);
+    comm->outbox = (kolo_control_message){.magic = KOLO_CONTROL_MAGIC,
+                                          .status = (int32_t)status,
+                                          .failed_rank = failed_rank,
+                                          .origin_rank = origin_rank};
+    atomic_store(&comm->outbox_pending, 1);
+    kolo_engine_wake(comm);
   }
 }
 
@@ -59,6 +65,14 @@ void kolo_comm_fail(kolo_comm *comm, kolo_status status, int failed_rank, const 
   va_list args;
   va_start(args, fmt);
   record_failure(comm, status, failed_rank, 1, comm->rank, KOLO_LOG_WARN, fmt, args);
+  va_end(args);
+}
+
+void kolo_comm_fail_local(kolo_comm *comm, kolo_status status, int failed_rank, const char *fmt,
+                          ...) {
+  va_list args;
+  va_start(args, fmt);
+  record_failure(comm, status, failed_rank, 0, comm->rank, KOLO_LOG_WARN, fmt, args);
   va_end(args);
 }
 
@@ -70,17 +84,81 @@ static void fail_quietly(kolo_comm *comm, kolo_status status, int failed_rank, i
   va_end(args);
 }
 
+static void link_lost(kolo_comm *comm, kolo_control_link *link) {
+  link->open = 0;
+  kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, link->peer_rank,
+                 "peer lost: rank %d (connection closed)", link->peer_rank);
+}
+
+/* Reads what there is of the current frame's payload; 1 when the link is done
+ * for now (nothing more to read, or it failed). */
+static int read_frame(kolo_comm *comm, kolo_control_link *link) {
+  kolo_frame *frame = link->frame;
+  while (link->frame_filled < frame->length) {
+    size_t moved = 0;
+    kolo_status status = kolo_channel_recv(&link->channel, frame->data + link->frame_filled,
+                                           frame->length - link->frame_filled, &moved);
+    if (status != KOLO_OK) {
+      link_lost(comm, link);
+      return 1;
+    }
+    if (moved == 0) return 1;
+    link->frame_filled += moved;
+  }
+  link->frame = NULL;
+  frame->next = NULL;
+  if (link->frames_tail) link->frames_tail->next = frame;
+  else link->frames_head = frame;
+  link->frames_tail = frame;
+  return 0;
+}
+
+/* A frame header arrived: starts reading its payload. 0 on a bad header. */
+static int start_frame(kolo_comm *comm, kolo_control_link *link,
+                       const kolo_control_message *header) {
+  uint32_t length = (uint32_t)header->status;
+  if (link != &comm->control[1] || length > KOLO_NEGO_MAX_FRAME) return 0;
+  kolo_frame *frame = malloc(sizeof *frame + length);
+  if (frame == NULL) {
+    kolo_comm_fail(comm, KOLO_ERR_NO_MEMORY, comm->rank, "rank %d: out of memory", comm->rank);
+    return 1;
+  }
+  frame->cycle = (uint32_t)header->failed_rank;
+  frame->origin = header->origin_rank;
+  frame->length = length;
+  link->frame = frame;
+  link->frame_filled = 0;
+  return 1;
+}
+
+kolo_frame *kolo_control_take_frame(kolo_control_link *link) {
+  kolo_frame *frame = link->frames_head;
+  if (frame == NULL) return NULL;
+  link->frames_head = frame->next;
+  if (link->frames_head == NULL) link->frames_tail = NULL;
+  return frame;
+}
+
+void kolo_control_link_clear(kolo_control_link *link) {
+  free(link->frame);
+  link->frame = NULL;
+  kolo_frame *frame;
+  while ((frame = kolo_control_take_frame(link)) != NULL) free(frame);
+}
+
 void kolo_control_service(kolo_comm *comm, kolo_control_link *link) {
   if (!link->open) return;
   for (;;) {
+    if (link->frame != NULL) {
+      if (read_frame(comm, link)) return;
+      continue;
+    }
     size_t moved = 0;
     kolo_status status =
         kolo_channel_recv(&link->channel, (char *)&link->message + link->filled,
                           sizeof link->message - link->filled, &moved);
     if (status != KOLO_OK) {
-      link->open = 0;
-      kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, link->peer_rank,
-                     "peer lost: rank %d (connection closed)", link->peer_rank);
+      link_lost(comm, link);
       return;
     }
     if (moved == 0) return;
@@ -88,6 +166,7 @@ void kolo_control_service(kolo_comm *comm, kolo_control_link *link) {
     if (link->filled < sizeof link->message) continue;
     link->filled = 0;
     kolo_control_message message = link->message;
+    if (message.magic == KOLO_NEGO_MAGIC && start_frame(comm, link, &message)) continue;
     if (message.magic != KOLO_CONTROL_MAGIC) {
       link->open = 0;
       kolo_comm_fail(comm, KOLO_ERR_PROTOCOL, link->peer_rank,

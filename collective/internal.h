@@ -63,7 +63,10 @@ typedef enum kolo_request_kind {
   KOLO_REQUEST_BARRIER,
   KOLO_REQUEST_ALLTOALL,
   KOLO_REQUEST_JOIN,
+  KOLO_REQUEST_BATCH, /* engine-made: a fused all-reduce of negotiated tensors */
 } kolo_request_kind;
+
+struct kolo_batch;
 
 /* One tensor of a named all-reduce (a grouped one has several). */
 typedef struct kolo_member {
@@ -104,7 +107,37 @@ struct kolo_request {
   kolo_member *members;           /* member_count entries (malloc'd with the names blob) */
   kolo_member single;             /* members points here for a plain named all-reduce */
   char message[KOLO_RESULT_MESSAGE_BYTES];
+
+  /* the engine */
+  int negotiated;                 /* goes through the negotiator (named, or unnamed in named mode) */
+  uint64_t seq;                   /* unnamed: its sequence number among this rank's unnamed ops */
+  int64_t submitted_ns;           /* when it was submitted (timeline, stall) */
+  int64_t decided_ns;             /* when negotiation made it ready */
+  int internal;                   /* engine-made (batch, joined participation): freed, not pooled */
+  struct kolo_batch *batch;       /* KOLO_REQUEST_BATCH */
+  void *scratch;                  /* internal: a buffer it owns */
 };
+
+/* A fused all-reduce the negotiator handed to the executor: slots in the order
+ * of the virtual concatenation (the same on every rank), and the requests it
+ * completes. A slot without an owner is a joined rank's neutral contribution. */
+typedef struct kolo_batch_slot {
+  kolo_request *owner; /* NULL: neutral (this rank joined) */
+  int member;          /* which member of owner */
+  size_t count;
+} kolo_batch_slot;
+
+typedef struct kolo_batch {
+  kolo_dtype dtype;
+  kolo_op op;
+  kolo_batch_slot *slots;
+  int slot_count;
+  size_t slot_capacity;
+  kolo_request **owners;
+  int owner_count;
+  size_t owner_capacity;
+  size_t elements;
+} kolo_batch;
 
 /* One contiguous transfer of a ring plan. A send item streams buffer to the next
  * rank, but never past what recv item depends_on has processed (the pipeline).
@@ -119,11 +152,12 @@ typedef struct kolo_ring_item {
 } kolo_ring_item;
 
 typedef struct kolo_ring_plan {
-  kolo_ring_item *sends; /* capacity 2 * size */
+  kolo_ring_item *sends; /* capacity items (at least 2 * size) */
   kolo_ring_item *recvs;
   size_t *processed;     /* per recv item: bytes final in buffer */
   int send_count;
   int recv_count;
+  int capacity;          /* items each array holds */
   kolo_dtype dtype;
   kolo_op op;
 } kolo_ring_plan;
@@ -137,14 +171,32 @@ typedef struct kolo_control_message {
 } kolo_control_message;
 
 #define KOLO_CONTROL_MAGIC 0x4b43544cu /* "KCTL" */
+/* A negotiation frame: the header is a kolo_control_message whose status is the
+ * payload length, failed_rank the cycle and origin_rank the rank whose message
+ * the payload is; it travels from a rank to the next one only. */
+#define KOLO_NEGO_MAGIC 0x4b4e4547u /* "KNEG" */
+#define KOLO_NEGO_MAX_FRAME (16u * 1024u * 1024u)
 
-/* A control connection and the bytes of a partial message read from it. */
+/* A complete negotiation frame read from the previous rank. */
+typedef struct kolo_frame {
+  struct kolo_frame *next;
+  uint32_t cycle;
+  int32_t origin;
+  uint32_t length;
+  uint8_t data[];
+} kolo_frame;
+
+/* A control connection, the bytes of a partial message read from it, and the
+ * negotiation frames it delivered that the negotiator has not used yet. */
 typedef struct kolo_control_link {
   kolo_channel channel;
   int peer_rank;
   int open;
   size_t filled;
   kolo_control_message message;
+  kolo_frame *frame;     /* a frame whose payload is being read */
+  size_t frame_filled;
+  kolo_frame *frames_head, *frames_tail;
 } kolo_control_link;
 
 /* One tensor of a fused all-reduce: send == NULL contributes op's identity (a
@@ -178,9 +230,25 @@ struct kolo_comm {
   /* named requests in flight on this rank (guarded by mutex) */
   kolo_names *in_flight;
 
+  /* the negotiator thread (engine.c); the fields are guarded by mutex */
+  pthread_t negotiator;
+  int negotiator_started;
+  struct kolo_engine *engine;
+  kolo_request *inbox_head, *inbox_tail; /* negotiated requests not yet taken */
+  int named_mode;          /* a named operation was submitted here: unnamed ones are negotiated */
+  uint64_t unnamed_issued; /* unnamed operations issued here (direct and negotiated) */
+  int hurry;               /* a thread waits on a negotiated request: negotiate now */
+  size_t outstanding;      /* negotiated requests not completed */
+  int say_goodbye;         /* destroy: tell the neighbours before closing */
+  int negotiator_stopping;
+  pthread_cond_t exec_cond; /* wakes the executor (queue, stop) */
+  /* a failure for the neighbours, sent by the negotiator (the links' one writer) */
+  kolo_control_message outbox;
+  atomic_int outbox_pending;
+
   /* engine: queue of requests, run by the engine thread or inline by a blocking caller */
-  pthread_t engine;
-  int engine_started;
+  pthread_t executor;
+  int executor_started;
   pthread_mutex_t mutex;
   pthread_cond_t cond;
   kolo_request *queue_head, *queue_tail;
@@ -222,12 +290,22 @@ struct kolo_comm {
 void kolo_comm_fail(kolo_comm *comm, kolo_status status, int failed_rank, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Like kolo_comm_fail, without telling the neighbours: for a failure every rank
+ * decides by itself from the same negotiation (a stall), so each keeps the full
+ * message instead of a forwarded one. */
+void kolo_comm_fail_local(kolo_comm *comm, kolo_status status, int failed_rank, const char *fmt,
+                          ...) __attribute__((format(printf, 4, 5)));
+
 /* Runs one request to completion on the calling thread (engine or blocking
  * caller). engine_thread says whether the control links must be served too. */
 kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thread);
 
 /* The ring plan and its executor (ring.c), for the algorithm files. */
+/* Grows the plan's arrays to hold items send and recv items each. */
+kolo_status kolo_plan_reserve(kolo_ring_plan *plan, int items);
 void kolo_plan_reset(kolo_ring_plan *plan, kolo_dtype dtype, kolo_op op);
+/* First element of chunk index when count elements are split into parts chunks. */
+size_t kolo_chunk_start(size_t count, int parts, int index);
 void kolo_plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int depends_on);
 int kolo_plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t bytes,
                    int finalize_avg);
@@ -241,16 +319,32 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
 /* recv = op over ranks of send (the small path or the ring, by size). */
 kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
                                 kolo_dtype dtype, kolo_op op, int engine_thread);
+/* ring_fused.c: one ring all-reduce over pieces that form a virtual
+ * concatenation (element-aligned; src may equal dst). Uses the ring for any
+ * size: callers send totals under the small-path threshold elsewhere. */
+typedef struct kolo_piece {
+  const char *src;
+  char *dst;
+  size_t bytes;
+} kolo_piece;
+kolo_status kolo_ring_allreduce_pieces(kolo_comm *comm, const kolo_piece *pieces, int count,
+                                       kolo_dtype dtype, kolo_op op, int engine_thread);
 /* ring_uneven.c: reduce-scatter with request->split_counts, all-to-all. */
 kolo_status kolo_ring_reducescatter_v(kolo_comm *comm, kolo_request *request, int engine_thread);
 kolo_status kolo_ring_alltoall(kolo_comm *comm, kolo_request *request, int engine_thread);
+
+/* When a fused all-reduce's phases ended (for the timeline). */
+typedef struct kolo_fused_times {
+  int64_t start_ns, staged_ns, reduced_ns, end_ns;
+} kolo_fused_times;
 
 /* exec.c: named requests. */
 kolo_status kolo_exec_allreduce(kolo_comm *comm, kolo_request *request, int engine_thread);
 /* count tensors of one dtype and op as one all-reduce through the fusion buffer
  * (one tensor alone runs in place). */
 kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int count,
-                            kolo_dtype dtype, kolo_op op, int engine_thread);
+                            kolo_dtype dtype, kolo_op op, int engine_thread,
+                            kolo_fused_times *times);
 kolo_status kolo_exec_join(kolo_comm *comm, kolo_request *request, int engine_thread);
 /* Allocates the request's engine output (count elements) and points recv at it;
  * fails the communicator when memory runs out (the peers are mid-collective). */
@@ -262,8 +356,34 @@ void kolo_request_message(kolo_request *request, const char *fmt, ...)
 void kolo_control_service(kolo_comm *comm, kolo_control_link *link);
 
 /* Sends a control message on both links (skipping the link to skip_rank);
- * best effort, never blocks. */
+ * best effort, never blocks. Negotiator thread only. */
 void kolo_control_send(kolo_comm *comm, const kolo_control_message *message, int skip_rank);
+/* The oldest complete negotiation frame a link delivered (the caller frees it), or NULL. */
+kolo_frame *kolo_control_take_frame(kolo_control_link *link);
+/* Frees a link's partial and queued frames. */
+void kolo_control_link_clear(kolo_control_link *link);
+
+/* The engine (engine.c): the negotiator thread. */
+kolo_status kolo_engine_start(kolo_comm *comm);
+/* Wakes the negotiator (new submissions, a failure to send, stop). Never blocks. */
+void kolo_engine_wake(kolo_comm *comm);
+/* Stops and joins the negotiator: fails what it holds, sends the outbox or a goodbye. */
+void kolo_engine_stop(kolo_comm *comm);
+/* Hands a negotiated request to the negotiator (under comm->mutex). */
+void kolo_engine_submit_locked(kolo_comm *comm, kolo_request *request);
+/* Queues engine-decided work for the executor (under comm->mutex). */
+void kolo_queue_push_locked(kolo_comm *comm, kolo_request *request);
+/* Completes a request (under comm->mutex): status, message, waiters woken. */
+void kolo_request_complete_locked(kolo_comm *comm, kolo_request *request, kolo_status status);
+/* Frees the engine (after kolo_engine_stop). */
+void kolo_engine_free(kolo_comm *comm);
+struct kolo_timeline;
+/* The engine's timeline, or NULL when KOLO_TIMELINE is unset. */
+struct kolo_timeline *kolo_engine_timeline(kolo_comm *comm);
+
+/* Runs a batch: the fused all-reduce of its slots (fusion.c). */
+kolo_status kolo_exec_batch(kolo_comm *comm, kolo_batch *batch, kolo_fused_times *times);
+void kolo_batch_free(kolo_batch *batch);
 
 /* Forms the ring (form.c): dials rank + 1, accepts rank - 1, fills the
  * communicator's directions and control links. Blocks until the timeout. */

@@ -121,3 +121,18 @@ void *kolo_names_remove(kolo_names *names, const char *name) {
 }
 
 size_t kolo_names_count(const kolo_names *names) { return names->count; }
+
+void kolo_names_drain(kolo_names *names, void (*fn)(void *value, void *context), void *context) {
+  for (size_t b = 0; b < names->bucket_count; b++) {
+    name_node *node = names->buckets[b];
+    names->buckets[b] = NULL;
+    while (node != NULL) {
+      name_node *next = node->next;
+      void *value = node->value;
+      free(node);
+      names->count--;
+      fn(value, context);
+      node = next;
+    }
+  }
+}

@@ -20,6 +20,8 @@ kolo_status kolo_names_put(kolo_names *names, const char *name, void *value);
 /* Removes name; returns its value or NULL when absent. */
 void *kolo_names_remove(kolo_names *names, const char *name);
 size_t kolo_names_count(const kolo_names *names);
+/* Removes every name, calling fn on each value (in no particular order). */
+void kolo_names_drain(kolo_names *names, void (*fn)(void *value, void *context), void *context);
 /* The key stored for name (stable until removed), or NULL. */
 const char *kolo_names_key(const kolo_names *names, const char *name);
 

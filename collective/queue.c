@@ -1,102 +1,162 @@
-/* The request queue and the engine thread. Non-blocking calls take a request
- * from the communicator's pool and queue it; the engine thread runs queued
- * requests in order and, while idle, watches the control links so that a
- * failure reaches a rank that is not in a collective. A blocking call with
- * nothing queued runs inline on the caller's thread (no hand-off on the latency
- * path), else waits behind the queued ones. Requests on device buffers in CUDA
- * mode go to NCCL instead (device.c). */
+/* Requests and the executor thread. A request is taken from the
+ * communicator's pool and either runs on the data plane at once or goes to the
+ * negotiator (engine.c) first:
+ *   - unnamed operations issued before this rank's first named one run in
+ *     program order, as MPI's do: a blocking one inline on the caller's thread
+ *     when nothing is queued (no hand-off on the latency path), a non-blocking
+ *     one on the executor thread;
+ *   - named operations, and unnamed ones from then on, are negotiated, and the
+ *     negotiator queues what every rank agreed on (single operations and fused
+ *     batches) for the executor in the agreed order.
+ * The executor runs its queue in order; it never reads the control links (the
+ * negotiator does), so a long operation never delays failure detection.
+ * Requests on device buffers in CUDA mode go to NCCL instead (device.c). */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "collective/internal.h"
+#include "collective/timeline.h"
 #include "common/checks.h"
 
-/* Marks a request done (under comm->mutex). */
-static void complete_request(kolo_comm *comm, kolo_request *request, kolo_status status) {
+void kolo_request_complete_locked(kolo_comm *comm, kolo_request *request, kolo_status status) {
   request->status = status;
   if (status != KOLO_OK && request->message[0] == '\0' && atomic_load(&comm->failed)) {
     kolo_comm_error_message(comm, request->message, sizeof request->message);
   }
+  if (request->negotiated && comm->outstanding > 0) comm->outstanding--;
   request->done = 1;
   pthread_cond_broadcast(&comm->cond);
 }
 
-/* Sleeps until woken (queue, abort, stop) or a control link has something. */
-static void engine_idle(kolo_comm *comm) {
-  struct pollfd fds[3];
-  int count = 0, link_of[3] = {-1, -1, -1};
-  fds[count++] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
-  for (int i = 0; i < 2; i++) {
-    if (comm->control[i].open && !atomic_load(&comm->failed)) {
-      link_of[count] = i;
-      fds[count++] = (struct pollfd){.fd = kolo_channel_poll_fd(&comm->control[i].channel),
-                                     .events = POLLIN};
-    }
-  }
-  if (poll(fds, (nfds_t)count, -1) <= 0) return;
-  if (fds[0].revents) {
-    uint64_t value;
-    ssize_t ignored = read(comm->wake_fd, &value, sizeof value);
-    (void)ignored;
-  }
-  for (int i = 1; i < count; i++) {
-    if (fds[i].revents) kolo_control_service(comm, &comm->control[link_of[i]]);
+/* Frees an engine-made request and what it owns (never handed to a caller). */
+static void free_internal(kolo_request *request) {
+  if (request->batch != NULL) kolo_batch_free(request->batch);
+  free(request->output);
+  free(request->scratch);
+  free(request);
+}
+
+static const char *phase_name(kolo_request_kind kind) {
+  switch (kind) {
+    case KOLO_REQUEST_ALLGATHER: return "ALLGATHER";
+    case KOLO_REQUEST_BROADCAST: return "BROADCAST";
+    case KOLO_REQUEST_REDUCESCATTER: return "REDUCESCATTER";
+    case KOLO_REQUEST_ALLTOALL: return "ALLTOALL";
+    case KOLO_REQUEST_JOIN: return "JOIN";
+    default: return "ALLREDUCE";
   }
 }
 
-static void *engine_main(void *argument) {
+/* The phases a finished request went through, on each of its tensors' rows. */
+static void record_phases(kolo_comm *comm, const kolo_request *request,
+                          const kolo_fused_times *times, kolo_status status) {
+  kolo_timeline *timeline = kolo_engine_timeline(comm);
+  if (timeline == NULL || !(request->negotiated || request->internal)) return;
+  const char *detail = status == KOLO_OK ? NULL : kolo_strerror(status);
+  if (request->kind != KOLO_REQUEST_BATCH) {
+    if (request->name[0] == '\0') return;
+    kolo_timeline_event(timeline, request->name, "WAIT_FOR_DATA", request->decided_ns,
+                        times->start_ns, NULL);
+    kolo_timeline_event(timeline, request->name, phase_name(request->kind), times->start_ns,
+                        times->end_ns, detail);
+    return;
+  }
+  const kolo_batch *batch = request->batch;
+  for (int i = 0; i < batch->owner_count; i++) {
+    const kolo_request *owner = batch->owners[i];
+    kolo_timeline_event(timeline, owner->name, "WAIT_FOR_DATA", owner->decided_ns, times->start_ns,
+                        NULL);
+    if (times->staged_ns == 0) continue; /* failed before it started */
+    kolo_timeline_event(timeline, owner->name, "MEMCPY_IN_FUSION_BUFFER", times->start_ns,
+                        times->staged_ns, NULL);
+    kolo_timeline_event(timeline, owner->name, "ALLREDUCE", times->staged_ns,
+                        times->reduced_ns ? times->reduced_ns : kolo_now_ns(), detail);
+    if (times->reduced_ns != 0) {
+      kolo_timeline_event(timeline, owner->name, "MEMCPY_OUT_FUSION_BUFFER", times->reduced_ns,
+                          times->end_ns, NULL);
+    }
+  }
+}
+
+/* Runs one queued request on the executor thread and completes it. */
+static void execute_one(kolo_comm *comm, kolo_request *request) {
+  kolo_status status = KOLO_ERR_ABORTED;
+  kolo_fused_times times = {.start_ns = kolo_now_ns()};
+  if (!comm->stopping) {
+    status = request->kind == KOLO_REQUEST_BATCH ? kolo_exec_batch(comm, request->batch, &times)
+                                                 : kolo_ring_run(comm, request, 0);
+  }
+  times.end_ns = kolo_now_ns();
+  record_phases(comm, request, &times, status);
+  pthread_mutex_lock(&comm->mutex);
+  comm->busy = 0;
+  if (request->kind == KOLO_REQUEST_BATCH) {
+    for (int i = 0; i < request->batch->owner_count; i++) {
+      kolo_request_complete_locked(comm, request->batch->owners[i], status);
+    }
+  }
+  int internal = request->internal;
+  /* once completed, a caller's request may vanish (a blocking call's is on its stack) */
+  if (!internal) kolo_request_complete_locked(comm, request, status);
+  pthread_cond_broadcast(&comm->cond);
+  pthread_mutex_unlock(&comm->mutex);
+  if (internal) free_internal(request);
+}
+
+static void *executor_main(void *argument) {
   kolo_comm *comm = argument;
+  pthread_mutex_lock(&comm->mutex);
   for (;;) {
-    pthread_mutex_lock(&comm->mutex);
     if (!comm->busy && comm->queue_head != NULL) {
       kolo_request *request = comm->queue_head;
       comm->queue_head = request->next;
       if (comm->queue_head == NULL) comm->queue_tail = NULL;
       comm->busy = 1;
       pthread_mutex_unlock(&comm->mutex);
-      kolo_status status = comm->stopping ? KOLO_ERR_ABORTED : kolo_ring_run(comm, request, 1);
+      execute_one(comm, request);
       pthread_mutex_lock(&comm->mutex);
-      comm->busy = 0;
-      complete_request(comm, request, status);
-      pthread_mutex_unlock(&comm->mutex);
       continue;
     }
-    int stopping = comm->stopping && !comm->busy;
-    pthread_mutex_unlock(&comm->mutex);
-    if (stopping) break;
-    engine_idle(comm);
+    if (comm->stopping && !comm->busy) break;
+    pthread_cond_wait(&comm->exec_cond, &comm->mutex);
   }
+  pthread_mutex_unlock(&comm->mutex);
   return NULL;
 }
 
 kolo_status kolo_queue_start(kolo_comm *comm) {
-  if (pthread_create(&comm->engine, NULL, engine_main, comm) != 0) return KOLO_ERR_SYSTEM;
-  comm->engine_started = 1;
-  return KOLO_OK;
+  if (pthread_create(&comm->executor, NULL, executor_main, comm) != 0) return KOLO_ERR_SYSTEM;
+  comm->executor_started = 1;
+  kolo_status status = kolo_engine_start(comm);
+  if (status != KOLO_OK) kolo_queue_stop(comm);
+  return status;
 }
 
-static void wake_engine(kolo_comm *comm) {
-  uint64_t one = 1;
-  ssize_t ignored = write(comm->wake_fd, &one, sizeof one);
-  (void)ignored;
+void kolo_queue_push_locked(kolo_comm *comm, kolo_request *request) {
+  request->next = NULL;
+  if (comm->queue_tail) comm->queue_tail->next = request;
+  else comm->queue_head = request;
+  comm->queue_tail = request;
+  pthread_cond_signal(&comm->exec_cond);
 }
 
 int kolo_queue_pending(kolo_comm *comm) {
   pthread_mutex_lock(&comm->mutex);
-  int pending = comm->busy || comm->queue_head != NULL;
+  int pending = comm->busy || comm->queue_head != NULL || comm->outstanding > 0;
   pthread_mutex_unlock(&comm->mutex);
   return pending;
 }
 
 void kolo_queue_stop(kolo_comm *comm) {
+  kolo_engine_stop(comm); /* first: it fails what it holds and hands nothing more over */
   pthread_mutex_lock(&comm->mutex);
   comm->stopping = 1;
+  pthread_cond_broadcast(&comm->exec_cond);
   pthread_mutex_unlock(&comm->mutex);
-  wake_engine(comm);
-  if (comm->engine_started) pthread_join(comm->engine, NULL);
-  comm->engine_started = 0;
+  if (comm->executor_started) pthread_join(comm->executor, NULL);
+  comm->executor_started = 0;
 }
 
 void kolo_queue_free(kolo_comm *comm) {
@@ -107,69 +167,97 @@ void kolo_queue_free(kolo_comm *comm) {
   }
 }
 
+static int device_request(const kolo_comm *comm, const kolo_request *request) {
+  return request->kind != KOLO_REQUEST_BARRIER && request->name[0] == '\0' &&
+         kolo_device_wanted(comm, request->send, request->recv);
+}
+
+/* An unnamed request in named mode: numbered and handed to the negotiator. */
+static void submit_negotiated_locked(kolo_comm *comm, kolo_request *request) {
+  request->negotiated = 1;
+  request->seq = ++comm->unnamed_issued;
+  request->submitted_ns = kolo_now_ns();
+  comm->outstanding++;
+  kolo_engine_submit_locked(comm, request);
+}
+
 kolo_status kolo_queue_run_blocking(kolo_comm *comm, kolo_request *request) {
-  if (request->kind != KOLO_REQUEST_BARRIER &&
-      kolo_device_wanted(comm, request->send, request->recv)) {
-    void *device_request = NULL;
-    KOLO_CHECK(kolo_device_submit(comm, request, &device_request));
-    return kolo_device_wait(comm, device_request);
+  if (device_request(comm, request)) {
+    void *device = NULL;
+    KOLO_CHECK(kolo_device_submit(comm, request, &device));
+    return kolo_device_wait(comm, device);
   }
   pthread_mutex_lock(&comm->mutex);
-  if (!comm->busy && comm->queue_head == NULL) {
+  if (comm->named_mode) {
+    request->done = 0;
+    submit_negotiated_locked(comm, request);
+    comm->hurry = 1;
+    kolo_engine_wake(comm);
+  } else if (!comm->busy && comm->queue_head == NULL) {
     comm->busy = 1;
+    comm->unnamed_issued++;
     pthread_mutex_unlock(&comm->mutex);
     kolo_status status = kolo_ring_run(comm, request, 0);
     pthread_mutex_lock(&comm->mutex);
     comm->busy = 0;
-    if (comm->queue_head != NULL || comm->stopping) wake_engine(comm);
+    pthread_cond_signal(&comm->exec_cond);
     pthread_cond_broadcast(&comm->cond);
     pthread_mutex_unlock(&comm->mutex);
     return status;
+  } else {
+    request->done = 0;
+    comm->unnamed_issued++;
+    kolo_queue_push_locked(comm, request);
   }
-  request->next = NULL;
-  if (comm->queue_tail) comm->queue_tail->next = request;
-  else comm->queue_head = request;
-  comm->queue_tail = request;
-  wake_engine(comm);
   while (!request->done) pthread_cond_wait(&comm->cond, &comm->mutex);
   kolo_status status = request->status;
   pthread_mutex_unlock(&comm->mutex);
   return status;
 }
 
-kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, kolo_request **out) {
-  void *device_request = NULL;
-  if (prototype->kind != KOLO_REQUEST_BARRIER &&
-      kolo_device_wanted(comm, prototype->send, prototype->recv)) {
-    KOLO_CHECK(kolo_device_submit(comm, prototype, &device_request));
-  }
-  pthread_mutex_lock(&comm->mutex);
+static kolo_request *take_pooled_locked(kolo_comm *comm) {
   kolo_request *request = comm->free_requests;
   if (request != NULL) {
     comm->free_requests = request->next;
-  } else {
-    request = malloc(sizeof *request);
-    if (request == NULL) {
-      pthread_mutex_unlock(&comm->mutex);
-      return KOLO_ERR_NO_MEMORY;
-    }
+    return request;
+  }
+  return malloc(sizeof *request);
+}
+
+kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, kolo_request **out) {
+  void *device = NULL;
+  if (device_request(comm, prototype)) KOLO_CHECK(kolo_device_submit(comm, prototype, &device));
+  pthread_mutex_lock(&comm->mutex);
+  kolo_request *request = take_pooled_locked(comm);
+  if (request == NULL) {
+    pthread_mutex_unlock(&comm->mutex);
+    return KOLO_ERR_NO_MEMORY;
   }
   *request = *prototype;
   if (prototype->members == &prototype->single) request->members = &request->single;
   request->pooled = 1;
   request->done = 0;
   request->next = NULL;
-  request->device_request = device_request;
-  if (device_request != NULL) { /* NCCL runs it; nothing to queue */
-    pthread_mutex_unlock(&comm->mutex);
-    *out = request;
-    return KOLO_OK;
+  request->device_request = device;
+  /* the negotiator takes the whole inbox at once: wake it for the first only */
+  int wake = comm->inbox_head == NULL;
+  if (device != NULL) {
+    wake = 0;
+  } else if (request->name[0] != '\0') {
+    comm->named_mode = 1;
+    request->negotiated = 1;
+    request->submitted_ns = kolo_now_ns();
+    comm->outstanding++;
+    kolo_engine_submit_locked(comm, request);
+  } else if (comm->named_mode) {
+    submit_negotiated_locked(comm, request);
+  } else {
+    wake = 0;
+    comm->unnamed_issued++;
+    kolo_queue_push_locked(comm, request);
   }
-  if (comm->queue_tail) comm->queue_tail->next = request;
-  else comm->queue_head = request;
-  comm->queue_tail = request;
   pthread_mutex_unlock(&comm->mutex);
-  wake_engine(comm);
+  if (wake) kolo_engine_wake(comm);
   *out = request;
   return KOLO_OK;
 }
@@ -214,6 +302,10 @@ kolo_status kolo_wait_result(kolo_request *request, kolo_result *result) {
     return device_status;
   }
   pthread_mutex_lock(&comm->mutex);
+  if (!request->done && request->negotiated && !comm->hurry) {
+    comm->hurry = 1; /* someone waits: no point holding the cycle for more tensors */
+    kolo_engine_wake(comm);
+  }
   while (!request->done) pthread_cond_wait(&comm->cond, &comm->mutex);
   kolo_status status = request->status;
   fill_result(request, status, result);

@@ -16,13 +16,30 @@
 static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
 
 /* First element of chunk index when count elements are split into parts chunks. */
-static size_t chunk_start(size_t count, int parts, int index) {
+size_t kolo_chunk_start(size_t count, int parts, int index) {
   size_t base = count / (size_t)parts, extra = count % (size_t)parts;
   return base * (size_t)index + ((size_t)index < extra ? (size_t)index : extra);
 }
 
 static size_t chunk_length(size_t count, int parts, int index) {
-  return chunk_start(count, parts, index + 1) - chunk_start(count, parts, index);
+  return kolo_chunk_start(count, parts, index + 1) - kolo_chunk_start(count, parts, index);
+}
+
+kolo_status kolo_plan_reserve(kolo_ring_plan *plan, int items) {
+  if (items <= plan->capacity) return KOLO_OK;
+  int capacity = plan->capacity ? plan->capacity : 16;
+  while (capacity < items) capacity *= 2;
+  kolo_ring_item *sends = realloc(plan->sends, (size_t)capacity * sizeof *sends);
+  if (sends == NULL) return KOLO_ERR_NO_MEMORY;
+  plan->sends = sends;
+  kolo_ring_item *recvs = realloc(plan->recvs, (size_t)capacity * sizeof *recvs);
+  if (recvs == NULL) return KOLO_ERR_NO_MEMORY;
+  plan->recvs = recvs;
+  size_t *processed = realloc(plan->processed, (size_t)capacity * sizeof *processed);
+  if (processed == NULL) return KOLO_ERR_NO_MEMORY;
+  plan->processed = processed;
+  plan->capacity = capacity;
+  return KOLO_OK;
 }
 
 void kolo_plan_reset(kolo_ring_plan *plan, kolo_dtype dtype, kolo_op op) {
@@ -91,9 +108,9 @@ static void plan_allreduce_ring(kolo_comm *comm, const char *src, char *dst, siz
   for (int t = 0; t < n - 1; t++) {
     int send_chunk = wrap_rank(r - t, n);
     int recv_chunk = wrap_rank(r - t - 1, n);
-    const char *from = (t == 0 ? src : dst) + chunk_start(count, n, send_chunk) * element;
+    const char *from = (t == 0 ? src : dst) + kolo_chunk_start(count, n, send_chunk) * element;
     kolo_plan_send(plan, from, chunk_length(count, n, send_chunk) * element, t == 0 ? -1 : t - 1);
-    size_t offset = chunk_start(count, n, recv_chunk) * element;
+    size_t offset = kolo_chunk_start(count, n, recv_chunk) * element;
     kolo_plan_recv(plan, dst + offset, src + offset, chunk_length(count, n, recv_chunk) * element,
               op == KOLO_AVG && t == n - 2);
   }
@@ -101,9 +118,9 @@ static void plan_allreduce_ring(kolo_comm *comm, const char *src, char *dst, siz
   for (int u = 0; u < n - 1; u++) {
     int send_chunk = wrap_rank(r + 1 - u, n);
     int recv_chunk = wrap_rank(r - u, n);
-    kolo_plan_send(plan, dst + chunk_start(count, n, send_chunk) * element,
+    kolo_plan_send(plan, dst + kolo_chunk_start(count, n, send_chunk) * element,
               chunk_length(count, n, send_chunk) * element, n - 2 + u);
-    kolo_plan_recv(plan, dst + chunk_start(count, n, recv_chunk) * element, NULL,
+    kolo_plan_recv(plan, dst + kolo_chunk_start(count, n, recv_chunk) * element, NULL,
               chunk_length(count, n, recv_chunk) * element, 0);
   }
 }
@@ -253,6 +270,7 @@ kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thr
       return run_reducescatter(comm, request, engine_thread);
     case KOLO_REQUEST_ALLTOALL: return kolo_ring_alltoall(comm, request, engine_thread);
     case KOLO_REQUEST_JOIN: return kolo_exec_join(comm, request, engine_thread);
+    case KOLO_REQUEST_BATCH: return kolo_exec_batch(comm, request->batch, NULL);
     case KOLO_REQUEST_BARRIER: {
       uint8_t token = 1, result = 0;
       return kolo_ring_allreduce(comm, &token, &result, 1, KOLO_UINT8, KOLO_MAX, engine_thread);

@@ -227,20 +227,38 @@ kolo_status kolo_etcd_lease_revoke(kolo_etcd *client, int64_t lease_id);
  * when etcd no longer knows the lease. Blocks for at most the request deadline. */
 kolo_status kolo_etcd_lease_keepalive_once(kolo_etcd *client, int64_t lease_id, int64_t *ttl_s);
 
-/* Called once, on the keep-alive thread, when the lease is lost: etcd says it is
- * gone, or no renewal was acknowledged for a whole TTL. status is
- * KOLO_ERR_LEASE_LOST; message says why. Must not stop its own keep-alive. */
+/* Called once, on the keep-alive thread, when the lease is lost (see
+ * kolo_etcd_keepalive_mode). status is KOLO_ERR_LEASE_LOST; message says why.
+ * Must not stop its own keep-alive. */
 typedef void (*kolo_etcd_lease_lost_fn)(int64_t lease_id, kolo_status status, const char *message,
                                         void *user);
 
 typedef struct kolo_etcd_keepalive kolo_etcd_keepalive;
 
+/* When a keep-alive counts its lease lost. */
+typedef enum kolo_etcd_keepalive_mode {
+  /* etcd says the lease is gone, or no renewal was acknowledged for a whole TTL
+   * (etcd may have expired it meanwhile): for a leader, which must step down
+   * before another candidate can take over. */
+  KOLO_ETCD_KEEPALIVE_STRICT = 0,
+  /* Only when etcd answers that the lease is gone. While etcd cannot be reached
+   * the keep-alive keeps renewing (every 200 ms-1 s), so a short etcd outage or
+   * restart (which keeps leases) loses nothing; once etcd answers, its verdict
+   * counts. For a worker, whose work does not need etcd. */
+  KOLO_ETCD_KEEPALIVE_PATIENT = 1,
+} kolo_etcd_keepalive_mode;
+
 /* Starts a thread that renews lease_id every ttl_s/3 seconds (at least every
  * 500 ms apart) and calls lost (optional) once if the lease is lost; the thread
- * then ends. Does no I/O itself. */
+ * then ends. Does no I/O itself. STRICT mode. */
 kolo_status kolo_etcd_keepalive_start(kolo_etcd *client, int64_t lease_id, int64_t ttl_s,
                                       kolo_etcd_lease_lost_fn lost, void *user,
                                       kolo_etcd_keepalive **out);
+
+/* The same with an explicit mode. */
+kolo_status kolo_etcd_keepalive_start_mode(kolo_etcd *client, int64_t lease_id, int64_t ttl_s,
+                                           kolo_etcd_keepalive_mode mode, kolo_etcd_lease_lost_fn lost,
+                                           void *user, kolo_etcd_keepalive **out);
 
 /* Whether the keep-alive still holds its lease; turns false once the lost
  * callback (if any) has returned. */

@@ -1,6 +1,6 @@
 /* Leases: grant, revoke, one renewal, and the keep-alive thread that renews a
- * lease every TTL/3 and reports its loss once (etcd forgot it, or no renewal was
- * acknowledged for a whole TTL). */
+ * lease every TTL/3 and reports its loss once (etcd forgot it, or, in STRICT
+ * mode, no renewal was acknowledged for a whole TTL). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -80,6 +80,7 @@ struct kolo_etcd_keepalive {
   kolo_etcd *client;
   int64_t lease_id;
   int64_t ttl_ms;
+  kolo_etcd_keepalive_mode mode;
   kolo_etcd_lease_lost_fn lost;
   void *user;
   pthread_t thread;
@@ -105,26 +106,33 @@ static void *keepalive_main(void *arg) {
   int64_t interval = k->ttl_ms / 3;
   if (interval < 500) interval = 500;
   int64_t last_ok = kolo_etcd_now_ms(); /* the lease was fresh when we were started */
-  int64_t wait = interval;
+  int64_t wait = interval, last_warning = 0;
+  int failures = 0;
   char reason[512] = "";
   while (!sleep_unless_stopped(k, wait)) {
     int64_t now = kolo_etcd_now_ms();
     int64_t left = last_ok + k->ttl_ms - now;
-    if (left <= 0) {
-      snprintf(reason, sizeof reason,
-               "etcd lease %" PRIx64 " expired: no renewal acknowledged for %" PRId64 " ms (%s)",
-               (uint64_t)k->lease_id, now - last_ok, kolo_etcd_last_error());
-      break;
+    int timeout = kolo_etcd_request_timeout_ms(k->client);
+    if (k->mode == KOLO_ETCD_KEEPALIVE_STRICT) {
+      if (left <= 0) {
+        snprintf(reason, sizeof reason,
+                 "etcd lease %" PRIx64 " expired: no renewal acknowledged for %" PRId64 " ms (%s)",
+                 (uint64_t)k->lease_id, now - last_ok, kolo_etcd_last_error());
+        break;
+      }
+      if (left < timeout) timeout = (int)left;
     }
-    int timeout = (int)(left < kolo_etcd_request_timeout_ms(k->client) ? left
-                                                                        : kolo_etcd_request_timeout_ms(k->client));
     int64_t ttl = 0;
     KOLO_LOGD(COMPONENT, "renewing lease %" PRIx64 " (deadline %d ms)", (uint64_t)k->lease_id, timeout);
     kolo_status rc = keepalive_once(k->client, k->lease_id, timeout, &k->stopping, &ttl);
     KOLO_LOGD(COMPONENT, "renewal of %" PRIx64 ": %s", (uint64_t)k->lease_id, kolo_status_name(rc));
     if (rc == KOLO_OK) {
+      if (failures > 0)
+        KOLO_LOGI(COMPONENT, "lease %" PRIx64 " renewed again after %" PRId64 " ms without etcd", (uint64_t)k->lease_id,
+                  kolo_etcd_now_ms() - last_ok);
       last_ok = kolo_etcd_now_ms();
       wait = interval;
+      failures = 0;
       continue;
     }
     if (atomic_load(&k->stopping)) break;
@@ -132,10 +140,15 @@ static void *keepalive_main(void *arg) {
       snprintf(reason, sizeof reason, "%s", kolo_etcd_last_error());
       break;
     }
-    /* etcd unreachable for now: retry soon, the lease may still be alive. */
-    KOLO_LOGW(COMPONENT, "renewing lease %" PRIx64 " failed, retrying: %s", (uint64_t)k->lease_id,
-              kolo_etcd_last_error());
+    /* etcd unreachable for now: retry soon, the lease may still be alive
+     * (a warning when it starts, then every 5 s) */
+    if (failures++ == 0 || kolo_etcd_now_ms() - last_warning >= 5000) {
+      KOLO_LOGW(COMPONENT, "renewing lease %" PRIx64 " failed, retrying: %s", (uint64_t)k->lease_id,
+                kolo_etcd_last_error());
+      last_warning = kolo_etcd_now_ms();
+    }
     wait = interval / 3 < 200 ? 200 : interval / 3;
+    if (wait > 1000) wait = 1000;
   }
   if (!atomic_load(&k->stopping) && reason[0]) {
     KOLO_LOGW(COMPONENT, "%s", reason);
@@ -148,6 +161,12 @@ static void *keepalive_main(void *arg) {
 kolo_status kolo_etcd_keepalive_start(kolo_etcd *c, int64_t lease_id, int64_t ttl_s,
                                       kolo_etcd_lease_lost_fn lost, void *user,
                                       kolo_etcd_keepalive **out) {
+  return kolo_etcd_keepalive_start_mode(c, lease_id, ttl_s, KOLO_ETCD_KEEPALIVE_STRICT, lost, user, out);
+}
+
+kolo_status kolo_etcd_keepalive_start_mode(kolo_etcd *c, int64_t lease_id, int64_t ttl_s,
+                                           kolo_etcd_keepalive_mode mode, kolo_etcd_lease_lost_fn lost,
+                                           void *user, kolo_etcd_keepalive **out) {
   *out = NULL;
   if (c == NULL || lease_id == 0 || ttl_s < 1)
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "keep-alive needs a client, a lease and a TTL >= 1 s");
@@ -156,6 +175,7 @@ kolo_status kolo_etcd_keepalive_start(kolo_etcd *c, int64_t lease_id, int64_t tt
   k->client = c;
   k->lease_id = lease_id;
   k->ttl_ms = ttl_s * 1000;
+  k->mode = mode;
   k->lost = lost;
   k->user = user;
   atomic_init(&k->stopping, 0);

@@ -24,6 +24,7 @@ typedef struct kolo_member_label {
  * Optional, both or neither: "logs_url" (where the agent serves its jobs' output,
  * "http://host:port", at most 255 printable characters) and "logs_token" (the bearer
  * token that server needs, 16..128 of [A-Za-z0-9]); kolo-server reads them, never shows them.
+ * Optional: "registered_unix_ms" (wall-clock time of this registration, > 0; written when set).
  * Unknown fields are ignored (a newer worker may add some). */
 typedef struct kolo_member {
   char *id;
@@ -36,6 +37,7 @@ typedef struct kolo_member {
   char *state;
   char *logs_url;   /* NULL = none */
   char *logs_token; /* NULL = none */
+  int64_t registered_unix_ms; /* when this registration began; 0 = not recorded */
   /* Filled when read from etcd: */
   int64_t lease;
   int64_t mod_revision;
@@ -65,8 +67,9 @@ typedef struct kolo_membership kolo_membership;
 
 /* Grants a lease of ttl_s seconds, creates the record under it (create-if-absent:
  * KOLO_ERR_EXISTS while another live holder has the id, e.g. a previous instance
- * whose lease has not expired yet) and starts its keep-alive. lost (optional) is
- * called on the keep-alive thread if the lease is lost; the record is gone then.
+ * whose lease has not expired yet) and starts its keep-alive (PATIENT: it
+ * keeps renewing while etcd cannot be reached). lost (optional) is called on the
+ * keep-alive thread when etcd says the lease is gone; the record is gone then.
  * Blocks for at most two request deadlines. */
 kolo_status kolo_membership_register(kolo_etcd *client, const kolo_member *m, int64_t ttl_s,
                                      kolo_etcd_lease_lost_fn lost, void *user,

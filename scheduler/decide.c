@@ -75,8 +75,12 @@ static void find_gone(const kolo_sched_job_view *job, kolo_sched_decision *d) {
     const kolo_sched_report *r = &m->report;
     if (r->exited && r->exit_code != 0 && r->exit_epoch >= m->since_epoch) {
       char why[96];
-      snprintf(why, sizeof why, "its process exited with code %d", r->exit_code);
+      int usage = r->exit_code == KOLO_SCHED_EXIT_USAGE;
+      snprintf(why, sizeof why, usage ? "its process exited with code %d (a usage error)" : "its process exited with code %d",
+               r->exit_code);
+      if (kolo_sched_decision_lost(d, i)) continue; /* draining: it leaves as planned */
       mark_lost(d, i, why);
+      d->lost[d->n_lost - 1].usage = usage;
     }
   }
 }
@@ -114,6 +118,8 @@ static kolo_status find_named(const kolo_sched_job_view *job, kolo_sched_decisio
     snprintf(why, sizeof why, "its ring neighbours lost it at epoch %" PRId64, job->epoch);
     for (size_t i = 0; i < n; i++)
       if (named[i] && !reported[i]) mark_lost(d, i, why);
+  } else if (reporters > 0 && suspects == 0 && settled) {
+    d->stalled = 1; /* everyone they name is alive and reporting: nobody to leave out */
   } /* else: the next pass (at most one tick away) looks again */
   free(named);
   free(reported);
@@ -122,6 +128,11 @@ static kolo_status find_named(const kolo_sched_job_view *job, kolo_sched_decisio
 
 static void decide_loss(const kolo_sched_job_view *job, kolo_sched_decision *d) {
   size_t survivors = job->n_members - d->n_lost;
+  for (size_t i = 0; i < d->n_lost; i++)
+    if (d->lost[i].usage) { /* the arguments are wrong on every worker: re-planning cannot help */
+      d->action = KOLO_SCHED_USAGE_FAIL;
+      return;
+    }
   d->limit = job->max_reconfigurations ? job->max_reconfigurations : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
   if (d->n_drained == d->n_lost) { /* planned leaves only: no reconfiguration spent, never a failure */
     kolo_sched_loss_action action =
@@ -136,6 +147,12 @@ static void decide_loss(const kolo_sched_job_view *job, kolo_sched_decision *d) 
   d->action = action == KOLO_SCHED_FAIL     ? KOLO_SCHED_LOST_FAIL
               : action == KOLO_SCHED_REFORM ? KOLO_SCHED_LOST_REFORM
                                             : KOLO_SCHED_LOST_HOLD;
+}
+
+/* A stalled ring: the same members at the next epoch, unless past the limit. */
+static void decide_stall(const kolo_sched_job_view *job, kolo_sched_decision *d) {
+  d->limit = job->max_reconfigurations ? job->max_reconfigurations : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
+  d->action = job->reconfigurations + 1 > d->limit ? KOLO_SCHED_STALLED_FAIL : KOLO_SCHED_STALLED_REFORM;
 }
 
 static size_t count_formed(const kolo_sched_job_view *job) {
@@ -183,6 +200,7 @@ kolo_status kolo_sched_decide(const kolo_sched_job_view *job, kolo_sched_decisio
     return KOLO_ERR_NO_MEMORY;
   }
   if (out->n_lost > 0) decide_loss(job, out);
+  else if (out->stalled) decide_stall(job, out);
   else decide_healthy(job, out);
   return KOLO_OK;
 }
@@ -192,13 +210,16 @@ const char *kolo_sched_event_type(kolo_sched_action action) {
   case KOLO_SCHED_FINISH: return "FINISHED";
   case KOLO_SCHED_LOST_REFORM:
   case KOLO_SCHED_LOST_HOLD: return "WORKER_LOST";
-  case KOLO_SCHED_LOST_FAIL: return "FAILED";
+  case KOLO_SCHED_LOST_FAIL:
+  case KOLO_SCHED_USAGE_FAIL: return "FAILED";
   case KOLO_SCHED_RESUME: return "RESUMING";
   case KOLO_SCHED_FORMED: return "RING_FORMED";
   case KOLO_SCHED_SHRINK: return "SHRINKING";
   case KOLO_SCHED_GROW: return "WORKER_JOINED";
   case KOLO_SCHED_DRAIN_REFORM:
   case KOLO_SCHED_DRAIN_HOLD: return "WORKER_DRAINED";
+  case KOLO_SCHED_STALLED_REFORM: return "RING_STALLED";
+  case KOLO_SCHED_STALLED_FAIL: return "FAILED";
   default: return NULL;
   }
 }
@@ -212,6 +233,19 @@ static void print_left(FILE *out, const kolo_sched_job_view *job, const kolo_sch
 static void print_lost(FILE *out, const kolo_sched_job_view *job, const kolo_sched_decision *d) {
   for (size_t i = 0; i < d->n_lost; i++)
     fprintf(out, "%s%s (%s)", i ? ", " : "", job->members[d->lost[i].member].worker_id, d->lost[i].why);
+}
+
+/* "w1 (KOLO_ERR_TIMEOUT naming rank 2), w2 (...)": this epoch's FAILED reports. */
+static void print_reports(FILE *out, const kolo_sched_job_view *job) {
+  size_t shown = 0;
+  for (size_t i = 0; i < job->n_members; i++) {
+    const kolo_sched_report *r = &job->members[i].report;
+    if (r->failed_epoch != job->epoch) continue;
+    fprintf(out, "%s%s (%s", shown++ ? ", " : "", job->members[i].worker_id,
+            r->failed_status && r->failed_status[0] ? r->failed_status : "failed");
+    if (r->failed_rank >= 0) fprintf(out, " naming rank %" PRId64, r->failed_rank);
+    fprintf(out, ")");
+  }
 }
 
 /* Below the first line: the stderr tails of lost members whose process failed. */
@@ -252,6 +286,13 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
     for (size_t i = 0; i < job->n_earlier_lost; i++)
       fprintf(out, "%s%s", i ? ", " : "; earlier: ", job->earlier_lost[i]);
     break;
+  case KOLO_SCHED_USAGE_FAIL:
+    fprintf(out, "the program exited with a usage error: ");
+    for (size_t i = 0, shown = 0; i < d->n_lost; i++)
+      if (d->lost[i].usage)
+        fprintf(out, "%s%s (rank %zu) %s", shown++ ? ", " : "", job->members[d->lost[i].member].worker_id,
+                d->lost[i].member, d->lost[i].why);
+    break;
   case KOLO_SCHED_LOST_REFORM:
     fprintf(out, "lost ");
     print_lost(out, job, d);
@@ -272,6 +313,16 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
     fprintf(out, " left (drained); %zu workers left, below min_workers %u: waiting for workers", survivors,
             job->min_workers);
     break;
+  case KOLO_SCHED_STALLED_REFORM:
+    fprintf(out, "epoch %" PRId64 " cannot make progress with every member alive: ", job->epoch);
+    print_reports(out, job);
+    fprintf(out, "; re-forming the same %zu workers", n);
+    break;
+  case KOLO_SCHED_STALLED_FAIL:
+    fprintf(out, "exceeded max_reconfigurations (%u): epoch %" PRId64 " cannot make progress with every member alive: ",
+            d->limit, job->epoch);
+    print_reports(out, job);
+    break;
   case KOLO_SCHED_RESUME:
     fprintf(out, "workers available again: resuming with %zu survivors and %zu new workers", n, d->take);
     break;
@@ -287,7 +338,8 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
   default:
     break;
   }
-  if (d->action == KOLO_SCHED_LOST_FAIL || d->action == KOLO_SCHED_LOST_REFORM || d->action == KOLO_SCHED_LOST_HOLD)
+  if (d->action == KOLO_SCHED_LOST_FAIL || d->action == KOLO_SCHED_LOST_REFORM || d->action == KOLO_SCHED_LOST_HOLD ||
+      d->action == KOLO_SCHED_USAGE_FAIL)
     print_tails(out, job, d);
   if (fclose(out) != 0) {
     free(text);

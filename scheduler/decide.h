@@ -16,6 +16,10 @@
 
 #define KOLO_SCHED_FAILED_SETTLE_MS 500 /* wait this long for every survivor's FAILED report */
 #define KOLO_SCHED_FINISH_GRACE_MS 10000 /* after rank 0 exited 0, wait this long for the others */
+/* A process exiting with this code refused its arguments (kolo-train's
+ * KOLO_TRAIN_EXIT_USAGE, getopt tools, Python's argparse): no other worker would
+ * do better, so the job fails at once instead of re-planning a lost worker. */
+#define KOLO_SCHED_EXIT_USAGE 2
 
 typedef enum kolo_sched_phase {
   KOLO_SCHED_PHASE_OTHER, /* ended, unknown: not the scheduler's */
@@ -37,6 +41,7 @@ typedef struct kolo_sched_report {
   int64_t failed_epoch;   /* the process said this epoch's ring failed ... */
   int64_t failed_rank;    /* ... naming this rank (-1: none) */
   int64_t formed_epoch;   /* newest epoch whose ring the process formed */
+  const char *failed_status; /* borrowed: the status name of that failure ("KOLO_ERR_TIMEOUT"); NULL if none */
   const char *stderr_tail; /* borrowed: last stderr lines of a process that exited non-zero; NULL if none */
 } kolo_sched_report;
 
@@ -80,12 +85,20 @@ typedef enum kolo_sched_action {
    * max_reconfigurations, never a failure): */
   KOLO_SCHED_DRAIN_REFORM, /* next epoch with the others (+ take idle); planned when nobody joins */
   KOLO_SCHED_DRAIN_HOLD,   /* below min_workers: RECONFIGURING, the others wait */
+  /* Members reported this epoch failed but every rank they name is alive (a
+   * timeout with everyone alive, a ring that cannot form): the ring cannot make
+   * progress, so it is re-formed with the same members, or the job fails; both
+   * count against max_reconfigurations like a loss. */
+  KOLO_SCHED_STALLED_REFORM, /* next epoch, same members */
+  KOLO_SCHED_STALLED_FAIL,   /* past max_reconfigurations: FAILED */
+  KOLO_SCHED_USAGE_FAIL,   /* a member's process exited with KOLO_SCHED_EXIT_USAGE: FAILED now */
 } kolo_sched_action;
 
 typedef struct kolo_sched_lost {
   size_t member;  /* index into the view's members */
   char why[96];   /* "its lease expired", "it is draining", ... */
   int drained;    /* a planned leave (the member is draining), not a loss */
+  int usage;      /* its process exited with KOLO_SCHED_EXIT_USAGE */
 } kolo_sched_lost;
 
 typedef struct kolo_sched_decision {
@@ -101,6 +114,7 @@ typedef struct kolo_sched_decision {
    * ring record says "planned"), so the leave costs no step; only when nobody joins (a
    * newcomer could not wait for the others' commit within the ring timeout). */
   int planned;
+  int stalled; /* FAILED reports at this epoch name no missing member (see STALLED_*) */
 } kolo_sched_decision;
 
 /* Decides what to do with one active job. *out is filled (free with

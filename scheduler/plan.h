@@ -15,6 +15,23 @@
  * (0 = it must wait). */
 size_t kolo_sched_gang_take(size_t idle, uint32_t min_workers, uint32_t max_workers);
 
+/* The pending queue, walked oldest first in one pass (docs/ELASTIC.md, "Start
+ * order"): a job starts when its gang fits the idle workers and no older job
+ * holds the queue. A job that must wait holds the queue (FIFO: nobody overtakes
+ * it, so it is never starved) only if it fits the cluster, i.e. its min_workers
+ * is at most the capacity (registered workers not draining, busy or idle): it
+ * waits for running jobs to end. A job larger than the whole cluster holds
+ * nothing: later jobs that fit run past it (backfill) until workers join and it
+ * fits; from then on it holds the queue again. Start with {capacity, 0}. */
+typedef struct kolo_sched_queue {
+  size_t capacity; /* registered workers not draining */
+  int held;        /* an older pending job that fits the cluster is waiting */
+} kolo_sched_queue;
+
+/* The next pending job in age order, with idle workers free now: how many it
+ * takes (0 = it waits; *q updated). */
+size_t kolo_sched_queue_admit(kolo_sched_queue *q, size_t idle, uint32_t min_workers, uint32_t max_workers);
+
 typedef enum kolo_sched_loss_action {
   KOLO_SCHED_REFORM, /* write the next epoch with the survivors (+ newcomers) */
   KOLO_SCHED_WAIT,   /* below min_workers: hold the survivors, wait for workers */

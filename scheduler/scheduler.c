@@ -111,7 +111,13 @@ static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j, co
     rc = kolo_sched_end_job(&s->writer, snap, j, "SUCCEEDED", type, message);
     break;
   case KOLO_SCHED_LOST_FAIL:
+  case KOLO_SCHED_USAGE_FAIL:
+  case KOLO_SCHED_STALLED_FAIL:
     rc = kolo_sched_end_job(&s->writer, snap, j, "FAILED", type, message);
+    break;
+  case KOLO_SCHED_STALLED_REFORM:
+    plan.count_reconfiguration = 1;
+    rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
     break;
   case KOLO_SCHED_LOST_HOLD:
   case KOLO_SCHED_DRAIN_HOLD:
@@ -168,17 +174,24 @@ static int handle_active(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_jo
   return wrote;
 }
 
-/* Gang-schedules pending job j if enough workers are idle; 0 if it must wait. */
-static int start_pending(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j, int *wrote) {
+/* Gang-schedules pending job j if the queue admits it now (plan.h). */
+static void start_pending(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_queue *queue, kolo_sched_job *j,
+                          int *wrote) {
   uint32_t min = kolo_sched_job_bound(j, "min_workers"), max = kolo_sched_job_bound(j, "max_workers");
-  size_t take = kolo_sched_gang_take(kolo_sched_count_idle(snap), min, max);
-  if (take == 0) return 0;
+  size_t take = kolo_sched_queue_admit(queue, kolo_sched_count_idle(snap), min, max);
+  if (take == 0) return;
   char message[128];
   snprintf(message, sizeof message, "gang of %zu workers (min %u, max %u)", take, min, max);
   kolo_sched_epoch_plan plan = {.take = take, .phase = "RUNNING", .event_type = "SCHEDULED",
                                 .event_message = message};
   *wrote |= kolo_sched_write_epoch(&s->writer, snap, j, &plan) == KOLO_OK;
-  return 1;
+}
+
+/* Registered workers not draining (busy or idle): what a pending job can ever get now. */
+static size_t capacity(const kolo_sched_snapshot *snap) {
+  size_t n = 0;
+  for (size_t i = 0; i < snap->n_workers; i++) n += !snap->workers[i].draining;
+  return n;
 }
 
 /* One pass over the whole cluster. */
@@ -189,13 +202,14 @@ static void pass(kolo_sched *s) {
     kolo_sched_snapshot_free(&snap);
     return;
   }
-  int wrote = 0, blocked = 0;
+  int wrote = 0;
+  kolo_sched_queue queue = {.capacity = capacity(&snap), .held = 0};
   for (size_t i = 0; i < snap.n_jobs; i++) {
     kolo_sched_job *j = &snap.jobs[i];
     kolo_sched_phase phase = kolo_sched_phase_from(kolo_sched_job_phase(j));
     if (phase == KOLO_SCHED_PHASE_PENDING) {
-      /* FIFO: nobody overtakes the oldest pending job */
-      if (!blocked && !start_pending(s, &snap, j, &wrote)) blocked = 1;
+      /* FIFO, with backfill past a job larger than the cluster (plan.h) */
+      start_pending(s, &snap, &queue, j, &wrote);
     } else if (phase == KOLO_SCHED_PHASE_RUNNING || phase == KOLO_SCHED_PHASE_RECONFIGURING) {
       wrote |= handle_active(s, &snap, j);
     }
@@ -259,6 +273,7 @@ kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) 
   for (char *e = strtok_r(s->endpoint_text, ",", &save); e && n < 16; e = strtok_r(NULL, ",", &save))
     endpoints[n++] = e;
   kolo_etcd_config etcd_config = {.endpoints = endpoints, .endpoint_count = n};
+  kolo_etcd_access_apply(config->access, &etcd_config);
   kolo_status rc = kolo_etcd_create(&etcd_config, &s->etcd);
   if (rc != KOLO_OK) goto fail;
   s->writer = (kolo_sched_writer){s->etcd, s->config.fence, s->config.fence_arg};

@@ -198,6 +198,7 @@ static kolo_sched_report report_of(const json_t *r) {
   out.failed_rank = json_is_integer(json_object_get(r, "failed_rank")) ? kolo_sched_int(r, "failed_rank") : -1;
   out.formed_epoch = kolo_sched_int(r, "formed_epoch");
   out.stderr_tail = json_string_value(json_object_get(r, "stderr_tail"));
+  out.failed_status = json_string_value(json_object_get(r, "failed_status"));
   return out;
 }
 

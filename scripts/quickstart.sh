@@ -2,11 +2,15 @@
 # The main job on an embedded default, on one machine: installs what is missing,
 # builds kolo, starts a private etcd, one kolo-server and two kolo-workers on
 # 127.0.0.1, submits a SYNC data-parallel MLP job on Fashion-MNIST, shows its
-# progress live, and prints the job's final status JSON as curl returns it.
-# Every process it starts is stopped on the way out. It fails (exit 1) unless the
-# job succeeds with at least --min-accuracy test accuracy.
+# progress live (and prints the dashboard's URL: open it in a browser to watch the job),
+# and prints the job's final status JSON as curl returns it. Every process it starts is
+# stopped on the way out. It fails (exit 1) unless the job succeeds with at least
+# --min-accuracy test accuracy.
 # Options: --workers N (default 2), --epochs N (default 3), --model mlp|lenet,
 #          --min-accuracy X (default 0.85), --keep (keep the work dir),
+#          --keep-up (after the job, keep etcd, kolo-server and the workers running for the
+#          dashboard, the CLI and curl until Ctrl-C; the dashboard is on 127.0.0.1:7080 when
+#          that port is free),
 #          --bin DIR (use built binaries; skip the set-up and the build).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,9 +21,10 @@ epochs=3
 model=mlp
 min_accuracy=0.85
 keep=0
+keep_up=0
 BIN=""
 usage() {
-  echo "usage: scripts/quickstart.sh [--workers N] [--epochs N] [--model mlp|lenet] [--min-accuracy X] [--keep] [--bin DIR]" >&2
+  echo "usage: scripts/quickstart.sh [--workers N] [--epochs N] [--model mlp|lenet] [--min-accuracy X] [--keep] [--keep-up] [--bin DIR]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -29,6 +34,7 @@ while [ $# -gt 0 ]; do
     --model) model="${2:?}"; shift 2 ;;
     --min-accuracy) min_accuracy="${2:?}"; shift 2 ;;
     --keep) keep=1; shift ;;
+    --keep-up) keep_up=1; shift ;;
     --bin) BIN="${2:?}"; shift 2 ;;
     *) usage ;;
   esac
@@ -80,7 +86,11 @@ pids+=($!)
 wait_for 30 curl -sf "$etcd_url/health"
 
 echo "== kolo-server"
-"$BIN/kolo-server" --etcd "$etcd_url" --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
+# a cluster kept up gets the documented ports when they are free; otherwise any free ones
+port_free() { /usr/bin/python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1])))' "$1" 2>/dev/null; }
+grpc_listen=127.0.0.1:0 http_listen=127.0.0.1:0
+if [ "$keep_up" -eq 1 ] && port_free 7070 && port_free 7080; then grpc_listen=127.0.0.1:7070 http_listen=127.0.0.1:7080; fi
+"$BIN/kolo-server" --etcd "$etcd_url" --grpc-listen "$grpc_listen" --http-listen "$http_listen" \
   --port-file "$work/ports" >"$work/server.log" 2>&1 &
 pids+=($!)
 wait_for 30 test -s "$work/ports"
@@ -89,6 +99,7 @@ http_port="$(sed -n 's/^http_port=//p' "$work/ports")"
 export KOLO_SERVER="127.0.0.1:$grpc_port"
 api="http://127.0.0.1:$http_port"
 wait_for 30 curl -sf "$api/readyz"
+echo "== dashboard: $api/  (open it in a browser to watch the job)"
 
 echo "== $workers kolo-workers"
 for i in $(seq "$workers"); do
@@ -141,6 +152,19 @@ echo "== final status: curl -s $api/v1/jobs/$job"
 curl -s "$api/v1/jobs/$job" | /usr/bin/python3 -m json.tool
 accuracy="$(curl -s "$api/v1/jobs/$job" | /usr/bin/python3 -c 'import json,sys; print(((json.load(sys.stdin).get("status") or {}).get("progress") or {}).get("accuracy", 0))')"
 echo "== finished in $(( $(date +%s) - started )) s with phase $phase, test accuracy $accuracy"
-[ "$phase" = "SUCCEEDED" ] || { echo "quickstart: the job ended $phase" >&2; exit 1; }
-/usr/bin/python3 -c "import sys; sys.exit(0 if float('$accuracy') >= float('$min_accuracy') else 1)" ||
-  { echo "quickstart: test accuracy $accuracy is below $min_accuracy" >&2; exit 1; }
+verdict=0
+if [ "$phase" != "SUCCEEDED" ]; then
+  echo "quickstart: the job ended $phase" >&2
+  verdict=1
+elif ! /usr/bin/python3 -c "import sys; sys.exit(0 if float('$accuracy') >= float('$min_accuracy') else 1)"; then
+  echo "quickstart: test accuracy $accuracy is below $min_accuracy" >&2
+  verdict=1
+fi
+if [ "$keep_up" -eq 1 ]; then
+  echo "== the cluster stays up: dashboard $api/ , job $api/#/jobs/$job"
+  echo "   KOLO_SERVER=$KOLO_SERVER $BIN/kolo list   |   curl -s $api/v1/jobs/$job/metrics"
+  echo "   Ctrl-C stops etcd, kolo-server and the workers"
+  trap 'exit $verdict' INT TERM # the EXIT trap then stops everything
+  while :; do sleep 1; done
+fi
+exit "$verdict"

@@ -16,9 +16,11 @@
 #include "common/log.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
+#include "server/http_stream.h"
 #include "server/json_codec.h"
 #include "server/pb_check.h"
 #include "server/service.h"
+#include "server/ui.h"
 
 #define LOG "http"
 
@@ -27,6 +29,7 @@ typedef struct http_logs http_logs;
 struct kolo_server_http {
   kolo_server_http_config cfg;
   struct MHD_Daemon *daemon;
+  kolo_server_stream_hub *events; /* GET /v1/stream */
   pthread_mutex_t lock; /* the open log streams */
   http_logs *streams;
 };
@@ -61,6 +64,9 @@ typedef struct reply {
   int method; /* for metrics */
   int grpc_code;
   http_logs *logs; /* set: stream this instead of body */
+  const kolo_server_ui_asset *asset; /* instead of body: an embedded file (304 if not modified) */
+  struct MHD_Response *stream;       /* instead of body: a server-sent event stream */
+  const char *allow;                 /* 405: the route's methods, sent as Allow */
 } reply;
 
 static void reply_text(reply *r, int status, const char *content_type, char *body) {
@@ -428,9 +434,84 @@ static int job_path(const char *url, char *id, size_t id_len, const char **suffi
   return 1;
 }
 
+/* GET /, /ui/...: the dashboard's files; never need the token (they hold no data). */
+static int route_ui(struct MHD_Connection *conn, const char *url, reply *r) {
+  if (strcmp(url, "/") != 0 && strcmp(url, "/ui") != 0 && strncmp(url, "/ui/", 4) != 0) return 0;
+  const kolo_server_ui_asset *asset = kolo_server_ui_find(url);
+  if (asset == NULL) return 0; /* the generic 404 */
+  const char *match = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-None-Match");
+  r->asset = asset;
+  r->grpc_code = 0;
+  r->status = match && strcmp(match, asset->etag) == 0 ? 304 : 200;
+  r->content_type = kolo_server_ui_content_type(asset->path);
+  return 1;
+}
+
+/* Parses a yes/no query argument ("1", "true", "0", "false"). */
+static int flag_arg(struct MHD_Connection *conn, const char *name, int *out, char *err, size_t err_len) {
+  const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
+  *out = 0;
+  if (v == NULL) return 1;
+  if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0 || v[0] == '\0') *out = 1;
+  else if (strcmp(v, "0") != 0 && strcmp(v, "false") != 0) {
+    snprintf(err, err_len, "%s: expected 1, true, 0 or false", name);
+    return 0;
+  }
+  return 1;
+}
+
+/* GET /v1/stream?jobs=1&workers=1&job=<id>: server-sent events (http_stream.h). */
+static void route_stream(kolo_server_http *h, struct MHD_Connection *conn, reply *r) {
+  char err[256];
+  kolo_server_stream_topics topics;
+  memset(&topics, 0, sizeof topics);
+  if (!only_args(conn, "jobs workers job", err, sizeof err) || !flag_arg(conn, "jobs", &topics.jobs, err, sizeof err) ||
+      !flag_arg(conn, "workers", &topics.workers, err, sizeof err))
+    return reply_error(r, KOLO_ERR_INVALID_ARG, err);
+  const char *job = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "job");
+  if (job) {
+    kolo_status rc = kolo_server_service_check_id(job, err, sizeof err);
+    if (rc != KOLO_OK) return reply_error(r, rc, err);
+    snprintf(topics.job, sizeof topics.job, "%s", job);
+  }
+  if (!topics.jobs && !topics.workers && !topics.job[0])
+    return reply_error(r, KOLO_ERR_INVALID_ARG, "stream: name at least one of jobs=1, workers=1, job=<id>");
+  kolo_status rc = kolo_server_stream_open(h->events, conn, &topics, &r->stream);
+  if (rc == KOLO_ERR_UNAVAILABLE) return reply_error(r, rc, "too many open streams; try again later");
+  if (rc != KOLO_OK) return reply_error(r, rc, NULL);
+  r->status = 200;
+  r->grpc_code = 0;
+}
+
+/* The methods a known route answers ("GET, HEAD", "POST", ...), NULL for an unknown path:
+ * a wrong method on a known route is 405 with this as Allow, not 404. */
+static const char *route_methods(const char *url) {
+  static const char *const get_routes[] = {"/healthz", "/readyz", "/metrics", "/v1/stream", "/v1/workers",
+                                           "/v1/demand", "/"};
+  for (size_t i = 0; i < sizeof get_routes / sizeof get_routes[0]; i++)
+    if (strcmp(url, get_routes[i]) == 0) return "GET, HEAD";
+  if (strcmp(url, "/v1/jobs") == 0) return "GET, HEAD, POST";
+  if (strncmp(url, "/ui/", 4) == 0) return "GET, HEAD";
+  if (strncmp(url, "/v1/workers/", 12) == 0) {
+    const char *colon = strrchr(url + 12, ':');
+    if (colon && colon > url + 12 && (strcmp(colon, ":drain") == 0 || strcmp(colon, ":undrain") == 0)) return "POST";
+    return NULL;
+  }
+  char id[128];
+  const char *suffix = "";
+  if (strncmp(url, "/v1/jobs/", 9) == 0 && job_path(url, id, sizeof id, &suffix)) {
+    if (suffix[0] == '\0' || strcmp(suffix, "/logs") == 0 || strcmp(suffix, "/events") == 0 ||
+        strcmp(suffix, "/metrics") == 0)
+      return "GET, HEAD";
+    if (strcmp(suffix, ":cancel") == 0 || strcmp(suffix, ":scale") == 0) return "POST";
+  }
+  return NULL;
+}
+
 static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *url, const char *method,
                   request *req, reply *r) {
-  int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+  /* HEAD is GET without a body (libmicrohttpd sends the headers only) */
+  int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
   char err[512];
   char id[128];
   const char *suffix = "";
@@ -440,6 +521,7 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
     return reply_text(r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
   }
   if (strcmp(url, "/readyz") == 0 && get) return route_readyz(h, r);
+  if (get && !req->nul_escape && route_ui(conn, url, r)) return;
   if (h->cfg.token) {
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     if (!kolo_server_bearer_matches(auth, auth ? strlen(auth) : 0, h->cfg.token))
@@ -454,6 +536,7 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
     return reply_error(r, KOLO_ERR_TOO_LARGE, err);
   }
   if (strcmp(url, "/metrics") == 0 && get) return route_metrics(h, r);
+  if (strcmp(url, "/v1/stream") == 0 && get) return route_stream(h, conn, r);
   if (strcmp(url, "/v1/jobs") == 0 && get) return route_list(h, conn, r);
   if (strcmp(url, "/v1/workers") == 0 && get) {
     Kolo__V1__ListWorkersRequest lw = KOLO__V1__LIST_WORKERS_REQUEST__INIT;
@@ -536,6 +619,19 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
       return;
     }
   }
+  const char *allow = route_methods(url);
+  size_t mlen = strlen(method);
+  for (const char *p = allow; p && (p = strstr(p, method)) != NULL; p += mlen)
+    if ((p == allow || p[-1] == ' ') && (p[mlen] == ',' || p[mlen] == '\0')) allow = NULL; /* allowed: 404 */
+  if (allow) {
+    snprintf(err, sizeof err, "%.8s is not allowed on %.200s (allowed: %s)", method, url, allow);
+    r->grpc_code = 12;
+    r->allow = allow;
+    json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", "UNIMPLEMENTED", "message", err);
+    reply_text(r, 405, "application/json", json_dumps(obj, JSON_COMPACT));
+    json_decref(obj);
+    return;
+  }
   snprintf(err, sizeof err, "no route for %.8s %.200s", method, url);
   r->grpc_code = 5;
   json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", "NOT_FOUND", "message", err);
@@ -572,7 +668,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->len += n;
     return MHD_YES;
   }
-  reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13, NULL};
+  reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13, NULL, NULL, NULL, NULL};
   route(h, conn, url, method, req, &r);
   if (r.logs) {
     struct MHD_Response *stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, logs_read, r.logs,
@@ -587,16 +683,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     MHD_destroy_response(stream);
     return queued;
   }
-  if (r.body == NULL) reply_error(&r, KOLO_ERR_NO_MEMORY, NULL);
-  const char *body = r.body ? r.body : "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
-  struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), (void *)body,
-                                                              r.body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-  if (resp == NULL) {
-    free(r.body);
-    return MHD_NO;
+  struct MHD_Response *resp = r.stream;
+  if (resp == NULL && r.asset) {
+    /* 304: no body; 200: the embedded bytes, never copied */
+    resp = MHD_create_response_from_buffer(r.status == 304 ? 0 : r.asset->len, (void *)r.asset->data,
+                                           MHD_RESPMEM_PERSISTENT);
+    if (resp) {
+      MHD_add_response_header(resp, "ETag", r.asset->etag);
+      MHD_add_response_header(resp, "Cache-Control", "no-cache");
+      MHD_add_response_header(resp, "Content-Security-Policy", KOLO_SERVER_UI_CSP);
+      MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+      MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    }
+  } else if (resp == NULL) {
+    if (r.body == NULL) reply_error(&r, KOLO_ERR_NO_MEMORY, NULL);
+    const char *body = r.body ? r.body : "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
+    resp = MHD_create_response_from_buffer(strlen(body), (void *)body,
+                                           r.body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL) free(r.body);
   }
-  MHD_add_response_header(resp, "Content-Type", r.content_type);
+  if (resp == NULL) return MHD_NO;
+  if (r.stream == NULL) MHD_add_response_header(resp, "Content-Type", r.content_type);
   if (r.status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+  if (r.allow) MHD_add_response_header(resp, "Allow", r.allow);
   enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r.status, resp);
   MHD_destroy_response(resp);
   struct timespec now;
@@ -675,6 +784,10 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
     }
     flags |= MHD_USE_TLS;
   }
+  if (kolo_server_stream_hub_create(config->store, KOLO_SERVER_STREAM_MAX, &h->events) != KOLO_OK) {
+    free(h);
+    return KOLO_ERR_NO_MEMORY;
+  }
   unsigned threads = (unsigned)(config->threads > 0 ? config->threads : 2);
   struct MHD_OptionItem tls_opts[] = {
       {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)config->tls_key_pem},
@@ -690,6 +803,7 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
       MHD_OPTION_ARRAY, config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
   if (h->daemon == NULL) {
     KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
+    kolo_server_stream_hub_destroy(h->events);
     free(h);
     return KOLO_ERR_ADDRESS;
   }
@@ -701,6 +815,7 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
 
 void kolo_server_http_stop(kolo_server_http *h) {
   if (h == NULL) return;
+  kolo_server_stream_hub_close(h->events); /* no suspended connection may be left for MHD_stop_daemon */
   /* open log streams end now (a suspended connection must be resumed to be closed) */
   pthread_mutex_lock(&h->lock);
   for (http_logs *hl = h->streams; hl; hl = hl->next) {
@@ -714,6 +829,7 @@ void kolo_server_http_stop(kolo_server_http *h) {
   }
   pthread_mutex_unlock(&h->lock);
   MHD_stop_daemon(h->daemon);
+  kolo_server_stream_hub_destroy(h->events);
   pthread_mutex_destroy(&h->lock);
   free(h);
 }

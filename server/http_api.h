@@ -1,6 +1,7 @@
 /* kolo.v1 over HTTP/JSON (libmicrohttpd + jansson) for curl and probes: the job routes map
  * onto the same service functions as gRPC, errors are {"error":{"code","message"}}, plus
- * /healthz, /readyz and /metrics. */
+ * /healthz, /readyz and /metrics, and the dashboard: its page at / and /ui/... (embedded
+ * files, ui.h) and its live updates at /v1/stream (server-sent events, http_stream.h). */
 #ifndef KOLO_SERVER_HTTP_API_H
 #define KOLO_SERVER_HTTP_API_H
 

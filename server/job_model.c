@@ -1,6 +1,8 @@
 /* Implementation of job_model.h. */
+#define _GNU_SOURCE
 #include "server/job_model.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +10,7 @@
 #include <time.h>
 
 #include "server/json_codec.h"
+#include "worker/train/flags.h"
 
 static kolo_status bad(char *err, size_t err_len, const char *field, const char *why) {
   if (err && err_len) snprintf(err, err_len, "%s: %s", field, why);
@@ -39,6 +42,94 @@ int kolo_server_job_id_valid(const char *id) {
     if (!alnum && !(c == '-' && i > 0)) return 0;
   }
   return 1;
+}
+
+/* The kolo-train command line the agent builds for a builtin program (same
+ * flags, same order as worker/agent/agent.c), one spec field per argument. */
+#define HYPER_MAX 100
+#define ARGS_MAX (HYPER_MAX + 16)
+typedef struct train_args {
+  int argc;
+  char *argv[ARGS_MAX + 1];
+  char field[ARGS_MAX][96];
+} train_args;
+
+static int args_push(train_args *a, const char *field, char *arg) {
+  if (arg == NULL || a->argc >= ARGS_MAX) {
+    free(arg);
+    return -1;
+  }
+  snprintf(a->field[a->argc], sizeof a->field[0], "%s", field);
+  a->argv[a->argc++] = arg;
+  return 0;
+}
+
+static char *format_arg(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static char *format_arg(const char *format, ...) {
+  char *out = NULL;
+  va_list ap;
+  va_start(ap, format);
+  int n = vasprintf(&out, format, ap);
+  va_end(ap);
+  return n < 0 ? NULL : out;
+}
+
+static int build_train_args(const Kolo__V1__JobSpec *spec, train_args *a) {
+  const Kolo__V1__BuiltinProgram *b = spec->builtin;
+  int bad = args_push(a, "builtin", strdup("kolo-train"));
+  bad |= args_push(a, "builtin.model", format_arg("--model=%s", b->model));
+  if (b->dataset && b->dataset[0]) bad |= args_push(a, "builtin.dataset", format_arg("--dataset=%s", b->dataset));
+  if (b->learning_rate > 0) bad |= args_push(a, "builtin.learning_rate", format_arg("--lr=%g", b->learning_rate));
+  if (b->epochs > 0) bad |= args_push(a, "builtin.epochs", format_arg("--epochs=%u", b->epochs));
+  if (b->steps > 0) bad |= args_push(a, "builtin.steps", format_arg("--steps=%llu", (unsigned long long)b->steps));
+  if (b->batch_size > 0) bad |= args_push(a, "builtin.batch_size", format_arg("--batch=%u", b->batch_size));
+  if (spec->mode == KOLO__V1__MODE__ASYNC) bad |= args_push(a, "mode", strdup("--mode=async"));
+  if (spec->average_every > 0)
+    bad |= args_push(a, "average_every", format_arg("--average-every=%u", (unsigned)spec->average_every));
+  if (spec->checkpoint_dir && spec->checkpoint_dir[0])
+    bad |= args_push(a, "checkpoint_dir", format_arg("--checkpoint-dir=%s", spec->checkpoint_dir));
+  for (size_t i = 0; i < b->n_hyper_parameters; i++) {
+    char field[96];
+    snprintf(field, sizeof field, "builtin.hyper_parameters.%.60s", b->hyper_parameters[i]->key);
+    bad |= args_push(a, field,
+                     format_arg("--%s=%s", b->hyper_parameters[i]->key, b->hyper_parameters[i]->value));
+  }
+  bad |= args_push(a, "builtin", strdup("--json"));
+  return bad;
+}
+
+/* Runs kolo-train's own parser over the arguments the agent will pass. */
+static kolo_status check_train_args(const Kolo__V1__JobSpec *spec, char *err, size_t err_len) {
+  train_args *a = calloc(1, sizeof *a);
+  if (a == NULL) return KOLO_ERR_NO_MEMORY;
+  kolo_status rc = KOLO_OK;
+  if (spec->builtin->n_hyper_parameters > HYPER_MAX) {
+    rc = bad(err, err_len, "builtin.hyper_parameters", "at most 100 entries");
+    goto out;
+  }
+  if (build_train_args(spec, a) != 0) {
+    rc = KOLO_ERR_NO_MEMORY;
+    goto out;
+  }
+  kolo_train_config config;
+  kolo_train_config_defaults(&config);
+  uint64_t threads = 1;
+  kolo_train_flag_error e;
+  char *argv[ARGS_MAX + 1]; /* getopt may permute: keep a's order for the field names */
+  memcpy(argv, a->argv, sizeof argv);
+  int parsed = kolo_train_flags_parse(a->argc, argv, &config, &threads, &e);
+  if (parsed > 0) {
+    rc = bad(err, err_len, "builtin.hyper_parameters.help", "not a training option");
+  } else if (parsed < 0) {
+    const char *field = "builtin";
+    for (int i = 0; e.arg >= 0 && e.arg < a->argc && i < a->argc; i++)
+      if (argv[e.arg] == a->argv[i]) field = a->field[i];
+    rc = bad(err, err_len, field, e.message);
+  }
+out:
+  for (int i = 0; i < a->argc; i++) free(a->argv[i]);
+  free(a);
+  return rc;
 }
 
 kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *err, size_t err_len) {
@@ -110,6 +201,7 @@ kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *e
       return bad(err, err_len, field, "value longer than 255");
     }
   }
+  if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN) return check_train_args(spec, err, err_len);
   return KOLO_OK;
 }
 

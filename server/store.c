@@ -47,6 +47,7 @@ static void entry_free(entry *e) {
   free(e->events);
   free(e->packed);
   free(e->json);
+  free(e->summary);
   kolo_server_store_history_free(e);
   free(e);
 }
@@ -86,8 +87,9 @@ static void borrow_job(entry *e, Kolo__V1__Job *job, int with_events) {
 static void entry_rebuild(entry *e) {
   free(e->packed);
   free(e->json);
+  free(e->summary);
   e->packed = NULL;
-  e->json = NULL;
+  e->json = e->summary = NULL;
   if (e->spec == NULL || e->status == NULL) return;
   Kolo__V1__Job job;
   borrow_job(e, &job, 1);
@@ -95,7 +97,9 @@ static void entry_rebuild(entry *e) {
   e->packed = malloc(e->packed_len + 1);
   if (e->packed) kolo__v1__job__pack(&job, e->packed);
   e->json = kolo_server_json_dump_message(&job.base, 0);
-  if (e->json == NULL) {
+  borrow_job(e, &job, 0);
+  e->summary = kolo_server_json_dump_message(&job.base, 0);
+  if (e->json == NULL || e->summary == NULL) {
     free(e->packed);
     e->packed = NULL;
   }
@@ -161,7 +165,7 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
       entry_free(s->entries[at]);
       memmove(&s->entries[at], &s->entries[at + 1], (s->count - (size_t)at - 1) * sizeof *s->entries);
       s->count--;
-      s->list_batch = s->batch;
+      s->list_batch = s->removed_batch = s->batch;
     }
     return;
   }
@@ -179,12 +183,12 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
   if (desc == &kolo__v1__job_spec__descriptor) {
     if (e->spec) protobuf_c_message_free_unpacked(&e->spec->base, NULL);
     e->spec = (Kolo__V1__JobSpec *)msg;
-    s->list_batch = s->batch;
+    s->list_batch = e->summary_batch = s->batch;
   } else if (desc == &kolo__v1__job_status__descriptor) {
     if (e->status) protobuf_c_message_free_unpacked(&e->status->base, NULL);
     e->status = (Kolo__V1__JobStatus *)msg;
     e->status_rev = item->mod_revision;
-    s->list_batch = s->batch;
+    s->list_batch = e->summary_batch = s->batch;
   } else if (entry_put_event(e, (Kolo__V1__Event *)msg) != KOLO_OK) {
     protobuf_c_message_free_unpacked(msg, NULL);
   }
@@ -224,7 +228,7 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
     KOLO_LOGW(LOG, "watch resynced at revision %" PRId64 "; reloading %zu keys", revision, count);
     for (size_t i = 0; i < s->count; i++) entry_free(s->entries[i]);
     s->count = 0;
-    s->list_batch = s->workers_batch = s->batch;
+    s->list_batch = s->workers_batch = s->removed_batch = s->batch;
   }
   for (size_t i = 0; i < count; i++) apply_item(s, &events[i].item, events[i].is_delete);
   for (size_t i = 0; i < s->count; i++) {
@@ -287,14 +291,13 @@ kolo_status kolo_server_store_create(kolo_server_kv *kv, kolo_server_store **out
   pthread_mutex_init(&s->rev_lock, NULL);
   pthread_cond_init(&s->rev_cond, NULL);
   pthread_mutex_init(&s->sub_lock, NULL);
-  pthread_mutex_init(&s->cache_lock, NULL);
   s->batch = 1;
   KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_ROOT_PREFIX, &items, &n, &revision));
   pthread_rwlock_wrlock(&s->lock);
   for (size_t i = 0; i < n; i++) apply_item(s, &items[i], 0);
   for (size_t i = 0; i < s->count; i++) {
     s->entries[i]->touched = 0;
-    s->entries[i]->job_batch = s->batch;
+    s->entries[i]->job_batch = s->entries[i]->summary_batch = s->batch;
     entry_rebuild(s->entries[i]);
   }
   s->list_batch = s->workers_batch = s->batch;
@@ -325,8 +328,6 @@ void kolo_server_store_destroy(kolo_server_store *s) {
   pthread_mutex_destroy(&s->rev_lock);
   pthread_cond_destroy(&s->rev_cond);
   pthread_mutex_destroy(&s->sub_lock);
-  pthread_mutex_destroy(&s->cache_lock);
-  free(s->list_json);
   free(s);
 }
 

@@ -142,9 +142,13 @@ typedef struct kolo_server_store_marks {
 } kolo_server_store_marks;
 void kolo_server_store_get_marks(kolo_server_store *store, const char *id, kolo_server_store_marks *out);
 
-/* ListJobs of every job (the first 1000 by id, events left out) as JSON text, built once per
- * change however many ask (malloc'd copy). */
-kolo_status kolo_server_store_list_json(kolo_server_store *store, char **json);
+/* The jobs list for a stream, from each job's cached JSON (no encoding per reader): ListJobs'
+ * shape (events left out, the first 1000 by id) with every job when since is 0 or a job left the
+ * view after since (*full = 1); otherwise only the jobs whose spec or status changed after since
+ * (*full = 0; the whole list instead if more than 1000 did). *mark: the since of the next call.
+ * *json malloc'd. */
+kolo_status kolo_server_store_jobs_json(kolo_server_store *store, uint64_t since, char **json, int *full,
+                                        uint64_t *mark);
 
 /* The kv the store writes through (workers.c reads worker registrations with it). */
 kolo_server_kv *kolo_server_store_kv(kolo_server_store *store);

@@ -326,7 +326,7 @@ size_t kolo_server_store_job_gauges(kolo_server_store *s, kolo_server_job_gauge 
   return written;
 }
 
-/* ---- change marks and the cached list ---- */
+/* ---- change marks and the jobs list for streams ---- */
 
 void kolo_server_store_set_change_fn(kolo_server_store *s, kolo_server_store_change_fn fn, void *arg) {
   pthread_rwlock_wrlock(&s->lock);
@@ -348,33 +348,72 @@ void kolo_server_store_get_marks(kolo_server_store *s, const char *id, kolo_serv
   pthread_rwlock_unlock(&s->lock);
 }
 
-kolo_status kolo_server_store_list_json(kolo_server_store *s, char **json) {
-  kolo_status rc = KOLO_OK;
-  pthread_mutex_lock(&s->cache_lock);
-  pthread_rwlock_rdlock(&s->lock);
-  uint64_t batch = s->list_batch;
-  pthread_rwlock_unlock(&s->lock);
-  if (s->list_json == NULL || s->list_json_batch != batch) {
-    Kolo__V1__ListJobsRequest req = KOLO__V1__LIST_JOBS_REQUEST__INIT;
-    req.page_size = LIST_JSON_JOBS;
-    Kolo__V1__ListJobsResponse *resp = NULL;
-    rc = kolo_server_store_list(s, &req, &resp);
-    if (rc == KOLO_OK) {
-      char *text = kolo_server_json_dump_message(&resp->base, 0);
-      protobuf_c_message_free_unpacked(&resp->base, NULL);
-      if (text) {
-        free(s->list_json);
-        s->list_json = text;
-        s->list_json_batch = batch;
-      } else {
-        rc = KOLO_ERR_NO_MEMORY;
-      }
+typedef struct text {
+  char *buf;
+  size_t len, cap;
+  int failed;
+} text;
+
+static void put_text(text *t, const char *s, size_t n) {
+  if (t->failed) return;
+  if (t->len + n + 1 > t->cap) {
+    size_t cap = (t->len + n + 1) * 2;
+    char *grown = realloc(t->buf, cap);
+    if (grown == NULL) {
+      t->failed = 1;
+      return;
     }
+    t->buf = grown;
+    t->cap = cap;
   }
-  if (rc == KOLO_OK) {
-    *json = strdup(s->list_json);
-    if (*json == NULL) rc = KOLO_ERR_NO_MEMORY;
+  memcpy(t->buf + t->len, s, n);
+  t->len += n;
+  t->buf[t->len] = '\0';
+}
+
+/* {"jobs":[<summaries of the chosen entries>],"next_page_token":"..."}; read lock held. */
+static void jobs_json(kolo_server_store *s, uint64_t since, text *t) {
+  size_t n = 0;
+  const char *next = "";
+  static const char head[] = "{\"jobs\":[", mid[] = "],\"next_page_token\":\"", tail[] = "\"}";
+  put_text(t, head, sizeof head - 1);
+  for (size_t i = 0; i < s->count; i++) {
+    entry *e = s->entries[i];
+    if (e->packed == NULL || e->summary_batch <= since) continue;
+    if (n == LIST_JSON_JOBS) {
+      next = s->entries[i - 1]->id; /* ListJobs' paging: the last id shown */
+      break;
+    }
+    if (n++) put_text(t, ",", 1);
+    put_text(t, e->summary, strlen(e->summary));
   }
-  pthread_mutex_unlock(&s->cache_lock);
-  return rc;
+  put_text(t, mid, sizeof mid - 1);
+  json_t *token = json_string(next); /* a view id may hold anything but '/': encode it */
+  char *quoted = token ? json_dumps(token, JSON_ENCODE_ANY) : NULL;
+  json_decref(token);
+  if (quoted == NULL || strlen(quoted) < 2) t->failed = 1;
+  if (quoted && strlen(quoted) >= 2) put_text(t, quoted + 1, strlen(quoted) - 2);
+  free(quoted);
+  put_text(t, tail, sizeof tail - 1);
+}
+
+kolo_status kolo_server_store_jobs_json(kolo_server_store *s, uint64_t since, char **json, int *full,
+                                        uint64_t *mark) {
+  text t = {0};
+  pthread_rwlock_rdlock(&s->lock);
+  *mark = s->list_batch;
+  *full = since == 0 || s->removed_batch > since;
+  if (!*full) {
+    size_t changed = 0;
+    for (size_t i = 0; i < s->count; i++) changed += s->entries[i]->packed && s->entries[i]->summary_batch > since;
+    *full = changed > LIST_JSON_JOBS;
+  }
+  jobs_json(s, *full ? 0 : since, &t);
+  pthread_rwlock_unlock(&s->lock);
+  if (t.failed) {
+    free(t.buf);
+    return KOLO_ERR_NO_MEMORY;
+  }
+  *json = t.buf;
+  return KOLO_OK;
 }

@@ -20,6 +20,7 @@ typedef struct entry {
   uint8_t *packed; /* Job with events; NULL until spec and status are both known */
   size_t packed_len;
   char *json;
+  char *summary; /* the Job without its events as JSON (what ListJobs shows) */
   int touched; /* changed in the batch being applied */
   /* metrics history (/kolo/v1/metrics/<id>/<step>), sorted by step */
   Kolo__V1__MetricPoint **points;
@@ -29,6 +30,7 @@ typedef struct entry {
   Kolo__V1__RingEpoch **rings;
   size_t n_rings, cap_rings;
   uint64_t job_batch;     /* batch that last changed spec, status or events */
+  uint64_t summary_batch; /* batch that last changed spec or status */
   uint64_t history_batch; /* batch that last changed points or rings */
 } entry;
 
@@ -54,12 +56,10 @@ struct kolo_server_store {
   /* change counters: one batch per watch delivery */
   uint64_t batch;         /* the batch being applied / last applied */
   uint64_t list_batch;    /* last batch that changed a job's spec or status, or the set of jobs */
+  uint64_t removed_batch; /* last batch that removed a job from the view (or reloaded it whole) */
   uint64_t workers_batch; /* last batch that touched /kolo/v1/{workers,drain,assign}/ */
   kolo_server_store_change_fn on_change;
   void *on_change_arg;
-  pthread_mutex_t cache_lock; /* list_json */
-  char *list_json;
-  uint64_t list_json_batch;
 };
 
 /* store.c */

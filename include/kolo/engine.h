@@ -111,6 +111,22 @@ kolo_status kolo_alltoall_named(kolo_comm *comm, const char *name, const void *s
  * last one to join. */
 kolo_status kolo_join_async(kolo_comm *comm, kolo_request **request);
 
+/* What the engine did on this rank since the communicator was created. */
+typedef struct kolo_engine_stats {
+  uint64_t cycles;            /* negotiation cycles run */
+  uint64_t negotiation_ns;    /* time in them: sending this rank's message to the decision */
+  uint64_t negotiation_bytes; /* bytes this rank sent for negotiation (own messages and forwards) */
+  uint64_t announced;         /* submissions sent by name */
+  uint64_t cached;            /* submissions sent as a response-cache bit */
+  uint64_t batches;           /* fused all-reduces run (a lone tensor is a batch of one) */
+  uint64_t fused_tensors;     /* tensors in them */
+  uint64_t negotiation_work_ns; /* of negotiation_ns, the time spent computing (encoding,
+                                 * deciding, dispatching), not waiting for other ranks */
+} kolo_engine_stats;
+
+/* Copies the counters; thread-safe, never blocks for long. */
+kolo_status kolo_engine_stats_get(const kolo_comm *comm, kolo_engine_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

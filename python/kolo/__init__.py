@@ -106,6 +106,14 @@ def library_path() -> str:
     return _lib.library_path()
 
 
+def __getattr__(name: str) -> Any:
+    """kolo.Runner (kolo/runner.py) is imported on first use: `import kolo` stays light."""
+    if name in ("Runner", "RunnerError"):
+        from . import runner
+        return getattr(runner, name)
+    raise AttributeError("module 'kolo' has no attribute %r" % name)
+
+
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
     "cross_size", "is_homogeneous", "report", "engine_available", "library_path",
@@ -115,5 +123,5 @@ __all__ = [
     "broadcast_object", "allgather_object",
     "Sum", "Average", "Min", "Max", "Product",
     "KoloError", "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError", "MismatchError",
-    "StalledError", "JobStoppedError", "NotInitializedError", "elastic",
+    "StalledError", "JobStoppedError", "NotInitializedError", "elastic", "Runner", "RunnerError",
 ]

@@ -1,24 +1,54 @@
 /* An elastic training loop whose result is predictable: every step all-reduces
- * (AVG) a vector that is the same on every rank and adds it to an accumulator,
- * committing every few steps. Whatever the ring does (ranks lost, ranks joining),
- * the final accumulator must equal the serial sum if no step is lost or counted
- * twice. Used by the elastic tests with a test agent and by the worker tests.
+ * (AVG) a vector and adds it to an accumulator, committing every few steps.
+ * Rank r of n contributes the step's value plus (2r - (n - 1)): the offsets sum
+ * to zero over any ring, so the average is the step's value exactly only if
+ * every rank's contribution entered it once (a rank reduced alone, or counted
+ * twice, is off by a whole number). Whatever the ring does (ranks lost, ranks
+ * joining), the final accumulator must equal the serial sum if no step is lost
+ * or counted twice. Used by the elastic tests with a test agent and by the
+ * worker tests.
  *
  * Usage: elastic_loop STEPS LENGTH COMMIT_EVERY [STEP_DELAY_MS]
  * Prints "RESULT <steps> <checksum> <reconfigurations>" on success (rank 0 of the
  * final ring prints it; with KOLO_RESULT_FILE set, every rank writes it there).
  * With KOLO_REFORM_FILE set, every re-form appends "REFORM <epoch> <discarded>":
  * the epoch formed and how many steps this process computed that the restored
- * commit threw away (0 when the ring changed at a commit, as for a drain). */
+ * commit threw away (0 when the ring changed at a commit, as for a drain).
+ * With KOLO_LOOP_STALL_UNTIL=E, every rank of an epoch <= E stalls at step
+ * KOLO_LOOP_STALL_AT (default 10) in a collective that cannot complete with
+ * every member alive (each rank broadcasts from the next rank as root, so each
+ * waits for bytes nobody sends) until the ring's timeout: a ring that cannot
+ * make progress although nobody died. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kolo/elastic.h"
 
+/* With KOLO_TRANSPORT_FILE set, appends "TRANSPORT <epoch> <rank> <host> <next> <prev>":
+ * which bulk transport this rank's ring connections use (tests across hosts). */
+static void note_transport(kolo_elastic *elastic) {
+  const char *file = getenv("KOLO_TRANSPORT_FILE");
+  FILE *out = file ? fopen(file, "a") : NULL;
+  if (out == NULL) return;
+  kolo_comm *comm = kolo_elastic_comm(elastic);
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  fprintf(out, "TRANSPORT %llu %d %s %s %s\n", (unsigned long long)kolo_comm_epoch(comm), kolo_comm_rank(comm),
+          host, kolo_comm_transport(comm, 0), kolo_comm_transport(comm, 1));
+  fclose(out);
+}
+
 static double step_value(int64_t step, size_t index) { return (double)((step * 7 + (int64_t)index) % 13); }
+
+/* Fails with the ring's timeout although every rank is alive (see above). */
+static kolo_status stall(kolo_comm *comm, double *buffer, size_t length) {
+  int root = (kolo_comm_rank(comm) + 1) % kolo_comm_size(comm);
+  return kolo_broadcast(comm, buffer, length, KOLO_FLOAT64, root);
+}
 
 int main(int argc, char **argv) {
   if (argc < 4) {
@@ -43,13 +73,18 @@ int main(int argc, char **argv) {
   kolo_elastic_register(elastic, &step, sizeof step);
   kolo_elastic_register(elastic, accumulator, length * sizeof *accumulator);
   status = kolo_elastic_sync(elastic);
+  if (status == KOLO_OK) note_transport(elastic);
   const char *reform_file = getenv("KOLO_REFORM_FILE");
+  const char *stall_until = getenv("KOLO_LOOP_STALL_UNTIL"), *stall_at = getenv("KOLO_LOOP_STALL_AT");
+  uint64_t stall_epochs = stall_until ? strtoull(stall_until, NULL, 10) : 0;
+  int64_t stall_step = stall_at ? atoll(stall_at) : 10;
   while (status == KOLO_OK || status == KOLO_ERR_RING_CHANGED || status == KOLO_ERR_PEER_LOST ||
          status == KOLO_ERR_ABORTED || status == KOLO_ERR_TIMEOUT) {
     if (status != KOLO_OK) {
       if (kolo_elastic_should_stop(elastic)) break;
       int64_t before = step;
       status = kolo_elastic_reform(elastic);
+      if (status == KOLO_OK) note_transport(elastic);
       FILE *out = status == KOLO_OK && reform_file ? fopen(reform_file, "a") : NULL;
       if (out) {
         fprintf(out, "REFORM %llu %lld\n", (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)),
@@ -59,9 +94,15 @@ int main(int argc, char **argv) {
       continue;
     }
     if (step >= steps) break;
-    for (size_t i = 0; i < length; i++) contribution[i] = step_value(step, i);
-    status = kolo_allreduce(kolo_elastic_comm(elastic), contribution, contribution, length,
-                            KOLO_FLOAT64, KOLO_AVG);
+    kolo_comm *comm = kolo_elastic_comm(elastic);
+    double offset = 2.0 * kolo_comm_rank(comm) - (kolo_comm_size(comm) - 1);
+    for (size_t i = 0; i < length; i++) contribution[i] = step_value(step, i) + offset;
+    if (kolo_comm_size(comm) > 1 && kolo_comm_epoch(comm) <= stall_epochs && step == stall_step) {
+      status = stall(comm, contribution, length);
+      if (status == KOLO_OK) status = KOLO_ERR_INTERNAL; /* it cannot complete */
+      continue;
+    }
+    status = kolo_allreduce(comm, contribution, contribution, length, KOLO_FLOAT64, KOLO_AVG);
     if (status != KOLO_OK) continue;
     for (size_t i = 0; i < length; i++) accumulator[i] += contribution[i];
     step++;

@@ -1,7 +1,9 @@
 /* Integration tests of the etcd client when etcd is not there: stopped (every
  * call fails fast with a clear error), frozen with SIGSTOP (calls end at their
  * deadline; a watch notices the silence and reconnects after SIGCONT), one of
- * several endpoints dead (failover), and a keep-alive riding out a restart. */
+ * several endpoints dead (failover), a keep-alive riding out a restart, and the
+ * two keep-alive modes through an outage longer than the TTL: a worker's
+ * (PATIENT) keeps its lease, a leader's (STRICT) gives it up. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -229,6 +231,66 @@ static void a_keepalive_rides_out_an_etcd_restart(void **state) {
   kolo_etcd_destroy(c);
 }
 
+typedef struct lost_count {
+  pthread_mutex_t lock;
+  int calls;
+  long long at_ms;
+} lost_count;
+
+static void count_lost(int64_t lease, kolo_status status, const char *message, void *user) {
+  (void)lease, (void)status, (void)message;
+  lost_count *l = user;
+  pthread_mutex_lock(&l->lock);
+  l->calls++;
+  l->at_ms = now_ms();
+  pthread_mutex_unlock(&l->lock);
+}
+
+static int lost_calls(lost_count *l) {
+  pthread_mutex_lock(&l->lock);
+  int calls = l->calls;
+  pthread_mutex_unlock(&l->lock);
+  return calls;
+}
+
+static void only_etcd_ends_a_worker_lease_through_an_outage_longer_than_its_ttl(void **state) {
+  fixture *f = *state;
+  const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
+  kolo_etcd *c = client_for(endpoints, 1, 1000);
+  lost_count worker = {.lock = PTHREAD_MUTEX_INITIALIZER}, leader = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  kolo_member m = {.id = "w-outage", .host = "h", .address = "127.0.0.1:1", .state = "idle"};
+  kolo_membership *reg = NULL;
+  assert_int_equal(kolo_membership_register(c, &m, 2, count_lost, &worker, &reg), KOLO_OK);
+  int64_t lease = 0;
+  kolo_etcd_keepalive *strict = NULL;
+  assert_int_equal(kolo_etcd_lease_grant(c, 2, &lease, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_keepalive_start(c, lease, 2, count_lost, &leader, &strict), KOLO_OK);
+  long long killed = now_ms();
+  assert_int_equal(kolo_etcd_harness_kill(f->etcd), KOLO_OK);
+  sleep_ms(3500); /* well past the 2 s TTL with etcd gone */
+  assert_int_equal(lost_calls(&worker), 0);
+  assert_true(kolo_membership_alive(reg));
+  assert_int_equal(lost_calls(&leader), 1); /* a leader must step down by itself */
+  print_message("strict keep-alive gave up %lld ms after the kill\n", leader.at_ms - killed);
+  assert_true(leader.at_ms - killed < 3000);
+  assert_int_equal(kolo_etcd_harness_restart(f->etcd), KOLO_OK);
+  sleep_ms(1500); /* a few renewals against the restarted etcd (which kept the lease) */
+  assert_int_equal(lost_calls(&worker), 0);
+  assert_true(kolo_membership_alive(reg));
+  kolo_etcd_kv kv;
+  assert_int_equal(kolo_etcd_get(c, kolo_etcd_str("/kolo/v1/workers/w-outage"), &kv, NULL), KOLO_OK);
+  kolo_etcd_kv_clear(&kv);
+  /* and once etcd says the lease is gone, it ends */
+  assert_int_equal(kolo_etcd_lease_revoke(c, kolo_membership_lease(reg)), KOLO_OK);
+  long long start = now_ms();
+  while (lost_calls(&worker) == 0 && now_ms() - start < 3000) sleep_ms(20);
+  assert_int_equal(lost_calls(&worker), 1);
+  assert_false(kolo_membership_alive(reg));
+  kolo_etcd_keepalive_stop(strict);
+  kolo_membership_abandon(reg);
+  kolo_etcd_destroy(c);
+}
+
 static void a_keepalive_stops_promptly_while_a_renewal_hangs(void **state) {
   fixture *f = *state;
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
@@ -254,6 +316,7 @@ int main(void) {
       cmocka_unit_test(a_watch_notices_a_frozen_etcd_and_recovers),
       cmocka_unit_test(a_dead_endpoint_fails_over_to_a_live_one),
       cmocka_unit_test(a_keepalive_rides_out_an_etcd_restart),
+      cmocka_unit_test(only_etcd_ends_a_worker_lease_through_an_outage_longer_than_its_ttl),
       cmocka_unit_test(a_keepalive_stops_promptly_while_a_renewal_hangs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -302,7 +302,7 @@ class ApiTest(unittest.TestCase):
             ("POST", "/v1/jobs", '{"name":"x","min_workers":1}', 400, "INVALID_ARGUMENT"),
             ("GET", "/v1/jobs?phase=DONE", None, 400, "INVALID_ARGUMENT"),
             ("GET", "/v1/nothing", None, 404, "NOT_FOUND"),
-            ("DELETE", "/v1/jobs/h-1", None, 404, "NOT_FOUND"),
+            ("DELETE", "/v1/jobs/h-1", None, 405, "UNIMPLEMENTED"),  # a known route: 405 + Allow
         ]
         for method, path, body, status, grpc_code in cases:
             code, reply = curl(port, path, method, body)
@@ -314,7 +314,7 @@ class ApiTest(unittest.TestCase):
         _, reply = curl(port, "/v1/jobs", "POST", '{"name":"x","min_workers":"two"}')
         self.assertIn("min_workers", reply["error"]["message"])
         curl(port, "/v1/jobs", "POST", json.dumps({"name": "x", "id": "h-done", "min_workers": 1,
-                                                   "builtin": {"model": "m", "epochs": 1}}))
+                                                   "builtin": {"model": "mlp", "epochs": 1}}))
         curl(port, "/v1/jobs/h-done:cancel", "POST")
         code, reply = curl(port, "/v1/jobs/h-done:cancel", "POST")
         self.assertEqual((code, reply["error"]["code"]), (409, "FAILED_PRECONDITION"))
@@ -376,7 +376,7 @@ class ApiTest(unittest.TestCase):
         code, out, err = kolo(self.server, "get", "nope")
         self.assertEqual(code, 1)
         self.assertEqual(err.strip().splitlines(), ["error: NOT_FOUND: no job nope"])
-        kolo(self.server, "submit", "--name", "x", "--id", "c-done", "--workers", "1", "--model", "m", "--epochs", "1")
+        kolo(self.server, "submit", "--name", "x", "--id", "c-done", "--workers", "1", "--model", "mlp", "--epochs", "1")
         kolo(self.server, "cancel", "c-done")
         code, _, err = kolo(self.server, "cancel", "c-done")
         self.assertEqual(code, 1)

@@ -74,8 +74,9 @@ static void agent_start(agent *g) {
   g->active = 1;
 }
 
-/* Starts kolo-train number i with stdout/stderr in the agent dir; accepts its connection. */
-static void agent_spawn(agent *g, int i) {
+/* Starts kolo-train number i (learning rate lr) with stdout/stderr in the
+ * agent dir; accepts its connection. */
+static void agent_spawn_lr(agent *g, int i, const char *lr) {
   char program[512], out[160];
   snprintf(program, sizeof program, "%s/kolo-train", getenv("KOLO_BIN_DIR"));
   snprintf(out, sizeof out, "%s/out.%d", g->dir, i);
@@ -91,7 +92,7 @@ static void agent_spawn(agent *g, int i) {
     int fashion = strcmp(g_dataset, "fashion") == 0;
     execl(program, program, "--dataset", fashion ? "fashion-mnist" : "synthetic", "--model", "mlp",
           "--hidden", fashion ? "128" : "32", "--epochs", fashion ? "3" : "6", "--batch",
-          fashion ? "32" : "16", "--lr", "0.02", "--log-every", "10", "--commit-every", "10",
+          fashion ? "32" : "16", "--lr", lr, "--log-every", "10", "--commit-every", "10",
           "--json", (char *)NULL);
     _exit(127);
   }
@@ -102,6 +103,8 @@ static void agent_spawn(agent *g, int i) {
   assert_true(g->conns[i] >= 0);
   g->ports[i] = free_port();
 }
+
+static void agent_spawn(agent *g, int i) { agent_spawn_lr(g, i, "0.02"); }
 
 /* Sends RING <epoch> to each member (process indexes, in rank order). */
 static void agent_announce(agent *g, uint64_t epoch, const int *members, int size) {
@@ -120,9 +123,10 @@ static void agent_announce(agent *g, uint64_t epoch, const int *members, int siz
 }
 
 /* Reads process i's lines until one starts with prefix and, if given,
- * contains needle with a number >= min after it; fails after timeout_s. */
-static void agent_wait(agent *g, int i, const char *prefix, const char *needle, long min,
-                       double timeout_s) {
+ * contains needle with a number >= min after it (a needle followed by text
+ * counts as 0); fails after timeout_s. The line is copied into copy (optional). */
+static void agent_wait_line(agent *g, int i, const char *prefix, const char *needle, long min,
+                            double timeout_s, char *copy, size_t copy_len) {
   double start = now_seconds();
   for (;;) {
     char *nl;
@@ -133,6 +137,7 @@ static void agent_wait(agent *g, int i, const char *prefix, const char *needle, 
         char *at = strstr(g->buffer[i], needle);
         match = at && atol(at + strlen(needle)) >= min;
       }
+      if (match && copy) snprintf(copy, copy_len, "%s", g->buffer[i]);
       size_t used = (size_t)(nl - g->buffer[i]) + 1;
       memmove(g->buffer[i], nl + 1, g->filled[i] - used);
       g->filled[i] -= used;
@@ -146,6 +151,11 @@ static void agent_wait(agent *g, int i, const char *prefix, const char *needle, 
     if (n <= 0) fail_msg("process %d closed the agent socket", i);
     g->filled[i] += (size_t)n;
   }
+}
+
+static void agent_wait(agent *g, int i, const char *prefix, const char *needle, long min,
+                       double timeout_s) {
+  agent_wait_line(g, i, prefix, needle, min, timeout_s, NULL, 0);
 }
 
 /* Waits (bounded) for process i to exit; its exit status, or -1 if it had to be killed. */
@@ -267,6 +277,109 @@ static void a_killed_worker_costs_at_most_one_point_of_accuracy(void **state) {
   assert_true(killed >= plain - 0.01);
 }
 
+/* The number after "name": in a JSON line (-1 when absent). */
+static long long json_number(const char *line, const char *name) {
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\":", name);
+  const char *at = strstr(line, key);
+  return at ? atoll(at + strlen(key)) : -1;
+}
+
+typedef struct grown {
+  double accuracy;          /* rank 0's final test accuracy */
+  int exits[PROCS];         /* exit status of each process (-1 = had to be killed) */
+  long long steps[PROCS];   /* steps each process finished with ("done" report) */
+  char synced[PROCS][1024]; /* each process's "synced" report at the join */
+} grown;
+
+/* Two processes form a ring; with join_at > 0 a third one (learning rate lr)
+ * joins at epoch 2 once rank 0 reports that step. Every process must end. */
+static void run_grow(agent *a, long join_at, const char *lr, grown *out) {
+  memset(out, 0, sizeof *out);
+  agent_stop(a);
+  agent_start(a);
+  int n = join_at > 0 ? 3 : 2;
+  for (int i = 0; i < 2; i++) agent_spawn(a, i);
+  int ring1[2] = {0, 1};
+  agent_announce(a, 1, ring1, 2);
+  for (int i = 0; i < 2; i++) agent_wait(a, i, "FORMED 1", NULL, 0, 60);
+  if (join_at > 0) {
+    agent_wait(a, 0, "REPORT {\"event\":\"progress\"", "\"step\":", join_at, 120);
+    agent_spawn_lr(a, 2, lr);
+    int ring2[3] = {0, 1, 2};
+    agent_announce(a, 2, ring2, 3);
+    for (int i = 0; i < 3; i++) agent_wait(a, i, "FORMED 2", NULL, 0, 60);
+  }
+  int same = strcmp(lr, "0.02") == 0;
+  for (int i = 0; join_at > 0 && same && i < 3; i++)
+    agent_wait_line(a, i, "REPORT {\"event\":\"synced\"", i < 2 ? "\"synced_reason\":\"reform" : NULL, 0, 60,
+                    out->synced[i], sizeof out->synced[i]);
+  for (int i = 0; i < n; i++) {
+    char done[1024] = "";
+    if (same) {
+      agent_wait_line(a, i, "REPORT {\"event\":\"done\"", NULL, 0, 240, done, sizeof done);
+      out->steps[i] = json_number(done, "steps");
+    }
+    out->exits[i] = agent_wait_exit(a, i, 240);
+  }
+  if (out->exits[0] == 0) {
+    int reconfigurations = 0;
+    read_done(a, 0, &out->accuracy, &reconfigurations);
+  }
+}
+
+static void a_newcomer_trains_by_the_ring_schedule_and_the_run_stays_exact(void **state) {
+  agent *a = *state;
+  int fashion = strcmp(g_dataset, "fashion") == 0;
+  long long epochs = fashion ? 3 : 6, samples = fashion ? 60000 : 6000, global_batch = fashion ? 64 : 32;
+  long long expected_steps = epochs * ((samples + global_batch - 1) / global_batch);
+  grown plain, grew;
+  run_grow(a, 0, "0.02", &plain);
+  long join_at = fashion ? 300 : 40;
+  run_grow(a, join_at, "0.02", &grew);
+  printf("%s: 2 workers %.4f (%lld steps), a third joining at step %ld %.4f (%lld steps)\n", g_dataset,
+         plain.accuracy, plain.steps[0], join_at, grew.accuracy, grew.steps[0]);
+  for (int i = 0; i < 2; i++) assert_int_equal(plain.exits[i], 0);
+  assert_int_equal(plain.steps[0], expected_steps);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(grew.exits[i], 0);
+    /* the step count is the schedule's: it did not change when the ring grew */
+    assert_int_equal(grew.steps[i], expected_steps);
+    /* the newcomer took the ring's global batch (2 x batch), not 3 x batch */
+    assert_int_equal(json_number(grew.synced[i], "global_batch"), global_batch);
+    assert_int_equal(json_number(grew.synced[i], "workers"), 3);
+  }
+  /* every member continues from the same state: the survivors' last commit */
+  long long step = json_number(grew.synced[0], "synced_step");
+  long long crc = json_number(grew.synced[0], "synced_checksum");
+  assert_true(step >= join_at && step < join_at + 100);
+  assert_true(step % 10 == 0); /* --commit-every 10 */
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(json_number(grew.synced[i], "synced_step"), step);
+    assert_int_equal(json_number(grew.synced[i], "synced_checksum"), crc);
+  }
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(json_number(grew.synced[i], "committed_step"), step);
+    assert_int_equal(json_number(grew.synced[i], "committed_checksum"), crc);
+  }
+  assert_true(plain.accuracy >= (fashion ? 0.84 : 0.9));
+  assert_true(grew.accuracy >= plain.accuracy - 0.01 && grew.accuracy <= plain.accuracy + 0.01);
+}
+
+static void a_newcomer_with_another_learning_rate_fails_every_rank(void **state) {
+  agent *a = *state;
+  grown run;
+  run_grow(a, 40, "0.05", &run);
+  for (int i = 0; i < 3; i++) assert_int_equal(run.exits[i], 2); /* a usage error, not a crash */
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "grep -q 'learning rate 0.05 here, 0.02 in the ring' '%s/out.2'", a->dir);
+  assert_int_equal(system(cmd), 0);
+  for (int i = 0; i < 2; i++) {
+    snprintf(cmd, sizeof cmd, "grep -q \"another rank's training schedule differs\" '%s/out.%d'", a->dir, i);
+    assert_int_equal(system(cmd), 0);
+  }
+}
+
 static void a_stop_from_the_agent_ends_every_rank_promptly(void **state) {
   agent *a = *state;
   agent_start(a);
@@ -291,6 +404,9 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_killed_worker_costs_at_most_one_point_of_accuracy, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_newcomer_trains_by_the_ring_schedule_and_the_run_stays_exact, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_newcomer_with_another_learning_rate_fails_every_rank, setup, teardown),
       cmocka_unit_test_setup_teardown(a_stop_from_the_agent_ends_every_rank_promptly, setup,
                                       teardown),
   };

@@ -18,6 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coordination/etcd.h"
+#include "coordination/keys.h"
+
 int64_t cluster_now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_REALTIME, &t);
@@ -212,13 +215,18 @@ void cluster_kill_server(cluster *c, int index) {
 
 int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
                    const char *extra) {
+  return cluster_submit_env(c, id, min_workers, max_workers, steps, delay_ms, extra, "");
+}
+
+int cluster_submit_env(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
+                       const char *extra, const char *env) {
   char body[2048];
   snprintf(body, sizeof body,
            "{\"id\":\"%s\",\"name\":\"elastic-loop\",\"min_workers\":%d,\"max_workers\":%d%s%s,"
            "\"exec\":{\"argv\":[\"%s/elastic_loop\",\"%d\",\"1000\",\"5\",\"%d\"],"
-           "\"env\":{\"KOLO_RESULT_FILE\":\"%s/%s.result\"}}}",
+           "\"env\":{\"KOLO_RESULT_FILE\":\"%s/%s.result\"%s%s}}}",
            id, min_workers, max_workers, extra && extra[0] ? "," : "", extra ? extra : "",
-           getenv("KOLO_TEST_DIR"), steps, delay_ms, c->dir, id);
+           getenv("KOLO_TEST_DIR"), steps, delay_ms, c->dir, id, env && env[0] ? "," : "", env ? env : "");
   for (int i = 0; i < CLUSTER_MAX_SERVERS; i++) {
     if (c->servers[i] < 0) continue;
     json_t *job = http(c->http_ports[i], "POST", "/v1/jobs", body);
@@ -297,6 +305,22 @@ int cluster_wait_step(cluster *c, const char *id, int step, int timeout_ms) {
     sleep_ms(50);
   }
   return -1;
+}
+
+json_t *cluster_report(cluster *c, const char *job, const char *worker) {
+  const char *endpoints[] = {kolo_etcd_harness_url(c->etcd)};
+  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1};
+  kolo_etcd *etcd = NULL;
+  if (kolo_etcd_create(&config, &etcd) != KOLO_OK) return NULL;
+  char key[512];
+  snprintf(key, sizeof key, KOLO_KEY_JOBS_PREFIX "%s/reports/%s", job, worker);
+  kolo_etcd_kv kv = {0};
+  json_t *report = NULL;
+  if (kolo_etcd_get(etcd, kolo_etcd_str(key), &kv, NULL) == KOLO_OK)
+    report = json_loadb((const char *)kv.value, kv.value_len, 0, NULL);
+  kolo_etcd_kv_clear(&kv);
+  kolo_etcd_destroy(etcd);
+  return report;
 }
 
 void cluster_print_job(json_t *job) {

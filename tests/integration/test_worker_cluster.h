@@ -43,6 +43,11 @@ void cluster_kill_server(cluster *c, int index);
 int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
                    const char *extra);
 
+/* The same with more environment for the processes: env holds JSON members of
+ * the exec env object, e.g. "\"KOLO_LOOP_STALL_UNTIL\":\"1\"" or "". */
+int cluster_submit_env(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
+                       const char *extra, const char *env);
+
 /* POST path with body to the first live server; the JSON answer or NULL. */
 json_t *cluster_post(cluster *c, const char *path, const char *body);
 
@@ -75,6 +80,10 @@ pid_t cluster_job_pid(const char *job, const char *worker);
 
 /* Waits until no such process is left; 0 on success. */
 int cluster_wait_no_processes(const char *job, const char *worker, int timeout_ms);
+
+/* The report worker's agent wrote for job (/kolo/v1/jobs/<job>/reports/<worker>,
+ * read from etcd), or NULL. Caller frees. */
+json_t *cluster_report(cluster *c, const char *job, const char *worker);
 
 /* Prints the job's phase and events to stderr (for a failing test's log). */
 void cluster_print_job(json_t *job);

@@ -1,8 +1,10 @@
 /* Elastic jobs under harder failures, end to end (real etcd, kolo-server,
  * kolo-worker, elastic_loop on 127.0.0.1): below min_workers the job waits and
- * resumes, past max_reconfigurations it fails naming the lost workers, cancel
- * and scale act on running processes, and the leader kolo-server can die
- * without disturbing a running job. */
+ * resumes, past max_reconfigurations it fails naming the lost workers, a ring
+ * that times out with every member alive is re-formed with the same members (or
+ * fails past max_reconfigurations) instead of hanging, cancel and scale act on
+ * running processes, and the leader kolo-server can die without disturbing a
+ * running job. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -114,6 +116,109 @@ static void past_max_reconfigurations_the_job_fails_naming_the_lost_workers(void
   assert_int_equal(wait_worker_state(c, "w1", "idle", 20000), 0);
 }
 
+/* Every rank of epoch 1 stalls at step 10 in a collective nobody can finish;
+ * each times out (1.5 s) naming a neighbour that is alive and reporting too. */
+static void a_ring_timing_out_with_everyone_alive_reforms_with_the_same_members(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  int64_t submitted = cluster_now_ms();
+  assert_int_equal(cluster_submit_env(c, "stall", 3, 3, 60, 20, "\"collective_timeout_ms\":1500",
+                                      "\"KOLO_LOOP_STALL_UNTIL\":\"1\""),
+                   0);
+  json_t *job = cluster_wait_phase(c, "stall", "SUCCEEDED", 2, 40000);
+  if (strcmp(phase(job), "SUCCEEDED") != 0) cluster_print_job(job);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(status_int(job, "epoch"), 2);
+  assert_int_equal(member_count(job), 3);
+  assert_int_equal(status_int(job, "reconfigurations"), 1); /* counted like a loss */
+  assert_null(cluster_event(job, "WORKER_LOST", 0));
+  json_t *stalled = cluster_event(job, "RING_STALLED", 2);
+  assert_non_null(stalled);
+  const char *message = json_string_value(json_object_get(stalled, "message"));
+  printf("%s\n", message);
+  assert_non_null(strstr(message, "KOLO_ERR_TIMEOUT"));
+  assert_non_null(strstr(message, "re-forming the same 3 workers"));
+  /* the bound: the ring timeout, the settle time and a pass, not the 600 s reform wait */
+  int64_t after = json_integer_value(json_object_get(stalled, "time_unix_ms")) - submitted;
+  printf("re-formed %lld ms after the submit\n", (long long)after);
+  assert_true(after < 15000);
+  assert_int_equal(cluster_results(c, "stall", 60), 3);
+  json_decref(job);
+}
+
+static void a_ring_that_keeps_timing_out_fails_past_max_reconfigurations(void **state) {
+  cluster *c = *state;
+  start_workers(c, 2);
+  assert_int_equal(cluster_submit_env(c, "stuck", 2, 2, 60, 20,
+                                      "\"collective_timeout_ms\":1500,\"max_reconfigurations\":2",
+                                      "\"KOLO_LOOP_STALL_UNTIL\":\"1000\""),
+                   0);
+  json_t *job = cluster_wait_phase(c, "stuck", "FAILED", 1, 40000);
+  if (strcmp(phase(job), "FAILED") != 0) cluster_print_job(job);
+  assert_string_equal(phase(job), "FAILED");
+  assert_int_equal(status_int(job, "reconfigurations"), 2);
+  assert_non_null(cluster_event(job, "RING_STALLED", 2));
+  assert_non_null(cluster_event(job, "RING_STALLED", 3));
+  const char *error = json_string_value(json_object_get(json_object_get(job, "status"), "error"));
+  printf("error: %s\n", error);
+  assert_non_null(strstr(error, "exceeded max_reconfigurations (2)"));
+  assert_non_null(strstr(error, "cannot make progress with every member alive"));
+  json_decref(job);
+  /* the processes are stopped and the workers free again */
+  assert_int_equal(wait_worker_state(c, "w1", "idle", 20000), 0);
+  assert_int_equal(wait_worker_state(c, "w2", "idle", 20000), 0);
+}
+
+/* The issue's outage: TTL 2 s, etcd SIGKILLed and started again 1 s later
+ * (serving again ~2.5 s after the kill). The leases are still alive in etcd, so
+ * no agent may give up its process: the job finishes at epoch 1, nothing lost,
+ * no step redone. */
+static void a_short_etcd_outage_loses_no_training(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  char env[512];
+  snprintf(env, sizeof env, "\"KOLO_REFORM_FILE\":\"%s/outage.reforms\"", c->dir);
+  assert_int_equal(cluster_submit_env(c, "outage", 3, 3, 400, 20, "", env), 0);
+  assert_int_equal(cluster_wait_step(c, "outage", 20, 30000), 0);
+  pid_t before[3];
+  for (int i = 0; i < 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "w%d", i + 1);
+    before[i] = cluster_job_pid("outage", id);
+    assert_true(before[i] > 0);
+  }
+  int64_t killed = cluster_now_ms();
+  assert_int_equal(kolo_etcd_harness_kill(c->etcd), KOLO_OK);
+  struct timespec pause = {1, 0};
+  nanosleep(&pause, NULL);
+  assert_int_equal(kolo_etcd_harness_restart(c->etcd), KOLO_OK);
+  printf("etcd serving again %lld ms after the kill\n", (long long)(cluster_now_ms() - killed));
+  /* past another TTL: an agent that had given up would have killed its process by now */
+  nanosleep(&(struct timespec){3, 0}, NULL);
+  for (int i = 0; i < 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "w%d", i + 1);
+    assert_int_equal(cluster_job_pid("outage", id), before[i]);
+  }
+  json_t *job = cluster_wait_phase(c, "outage", "SUCCEEDED", 1, 60000);
+  if (strcmp(phase(job), "SUCCEEDED") != 0) cluster_print_job(job);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(status_int(job, "epoch"), 1);
+  assert_int_equal(status_int(job, "reconfigurations"), 0);
+  assert_null(cluster_event(job, "WORKER_LOST", 0));
+  json_decref(job);
+  assert_int_equal(cluster_results(c, "outage", 400), 3);
+  /* no step was redone */
+  char path[256];
+  snprintf(path, sizeof path, "%s/outage.reforms", c->dir);
+  FILE *reforms = fopen(path, "r");
+  if (reforms) {
+    char line[128];
+    assert_null(fgets(line, sizeof line, reforms));
+    fclose(reforms);
+  }
+}
+
 static void cancel_stops_the_processes_and_scale_grows_the_ring(void **state) {
   cluster *c = *state;
   start_workers(c, 3);
@@ -154,11 +259,45 @@ static void the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed(
   json_decref(job);
 }
 
+/* #12 item 5: a process exiting 2 (a usage error: kolo-train's bad arguments,
+ * argparse) fails the job at once with its reason; before, each exit was
+ * re-planned as a lost worker until max_reconfigurations. */
+static void a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  json_t *job = cluster_post(c, "/v1/jobs",
+                             "{\"id\":\"usage\",\"name\":\"usage\",\"min_workers\":2,\"max_workers\":2,"
+                             "\"exec\":{\"argv\":[\"/bin/sh\",\"-c\",\"echo 'bad flag --colour' >&2; exit 2\"]}}");
+  assert_non_null(job);
+  json_decref(job);
+  job = cluster_wait_phase(c, "usage", "FAILED", 1, 20000);
+  assert_string_equal(phase(job), "FAILED");
+  const char *error = json_string_value(json_object_get(json_object_get(job, "status"), "error"));
+  printf("error: %s\n", error);
+  assert_non_null(strstr(error, "exited with a usage error"));
+  assert_non_null(strstr(error, "exited with code 2 (a usage error)"));
+  assert_non_null(strstr(error, "bad flag --colour")); /* the process's own stderr line */
+  assert_int_equal(status_int(job, "reconfigurations"), 0);
+  assert_int_equal(status_int(job, "epoch"), 1);
+  assert_null(cluster_event(job, "WORKER_LOST", 0));
+  json_decref(job);
+  for (int i = 1; i <= 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "w%d", i);
+    assert_int_equal(wait_worker_state(c, id, "idle", 20000), 0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(below_min_workers_the_job_waits_then_resumes_with_a_new_worker, setup, teardown),
       cmocka_unit_test_setup_teardown(past_max_reconfigurations_the_job_fails_naming_the_lost_workers, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_ring_timing_out_with_everyone_alive_reforms_with_the_same_members, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_ring_that_keeps_timing_out_fails_past_max_reconfigurations, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_short_etcd_outage_loses_no_training, setup, teardown),
       cmocka_unit_test_setup_teardown(cancel_stops_the_processes_and_scale_grows_the_ring, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers, setup, teardown),
       cmocka_unit_test_setup_teardown(the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed,
                                       setup_two_servers, teardown),
   };

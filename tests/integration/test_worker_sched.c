@@ -258,13 +258,39 @@ static void a_draining_agent_nobody_unassigns_stops_its_process_at_the_cap(void 
          (long long)(exited - asked), DRAIN_CAP_MS);
   assert_true(stop - asked >= DRAIN_CAP_MS - 100);
   assert_true(stop - asked < DRAIN_CAP_MS + 3000);
-  assert_int_equal(cluster_job_processes("capped", "w1"), 0);
+  assert_int_equal(cluster_wait_no_processes("capped", "w1", 3000), 0); /* killed, maybe not yet reaped */
+}
+
+/* #12 item 9: a pending job larger than the cluster no longer blocks the queue
+ * (before: strict FIFO, "small" stayed PENDING forever behind "big"); "big"
+ * starts once enough workers join. The start order itself is pinned down in
+ * test_sched_plan. */
+static void a_job_larger_than_the_cluster_lets_a_smaller_one_run_past_it(void **state) {
+  cluster *c = *state;
+  for (int i = 1; i <= 2; i++) {
+    assert_int_equal(cluster_start_worker(c, i), 0);
+  }
+  assert_int_equal(cluster_submit(c, "big", 3, 3, 40, 10, ""), 0);
+  sleep_ms(300); /* "big" is clearly older */
+  assert_int_equal(cluster_submit(c, "small", 2, 2, 40, 10, ""), 0);
+  json_t *job = cluster_wait_phase(c, "small", "SUCCEEDED", 1, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  json_decref(job);
+  job = cluster_job(c, "big");
+  assert_string_equal(phase(job), "PENDING");
+  json_decref(job);
+  assert_int_equal(cluster_start_worker(c, 3), 0);
+  job = cluster_wait_phase(c, "big", "SUCCEEDED", 1, 40000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(json_array_size(json_object_get(status_of(job), "members")), 3);
+  json_decref(job);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_job_above_a_lowered_max_workers_drops_its_highest_rank, setup, teardown),
       cmocka_unit_test_setup_teardown(an_assignment_to_a_job_that_does_not_exist_is_swept, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_job_larger_than_the_cluster_lets_a_smaller_one_run_past_it, setup, teardown),
       cmocka_unit_test_setup_teardown(a_process_that_ignores_stop_gets_sigterm_then_sigkill, setup, teardown),
       cmocka_unit_test_setup_teardown(a_draining_agent_nobody_unassigns_stops_its_process_at_the_cap, setup,
                                       teardown),

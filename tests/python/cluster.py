@@ -54,6 +54,8 @@ class Cluster:
         with open(port_file) as f:
             ports = dict(line.split("=", 1) for line in f.read().split())
         self.http_port = int(ports["http_port"])
+        self.grpc_port = int(ports["grpc_port"])
+        self.grpc_target = "127.0.0.1:%d" % self.grpc_port
         wait_for(lambda: (self.get("/readyz") or {}).get("is_leader"), 30, "the server to lead")
 
     def _spawn(self, name: str, argv: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.Popen:

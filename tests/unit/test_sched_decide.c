@@ -276,6 +276,35 @@ static void a_loss_past_max_reconfigurations_fails_naming_everyone_lost(void **s
   free(text);
 }
 
+/* #12 item 5: a usage error (exit 2, kolo-train's bad arguments) fails the job at
+ * once, never re-planned as a lost worker; any other exit code still is. */
+static void a_usage_error_exit_fails_the_job_at_once(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->view.max_workers = 4;
+  f->view.idle = 2; /* a re-form would be possible: it must not be chosen */
+  f->members[1].report.exited = 1;
+  f->members[1].report.exit_code = KOLO_SCHED_EXIT_USAGE;
+  f->members[1].report.exit_epoch = 3;
+  assert_int_equal(decide(f), KOLO_SCHED_USAGE_FAIL);
+  assert_string_equal(kolo_sched_event_type(f->d.action), "FAILED");
+  char *text = message(f);
+  assert_string_equal(text, "the program exited with a usage error: w1 (rank 1) its process exited with code 2 (a usage error)");
+  free(text);
+  /* with the agent's stderr tail, the message shows the program's own reason */
+  f->members[1].report.stderr_tail = "kolo-train: --batch must be 1..65536 (usage: kolo-train --help)";
+  text = message(f);
+  assert_string_equal(text, "the program exited with a usage error: w1 (rank 1) its process exited with code 2 (a usage error)\n"
+                            "w1 (rank 1) stderr, last lines:\nkolo-train: --batch must be 1..65536 (usage: kolo-train --help)");
+  free(text);
+  f->members[1].report.exit_code = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  /* a usage error from a member already leaving by drain is that member's planned leave */
+  f->members[1].report.exit_code = KOLO_SCHED_EXIT_USAGE;
+  f->members[1].draining = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_DRAIN_REFORM);
+}
+
 static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none(void **state) {
   fixture *f = *state;
   healthy(f, 3);
@@ -283,7 +312,7 @@ static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_h
   f->view.max_reconfigurations = 1;
   kolo_sched_report *r = &f->members[2].report;
   r->exited = 1;
-  r->exit_code = 2;
+  r->exit_code = 1; /* 2 would be a usage error: FAILED at once */
   r->exit_epoch = 3;
   r->stderr_tail = "usage: train.py [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3";
   f->members[1].registered = 0;
@@ -291,7 +320,7 @@ static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_h
   assert_int_equal(decide(f), KOLO_SCHED_LOST_FAIL);
   char *text = message(f);
   assert_string_equal(text, "exceeded max_reconfigurations (1): lost workers w1 (its lease expired), "
-                            "w2 (its process exited with code 2)\n"
+                            "w2 (its process exited with code 1)\n"
                             "w2 (rank 2) stderr, last lines:\n"
                             "usage: train.py [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3");
   free(text);
@@ -348,6 +377,83 @@ static void a_reconfiguring_ring_runs_once_every_member_formed_it(void **state) 
   char *text = message(f);
   assert_string_equal(text, "every member formed epoch 3 (3 workers)");
   free(text);
+}
+
+/* Every member reports epoch 3 failed with a timeout, naming its successor. */
+static void all_time_out(fixture *f, size_t n, int64_t at) {
+  for (size_t i = 0; i < n; i++) {
+    kolo_sched_report *r = &f->members[i].report;
+    r->failed_epoch = 3;
+    r->failed_rank = (int64_t)((i + 1) % n);
+    r->failed_status = "KOLO_ERR_TIMEOUT";
+    r->time_unix_ms = at;
+  }
+}
+
+static void a_timeout_with_everyone_alive_reforms_the_same_members(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  all_time_out(f, 3, NOW - 1);
+  assert_int_equal(decide(f), KOLO_SCHED_STALLED_REFORM);
+  assert_int_equal(f->d.n_lost, 0);
+  assert_int_equal(f->d.take, 0);
+  assert_string_equal(kolo_sched_event_type(f->d.action), "RING_STALLED");
+  char *text = message(f);
+  assert_string_equal(text, "epoch 3 cannot make progress with every member alive: w0 (KOLO_ERR_TIMEOUT naming rank 1), "
+                            "w1 (KOLO_ERR_TIMEOUT naming rank 2), w2 (KOLO_ERR_TIMEOUT naming rank 0); "
+                            "re-forming the same 3 workers");
+  free(text);
+}
+
+static void a_partial_stall_waits_for_the_settle_time(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  all_time_out(f, 2, NOW - 10); /* w0 and w1 name each other, w2 has not spoken */
+  f->members[1].report.failed_rank = 0;
+  assert_int_equal(decide(f), KOLO_SCHED_PROGRESS);
+  f->view.now_unix_ms = NOW - 10 + KOLO_SCHED_FAILED_SETTLE_MS;
+  assert_int_equal(decide(f), KOLO_SCHED_STALLED_REFORM);
+}
+
+static void a_ring_that_cannot_form_is_re_formed_too(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->view.phase = KOLO_SCHED_PHASE_RECONFIGURING;
+  for (size_t i = 0; i < 2; i++) {
+    f->members[i].report.failed_epoch = 3; /* forming epoch 3 failed, no rank named */
+    f->members[i].report.failed_status = "KOLO_ERR_CONNECT";
+    f->members[i].report.formed_epoch = 2;
+  }
+  assert_int_equal(decide(f), KOLO_SCHED_STALLED_REFORM);
+  char *text = message(f);
+  assert_string_equal(text, "epoch 3 cannot make progress with every member alive: w0 (KOLO_ERR_CONNECT), "
+                            "w1 (KOLO_ERR_CONNECT); re-forming the same 2 workers");
+  free(text);
+}
+
+static void a_stall_past_max_reconfigurations_fails(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  all_time_out(f, 2, NOW - 1);
+  f->view.reconfigurations = 2;
+  f->view.max_reconfigurations = 2;
+  assert_int_equal(decide(f), KOLO_SCHED_STALLED_FAIL);
+  assert_string_equal(kolo_sched_event_type(f->d.action), "FAILED");
+  char *text = message(f);
+  assert_string_equal(text, "exceeded max_reconfigurations (2): epoch 3 cannot make progress with every member alive: "
+                            "w0 (KOLO_ERR_TIMEOUT naming rank 1), w1 (KOLO_ERR_TIMEOUT naming rank 0)");
+  free(text);
+  f->view.reconfigurations = 1;
+  assert_int_equal(decide(f), KOLO_SCHED_STALLED_REFORM);
+}
+
+static void a_real_loss_wins_over_a_stall(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  all_time_out(f, 3, NOW - 1);
+  f->members[2].registered = 0; /* w2's lease is gone: it is lost, the others re-form without it */
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(f->d.n_lost, 1);
 }
 
 static void a_ring_above_max_workers_shrinks_to_its_lowest_ranks(void **state) {
@@ -443,11 +549,17 @@ int main(void) {
       T(a_loss_past_max_reconfigurations_fails_naming_everyone_lost),
       T(a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none),
       T(zero_max_reconfigurations_fails_at_the_default),
+      T(a_usage_error_exit_fails_the_job_at_once),
       T(a_held_job_resumes_when_enough_workers_are_idle),
       T(a_reconfiguring_ring_runs_once_every_member_formed_it),
       T(a_ring_above_max_workers_shrinks_to_its_lowest_ranks),
       T(a_ring_below_max_workers_grows_with_idle_workers),
       T(a_ring_that_has_not_formed_is_never_moved),
+      T(a_timeout_with_everyone_alive_reforms_the_same_members),
+      T(a_partial_stall_waits_for_the_settle_time),
+      T(a_ring_that_cannot_form_is_re_formed_too),
+      T(a_stall_past_max_reconfigurations_fails),
+      T(a_real_loss_wins_over_a_stall),
       cmocka_unit_test(a_ring_of_five_thousand_finds_a_loss_at_rank_4500),
       cmocka_unit_test(phases_are_read_by_name),
   };

@@ -3,7 +3,7 @@
  * and prefers re-form points, even spacing), and the store + recorder over the in-memory kv
  * (same revision rules as etcd; the etcd-backed runs are in tests/integration): points land
  * in the view, since_step, the bound, a reload keeps them, rings without their secret, a
- * fence that is not held writes nothing, per-job gauges and the cached list. */
+ * fence that is not held writes nothing, per-job gauges and the streams' jobs list. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -372,31 +372,57 @@ static void gauges_put_running_jobs_first_and_stay_bounded(void **state) {
   free(text);
 }
 
-static void the_list_json_follows_changes_and_the_marks_move(void **state) {
+static void the_jobs_list_is_whole_first_then_only_what_changed_and_the_marks_move(void **state) {
   fixture *f = *state;
   kolo_server_store_marks m0, m1, m2;
   kolo_server_store_get_marks(f->store, "l1", &m0);
   assert_int_equal(m0.job, 0);
   submit(f, "l1");
+  submit(f, "l2");
   char *a = NULL, *b = NULL;
-  assert_int_equal(kolo_server_store_list_json(f->store, &a), KOLO_OK);
+  int full = 0;
+  uint64_t mark = 0, mark2 = 0;
+  assert_int_equal(kolo_server_store_jobs_json(f->store, 0, &a, &full, &mark), KOLO_OK);
+  assert_true(full);
   assert_non_null(strstr(a, "\"id\":\"l1\""));
+  assert_non_null(strstr(a, "\"id\":\"l2\""));
+  /* ListJobs' shape, events left out */
+  ProtobufCMessage *parsed = NULL;
+  char err[256] = "";
+  kolo_status prc = kolo_server_json_parse_message(a, strlen(a), &kolo__v1__list_jobs_response__descriptor, &parsed,
+                                                   err, sizeof err);
+  if (prc != KOLO_OK) fprintf(stderr, "%s\n%s\n", err, a);
+  assert_int_equal(prc, KOLO_OK);
+  assert_int_equal(((Kolo__V1__ListJobsResponse *)parsed)->n_jobs, 2);
+  assert_int_equal(((Kolo__V1__ListJobsResponse *)parsed)->jobs[0]->n_events, 0);
+  protobuf_c_message_free_unpacked(parsed, NULL);
   kolo_server_store_get_marks(f->store, "l1", &m1);
   assert_true(m1.list > m0.list && m1.job > 0);
+  assert_int_equal(m1.list, mark);
   progress(f, "l1", 3, 1, 1, "RUNNING");
   kolo_server_recorder_pass(f->rec);
   kolo_server_store_get_marks(f->store, "l1", &m2);
   assert_true(m2.list > m1.list && m2.job > m1.job && m2.history > m1.history);
-  assert_int_equal(kolo_server_store_list_json(f->store, &b), KOLO_OK);
+  assert_int_equal(kolo_server_store_jobs_json(f->store, mark, &b, &full, &mark2), KOLO_OK);
+  assert_false(full);
   assert_non_null(strstr(b, "\"RUNNING\""));
-  assert_null(strstr(a, "\"RUNNING\""));
+  assert_null(strstr(b, "\"id\":\"l2\"")); /* unchanged: not sent again */
+  assert_true(mark2 > mark);
   free(a);
   free(b);
+  /* a job leaving the view (its spec deleted) makes the next list whole again */
+  kolo_server_kv_put del = {"/kolo/v1/jobs/l2/spec", NULL, 0};
+  int64_t rev;
+  assert_int_equal(f->kv->ops->txn(f->kv, NULL, 0, &del, 1, &rev), KOLO_OK);
+  assert_int_equal(kolo_server_store_jobs_json(f->store, mark2, &a, &full, &mark), KOLO_OK);
+  assert_true(full);
+  assert_non_null(strstr(a, "\"id\":\"l1\""));
+  assert_null(strstr(a, "\"id\":\"l2\""));
+  free(a);
   put(f, "/kolo/v1/workers/w9", "{\"id\":\"w9\"}");
   kolo_server_store_marks m3;
   kolo_server_store_get_marks(f->store, NULL, &m3);
   assert_true(m3.workers > m2.workers);
-  assert_int_equal(m3.list, m2.list);
 }
 
 int main(void) {
@@ -411,7 +437,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_replica_that_does_not_lead_writes_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(rings_are_listed_by_epoch_without_their_secret, setup, teardown),
       cmocka_unit_test_setup_teardown(gauges_put_running_jobs_first_and_stay_bounded, setup, teardown),
-      cmocka_unit_test_setup_teardown(the_list_json_follows_changes_and_the_marks_move, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_jobs_list_is_whole_first_then_only_what_changed_and_the_marks_move, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

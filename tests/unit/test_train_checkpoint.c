@@ -208,6 +208,24 @@ static void state_load_refuses_a_wrong_size(void **state) {
   free(copy);
 }
 
+static void the_state_checksum_tells_every_byte_apart(void **state) {
+  fixture *f = *state;
+  fill(f->state, 1.5f, 7);
+  uint32_t sum = kolo_train_state_checksum(f->state);
+  assert_int_equal(kolo_train_state_checksum(f->state), sum);
+  unsigned char *bytes = kolo_train_state_data(f->state);
+  size_t size = kolo_train_state_size(f->state);
+  size_t offsets[] = {0, 100, size / 2, size - 9, size - 1};
+  for (size_t i = 0; i < sizeof offsets / sizeof offsets[0]; i++) {
+    bytes[offsets[i]] ^= 0x10;
+    assert_int_not_equal(kolo_train_state_checksum(f->state), sum);
+    bytes[offsets[i]] ^= 0x10;
+    assert_int_equal(kolo_train_state_checksum(f->state), sum);
+  }
+  fill(f->state, 1.5f, 8); /* another step */
+  assert_int_not_equal(kolo_train_state_checksum(f->state), sum);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(checkpoint_round_trip_restores_the_exact_state, setup,
@@ -221,6 +239,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(only_the_newest_checkpoints_are_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(state_load_refuses_a_wrong_size, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_state_checksum_tells_every_byte_apart, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

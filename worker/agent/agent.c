@@ -54,6 +54,8 @@ typedef struct agent {
   pthread_mutex_t lock;
   char *assignment; /* newest assignment value, NULL when none */
   int lease_lost;
+  int64_t register_at_ms;   /* unregistered (etcd said the lease is gone): next attempt */
+  int64_t register_wait_ms; /* and the back-off before the one after */
 
   /* the job being run */
   char job[129];
@@ -144,25 +146,70 @@ static kolo_status set_state(agent *a, const char *state) {
   return rc;
 }
 
-static kolo_status register_worker(agent *a) {
-  int64_t deadline = mono_ms() + (a->opts->lease_ttl_s + 10) * 1000;
+/* Failures of a registration that a later attempt may not have. */
+static int transient(kolo_status rc) {
+  return rc == KOLO_ERR_EXISTS || rc == KOLO_ERR_UNAVAILABLE || rc == KOLO_ERR_CONNECT || rc == KOLO_ERR_TIMEOUT;
+}
+
+/* One registration attempt (idle, under a fresh lease). */
+static kolo_status register_once(agent *a) {
   a->record.state = "idle";
-  kolo_status rc;
-  for (;;) {
-    rc = kolo_membership_register(a->etcd, &a->record, a->opts->lease_ttl_s, on_lease_lost, a, &a->reg);
-    if (rc != KOLO_ERR_EXISTS && rc != KOLO_ERR_UNAVAILABLE && rc != KOLO_ERR_CONNECT) break;
-    if (mono_ms() > deadline) break;
-    KOLO_LOGW(LOG, "worker id %s still registered (a previous instance?); retrying", a->id);
-    usleep(500 * 1000);
-  }
+  a->record.registered_unix_ms = wall_ms(); /* ListWorkers' registered_unix_ms */
+  kolo_status rc = kolo_membership_register(a->etcd, &a->record, a->opts->lease_ttl_s, on_lease_lost, a, &a->reg);
   a->record.state = NULL;
-  if (rc != KOLO_OK) {
-    KOLO_LOGE(LOG, "cannot register worker %s: %s (%s)", a->id, kolo_strerror(rc), kolo_etcd_last_error());
-    return rc;
-  }
+  if (rc != KOLO_OK) return rc;
   a->state = "idle";
   a->hs.registrations++;
   KOLO_LOGI(LOG, "registered worker %s at %s", a->id, a->record.address);
+  return KOLO_OK;
+}
+
+/* At start: retries transient failures for a TTL + 10 s, then gives up. */
+static kolo_status register_worker(agent *a) {
+  int64_t deadline = mono_ms() + (a->opts->lease_ttl_s + 10) * 1000;
+  kolo_status rc;
+  for (;;) {
+    rc = register_once(a);
+    if (!transient(rc) || mono_ms() > deadline) break;
+    KOLO_LOGW(LOG, "cannot register worker %s yet (%s); retrying", a->id, kolo_etcd_last_error());
+    usleep(500 * 1000);
+  }
+  if (rc != KOLO_OK)
+    KOLO_LOGE(LOG, "cannot register worker %s: %s (%s)", a->id, kolo_strerror(rc), kolo_etcd_last_error());
+  return rc;
+}
+
+/* etcd said the lease is gone: the coordinator counts us gone, so the process
+ * stops (its ring moved on without it) and we come back as a new worker. */
+static void lose_registration(agent *a) {
+  a->hs.leases_lost++;
+  if (a->proc) { /* never restart it for the assignment it had */
+    snprintf(a->done_job, sizeof a->done_job, "%s", a->job);
+    a->done_epoch = a->epoch;
+  }
+  kolo_agent_proc_destroy(a->proc);
+  a->proc = NULL;
+  kolo_agent_capture_end(a->capture, CAPTURE_DRAIN_MS, NULL, 0);
+  a->leave = 0;
+  kolo_membership_abandon(a->reg);
+  a->reg = NULL;
+  a->state = NULL;
+  a->register_at_ms = mono_ms();
+  a->register_wait_ms = 250;
+}
+
+/* Unregistered: one attempt when due; transient failures back off (up to 4 s)
+ * and are retried for as long as it takes, since etcd may be unreachable for
+ * a while (a partition): the main loop keeps serving signals meanwhile.
+ * Returns KOLO_OK, or the error that no retry can fix. */
+static kolo_status reregister(agent *a) {
+  if (a->reg != NULL || mono_ms() < a->register_at_ms) return KOLO_OK;
+  kolo_status rc = register_once(a);
+  if (rc == KOLO_OK || !transient(rc)) return rc;
+  KOLO_LOGW(LOG, "cannot register worker %s again yet (%s); next try in %lld ms", a->id, kolo_etcd_last_error(),
+            (long long)a->register_wait_ms);
+  a->register_at_ms = mono_ms() + a->register_wait_ms;
+  a->register_wait_ms = a->register_wait_ms * 2 > 4000 ? 4000 : a->register_wait_ms * 2;
   return KOLO_OK;
 }
 
@@ -673,6 +720,7 @@ static kolo_status setup(agent *a) {
   for (char *e = strtok_r(endpoint_text, ",", &save); e && n < 16; e = strtok_r(NULL, ",", &save))
     endpoints[n++] = e;
   kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = n};
+  kolo_etcd_access_apply(&o->etcd_access, &config);
   if (kolo_etcd_create(&config, &a->etcd) != KOLO_OK) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(register_worker(a));
 
@@ -742,22 +790,19 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
     a.lease_lost = 0;
     pthread_mutex_unlock(&a.lock);
     if (lost) {
-      a.hs.leases_lost++;
-      /* the coordinator counts us gone: stop the process and come back as new */
-      kolo_agent_proc_destroy(a.proc);
-      a.proc = NULL;
-      kolo_agent_capture_end(a.capture, CAPTURE_DRAIN_MS, NULL, 0);
-      a.leave = 0;
-      kolo_membership_abandon(a.reg);
-      a.reg = NULL;
-      a.state = NULL;
+      lose_registration(&a);
       if (a.draining) break;
-      if (register_worker(&a) != KOLO_OK) {
+    }
+    if (a.reg == NULL) {
+      if (a.draining) break;
+      rc = reregister(&a);
+      if (rc != KOLO_OK) {
+        KOLO_LOGE(LOG, "cannot register worker %s: %s (%s)", a.id, kolo_strerror(rc), kolo_etcd_last_error());
         rc = KOLO_ERR_LEASE_LOST;
         goto out;
       }
     }
-    reconcile(&a);
+    if (a.reg != NULL) reconcile(&a); /* no process runs for an unregistered worker */
     kolo_agent_proc_tick(a.proc);
     if (a.report_dirty && mono_ms() - a.report_written_ms >= REPORT_EVERY_MS) write_report(&a);
     if (a.draining) {

@@ -65,6 +65,27 @@ size_t kolo_train_state_size(const kolo_train_state *s) {
   return s->size;
 }
 
+uint32_t kolo_train_state_checksum(const kolo_train_state *s) {
+  const unsigned char *p = s->blob;
+  size_t n = s->size;
+  uint64_t lane[4] = {0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL, 0x27d4eb2f165667c5ULL};
+  const uint64_t prime = 0x100000001b3ULL;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; k++) {
+      uint64_t w;
+      memcpy(&w, p + i + 8 * (size_t)k, sizeof w);
+      lane[k] = (lane[k] ^ w) * prime;
+    }
+  }
+  for (; i < n; i++) lane[0] = (lane[0] ^ p[i]) * prime;
+  uint64_t h = lane[0] ^ (lane[1] * 31) ^ (lane[2] * 961) ^ (lane[3] * 29791) ^ (uint64_t)n;
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 32;
+  return (uint32_t)h;
+}
+
 kolo_status kolo_train_state_load(kolo_train_state *s, const void *data, size_t size) {
   if (!s || !data) return KOLO_ERR_INVALID_ARG;
   if (size < sizeof(kolo_train_state_header)) return KOLO_ERR_CORRUPT;

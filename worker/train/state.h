@@ -42,6 +42,12 @@ float *kolo_train_state_optim(kolo_train_state *state);
 void *kolo_train_state_data(kolo_train_state *state);
 size_t kolo_train_state_size(const kolo_train_state *state);
 
+/* A fast 32-bit checksum of the whole blob (four multiply-xor lanes over its
+ * 64-bit words, folded): equal states give equal values on every machine kolo
+ * targets; meant to tell states apart in reports and tests, not to protect
+ * against tampering (checkpoints use CRC32). */
+uint32_t kolo_train_state_checksum(const kolo_train_state *state);
+
 /* Replaces the state with a serialisation after checking that it describes
  * the same model, optimizer and sizes; KOLO_ERR_INVALID_ARG / KOLO_ERR_CORRUPT
  * otherwise, leaving the state untouched. */

@@ -6,6 +6,7 @@
 #include "worker/train/trainer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -13,6 +14,7 @@
 #include "common/log.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/model.h"
+#include "worker/train/schedule.h"
 #include "worker/train/shard.h"
 
 #define LOG_TAG "train"
@@ -39,7 +41,14 @@ struct kolo_train_trainer {
   uint64_t pending_step; /* ASYNC: step at which the pending snapshot was taken */
   kolo_elastic *elastic; /* borrowed; NULL = a fixed ring or none */
   int reforms;           /* rings re-formed during this run */
-  size_t global_batch;   /* samples per micro-batch over all ranks, fixed at the start */
+  size_t global_batch;   /* samples per micro-batch over all ranks: schedule.global_batch */
+  kolo_train_model_spec spec;
+  size_t capacity;              /* samples the model and the batch buffers hold */
+  kolo_train_schedule schedule; /* the ring's schedule (registered with the elastic state) */
+  kolo_train_schedule own;      /* derived here from the settings and the first ring */
+  int agreed;                   /* schedule is the ring's, checked (not only derived here) */
+  uint64_t committed_step;      /* the last commit: its step and state checksum */
+  uint32_t committed_checksum;
 };
 
 int kolo_train_has_comm(void) {
@@ -48,37 +57,6 @@ int kolo_train_has_comm(void) {
 #else
   return 1;
 #endif
-}
-
-void kolo_train_config_defaults(kolo_train_config *c) {
-  memset(c, 0, sizeof *c);
-  c->model = "mlp";
-  c->hidden = "256,128";
-  c->dataset = "synthetic";
-  c->synthetic_train = 6000;
-  c->synthetic_test = 1000;
-  c->epochs = 1;
-  c->batch = 64;
-  c->accumulate = 1;
-  kolo_train_optim_defaults(&c->optim);
-  c->mode = KOLO_TRAIN_SYNC;
-  c->average_every = 8;
-  c->seed = 1;
-  c->eval = 1;
-  c->log_every = 100;
-  c->commit_every = 10;
-}
-
-kolo_status kolo_train_mode_parse(const char *name, kolo_train_mode *mode) {
-  if (!name || !mode) return KOLO_ERR_INVALID_ARG;
-  if (strcasecmp(name, "sync") == 0) {
-    *mode = KOLO_TRAIN_SYNC;
-  } else if (strcasecmp(name, "async") == 0) {
-    *mode = KOLO_TRAIN_ASYNC;
-  } else {
-    return KOLO_ERR_INVALID_ARG;
-  }
-  return KOLO_OK;
 }
 
 static double now_seconds(void) {
@@ -112,11 +90,109 @@ static kolo_status comm_sum_doubles(kolo_train_trainer *t, double *buffer, size_
 static kolo_status comm_broadcast_state(kolo_train_trainer *t) {
 #ifndef KOLO_TRAIN_NO_COMM
   if (t->comm && t->size > 1) {
-    return kolo_broadcast(t->comm, kolo_train_state_data(t->state), kolo_train_state_size(t->state),
-                          KOLO_UINT8, 0);
+    kolo_status rc = kolo_broadcast(t->comm, kolo_train_state_data(t->state),
+                                    kolo_train_state_size(t->state), KOLO_UINT8, 0);
+    if (rc != KOLO_OK) return rc;
+    return kolo_broadcast(t->comm, &t->schedule, sizeof t->schedule, KOLO_UINT8, 0);
   }
 #endif
   (void)t;
+  return KOLO_OK;
+}
+
+/* ---- the schedule every rank trains by (schedule.h) ---- */
+
+/* This rank's schedule from its own settings and the size of its first ring. */
+static void derive_schedule(kolo_train_trainer *t) {
+  const kolo_train_config *c = &t->config;
+  kolo_train_schedule_input in = {
+      .batch = c->batch, .accumulate = c->accumulate,
+      .epoch_samples = kolo_train_data_count(t->train),
+      .state_bytes = kolo_train_state_size(t->state), .optim = c->optim, .scale_lr = c->scale_lr,
+      .mode = (uint32_t)c->mode, .average_every = c->average_every, .steps = c->steps,
+      .epochs = c->epochs, .model = kolo_train_model_describe(t->model)};
+  kolo_train_schedule_derive(&in, t->size, &t->own);
+  t->schedule = t->own;
+  t->global_batch = (size_t)t->schedule.global_batch;
+  t->config.optim.lr_scale = t->schedule.lr_scale;
+}
+
+/* Makes the model and batch buffers hold a share of up to need samples. */
+static kolo_status ensure_capacity(kolo_train_trainer *t, size_t need) {
+  if (need < EVAL_BATCH) need = EVAL_BATCH;
+  if (need <= t->capacity) return KOLO_OK;
+  kolo_train_model *model = NULL;
+  kolo_status rc = kolo_train_model_create(&t->spec, need, &model);
+  if (rc != KOLO_OK) return rc;
+  size_t f = kolo_train_data_features(t->train);
+  size_t *index = realloc(t->index, need * sizeof *index);
+  if (index) t->index = index;
+  float *x = index ? realloc(t->x, need * f * sizeof *x) : NULL;
+  if (x) t->x = x;
+  int *y = x ? realloc(t->y, need * sizeof *y) : NULL;
+  if (y) t->y = y;
+  if (!y) {
+    kolo_train_model_destroy(model);
+    return KOLO_ERR_NO_MEMORY;
+  }
+  kolo_train_model_destroy(t->model);
+  t->model = model;
+  kolo_train_model_bind(t->model, kolo_train_state_params(t->state));
+  t->capacity = need;
+  return KOLO_OK;
+}
+
+static uint32_t state_checksum(kolo_train_trainer *t) { return kolo_train_state_checksum(t->state); }
+
+/* Tells the agent (every rank) and stdout (rank 0, JSON) which state the ring
+ * continues from: its step and checksum, and this rank's last commit. */
+static void report_synced(kolo_train_trainer *t, const char *reason) {
+  const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
+  char json[512];
+  snprintf(json, sizeof json,
+           "{\"event\":\"synced\",\"synced_reason\":\"%s\",\"synced_step\":%llu,\"synced_epoch\":%llu,"
+           "\"synced_checksum\":%u,\"committed_step\":%llu,\"committed_checksum\":%u,\"global_batch\":%llu,"
+           "\"workers\":%d,\"rank\":%d}",
+           reason, (unsigned long long)h->step, (unsigned long long)h->epoch, (unsigned)state_checksum(t),
+           (unsigned long long)t->committed_step, (unsigned)t->committed_checksum,
+           (unsigned long long)t->schedule.global_batch, t->size, t->rank);
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->elastic) kolo_elastic_report(t->elastic, json);
+#endif
+  if (t->out && t->rank == 0 && t->config.json && !t->config.quiet) {
+    fprintf(t->out, "%s\n", json);
+    fflush(t->out);
+  }
+}
+
+/* After the ring's state arrived from rank 0: checks its schedule against mine
+ * (what this rank trained with, or derived if it never agreed), agrees on the
+ * verdict with every rank, and adopts it. A mismatch anywhere fails every rank
+ * with KOLO_ERR_MISMATCH: nobody trains on with a different schedule. */
+static kolo_status agree_schedule(kolo_train_trainer *t, const kolo_train_schedule *mine, const char *reason) {
+  char why[256];
+  int agrees = kolo_train_schedule_agrees(mine, &t->schedule, !t->agreed, why, sizeof why);
+  int32_t bad = !agrees;
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->comm && t->size > 1) {
+    kolo_status rc = kolo_allreduce(t->comm, &bad, &bad, 1, KOLO_INT32, KOLO_MAX);
+    if (rc != KOLO_OK) return rc;
+  }
+#endif
+  if (!agrees) KOLO_LOGE(LOG_TAG, "rank %d: the ring's training schedule is not mine: %s", t->rank, why);
+  if (bad) {
+    if (agrees) KOLO_LOGE(LOG_TAG, "rank %d: another rank's training schedule differs (see its log)", t->rank);
+    return KOLO_ERR_MISMATCH;
+  }
+  kolo_status rc = ensure_capacity(t, (size_t)t->schedule.global_batch);
+  if (rc != KOLO_OK) return rc;
+  t->global_batch = (size_t)t->schedule.global_batch;
+  t->config.optim.lr_scale = t->schedule.lr_scale;
+  t->agreed = 1;
+  report_synced(t, reason);
+  /* the sync committed what arrived */
+  t->committed_step = kolo_train_state_header_of(t->state)->step;
+  t->committed_checksum = state_checksum(t);
   return KOLO_OK;
 }
 
@@ -204,10 +280,10 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
     t->size = kolo_comm_size(comm);
   }
 #endif
-  if (t->config.scale_lr) t->config.optim.lr_scale = (float)t->size;
   /* The global batch stays what the job started with when the ring later shrinks
    * or grows (each rank's share changes instead), so a re-formed job keeps the
-   * optimisation it began with: a lost worker costs time, not accuracy. */
+   * optimisation it began with: a lost worker costs time, not accuracy. It is
+   * part of the schedule, which a newcomer takes from the ring (schedule.h). */
   t->global_batch = config->batch * (size_t)t->size;
   kolo_status rc = load_data(t);
   if (rc != KOLO_OK) goto fail;
@@ -215,6 +291,7 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
   kolo_train_model_spec spec;
   memset(&spec, 0, sizeof spec);
   rc = kolo_train_model_spec_parse(config->model, config->hidden, &spec);
+  t->spec = spec;
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG_TAG, "bad model '%s' / hidden sizes '%s'", config->model ? config->model : "",
               config->hidden ? config->hidden : "");
@@ -225,8 +302,10 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
   if (kolo_train_data_classes(t->test) > spec.classes)
     spec.classes = kolo_train_data_classes(t->test);
   if (spec.classes < 2) spec.classes = 2;
+  t->spec = spec;
   /* a rank's share grows when the ring shrinks, up to the whole global batch */
   size_t max_batch = t->global_batch > EVAL_BATCH ? t->global_batch : EVAL_BATCH;
+  t->capacity = max_batch;
   rc = kolo_train_model_create(&spec, max_batch, &t->model);
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG_TAG, "cannot build model %s for %zux%zux%zu inputs: %s", config->model,
@@ -239,6 +318,7 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
                                t->param_count, t->optim_count, &t->state);
   if (rc != KOLO_OK) goto fail;
   kolo_train_model_bind(t->model, kolo_train_state_params(t->state));
+  derive_schedule(t);
 
   size_t n = kolo_train_data_count(t->train), f = kolo_train_data_features(t->train);
   t->perm = malloc(n * sizeof *t->perm);
@@ -276,9 +356,11 @@ kolo_status kolo_train_trainer_create_elastic(const kolo_train_config *config,
   kolo_status rc = kolo_train_trainer_create(config, kolo_elastic_comm(elastic), out, &t);
   if (rc != KOLO_OK) return rc;
   t->elastic = elastic;
-  /* the whole training state is one buffer: registered once, same size on every rank */
+  /* the whole training state is one buffer: registered once, same size on every
+   * rank; the schedule is a second one, committed and broadcast with it */
   rc = kolo_elastic_register(elastic, kolo_train_state_data(t->state),
                              kolo_train_state_size(t->state));
+  if (rc == KOLO_OK) rc = kolo_elastic_register(elastic, &t->schedule, sizeof t->schedule);
   if (rc != KOLO_OK) {
     kolo_train_trainer_destroy(t);
     return rc;
@@ -488,6 +570,7 @@ static kolo_status initial_state(kolo_train_trainer *t, kolo_train_result *r) {
     }
   }
   kolo_status rc;
+  kolo_train_schedule mine = t->own;
 #ifndef KOLO_TRAIN_NO_COMM
   if (t->elastic) {
     rc = kolo_elastic_sync(t->elastic); /* broadcast from rank 0, then the first commit */
@@ -496,6 +579,7 @@ static kolo_status initial_state(kolo_train_trainer *t, kolo_train_result *r) {
   {
     rc = comm_broadcast_state(t);
   }
+  if (rc == KOLO_OK) rc = agree_schedule(t, &mine, "start");
   if (rc != KOLO_OK) return rc;
   r->resumed_step = h->step;
   kolo_train_shuffle(h->seed, h->epoch, t->perm, kolo_train_data_count(t->train));
@@ -519,17 +603,22 @@ static kolo_status recover(kolo_train_trainer *t, kolo_status failure) {
     t->pending = NULL;
   }
   kolo_status rc = failure;
+  /* the schedule trained with (it never changes in a run), or derived if none yet */
+  kolo_train_schedule mine = t->agreed ? t->schedule : t->own;
   for (int attempt = 0; rc != KOLO_OK && attempt < 10; attempt++) {
     if (kolo_elastic_should_stop(t->elastic)) return KOLO_ERR_ABORTED;
     KOLO_LOGW(LOG_TAG, "rank %d: %s at step %llu; re-forming the ring", t->rank, kolo_strerror(rc),
               (unsigned long long)kolo_train_state_header_of(t->state)->step);
     rc = kolo_elastic_reform(t->elastic);
+    if (rc == KOLO_OK) {
+      t->comm = kolo_elastic_comm(t->elastic);
+      t->rank = kolo_comm_rank(t->comm);
+      t->size = kolo_comm_size(t->comm);
+      rc = agree_schedule(t, &mine, "reform");
+    }
     if (rc != KOLO_OK && !recoverable(rc)) return rc;
   }
   if (rc != KOLO_OK) return rc;
-  t->comm = kolo_elastic_comm(t->elastic);
-  t->rank = kolo_comm_rank(t->comm);
-  t->size = kolo_comm_size(t->comm);
   /* the global batch did not change, so neither does the (scaled) learning rate */
   kolo_train_state_header *h = kolo_train_state_header_of(t->state);
   kolo_train_shuffle(h->seed, h->epoch, t->perm, kolo_train_data_count(t->train));
@@ -561,7 +650,11 @@ static const char *stop_reason(kolo_train_trainer *t) {
 /* Commits the state to the elastic context (in memory, no communication). */
 static kolo_status commit_state(kolo_train_trainer *t) {
 #ifndef KOLO_TRAIN_NO_COMM
-  if (t->elastic) return kolo_elastic_commit(t->elastic);
+  if (t->elastic) {
+    t->committed_step = kolo_train_state_header_of(t->state)->step;
+    t->committed_checksum = state_checksum(t);
+    return kolo_elastic_commit(t->elastic);
+  }
 #else
   (void)t;
 #endif
@@ -588,14 +681,13 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
   const kolo_train_config *c = &t->config;
   kolo_train_state_header *h = kolo_train_state_header_of(t->state);
   float *params = kolo_train_state_params(t->state);
-  float *grads = kolo_train_model_grads(t->model);
   float *optim = kolo_train_state_optim(t->state);
   size_t n = kolo_train_data_count(t->train);
-  result->total_steps = total_steps(t);
 
   kolo_status rc = initial_state(t, result);
   while (rc != KOLO_OK && recoverable(rc) && t->elastic) rc = recover(t, rc);
   if (rc != KOLO_OK) goto out;
+  result->total_steps = total_steps(t); /* by the ring's schedule, known once synced */
 
   double start = now_seconds(), window_start = start;
   double window_loss = 0.0;
@@ -621,6 +713,7 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
       continue;
     }
     size_t global_batch = t->global_batch;
+    float *grads = kolo_train_model_grads(t->model); /* the model is rebuilt if a ring needs more room */
     int async = c->mode == KOLO_TRAIN_ASYNC && t->comm && t->size > 1;
     int epoch_ended = 0;
     uint64_t ended_epoch = h->epoch;

@@ -1,0 +1,111 @@
+/* The fused all-reduce: one ring all-reduce over a list of pieces that together
+ * form a virtual concatenation of tensors (the fusion buffer for small ones, the
+ * caller's own buffers for large ones). The ring's chunks are cut from the
+ * virtual byte range, so every rank sends the same byte stream whichever of its
+ * pieces hold the bytes; each chunk becomes one plan item per piece it touches,
+ * and a send item waits on the recv item that produced the same bytes one step
+ * earlier, as in the single-buffer ring. No byte of a large tensor is copied. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "collective/internal.h"
+#include "common/checks.h"
+
+static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
+
+enum { FROM_SRC, FROM_DST, REDUCE_INTO_DST, COPY_INTO_DST };
+
+/* The first piece that ends after byte begin (offsets: each piece's start). */
+static int first_piece(const size_t *offsets, const kolo_piece *pieces, int count, size_t begin) {
+  int low = 0, high = count - 1;
+  while (low < high) {
+    int mid = (low + high) / 2;
+    if (offsets[mid] + pieces[mid].bytes <= begin) low = mid + 1;
+    else high = mid;
+  }
+  return low;
+}
+
+/* One item per piece overlapping virtual bytes [begin, end); sends depend on
+ * recv item depends_first + j for their j-th overlap. Returns the items made. */
+static int plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size_t *offsets,
+                      int count, size_t begin, size_t end, int mode, int depends_first,
+                      int finalize) {
+  int made = 0;
+  if (begin >= end) {
+    /* an empty chunk still takes one (empty) item so that steps line up */
+    if (mode == FROM_SRC || mode == FROM_DST) kolo_plan_send(plan, NULL, 0, -1);
+    else kolo_plan_recv(plan, NULL, NULL, 0, 0);
+    return 1;
+  }
+  for (int p = first_piece(offsets, pieces, count, begin); p < count && offsets[p] < end; p++) {
+    size_t from = begin > offsets[p] ? begin - offsets[p] : 0;
+    size_t to = end - offsets[p] < pieces[p].bytes ? end - offsets[p] : pieces[p].bytes;
+    if (to <= from) continue;
+    const kolo_piece *piece = &pieces[p];
+    switch (mode) {
+      case FROM_SRC: kolo_plan_send(plan, piece->src + from, to - from, -1); break;
+      case FROM_DST:
+        kolo_plan_send(plan, piece->dst + from, to - from,
+                       depends_first < 0 ? -1 : depends_first + made);
+        break;
+      case REDUCE_INTO_DST:
+        kolo_plan_recv(plan, piece->dst + from, piece->src + from, to - from, finalize);
+        break;
+      default: kolo_plan_recv(plan, piece->dst + from, NULL, to - from, 0); break;
+    }
+    made++;
+  }
+  return made;
+}
+
+static void plan_pieces(kolo_comm *comm, const kolo_piece *pieces, const size_t *offsets,
+                        int count, size_t elements, size_t element, kolo_op op, int *recv_first) {
+  kolo_ring_plan *plan = &comm->plan;
+  int n = comm->size, r = comm->rank;
+#define CHUNK_BEGIN(c) (kolo_chunk_start(elements, n, (c)) * element)
+#define CHUNK_END(c) (kolo_chunk_start(elements, n, (c) + 1) * element)
+  for (int t = 0; t < n - 1; t++) { /* reduce-scatter */
+    int sc = wrap_rank(r - t, n), rc = wrap_rank(r - t - 1, n);
+    plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(sc), CHUNK_END(sc),
+               t == 0 ? FROM_SRC : FROM_DST, t == 0 ? -1 : recv_first[t - 1], 0);
+    recv_first[t] = plan->recv_count;
+    plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(rc), CHUNK_END(rc), REDUCE_INTO_DST, -1,
+               op == KOLO_AVG && t == n - 2);
+  }
+  for (int u = 0; u < n - 1; u++) { /* all-gather */
+    int sc = wrap_rank(r + 1 - u, n), rc = wrap_rank(r - u, n);
+    plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(sc), CHUNK_END(sc), FROM_DST,
+               recv_first[n - 2 + u], 0);
+    recv_first[n - 1 + u] = plan->recv_count;
+    plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(rc), CHUNK_END(rc), COPY_INTO_DST, -1, 0);
+  }
+#undef CHUNK_BEGIN
+#undef CHUNK_END
+}
+
+kolo_status kolo_ring_allreduce_pieces(kolo_comm *comm, const kolo_piece *pieces, int count,
+                                       kolo_dtype dtype, kolo_op op, int engine_thread) {
+  size_t element = kolo_dtype_size(dtype), bytes = 0;
+  size_t *offsets = malloc((size_t)(count > 0 ? count : 1) * sizeof *offsets);
+  int *recv_first = malloc((size_t)(2 * comm->size) * sizeof *recv_first);
+  kolo_status status = offsets && recv_first ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+  for (int p = 0; p < count && status == KOLO_OK; p++) {
+    offsets[p] = bytes;
+    bytes += pieces[p].bytes;
+  }
+  /* each phase touches every piece at most once per chunk boundary it spans */
+  if (status == KOLO_OK) status = kolo_plan_reserve(&comm->plan, 2 * (count + comm->size) + 4);
+  if (status == KOLO_OK && comm->size == 1) {
+    for (int p = 0; p < count; p++) {
+      if (pieces[p].dst != pieces[p].src) memmove(pieces[p].dst, pieces[p].src, pieces[p].bytes);
+    }
+  } else if (status == KOLO_OK && bytes > 0) {
+    kolo_plan_reset(&comm->plan, dtype, op);
+    plan_pieces(comm, pieces, offsets, count, bytes / element, element, op, recv_first);
+    status = kolo_execute_plan(comm, engine_thread, bytes);
+  }
+  free(offsets);
+  free(recv_first);
+  return status;
+}

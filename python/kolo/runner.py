@@ -1,0 +1,288 @@
+"""kolo.Runner: HorovodRunner's one call, on a kolo cluster.
+
+    import kolo
+
+    def train(lr, epochs=1):
+        import kolo.torch as hvd
+        hvd.init()
+        ...
+        return accuracy
+
+    acc = kolo.Runner(np=4, server="kolo:7070").run(train, 0.1, epochs=5)
+
+run() pickles fn and its arguments with cloudpickle, submits an `exec` job that
+runs them under kolo.init() on each of the np workers (python3 -m
+kolo._runner_main), prints rank 0's output as it happens, and returns rank 0's
+return value; an exception in fn is raised here with the remote traceback as its
+cause. np=(min_np, max_np) runs an elastic job (write fn with kolo.elastic to keep
+state across a lost worker); np=-1 runs fn in this process and np=-N in N local
+processes (kolorun), with no server, for debugging.
+
+How the function and the result travel: the pickled (fn, args, kwargs) goes in the
+job spec (exec.env, base64, in pieces of 96 KiB; at most MAX_PAYLOAD_BYTES = 512 KiB,
+ValueError past it: load big data inside fn instead of capturing it); rank 0
+writes the pickled return value (at most 8 MiB) as marked lines into its own
+output, which the Runner reads back through the server's StreamLogs (so it works
+wherever the workers are, with no shared filesystem), hiding those lines.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, TextIO, Tuple, Union
+
+import cloudpickle
+
+from ._runner_main import MARK
+
+MAX_PAYLOAD_BYTES = 512 << 10
+# what local ranks keep of the caller's KOLO_* environment (not its ring: kolorun makes theirs)
+_KEEP = ("KOLO_LIBRARY", "KOLO_BIN_DIR", "KOLO_TIMEOUT", "KOLO_LOG_LEVEL", "KOLO_SHM")
+ENV_PART_CHARS = 96 << 10
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_CHECKOUT = os.path.dirname(os.path.dirname(_HERE))
+
+
+class RunnerError(RuntimeError):
+    """The job ended without a result from rank 0 (it failed, was cancelled, or its
+    rank 0 never finished); `job_id`, `phase` and the job's `error` say why."""
+
+    def __init__(self, message: str, job_id: str = "", phase: str = "", error: str = ""):
+        super().__init__(message)
+        self.job_id = job_id
+        self.phase = phase
+        self.error = error
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised by fn in a worker (set as __cause__)."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n\n" + self.text
+
+
+class RemoteError(RuntimeError):
+    """fn raised an exception that could not be unpickled here; the message holds
+    its type, text and remote traceback."""
+
+
+def _parse_np(np: Any) -> Tuple[int, int]:
+    """(min, max) for a cluster run; (-1, -1) in this process; (-n, -n) local."""
+    if isinstance(np, bool):
+        raise TypeError("np must be an int or (min_np, max_np), not a bool")
+    if isinstance(np, int):
+        if np == 0:
+            raise ValueError("np must not be 0 (np > 0: workers, np = -1: this process, np = -N: N local processes)")
+        return np, np
+    if isinstance(np, (tuple, list)) and len(np) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                             for v in np):
+        low, high = np
+        if low < 1 or high < low:
+            raise ValueError("np=(min_np, max_np) needs 1 <= min_np <= max_np, got %r" % (tuple(np),))
+        return low, high
+    raise TypeError("np must be an int or a (min_np, max_np) pair, not %r" % (np,))
+
+
+def _by_value(fn: Callable[..., Any]) -> None:
+    """Ships fn's own module by value unless the workers can import it too (the
+    standard library or an installed package): a notebook's or a test's functions."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    path = getattr(module, "__file__", None)
+    if module is None or path is None or module.__name__ == "__main__" or module.__name__.startswith("kolo"):
+        return
+    installed = [sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")]
+    if any(os.path.abspath(path).startswith(os.path.abspath(p)) for p in installed) or "dist-packages" in path:
+        return
+    cloudpickle.register_pickle_by_value(module)
+
+
+def _find_kolorun() -> str:
+    for candidate in (os.environ.get("KOLO_BIN_DIR") and os.path.join(os.environ["KOLO_BIN_DIR"], "kolorun"),
+                      shutil.which("kolorun"), os.path.join(_CHECKOUT, "build", "bin", "kolorun")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError("np=-N needs kolorun: build kolo, put kolorun on PATH or set KOLO_BIN_DIR")
+
+
+def _decode(data: bytes) -> Any:
+    """Returns fn's value or raises its exception (with the remote traceback)."""
+    result: Dict[str, Any] = cloudpickle.loads(data)
+    if result.get("ok"):
+        return result.get("value")
+    tb = RemoteTraceback(result.get("traceback", ""))
+    exc = None
+    if result.get("exc") is not None:
+        try:
+            exc = cloudpickle.loads(result["exc"])
+        except Exception:  # noqa: BLE001 - e.g. a class this process cannot import
+            exc = None
+    if not isinstance(exc, BaseException):
+        exc = RemoteError("%s: %s\n\nremote traceback:\n%s" % (result.get("type"), result.get("message"),
+                                                             result.get("traceback", "")))
+    raise exc from tb
+
+
+class Runner:
+    """Runs a Python function on np kolo workers and returns rank 0's result.
+
+    np: workers (int > 0), an elastic (min_np, max_np), -1 (this process) or -N
+    (N local processes). server/token/tls: as kolo.client.Client (default
+    $KOLO_SERVER, $KOLO_TOKEN). name: the job's name; env: extra environment of the
+    processes; python: the interpreter on the workers; max_reconfigurations: of the
+    job (0 = kolo's default); timeout: seconds for the whole run (None = no limit;
+    the job is cancelled past it); stream: where rank 0's output goes (sys.stdout).
+    """
+
+    def __init__(self, np: Union[int, Sequence[int]] = 1, server: Optional[str] = None, token: Optional[str] = None,
+                 tls: Union[None, bool, str] = None, name: str = "kolo-runner", env: Optional[Mapping[str, str]] = None,
+                 python: str = "/usr/bin/python3", max_reconfigurations: int = 0, timeout: Optional[float] = None,
+                 stream: Optional[TextIO] = None, labels: Optional[Mapping[str, str]] = None):
+        self.min_np, self.max_np = _parse_np(np)
+        if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise TypeError("env must map strings to strings")
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise ValueError("timeout must be a positive number of seconds or None")
+        if not isinstance(max_reconfigurations, int) or max_reconfigurations < 0:
+            raise ValueError("max_reconfigurations must be a non-negative int")
+        self.np = np
+        self.server, self.token, self.tls = server, token, tls
+        self.name = name
+        self.env = dict(env or {})
+        self.python = python
+        self.max_reconfigurations = max_reconfigurations
+        self.timeout = timeout
+        self.stream = stream
+        self.labels = dict(labels or {})
+        self.job_id: Optional[str] = None  # the last run's job
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Runs fn(*args, **kwargs) on every rank; returns rank 0's value."""
+        if not callable(fn):
+            raise TypeError("fn must be callable, not %s" % type(fn).__name__)
+        if self.min_np == -1:
+            import kolo
+            kolo.init()
+            return fn(*args, **kwargs)
+        _by_value(fn)
+        try:
+            payload = cloudpickle.dumps((fn, args, kwargs))
+        except Exception as error:  # noqa: BLE001
+            raise TypeError("fn and its arguments must pickle with cloudpickle: %s" % error) from error
+        if self.min_np < -1:
+            return self._run_local(-self.min_np, payload)
+        return self._run_cluster(payload)
+
+    # ---- np = -N: kolorun on this host ----
+
+    def _run_local(self, n: int, payload: bytes) -> Any:
+        out = self.stream or sys.stdout
+        with tempfile.TemporaryDirectory(prefix="kolo-runner-") as tmp:
+            payload_file, result_file = os.path.join(tmp, "payload"), os.path.join(tmp, "result")
+            with open(payload_file, "wb") as f:
+                f.write(payload)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("KOLO_") or k in _KEEP}
+            env.update(KOLO_RUNNER_PAYLOAD_FILE=payload_file, KOLO_RUNNER_RESULT_FILE=result_file,
+                       PYTHONUNBUFFERED="1", **self.env)
+            path = [p for p in sys.path if p and os.path.isdir(os.path.join(p, "kolo"))]
+            env["PYTHONPATH"] = os.pathsep.join(path + [env.get("PYTHONPATH", "")])
+            argv = [_find_kolorun(), "-np", str(n)]
+            if self.timeout:
+                argv += ["--timeout", str(int(self.timeout) or 1)]
+            argv += ["--", self.python, "-m", "kolo._runner_main"]
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            tail = []
+            try:
+                for raw in proc.stdout:  # type: ignore[union-attr]
+                    line = raw.decode("utf-8", "replace")
+                    out.write(line)
+                    out.flush()
+                    tail = (tail + [line])[-20:]
+            finally:
+                code = proc.wait()
+            if os.path.exists(result_file):
+                with open(result_file, "rb") as f:
+                    return _decode(f.read())
+            raise RunnerError("kolorun -np %d exited %d without a result from rank 0:\n%s" % (n, code, "".join(tail)),
+                              phase="FAILED", error="".join(tail))
+
+    # ---- np > 0: a kolo job ----
+
+    def _spec(self, payload: bytes, nonce: str) -> Dict[str, Any]:
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise ValueError("fn and its arguments are %d bytes pickled, over the Runner's limit of %d bytes (they "
+                             "travel in the job spec): load big data inside fn instead of passing it"
+                             % (len(payload), MAX_PAYLOAD_BYTES))
+        text = base64.b64encode(payload).decode()
+        parts = [text[i:i + ENV_PART_CHARS] for i in range(0, len(text), ENV_PART_CHARS)]
+        env = dict(self.env)
+        env.update({"KOLO_RUNNER_PAYLOAD_%d" % i: part for i, part in enumerate(parts)})
+        env.update(KOLO_RUNNER_PARTS=str(len(parts)), KOLO_RUNNER_NONCE=nonce)
+        return {"name": self.name, "id": "run-" + nonce, "min_workers": self.min_np, "max_workers": self.max_np,
+                "max_reconfigurations": self.max_reconfigurations, "labels": self.labels,
+                "exec": {"argv": [self.python, "-m", "kolo._runner_main"], "env": env}}
+
+    def _run_cluster(self, payload: bytes) -> Any:
+        from . import client as kc
+        nonce = secrets.token_hex(8)
+        spec = self._spec(payload, nonce)
+        out = self.stream or sys.stdout
+        mark = MARK + nonce + " "
+        with kc.Client(self.server, token=self.token, tls=self.tls) as api:
+            job = api.submit(spec)
+            self.job_id = job.id
+            parts: Dict[int, str] = {}
+            total = 0
+            try:
+                for line in api.logs(job.id, ranks=[0], follow=True, timeout=self.timeout):
+                    if line.notice:
+                        print("kolo: " + line.text, file=sys.stderr)
+                        continue
+                    if not line.text.startswith(mark):
+                        out.write(line.text + "\n")
+                        out.flush()
+                        continue
+                    index, _, chunk = line.text[len(mark):].partition(" ")
+                    number, _, count = index.partition("/")
+                    parts[int(number)] = chunk
+                    total = int(count)
+                    if len(parts) == total:
+                        break
+            except kc.DeadlineExceededError:
+                api.cancel(job.id, reason="kolo.Runner: timed out after %s s" % self.timeout)
+                raise TimeoutError("kolo.Runner: job %s took longer than %s s (cancelled)" % (job.id, self.timeout))
+            except BaseException:
+                try:
+                    api.cancel(job.id, reason="kolo.Runner: interrupted")
+                except kc.ClientError:
+                    pass
+                raise
+            if total and len(parts) == total:
+                data = base64.b64decode("".join(parts[i] for i in range(1, total + 1)))
+                try:
+                    return _decode(data)
+                except BaseException:
+                    try:  # fn raised on rank 0: the others must not wait for a new rank 0
+                        if kc.Client.phase(api.get(job.id)) not in kc.FINAL_PHASES:
+                            api.cancel(job.id, reason="kolo.Runner: fn raised on rank 0")
+                    except kc.ClientError:
+                        pass
+                    raise
+            final = api.get(job.id)
+            phase = kc.Client.phase(final)
+            raise RunnerError("kolo.Runner: job %s ended %s without a result from rank 0%s"
+                              % (job.id, phase, ": " + final.status.error if final.status.error else ""),
+                              job.id, phase, final.status.error)
+
+
+__all__ = ["Runner", "RunnerError", "RemoteError", "RemoteTraceback", "MAX_PAYLOAD_BYTES"]
