@@ -63,6 +63,14 @@ void kolo_comm_fail(kolo_comm *comm, kolo_status status, int failed_rank, const 
   va_end(args);
 }
 
+void kolo_comm_fail_local(kolo_comm *comm, kolo_status status, int failed_rank, const char *fmt,
+                          ...) {
+  va_list args;
+  va_start(args, fmt);
+  record_failure(comm, status, failed_rank, 0, comm->rank, KOLO_LOG_WARN, fmt, args);
+  va_end(args);
+}
+
 static void fail_quietly(kolo_comm *comm, kolo_status status, int failed_rank, int propagate,
                          int origin_rank, const char *fmt, ...) {
   va_list args;

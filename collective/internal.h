@@ -299,6 +299,12 @@ struct kolo_comm {
 void kolo_comm_fail(kolo_comm *comm, kolo_status status, int failed_rank, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Like kolo_comm_fail, without telling the neighbours: for a failure every rank
+ * decides by itself from the same negotiation (a stall), so each keeps the full
+ * message instead of a forwarded one. */
+void kolo_comm_fail_local(kolo_comm *comm, kolo_status status, int failed_rank, const char *fmt,
+                          ...) __attribute__((format(printf, 4, 5)));
+
 /* Runs one request to completion on the calling thread (engine or blocking
  * caller). engine_thread says whether the control links must be served too. */
 kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thread);

@@ -133,6 +133,11 @@ kolo_status kolo_member_to_json(const kolo_member *m, char **json) {
     json_decref(o);
     o = NULL;
   }
+  if (o && m->registered_unix_ms > 0 &&
+      json_object_set_new(o, "registered_unix_ms", json_integer(m->registered_unix_ms)) != 0) {
+    json_decref(o);
+    o = NULL;
+  }
   *json = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(o);
   return *json ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a worker record");
@@ -176,6 +181,13 @@ kolo_status kolo_member_from_json(const char *text, size_t len, kolo_member *out
   if (rc == KOLO_OK) rc = take_int(o, "gpus", &out->gpus);
   if (rc == KOLO_OK && json_object_get(o, "logs_url")) rc = take_string(o, "logs_url", &out->logs_url);
   if (rc == KOLO_OK && json_object_get(o, "logs_token")) rc = take_string(o, "logs_token", &out->logs_token);
+  json_t *registered = json_object_get(o, "registered_unix_ms");
+  if (rc == KOLO_OK && registered != NULL) {
+    if (!json_is_integer(registered) || json_integer_value(registered) <= 0)
+      rc = kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: 'registered_unix_ms' is not a positive integer");
+    else
+      out->registered_unix_ms = json_integer_value(registered);
+  }
   json_t *labels = json_object_get(o, "labels");
   if (rc == KOLO_OK && labels != NULL) {
     if (!json_is_object(labels)) {

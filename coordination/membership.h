@@ -24,6 +24,7 @@ typedef struct kolo_member_label {
  * Optional, both or neither: "logs_url" (where the agent serves its jobs' output,
  * "http://host:port", at most 255 printable characters) and "logs_token" (the bearer
  * token that server needs, 16..128 of [A-Za-z0-9]); kolo-server reads them, never shows them.
+ * Optional: "registered_unix_ms" (wall-clock time of this registration, > 0; written when set).
  * Unknown fields are ignored (a newer worker may add some). */
 typedef struct kolo_member {
   char *id;
@@ -36,6 +37,7 @@ typedef struct kolo_member {
   char *state;
   char *logs_url;   /* NULL = none */
   char *logs_token; /* NULL = none */
+  int64_t registered_unix_ms; /* when this registration began; 0 = not recorded */
   /* Filled when read from etcd: */
   int64_t lease;
   int64_t mod_revision;

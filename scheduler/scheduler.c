@@ -273,6 +273,7 @@ kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) 
   for (char *e = strtok_r(s->endpoint_text, ",", &save); e && n < 16; e = strtok_r(NULL, ",", &save))
     endpoints[n++] = e;
   kolo_etcd_config etcd_config = {.endpoints = endpoints, .endpoint_count = n};
+  kolo_etcd_access_apply(config->access, &etcd_config);
   kolo_status rc = kolo_etcd_create(&etcd_config, &s->etcd);
   if (rc != KOLO_OK) goto fail;
   s->writer = (kolo_sched_writer){s->etcd, s->config.fence, s->config.fence_arg};

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coordination/etcd_access.h"
 #include "kolo/status.h"
 
 /* Fills the leader key and its create revision when this replica leads;
@@ -22,6 +23,7 @@ typedef struct kolo_sched_config {
   kolo_sched_fence_fn fence;
   void *fence_arg;
   int tick_ms; /* pass at least this often while leading; 0 = 500 */
+  const kolo_etcd_access *access; /* TLS files and auth for etcd; NULL = none. Kept: must outlive the scheduler */
 } kolo_sched_config;
 
 typedef struct kolo_sched kolo_sched;

@@ -26,8 +26,12 @@
 #define LOG "grpc"
 #define GENERIC (-1)
 #define MAX_THREADS 32
-/* A WatchJob client this many versions behind is cut off (RESOURCE_EXHAUSTED). */
-#define WATCH_QUEUE_MAX 1024
+/* A WatchJob client further behind than this many versions or bytes queued (not
+ * counting the message in flight) is coalesced: the queued versions are dropped and
+ * only the newest is kept. Each Job carries its whole event log, so nothing is lost
+ * but intermediate states; a stalled watcher costs at most about this much memory. */
+#define WATCH_QUEUE_MAX 256
+#define WATCH_QUEUE_MAX_BYTES (4u << 20)
 /* StreamLogs sends lines in LogChunk messages of about this size. */
 #define LOG_CHUNK_BYTES (64 * 1024)
 
@@ -62,6 +66,7 @@ struct call_ctx {
   pthread_mutex_t lock;
   queued *head, *tail;
   size_t queued_count;
+  size_t queued_bytes;
   int status_code; /* the stream's final status, sent once the queue is empty */
   int md_sent, in_flight, final_queued, status_started, closed;
   uint64_t sub;
@@ -205,6 +210,7 @@ static void pump_locked(call_ctx *ctx) {
     queued *q = ctx->head;
     ctx->head = q->next;
     ctx->queued_count--;
+    ctx->queued_bytes -= grpc_byte_buffer_length(q->buf);
     if (ctx->head == NULL) ctx->tail = NULL;
     if (ctx->response) grpc_byte_buffer_destroy(ctx->response);
     ctx->response = q->buf;
@@ -241,8 +247,9 @@ static void pump_locked(call_ctx *ctx) {
 static void on_job(void *arg, const uint8_t *packed, size_t len, Kolo__V1__Phase phase) {
   call_ctx *ctx = arg;
   pthread_mutex_lock(&ctx->lock);
-  if (!ctx->closed && !ctx->final_queued && ctx->queued_count >= WATCH_QUEUE_MAX) {
-    /* The client does not keep up: drop what is queued and end the stream. */
+  if (!ctx->closed && !ctx->final_queued && ctx->head &&
+      (ctx->queued_count >= WATCH_QUEUE_MAX || ctx->queued_bytes + len > WATCH_QUEUE_MAX_BYTES)) {
+    /* The client does not keep up: the newest version replaces what is queued. */
     while (ctx->head) {
       queued *next = ctx->head->next;
       grpc_byte_buffer_destroy(ctx->head->buf);
@@ -251,14 +258,13 @@ static void on_job(void *arg, const uint8_t *packed, size_t len, Kolo__V1__Phase
     }
     ctx->tail = NULL;
     ctx->queued_count = 0;
-    ctx->status_code = GRPC_STATUS_RESOURCE_EXHAUSTED;
-    ctx->final_queued = 1;
-    pump_locked(ctx);
+    ctx->queued_bytes = 0;
   }
   if (!ctx->closed && !ctx->final_queued) {
     queued *q = malloc(sizeof *q);
     if (q) {
       ctx->queued_count++;
+      ctx->queued_bytes += len;
       grpc_slice slice = grpc_slice_from_copied_buffer((const char *)packed, len);
       q->buf = grpc_raw_byte_buffer_create(&slice, 1);
       grpc_slice_unref(slice);
@@ -403,7 +409,7 @@ static void on_logs_ready(void *arg) {
 
 static void start_logs(call_ctx *ctx, const Kolo__V1__StreamLogsRequest *req) {
   kolo_server_grpc *g = ctx->g;
-  char err[256];
+  char err[256] = "";
   kolo_server_logstream *stream = NULL;
   kolo_status rc = g->cfg.logs ? kolo_server_logstream_open(g->cfg.logs, req, on_logs_ready, ctx, &stream, err,
                                                             sizeof err)

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coordination/etcd_access.h"
 #include "kolo/status.h"
 
 typedef struct kolo_server_kv_item {
@@ -80,6 +81,7 @@ void kolo_server_kv_items_free(kolo_server_kv_item *items, size_t count);
 kolo_status kolo_server_kv_mem_create(kolo_server_kv **out);
 
 /* The etcd backend over libkolo_coord: endpoints is a comma-separated list of client URLs. */
-kolo_status kolo_server_kv_etcd_create(const char *endpoints, kolo_server_kv **out);
+/* access: TLS files and auth for etcd (NULL = none). */
+kolo_status kolo_server_kv_etcd_create(const char *endpoints, const kolo_etcd_access *access, kolo_server_kv **out);
 
 #endif

@@ -155,7 +155,7 @@ static void etcd_destroy(kolo_server_kv *kv) {
 static const kolo_server_kv_ops etcd_ops = {etcd_range, etcd_txn, etcd_start_watch, etcd_stop_watch,
                                             etcd_healthy, etcd_destroy};
 
-kolo_status kolo_server_kv_etcd_create(const char *endpoints, kolo_server_kv **out) {
+kolo_status kolo_server_kv_etcd_create(const char *endpoints, const kolo_etcd_access *access, kolo_server_kv **out) {
   etcd_kv *e = calloc(1, sizeof *e);
   if (e == NULL) return KOLO_ERR_NO_MEMORY;
   e->base.ops = &etcd_ops;
@@ -180,6 +180,7 @@ kolo_status kolo_server_kv_etcd_create(const char *endpoints, kolo_server_kv **o
   cfg.endpoint_count = n;
   cfg.request_timeout_ms = 3000;
   cfg.watch_idle_ms = 5000;
+  kolo_etcd_access_apply(access, &cfg);
   kolo_status rc = kolo_etcd_create(&cfg, &e->client);
   if (rc != KOLO_OK) {
     etcd_destroy(&e->base);

@@ -123,8 +123,8 @@ static void *run(void *arg) {
   return NULL;
 }
 
-kolo_status kolo_server_leader_start(const char *endpoints, const char *name, int ttl_s,
-                                     kolo_server_leader **out) {
+kolo_status kolo_server_leader_start(const char *endpoints, const kolo_etcd_access *access, const char *name,
+                                     int ttl_s, kolo_server_leader **out) {
   kolo_server_leader *l = calloc(1, sizeof *l);
   if (l == NULL) return KOLO_ERR_NO_MEMORY;
   char *copy = strdup(endpoints);
@@ -139,6 +139,7 @@ kolo_status kolo_server_leader_start(const char *endpoints, const char *name, in
   cfg.endpoints = list;
   cfg.endpoint_count = n;
   cfg.request_timeout_ms = 1000;
+  kolo_etcd_access_apply(access, &cfg);
   kolo_status rc = n ? kolo_etcd_create(&cfg, &l->client) : KOLO_ERR_INVALID_ARG;
   free(copy);
   if (rc != KOLO_OK) {

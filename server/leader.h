@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coordination/etcd_access.h"
 #include "kolo/status.h"
 
 #define KOLO_SERVER_LEADER_PREFIX "/kolo/v1/leader/"
@@ -17,8 +18,8 @@
 typedef struct kolo_server_leader kolo_server_leader;
 
 /* Starts campaigning in a thread of its own. endpoints: comma-separated etcd URLs. */
-kolo_status kolo_server_leader_start(const char *endpoints, const char *name, int ttl_s,
-                                     kolo_server_leader **out);
+kolo_status kolo_server_leader_start(const char *endpoints, const kolo_etcd_access *access, const char *name,
+                                     int ttl_s, kolo_server_leader **out);
 /* Resigns (revokes the lease, so another replica leads at once) and frees. */
 void kolo_server_leader_stop(kolo_server_leader *l);
 

@@ -155,6 +155,8 @@ int main(int argc, char **argv) {
     memmove(s.token, token, strlen(token) + 1);
   }
   const char *endpoints = s.opts.etcd;
+  /* one etcd access for every client of this binary; the private etcd child is plain HTTP */
+  const kolo_etcd_access *access = strcmp(s.opts.etcd, "auto") == 0 ? NULL : &s.opts.etcd_access;
   if (strcmp(s.opts.etcd, "none") == 0) {
     rc = kolo_server_kv_mem_create(&s.kv);
     KOLO_LOGW(LOG, "--etcd none: jobs live in memory only and are lost on exit");
@@ -167,7 +169,7 @@ int main(int argc, char **argv) {
       }
       endpoints = kolo_server_etcd_child_url(s.etcd_child);
     }
-    rc = kolo_server_kv_etcd_create(endpoints, &s.kv);
+    rc = kolo_server_kv_etcd_create(endpoints, access, &s.kv);
   }
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG, "job store backend: %s", kolo_strerror(rc));
@@ -192,12 +194,12 @@ int main(int argc, char **argv) {
     }
   }
   if (s.etcd_child || strcmp(s.opts.etcd, "none") != 0) {
-    rc = kolo_server_leader_start(endpoints, s.opts.name, s.opts.leader_ttl_s, &s.leader);
+    rc = kolo_server_leader_start(endpoints, access, s.opts.name, s.opts.leader_ttl_s, &s.leader);
     if (rc != KOLO_OK) {
       KOLO_LOGE(LOG, "leader election: %s", kolo_strerror(rc));
       goto out;
     }
-    kolo_sched_config sc = {endpoints, leader_fence, s.leader, 0};
+    kolo_sched_config sc = {endpoints, leader_fence, s.leader, 0, access};
     if (kolo_sched_start(&sc, &s.sched) != KOLO_OK) goto out;
   }
   kolo_server_recorder_config rc_cfg = {s.store, s.kv, s.leader ? leader_fence : NULL, s.leader,

@@ -27,6 +27,11 @@ typedef struct setting {
 
 static const setting settings[] = {
     TEXT_OPT(etcd, "etcd", "etcd client URLs (comma-separated), 'auto' (private etcd child) or 'none' (memory only)"),
+    TEXT_OPT(etcd_access.ca_file, "etcd-ca", "PEM CA bundle to verify etcd (https:// endpoints; default: the system's)"),
+    TEXT_OPT(etcd_access.cert_file, "etcd-cert", "PEM client certificate for etcd (with --etcd-key)"),
+    TEXT_OPT(etcd_access.key_file, "etcd-key", "PEM private key of --etcd-cert"),
+    TEXT_OPT(etcd_access.user, "etcd-user", "etcd user (auth; with --etcd-password-file)"),
+    TEXT_OPT(etcd_access.password_file, "etcd-password-file", "file whose first line is --etcd-user's password"),
     TEXT_OPT(data_dir, "data-dir", "data directory of --etcd auto (default ./kolo-data)"),
     TEXT_OPT(grpc_listen, "grpc-listen", "gRPC address (default 127.0.0.1:7070; port 0 = any free port)"),
     TEXT_OPT(http_listen, "http-listen", "HTTP address (default 127.0.0.1:7080; 'off' disables)"),
@@ -199,6 +204,7 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
       return KOLO_ERR_INVALID_ARG;
     }
   }
+  KOLO_CHECK(kolo_etcd_access_load(&o->etcd_access, err, err_len));
   if ((o->tls_cert[0] != '\0') != (o->tls_key[0] != '\0')) {
     snprintf(err, err_len, "--tls-cert and --tls-key go together");
     return KOLO_ERR_INVALID_ARG;

@@ -6,10 +6,12 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "coordination/etcd_access.h"
 #include "kolo/status.h"
 
 typedef struct kolo_server_options {
   char etcd[1024];        /* "auto", "none" (in-memory, nothing persists) or client URLs */
+  kolo_etcd_access etcd_access; /* --etcd-ca/-cert/-key/-user/-password-file (password loaded) */
   char data_dir[512];     /* where --etcd auto keeps its data */
   char grpc_listen[256];
   char http_listen[256];  /* "off" disables HTTP */

@@ -47,6 +47,14 @@ for _ in $(seq 1 100); do
 done
 curl -sf http://127.0.0.1:2379/health | grep -q '"health":"true"' || fail "etcd not healthy within 10 s"
 step "etcd $(etcd --version | head -n1 | awk '{print $3}') healthy"
+# etcdctl, as the chart's backup and auth jobs run it
+export ETCDCTL_API=3 ETCDCTL_ENDPOINTS=http://127.0.0.1:2379
+has etcdctl || fail "etcdctl is not in the image (docs/DEPLOY.md and the chart's jobs need it)"
+etcdctl put /smoke/key value >/dev/null || fail "etcdctl put failed"
+etcdctl snapshot save /tmp/etcd/snapshot.db >/dev/null 2>&1 || fail "etcdctl snapshot save failed"
+etcdctl snapshot status /tmp/etcd/snapshot.db >/dev/null || fail "the snapshot is not valid"
+date -u +%Y%m%dT%H%M%S.%NZ | grep -Eq '^[0-9]{8}T[0-9]{6}\.[0-9]{9}Z$' || fail "date cannot print nanoseconds (the backup job names snapshots so)"
+step "etcdctl $(etcdctl version | head -n1 | awk '{print $3}'): put, snapshot save and status work"
 
 # ---- one job --------------------------------------------------------------------------------
 job="${SMOKE_JOB:-auto}"
@@ -83,9 +91,15 @@ case "$job" in
     for i in 1 2; do
       mkdir -p "/tmp/w$i"
       kolo-worker --etcd http://127.0.0.1:2379 --advertise "127.0.0.1:710$i" --id "w$i" \
-        --lease-ttl 3 --work-dir "/tmp/w$i" >"/tmp/w$i.log" 2>&1 &
+        --lease-ttl 3 --work-dir "/tmp/w$i" --http-listen "127.0.0.1:720$i" >"/tmp/w$i.log" 2>&1 &
       worker_pids+=("$!")
     done
+    # the chart's readiness probe: ready = registered in etcd
+    for i in 1 2; do
+      for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:720$i/readyz" >/dev/null && break; sleep 0.1; done
+      curl -sf "http://127.0.0.1:720$i/readyz" | grep -q '"ready":true' || { tail -20 "/tmp/w$i.log"; fail "w$i not ready within 10 s"; }
+    done
+    step "workers ready (registered in etcd)"
     kolo --server 127.0.0.1:7070 --token "$token" submit /smoke/smoke-job.json || fail "kolo submit failed"
     for _ in $(seq 1 120); do
       jobs_json="$(curl -sf -H "Authorization: Bearer $token" http://127.0.0.1:8080/v1/jobs)"
@@ -96,9 +110,9 @@ case "$job" in
     grep -q '"SUCCEEDED"' <<<"$jobs_json" || { echo "$jobs_json"; tail -20 /tmp/server.log; fail "the job did not succeed within 120 s"; }
     step "job succeeded: $jobs_json"
     # A worker leaves as in the Helm chart: its preStop drain call, then SIGTERM.
-    export KOLO_TOKEN_FILE=/tmp/token KOLO_SERVER=127.0.0.1:7070 KOLO_WORKER_ID=w2
-    KOLO_TOKEN="$(cat "$KOLO_TOKEN_FILE")" kolo --server "$KOLO_SERVER" --timeout 5 drain "$KOLO_WORKER_ID" ||
-      fail "the preStop drain call failed"
+    export KOLO_TOKEN_FILE=/tmp/token KOLO_SERVER=127.0.0.1:7070 KOLO_WORKER_ID=w2 KOLO_DRAIN_TIMEOUT=5
+    KOLO_TOKEN="$(cat "$KOLO_TOKEN_FILE")" kolo --server "$KOLO_SERVER" --timeout "$KOLO_DRAIN_TIMEOUT" \
+      ${KOLO_TLS_CA:+--tls-ca "$KOLO_TLS_CA"} drain "$KOLO_WORKER_ID" || fail "the preStop drain call failed"
     workers_json="$(curl -sf -H "Authorization: Bearer $token" http://127.0.0.1:8080/v1/workers)"
     sed 's/},{"id"/}\n{"id"/g' <<<"$workers_json" | grep '"id": *"w2"' | grep -Eq '"draining": *true' ||
       { echo "$workers_json"; fail "w2 is not marked draining"; }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks that deploy/docker/Dockerfile stays in step with scripts/setup.sh: its build stage
-# installs every build package setup.sh lists (compilers, -dev libraries, cmake, pkg-config)
-# and nothing setup.sh does not know; its runtime stage carries etcd and Fashion-MNIST and
-# runs as a non-root user.
+# installs every build package setup.sh lists (compilers, -dev libraries, cmake, pkg-config;
+# not the fuzzing tests' clang runtime) and nothing setup.sh does not know; its runtime stage
+# carries etcd, etcdctl (the chart's backup and auth jobs run it) and Fashion-MNIST and runs
+# as a non-root user.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,8 +16,9 @@ fail() { echo "FAIL $*"; status=1; }
 # The words of setup.sh's PACKAGES=( ... ) array.
 setup_pkgs="$(sed -n '/^PACKAGES=(/,/^)/p' "$setup" | sed 's/#.*//; s/PACKAGES=(//; s/)//' | tr -s ' \t' '\n' | grep -v '^$' | sort -u)"
 [ -n "$setup_pkgs" ] || fail "no PACKAGES list found in $setup"
-# Test-only toolchains (clang's sanitizer runtime for the fuzzers) build nothing the image ships.
-test_only='^(libclang-rt-[0-9]+-dev)$'
+# Test-only toolchains (clang's sanitizer runtime for the fuzzers, Open MPI as the benchmark
+# peer) build nothing the image ships.
+test_only='^(libclang-rt-[0-9]+-dev|libopenmpi-dev)$'
 build_needed="$(grep -E -- '-dev$|compiler$|^(build-essential|cmake|pkg-config|git|ca-certificates)$' <<<"$setup_pkgs" |
   grep -Ev -- "$test_only" || true)"
 
@@ -36,7 +38,7 @@ done
 for p in $build_pkgs; do
   grep -qx -- "$p" <<<"$setup_pkgs" || fail "the Dockerfile build stage installs $p, which scripts/setup.sh does not list"
 done
-for p in etcd-server dataset-fashion-mnist; do
+for p in etcd-server etcd-client dataset-fashion-mnist; do
   grep -qx -- "$p" <<<"$runtime_pkgs" || fail "the runtime stage lacks $p"
 done
 user="$(awk '/^FROM /{stage++} stage==2 && /^USER /{print $2}' "$dockerfile" | tail -n1)"

@@ -54,11 +54,14 @@ def wait_for(predicate, timeout, what, interval=0.05):
 class Etcd:
     """A real etcd from tests/support/etcd_harness via the test_server_etcd helper."""
 
-    def __init__(self):
-        self.proc = subprocess.Popen([os.path.join(TESTS, "test_server_etcd")], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+    def __init__(self, tls=None):
+        """tls: (server cert, server key, CA) to also serve https:// at self.tls_url,
+        requiring client certificates signed by the CA."""
+        self.proc = subprocess.Popen([os.path.join(TESTS, "test_server_etcd")] + (["tls"] + list(tls) if tls else []),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http://"):
+        self.tls_url = self.proc.stdout.readline().strip() if tls else None
+        if not self.url.startswith("http://") or (tls and not self.tls_url.startswith("https://")):
             self.stop()
             raise RuntimeError("etcd helper failed")
 

@@ -11,7 +11,7 @@ import kolotest
 
 # engine.h's first implementation runs named ops in submission order without
 # comparing them across ranks; this turns on once its negotiation lands (#13)
-ENGINE_NEGOTIATES = False
+ENGINE_NEGOTIATES = True
 
 
 def test_calls_before_init_raise_not_initialized_error():

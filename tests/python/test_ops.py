@@ -11,3 +11,9 @@ def test_every_op_and_dtype_matches_the_single_process_reference(ranks):
     counts = result.values("CHECKS")
     assert sorted(counts) == list(range(ranks)), result
     assert len(set(counts.values())) == 1 and int(counts[0]) > 500, counts
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_may_submit_named_operations_in_any_order_and_skip_unused_parameters(ranks):
+    result = kolotest.kolorun(ranks, kolotest.worker("any_order.py"), timeout=180)
+    assert len(result.values("OK")) == ranks, result

@@ -134,6 +134,15 @@ static void a_worker_record_round_trips_and_has_the_documented_shape(void **stat
   assert_int_equal(back.cpus, 16);
   assert_int_equal(back.gpus, 2);
   assert_int_equal(back.label_count, 2);
+  assert_int_equal(back.registered_unix_ms, 0); /* absent: not recorded */
+  kolo_member_clear(&back);
+  free(json);
+  /* #12 item 10: the registration time travels in the record (ListWorkers' registered_unix_ms) */
+  m.registered_unix_ms = 1764583200123;
+  assert_int_equal(kolo_member_to_json(&m, &json), KOLO_OK);
+  assert_non_null(strstr(json, "\"registered_unix_ms\":1764583200123"));
+  assert_int_equal(kolo_member_from_json(json, strlen(json), &back), KOLO_OK);
+  assert_int_equal(back.registered_unix_ms, 1764583200123);
   kolo_member_clear(&back);
   free(json);
 }
@@ -149,6 +158,8 @@ static void bad_worker_records_are_rejected(void **state) {
       "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":-1,\"gpus\":0,\"state\":\"idle\"}",
       "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"Idle!\"}",
       "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\",\"labels\":{\"k\":1}}",
+      "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\",\"registered_unix_ms\":-5}",
+      "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\",\"registered_unix_ms\":\"1\"}",
       "[]",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -154,6 +154,7 @@ static int transient(kolo_status rc) {
 /* One registration attempt (idle, under a fresh lease). */
 static kolo_status register_once(agent *a) {
   a->record.state = "idle";
+  a->record.registered_unix_ms = wall_ms(); /* ListWorkers' registered_unix_ms */
   kolo_status rc = kolo_membership_register(a->etcd, &a->record, a->opts->lease_ttl_s, on_lease_lost, a, &a->reg);
   a->record.state = NULL;
   if (rc != KOLO_OK) return rc;
@@ -623,7 +624,13 @@ static kolo_status setup_logs(agent *a) {
   kolo_agent_logserver_config sc = {listen, a->logs_token, a->logstore};
   int port = 0;
   rc = kolo_agent_logserver_start(&sc, &a->logserver, &port);
-  if (rc != KOLO_OK) return rc;
+  if (rc != KOLO_OK && o->logs_listen[0]) return rc; /* asked for: a mistake to report */
+  if (rc != KOLO_OK) {
+    /* e.g. an IPv6 --advertise: output is still captured (and in failure reports), not served */
+    KOLO_LOGW(LOG, "cannot serve job logs on %s (give --logs-listen HOST:PORT); kolo logs will not reach this worker",
+              listen);
+    return KOLO_OK;
+  }
   snprintf(a->logs_url, sizeof a->logs_url, "http://%.*s:%d", host_len, o->advertise, port);
   a->record.logs_url = a->logs_url;
   a->record.logs_token = a->logs_token;
@@ -719,6 +726,7 @@ static kolo_status setup(agent *a) {
   for (char *e = strtok_r(endpoint_text, ",", &save); e && n < 16; e = strtok_r(NULL, ",", &save))
     endpoints[n++] = e;
   kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = n};
+  kolo_etcd_access_apply(&o->etcd_access, &config);
   if (kolo_etcd_create(&config, &a->etcd) != KOLO_OK) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(register_worker(a));
 

@@ -8,10 +8,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "coordination/etcd_access.h"
 #include "kolo/status.h"
 
 typedef struct kolo_agent_options {
   char etcd[1024];      /* comma-separated client URLs */
+  kolo_etcd_access etcd_access; /* --etcd-ca/-cert/-key/-user/-password-file (password loaded) */
   char advertise[256];  /* data-plane host:port peers connect to */
   char listen[256];     /* what the process binds; "" = advertise */
   char id[129];         /* "" = <host>-<pid> */

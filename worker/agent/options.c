@@ -9,7 +9,12 @@
 void kolo_agent_options_usage(FILE *out) {
   fprintf(out,
           "usage: kolo-worker --etcd URLS --advertise HOST:PORT [options]\n"
-          "  --etcd URLS          etcd client URLs, comma-separated\n"
+          "  --etcd URLS          etcd client URLs, comma-separated (https:// = TLS)\n"
+          "  --etcd-ca FILE       PEM CA bundle to verify etcd (default: the system's)\n"
+          "  --etcd-cert FILE     PEM client certificate for etcd (with --etcd-key)\n"
+          "  --etcd-key FILE      its private key\n"
+          "  --etcd-user NAME     etcd user (auth; with --etcd-password-file)\n"
+          "  --etcd-password-file FILE  first line: --etcd-user's password\n"
           "  --advertise H:P      data-plane address ring peers connect to\n"
           "  --listen H:P         address the training process binds (default: --advertise)\n"
           "  --id ID              worker id (default: <host>-<pid>)\n"
@@ -80,7 +85,11 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
       {"log-file-size", required_argument, NULL, 'F'}, {"log-job-size", required_argument, NULL, 'J'},
       {"log-total-size", required_argument, NULL, 'T'}, {"log-retention", required_argument, NULL, 'R'},
       {"http-listen", required_argument, NULL, 'H'}, {"help", no_argument, NULL, 'h'},
+      {"etcd-ca", required_argument, NULL, 1},     {"etcd-cert", required_argument, NULL, 2},
+      {"etcd-key", required_argument, NULL, 3},    {"etcd-user", required_argument, NULL, 4},
+      {"etcd-password-file", required_argument, NULL, 5},
       {NULL, 0, NULL, 0}};
+  kolo_etcd_access *access = &opts->etcd_access;
   optind = 1;
   int c;
   while ((c = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
@@ -88,6 +97,13 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
     char *end = NULL;
     switch (c) {
       case 'e': rc = copy(opts->etcd, sizeof opts->etcd, optarg, "--etcd", err, err_len); break;
+      case 1: rc = copy(access->ca_file, sizeof access->ca_file, optarg, "--etcd-ca", err, err_len); break;
+      case 2: rc = copy(access->cert_file, sizeof access->cert_file, optarg, "--etcd-cert", err, err_len); break;
+      case 3: rc = copy(access->key_file, sizeof access->key_file, optarg, "--etcd-key", err, err_len); break;
+      case 4: rc = copy(access->user, sizeof access->user, optarg, "--etcd-user", err, err_len); break;
+      case 5:
+        rc = copy(access->password_file, sizeof access->password_file, optarg, "--etcd-password-file", err, err_len);
+        break;
       case 'a': rc = copy(opts->advertise, sizeof opts->advertise, optarg, "--advertise", err, err_len); break;
       case 'l': rc = copy(opts->listen, sizeof opts->listen, optarg, "--listen", err, err_len); break;
       case 'i': rc = copy(opts->id, sizeof opts->id, optarg, "--id", err, err_len); break;
@@ -151,5 +167,5 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
     snprintf(err, err_len, "--advertise is required (the data-plane host:port)");
     return KOLO_ERR_INVALID_ARG;
   }
-  return KOLO_OK;
+  return kolo_etcd_access_load(access, err, err_len);
 }

@@ -539,9 +539,9 @@ static void report_eval(kolo_train_trainer *t, uint64_t epoch, double accuracy, 
   char json[256];
   snprintf(json, sizeof json,
            "{\"event\":\"eval\",\"epoch\":%llu,\"step\":%llu,\"accuracy\":%.6f,"
-           "\"loss\":%.6f}",
+           "\"loss\":%.6f,\"test_accuracy\":%.6f,\"test_loss\":%.6f}",
            (unsigned long long)epoch,
-           (unsigned long long)kolo_train_state_header_of(t->state)->step, accuracy, loss);
+           (unsigned long long)kolo_train_state_header_of(t->state)->step, accuracy, loss, accuracy, loss);
   report_to_agent(t, json);
   if (!t->out || t->rank != 0 || t->config.quiet) return;
   if (t->config.json) {

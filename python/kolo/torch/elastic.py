@@ -94,12 +94,18 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.reset()
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.processed_num = 0
+        """Starts epoch (a new shuffle); setting the current epoch again (as a
+        training function re-entered after a ring change does) keeps what was
+        already processed in it."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.processed_num = 0
         self.reset()
 
     def record_batch(self, batch_idx: int, batch_size: int) -> None:
-        """Marks batches 0..batch_idx of this epoch (on every rank) as done."""
+        """Marks batches 0..batch_idx (counted from the start of this iteration
+        over the sampler, i.e. since set_epoch or the last ring change) of
+        batch_size samples per rank as done."""
         self.processed_num = (batch_idx + 1) * batch_size * self.num_replicas + self._start
 
     def record_indices(self, count: int) -> None:

@@ -1,7 +1,9 @@
 {{/*
 Names, labels and derived settings shared by every template of the kolo chart.
 Everything that more than one template needs to agree on (service names, the etcd URL,
-secret names) is computed here once.
+secret names, mount paths, the etcd client flags) is computed here once. The programs'
+flags and routes are written in the templates, never taken from values: they belong to
+the image version (tests/deploy checks them against each binary's --help).
 */}}
 
 {{/* The chart's short name. */}}
@@ -47,7 +49,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "kolo.etcdPeerServiceName" -}}{{ include "kolo.fullname" . }}-etcd-peer{{- end -}}
 {{- define "kolo.coordinatorName" -}}{{ include "kolo.fullname" . }}-coordinator{{- end -}}
 {{- define "kolo.workerName" -}}{{ include "kolo.fullname" . }}-worker{{- end -}}
-{{- define "kolo.configName" -}}{{ include "kolo.fullname" . }}-config{{- end -}}
+{{- define "kolo.coordinatorConfigName" -}}{{ include "kolo.fullname" . }}-coordinator-config{{- end -}}
+{{- define "kolo.workerConfigName" -}}{{ include "kolo.fullname" . }}-worker-config{{- end -}}
+{{- define "kolo.etcdBackupName" -}}{{ include "kolo.fullname" . }}-etcd-backup{{- end -}}
+{{- define "kolo.etcdAuthJobName" -}}{{ include "kolo.fullname" . }}-etcd-auth{{- end -}}
 
 {{/* The ServiceAccount the pods run as. */}}
 {{- define "kolo.serviceAccountName" -}}
@@ -58,22 +63,28 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* The kolo image reference. */}}
+{{/* The kolo image reference (coordinators, the chart's jobs). */}}
 {{- define "kolo.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* The etcd image: its own when given, otherwise kolo's (which carries etcd). */}}
-{{- define "kolo.etcdImage" -}}
-{{- if .Values.etcd.image.repository -}}
-{{- printf "%s:%s" .Values.etcd.image.repository (required "etcd.image.tag is required with etcd.image.repository" .Values.etcd.image.tag) -}}
+{{/* The workers' image: their own when given (a GPU build), otherwise kolo's. */}}
+{{- define "kolo.workerImage" -}}
+{{- $w := .Values.workers.image -}}
+{{- if $w.repository -}}
+{{- printf "%s:%s" $w.repository (default .Chart.AppVersion $w.tag) -}}
 {{- else -}}
 {{- include "kolo.image" . -}}
 {{- end -}}
 {{- end -}}
 
-{{- define "kolo.etcdPullPolicy" -}}
-{{- default .Values.image.pullPolicy .Values.etcd.image.pullPolicy -}}
+{{- define "kolo.workerPullPolicy" -}}
+{{- default .Values.image.pullPolicy .Values.workers.image.pullPolicy -}}
+{{- end -}}
+
+{{/* etcd's image (never kolo's by default, so a kolo upgrade leaves etcd running). */}}
+{{- define "kolo.etcdImage" -}}
+{{- printf "%s:%s" .Values.etcd.image.repository .Values.etcd.image.tag -}}
 {{- end -}}
 
 {{/* true when the chart runs its own etcd. */}}
@@ -81,12 +92,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- if not .Values.etcd.external.endpoints -}}true{{- end -}}
 {{- end -}}
 
+{{/* http or https for the chart's own etcd. */}}
+{{- define "kolo.etcdScheme" -}}
+{{- if .Values.etcd.tls.enabled -}}https{{- else -}}http{{- end -}}
+{{- end -}}
+
 {{/* The etcd client URLs every kolo pod is given (comma-separated). */}}
 {{- define "kolo.etcdEndpoints" -}}
 {{- if .Values.etcd.external.endpoints -}}
 {{- join "," .Values.etcd.external.endpoints -}}
 {{- else -}}
-{{- printf "http://%s.%s.svc.%s:%d" (include "kolo.etcdName" .) .Release.Namespace .Values.clusterDomain (int .Values.etcd.clientPort) -}}
+{{- printf "%s://%s.%s.svc.%s:%d" (include "kolo.etcdScheme" .) (include "kolo.etcdName" .) .Release.Namespace .Values.clusterDomain (int .Values.etcd.clientPort) -}}
 {{- end -}}
 {{- end -}}
 
@@ -100,21 +116,35 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-tls" (include "kolo.fullname" .)) .Values.tls.existingSecret -}}
 {{- end -}}
 
+{{/* The Secret holding etcd's root-password and the kolo user's password. */}}
+{{- define "kolo.etcdAuthSecretName" -}}
+{{- default (printf "%s-etcd-auth" (include "kolo.fullname" .)) .Values.etcd.auth.existingSecret -}}
+{{- end -}}
+
 {{/*
-The API token for a chart-made Secret: the value given, else the one already stored in
-the cluster (so upgrades keep it), else a fresh random one.
+A secret value for a chart-made Secret: the value given, else the one already stored in
+the cluster under key (so upgrades keep it), else a fresh random one. Call with
+(dict "ctx" $ "given" "..." "secret" "<name>" "key" "<key>").
 */}}
-{{- define "kolo.token" -}}
-{{- if .Values.auth.token -}}
-{{- .Values.auth.token -}}
+{{- define "kolo.keptSecret" -}}
+{{- if .given -}}
+{{- .given -}}
 {{- else -}}
-{{- $old := lookup "v1" "Secret" .Release.Namespace (include "kolo.authSecretName" .) -}}
-{{- if and $old $old.data (hasKey $old.data .Values.auth.tokenKey) -}}
-{{- index $old.data .Values.auth.tokenKey | b64dec -}}
+{{- $old := lookup "v1" "Secret" .ctx.Release.Namespace .secret -}}
+{{- if and $old $old.data (hasKey $old.data .key) -}}
+{{- index $old.data .key | b64dec -}}
 {{- else -}}
 {{- randAlphaNum 40 -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Bytes in a Kubernetes quantity (8Gi, 500M, 1073741824). */}}
+{{- define "kolo.bytes" -}}
+{{- $q := toString . -}}
+{{- $units := dict "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- $unit := regexFind "[A-Za-z]+$" $q -}}
+{{- mulf (trimSuffix $unit $q | float64) (default 1 (get $units $unit)) | int64 -}}
 {{- end -}}
 
 {{/* Stops the render with a clear message when settings contradict each other. */}}
@@ -122,8 +152,12 @@ the cluster (so upgrades keep it), else a fresh random one.
 {{- if and .Values.tls.enabled (not .Values.tls.existingSecret) (or (not .Values.tls.cert) (not .Values.tls.key)) -}}
 {{- fail "tls.enabled needs tls.cert and tls.key, or tls.existingSecret" -}}
 {{- end -}}
-{{- if and .Values.workers.autoscaling.enabled (gt (int .Values.workers.autoscaling.minReplicas) (int .Values.workers.autoscaling.maxReplicas)) -}}
+{{- $as := .Values.workers.autoscaling -}}
+{{- if and $as.enabled (gt (int $as.minReplicas) (int $as.maxReplicas)) -}}
 {{- fail "workers.autoscaling.minReplicas must not exceed workers.autoscaling.maxReplicas" -}}
+{{- end -}}
+{{- if and $as.enabled (eq $as.engine "hpa") (lt (int $as.minReplicas) 1) -}}
+{{- fail "workers.autoscaling.minReplicas 0 needs engine keda (a HorizontalPodAutoscaler keeps at least 1)" -}}
 {{- end -}}
 {{- $coord := .Values.coordinator -}}
 {{- if and $coord.podDisruptionBudget.enabled (gt (int $coord.replicas) 1) (ge (int $coord.podDisruptionBudget.minAvailable) (int $coord.replicas)) -}}
@@ -132,6 +166,28 @@ the cluster (so upgrades keep it), else a fresh random one.
 {{- if and .Values.auth.token .Values.auth.existingSecret -}}
 {{- fail "set auth.token or auth.existingSecret, not both" -}}
 {{- end -}}
+{{- $w := .Values.workers -}}
+{{- if lt (int $w.terminationGracePeriodSeconds) (add (int $w.drain.timeoutSeconds) 20) -}}
+{{- fail (printf "workers.terminationGracePeriodSeconds %d is shorter than the drain needs: drain.timeoutSeconds (%d) + 15 s for the job to let the worker go + 5 s to stop" (int $w.terminationGracePeriodSeconds) (int $w.drain.timeoutSeconds)) -}}
+{{- end -}}
+{{- $e := .Values.etcd -}}
+{{- if and (include "kolo.etcdInternal" .) $e.persistence.enabled (gt (include "kolo.bytes" $e.quotaBackendBytes | int64) (include "kolo.bytes" $e.persistence.size | int64)) -}}
+{{- fail (printf "etcd.quotaBackendBytes (%v) does not fit etcd.persistence.size (%s)" $e.quotaBackendBytes $e.persistence.size) -}}
+{{- end -}}
+{{- if and $e.tls.enabled (not $e.tls.clientSecret) -}}
+{{- fail "etcd.tls.enabled needs etcd.tls.clientSecret (the client certificate kolo presents)" -}}
+{{- end -}}
+{{- if and $e.tls.enabled (include "kolo.etcdInternal" .) (not $e.tls.serverSecret) -}}
+{{- fail "etcd.tls.enabled needs etcd.tls.serverSecret for the chart's own etcd" -}}
+{{- end -}}
+{{- if and $e.auth.enabled (not (include "kolo.etcdInternal" .)) (not $e.auth.existingSecret) -}}
+{{- fail "etcd.auth.enabled with external endpoints needs etcd.auth.existingSecret (key password)" -}}
+{{- end -}}
+{{- range $e.external.endpoints -}}
+{{- if and $e.tls.enabled (not (hasPrefix "https://" .)) -}}
+{{- fail (printf "etcd.tls.enabled, but the external endpoint %s is not https://" .) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Mount paths of the secrets inside kolo pods. */}}
@@ -139,28 +195,76 @@ the cluster (so upgrades keep it), else a fresh random one.
 {{- define "kolo.tlsCertFile" -}}/etc/kolo/tls/tls.crt{{- end -}}
 {{- define "kolo.tlsKeyFile" -}}/etc/kolo/tls/tls.key{{- end -}}
 {{- define "kolo.tlsCaFile" -}}/etc/kolo/tls/ca.crt{{- end -}}
+{{- define "kolo.etcdTlsDir" -}}/etc/kolo/etcd-tls{{- end -}}
+{{- define "kolo.etcdPasswordFile" -}}/etc/kolo/etcd-auth/password{{- end -}}
 
 {{/* Scheme of the coordinator's HTTP listener. */}}
 {{- define "kolo.httpScheme" -}}
 {{- if and .Values.tls.enabled .Values.tls.http -}}HTTPS{{- else -}}HTTP{{- end -}}
 {{- end -}}
 
-{{/* Rolls pods when settings or secrets given through values change. */}}
-{{- define "kolo.checksums" -}}
-checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
-checksum/secret: {{ toJson (list .Values.auth .Values.tls) | sha256sum }}
+{{/* The coordinators' Service as the pods of the chart call it. */}}
+{{- define "kolo.coordinatorHost" -}}
+{{- printf "%s.%s.svc.%s" (include "kolo.coordinatorName" .) .Release.Namespace .Values.clusterDomain -}}
 {{- end -}}
 
-{{/* Pod-level settings every kolo pod shares. */}}
+{{/*
+The flags with which kolo-server and kolo-worker reach etcd over TLS and with a password
+(a YAML list of args). Empty when neither is on.
+*/}}
+{{- define "kolo.etcdClientArgs" -}}
+{{- if .Values.etcd.tls.enabled }}
+- --etcd-ca
+- {{ printf "%s/ca.crt" (include "kolo.etcdTlsDir" .) | quote }}
+- --etcd-cert
+- {{ printf "%s/tls.crt" (include "kolo.etcdTlsDir" .) | quote }}
+- --etcd-key
+- {{ printf "%s/tls.key" (include "kolo.etcdTlsDir" .) | quote }}
+{{- end }}
+{{- if .Values.etcd.auth.enabled }}
+- --etcd-user
+- {{ .Values.etcd.auth.user | quote }}
+- --etcd-password-file
+- {{ include "kolo.etcdPasswordFile" . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Checksums that roll a component's pods when what they consume changes, and only then:
+call with (dict "ctx" $ "config" "<its ConfigMap template>" "secrets" (list ...)).
+*/}}
+{{- define "kolo.checksums" -}}
+checksum/config: {{ include (print .ctx.Template.BasePath "/" .config) .ctx | sha256sum }}
+checksum/secret: {{ toJson .secrets | sha256sum }}
+{{- end -}}
+
+{{/* The secret values each component consumes (for its checksum). */}}
+{{- define "kolo.secretInputs" -}}
+{{- $v := .ctx.Values -}}
+{{- $in := dict "auth" $v.auth "etcdTls" $v.etcd.tls "etcdAuth" (omit $v.etcd.auth "user") -}}
+{{- if $v.tls.enabled -}}
+{{- if eq .component "coordinator" -}}
+{{- $_ := set $in "tls" $v.tls -}}
+{{- else -}}
+{{- $_ := set $in "tlsCa" (list $v.tls.existingSecret $v.tls.caKey (ternary $v.tls.cert "" (eq $v.tls.caKey "tls.crt"))) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $in -}}
+{{- end -}}
+
+{{/* Pod-level settings every kolo pod shares: call with (dict "ctx" $ "priorityClassName" "..."). */}}
 {{- define "kolo.podCommon" -}}
-serviceAccountName: {{ include "kolo.serviceAccountName" . }}
-automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
-{{- with .Values.imagePullSecrets }}
+serviceAccountName: {{ include "kolo.serviceAccountName" .ctx }}
+automountServiceAccountToken: {{ .ctx.Values.serviceAccount.automountToken }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .ctx.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+  {{- toYaml .ctx.Values.podSecurityContext | nindent 2 }}
 {{- end -}}
 
 {{/* Environment every kolo container shares: who it is, and where its secrets are. */}}
@@ -186,8 +290,9 @@ securityContext:
 {{- end -}}
 
 {{/*
-Secret volumes (token, TLS) and /tmp for every kolo pod: call with (dict "ctx" $ "withKey" true)
-for the coordinators (certificate and key); the others get only the CA clients trust.
+Secret volumes (token, TLS, etcd client certificate and password) and /tmp for every kolo
+pod: call with (dict "ctx" $ "withKey" true) for the coordinators (certificate and key);
+the others get only the CA clients trust.
 */}}
 {{- define "kolo.volumesCommon" -}}
 {{- $v := .ctx.Values -}}
@@ -213,8 +318,48 @@ for the coordinators (certificate and key); the others get only the CA clients t
       - key: {{ $v.tls.caKey }}
         path: ca.crt
 {{- end }}
+{{- include "kolo.etcdClientVolumes" .ctx }}
 - name: tmp
   emptyDir: {}
+{{- end -}}
+
+{{/* The etcd client certificate and password volumes (for kolo pods and the chart's jobs). */}}
+{{- define "kolo.etcdClientVolumes" -}}
+{{- if .Values.etcd.tls.enabled }}
+- name: etcd-tls
+  secret:
+    secretName: {{ .Values.etcd.tls.clientSecret }}
+    defaultMode: 288
+    items:
+      - key: ca.crt
+        path: ca.crt
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- end }}
+{{- if .Values.etcd.auth.enabled }}
+- name: etcd-auth
+  secret:
+    secretName: {{ include "kolo.etcdAuthSecretName" . }}
+    defaultMode: 288
+    items:
+      - key: password
+        path: password
+{{- end }}
+{{- end -}}
+
+{{- define "kolo.etcdClientVolumeMounts" -}}
+{{- if .Values.etcd.tls.enabled }}
+- name: etcd-tls
+  mountPath: {{ include "kolo.etcdTlsDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.etcd.auth.enabled }}
+- name: etcd-auth
+  mountPath: /etc/kolo/etcd-auth
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "kolo.volumeMountsCommon" -}}
@@ -226,6 +371,7 @@ for the coordinators (certificate and key); the others get only the CA clients t
   mountPath: /etc/kolo/tls
   readOnly: true
 {{- end }}
+{{- include "kolo.etcdClientVolumeMounts" . }}
 - name: tmp
   mountPath: /tmp
 {{- end -}}
@@ -241,4 +387,31 @@ topologySpreadConstraints:
       matchLabels:
         {{- include "kolo.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 8 }}
 {{- end }}
+{{- end -}}
+
+{{/*
+The worker StatefulSet's replica count. It never drops a live count: with autoscaling on it
+keeps what the autoscaler set (minReplicas at install), and without it a `kubectl scale`
+survives `helm upgrade` until workers.replicas itself changes (the StatefulSet remembers,
+in an annotation, the workers.replicas it was last rendered with). A pure function of the
+live object, called with (dict "live" <StatefulSet or empty> "values" .Values.workers), so
+tests/deploy can pin it down with made-up live objects.
+*/}}
+{{- define "kolo.replicasFor" -}}
+{{- $live := .live | default dict -}}
+{{- $spec := $live.spec | default dict -}}
+{{- $has := hasKey $spec "replicas" -}}
+{{- $annotations := ($live.metadata | default dict).annotations | default dict -}}
+{{- if .values.autoscaling.enabled -}}
+{{- if $has -}}{{ $spec.replicas }}{{- else -}}{{ .values.autoscaling.minReplicas }}{{- end -}}
+{{- else if and $has (eq (toString (get $annotations "kolo-chart/workers-replicas")) (toString .values.replicas)) -}}
+{{- $spec.replicas -}}
+{{- else -}}
+{{- .values.replicas -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kolo.workerReplicas" -}}
+{{- $live := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "kolo.workerName" .) -}}
+{{- include "kolo.replicasFor" (dict "live" $live "values" .Values.workers) -}}
 {{- end -}}

@@ -1,0 +1,35 @@
+/* How a kolo binary reaches etcd beyond its URLs: TLS files (CA bundle, client
+ * certificate and key) and etcd user/password auth, the password read from a
+ * file (never a flag). kolo-server and kolo-worker parse one of these from
+ * --etcd-ca/--etcd-cert/--etcd-key/--etcd-user/--etcd-password-file and hand it
+ * to every etcd client they create, so no client of a binary differs from
+ * another. https:// endpoints in --etcd use TLS. */
+#ifndef KOLO_ETCD_ACCESS_H
+#define KOLO_ETCD_ACCESS_H
+
+#include <stddef.h>
+
+#include "coordination/etcd.h"
+#include "kolo/status.h"
+
+typedef struct kolo_etcd_access {
+  char ca_file[512];       /* PEM CA bundle to verify etcd; "" = the system's */
+  char cert_file[512];     /* client certificate (PEM); "" = none */
+  char key_file[512];      /* its key (PEM) */
+  char user[128];          /* etcd user; "" = no auth */
+  char password_file[512]; /* file holding the user's password */
+  char password[256];      /* filled by kolo_etcd_access_load */
+} kolo_etcd_access;
+
+/* Checks the settings and reads the password file: a certificate needs its key
+ * (and the other way round), a user needs a password file (and the other way
+ * round), every named file must be readable, the password (first line, surrounding
+ * whitespace trimmed) must not be empty. KOLO_ERR_INVALID_ARG with a one-line
+ * reason in err naming the flag. No network I/O. */
+kolo_status kolo_etcd_access_load(kolo_etcd_access *access, char *err, size_t err_len);
+
+/* Sets config's TLS and auth fields from access (pointers into it; NULL where
+ * unset). access may be NULL (nothing set). */
+void kolo_etcd_access_apply(const kolo_etcd_access *access, kolo_etcd_config *config);
+
+#endif

@@ -1,0 +1,79 @@
+"""kolo.torch.elastic under real etcd, kolo-server and kolo-workers: one worker
+of three is SIGKILLed mid-run; the survivors' Python processes stay alive, the
+ring re-forms through the agent, the state rolls back to the last commit and is
+broadcast from the new rank 0, and the job ends with the exact step count and
+accumulator of an undisturbed run."""
+import json
+import os
+
+import cluster
+import kolotest
+
+STEPS, COMMIT, DELAY_MS = 60, 5, 60
+
+
+def submit(c, job_id, workers, results):
+    os.makedirs(results)
+    c.submit({"id": job_id, "name": job_id, "min_workers": 2, "max_workers": workers,
+              "exec": {"argv": [kolotest.PYTHON, kolotest.worker("elastic_train.py"), str(STEPS), str(COMMIT),
+                                str(DELAY_MS), results], "env": {"OMP_NUM_THREADS": "1"}}})
+
+
+def files(results, prefix):
+    return sorted(name[len(prefix) + 1:] for name in os.listdir(results) if name.startswith(prefix + "-"))
+
+
+def test_a_sigkilled_worker_leaves_the_survivors_running_to_the_exact_result():
+    c = cluster.Cluster()
+    try:
+        for w in ("w1", "w2", "w3"):
+            c.start_worker(w)
+        results = os.path.join(c.dir, "killed")
+        submit(c, "elastic", 3, results)
+        cluster.wait_for(lambda: c.job("elastic").get("status", {}).get("progress", {}).get("step", 0) >= 15, 120,
+                         "step 15")
+        members = sorted(m["worker_id"] for m in c.job("elastic")["status"]["members"])
+        assert members == ["w1", "w2", "w3"], members
+        # a non-zero rank: rank 0 of the first ring stays (any survivor could lead the next)
+        victim = [m["worker_id"] for m in c.job("elastic")["status"]["members"] if m["rank"] == 1][0]
+        c.kill_worker(victim)
+        job = c.wait_phase("elastic", ["SUCCEEDED", "FAILED", "CANCELLED"], 240)
+        assert job["status"]["phase"] == "SUCCEEDED", (json.dumps(job)[:3000], c.logs_tail())
+        result = json.load(open(os.path.join(results, "result.json")))
+        assert result["steps"] == STEPS, result
+        assert result["accumulator"] == result["expected"], result  # no step lost or counted twice
+        assert result["size"] == 2 and result["resets"] == [2], result
+        assert result["reconfigurations"] == 1 and result["replica_gap"] == 0.0, result
+        assert job["status"]["reconfigurations"] == 1, job["status"]
+        # the survivors finished in the very processes that started: one start, one end each
+        starts, ends = files(results, "start"), files(results, "end")
+        survivors = sorted(set(members) - {victim})
+        assert sorted(s.split("-")[0] for s in starts) == sorted(members), starts
+        assert sorted(e.split("-")[0] for e in ends) == survivors, ends
+        assert set(ends) <= set(starts), (starts, ends)
+    finally:
+        c.stop()
+
+
+def test_a_joining_worker_grows_the_ring_in_place_to_the_exact_result():
+    c = cluster.Cluster()
+    try:
+        for w in ("w1", "w2"):
+            c.start_worker(w)
+        results = os.path.join(c.dir, "grown")
+        submit(c, "grow", 3, results)
+        cluster.wait_for(lambda: c.job("grow").get("status", {}).get("progress", {}).get("step", 0) >= 10, 120,
+                         "step 10")
+        c.start_worker("w3")
+        job = c.wait_phase("grow", ["SUCCEEDED", "FAILED", "CANCELLED"], 240)
+        assert job["status"]["phase"] == "SUCCEEDED", (json.dumps(job)[:3000], c.logs_tail())
+        result = json.load(open(os.path.join(results, "result.json")))
+        assert result["steps"] == STEPS and result["accumulator"] == result["expected"], result
+        assert result["size"] == 3 and result["replica_gap"] == 0.0, result
+        # the two first workers re-formed in place (one reset each, to size 3); the newcomer just started
+        assert result["resets"] == [3] or result["worker"] == "w3", result
+        starts, ends = files(results, "start"), files(results, "end")
+        assert sorted(s.split("-")[0] for s in starts) == ["w1", "w2", "w3"], starts
+        assert sorted(e.split("-")[0] for e in ends) == ["w1", "w2", "w3"] and set(ends) == set(starts), ends
+    finally:
+        c.stop()

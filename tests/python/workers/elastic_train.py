@@ -1,0 +1,76 @@
+"""An elastic kolo.torch job whose outcome is exact: each step trains a small
+MLP on the rank's share of a fixed global batch and adds an all-reduced
+(Average) per-step value, the same on every rank, to an accumulator. Whatever
+the ring does, the final step count is STEPS and the accumulator is the serial
+sum only if no step is lost or counted twice.
+
+argv: STEPS COMMIT_EVERY DELAY_MS RESULT_DIR. Every process writes
+RESULT_DIR/start-<worker>-<pid> when it starts; rank 0 of the final ring writes
+RESULT_DIR/result.json; every survivor writes RESULT_DIR/end-<worker>-<pid>."""
+import json
+import os
+import sys
+import time
+
+import torch
+
+import kolo.torch as hvd
+
+steps, commit_every, delay_ms, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+worker = os.environ.get("KOLO_WORKER_ID", "none")
+open(os.path.join(out, "start-%s-%d" % (worker, os.getpid())), "w").close()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+hvd.init()
+
+GLOBAL_BATCH = 24
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                     named_parameters=model.named_parameters())
+sizes = []
+
+
+def step_value(step):
+    return float((step * 7) % 13)
+
+
+def on_reset():
+    sizes.append(hvd.size())
+
+
+state = hvd.elastic.TorchState(model, optimizer, step=0, accumulator=0.0)
+state.register_reset_callbacks([on_reset])
+
+
+@hvd.elastic.run
+def train(state):
+    while state.step < steps:
+        rank, size = hvd.rank(), hvd.size()
+        generator = torch.Generator().manual_seed(state.step)
+        x = torch.randn(GLOBAL_BATCH, 8, generator=generator)
+        y = (x.sum(1) > 0).long()
+        share = slice(rank * GLOBAL_BATCH // size, (rank + 1) * GLOBAL_BATCH // size)
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x[share]), y[share])
+        loss.backward()
+        optimizer.step()
+        value = hvd.allreduce(torch.tensor([step_value(state.step)], dtype=torch.float64), name="value")
+        state.accumulator += value.item()
+        state.step += 1
+        if state.step % commit_every == 0 or state.step == steps:
+            state.commit()
+            hvd.report(step=state.step, total_steps=steps, loss=float(loss))
+        time.sleep(delay_ms / 1000.0)
+
+
+train(state)
+expected = sum(step_value(s) for s in range(steps))
+weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+digest = float(hvd.allreduce(weights, op=hvd.Max).sub(weights).abs().max())  # replicas identical: 0
+if hvd.rank() == 0:
+    with open(os.path.join(out, "result.json"), "w") as f:
+        json.dump({"steps": state.step, "accumulator": state.accumulator, "expected": expected, "size": hvd.size(),
+                   "resets": sizes, "reconfigurations": hvd.elastic.reconfigurations(), "replica_gap": digest,
+                   "worker": worker, "pid": os.getpid()}, f)
+open(os.path.join(out, "end-%s-%d" % (worker, os.getpid())), "w").close()
+hvd.shutdown()
