@@ -144,6 +144,15 @@ _ENGINE_SIGNATURES = {
 }
 
 
+# kolo.h's stream-ordered forms for CUDA buffers: declared when this libkolo has them
+_STREAM_SIGNATURES = {
+    "kolo_allreduce_on_stream": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _P, _PP]),
+    "kolo_allgather_on_stream": (c_int, [_P, _P, _SZ, _P, _SZ, _SZP, c_int, _P, _PP]),
+    "kolo_broadcast_on_stream": (c_int, [_P, _P, _SZ, c_int, c_int, _P, _PP]),
+    "kolo_reducescatter_on_stream": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _P, _PP]),
+}
+
+
 def _declare(library: ctypes.CDLL, signatures: dict, required: bool) -> bool:
     complete = True
     for name, (restype, argtypes) in signatures.items():
@@ -166,6 +175,7 @@ class _Library:
     def __init__(self) -> None:
         self._cdll: Optional[ctypes.CDLL] = None
         self.engine = False
+        self.streams = False
 
     def load(self) -> ctypes.CDLL:
         if self._cdll is None:
@@ -173,6 +183,7 @@ class _Library:
             _declare(cdll, _SIGNATURES, True)
             engine = _declare(cdll, _ENGINE_SIGNATURES, False)
             self.engine = engine and os.environ.get("KOLO_PY_ENGINE", "1") != "0"
+            self.streams = _declare(cdll, _STREAM_SIGNATURES, False)
             self._cdll = cdll
         return self._cdll
 
@@ -188,6 +199,12 @@ def have_engine() -> bool:
     KOLO_PY_ENGINE=0 forces the unnamed kolo.h path."""
     lib.load()
     return lib.engine
+
+
+def have_streams() -> bool:
+    """Whether the loaded libkolo has the stream-ordered CUDA calls (kolo_*_on_stream)."""
+    lib.load()
+    return lib.streams
 
 
 def library_path() -> str:
