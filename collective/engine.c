@@ -575,6 +575,7 @@ static kolo_status run_cycle(kolo_engine *e) {
   comm->hurry = 0;
   pthread_mutex_unlock(&comm->mutex);
   KOLO_CHECK(build_message(e));
+  int64_t built = kolo_now_ns();
   kolo_frame **frames = calloc((size_t)n, sizeof *frames);
   kolo_nego_message *messages = calloc((size_t)n, sizeof *messages);
   kolo_status status = frames && messages ? KOLO_OK : KOLO_ERR_NO_MEMORY;
@@ -601,16 +602,20 @@ static kolo_status run_cycle(kolo_engine *e) {
     return status;
   }
   e->cycle++;
-  pthread_mutex_lock(&comm->mutex);
-  e->stats.cycles++;
-  e->stats.negotiation_ns += (uint64_t)(now - started);
-  pthread_mutex_unlock(&comm->mutex);
   if (e->timeline != NULL) {
     char detail[64];
     snprintf(detail, sizeof detail, "cycle %u: %zu ready", e->cycle, e->decision.ready_count);
     kolo_timeline_event(e->timeline, "engine", "CYCLE", started, now, detail);
   }
-  return act(e, now);
+  status = act(e, now);
+  int64_t acted = kolo_now_ns();
+  pthread_mutex_lock(&comm->mutex);
+  e->stats.cycles++;
+  e->stats.negotiation_ns += (uint64_t)(acted - started);
+  /* work: building this rank's message, then applying and dispatching the cycle */
+  e->stats.negotiation_work_ns += (uint64_t)((built - started) + (acted - now));
+  pthread_mutex_unlock(&comm->mutex);
+  return status;
 }
 
 /* ---- the stall inspector ---- */

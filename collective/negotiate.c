@@ -502,7 +502,8 @@ static void decide_entry(kolo_nego_table *t, kolo_nego_entry *entry, kolo_nego_r
   int lowest = 0;
   while (!entry->submitted[lowest]) lowest++;
   out->meta = entry->meta[lowest];
-  snprintf(out->name, sizeof out->name, "%s", entry->name);
+  size_t length = strlen(entry->name); /* <= KOLO_NAME_MAX: the table's keys are checked names */
+  memcpy(out->name, entry->name, length + 1);
   memcpy(out->submitted, entry->submitted, (size_t)t->size);
   out->status = KOLO_OK;
   out->message[0] = '\0';

@@ -239,7 +239,10 @@ kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, ko
   request->done = 0;
   request->next = NULL;
   request->device_request = device;
-  if (device != NULL) { /* NCCL runs it; nothing to queue */
+  /* the negotiator takes the whole inbox at once: wake it for the first only */
+  int wake = comm->inbox_head == NULL;
+  if (device != NULL) {
+    wake = 0;
   } else if (request->name[0] != '\0') {
     comm->named_mode = 1;
     request->negotiated = 1;
@@ -249,11 +252,12 @@ kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, ko
   } else if (comm->named_mode) {
     submit_negotiated_locked(comm, request);
   } else {
+    wake = 0;
     comm->unnamed_issued++;
     kolo_queue_push_locked(comm, request);
   }
   pthread_mutex_unlock(&comm->mutex);
-  if (request->negotiated) kolo_engine_wake(comm);
+  if (wake) kolo_engine_wake(comm);
   *out = request;
   return KOLO_OK;
 }

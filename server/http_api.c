@@ -66,6 +66,7 @@ typedef struct reply {
   http_logs *logs; /* set: stream this instead of body */
   const kolo_server_ui_asset *asset; /* instead of body: an embedded file (304 if not modified) */
   struct MHD_Response *stream;       /* instead of body: a server-sent event stream */
+  const char *allow;                 /* 405: the route's methods, sent as Allow */
 } reply;
 
 static void reply_text(reply *r, int status, const char *content_type, char *body) {
@@ -482,9 +483,35 @@ static void route_stream(kolo_server_http *h, struct MHD_Connection *conn, reply
   r->grpc_code = 0;
 }
 
+/* The methods a known route answers ("GET, HEAD", "POST", ...), NULL for an unknown path:
+ * a wrong method on a known route is 405 with this as Allow, not 404. */
+static const char *route_methods(const char *url) {
+  static const char *const get_routes[] = {"/healthz", "/readyz", "/metrics", "/v1/stream", "/v1/workers",
+                                           "/v1/demand", "/"};
+  for (size_t i = 0; i < sizeof get_routes / sizeof get_routes[0]; i++)
+    if (strcmp(url, get_routes[i]) == 0) return "GET, HEAD";
+  if (strcmp(url, "/v1/jobs") == 0) return "GET, HEAD, POST";
+  if (strncmp(url, "/ui/", 4) == 0) return "GET, HEAD";
+  if (strncmp(url, "/v1/workers/", 12) == 0) {
+    const char *colon = strrchr(url + 12, ':');
+    if (colon && colon > url + 12 && (strcmp(colon, ":drain") == 0 || strcmp(colon, ":undrain") == 0)) return "POST";
+    return NULL;
+  }
+  char id[128];
+  const char *suffix = "";
+  if (strncmp(url, "/v1/jobs/", 9) == 0 && job_path(url, id, sizeof id, &suffix)) {
+    if (suffix[0] == '\0' || strcmp(suffix, "/logs") == 0 || strcmp(suffix, "/events") == 0 ||
+        strcmp(suffix, "/metrics") == 0)
+      return "GET, HEAD";
+    if (strcmp(suffix, ":cancel") == 0 || strcmp(suffix, ":scale") == 0) return "POST";
+  }
+  return NULL;
+}
+
 static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *url, const char *method,
                   request *req, reply *r) {
-  int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+  /* HEAD is GET without a body (libmicrohttpd sends the headers only) */
+  int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
   char err[512];
   char id[128];
   const char *suffix = "";
@@ -592,6 +619,19 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
       return;
     }
   }
+  const char *allow = route_methods(url);
+  size_t mlen = strlen(method);
+  for (const char *p = allow; p && (p = strstr(p, method)) != NULL; p += mlen)
+    if ((p == allow || p[-1] == ' ') && (p[mlen] == ',' || p[mlen] == '\0')) allow = NULL; /* allowed: 404 */
+  if (allow) {
+    snprintf(err, sizeof err, "%.8s is not allowed on %.200s (allowed: %s)", method, url, allow);
+    r->grpc_code = 12;
+    r->allow = allow;
+    json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", "UNIMPLEMENTED", "message", err);
+    reply_text(r, 405, "application/json", json_dumps(obj, JSON_COMPACT));
+    json_decref(obj);
+    return;
+  }
   snprintf(err, sizeof err, "no route for %.8s %.200s", method, url);
   r->grpc_code = 5;
   json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", "NOT_FOUND", "message", err);
@@ -628,7 +668,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->len += n;
     return MHD_YES;
   }
-  reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13, NULL, NULL, NULL};
+  reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13, NULL, NULL, NULL, NULL};
   route(h, conn, url, method, req, &r);
   if (r.logs) {
     struct MHD_Response *stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, logs_read, r.logs,
@@ -665,6 +705,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (resp == NULL) return MHD_NO;
   if (r.stream == NULL) MHD_add_response_header(resp, "Content-Type", r.content_type);
   if (r.status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+  if (r.allow) MHD_add_response_header(resp, "Allow", r.allow);
   enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r.status, resp);
   MHD_destroy_response(resp);
   struct timespec now;

@@ -120,6 +120,8 @@ typedef struct kolo_engine_stats {
   uint64_t cached;            /* submissions sent as a response-cache bit */
   uint64_t batches;           /* fused all-reduces run (a lone tensor is a batch of one) */
   uint64_t fused_tensors;     /* tensors in them */
+  uint64_t negotiation_work_ns; /* of negotiation_ns, the time spent computing (encoding,
+                                 * deciding, dispatching), not waiting for other ranks */
 } kolo_engine_stats;
 
 /* Copies the counters; thread-safe, never blocks for long. */

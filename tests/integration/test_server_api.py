@@ -302,7 +302,7 @@ class ApiTest(unittest.TestCase):
             ("POST", "/v1/jobs", '{"name":"x","min_workers":1}', 400, "INVALID_ARGUMENT"),
             ("GET", "/v1/jobs?phase=DONE", None, 400, "INVALID_ARGUMENT"),
             ("GET", "/v1/nothing", None, 404, "NOT_FOUND"),
-            ("DELETE", "/v1/jobs/h-1", None, 404, "NOT_FOUND"),
+            ("DELETE", "/v1/jobs/h-1", None, 405, "UNIMPLEMENTED"),  # a known route: 405 + Allow
         ]
         for method, path, body, status, grpc_code in cases:
             code, reply = curl(port, path, method, body)

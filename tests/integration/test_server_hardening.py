@@ -4,6 +4,8 @@ gzip-compressed request that expands far past the message limit. Each answer mus
 error naming the field, and nothing may be stored, changed or lost (issue #12 items 1-4).
 Real etcd, a real kolo-server on 127.0.0.1 port 0, Python grpcio and curl as clients."""
 import grpc
+import json
+import subprocess
 import unittest
 
 from test_server_support import Client, Etcd, Server, curl, kolo, main, pb, spec
@@ -99,6 +101,35 @@ class HardeningTest(unittest.TestCase):
         self.assertEqual(len(rest[-1].events), changes + 2)  # SUBMITTED, the SCALEDs, CANCELLED
         self.assertLess(len(rest), changes + 1)  # intermediate versions were coalesced
         self.assertLess(grown_mb, 25)
+
+    def test_head_is_get_without_a_body_and_a_wrong_method_is_405_with_allow(self):
+        """#12 item 7: HEAD answered 404 on every route, and a wrong method on a known route
+        404 instead of 405 with an Allow header."""
+        self.client.call("SubmitJob", spec("head-1"))
+        port = self.srv.http_port
+        for path in ("/healthz", "/v1/jobs", "/v1/jobs/head-1", "/v1/jobs/head-1/events", "/v1/workers"):
+            out = subprocess.run(["curl", "-sS", "--max-time", "10", "-I", "http://127.0.0.1:%d%s" % (port, path)],
+                                 capture_output=True, text=True, timeout=20)
+            head = out.stdout.splitlines()
+            self.assertEqual(head[0].split()[1], "200", (path, out.stdout))
+            self.assertIn("content-type: application/json", out.stdout.lower(), path)
+            code, body = curl(port, path, "HEAD", extra=("-I",))
+            self.assertEqual(code, 200, path)
+        self.assertEqual(curl(port, "/v1/jobs/nope", "HEAD", extra=("-I",))[0], 404)
+        for method, path, allow in (("DELETE", "/v1/jobs", "GET, HEAD, POST"),
+                                    ("PUT", "/v1/jobs/head-1", "GET, HEAD"),
+                                    ("GET", "/v1/jobs/head-1:cancel", "POST"),
+                                    ("DELETE", "/v1/workers/w1:drain", "POST"),
+                                    ("POST", "/metrics", "GET, HEAD")):
+            out = subprocess.run(["curl", "-sS", "--max-time", "10", "-i", "-X", method,
+                                  "http://127.0.0.1:%d%s" % (port, path)], capture_output=True, text=True, timeout=20)
+            head, _, body = out.stdout.partition("\n\n")  # text mode: CRLF reads as LF
+            self.assertEqual(head.split()[1], "405", (method, path, out.stdout))
+            self.assertIn("allow: " + allow.lower(), head.lower(), (method, path))
+            self.assertIn('"code":"UNIMPLEMENTED"', body, (method, path, out.stdout))
+        self.assertEqual(curl(port, "/v1/nothing", "DELETE")[0], 404)  # unknown path: still 404
+        # nothing changed by the refused calls
+        self.assertEqual(self.client.call("GetJob", pb.GetJobRequest(id="head-1")).status.phase, pb.PENDING)
 
     def assertRefused(self, fn, code, contains):
         with self.assertRaises(grpc.RpcError) as ctx:
