@@ -26,13 +26,12 @@ from typing import Any, Callable, Dict, List
 
 from . import objects
 from ._runtime import RUNTIME
-from .errors import (AbortedError, JobStoppedError, KoloError, KoloTimeoutError, PeerLostError, RingChangedError,
-                     StalledError)
+from .errors import AbortedError, JobStoppedError, KoloError, KoloTimeoutError, PeerLostError, RingChangedError
 
 # statuses after which the job goes on with a re-formed ring
-RECOVERABLE = (PeerLostError, AbortedError, KoloTimeoutError, RingChangedError, StalledError)
+RECOVERABLE = (PeerLostError, AbortedError, KoloTimeoutError, RingChangedError)
 _RECOVERABLE_STATUS = {"KOLO_ERR_PEER_LOST", "KOLO_ERR_ABORTED", "KOLO_ERR_TIMEOUT", "KOLO_ERR_RING_CHANGED",
-                       "KOLO_ERR_CONNECT", "KOLO_ERR_PROTOCOL", "KOLO_ERR_STALE_EPOCH", "KOLO_ERR_STALLED"}
+                       "KOLO_ERR_CONNECT", "KOLO_ERR_PROTOCOL", "KOLO_ERR_STALE_EPOCH"}
 
 
 class RingChangedInterrupt(Exception):
