@@ -3,7 +3,9 @@
 argv: --backend kolo|ddp --model mlp|lenet|resnet18 --batch B --steps S --warmup W
 kolo ranks run under kolorun; ddp ranks get RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
 and use torch.distributed (gloo) with DistributedDataParallel. Rank 0 prints
-'RATE <samples/s of all ranks> STEP_MS <median step ms>'."""
+RATE <samples/s of all ranks> STEP_MS <median step ms> CPU_MS <CPU ms per step>'
+(the process's CPU time, all threads, over the timed steps: what a step costs
+regardless of how busy the machine is)."""
 import argparse
 import os
 import statistics
@@ -94,6 +96,7 @@ for i, (x, y) in enumerate(data):
     if i == args.warmup:
         barrier()
         started = time.perf_counter()
+        cpu_started = time.process_time()
     step_start = time.perf_counter()
     optimizer.zero_grad()
     loss = F.cross_entropy(net(x), y)
@@ -101,11 +104,12 @@ for i, (x, y) in enumerate(data):
     optimizer.step()
     if i >= args.warmup:
         times.append(time.perf_counter() - step_start)
+cpu = time.process_time() - cpu_started
 barrier()
 elapsed = time.perf_counter() - started
 if rank == 0:
-    print("RATE %.2f STEP_MS %.3f" % (size * args.batch * args.steps / elapsed, 1000 * statistics.median(times)),
-          flush=True)
+    print("RATE %.2f STEP_MS %.3f CPU_MS %.3f" % (size * args.batch * args.steps / elapsed,
+                                                 1000 * statistics.median(times), 1000 * cpu / args.steps), flush=True)
 if args.backend == "kolo":
     hvd.shutdown()
 else:
