@@ -12,7 +12,8 @@ PACKAGES=(
   dataset-fashion-mnist
   python3-grpcio python3-protobuf
   python3-torch python3-torchvision python3-numpy python3-pytest python3-cloudpickle
-  wrk valgrind iproute2 procps psmisc openssl
+  wrk valgrind iproute2 procps psmisc openssl iptables util-linux
+  openmpi-bin libopenmpi-dev
   unzip
   clang libclang-rt-14-dev
   chromium chromium-driver

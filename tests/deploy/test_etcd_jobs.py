@@ -3,7 +3,9 @@ StatefulSet's command runs a real etcd with client TLS (client certificates requ
 TLS, auto-compaction, a quota and a plain metrics listener that the rendered readiness probe
 reads; the rendered auth Job turns user/password auth on (twice: an upgrade runs it again);
 then only the kolo user may write, and only under /kolo/; the rendered backup CronJob saves
-snapshots that `etcdctl snapshot status` accepts and keeps the newest etcd.backup.keep."""
+snapshots that `etcdctl snapshot status` accepts and keeps the newest etcd.backup.keep; and
+the rendered kolo-server and kolo-worker reach that etcd with the chart's TLS and password
+flags and become ready."""
 import base64
 import json
 import os
@@ -25,14 +27,16 @@ def openssl(*args, cwd):
 
 def make_pki(d):
     """A CA, etcd's server certificate (names of the chart's Services and 127.0.0.1) and the
-    client certificate kolo presents (CN kolo: etcd maps a certificate's CN to a user)."""
+    client certificate kolo presents, without a CommonName: etcd's JSON gateway (which kolo
+    uses) refuses a client certificate with a CN once auth is on, and etcd would otherwise
+    map the CN to a user."""
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=kolo-test-ca",
             "-keyout", "ca.key", "-out", "ca.crt", cwd=d)
     sans = {"server": "subjectAltName=DNS:%s-kolo-etcd,DNS:%s-kolo-etcd.%s.svc,DNS:*.%s-kolo-etcd-peer.%s.svc.cluster.local,IP:127.0.0.1"
                       % (RELEASE, RELEASE, NAMESPACE, RELEASE, NAMESPACE),
-            "client": "extendedKeyUsage=clientAuth"}
+            "client": "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:kolo-client"}
     for name, ext in sans.items():
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=%s" % ("kolo" if name == "client" else "etcd"),
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/O=kolo" if name == "client" else "/CN=etcd",
                 "-keyout", name + ".key", "-out", name + ".csr", cwd=d)
         with open(os.path.join(d, name + ".ext"), "w") as f:
             f.write(ext + ("\nextendedKeyUsage=serverAuth,clientAuth\n" if name == "server" else "\n"))
@@ -55,6 +59,7 @@ class EtcdJobsTest(unittest.TestCase):
             "etcd.clientPort": cls.client_port, "etcd.peerPort": cls.peer_port, "etcd.metricsPort": cls.metrics_port,
             "etcd.tls.enabled": "true", "etcd.tls.serverSecret": "server-secret", "etcd.tls.clientSecret": "client-secret",
             "etcd.auth.enabled": "true", "etcd.backup.keep": 2,
+            "coordinator.grpcPort": free_port(), "coordinator.httpPort": free_port(),
         })
         sts = cls.r.find("StatefulSet", RELEASE + "-kolo-etcd")
         cls.etcd = Pod(cls.r, sts, RELEASE + "-kolo-etcd-0", BIN, secrets=cls.secrets).start()
@@ -103,8 +108,8 @@ class EtcdJobsTest(unittest.TestCase):
             self.assertIn("etcd auth is on", log)
         root = "root:" + self.passwords["root-password"]
         kolo = "kolo:" + self.passwords["password"]
-        # the client certificate alone (CN kolo) may not touch anything outside /kolo/
-        self.assertNotEqual(self.etcdctl("put", "/other", "x").returncode, 0)
+        # the client certificate alone is no user: it may write nothing
+        self.assertNotEqual(self.etcdctl("put", "/kolo/v1/t", "x").returncode, 0)
         self.assertEqual(self.etcdctl("put", "/kolo/v1/t", "x", user=kolo).returncode, 0)
         denied = self.etcdctl("put", "/other", "x", user=kolo)
         self.assertNotEqual(denied.returncode, 0)
@@ -126,6 +131,24 @@ class EtcdJobsTest(unittest.TestCase):
                                 env=dict(os.environ, ETCDCTL_API="3"), capture_output=True, text=True, timeout=30)
         self.assertEqual(status.returncode, 0, status.stderr)
         self.assertGreater(json.loads(status.stdout)["totalKey"], 0)
+
+    def test_4_kolo_reaches_etcd_with_the_charts_tls_and_password(self):
+        coordinator = Pod(self.r, self.r.find("Deployment", RELEASE + "-kolo-coordinator"),
+                          RELEASE + "-kolo-coordinator-0", BIN, secrets=self.secrets).start()
+        coordinator.wait_ready(timeout=60)
+        args = " ".join(coordinator.command())
+        for flag in ("--etcd https://", "--etcd-ca ", "--etcd-cert ", "--etcd-key ", "--etcd-user kolo",
+                     "--etcd-password-file "):
+            self.assertIn(flag, args)
+        data, health = free_port(), free_port()
+        worker = Pod(self.r, self.r.find("StatefulSet", RELEASE + "-kolo-worker"), RELEASE + "-kolo-worker-0", BIN,
+                     ports={7100: data, 7101: health}, secrets=self.secrets,
+                     env={"KOLO_WORKER_PORT": str(data), "KOLO_WORKER_HEALTH_PORT": str(health)})
+        worker.start().wait_ready(timeout=60)
+        # registered under /kolo/ as the kolo user
+        kolo = "kolo:" + self.passwords["password"]
+        listed = self.etcdctl("get", "--prefix", "--keys-only", "/kolo/v1/workers/", user=kolo)
+        self.assertIn("/kolo/v1/workers/%s-kolo-worker-0" % RELEASE, listed.stdout)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ host and partitions that close nothing are exercised together.
 - 4 workers on 2 hosts x 2: same-host neighbours use shared memory, cross-host ones
   TCP, the ring crosses each host boundary once, the result is exact;
 - a worker whose host drops all traffic (nothing closes) is found lost, the job re-forms
-  without it and finishes with the exact result;
+  without it and finishes with the exact result; healed, the worker registers again,
+  idle, its old process stopped (it would only be fenced out of the old epoch);
 - a worker whose host only stops sending (one-way partition) is found lost the same way;
 - the leading kolo-server's host cut from etcd: the other replica takes over, the job
   finishes, the cut one stops leading.
@@ -146,7 +147,12 @@ class CrossHostTest(unittest.TestCase):
         lines = results(c.dir, "cut")
         self.assertEqual(len(lines), 2)
         self.assertTrue(all(line[1] == "400" and line[-1] == "exact" for line in lines), lines)
+        # healed: etcd says the lease is gone, so the agent stops the old process (which
+        # would only find itself fenced out) and registers again, idle, as a newcomer
         self.hosts.heal(3)
+        wait_for(lambda: any(w["id"] == "w3" and w["state"].upper() == "IDLE"
+                             for w in (c.get("/v1/workers") or {}).get("workers", [])), 60,
+                 "w3 registered again and idle")
         self.assertEqual(len(results(c.dir, "cut")), 2, "the cut-off process added no result")
 
     def test_a_worker_whose_host_drops_everything_is_lost_and_the_job_stays_exact(self):

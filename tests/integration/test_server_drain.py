@@ -1,8 +1,10 @@
 """ClusterService end to end against a real etcd and real kolo-worker processes: a drain
 belongs to one registration of a worker (it ends when that worker exits, dies or loses its
-lease, and never drains the next process under the same id), UndrainWorker over gRPC, HTTP
-and the CLI, bad and unknown ids, and the demand for workers (GetDemand, GET /v1/demand and
-the kolo_workers_* gauges of /metrics)."""
+lease, and never drains the next process under the same id), DrainWorker alone makes the
+scheduler re-form a running job without the worker (the next epoch's ring lacks it, its
+process leaves at a commit, nothing is redone) and UndrainWorker gives it back, UndrainWorker
+over gRPC, HTTP and the CLI, bad and unknown ids, and the demand for workers (GetDemand, GET
+/v1/demand and the kolo_workers_* gauges of /metrics)."""
 import base64
 import json
 import os
@@ -18,7 +20,7 @@ import urllib.request
 import grpc
 
 import test_server_support as support
-from test_server_support import BIN, Client, Etcd, Server, cpb, curl, kolo, main, pb, spec, wait_for
+from test_server_support import BIN, TESTS, Client, Etcd, Server, cpb, curl, kolo, main, pb, spec, wait_for
 
 support.METHODS.setdefault("UndrainWorker", ("ClusterService", cpb.UndrainWorkerRequest, cpb.Worker))
 support.METHODS.setdefault("GetDemand", ("ClusterService", cpb.GetDemandRequest, cpb.Demand))
@@ -68,6 +70,12 @@ def etcd_range(url, prefix):
         kvs = json.loads(r.read()).get("kvs", [])
     return {base64.b64decode(kv["key"]).decode(): (base64.b64decode(kv.get("value", "")).decode(),
                                                     int(kv.get("lease", 0))) for kv in kvs}
+
+
+def etcd_get(url, key):
+    """The JSON value of one key, or None."""
+    got = etcd_range(url, key).get(key)
+    return json.loads(got[0]) if got else None
 
 
 def etcd_put(url, key, value):
@@ -224,6 +232,56 @@ class DrainAndDemandTest(unittest.TestCase):
         after = self.client.call("GetDemand", cpb.GetDemandRequest())
         self.assertEqual(after.workers_wanted, before.workers_wanted)
         self.assertEqual(after.pending_jobs, before.pending_jobs)
+
+    def test_drain_worker_alone_re_forms_the_job_without_it_and_undrain_gives_it_back(self):
+        for w in self.workers:  # idle workers of other tests would join this job
+            w.stop(signal.SIGTERM)
+        self.workers.clear()
+        ids = ["job-drain-%d" % i for i in range(3)]
+        workers = {i: self.start_worker(i) for i in ids}
+        out = tempfile.mkdtemp(prefix="kolo-drain-job-")
+        job = {"name": "d", "id": "drained-job", "min_workers": 2, "max_workers": 3,
+               "exec": {"argv": [os.path.join(TESTS, "elastic_loop"), "3000", "1000", "5", "10"],
+                        "env": {"KOLO_RESULT_FILE": os.path.join(out, "result"),
+                                "KOLO_REFORM_FILE": os.path.join(out, "reform")}}}
+        code, body = curl(self.server.http_port, "/v1/jobs", "POST", json.dumps(job))
+        self.assertEqual(code, 200, body)
+        get = lambda: self.client.call("GetJob", pb.GetJobRequest(id="drained-job"))
+        members = lambda: sorted(m.worker_id for m in get().status.members)
+        wait_for(lambda: members() == sorted(ids) and get().status.phase == pb.RUNNING, 60, "the job on 3 workers", 0.1)
+        target = ids[1]
+        self.assertTrue(self.client.call("DrainWorker", cpb.DrainWorkerRequest(id=target)).draining)
+        wait_for(lambda: target not in members(), 30, "the job to re-form without %s" % target, 0.1)
+        j = get()
+        drained = [e for e in j.events if e.type == "WORKER_DRAINED"]
+        self.assertEqual(len(drained), 1, [e.message for e in j.events])
+        self.assertTrue(drained[0].message.startswith(target + " left (drained)"), drained[0].message)
+        ring = etcd_get(self.etcd.url, "/kolo/v1/jobs/drained-job/ring/%020d" % drained[0].epoch)
+        self.assertNotIn(target, [m["worker_id"] for m in ring["members"]])
+        self.assertTrue(ring.get("planned"), "a drain re-form is planned (switch at the next commit)")
+        # the worker is not stopped: it stays registered, drained, and gets no work
+        record = lambda: etcd_get(self.etcd.url, "/kolo/v1/workers/" + target) or {}
+        wait_for(lambda: record().get("state", "").lower() == "idle", 30, "%s's process to leave" % target, 0.1)
+        self.assertIsNone(workers[target].proc.poll(), "kolo-worker exited on a drain")
+        self.assertTrue(self.listed(target).draining)
+        time.sleep(1)
+        self.assertNotIn(target, members(), "a drained worker was given work again")
+        self.assertEqual((j.status.reconfigurations, j.status.drains), (0, 1))
+        with open(os.path.join(out, "reform")) as f:
+            at_drain = [int(l.split()[2]) for l in f if int(l.split()[1]) == drained[0].epoch]
+        self.assertTrue(at_drain, "nobody formed the drain's epoch")
+        self.assertEqual(set(at_drain), {0}, "steps redone at the drain")
+        # undrained, it is idle again and the job grows back to it
+        self.assertFalse(self.client.call("UndrainWorker", cpb.UndrainWorkerRequest(id=target)).draining)
+        wait_for(lambda: target in members(), 30, "the job to take %s back" % target, 0.1)
+        wait_for(lambda: get().status.phase in (pb.SUCCEEDED, pb.FAILED), 120, "the job to end", 0.2)
+        j = get()
+        self.assertEqual(j.status.phase, pb.SUCCEEDED, j.status.error)
+        self.assertEqual((j.status.reconfigurations, j.status.drains), (0, 1))
+        with open(os.path.join(out, "result")) as f:
+            results = [l.split() for l in f if l.strip()]
+        self.assertEqual(len(results), 3, results)
+        self.assertTrue(all(r[1] == "3000" and r[4] == "exact" for r in results), results)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ can_make_namespaces() {
 anchor_pid() { cat "$STATE_ROOT/$(set_name "$1")/h$2.anchor"; }
 
 remove_set() {
-  local owner=$1 dir="$STATE_ROOT/$(set_name "$1")"
+  local owner=$1 dir="$STATE_ROOT/$(set_name "$1")" f ns pid
   if [ -d "$dir" ]; then
     for f in "$dir"/h*.anchor; do
       [ -e "$f" ] || continue
@@ -64,7 +64,7 @@ remove_set() {
 }
 
 clean_stale() {
-  local owners
+  local owner owners
   owners=$( { ip netns list 2>/dev/null | awk '{print $1}' | sed -nE 's/^kolo([0-9]+)(h[0-9]+|hub)$/\1/p';
              ls "$STATE_ROOT" 2>/dev/null | sed -nE 's/^kolo([0-9]+)$/\1/p'; } | sort -u || true)
   for owner in $owners; do
@@ -84,7 +84,7 @@ apply_rate() { # ns dev rate
 }
 
 up() {
-  local owner=$1 n=$2 rate=${3:-none}
+  local owner=$1 n=$2 rate=${3:-none} i ns
   [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "N must be 1..200"
   kill -0 "$owner" 2>/dev/null || die "owner process $owner is not alive"
   can_make_namespaces
@@ -97,7 +97,7 @@ up() {
   ip netns exec "$hub" ip link add br0 type bridge
   ip netns exec "$hub" ip link set br0 up
   for i in $(seq 0 $((n - 1))); do
-    local ns; ns=$(host_ns "$owner" "$i")
+    ns=$(host_ns "$owner" "$i")
     ip netns add "$ns"
     ip netns exec "$ns" ip link set lo up
     # the veth pair is created inside the hub, one end moved into the host
