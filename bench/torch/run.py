@@ -45,9 +45,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_one(build, backend, model, ranks, steps, warmup, timeout=900):
+def run_one(build, backend, model, ranks, steps, warmup, timeout=900, overlap=False):
     worker = [PYTHON, os.path.join(HERE, "worker.py"), "--backend", backend, "--model", model, "--batch",
-              str(BATCH[model]), "--steps", str(steps), "--warmup", str(warmup)]
+              str(BATCH[model]), "--steps", str(steps), "--warmup", str(warmup)] + (["--overlap"] if overlap else [])
     env = environment(build)
     if backend == "kolo":
         proc = subprocess.run([os.path.join(build, "bin", "kolorun"), "-np", str(ranks)] + worker, env=env,
@@ -65,7 +65,13 @@ def run_one(build, backend, model, ranks, steps, warmup, timeout=900):
     match = re.search(r"RATE ([\d.]+) STEP_MS ([\d.]+) CPU_MS ([\d.]+)", out)
     if code or not match:
         raise RuntimeError("%s %s x%d failed (rc %s):\n%s" % (backend, model, ranks, code, out[-3000:]))
+    extra = re.search(r"OVERLAP compute_ms ([\d.]+) comm_ms ([\d.]+)", out)
+    if extra:
+        OVERLAP.setdefault(model, []).append((float(extra.group(1)), float(extra.group(2)), float(match.group(2))))
     return float(match.group(1)), float(match.group(2)), float(match.group(3))
+
+
+OVERLAP = {}
 
 
 def main():
@@ -90,7 +96,8 @@ def main():
                 for backend in order:
                     steps = 3 if args.quick else STEPS[model]
                     warmup = 1 if args.quick else 5
-                    rate, step_ms, cpu_ms = run_one(args.build, backend, model, ranks, steps, warmup)
+                    rate, step_ms, cpu_ms = run_one(args.build, backend, model, ranks, steps, warmup,
+                                                    overlap=backend == "kolo" and ranks == 2)
                     results.setdefault((model, ranks, backend), []).append((rate, step_ms, cpu_ms))
                     print("# repeat %d %-8s x%d %-4s %9.1f samples/s %8.2f ms/step %8.2f CPU ms/step" % (
                         repeat + 1, model, ranks, backend, rate, step_ms, cpu_ms), file=sys.stderr, flush=True)
@@ -126,6 +133,22 @@ def main():
                 ke = median(model, ranks, "kolo") / (ranks * median(model, 1, "kolo"))
                 de = median(model, ranks, "ddp") / (ranks * median(model, 1, "ddp"))
                 print("| %s | %d | %.2f | %.2f |" % (model, ranks, ke, de))
+    if OVERLAP:
+        print()
+        print("Overlap at 2 ranks (kolo, rank 0 medians): compute alone, the gradients' all-reduce alone, and the")
+        print("kolo step; a step near max(compute, all-reduce) overlaps, near their sum does not.")
+        print()
+        print("| model | compute ms | all-reduce ms | max | sum | kolo step ms |")
+        print("|---|---|---|---|---|---|")
+        for model in models:
+            rows = OVERLAP.get(model)
+            if not rows:
+                continue
+            compute = statistics.median(r[0] for r in rows)
+            comm = statistics.median(r[1] for r in rows)
+            step = statistics.median(r[2] for r in rows)
+            print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (model, compute, comm, max(compute, comm),
+                                                               compute + comm, step))
 
 
 if __name__ == "__main__":

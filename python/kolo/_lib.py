@@ -128,6 +128,12 @@ _SIGNATURES = {
     "kolo_elastic_destroy": (None, [_P]),
 }
 
+class EngineStats(ctypes.Structure):
+    """kolo_engine_stats (engine.h)."""
+    _fields_ = [(name, c_uint64) for name in ("cycles", "negotiation_ns", "negotiation_bytes", "announced",
+                                                "cached", "batches", "fused_tensors")]
+
+
 # engine.h: declared when this libkolo has the engine
 _ENGINE_SIGNATURES = {
     "kolo_free": (None, [_P]),
@@ -142,6 +148,7 @@ _ENGINE_SIGNATURES = {
     "kolo_alltoall_named": (c_int, [_P, c_char_p, _P, _SZP, _P, _SZ, _SZP, c_int, _PP]),
     "kolo_join_async": (c_int, [_P, _PP]),
 }
+_STATS_SIGNATURES = {"kolo_engine_stats_get": (c_int, [_P, POINTER(EngineStats)])}
 
 
 # kolo.h's stream-ordered forms for CUDA buffers: declared when this libkolo has them
@@ -176,6 +183,7 @@ class _Library:
         self._cdll: Optional[ctypes.CDLL] = None
         self.engine = False
         self.streams = False
+        self.stats = False
 
     def load(self) -> ctypes.CDLL:
         if self._cdll is None:
@@ -184,6 +192,7 @@ class _Library:
             engine = _declare(cdll, _ENGINE_SIGNATURES, False)
             self.engine = engine and os.environ.get("KOLO_PY_ENGINE", "1") != "0"
             self.streams = _declare(cdll, _STREAM_SIGNATURES, False)
+            self.stats = _declare(cdll, _STATS_SIGNATURES, False)
             self._cdll = cdll
         return self._cdll
 
