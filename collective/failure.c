@@ -31,9 +31,14 @@ void kolo_control_send(kolo_comm *comm, const kolo_control_message *message, int
 
 static void record_failure(kolo_comm *comm, kolo_status status, int failed_rank, int propagate,
                            int origin_rank, kolo_log_level level, const char *fmt, va_list args) {
-  int expected = 0;
-  if (!atomic_compare_exchange_strong(&comm->failed, &expected, 1)) return;
+  /* failed is set under the lock with the error itself, so a reader that sees
+   * failed and then takes the lock (kolo_comm_error) always reads the error */
   pthread_mutex_lock(&comm->error_mutex);
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&comm->failed, &expected, 1)) {
+    pthread_mutex_unlock(&comm->error_mutex);
+    return;
+  }
   comm->error = status;
   comm->failed_rank = failed_rank;
   vsnprintf(comm->error_message, sizeof comm->error_message, fmt, args);
@@ -98,6 +103,7 @@ static int read_frame(kolo_comm *comm, kolo_control_link *link) {
       return 1;
     }
     if (moved == 0) return 1;
+    kolo_beat_heard(link);
     link->frame_filled += moved;
   }
   link->frame = NULL;
@@ -157,10 +163,15 @@ void kolo_control_service(kolo_comm *comm, kolo_control_link *link) {
       return;
     }
     if (moved == 0) return;
+    kolo_beat_heard(link);
     link->filled += moved;
     if (link->filled < sizeof link->message) continue;
     link->filled = 0;
     kolo_control_message message = link->message;
+    if (message.magic == KOLO_BEAT_MAGIC) { /* alive: that is all it says */
+      kolo_beat_received(link);
+      continue;
+    }
     if (message.magic == KOLO_NEGO_MAGIC && start_frame(comm, link, &message)) continue;
     if (message.magic != KOLO_CONTROL_MAGIC) {
       link->open = 0;

@@ -60,10 +60,13 @@ static void agent_start(test_agent *agent) {
   for (int i = 0; i < MAX_PROCESSES; i++) agent->conns[i] = -1;
 }
 
-/* Starts process index i (elastic_loop) and accepts its connection. */
+/* Starts process index i (elastic_loop, or the program KOLO_ELASTIC_LOOP names in
+ * KOLO_TEST_DIR, e.g. its GPU twin) and accepts its connection. */
 static void agent_spawn(test_agent *agent, int index, const char *steps, const char *delay_ms) {
   char program[512];
-  snprintf(program, sizeof program, "%s/elastic_loop", getenv("KOLO_TEST_DIR"));
+  const char *loop = getenv("KOLO_ELASTIC_LOOP");
+  snprintf(program, sizeof program, "%s/%s", getenv("KOLO_TEST_DIR"),
+           loop != NULL && loop[0] != '\0' ? loop : "elastic_loop");
   pid_t pid = fork();
   if (pid == 0) {
     setenv("KOLO_AGENT_SOCKET", agent->socket_path, 1);
