@@ -131,6 +131,8 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   comm->local_rank = spec->local_size > 0 ? spec->local_rank : spec->rank;
   comm->local_size = spec->local_size > 0 ? spec->local_size : spec->size;
   comm->timeout_ms = spec->timeout_ms > 0 ? spec->timeout_ms : kolo_timeout_ms_from_env();
+  /* a fixed ring judges silent neighbours only when asked to (beat.c) */
+  atomic_init(&comm->peer_timeout_ms, kolo_peer_timeout_ms_from_env(0));
   comm->transport = &kolo_transport_tcp;
   comm->bulk_min_bytes = kolo_size_from_env("KOLO_SHM_MIN_BYTES", DEFAULT_BULK_MIN_BYTES);
   comm->failed_rank = -1;

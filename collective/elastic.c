@@ -267,6 +267,9 @@ static kolo_status form_next_ring(kolo_elastic *elastic) {
                            .peers = (const char *const *)ring->peers, .secret = ring->secret,
                            .timeout_ms = ring->timeout_ms};
     status = kolo_comm_create(&spec, listener, &comm);
+    /* the job re-forms around a silent member: find one fast (beat.c) */
+    if (status == KOLO_OK)
+      kolo_comm_set_peer_timeout(comm, kolo_peer_timeout_ms_from_env(KOLO_DEFAULT_PEER_TIMEOUT_MS));
   }
   /* a GPU job stays one: device buffers must not reach the TCP ring */
   if (status == KOLO_OK && elastic->cuda_device >= 0) {

@@ -338,8 +338,11 @@ static kolo_status send_frame(kolo_engine *e, uint32_t cycle, int origin, const 
   return KOLO_OK;
 }
 
-/* Polls the control links (and, when idle, the wake eventfd) for up to wait_ms. */
+/* Polls the control links (and, when idle, the wake eventfd) for up to wait_ms,
+ * sending the liveness beats that fall due and judging silent links (beat.c). */
 static void poll_links(kolo_comm *comm, int with_wake, int wait_ms) {
+  int beat_ms = kolo_beat_tick(comm);
+  if (beat_ms >= 0 && (wait_ms < 0 || beat_ms < wait_ms)) wait_ms = beat_ms;
   struct pollfd fds[4];
   int count = 0, link_of[4] = {-1, -1, -1, -1};
   fds[count++] = (struct pollfd){.fd = with_wake ? comm->wake_fd : comm->fail_fd, .events = POLLIN};
@@ -350,11 +353,13 @@ static void poll_links(kolo_comm *comm, int with_wake, int wait_ms) {
                                      .events = POLLIN};
     }
   }
-  if (poll(fds, (nfds_t)count, wait_ms) <= 0) return;
-  if (with_wake && fds[0].revents) drain_wake(comm);
-  for (int i = 1; i < count; i++) {
-    if (fds[i].revents) kolo_control_service(comm, &comm->control[link_of[i]]);
+  if (poll(fds, (nfds_t)count, wait_ms) > 0) {
+    if (with_wake && fds[0].revents) drain_wake(comm);
+    for (int i = 1; i < count; i++) {
+      if (fds[i].revents) kolo_control_service(comm, &comm->control[link_of[i]]);
+    }
   }
+  kolo_beat_check(comm);
 }
 
 /* The next frame from the previous rank, waiting up to the no-progress timeout. */
@@ -700,8 +705,10 @@ static int cycle_due(kolo_engine *e, int hurry, int64_t now, int64_t *wake_at) {
 static void *negotiator_main(void *argument) {
   kolo_comm *comm = argument;
   kolo_engine *e = comm->engine;
+  kolo_beat_start(comm);
   for (;;) {
     flush_outbox(comm);
+    kolo_beat_tick(comm); /* also between back-to-back cycles */
     pthread_mutex_lock(&comm->mutex);
     int stopping = comm->negotiator_stopping;
     int hurry = comm->hurry;

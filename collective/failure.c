@@ -98,6 +98,7 @@ static int read_frame(kolo_comm *comm, kolo_control_link *link) {
       return 1;
     }
     if (moved == 0) return 1;
+    kolo_beat_heard(link);
     link->frame_filled += moved;
   }
   link->frame = NULL;
@@ -157,10 +158,15 @@ void kolo_control_service(kolo_comm *comm, kolo_control_link *link) {
       return;
     }
     if (moved == 0) return;
+    kolo_beat_heard(link);
     link->filled += moved;
     if (link->filled < sizeof link->message) continue;
     link->filled = 0;
     kolo_control_message message = link->message;
+    if (message.magic == KOLO_BEAT_MAGIC) { /* alive: that is all it says */
+      kolo_beat_received(link);
+      continue;
+    }
     if (message.magic == KOLO_NEGO_MAGIC && start_frame(comm, link, &message)) continue;
     if (message.magic != KOLO_CONTROL_MAGIC) {
       link->open = 0;

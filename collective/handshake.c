@@ -11,7 +11,7 @@
 
 #define HELLO_MAGIC 0x4b4f4c4fu /* "KOLO" */
 #define ACK_MAGIC 0x4b41434bu   /* "KACK" */
-#define PROTOCOL_VERSION 1
+#define PROTOCOL_VERSION 2 /* 2: control links carry liveness beats */
 
 kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
                                       const kolo_bulk_offer *offer, int64_t deadline_ns) {

@@ -171,6 +171,10 @@ typedef struct kolo_control_message {
 } kolo_control_message;
 
 #define KOLO_CONTROL_MAGIC 0x4b43544cu /* "KCTL" */
+/* A liveness beat (beat.c): no content, only that the sender is alive. */
+#define KOLO_BEAT_MAGIC 0x4b424541u /* "KBEA" */
+#define KOLO_BEAT_INTERVAL_MS 100
+#define KOLO_DEFAULT_PEER_TIMEOUT_MS 500
 /* A negotiation frame: the header is a kolo_control_message whose status is the
  * payload length, failed_rank the cycle and origin_rank the rank whose message
  * the payload is; it travels from a rank to the next one only. */
@@ -197,6 +201,10 @@ typedef struct kolo_control_link {
   kolo_frame *frame;     /* a frame whose payload is being read */
   size_t frame_filled;
   kolo_frame *frames_head, *frames_tail;
+  int64_t heard_ns;      /* beat.c: when anything last arrived on this link */
+  int64_t beat_due_ns;   /* beat.c: when the next beat is sent on it */
+  int64_t beat_heard_ns; /* beat.c: when the last beat arrived (0: none yet) */
+  int64_t gap_max_ns;    /* beat.c: the longest recent gap between beats (decaying) */
 } kolo_control_link;
 
 /* One tensor of a fused all-reduce: send == NULL contributes op's identity (a
@@ -226,6 +234,7 @@ struct kolo_comm {
   kolo_direction prev; /* we receive data from rank - 1 */
   size_t bulk_min_bytes; /* operations of at least this many bytes use the bulk channels */
   kolo_control_link control[2];   /* [0] to rank + 1, [1] to rank - 1 */
+  atomic_int peer_timeout_ms;     /* beat.c: a neighbour silent this long is lost (0: never) */
 
   /* named requests in flight on this rank (guarded by mutex) */
   kolo_names *in_flight;
@@ -358,6 +367,35 @@ void kolo_control_service(kolo_comm *comm, kolo_control_link *link);
 /* Sends a control message on both links (skipping the link to skip_rank);
  * best effort, never blocks. Negotiator thread only. */
 void kolo_control_send(kolo_comm *comm, const kolo_control_message *message, int skip_rank);
+
+/* ---- the liveness beat (beat.c), run by the negotiator thread ---- */
+/* KOLO_PEER_TIMEOUT in ms (seconds in the environment, fractions allowed; 0 =
+ * never judge; at least three beat intervals), fallback_ms when unset or not a
+ * number. */
+int kolo_peer_timeout_ms_from_env(int fallback_ms);
+/* Sets the timeout the beat judges neighbours by (any thread; 0 = never). */
+void kolo_comm_set_peer_timeout(kolo_comm *comm, int timeout_ms);
+/* Whether a link last heard at heard_ns is silent at now_ns (pure). */
+int kolo_beat_silent(int64_t heard_ns, int64_t now_ns, int timeout_ms);
+/* Starts the beat of a formed communicator (on the negotiator thread). */
+void kolo_beat_start(kolo_comm *comm);
+/* Something arrived on link; a beat arrived on it. */
+void kolo_beat_heard(kolo_control_link *link);
+void kolo_beat_received(kolo_control_link *link);
+/* The decaying maximum after a gap (pure): a longer gap replaces it, a shorter
+ * one pulls it down by 1/64 of the difference. */
+int64_t kolo_beat_gap_update(int64_t gap_max_ns, int64_t gap_ns);
+/* The timeout a link is judged by (pure): the configured one, stretched to
+ * KOLO_BEAT_SLACK x the longest recent gap, at most KOLO_BEAT_MAX_STRETCH x the
+ * configured one; 0 when judging is off. */
+int kolo_beat_timeout_ms(int timeout_ms, int64_t gap_max_ns);
+/* Sends the beats that are due; returns how long the caller may wait (ms)
+ * before the next beat or silence deadline, or -1 for no limit. Never blocks
+ * longer than the peer timeout. */
+int kolo_beat_tick(kolo_comm *comm);
+/* Fails the communicator (KOLO_ERR_PEER_LOST) for a link silent past the
+ * timeout, after reading what is pending on it. */
+void kolo_beat_check(kolo_comm *comm);
 /* The oldest complete negotiation frame a link delivered (the caller frees it), or NULL. */
 kolo_frame *kolo_control_take_frame(kolo_control_link *link);
 /* Frees a link's partial and queued frames. */

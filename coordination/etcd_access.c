@@ -33,7 +33,9 @@ static kolo_status read_password(kolo_etcd_access *a, char *err, size_t err_len)
   while (end > start && isspace((unsigned char)end[-1])) *--end = '\0';
   if (too_long) return refuse(err, err_len, "--etcd-password-file %s: %s", a->password_file, "longer than 255 bytes");
   if (*start == '\0') return refuse(err, err_len, "--etcd-password-file %s: %s", a->password_file, "empty");
-  snprintf(a->password, sizeof a->password, "%s", start);
+  size_t len = strlen(start);
+  if (len >= sizeof a->password) return refuse(err, err_len, "--etcd-password-file %s: %s", a->password_file, "longer than 255 bytes");
+  memcpy(a->password, start, len + 1);
   memset(line, 0, sizeof line);
   return KOLO_OK;
 }

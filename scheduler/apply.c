@@ -280,7 +280,8 @@ out:
 static json_t *progress_fields(const json_t *report) {
   static const char *const names[][2] = {{"step", "steps"}, {"total_steps", NULL}, {"loss", NULL},
                                          {"samples_per_sec", "samples_per_sec_total"},
-                                         {"accuracy", "train_accuracy"}};
+                                         {"accuracy", "train_accuracy"}, {"train_accuracy", NULL},
+                                         {"test_accuracy", NULL}};
   json_t *clean = json_object();
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     json_t *value = json_object_get(report, names[i][0]);

@@ -409,7 +409,7 @@ static void on_logs_ready(void *arg) {
 
 static void start_logs(call_ctx *ctx, const Kolo__V1__StreamLogsRequest *req) {
   kolo_server_grpc *g = ctx->g;
-  char err[256];
+  char err[256] = "";
   kolo_server_logstream *stream = NULL;
   kolo_status rc = g->cfg.logs ? kolo_server_logstream_open(g->cfg.logs, req, on_logs_ready, ctx, &stream, err,
                                                             sizeof err)

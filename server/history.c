@@ -11,6 +11,8 @@ int kolo_server_history_point_of(const Kolo__V1__JobStatus *status, Kolo__V1__Me
   out->time_unix_ms = status->updated_unix_ms;
   out->loss = p->loss;
   out->accuracy = p->accuracy;
+  out->train_accuracy = p->train_accuracy;
+  out->test_accuracy = p->test_accuracy;
   out->samples_per_sec = p->samples_per_sec;
   out->ring_size = (uint32_t)status->n_members;
   out->epoch = status->epoch;
@@ -22,7 +24,8 @@ int kolo_server_history_is_reform(const Kolo__V1__MetricPoint *before, const Kol
 }
 
 static int same_values(const Kolo__V1__MetricPoint *a, const Kolo__V1__MetricPoint *b) {
-  return a->loss == b->loss && a->accuracy == b->accuracy && a->samples_per_sec == b->samples_per_sec &&
+  return a->loss == b->loss && a->accuracy == b->accuracy && a->train_accuracy == b->train_accuracy &&
+         a->test_accuracy == b->test_accuracy && a->samples_per_sec == b->samples_per_sec &&
          a->ring_size == b->ring_size && a->epoch == b->epoch;
 }
 

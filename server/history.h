@@ -15,8 +15,8 @@
 #define KOLO_SERVER_HISTORY_MAX_POINTS 100000
 
 /* The point status stands for now (step, time, loss, accuracy, samples/s, ring size, epoch).
- * Returns 0 (and leaves *out alone) when it has no progress yet (step 0). The strings of
- * *out are not touched: a MetricPoint has none. */
+ * (accuracy, train_accuracy and test_accuracy as the status has them). Returns 0 (and leaves
+ * *out alone) when it has no progress yet (step 0). */
 int kolo_server_history_point_of(const Kolo__V1__JobStatus *status, Kolo__V1__MetricPoint *out);
 
 /* Whether point p opens a new ring epoch compared with the point before it. */

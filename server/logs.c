@@ -238,6 +238,7 @@ kolo_server_logstream_state kolo_server_logstream_take_chunk(kolo_server_logstre
 }
 
 static void text_append(kolo_server_logstream *s, const char *data, size_t len) {
+  if (len == 0) return;
   if (s->text_len + len > s->text_cap) {
     size_t cap = (s->text_len + len) * 2;
     char *grown = realloc(s->text, cap);
@@ -681,7 +682,7 @@ kolo_status kolo_server_logstream_open(kolo_server_logs *logs, const Kolo__V1__S
   if (s == NULL) goto no_memory;
   s->logs = logs;
   snprintf(s->job, sizeof s->job, "%s", req->id);
-  memcpy(s->ranks, req->ranks, req->n_ranks * sizeof *s->ranks);
+  if (req->n_ranks) memcpy(s->ranks, req->ranks, req->n_ranks * sizeof *s->ranks);
   s->n_ranks = req->n_ranks;
   s->tail = req->tail;
   s->follow = req->follow;

@@ -241,12 +241,11 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
     for (subscriber *sub = s->subs; sub; sub = sub->next)
       if (strcmp(sub->id, e->id) == 0) sub->fn(sub->arg, e->packed, e->packed_len, e->status->phase);
   }
-  kolo_server_store_change_fn on_change = s->on_change;
-  void *on_change_arg = s->on_change_arg;
   pthread_rwlock_unlock(&s->lock);
+  /* under sub_lock, so that kolo_server_store_set_change_fn waits for a call in flight */
+  if (s->on_change) s->on_change(s->on_change_arg);
   pthread_mutex_unlock(&s->sub_lock);
   set_revision(s, revision, reset);
-  if (on_change) on_change(on_change_arg);
 }
 
 /* Waits until the view has applied revision (a write of ours), up to CATCH_UP_MS. */

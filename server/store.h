@@ -128,8 +128,9 @@ size_t kolo_server_store_job_gauges(kolo_server_store *store, kolo_server_job_ga
 
 /* ---- change marks (for server-sent events) ---- */
 
-/* Called on the watch thread after each batch of changes was applied (no store lock held);
- * must not block. One at a time: setting it replaces the previous one (NULL = none). */
+/* Called on the watch thread after each batch of changes was applied (the view's locks
+ * released); must not block nor call the store. One at a time: setting it replaces the
+ * previous one (NULL = none), and once set_change_fn returns the old one is not running. */
 typedef void (*kolo_server_store_change_fn)(void *arg);
 void kolo_server_store_set_change_fn(kolo_server_store *store, kolo_server_store_change_fn fn, void *arg);
 

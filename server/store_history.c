@@ -329,10 +329,10 @@ size_t kolo_server_store_job_gauges(kolo_server_store *s, kolo_server_job_gauge 
 /* ---- change marks and the jobs list for streams ---- */
 
 void kolo_server_store_set_change_fn(kolo_server_store *s, kolo_server_store_change_fn fn, void *arg) {
-  pthread_rwlock_wrlock(&s->lock);
+  pthread_mutex_lock(&s->sub_lock); /* on_watch calls it under sub_lock: none is in flight after this */
   s->on_change = fn;
   s->on_change_arg = arg;
-  pthread_rwlock_unlock(&s->lock);
+  pthread_mutex_unlock(&s->sub_lock);
 }
 
 void kolo_server_store_get_marks(kolo_server_store *s, const char *id, kolo_server_store_marks *out) {

@@ -58,7 +58,7 @@ struct kolo_server_store {
   uint64_t list_batch;    /* last batch that changed a job's spec or status, or the set of jobs */
   uint64_t removed_batch; /* last batch that removed a job from the view (or reloaded it whole) */
   uint64_t workers_batch; /* last batch that touched /kolo/v1/{workers,drain,assign}/ */
-  kolo_server_store_change_fn on_change;
+  kolo_server_store_change_fn on_change; /* under sub_lock */
   void *on_change_arg;
 };
 

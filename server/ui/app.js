@@ -181,9 +181,13 @@ function jobView(id) {
     h("section", {}, h("h2", {}, "Logs"), logs),
     h("section", {}, h("details", { id: "spec", open: true }, h("summary", {}, "Spec"), spec)));
 
+  // Built once (so that live updates never reset what is being typed); hidden once the job ended.
+  let actionsBuilt = false;
   function renderActions() {
-    actions.replaceChildren();
-    if (!job || FINAL.has(job.status.phase)) return;
+    actions.hidden = !job || FINAL.has(job.status.phase);
+    if (actions.hidden) actions.replaceChildren();
+    if (actions.hidden || actionsBuilt) return;
+    actionsBuilt = true;
     const reason = h("input", { id: "cancel-reason", placeholder: "reason (optional)", maxlength: 256 });
     const cancelForm = h("span", { id: "cancel-form", hidden: true }, reason,
       h("button", { id: "cancel-confirm", class: "danger", onclick: () => act("cancel", { reason: reason.value }) }, "Cancel the job"),
@@ -221,7 +225,9 @@ function jobView(id) {
       ["Progress", cell],
       ["ETA", eta || "—"],
       ["Loss", p.loss ? formatNumber(p.loss) : "—"],
-      ["Accuracy", p.accuracy ? (100 * p.accuracy).toFixed(2) + "%" : "—"],
+      ["Accuracy", p.test_accuracy || p.train_accuracy
+        ? [p.test_accuracy ? `test ${(100 * p.test_accuracy).toFixed(2)}%` : "", p.train_accuracy ? `train ${(100 * p.train_accuracy).toFixed(2)}%` : ""].filter(Boolean).join(" · ")
+        : p.accuracy ? (100 * p.accuracy).toFixed(2) + "%" : "—"],
       ["Throughput", p.samples_per_sec ? formatNumber(p.samples_per_sec) + " samples/s" : "—"],
       ["Re-formed", (st.reconfigurations || 0) === 1 ? "once" : (st.reconfigurations || 0) + " times"],
       ["Created", clock(st.created_unix_ms)],
@@ -249,7 +255,11 @@ function jobView(id) {
 
   function renderHistory() {
     drawChart(charts.loss, points, "loss", { positive: true });
-    drawChart(charts.accuracy, points, "accuracy", { positive: true });
+    // train and test accuracy when the program reports them apart (kolo-train does), else its accuracy
+    const split = points.some((p) => p.train_accuracy > 0 || p.test_accuracy > 0);
+    drawChart(charts.accuracy, points, split
+      ? [{ field: "test_accuracy", label: "test" }, { field: "train_accuracy", label: "train" }]
+      : [{ field: "accuracy" }], { positive: true });
     drawChart(charts.throughput, points, "samples_per_sec", { positive: true, zero: true });
     ringBody.replaceChildren(...rings.slice().reverse().map((r) =>
       h("tr", { dataset: { epoch: r.epoch } }, h("td", {}, r.epoch),
@@ -321,6 +331,7 @@ function jobView(id) {
 function workersView() {
   navigate("nav-workers");
   let workers = [];
+  const confirming = new Set();
   const body = h("tbody");
   const message = h("p", { id: "workers-message", class: "muted" });
   main.replaceChildren(h("h1", {}, "Workers"), message,
@@ -341,7 +352,9 @@ function workersView() {
 
   function render() {
     body.replaceChildren(...workers.slice().sort((a, b) => a.id.localeCompare(b.id)).map((w) => {
-      const confirm = h("span", { hidden: true }, h("button", { class: "danger confirm", onclick: () => act(w, "drain") }, "Drain " + w.id));
+      // the confirmation survives redraws (live updates) until it is used
+      const confirm = h("span", { hidden: !confirming.has(w.id) },
+        h("button", { class: "danger confirm", onclick: () => { confirming.delete(w.id); act(w, "drain"); } }, "Drain " + w.id));
       return h("tr", { class: "worker", dataset: { id: w.id, state: w.state } },
         h("td", { class: "mono" }, w.id), h("td", {}, w.host), h("td", { class: "mono" }, w.address),
         h("td", {}, w.slots), h("td", {}, w.gpus || ""), h("td", { class: "state" }, w.state),
@@ -349,7 +362,7 @@ function workersView() {
         h("td", { class: "draining" }, w.draining ? "yes" : "no"),
         h("td", {}, w.draining
           ? h("button", { class: "undrain", onclick: () => act(w, "undrain") }, "Undrain")
-          : [h("button", { class: "drain", onclick: () => { confirm.hidden = false; } }, "Drain…"), confirm]));
+          : [h("button", { class: "drain", onclick: () => { confirming.add(w.id); confirm.hidden = false; } }, "Drain…"), confirm]));
     }));
     if (workers.length === 0) message.textContent = "No worker is registered.";
   }

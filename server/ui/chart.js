@@ -1,4 +1,4 @@
-// Line charts in plain SVG (no library): one series against step, nice ticks on both axes, and
+// Line charts in plain SVG (no library): series against step, nice ticks on both axes, and
 // a dashed marker wherever the ring re-formed (a point whose ring epoch is above the one before
 // it). The <svg> carries data-points (points drawn) and each marker data-epoch, which the
 // browser tests read.
@@ -34,29 +34,31 @@ export function formatNumber(v) {
   return v.toPrecision(2);
 }
 
-// Draws points (objects with step, epoch and field) into svg. Points with a non-finite value
-// (or, with opts.positive, a value <= 0) are left out of the line.
-export function drawChart(svg, points, field, opts) {
+// Draws points (objects with step, epoch and the series' fields) into svg. series: a field
+// name, or a list of {field, label}; each gets its own line (classes "line s0", "line s1", ...).
+// Values that are not finite (or, with opts.positive, not above 0) are left out of a line.
+export function drawChart(svg, points, series, opts) {
   opts = opts || {};
+  if (typeof series === "string") series = [{ field: series }];
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.replaceChildren();
-  const shown = points.filter((p) => Number.isFinite(p[field]) && (!opts.positive || p[field] > 0));
-  svg.dataset.points = String(shown.length);
+  const ok = (v) => Number.isFinite(v) && (!opts.positive || v > 0);
+  const lines = series.map((s) => ({ ...s, shown: points.filter((p) => ok(p[s.field])) }));
+  svg.dataset.points = String(lines[0].shown.length);
   const reforms = [];
   for (let i = 1; i < points.length; i++)
     if ((points[i].epoch || 0) > (points[i - 1].epoch || 0)) reforms.push(points[i]);
   svg.dataset.reforms = String(reforms.length);
-  if (shown.length === 0) {
+  const values = lines.flatMap((l) => l.shown.map((p) => p[l.field]));
+  if (values.length === 0) {
     svg.append(el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, "no data yet"));
     return;
   }
   const steps = points.map((p) => p.step);
   let x0 = Math.min(...steps), x1 = Math.max(...steps);
   if (x1 === x0) x1 = x0 + 1;
-  const values = shown.map((p) => p[field]);
   let y0 = Math.min(...values), y1 = Math.max(...values);
   if (opts.zero) y0 = Math.min(0, y0);
-  if (opts.max !== undefined) y1 = Math.max(y1, opts.max);
   if (y1 === y0) {
     y1 = y0 + Math.abs(y0 || 1) * 0.1;
     y0 = y0 - Math.abs(y0 || 1) * 0.1;
@@ -84,8 +86,12 @@ export function drawChart(svg, points, field, opts) {
     g.append(el("title", {}, `ring re-formed: epoch ${p.epoch}, ${p.ring_size} workers, at step ${p.step}`));
     svg.append(g);
   }
-  const path = shown.map((p) => `${sx(p.step).toFixed(1)},${sy(p[field]).toFixed(1)}`).join(" ");
-  svg.append(el("polyline", { points: path, class: "line" }));
-  const last = shown[shown.length - 1];
-  svg.append(el("circle", { cx: sx(last.step), cy: sy(last[field]), r: 3, class: "dot" }));
+  lines.forEach((l, k) => {
+    if (l.shown.length === 0) return;
+    const path = l.shown.map((p) => `${sx(p.step).toFixed(1)},${sy(p[l.field]).toFixed(1)}`).join(" ");
+    svg.append(el("polyline", { points: path, class: "line s" + k, "data-field": l.field, "data-points": l.shown.length }));
+    const last = l.shown[l.shown.length - 1];
+    svg.append(el("circle", { cx: sx(last.step), cy: sy(last[l.field]), r: 3, class: "dot s" + k }));
+    if (l.label) svg.append(el("text", { x: M.left + 6, y: M.top + 12 + 13 * k, class: "legend s" + k }, l.label));
+  });
 }

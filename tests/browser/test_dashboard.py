@@ -4,7 +4,7 @@ kolo-workers training the built-in MLP on Fashion-MNIST). The jobs table shows t
 progress and ETA; its page draws a loss curve that gains points as steps pass and follows the
 training processes' logs; a SIGKILLed
 worker shows up as a re-form marker on the curves, a WORKER_LOST event and a new ring epoch;
-Cancel cancels it; Drain drains a worker. A second server on the same etcd with TLS and a token
+Scale rescales it and Cancel cancels it; Drain drains a worker. A second server on the same etcd with TLS and a token
 shows the page over https after the token is asked once. The page loads nothing from anywhere
 but its server. Screenshots are saved under <build>/tests/browser-artifacts/."""
 import ctypes
@@ -162,13 +162,26 @@ class DashboardTest(unittest.TestCase):
         for chart in ("accuracy", "throughput"):
             self.assertGreaterEqual(b.evaluate(js("document.querySelectorAll('#chart-%s .reform').length" % chart)), 1)
         after = b.wait(js("%s >= %d && %s" % (points, grown + 2, points)), 60, "points after the re-form")
+        # kolo-train reports training and test accuracy apart: two lines on the accuracy chart
+        b.wait(js("+document.querySelector('#chart-accuracy polyline[data-field=\"train_accuracy\"]').dataset.points > 2"),
+               30, "the training accuracy line")
+        b.wait(js("+document.querySelector('#chart-accuracy polyline[data-field=\"test_accuracy\"]').dataset.points >= 1"),
+               90, "the test accuracy line (after the first evaluated epoch)")
         history = self.api("/v1/jobs/%s/metrics" % JOB)["points"]
         self.assertLessEqual(len(history), after + 5)
         self.shot("03-job-reformed.png")
 
-    def test_3_cancel_cancels_the_job(self):
+    def test_3_scale_rescales_and_cancel_cancels_the_job(self):
         b = self.browser
         b.navigate(self.origin + "/#/jobs/" + JOB)
+        b.wait(js("document.querySelector('#btn-scale') !== null"), 30, "the Scale button")
+        b.click("#btn-scale")
+        b.evaluate("document.querySelector('#scale-max').value = ''")
+        b.type("#scale-max", "3")
+        b.click("#scale-apply")
+        b.wait(js("document.querySelector('#job-message').textContent.includes('1–3')"), 30, "scaled to 1-3")
+        self.assertEqual(self.api("/v1/jobs/" + JOB)["status"]["max_workers"], 3)
+        b.wait(js("document.querySelector('#events tr[data-type=\"SCALED\"]') !== null"), 10, "the SCALED event")
         b.wait(js("document.querySelector('#btn-cancel') !== null"), 30, "the Cancel button")
         b.click("#btn-cancel")
         b.type("#cancel-reason", "seen enough")

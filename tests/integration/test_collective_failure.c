@@ -3,7 +3,8 @@
  * KOLO_ERR_PEER_LOST naming it on every survivor within 1 s; a wrong secret and a
  * stale epoch are refused while the real ring forms; kolo_comm_abort from another
  * thread ends a pending wait and a new epoch works in the same processes; a
- * SIGSTOPped peer trips KOLO_TIMEOUT. */
+ * SIGSTOPped peer trips KOLO_TIMEOUT, or, with KOLO_PEER_TIMEOUT set, is found
+ * by its neighbours' liveness beat (PEER_LOST naming it) well before. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -353,6 +354,34 @@ static void a_silent_peer_trips_the_timeout(void **state) {
   kill(ring[1]->pid, SIGCONT);
 }
 
+static void a_silent_peer_is_found_by_the_beat_of_both_neighbours(void **state) {
+  world *w = *state;
+  helper *ring[3];
+  setenv("KOLO_PEER_TIMEOUT", "0.5", 1); /* fixed rings judge only when asked */
+  form_ring(w, 3, "loop", 30000, ring);
+  unsetenv("KOLO_PEER_TIMEOUT");
+  char line[512];
+  for (int r = 0; r < 3; r++) expect_line(ring[r], "ready", 10, line, sizeof line);
+  usleep(300000);
+  long long stopped_at = now_ns();
+  kill(ring[1]->pid, SIGSTOP);
+  for (int r = 0; r < 3; r += 2) {
+    expect_line(ring[r], "error ", 15, line, sizeof line);
+    char status[64];
+    int failed_rank = -9;
+    long long at = 0;
+    assert_int_equal(sscanf(line, "error %63s %d %lld", status, &failed_rank, &at), 3);
+    double after_s = (double)(at - stopped_at) / 1e9;
+    print_message("rank %d: %s naming %d after %.3f s: %s\n", r, status, failed_rank, after_s, line);
+    assert_string_equal(status, "KOLO_ERR_PEER_LOST");
+    assert_int_equal(failed_rank, 1);
+    /* 0.5 s, stretched by late beats on a loaded machine; the collective timeout is 30 s */
+    if (after_s > 2 * DETECTION_BOUND_S + 1.0) fail_msg("found after %.3f s", after_s);
+  }
+  kill(ring[1]->pid, SIGKILL);
+  kill(ring[1]->pid, SIGCONT);
+}
+
 int main(int argc, char **argv) {
   const char *dir = getenv("KOLO_TEST_DIR");
   snprintf(rank_path, sizeof rank_path, "%s/collective_failure_rank", dir ? dir : ".");
@@ -366,6 +395,7 @@ int main(int argc, char **argv) {
           a_wrong_secret_and_a_stale_epoch_never_join_and_the_ring_still_forms, setup, teardown),
       cmocka_unit_test_setup_teardown(
           abort_from_another_thread_ends_a_pending_wait_and_the_next_epoch_works, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_silent_peer_is_found_by_the_beat_of_both_neighbours, setup, teardown),
       cmocka_unit_test_setup_teardown(a_silent_peer_trips_the_timeout, setup, teardown),
   };
   const struct CMUnitTest refusal_codes_tests[] = {

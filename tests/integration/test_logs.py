@@ -16,7 +16,7 @@ import unittest
 import grpc
 
 from kolo_cluster import Cluster
-from test_server_support import Client, curl, kolo, main, pb, wait_for
+from test_server_support import Client, Server, curl, kolo, main, pb, wait_for
 
 LINES = 5
 
@@ -204,6 +204,37 @@ class LogsTest(unittest.TestCase):
             code, body = curl(self.server.http_port, path)
             self.assertEqual(code, want, path)
             self.assertIn("error", body, path)
+
+    def test_logs_need_the_server_s_token_like_every_other_route(self):
+        token_file = os.path.join(self.cluster.root, "token")
+        with open(token_file, "w") as f:
+            f.write("logs-t0ken\n")
+        guarded = Server(self.cluster.etcd.url, "--token-file", token_file)
+        try:
+            for token, want in ((None, grpc.StatusCode.UNAUTHENTICATED), ("wrong", grpc.StatusCode.UNAUTHENTICATED)):
+                client = Client(guarded.grpc_target, token=token)
+                fn = client.channel.unary_stream("/kolo.v1.JobService/StreamLogs",
+                                                 request_serializer=lambda m: m.SerializeToString(),
+                                                 response_deserializer=pb.LogChunk.FromString)
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    list(fn(pb.StreamLogsRequest(id="done-1"), timeout=10, metadata=client.metadata))
+                self.assertEqual(ctx.exception.code(), want)
+                client.close()
+            client = Client(guarded.grpc_target, token="logs-t0ken")
+            fn = client.channel.unary_stream("/kolo.v1.JobService/StreamLogs",
+                                             request_serializer=lambda m: m.SerializeToString(),
+                                             response_deserializer=pb.LogChunk.FromString)
+            texts = [l.text.decode() for c in fn(pb.StreamLogsRequest(id="done-1", ranks=[0]), timeout=30,
+                                                 metadata=client.metadata) for l in c.lines]
+            self.assertEqual(texts, expected(0))
+            client.close()
+            code, body = curl(guarded.http_port, "/v1/jobs/done-1/logs")
+            self.assertEqual((code, body["error"]["code"]), (401, "UNAUTHENTICATED"))
+            code, text = curl(guarded.http_port, "/v1/jobs/done-1/logs?rank=1",
+                              headers=["Authorization: Bearer logs-t0ken"])
+            self.assertEqual((code, text.splitlines()), (200, expected(1)))
+        finally:
+            self.assertEqual(guarded.terminate(), 0)
 
     # ---- bounded memory ----
 

@@ -2,6 +2,7 @@
 (one epoch here), then keeps etcd, kolo-server and the workers up; the printed URL serves the
 dashboard, the job is there with its metrics history; SIGINT (Ctrl-C) stops every process it
 started and the script exits with the job's verdict (0)."""
+import json
 import os
 import re
 import signal
@@ -13,6 +14,16 @@ import urllib.request
 
 BIN = os.environ.get("KOLO_BIN_DIR", "build/bin")
 SRC = os.environ.get("KOLO_SOURCE_DIR", ".")
+
+
+def wait_for(fn, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
 
 
 def get(url):
@@ -47,10 +58,14 @@ class QuickstartKeepUpTest(unittest.TestCase):
             self.assertEqual(status, 200)
             self.assertTrue(kind.startswith("text/html"))
             self.assertIn("/ui/app.js", page)
-            _, _, body = get(api + "/v1/jobs/" + job)
-            self.assertIn('"phase":"SUCCEEDED"', body)
-            _, _, metrics = get(api + "/v1/jobs/%s/metrics" % job)
-            self.assertGreaterEqual(metrics.count('"step"'), 2)
+            final = json.loads(get(api + "/v1/jobs/" + job)[2])["status"]
+            self.assertEqual(final["phase"], "SUCCEEDED")
+
+            def recorded():  # the recorder writes the job's last progress within an interval
+                points = json.loads(get(api + "/v1/jobs/%s/metrics" % job)[2])["points"]
+                return points if points and points[-1]["step"] == final["progress"]["step"] else None
+            points = wait_for(recorded, 30, "the job's final step in its metrics history")
+            self.assertEqual(points[0]["step"], min(p["step"] for p in points))
             time.sleep(1.5)
             self.assertIsNone(proc.poll(), "the script must still be up")
             proc.send_signal(signal.SIGINT)

@@ -52,6 +52,13 @@ def memory_kib(pid):
     return values["VmHWM"], values["VmRSS"]
 
 
+def sanitized(pid):
+    """Whether the process runs under AddressSanitizer: its quarantine and redzones make
+    memory figures meaningless, so the memory bounds are checked in the release build only."""
+    with open("/proc/%d/maps" % pid) as f:
+        return "libasan" in f.read()
+
+
 def peak_rss_kb(pid):
     """The process's peak resident memory (VmHWM) in KiB."""
     with open("/proc/%d/status" % pid) as f:
@@ -100,7 +107,8 @@ class HardeningTest(unittest.TestCase):
         self.assertEqual(rest[-1].status.phase, pb.CANCELLED)
         self.assertEqual(len(rest[-1].events), changes + 2)  # SUBMITTED, the SCALEDs, CANCELLED
         self.assertLess(len(rest), changes + 1)  # intermediate versions were coalesced
-        self.assertLess(grown_mb, 25)
+        if not sanitized(self.srv.proc.pid):
+            self.assertLess(grown_mb, 25)
 
     def test_head_is_get_without_a_body_and_a_wrong_method_is_405_with_allow(self):
         """#12 item 7: HEAD answered 404 on every route, and a wrong method on a known route
@@ -255,7 +263,8 @@ class HardeningTest(unittest.TestCase):
         # the message limit (4 MiB) bounds what one request may cost; before: +70 MB and +205 MB
         grown = peak_after - peak_before
         print("gzip 64+128 MiB: peak %d -> %d KiB (+%d KiB), rss %d KiB" % (peak_before, peak_after, grown, rss_after))
-        self.assertLess(grown, 16 << 10)
+        if not sanitized(self.srv.proc.pid):
+            self.assertLess(grown, 16 << 10)
         channel.close()
         self.assertNotIn("gzip-64", self.job_ids())
 

@@ -54,6 +54,7 @@ def status(step, epoch=1, members=2, total=600):
         "members": [{"worker_id": "w%d" % i, "rank": i} for i in range(members)],
         "updated_unix_ms": int(time.time() * 1000),
         "progress": {"step": step, "total_steps": total, "loss": 2.0 / (1 + step), "accuracy": step / total,
+                     "train_accuracy": 0.5 + step / total / 4, "test_accuracy": 0.25 + step / total / 2,
                      "samples_per_sec": 1000.0 + step}})
 
 
@@ -124,6 +125,8 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual((newest["epoch"], newest["ring_size"]), (2, 1))
         self.assertAlmostEqual(newest["loss"], 2.0 / 121)
         self.assertAlmostEqual(newest["samples_per_sec"], 1120.0)
+        self.assertAlmostEqual(newest["train_accuracy"], 0.5 + 120 / 600 / 4)
+        self.assertAlmostEqual(newest["test_accuracy"], 0.25 + 120 / 600 / 2)
         self.assertEqual(self.kv.count("/kolo/v1/metrics/m-1/"), len(points), "thinned points are deleted")
         # the point where the ring re-formed (epoch 1 -> 2) is among the kept ones
         self.assertTrue(any(a["epoch"] == 1 and b["epoch"] == 2 for a, b in zip(points, points[1:])))

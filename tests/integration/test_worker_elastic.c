@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -22,7 +25,32 @@ static int setup(void **state) {
   return c && cluster_start(c, 1) == 0 ? 0 : -1;
 }
 
+/* Busy loops that load both cores (the load test); killed in teardown too. */
+static pid_t hogs[2];
+
+static void start_hogs(void) {
+  for (int i = 0; i < 2; i++) {
+    hogs[i] = fork();
+    if (hogs[i] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      for (volatile unsigned long spin = 0;; spin++) {
+      }
+    }
+  }
+}
+
+static void stop_hogs(void) {
+  for (int i = 0; i < 2; i++) {
+    if (hogs[i] > 0) {
+      kill(hogs[i], SIGKILL);
+      waitpid(hogs[i], NULL, 0);
+    }
+    hogs[i] = 0;
+  }
+}
+
 static int teardown(void **state) {
+  stop_hogs();
   cluster *c = *state;
   if (c) cluster_stop(c);
   free(c);
@@ -78,16 +106,84 @@ static void a_killed_worker_is_left_behind_and_the_result_stays_exact(void **sta
   json_t *lost = cluster_event(job, "WORKER_LOST", 2);
   assert_non_null(lost);
   assert_non_null(strstr(json_string_value(json_object_get(lost, "message")), "w2"));
-  /* the ring neighbours told the coordinator: no wait for the 2 s lease TTL */
+  /* the ring neighbours told the coordinator: no wait for the 2 s lease TTL. The
+   * reason says which path found it, and the bound is below what the lease path
+   * can reach (the lease ends 2 s after its last renewal, renewals every 667 ms:
+   * at the earliest 1333 ms after the kill) */
+  const char *message = json_string_value(json_object_get(lost, "message"));
+  assert_non_null(strstr(message, "w2 (its ring neighbours lost it at epoch 1)"));
+  assert_null(strstr(message, "lease expired"));
   int64_t detected = json_integer_value(json_object_get(lost, "time_unix_ms")) - killed_at;
   printf("worker lost after %lld ms\n", (long long)detected);
-  assert_true(detected < 1500);
+  assert_true(detected < 1300);
   assert_non_null(cluster_event(job, "RING_FORMED", 2));
   json_decref(job);
   job = cluster_wait_phase(c, "kill", "SUCCEEDED", 2, 30000);
   assert_string_equal(phase(job), "SUCCEEDED");
   assert_int_equal(status_int(job, "reconfigurations"), 1);
   assert_int_equal(cluster_results(c, "kill", 200), 2);
+  json_decref(job);
+}
+
+/* A host that vanishes silently: the agent and its process stopped (no socket
+ * closes). The neighbours' liveness beat finds it well before its lease ends;
+ * when it comes back, its process is fenced out (the ring moved on), stopped,
+ * and the worker rejoins the job as a newcomer. */
+static void a_stopped_worker_is_found_by_the_ring_beat_and_rejoins_when_it_wakes(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(cluster_submit(c, "pause", 2, 3, 300, 20, ""), 0);
+  assert_int_equal(cluster_wait_step(c, "pause", 10, 30000), 0);
+  pid_t process = cluster_job_pid("pause", "w2");
+  assert_true(process > 0);
+  int64_t stopped_at = cluster_now_ms();
+  kill(process, SIGSTOP);
+  cluster_signal_worker(c, 2, SIGSTOP);
+  json_t *job = cluster_wait_phase(c, "pause", "RUNNING", 2, 20000);
+  assert_int_equal(status_int(job, "epoch"), 2);
+  assert_int_equal(member_count(job), 2);
+  json_t *lost = cluster_event(job, "WORKER_LOST", 2);
+  assert_non_null(lost);
+  const char *message = json_string_value(json_object_get(lost, "message"));
+  printf("%s\n", message);
+  assert_non_null(strstr(message, "w2 (its ring neighbours lost it at epoch 1)"));
+  int64_t detected = json_integer_value(json_object_get(lost, "time_unix_ms")) - stopped_at;
+  printf("stopped worker lost after %lld ms (the lease path: at least 1333 ms)\n", (long long)detected);
+  assert_true(detected < 1300);
+  json_decref(job);
+  /* it wakes: its old process finds the ring gone and stops; the worker comes back */
+  cluster_signal_worker(c, 2, SIGCONT);
+  kill(process, SIGCONT);
+  job = cluster_wait_phase(c, "pause", "RUNNING", 3, 20000);
+  if (member_count(job) != 3) cluster_print_job(job);
+  assert_int_equal(member_count(job), 3);
+  assert_non_null(cluster_event(job, "WORKER_JOINED", 3));
+  json_decref(job);
+  job = cluster_wait_phase(c, "pause", "SUCCEEDED", 3, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(cluster_results(c, "pause", 300), 3);
+  json_decref(job);
+}
+
+/* The beat must not take a live but slow worker for a dead one: a busy job of
+ * three workers next to two busy loops (both cores fully loaded) finishes at
+ * epoch 1 with no loss. */
+static void full_cpu_load_on_both_cores_loses_no_worker(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  start_hogs();
+  int64_t started = cluster_now_ms();
+  assert_int_equal(cluster_submit(c, "load", 3, 3, 1500, 5, ""), 0);
+  json_t *job = cluster_wait_phase(c, "load", "SUCCEEDED", 1, 120000);
+  int64_t took = cluster_now_ms() - started;
+  stop_hogs();
+  if (strcmp(phase(job), "SUCCEEDED") != 0 || status_int(job, "epoch") != 1) cluster_print_job(job);
+  printf("1500 steps under full load in %lld ms\n", (long long)took);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(status_int(job, "epoch"), 1);
+  assert_int_equal(status_int(job, "reconfigurations"), 0);
+  assert_null(cluster_event(job, "WORKER_LOST", 0));
+  assert_int_equal(cluster_results(c, "load", 1500), 3);
   json_decref(job);
 }
 
@@ -189,6 +285,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_three_worker_job_finishes_with_the_exact_result, setup, teardown),
       cmocka_unit_test_setup_teardown(a_killed_worker_is_left_behind_and_the_result_stays_exact, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_stopped_worker_is_found_by_the_ring_beat_and_rejoins_when_it_wakes, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(full_cpu_load_on_both_cores_loses_no_worker, setup, teardown),
       cmocka_unit_test_setup_teardown(a_fourth_worker_joins_a_job_below_max_workers, setup, teardown),
       cmocka_unit_test_setup_teardown(a_draining_worker_leaves_at_once_and_exits_zero, setup, teardown),
       cmocka_unit_test_setup_teardown(a_crashed_process_is_reported_and_its_worker_rejoins, setup, teardown),

@@ -69,7 +69,10 @@ static void a_status_without_progress_is_no_point_and_one_with_progress_maps_eve
   progress.loss = 0.5;
   progress.accuracy = 0.8;
   progress.samples_per_sec = 900;
+  progress.train_accuracy = 0.85;
+  progress.test_accuracy = 0.75;
   assert_true(kolo_server_history_point_of(&st, &p));
+  assert_true(p.train_accuracy == 0.85 && p.test_accuracy == 0.75);
   assert_int_equal(p.step, 40);
   assert_int_equal(p.time_unix_ms, 1234);
   assert_true(p.loss == 0.5 && p.accuracy == 0.8 && p.samples_per_sec == 900);

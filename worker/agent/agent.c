@@ -624,7 +624,13 @@ static kolo_status setup_logs(agent *a) {
   kolo_agent_logserver_config sc = {listen, a->logs_token, a->logstore};
   int port = 0;
   rc = kolo_agent_logserver_start(&sc, &a->logserver, &port);
-  if (rc != KOLO_OK) return rc;
+  if (rc != KOLO_OK && o->logs_listen[0]) return rc; /* asked for: a mistake to report */
+  if (rc != KOLO_OK) {
+    /* e.g. an IPv6 --advertise: output is still captured (and in failure reports), not served */
+    KOLO_LOGW(LOG, "cannot serve job logs on %s (give --logs-listen HOST:PORT); kolo logs will not reach this worker",
+              listen);
+    return KOLO_OK;
+  }
   snprintf(a->logs_url, sizeof a->logs_url, "http://%.*s:%d", host_len, o->advertise, port);
   a->record.logs_url = a->logs_url;
   a->record.logs_token = a->logs_token;

@@ -252,6 +252,39 @@ const float *kolo_train_model_logits(const kolo_train_model *m) {
   return m->act[m->layer_count];
 }
 
+/* The layers that have parameters, in order: 2 tensors each. */
+static const layer *parameter_layer(const kolo_train_model *m, size_t index, size_t *number) {
+  size_t seen = 0;
+  for (size_t l = 0; l < m->layer_count; l++) {
+    if (m->layers[l].w_count + m->layers[l].b_count == 0) continue;
+    if (seen++ == index) {
+      *number = l;
+      return &m->layers[l];
+    }
+  }
+  return NULL;
+}
+
+size_t kolo_train_model_tensor_count(const kolo_train_model *m) {
+  size_t count = 0;
+  for (size_t l = 0; l < m->layer_count; l++) {
+    count += m->layers[l].w_count + m->layers[l].b_count > 0 ? 2 : 0;
+  }
+  return count;
+}
+
+kolo_status kolo_train_model_tensor(const kolo_train_model *m, size_t i, char *name,
+                                    size_t length, size_t *offset, size_t *count) {
+  size_t number = 0;
+  const layer *l = parameter_layer(m, i / 2, &number);
+  if (l == NULL) return KOLO_ERR_INVALID_ARG;
+  int bias = i % 2 == 1;
+  snprintf(name, length, "layer%zu.%s", number, bias ? "bias" : "weight");
+  *offset = bias ? l->b_off : l->w_off;
+  *count = bias ? l->b_count : l->w_count;
+  return KOLO_OK;
+}
+
 void kolo_train_model_init_params(kolo_train_model *m, uint64_t seed) {
   kolo_train_rng rng;
   kolo_train_rng_seed(&rng, seed ^ 0x6B6F6C6F696E6974ull);

@@ -47,6 +47,13 @@ float *kolo_train_model_grads(kolo_train_model *model);
 /* "mlp:784-256-128-10" / "lenet:28x28x1-10": identifies the parameter layout. */
 const char *kolo_train_model_describe(const kolo_train_model *model);
 
+/* The parameter tensors (each layer's weight, then its bias), for collectives
+ * that name them: how many, and tensor i's name ("layer2.weight"), offset into
+ * the fused buffers and element count. KOLO_ERR_INVALID_ARG past the end. */
+size_t kolo_train_model_tensor_count(const kolo_train_model *model);
+kolo_status kolo_train_model_tensor(const kolo_train_model *model, size_t i, char *name,
+                                    size_t length, size_t *offset, size_t *count);
+
 /* He-normal weights and zero biases into the bound parameters, from seed. */
 void kolo_train_model_init_params(kolo_train_model *model, uint64_t seed);
 

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "kolo/engine.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/model.h"
 #include "worker/train/schedule.h"
@@ -49,6 +50,7 @@ struct kolo_train_trainer {
   int agreed;                   /* schedule is the ring's, checked (not only derived here) */
   uint64_t committed_step;      /* the last commit: its step and state checksum */
   uint32_t committed_checksum;
+  int named_gradients; /* SYNC averages gradients as named tensors (KOLO_TRAIN_FUSED != 0) */
 };
 
 int kolo_train_has_comm(void) {
@@ -75,6 +77,38 @@ static kolo_status comm_average(kolo_train_trainer *t, float *buffer, size_t cou
 #endif
   (void)t, (void)buffer, (void)count;
   return KOLO_OK;
+}
+
+/* SYNC's gradient average: every layer's weight and bias as a named all-reduce
+ * (engine.h), submitted in backward order (last layer first, as a framework's
+ * hooks would) and fused back into one ring all-reduce by the engine, large
+ * tensors in place. KOLO_TRAIN_FUSED=0 all-reduces the fused buffer in one
+ * unnamed call instead (the old path, for comparison). */
+static kolo_status comm_average_gradients(kolo_train_trainer *t, float *grads) {
+#ifndef KOLO_TRAIN_NO_COMM
+  if (t->comm && t->size > 1 && t->named_gradients) {
+    enum { MAX_TENSORS = 128 };
+    kolo_request *requests[MAX_TENSORS];
+    size_t n = kolo_train_model_tensor_count(t->model), submitted = 0;
+    kolo_status rc = n <= MAX_TENSORS ? KOLO_OK : KOLO_ERR_TOO_LARGE;
+    for (size_t k = 0; k < n && rc == KOLO_OK; k++) {
+      char name[64];
+      size_t offset = 0, count = 0;
+      rc = kolo_train_model_tensor(t->model, n - 1 - k, name, sizeof name, &offset, &count);
+      if (rc == KOLO_OK) {
+        rc = kolo_allreduce_named(t->comm, name, grads + offset, grads + offset, count,
+                                  KOLO_FLOAT32, KOLO_AVG, 1.0, 1.0, &requests[submitted]);
+      }
+      if (rc == KOLO_OK) submitted++;
+    }
+    for (size_t k = 0; k < submitted; k++) {
+      kolo_status waited = kolo_wait(requests[k]);
+      if (rc == KOLO_OK) rc = waited;
+    }
+    return rc;
+  }
+#endif
+  return comm_average(t, grads, t->param_count);
 }
 
 static kolo_status comm_sum_doubles(kolo_train_trainer *t, double *buffer, size_t count) {
@@ -274,6 +308,8 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
   t->out = out;
   t->rank = 0;
   t->size = 1;
+  const char *fused = getenv("KOLO_TRAIN_FUSED");
+  t->named_gradients = fused == NULL || strcmp(fused, "0") != 0;
 #ifndef KOLO_TRAIN_NO_COMM
   if (comm) {
     t->rank = kolo_comm_rank(comm);
@@ -539,9 +575,9 @@ static void report_eval(kolo_train_trainer *t, uint64_t epoch, double accuracy, 
   char json[256];
   snprintf(json, sizeof json,
            "{\"event\":\"eval\",\"epoch\":%llu,\"step\":%llu,\"accuracy\":%.6f,"
-           "\"loss\":%.6f}",
+           "\"loss\":%.6f,\"test_accuracy\":%.6f,\"test_loss\":%.6f}",
            (unsigned long long)epoch,
-           (unsigned long long)kolo_train_state_header_of(t->state)->step, accuracy, loss);
+           (unsigned long long)kolo_train_state_header_of(t->state)->step, accuracy, loss, accuracy, loss);
   report_to_agent(t, json);
   if (!t->out || t->rank != 0 || t->config.quiet) return;
   if (t->config.json) {
@@ -753,7 +789,7 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
       epoch_ended = 1;
     }
     if (!async) {
-      rc = comm_average(t, grads, t->param_count);
+      rc = comm_average_gradients(t, grads);
       if (rc != KOLO_OK) {
         rc = recover(t, rc);
         if (rc != KOLO_OK) goto out;

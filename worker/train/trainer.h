@@ -1,7 +1,8 @@
 /* kolo_train_trainer: the data-parallel training loop of kolo-train. It owns
  * the datasets, the model and the training state; with a communicator it keeps
- * replicas in step (SYNC: one fused gradient all-reduce per step; ASYNC: a
- * background model average every k steps), without one it trains alone. */
+ * replicas in step (SYNC: every layer's gradients as named all-reduces that
+ * the engine fuses into one; ASYNC: a background model average every k steps),
+ * without one it trains alone. */
 #ifndef KOLO_TRAIN_TRAINER_H
 #define KOLO_TRAIN_TRAINER_H
 
