@@ -31,9 +31,14 @@ void kolo_control_send(kolo_comm *comm, const kolo_control_message *message, int
 
 static void record_failure(kolo_comm *comm, kolo_status status, int failed_rank, int propagate,
                            int origin_rank, kolo_log_level level, const char *fmt, va_list args) {
-  int expected = 0;
-  if (!atomic_compare_exchange_strong(&comm->failed, &expected, 1)) return;
+  /* failed is set under the lock with the error itself, so a reader that sees
+   * failed and then takes the lock (kolo_comm_error) always reads the error */
   pthread_mutex_lock(&comm->error_mutex);
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&comm->failed, &expected, 1)) {
+    pthread_mutex_unlock(&comm->error_mutex);
+    return;
+  }
   comm->error = status;
   comm->failed_rank = failed_rank;
   vsnprintf(comm->error_message, sizeof comm->error_message, fmt, args);

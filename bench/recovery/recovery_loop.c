@@ -1,11 +1,15 @@
 /* The training loop the recovery benchmark runs as its exec program: every
  * step all-reduces a small vector and commits, and prints
  * "STEP <epoch> <step> <unix_ms>" once the step is done, so the benchmark can
- * see the first step completed on a new ring. Built by run.py against libkolo.
+ * see the first step completed on a new ring and count steps done twice. The
+ * lines go to $KOLO_STEP_DIR/$KOLO_WORKER_ID.steps when KOLO_STEP_DIR is set
+ * (one file per worker, appended across processes), else to stdout. Built by
+ * run.py against libkolo.
  *
  * Usage: recovery_loop STEPS LENGTH STEP_DELAY_MS */
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -31,6 +35,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "recovery_loop: %s\n", kolo_strerror(status));
     return 1;
   }
+  const char *dir = getenv("KOLO_STEP_DIR"), *worker = getenv("KOLO_WORKER_ID");
+  FILE *out = stdout;
+  if (dir != NULL && worker != NULL) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.steps", dir, worker);
+    out = fopen(path, "a");
+    if (out == NULL) out = stdout;
+  }
   double *vector = calloc(length ? length : 1, sizeof *vector);
   int64_t step = 0;
   kolo_elastic_register(elastic, &step, sizeof step);
@@ -46,15 +58,16 @@ int main(int argc, char **argv) {
     if (status != KOLO_OK) continue;
     step++;
     status = kolo_elastic_commit(elastic);
-    printf("STEP %llu %lld %lld\n", (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)),
-           (long long)step, now_ms());
-    fflush(stdout);
+    fprintf(out, "STEP %llu %lld %lld\n", (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)),
+            (long long)step, now_ms());
+    fflush(out);
     if (delay_ms > 0) {
       struct timespec pause = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
       nanosleep(&pause, NULL);
     }
   }
   free(vector);
+  if (out != stdout) fclose(out);
   kolo_elastic_destroy(elastic);
   return step == steps ? 0 : 1;
 }

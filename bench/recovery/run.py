@@ -1,18 +1,32 @@
 #!/usr/bin/python3
-"""Recovery benchmark: how long a running job needs from losing a worker to its
-next completed step on the new ring, split into detection (loss -> the
-coordinator's WORKER_LOST event) and re-form (that event -> first step done at
-the new epoch, as printed by rank 0). Starts its own etcd, kolo-server and
-kolo-workers on 127.0.0.1, runs recovery_loop as an exec job with min_workers 2
-and max_workers 3, and for each round removes one non-zero rank, then starts a
-fresh worker so the job grows back to 3 for the next round.
+"""Recovery benchmark: how fast a running elastic job gets back to training after
+its ring changes, against real etcd, kolo-server and kolo-workers on 127.0.0.1
+(started here, lease TTL --ttl). The job runs recovery_loop (a small all-reduce
+per step, --step-ms apart, every step committed) as an exec job with
+min_workers 2, max_workers 3. Each round measures from the event to the first
+step rank 0 completes on the new ring.
 
-  --mode kill   SIGKILL the worker (its process dies, its sockets close)
-  --mode stop   SIGSTOP the worker and its process (a host that vanishes silently:
-                nothing closes, only the lease TTL tells)
+  --mode kill   SIGKILL a non-zero rank's worker (its sockets close).
+  --mode stop   SIGSTOP a worker and its process (a host that vanishes silently:
+                nothing closes). The ring's liveness beat finds it
+                (KOLO_PEER_TIMEOUT, --peer-timeout, default 0.5 s); with
+                --peer-timeout 0 only the lease TTL does.
+  --mode grow   a ring of 2 and a new worker started: from starting kolo-worker
+                to the first step on the ring of 3 (registration, WORKER_JOINED,
+                re-form).
+  --mode etcd   etcd SIGKILLed and started again --outage-ms later: the job must
+                not notice; reports steps redone (target 0), re-forms and lost
+                workers (target 0) and the steps trained during the outage.
+  --mode load   no loss at all: a ring of 3 trains next to two busy loops (both
+                cores full) for --load-s seconds per round; counts WORKER_LOST
+                events, i.e. live workers taken for dead (target 0).
+  --mode all    every mode above (stop twice: beat and lease), then one table.
 
-Usage: bench/recovery/run.py [--build build] [--rounds 5] [--mode kill|stop] [--ttl 2]
-Prints one line per round and the medians, and a JSON summary on the last line."""
+Detection = event -> the scheduler's WORKER_LOST / WORKER_JOINED event;
+re-form = that event -> first step at the new epoch; total = event -> that step.
+Usage: bench/recovery/run.py [--build build] [--rounds 5] [--mode all] [--ttl 2]
+Prints one line per round, the medians per mode, the machine's load, and a JSON
+summary on the last line."""
 import argparse, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 import urllib.request
 
@@ -66,132 +80,99 @@ def job_processes(job, worker):
     return found
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--mode", choices=["kill", "stop"], default="kill")
-    ap.add_argument("--ttl", type=int, default=2)
-    ap.add_argument("--step-ms", type=int, default=10)
-    ap.add_argument("--keep", action="store_true", help="keep the temp dir")
-    args = ap.parse_args()
+def read_steps(path):
+    """[(epoch, step, unix_ms)] from a STEP file"""
+    rows = []
+    try:
+        for line in open(path):
+            parts = line.split()
+            if len(parts) == 4 and parts[0] == "STEP":
+                rows.append((int(parts[1]), int(parts[2]), int(parts[3])))
+    except OSError:
+        pass
+    return rows
 
-    tmp = tempfile.mkdtemp(prefix="kolo-recovery-")
-    procs = []
-    workers = {}
 
-    def spawn(argv, log):
-        p = subprocess.Popen(argv, stdout=open(os.path.join(tmp, log), "w"), stderr=subprocess.STDOUT)
-        procs.append(p)
+class Cluster:
+    """etcd, one kolo-server and kolo-workers in a temp dir; everything dies with stop()."""
+
+    def __init__(self, args, program, tmp, env):
+        self.args, self.program, self.tmp, self.env = args, program, tmp, env
+        self.procs, self.workers, self.next_id = [], {}, 1
+        self.steps = os.path.join(tmp, "steps")
+        os.makedirs(self.steps)
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self.etcd_argv = ["etcd", "--name", "b", "--data-dir", os.path.join(tmp, "etcd"),
+                          "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+                          "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                          "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                          "--initial-cluster", f"b=http://127.0.0.1:{peer}"]
+        self.etcd = self.spawn(self.etcd_argv, "etcd.log")
+        self.wait_etcd()
+        port_file = os.path.join(tmp, "server.ports")
+        self.spawn([os.path.join(args.build, "bin/kolo-server"), "--etcd", self.etcd_url, "--grpc-listen",
+                    "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--port-file", port_file, "--leader-ttl",
+                    str(args.ttl)], "server.log")
+        wait("server ports", lambda: os.path.exists(port_file), 20)
+        self.port = int(dict(l.strip().split("=") for l in open(port_file))["http_port"])
+        wait("leader", lambda: http(self.port, "GET", "/readyz").get("is_leader"), 20)
+
+    def spawn(self, argv, log):
+        p = subprocess.Popen(argv, stdout=open(os.path.join(self.tmp, log), "a"), stderr=subprocess.STDOUT,
+                             env=self.env)
+        self.procs.append(p)
         return p
 
-    try:
-        program = os.path.join(tmp, "recovery_loop")
-        subprocess.check_call(["cc", "-O2", "-I", os.path.join(ROOT, "include"),
-                               os.path.join(ROOT, "bench/recovery/recovery_loop.c"),
-                               "-L", os.path.join(args.build, "lib"), "-lkolo",
-                               "-Wl,-rpath," + os.path.join(args.build, "lib"), "-o", program])
-        client, peer = free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{client}"
-        spawn(["etcd", "--name", "b", "--data-dir", os.path.join(tmp, "etcd"),
-               "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-               "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-               "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-               "--initial-cluster", f"b=http://127.0.0.1:{peer}"], "etcd.log")
-        wait("etcd", lambda: urllib.request.urlopen(etcd_url + "/health", timeout=1).status == 200, 30)
-        port_file = os.path.join(tmp, "server.ports")
-        spawn([os.path.join(args.build, "bin/kolo-server"), "--etcd", etcd_url, "--grpc-listen", "127.0.0.1:0",
-               "--http-listen", "127.0.0.1:0", "--port-file", port_file, "--leader-ttl", str(args.ttl)],
-              "server.log")
-        wait("server ports", lambda: os.path.exists(port_file), 20)
-        http_port = int(dict(l.strip().split("=") for l in open(port_file))["http_port"])
-        wait("leader", lambda: http(http_port, "GET", "/readyz").get("is_leader"), 20)
+    def wait_etcd(self):
+        wait("etcd", lambda: urllib.request.urlopen(self.etcd_url + "/health", timeout=1).status == 200, 30)
 
-        def start_worker(n):
-            wid = f"w{n}"
-            work = os.path.join(tmp, wid)
-            workers[wid] = spawn([os.path.join(args.build, "bin/kolo-worker"), "--etcd", etcd_url,
-                                  "--advertise", f"127.0.0.1:{free_port()}", "--id", wid,
-                                  "--lease-ttl", str(args.ttl), "--work-dir", work], wid + ".log")
-            return wid
+    def start_worker(self):
+        wid = f"w{self.next_id}"
+        self.next_id += 1
+        self.workers[wid] = self.spawn([os.path.join(self.args.build, "bin/kolo-worker"), "--etcd", self.etcd_url,
+                                        "--advertise", f"127.0.0.1:{free_port()}", "--id", wid, "--lease-ttl",
+                                        str(self.args.ttl), "--work-dir", os.path.join(self.tmp, wid)],
+                                       wid + ".log")
+        return wid
 
-        next_id = 1
-        for _ in range(3):
-            start_worker(next_id)
-            next_id += 1
-        job = "bench"
-        http(http_port, "POST", "/v1/jobs", {
-            "id": job, "name": "recovery", "min_workers": 2, "max_workers": 3,
-            "max_reconfigurations": 1000,
-            "exec": {"argv": [program, "100000000", "1024", str(args.step_ms)]}})
+    def submit(self, job):
+        http(self.port, "POST", "/v1/jobs", {
+            "id": job, "name": "recovery", "min_workers": 2, "max_workers": 3, "max_reconfigurations": 1000,
+            "exec": {"argv": [self.program, "100000000", "1024", str(self.args.step_ms)],
+                     "env": {"KOLO_STEP_DIR": self.steps}}})
 
-        def status():
-            return http(http_port, "GET", f"/v1/jobs/{job}")
+    def status(self, job):
+        return http(self.port, "GET", f"/v1/jobs/{job}")
 
-        def full_ring():
-            j = status()
-            s = j["status"]
-            return j if s["phase"] == "RUNNING" and len(s["members"]) == 3 else None
+    def ring(self, job, size):
+        j = self.status(job)
+        s = j["status"]
+        return j if s["phase"] == "RUNNING" and len(s["members"]) == size else None
 
-        rows = []
-        for round_no in range(args.rounds):
-            j = wait("a full ring", full_ring, 60)
-            epoch = j["status"]["epoch"]
-            rank0 = j["status"]["members"][0]["worker_id"]
-            victim = j["status"]["members"][1 + round_no % 2]["worker_id"]
-            log = os.path.join(tmp, rank0, f"{job}.log")
-            # let the ring run a moment on this epoch
-            wait("steps at the epoch", lambda: any(l.startswith(f"STEP {epoch} ") for l in open(log)), 30)
-            time.sleep(0.5)
-            seen_events = len(j["events"])
-            victim_pids = job_processes(job, victim)
-            t0 = now_ms()
-            if args.mode == "kill":
-                workers[victim].kill()
-                workers[victim].wait()
-            else:
-                workers[victim].send_signal(signal.SIGSTOP)
-                for pid in victim_pids:
-                    os.kill(pid, signal.SIGSTOP)
+    def step_file(self, worker):
+        return os.path.join(self.steps, worker + ".steps")
 
-            def lost_event():
-                for e in status()["events"][seen_events:]:
-                    if e["type"] == "WORKER_LOST":
-                        return e
-                return None
+    def event_after(self, job, seen, kind):
+        for e in self.status(job)["events"][seen:]:
+            if e["type"] == kind:
+                return e
+        return None
 
-            event = wait("WORKER_LOST", lost_event, 60)
-            new_epoch = event["epoch"]
+    def first_step(self, worker, epoch):
+        for e, _, at in read_steps(self.step_file(worker)):
+            if e >= epoch:
+                return at
+        return None
 
-            def first_step():
-                for line in open(log):
-                    parts = line.split()
-                    if len(parts) == 4 and parts[0] == "STEP" and int(parts[1]) >= new_epoch:
-                        return int(parts[3])
-                return None
+    def settle(self, job, j):
+        """lets the ring run a moment at its epoch (rank 0 stepping there)"""
+        epoch, rank0 = j["status"]["epoch"], j["status"]["members"][0]["worker_id"]
+        wait("steps at the epoch", lambda: any(e == epoch for e, _, _ in read_steps(self.step_file(rank0))), 30)
+        time.sleep(0.5)
 
-            t_step = wait("a step on the new ring", first_step, 60)
-            detection = event["time_unix_ms"] - t0
-            reform = t_step - event["time_unix_ms"]
-            rows.append((detection, reform, t_step - t0))
-            print(f"round {round_no + 1}: {args.mode} {victim} at epoch {epoch}: detection {detection} ms, "
-                  f"re-form {reform} ms, total {t_step - t0} ms", flush=True)
-            if args.mode == "stop":
-                for pid in victim_pids:
-                    os.kill(pid, signal.SIGKILL)
-                workers[victim].kill()
-                workers[victim].wait()
-            start_worker(next_id)
-            next_id += 1
-
-        med = [statistics.median(c) for c in zip(*rows)]
-        print(f"median over {len(rows)} rounds ({args.mode}, lease TTL {args.ttl} s): detection {med[0]:.0f} ms, "
-              f"re-form {med[1]:.0f} ms, total {med[2]:.0f} ms")
-        print(json.dumps({"mode": args.mode, "ttl_s": args.ttl, "rounds": len(rows),
-                          "median_detection_ms": med[0], "median_reform_ms": med[1], "median_total_ms": med[2],
-                          "rounds_ms": rows}))
-    finally:
-        for p in reversed(procs):
+    def stop(self):
+        for p in reversed(self.procs):
             if p.poll() is None:
                 try:
                     p.send_signal(signal.SIGCONT)
@@ -199,10 +180,203 @@ def main():
                     pass
                 p.kill()
                 p.wait()
+
+
+def loss_round(c, job, round_no, mode):
+    j = wait("a full ring", lambda: c.ring(job, 3), 60)
+    c.settle(job, j)
+    j = c.status(job)
+    rank0 = j["status"]["members"][0]["worker_id"]
+    victim = j["status"]["members"][1 + round_no % 2]["worker_id"]
+    seen = len(j["events"])
+    victim_pids = job_processes(job, victim)
+    t0 = now_ms()
+    if mode == "kill":
+        c.workers[victim].kill()
+        c.workers[victim].wait()
+    else:
+        c.workers[victim].send_signal(signal.SIGSTOP)
+        for pid in victim_pids:
+            os.kill(pid, signal.SIGSTOP)
+    event = wait("WORKER_LOST", lambda: c.event_after(job, seen, "WORKER_LOST"), 60)
+    t_step = wait("a step on the new ring", lambda: c.first_step(rank0, event["epoch"]), 60)
+    if mode == "stop":
+        for pid in victim_pids:
+            os.kill(pid, signal.SIGKILL)
+        c.workers[victim].kill()
+        c.workers[victim].wait()
+    c.start_worker()  # the job grows back to 3 for the next round
+    why = "neighbours" if "ring neighbours" in event["message"] else (
+        "lease" if "lease expired" in event["message"] else "other")
+    return {"detection_ms": event["time_unix_ms"] - t0, "reform_ms": t_step - event["time_unix_ms"],
+            "total_ms": t_step - t0, "found_by": why, "victim": victim}
+
+
+def grow_round(c, job, round_no):
+    j = wait("a ring of 2", lambda: c.ring(job, 2), 60)
+    c.settle(job, j)
+    j = c.status(job)
+    rank0 = j["status"]["members"][0]["worker_id"]
+    seen = len(j["events"])
+    t0 = now_ms()
+    wid = c.start_worker()
+    event = wait("WORKER_JOINED", lambda: c.event_after(job, seen, "WORKER_JOINED"), 60)
+    t_step = wait("a step on the ring of 3", lambda: c.first_step(rank0, event["epoch"]), 60)
+    # back to 2 for the next round: the newcomer leaves (SIGKILL: a loss, re-formed fast)
+    j3 = wait("the ring of 3 running", lambda: c.ring(job, 3), 60)
+    c.workers[wid].kill()
+    c.workers[wid].wait()
+    return {"detection_ms": event["time_unix_ms"] - t0, "reform_ms": t_step - event["time_unix_ms"],
+            "total_ms": t_step - t0, "epoch": j3["status"]["epoch"]}
+
+
+def etcd_round(c, job, round_no):
+    j = wait("a full ring", lambda: c.ring(job, 3), 60)
+    c.settle(job, j)
+    j = c.status(job)
+    epoch, rank0 = j["status"]["epoch"], j["status"]["members"][0]["worker_id"]
+    seen, reconfigurations = len(j["events"]), j["status"].get("reconfigurations", 0)
+    pids = {w["worker_id"]: job_processes(job, w["worker_id"]) for w in j["status"]["members"]}
+    t0 = now_ms()
+    c.etcd.kill()
+    c.etcd.wait()
+    time.sleep(c.args.outage_ms / 1000.0)
+    c.etcd = c.spawn(c.etcd_argv, "etcd.log")
+    c.wait_etcd()
+    back = now_ms()
+    time.sleep(c.args.ttl + 1.0)  # past another TTL: an agent giving up would have acted by now
+    after = c.status(job)
+    steps = [s for s in read_steps(c.step_file(rank0)) if s[2] >= t0 - 1000]
+    redone, high = 0, -1
+    for _, step, _ in steps:
+        if step <= high:
+            redone += 1
+        high = max(high, step)
+    during = sum(1 for _, _, at in steps if t0 <= at <= back)
+    same = all(job_processes(job, w) == p for w, p in pids.items())
+    lost = sum(1 for e in after["events"][seen:] if e["type"] in ("WORKER_LOST", "RING_STALLED"))
+    return {"outage_ms": back - t0, "steps_redone": redone, "steps_during_outage": during,
+            "reconfigurations": after["status"].get("reconfigurations", 0) - reconfigurations,
+            "epoch_changes": after["status"]["epoch"] - epoch, "workers_lost": lost, "same_processes": same}
+
+
+def load_round(c, job, round_no):
+    j = wait("a full ring", lambda: c.ring(job, 3), 60)
+    c.settle(job, j)
+    j = c.status(job)
+    seen, epoch, rank0 = len(j["events"]), j["status"]["epoch"], j["status"]["members"][0]["worker_id"]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    t0 = now_ms()
+    try:
+        time.sleep(c.args.load_s)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    after = c.status(job)
+    lost = [e for e in after["events"][seen:] if e["type"] in ("WORKER_LOST", "RING_STALLED")]
+    steps = sum(1 for e, _, at in read_steps(c.step_file(rank0)) if at >= t0)
+    return {"seconds": c.args.load_s, "workers_lost": len(lost), "epoch_changes": after["status"]["epoch"] - epoch,
+            "steps": steps, "load_average": round(os.getloadavg()[0], 1)}
+
+
+def run_mode(args, program, mode, peer_timeout):
+    tmp = tempfile.mkdtemp(prefix="kolo-recovery-")
+    env = dict(os.environ)
+    if peer_timeout is not None:
+        env["KOLO_PEER_TIMEOUT"] = str(peer_timeout)
+    c = None
+    try:
+        c = Cluster(args, program, tmp, env)
+        job = "bench"
+        for _ in range(2 if mode == "grow" else 3):
+            c.start_worker()
+        c.submit(job)
+        rows = []
+        label = mode if mode != "stop" else ("stop, beat" if peer_timeout != 0 else "stop, lease only")
+        for r in range(args.rounds):
+            if mode in ("kill", "stop"):
+                row = loss_round(c, job, r, mode)
+            elif mode == "grow":
+                row = grow_round(c, job, r)
+            elif mode == "load":
+                row = load_round(c, job, r)
+            else:
+                row = etcd_round(c, job, r)
+            rows.append(row)
+            print(f"{label} round {r + 1}: " + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+        return label, rows
+    finally:
+        if c:
+            c.stop()
         if args.keep:
             print("kept", tmp, file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def median(rows, key):
+    return statistics.median(r[key] for r in rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--mode", choices=["kill", "stop", "grow", "etcd", "load", "all"], default="all")
+    ap.add_argument("--load-s", type=int, default=20, help="--mode load: seconds per round")
+    ap.add_argument("--ttl", type=int, default=2)
+    ap.add_argument("--step-ms", type=int, default=10)
+    ap.add_argument("--peer-timeout", type=float, default=None,
+                    help="KOLO_PEER_TIMEOUT for the workers in seconds (0: lease only; default: libkolo's 0.5)")
+    ap.add_argument("--outage-ms", type=int, default=1000, help="--mode etcd: etcd down this long")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dirs")
+    args = ap.parse_args()
+
+    build_dir = tempfile.mkdtemp(prefix="kolo-recovery-build-")
+    try:
+        program = os.path.join(build_dir, "recovery_loop")
+        subprocess.check_call(["cc", "-O2", "-I", os.path.join(ROOT, "include"),
+                               os.path.join(ROOT, "bench/recovery/recovery_loop.c"),
+                               "-L", os.path.join(args.build, "lib"), "-lkolo",
+                               "-Wl,-rpath," + os.path.join(args.build, "lib"), "-o", program])
+        if args.mode == "all":
+            plan = [("kill", None), ("stop", args.peer_timeout), ("stop", 0), ("grow", None), ("etcd", None),
+                    ("load", args.peer_timeout)]
+        else:
+            plan = [(args.mode, args.peer_timeout)]
+        load_before = os.getloadavg()
+        results = [run_mode(args, program, mode, timeout) for mode, timeout in plan]
+        load_after = os.getloadavg()
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+
+    print(f"\nrecovery, lease TTL {args.ttl} s, {args.rounds} rounds per mode, step every {args.step_ms} ms; "
+          f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after, {os.cpu_count()} CPUs")
+    print(f"| {'event':<24} | {'detection ms':>12} | {'re-form ms':>10} | {'total ms':>8} | notes |")
+    print(f"|{'-' * 26}|{'-' * 14}|{'-' * 12}|{'-' * 10}|-------|")
+    summary = []
+    for label, rows in results:
+        if label == "load":
+            note = (f"{sum(r['seconds'] for r in rows)} s next to two busy loops: workers lost "
+                    f"{sum(r['workers_lost'] for r in rows)}, re-forms {sum(r['epoch_changes'] for r in rows)}, "
+                    f"load average up to {max(r['load_average'] for r in rows)}")
+            print(f"| {'full CPU load':<24} | {'-':>12} | {'-':>10} | {'-':>8} | {note} |")
+        elif label == "etcd":
+            note = (f"outage {median(rows, 'outage_ms'):.0f} ms: steps redone {sum(r['steps_redone'] for r in rows)}, "
+                    f"re-forms {sum(r['epoch_changes'] for r in rows)}, lost {sum(r['workers_lost'] for r in rows)}, "
+                    f"same processes {all(r['same_processes'] for r in rows)}, "
+                    f"steps during the outage (median) {median(rows, 'steps_during_outage'):.0f}")
+            print(f"| {'etcd restart mid-job':<24} | {'-':>12} | {'-':>10} | {'-':>8} | {note} |")
+        else:
+            notes = ""
+            if "found_by" in rows[0]:
+                notes = "found by " + ", ".join(sorted({r["found_by"] for r in rows}))
+            print(f"| {label:<24} | {median(rows, 'detection_ms'):>12.0f} | {median(rows, 'reform_ms'):>10.0f} | "
+                  f"{median(rows, 'total_ms'):>8.0f} | {notes} |")
+        summary.append({"mode": label, "rounds": rows})
+    print(json.dumps({"ttl_s": args.ttl, "step_ms": args.step_ms, "load": [load_before[0], load_after[0]],
+                      "modes": summary}))
 
 
 if __name__ == "__main__":
