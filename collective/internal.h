@@ -233,6 +233,8 @@ struct kolo_comm {
   kolo_direction next; /* we send data to rank + 1 */
   kolo_direction prev; /* we receive data from rank - 1 */
   size_t bulk_min_bytes; /* operations of at least this many bytes use the bulk channels */
+  int64_t spin_ns;        /* the most a stalled transfer busy-polls before sleeping in poll */
+  int64_t spin_budget_ns; /* what it busy-polls now (ring.c adapts it; the runner's only) */
   kolo_control_link control[2];   /* [0] to rank + 1, [1] to rank - 1 */
   atomic_int peer_timeout_ms;     /* beat.c: a neighbour silent this long is lost (0: never) */
 

@@ -51,6 +51,7 @@ struct http_logs {
 typedef struct request {
   char *body;
   size_t len, cap;
+  size_t uri_bytes; /* the raw request URI's length */
   int too_large;
   int called;      /* on_request has seen this request once */
   int nul_escape;  /* the raw URL holds %00: unescaped, it would cut the path or a value short */
@@ -639,6 +640,57 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
   json_decref(obj);
 }
 
+/* kolo's own limits on a request's URI and headers, answered as JSON 414/431. They sit
+ * well inside libmicrohttpd's per-connection buffer (HTTP_CONNECTION_BUFFER), so only a
+ * request larger than that buffer still meets libmicrohttpd's own HTML answer. */
+#define HTTP_MAX_URI_BYTES 8192
+#define HTTP_MAX_HEADER_BYTES 16384
+#define HTTP_CONNECTION_BUFFER (128 * 1024)
+
+static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  (void)kind;
+  *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4; /* "key: value\r\n" */
+  return MHD_YES;
+}
+
+/* Queues a JSON error answer at once (before any body is read). */
+static enum MHD_Result queue_json_error(struct MHD_Connection *conn, unsigned status, const char *code,
+                                        const char *message) {
+  json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message);
+  char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+  json_decref(obj);
+  if (text == NULL) return MHD_NO;
+  struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+  if (resp == NULL) {
+    free(text);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, "Content-Type", "application/json");
+  MHD_add_response_header(resp, "Connection", "close");
+  enum MHD_Result ret = MHD_queue_response(conn, status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+/* 414/431 as JSON for a URI or header block over kolo's limits; MHD_YES = within them. */
+static enum MHD_Result check_request_size(struct MHD_Connection *conn, const request *req, int *refused) {
+  char message[128];
+  *refused = 1;
+  if (req->uri_bytes > HTTP_MAX_URI_BYTES) {
+    snprintf(message, sizeof message, "request URI of %zu bytes exceeds %d", req->uri_bytes, HTTP_MAX_URI_BYTES);
+    return queue_json_error(conn, 414, "INVALID_ARGUMENT", message);
+  }
+  size_t header_bytes = 0;
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_bytes, &header_bytes);
+  if (header_bytes > HTTP_MAX_HEADER_BYTES) {
+    snprintf(message, sizeof message, "request headers of %zu bytes exceed %d", header_bytes,
+             HTTP_MAX_HEADER_BYTES);
+    return queue_json_error(conn, 431, "INVALID_ARGUMENT", message);
+  }
+  *refused = 0;
+  return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
@@ -648,7 +700,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (req == NULL) return MHD_NO; /* on_uri could not allocate it */
   if (!req->called) {
     req->called = 1;
-    return MHD_YES;
+    int refused = 0;
+    enum MHD_Result checked = check_request_size(conn, req, &refused);
+    return refused ? checked : MHD_YES;
   }
   if (*upload_data_size > 0) {
     size_t n = *upload_data_size;
@@ -736,6 +790,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
   request *req = calloc(1, sizeof *req);
   if (req == NULL) return NULL;
   clock_gettime(CLOCK_MONOTONIC, &req->started);
+  req->uri_bytes = uri ? strlen(uri) : 0;
   for (const char *p = uri; p && (p = strchr(p, '%')) != NULL; p++)
     if (p[1] == '0' && p[2] == '0') req->nul_escape = 1;
   return req;
@@ -798,6 +853,7 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
       flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
       MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_BUFFER,
       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
       MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
       MHD_OPTION_ARRAY, config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
