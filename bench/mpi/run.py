@@ -11,7 +11,10 @@ size and path, the median over the runs of both times and the ratio MPI time / k
 (above 1.00x = kolo faster), plus the load average at start and end.
 
 Usage: bench/mpi/run.py [--runs N] [--ranks N] [--sizes 4K:64M:4] [--iters N] [--warmups N]
-                        [--paths tcp,shm]
+                        [--paths tcp,shm] [--rt]
+--rt runs both sides under `chrt -f 10` (root): on a machine loaded by others, the two
+programs then get the cores as on a quiet one (for A/B runs; the figures that count are
+taken on a quiet machine without it).
 Binaries from $KOLO_BIN_DIR (default build/bin). Exit 1 when a run fails or returns wrong
 results."""
 import argparse
@@ -24,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.environ.get("KOLO_BIN_DIR", os.path.join(ROOT, "build", "bin"))
 PATHS = {"tcp": ("TCP (KOLO_SHM=0 vs btl tcp,self)", {"KOLO_SHM": "0"}, "tcp,self"),
          "shm": ("one host (kolo default vs btl vader,self)", {}, "vader,self")}
+OPTIONS = argparse.Namespace(rt=False)
 
 
 def parse_rows(text):
@@ -44,6 +48,8 @@ def sweep_args(o):
 
 
 def run(command, env_extra):
+    if OPTIONS.rt:
+        command = ["chrt", "-f", "10"] + command
     env = dict(os.environ)
     env.update(env_extra)
     out = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
@@ -65,7 +71,7 @@ def run_kolo(o, path):
 
 
 def run_mpi(o, path):
-    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(o.ranks),
+    command = ["mpirun", "--allow-run-as-root", "-np", str(o.ranks),
                "--mca", "btl", PATHS[path][2], os.path.join(BIN, "mpi-allreduce-perf")] + sweep_args(o)
     return run(command, {"OMPI_MCA_btl_tcp_if_include": "lo"} if path == "tcp" else {})
 
@@ -90,7 +96,9 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmups", type=int, default=5)
     p.add_argument("--paths", default="tcp,shm")
+    p.add_argument("--rt", action="store_true")
     o = p.parse_args()
+    OPTIONS.rt = o.rt
     paths = o.paths.split(",")
     if any(path not in PATHS for path in paths) or o.runs < 1 or o.ranks < 2:
         sys.exit("run.py: --paths takes tcp and/or shm, --runs >= 1, --ranks >= 2")
@@ -108,7 +116,8 @@ def main():
     if any(sorted(rows) != sizes for runs in results.values() for rows in runs):
         sys.exit("run.py: the runs did not all report the same sizes")
     print("# kolo vs Open MPI all-reduce, %d ranks on one host, float32 sum, medians of %d "
-          "interleaved runs (%d timed iterations each)" % (o.ranks, o.runs, o.iters))
+          "interleaved runs (%d timed iterations each)%s" % (o.ranks, o.runs, o.iters,
+                                                    ", both under chrt -f 10" if o.rt else ""))
     print("# load average at start: %s, at end: %s; ratio = MPI time / kolo time (>= 1.00x: kolo "
           "at or ahead)" % (start_load, load()))
     header = "| size |"
