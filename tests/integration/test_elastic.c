@@ -84,8 +84,9 @@ static void agent_spawn(test_agent *agent, int index, const char *steps, const c
 static void agent_announce(test_agent *agent, uint64_t epoch, const int *members, int size) {
   for (int rank = 0; rank < size; rank++) {
     char line[1024];
-    int used = snprintf(line, sizeof line, "RING %llu %d %d %d %d 10000 secret 127.0.0.1:%d",
-                        (unsigned long long)epoch, rank, size, rank, size,
+    /* a per-run secret: another test's ring that took one of our ports is refused */
+    int used = snprintf(line, sizeof line, "RING %llu %d %d %d %d 10000 secret-%d 127.0.0.1:%d",
+                        (unsigned long long)epoch, rank, size, rank, size, (int)getpid(),
                         agent->ports[members[rank]]);
     for (int r = 0; r < size; r++) {
       used += snprintf(line + used, sizeof line - (size_t)used, " 127.0.0.1:%d",
