@@ -272,6 +272,7 @@ static kolo_status allocate(const bench_options *o, kolo_comm *comm, bench_buffe
   if (status != KOLO_OK) return status;
 #ifdef KOLO_BENCH_CUDA
   int device = kolo_comm_local_rank(comm);
+  b->send = b->recv = NULL; /* device buffers from here on (release frees them) */
   status = kolo_nccl_device_alloc(device, bytes, &b->send);
   if (status == KOLO_OK) status = kolo_nccl_device_alloc(device, bytes, &b->recv);
   return status;
@@ -282,7 +283,7 @@ static kolo_status allocate(const bench_options *o, kolo_comm *comm, bench_buffe
 
 static void release(const bench_options *o, bench_buffers *b) {
 #ifdef KOLO_BENCH_CUDA
-  if (o->cuda) {
+  if (o->cuda && b->send != b->host_send) { /* device buffers were made */
     kolo_nccl_device_free(b->send);
     kolo_nccl_device_free(b->recv);
   }
@@ -335,12 +336,15 @@ int main(int argc, char **argv) {
   size_t width = kolo_dtype_size(o.dtype);
   size_t max_count = o.max_bytes / width;
   /* allocated and touched once, reused for every size */
-  bench_buffers buffers;
+  bench_buffers buffers = {0};
   status = allocate(&o, comm, &buffers, max_count * width + 64);
   double *times = malloc((size_t)o.iterations * sizeof *times);
   if (status != KOLO_OK || times == NULL) {
     fprintf(stderr, "kolo-allreduce-perf: cannot set up %s buffers: %s\n",
             o.cuda ? "CUDA" : "host", kolo_strerror(status != KOLO_OK ? status : KOLO_ERR_NO_MEMORY));
+    release(&o, &buffers);
+    free(times);
+    kolo_comm_destroy(comm);
     return 1;
   }
   void *send = buffers.send, *recv = buffers.recv;

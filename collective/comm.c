@@ -12,8 +12,24 @@
 
 #define DEFAULT_SEGMENT_BYTES (256 * 1024)
 #define DEFAULT_SMALL_BYTES (32 * 1024)
-/* operations from this size on stream through the bulk channel (same-host neighbours) */
-#define DEFAULT_BULK_MIN_BYTES (256 * 1024)
+/* operations from this size on stream through the bulk channel (same-host
+ * neighbours): every size, since the shared-memory ring's fast path makes no
+ * system call and beats TCP from the smallest message on (KOLO_SHM_MIN_BYTES) */
+#define DEFAULT_BULK_MIN_BYTES 0
+/* how long the executor re-tries a stalled transfer before it sleeps in poll */
+#define DEFAULT_SPIN_US 100
+#define MAX_SPIN_US 100000
+
+/* KOLO_SPIN_US: microseconds of busy-polling before a wait sleeps (0 = never
+ * spin), clamped to MAX_SPIN_US; DEFAULT_SPIN_US when unset or not a number. */
+static int64_t spin_ns_from_env(void) {
+  const char *value = getenv("KOLO_SPIN_US");
+  if (value == NULL || *value == '\0') return DEFAULT_SPIN_US * 1000LL;
+  char *end = NULL;
+  long long parsed = strtoll(value, &end, 10);
+  if (end == value || *end != '\0' || parsed < 0) return DEFAULT_SPIN_US * 1000LL;
+  return (parsed > MAX_SPIN_US ? MAX_SPIN_US : parsed) * 1000LL;
+}
 
 size_t kolo_size_from_env(const char *name, size_t fallback) {
   const char *value = getenv(name);
@@ -138,6 +154,8 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   comm->failed_rank = -1;
   comm->segment_bytes = kolo_size_from_env("KOLO_SEGMENT_BYTES", DEFAULT_SEGMENT_BYTES);
   comm->small_bytes = kolo_size_from_env("KOLO_SMALL_BYTES", DEFAULT_SMALL_BYTES);
+  comm->spin_ns = spin_ns_from_env();
+  comm->spin_budget_ns = comm->spin_ns;
   if (comm->segment_bytes < 64) comm->segment_bytes = 64;
   comm->secret = strdup(spec->secret ? spec->secret : "");
   if (allocate_buffers(comm) != KOLO_OK) {

@@ -31,6 +31,7 @@
 
 struct kolo_device {
   int device;           /* CUDA ordinal of this rank */
+  uint8_t id[KOLO_NCCL_ID_BYTES]; /* the epoch's NCCL unique id, agreed by kolo_comm_use_cuda */
   int op_timeout_ms;    /* no-progress deadline of GPU operations */
   pthread_mutex_t mutex; /* one submit at a time into kolo_nccl; the NCCL comm's creation */
   _Atomic(kolo_nccl_comm *) nccl;
@@ -61,8 +62,8 @@ static int pick_device(const kolo_comm *comm, int device, int count) {
   return device;
 }
 
-kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device) {
-  if (comm == NULL) return KOLO_ERR_INVALID_ARG;
+/* This rank's own answer to kolo_comm_use_cuda, before the ring agrees. */
+static kolo_status local_cuda_check(kolo_comm *comm, int device, int *chosen) {
   if (device < 0 && device != KOLO_CUDA_LOCAL_DEVICE) {
     KOLO_LOGE("kolo", "rank %d: CUDA device %d is not a device ordinal", comm->rank, device);
     return KOLO_ERR_INVALID_ARG;
@@ -80,35 +81,75 @@ kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device) {
               kolo_strerror(status), reason);
     return status;
   }
-  int chosen = pick_device(comm, device, count);
-  if (chosen < 0) return KOLO_ERR_NO_DEVICE;
+  *chosen = pick_device(comm, device, count);
+  if (*chosen < 0) return KOLO_ERR_NO_DEVICE;
   kolo_device *current = device_of(comm);
-  if (current != NULL) {
-    if (current->device == chosen) return KOLO_OK;
+  if (current != NULL && current->device != *chosen) {
     KOLO_LOGE("kolo", "rank %d: already in CUDA mode on device %d (asked for %d)", comm->rank,
-              current->device, chosen);
+              current->device, *chosen);
     return KOLO_ERR_STATE;
   }
+  return KOLO_OK;
+}
+
+/* The ring agrees: every rank gets the highest status any rank had (so all
+ * enter CUDA mode or none does), and rank 0's NCCL id unless the ring spec
+ * carried one. Host collectives, at the point every rank calls this, so they
+ * never interleave with the caller's other host collectives (which a first
+ * device operation on another thread could not promise). */
+static kolo_status agree(kolo_comm *comm, kolo_status local, uint8_t id[KOLO_NCCL_ID_BYTES]) {
+  if (comm->has_nccl_id) memcpy(id, comm->nccl_id, KOLO_NCCL_ID_BYTES);
+  else memset(id, 0, KOLO_NCCL_ID_BYTES);
+  /* the id must be made in rank 0's own process: NCCL's bootstrap listener lives there */
+  if (local == KOLO_OK && comm->rank == 0 && !comm->has_nccl_id) local = kolo_nccl_id_create(id);
+  int32_t worst = (int32_t)local;
+  if (comm->size > 1) {
+    kolo_status shared = kolo_allreduce(comm, &worst, &worst, 1, KOLO_INT32, KOLO_MAX);
+    if (shared != KOLO_OK) return shared;
+  }
+  if (worst != KOLO_OK) {
+    if (local == KOLO_OK)
+      KOLO_LOGE("kolo", "rank %d: another rank could not enter CUDA mode (%s)", comm->rank,
+                kolo_strerror((kolo_status)worst));
+    return (kolo_status)worst;
+  }
+  if (comm->size > 1 && !comm->has_nccl_id)
+    return kolo_broadcast(comm, id, KOLO_NCCL_ID_BYTES, KOLO_UINT8, 0);
+  return KOLO_OK;
+}
+
+static kolo_device *new_device(kolo_comm *comm, int chosen, const uint8_t *id) {
   kolo_device *dev = calloc(1, sizeof *dev);
   size_t *counts = calloc((size_t)comm->size, sizeof *counts);
   if (dev == NULL || counts == NULL) {
     free(dev);
     free(counts);
-    return KOLO_ERR_NO_MEMORY;
+    return NULL;
   }
   dev->device = chosen;
+  memcpy(dev->id, id, KOLO_NCCL_ID_BYTES);
   dev->op_timeout_ms = gpu_timeout_ms();
   if (dev->op_timeout_ms < comm->timeout_ms) dev->op_timeout_ms = comm->timeout_ms;
   pthread_mutex_init(&dev->mutex, NULL);
   atomic_init(&dev->nccl, NULL);
   dev->counts = counts;
-  kolo_device *expected = NULL;
-  if (!atomic_compare_exchange_strong(&comm->device, &expected, dev)) {
-    pthread_mutex_destroy(&dev->mutex);
-    free(dev->counts);
-    free(dev);
-    return expected->device == chosen ? KOLO_OK : KOLO_ERR_STATE;
+  return dev;
+}
+
+kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device) {
+  if (comm == NULL) return KOLO_ERR_INVALID_ARG;
+  int chosen = -1;
+  uint8_t id[KOLO_NCCL_ID_BYTES];
+  kolo_status status = agree(comm, local_cuda_check(comm, device, &chosen), id);
+  if (status != KOLO_OK) return status;
+  if (device_of(comm) != NULL) return KOLO_OK; /* again, on the same device */
+  kolo_device *dev = new_device(comm, chosen, id);
+  if (dev == NULL) {
+    kolo_comm_fail(comm, KOLO_ERR_NO_MEMORY, comm->rank, "rank %d: no memory for CUDA mode",
+                   comm->rank);
+    return KOLO_ERR_NO_MEMORY;
   }
+  atomic_store(&comm->device, dev); /* published once: readers load it atomically */
   return KOLO_OK;
 }
 
@@ -137,36 +178,17 @@ kolo_status kolo_device_copy(void *dst, const void *src, size_t bytes) {
 /* Creation waits for the other ranks; a failure of the ring ends that wait. */
 static int ring_failed(void *user) { return atomic_load(&((kolo_comm *)user)->failed); }
 
-/* The epoch's NCCL id: the spec's, or rank 0's broadcast over the ring. */
-static kolo_status epoch_nccl_id(kolo_comm *comm, uint8_t id[KOLO_NCCL_ID_BYTES]) {
-  if (comm->has_nccl_id) {
-    memcpy(id, comm->nccl_id, KOLO_NCCL_ID_BYTES);
-    return KOLO_OK;
-  }
-  /* the id must be made in rank 0's own process: NCCL's bootstrap lives there */
-  kolo_status status = KOLO_OK;
-  memset(id, 0, KOLO_NCCL_ID_BYTES);
-  if (comm->rank == 0) status = kolo_nccl_id_create(id);
-  uint8_t ok = status == KOLO_OK;
-  kolo_status shared = kolo_allreduce(comm, &ok, &ok, 1, KOLO_UINT8, KOLO_MIN);
-  if (shared != KOLO_OK) return shared;
-  if (!ok) return status != KOLO_OK ? status : KOLO_ERR_NCCL;
-  return kolo_broadcast(comm, id, KOLO_NCCL_ID_BYTES, KOLO_UINT8, 0);
-}
-
 /* Creates the epoch's NCCL communicator once; dev->mutex held. */
 static kolo_status ensure_nccl(kolo_comm *comm, kolo_device *dev) {
   if (atomic_load(&dev->nccl) != NULL) return KOLO_OK;
-  if (atomic_load(&comm->failed)) return comm->error;
-  uint8_t id[KOLO_NCCL_ID_BYTES];
-  kolo_status status = epoch_nccl_id(comm, id);
-  if (status != KOLO_OK) return status;
+  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
+  kolo_status status;
   kolo_nccl_options options = {.device = dev->device, .timeout_ms = comm->timeout_ms,
                                .op_timeout_ms = dev->op_timeout_ms, .cancelled = ring_failed,
                                .cancel_user = comm};
   kolo_nccl_comm *nccl = NULL;
-  status = kolo_nccl_comm_create_with(id, comm->rank, comm->size, &options, &nccl);
-  if (status != KOLO_OK) return atomic_load(&comm->failed) ? comm->error : status;
+  status = kolo_nccl_comm_create_with(dev->id, comm->rank, comm->size, &options, &nccl);
+  if (status != KOLO_OK) return atomic_load(&comm->failed) ? kolo_comm_error(comm, NULL) : status;
   atomic_store(&dev->nccl, nccl);
   /* a failure recorded meanwhile may have found no NCCL comm to abort */
   if (atomic_load(&comm->failed)) kolo_nccl_comm_abort(nccl);
@@ -220,7 +242,7 @@ kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request,
                                void **nccl_request) {
   kolo_device *dev = device_of(comm);
   if (dev == NULL) return KOLO_ERR_STATE;
-  if (atomic_load(&comm->failed)) return comm->error; /* a dead ring submits nothing */
+  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL); /* a dead ring submits nothing */
   kolo_nccl_request *handle = NULL;
   int shared_refusal = 0;
   pthread_mutex_lock(&dev->mutex);
@@ -230,7 +252,7 @@ kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request,
     *nccl_request = handle;
     return KOLO_OK;
   }
-  if (atomic_load(&comm->failed)) return comm->error;
+  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
   /* The other ranks submitted this operation and wait for this one: a refusal
    * or failure made here alone must fail the ring, or they wait for their
    * deadline. (A capacity refusal is decided alike on every rank: not so.) */
@@ -254,12 +276,12 @@ static kolo_status fail_from_nccl(kolo_comm *comm, kolo_device *dev, kolo_status
     if (nccl != NULL) (void)kolo_nccl_comm_error(nccl, message, sizeof message);
     kolo_comm_fail(comm, status, -1, "GPU collective failed: %s", message);
   }
-  return comm->error;
+  return kolo_comm_error(comm, NULL);
 }
 
 static kolo_status finish(kolo_comm *comm, kolo_status status) {
   if (status == KOLO_OK) return KOLO_OK;
-  if (atomic_load(&comm->failed)) return comm->error;
+  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
   return fail_from_nccl(comm, device_of(comm), status);
 }
 

@@ -13,6 +13,27 @@
 #include "collective/internal.h"
 #include "common/log.h"
 
+/* A hint to the CPU that this is a busy-wait loop. */
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* The spin budget adapts like an adaptive mutex: a spin that saw progress
+ * doubles it (up to KOLO_SPIN_US), one that ended in a sleep halves it (down to
+ * a sixteenth), so on a machine with more runnable threads than cores, where the
+ * neighbour is rarely running while we spin, little CPU is burnt. */
+static void spin_adapt(kolo_comm *comm, int succeeded) {
+  int64_t budget = comm->spin_budget_ns;
+  budget = succeeded ? budget * 2 : budget / 2;
+  if (budget > comm->spin_ns) budget = comm->spin_ns;
+  if (budget < comm->spin_ns / 16) budget = comm->spin_ns / 16;
+  comm->spin_budget_ns = budget;
+}
+
 static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
 
 /* First element of chunk index when count elements are split into parts chunks. */
@@ -326,6 +347,7 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
   size_t staged = 0;      /* bytes of the current reduce segment in staging */
   int64_t last_progress = kolo_now_ns();
   int64_t timeout_ns = (int64_t)comm->timeout_ms * 1000000LL;
+  int64_t spin_until = 0; /* 0: not spinning since the last progress */
 
   for (;;) {
     int progress = 0;
@@ -388,9 +410,23 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
     if (atomic_load(&comm->failed)) return comm->error;
     if (progress) {
       last_progress = kolo_now_ns();
+      if (spin_until > 0) spin_adapt(comm, 1);
+      spin_until = 0;
       continue;
     }
-    /* nothing moved: sleep in poll until a socket is ready, a failure or abort
+    /* nothing moved: busy-poll a little first (a neighbour a few microseconds
+     * behind costs no sleep and wake-up), bounded so a long wait sleeps */
+    if (comm->spin_budget_ns > 0 && spin_until >= 0) {
+      int64_t now = kolo_now_ns();
+      if (spin_until == 0) spin_until = now + comm->spin_budget_ns;
+      if (now < spin_until) {
+        spin_pause();
+        continue;
+      }
+      spin_adapt(comm, 0);
+      spin_until = -1; /* slept since: no more spinning until progress */
+    }
+    /* still nothing: sleep in poll until a socket is ready, a failure or abort
      * is signalled, or the no-progress timeout expires */
     struct pollfd fds[5];
     int count = 0;

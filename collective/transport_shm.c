@@ -2,7 +2,9 @@
  * in a POSIX shared-memory object, with a TCP connection of its own kept as the
  * doorbell (a byte when the other side said it was about to sleep) so that the
  * executor still sleeps in poll(2) and a dead peer still shows up as a closed
- * socket. Offered by the connecting side in the handshake; the acceptor
+ * socket. The fast path makes no system call: the doorbell socket is read only
+ * after this side armed a wait (prepare_wait), and a bell is written only when
+ * the other side said it is about to sleep. Offered by the connecting side in the handshake; the acceptor
  * takes it only if it can open the object and finds the offer's nonce in it, so
  * ranks on different hosts (or without a shared /dev/shm) fall back to TCP. */
 #include <errno.h>
@@ -45,6 +47,7 @@ typedef struct shm_conn {
   size_t mapped_bytes;
   int writer;
   int peer_closed;
+  int armed; /* this side raised its waiting flag: a bell may be waiting to be read */
   uint64_t position; /* writer: head; reader: tail (only this side moves it) */
 } shm_conn;
 
@@ -196,6 +199,18 @@ static kolo_status drain_bell(shm_conn *conn) {
   }
 }
 
+/* After a wait was armed: read what bells came (and notice a closed peer). A
+ * bell that arrives later stays in the socket and at worst wakes a later poll
+ * early, which then drains it. */
+static kolo_status disarm(shm_conn *conn) {
+  if (!conn->armed) return KOLO_OK;
+  conn->armed = 0;
+  /* awake again: the other side need not ring for us (one of the two always
+   * sees the other's move, as in prepare_wait) */
+  atomic_store(conn->writer ? &conn->ring->writer_waiting : &conn->ring->reader_waiting, 0);
+  return drain_bell(conn);
+}
+
 static void ring_bell(shm_conn *conn) {
   char bell = 'b';
   size_t moved = 0;
@@ -208,7 +223,7 @@ static kolo_status shm_send(kolo_transport_conn *handle, const void *buffer, siz
   shm_conn *conn = (shm_conn *)handle;
   *moved = 0;
   if (length == 0) return KOLO_OK;
-  kolo_status status = drain_bell(conn);
+  kolo_status status = disarm(conn);
   if (status != KOLO_OK) return status;
   if (conn->peer_closed) return KOLO_ERR_PEER_LOST;
   shm_ring *ring = conn->ring;
@@ -222,7 +237,9 @@ static kolo_status shm_send(kolo_transport_conn *handle, const void *buffer, siz
   if (n > first) memcpy(ring->data, (const char *)buffer + first, n - first);
   conn->position += n;
   atomic_store(&ring->head, conn->position);
-  if (atomic_exchange(&ring->reader_waiting, 0)) ring_bell(conn);
+  if (atomic_load(&ring->reader_waiting) && atomic_exchange(&ring->reader_waiting, 0)) {
+    ring_bell(conn);
+  }
   *moved = n;
   return KOLO_OK;
 }
@@ -232,7 +249,7 @@ static kolo_status shm_recv(kolo_transport_conn *handle, void *buffer, size_t le
   shm_conn *conn = (shm_conn *)handle;
   *moved = 0;
   if (length == 0) return KOLO_OK;
-  kolo_status status = drain_bell(conn);
+  kolo_status status = disarm(conn);
   if (status != KOLO_OK) return status;
   shm_ring *ring = conn->ring;
   uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
@@ -245,7 +262,9 @@ static kolo_status shm_recv(kolo_transport_conn *handle, void *buffer, size_t le
   if (n > first) memcpy((char *)buffer + first, ring->data, n - first);
   conn->position += n;
   atomic_store(&ring->tail, conn->position);
-  if (atomic_exchange(&ring->writer_waiting, 0)) ring_bell(conn);
+  if (atomic_load(&ring->writer_waiting) && atomic_exchange(&ring->writer_waiting, 0)) {
+    ring_bell(conn);
+  }
   *moved = n;
   return KOLO_OK;
 }
@@ -256,6 +275,7 @@ static kolo_status shm_recv(kolo_transport_conn *handle, void *buffer, size_t le
 static int shm_prepare_wait(kolo_transport_conn *handle, int sending) {
   shm_conn *conn = (shm_conn *)handle;
   shm_ring *ring = conn->ring;
+  conn->armed = 1;
   if (sending) {
     atomic_store(&ring->writer_waiting, 1);
     uint64_t tail = atomic_load(&ring->tail);

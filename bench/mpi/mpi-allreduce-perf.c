@@ -1,8 +1,9 @@
 /* mpi-allreduce-perf: the peer of kolo-allreduce-perf for side-by-side benchmarks. The
  * same sweep (float32 sum, out of place, -b/-e/-f/-w/-n) through MPI_Allreduce, printed
  * in the same nccl-tests columns (size, count, type, redop, time, algbw, busbw, #wrong)
- * by rank 0, so one parser reads both. Times are per operation, averaged over the
- * iterations after a barrier; -c 1 checks every element against the exact sum. */
+ * by rank 0, so one parser reads both. Times are taken as kolo-allreduce-perf takes
+ * them: the median of the per-iteration times on each rank, then the slowest rank;
+ * -c 1 checks every element against the exact sum. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -52,6 +53,16 @@ static int parse(int argc, char **argv, options *o) {
   return 0;
 }
 
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *times, int n) {
+  qsort(times, (size_t)n, sizeof *times, compare_doubles);
+  return n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+}
+
 static float input(int rank, size_t i) { return (float)((rank + 1) + (int)(i % 7)); }
 
 int main(int argc, char **argv) {
@@ -67,7 +78,8 @@ int main(int argc, char **argv) {
   size_t max_count = o.max_bytes / sizeof(float);
   float *send = malloc((max_count ? max_count : 1) * sizeof *send);
   float *recv = malloc((max_count ? max_count : 1) * sizeof *recv);
-  if (send == NULL || recv == NULL) {
+  double *times = malloc((size_t)o.iterations * sizeof *times);
+  if (send == NULL || recv == NULL || times == NULL) {
     fprintf(stderr, "mpi-allreduce-perf: out of memory\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -81,10 +93,12 @@ int main(int argc, char **argv) {
     int count = (int)(bytes / sizeof(float));
     for (int w = 0; w < o.warmups; w++) MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
-    double start = MPI_Wtime();
-    for (int it = 0; it < o.iterations; it++)
+    for (int it = 0; it < o.iterations; it++) {
+      double start = MPI_Wtime();
       MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    double seconds = (MPI_Wtime() - start) / o.iterations, slowest = 0;
+      times[it] = MPI_Wtime() - start;
+    }
+    double seconds = median(times, o.iterations), slowest = 0;
     MPI_Reduce(&seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     long wrong = 0;
     if (o.check) {
@@ -109,6 +123,7 @@ int main(int argc, char **argv) {
   }
   free(send);
   free(recv);
+  free(times);
   MPI_Finalize();
   return 0;
 }

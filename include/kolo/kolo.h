@@ -118,8 +118,12 @@ kolo_status kolo_comm_error(const kolo_comm *comm, int *failed_rank);
  * CUDA device memory run over NCCL (one rank per GPU) on kolo's own non-blocking
  * stream, with the same blocking/non-blocking API; host buffers keep using the
  * TCP ring. device is this rank's CUDA device, or KOLO_CUDA_LOCAL_DEVICE; other
- * negative values are KOLO_ERR_INVALID_ARG. Collective in effect: call it on every
- * rank. The unordered forms (kolo_allreduce, ...) are ordered after the work
+ * negative values are KOLO_ERR_INVALID_ARG. Collective: every rank calls it at
+ * the same point among its host collectives; the ranks agree, so all enter CUDA
+ * mode or all get the same error, and share the epoch's NCCL id (the ring
+ * spec's, or one rank 0 makes), which is a small all-reduce and broadcast on the
+ * ring; the NCCL communicator is made at the first device operation. The
+ * unordered forms (kolo_allreduce, ...) are ordered after the work
  * enqueued on the legacy default stream; for other streams use the _on_stream
  * forms below. A failure of the ring (a dead peer, an abort) aborts the GPU
  * collectives in flight at once; an NCCL error fails the communicator
@@ -128,7 +132,7 @@ kolo_status kolo_comm_error(const kolo_comm *comm, int *failed_rank);
  * KOLO_ERR_NO_DEVICE without a usable GPU; KOLO_ERR_INVALID_ARG when
  * NCCL_COMM_BLOCKING=1 is set (NCCL's setup would wait with no deadline);
  * KOLO_ERR_STATE if already in CUDA mode on another device; KOLO_ERR_UNSUPPORTED
- * when libkolo was built without CUDA/NCCL. Does not communicate. */
+ * when libkolo was built without CUDA/NCCL. */
 kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device);
 
 /* Human-readable description of the last failure ("peer lost: rank 2 (connection

@@ -1,341 +1,287 @@
-/* GPU correctness test: every collective (allreduce, reducescatter, broadcast,
- * allgather, allgatherv) x every dtype x every op, on device buffers, one rank
- * per GPU in its own process, checked against a host reference; plus a grouped
- * call, the count exchange, non-blocking test(), and refusal of host buffers. */
-#include <math.h>
+/* GPU correctness through libkolo's public API in CUDA mode: every collective x
+ * every dtype x every op at counts 1, 1003 and 2^20+3 (--max-count caps it),
+ * from non-periodic signed inputs that differ by rank (so a wrong op cannot
+ * pass, even with one GPU shared by several ranks), checked element by element
+ * against a host reference in the dtype's own arithmetic, with a guard region
+ * after every receive buffer that must stay untouched. Also send == recv for
+ * every collective (NCCL's in-place rule differs by rank; kolo must not), and a
+ * host buffer passed by one rank failing every rank instead of hanging them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu_harness.h"
 
+#define GUARD_BYTES 4096
+#define GUARD_BYTE 0xa5
+#define POISON_BYTE 0x5a
+
 typedef struct options {
-  int quick;
+  int ranks;
+  size_t max_count;
 } options;
 
-static const kolo_dtype dtypes[] = {KOLO_UINT8,   KOLO_INT32,   KOLO_INT64,  KOLO_FLOAT16,
+static const kolo_dtype dtypes[] = {KOLO_UINT8,    KOLO_INT32,   KOLO_INT64,  KOLO_FLOAT16,
                                     KOLO_BFLOAT16, KOLO_FLOAT32, KOLO_FLOAT64};
-static const char *dtype_names[] = {"uint8", "int32", "int64", "float16",
-                                    "bfloat16", "float32", "float64"};
 static const kolo_op ops[] = {KOLO_SUM, KOLO_AVG, KOLO_MIN, KOLO_MAX, KOLO_PROD};
-static const char *op_names[] = {"sum", "avg", "min", "max", "prod"};
 
-/* Input element i of rank r: small integers, exact in every type; PROD uses 1..2
- * so products stay representable (uint8 wraps the same way on both sides). */
-static double value(kolo_op op, int rank, size_t i) {
-  if (op == KOLO_PROD) return (double)((rank + (int)(i % 2)) % 2 + 1);
-  return (double)((rank * 7 + (int)(i % 4) * 3) % 4 + 1);
+typedef struct buffers {
+  char *dsend, *drecv; /* device: send, recv + guard */
+  char *hsend, *hrecv; /* host mirrors */
+  size_t send_bytes, recv_bytes; /* capacities, guard excluded */
+} buffers;
+
+typedef struct check {
+  kolo_comm *comm;
+  const gpu_rank *me;
+  buffers *b;
+  kolo_dtype dt;
+  size_t es;
+} check;
+
+/* recv (and the guard after `bytes` of it) to known bytes before an operation. */
+static kolo_status poison(check *c, char *recv, size_t bytes) {
+  memset(c->b->hrecv, POISON_BYTE, bytes);
+  memset(c->b->hrecv + bytes, GUARD_BYTE, GUARD_BYTES);
+  return kolo_nccl_copy_to_device(recv, c->b->hrecv, bytes + GUARD_BYTES);
 }
 
-static double reference(kolo_dtype dtype, kolo_op op, int size, size_t i) {
-  double acc = value(op, 0, i);
-  for (int r = 1; r < size; r++) {
-    double v = value(op, r, i);
-    switch (op) {
-      case KOLO_SUM: case KOLO_AVG: acc += v; break;
-      case KOLO_MIN: acc = v < acc ? v : acc; break;
-      case KOLO_MAX: acc = v > acc ? v : acc; break;
-      case KOLO_PROD: acc *= v; break;
-      default: break;
+/* Reads recv back; 1 if the guard after `bytes` is intact. */
+static int read_back(check *c, const char *recv, size_t bytes) {
+  if (kolo_nccl_copy_to_host(c->b->hrecv, recv, bytes + GUARD_BYTES) != KOLO_OK) return 0;
+  for (size_t i = 0; i < GUARD_BYTES; i++) {
+    if ((unsigned char)c->b->hrecv[bytes + i] != GUARD_BYTE) {
+      printf("# guard byte %zu after the %zu-byte result overwritten\n", i, bytes);
+      return 0;
     }
   }
-  if (op == KOLO_PROD && dtype == KOLO_UINT8) acc = fmod(acc, 256.0);
-  if (op == KOLO_AVG) acc = gpu_tolerance(dtype) == 0 ? floor(acc / size) : acc / size;
-  return acc;
+  return 1;
 }
 
-static int close_enough(kolo_dtype dtype, double got, double want) {
-  double tol = gpu_tolerance(dtype);
-  if (tol == 0) return got == want;
-  return fabs(got - want) <= tol * (fabs(want) > 1 ? fabs(want) : 1);
+static int fail_status(const char *what, kolo_status st) {
+  printf("# %s: %s\n", what, kolo_strerror(st));
+  return 1;
 }
 
-typedef struct bufs {
-  void *dsend, *drecv; /* device */
-  char *hsend, *hrecv; /* host */
-  size_t bytes;
-} bufs;
+/* The first element of recv that differs from want(i); 0 when all match. */
+typedef double (*want_fn)(const check *c, kolo_op op, size_t i, size_t count);
 
-/* Fills the device recv buffer with a pattern no result can equal by chance. */
-static kolo_status poison(bufs *b, size_t bytes) {
-  memset(b->hrecv, 0xab, bytes);
-  return kolo_nccl_copy_to_device(b->drecv, b->hrecv, bytes);
-}
-
-/* Runs one request to completion and reports a failure with the comm's text. */
-static int finish(kolo_nccl_comm *comm, kolo_status st, kolo_nccl_request *req, const char *what) {
-  if (st == KOLO_OK) st = kolo_nccl_wait(req);
-  if (st != KOLO_OK) {
-    char message[512];
-    kolo_nccl_comm_error(comm, message, sizeof message);
-    printf("# %s: %s (%s)\n", what, kolo_strerror(st), message);
-    return 1;
+static int compare(check *c, const char *what, kolo_op op, size_t n, size_t count, want_fn want) {
+  for (size_t i = 0; i < n; i++) {
+    double expected = want(c, op, i, count), got = gpu_load(c->dt, c->b->hrecv, i);
+    if (!gpu_close(c->dt, got, expected)) {
+      printf("# %s %s %s count=%zu [%zu]: got %g want %g\n", what, kolo_dtype_name(c->dt),
+             kolo_op_name(op), count, i, got, expected);
+      return 1;
+    }
   }
   return 0;
 }
 
-static int check_allreduce(kolo_nccl_comm *comm, bufs *b, kolo_dtype dt, size_t count) {
-  int rank = kolo_nccl_comm_rank(comm), size = kolo_nccl_comm_size(comm), bad = 0;
-  size_t es = kolo_nccl_dtype_size(dt);
-  for (size_t o = 0; o < 5; o++) {
-    for (int in_place = 0; in_place < 2; in_place++) {
-      if (in_place && ops[o] != KOLO_SUM && ops[o] != KOLO_MAX) continue;
-      for (size_t i = 0; i < count; i++) gpu_store(dt, b->hsend, i, value(ops[o], rank, i));
-      if (poison(b, count * es) != KOLO_OK) return 1;
-      void *dst = in_place ? b->dsend : b->drecv;
-      if (kolo_nccl_copy_to_device(b->dsend, b->hsend, count * es) != KOLO_OK) return 1;
-      kolo_nccl_request *req = NULL;
-      kolo_status st = kolo_nccl_allreduce_async(comm, b->dsend, dst, count, dt, ops[o], &req);
-      if (finish(comm, st, req, "allreduce")) return 1;
-      if (kolo_nccl_copy_to_host(b->hrecv, dst, count * es) != KOLO_OK) return 1;
-      for (size_t i = 0; i < count; i++) {
-        double want = reference(dt, ops[o], size, i), got = gpu_load(dt, b->hrecv, i);
-        if (!close_enough(dt, got, want)) {
-          printf("# allreduce %s%s count=%zu [%zu]: got %g want %g\n", op_names[o],
-                 in_place ? " in place" : "", count, i, got, want);
-          bad++;
-          break;
-        }
-      }
-    }
-  }
-  return bad;
+static double want_reduced(const check *c, kolo_op op, size_t i, size_t count) {
+  (void)count;
+  double v[GPU_MAX_RANKS];
+  for (int r = 0; r < c->me->size; r++) v[r] = gpu_input(op, r, i);
+  return gpu_reference(c->dt, op, v, c->me->size);
 }
 
-static int check_reducescatter(kolo_nccl_comm *comm, bufs *b, kolo_dtype dt, size_t count) {
-  int rank = kolo_nccl_comm_rank(comm), size = kolo_nccl_comm_size(comm), bad = 0;
-  size_t es = kolo_nccl_dtype_size(dt), total = count * (size_t)size;
-  for (size_t o = 0; o < 5; o++) {
-    for (size_t j = 0; j < total; j++) gpu_store(dt, b->hsend, j, value(ops[o], rank, j));
-    if (poison(b, count * es) != KOLO_OK) return 1;
-    if (kolo_nccl_copy_to_device(b->dsend, b->hsend, total * es) != KOLO_OK) return 1;
-    kolo_nccl_request *req = NULL;
-    kolo_status st = kolo_nccl_reducescatter_async(comm, b->dsend, b->drecv, count, dt, ops[o], &req);
-    if (finish(comm, st, req, "reducescatter")) return 1;
-    if (kolo_nccl_copy_to_host(b->hrecv, b->drecv, count * es) != KOLO_OK) return 1;
-    for (size_t i = 0; i < count; i++) {
-      double want = reference(dt, ops[o], size, (size_t)rank * count + i);
-      double got = gpu_load(dt, b->hrecv, i);
-      if (!close_enough(dt, got, want)) {
-        printf("# reducescatter %s count=%zu [%zu]: got %g want %g\n", op_names[o], count, i, got,
-               want);
-        bad++;
-        break;
-      }
-    }
-  }
-  return bad;
+/* reduce-scatter: element i of this rank's block */
+static double want_block(const check *c, kolo_op op, size_t i, size_t count) {
+  return want_reduced(c, op, (size_t)c->me->rank * count + i, count);
 }
 
-static int check_broadcast(kolo_nccl_comm *comm, bufs *b, kolo_dtype dt, size_t count) {
-  int rank = kolo_nccl_comm_rank(comm), size = kolo_nccl_comm_size(comm), bad = 0;
-  size_t es = kolo_nccl_dtype_size(dt);
-  int roots[2] = {0, size - 1};
-  for (int k = 0; k < 2; k++) {
-    int root = roots[k];
-    if (rank == root) {
-      for (size_t i = 0; i < count; i++) gpu_store(dt, b->hsend, i, value(KOLO_SUM, root, i));
-      if (kolo_nccl_copy_to_device(b->drecv, b->hsend, count * es) != KOLO_OK) return 1;
-    } else if (poison(b, count * es) != KOLO_OK) {
-      return 1;
-    }
-    kolo_nccl_request *req = NULL;
-    kolo_status st = kolo_nccl_broadcast_async(comm, b->drecv, count, dt, root, &req);
-    if (finish(comm, st, req, "broadcast")) return 1;
-    if (kolo_nccl_copy_to_host(b->hrecv, b->drecv, count * es) != KOLO_OK) return 1;
-    for (size_t i = 0; i < count; i++) {
-      double want = value(KOLO_SUM, root, i), got = gpu_load(dt, b->hrecv, i);
-      if (got != want) {
-        printf("# broadcast root=%d count=%zu [%zu]: got %g want %g\n", root, count, i, got, want);
-        bad++;
-        break;
-      }
-    }
-  }
-  return bad;
+static kolo_status fill_send(check *c, char *dst, kolo_op op, int rank, size_t n) {
+  for (size_t i = 0; i < n; i++) gpu_store(c->dt, c->b->hsend, i, gpu_input(op, rank, i));
+  return kolo_nccl_copy_to_device(dst, c->b->hsend, n * c->es);
 }
 
-/* variable = 0: equal counts (ncclAllGather); 1: counts differ by rank (grouped broadcasts). */
-static int check_allgather(kolo_nccl_comm *comm, bufs *b, kolo_dtype dt, size_t count,
-                           int variable) {
-  int rank = kolo_nccl_comm_rank(comm), size = kolo_nccl_comm_size(comm);
-  size_t es = kolo_nccl_dtype_size(dt);
-  size_t counts[256], total = 0;
-  for (int r = 0; r < size; r++) {
-    counts[r] = variable ? (count + (size_t)r * 3) / (size_t)(r % 2 + 1) : count;
-    total += counts[r];
+static int check_allreduce(check *c, size_t count, kolo_op op, int in_place) {
+  char *dst = in_place ? c->b->dsend : c->b->drecv;
+  kolo_status st = in_place ? KOLO_OK : poison(c, dst, count * c->es);
+  if (st == KOLO_OK) st = fill_send(c, c->b->dsend, op, c->me->rank, count);
+  if (st == KOLO_OK) st = kolo_allreduce(c->comm, c->b->dsend, dst, count, c->dt, op);
+  if (st != KOLO_OK) return fail_status("allreduce", st);
+  if (in_place) {
+    if (kolo_nccl_copy_to_host(c->b->hrecv, dst, count * c->es) != KOLO_OK) return 1;
+  } else if (!read_back(c, dst, count * c->es)) {
+    return 1;
   }
-  if (variable) {
-    size_t seen[256];
-    if (kolo_nccl_exchange_counts(comm, counts[rank], seen) != KOLO_OK) {
-      printf("# count exchange failed\n");
-      return 1;
-    }
-    if (memcmp(seen, counts, (size_t)size * sizeof(size_t)) != 0) {
-      printf("# count exchange returned other counts\n");
+  return compare(c, in_place ? "allreduce in place" : "allreduce", op, count, count, want_reduced);
+}
+
+/* send == recv: NCCL's in-place form on rank 0 only (recv at send + rank*count). */
+static int check_reducescatter(check *c, size_t count, kolo_op op, int same_buffer) {
+  size_t total = count * (size_t)c->me->size;
+  char *dst = same_buffer ? c->b->dsend : c->b->drecv;
+  kolo_status st = same_buffer ? KOLO_OK : poison(c, dst, count * c->es);
+  if (st == KOLO_OK) st = fill_send(c, c->b->dsend, op, c->me->rank, total);
+  if (st == KOLO_OK) st = kolo_reducescatter(c->comm, c->b->dsend, dst, count, c->dt, op);
+  if (st != KOLO_OK) return fail_status("reducescatter", st);
+  if (same_buffer) {
+    if (kolo_nccl_copy_to_host(c->b->hrecv, dst, count * c->es) != KOLO_OK) return 1;
+  } else if (!read_back(c, dst, count * c->es)) {
+    return 1;
+  }
+  return compare(c, same_buffer ? "reducescatter send==recv" : "reducescatter", op, count, count,
+                 want_block);
+}
+
+static int check_broadcast(check *c, size_t count, int root) {
+  kolo_status st = poison(c, c->b->drecv, count * c->es);
+  if (st == KOLO_OK && c->me->rank == root) st = fill_send(c, c->b->drecv, KOLO_SUM, root, count);
+  if (st == KOLO_OK) st = kolo_broadcast(c->comm, c->b->drecv, count, c->dt, root);
+  if (st != KOLO_OK) return fail_status("broadcast", st);
+  if (!read_back(c, c->b->drecv, count * c->es)) return 1;
+  for (size_t i = 0; i < count; i++) {
+    double want = gpu_reference(c->dt, KOLO_SUM, (double[]){gpu_input(KOLO_SUM, root, i)}, 1);
+    if (gpu_load(c->dt, c->b->hrecv, i) != want) {
+      printf("# broadcast root %d count=%zu [%zu] wrong\n", root, count, i);
       return 1;
     }
   }
-  for (size_t i = 0; i < counts[rank]; i++) gpu_store(dt, b->hsend, i, value(KOLO_MAX, rank, i));
-  if (poison(b, total * es) != KOLO_OK) return 1;
-  if (kolo_nccl_copy_to_device(b->dsend, b->hsend, counts[rank] * es) != KOLO_OK) return 1;
-  kolo_nccl_request *req = NULL;
-  kolo_status st = variable
-                       ? kolo_nccl_allgatherv_async(comm, b->dsend, b->drecv, counts, dt, &req)
-                       : kolo_nccl_allgather_async(comm, b->dsend, count, b->drecv, dt, &req);
-  if (finish(comm, st, req, variable ? "allgatherv" : "allgather")) return 1;
-  if (kolo_nccl_copy_to_host(b->hrecv, b->drecv, total * es) != KOLO_OK) return 1;
-  size_t off = 0;
-  for (int r = 0; r < size; r++) {
+  return 0;
+}
+
+/* Counts differ by rank (variable = 1) or not; send == recv puts this rank's
+ * block at the start of recv, as kolo.h allows. */
+static int check_allgather(check *c, size_t count, int variable, int same_buffer) {
+  int n = c->me->size, me = c->me->rank;
+  size_t counts[GPU_MAX_RANKS], seen[GPU_MAX_RANKS], total = 0;
+  for (int r = 0; r < n; r++) total += counts[r] = count + (variable ? (size_t)r * 3 : 0);
+  char *dst = same_buffer ? c->b->dsend : c->b->drecv;
+  kolo_status st = same_buffer ? KOLO_OK : poison(c, dst, total * c->es);
+  if (st == KOLO_OK) st = fill_send(c, c->b->dsend, KOLO_SUM, me, counts[me]);
+  if (st == KOLO_OK)
+    st = kolo_allgather(c->comm, c->b->dsend, counts[me], dst, total, seen, c->dt);
+  if (st != KOLO_OK) return fail_status("allgather", st);
+  if (memcmp(seen, counts, (size_t)n * sizeof counts[0]) != 0) {
+    printf("# allgather: receive counts wrong\n");
+    return 1;
+  }
+  if (same_buffer) {
+    if (kolo_nccl_copy_to_host(c->b->hrecv, dst, total * c->es) != KOLO_OK) return 1;
+  } else if (!read_back(c, dst, total * c->es)) {
+    return 1;
+  }
+  size_t offset = 0;
+  for (int r = 0; r < n; r++) {
     for (size_t i = 0; i < counts[r]; i++) {
-      double want = value(KOLO_MAX, r, i), got = gpu_load(dt, b->hrecv, off + i);
-      if (got != want) {
-        printf("# allgather%s block %d [%zu]: got %g want %g\n", variable ? "v" : "", r, i, got,
-               want);
+      double want = gpu_reference(c->dt, KOLO_SUM, (double[]){gpu_input(KOLO_SUM, r, i)}, 1);
+      if (gpu_load(c->dt, c->b->hrecv, offset + i) != want) {
+        printf("# allgather%s%s block %d [%zu] wrong\n", variable ? " (counts differ)" : "",
+               same_buffer ? " send==recv" : "", r, i);
         return 1;
       }
     }
-    off += counts[r];
+    offset += counts[r];
   }
   return 0;
 }
 
-/* Three collectives of different types in one ncclGroupStart/End, one request,
- * completed through kolo_nccl_test polling (never blocks). */
-static int check_group(kolo_nccl_comm *comm, bufs *b) {
-  int rank = kolo_nccl_comm_rank(comm), size = kolo_nccl_comm_size(comm);
-  const size_t n = 1000;
-  char *ds = b->dsend, *dr = b->drecv;
-  for (size_t i = 0; i < n; i++) {
-    gpu_store(KOLO_FLOAT32, b->hsend, i, value(KOLO_SUM, rank, i));
-    gpu_store(KOLO_BFLOAT16, b->hsend + 4 * n, i, value(KOLO_SUM, rank, i));
-    gpu_store(KOLO_INT64, b->hsend + 6 * n, i, rank == 0 ? (double)i : -1.0);
+/* All collectives of one dtype at one count; reports one line per collective. */
+static int run_dtype(check *c, size_t count) {
+  int bad_ar = 0, bad_rs = 0, bad_bc = 0, bad_ag = 0, failures = 0;
+  for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+    bad_ar += check_allreduce(c, count, ops[o], 0);
+    bad_rs += check_reducescatter(c, count, ops[o], 0);
   }
-  if (kolo_nccl_copy_to_device(ds, b->hsend, 14 * n) != KOLO_OK) return 1;
-  kolo_nccl_op_desc group[3] = {
-      {.kind = KOLO_NCCL_ALLREDUCE, .send = ds, .recv = dr, .count = n, .dtype = KOLO_FLOAT32,
-       .op = KOLO_SUM},
-      {.kind = KOLO_NCCL_ALLREDUCE, .send = ds + 4 * n, .recv = dr + 4 * n, .count = n,
-       .dtype = KOLO_BFLOAT16, .op = KOLO_SUM},
-      {.kind = KOLO_NCCL_BROADCAST, .recv = ds + 6 * n, .count = n, .dtype = KOLO_INT64, .root = 0},
-  };
-  kolo_nccl_request *req = NULL;
-  kolo_status st = kolo_nccl_group_async(comm, group, 3, &req);
-  if (st != KOLO_OK) return finish(comm, st, req, "group");
-  int done = 0, polls = 0;
-  uint64_t deadline = gpu_now_ns() + 30000000000ull;
-  while (!done && gpu_now_ns() < deadline) {
-    if (kolo_nccl_test(req, &done, &st) != KOLO_OK) return 1;
-    polls++;
-  }
-  if (!done || st != KOLO_OK) {
-    printf("# group: done=%d status=%s after %d polls\n", done, kolo_strerror(st), polls);
-    return 1;
-  }
-  if (kolo_nccl_copy_to_host(b->hrecv, dr, 6 * n) != KOLO_OK) return 1;
-  if (kolo_nccl_copy_to_host(b->hrecv + 6 * n, ds + 6 * n, 8 * n) != KOLO_OK) return 1;
-  for (size_t i = 0; i < n; i++) {
-    double want = reference(KOLO_FLOAT32, KOLO_SUM, size, i);
-    if (gpu_load(KOLO_FLOAT32, b->hrecv, i) != want ||
-        gpu_load(KOLO_BFLOAT16, b->hrecv + 4 * n, i) != want ||
-        gpu_load(KOLO_INT64, b->hrecv + 6 * n, i) != (double)i) {
-      printf("# group: wrong element %zu\n", i);
-      return 1;
-    }
-  }
-  return 0;
+  bad_ar += check_allreduce(c, count, KOLO_SUM, 1) + check_allreduce(c, count, KOLO_MAX, 1);
+  bad_rs += check_reducescatter(c, count, KOLO_SUM, 1);
+  bad_bc += check_broadcast(c, count, 0) + check_broadcast(c, count, c->me->size - 1);
+  bad_ag += check_allgather(c, count, 0, 0) + check_allgather(c, count, 1, 0) +
+            check_allgather(c, count, 1, 1);
+  const char *name = kolo_dtype_name(c->dt);
+  int r = c->me->rank, n = c->me->size;
+  failures += gpu_report(!bad_ar, "rank %d/%d: allreduce %s x5 ops (+ in place) count %zu", r, n,
+                         name, count);
+  failures += gpu_report(!bad_rs, "rank %d/%d: reducescatter %s x5 ops (+ send==recv) count %zu",
+                         r, n, name, count);
+  failures += gpu_report(!bad_bc, "rank %d/%d: broadcast %s roots 0,%d count %zu", r, n, name,
+                         n - 1, count);
+  failures += gpu_report(!bad_ag,
+                         "rank %d/%d: allgather %s (equal, unequal, send==recv) count %zu", r, n,
+                         name, count);
+  return failures;
 }
 
-/* Host memory handed to a collective is refused before anything is enqueued,
- * and the communicator stays usable. */
-static int check_host_buffer_refused(kolo_nccl_comm *comm, bufs *b) {
-  kolo_nccl_request *req = NULL;
-  kolo_status st = kolo_nccl_allreduce_async(comm, b->hsend, b->hrecv, 16, KOLO_FLOAT32, KOLO_SUM, &req);
-  if (st != KOLO_ERR_INVALID_ARG || req != NULL) {
-    printf("# host buffer: got %s\n", kolo_strerror(st));
-    return 1;
-  }
-  if (kolo_nccl_comm_state(comm) != KOLO_NCCL_STATE_READY) return 1;
-  st = kolo_nccl_allreduce_async(comm, b->dsend, b->drecv, 16, KOLO_FLOAT32, KOLO_SUM, &req);
-  return finish(comm, st, req, "allreduce after refusal");
+/* One rank hands a host buffer to a device collective: refused there, and the
+ * others, who submitted, fail too instead of waiting for their deadline. */
+static int check_local_refusal(check *c) {
+  /* every rank done with the collectives before, so the failure cannot hit
+   * those; a rank still finishing this barrier when rank 1 fails the ring
+   * learns the failure there, which is the same outcome */
+  uint64_t t0 = gpu_now_ns();
+  kolo_status st = kolo_barrier(c->comm);
+  void *recv = c->me->rank == 1 ? (void *)c->b->hrecv : (void *)c->b->drecv;
+  if (st == KOLO_OK)
+    st = kolo_allreduce(c->comm, c->b->dsend, recv, 1024, KOLO_FLOAT32, KOLO_SUM);
+  double s = (double)(gpu_now_ns() - t0) / 1e9;
+  int failed_rank = -1;
+  kolo_status recorded = kolo_comm_error(c->comm, &failed_rank);
+  int pass = st != KOLO_OK && recorded == KOLO_ERR_INVALID_ARG && failed_rank == 1 && s < 10;
+  if (c->me->rank == 1) pass = pass && st == KOLO_ERR_INVALID_ARG;
+  return gpu_report(pass, "rank %d/%d: a host buffer on rank 1 fails every rank (%s, rank %d, "
+                    "%.2f s)", c->me->rank, c->me->size, kolo_strerror(st), failed_rank, s);
 }
 
-static int rank_main(int rank, int size, const char *dir, void *arg) {
-  const options *opt = arg;
-  int failures = 0;
-  uint8_t id[KOLO_NCCL_ID_BYTES];
-  kolo_status st = gpu_share_id(dir, 0, rank, 0, id, 60000);
-  if (st != KOLO_OK) return gpu_report(0, "rank %d got the unique id (%s)", rank, kolo_strerror(st));
-  kolo_nccl_comm *comm = NULL;
-  st = kolo_nccl_comm_create(id, rank, size, rank, 60000, &comm);
-  failures += gpu_report(st == KOLO_OK, "rank %d/%d: communicator ready on device %d (%s)", rank,
-                         size, rank, kolo_strerror(st));
-  if (st != KOLO_OK) return 1;
-
-  size_t counts[2] = {1, opt->quick ? 1003 : 65539};
-  size_t max_elems = (counts[1] + (size_t)size * 3) * (size_t)size;
-  bufs b = {.bytes = max_elems * 8 + 64};
-  if (b.bytes < 16000) b.bytes = 16000; /* check_group packs 14 * 1000 bytes */
-  b.hsend = malloc(b.bytes);
-  b.hrecv = malloc(b.bytes);
+static int rank_main(const gpu_rank *me) {
+  const options *opt = me->arg;
+  kolo_comm *comm = NULL;
+  kolo_status st = gpu_ring_join(me, 1, me->rank, me->size, 60000, &comm);
+  int failures = gpu_report(st == KOLO_OK, "rank %d/%d: ring in CUDA mode on device %d%s (%s)",
+                            me->rank, me->size, me->device, me->shared ? ", GPU shared" : "",
+                            kolo_strerror(st));
+  if (st != KOLO_OK) return failures;
+  size_t counts[3] = {1, 1003, (1u << 20) + 3};
+  for (int k = 0; k < 3; k++)
+    if (counts[k] > opt->max_count) counts[k] = opt->max_count;
+  size_t n = (size_t)me->size, top = counts[2];
+  buffers b = {.send_bytes = (top * n + 3 * n * n + 64) * 8,
+               .recv_bytes = ((top + 3 * n) * n + 64) * 8};
+  size_t host_bytes = (b.send_bytes > b.recv_bytes ? b.send_bytes : b.recv_bytes) + GUARD_BYTES;
+  b.hsend = malloc(host_bytes);
+  b.hrecv = malloc(host_bytes);
   if (b.hsend == NULL || b.hrecv == NULL ||
-      kolo_nccl_device_alloc(rank, b.bytes, &b.dsend) != KOLO_OK ||
-      kolo_nccl_device_alloc(rank, b.bytes, &b.drecv) != KOLO_OK) {
-    failures += gpu_report(0, "rank %d: buffers of %zu bytes", rank, b.bytes);
+      kolo_nccl_device_alloc(me->device, b.send_bytes + GUARD_BYTES, (void **)&b.dsend) != KOLO_OK ||
+      kolo_nccl_device_alloc(me->device, b.recv_bytes + GUARD_BYTES, (void **)&b.drecv) != KOLO_OK) {
+    failures += gpu_report(0, "rank %d: buffers", me->rank);
     goto out;
   }
-  failures += gpu_report(kolo_nccl_is_device_pointer(b.dsend) && !kolo_nccl_is_device_pointer(b.hsend),
-                         "rank %d: device and host buffers are told apart", rank);
   for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
-    int bad[5] = {0};
-    for (size_t c = 0; c < 2; c++) {
-      bad[0] += check_allreduce(comm, &b, dtypes[d], counts[c]);
-      bad[1] += check_reducescatter(comm, &b, dtypes[d], counts[c]);
-      bad[2] += check_broadcast(comm, &b, dtypes[d], counts[c]);
-      bad[3] += check_allgather(comm, &b, dtypes[d], counts[c], 0);
-      bad[4] += check_allgather(comm, &b, dtypes[d], counts[c], 1);
-    }
-    const char *what[5] = {"allreduce (sum avg min max prod, in place)",
-                           "reducescatter (sum avg min max prod)", "broadcast (roots 0, last)",
-                           "allgather", "allgatherv (counts differ, exchanged)"};
-    for (int k = 0; k < 5; k++)
-      failures += gpu_report(bad[k] == 0, "rank %d/%d: %s %s, counts %zu and %zu", rank, size,
-                             what[k], dtype_names[d], counts[0], counts[1]);
+    check c = {.comm = comm, .me = me, .b = &b, .dt = dtypes[d], .es = kolo_dtype_size(dtypes[d])};
+    for (int k = 0; k < 3; k++) failures += run_dtype(&c, counts[k]);
   }
-  failures += gpu_report(check_group(comm, &b) == 0,
-                         "rank %d/%d: grouped float32+bfloat16 allreduce and int64 broadcast, "
-                         "completed by test()", rank, size);
-  failures += gpu_report(check_host_buffer_refused(comm, &b) == 0,
-                         "rank %d/%d: host buffer refused with INVALID_ARG, comm stays ready", rank,
-                         size);
+  check c = {.comm = comm, .me = me, .b = &b, .dt = KOLO_FLOAT32, .es = 4};
+  if (me->size >= 2) failures += check_local_refusal(&c);
 out:
   kolo_nccl_device_free(b.dsend);
   kolo_nccl_device_free(b.drecv);
   free(b.hsend);
   free(b.hrecv);
-  kolo_nccl_comm_destroy(comm);
-  return failures > 100 ? 100 : failures;
+  kolo_comm_destroy(comm);
+  return failures;
 }
 
 int main(int argc, char **argv) {
-  options opt = {0};
-  int want = 0;
+  options opt = {.ranks = 0, .max_count = (1u << 20) + 3};
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0) opt.quick = 1;
-    else if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) want = atoi(argv[++i]);
+    if (strcmp(argv[i], "--quick") == 0) continue; /* the counts above are the quick set */
+    if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) opt.ranks = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--max-count") == 0 && i + 1 < argc)
+      opt.max_count = (size_t)strtoull(argv[++i], NULL, 10);
     else {
-      fprintf(stderr, "usage: %s [--quick] [--ranks N]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--ranks N] [--max-count N]\n", argv[0]);
       return 2;
     }
   }
+  if (opt.max_count < 1 || opt.ranks < 0 || opt.ranks > GPU_MAX_RANKS) return 2;
   int gpus = gpu_count_in_child();
   if (gpus == 0) {
     printf("# no usable GPU: skipped\n");
     return GPU_EXIT_SKIP;
   }
-  int ranks = want > 0 && want < gpus ? want : gpus;
-  printf("# collectives: %d rank(s), one per GPU (%d GPU(s) present)%s\n", ranks, gpus,
-         ranks == 1 ? "; 1-rank variant only" : "");
-  int failed = gpu_run_ranks(ranks, rank_main, &opt, 600, -1);
-  return failed ? 1 : 0;
+  int ranks = opt.ranks > 0 ? opt.ranks : gpus > 1 ? gpus : 3;
+  printf("# collectives through libkolo: %d rank(s) on %d GPU(s)%s\n", ranks, gpus,
+         ranks > gpus ? " (shared: NCCL_HOSTID per rank, sockets on loopback)" : "");
+  return gpu_run_ranks(ranks, gpus, rank_main, &opt, 900, -1) ? 1 : 0;
 }

@@ -1,26 +1,42 @@
 #!/usr/bin/env bash
-# The GPU test run, for a machine with NVIDIA GPUs, CUDA and NCCL: configures
-# kolo with -DKOLO_WITH_CUDA=ON, builds it, runs kolo_nccl's unit tests, the GPU
-# correctness test (every op x dtype vs a host reference, one rank per GPU), the
-# abort-and-re-create test and the all-reduce benchmark, then prints one line:
+# The GPU test run, for a machine with an NVIDIA GPU, CUDA and NCCL. Builds kolo
+# with -DKOLO_WITH_CUDA=ON (unless --no-build), then runs, each under a time
+# limit: kolo_nccl's unit tests and test_device; the GPU programs of tests/gpu
+# through libkolo's public API in CUDA mode (every op x dtype at counts 1, 1003,
+# 2^20+3 with guard regions; the stream-order probe; abort from a second thread;
+# SIGKILL of a rank; 30 create/destroy cycles; threads racing); the elastic loop with its state
+# in GPU memory across a SIGKILL and a join; kolo's all-reduce beside raw NCCL.
+# With one GPU, several ranks share it: each gets its own NCCL_HOSTID and NCCL
+# talks over sockets on loopback (see tests/gpu/gpu_harness.c). The last line is
 #   GPU: N passed, M failed
-# Usage: tests/gpu/run.sh [--ranks N] [--build-dir DIR] [--no-build] [--quick]
+# and the exit status is 0 only when M is 0 and N > 0. Every "ok"/"not ok" line
+# of a program counts, and so do the build and unit steps; a program that
+# crashes, times out or skips counts as a failure. With $OUT set (the device
+# tool's output folder), the whole log is also written to $OUT/gpu-run.log.
+#
+# Usage: tests/gpu/run.sh [--quick] [--no-build] [--build-dir DIR] [--ranks N] [--small]
+#   --quick    the ~10 minute run on a prebuilt tree (bench up to 64 MiB)
+#   --small    tiny counts and sizes (run.sh's own self-test on the CPU stand-in)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="$ROOT/build-gpu"
-ranks=()
 build=1
-quick=()
-bench_args=()
+quick=0
+small=0
+ranks=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks=(--ranks "$2"); shift 2 ;;
     --build-dir) BUILD="$2"; shift 2 ;;
     --no-build) build=0; shift ;;
-    --quick) quick=(--quick); bench_args=(--max-bytes 16777216 --iters 10); shift ;;
-    *) echo "usage: $0 [--ranks N] [--build-dir DIR] [--no-build] [--quick]" >&2; exit 2 ;;
+    --quick) quick=1; shift ;;
+    --small) small=1; shift ;;
+    *) echo "usage: $0 [--quick] [--no-build] [--build-dir DIR] [--ranks N] [--small]" >&2; exit 2 ;;
   esac
 done
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  exec > >(tee "$OUT/gpu-run.log") 2>&1
+fi
 
 passed=0
 failed=0
@@ -30,22 +46,22 @@ summary() {
   exit $?
 }
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+start_s=$SECONDS
 
 echo "== machine"
+uptime
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi -L || true
-  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 else
-  echo "nvidia-smi not found; the test programs count devices themselves"
-  gpus="?"
+  echo "nvidia-smi not found; the programs count devices themselves"
 fi
-echo "GPUs: $gpus"
-[ "$gpus" = "1" ] && echo "one GPU: only the 1-rank variants run (NCCL refuses two ranks on one GPU)"
 
 mkdir -p "$BUILD"
 if [ "$build" -eq 1 ]; then
   echo "== configure (KOLO_WITH_CUDA=ON)"
-  if cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_WITH_CUDA=ON >"$BUILD/kolo-gpu-configure.log" 2>&1; then
+  if cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOLO_WITH_CUDA=ON \
+      >"$BUILD/kolo-gpu-configure.log" 2>&1; then
     grep "kolo:" "$BUILD/kolo-gpu-configure.log" || true
     echo "ok configure"; passed=$((passed + 1))
   else
@@ -61,8 +77,9 @@ if [ "$build" -eq 1 ]; then
   fi
 fi
 
-echo "== unit tests (kolo_nccl, need no GPU)"
-(cd "$BUILD" && ctest --output-on-failure --no-tests=error -R '^test_nccl_') >"$BUILD/kolo-gpu-unit.log" 2>&1
+echo "== unit tests (kolo_nccl, test_device)"
+(cd "$BUILD" && ctest --output-on-failure --no-tests=error -R '^(test_nccl_|test_device$)') \
+  >"$BUILD/kolo-gpu-unit.log" 2>&1
 unit_rc=$?
 tail -15 "$BUILD/kolo-gpu-unit.log"
 if [ "$unit_rc" -eq 0 ]; then
@@ -71,13 +88,14 @@ else
   echo "not ok unit tests"; failed=$((failed + 1))
 fi
 
-# Runs one GPU program with a time limit, shows its output, counts its "ok" and
+# Runs one program under a time limit, shows its output, counts its "ok" and
 # "not ok" lines; an exit status that disagrees (crash, skip, timeout) counts as
 # one more failure.
 run_program() {
   local name="$1" limit="$2"; shift 2
-  local out rc ok bad
+  local out rc ok bad t0
   out="$(mktemp)"
+  t0=$SECONDS
   echo "== $name"
   timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$out"
   rc="${PIPESTATUS[0]}"
@@ -86,35 +104,55 @@ run_program() {
   passed=$((passed + ok))
   failed=$((failed + bad))
   if [ "$rc" -eq 77 ]; then
-    echo "not ok $name: skipped, no usable GPU"; failed=$((failed + 1))
+    echo "not ok $name: skipped, no usable GPU"; failed=$((failed + 1)); no_gpu=1
   elif [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
     echo "not ok $name: exit status $rc"; failed=$((failed + 1))
+  elif [ "$rc" -eq 0 ] && [ "$ok" -eq 0 ]; then
+    echo "not ok $name: passed without checking anything"; failed=$((failed + 1))
   fi
+  echo "# $name: $((SECONDS - t0)) s"
   rm -f "$out"
 }
 
-run_program "collectives (every op x dtype vs host reference)" 600 \
-  "$BUILD/tests/kolo-gpu-collectives" "${ranks[@]}" "${quick[@]}"
-run_program "abort and re-create" 600 "$BUILD/tests/kolo-gpu-abort" "${ranks[@]}"
-run_program "all-reduce benchmark (nccl-tests columns)" 600 \
-  "$BUILD/tests/kolo-gpu-bench" "${ranks[@]}" "${bench_args[@]}"
-
-# libkolo end to end in CUDA mode: kolorun starts one rank per GPU, the ring is
-# formed over TCP, the NCCL id made by rank 0 is broadcast over it, and device
-# buffers are all-reduced over NCCL (checked: #wrong must be 0).
-gpu_count="$gpus"; [ "$gpu_count" = "?" ] && gpu_count=1
-echo "== kolo-allreduce-perf -D cuda under kolorun ($gpu_count rank(s))"
-perf_out="$(mktemp)"
-timeout --kill-after=10 600 "$BUILD/bin/kolorun" -np "$gpu_count" -- \
-  "$BUILD/bin/kolo-allreduce-perf" -D cuda -b 4K -e 256M -f 4 -w 5 -n 20 -c 1 2>&1 | tee "$perf_out"
-perf_rc="${PIPESTATUS[0]}"
-if [ "$perf_rc" -eq 0 ]; then
-  echo "ok libkolo CUDA mode (kolo-allreduce-perf -D cuda)"; passed=$((passed + 1))
-elif grep -q "no usable GPU device" "$perf_out"; then
-  echo "not ok libkolo CUDA mode: skipped, no usable GPU"; failed=$((failed + 1))
-else
-  echo "not ok libkolo CUDA mode (kolo-allreduce-perf -D cuda): exit status $perf_rc"
-  failed=$((failed + 1))
+T="$BUILD/tests"
+no_gpu=0
+max_count=()
+bench_size=(--max-bytes 268435456 --iters 20 --rounds 5)
+[ "$quick" -eq 1 ] && bench_size=(--max-bytes 67108864 --iters 20 --rounds 5)
+if [ "$small" -eq 1 ]; then
+  max_count=(--max-count 1003)
+  bench_size=(--max-bytes 65536 --iters 3 --rounds 3)
 fi
-rm -f "$perf_out"
+run_program "collectives: op x dtype x counts, guards, send==recv" 900 \
+  "$T/kolo-gpu-collectives" "${ranks[@]}" "${max_count[@]}"
+run_program "stream order" 300 "$T/kolo-gpu-stream" "${ranks[@]}"
+run_program "abort, SIGKILL, NCCL errors" 600 "$T/kolo-gpu-abort" "${ranks[@]}"
+run_program "30 create/destroy cycles, pending errors, contexts" 600 "$T/kolo-gpu-cycles" "${ranks[@]}"
+run_program "threads: host and device gathers at once, abort during creation" 300 \
+  "$T/kolo-gpu-races" "${ranks[@]}"
+
+# collective/elastic.c in CUDA mode: test_elastic's kill and join scenarios with
+# the loop whose state lives in GPU memory (each process its own NCCL_HOSTID).
+echo "== elastic re-forms in CUDA mode (test_elastic with kolo-gpu-elastic-loop)"
+elastic_out="$(mktemp)"
+if [ "$no_gpu" -eq 1 ]; then
+  echo "not ok elastic re-forms in CUDA mode: skipped, no usable GPU"; failed=$((failed + 1))
+else
+  KOLO_ELASTIC_LOOP=kolo-gpu-elastic-loop KOLO_TEST_OWN_HOSTID=1 KOLO_TEST_DIR="$T" \
+    timeout --kill-after=10 300 "$T/test_elastic" >"$elastic_out" 2>&1
+  elastic_rc=$?
+  grep -E '^\[ +(OK|FAILED|PASSED) ' "$elastic_out" || tail -20 "$elastic_out"
+  if [ "$elastic_rc" -eq 0 ]; then
+    echo "ok elastic re-forms keep CUDA mode and device state"; passed=$((passed + 1))
+  else
+    tail -30 "$elastic_out"
+    echo "not ok elastic re-forms in CUDA mode: exit status $elastic_rc"; failed=$((failed + 1))
+  fi
+fi
+rm -f "$elastic_out"
+
+run_program "all-reduce: kolo beside raw NCCL, 1 rank" 600 "$T/kolo-gpu-bench" --ranks 1 "${bench_size[@]}"
+run_program "all-reduce: kolo beside raw NCCL, 2 ranks" 600 "$T/kolo-gpu-bench" --ranks 2 "${bench_size[@]}"
+
+echo "# run.sh: $((SECONDS - start_s)) s after the build"
 summary

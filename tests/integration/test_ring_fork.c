@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -248,6 +249,46 @@ static void other_collectives_work_for_every_ring_size(void **state) {
   for (int size = 1; size <= 6; size++) assert_int_equal(run_ranks(size, many_collectives, NULL), 0);
 }
 
+static double cpu_seconds(void) {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return (double)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         (double)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+/* Small all-reduces (they spin a little before sleeping), then rank 1 comes
+ * 0.8 s late: rank 0's wait must sleep, not spin. */
+static int late_peer_body(kolo_comm *comm, void *argument) {
+  (void)argument;
+  int rank = kolo_comm_rank(comm), bad = !transport_is_expected(comm);
+  float values[1024], sums[1024];
+  for (int step = 0; step < 200; step++) {
+    for (int i = 0; i < 1024; i++) values[i] = (float)(rank + i + step);
+    if (kolo_allreduce(comm, values, sums, 1024, KOLO_FLOAT32, KOLO_SUM) != KOLO_OK) return 1;
+    for (int i = 0; i < 1024; i++) bad += sums[i] != (float)(1 + 2 * (i + step));
+  }
+  double before = cpu_seconds();
+  if (rank == 1) usleep(800 * 1000);
+  if (kolo_allreduce(comm, values, sums, 1024, KOLO_FLOAT32, KOLO_SUM) != KOLO_OK) return 1;
+  double cpu = cpu_seconds() - before;
+  if (rank == 0 && cpu > 0.1) {
+    fprintf(stderr, "rank 0: waiting 0.8 s for rank 1 cost %.3f s of CPU\n", cpu);
+    bad++;
+  }
+  return bad;
+}
+
+static void a_rank_waiting_for_a_late_peer_sleeps_on_both_transports(void **state) {
+  (void)state;
+  expected_transport = "shm";
+  assert_int_equal(run_ranks(2, late_peer_body, NULL), 0);
+  setenv("KOLO_SHM", "0", 1);
+  expected_transport = "tcp";
+  assert_int_equal(run_ranks(2, late_peer_body, NULL), 0);
+  unsetenv("KOLO_SHM");
+  expected_transport = NULL;
+}
+
 /* Every rank loops over large all-reduces; the parent SIGKILLs one rank and the
  * others must report KOLO_ERR_PEER_LOST naming it within a second. */
 static void survivors_report_the_killed_rank_within_a_second(void **state) {
@@ -319,6 +360,7 @@ int main(void) {
       cmocka_unit_test(allreduce_is_right_over_tcp_without_shared_memory),
       cmocka_unit_test(allreduce_is_right_through_a_small_wrapping_shared_memory_ring),
       cmocka_unit_test(survivors_report_the_killed_rank_within_a_second),
+      cmocka_unit_test(a_rank_waiting_for_a_late_peer_sleeps_on_both_transports),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

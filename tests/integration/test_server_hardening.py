@@ -5,6 +5,7 @@ error naming the field, and nothing may be stored, changed or lost (issue #12 it
 Real etcd, a real kolo-server on 127.0.0.1 port 0, Python grpcio and curl as clients."""
 import grpc
 import json
+import socket
 import subprocess
 import unittest
 
@@ -138,6 +139,44 @@ class HardeningTest(unittest.TestCase):
         self.assertEqual(curl(port, "/v1/nothing", "DELETE")[0], 404)  # unknown path: still 404
         # nothing changed by the refused calls
         self.assertEqual(self.client.call("GetJob", pb.GetJobRequest(id="head-1")).status.phase, pb.PENDING)
+
+    def raw_http(self, request_bytes):
+        """Sends raw bytes to the HTTP port; returns (status, headers text, body text)."""
+        with socket.create_connection(("127.0.0.1", self.srv.http_port), timeout=10) as conn:
+            conn.sendall(request_bytes)
+            data = b""
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        head, _, body = data.decode(errors="replace").partition("\r\n\r\n")
+        return int(head.split()[1]), head, body
+
+    def test_a_long_uri_or_header_block_is_answered_414_or_431_in_json(self):
+        """#12 item 7: libmicrohttpd answered these with its own HTML pages."""
+        self.client.call("SubmitJob", spec("size-1"))
+        status, head, body = self.raw_http(b"GET /v1/jobs/" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n"
+                                           b"Connection: close\r\n\r\n")
+        self.assertEqual(status, 414, head)
+        self.assertIn("application/json", head.lower())
+        self.assertEqual(json.loads(body)["error"]["code"], "INVALID_ARGUMENT")
+        self.assertIn("request URI of", json.loads(body)["error"]["message"])
+        status, head, body = self.raw_http(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 30000 +
+                                           b"\r\nConnection: close\r\n\r\n")
+        self.assertEqual(status, 431, head)
+        self.assertIn("request headers of", json.loads(body)["error"]["message"])
+        # a body sent with an oversized request is not read, and nothing is stored
+        status, head, body = self.raw_http(b"POST /v1/jobs/size-1:cancel?" + b"c" * 9000 +
+                                           b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                                           b"Connection: close\r\n\r\n{}")
+        self.assertEqual(status, 414, head)
+        self.assertEqual(self.client.call("GetJob", pb.GetJobRequest(id="size-1")).status.phase, pb.PENDING)
+        # within the limits, the router answers as usual
+        status, head, body = self.raw_http(b"GET /v1/jobs/" + b"a" * 200 + b" HTTP/1.1\r\nHost: x\r\n"
+                                           b"Connection: close\r\n\r\n")
+        self.assertIn(status, (400, 404), head)  # an id too long, or no such job
+        self.assertIn("error", json.loads(body))
 
     def assertRefused(self, fn, code, contains):
         with self.assertRaises(grpc.RpcError) as ctx:

@@ -27,6 +27,8 @@
 
 #include <cmocka.h>
 
+#include "common/agent_proto.h"
+
 #define PROCS 3
 
 typedef struct agent {
@@ -110,19 +112,25 @@ static void agent_spawn_lr(agent *g, int i, const char *lr) {
 
 static void agent_spawn(agent *g, int i) { agent_spawn_lr(g, i, "0.02"); }
 
-/* Sends RING <epoch> to each member (process indexes, in rank order). */
+/* Sends RING <epoch> to each member (process indexes, in rank order), through
+ * the agent protocol's codec. */
 static void agent_announce(agent *g, uint64_t epoch, const int *members, int size) {
+  char addresses[64][32];
+  const char *peers[64];
+  assert_true(size <= 64);
+  for (int r = 0; r < size; r++) {
+    snprintf(addresses[r], sizeof addresses[r], "127.0.0.1:%d", g->ports[members[r]]);
+    peers[r] = addresses[r];
+  }
   for (int rank = 0; rank < size; rank++) {
-    char line[1024];
-    int used =
-        snprintf(line, sizeof line, "RING %llu %d %d %d %d 20000 %s 127.0.0.1:%d",
-                 (unsigned long long)epoch, rank, size, rank, size, g->secret, g->ports[members[rank]]);
-    for (int r = 0; r < size; r++) {
-      used +=
-          snprintf(line + used, sizeof line - (size_t)used, " 127.0.0.1:%d", g->ports[members[r]]);
-    }
-    used += snprintf(line + used, sizeof line - (size_t)used, "\n");
-    assert_int_equal(write(g->conns[members[rank]], line, (size_t)used), used);
+    kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
+                          .ring = {.epoch = epoch, .rank = rank, .size = size, .local_rank = rank,
+                                   .local_size = size, .timeout_ms = 20000, .secret = g->secret,
+                                   .listen_address = peers[rank], .peers = peers}};
+    char *line = NULL;
+    assert_int_equal(kolo_agent_msg_format(&msg, &line, NULL, 0), KOLO_OK);
+    assert_int_equal(write(g->conns[members[rank]], line, strlen(line)), (ssize_t)strlen(line));
+    free(line);
   }
 }
 

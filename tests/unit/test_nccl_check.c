@@ -22,7 +22,8 @@ static size_t last_bytes; /* the byte length the last check asked about */
 static int arena_on_device_0(const void *ptr, size_t bytes, int device) {
   const char *p = ptr;
   last_bytes = bytes;
-  return device == 0 && p >= arena && bytes <= (size_t)(arena + sizeof arena - p);
+  return device == 0 && p >= arena && p < arena + sizeof arena &&
+         bytes <= (size_t)(arena + sizeof arena - p);
 }
 
 static int staged;

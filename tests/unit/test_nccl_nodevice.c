@@ -1,7 +1,8 @@
 /* Unit tests for kolo_nccl on a machine without a GPU (this one, CI): every entry
  * point that needs a device really calls the CUDA runtime and answers
- * KOLO_ERR_NO_DEVICE with a clear message; none crashes or hangs. Skipped (not
- * failed) on a machine that has a GPU. */
+ * KOLO_ERR_NO_DEVICE with a clear message; none crashes or hangs. On a machine
+ * that has a GPU the whole program reports itself skipped to CTest (exit 77;
+ * label nogpu), and test_device and tests/gpu check that machine instead. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,20 +12,10 @@
 #include <cmocka.h>
 
 #include "kolo_nccl.h"
-
-/* These tests are for machines without a GPU; on one with a GPU they skip. */
-#define SKIP_IF_A_GPU_IS_PRESENT()                                              \
-  do {                                                                         \
-    int n_ = 0;                                                                \
-    if (kolo_nccl_device_count(&n_, NULL, 0) == KOLO_OK) {                     \
-      print_message("a CUDA device is present (%d); test skipped\n", n_);      \
-      skip();                                                                  \
-    }                                                                          \
-  } while (0)
+#include "../support/skip.h"
 
 static void counting_devices_says_no_device_and_why(void **state) {
   (void)state;
-  SKIP_IF_A_GPU_IS_PRESENT();
   int n = -1;
   char message[256] = "untouched";
   assert_int_equal(kolo_nccl_device_count(&n, message, sizeof message), KOLO_ERR_NO_DEVICE);
@@ -37,7 +28,6 @@ static void counting_devices_says_no_device_and_why(void **state) {
 
 static void asking_for_a_device_buffer_says_no_device(void **state) {
   (void)state;
-  SKIP_IF_A_GPU_IS_PRESENT();
   void *p = (void *)0x1;
   assert_int_equal(kolo_nccl_device_alloc(0, 4096, &p), KOLO_ERR_NO_DEVICE);
   assert_null(p);
@@ -46,7 +36,6 @@ static void asking_for_a_device_buffer_says_no_device(void **state) {
 
 static void copying_to_or_from_a_device_says_no_device(void **state) {
   (void)state;
-  SKIP_IF_A_GPU_IS_PRESENT();
   char host[16] = {0}, other[16] = {0};
   assert_int_equal(kolo_nccl_copy_to_device(other, host, sizeof host), KOLO_ERR_NO_DEVICE);
   assert_int_equal(kolo_nccl_copy_to_host(host, other, sizeof host), KOLO_ERR_NO_DEVICE);
@@ -55,7 +44,6 @@ static void copying_to_or_from_a_device_says_no_device(void **state) {
 
 static void asking_for_a_communicator_says_no_device(void **state) {
   (void)state;
-  SKIP_IF_A_GPU_IS_PRESENT();
   uint8_t id[KOLO_NCCL_ID_BYTES] = {0};
   kolo_nccl_comm *comm = (kolo_nccl_comm *)0x1;
   assert_int_equal(kolo_nccl_comm_create(id, 0, 2, 0, 1000, &comm), KOLO_ERR_NO_DEVICE);
@@ -97,7 +85,6 @@ static void nccl_comm_blocking_set_to_one_is_refused(void **state) {
 
 static void a_communicator_from_a_ring_spec_says_no_device(void **state) {
   (void)state;
-  SKIP_IF_A_GPU_IS_PRESENT();
   uint8_t id[KOLO_NCCL_ID_BYTES] = {0};
   kolo_ring_spec spec;
   memset(&spec, 0, sizeof spec);
@@ -114,7 +101,6 @@ static void a_communicator_from_a_ring_spec_says_no_device(void **state) {
 
 static void making_a_unique_id_says_no_device(void **state) {
   (void)state;
-  SKIP_IF_A_GPU_IS_PRESENT();
   uint8_t id[KOLO_NCCL_ID_BYTES];
   memset(id, 0x77, sizeof id);
   assert_int_equal(kolo_nccl_id_create(id), KOLO_ERR_NO_DEVICE);
@@ -123,7 +109,6 @@ static void making_a_unique_id_says_no_device(void **state) {
 
 static void host_memory_is_never_taken_for_device_memory(void **state) {
   (void)state;
-  SKIP_IF_A_GPU_IS_PRESENT();
   int stack_value = 5;
   void *heap = malloc(64);
   assert_non_null(heap);
@@ -198,6 +183,9 @@ static void versions_are_reported_without_a_device(void **state) {
 }
 
 int main(void) {
+  int n = 0;
+  if (kolo_nccl_device_count(&n, NULL, 0) == KOLO_OK)
+    KOLO_TEST_SKIP("a CUDA device is present (%d): this test is for machines without one", n);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(counting_devices_says_no_device_and_why),
       cmocka_unit_test(asking_for_a_device_buffer_says_no_device),
