@@ -96,9 +96,12 @@ static void agent_announce(test_agent *agent, uint64_t epoch, const int *members
     peers[r] = addresses[r];
   }
   for (int rank = 0; rank < size; rank++) {
+    /* a per-run secret: another test's ring that took one of our ports is refused */
+    char secret[32];
+    snprintf(secret, sizeof secret, "secret-%d", (int)getpid());
     kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
                           .ring = {.epoch = epoch, .rank = rank, .size = size, .local_rank = rank,
-                                   .local_size = size, .timeout_ms = 10000, .secret = "secret",
+                                   .local_size = size, .timeout_ms = 10000, .secret = secret,
                                    .listen_address = peers[rank], .peers = peers}};
     char *line = NULL;
     assert_int_equal(kolo_agent_msg_format(&msg, &line, NULL, 0), KOLO_OK);
