@@ -13,7 +13,14 @@
  * is redone. LEAVE is the drained member's side: it trains on up to its next commit
  * and stops there (commit answers KOLO_ERR_ABORTED, should_stop turns true), so its
  * peers switch rings at the same commit. REFUSED (the agent does not speak our
- * protocol version) fails kolo_elastic_create with KOLO_ERR_PROTOCOL. */
+ * protocol version) fails kolo_elastic_create with KOLO_ERR_PROTOCOL.
+ *
+ * A ring that fails while it forms (a member died, or was not there within the
+ * ring's timeout: a newcomer's process still starting, e.g. Python importing
+ * torch on a loaded host) is reported FAILED to the agent, and the process waits
+ * for the next ring the coordinator announces (a stall re-forms the same
+ * members): it stays alive, with its state. Only "no new ring within
+ * KOLO_TIMEOUT", a stop or a refusal end kolo_elastic_create / _reform. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -213,9 +220,12 @@ static void *reader_main(void *argument) {
   return NULL;
 }
 
-/* Waits for a ring newer than the current communicator's and forms it. */
-static kolo_status form_next_ring(kolo_elastic *elastic) {
+/* Waits for a ring newer than the current communicator's and forms it.
+ * *no_ring is set when none arrived within KOLO_TIMEOUT (KOLO_ERR_TIMEOUT then
+ * means that, not a formation that timed out). */
+static kolo_status form_next_ring(kolo_elastic *elastic, int *no_ring) {
   int64_t deadline = kolo_deadline_after_ms(kolo_timeout_ms_from_env());
+  *no_ring = 0;
   pthread_mutex_lock(&elastic->mutex);
   for (;;) {
     if (elastic->leave_requested) elastic->stop_requested = 1; /* not training now: leave at once */
@@ -230,6 +240,7 @@ static kolo_status form_next_ring(kolo_elastic *elastic) {
     if (left == 0) {
       pthread_mutex_unlock(&elastic->mutex);
       KOLO_LOGE("elastic", "no new ring from the agent in time");
+      *no_ring = 1;
       return KOLO_ERR_TIMEOUT;
     }
     struct timespec until;
@@ -334,13 +345,11 @@ kolo_status kolo_elastic_create(kolo_elastic **out) {
   /* a newer ring may arrive while the first one forms (the job grew or lost a
    * member meanwhile): then form that one, as kolo_elastic_reform would */
   for (;;) {
-    status = form_next_ring(elastic);
+    int no_ring = 0;
+    status = form_next_ring(elastic, &no_ring);
     if (status == KOLO_OK) break;
-    pthread_mutex_lock(&elastic->mutex);
-    int newer = elastic->pending != NULL && !elastic->stop_requested;
-    pthread_mutex_unlock(&elastic->mutex);
-    if (!newer || status == KOLO_ERR_TIMEOUT || status == KOLO_ERR_PROTOCOL) goto fail;
-    KOLO_LOGW("elastic", "first ring failed (%s); forming the newer one", kolo_strerror(status));
+    if (no_ring || status == KOLO_ERR_PROTOCOL || kolo_elastic_should_stop(elastic)) goto fail;
+    KOLO_LOGW("elastic", "first ring failed (%s); waiting for the next one", kolo_strerror(status));
   }
   *out = elastic;
   return KOLO_OK;
@@ -436,31 +445,36 @@ kolo_status kolo_elastic_sync(kolo_elastic *elastic) {
   return copy_all(elastic, 1);
 }
 
+/* Tells the agent how the current ring failed, if it did. A peer's abort names
+ * the peer: it is leaving (e.g. its agent died, which the process notices before
+ * its death signal), so it is reported like a loss. Our own abort (a ring
+ * change) names ourselves and is not reported. */
+static void report_ring_failure(kolo_elastic *elastic) {
+  kolo_comm *comm = kolo_elastic_comm(elastic);
+  if (comm == NULL) return;
+  int failed_rank = -1;
+  kolo_status error = kolo_comm_error(comm, &failed_rank);
+  if (error != KOLO_OK && (error != KOLO_ERR_ABORTED || (failed_rank >= 0 && failed_rank != kolo_comm_rank(comm))))
+    send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_FAILED,
+                                        .failed = {kolo_comm_epoch(comm), kolo_status_name(error), failed_rank}});
+}
+
 kolo_status kolo_elastic_reform(kolo_elastic *elastic) {
   if (elastic == NULL) return KOLO_ERR_INVALID_ARG;
   if (elastic->agent_fd < 0) return KOLO_ERR_UNSUPPORTED;
-  kolo_comm *comm = kolo_elastic_comm(elastic);
-  if (comm != NULL) {
-    int failed_rank = -1;
-    kolo_status error = kolo_comm_error(comm, &failed_rank);
-    /* A peer's abort names the peer: it is leaving (e.g. its agent died, which
-     * the process notices before its death signal), so report it like a loss.
-     * Our own abort (a ring change) names ourselves and is not reported. */
-    if (error != KOLO_OK && (error != KOLO_ERR_ABORTED ||
-                             (failed_rank >= 0 && failed_rank != kolo_comm_rank(comm)))) {
-      send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_FAILED,
-                                          .failed = {kolo_comm_epoch(comm), kolo_status_name(error), failed_rank}});
-    }
-  }
+  report_ring_failure(elastic);
   for (;;) {
-    kolo_status status = form_next_ring(elastic);
+    int no_ring = 0;
+    kolo_status status = form_next_ring(elastic, &no_ring);
     if (status == KOLO_OK) {
       kolo_elastic_restore(elastic);
       status = kolo_elastic_sync(elastic);
+      if (status != KOLO_OK) report_ring_failure(elastic); /* formed, then failed in the sync */
     }
     if (status == KOLO_OK) break;
-    if (status == KOLO_ERR_TIMEOUT || kolo_elastic_should_stop(elastic)) return status;
-    /* the new ring failed while forming (another change): wait for the next */
+    if (no_ring || kolo_elastic_should_stop(elastic)) return status;
+    /* the new ring failed while forming or syncing (another change, or a member not
+     * there in time): FAILED went to the agent; wait for the next */
     KOLO_LOGW("elastic", "re-form failed (%s); waiting for the next ring", kolo_strerror(status));
   }
   elastic->reconfigurations++;

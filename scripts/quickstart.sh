@@ -6,7 +6,10 @@
 # and prints the job's final status JSON as curl returns it. Every process it starts is
 # stopped on the way out. It fails (exit 1) unless the job succeeds with at least
 # --min-accuracy test accuracy.
-# Options: --workers N (default 2), --epochs N (default 3), --model mlp|lenet,
+# --pytorch runs the same training as a PyTorch script instead of the built-in trainer:
+# examples/pytorch/elastic_fashion_mnist.py (kolo.torch, Horovod's API) as an `exec` job
+# under Debian's /usr/bin/python3, elastic (it survives a lost worker in place).
+# Options: --workers N (default 2), --epochs N (default 3), --model mlp|lenet, --pytorch,
 #          --min-accuracy X (default 0.85), --keep (keep the work dir),
 #          --keep-up (after the job, keep etcd, kolo-server and the workers running for the
 #          dashboard, the CLI and curl until Ctrl-C; the dashboard is on 127.0.0.1:7080 when
@@ -22,9 +25,10 @@ model=mlp
 min_accuracy=0.85
 keep=0
 keep_up=0
+pytorch=0
 BIN=""
 usage() {
-  echo "usage: scripts/quickstart.sh [--workers N] [--epochs N] [--model mlp|lenet] [--min-accuracy X] [--keep] [--keep-up] [--bin DIR]" >&2
+  echo "usage: scripts/quickstart.sh [--workers N] [--epochs N] [--model mlp|lenet] [--min-accuracy X] [--pytorch] [--keep] [--keep-up] [--bin DIR]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -35,6 +39,7 @@ while [ $# -gt 0 ]; do
     --min-accuracy) min_accuracy="${2:?}"; shift 2 ;;
     --keep) keep=1; shift ;;
     --keep-up) keep_up=1; shift ;;
+    --pytorch) pytorch=1; shift ;;
     --bin) BIN="${2:?}"; shift 2 ;;
     *) usage ;;
   esac
@@ -101,6 +106,10 @@ api="http://127.0.0.1:$http_port"
 wait_for 30 curl -sf "$api/readyz"
 echo "== dashboard: $api/  (open it in a browser to watch the job)"
 
+# the workers' Python processes import kolo from this checkout (setup.sh also installs a kolo.pth)
+export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+# and the libkolo of the binaries used (with --bin, maybe not build/)
+if [ -z "${KOLO_LIBRARY:-}" ] && [ -e "$BIN/../lib/libkolo.so" ]; then export KOLO_LIBRARY="$(cd "$BIN/../lib" && pwd)/libkolo.so"; fi
 echo "== $workers kolo-workers"
 for i in $(seq "$workers"); do
   "$BIN/kolo-worker" --etcd "$etcd_url" --advertise "127.0.0.1:$(free_port)" --id "worker-$i" \
@@ -109,11 +118,19 @@ for i in $(seq "$workers"); do
 done
 wait_for 30 sh -c "[ \"\$('$BIN/kolo' --json workers | grep -o '\"id\"' | wc -l)\" -ge $workers ]"
 
-if [ "$model" = mlp ]; then model_flags=(--model mlp --hp hidden=128 --lr 0.02); else model_flags=(--model lenet --lr 0.02); fi
-echo "== submitting a SYNC $model job on Fashion-MNIST ($workers workers, $epochs epochs)"
-job="$("$BIN/kolo" --json submit --name "fashion-mnist-$model" --workers "$workers:$workers" --mode SYNC \
-  "${model_flags[@]}" --dataset fashion-mnist --epochs "$epochs" --batch 32 \
-  --checkpoint-dir "$work/checkpoints" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
+if [ "$pytorch" -eq 1 ]; then
+  # the example's models: mlp, or its LeNet-like "net"
+  if [ "$model" = mlp ]; then torch_model=mlp; else torch_model=net; fi
+  echo "== submitting a PyTorch $model job on Fashion-MNIST: examples/pytorch/elastic_fashion_mnist.py as an exec job ($workers workers, $epochs epochs)"
+  submit=(--name "fashion-mnist-torch-$model" --workers "$workers:$workers" --exec /usr/bin/python3
+          "$ROOT/examples/pytorch/elastic_fashion_mnist.py" --model "$torch_model" --epochs "$epochs" --batch-size 32)
+else
+  if [ "$model" = mlp ]; then model_flags=(--model mlp --hp hidden=128 --lr 0.02); else model_flags=(--model lenet --lr 0.02); fi
+  echo "== submitting a SYNC $model job on Fashion-MNIST ($workers workers, $epochs epochs)"
+  submit=(--name "fashion-mnist-$model" --workers "$workers:$workers" --mode SYNC "${model_flags[@]}"
+          --dataset fashion-mnist --epochs "$epochs" --batch 32 --checkpoint-dir "$work/checkpoints")
+fi
+job="$("$BIN/kolo" --json submit "${submit[@]}" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
 echo "job $job submitted; progress (GET $api/v1/jobs/$job):"
 
 started=$(date +%s)

@@ -6,7 +6,9 @@ backend order alternating), and the table gives medians over repetitions:
 throughput (samples/s, all ranks), median step time, the kolo/DDP ratio and each
 backend's scaling efficiency (2-rank throughput / (2 x 1-rank throughput)), and
 rank 0's CPU time per step (all its threads: compute plus what the backend costs,
-whatever else the machine runs).
+whatever else the machine runs). Targets (issue #14), judged in the tables: at 2
+ranks kolo's throughput at least DDP's on every model (aim 1.2x), and kolo's
+scaling efficiency at least DDP's.
 
     bench/torch/run.py                 # the full table (~10 min on 2 quiet cores)
     bench/torch/run.py --quick         # a smoke run
@@ -113,26 +115,33 @@ def main():
                                                            "/".join(load_before), "/".join(load_after),
                                                            time.monotonic() - started))
     print()
-    print("| model | ranks | kolo samples/s | DDP samples/s | kolo/DDP | kolo ms/step | DDP ms/step "
-          "| kolo CPU ms/step | DDP CPU ms/step |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    verdicts = []
+    print("| model | ranks | kolo samples/s | DDP samples/s | kolo/DDP | target >= 1.0x (aim 1.2x) | kolo ms/step "
+          "| DDP ms/step | kolo CPU ms/step | DDP CPU ms/step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for model in models:
         for ranks in ranks_list:
             k, d = median(model, ranks, "kolo"), median(model, ranks, "ddp")
-            print("| %s | %d | %.1f | %.1f | %.2fx | %.2f | %.2f | %.2f | %.2f |" % (
-                model, ranks, k, d, k / d, median(model, ranks, "kolo", 1), median(model, ranks, "ddp", 1),
+            ratio = k / d
+            verdict = "-"
+            if ranks > 1:
+                verdict = ("met" if ratio >= 1.0 else "MISSED") + (", aim met" if ratio >= 1.2 else ", aim not met")
+                verdicts.append(("throughput %s x%d" % (model, ranks), ratio >= 1.0))
+            print("| %s | %d | %.1f | %.1f | %.2fx | %s | %.2f | %.2f | %.2f | %.2f |" % (
+                model, ranks, k, d, ratio, verdict, median(model, ranks, "kolo", 1), median(model, ranks, "ddp", 1),
                 median(model, ranks, "kolo", 2), median(model, ranks, "ddp", 2)))
     if 1 in ranks_list and len(ranks_list) > 1:
         print()
-        print("| model | ranks | kolo scaling efficiency | DDP scaling efficiency |")
-        print("|---|---|---|---|")
+        print("| model | ranks | kolo scaling efficiency | DDP scaling efficiency | target kolo >= DDP |")
+        print("|---|---|---|---|---|")
         for model in models:
             for ranks in ranks_list:
                 if ranks == 1:
                     continue
                 ke = median(model, ranks, "kolo") / (ranks * median(model, 1, "kolo"))
                 de = median(model, ranks, "ddp") / (ranks * median(model, 1, "ddp"))
-                print("| %s | %d | %.2f | %.2f |" % (model, ranks, ke, de))
+                verdicts.append(("scaling %s x%d" % (model, ranks), ke >= de))
+                print("| %s | %d | %.2f | %.2f | %s |" % (model, ranks, ke, de, "met" if ke >= de else "MISSED"))
     if OVERLAP:
         print()
         print("Overlap at 2 ranks (kolo, rank 0 medians): compute alone, the gradients' all-reduce alone, and the")
@@ -149,6 +158,12 @@ def main():
             step = statistics.median(r[2] for r in rows)
             print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (model, compute, comm, max(compute, comm),
                                                                compute + comm, step))
+    if verdicts:
+        missed = [what for what, ok in verdicts if not ok]
+        print()
+        print("Targets: %d of %d met%s%s" % (len(verdicts) - len(missed), len(verdicts),
+                                             "; missed: " + ", ".join(missed) if missed else "",
+                                             " (a --quick run's figures mean nothing)" if args.quick else ""))
 
 
 if __name__ == "__main__":

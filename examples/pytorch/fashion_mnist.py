@@ -2,10 +2,12 @@
 MNIST example: each rank trains on its share of the data (DistributedSampler by
 rank), gradients are averaged by DistributedOptimizer while backward runs, rank
 0's parameters and optimizer state are broadcast at the start, and the test
-metrics are averaged over ranks.
+metrics are averaged over ranks. The defaults (the MLP, 3 epochs, 32 per rank, momentum
+0.9) reach about 86% test accuracy with 2 ranks; --model net is Horovod's convolutional
+net (slower on CPU).
 
-    kolorun -np 2 python3 examples/pytorch/fashion_mnist.py --epochs 2
-    kolo submit --name fmnist --workers 2 --exec python3 examples/pytorch/fashion_mnist.py
+    kolorun -np 2 /usr/bin/python3 examples/pytorch/fashion_mnist.py
+    kolo submit --name fmnist --workers 2 --exec /usr/bin/python3 $PWD/examples/pytorch/fashion_mnist.py
 """
 import argparse
 import os
@@ -21,12 +23,12 @@ import fashion  # noqa: E402
 import kolo.torch as hvd  # noqa: E402
 
 parser = argparse.ArgumentParser(description="kolo.torch Fashion-MNIST example")
-parser.add_argument("--model", default="net", choices=["net", "mlp"])
-parser.add_argument("--batch-size", type=int, default=64, help="input batch size per rank")
+parser.add_argument("--model", default="mlp", choices=["net", "mlp"])
+parser.add_argument("--batch-size", type=int, default=32, help="input batch size per rank")
 parser.add_argument("--test-batch-size", type=int, default=1000)
-parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--lr", type=float, default=0.01, help="learning rate of one rank (scaled by the ranks)")
-parser.add_argument("--momentum", type=float, default=0.5)
+parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--log-interval", type=int, default=100, help="batches between progress lines")
 parser.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to float16 on the ring")

@@ -26,8 +26,8 @@ from .collectives import (allgather, allgather_async, allreduce, allreduce_, all
                           allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
                           broadcast_async, broadcast_async_, grouped_allreduce, join, poll, reducescatter,
                           reducescatter_async, synchronize)
-from .errors import (AbortedError, JobStoppedError, KoloError, KoloTimeoutError, MismatchError,  # noqa: E402
-                     NotInitializedError, PeerLostError, RingChangedError, StalledError)
+from .errors import (AbortedError, ForkedProcessError, JobStoppedError, KoloError, KoloTimeoutError,  # noqa: E402
+                     MismatchError, NotInitializedError, PeerLostError, RingChangedError, StalledError)
 from .objects import allgather_object, broadcast_object  # noqa: E402
 from . import elastic  # noqa: E402,F401
 
@@ -137,5 +137,5 @@ __all__ = [
     "broadcast_object", "allgather_object",
     "Sum", "Average", "Min", "Max", "Product",
     "KoloError", "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError", "MismatchError",
-    "StalledError", "JobStoppedError", "NotInitializedError", "elastic", "Runner", "RunnerError",
+    "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError", "elastic", "Runner", "RunnerError",
 ]

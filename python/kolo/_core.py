@@ -162,6 +162,8 @@ class Request:
 
     def settle(self) -> None:
         """Blocks until the request completes (GIL released while it waits)."""
+        if not self.done:
+            self.runtime.own(self.what)  # a forked child never waits on its parent's requests
         with self.lock:
             if self.done:
                 return
@@ -174,6 +176,8 @@ class Request:
 
     def poll(self) -> bool:
         """Never blocks; True once complete."""
+        if not self.done:
+            self.runtime.own(self.what)
         with self.lock:
             if self.done:
                 return True

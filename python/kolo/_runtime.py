@@ -2,6 +2,12 @@
 single-rank communicator when the process runs alone), the current
 communicator, and every request still in flight on it.
 
+A process forked after init() (a torch DataLoader worker, multiprocessing) shares
+the parent's sockets but not its libkolo threads: it may ask rank()/size() (plain
+reads of the parent's values), but every collective, init(), reform and report
+raises ForkedProcessError, and shutdown() (also its atexit hook) does nothing, so a
+child never sends on, closes or says goodbye to its parent's ring.
+
 Which ring init() joins:
   * KOLO_AGENT_SOCKET set (an `exec` job started by kolo-worker): the agent's ring,
     through kolo_elastic_create; the ring may change later (kolo.elastic);
@@ -18,7 +24,7 @@ import threading
 from typing import Dict, Optional, Tuple
 
 from . import _lib
-from .errors import JobStoppedError, KoloError, NotInitializedError, PeerLostError, error_class
+from .errors import ForkedProcessError, JobStoppedError, KoloError, NotInitializedError, PeerLostError, error_class
 
 lib = _lib.lib
 
@@ -62,10 +68,12 @@ class Runtime:
         self.inflight: Dict[int, object] = {}
         self.cuda_device: Optional[int] = None
         self.exit_hook = False
+        self.pid = 0  # the process that joined the ring (a forked child must not touch it)
 
     # ---- life cycle ----
 
     def init(self) -> None:
+        self.own("kolo.init")  # before the lock: a parent's thread may have held it at the fork
         with self.lock:
             if self.comm is not None:
                 return
@@ -83,12 +91,15 @@ class Runtime:
                           "kolo.init (a ring of one)")
                 self.comm = comm.value
                 self.owned_comm = True
+            self.pid = os.getpid()
             self.generation += 1
             if not self.exit_hook:
                 atexit.register(self.shutdown)  # leave the ring cleanly (a goodbye, not a failure)
                 self.exit_hook = True
 
     def shutdown(self) -> None:
+        if self.forked():
+            return  # a forked child (a DataLoader worker) leaves its parent's ring alone
         with self.lock:
             if self.comm is None:
                 return
@@ -99,6 +110,7 @@ class Runtime:
                 lib.kolo_comm_destroy(self.comm)
             self.elastic = None
             self.comm = None
+            self.pid = 0
             self.owned_comm = False
             self.cuda_device = None
             self.generation += 1
@@ -111,7 +123,26 @@ class Runtime:
 
     # ---- queries ----
 
-    def require(self) -> int:
+    def forked(self) -> bool:
+        """Whether this process is a fork of the one that joined the ring."""
+        return self.pid != 0 and self.pid != os.getpid()
+
+    def own(self, what: str) -> None:
+        """Raises ForkedProcessError in a fork of the process that joined the ring."""
+        if self.forked():
+            raise ForkedProcessError(what)
+
+    def require(self, what: str = "kolo") -> int:
+        """The communicator, for an operation on the ring."""
+        self.own(what)
+        comm = self.comm
+        if comm is None:
+            raise NotInitializedError()
+        return comm
+
+    def _query(self) -> int:
+        """The communicator, for a plain read of its fields (also in a forked child:
+        they take no lock and touch no socket)."""
         comm = self.comm
         if comm is None:
             raise NotInitializedError()
@@ -121,22 +152,24 @@ class Runtime:
         return self.comm is not None
 
     def rank(self) -> int:
-        return lib.kolo_comm_rank(self.require())
+        return lib.kolo_comm_rank(self._query())
 
     def size(self) -> int:
-        return lib.kolo_comm_size(self.require())
+        return lib.kolo_comm_size(self._query())
 
     def local_rank(self) -> int:
-        return lib.kolo_comm_local_rank(self.require())
+        return lib.kolo_comm_local_rank(self._query())
 
     def local_size(self) -> int:
-        return lib.kolo_comm_local_size(self.require())
+        return lib.kolo_comm_local_size(self._query())
 
     def epoch(self) -> int:
-        return lib.kolo_comm_epoch(self.require())
+        return lib.kolo_comm_epoch(self._query())
 
     def stop_requested(self) -> bool:
-        return self.elastic is not None and bool(lib.kolo_elastic_should_stop(self.elastic))
+        if self.elastic is None or self.forked():
+            return False  # (its mutex may have been held by a parent's thread at the fork)
+        return bool(lib.kolo_elastic_should_stop(self.elastic))
 
     def failure(self) -> Tuple[int, int]:
         """(status, rank) of the current communicator's failure; (0, -1) if none."""
@@ -156,6 +189,7 @@ class Runtime:
         Raises JobStoppedError when the agent asked this process to leave."""
         if self.elastic is None:
             return False
+        self.own("kolo.elastic: commit")
         code = lib.kolo_elastic_commit(self.elastic)
         if code == 25:  # KOLO_ERR_RING_CHANGED
             return True
@@ -165,6 +199,7 @@ class Runtime:
 
     def reform(self) -> None:
         """Moves onto the agent's next ring (kolo_elastic_reform)."""
+        self.own("kolo.elastic: re-forming the ring")
         with self.lock:
             elastic = self.elastic
             if elastic is None:
@@ -185,6 +220,7 @@ class Runtime:
                           bool(lib.kolo_elastic_should_stop(elastic)))
 
     def report(self, json_text: str) -> None:
+        self.own("kolo.report")
         if self.elastic is not None:
             self.check(lib.kolo_elastic_report(self.elastic, json_text.encode()), "kolo.report")
 
@@ -201,7 +237,7 @@ class Runtime:
             if self.cuda_device is not None:
                 raise ValueError("kolo: this rank already uses CUDA device %d, not %d (one GPU per rank)"
                                  % (self.cuda_device, device))
-            self.check(lib.kolo_comm_use_cuda(self.require(), device), "kolo: CUDA mode")
+            self.check(lib.kolo_comm_use_cuda(self.require("kolo: CUDA mode"), device), "kolo: CUDA mode")
             self.cuda_device = device
 
 

@@ -54,6 +54,16 @@ class NotInitializedError(KoloError, ValueError):
                          "KOLO_ERR_STATE", 19)
 
 
+class ForkedProcessError(KoloError):
+    """A collective (or init/shutdown) in a process forked from the one that
+    called kolo.init(), e.g. a DataLoader worker: only that process owns the ring.
+    rank(), size() and the other queries still answer with the parent's values."""
+
+    def __init__(self, what: str):
+        super().__init__("%s: this process (a fork of the one that called kolo.init(), e.g. a DataLoader worker) "
+                         "cannot use the ring; only the process that joined it may" % what, "KOLO_ERR_STATE", 19)
+
+
 _BY_STATUS = {
     "KOLO_ERR_PEER_LOST": PeerLostError,
     "KOLO_ERR_TIMEOUT": KoloTimeoutError,

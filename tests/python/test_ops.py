@@ -22,3 +22,9 @@ def test_ranks_may_submit_named_operations_in_any_order_and_skip_unused_paramete
 def test_a_rank_out_of_data_joins_and_the_others_all_reduce_without_it():
     result = kolotest.kolorun(3, kolotest.worker("join.py"), timeout=180)
     assert result.values("OK") == {0: "2", 1: "2", 2: "2"}, result
+
+
+def test_dataloader_workers_forked_from_a_rank_leave_its_ring_alone():
+    result = kolotest.kolorun(2, kolotest.worker("dataloader_fork.py"), timeout=180)
+    # 2 epochs x 4 batches; every index 0..15 twice on each of the 2 ranks, summed over the ring
+    assert result.values("OK") == {0: "8 480", 1: "8 480"}, result

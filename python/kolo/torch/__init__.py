@@ -12,7 +12,7 @@ No part of it is compiled against PyTorch: tensors go to libkolo by pointer,
 so it works with any torch version. See docs/PYTHON.md."""
 from __future__ import annotations
 
-from .. import (AbortedError, JobStoppedError, KoloError, KoloTimeoutError, MismatchError,  # noqa: F401
+from .. import (AbortedError, ForkedProcessError, JobStoppedError, KoloError, KoloTimeoutError, MismatchError,  # noqa: F401
                 NotInitializedError, PeerLostError, RingChangedError, StalledError, cross_rank, cross_size,
                 engine_available, engine_stats, init, is_homogeneous, is_initialized, library_path, local_rank, local_size,
                 rank, report, shutdown, size)
@@ -56,5 +56,5 @@ __all__ = [
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
     "DistributedOptimizer", "elastic",
     "KoloError", "HorovodInternalError", "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
-    "MismatchError", "StalledError", "JobStoppedError", "NotInitializedError",
+    "MismatchError", "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError",
 ]

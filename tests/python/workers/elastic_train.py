@@ -6,7 +6,9 @@ sum only if no step is lost or counted twice.
 
 argv: STEPS COMMIT_EVERY DELAY_MS RESULT_DIR. Every process writes
 RESULT_DIR/start-<worker>-<pid> when it starts; rank 0 of the final ring writes
-RESULT_DIR/result.json; every survivor writes RESULT_DIR/end-<worker>-<pid>."""
+RESULT_DIR/result.json; every survivor writes RESULT_DIR/end-<worker>-<pid>.
+ELASTIC_TRAIN_INIT_DELAY_S (from the worker's environment) makes the process wait
+that long before kolo.init(): a newcomer slower than the ring's timeout."""
 import json
 import os
 import sys
@@ -21,6 +23,7 @@ worker = os.environ.get("KOLO_WORKER_ID", "none")
 open(os.path.join(out, "start-%s-%d" % (worker, os.getpid())), "w").close()
 torch.manual_seed(0)
 torch.set_num_threads(1)
+time.sleep(float(os.environ.get("ELASTIC_TRAIN_INIT_DELAY_S", "0")))
 hvd.init()
 
 GLOBAL_BATCH = 24
