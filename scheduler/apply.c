@@ -129,10 +129,11 @@ static kolo_status ring_members(kolo_sched_snapshot *snap, const json_t *old_rin
       if (strcmp(json_string_value(json_object_get(old, "worker_id")) ?: "", order[i]) == 0)
         since = kolo_sched_int(old, "since_epoch") ?: old_epoch;
     }
-    json_array_append_new(ring_out, json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:I}", "worker_id", order[i], "rank",
-                                              (int)i, "host", host, "address", address, "local_rank",
+    /* "lease": which registration of the worker the ring means (decide.h, kolo_sched_member) */
+    json_array_append_new(ring_out, json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:I, s:I}", "worker_id", order[i],
+                                              "rank", (int)i, "host", host, "address", address, "local_rank",
                                               local_rank[i], "local_size", local_size[i], "since_epoch",
-                                              (json_int_t)since));
+                                              (json_int_t)since, "lease", (json_int_t)(w ? w->m.lease : 0)));
     json_array_append_new(status_out, json_pack("{s:s, s:i, s:s, s:s}", "worker_id", order[i], "rank", (int)i,
                                                 "host", host, "address", address));
   }

@@ -202,16 +202,15 @@ static kolo_sched_report report_of(const json_t *r) {
   return out;
 }
 
-/* since_epoch of worker id in ring (0 when it is not a member of it). */
-static int64_t since_in(const json_t *ring, const char *id) {
-  int64_t since = 0;
+/* Worker id's entry in ring's members (NULL when it is not a member of it). */
+static json_t *member_in(const json_t *ring, const char *id) {
+  json_t *found = NULL;
   size_t k;
   json_t *member;
   json_array_foreach(json_object_get(ring, "members"), k, member) {
-    if (strcmp(json_string_value(json_object_get(member, "worker_id")) ?: "", id) == 0)
-      since = kolo_sched_int(member, "since_epoch");
+    if (strcmp(json_string_value(json_object_get(member, "worker_id")) ?: "", id) == 0) found = member;
   }
-  return since;
+  return found;
 }
 
 kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sched_job *j, int64_t now_unix_ms,
@@ -237,7 +236,10 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
     kolo_sched_worker *w = kolo_sched_find_worker(snap, m->worker_id);
     m->registered = w != NULL;
     m->draining = w != NULL && w->draining;
-    m->since_epoch = since_in(ring, m->worker_id);
+    json_t *entry = member_in(ring, m->worker_id);
+    m->since_epoch = kolo_sched_int(entry, "since_epoch");
+    m->lease = w != NULL ? w->m.lease : 0;
+    m->ring_lease = kolo_sched_int(entry, "lease");
     m->report = report_of(json_object_get(j->reports, m->worker_id));
   }
   size_t k;

@@ -236,7 +236,8 @@ static void write_report(agent *a) {
   if (rc != KOLO_OK) {
     KOLO_LOGW(LOG, "cannot write report %s: %s", key, kolo_etcd_last_error());
     a->hs.report_errors++;
-    return; /* stays dirty: retried on the next tick */
+    a->report_dirty = 1; /* retried on the next tick: an exit or FAILED report must reach the coordinator */
+    return;
   }
   a->hs.reports_written++;
   a->report_dirty = 0;
@@ -335,6 +336,30 @@ static json_t *get_json(agent *a, const char *key) {
   return value;
 }
 
+/* Whether a ring's member entry for this worker names another registration of it:
+ * the ring was planned for this worker before its lease expired (the process it had
+ * is gone), so the coordinator counts that member lost and this registration must
+ * not take its place. Entries without a lease (older records) name any. */
+static int stale_member(agent *a, const json_t *mine) {
+  json_int_t lease = json_integer_value(json_object_get(mine, "lease"));
+  int64_t ours = a->reg ? kolo_membership_lease(a->reg) : 0;
+  if (lease == 0 || lease == (json_int_t)ours) return 0;
+  KOLO_LOGW(LOG, "the ring names registration %" PRIx64 " of worker %s, not this one (%" PRIx64 "): not joining it",
+            (uint64_t)lease, a->id, (uint64_t)ours);
+  return 1;
+}
+
+/* This worker's entry in the ring JSON's members (NULL if absent). */
+static json_t *my_entry(agent *a, const json_t *ring) {
+  size_t i;
+  json_t *member;
+  json_array_foreach(json_object_get(ring, "members"), i, member) {
+    const char *id = json_string_value(json_object_get(member, "worker_id"));
+    if (id && strcmp(id, a->id) == 0) return member;
+  }
+  return NULL;
+}
+
 /* Builds the RING line for this worker from the ring JSON; NULL if absent from
  * it, or if the record does not make a valid RING (logged). */
 static char *ring_line_for(agent *a, const json_t *ring, int *rank, int *size) {
@@ -347,6 +372,7 @@ static char *ring_line_for(agent *a, const json_t *ring, int *rank, int *size) {
   }
   if (me < 0 || n > KOLO_AGENT_MAX_RING) return NULL;
   json_t *mine = json_array_get(members, (size_t)me);
+  if (stale_member(a, mine)) return NULL;
   const char **peers = calloc(n, sizeof *peers);
   if (peers == NULL) return NULL;
   for (size_t i = 0; i < n; i++)
@@ -558,7 +584,10 @@ static void reconcile(agent *a) {
   if (a->proc != NULL && epoch <= a->epoch) goto out;
   json_t *ring = get_json(a, ring_key);
   if (ring == NULL) goto out;
-  if (a->proc == NULL) {
+  if (a->proc == NULL && stale_member(a, my_entry(a, ring))) {
+    snprintf(a->done_job, sizeof a->done_job, "%s", job); /* never this epoch: the coordinator re-plans */
+    a->done_epoch = epoch;
+  } else if (a->proc == NULL) {
     start_process(a, job, ring);
   } else {
     int rank, size;
