@@ -5,22 +5,15 @@
  * CUDA mode hands its mode to the next one, and state buffers in device memory
  * are committed to host copies with CUDA copies.
  *
- * Agent protocol, one text line per message:
- *   agent -> process  RING <epoch> <rank> <size> <local_rank> <local_size>
- *                          <timeout_ms> <secret|-> <listen_address> <address_0> ... [planned]
- *                     STOP <reason>
- *                     LEAVE <reason>
+ * The lines themselves (HELLO, RING, FORMED, FAILED, REPORT, STOP, LEAVE,
+ * REFUSED) are defined, parsed and formatted by common/agent_proto.h only.
  * A "planned" ring (a member was drained: nobody failed) does not abort the current
  * communicator: the process goes on to its next commit, where kolo_elastic_commit
  * says KOLO_ERR_RING_CHANGED and the re-form restores that very commit, so no step
  * is redone. LEAVE is the drained member's side: it trains on up to its next commit
  * and stops there (commit answers KOLO_ERR_ABORTED, should_stop turns true), so its
- * peers switch rings at the same commit. (A parser that ignores the trailing
- * "planned" treats the ring as an immediate change, as before.)
- *   process -> agent  HELLO <pid>
- *                     FORMED <epoch> <rank> <size>
- *                     FAILED <epoch> <status_name> <failed_rank>
- *                     REPORT <json object> */
+ * peers switch rings at the same commit. REFUSED (the agent does not speak our
+ * protocol version) fails kolo_elastic_create with KOLO_ERR_PROTOCOL. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -32,19 +25,18 @@
 #include <unistd.h>
 
 #include "collective/internal.h"
+#include "common/agent_proto.h"
 #include "common/checks.h"
 #include "common/log.h"
 #include "kolo/elastic.h"
 
-#define MAX_LINE (64 * 1024)
+#define MAX_LINE KOLO_AGENT_MAX_LINE
 #define MAX_BUFFERS 256
 
+/* A RING message as parsed (it owns its strings). */
 typedef struct ring_announcement {
+  kolo_agent_msg msg;
   uint64_t epoch;
-  int rank, size, local_rank, local_size, timeout_ms;
-  char *secret;
-  char *listen_address;
-  char **peers;
   int planned; /* switch at the next commit instead of aborting the current ring */
 } ring_announcement;
 
@@ -65,6 +57,7 @@ struct kolo_elastic {
   ring_announcement *pending; /* newest announced ring not yet formed */
   int stop_requested;
   int leave_requested; /* LEAVE: stop at the next commit */
+  int refused;         /* REFUSED: the agent does not speak our protocol version */
   int agent_gone;
   int reconfigurations;
   state_buffer buffers[MAX_BUFFERS];
@@ -77,48 +70,18 @@ struct kolo_elastic {
 
 static void free_announcement(ring_announcement *ring) {
   if (ring == NULL) return;
-  if (ring->peers != NULL) {
-    for (int i = 0; i < ring->size; i++) free(ring->peers[i]);
-    free(ring->peers);
-  }
-  free(ring->secret);
-  free(ring->listen_address);
+  kolo_agent_msg_clear(&ring->msg);
   free(ring);
 }
 
-/* Parses a RING line (without the keyword); NULL on malformed input. */
-static ring_announcement *parse_ring(char *text) {
+static ring_announcement *announcement_from(kolo_agent_msg *msg) {
   ring_announcement *ring = calloc(1, sizeof *ring);
   if (ring == NULL) return NULL;
-  char *save = NULL;
-  char *fields[8];
-  for (int i = 0; i < 8; i++) {
-    fields[i] = strtok_r(i == 0 ? text : NULL, " \t", &save);
-    if (fields[i] == NULL) goto bad;
-  }
-  ring->epoch = strtoull(fields[0], NULL, 10);
-  ring->rank = atoi(fields[1]);
-  ring->size = atoi(fields[2]);
-  ring->local_rank = atoi(fields[3]);
-  ring->local_size = atoi(fields[4]);
-  ring->timeout_ms = atoi(fields[5]);
-  if (ring->size < 1 || ring->size > 65536 || ring->rank < 0 || ring->rank >= ring->size) goto bad;
-  ring->secret = strdup(strcmp(fields[6], "-") == 0 ? "" : fields[6]);
-  ring->listen_address = strdup(fields[7]);
-  ring->peers = calloc((size_t)ring->size, sizeof *ring->peers);
-  if (ring->secret == NULL || ring->listen_address == NULL || ring->peers == NULL) goto bad;
-  for (int i = 0; i < ring->size; i++) {
-    char *address = strtok_r(NULL, " \t", &save);
-    if (address == NULL) goto bad;
-    ring->peers[i] = strdup(address);
-    if (ring->peers[i] == NULL) goto bad;
-  }
-  const char *flag = strtok_r(NULL, " \t", &save);
-  ring->planned = flag != NULL && strcmp(flag, "planned") == 0;
+  ring->msg = *msg;
+  memset(msg, 0, sizeof *msg); /* moved */
+  ring->epoch = ring->msg.ring.epoch;
+  ring->planned = ring->msg.ring.planned;
   return ring;
-bad:
-  free_announcement(ring);
-  return NULL;
 }
 
 static kolo_status send_line(kolo_elastic *elastic, const char *line) {
@@ -149,44 +112,73 @@ static kolo_status send_line(kolo_elastic *elastic, const char *line) {
   return status;
 }
 
-static void handle_line(kolo_elastic *elastic, char *line) {
-  if (strncmp(line, "RING ", 5) == 0) {
-    ring_announcement *ring = parse_ring(line + 5);
-    if (ring == NULL) {
-      KOLO_LOGE("elastic", "agent sent a malformed RING line; ignored");
-      return;
-    }
-    pthread_mutex_lock(&elastic->mutex);
-    uint64_t newest = elastic->pending ? elastic->pending->epoch
-                                       : (elastic->comm ? kolo_comm_epoch(elastic->comm) : 0);
-    if (ring->epoch > newest || (elastic->pending == NULL && elastic->comm == NULL)) {
-      free_announcement(elastic->pending);
-      elastic->pending = ring;
-      ring = NULL;
-      /* a collective blocked on the old ring must not wait for its timeout; a planned
-       * ring waits for the next commit instead */
-      if (elastic->comm != NULL && kolo_comm_epoch(elastic->comm) < elastic->pending->epoch &&
-          !elastic->pending->planned) {
-        kolo_comm_abort(elastic->comm);
-      }
-      pthread_cond_broadcast(&elastic->cond);
-    }
-    pthread_mutex_unlock(&elastic->mutex);
-    free_announcement(ring);
-  } else if (strncmp(line, "LEAVE", 5) == 0) {
-    pthread_mutex_lock(&elastic->mutex);
-    elastic->leave_requested = 1;
-    pthread_cond_broadcast(&elastic->cond); /* a process waiting for a ring leaves now */
-    pthread_mutex_unlock(&elastic->mutex);
-  } else if (strncmp(line, "STOP", 4) == 0) {
-    pthread_mutex_lock(&elastic->mutex);
-    elastic->stop_requested = 1;
-    if (elastic->comm != NULL) kolo_comm_abort(elastic->comm);
-    pthread_cond_broadcast(&elastic->cond);
-    pthread_mutex_unlock(&elastic->mutex);
-  } else {
-    KOLO_LOGW("elastic", "unknown line from the agent: %.40s", line);
+/* Formats msg and sends it; a message that cannot be formatted is a bug here. */
+static kolo_status send_msg(kolo_elastic *elastic, const kolo_agent_msg *msg) {
+  char *line = NULL, error[256];
+  kolo_status status = kolo_agent_msg_format(msg, &line, error, sizeof error);
+  if (status != KOLO_OK) {
+    KOLO_LOGE("elastic", "cannot send %s to the agent: %s", kolo_agent_verb_name(msg->verb), error);
+    return status;
   }
+  status = send_line(elastic, line);
+  free(line);
+  return status;
+}
+
+static void on_ring(kolo_elastic *elastic, kolo_agent_msg *msg) {
+  ring_announcement *ring = announcement_from(msg);
+  if (ring == NULL) {
+    KOLO_LOGE("elastic", "out of memory for a RING line; ignored");
+    return;
+  }
+  pthread_mutex_lock(&elastic->mutex);
+  uint64_t newest = elastic->pending ? elastic->pending->epoch
+                                     : (elastic->comm ? kolo_comm_epoch(elastic->comm) : 0);
+  if (ring->epoch > newest || (elastic->pending == NULL && elastic->comm == NULL)) {
+    free_announcement(elastic->pending);
+    elastic->pending = ring;
+    ring = NULL;
+    /* a collective blocked on the old ring must not wait for its timeout; a planned
+     * ring waits for the next commit instead */
+    if (elastic->comm != NULL && kolo_comm_epoch(elastic->comm) < elastic->pending->epoch &&
+        !elastic->pending->planned) {
+      kolo_comm_abort(elastic->comm);
+    }
+    pthread_cond_broadcast(&elastic->cond);
+  }
+  pthread_mutex_unlock(&elastic->mutex);
+  free_announcement(ring);
+}
+
+/* STOP, LEAVE or REFUSED: stop training (LEAVE: at the next commit). */
+static void on_stop(kolo_elastic *elastic, const kolo_agent_msg *msg) {
+  if (msg->verb == KOLO_AGENT_REFUSED)
+    KOLO_LOGE("elastic",
+              "the agent refused this process: it speaks agent protocol versions %d..%d, this libkolo speaks %d "
+              "(%s)",
+              msg->refused.min_version, msg->refused.max_version, KOLO_AGENT_PROTOCOL_VERSION, msg->text);
+  pthread_mutex_lock(&elastic->mutex);
+  if (msg->verb == KOLO_AGENT_LEAVE) {
+    elastic->leave_requested = 1;
+  } else {
+    elastic->stop_requested = 1;
+    if (msg->verb == KOLO_AGENT_REFUSED) elastic->refused = 1;
+    if (elastic->comm != NULL) kolo_comm_abort(elastic->comm);
+  }
+  pthread_cond_broadcast(&elastic->cond); /* a process waiting for a ring leaves now */
+  pthread_mutex_unlock(&elastic->mutex);
+}
+
+static void handle_line(kolo_elastic *elastic, const char *line, size_t length) {
+  kolo_agent_msg msg;
+  char error[256];
+  if (kolo_agent_msg_parse(line, length, KOLO_AGENT_TO_PROCESS, &msg, error, sizeof error) != KOLO_OK) {
+    KOLO_LOGE("elastic", "ignored a malformed line from the agent: %s", error);
+    return;
+  }
+  if (msg.verb == KOLO_AGENT_RING) on_ring(elastic, &msg);
+  else on_stop(elastic, &msg);
+  kolo_agent_msg_clear(&msg);
 }
 
 static void *reader_main(void *argument) {
@@ -203,8 +195,7 @@ static void *reader_main(void *argument) {
     char *start = buffer;
     char *newline;
     while ((newline = memchr(start, '\n', filled - (size_t)(start - buffer))) != NULL) {
-      *newline = '\0';
-      handle_line(elastic, start);
+      handle_line(elastic, start, (size_t)(newline - start));
       start = newline + 1;
     }
     filled -= (size_t)(start - buffer);
@@ -229,8 +220,9 @@ static kolo_status form_next_ring(kolo_elastic *elastic) {
   for (;;) {
     if (elastic->leave_requested) elastic->stop_requested = 1; /* not training now: leave at once */
     if (elastic->stop_requested) {
+      kolo_status why = elastic->refused ? KOLO_ERR_PROTOCOL : KOLO_ERR_ABORTED;
       pthread_mutex_unlock(&elastic->mutex);
-      return KOLO_ERR_ABORTED;
+      return why;
     }
     uint64_t current = elastic->comm ? kolo_comm_epoch(elastic->comm) : 0;
     if (elastic->pending != NULL && (elastic->comm == NULL || elastic->pending->epoch > current)) break;
@@ -260,12 +252,12 @@ static kolo_status form_next_ring(kolo_elastic *elastic) {
   kolo_listener *listener = NULL;
   kolo_comm *comm = NULL;
   kolo_status status = KOLO_OK;
-  if (ring->size > 1) status = kolo_listener_create(ring->listen_address, &listener);
+  const kolo_agent_ring *r = &ring->msg.ring;
+  if (r->size > 1) status = kolo_listener_create(r->listen_address, &listener);
   if (status == KOLO_OK) {
-    kolo_ring_spec spec = {.epoch = ring->epoch, .rank = ring->rank, .size = ring->size,
-                           .local_rank = ring->local_rank, .local_size = ring->local_size,
-                           .peers = (const char *const *)ring->peers, .secret = ring->secret,
-                           .timeout_ms = ring->timeout_ms};
+    kolo_ring_spec spec = {.epoch = r->epoch, .rank = r->rank, .size = r->size,
+                           .local_rank = r->local_rank, .local_size = r->local_size,
+                           .peers = r->peers, .secret = r->secret, .timeout_ms = r->timeout_ms};
     status = kolo_comm_create(&spec, listener, &comm);
     /* the job re-forms around a silent member: find one fast (beat.c) */
     if (status == KOLO_OK)
@@ -279,15 +271,12 @@ static kolo_status form_next_ring(kolo_elastic *elastic) {
       comm = NULL;
     }
   }
-  char line[128];
   if (status == KOLO_OK) {
-    snprintf(line, sizeof line, "FORMED %llu %d %d\n", (unsigned long long)ring->epoch, ring->rank,
-             ring->size);
+    send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_FORMED, .formed = {r->epoch, r->rank, r->size}});
   } else {
-    snprintf(line, sizeof line, "FAILED %llu %s -1\n", (unsigned long long)ring->epoch,
-             kolo_status_name(status));
+    send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_FAILED,
+                                        .failed = {r->epoch, kolo_status_name(status), -1}});
   }
-  send_line(elastic, line);
   pthread_mutex_lock(&elastic->mutex);
   elastic->comm = comm;
   /* a newer ring may have arrived while this one formed */
@@ -334,9 +323,9 @@ kolo_status kolo_elastic_create(kolo_elastic **out) {
     return KOLO_OK;
   }
   KOLO_CHECK_GOTO(connect_agent(agent, &elastic->agent_fd), status, fail);
-  char hello[64];
-  snprintf(hello, sizeof hello, "HELLO %d\n", (int)getpid());
-  KOLO_CHECK_GOTO(send_line(elastic, hello), status, fail);
+  KOLO_CHECK_GOTO(send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_HELLO,
+                                                       .hello = {getpid(), KOLO_AGENT_PROTOCOL_VERSION}}),
+                  status, fail);
   if (pthread_create(&elastic->reader, NULL, reader_main, elastic) != 0) {
     status = KOLO_ERR_SYSTEM;
     goto fail;
@@ -350,7 +339,7 @@ kolo_status kolo_elastic_create(kolo_elastic **out) {
     pthread_mutex_lock(&elastic->mutex);
     int newer = elastic->pending != NULL && !elastic->stop_requested;
     pthread_mutex_unlock(&elastic->mutex);
-    if (!newer || status == KOLO_ERR_TIMEOUT) goto fail;
+    if (!newer || status == KOLO_ERR_TIMEOUT || status == KOLO_ERR_PROTOCOL) goto fail;
     KOLO_LOGW("elastic", "first ring failed (%s); forming the newer one", kolo_strerror(status));
   }
   *out = elastic;
@@ -459,10 +448,8 @@ kolo_status kolo_elastic_reform(kolo_elastic *elastic) {
      * Our own abort (a ring change) names ourselves and is not reported. */
     if (error != KOLO_OK && (error != KOLO_ERR_ABORTED ||
                              (failed_rank >= 0 && failed_rank != kolo_comm_rank(comm)))) {
-      char line[128];
-      snprintf(line, sizeof line, "FAILED %llu %s %d\n", (unsigned long long)kolo_comm_epoch(comm),
-               kolo_status_name(error), failed_rank);
-      send_line(elastic, line);
+      send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_FAILED,
+                                          .failed = {kolo_comm_epoch(comm), kolo_status_name(error), failed_rank}});
     }
   }
   for (;;) {
@@ -484,12 +471,15 @@ kolo_status kolo_elastic_reform(kolo_elastic *elastic) {
 kolo_status kolo_elastic_report(kolo_elastic *elastic, const char *json) {
   if (elastic == NULL || json == NULL || strchr(json, '\n') != NULL) return KOLO_ERR_INVALID_ARG;
   if (elastic->agent_fd < 0) return KOLO_OK;
-  size_t length = strlen(json) + 9;
-  if (length > MAX_LINE) return KOLO_ERR_TOO_LARGE;
-  char *line = malloc(length);
-  if (line == NULL) return KOLO_ERR_NO_MEMORY;
-  snprintf(line, length, "REPORT %s\n", json);
-  kolo_status status = send_line(elastic, line);
+  if (strlen(json) + 8 >= MAX_LINE) return KOLO_ERR_TOO_LARGE;
+  kolo_agent_msg msg = {.verb = KOLO_AGENT_REPORT, .text = json};
+  char *line = NULL, error[256];
+  kolo_status status = kolo_agent_msg_format(&msg, &line, error, sizeof error);
+  if (status != KOLO_OK) {
+    KOLO_LOGW("elastic", "report refused: %s", error); /* e.g. not an object, a control byte */
+    return status;
+  }
+  status = send_line(elastic, line);
   free(line);
   return status;
 }

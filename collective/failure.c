@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "collective/internal.h"
@@ -114,11 +115,23 @@ static int read_frame(kolo_comm *comm, kolo_control_link *link) {
   return 0;
 }
 
-/* A frame header arrived: starts reading its payload. 0 on a bad header. */
+kolo_control_kind kolo_control_classify(const kolo_control_message *m, int from_prev, int size) {
+  if (m->magic == KOLO_BEAT_MAGIC) return KOLO_CONTROL_BEAT;
+  if (m->magic == KOLO_NEGO_MAGIC && from_prev && (uint32_t)m->status <= KOLO_NEGO_MAX_FRAME)
+    return KOLO_CONTROL_FRAME;
+  if (m->magic != KOLO_CONTROL_MAGIC) return KOLO_CONTROL_GARBAGE;
+  if (m->status == KOLO_OK) return KOLO_CONTROL_GOODBYE;
+  /* a failure names a status this library knows and ranks of this ring */
+  if (strcmp(kolo_status_name((kolo_status)m->status), "KOLO_ERR_UNKNOWN") == 0 || m->failed_rank < -1 ||
+      m->failed_rank >= size || m->origin_rank < 0 || m->origin_rank >= size)
+    return KOLO_CONTROL_GARBAGE;
+  return KOLO_CONTROL_FAILURE;
+}
+
+/* A frame header arrived: starts reading its payload (classified as a frame). */
 static int start_frame(kolo_comm *comm, kolo_control_link *link,
                        const kolo_control_message *header) {
   uint32_t length = (uint32_t)header->status;
-  if (link != &comm->control[1] || length > KOLO_NEGO_MAX_FRAME) return 0;
   kolo_frame *frame = malloc(sizeof *frame + length);
   if (frame == NULL) {
     kolo_comm_fail(comm, KOLO_ERR_NO_MEMORY, comm->rank, "rank %d: out of memory", comm->rank);
@@ -168,18 +181,19 @@ void kolo_control_service(kolo_comm *comm, kolo_control_link *link) {
     if (link->filled < sizeof link->message) continue;
     link->filled = 0;
     kolo_control_message message = link->message;
-    if (message.magic == KOLO_BEAT_MAGIC) { /* alive: that is all it says */
+    kolo_control_kind kind = kolo_control_classify(&message, link == &comm->control[1], comm->size);
+    if (kind == KOLO_CONTROL_BEAT) { /* alive: that is all it says */
       kolo_beat_received(link);
       continue;
     }
-    if (message.magic == KOLO_NEGO_MAGIC && start_frame(comm, link, &message)) continue;
-    if (message.magic != KOLO_CONTROL_MAGIC) {
+    if (kind == KOLO_CONTROL_FRAME && start_frame(comm, link, &message)) continue;
+    if (kind == KOLO_CONTROL_GARBAGE) {
       link->open = 0;
       kolo_comm_fail(comm, KOLO_ERR_PROTOCOL, link->peer_rank,
                      "protocol error: garbage on the control link from rank %d", link->peer_rank);
       return;
     }
-    if (message.status == KOLO_OK) {
+    if (kind == KOLO_CONTROL_GOODBYE) {
       /* goodbye: the neighbour finished and closed its communicator. Not a
        * failure by itself: an operation that still needs it sees its data
        * connection close and fails then. */

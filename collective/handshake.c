@@ -6,6 +6,8 @@
  * nothing; something that is not a kolo hello gets no answer at all. */
 #include <string.h>
 
+#include "common/checks.h"
+
 #include "collective/internal.h"
 #include "common/log.h"
 
@@ -13,39 +15,61 @@
 #define ACK_MAGIC 0x4b41434bu   /* "KACK" */
 #define PROTOCOL_VERSION 2 /* 2: control links carry liveness beats */
 
-kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
-                                      const kolo_bulk_offer *offer, int64_t deadline_ns) {
-  uint8_t hello[28 + KOLO_MAX_SECRET_BYTES + 12 + KOLO_BULK_NAME_BYTES];
-  size_t secret_length = strlen(comm->secret);
-  const char *offer_name = kolo_bulk_offer_name(offer);
-  size_t name_length = strlen(offer_name);
-  uint64_t nonce = kolo_bulk_offer_nonce(offer);
-  kolo_put32(hello, HELLO_MAGIC);
-  kolo_put32(hello + 4, ((uint32_t)PROTOCOL_VERSION << 16) | (uint32_t)kind);
-  kolo_put32(hello + 8, (uint32_t)(comm->epoch >> 32));
-  kolo_put32(hello + 12, (uint32_t)comm->epoch);
-  kolo_put32(hello + 16, (uint32_t)comm->rank);
-  kolo_put32(hello + 20, (uint32_t)comm->size);
-  kolo_put32(hello + 24, (uint32_t)secret_length);
-  memcpy(hello + 28, comm->secret, secret_length);
-  uint8_t *tail = hello + 28 + secret_length;
-  kolo_put32(tail, (uint32_t)name_length);
-  kolo_put32(tail + 4, (uint32_t)(nonce >> 32));
-  kolo_put32(tail + 8, (uint32_t)nonce);
-  memcpy(tail + 12, offer_name, name_length);
-  return kolo_transport_send_all(comm->transport, conn, hello,
-                                 28 + secret_length + 12 + name_length, deadline_ns);
+/* ---- the wire records (pure) ---- */
+
+size_t kolo_hello_encode(const kolo_hello *h, uint8_t *out) {
+  kolo_put32(out, HELLO_MAGIC);
+  kolo_put32(out + 4, ((uint32_t)PROTOCOL_VERSION << 16) | ((uint32_t)h->kind & 0xffffu));
+  kolo_put32(out + 8, (uint32_t)(h->epoch >> 32));
+  kolo_put32(out + 12, (uint32_t)h->epoch);
+  kolo_put32(out + 16, (uint32_t)h->rank);
+  kolo_put32(out + 20, (uint32_t)h->size);
+  kolo_put32(out + 24, h->secret_length);
+  memcpy(out + 28, h->secret, h->secret_length);
+  uint8_t *tail = out + 28 + h->secret_length;
+  kolo_put32(tail, h->name_length);
+  kolo_put32(tail + 4, (uint32_t)(h->nonce >> 32));
+  kolo_put32(tail + 8, (uint32_t)h->nonce);
+  memcpy(tail + 12, h->offer_name, h->name_length);
+  return KOLO_HELLO_HEADER_BYTES + h->secret_length + KOLO_HELLO_OFFER_BYTES + h->name_length;
 }
 
-kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, int *bulk_taken,
-                                    int64_t deadline_ns) {
-  uint8_t ack[12];
-  kolo_status status = kolo_transport_recv_all(comm->transport, conn, ack, sizeof ack, deadline_ns);
-  if (status == KOLO_ERR_PEER_LOST) status = KOLO_ERR_CONNECT;
-  if (status != KOLO_OK) return status;
-  if (kolo_get32(ack) != ACK_MAGIC) return KOLO_ERR_PROTOCOL;
-  if (bulk_taken != NULL) *bulk_taken = kolo_get32(ack + 8) == 1;
-  return (kolo_status)kolo_get32(ack + 4);
+kolo_status kolo_hello_decode_header(const uint8_t *header, kolo_hello *h) {
+  memset(h, 0, sizeof *h);
+  uint32_t version_kind = kolo_get32(header + 4);
+  h->kind = (int)(version_kind & 0xffffu);
+  h->epoch = ((uint64_t)kolo_get32(header + 8) << 32) | kolo_get32(header + 12);
+  h->rank = (int)kolo_get32(header + 16);
+  h->size = (int)kolo_get32(header + 20);
+  h->secret_length = kolo_get32(header + 24);
+  if (kolo_get32(header) != HELLO_MAGIC || (version_kind >> 16) != PROTOCOL_VERSION ||
+      h->secret_length > KOLO_MAX_SECRET_BYTES)
+    return KOLO_ERR_PROTOCOL;
+  return KOLO_OK;
+}
+
+kolo_status kolo_hello_decode_offer(const uint8_t *offer, kolo_hello *h) {
+  h->name_length = kolo_get32(offer);
+  h->nonce = ((uint64_t)kolo_get32(offer + 4) << 32) | kolo_get32(offer + 8);
+  h->offer_name[0] = '\0';
+  return h->name_length > KOLO_BULK_NAME_BYTES ? KOLO_ERR_PROTOCOL : KOLO_OK;
+}
+
+kolo_status kolo_hello_decode(const uint8_t *bytes, size_t length, kolo_hello *h, size_t *used) {
+  *used = 0;
+  if (length < KOLO_HELLO_HEADER_BYTES) return KOLO_ERR_PROTOCOL;
+  KOLO_CHECK(kolo_hello_decode_header(bytes, h));
+  size_t at = KOLO_HELLO_HEADER_BYTES;
+  if (length - at < (size_t)h->secret_length + KOLO_HELLO_OFFER_BYTES) return KOLO_ERR_PROTOCOL;
+  memcpy(h->secret, bytes + at, h->secret_length);
+  at += h->secret_length;
+  KOLO_CHECK(kolo_hello_decode_offer(bytes + at, h));
+  at += KOLO_HELLO_OFFER_BYTES;
+  if (length - at < h->name_length) return KOLO_ERR_PROTOCOL;
+  memcpy(h->offer_name, bytes + at, h->name_length);
+  h->offer_name[h->name_length] = '\0';
+  *used = at + h->name_length;
+  return KOLO_OK;
 }
 
 static int secrets_equal(const char *a, size_t a_length, const char *b, size_t b_length) {
@@ -54,53 +78,85 @@ static int secrets_equal(const char *a, size_t a_length, const char *b, size_t b
   return difference == 0;
 }
 
-/* The hello after its fixed header: secret, offer header, offer name. */
-typedef struct hello_tail {
-  char secret[KOLO_MAX_SECRET_BYTES];
-  uint32_t secret_length;
-  char offer_name[KOLO_BULK_NAME_BYTES + 1];
-  uint64_t nonce;
-} hello_tail;
-
-static kolo_status read_hello_tail(kolo_comm *comm, kolo_transport_conn *conn,
-                                   uint32_t secret_length, hello_tail *tail, int64_t deadline) {
-  uint8_t offer[12];
-  tail->secret_length = secret_length;
-  tail->offer_name[0] = '\0';
-  kolo_status status = kolo_transport_recv_all(comm->transport, conn, tail->secret, secret_length,
-                                               deadline);
-  if (status == KOLO_OK) status = kolo_transport_recv_all(comm->transport, conn, offer, 12, deadline);
-  if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
-  uint32_t name_length = kolo_get32(offer);
-  if (name_length > KOLO_BULK_NAME_BYTES) return KOLO_ERR_PROTOCOL;
-  status = kolo_transport_recv_all(comm->transport, conn, tail->offer_name, name_length, deadline);
-  if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
-  tail->offer_name[name_length] = '\0';
-  tail->nonce = ((uint64_t)kolo_get32(offer + 4) << 32) | kolo_get32(offer + 8);
+kolo_status kolo_hello_judge(const kolo_hello *h, const char *secret, uint64_t epoch, int size,
+                             int expected_rank) {
+  if (!secrets_equal(h->secret, h->secret_length, secret, strlen(secret))) return KOLO_ERR_AUTH;
+  if (h->epoch != epoch) return KOLO_ERR_STALE_EPOCH;
+  if (h->size != size || h->rank != expected_rank ||
+      (h->kind != KOLO_CONNECTION_DATA && h->kind != KOLO_CONNECTION_CONTROL && h->kind != KOLO_CONNECTION_BELL))
+    return KOLO_ERR_PROTOCOL;
   return KOLO_OK;
 }
 
-/* The verdict on a well-formed hello: who may join this ring's epoch. */
-static kolo_status judge_hello(kolo_comm *comm, const hello_tail *tail, uint64_t epoch, int rank,
-                               int size, int kind, int expected_rank) {
-  if (!secrets_equal(tail->secret, tail->secret_length, comm->secret, strlen(comm->secret))) {
-    KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d: wrong secret",
-              comm->rank, (unsigned long long)comm->epoch, rank);
-    return KOLO_ERR_AUTH;
-  }
-  if (epoch != comm->epoch) {
-    KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d of epoch %llu",
-              comm->rank, (unsigned long long)comm->epoch, rank, (unsigned long long)epoch);
-    return KOLO_ERR_STALE_EPOCH;
-  }
-  if (size != comm->size || rank != expected_rank ||
-      (kind != KOLO_CONNECTION_DATA && kind != KOLO_CONNECTION_CONTROL &&
-       kind != KOLO_CONNECTION_BELL)) {
-    KOLO_LOGW("kolo", "rank %d: refused a connection claiming rank %d of %d (want rank %d of %d)",
-              comm->rank, rank, size, expected_rank, comm->size);
+void kolo_ack_encode(uint8_t *ack, kolo_status verdict, int bulk_taken) {
+  kolo_put32(ack, ACK_MAGIC);
+  kolo_put32(ack + 4, (uint32_t)verdict);
+  kolo_put32(ack + 8, bulk_taken ? 1u : 0u);
+}
+
+kolo_status kolo_ack_decode(const uint8_t *ack, int *bulk_taken) {
+  if (kolo_get32(ack) != ACK_MAGIC) return KOLO_ERR_PROTOCOL;
+  uint32_t verdict = kolo_get32(ack + 4);
+  /* a verdict must be a status this library knows: anything else is garbage */
+  if (verdict > (uint32_t)INT32_MAX || strcmp(kolo_status_name((kolo_status)verdict), "KOLO_ERR_UNKNOWN") == 0)
     return KOLO_ERR_PROTOCOL;
-  }
+  if (bulk_taken != NULL) *bulk_taken = kolo_get32(ack + 8) == 1;
+  return (kolo_status)verdict;
+}
+
+/* ---- the handshake (I/O) ---- */
+
+kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
+                                      const kolo_bulk_offer *offer, int64_t deadline_ns) {
+  uint8_t bytes[KOLO_HELLO_MAX_BYTES];
+  kolo_hello hello = {.kind = kind, .epoch = comm->epoch, .rank = comm->rank, .size = comm->size,
+                      .secret_length = (uint32_t)strlen(comm->secret),
+                      .nonce = kolo_bulk_offer_nonce(offer)};
+  const char *offer_name = kolo_bulk_offer_name(offer);
+  hello.name_length = (uint32_t)strlen(offer_name);
+  memcpy(hello.secret, comm->secret, hello.secret_length);
+  memcpy(hello.offer_name, offer_name, hello.name_length);
+  size_t length = kolo_hello_encode(&hello, bytes);
+  return kolo_transport_send_all(comm->transport, conn, bytes, length, deadline_ns);
+}
+
+kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, int *bulk_taken,
+                                    int64_t deadline_ns) {
+  uint8_t ack[KOLO_ACK_BYTES];
+  kolo_status status = kolo_transport_recv_all(comm->transport, conn, ack, sizeof ack, deadline_ns);
+  if (status == KOLO_ERR_PEER_LOST) status = KOLO_ERR_CONNECT;
+  if (status != KOLO_OK) return status;
+  return kolo_ack_decode(ack, bulk_taken);
+}
+
+/* The hello after its fixed header: secret, offer header, offer name. */
+static kolo_status read_hello_tail(kolo_comm *comm, kolo_transport_conn *conn, kolo_hello *hello,
+                                   int64_t deadline) {
+  uint8_t offer[KOLO_HELLO_OFFER_BYTES];
+  kolo_status status = kolo_transport_recv_all(comm->transport, conn, hello->secret, hello->secret_length,
+                                               deadline);
+  if (status == KOLO_OK) status = kolo_transport_recv_all(comm->transport, conn, offer, sizeof offer, deadline);
+  if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
+  KOLO_CHECK(kolo_hello_decode_offer(offer, hello));
+  status = kolo_transport_recv_all(comm->transport, conn, hello->offer_name, hello->name_length, deadline);
+  if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
+  hello->offer_name[hello->name_length] = '\0';
   return KOLO_OK;
+}
+
+/* The verdict on a well-formed hello, logged when it is a refusal. */
+static kolo_status judge_hello(kolo_comm *comm, const kolo_hello *hello, int expected_rank) {
+  kolo_status verdict = kolo_hello_judge(hello, comm->secret, comm->epoch, comm->size, expected_rank);
+  if (verdict == KOLO_ERR_AUTH)
+    KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d: wrong secret", comm->rank,
+              (unsigned long long)comm->epoch, hello->rank);
+  else if (verdict == KOLO_ERR_STALE_EPOCH)
+    KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d of epoch %llu", comm->rank,
+              (unsigned long long)comm->epoch, hello->rank, (unsigned long long)hello->epoch);
+  else if (verdict != KOLO_OK)
+    KOLO_LOGW("kolo", "rank %d: refused a connection claiming rank %d of %d (want rank %d of %d)", comm->rank,
+              hello->rank, hello->size, expected_rank, comm->size);
+  return verdict;
 }
 
 kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
@@ -109,32 +165,24 @@ kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, in
   /* a stranger gets at most one second to introduce itself */
   int64_t short_deadline = kolo_deadline_after_ms(1000);
   if (short_deadline > deadline_ns) short_deadline = deadline_ns;
-  uint8_t header[28];
+  uint8_t header[KOLO_HELLO_HEADER_BYTES];
   kolo_status status =
       kolo_transport_recv_all(comm->transport, conn, header, sizeof header, short_deadline);
   if (status != KOLO_OK) return status == KOLO_ERR_TIMEOUT ? KOLO_ERR_PROTOCOL : status;
-  uint32_t version_kind = kolo_get32(header + 4);
-  uint64_t epoch = ((uint64_t)kolo_get32(header + 8) << 32) | kolo_get32(header + 12);
-  int rank = (int)kolo_get32(header + 16), size = (int)kolo_get32(header + 20);
-  uint32_t secret_length = kolo_get32(header + 24);
-  if (kolo_get32(header) != HELLO_MAGIC || (version_kind >> 16) != PROTOCOL_VERSION ||
-      secret_length > KOLO_MAX_SECRET_BYTES) {
+  kolo_hello hello;
+  if (kolo_hello_decode_header(header, &hello) != KOLO_OK) {
     KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", comm->rank);
     return KOLO_ERR_PROTOCOL; /* not worth an answer */
   }
-  hello_tail tail;
-  status = read_hello_tail(comm, conn, secret_length, &tail, short_deadline);
-  if (status != KOLO_OK) return status;
-  *kind = (int)(version_kind & 0xffffu);
-  kolo_status verdict = judge_hello(comm, &tail, epoch, rank, size, *kind, expected_rank);
-  uint32_t bulk_taken = 0;
-  if (verdict == KOLO_OK && *kind == KOLO_CONNECTION_BELL && tail.offer_name[0] != '\0') {
-    bulk_taken = kolo_bulk_accept(tail.offer_name, tail.nonce, conn, bulk) == KOLO_OK;
+  KOLO_CHECK(read_hello_tail(comm, conn, &hello, short_deadline));
+  *kind = hello.kind;
+  kolo_status verdict = judge_hello(comm, &hello, expected_rank);
+  int bulk_taken = 0;
+  if (verdict == KOLO_OK && hello.kind == KOLO_CONNECTION_BELL && hello.offer_name[0] != '\0') {
+    bulk_taken = kolo_bulk_accept(hello.offer_name, hello.nonce, conn, bulk) == KOLO_OK;
   }
-  uint8_t ack[12];
-  kolo_put32(ack, ACK_MAGIC);
-  kolo_put32(ack + 4, (uint32_t)verdict);
-  kolo_put32(ack + 8, bulk_taken);
+  uint8_t ack[KOLO_ACK_BYTES];
+  kolo_ack_encode(ack, verdict, bulk_taken);
   kolo_transport_send_all(comm->transport, conn, ack, sizeof ack, short_deadline);
   return verdict;
 }

@@ -366,6 +366,19 @@ void kolo_request_message(kolo_request *request, const char *fmt, ...)
 /* Reads what a control link has to say; marks failure on a message or EOF. */
 void kolo_control_service(kolo_comm *comm, kolo_control_link *link);
 
+/* What one 16-byte control-link message is (failure.c; pure, fuzzed): a beat, the
+ * header of a negotiation frame (only from the previous rank, at most
+ * KOLO_NEGO_MAX_FRAME bytes), a goodbye (status OK), a failure (a kolo status
+ * naming a failed rank -1..size-1 reported by an origin 0..size-1), or garbage. */
+typedef enum kolo_control_kind {
+  KOLO_CONTROL_GARBAGE = 0,
+  KOLO_CONTROL_BEAT,
+  KOLO_CONTROL_FRAME,
+  KOLO_CONTROL_GOODBYE,
+  KOLO_CONTROL_FAILURE,
+} kolo_control_kind;
+kolo_control_kind kolo_control_classify(const kolo_control_message *message, int from_prev, int size);
+
 /* Sends a control message on both links (skipping the link to skip_rank);
  * best effort, never blocks. Negotiator thread only. */
 void kolo_control_send(kolo_comm *comm, const kolo_control_message *message, int skip_rank);
@@ -457,6 +470,47 @@ kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, 
  * reader side, which owns conn from then on; else bulk->ops stays NULL. */
 kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
                                   int *kind, kolo_channel *bulk, int64_t deadline_ns);
+
+/* The handshake's wire records as pure functions (handshake.c; fuzzed by
+ * tests/fuzz/fuzz_ring_wire.c). A hello is a 28-byte header (magic, version << 16 |
+ * kind, epoch, rank, size, secret length), the secret, a 12-byte offer header
+ * (name length, nonce) and the offer's name; an ack is magic, verdict, bulk taken. */
+#define KOLO_HELLO_HEADER_BYTES 28
+#define KOLO_HELLO_OFFER_BYTES 12
+#define KOLO_HELLO_MAX_BYTES \
+  (KOLO_HELLO_HEADER_BYTES + KOLO_MAX_SECRET_BYTES + KOLO_HELLO_OFFER_BYTES + KOLO_BULK_NAME_BYTES)
+#define KOLO_ACK_BYTES 12
+typedef struct kolo_hello {
+  int kind;
+  uint64_t epoch;
+  int rank, size; /* as sent: a u32 read as int */
+  uint32_t secret_length;
+  char secret[KOLO_MAX_SECRET_BYTES];
+  uint32_t name_length;
+  char offer_name[KOLO_BULK_NAME_BYTES + 1]; /* NUL-terminated; "" = no offer */
+  uint64_t nonce;
+} kolo_hello;
+/* Writes the hello (this protocol version) into out; returns its length. The
+ * secret and the name must fit (secret_length <= KOLO_MAX_SECRET_BYTES, name_length
+ * <= KOLO_BULK_NAME_BYTES). */
+size_t kolo_hello_encode(const kolo_hello *hello, uint8_t *out);
+/* The fixed header: KOLO_ERR_PROTOCOL when it is not a hello of this version or
+ * announces a secret longer than KOLO_MAX_SECRET_BYTES (not worth an answer). */
+kolo_status kolo_hello_decode_header(const uint8_t *header, kolo_hello *hello);
+/* The offer header: KOLO_ERR_PROTOCOL when the name is longer than KOLO_BULK_NAME_BYTES. */
+kolo_status kolo_hello_decode_offer(const uint8_t *offer, kolo_hello *hello);
+/* A whole hello from length bytes, as the acceptor reads it piece by piece;
+ * *used is its length. KOLO_ERR_PROTOCOL when bad or incomplete. */
+kolo_status kolo_hello_decode(const uint8_t *bytes, size_t length, kolo_hello *hello, size_t *used);
+/* The verdict on a well-formed hello for a ring of (secret, epoch, size) expecting
+ * expected_rank: KOLO_ERR_AUTH (wrong secret, compared in constant time),
+ * KOLO_ERR_STALE_EPOCH, KOLO_ERR_PROTOCOL (rank, size or kind), or KOLO_OK. */
+kolo_status kolo_hello_judge(const kolo_hello *hello, const char *secret, uint64_t epoch, int size,
+                             int expected_rank);
+void kolo_ack_encode(uint8_t *ack, kolo_status verdict, int bulk_taken);
+/* The acceptor's verdict; KOLO_ERR_PROTOCOL for a wrong magic or a verdict that
+ * is no kolo status. */
+kolo_status kolo_ack_decode(const uint8_t *ack, int *bulk_taken);
 
 /* Device-buffer dispatch (collective/device.c). */
 /* Whether either buffer is device memory in a CUDA-mode communicator. */

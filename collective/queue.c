@@ -200,7 +200,9 @@ kolo_status kolo_queue_run_blocking(kolo_comm *comm, kolo_request *request) {
     kolo_status status = kolo_ring_run(comm, request, 0);
     pthread_mutex_lock(&comm->mutex);
     comm->busy = 0;
-    pthread_cond_signal(&comm->exec_cond);
+    /* the executor only needs waking for what was queued meanwhile (waking it
+     * for nothing cost a futex call and a context switch per operation) */
+    if (comm->queue_head != NULL || comm->stopping) pthread_cond_signal(&comm->exec_cond);
     pthread_cond_broadcast(&comm->cond);
     pthread_mutex_unlock(&comm->mutex);
     return status;

@@ -1,4 +1,6 @@
-/* Implementation of http_api.h. */
+/* Implementation of http_api.h: libmicrohttpd callbacks, request limits and each
+ * route's I/O; which route a request names and how its query arguments read are
+ * http_route.c's pure rules. */
 #include "server/http_api.h"
 
 #include <arpa/inet.h>
@@ -16,6 +18,7 @@
 #include "common/log.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
+#include "server/http_route.h"
 #include "server/http_stream.h"
 #include "server/json_codec.h"
 #include "server/pb_check.h"
@@ -135,15 +138,7 @@ static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char 
   allowed_args *a = cls;
   (void)kind;
   (void)value;
-  size_t n = strlen(key);
-  for (const char *p = a->names; a->ok && *p;) {
-    size_t len = strcspn(p, " ");
-    if (len == n && strncmp(p, key, n) == 0) return MHD_YES;
-    p += len;
-    while (*p == ' ') p++;
-  }
-  if (a->ok) snprintf(a->err, a->err_len, "%.64s: unknown query parameter", key);
-  a->ok = 0;
+  if (a->ok && !kolo_server_query_allowed(a->names, key, a->err, a->err_len)) a->ok = 0;
   return MHD_YES;
 }
 
@@ -154,57 +149,11 @@ static int only_args(struct MHD_Connection *conn, const char *names, char *err, 
   return a.ok;
 }
 
-/* Query arguments of GET /v1/jobs: phase, label (k=v, repeatable), page_size, page_token. */
+/* Query arguments of GET /v1/jobs (http_route.c); the first refusal wins. */
 static enum MHD_Result list_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
   list_query *q = cls;
   (void)kind;
-  if (q->rc != KOLO_OK) return MHD_YES;
-  Kolo__V1__ListJobsRequest *r = q->req;
-  if (value == NULL) value = "";
-  if (!kolo_server_utf8_valid(key, strlen(key)) || !kolo_server_utf8_valid(value, strlen(value))) {
-    q->rc = KOLO_ERR_INVALID_ARG;
-    snprintf(q->err, sizeof q->err, "query: a parameter is not valid UTF-8");
-    return MHD_YES;
-  }
-  if (strcmp(key, "phase") == 0) {
-    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, value);
-    if (v == NULL) {
-      q->rc = KOLO_ERR_INVALID_ARG;
-      snprintf(q->err, sizeof q->err, "phase: unknown phase '%.64s'", value);
-    } else {
-      r->phase = (Kolo__V1__Phase)v->value;
-    }
-  } else if (strcmp(key, "label") == 0) {
-    const char *eq = strchr(value, '=');
-    Kolo__V1__ListJobsRequest__LabelsEntry **grown = realloc(r->labels, (r->n_labels + 1) * sizeof *grown);
-    if (eq == NULL || eq == value || grown == NULL) {
-      if (grown) r->labels = grown;
-      q->rc = KOLO_ERR_INVALID_ARG;
-      snprintf(q->err, sizeof q->err, "labels: expected label=key=value");
-      return MHD_YES;
-    }
-    r->labels = grown;
-    Kolo__V1__ListJobsRequest__LabelsEntry *e = malloc(sizeof *e);
-    if (e == NULL) return MHD_YES;
-    kolo__v1__list_jobs_request__labels_entry__init(e);
-    e->key = strndup(value, (size_t)(eq - value));
-    e->value = strdup(eq + 1);
-    r->labels[r->n_labels++] = e;
-  } else if (strcmp(key, "page_size") == 0) {
-    char *end;
-    long n = strtol(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || n < 0 || n > 1000) {
-      q->rc = KOLO_ERR_INVALID_ARG;
-      snprintf(q->err, sizeof q->err, "page_size: expected 0..1000");
-    } else {
-      r->page_size = (uint32_t)n;
-    }
-  } else if (strcmp(key, "page_token") == 0) {
-    kolo_server_pb_set_string(&r->page_token, value);
-  } else {
-    q->rc = KOLO_ERR_INVALID_ARG;
-    snprintf(q->err, sizeof q->err, "%.64s: unknown query parameter", key);
-  }
+  if (q->rc == KOLO_OK) q->rc = kolo_server_query_list_jobs(q->req, key, value, q->err, sizeof q->err);
   return MHD_YES;
 }
 
@@ -229,14 +178,8 @@ static void route_job_metrics(kolo_server_http *h, struct MHD_Connection *conn, 
   r->method = KOLO_SERVER_GET_JOB_METRICS;
   if (!only_args(conn, "since_step", err, sizeof err)) return reply_error(r, KOLO_ERR_INVALID_ARG, err);
   const char *since = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "since_step");
-  if (since) {
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(since, &end, 10);
-    if (since[0] < '0' || since[0] > '9' || *end != '\0' || errno == ERANGE)
-      return reply_error(r, KOLO_ERR_INVALID_ARG, "since_step: expected a non-negative integer");
-    req.since_step = (uint64_t)n;
-  }
+  if (since && kolo_server_query_since_step(since, &req.since_step, err, sizeof err) != KOLO_OK)
+    return reply_error(r, KOLO_ERR_INVALID_ARG, err);
   req.id = (char *)id;
   call_service(h, r, KOLO_SERVER_GET_JOB_METRICS, &req.base);
 }
@@ -293,47 +236,12 @@ typedef struct logs_query {
   char err[160];
 } logs_query;
 
-static int query_u32(const char *value, uint32_t max, uint32_t *out) {
-  if (value == NULL || *value < '0' || *value > '9') return 0;
-  char *end;
-  unsigned long long v = strtoull(value, &end, 10);
-  if (*end != '\0' || v > max) return 0;
-  *out = (uint32_t)v;
-  return 1;
-}
-
-/* Query arguments: rank (repeatable), tail, follow (1/0/true/false). */
+/* Query arguments of GET /v1/jobs/<id>/logs (http_route.c); the first refusal wins. */
 static enum MHD_Result logs_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
   logs_query *q = cls;
   (void)kind;
-  uint32_t v = 0;
-  if (q->rc != KOLO_OK) return MHD_YES;
-  q->rc = KOLO_ERR_INVALID_ARG;
-  if (strcmp(key, "rank") == 0) {
-    if (!query_u32(value, UINT32_MAX, &v) || q->req->n_ranks == KOLO_SERVER_LOGS_MAX_RANKS) {
-      snprintf(q->err, sizeof q->err, "rank: expected at most %d ranks, each a number", KOLO_SERVER_LOGS_MAX_RANKS);
-      return MHD_YES;
-    }
-    q->ranks[q->req->n_ranks++] = v;
-  } else if (strcmp(key, "tail") == 0) {
-    if (!query_u32(value, 1000000000u, &q->req->tail)) {
-      snprintf(q->err, sizeof q->err, "tail: expected a number of lines (0 = all)");
-      return MHD_YES;
-    }
-  } else if (strcmp(key, "follow") == 0) {
-    if (value && (strcmp(value, "1") == 0 || strcmp(value, "true") == 0))
-      q->req->follow = 1;
-    else if (value && (strcmp(value, "0") == 0 || strcmp(value, "false") == 0))
-      q->req->follow = 0;
-    else {
-      snprintf(q->err, sizeof q->err, "follow: expected 1 or 0");
-      return MHD_YES;
-    }
-  } else {
-    snprintf(q->err, sizeof q->err, "%.64s: unknown query parameter", key);
-    return MHD_YES;
-  }
-  q->rc = KOLO_OK;
+  if (q->rc == KOLO_OK)
+    q->rc = kolo_server_query_logs(q->req, q->ranks, KOLO_SERVER_LOGS_MAX_RANKS, key, value, q->err, sizeof q->err);
   return MHD_YES;
 }
 
@@ -424,17 +332,6 @@ static void route_logs(kolo_server_http *h, struct MHD_Connection *conn, const c
 }
 
 
-/* Splits "/v1/jobs/<id>[suffix]" into id and suffix ("", "/events", ":cancel", ":scale"). */
-static int job_path(const char *url, char *id, size_t id_len, const char **suffix) {
-  const char *p = url + strlen("/v1/jobs/");
-  size_t n = strcspn(p, "/:");
-  if (n == 0 || n >= id_len) return 0;
-  memcpy(id, p, n);
-  id[n] = '\0';
-  *suffix = p + n;
-  return 1;
-}
-
 /* GET /, /ui/...: the dashboard's files; never need the token (they hold no data). */
 static int route_ui(struct MHD_Connection *conn, const char *url, reply *r) {
   if (strcmp(url, "/") != 0 && strcmp(url, "/ui") != 0 && strncmp(url, "/ui/", 4) != 0) return 0;
@@ -451,14 +348,7 @@ static int route_ui(struct MHD_Connection *conn, const char *url, reply *r) {
 /* Parses a yes/no query argument ("1", "true", "0", "false"). */
 static int flag_arg(struct MHD_Connection *conn, const char *name, int *out, char *err, size_t err_len) {
   const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
-  *out = 0;
-  if (v == NULL) return 1;
-  if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0 || v[0] == '\0') *out = 1;
-  else if (strcmp(v, "0") != 0 && strcmp(v, "false") != 0) {
-    snprintf(err, err_len, "%s: expected 1, true, 0 or false", name);
-    return 0;
-  }
-  return 1;
+  return kolo_server_query_flag(name, v, out, err, err_len) == KOLO_OK;
 }
 
 /* GET /v1/stream?jobs=1&workers=1&job=<id>: server-sent events (http_stream.h). */
@@ -484,146 +374,61 @@ static void route_stream(kolo_server_http *h, struct MHD_Connection *conn, reply
   r->grpc_code = 0;
 }
 
-/* The methods a known route answers ("GET, HEAD", "POST", ...), NULL for an unknown path:
- * a wrong method on a known route is 405 with this as Allow, not 404. */
-static const char *route_methods(const char *url) {
-  static const char *const get_routes[] = {"/healthz", "/readyz", "/metrics", "/v1/stream", "/v1/workers",
-                                           "/v1/demand", "/"};
-  for (size_t i = 0; i < sizeof get_routes / sizeof get_routes[0]; i++)
-    if (strcmp(url, get_routes[i]) == 0) return "GET, HEAD";
-  if (strcmp(url, "/v1/jobs") == 0) return "GET, HEAD, POST";
-  if (strncmp(url, "/ui/", 4) == 0) return "GET, HEAD";
-  if (strncmp(url, "/v1/workers/", 12) == 0) {
-    const char *colon = strrchr(url + 12, ':');
-    if (colon && colon > url + 12 && (strcmp(colon, ":drain") == 0 || strcmp(colon, ":undrain") == 0)) return "POST";
-    return NULL;
-  }
-  char id[128];
-  const char *suffix = "";
-  if (strncmp(url, "/v1/jobs/", 9) == 0 && job_path(url, id, sizeof id, &suffix)) {
-    if (suffix[0] == '\0' || strcmp(suffix, "/logs") == 0 || strcmp(suffix, "/events") == 0 ||
-        strcmp(suffix, "/metrics") == 0)
-      return "GET, HEAD";
-    if (strcmp(suffix, ":cancel") == 0 || strcmp(suffix, ":scale") == 0) return "POST";
-  }
-  return NULL;
+/* GET /v1/jobs/<id>/events: the job's event log. */
+static void route_events(kolo_server_http *h, const char *id, reply *r) {
+  char err[256];
+  Kolo__V1__Job *job = NULL;
+  r->method = KOLO_SERVER_GET_JOB;
+  kolo_status rc = kolo_server_service_check_id(id, err, sizeof err);
+  if (rc == KOLO_OK) rc = kolo_server_store_get(h->cfg.store, id, &job);
+  if (rc == KOLO_ERR_NOT_FOUND) snprintf(err, sizeof err, "no job %.100s", id);
+  if (rc != KOLO_OK) return reply_error(r, rc, err);
+  json_t *obj = kolo_server_json_from_message(&job->base);
+  json_t *out = json_pack("{s:s,s:O}", "id", job->id, "events", json_object_get(obj, "events"));
+  r->grpc_code = 0;
+  reply_text(r, 200, "application/json", json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER));
+  json_decref(out);
+  json_decref(obj);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
 }
 
-static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *url, const char *method,
-                  request *req, reply *r) {
-  /* HEAD is GET without a body (libmicrohttpd sends the headers only) */
-  int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
+/* GET /v1/jobs/<id>: the view keeps every job's JSON ready (the hot path). */
+static void route_get_job(kolo_server_http *h, const char *id, reply *r) {
+  char err[256];
+  char *json = NULL;
+  r->method = KOLO_SERVER_GET_JOB;
+  kolo_status rc = kolo_server_service_check_id(id, err, sizeof err);
+  if (rc == KOLO_OK) rc = kolo_server_store_get_json(h->cfg.store, id, &json);
+  if (rc == KOLO_ERR_NOT_FOUND) snprintf(err, sizeof err, "no job %.100s", id);
+  if (rc != KOLO_OK) return reply_error(r, rc, err);
+  r->grpc_code = 0;
+  reply_text(r, 200, "application/json", json);
+}
+
+/* POST /v1/jobs (a JobSpec body), /v1/jobs/<id>:cancel and :scale (the id in the path
+ * wins over one in the body). */
+static void route_body(kolo_server_http *h, request *req, const kolo_server_route *m, reply *r) {
   char err[512];
-  char id[128];
-  const char *suffix = "";
-  r->method = KOLO_SERVER_METRIC_OTHER;
-  if (strcmp(url, "/healthz") == 0 && get) {
-    r->grpc_code = 0;
-    return reply_text(r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+  int submit = m->kind == KOLO_ROUTE_SUBMIT_JOB, cancel = m->kind == KOLO_ROUTE_CANCEL_JOB;
+  const ProtobufCMessageDescriptor *desc = submit ? &kolo__v1__job_spec__descriptor
+                                           : cancel ? &kolo__v1__cancel_job_request__descriptor
+                                                    : &kolo__v1__scale_job_request__descriptor;
+  kolo_server_method method = submit ? KOLO_SERVER_SUBMIT_JOB : cancel ? KOLO_SERVER_CANCEL_JOB : KOLO_SERVER_SCALE_JOB;
+  ProtobufCMessage *msg = NULL;
+  r->method = method;
+  kolo_status rc = decode_body(req, desc, &msg, err, sizeof err);
+  if (rc != KOLO_OK) return reply_error(r, rc, err);
+  if (!submit) {
+    char **id_slot = cancel ? &((Kolo__V1__CancelJobRequest *)msg)->id : &((Kolo__V1__ScaleJobRequest *)msg)->id;
+    kolo_server_pb_set_string(id_slot, m->id);
   }
-  if (strcmp(url, "/readyz") == 0 && get) return route_readyz(h, r);
-  if (get && !req->nul_escape && route_ui(conn, url, r)) return;
-  if (h->cfg.token) {
-    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!kolo_server_bearer_matches(auth, auth ? strlen(auth) : 0, h->cfg.token))
-      return reply_error(r, KOLO_ERR_AUTH, "missing or wrong bearer token");
-  }
-  if (req->nul_escape)
-    return reply_error(r, KOLO_ERR_INVALID_ARG, "the URL holds an escaped NUL byte (%00)");
-  if (!kolo_server_utf8_valid(url, strlen(url)))
-    return reply_error(r, KOLO_ERR_INVALID_ARG, "the URL path is not valid UTF-8");
-  if (req->too_large) {
-    snprintf(err, sizeof err, "request body over the %zu byte limit", h->cfg.max_message_bytes);
-    return reply_error(r, KOLO_ERR_TOO_LARGE, err);
-  }
-  if (strcmp(url, "/metrics") == 0 && get) return route_metrics(h, r);
-  if (strcmp(url, "/v1/stream") == 0 && get) return route_stream(h, conn, r);
-  if (strcmp(url, "/v1/jobs") == 0 && get) return route_list(h, conn, r);
-  if (strcmp(url, "/v1/workers") == 0 && get) {
-    Kolo__V1__ListWorkersRequest lw = KOLO__V1__LIST_WORKERS_REQUEST__INIT;
-    return call_service(h, r, KOLO_SERVER_LIST_WORKERS, &lw.base);
-  }
-  if (strcmp(url, "/v1/demand") == 0 && get) {
-    Kolo__V1__GetDemandRequest gd = KOLO__V1__GET_DEMAND_REQUEST__INIT;
-    return call_service(h, r, KOLO_SERVER_GET_DEMAND, &gd.base);
-  }
-  if (strcmp(url, "/v1/jobs") == 0 && post) {
-    ProtobufCMessage *spec = NULL;
-    r->method = KOLO_SERVER_SUBMIT_JOB;
-    kolo_status rc = decode_body(req, &kolo__v1__job_spec__descriptor, &spec, err, sizeof err);
-    if (rc != KOLO_OK) return reply_error(r, rc, err);
-    call_service(h, r, KOLO_SERVER_SUBMIT_JOB, spec);
-    protobuf_c_message_free_unpacked(spec, NULL);
-    return;
-  }
-  if (strncmp(url, "/v1/workers/", 12) == 0 && post) {
-    const char *w = url + 12;
-    const char *colon = strrchr(w, ':');
-    if (colon && strcmp(colon, ":drain") == 0 && colon > w && (size_t)(colon - w) < sizeof id) {
-      Kolo__V1__DrainWorkerRequest dr = KOLO__V1__DRAIN_WORKER_REQUEST__INIT;
-      memcpy(id, w, (size_t)(colon - w));
-      id[colon - w] = '\0';
-      dr.id = id;
-      return call_service(h, r, KOLO_SERVER_DRAIN_WORKER, &dr.base);
-    }
-    if (colon && strcmp(colon, ":undrain") == 0 && colon > w && (size_t)(colon - w) < sizeof id) {
-      Kolo__V1__UndrainWorkerRequest ur = KOLO__V1__UNDRAIN_WORKER_REQUEST__INIT;
-      memcpy(id, w, (size_t)(colon - w));
-      id[colon - w] = '\0';
-      ur.id = id;
-      return call_service(h, r, KOLO_SERVER_UNDRAIN_WORKER, &ur.base);
-    }
-  }
-  if (strncmp(url, "/v1/jobs/", 9) == 0 && job_path(url, id, sizeof id, &suffix)) {
-    if (get && suffix[0] == '\0') {
-      /* Hot path: the view keeps every job's JSON ready. */
-      char *json = NULL;
-      r->method = KOLO_SERVER_GET_JOB;
-      kolo_status rc = kolo_server_service_check_id(id, err, sizeof err);
-      if (rc == KOLO_OK) rc = kolo_server_store_get_json(h->cfg.store, id, &json);
-      if (rc == KOLO_ERR_NOT_FOUND) snprintf(err, sizeof err, "no job %.100s", id);
-      if (rc != KOLO_OK) return reply_error(r, rc, err);
-      r->grpc_code = 0;
-      return reply_text(r, 200, "application/json", json);
-    }
-    if (get && strcmp(suffix, "/logs") == 0) return route_logs(h, conn, id, r);
-    if (get && strcmp(suffix, "/events") == 0) {
-      Kolo__V1__Job *job = NULL;
-      r->method = KOLO_SERVER_GET_JOB;
-      kolo_status rc = kolo_server_service_check_id(id, err, sizeof err);
-      if (rc == KOLO_OK) rc = kolo_server_store_get(h->cfg.store, id, &job);
-      if (rc == KOLO_ERR_NOT_FOUND) snprintf(err, sizeof err, "no job %.100s", id);
-      if (rc != KOLO_OK) return reply_error(r, rc, err);
-      json_t *obj = kolo_server_json_from_message(&job->base);
-      json_t *out = json_pack("{s:s,s:O}", "id", job->id, "events", json_object_get(obj, "events"));
-      r->grpc_code = 0;
-      reply_text(r, 200, "application/json", json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER));
-      json_decref(out);
-      json_decref(obj);
-      protobuf_c_message_free_unpacked(&job->base, NULL);
-      return;
-    }
-    if (get && strcmp(suffix, "/metrics") == 0) return route_job_metrics(h, conn, id, r);
-    if (post && (strcmp(suffix, ":cancel") == 0 || strcmp(suffix, ":scale") == 0)) {
-      int cancel = suffix[1] == 'c';
-      const ProtobufCMessageDescriptor *desc =
-          cancel ? &kolo__v1__cancel_job_request__descriptor : &kolo__v1__scale_job_request__descriptor;
-      ProtobufCMessage *msg = NULL;
-      r->method = cancel ? KOLO_SERVER_CANCEL_JOB : KOLO_SERVER_SCALE_JOB;
-      kolo_status rc = decode_body(req, desc, &msg, err, sizeof err);
-      if (rc != KOLO_OK) return reply_error(r, rc, err);
-      /* The id in the path wins over one in the body. */
-      char **id_slot = cancel ? &((Kolo__V1__CancelJobRequest *)msg)->id : &((Kolo__V1__ScaleJobRequest *)msg)->id;
-      kolo_server_pb_set_string(id_slot, id);
-      call_service(h, r, cancel ? KOLO_SERVER_CANCEL_JOB : KOLO_SERVER_SCALE_JOB, msg);
-      protobuf_c_message_free_unpacked(msg, NULL);
-      return;
-    }
-  }
-  const char *allow = route_methods(url);
-  size_t mlen = strlen(method);
-  for (const char *p = allow; p && (p = strstr(p, method)) != NULL; p += mlen)
-    if ((p == allow || p[-1] == ' ') && (p[mlen] == ',' || p[mlen] == '\0')) allow = NULL; /* allowed: 404 */
+  call_service(h, r, method, msg);
+  protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+/* No route: 405 with Allow when only the method is wrong, else 404. */
+static void route_none(const char *url, const char *method, const char *allow, reply *r) {
+  char err[512];
   if (allow) {
     snprintf(err, sizeof err, "%.8s is not allowed on %.200s (allowed: %s)", method, url, allow);
     r->grpc_code = 12;
@@ -638,6 +443,71 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
   json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", "NOT_FOUND", "message", err);
   reply_text(r, 404, "application/json", json_dumps(obj, JSON_COMPACT));
   json_decref(obj);
+}
+
+/* The routes behind the token and the request checks. */
+static void route_api(kolo_server_http *h, struct MHD_Connection *conn, const char *url, const char *method,
+                      request *req, const kolo_server_route *m, reply *r) {
+  switch (m->kind) {
+    case KOLO_ROUTE_METRICS: return route_metrics(h, r);
+    case KOLO_ROUTE_STREAM: return route_stream(h, conn, r);
+    case KOLO_ROUTE_LIST_JOBS: return route_list(h, conn, r);
+    case KOLO_ROUTE_LIST_WORKERS: {
+      Kolo__V1__ListWorkersRequest lw = KOLO__V1__LIST_WORKERS_REQUEST__INIT;
+      return call_service(h, r, KOLO_SERVER_LIST_WORKERS, &lw.base);
+    }
+    case KOLO_ROUTE_DEMAND: {
+      Kolo__V1__GetDemandRequest gd = KOLO__V1__GET_DEMAND_REQUEST__INIT;
+      return call_service(h, r, KOLO_SERVER_GET_DEMAND, &gd.base);
+    }
+    case KOLO_ROUTE_DRAIN_WORKER: {
+      Kolo__V1__DrainWorkerRequest dr = KOLO__V1__DRAIN_WORKER_REQUEST__INIT;
+      dr.id = (char *)m->id;
+      return call_service(h, r, KOLO_SERVER_DRAIN_WORKER, &dr.base);
+    }
+    case KOLO_ROUTE_UNDRAIN_WORKER: {
+      Kolo__V1__UndrainWorkerRequest ur = KOLO__V1__UNDRAIN_WORKER_REQUEST__INIT;
+      ur.id = (char *)m->id;
+      return call_service(h, r, KOLO_SERVER_UNDRAIN_WORKER, &ur.base);
+    }
+    case KOLO_ROUTE_SUBMIT_JOB:
+    case KOLO_ROUTE_CANCEL_JOB:
+    case KOLO_ROUTE_SCALE_JOB: return route_body(h, req, m, r);
+    case KOLO_ROUTE_GET_JOB: return route_get_job(h, m->id, r);
+    case KOLO_ROUTE_JOB_LOGS: return route_logs(h, conn, m->id, r);
+    case KOLO_ROUTE_JOB_EVENTS: return route_events(h, m->id, r);
+    case KOLO_ROUTE_JOB_METRICS: return route_job_metrics(h, conn, m->id, r);
+    default: /* NONE, or a dashboard path without such a file (GET is allowed there: 404) */
+      return route_none(url, method, m->kind == KOLO_ROUTE_NONE ? m->allow : NULL, r);
+  }
+}
+
+static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *url, const char *method,
+                  request *req, reply *r) {
+  char err[512];
+  kolo_server_route m;
+  kolo_server_route_match(method, url, &m);
+  r->method = KOLO_SERVER_METRIC_OTHER;
+  if (m.kind == KOLO_ROUTE_HEALTHZ) {
+    r->grpc_code = 0;
+    return reply_text(r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+  }
+  if (m.kind == KOLO_ROUTE_READYZ) return route_readyz(h, r);
+  if (m.kind == KOLO_ROUTE_UI && !req->nul_escape && route_ui(conn, url, r)) return;
+  if (h->cfg.token) {
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!kolo_server_bearer_matches(auth, auth ? strlen(auth) : 0, h->cfg.token))
+      return reply_error(r, KOLO_ERR_AUTH, "missing or wrong bearer token");
+  }
+  if (req->nul_escape)
+    return reply_error(r, KOLO_ERR_INVALID_ARG, "the URL holds an escaped NUL byte (%00)");
+  if (!kolo_server_utf8_valid(url, strlen(url)))
+    return reply_error(r, KOLO_ERR_INVALID_ARG, "the URL path is not valid UTF-8");
+  if (req->too_large) {
+    snprintf(err, sizeof err, "request body over the %zu byte limit", h->cfg.max_message_bytes);
+    return reply_error(r, KOLO_ERR_TOO_LARGE, err);
+  }
+  route_api(h, conn, url, method, req, &m, r);
 }
 
 /* kolo's own limits on a request's URI and headers, answered as JSON 414/431. They sit

@@ -4,7 +4,9 @@ per-rank batch, one torch thread per rank, 1 and 2 ranks on this host. Runs are
 interleaved (every repetition runs every model x ranks x backend once, the
 backend order alternating), and the table gives medians over repetitions:
 throughput (samples/s, all ranks), median step time, the kolo/DDP ratio and each
-backend's scaling efficiency (2-rank throughput / (2 x 1-rank throughput)).
+backend's scaling efficiency (2-rank throughput / (2 x 1-rank throughput)), and
+rank 0's CPU time per step (all its threads: compute plus what the backend costs,
+whatever else the machine runs).
 
     bench/torch/run.py                 # the full table (~10 min on 2 quiet cores)
     bench/torch/run.py --quick         # a smoke run
@@ -43,9 +45,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_one(build, backend, model, ranks, steps, warmup, timeout=900):
+def run_one(build, backend, model, ranks, steps, warmup, timeout=900, overlap=False):
     worker = [PYTHON, os.path.join(HERE, "worker.py"), "--backend", backend, "--model", model, "--batch",
-              str(BATCH[model]), "--steps", str(steps), "--warmup", str(warmup)]
+              str(BATCH[model]), "--steps", str(steps), "--warmup", str(warmup)] + (["--overlap"] if overlap else [])
     env = environment(build)
     if backend == "kolo":
         proc = subprocess.run([os.path.join(build, "bin", "kolorun"), "-np", str(ranks)] + worker, env=env,
@@ -60,10 +62,16 @@ def run_one(build, backend, model, ranks, steps, warmup, timeout=900):
         code = max(p.returncode for p in procs)
         if code:
             out += "".join(o[1] for o in outs)
-    match = re.search(r"RATE ([\d.]+) STEP_MS ([\d.]+)", out)
+    match = re.search(r"RATE ([\d.]+) STEP_MS ([\d.]+) CPU_MS ([\d.]+)", out)
     if code or not match:
         raise RuntimeError("%s %s x%d failed (rc %s):\n%s" % (backend, model, ranks, code, out[-3000:]))
-    return float(match.group(1)), float(match.group(2))
+    extra = re.search(r"OVERLAP compute_ms ([\d.]+) comm_ms ([\d.]+)", out)
+    if extra:
+        OVERLAP.setdefault(model, []).append((float(extra.group(1)), float(extra.group(2)), float(match.group(2))))
+    return float(match.group(1)), float(match.group(2)), float(match.group(3))
+
+
+OVERLAP = {}
 
 
 def main():
@@ -88,10 +96,11 @@ def main():
                 for backend in order:
                     steps = 3 if args.quick else STEPS[model]
                     warmup = 1 if args.quick else 5
-                    rate, step_ms = run_one(args.build, backend, model, ranks, steps, warmup)
-                    results.setdefault((model, ranks, backend), []).append((rate, step_ms))
-                    print("# repeat %d %-8s x%d %-4s %9.1f samples/s %8.2f ms/step" % (
-                        repeat + 1, model, ranks, backend, rate, step_ms), file=sys.stderr, flush=True)
+                    rate, step_ms, cpu_ms = run_one(args.build, backend, model, ranks, steps, warmup,
+                                                    overlap=backend == "kolo" and ranks == 2)
+                    results.setdefault((model, ranks, backend), []).append((rate, step_ms, cpu_ms))
+                    print("# repeat %d %-8s x%d %-4s %9.1f samples/s %8.2f ms/step %8.2f CPU ms/step" % (
+                        repeat + 1, model, ranks, backend, rate, step_ms, cpu_ms), file=sys.stderr, flush=True)
     with open("/proc/loadavg") as f:
         load_after = f.read().split()[:3]
 
@@ -104,14 +113,15 @@ def main():
                                                            "/".join(load_before), "/".join(load_after),
                                                            time.monotonic() - started))
     print()
-    print("| model | ranks | kolo samples/s | DDP samples/s | kolo/DDP | kolo ms/step | DDP ms/step |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | ranks | kolo samples/s | DDP samples/s | kolo/DDP | kolo ms/step | DDP ms/step "
+          "| kolo CPU ms/step | DDP CPU ms/step |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for model in models:
         for ranks in ranks_list:
             k, d = median(model, ranks, "kolo"), median(model, ranks, "ddp")
-            print("| %s | %d | %.1f | %.1f | %.2fx | %.2f | %.2f |" % (model, ranks, k, d, k / d,
-                                                                      median(model, ranks, "kolo", 1),
-                                                                      median(model, ranks, "ddp", 1)))
+            print("| %s | %d | %.1f | %.1f | %.2fx | %.2f | %.2f | %.2f | %.2f |" % (
+                model, ranks, k, d, k / d, median(model, ranks, "kolo", 1), median(model, ranks, "ddp", 1),
+                median(model, ranks, "kolo", 2), median(model, ranks, "ddp", 2)))
     if 1 in ranks_list and len(ranks_list) > 1:
         print()
         print("| model | ranks | kolo scaling efficiency | DDP scaling efficiency |")
@@ -123,6 +133,22 @@ def main():
                 ke = median(model, ranks, "kolo") / (ranks * median(model, 1, "kolo"))
                 de = median(model, ranks, "ddp") / (ranks * median(model, 1, "ddp"))
                 print("| %s | %d | %.2f | %.2f |" % (model, ranks, ke, de))
+    if OVERLAP:
+        print()
+        print("Overlap at 2 ranks (kolo, rank 0 medians): compute alone, the gradients' all-reduce alone, and the")
+        print("kolo step; a step near max(compute, all-reduce) overlaps, near their sum does not.")
+        print()
+        print("| model | compute ms | all-reduce ms | max | sum | kolo step ms |")
+        print("|---|---|---|---|---|---|")
+        for model in models:
+            rows = OVERLAP.get(model)
+            if not rows:
+                continue
+            compute = statistics.median(r[0] for r in rows)
+            comm = statistics.median(r[1] for r in rows)
+            step = statistics.median(r[2] for r in rows)
+            print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (model, compute, comm, max(compute, comm),
+                                                               compute + comm, step))
 
 
 if __name__ == "__main__":

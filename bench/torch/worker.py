@@ -3,7 +3,9 @@
 argv: --backend kolo|ddp --model mlp|lenet|resnet18 --batch B --steps S --warmup W
 kolo ranks run under kolorun; ddp ranks get RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
 and use torch.distributed (gloo) with DistributedDataParallel. Rank 0 prints
-'RATE <samples/s of all ranks> STEP_MS <median step ms>'."""
+RATE <samples/s of all ranks> STEP_MS <median step ms> CPU_MS <CPU ms per step>'
+(the process's CPU time, all threads, over the timed steps: what a step costs
+regardless of how busy the machine is)."""
 import argparse
 import os
 import statistics
@@ -23,6 +25,8 @@ parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--steps", type=int, default=30)
 parser.add_argument("--warmup", type=int, default=5)
 parser.add_argument("--image-size", type=int, default=32)
+parser.add_argument("--overlap", action="store_true",
+                    help="kolo only: also time compute alone and the gradients' all-reduce alone")
 args = parser.parse_args()
 torch.set_num_threads(1)
 torch.manual_seed(0)
@@ -94,6 +98,7 @@ for i, (x, y) in enumerate(data):
     if i == args.warmup:
         barrier()
         started = time.perf_counter()
+        cpu_started = time.process_time()
     step_start = time.perf_counter()
     optimizer.zero_grad()
     loss = F.cross_entropy(net(x), y)
@@ -101,11 +106,36 @@ for i, (x, y) in enumerate(data):
     optimizer.step()
     if i >= args.warmup:
         times.append(time.perf_counter() - step_start)
+cpu = time.process_time() - cpu_started
 barrier()
 elapsed = time.perf_counter() - started
+if args.overlap and args.backend == "kolo":
+    # compute alone: the same steps with the plain optimizer (both ranks computing at once)
+    plain = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    optimizer._kolo_hooks_enabled = False  # the DistributedOptimizer's hooks stay quiet meanwhile
+    compute = []
+    for x, y in data[args.warmup:]:
+        began = time.perf_counter()
+        plain.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        plain.step()
+        compute.append(time.perf_counter() - began)
+    optimizer._kolo_hooks_enabled = True
+    # communication alone: every gradient, all-reduced as the optimizer does (one named op each)
+    grads = [p.grad for p in model.parameters()]
+    comm = []
+    for _ in range(args.steps):
+        barrier()
+        began = time.perf_counter()
+        for handle in [hvd.allreduce_async_(g, name="overlap.%d" % i) for i, g in enumerate(grads)]:
+            hvd.synchronize(handle)
+        comm.append(time.perf_counter() - began)
+    if rank == 0:
+        print("OVERLAP compute_ms %.3f comm_ms %.3f" % (1000 * statistics.median(compute),
+                                                        1000 * statistics.median(comm)), flush=True)
 if rank == 0:
-    print("RATE %.2f STEP_MS %.3f" % (size * args.batch * args.steps / elapsed, 1000 * statistics.median(times)),
-          flush=True)
+    print("RATE %.2f STEP_MS %.3f CPU_MS %.3f" % (size * args.batch * args.steps / elapsed,
+                                                 1000 * statistics.median(times), 1000 * cpu / args.steps), flush=True)
 if args.backend == "kolo":
     hvd.shutdown()
 else:

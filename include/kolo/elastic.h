@@ -64,7 +64,8 @@ kolo_status kolo_elastic_sync(kolo_elastic *elastic);
 kolo_status kolo_elastic_reform(kolo_elastic *elastic);
 
 /* Sends one progress line to the agent (a JSON object, no newline), which
- * forwards it to the job status. No-op without an agent. Never blocks long. */
+ * forwards it to the job status. No-op without an agent. Never blocks long.
+ * KOLO_ERR_INVALID_ARG for a text that is not one JSON object line. */
 kolo_status kolo_elastic_report(kolo_elastic *elastic, const char *json);
 
 /* Whether the agent asked the process to stop (job cancelled or finished). */

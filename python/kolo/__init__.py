@@ -11,6 +11,7 @@ training function alive across ring changes in a kolo job. Run a script with
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import pkgutil
 from typing import Any
@@ -101,6 +102,19 @@ def engine_available() -> bool:
     return _core.engine()
 
 
+def engine_stats() -> dict:
+    """What libkolo's engine did on this rank since the ring formed: negotiation
+    cycles and time, names sent in full or as cache bits, fused batches and the
+    tensors in them (kolo_engine_stats_get); {} with an older libkolo."""
+    comm = RUNTIME.require()
+    _lib.lib.load()
+    if not _lib.lib.stats:
+        return {}
+    stats = _lib.EngineStats()
+    RUNTIME.check(_lib.lib.kolo_engine_stats_get(comm, ctypes.byref(stats)), "kolo.engine_stats")
+    return {name: getattr(stats, name) for name, _ in _lib.EngineStats._fields_}
+
+
 def library_path() -> str:
     """The libkolo.so this package uses."""
     return _lib.library_path()
@@ -116,7 +130,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
-    "cross_size", "is_homogeneous", "report", "engine_available", "library_path",
+    "cross_size", "is_homogeneous", "report", "engine_available", "engine_stats", "library_path",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "allgather",
     "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter",
     "reducescatter_async", "alltoall", "alltoall_async", "barrier", "join", "synchronize", "poll", "Handle",

@@ -35,11 +35,33 @@ NAME_MAX = 255
 
 @dataclass
 class View:
-    """count elements of dtype at ptr; keep holds what owns the memory."""
+    """count elements of dtype at ptr; keep holds what owns the memory. stream
+    is None for host memory; for CUDA device memory it is the cudaStream_t (as an
+    int, 0 = the legacy default stream) whose earlier work writes the data: such
+    views go to libkolo's stream-ordered calls (NCCL), unnamed and unscaled."""
     ptr: int
     count: int
     dtype: int
     keep: Any = None
+    stream: Optional[int] = None
+
+    @property
+    def on_device(self) -> bool:
+        return self.stream is not None
+
+
+def _check_streams(*views: "View") -> Optional[ctypes.c_void_p]:
+    """The stream of a device operation (None for a host one); every view of
+    one operation lives on the same side."""
+    devices = {v.on_device for v in views}
+    if len(devices) != 1:
+        raise ValueError("kolo: an operation's tensors must all be on the host or all on the GPU")
+    if not views[0].on_device:
+        return None
+    if not _lib.have_streams():
+        raise KoloError("kolo: this libkolo has no stream-ordered CUDA calls; rebuild it with CUDA",
+                        "KOLO_ERR_UNSUPPORTED", 18)
+    return ctypes.c_void_p(views[0].stream or None)
 
 
 def check_op(op: Any) -> int:
@@ -223,7 +245,14 @@ def submit_allreduce(name: bytes, send: View, recv: View, op: int, prescale: flo
     need the engine (callers scale themselves otherwise)."""
     comm = runtime.require()
     request = Request("allreduce %s" % name.decode(errors="replace"), (send.keep, recv.keep), runtime)
-    if engine():
+    stream = _check_streams(send, recv)
+    if stream is not None:
+        if prescale != 1.0 or postscale != 1.0:
+            raise KoloError("kolo: scaled all-reduce of CUDA buffers: scale on the stream first", "KOLO_ERR_UNSUPPORTED",
+                            18)
+        code = lib.kolo_allreduce_on_stream(comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op, stream,
+                                            ctypes.byref(request.handle))
+    elif engine():
         code = lib.kolo_allreduce_named(comm, name, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype,
                                         op, float(prescale), float(postscale), ctypes.byref(request.handle))
     else:
@@ -239,7 +268,7 @@ def submit_grouped_allreduce(group: bytes, names: List[bytes], sends: List[View]
                              runtime: Runtime = RUNTIME) -> List[Request]:
     """All members of one dtype, negotiated and fused as one unit (engine); one
     request per member otherwise."""
-    if not engine():
+    if not engine() or any(v.on_device for v in sends):
         return [submit_allreduce(n, s, r, op, prescale, postscale, runtime)
                 for n, s, r in zip(names, sends, recvs)]
     comm = runtime.require()
@@ -264,7 +293,13 @@ def submit_allgather(name: bytes, send: View, recv: Optional[View], recv_counts:
     request = Request("allgather %s" % name.decode(errors="replace"),
                       (send.keep, recv.keep if recv else None, recv_counts), runtime)
     request.output_dtype = send.dtype
-    if engine():
+    stream = _check_streams(send, recv) if recv is not None else _check_streams(send)
+    if stream is not None:
+        if recv is None:
+            raise KoloError("kolo: allgather of CUDA buffers needs a receive buffer", "KOLO_ERR_UNSUPPORTED", 18)
+        code = lib.kolo_allgather_on_stream(comm, _ptr(send.ptr), send.count, _ptr(recv.ptr), recv.count,
+                                            recv_counts, send.dtype, stream, ctypes.byref(request.handle))
+    elif engine():
         code = lib.kolo_allgather_named(comm, name, _ptr(send.ptr), send.count, _ptr(recv.ptr if recv else 0),
                                         recv.count if recv else 0, recv_counts, send.dtype,
                                         ctypes.byref(request.handle))
@@ -279,7 +314,11 @@ def submit_allgather(name: bytes, send: View, recv: Optional[View], recv_counts:
 def submit_broadcast(name: bytes, buffer: View, root: int, runtime: Runtime = RUNTIME) -> Request:
     comm = runtime.require()
     request = Request("broadcast %s" % name.decode(errors="replace"), buffer.keep, runtime)
-    if engine():
+    stream = _check_streams(buffer)
+    if stream is not None:
+        code = lib.kolo_broadcast_on_stream(comm, _ptr(buffer.ptr), buffer.count, buffer.dtype, root, stream,
+                                            ctypes.byref(request.handle))
+    elif engine():
         code = lib.kolo_broadcast_named(comm, name, _ptr(buffer.ptr), buffer.count, buffer.dtype, root,
                                         ctypes.byref(request.handle))
     else:
@@ -294,7 +333,13 @@ def submit_reducescatter(name: bytes, send: View, recv: View, counts: List[int],
     comm = runtime.require()
     c_counts = (ctypes.c_size_t * len(counts))(*counts)
     request = Request("reducescatter %s" % name.decode(errors="replace"), (send.keep, recv.keep, c_counts), runtime)
-    if engine():
+    stream = _check_streams(send, recv)
+    if stream is not None:
+        if len(set(counts)) != 1:
+            raise KoloError("kolo: reducescatter of CUDA buffers needs equal blocks", "KOLO_ERR_UNSUPPORTED", 18)
+        code = lib.kolo_reducescatter_on_stream(comm, _ptr(send.ptr), _ptr(recv.ptr), counts[0], send.dtype, op,
+                                                stream, ctypes.byref(request.handle))
+    elif engine():
         code = lib.kolo_reducescatter_named(comm, name, _ptr(send.ptr), _ptr(recv.ptr), send.count, c_counts,
                                             send.dtype, op, ctypes.byref(request.handle))
     else:
@@ -311,6 +356,9 @@ def submit_alltoall(name: bytes, send: View, send_counts: List[int], recv_counts
     comm = runtime.require()
     if not engine():
         raise KoloError("kolo: alltoall needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+    if send.on_device:
+        raise KoloError("kolo: alltoall of CUDA buffers is staged through host memory by the caller",
+                        "KOLO_ERR_UNSUPPORTED", 18)
     c_send_counts = (ctypes.c_size_t * len(send_counts))(*send_counts)
     request = Request("alltoall %s" % name.decode(errors="replace"), (send.keep, c_send_counts, recv_counts),
                       runtime)

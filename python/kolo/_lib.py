@@ -128,6 +128,12 @@ _SIGNATURES = {
     "kolo_elastic_destroy": (None, [_P]),
 }
 
+class EngineStats(ctypes.Structure):
+    """kolo_engine_stats (engine.h)."""
+    _fields_ = [(name, c_uint64) for name in ("cycles", "negotiation_ns", "negotiation_bytes", "announced",
+                                                "cached", "batches", "fused_tensors")]
+
+
 # engine.h: declared when this libkolo has the engine
 _ENGINE_SIGNATURES = {
     "kolo_free": (None, [_P]),
@@ -141,6 +147,16 @@ _ENGINE_SIGNATURES = {
     "kolo_reducescatter_named": (c_int, [_P, c_char_p, _P, _P, _SZ, _SZP, c_int, c_int, _PP]),
     "kolo_alltoall_named": (c_int, [_P, c_char_p, _P, _SZP, _P, _SZ, _SZP, c_int, _PP]),
     "kolo_join_async": (c_int, [_P, _PP]),
+}
+_STATS_SIGNATURES = {"kolo_engine_stats_get": (c_int, [_P, POINTER(EngineStats)])}
+
+
+# kolo.h's stream-ordered forms for CUDA buffers: declared when this libkolo has them
+_STREAM_SIGNATURES = {
+    "kolo_allreduce_on_stream": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _P, _PP]),
+    "kolo_allgather_on_stream": (c_int, [_P, _P, _SZ, _P, _SZ, _SZP, c_int, _P, _PP]),
+    "kolo_broadcast_on_stream": (c_int, [_P, _P, _SZ, c_int, c_int, _P, _PP]),
+    "kolo_reducescatter_on_stream": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _P, _PP]),
 }
 
 
@@ -166,6 +182,8 @@ class _Library:
     def __init__(self) -> None:
         self._cdll: Optional[ctypes.CDLL] = None
         self.engine = False
+        self.streams = False
+        self.stats = False
 
     def load(self) -> ctypes.CDLL:
         if self._cdll is None:
@@ -173,6 +191,8 @@ class _Library:
             _declare(cdll, _SIGNATURES, True)
             engine = _declare(cdll, _ENGINE_SIGNATURES, False)
             self.engine = engine and os.environ.get("KOLO_PY_ENGINE", "1") != "0"
+            self.streams = _declare(cdll, _STREAM_SIGNATURES, False)
+            self.stats = _declare(cdll, _STATS_SIGNATURES, False)
             self._cdll = cdll
         return self._cdll
 
@@ -188,6 +208,12 @@ def have_engine() -> bool:
     KOLO_PY_ENGINE=0 forces the unnamed kolo.h path."""
     lib.load()
     return lib.engine
+
+
+def have_streams() -> bool:
+    """Whether the loaded libkolo has the stream-ordered CUDA calls (kolo_*_on_stream)."""
+    lib.load()
+    return lib.streams
 
 
 def library_path() -> str:

@@ -151,10 +151,17 @@ class Runtime:
     # ---- elastic ----
 
     def ring_changed(self) -> bool:
-        """Whether the agent has announced a newer ring (kolo_elastic_commit's check)."""
+        """Whether the agent has announced a newer ring (kolo_elastic_commit's
+        check; a planned re-form, a drained member leaving, shows up only here).
+        Raises JobStoppedError when the agent asked this process to leave."""
         if self.elastic is None:
             return False
-        return lib.kolo_elastic_commit(self.elastic) == 25  # KOLO_ERR_RING_CHANGED
+        code = lib.kolo_elastic_commit(self.elastic)
+        if code == 25:  # KOLO_ERR_RING_CHANGED
+            return True
+        if code != 0:
+            raise_for(code, "kolo.elastic: commit", None, "", bool(lib.kolo_elastic_should_stop(self.elastic)))
+        return False
 
     def reform(self) -> None:
         """Moves onto the agent's next ring (kolo_elastic_reform)."""
@@ -164,7 +171,9 @@ class Runtime:
                 raise PeerLostError("the ring failed and this process has no kolo agent to re-form it",
                                     "KOLO_ERR_UNSUPPORTED", 18)
             old = self.comm
-            if old:
+            if old and self.inflight:
+                # requests still in flight finish at once; a planned re-form (at a commit,
+                # nothing in flight) leaves the old ring to close without a failure
                 lib.kolo_comm_abort(old)
             self.drain()
             code = lib.kolo_elastic_reform(elastic)

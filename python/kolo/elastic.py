@@ -16,7 +16,10 @@ survivor, so it holds committed state) and the function is called again.
             if state.step % 10 == 0:
                 state.commit()
 
-Outside a kolo job (no KOLO_AGENT_SOCKET) a failure is raised as usual."""
+A process the agent tells to leave (its worker is drained: it stops at its next
+commit, and the others go on without redoing a step) or to stop (the job was
+cancelled) exits with status 0 from run(). Outside a kolo job (no
+KOLO_AGENT_SOCKET) a failure is raised as usual."""
 from __future__ import annotations
 
 import copy
@@ -26,13 +29,12 @@ from typing import Any, Callable, Dict, List
 
 from . import objects
 from ._runtime import RUNTIME
-from .errors import (AbortedError, JobStoppedError, KoloError, KoloTimeoutError, PeerLostError, RingChangedError,
-                     StalledError)
+from .errors import AbortedError, JobStoppedError, KoloError, KoloTimeoutError, PeerLostError, RingChangedError
 
 # statuses after which the job goes on with a re-formed ring
-RECOVERABLE = (PeerLostError, AbortedError, KoloTimeoutError, RingChangedError, StalledError)
+RECOVERABLE = (PeerLostError, AbortedError, KoloTimeoutError, RingChangedError)
 _RECOVERABLE_STATUS = {"KOLO_ERR_PEER_LOST", "KOLO_ERR_ABORTED", "KOLO_ERR_TIMEOUT", "KOLO_ERR_RING_CHANGED",
-                       "KOLO_ERR_CONNECT", "KOLO_ERR_PROTOCOL", "KOLO_ERR_STALE_EPOCH", "KOLO_ERR_STALLED"}
+                       "KOLO_ERR_CONNECT", "KOLO_ERR_PROTOCOL", "KOLO_ERR_STALE_EPOCH"}
 
 
 class RingChangedInterrupt(Exception):
@@ -130,21 +132,26 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
             raise TypeError("kolo.elastic.run: the first argument must be a kolo.elastic State, not %s"
                             % type(state).__name__)
         RUNTIME.require()
-        reset = False
-        while True:
-            if reset:
+        try:
+            while True:
+                try:
+                    state.sync()
+                    return func(state, *args, **kwargs)
+                except RingChangedInterrupt:
+                    pass
+                except KoloError as error:
+                    if isinstance(error, JobStoppedError) or not recoverable(error) or not has_agent():
+                        raise
+                    state.restore()
+                reform()  # a failure here (no next ring in time) is raised
                 state.on_reset()
-            try:
-                state.sync()
-                return func(state, *args, **kwargs)
-            except RingChangedInterrupt:
-                pass
-            except KoloError as error:
-                if not recoverable(error) or not has_agent():
-                    raise
-                state.restore()
-            reform()
-            reset = True
+        except JobStoppedError:
+            if not has_agent():
+                raise
+            # the agent asked this process to stop (job over or cancelled) or to leave
+            # (its worker is drained): nothing of the job is left for it to do
+            RUNTIME.shutdown()
+            raise SystemExit(0)
     return wrapper
 
 

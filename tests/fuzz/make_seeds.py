@@ -107,6 +107,56 @@ def main():
     write("fuzz_train_files", "idx", bytes([2, cut]) + images + labels)
     write("fuzz_train_files", "idx-gz", bytes([2, 128]) + gzip.compress(images) + gzip.compress(labels))
     write("fuzz_train_files", "checkpoint", bytes([3, 0]) + b"KOLOCKPT" + bytes(64))
+    agent_seeds()
+    ring_wire_seeds()
+    http_route_seeds()
+
+
+def agent_seeds():
+    """fuzz_agent_proto: byte 0 even = a line the agent sends, odd = one the process sends."""
+    to_process = {"ring": b"RING 3 1 3 0 1 30000 00112233 0.0.0.0:5001 h0:5000 h1:5001 h2:5002",
+                  "ring-planned": b"RING 4 0 2 0 2 0 - 127.0.0.1:1 127.0.0.1:1 127.0.0.1:2 planned",
+                  "stop": b"STOP job cancelled", "leave": b"LEAVE drained",
+                  "refused": b"REFUSED 1 2 agent protocol version 9 is not spoken by this kolo-worker"}
+    to_agent = {"hello": b"HELLO 4242 2", "hello-v1": b"HELLO 4242", "formed": b"FORMED 3 1 3",
+                "failed": b"FAILED 3 KOLO_ERR_PEER_LOST 2", "failed-none": b"FAILED 3 KOLO_ERR_TIMEOUT -1",
+                "report": b'REPORT {"event":"progress","step":10,"loss":0.5}'}
+    for name, line in to_process.items():
+        write("fuzz_agent_proto", name, bytes([0]) + line)
+    for name, line in to_agent.items():
+        write("fuzz_agent_proto", name, bytes([1]) + line)
+
+
+def ring_wire_seeds():
+    """fuzz_ring_wire: byte 0 = hello / ack / control, byte 1 = ring size (1 + b % 8) and expected rank."""
+    secret = b"fuzz-ring-secret"
+    ring = 1 + 3 * 8  # size 2, expected rank 1
+
+    def hello(kind, secret, name=b"", nonce=0):
+        return (struct.pack(">IIIIIII", 0x4B4F4C4F, (2 << 16) | kind, 0, 7, 1, 2, len(secret)) + secret +
+                struct.pack(">III", len(name), nonce >> 32, nonce & 0xFFFFFFFF) + name)
+    write("fuzz_ring_wire", "hello-control", bytes([0, ring]) + hello(2, secret))
+    write("fuzz_ring_wire", "hello-bell-shm", bytes([0, ring]) + hello(3, secret, b"shm", 0x1234567890))
+    write("fuzz_ring_wire", "hello-wrong-secret", bytes([0, ring]) + hello(1, b"not-the-secret"))
+    write("fuzz_ring_wire", "ack-ok", bytes([1, ring]) + struct.pack(">III", 0x4B41434B, 0, 1))
+    write("fuzz_ring_wire", "ack-auth", bytes([1, ring]) + struct.pack(">III", 0x4B41434B, 5, 0))
+    control = struct.pack("<Iiii", 0x4B43544C, 3, 1, 0) + struct.pack("<Iiii", 0x4B424541, 0, 0, 0) + \
+        struct.pack("<Iiii", 0x4B4E4547, 64, 9, 0) + struct.pack("<Iiii", 0x4B43544C, 0, 0, 0)
+    write("fuzz_ring_wire", "control", bytes([2, ring]) + control)
+
+
+def http_route_seeds():
+    """fuzz_http_route: byte 0 = method (GET HEAD POST PUT DELETE PATCH OPTIONS get), path, then args."""
+    seeds = {"list": (0, b"/v1/jobs\nphase=RUNNING\nlabel=team=vision\npage_size=50\npage_token=j-1"),
+             "logs": (0, b"/v1/jobs/mnist-1/logs\nrank=0\nrank=2\ntail=100\nfollow=1"),
+             "metrics": (1, b"/v1/jobs/mnist-1/metrics\nsince_step=0042"),
+             "stream": (0, b"/v1/stream\njobs=1\nworkers\njob=mnist-1"),
+             "cancel": (2, b"/v1/jobs/mnist-1:cancel"), "scale": (2, b"/v1/jobs/a:scale"),
+             "drain": (2, b"/v1/workers/w:1:drain"), "undrain": (2, b"/v1/workers/w1:undrain"),
+             "events": (0, b"/v1/jobs/x/events"), "delete": (4, b"/v1/jobs/x"), "ui": (0, b"/ui/app.js"),
+             "healthz": (2, b"/healthz"), "demand": (1, b"/v1/demand")}
+    for name, (method, text) in seeds.items():
+        write("fuzz_http_route", name, bytes([method]) + text)
 
 
 if __name__ == "__main__":

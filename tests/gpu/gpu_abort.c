@@ -210,21 +210,9 @@ static int init_without_peer(const gpu_rank *me) {
 }
 
 int main(int argc, char **argv) {
-  int ranks = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0) continue;
-    if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) ranks = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--quick] [--ranks N]\n", argv[0]);
-      return 2;
-    }
-  }
-  int gpus = gpu_count_in_child();
-  if (gpus == 0) {
-    printf("# no usable GPU: skipped\n");
-    return GPU_EXIT_SKIP;
-  }
-  if (ranks < 3 || ranks > GPU_MAX_RANKS) ranks = gpus > 3 ? gpus : 3;
+  int ranks = 0, exit_code = 0;
+  int gpus = gpu_start(argc, argv, 3, &ranks, &exit_code);
+  if (gpus == 0) return exit_code;
   int failed = 0;
   printf("# abort: creation with a missing peer (kolo_nccl)\n");
   failed += gpu_run_ranks(1, gpus, init_without_peer, NULL, 60, -1);

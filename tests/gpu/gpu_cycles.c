@@ -134,21 +134,9 @@ static int no_context_on_gpu0(const gpu_rank *me) {
 }
 
 int main(int argc, char **argv) {
-  int ranks = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0) continue;
-    if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) ranks = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--quick] [--ranks N]\n", argv[0]);
-      return 2;
-    }
-  }
-  int gpus = gpu_count_in_child();
-  if (gpus == 0) {
-    printf("# no usable GPU: skipped\n");
-    return GPU_EXIT_SKIP;
-  }
-  if (ranks <= 0 || ranks > GPU_MAX_RANKS) ranks = gpus > 1 ? gpus : 2;
+  int ranks = 0, exit_code = 0;
+  int gpus = gpu_start(argc, argv, 2, &ranks, &exit_code);
+  if (gpus == 0) return exit_code;
   int failed = 0;
   printf("# cycles: %d ranks on %d GPU(s), %d cycles\n", ranks, gpus, CYCLES);
   failed += gpu_run_ranks(ranks, gpus, cycles, NULL, 600, -1);

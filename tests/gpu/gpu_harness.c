@@ -63,6 +63,29 @@ int gpu_count_in_child(void) {
   return WEXITSTATUS(status);
 }
 
+int gpu_start(int argc, char **argv, int min_ranks, int *ranks, int *exit_code) {
+  int requested = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) continue; /* these programs have one size */
+    if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
+      requested = atoi(argv[++i]);
+    } else {
+      fprintf(stderr, "usage: %s [--quick] [--ranks N]\n", argv[0]);
+      *exit_code = 2;
+      return 0;
+    }
+  }
+  int gpus = gpu_count_in_child();
+  if (gpus == 0) {
+    printf("# no usable GPU: skipped\n");
+    *exit_code = GPU_EXIT_SKIP;
+    return 0;
+  }
+  *ranks = gpus > min_ranks ? gpus : min_ranks;
+  if (requested >= min_ranks && requested <= GPU_MAX_RANKS) *ranks = requested;
+  return gpus;
+}
+
 /* ---- ranks and rings ---- */
 
 static char ring_addresses[GPU_MAX_RANKS][64];

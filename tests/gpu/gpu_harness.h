@@ -21,6 +21,12 @@
  * child also prints the NCCL / CUDA versions as a comment line. */
 int gpu_count_in_child(void);
 
+/* The start of a program that takes only [--quick] [--ranks N]: returns the
+ * number of GPUs, with *ranks set to N, or (no N, or N below min_ranks) to the
+ * GPU count when that is at least min_ranks, else min_ranks; returns 0 with
+ * *exit_code set to 2 (bad arguments) or GPU_EXIT_SKIP (no GPU, said on stdout). */
+int gpu_start(int argc, char **argv, int min_ranks, int *ranks, int *exit_code);
+
 /* What a rank body gets. */
 typedef struct gpu_rank {
   int rank, size;

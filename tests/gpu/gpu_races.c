@@ -140,21 +140,9 @@ static int rank_main(const gpu_rank *me) {
 }
 
 int main(int argc, char **argv) {
-  int ranks = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0) continue;
-    if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) ranks = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--quick] [--ranks N]\n", argv[0]);
-      return 2;
-    }
-  }
-  int gpus = gpu_count_in_child();
-  if (gpus == 0) {
-    printf("# no usable GPU: skipped\n");
-    return GPU_EXIT_SKIP;
-  }
-  if (ranks <= 0 || ranks > GPU_MAX_RANKS) ranks = gpus > 1 ? gpus : 2;
+  int ranks = 0, exit_code = 0;
+  int gpus = gpu_start(argc, argv, 2, &ranks, &exit_code);
+  if (gpus == 0) return exit_code;
   printf("# races: %d ranks on %d GPU(s)\n", ranks, gpus);
   return gpu_run_ranks(ranks, gpus, rank_main, NULL, 300, -1) ? 1 : 0;
 }

@@ -18,7 +18,11 @@
  * KOLO_LOOP_STALL_AT (default 10) in a collective that cannot complete with
  * every member alive (each rank broadcasts from the next rank as root, so each
  * waits for bytes nobody sends) until the ring's timeout: a ring that cannot
- * make progress although nobody died. */
+ * make progress although nobody died.
+ * With KOLO_GATE_FILE set, the loop holds at the last commit before the end
+ * (step STEPS - COMMIT_EVERY) until that file exists, committing every 20 ms
+ * meanwhile, so ring changes are still taken up there (a planned ring, a LEAVE):
+ * a test can keep a job running as long as it needs, however slow the machine. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +82,8 @@ int main(int argc, char **argv) {
   const char *stall_until = getenv("KOLO_LOOP_STALL_UNTIL"), *stall_at = getenv("KOLO_LOOP_STALL_AT");
   uint64_t stall_epochs = stall_until ? strtoull(stall_until, NULL, 10) : 0;
   int64_t stall_step = stall_at ? atoll(stall_at) : 10;
+  const char *gate = getenv("KOLO_GATE_FILE");
+  int64_t gate_step = steps - commit_every;
   while (status == KOLO_OK || status == KOLO_ERR_RING_CHANGED || status == KOLO_ERR_PEER_LOST ||
          status == KOLO_ERR_ABORTED || status == KOLO_ERR_TIMEOUT) {
     if (status != KOLO_OK) {
@@ -94,6 +100,12 @@ int main(int argc, char **argv) {
       continue;
     }
     if (step >= steps) break;
+    if (gate && step == gate_step && access(gate, F_OK) != 0) {
+      struct timespec pause = {0, 20 * 1000000L};
+      nanosleep(&pause, NULL);
+      status = kolo_elastic_commit(elastic); /* nothing changed: only takes up ring changes */
+      continue;
+    }
     kolo_comm *comm = kolo_elastic_comm(elastic);
     double offset = 2.0 * kolo_comm_rank(comm) - (kolo_comm_size(comm) - 1);
     for (size_t i = 0; i < length; i++) contribution[i] = step_value(step, i) + offset;

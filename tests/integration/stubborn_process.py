@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """A training process that will not stop on its own (test program, not a test).
 
-It speaks the agent's line protocol just enough to be a member (HELLO, FORMED for
-every RING), ignores STOP and SIGTERM, and writes every event with the wall-clock time
+It speaks the agent's line protocol (common/agent_proto.h, version 2) just enough to
+be a member (HELLO <pid> 2, FORMED for every RING), ignores STOP and SIGTERM, and writes every event with the wall-clock time
 in milliseconds to $KOLO_STUBBORN_LOG ("START", "RING <epoch>", "STOP <reason>",
 "TERM"), so a test can check that the agent escalates STOP -> SIGTERM -> SIGKILL."""
 import os
@@ -21,7 +21,7 @@ def main() -> None:
     log("START")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(os.environ["KOLO_AGENT_SOCKET"])
-    conn.sendall(b"HELLO %d\n" % os.getpid())
+    conn.sendall(b"HELLO %d 2\n" % os.getpid())
     buffered = b""
     while True:
         try:

@@ -22,6 +22,8 @@
 
 #include <cmocka.h>
 
+#include "common/agent_proto.h"
+
 #define MAX_PROCESSES 4
 
 typedef struct test_agent {
@@ -83,19 +85,28 @@ static void agent_spawn(test_agent *agent, int index, const char *steps, const c
   agent->ports[index] = free_port();
 }
 
-/* Announces a ring of the given process indexes at epoch. */
+/* Sends RING <epoch> to each member (process indexes, in rank order), through
+ * the agent protocol's codec. */
 static void agent_announce(test_agent *agent, uint64_t epoch, const int *members, int size) {
+  char addresses[64][32];
+  const char *peers[64];
+  assert_true(size <= 64);
+  for (int r = 0; r < size; r++) {
+    snprintf(addresses[r], sizeof addresses[r], "127.0.0.1:%d", agent->ports[members[r]]);
+    peers[r] = addresses[r];
+  }
   for (int rank = 0; rank < size; rank++) {
-    char line[1024];
-    int used = snprintf(line, sizeof line, "RING %llu %d %d %d %d 10000 secret 127.0.0.1:%d",
-                        (unsigned long long)epoch, rank, size, rank, size,
-                        agent->ports[members[rank]]);
-    for (int r = 0; r < size; r++) {
-      used += snprintf(line + used, sizeof line - (size_t)used, " 127.0.0.1:%d",
-                       agent->ports[members[r]]);
-    }
-    used += snprintf(line + used, sizeof line - (size_t)used, "\n");
-    assert_int_equal(write(agent->conns[members[rank]], line, (size_t)used), used);
+    /* a per-run secret: another test's ring that took one of our ports is refused */
+    char secret[32];
+    snprintf(secret, sizeof secret, "secret-%d", (int)getpid());
+    kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
+                          .ring = {.epoch = epoch, .rank = rank, .size = size, .local_rank = rank,
+                                   .local_size = size, .timeout_ms = 10000, .secret = secret,
+                                   .listen_address = peers[rank], .peers = peers}};
+    char *line = NULL;
+    assert_int_equal(kolo_agent_msg_format(&msg, &line, NULL, 0), KOLO_OK);
+    assert_int_equal(write(agent->conns[members[rank]], line, strlen(line)), (ssize_t)strlen(line));
+    free(line);
   }
 }
 
@@ -213,11 +224,44 @@ static void a_joining_process_gets_the_state_and_the_result_stays_exact(void **s
   agent_stop(&agent);
 }
 
+/* The process says HELLO with this codec's version; an agent that refuses it
+ * (REFUSED) makes kolo_elastic_create fail with KOLO_ERR_PROTOCOL at once: the
+ * process exits non-zero and says so, and never waits for a ring. */
+static void a_refused_hello_fails_the_process_with_a_protocol_error(void **state) {
+  (void)state;
+  test_agent agent;
+  agent_start(&agent);
+  agent_spawn(&agent, 0, "100", "5");
+  char line[256];
+  size_t filled = 0;
+  while (memchr(line, '\n', filled) == NULL) {
+    struct pollfd pfd = {.fd = agent.conns[0], .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 10000), 1);
+    ssize_t n = read(agent.conns[0], line + filled, sizeof line - 1 - filled);
+    assert_true(n > 0);
+    filled += (size_t)n;
+  }
+  kolo_agent_msg hello;
+  assert_int_equal(kolo_agent_msg_parse(line, (size_t)((char *)memchr(line, '\n', filled) - line),
+                                        KOLO_AGENT_TO_AGENT, &hello, NULL, 0),
+                   KOLO_OK);
+  assert_int_equal(hello.verb, KOLO_AGENT_HELLO);
+  assert_int_equal(hello.hello.pid, agent.pids[0]);
+  assert_int_equal(hello.hello.version, KOLO_AGENT_PROTOCOL_VERSION);
+  kolo_agent_msg_clear(&hello);
+  const char *refusal = "REFUSED 7 9 this test speaks 7..9\n";
+  assert_int_equal(write(agent.conns[0], refusal, strlen(refusal)), (ssize_t)strlen(refusal));
+  assert_int_equal(agent_wait_exit(&agent, 0), 1); /* elastic_loop: create failed */
+  agent.pids[0] = 0;
+  agent_stop(&agent);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(survivors_reform_after_a_kill_and_finish_exactly),
       cmocka_unit_test(a_joining_process_gets_the_state_and_the_result_stays_exact),
+      cmocka_unit_test(a_refused_hello_fails_the_process_with_a_protocol_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

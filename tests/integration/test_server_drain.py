@@ -241,9 +241,10 @@ class DrainAndDemandTest(unittest.TestCase):
         workers = {i: self.start_worker(i) for i in ids}
         out = tempfile.mkdtemp(prefix="kolo-drain-job-")
         job = {"name": "d", "id": "drained-job", "min_workers": 2, "max_workers": 3,
-               "exec": {"argv": [os.path.join(TESTS, "elastic_loop"), "3000", "1000", "5", "10"],
+               "exec": {"argv": [os.path.join(TESTS, "elastic_loop"), "1000", "1000", "5", "10"],
                         "env": {"KOLO_RESULT_FILE": os.path.join(out, "result"),
-                                "KOLO_REFORM_FILE": os.path.join(out, "reform")}}}
+                                "KOLO_REFORM_FILE": os.path.join(out, "reform"),
+                                "KOLO_GATE_FILE": os.path.join(out, "gate")}}}  # ends when the test says
         code, body = curl(self.server.http_port, "/v1/jobs", "POST", json.dumps(job))
         self.assertEqual(code, 200, body)
         get = lambda: self.client.call("GetJob", pb.GetJobRequest(id="drained-job"))
@@ -274,6 +275,8 @@ class DrainAndDemandTest(unittest.TestCase):
         # undrained, it is idle again and the job grows back to it
         self.assertFalse(self.client.call("UndrainWorker", cpb.UndrainWorkerRequest(id=target)).draining)
         wait_for(lambda: target in members(), 30, "the job to take %s back" % target, 0.1)
+        self.assertIn(get().status.phase, (pb.RUNNING, pb.RECONFIGURING))
+        open(os.path.join(out, "gate"), "w").close()
         wait_for(lambda: get().status.phase in (pb.SUCCEEDED, pb.FAILED), 120, "the job to end", 0.2)
         j = get()
         self.assertEqual(j.status.phase, pb.SUCCEEDED, j.status.error)
@@ -281,7 +284,7 @@ class DrainAndDemandTest(unittest.TestCase):
         with open(os.path.join(out, "result")) as f:
             results = [l.split() for l in f if l.strip()]
         self.assertEqual(len(results), 3, results)
-        self.assertTrue(all(r[1] == "3000" and r[4] == "exact" for r in results), results)
+        self.assertTrue(all(r[1] == "1000" and r[4] == "exact" for r in results), results)
 
 
 if __name__ == "__main__":

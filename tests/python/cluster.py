@@ -5,6 +5,7 @@ kills everything it started (also registered with atexit)."""
 from __future__ import annotations
 
 import atexit
+import glob
 import json
 import os
 import shutil
@@ -125,9 +126,14 @@ class Cluster:
                                                         self.logs_tail())) from None
 
     def logs_tail(self) -> str:
+        """The end of the server's and every agent's log, and of every training
+        process's output the agents captured (<work-dir>/logs/<job>/)."""
         out = []
         for name in ["server"] + sorted(self.workers):
             out.append("--- %s\n%s" % (name, kolotest.tail(self.log(name), 30)))
+        for path in sorted(glob.glob(os.path.join(self.dir, "*", "logs", "*", "*.log"))):
+            with open(path, errors="replace") as f:
+                out.append("--- %s\n%s" % (os.path.relpath(path, self.dir), kolotest.tail(f.read(), 30)))
         return "\n".join(out)
 
     def stop(self) -> None:
@@ -150,4 +156,7 @@ class Cluster:
         for log in self.logs:
             log.close()
         self.procs = []
-        shutil.rmtree(self.dir, True)
+        if os.environ.get("KOLO_KEEP_CLUSTER"):
+            print("cluster files kept in %s" % self.dir)
+        else:
+            shutil.rmtree(self.dir, True)

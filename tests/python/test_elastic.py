@@ -40,9 +40,11 @@ def test_a_sigkilled_worker_leaves_the_survivors_running_to_the_exact_result():
         job = c.wait_phase("elastic", ["SUCCEEDED", "FAILED", "CANCELLED"], 240)
         assert job["status"]["phase"] == "SUCCEEDED", (json.dumps(job)[:3000], c.logs_tail())
         result = json.load(open(os.path.join(results, "result.json")))
+        result["starts"], result["ends"] = files(results, "start"), files(results, "end")
+        result["victim"], result["events"] = victim, [(e.get("type"), e.get("message")) for e in job.get("events", [])]
         assert result["steps"] == STEPS, result
         assert result["accumulator"] == result["expected"], result  # no step lost or counted twice
-        assert result["size"] == 2 and result["resets"] == [2], result
+        assert result["size"] == 2 and result["resets"] == [2], (result, c.logs_tail())
         assert result["reconfigurations"] == 1 and result["replica_gap"] == 0.0, result
         assert job["status"]["reconfigurations"] == 1, job["status"]
         # the survivors finished in the very processes that started: one start, one end each
@@ -75,5 +77,33 @@ def test_a_joining_worker_grows_the_ring_in_place_to_the_exact_result():
         starts, ends = files(results, "start"), files(results, "end")
         assert sorted(s.split("-")[0] for s in starts) == ["w1", "w2", "w3"], starts
         assert sorted(e.split("-")[0] for e in ends) == ["w1", "w2", "w3"] and set(ends) == set(starts), ends
+    finally:
+        c.stop()
+
+
+def test_a_drained_worker_leaves_at_a_commit_and_no_step_is_redone():
+    c = cluster.Cluster()
+    try:
+        for w in ("w1", "w2", "w3"):
+            c.start_worker(w)
+        results = os.path.join(c.dir, "drained")
+        submit(c, "drain", 3, results)
+        cluster.wait_for(lambda: c.job("drain").get("status", {}).get("progress", {}).get("step", 0) >= 15, 120,
+                         "step 15")
+        members = c.job("drain")["status"]["members"]
+        drained = [m["worker_id"] for m in members if m["rank"] == 2][0]
+        c.request("POST", "/v1/workers/%s:drain" % drained, {})
+        job = c.wait_phase("drain", ["SUCCEEDED", "FAILED", "CANCELLED"], 240)
+        assert job["status"]["phase"] == "SUCCEEDED", (json.dumps(job)[:3000], c.logs_tail())
+        result = json.load(open(os.path.join(results, "result.json")))
+        assert result["steps"] == STEPS and result["accumulator"] == result["expected"], result
+        assert result["size"] == 2 and result["resets"] == [2] and result["replica_gap"] == 0.0, result
+        # a planned re-form: the ring moved at a commit, so rank 0 ran every step exactly once
+        assert result["executed"] == STEPS, (result, c.logs_tail())
+        # the drained worker's process left on its own (exit 0 from run()), the others finished
+        starts, ends = files(results, "start"), files(results, "end")
+        assert sorted(e.split("-")[0] for e in ends) == sorted(set(m["worker_id"] for m in members) - {drained})
+        assert len(starts) == 3, starts
+        assert "exited with code 0" in c.log(drained), c.logs_tail()
     finally:
         c.stop()

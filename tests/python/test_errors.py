@@ -119,3 +119,40 @@ def test_ranks_that_disagree_on_a_tensor_get_an_error_naming_it(case, tensor):
         lines = "\n".join(result.lines(rank))
         assert "ERROR MismatchError" in lines and tensor in lines, result
         assert "AFTER [2.0, 2.0]" in lines, result
+
+
+def test_the_cuda_path_reaches_libkolos_stream_calls_and_fails_clearly_without_a_gpu():
+    # no GPU here: the stream-ordered calls are reached through the binding and refuse
+    # host memory outside CUDA mode with KOLO_ERR_STATE; CUDA mode itself is refused
+    code = """
+import ctypes, torch, kolo, kolo.torch as hvd
+from kolo import _core
+from kolo._runtime import RUNTIME
+hvd.init()
+buffer = torch.ones(8)
+view = _core.View(buffer.data_ptr(), 8, _core.FLOAT32, buffer, stream=0)
+for submit in (lambda: _core.submit_allreduce(b"x", view, view, _core.SUM),
+               lambda: _core.submit_broadcast(b"x", view, 0),
+               lambda: _core.submit_allgather(b"x", view, view, None),
+               lambda: _core.submit_reducescatter(b"x", view, view, [8], _core.SUM)):
+    try:
+        submit()
+    except kolo.KoloError as error:
+        assert error.status == "KOLO_ERR_STATE", error
+    else:
+        raise AssertionError("a device call outside CUDA mode was accepted")
+host = _core.View(buffer.data_ptr(), 8, _core.FLOAT32, buffer)
+try:
+    _core.submit_allreduce(b"x", host, view, _core.SUM)
+except ValueError as error:
+    assert "host or all on the GPU" in str(error)
+try:
+    RUNTIME.use_cuda(0)
+except kolo.KoloError as error:
+    assert error.status in ("KOLO_ERR_NO_DEVICE", "KOLO_ERR_UNSUPPORTED"), error
+    print("CUDA", error.status)
+assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [1.0, 1.0]  # the ring is still usable
+print("OK")
+"""
+    result = kolotest.run_python(code)
+    assert result.returncode == 0 and "OK" in result.stdout and "CUDA KOLO_ERR_" in result.stdout, result

@@ -17,3 +17,8 @@ def test_every_op_and_dtype_matches_the_single_process_reference(ranks):
 def test_ranks_may_submit_named_operations_in_any_order_and_skip_unused_parameters(ranks):
     result = kolotest.kolorun(ranks, kolotest.worker("any_order.py"), timeout=180)
     assert len(result.values("OK")) == ranks, result
+
+
+def test_a_rank_out_of_data_joins_and_the_others_all_reduce_without_it():
+    result = kolotest.kolorun(3, kolotest.worker("join.py"), timeout=180)
+    assert result.values("OK") == {0: "2", 1: "2", 2: "2"}, result

@@ -243,44 +243,42 @@ static void write_report(agent *a) {
   a->report_written_ms = mono_ms();
 }
 
-static void on_line(const char *line, void *user) {
+static void on_msg(const kolo_agent_msg *msg, void *user) {
   agent *a = user;
-  if (strncmp(line, "HELLO", 5) == 0) {
-    KOLO_LOGI(LOG, "process says %s", line);
-    a->sent_epoch = 0; /* (re)send the current ring */
-  } else if (strncmp(line, "FORMED ", 7) == 0) {
-    long long epoch = 0;
-    if (sscanf(line + 7, "%lld", &epoch) == 1) {
-      a->formed_epoch = epoch;
-      KOLO_LOGI(LOG, "ring of epoch %lld formed", epoch);
+  switch (msg->verb) {
+    case KOLO_AGENT_HELLO:
+      KOLO_LOGI(LOG, "process %lld says HELLO (agent protocol version %d)", (long long)msg->hello.pid,
+                msg->hello.version);
+      a->sent_epoch = 0; /* (re)send the current ring */
+      break;
+    case KOLO_AGENT_FORMED:
+      a->formed_epoch = (int64_t)msg->formed.epoch;
+      KOLO_LOGI(LOG, "ring of epoch %lld formed", (long long)a->formed_epoch);
       write_report(a);
-    }
-  } else if (strncmp(line, "FAILED ", 7) == 0) {
-    long long epoch = 0;
-    char status[64] = "";
-    int rank = -1;
-    if (sscanf(line + 7, "%lld %63s %d", &epoch, status, &rank) >= 2) {
-      a->failed_epoch = epoch;
-      a->failed_rank = rank;
-      snprintf(a->failed_status, sizeof a->failed_status, "%s", status);
-      KOLO_LOGW(LOG, "process reports epoch %lld failed: %s (rank %d)", epoch, status, rank);
+      break;
+    case KOLO_AGENT_FAILED:
+      a->failed_epoch = (int64_t)msg->failed.epoch;
+      a->failed_rank = msg->failed.failed_rank;
+      snprintf(a->failed_status, sizeof a->failed_status, "%s", msg->failed.status);
+      KOLO_LOGW(LOG, "process reports epoch %lld failed: %s (rank %d)", (long long)a->failed_epoch,
+                a->failed_status, a->failed_rank);
       write_report(a); /* at once: the coordinator re-forms without waiting for the TTL */
-    }
-  } else if (strncmp(line, "REPORT ", 7) == 0) {
-    json_t *progress = json_loads(line + 7, 0, NULL);
-    if (json_is_object(progress)) {
-      /* merged: a final line (e.g. kolo-train's "done") keeps earlier fields */
-      if (a->progress == NULL) a->progress = json_object();
-      json_object_update(a->progress, progress);
+      break;
+    case KOLO_AGENT_REPORT: {
+      json_t *progress = json_loads(msg->text, 0, NULL);
+      if (json_is_object(progress)) {
+        /* merged: a final line (e.g. kolo-train's "done") keeps earlier fields */
+        if (a->progress == NULL) a->progress = json_object();
+        json_object_update(a->progress, progress);
+        a->report_dirty = 1;
+        if (mono_ms() - a->report_written_ms >= REPORT_EVERY_MS) write_report(a);
+      } else {
+        KOLO_LOGW(LOG, "ignoring a REPORT that is not a JSON object");
+      }
       json_decref(progress);
-      a->report_dirty = 1;
-      if (mono_ms() - a->report_written_ms >= REPORT_EVERY_MS) write_report(a);
-    } else {
-      json_decref(progress);
-      KOLO_LOGW(LOG, "ignoring a REPORT that is not a JSON object");
+      break;
     }
-  } else {
-    KOLO_LOGW(LOG, "unknown line from the process: %.60s", line);
+    default: break; /* the codec lets only process -> agent verbs through */
   }
 }
 
@@ -337,7 +335,8 @@ static json_t *get_json(agent *a, const char *key) {
   return value;
 }
 
-/* Builds the RING line for this worker from the ring JSON; NULL if absent from it. */
+/* Builds the RING line for this worker from the ring JSON; NULL if absent from
+ * it, or if the record does not make a valid RING (logged). */
 static char *ring_line_for(agent *a, const json_t *ring, int *rank, int *size) {
   json_t *members = json_object_get(ring, "members");
   size_t n = json_array_size(members);
@@ -346,26 +345,30 @@ static char *ring_line_for(agent *a, const json_t *ring, int *rank, int *size) {
     const char *id = json_string_value(json_object_get(json_array_get(members, i), "worker_id"));
     if (id && strcmp(id, a->id) == 0) me = (int)i;
   }
-  if (me < 0) return NULL;
+  if (me < 0 || n > KOLO_AGENT_MAX_RING) return NULL;
   json_t *mine = json_array_get(members, (size_t)me);
-  const char *secret = json_string_value(json_object_get(ring, "secret"));
-  size_t length = 512;
+  const char **peers = calloc(n, sizeof *peers);
+  if (peers == NULL) return NULL;
   for (size_t i = 0; i < n; i++)
-    length += strlen(json_string_value(json_object_get(json_array_get(members, i), "address")) ?: "?") + 1;
-  char *line = malloc(length);
+    peers[i] = json_string_value(json_object_get(json_array_get(members, i), "address"));
+  json_int_t epoch = json_integer_value(json_object_get(ring, "epoch"));
+  json_int_t timeout = json_integer_value(json_object_get(ring, "timeout_ms"));
+  kolo_agent_msg msg = {
+      .verb = KOLO_AGENT_RING,
+      .ring = {.epoch = epoch < 0 ? UINT64_MAX : (uint64_t)epoch, /* negative: refused as out of range */
+               .rank = me, .size = (int)n,
+               .local_rank = (int)json_integer_value(json_object_get(mine, "local_rank")),
+               .local_size = (int)json_integer_value(json_object_get(mine, "local_size")),
+               .timeout_ms = timeout < 0 || timeout > INT32_MAX ? -1 : (int)timeout,
+               .secret = json_string_value(json_object_get(ring, "secret")),
+               .listen_address = a->listen, .peers = peers,
+               /* a planned ring (a drained member leaves): switch at the next commit, nothing redone */
+               .planned = json_is_true(json_object_get(ring, "planned"))}};
+  char *line = NULL, error[256];
+  if (kolo_agent_msg_format(&msg, &line, error, sizeof error) != KOLO_OK)
+    KOLO_LOGE(LOG, "the ring record of epoch %lld is not a valid ring for this worker: %s", (long long)epoch, error);
+  free(peers);
   if (line == NULL) return NULL;
-  int used = snprintf(line, length, "RING %" PRId64 " %d %zu %d %d %d %s %s",
-                      (int64_t)json_integer_value(json_object_get(ring, "epoch")), me, n,
-                      (int)json_integer_value(json_object_get(mine, "local_rank")),
-                      (int)json_integer_value(json_object_get(mine, "local_size")),
-                      (int)json_integer_value(json_object_get(ring, "timeout_ms")),
-                      secret && secret[0] ? secret : "-", a->listen);
-  for (size_t i = 0; i < n; i++) {
-    const char *address = json_string_value(json_object_get(json_array_get(members, i), "address"));
-    used += snprintf(line + used, length - (size_t)used, " %s", address ? address : "?");
-  }
-  /* a planned ring (a drained member leaves): switch at the next commit, nothing redone */
-  snprintf(line + used, length - (size_t)used, "%s\n", json_is_true(json_object_get(ring, "planned")) ? " planned" : "");
   *rank = me;
   *size = (int)n;
   return line;
@@ -518,7 +521,8 @@ static int leave_gracefully(agent *a) {
   if (a->leave == 0) {
     a->leave = -1;
     if (!kolo_agent_proc_connected(a->proc) || !(a->draining || drain_marked(a))) return 0;
-    if (kolo_agent_proc_send(a->proc, "LEAVE drained\n") != KOLO_OK) return 0;
+    if (kolo_agent_proc_send_msg(a->proc, &(kolo_agent_msg){.verb = KOLO_AGENT_LEAVE, .text = "drained"}) != KOLO_OK)
+      return 0;
     a->leave = 1;
     a->leave_deadline_ms = mono_ms() + DRAIN_WAIT_MS;
     KOLO_LOGI(LOG, "worker %s drained: its process leaves job %s at its next commit", a->id, a->job);
@@ -789,7 +793,7 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
     char drained[64];
     while (read(a.wake[0], drained, sizeof drained) > 0) {
     }
-    kolo_agent_proc_service(a.proc, on_line, &a);
+    kolo_agent_proc_service(a.proc, on_msg, &a);
     reap(&a);
     pthread_mutex_lock(&a.lock);
     int lost = a.lease_lost;

@@ -20,7 +20,7 @@
 #include "common/log.h"
 
 #define LOG "agent"
-#define MAX_LINE (64 * 1024)
+#define MAX_LINE KOLO_AGENT_MAX_LINE
 
 struct kolo_agent_proc {
   pid_t pid;
@@ -119,7 +119,49 @@ int kolo_agent_proc_poll_fds(const kolo_agent_proc *proc, int *fds) {
   return n;
 }
 
-void kolo_agent_proc_service(kolo_agent_proc *proc, kolo_agent_line_fn fn, void *user) {
+static void drop_connection(kolo_agent_proc *proc) {
+  close(proc->conn_fd);
+  proc->conn_fd = -1;
+  proc->hello = 0;
+}
+
+/* A HELLO: the version decides whether the process may speak; 0 = refused. */
+static int accept_hello(kolo_agent_proc *proc, const kolo_agent_msg *msg) {
+  if (kolo_agent_version_supported(msg->hello.version)) {
+    proc->hello = 1;
+    return 1;
+  }
+  char reason[128];
+  snprintf(reason, sizeof reason, "agent protocol version %d is not spoken by this kolo-worker",
+           msg->hello.version);
+  KOLO_LOGE(LOG, "process %lld speaks agent protocol version %d; this kolo-worker speaks %d..%d: refused",
+            (long long)msg->hello.pid, msg->hello.version, KOLO_AGENT_PROTOCOL_MIN_VERSION,
+            KOLO_AGENT_PROTOCOL_VERSION);
+  kolo_agent_msg refusal = {.verb = KOLO_AGENT_REFUSED,
+                            .refused = {KOLO_AGENT_PROTOCOL_MIN_VERSION, KOLO_AGENT_PROTOCOL_VERSION},
+                            .text = reason};
+  proc->hello = 1; /* just for this one line */
+  kolo_agent_proc_send_msg(proc, &refusal);
+  drop_connection(proc);
+  return 0;
+}
+
+/* Parses and hands on one line; 0 when the connection was dropped. */
+static int dispatch_line(kolo_agent_proc *proc, const char *line, size_t length, kolo_agent_msg_fn fn,
+                         void *user) {
+  kolo_agent_msg msg;
+  char error[256];
+  if (kolo_agent_msg_parse(line, length, KOLO_AGENT_TO_AGENT, &msg, error, sizeof error) != KOLO_OK) {
+    KOLO_LOGW(LOG, "ignored a malformed line from the process: %s", error);
+    return 1;
+  }
+  int keep = msg.verb != KOLO_AGENT_HELLO || accept_hello(proc, &msg);
+  if (keep) fn(&msg, user);
+  kolo_agent_msg_clear(&msg);
+  return keep;
+}
+
+void kolo_agent_proc_service(kolo_agent_proc *proc, kolo_agent_msg_fn fn, void *user) {
   if (proc == NULL) return;
   if (proc->listen_fd >= 0) {
     int fd = accept4(proc->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -134,17 +176,13 @@ void kolo_agent_proc_service(kolo_agent_proc *proc, kolo_agent_line_fn fn, void 
     ssize_t n = recv(proc->conn_fd, proc->buffer + proc->filled, MAX_LINE - 1 - proc->filled, 0);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
     if (n <= 0) {
-      close(proc->conn_fd);
-      proc->conn_fd = -1;
-      proc->hello = 0;
+      drop_connection(proc);
       break;
     }
     proc->filled += (size_t)n;
     char *start = proc->buffer, *newline;
     while ((newline = memchr(start, '\n', proc->filled - (size_t)(start - proc->buffer))) != NULL) {
-      *newline = '\0';
-      if (strncmp(start, "HELLO", 5) == 0) proc->hello = 1;
-      fn(start, user);
+      if (!dispatch_line(proc, start, (size_t)(newline - start), fn, user)) return;
       start = newline + 1;
     }
     proc->filled -= (size_t)(start - proc->buffer);
@@ -174,6 +212,18 @@ kolo_status kolo_agent_proc_send(kolo_agent_proc *proc, const char *line) {
   return KOLO_OK;
 }
 
+kolo_status kolo_agent_proc_send_msg(kolo_agent_proc *proc, const kolo_agent_msg *msg) {
+  char *line = NULL, error[256];
+  kolo_status status = kolo_agent_msg_format(msg, &line, error, sizeof error);
+  if (status != KOLO_OK) {
+    KOLO_LOGE(LOG, "cannot send %s to the process: %s", kolo_agent_verb_name(msg->verb), error);
+    return status;
+  }
+  status = kolo_agent_proc_send(proc, line);
+  free(line);
+  return status;
+}
+
 int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code) {
   if (proc == NULL || proc->pid <= 0) return 0;
   if (proc->reaped) return 0;
@@ -192,9 +242,12 @@ pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc) { return proc ? proc->pid
 void kolo_agent_proc_stop(kolo_agent_proc *proc, const char *reason, int grace_ms) {
   if (proc == NULL || proc->stopping) return;
   proc->stopping = 1;
-  char line[256];
-  snprintf(line, sizeof line, "STOP %.200s\n", reason);
-  if (kolo_agent_proc_send(proc, line) != KOLO_OK) grace_ms = 0; /* nobody to tell: signal now */
+  char text[KOLO_AGENT_MAX_REASON + 1];
+  snprintf(text, sizeof text, "%s", reason && reason[0] ? reason : "stopped");
+  for (char *c = text; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' '; /* one line, whatever the reason says */
+  kolo_agent_msg stop = {.verb = KOLO_AGENT_STOP, .text = text};
+  if (kolo_agent_proc_send_msg(proc, &stop) != KOLO_OK) grace_ms = 0; /* nobody to tell: signal now */
   proc->term_at_ms = now_ms() + grace_ms;
   proc->kill_at_ms = proc->term_at_ms + (grace_ms > 0 ? grace_ms : 1000);
   kolo_agent_proc_tick(proc);

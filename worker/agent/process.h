@@ -1,6 +1,6 @@
 /* One supervised training process of the kolo-worker agent: started in its own
  * process group with PR_SET_PDEATHSIG, connected back over a unix socket (the
- * agent protocol of collective/elastic.c), stopped with STOP then signals. */
+ * agent protocol of common/agent_proto.h), stopped with STOP then signals. */
 #ifndef KOLO_AGENT_PROCESS_H
 #define KOLO_AGENT_PROCESS_H
 
@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/agent_proto.h"
 #include "kolo/status.h"
 
 typedef struct kolo_agent_proc kolo_agent_proc;
@@ -20,8 +21,10 @@ typedef struct kolo_agent_spawn {
   int stdout_fd, stderr_fd;  /* the child's stdout and stderr (the capture's pipes); -1 = /dev/null */
 } kolo_agent_spawn;
 
-/* What the process said, one line at a time (the caller parses the line). */
-typedef void (*kolo_agent_line_fn)(const char *line, void *user);
+/* What the process said, one parsed message at a time (lines that do not parse
+ * are logged and dropped here; a HELLO of a version this agent does not speak
+ * is answered with REFUSED and the connection closed, never passed on). */
+typedef void (*kolo_agent_msg_fn)(const kolo_agent_msg *msg, void *user);
 
 /* Creates the socket (<work_dir>/agent.sock), forks and execs the process with
  * KOLO_AGENT_SOCKET set. The child dies with the agent (PR_SET_PDEATHSIG) and
@@ -31,14 +34,17 @@ kolo_status kolo_agent_proc_start(const kolo_agent_spawn *spawn, kolo_agent_proc
 /* Fds to poll (the listen socket or the connection); at most 2, returns count. */
 int kolo_agent_proc_poll_fds(const kolo_agent_proc *proc, int *fds);
 
-/* Accepts/reads whatever is ready, calling fn per complete line. Non-blocking. */
-void kolo_agent_proc_service(kolo_agent_proc *proc, kolo_agent_line_fn fn, void *user);
+/* Accepts/reads whatever is ready, calling fn per complete message. Non-blocking. */
+void kolo_agent_proc_service(kolo_agent_proc *proc, kolo_agent_msg_fn fn, void *user);
 
 /* Whether the process has said HELLO (a line may be sent). */
 int kolo_agent_proc_connected(const kolo_agent_proc *proc);
 
 /* Sends one line (with its newline). KOLO_ERR_STATE before HELLO. */
 kolo_status kolo_agent_proc_send(kolo_agent_proc *proc, const char *line);
+
+/* Formats msg (agent_proto.h) and sends it; KOLO_ERR_INVALID_ARG if it would not parse. */
+kolo_status kolo_agent_proc_send_msg(kolo_agent_proc *proc, const kolo_agent_msg *msg);
 
 /* Reaps the process if it exited: 1 and *code (exit status, or 128 + signal). */
 int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code);

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .. import (AbortedError, JobStoppedError, KoloError, KoloTimeoutError, MismatchError,  # noqa: F401
                 NotInitializedError, PeerLostError, RingChangedError, StalledError, cross_rank, cross_size,
-                engine_available, init, is_homogeneous, is_initialized, library_path, local_rank, local_size,
+                engine_available, engine_stats, init, is_homogeneous, is_initialized, library_path, local_rank, local_size,
                 rank, report, shutdown, size)
 from .compression import Compression, Compressor  # noqa: F401
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,  # noqa: F401
@@ -46,7 +46,7 @@ def mpi_enabled() -> bool:
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
-    "is_homogeneous", "report", "engine_available", "library_path", "mpi_threads_supported", "gloo_enabled",
+    "is_homogeneous", "report", "engine_available", "engine_stats", "library_path", "mpi_threads_supported", "gloo_enabled",
     "mpi_enabled",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
     "grouped_allreduce_async", "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",

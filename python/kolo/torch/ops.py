@@ -63,19 +63,21 @@ def _check_tensor(tensor: Any) -> torch.Tensor:
     return tensor
 
 
-def _prepare_device(tensor: torch.Tensor) -> None:
-    """A CUDA tensor: CUDA mode on its device, and the producer's stream finished
-    before kolo's stream reads the memory."""
-    if tensor.device.type == "cuda":
-        RUNTIME.use_cuda(tensor.device.index if tensor.device.index is not None else torch.cuda.current_device())
-        torch.cuda.current_stream(tensor.device).synchronize()
+def _prepare_device(tensor: torch.Tensor) -> Optional[int]:
+    """For a CUDA tensor: the ring in CUDA mode on its device, and the stream
+    libkolo must order after (torch's current stream there, whose kernels write
+    the tensor). None for a host tensor."""
+    if tensor.device.type != "cuda":
+        return None
+    RUNTIME.use_cuda(tensor.device.index if tensor.device.index is not None else torch.cuda.current_device())
+    return int(torch.cuda.current_stream(tensor.device).cuda_stream)
 
 
 def _view(tensor: torch.Tensor, what: str = "an in-place operation") -> View:
     if not tensor.is_contiguous():
         raise ValueError("kolo: %s needs a contiguous tensor (call .contiguous() first)" % what)
-    _prepare_device(tensor)
-    return View(tensor.data_ptr() if tensor.numel() else 0, tensor.numel(), _DTYPES[tensor.dtype], tensor)
+    stream = _prepare_device(tensor)
+    return View(tensor.data_ptr() if tensor.numel() else 0, tensor.numel(), _DTYPES[tensor.dtype], tensor, stream)
 
 
 def _resolve_op(average: Optional[bool], op: Optional[int]) -> int:
@@ -104,8 +106,10 @@ def _from_bytes(data: Optional[bytearray], dtype: torch.dtype, device: torch.dev
 
 def _allreduce_into(source: torch.Tensor, target: torch.Tensor, name: bytes, op: int, prescale: float,
                     postscale: float) -> Handle:
-    """target = op(source * prescale) * postscale; source may be target."""
-    if _core.engine():
+    """target = op(source * prescale) * postscale; source may be target. The
+    engine scales host tensors itself; CUDA tensors (and an engine-less libkolo)
+    are scaled here, on the tensor's stream, before and after."""
+    if _core.engine() and source.device.type == "cpu":
         request = _core.submit_allreduce(name, _view(source), _view(target), op, prescale, postscale)
         return Handle([request], lambda: target, "allreduce")
     if source is not target:
@@ -203,7 +207,7 @@ def _grouped(tensors: Sequence[torch.Tensor], in_place: bool, average: Optional[
         sources.append(source)
         targets.append(target)
         by_dtype.setdefault(tensor.dtype, []).append((index, source, target))
-    if _core.engine():
+    if _core.engine() and all(t.device.type == "cpu" for t in tensors):
         requests = []
         for dtype, members in by_dtype.items():
             suffix = b"" if len(by_dtype) == 1 else b"." + str(dtype).encode()
@@ -423,6 +427,12 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     size = RUNTIME.size()
     rows = _split_rows(source.shape[0], size, splits)
     row = math.prod(source.shape[1:])
+    if source.device.type == "cuda":
+        # no device path for all-to-all: staged through host memory
+        device = source.device
+        inner = alltoall_async(source.cpu(), rows, name, process_set)
+        return Handle(inner.requests, lambda: tuple(t.to(device) if i == 0 else t
+                                                    for i, t in enumerate(inner.wait())), "alltoall")
     raw = _core.op_name("alltoall", name)
     _prepare_device(source)
     shape_request, gathered = _shapes.submit(raw, tuple(source.shape), _DTYPES[source.dtype])

@@ -28,6 +28,7 @@ model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Li
 optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
                                      named_parameters=model.named_parameters())
 sizes = []
+executed = [0]  # steps this process ran, redone ones included (not part of the state)
 
 
 def step_value(step):
@@ -57,6 +58,7 @@ def train(state):
         value = hvd.allreduce(torch.tensor([step_value(state.step)], dtype=torch.float64), name="value")
         state.accumulator += value.item()
         state.step += 1
+        executed[0] += 1
         if state.step % commit_every == 0 or state.step == steps:
             state.commit()
             hvd.report(step=state.step, total_steps=steps, loss=float(loss))
@@ -70,7 +72,7 @@ digest = float(hvd.allreduce(weights, op=hvd.Max).sub(weights).abs().max())  # r
 if hvd.rank() == 0:
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump({"steps": state.step, "accumulator": state.accumulator, "expected": expected, "size": hvd.size(),
-                   "resets": sizes, "reconfigurations": hvd.elastic.reconfigurations(), "replica_gap": digest,
+                   "resets": sizes, "reconfigurations": hvd.elastic.reconfigurations(), "replica_gap": digest, "executed": executed[0],
                    "worker": worker, "pid": os.getpid()}, f)
 open(os.path.join(out, "end-%s-%d" % (worker, os.getpid())), "w").close()
 hvd.shutdown()

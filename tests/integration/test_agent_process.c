@@ -1,0 +1,172 @@
+/* The agent's end of the agent protocol (worker/agent/process.c) with a real
+ * child process: a HELLO of this codec's version and an unversioned (version 1)
+ * HELLO are accepted and handed on parsed; a HELLO of a version the agent does
+ * not speak is answered with REFUSED naming the versions, the connection is
+ * closed and nothing is handed on; malformed lines are dropped. The child is a
+ * small Python program that writes what it is told and what it hears. */
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "worker/agent/process.h"
+
+/* Sends argv[1] (lines, \n-separated) to the agent, then writes every line it
+ * hears to argv[2] once the agent closes, says STOP, or 5 s pass. */
+static const char *child =
+    "import os, socket, sys, time\n"
+    "c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "c.connect(os.environ['KOLO_AGENT_SOCKET'])\n"
+    "c.sendall(sys.argv[1].replace('PID', str(os.getpid())).encode())\n"
+    "c.settimeout(5)\n"
+    "heard = b''\n"
+    "try:\n"
+    "    while True:\n"
+    "        chunk = c.recv(4096)\n"
+    "        if not chunk: break\n"
+    "        heard += chunk\n"
+    "        if heard.startswith(b'STOP') and heard.endswith(b'\\n'): break\n"
+    "except OSError: pass\n"
+    "open(sys.argv[2], 'wb').write(heard)\n";
+
+typedef struct heard {
+  int hellos, reports, others;
+  int version;
+  long long pid;
+} heard;
+
+static void on_msg(const kolo_agent_msg *msg, void *user) {
+  heard *h = user;
+  if (msg->verb == KOLO_AGENT_HELLO) {
+    h->hellos++;
+    h->version = msg->hello.version;
+    h->pid = (long long)msg->hello.pid;
+  } else if (msg->verb == KOLO_AGENT_REPORT) {
+    h->reports++;
+  } else {
+    h->others++;
+  }
+}
+
+typedef struct run {
+  char dir[64], out[128];
+  kolo_agent_proc *proc;
+  heard heard;
+} run;
+
+/* Starts the child with the lines to send and services it for up to ms. */
+static void start(run *r, const char *lines) {
+  memset(r, 0, sizeof *r);
+  snprintf(r->dir, sizeof r->dir, "/tmp/kolo-agentproc-XXXXXX");
+  assert_non_null(mkdtemp(r->dir));
+  snprintf(r->out, sizeof r->out, "%s/heard", r->dir);
+  const char *argv[] = {"/usr/bin/python3", "-c", child, lines, r->out, NULL};
+  kolo_agent_spawn spawn = {.argv = argv, .work_dir = r->dir, .stdout_fd = -1, .stderr_fd = -1};
+  assert_int_equal(kolo_agent_proc_start(&spawn, &r->proc), KOLO_OK);
+}
+
+static void service_for(run *r, int ms) {
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long elapsed = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+    if (elapsed >= ms) return;
+    int fds[2];
+    int n = kolo_agent_proc_poll_fds(r->proc, fds);
+    struct pollfd pfd[2];
+    for (int i = 0; i < n; i++) pfd[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+    poll(pfd, (nfds_t)n, 50);
+    kolo_agent_proc_service(r->proc, on_msg, &r->heard);
+  }
+}
+
+/* Stops the child (STOP, then signals), waits for it, returns what it heard. */
+static char *finish(run *r) {
+  kolo_agent_proc_stop(r->proc, "test over", 200);
+  int code = 0;
+  for (int i = 0; i < 200 && !kolo_agent_proc_reap(r->proc, &code); i++) {
+    kolo_agent_proc_tick(r->proc);
+    usleep(50000);
+  }
+  kolo_agent_proc_destroy(r->proc);
+  static char text[4096];
+  text[0] = '\0';
+  FILE *f = fopen(r->out, "r");
+  if (f != NULL) {
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+  }
+  unlink(r->out);
+  rmdir(r->dir);
+  return text;
+}
+
+static void a_hello_of_this_version_is_accepted_and_handed_on_parsed(void **state) {
+  (void)state;
+  run r;
+  start(&r, "HELLO PID 2\nREPORT {\"step\":1}\n");
+  service_for(&r, 3000);
+  assert_true(kolo_agent_proc_connected(r.proc));
+  assert_int_equal(r.heard.hellos, 1);
+  assert_int_equal(r.heard.version, 2);
+  assert_int_equal(r.heard.pid, (long long)kolo_agent_proc_pid(r.proc));
+  assert_int_equal(r.heard.reports, 1);
+  char *text = finish(&r);
+  assert_string_equal(text, "STOP test over\n");
+}
+
+static void an_unversioned_hello_is_version_one(void **state) {
+  (void)state;
+  run r;
+  start(&r, "HELLO PID\n");
+  service_for(&r, 3000);
+  assert_true(kolo_agent_proc_connected(r.proc));
+  assert_int_equal(r.heard.hellos, 1);
+  assert_int_equal(r.heard.version, 1);
+  finish(&r);
+}
+
+static void a_hello_of_an_unknown_version_is_refused_and_the_connection_closed(void **state) {
+  (void)state;
+  run r;
+  start(&r, "HELLO PID 99\nREPORT {\"step\":1}\n");
+  service_for(&r, 3000);
+  assert_false(kolo_agent_proc_connected(r.proc));
+  assert_int_equal(r.heard.hellos, 0);
+  assert_int_equal(r.heard.reports, 0); /* nothing after a refused HELLO */
+  char *text = finish(&r);
+  assert_string_equal(text, "REFUSED 1 2 agent protocol version 99 is not spoken by this kolo-worker\n");
+}
+
+static void malformed_lines_are_dropped(void **state) {
+  (void)state;
+  run r;
+  start(&r, "HELLO PID 2\nFORMED 1 5 2\nREPORT nope\nRING 1 0 1 0 1 0 - a b\nFORMED -1 0 1\nREPORT {}\n");
+  service_for(&r, 3000);
+  assert_true(kolo_agent_proc_connected(r.proc));
+  assert_int_equal(r.heard.hellos, 1);
+  assert_int_equal(r.heard.others, 0);
+  assert_int_equal(r.heard.reports, 1);
+  finish(&r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(a_hello_of_this_version_is_accepted_and_handed_on_parsed),
+      cmocka_unit_test(an_unversioned_hello_is_version_one),
+      cmocka_unit_test(a_hello_of_an_unknown_version_is_refused_and_the_connection_closed),
+      cmocka_unit_test(malformed_lines_are_dropped),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
