@@ -40,7 +40,7 @@ static Kolo__V1__Worker *worker_from_json(const char *key, const char *text, siz
     return NULL;
   }
   kolo__v1__worker__init(w);
-  const char *id = key + strlen(KOLO_SERVER_WORKERS_PREFIX);
+  const char *id = key + strlen(KOLO_KEY_WORKERS_PREFIX);
   kolo_server_pb_set_string(&w->id, json_string_value(json_object_get(obj, "id")) ?: id);
   kolo_server_pb_set_string(&w->host, json_string_value(json_object_get(obj, "host")) ?: "");
   kolo_server_pb_set_string(&w->address, json_string_value(json_object_get(obj, "address")) ?: "");
@@ -75,7 +75,7 @@ static void set_job_from_assignments(Kolo__V1__Worker *w, const kolo_server_kv_i
                                      size_t n_assigns) {
   if (w->job_id != NULL && w->job_id[0] != '\0') return;
   for (size_t a = 0; a < n_assigns; a++) {
-    if (strcmp(assigns[a].key + strlen(KOLO_SERVER_ASSIGN_PREFIX), w->id) != 0) continue;
+    if (strcmp(assigns[a].key + strlen(KOLO_KEY_ASSIGN_PREFIX), w->id) != 0) continue;
     json_t *obj = json_loadb(assigns[a].value, assigns[a].value_len, 0, NULL);
     const char *job = json_string_value(json_object_get(obj, "job"));
     if (job != NULL) kolo_server_pb_set_string(&w->job_id, job);
@@ -87,7 +87,7 @@ static void set_job_from_assignments(Kolo__V1__Worker *w, const kolo_server_kv_i
 static const kolo_server_kv_item *drain_mark_of(const kolo_server_kv_item *drains, size_t n, const char *id,
                                                 int64_t lease) {
   for (size_t d = 0; d < n; d++)
-    if (strcmp(drains[d].key + strlen(KOLO_SERVER_DRAIN_PREFIX), id) == 0 &&
+    if (strcmp(drains[d].key + strlen(KOLO_KEY_DRAIN_PREFIX), id) == 0 &&
         kolo_drain_mark_applies(drains[d].value, drains[d].value_len, lease))
       return &drains[d];
   return NULL;
@@ -99,9 +99,9 @@ kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListW
   size_t n = 0, n_drains = 0, n_assigns = 0;
   int64_t revision;
   kolo_status rc;
-  KOLO_CHECK(kv->ops->range(kv, KOLO_SERVER_WORKERS_PREFIX, &items, &n, &revision));
-  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_DRAIN_PREFIX, &drains, &n_drains, &revision));
-  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_ASSIGN_PREFIX, &assigns, &n_assigns, &revision));
+  KOLO_CHECK(kv->ops->range(kv, KOLO_KEY_WORKERS_PREFIX, &items, &n, &revision));
+  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_KEY_DRAIN_PREFIX, &drains, &n_drains, &revision));
+  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_KEY_ASSIGN_PREFIX, &assigns, &n_assigns, &revision));
   rc = KOLO_ERR_NO_MEMORY;
   Kolo__V1__ListWorkersResponse *resp = malloc(sizeof *resp);
   if (resp == NULL) goto out;
@@ -114,7 +114,7 @@ kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListW
   for (size_t i = 0; i < n; i++) {
     Kolo__V1__Worker *w = worker_from_json(items[i].key, items[i].value, items[i].value_len);
     if (w == NULL) continue;
-    w->draining = drain_mark_of(drains, n_drains, items[i].key + strlen(KOLO_SERVER_WORKERS_PREFIX),
+    w->draining = drain_mark_of(drains, n_drains, items[i].key + strlen(KOLO_KEY_WORKERS_PREFIX),
                                 items[i].lease) != NULL;
     if (w->draining) kolo_server_pb_set_string(&w->state, "DRAINING");
     set_job_from_assignments(w, assigns, n_assigns);
