@@ -96,7 +96,10 @@ static void execute_one(kolo_comm *comm, kolo_request *request) {
   kolo_fused_times times = {.start_ns = kolo_now_ns()};
   void *device = NULL;
   if (!comm->stopping) {
-    if (request->on_device) status = submit_device(comm, request, &device);
+    /* a join was decided by every rank already: a peer that leaves after it
+     * (training over, destroy) must not fail it (hvd.join() then exit) */
+    if (request->kind == KOLO_REQUEST_JOIN) status = KOLO_OK;
+    else if (request->on_device) status = submit_device(comm, request, &device);
     else if (request->kind == KOLO_REQUEST_BATCH) status = kolo_exec_batch(comm, request->batch, &times);
     else status = kolo_ring_run(comm, request, 0);
   }
