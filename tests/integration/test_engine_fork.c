@@ -448,13 +448,26 @@ static int timeline_body(kolo_comm *comm, void *argument) {
     kolo_allreduce_named(comm, "weights \"big\"", big, big, 300000, KOLO_FLOAT32, KOLO_SUM, 1, 1, &a);
     kolo_allreduce_named(comm, "bias", small, small, 16, KOLO_FLOAT32, KOLO_SUM, 1, 1, &b);
     kolo_allgather_named(comm, "ids", small, 2, NULL, 0, NULL, KOLO_FLOAT32, &g);
-    failures += kolo_wait(a) != KOLO_OK || kolo_wait(b) != KOLO_OK || kolo_wait(g) != KOLO_OK;
+    kolo_status sa = kolo_wait(a), sb = kolo_wait(b), sg = kolo_wait(g);
+    failures += check(sa == KOLO_OK && sb == KOLO_OK && sg == KOLO_OK, comm, "step %d: %s %s %s",
+                      step, kolo_status_name(sa), kolo_status_name(sb), kolo_status_name(sg));
   }
   if (kill_rank >= 0) {
+    /* the steps are over everywhere once this completes on the killed rank (every
+     * rank submitted it after its last wait); on the others it may complete or
+     * meet the kill (their steps' last bytes were never at risk then) */
+    kolo_request *steps_done;
+    kolo_status synced = kolo_allreduce_named(comm, "steps.done", small, small, 16, KOLO_FLOAT32,
+                                              KOLO_SUM, 1, 1, &steps_done);
+    if (synced == KOLO_OK) synced = kolo_wait(steps_done);
     if (rank == kill_rank) raise(SIGKILL);
+    failures += check(synced == KOLO_OK || synced == KOLO_ERR_PEER_LOST, comm, "steps.done: %s",
+                      kolo_status_name(synced));
     kolo_request *pending;
-    kolo_allreduce_named(comm, "never", small, small, 16, KOLO_FLOAT32, KOLO_SUM, 1, 1, &pending);
-    failures += kolo_wait(pending) != KOLO_ERR_PEER_LOST;
+    kolo_status status = kolo_allreduce_named(comm, "never", small, small, 16, KOLO_FLOAT32,
+                                              KOLO_SUM, 1, 1, &pending);
+    if (status == KOLO_OK) status = kolo_wait(pending);
+    failures += check(status == KOLO_ERR_PEER_LOST, comm, "never: %s", kolo_status_name(status));
     /* the process lives on: its file must already parse (it is not closed yet) */
     char command[600];
     snprintf(command, sizeof command,
