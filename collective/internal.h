@@ -114,6 +114,12 @@ struct kolo_request {
   int64_t submitted_ns;           /* when it was submitted (timeline, stall) */
   int64_t decided_ns;             /* when negotiation made it ready */
   int internal;                   /* engine-made (batch, joined participation): freed, not pooled */
+  int counts_from;                /* reduce-scatter while ranks joined: 1 + the rank whose recv
+                                   * counts every rank takes first (a joined rank has none);
+                                   * 0 otherwise */
+  int on_device;                  /* named, on CUDA buffers: after negotiation the executor
+                                   * submits it to NCCL (device_request, set under comm->mutex
+                                   * when done) and kolo_wait waits for NCCL */
   struct kolo_batch *batch;       /* KOLO_REQUEST_BATCH */
   void *scratch;                  /* internal: a buffer it owns */
 };
@@ -149,6 +155,9 @@ typedef struct kolo_ring_item {
   size_t bytes;
   int depends_on;   /* send items: recv item index gating this send, -1 = none */
   int finalize_avg; /* recv items: divide each finished segment by the ring size */
+  int remote_first; /* recv items with local: the incoming data is the reduce's left operand */
+  int guards_send;  /* recv items with local: a segment is reduced into buffer only once this
+                     * send item (same offsets, e.g. in place) has sent it; -1 = none */
 } kolo_ring_item;
 
 typedef struct kolo_ring_plan {
@@ -279,6 +288,8 @@ struct kolo_comm {
   /* buffers reused across calls (only the one runner touches them) */
   size_t segment_bytes;
   size_t small_bytes;
+  size_t pair_min_bytes; /* 2 ranks over TCP: all-reduces of pair_min_bytes..pair_max_bytes */
+  size_t pair_max_bytes; /* exchange whole buffers (kolo_allreduce_choose) */
   char *staging;
   size_t staging_bytes;
   char *scratch;
@@ -328,6 +339,18 @@ kolo_status kolo_ensure_buffer(char **buffer, size_t *have, size_t need);
 /* Runs comm->plan; op_bytes (the same on every rank) picks bulk or small channels. */
 kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes);
 /* recv = op over ranks of send (the small path or the ring, by size). */
+/* How a ring all-reduces. A pure function of what every rank knows alike (ring
+ * size, element count, bytes, the size settings, whether the links are shared
+ * memory), never of a rank's own buffers, so that every rank picks the same:
+ *   GATHER: at most small_bytes (or fewer elements than ranks): all-gather the
+ *           whole buffers, reduce locally in rank order (n-1 latency steps);
+ *   PAIR:   2 ranks over TCP, pair_min_bytes..pair_max_bytes: each sends its
+ *           whole buffer and reduces the other's as it streams in;
+ *   RING:   reduce-scatter + all-gather, pipelined per segment. */
+typedef enum { KOLO_ALLREDUCE_GATHER, KOLO_ALLREDUCE_PAIR, KOLO_ALLREDUCE_RING } kolo_allreduce_algo;
+kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
+                                          size_t pair_min_bytes, size_t pair_max_bytes, int over_shm);
+
 kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
                                 kolo_dtype dtype, kolo_op op, int engine_thread);
 /* ring_fused.c: one ring all-reduce over pieces that form a virtual
@@ -357,6 +380,12 @@ kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int c
                             kolo_dtype dtype, kolo_op op, int engine_thread,
                             kolo_fused_times *times);
 kolo_status kolo_exec_join(kolo_comm *comm, kolo_request *request, int engine_thread);
+/* A reduce-scatter while ranks have joined (request->counts_from > 0): the
+ * counts go from that rank to every rank, then the ring reduce-scatter-v runs
+ * with them; a joined rank (request->internal) contributes op's identity and
+ * drops its block. */
+kolo_status kolo_exec_reducescatter_joined(kolo_comm *comm, kolo_request *request,
+                                           int engine_thread);
 /* Allocates the request's engine output (count elements) and points recv at it;
  * fails the communicator when memory runs out (the peers are mid-collective). */
 kolo_status kolo_output_allocate(kolo_request *request, size_t count);
@@ -428,6 +457,9 @@ void kolo_engine_submit_locked(kolo_comm *comm, kolo_request *request);
 void kolo_queue_push_locked(kolo_comm *comm, kolo_request *request);
 /* Completes a request (under comm->mutex): status, message, waiters woken. */
 void kolo_request_complete_locked(kolo_comm *comm, kolo_request *request, kolo_status status);
+/* Waits (under comm->mutex) until the engine completed request, hurrying the
+ * negotiator; a negotiated device operation is then submitted to NCCL, not done. */
+void kolo_request_wait_done_locked(kolo_comm *comm, kolo_request *request);
 /* Frees the engine (after kolo_engine_stop). */
 void kolo_engine_free(kolo_comm *comm);
 struct kolo_timeline;
