@@ -372,6 +372,12 @@ static kolo_frame *wait_frame(kolo_engine *e) {
   for (;;) {
     kolo_frame *frame = kolo_control_take_frame(&comm->control[1]);
     if (frame != NULL || atomic_load(&comm->failed)) return frame;
+    if (!comm->control[1].open) { /* it said goodbye: its message will never come */
+      int prev = comm->control[1].peer_rank;
+      kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, prev,
+                     "peer lost: rank %d closed its communicator during a negotiation cycle", prev);
+      return NULL;
+    }
     int wait_ms = kolo_ms_until(deadline);
     if (wait_ms == 0) {
       int prev = comm->control[1].peer_rank;
@@ -576,6 +582,7 @@ static kolo_status act(kolo_engine *e, int64_t now) {
     e->join->last_rank = d->last_rank;
     kolo_queue_push_locked(comm, e->join); /* after everything it took part in */
     e->join = NULL;
+    e->joined_announced = 0; /* every rank's table forgot the joins: nothing to announce */
   }
   pthread_mutex_unlock(&comm->mutex);
   if (status != KOLO_OK) {
