@@ -46,9 +46,16 @@ static void put_bytes(kolo_nego_buffer *out, const void *data, size_t length) {
   out->length += length;
 }
 
+/* An announcement: a 2-byte name length, the name, then kind, dtype, op, a
+ * pad byte, root (4), members (4), count (8), aux (8). */
+#define ANNOUNCE_META_BYTES 28
+#define ANNOUNCE_MIN_BYTES (2 + 1 + ANNOUNCE_META_BYTES)
+
 static size_t encoded_size(const kolo_nego_message *m) {
   size_t size = 4 + 8 + 4 + m->bit_bytes + 4 + 4 + 4;
-  for (uint32_t i = 0; i < m->announce_count; i++) size += 2 + m->announces[i].name_length + 32;
+  for (uint32_t i = 0; i < m->announce_count; i++) {
+    size += 2 + m->announces[i].name_length + ANNOUNCE_META_BYTES;
+  }
   for (uint32_t i = 0; i < m->stall_count; i++) size += 2 + m->stalls[i].name_length;
   return size;
 }
@@ -128,8 +135,10 @@ void kolo_nego_message_free(kolo_nego_message *message) {
 
 static kolo_status decode_lists(reader *in, kolo_nego_message *m) {
   m->announce_count = (uint32_t)get_le(in, 4);
-  /* every announcement takes at least 35 bytes: a count beyond that is a lie */
-  if (in->bad || m->announce_count > (in->length - in->at) / 35) return KOLO_ERR_PROTOCOL;
+  /* every announcement takes at least ANNOUNCE_MIN_BYTES: a count beyond that is a lie */
+  if (in->bad || m->announce_count > (in->length - in->at) / ANNOUNCE_MIN_BYTES) {
+    return KOLO_ERR_PROTOCOL;
+  }
   m->announces = calloc(m->announce_count ? m->announce_count : 1, sizeof *m->announces);
   if (m->announces == NULL) return KOLO_ERR_NO_MEMORY;
   for (uint32_t i = 0; i < m->announce_count; i++) {

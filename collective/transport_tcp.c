@@ -26,8 +26,11 @@ struct kolo_transport_conn {
   int fd;
 };
 
-/* Socket buffer size asked for data connections; the kernel may clamp it. */
-#define TCP_BUFFER_BYTES (4 * 1024 * 1024)
+/* Socket buffer size asked for data connections; the kernel may clamp it. 1 MiB
+ * rather than 4: on loopback the all-reduce is bound by the kernel's copies,
+ * and less data queued per socket keeps them in cache (4 and 16 MiB all-reduces
+ * 10-25% faster in A/B runs, #16). */
+#define TCP_BUFFER_BYTES (1024 * 1024)
 
 int64_t kolo_now_ns(void) {
   struct timespec now;

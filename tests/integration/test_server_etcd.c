@@ -1,5 +1,6 @@
 /* Test helper (not a test): starts a real etcd through kolo_test_etcd, prints its URL on
- * one line, then obeys commands on stdin ("stop", "start": answered "ok" or "error"; "pid": answered
+ * one line, then obeys commands on stdin ("stop", "kill" (SIGKILL), "start" (same ports and data):
+ * answered "ok" or "error"; "pid": answered
  * with etcd's process id) until
  * stdin closes (the Python tests hold the pipe, so etcd also goes away when a test dies),
  * then stops it and removes its data. `test_server_etcd tls CERT KEY CA` also serves TLS
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
   while (fgets(line, sizeof line, stdin)) {
     kolo_status rc = KOLO_ERR_INVALID_ARG;
     if (strncmp(line, "stop", 4) == 0) rc = kolo_etcd_harness_stop(etcd);
+    if (strncmp(line, "kill", 4) == 0) rc = kolo_etcd_harness_kill(etcd); /* SIGKILL: "start" reuses its data */
     if (strncmp(line, "start", 5) == 0) rc = kolo_etcd_harness_restart(etcd);
     if (strncmp(line, "pid", 3) == 0) {
       printf("%ld\n", (long)kolo_etcd_harness_pid(etcd));

@@ -53,6 +53,31 @@ static void messages_round_trip(void **state) {
   kolo_nego_buffer_free(&buffer);
 }
 
+/* The shortest announcements (one-byte names, no stalls, nothing after them)
+ * are not taken for a lying count (torch's "t0".."t2" once were). */
+static void many_short_names_round_trip(void **state) {
+  (void)state;
+  static const char *names[] = {"a", "b", "c", "d", "e", "f", "g", "h", "t0", "t1", "t2"};
+  enum { N = sizeof names / sizeof names[0] };
+  for (int n = 1; n <= N; n++) {
+    kolo_nego_announce announces[N];
+    for (int i = 0; i < n; i++) announces[i] = announce(names[i], allreduce_meta((uint64_t)i));
+    kolo_nego_message m = {.announce_count = (uint32_t)n, .announces = announces};
+    kolo_nego_buffer buffer = {0};
+    assert_int_equal(kolo_nego_encode(&m, &buffer), KOLO_OK);
+    kolo_nego_message out;
+    assert_int_equal(kolo_nego_decode(buffer.data, buffer.length, &out), KOLO_OK);
+    assert_int_equal(out.announce_count, n);
+    for (int i = 0; i < n; i++) {
+      assert_int_equal(out.announces[i].name_length, strlen(names[i]));
+      assert_memory_equal(out.announces[i].name, names[i], strlen(names[i]));
+      assert_true(out.announces[i].meta.count == (uint64_t)i);
+    }
+    kolo_nego_message_free(&out);
+    kolo_nego_buffer_free(&buffer);
+  }
+}
+
 static void malformed_messages_are_refused(void **state) {
   (void)state;
   kolo_nego_announce announces[1] = {announce("name", allreduce_meta(4))};
@@ -303,6 +328,7 @@ static void ranks_are_formatted_as_ranges(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(messages_round_trip),
+      cmocka_unit_test(many_short_names_round_trip),
       cmocka_unit_test(malformed_messages_are_refused),
       cmocka_unit_test_setup_teardown(a_name_is_ready_once_every_rank_submitted_it_in_any_order, setup, teardown),
       cmocka_unit_test_setup_teardown(disagreeing_counts_name_the_tensor_and_the_ranks, setup, teardown),
