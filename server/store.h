@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coordination/keys.h"
 #include "kolo/status.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
@@ -18,7 +19,7 @@
 
 #define KOLO_SERVER_ROOT_PREFIX "/kolo/v1/"
 #define KOLO_SERVER_JOBS_PREFIX "/kolo/v1/jobs/"
-#define KOLO_SERVER_METRICS_PREFIX "/kolo/v1/metrics/"
+#define KOLO_SERVER_METRICS_PREFIX KOLO_KEY_METRICS_PREFIX
 #define KOLO_SERVER_WORKERS_PREFIX "/kolo/v1/workers/"
 #define KOLO_SERVER_DRAIN_PREFIX "/kolo/v1/drain/"
 #define KOLO_SERVER_ASSIGN_PREFIX "/kolo/v1/assign/"
