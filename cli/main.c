@@ -11,9 +11,8 @@
 #include "cli/client.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
-#include "server/job_model.h"
 #include "server/json_codec.h"
-#include "server/service.h"
+#include "server/wire.h"
 
 #define EXIT_RPC 1
 #define EXIT_USAGE 2

@@ -397,7 +397,7 @@ kolo_status kolo_agent_msg_format(const kolo_agent_msg *msg, char **out, char *e
     return KOLO_ERR_NO_MEMORY;
   }
   kolo_agent_direction direction = msg->verb >= KOLO_AGENT_RING ? KOLO_AGENT_TO_PROCESS : KOLO_AGENT_TO_AGENT;
-  kolo_agent_msg check;
+  kolo_agent_msg check = {0}; /* parse may return before it clears it */
   kolo_status status = kolo_agent_msg_parse(b.data, b.length, direction, &check, error, error_len);
   if (status == KOLO_OK && !kolo_agent_msg_equal(&check, msg)) {
     status = KOLO_ERR_PARSE; /* e.g. a space inside an address: it would read back as two */

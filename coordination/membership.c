@@ -78,13 +78,15 @@ static int printable(const char *s, size_t max) {
   return 1;
 }
 
+int kolo_member_host_valid(const char *host) { return printable(host, 255); }
+
 kolo_status kolo_member_validate(const kolo_member *m) {
   if (m == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record is NULL");
   if (!kolo_keys_name_valid(m->id))
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
                           "worker record: id '%.64s' is not valid (1-128 of A-Z a-z 0-9 . _ -)",
                           m->id ? m->id : "(null)");
-  if (!printable(m->host, 255))
+  if (!kolo_member_host_valid(m->host))
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: host must be 1-255 printable characters", m->id);
   if (!kolo_member_address_valid(m->address))
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: address '%.64s' is not host:port", m->id,

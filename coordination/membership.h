@@ -52,6 +52,9 @@ void kolo_members_free(kolo_member *members, size_t count);
 /* Whether address is "host:port" with a port in 1..65535 ("[v6addr]:port" too). */
 int kolo_member_address_valid(const char *address);
 
+/* Whether host is 1-255 printable characters (the record's host rule). */
+int kolo_member_host_valid(const char *host);
+
 /* Checks every field of m against the rules above; the message says which failed. */
 kolo_status kolo_member_validate(const kolo_member *m);
 

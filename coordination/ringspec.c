@@ -1,191 +1,245 @@
-/* Implementation of coordination/ringspec.h: the ring spec's strict JSON codec. */
+/* Implementation of coordination/ringspec.h: the ring record's JSON codec. */
 #include "coordination/ringspec.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordination/base64.h"
+#include "common/checks.h"
 #include "coordination/etcd_internal.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
 
+#define EPOCH_MAX ((int64_t)1 << 53)
+
 void kolo_ringspec_clear(kolo_ringspec *s) {
   if (s == NULL) return;
   free(s->job);
-  free(s->token);
-  if (s->ranks)
-    for (size_t i = 0; i < s->size; i++) {
-      free(s->ranks[i].worker);
-      free(s->ranks[i].address);
-    }
-  free(s->ranks);
+  free(s->secret);
+  for (size_t i = 0; s->members && i < s->size; i++) {
+    free(s->members[i].worker_id);
+    free(s->members[i].host);
+    free(s->members[i].address);
+  }
+  free(s->members);
+  for (size_t i = 0; s->lost && i < s->n_lost; i++) {
+    free(s->lost[i].worker_id);
+    free(s->lost[i].why);
+  }
+  free(s->lost);
   memset(s, 0, sizeof *s);
 }
 
-static int token_valid(const char *t) {
+static int secret_valid(const char *t) {
   if (t == NULL) return 0;
   size_t n = strlen(t);
   if (n < 16 || n > 256) return 0;
   return strspn(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_.-") == n;
 }
 
+static const char *shown(const char *s) { return s ? s : "(null)"; }
+
+static kolo_status validate_member(const kolo_ringspec *s, size_t i) {
+  const kolo_ringspec_member *m = &s->members[i];
+  if (!kolo_keys_name_valid(m->worker_id))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: member %zu has an invalid worker_id '%.64s'", i,
+                          shown(m->worker_id));
+  if (!kolo_member_host_valid(m->host))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: member %zu (%s) host must be 1-255 printable characters",
+                          i, m->worker_id);
+  if (!kolo_member_address_valid(m->address))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: member %zu (%s) address '%.64s' is not host:port", i,
+                          m->worker_id, shown(m->address));
+  if (m->local_size < 1 || (size_t)m->local_size > s->size || m->local_rank < 0 || m->local_rank >= m->local_size)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                          "ring record: member %zu (%s) local_rank %d / local_size %d (need 0 <= local_rank < "
+                          "local_size <= %zu)",
+                          i, m->worker_id, (int)m->local_rank, (int)m->local_size, s->size);
+  if (m->since_epoch < 0 || m->since_epoch > s->epoch)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: member %zu (%s) since_epoch %lld is not in 0..%lld", i,
+                          m->worker_id, (long long)m->since_epoch, (long long)s->epoch);
+  for (size_t k = 0; k < i; k++)
+    if (strcmp(s->members[k].worker_id, m->worker_id) == 0)
+      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: worker '%s' holds ranks %zu and %zu", m->worker_id, k,
+                            i);
+  return KOLO_OK;
+}
+
 kolo_status kolo_ringspec_validate(const kolo_ringspec *s) {
-  if (s == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec is NULL");
+  if (s == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record is NULL");
   if (!kolo_keys_name_valid(s->job))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec: job id '%.64s' is not valid", s->job ? s->job : "(null)");
-  if (s->epoch < 0 || s->epoch > (int64_t)1 << 53)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec: epoch must be in 0..2^53");
-  if (!token_valid(s->token))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec: token must be 16-256 characters of [A-Za-z0-9+/=_.-]");
-  if (s->size < 1 || s->size > KOLO_RINGSPEC_MAX_SIZE || s->ranks == NULL)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec: size must be 1..%d with one entry per rank",
-                          KOLO_RINGSPEC_MAX_SIZE);
-  for (size_t i = 0; i < s->size; i++) {
-    if (!kolo_keys_name_valid(s->ranks[i].worker))
-      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec: rank %zu has an invalid worker id", i);
-    if (!kolo_member_address_valid(s->ranks[i].address))
-      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec: rank %zu address '%.64s' is not host:port", i,
-                            s->ranks[i].address ? s->ranks[i].address : "(null)");
-    for (size_t k = 0; k < i; k++)
-      if (strcmp(s->ranks[k].worker, s->ranks[i].worker) == 0)
-        return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec: worker '%s' holds ranks %zu and %zu",
-                              s->ranks[i].worker, k, i);
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: job id '%.64s' is not valid", shown(s->job));
+  if (s->epoch < 0 || s->epoch > EPOCH_MAX)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: epoch must be in 0..2^53");
+  if (s->timeout_ms < 1 || s->timeout_ms > KOLO_RINGSPEC_MAX_TIMEOUT_MS)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: timeout_ms %lld is not in 1..%d",
+                          (long long)s->timeout_ms, KOLO_RINGSPEC_MAX_TIMEOUT_MS);
+  if (!secret_valid(s->secret))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: secret must be 16-256 characters of [A-Za-z0-9+/=_.-]");
+  if (s->size < 1 || s->size > KOLO_RINGSPEC_MAX_SIZE || s->members == NULL)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: it must have 1..%d members", KOLO_RINGSPEC_MAX_SIZE);
+  for (size_t i = 0; i < s->size; i++) KOLO_CHECK(validate_member(s, i));
+  if (s->n_lost > KOLO_RINGSPEC_MAX_LOST || (s->n_lost > 0 && s->lost == NULL))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: at most %d lost entries", KOLO_RINGSPEC_MAX_LOST);
+  for (size_t i = 0; i < s->n_lost; i++) {
+    if (!kolo_keys_name_valid(s->lost[i].worker_id))
+      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: lost entry %zu has an invalid worker_id '%.64s'", i,
+                            shown(s->lost[i].worker_id));
+    if (s->lost[i].why == NULL)
+      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: lost entry %zu has no why", i);
   }
   return KOLO_OK;
+}
+
+/* ---- encoding ---- */
+
+static json_t *member_json(const kolo_ringspec_member *m, size_t rank) {
+  return json_pack("{s:s, s:I, s:s, s:s, s:i, s:i, s:I}", "worker_id", m->worker_id, "rank", (json_int_t)rank, "host",
+                   m->host, "address", m->address, "local_rank", (int)m->local_rank, "local_size",
+                   (int)m->local_size, "since_epoch", (json_int_t)m->since_epoch);
 }
 
 kolo_status kolo_ringspec_encode(const kolo_ringspec *s, char **json) {
+  if (json == NULL) return KOLO_ERR_INVALID_ARG;
   *json = NULL;
-  kolo_status rc = kolo_ringspec_validate(s);
-  if (rc != KOLO_OK) return rc;
-  json_t *ranks = json_array();
-  for (size_t i = 0; ranks && i < s->size; i++)
-    json_array_append_new(ranks, json_pack("{s:I, s:s, s:s}", "rank", (json_int_t)i, "worker", s->ranks[i].worker,
-                                           "address", s->ranks[i].address));
-  json_t *o = ranks ? json_pack("{s:s, s:I, s:s, s:I, s:o}", "job", s->job, "epoch", (json_int_t)s->epoch, "token",
-                                s->token, "size", (json_int_t)s->size, "ranks", ranks)
-                    : NULL;
-  if (o && s->has_nccl_id) {
-    char id[KOLO_RINGSPEC_NCCL_ID_BYTES * 2];
-    kolo_base64_encode(s->nccl_id, KOLO_RINGSPEC_NCCL_ID_BYTES, id);
-    json_object_set_new(o, "nccl_id", json_string(id));
+  KOLO_CHECK(kolo_ringspec_validate(s));
+  json_t *members = json_array(), *lost = json_array();
+  int bad = members == NULL || lost == NULL;
+  for (size_t i = 0; !bad && i < s->size; i++) bad = json_array_append_new(members, member_json(&s->members[i], i));
+  for (size_t i = 0; !bad && i < s->n_lost; i++)
+    bad = json_array_append_new(lost, json_pack("{s:s, s:s}", "worker_id", s->lost[i].worker_id, "why",
+                                                 s->lost[i].why));
+  /* json_pack's "o" takes the arrays even when it fails */
+  json_t *o = bad ? NULL
+                  : json_pack("{s:s, s:I, s:I, s:s, s:o, s:o}", "job", s->job, "epoch", (json_int_t)s->epoch,
+                              "timeout_ms", (json_int_t)s->timeout_ms, "secret", s->secret, "members", members,
+                              "lost", lost);
+  if (bad) {
+    json_decref(members);
+    json_decref(lost);
+  }
+  if (o && s->planned && json_object_set_new(o, "planned", json_true()) != 0) {
+    json_decref(o);
+    o = NULL;
   }
   *json = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
   json_decref(o);
-  return *json ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a ring spec");
+  return *json ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a ring record");
 }
 
-/* Fails on any member of o not listed in allowed (NULL-terminated). */
-static kolo_status only_fields(const json_t *o, const char *what, const char *const *allowed) {
-  const char *key;
-  json_t *value;
-  json_object_foreach((json_t *)o, key, value) {
-    int known = 0;
-    for (size_t i = 0; allowed[i]; i++) known |= strcmp(key, allowed[i]) == 0;
-    if (!known) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring spec: unknown field '%.64s' in %s", key, what);
-  }
-  return KOLO_OK;
-}
+/* ---- decoding ---- */
 
 static kolo_status get_string(const json_t *o, const char *name, const char *what, char **out) {
   json_t *v = json_object_get(o, name);
-  if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring spec: %s has no '%s'", what, name);
+  if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s has no '%s'", what, name);
   if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring spec: '%s' of %s is not a string", name, what);
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: '%s' of %s is not a string", name, what);
   *out = strdup(json_string_value(v));
   return *out ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
 }
 
-static kolo_status get_int(const json_t *o, const char *name, const char *what, json_int_t *out) {
+static kolo_status get_int(const json_t *o, const char *name, const char *what, json_int_t min, json_int_t max,
+                           json_int_t *out) {
   json_t *v = json_object_get(o, name);
-  if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring spec: %s has no '%s'", what, name);
-  if (!json_is_integer(v)) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring spec: '%s' of %s is not an integer", name, what);
+  if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s has no '%s'", what, name);
+  if (!json_is_integer(v))
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: '%s' of %s is not an integer", name, what);
   *out = json_integer_value(v);
+  if (*out < min || *out > max)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: '%s' of %s is %lld, not in %lld..%lld", name, what,
+                          (long long)*out, (long long)min, (long long)max);
   return KOLO_OK;
 }
 
-kolo_status kolo_ringspec_decode(const char *text, size_t len, kolo_ringspec *out) {
-  static const char *const top_fields[] = {"job", "epoch", "token", "size", "ranks", "nccl_id", NULL};
-  static const char *const rank_fields[] = {"rank", "worker", "address", NULL};
-  memset(out, 0, sizeof *out);
-  json_error_t error;
-  json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &error);
-  kolo_status rc = KOLO_OK;
-  json_int_t epoch = 0, size = 0;
-  if (o == NULL || !json_is_object(o)) {
-    rc = kolo_etcd_fail(KOLO_ERR_PARSE, "ring spec: malformed JSON: %s", o ? "not an object" : error.text);
-    goto out;
+static kolo_status decode_member(const json_t *r, size_t i, kolo_ringspec_member *m) {
+  char what[48];
+  snprintf(what, sizeof what, "member %zu", i);
+  if (!json_is_object(r)) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s is not an object", what);
+  json_int_t rank = -1, local_rank = 0, local_size = 0, since = 0;
+  KOLO_CHECK(get_string(r, "worker_id", what, &m->worker_id));
+  KOLO_CHECK(get_int(r, "rank", what, 0, KOLO_RINGSPEC_MAX_SIZE - 1, &rank));
+  if (rank != (json_int_t)i)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: %s says rank %lld (members must be listed in rank order)",
+                          what, (long long)rank);
+  KOLO_CHECK(get_string(r, "host", what, &m->host));
+  KOLO_CHECK(get_string(r, "address", what, &m->address));
+  KOLO_CHECK(get_int(r, "local_rank", what, 0, KOLO_RINGSPEC_MAX_SIZE - 1, &local_rank));
+  KOLO_CHECK(get_int(r, "local_size", what, 1, KOLO_RINGSPEC_MAX_SIZE, &local_size));
+  KOLO_CHECK(get_int(r, "since_epoch", what, 0, EPOCH_MAX, &since));
+  m->local_rank = (int32_t)local_rank;
+  m->local_size = (int32_t)local_size;
+  m->since_epoch = since;
+  return KOLO_OK;
+}
+
+static kolo_status decode_members(const json_t *o, kolo_ringspec *out) {
+  json_t *members = json_object_get(o, "members");
+  if (!json_is_array(members)) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: 'members' is missing or not an array");
+  size_t n = json_array_size(members);
+  if (n < 1 || n > KOLO_RINGSPEC_MAX_SIZE)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: %zu members (1..%d)", n, KOLO_RINGSPEC_MAX_SIZE);
+  out->members = calloc(n, sizeof *out->members);
+  if (out->members == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+  out->size = n;
+  for (size_t i = 0; i < n; i++) KOLO_CHECK(decode_member(json_array_get(members, i), i, &out->members[i]));
+  return KOLO_OK;
+}
+
+static kolo_status decode_lost(const json_t *o, kolo_ringspec *out) {
+  json_t *lost = json_object_get(o, "lost");
+  if (!json_is_array(lost)) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: 'lost' is missing or not an array");
+  size_t n = json_array_size(lost);
+  if (n > KOLO_RINGSPEC_MAX_LOST)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: %zu lost entries (at most %d)", n, KOLO_RINGSPEC_MAX_LOST);
+  out->lost = calloc(n + 1, sizeof *out->lost);
+  if (out->lost == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+  out->n_lost = n;
+  for (size_t i = 0; i < n; i++) {
+    json_t *entry = json_array_get(lost, i);
+    char what[48];
+    snprintf(what, sizeof what, "lost entry %zu", i);
+    if (!json_is_object(entry)) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s is not an object", what);
+    KOLO_CHECK(get_string(entry, "worker_id", what, &out->lost[i].worker_id));
+    KOLO_CHECK(get_string(entry, "why", what, &out->lost[i].why));
   }
-  rc = only_fields(o, "the spec", top_fields);
-  if (rc == KOLO_OK) rc = get_string(o, "job", "the spec", &out->job);
-  if (rc == KOLO_OK) rc = get_int(o, "epoch", "the spec", &epoch);
-  if (rc == KOLO_OK) rc = get_string(o, "token", "the spec", &out->token);
-  if (rc == KOLO_OK) rc = get_int(o, "size", "the spec", &size);
-  if (rc != KOLO_OK) goto out;
+  return KOLO_OK;
+}
+
+static kolo_status decode_object(const json_t *o, kolo_ringspec *out) {
+  json_int_t epoch = 0, timeout = 0;
+  KOLO_CHECK(get_string(o, "job", "the record", &out->job));
+  KOLO_CHECK(get_int(o, "epoch", "the record", 0, EPOCH_MAX, &epoch));
+  KOLO_CHECK(get_int(o, "timeout_ms", "the record", 1, KOLO_RINGSPEC_MAX_TIMEOUT_MS, &timeout));
+  KOLO_CHECK(get_string(o, "secret", "the record", &out->secret));
   out->epoch = epoch;
-  json_t *ranks = json_object_get(o, "ranks");
-  if (!json_is_array(ranks)) {
-    rc = kolo_etcd_fail(KOLO_ERR_PARSE, "ring spec: 'ranks' is missing or not an array");
-    goto out;
-  }
-  if (size < 1 || size > KOLO_RINGSPEC_MAX_SIZE || (size_t)size != json_array_size(ranks)) {
-    rc = kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec: size %lld does not match %zu ranks (1..%d)", (long long)size,
-                        json_array_size(ranks), KOLO_RINGSPEC_MAX_SIZE);
-    goto out;
-  }
-  out->ranks = calloc((size_t)size, sizeof *out->ranks);
-  if (out->ranks == NULL) {
-    rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
-    goto out;
-  }
-  out->size = (size_t)size;
-  for (size_t i = 0; i < out->size; i++) {
-    json_t *r = json_array_get(ranks, i);
-    json_int_t rank = -1;
-    if (!json_is_object(r)) {
-      rc = kolo_etcd_fail(KOLO_ERR_PARSE, "ring spec: rank entry %zu is not an object", i);
-      goto out;
-    }
-    rc = only_fields(r, "a rank entry", rank_fields);
-    if (rc == KOLO_OK) rc = get_int(r, "rank", "a rank entry", &rank);
-    if (rc == KOLO_OK) rc = get_string(r, "worker", "a rank entry", &out->ranks[i].worker);
-    if (rc == KOLO_OK) rc = get_string(r, "address", "a rank entry", &out->ranks[i].address);
-    if (rc != KOLO_OK) goto out;
-    if (rank != (json_int_t)i) {
-      rc = kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec: entry %zu says rank %lld (ranks must be listed in order)", i,
-                          (long long)rank);
-      goto out;
-    }
-  }
-  json_t *nccl = json_object_get(o, "nccl_id");
-  if (nccl != NULL) {
-    unsigned char *id = NULL;
-    size_t id_len = 0;
-    if (!json_is_string(nccl)) {
-      rc = kolo_etcd_fail(KOLO_ERR_PARSE, "ring spec: 'nccl_id' is not a string");
-      goto out;
-    }
-    if (kolo_base64_decode_alloc(json_string_value(nccl), json_string_length(nccl), &id, &id_len) != KOLO_OK ||
-        id_len != KOLO_RINGSPEC_NCCL_ID_BYTES) {
-      free(id);
-      rc = kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring spec: 'nccl_id' must be base64 of exactly %d bytes",
-                          KOLO_RINGSPEC_NCCL_ID_BYTES);
-      goto out;
-    }
-    memcpy(out->nccl_id, id, KOLO_RINGSPEC_NCCL_ID_BYTES);
-    out->has_nccl_id = 1;
-    free(id);
-  }
-  rc = kolo_ringspec_validate(out);
-out:
+  out->timeout_ms = timeout;
+  KOLO_CHECK(decode_members(o, out));
+  KOLO_CHECK(decode_lost(o, out));
+  json_t *planned = json_object_get(o, "planned");
+  if (planned != NULL && !json_is_boolean(planned))
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: 'planned' is not a boolean");
+  out->planned = json_is_true(planned);
+  return kolo_ringspec_validate(out);
+}
+
+kolo_status kolo_ringspec_decode(const char *text, size_t len, kolo_ringspec *out) {
+  if (out == NULL) return KOLO_ERR_INVALID_ARG;
+  memset(out, 0, sizeof *out);
+  if (text == NULL && len > 0) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: no text");
+  json_error_t error;
+  json_t *o = json_loadb(text ? text : "", len, JSON_REJECT_DUPLICATES, &error);
+  kolo_status rc;
+  if (o == NULL || !json_is_object(o))
+    rc = kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: malformed JSON: %s", o ? "not an object" : error.text);
+  else
+    rc = decode_object(o, out);
   json_decref(o);
   if (rc != KOLO_OK) kolo_ringspec_clear(out);
   return rc;
 }
 
 int kolo_ringspec_rank_of(const kolo_ringspec *s, const char *worker) {
-  for (size_t i = 0; worker && i < s->size; i++)
-    if (strcmp(s->ranks[i].worker, worker) == 0) return (int)i;
+  for (size_t i = 0; s && worker && i < s->size; i++)
+    if (strcmp(s->members[i].worker_id, worker) == 0) return (int)i;
   return -1;
 }

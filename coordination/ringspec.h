@@ -1,14 +1,21 @@
-/* The ring spec record a coordinator writes for each epoch of a job at
- * /kolo/v1/jobs/<job>/ring/<epoch> (kolo_keys_ring) and workers read: who holds
- * which rank, where to connect, the shared secret of the epoch, and optionally
- * the NCCL unique id. JSON form:
- *   {"job":"j1","epoch":3,"size":2,"token":"3f9a...",
- *    "ranks":[{"rank":0,"worker":"w1","address":"10.0.0.5:7100"},
- *             {"rank":1,"worker":"w2","address":"10.0.0.6:7100"}],
- *    "nccl_id":"<base64 of 128 bytes>"}
- * Decoding is strict: unknown or duplicate fields, wrong types, ranks out of
- * order, size != number of ranks, duplicate workers, bad addresses and an NCCL id
- * that is not exactly 128 bytes are all rejected with a message saying which. */
+/* The ring record: what the scheduler writes for each epoch of a job at
+ * /kolo/v1/jobs/<job>/ring/<epoch> (kolo_keys_ring) and the agent (and the
+ * scheduler's next pass) reads: who holds which rank, where to connect, the
+ * epoch's shared secret, the collective timeout, and every worker the job has
+ * lost so far. This codec is the record's only writer and reader. JSON form:
+ *   {"job":"j1","epoch":3,"timeout_ms":30000,"secret":"3f9a...",
+ *    "members":[{"worker_id":"w1","rank":0,"host":"node-a","address":"10.0.0.5:7100",
+ *                "local_rank":0,"local_size":1,"since_epoch":1}, ...],
+ *    "lost":[{"worker_id":"w9","why":"its lease expired"}],
+ *    "planned":true}
+ * "planned" is present only when set (a drained member leaves: members switch at
+ * their next commit, nothing is redone); "lost" may be empty.
+ * Decoding checks every rule below and fails with a message naming the field
+ * (read it with kolo_etcd_last_error): duplicate fields, wrong types, a missing
+ * field (a member without an address is an error, never a placeholder), ranks out
+ * of order, a worker holding two ranks, bad ids, hosts or addresses, local ranks
+ * outside their host group, a since_epoch after the epoch. Unknown fields are
+ * ignored (a newer scheduler may add some; an older agent still runs the ring). */
 #ifndef KOLO_COORD_RINGSPEC_H
 #define KOLO_COORD_RINGSPEC_H
 
@@ -17,36 +24,49 @@
 
 #include "kolo/status.h"
 
-#define KOLO_RINGSPEC_NCCL_ID_BYTES 128
-#define KOLO_RINGSPEC_MAX_SIZE 65536
+#define KOLO_RINGSPEC_MAX_SIZE 65536       /* members of one ring (= KOLO_AGENT_MAX_RING) */
+#define KOLO_RINGSPEC_MAX_LOST 65536       /* entries of the lost list */
+#define KOLO_RINGSPEC_MAX_TIMEOUT_MS INT32_MAX /* what the agent protocol carries */
 
-typedef struct kolo_ringspec_rank {
-  char *worker;  /* worker id (kolo_keys_name_valid) */
-  char *address; /* data-plane "host:port" */
-} kolo_ringspec_rank;
+typedef struct kolo_ringspec_member {
+  char *worker_id;     /* kolo_keys_name_valid */
+  char *host;          /* 1-255 printable characters (the worker record's host) */
+  char *address;       /* data-plane "host:port" (kolo_member_address_valid) */
+  int32_t local_rank;  /* 0 <= local_rank < local_size */
+  int32_t local_size;  /* members on this host, 1..size */
+  int64_t since_epoch; /* first epoch of its unbroken membership, 0..epoch */
+} kolo_ringspec_member;
+
+typedef struct kolo_ringspec_lost {
+  char *worker_id; /* a worker this job lost at an earlier re-form (kolo_keys_name_valid) */
+  char *why;       /* why, for people: any string */
+} kolo_ringspec_lost;
 
 typedef struct kolo_ringspec {
-  char *job;      /* job id (kolo_keys_name_valid) */
-  int64_t epoch;  /* >= 0 */
-  char *token;    /* the epoch's shared secret: 16..256 characters of [A-Za-z0-9+/=_.-] */
-  size_t size;    /* number of ranks, 1..KOLO_RINGSPEC_MAX_SIZE */
-  kolo_ringspec_rank *ranks;
-  int has_nccl_id;
-  unsigned char nccl_id[KOLO_RINGSPEC_NCCL_ID_BYTES];
+  char *job;          /* job id (kolo_keys_name_valid) */
+  int64_t epoch;      /* 0..2^53 */
+  int64_t timeout_ms; /* collective timeout, 1..KOLO_RINGSPEC_MAX_TIMEOUT_MS */
+  char *secret;       /* the epoch's shared secret: 16-256 characters of [A-Za-z0-9+/=_.-] */
+  size_t size;        /* members, 1..KOLO_RINGSPEC_MAX_SIZE; members[i] holds rank i */
+  kolo_ringspec_member *members;
+  size_t n_lost;
+  kolo_ringspec_lost *lost;
+  int planned; /* members switch at their next commit (a drain) */
 } kolo_ringspec;
 
-/* Frees the fields of spec (not spec) and zeroes it. */
+/* Frees the fields of spec (not spec) and zeroes it. NULL is fine. */
 void kolo_ringspec_clear(kolo_ringspec *spec);
 
-/* Checks every rule above; KOLO_ERR_INVALID_ARG with a message on the first broken one. */
+/* Checks every rule above; KOLO_ERR_INVALID_ARG with a message (kolo_etcd_last_error)
+ * on the first broken one. */
 kolo_status kolo_ringspec_validate(const kolo_ringspec *spec);
 
-/* Encodes a valid spec as compact JSON (*json malloc'd). */
+/* Encodes a valid spec as compact JSON (*json malloc'd, NULL on failure). */
 kolo_status kolo_ringspec_encode(const kolo_ringspec *spec, char **json);
 
-/* Decodes and validates. KOLO_ERR_PARSE for malformed JSON, unknown fields or
- * wrong types; KOLO_ERR_INVALID_ARG for values that break a rule. *out is zeroed
- * on failure. */
+/* Decodes and validates. KOLO_ERR_PARSE for malformed JSON, duplicate or missing
+ * fields and wrong types; KOLO_ERR_INVALID_ARG for values that break a rule. *out
+ * is zeroed on failure. */
 kolo_status kolo_ringspec_decode(const char *json, size_t len, kolo_ringspec *out);
 
 /* The rank of worker in spec, or -1. */

@@ -1,5 +1,6 @@
 /* Implementation of apply.h: the records the scheduler writes (ring, status,
- * events, assignments) built as JSON and put in one txn per decision. */
+ * events, assignments) put in one txn per decision; the ring record through its
+ * codec (coordination/ringspec.h), the others built as JSON. */
 #define _GNU_SOURCE
 #include "scheduler/apply.h"
 
@@ -15,6 +16,7 @@
 #include "common/log.h"
 #include "coordination/keys.h"
 #include "coordination/planner.h"
+#include "coordination/ringspec.h"
 #include "scheduler/plan.h"
 #include "scheduler/txn.h"
 
@@ -77,22 +79,20 @@ static void delete_assignments(kolo_sched_txn *t, const char *const *ids, size_t
 
 /* Ranks the chosen members with coord's planner (grouped by host, survivors in
  * their old order, rank 0 the survivor with the lowest old rank). Leaves order
- * as it is if the planner refuses. */
-static void order_by_planner(kolo_sched_snapshot *snap, const json_t *old_ring, const char **order, size_t n) {
+ * as it is if the planner refuses. Every member of order is registered. */
+static void order_by_planner(kolo_sched_snapshot *snap, const kolo_ringspec *old_ring, const char **order, size_t n) {
   if (n == 0) return;
   kolo_planner_member *members = calloc(n, sizeof *members);
   size_t *ranks = calloc(n, sizeof *ranks);
   const char **reordered = calloc(n, sizeof *reordered);
-  json_t *old_members = json_object_get(old_ring, "members");
-  size_t n_previous = json_array_size(old_members);
+  size_t n_previous = old_ring ? old_ring->size : 0;
   const char **previous = calloc(n_previous + 1, sizeof *previous);
   if (members && ranks && reordered && previous) {
     for (size_t i = 0; i < n; i++) {
       kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
-      members[i] = (kolo_planner_member){order[i], w ? w->m.host : "?", w ? w->m.address : "?"};
+      members[i] = (kolo_planner_member){order[i], w->m.host, w->m.address};
     }
-    for (size_t i = 0; i < n_previous; i++)
-      previous[i] = json_string_value(json_object_get(json_array_get(old_members, i), "worker_id")) ?: "?";
+    for (size_t i = 0; i < n_previous; i++) previous[i] = old_ring->members[i].worker_id;
     if (kolo_planner_plan(members, n, previous, n_previous, ranks) == KOLO_OK) {
       for (size_t i = 0; i < n; i++) reordered[i] = order[ranks[i]];
       memcpy(order, reordered, n * sizeof *order);
@@ -106,35 +106,36 @@ static void order_by_planner(kolo_sched_snapshot *snap, const json_t *old_ring, 
   free(previous);
 }
 
-/* The ring's member entries and the status's, for order at epoch. */
-static kolo_status ring_members(kolo_sched_snapshot *snap, const json_t *old_ring, int64_t epoch,
-                                const char *const *order, size_t n, json_t *ring_out, json_t *status_out) {
+/* Whether every member of order has a worker record (its host and address go in
+ * the ring); logs the first that has none. */
+static int all_registered(kolo_sched_snapshot *snap, const kolo_sched_job *j, const char *const *order, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (kolo_sched_find_worker(snap, order[i]) == NULL) {
+      KOLO_LOGW(LOG, "job %s: no epoch written: member %s has no worker record", j->id, order[i]);
+      return 0;
+    }
+  return 1;
+}
+
+/* The ring's members (strings borrowed from snap and order) and the status's
+ * member entries, for order at epoch. */
+static kolo_status ring_members(kolo_sched_snapshot *snap, const kolo_ringspec *old_ring, int64_t epoch,
+                                const char *const *order, size_t n, kolo_ringspec_member *ring_out,
+                                json_t *status_out) {
   const char **hosts = calloc(n + 1, sizeof *hosts);
   int *local_rank = calloc(n + 1, sizeof *local_rank), *local_size = calloc(n + 1, sizeof *local_size);
   kolo_status rc = KOLO_ERR_NO_MEMORY;
   if (hosts == NULL || local_rank == NULL || local_size == NULL) goto out;
-  for (size_t i = 0; i < n; i++) {
-    kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
-    hosts[i] = w ? w->m.host : "?";
-  }
+  for (size_t i = 0; i < n; i++) hosts[i] = kolo_sched_find_worker(snap, order[i])->m.host;
   kolo_sched_local_ranks(hosts, n, local_rank, local_size);
-  int64_t old_epoch = epoch - 1;
   for (size_t i = 0; i < n; i++) {
-    kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
-    const char *host = w ? w->m.host : "?", *address = w ? w->m.address : "?";
-    int64_t since = epoch;
-    size_t k;
-    json_t *old;
-    json_array_foreach(json_object_get(old_ring, "members"), k, old) {
-      if (strcmp(json_string_value(json_object_get(old, "worker_id")) ?: "", order[i]) == 0)
-        since = kolo_sched_int(old, "since_epoch") ?: old_epoch;
-    }
-    json_array_append_new(ring_out, json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:I}", "worker_id", order[i], "rank",
-                                              (int)i, "host", host, "address", address, "local_rank",
-                                              local_rank[i], "local_size", local_size[i], "since_epoch",
-                                              (json_int_t)since));
+    const kolo_member *w = &kolo_sched_find_worker(snap, order[i])->m;
+    int old_rank = kolo_ringspec_rank_of(old_ring, order[i]);
+    /* a survivor keeps its first epoch (epoch - 1 if the old ring did not say) */
+    int64_t since = old_rank < 0 ? epoch : old_ring->members[old_rank].since_epoch ?: epoch - 1;
+    ring_out[i] = (kolo_ringspec_member){(char *)order[i], w->host, w->address, local_rank[i], local_size[i], since};
     json_array_append_new(status_out, json_pack("{s:s, s:i, s:s, s:s}", "worker_id", order[i], "rank", (int)i,
-                                                "host", host, "address", address));
+                                                "host", w->host, "address", w->address));
   }
   rc = KOLO_OK;
 out:
@@ -161,25 +162,28 @@ kolo_status kolo_sched_ring_secret(char out[KOLO_SCHED_SECRET_LEN + 1]) {
   return KOLO_OK;
 }
 
-/* The ring record of epoch: members, secret, timeout, lost so far. */
-static json_t *ring_record(const kolo_sched_job *j, const json_t *old_ring, int64_t epoch, json_t *members,
-                           const kolo_sched_epoch_plan *plan) {
+/* The ring record of epoch (ringspec.h), encoded: members, a new secret, the
+ * timeout, and the lost list so far (the old ring's plus the plan's). */
+static kolo_status ring_record(const kolo_sched_job *j, const kolo_ringspec *old_ring, int64_t epoch,
+                               kolo_ringspec_member *members, size_t n, const kolo_sched_epoch_plan *plan,
+                               char **json) {
   char secret[KOLO_SCHED_SECRET_LEN + 1];
-  if (kolo_sched_ring_secret(secret) != KOLO_OK) return NULL; /* no epoch without a secret */
-  json_t *lost = json_deep_copy(json_object_get(old_ring, "lost"));
-  if (!json_is_array(lost)) {
-    json_decref(lost);
-    lost = json_array();
-  }
+  if (kolo_sched_ring_secret(secret) != KOLO_OK) return KOLO_ERR_SYSTEM; /* no epoch without a secret */
+  size_t n_earlier = old_ring ? old_ring->n_lost : 0;
+  kolo_ringspec_lost *lost = calloc(n_earlier + plan->n_lost + 1, sizeof *lost);
+  if (lost == NULL) return KOLO_ERR_NO_MEMORY;
+  for (size_t i = 0; i < n_earlier; i++) lost[i] = old_ring->lost[i];
   for (size_t i = 0; i < plan->n_lost; i++)
-    json_array_append_new(lost, json_pack("{s:s, s:s}", "worker_id", plan->lost_ids[i], "why", plan->lost_why[i]));
+    lost[n_earlier + i] = (kolo_ringspec_lost){(char *)plan->lost_ids[i], (char *)plan->lost_why[i]};
   int64_t timeout_ms = kolo_sched_int(j->spec, "collective_timeout_ms");
-  json_t *ring = json_pack("{s:s, s:I, s:I, s:s, s:o, s:o}", "job", j->id, "epoch", (json_int_t)epoch, "timeout_ms",
-                           (json_int_t)(timeout_ms > 0 ? timeout_ms : 30000), "secret", secret, "members", members,
-                           "lost", lost);
   /* members go on with the old ring up to their next commit, then switch (no step redone) */
-  if (ring && plan->planned) json_object_set_new(ring, "planned", json_true());
-  return ring;
+  kolo_ringspec ring = {.job = j->id, .epoch = epoch, .timeout_ms = timeout_ms > 0 ? timeout_ms : 30000,
+                        .secret = secret, .size = n, .members = members, .n_lost = n_earlier + plan->n_lost,
+                        .lost = lost, .planned = plan->planned};
+  kolo_status rc = kolo_ringspec_encode(&ring, json); /* the strings are borrowed: no clear */
+  if (rc != KOLO_OK) KOLO_LOGE(LOG, "job %s: ring record of epoch %" PRId64 ": %s", j->id, epoch, kolo_etcd_last_error());
+  free(lost);
+  return rc;
 }
 
 /* RING_PLANNED's message: "epoch 3: 2 workers (w1, w3), rank 0 is w1". */
@@ -235,7 +239,9 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
                                    const kolo_sched_epoch_plan *plan) {
   const char **newcomers = calloc(plan->take + 1, sizeof *newcomers);
   const char **order = calloc(plan->n_keep + plan->take + 1, sizeof *order);
-  json_t *members = json_array(), *status_members = json_array(), *ring = NULL;
+  kolo_ringspec_member *members = calloc(plan->n_keep + plan->take + 1, sizeof *members);
+  json_t *status_members = json_array();
+  char *ring = NULL;
   kolo_sched_txn *t = kolo_sched_txn_create();
   kolo_status rc = KOLO_ERR_NO_MEMORY;
   if (!newcomers || !order || !members || !status_members || !t) goto out;
@@ -245,29 +251,27 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   size_t n = kolo_sched_plan_ring(plan->keep, plan->n_keep, newcomers, n_new, kolo_sched_job_bound(j, "max_workers"),
                                   order);
   int64_t epoch = kolo_sched_int(j->status, "epoch") + 1;
-  json_t *old_ring = kolo_sched_job_ring(j, epoch - 1);
+  const kolo_ringspec *old_ring = kolo_sched_job_ring(j, epoch - 1);
+  rc = KOLO_ERR_NOT_FOUND;
+  if (!all_registered(snap, j, order, n)) goto out;
   order_by_planner(snap, old_ring, order, n);
   rc = ring_members(snap, old_ring, epoch, order, n, members, status_members);
+  if (rc == KOLO_OK) rc = ring_record(j, old_ring, epoch, members, n, plan, &ring);
   if (rc != KOLO_OK) goto out;
-  ring = ring_record(j, old_ring, epoch, members, plan);
-  members = NULL; /* the ring owns them now (or they are freed with a failed pack) */
-  if (ring == NULL) {
-    rc = KOLO_ERR_SYSTEM;
-    goto out;
-  }
   char ring_key[512];
   kolo_keys_ring(j->id, epoch, ring_key, sizeof ring_key);
   add_epoch_writes(t, snap, j, epoch, order, n, status_members, plan, ring_key);
   status_members = NULL;
-  kolo_sched_txn_put(t, strdup(ring_key), ring ? json_dumps(ring, JSON_COMPACT) : NULL);
+  kolo_sched_txn_put(t, strdup(ring_key), ring);
+  ring = NULL; /* the txn owns it */
   rc = commit(wr, t);
   if (rc == KOLO_OK)
     for (size_t i = 0; i < n_new; i++) kolo_sched_find_worker(snap, newcomers[i])->taken = 1;
 out:
-  json_decref(members);
   json_decref(status_members);
-  json_decref(ring);
+  free(ring);
   kolo_sched_txn_destroy(t);
+  free(members);
   free(newcomers);
   free(order);
   return rc;

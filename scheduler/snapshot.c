@@ -8,14 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "coordination/drain.h"
 #include "coordination/keys.h"
+
+#define LOG "sched"
 
 static void job_free(kolo_sched_job *j) {
   free(j->id);
   json_decref(j->spec);
   json_decref(j->status);
-  json_decref(j->rings);
+  for (size_t i = 0; i < j->n_rings; i++) kolo_ringspec_clear(&j->rings[i]);
+  free(j->rings);
   json_decref(j->reports);
 }
 
@@ -41,9 +45,8 @@ static kolo_sched_job *job_for(kolo_sched_snapshot *snap, const char *id, size_t
   kolo_sched_job *j = &snap->jobs[snap->n_jobs];
   memset(j, 0, sizeof *j);
   j->id = strndup(id, id_len);
-  j->rings = json_object();
   j->reports = json_object();
-  if (j->id == NULL || j->rings == NULL || j->reports == NULL) {
+  if (j->id == NULL || j->reports == NULL) {
     job_free(j);
     return NULL;
   }
@@ -55,6 +58,22 @@ static int by_creation(const void *a, const void *b) {
   const kolo_sched_job *x = a, *y = b;
   if (x->created != y->created) return x->created < y->created ? -1 : 1;
   return strcmp(x->id, y->id);
+}
+
+/* Adds the ring record at key to j's rings (keys come in epoch order). */
+static void add_ring(kolo_sched_job *j, const char *key, const char *text, size_t length) {
+  kolo_ringspec ring;
+  if (kolo_ringspec_decode(text, length, &ring) != KOLO_OK) {
+    KOLO_LOGW(LOG, "%s is not a valid ring record: %s", key, kolo_etcd_last_error());
+    return;
+  }
+  kolo_ringspec *grown = realloc(j->rings, (j->n_rings + 1) * sizeof *grown);
+  if (grown == NULL) {
+    kolo_ringspec_clear(&ring);
+    return;
+  }
+  j->rings = grown;
+  j->rings[j->n_rings++] = ring;
 }
 
 /* Files one key under /kolo/v1/jobs/<id>/ into its job. */
@@ -79,10 +98,7 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
     j->status_mod = kv->mod_revision;
     j->created = kolo_sched_int(j->status, "created_unix_ms");
   } else if (strncmp(part, "ring/", 5) == 0) {
-    json_t *ring = json_loadb(text, length, 0, NULL);
-    char name[32];
-    snprintf(name, sizeof name, "%" PRId64, kolo_sched_int(ring, "epoch"));
-    if (ring) json_object_set_new(j->rings, name, ring);
+    add_ring(j, (const char *)kv->key, text, length);
   } else if (strncmp(part, "reports/", 8) == 0) {
     json_t *report = json_loadb(text, length, 0, NULL);
     if (report) json_object_set_new(j->reports, part + 8, report);
@@ -176,10 +192,10 @@ uint32_t kolo_sched_job_bound(const kolo_sched_job *j, const char *name) {
   return v > 0 ? (uint32_t)v : 1;
 }
 
-json_t *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch) {
-  char name[32];
-  snprintf(name, sizeof name, "%" PRId64, epoch);
-  return json_object_get(j->rings, name);
+const kolo_ringspec *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch) {
+  for (size_t i = j->n_rings; i > 0; i--) /* the newest is the one asked for, mostly */
+    if (j->rings[i - 1].epoch == epoch) return &j->rings[i - 1];
+  return NULL;
 }
 
 const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i) {
@@ -203,15 +219,9 @@ static kolo_sched_report report_of(const json_t *r) {
 }
 
 /* since_epoch of worker id in ring (0 when it is not a member of it). */
-static int64_t since_in(const json_t *ring, const char *id) {
-  int64_t since = 0;
-  size_t k;
-  json_t *member;
-  json_array_foreach(json_object_get(ring, "members"), k, member) {
-    if (strcmp(json_string_value(json_object_get(member, "worker_id")) ?: "", id) == 0)
-      since = kolo_sched_int(member, "since_epoch");
-  }
-  return since;
+static int64_t since_in(const kolo_ringspec *ring, const char *id) {
+  int rank = kolo_ringspec_rank_of(ring, id);
+  return rank < 0 ? 0 : ring->members[rank].since_epoch;
 }
 
 kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sched_job *j, int64_t now_unix_ms,
@@ -220,10 +230,10 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
   memset(view, 0, sizeof *view);
   size_t n = json_array_size(json_object_get(j->status, "members"));
   view->epoch = kolo_sched_int(j->status, "epoch");
-  json_t *ring = kolo_sched_job_ring(j, view->epoch);
-  json_t *lost = json_object_get(ring, "lost");
+  const kolo_ringspec *ring = kolo_sched_job_ring(j, view->epoch);
+  size_t n_lost = ring ? ring->n_lost : 0;
   *members = calloc(n + 1, sizeof **members);
-  *earlier = calloc(json_array_size(lost) + 1, sizeof **earlier);
+  *earlier = calloc(n_lost + 1, sizeof **earlier);
   if (*members == NULL || *earlier == NULL) {
     free(*members);
     free(*earlier);
@@ -240,14 +250,10 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
     m->since_epoch = since_in(ring, m->worker_id);
     m->report = report_of(json_object_get(j->reports, m->worker_id));
   }
-  size_t k;
-  json_t *gone;
-  json_array_foreach(lost, k, gone) {
-    (*earlier)[view->n_earlier_lost++] = json_string_value(json_object_get(gone, "worker_id")) ?: "?";
-  }
+  for (size_t k = 0; k < n_lost; k++) (*earlier)[view->n_earlier_lost++] = ring->lost[k].worker_id;
   view->phase = kolo_sched_phase_from(kolo_sched_job_phase(j));
   view->has_ring = ring != NULL;
-  view->ring_size = json_array_size(json_object_get(ring, "members"));
+  view->ring_size = ring ? ring->size : 0;
   view->members = *members;
   view->n_members = n;
   view->min_workers = kolo_sched_job_bound(j, "min_workers");

@@ -1,7 +1,9 @@
 /* One pass's picture of the cluster, read from etcd at the start of the pass:
  * live worker records (with drains and assignments), and every job's spec,
- * status, rings and reports, jobs ordered oldest first. Records are kept as
- * parsed JSON (the status is edited and written back whole); the typed view
+ * status, rings and reports, jobs ordered oldest first. Ring records are read
+ * through their codec (coordination/ringspec.h; one that does not decode is
+ * logged and left out); the other records are kept as parsed JSON (the status
+ * is edited and written back whole); the typed view
  * the decisions need (decide.h) is built from them here, so the decisions never
  * see JSON. Loading is the only I/O; everything else is pure. */
 #ifndef KOLO_SCHED_SNAPSHOT_H
@@ -13,6 +15,7 @@
 
 #include "coordination/etcd.h"
 #include "coordination/membership.h"
+#include "coordination/ringspec.h"
 #include "scheduler/decide.h"
 
 typedef struct kolo_sched_worker {
@@ -27,7 +30,8 @@ typedef struct kolo_sched_job {
   json_t *spec, *status;
   int64_t status_mod;
   uint64_t max_seq; /* highest event number */
-  json_t *rings;    /* "<epoch>" -> ring */
+  kolo_ringspec *rings; /* the ring records that decode (ringspec.h), in epoch order */
+  size_t n_rings;
   json_t *reports;  /* worker id -> report */
   int64_t created;
 } kolo_sched_job;
@@ -65,7 +69,8 @@ const char *kolo_sched_job_phase(const kolo_sched_job *j);
 int64_t kolo_sched_int(const json_t *object, const char *name);
 /* min_workers / max_workers: the status's, else the spec's, at least 1. */
 uint32_t kolo_sched_job_bound(const kolo_sched_job *j, const char *name);
-json_t *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch);
+/* j's ring record of epoch; NULL if there is none that decodes. */
+const kolo_ringspec *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch);
 /* The worker id of status member i ("" if malformed). */
 const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i);
 

@@ -272,11 +272,6 @@ int kolo_server_job_transition_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to)
   }
 }
 
-const char *kolo_server_job_phase_name(Kolo__V1__Phase phase) {
-  const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(&kolo__v1__phase__descriptor, phase);
-  return v ? v->name : "PHASE_UNKNOWN";
-}
-
 int64_t kolo_server_now_ms(void) {
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);

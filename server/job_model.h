@@ -10,6 +10,7 @@
 
 #include "kolo/status.h"
 #include "kolo/v1/job.pb-c.h"
+#include "server/wire.h" /* kolo_server_job_phase_name */
 
 #define KOLO_SERVER_MAX_WORKERS 4096
 #define KOLO_SERVER_ID_MAX 63
@@ -37,7 +38,6 @@ kolo_status kolo_server_job_make_id(char *out, size_t len);
  * PENDING (below min_workers); any non-final -> FAILED or CANCELLED; nothing leaves a final one. */
 int kolo_server_job_transition_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to);
 int kolo_server_job_phase_final(Kolo__V1__Phase phase);
-const char *kolo_server_job_phase_name(Kolo__V1__Phase phase);
 
 /* A new PENDING job for a validated, normalized spec, with event 1 "SUBMITTED".
  * Free with protobuf_c_message_free_unpacked(&job->base, NULL). */

@@ -19,7 +19,9 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "coordination/etcd.h"
 #include "coordination/keys.h"
+#include "coordination/ringspec.h"
 #include "server/job_model.h"
 #include "server/service.h"
 
@@ -510,13 +512,13 @@ static void add_ring_members(kolo_server_logstream *s) {
   int64_t revision = 0;
   if (kv->ops->range(kv, prefix, &items, &n, &revision) != KOLO_OK) return;
   for (size_t i = 0; i < n; i++) {
-    json_t *ring = json_loadb(items[i].value, items[i].value_len, 0, NULL);
-    size_t k;
-    json_t *member;
-    json_array_foreach(json_object_get(ring, "members"), k, member) {
-      ensure_source(s, json_string_value(json_object_get(member, "worker_id")));
+    kolo_ringspec ring;
+    if (kolo_ringspec_decode(items[i].value, items[i].value_len, &ring) != KOLO_OK) {
+      KOLO_LOGW(LOG, "%s: %s", items[i].key, kolo_etcd_last_error());
+      continue;
     }
-    json_decref(ring);
+    for (size_t k = 0; k < ring.size; k++) ensure_source(s, ring.members[k].worker_id);
+    kolo_ringspec_clear(&ring);
   }
   kolo_server_kv_items_free(items, n);
 }

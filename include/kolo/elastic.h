@@ -15,6 +15,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* libkolo exports these: kolo/api.h */
 
 typedef struct kolo_elastic kolo_elastic;
 
@@ -75,6 +76,7 @@ int kolo_elastic_reconfigurations(const kolo_elastic *elastic);
 
 void kolo_elastic_destroy(kolo_elastic *elastic);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* libkolo exports these: kolo/api.h */
 
 #define KOLO_NAME_MAX 255
 #define KOLO_RESULT_MESSAGE_BYTES 512
@@ -127,6 +128,7 @@ typedef struct kolo_engine_stats {
 /* Copies the counters; thread-safe, never blocks for long. */
 kolo_status kolo_engine_stats_get(const kolo_comm *comm, kolo_engine_stats *stats);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

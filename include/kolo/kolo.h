@@ -12,6 +12,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* libkolo exports these: kolo/api.h */
 
 /* ---- element types and reduction operators ---- */
 
@@ -231,6 +232,7 @@ uint16_t kolo_float_to_half(float value);
 float kolo_bfloat16_to_float(uint16_t value);
 uint16_t kolo_float_to_bfloat16(float value);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

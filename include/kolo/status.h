@@ -4,9 +4,12 @@
 #ifndef KOLO_STATUS_H
 #define KOLO_STATUS_H
 
+#include "kolo/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* libkolo exports these: kolo/api.h */
 
 /* X(name, value, text) */
 #define KOLO_STATUS_LIST(X)                                                            \
@@ -57,6 +60,7 @@ const char *kolo_status_name(kolo_status status);
 /* Converts an errno value to the closest kolo_status. */
 kolo_status kolo_status_from_errno(int err);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,7 @@
 /* libFuzzer target: the records kolo processes read from etcd and trust to act on: the
- * per-epoch ring spec (coordination/ringspec.c), a worker's membership record
+ * per-epoch ring record (coordination/ringspec.c), a worker's membership record
  * (coordination/membership.c) and a drain mark (coordination/drain.c). Input: one byte
- * choosing the record, then JSON. Properties: no crash or leak; a ring spec that decodes
+ * choosing the record, then JSON. Properties: no crash or leak; a ring record that decodes
  * validates, re-encodes and decodes again to the same encoding. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       memset(&again, 0, sizeof again);
       if (kolo_ringspec_decode(first, strlen(first), &again) != KOLO_OK) abort();
       if (kolo_ringspec_encode(&again, &second) != KOLO_OK || strcmp(first, second) != 0) {
-        fprintf(stderr, "ring spec not a fixed point:\n%s\n%s\n", first, second ? second : "(null)");
+        fprintf(stderr, "ring record not a fixed point:\n%s\n%s\n", first, second ? second : "(null)");
         abort();
       }
       free(first);

@@ -92,8 +92,11 @@ def main():
     write("fuzz_etcd_reply", "range", bytes([1]) + json.dumps({"header": header, "kvs": [kv, kv], "more": True,
                                                                "count": "3"}).encode())
     write("fuzz_etcd_reply", "kv", bytes([2]) + json.dumps(kv).encode())
-    ring = {"epoch": 3, "secret": "00112233445566778899aabbccddeeff", "members": [
-        {"rank": 0, "worker": "w1", "address": "127.0.0.1:5000"}, {"rank": 1, "worker": "w2", "address": "127.0.0.1:5001"}]}
+    ring = {"job": "j1", "epoch": 3, "timeout_ms": 30000, "secret": "00112233445566778899aabbccddeeff", "members": [
+        {"worker_id": "w1", "rank": 0, "host": "h1", "address": "127.0.0.1:5000", "local_rank": 0, "local_size": 1,
+         "since_epoch": 1},
+        {"worker_id": "w2", "rank": 1, "host": "h2", "address": "127.0.0.1:5001", "local_rank": 0, "local_size": 1,
+         "since_epoch": 3}], "lost": [{"worker_id": "w0", "why": "its lease expired"}], "planned": True}
     write("fuzz_coord_records", "ringspec", bytes([0]) + json.dumps(ring).encode())
     member = {"id": "w1", "host": "h1", "address": "127.0.0.1:5000", "cpus": 2, "gpus": 0, "labels": {"z": "a"},
               "state": "idle"}

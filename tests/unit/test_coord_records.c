@@ -1,4 +1,4 @@
-/* Unit tests for the JSON records kolo keeps in etcd: the ring spec
+/* Unit tests for the JSON records kolo keeps in etcd: the ring record
  * (coordination/ringspec.c) and the worker record (coordination/membership.c)
  * round-trip, and every kind of bad input is rejected with a message; plus the
  * key layout helpers (coordination/keys.c). */
@@ -11,46 +11,72 @@
 
 #include <cmocka.h>
 
-#include "coordination/base64.h"
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
 #include "coordination/ringspec.h"
 
-static void sample(kolo_ringspec *s, kolo_ringspec_rank *ranks) {
+static void sample(kolo_ringspec *s, kolo_ringspec_member *members, kolo_ringspec_lost *lost) {
   memset(s, 0, sizeof *s);
-  ranks[0] = (kolo_ringspec_rank){"w1", "10.0.0.5:7100"};
-  ranks[1] = (kolo_ringspec_rank){"w2", "[fe80::1]:7100"};
-  ranks[2] = (kolo_ringspec_rank){"w3", "node-3.cluster:7100"};
+  members[0] = (kolo_ringspec_member){"w1", "node-a", "10.0.0.5:7100", 0, 2, 1};
+  members[1] = (kolo_ringspec_member){"w2", "node-a", "[fe80::1]:7100", 1, 2, 3};
+  members[2] = (kolo_ringspec_member){"w3", "node-b", "node-3.cluster:7100", 0, 1, 4};
+  lost[0] = (kolo_ringspec_lost){"w9", "its lease expired"};
   s->job = "job-1";
   s->epoch = 4;
-  s->token = "0123456789abcdef0123456789abcdef";
+  s->timeout_ms = 30000;
+  s->secret = "0123456789abcdef0123456789abcdef";
   s->size = 3;
-  s->ranks = ranks;
+  s->members = members;
+  s->n_lost = 1;
+  s->lost = lost;
 }
 
-static void a_ring_spec_round_trips_with_and_without_an_nccl_id(void **state) {
+/* The exact bytes the scheduler wrote before the codec owned the record: readers of
+ * an existing etcd (and the server's lenient history reader) see the same shape. */
+static const char documented[] =
+    "{\"job\":\"job-1\",\"epoch\":4,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef0123456789abcdef\","
+    "\"members\":[{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"node-a\",\"address\":\"10.0.0.5:7100\","
+    "\"local_rank\":0,\"local_size\":2,\"since_epoch\":1},"
+    "{\"worker_id\":\"w2\",\"rank\":1,\"host\":\"node-a\",\"address\":\"[fe80::1]:7100\","
+    "\"local_rank\":1,\"local_size\":2,\"since_epoch\":3},"
+    "{\"worker_id\":\"w3\",\"rank\":2,\"host\":\"node-b\",\"address\":\"node-3.cluster:7100\","
+    "\"local_rank\":0,\"local_size\":1,\"since_epoch\":4}],"
+    "\"lost\":[{\"worker_id\":\"w9\",\"why\":\"its lease expired\"}]}";
+
+static void a_ring_record_round_trips_and_has_the_documented_shape(void **state) {
   (void)state;
   kolo_ringspec s;
-  kolo_ringspec_rank ranks[3];
-  sample(&s, ranks);
-  for (int with_id = 0; with_id < 2; with_id++) {
-    s.has_nccl_id = with_id;
-    for (int i = 0; i < KOLO_RINGSPEC_NCCL_ID_BYTES; i++) s.nccl_id[i] = (unsigned char)(i * 13 + 1);
+  kolo_ringspec_member members[3];
+  kolo_ringspec_lost lost[1];
+  sample(&s, members, lost);
+  for (int planned = 0; planned < 2; planned++) {
+    s.planned = planned;
     char *json = NULL;
     assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_OK);
+    char expected[sizeof documented + 32];
+    snprintf(expected, sizeof expected, "%.*s%s", (int)strlen(documented) - 1, documented,
+             planned ? ",\"planned\":true}" : "}");
+    assert_string_equal(json, expected);
     kolo_ringspec back;
     assert_int_equal(kolo_ringspec_decode(json, strlen(json), &back), KOLO_OK);
     assert_string_equal(back.job, "job-1");
     assert_int_equal(back.epoch, 4);
-    assert_string_equal(back.token, s.token);
+    assert_int_equal(back.timeout_ms, 30000);
+    assert_string_equal(back.secret, s.secret);
     assert_int_equal(back.size, 3);
     for (int r = 0; r < 3; r++) {
-      assert_string_equal(back.ranks[r].worker, ranks[r].worker);
-      assert_string_equal(back.ranks[r].address, ranks[r].address);
+      assert_string_equal(back.members[r].worker_id, members[r].worker_id);
+      assert_string_equal(back.members[r].host, members[r].host);
+      assert_string_equal(back.members[r].address, members[r].address);
+      assert_int_equal(back.members[r].local_rank, members[r].local_rank);
+      assert_int_equal(back.members[r].local_size, members[r].local_size);
+      assert_int_equal(back.members[r].since_epoch, members[r].since_epoch);
     }
-    assert_int_equal(back.has_nccl_id, with_id);
-    if (with_id) assert_memory_equal(back.nccl_id, s.nccl_id, KOLO_RINGSPEC_NCCL_ID_BYTES);
+    assert_int_equal(back.n_lost, 1);
+    assert_string_equal(back.lost[0].worker_id, "w9");
+    assert_string_equal(back.lost[0].why, "its lease expired");
+    assert_int_equal(back.planned, planned);
     assert_int_equal(kolo_ringspec_rank_of(&back, "w3"), 2);
     assert_int_equal(kolo_ringspec_rank_of(&back, "w9"), -1);
     kolo_ringspec_clear(&back);
@@ -58,62 +84,113 @@ static void a_ring_spec_round_trips_with_and_without_an_nccl_id(void **state) {
   }
 }
 
-static void a_ring_spec_with_bad_fields_is_rejected(void **state) {
+static void unknown_fields_are_ignored_and_an_empty_lost_list_is_fine(void **state) {
   (void)state;
-  const char *ok_ranks = "[{\"rank\":0,\"worker\":\"w1\",\"address\":\"h:1\"}]";
-  const char *token = "\"0123456789abcdef\"";
-  char *id127 = calloc(1, 200), *id128 = calloc(1, 200);
-  unsigned char raw[128] = {0};
-  kolo_base64_encode(raw, 127, id127);
-  kolo_base64_encode(raw, 128, id128);
+  const char *json = "{\"job\":\"j\",\"epoch\":1,\"timeout_ms\":5,\"secret\":\"0123456789abcdef\",\"future\":[1],"
+                     "\"members\":[{\"worker_id\":\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,"
+                     "\"local_size\":1,\"since_epoch\":1,\"gpu\":\"x\"}],\"lost\":[]}";
+  kolo_ringspec out;
+  assert_int_equal(kolo_ringspec_decode(json, strlen(json), &out), KOLO_OK);
+  assert_int_equal(out.size, 1);
+  assert_int_equal(out.n_lost, 0);
+  assert_int_equal(out.planned, 0);
+  kolo_ringspec_clear(&out);
+}
+
+/* A one-member record with the member's fields in m, the top-level fields around
+ * them in top (each a JSON fragment ending in a comma, or ""). */
+static void one_member(char *out, size_t size, const char *top, const char *m, const char *lost) {
+  snprintf(out, size,
+           "{%s\"members\":[{\"worker_id\":\"w\",\"rank\":0,%s\"local_rank\":0,\"local_size\":1}],\"lost\":%s}", top,
+           m, lost);
+}
+
+static void a_ring_record_with_bad_fields_is_rejected_naming_the_field(void **state) {
+  (void)state;
+  const char *top = "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef\",";
+  const char *member = "\"host\":\"h\",\"address\":\"h:1\",\"since_epoch\":1,";
   struct {
     kolo_status expect;
     const char *needle;
-    char json[700];
-  } cases[12];
+    char json[900];
+  } cases[24];
   int n = 0;
-#define CASE(st, nd, ...) \
-  do { cases[n].expect = st; cases[n].needle = nd; snprintf(cases[n].json, sizeof cases[n].json, __VA_ARGS__); n++; } while (0)
-  CASE(KOLO_ERR_PARSE, "malformed", "{\"job\":\"j\",");
-  CASE(KOLO_ERR_PARSE, "unknown field 'extra'", "{\"job\":\"j\",\"epoch\":1,\"token\":%s,\"size\":1,\"ranks\":%s,\"extra\":1}", token, ok_ranks);
-  CASE(KOLO_ERR_PARSE, "'epoch'", "{\"job\":\"j\",\"epoch\":\"1\",\"token\":%s,\"size\":1,\"ranks\":%s}", token, ok_ranks);
-  CASE(KOLO_ERR_INVALID_ARG, "size 2", "{\"job\":\"j\",\"epoch\":1,\"token\":%s,\"size\":2,\"ranks\":%s}", token, ok_ranks);
-  CASE(KOLO_ERR_INVALID_ARG, "in order", "{\"job\":\"j\",\"epoch\":1,\"token\":%s,\"size\":1,\"ranks\":[{\"rank\":1,\"worker\":\"w\",\"address\":\"h:1\"}]}", token);
-  CASE(KOLO_ERR_INVALID_ARG, "holds ranks", "{\"job\":\"j\",\"epoch\":1,\"token\":%s,\"size\":2,\"ranks\":[{\"rank\":0,\"worker\":\"w\",\"address\":\"h:1\"},{\"rank\":1,\"worker\":\"w\",\"address\":\"h:2\"}]}", token);
-  CASE(KOLO_ERR_INVALID_ARG, "address", "{\"job\":\"j\",\"epoch\":1,\"token\":%s,\"size\":1,\"ranks\":[{\"rank\":0,\"worker\":\"w\",\"address\":\"h:99999\"}]}", token);
-  CASE(KOLO_ERR_INVALID_ARG, "token", "{\"job\":\"j\",\"epoch\":1,\"token\":\"short\",\"size\":1,\"ranks\":%s}", ok_ranks);
-  CASE(KOLO_ERR_INVALID_ARG, "epoch", "{\"job\":\"j\",\"epoch\":-1,\"token\":%s,\"size\":1,\"ranks\":%s}", token, ok_ranks);
-  CASE(KOLO_ERR_INVALID_ARG, "128 bytes", "{\"job\":\"j\",\"epoch\":1,\"token\":%s,\"size\":1,\"ranks\":%s,\"nccl_id\":\"%s\"}", token, ok_ranks, id127);
-  CASE(KOLO_ERR_INVALID_ARG, "128 bytes", "{\"job\":\"j\",\"epoch\":1,\"token\":%s,\"size\":1,\"ranks\":%s,\"nccl_id\":\"not base64!\"}", token, ok_ranks);
-  CASE(KOLO_ERR_PARSE, "malformed", "{\"job\":\"j\",\"job\":\"k\",\"epoch\":1,\"token\":%s,\"size\":1,\"ranks\":%s}", token, ok_ranks);
+#define CASE(st, nd, t, m, l) \
+  do { cases[n].expect = st; cases[n].needle = nd; one_member(cases[n].json, sizeof cases[n].json, t, m, l); n++; } while (0)
+  CASE(KOLO_ERR_PARSE, "member 0 has no 'address'", top, "\"host\":\"h\",\"since_epoch\":1,", "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "address '?' is not host:port", top, "\"host\":\"h\",\"address\":\"?\",\"since_epoch\":1,", "[]");
+  CASE(KOLO_ERR_PARSE, "member 0 has no 'host'", top, "\"address\":\"h:1\",\"since_epoch\":1,", "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "host must be", top, "\"host\":\"\",\"address\":\"h:1\",\"since_epoch\":1,", "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "since_epoch 3 is not in 0..2", top, "\"host\":\"h\",\"address\":\"h:1\",\"since_epoch\":3,", "[]");
+  CASE(KOLO_ERR_PARSE, "member 0 has no 'since_epoch'", top, "\"host\":\"h\",\"address\":\"h:1\",", "[]");
+  CASE(KOLO_ERR_PARSE, "the record has no 'secret'", "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":30000,", member, "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "secret must be", "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"short\",", member, "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "'timeout_ms' of the record is 0", "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":0,\"secret\":\"0123456789abcdef\",", member, "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "'epoch' of the record is -1", "\"job\":\"j\",\"epoch\":-1,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member, "[]");
+  CASE(KOLO_ERR_PARSE, "'epoch' of the record is not an integer", "\"job\":\"j\",\"epoch\":\"2\",\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member, "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "job id '../x' is not valid", "\"job\":\"../x\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member, "[]");
+  CASE(KOLO_ERR_PARSE, "malformed JSON", "\"job\":\"j\",\"job\":\"k\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member, "[]");
+  CASE(KOLO_ERR_PARSE, "'lost' is missing or not an array", top, member, "{}");
+  CASE(KOLO_ERR_PARSE, "lost entry 0 has no 'why'", top, member, "[{\"worker_id\":\"w0\"}]");
+  CASE(KOLO_ERR_INVALID_ARG, "lost entry 0 has an invalid worker_id", top, member, "[{\"worker_id\":\"\",\"why\":\"x\"}]");
+  CASE(KOLO_ERR_PARSE, "'planned' is not a boolean", "\"planned\":1,\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member, "[]");
 #undef CASE
+  int simple = n;
+  const char *whole[][3] = {
+      {"1", "malformed JSON", "{\"job\":\"j\","},
+      {"1", "malformed JSON: not an object", "[1]"},
+      {"2", "members (1..", "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"members\":[],\"lost\":[]}"},
+      {"1", "'members' is missing", "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[]}"},
+      {"2", "member 0 says rank 1 (members must be listed in rank order)",
+       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[],\"members\":[{\"worker_id\":"
+       "\"w\",\"rank\":1,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,\"local_size\":1,\"since_epoch\":1}]}"},
+      {"2", "worker 'w' holds ranks 0 and 1",
+       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[],\"members\":["
+       "{\"worker_id\":\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,\"local_size\":2,\"since_epoch\":1},"
+       "{\"worker_id\":\"w\",\"rank\":1,\"host\":\"h\",\"address\":\"h:2\",\"local_rank\":1,\"local_size\":2,\"since_epoch\":1}]}"},
+      {"2", "local_rank 1 / local_size 1",
+       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[],\"members\":[{\"worker_id\":"
+       "\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":1,\"local_size\":1,\"since_epoch\":1}]}"},
+  };
+  for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
+    cases[n].expect = whole[i][0][0] == '1' ? KOLO_ERR_PARSE : KOLO_ERR_INVALID_ARG;
+    cases[n].needle = whole[i][1];
+    snprintf(cases[n].json, sizeof cases[n].json, "%s", whole[i][2]);
+    n++;
+  }
+  assert_true(n > simple);
   for (int i = 0; i < n; i++) {
     kolo_ringspec out;
     kolo_status rc = kolo_ringspec_decode(cases[i].json, strlen(cases[i].json), &out);
     if (rc != cases[i].expect || strstr(kolo_etcd_last_error(), cases[i].needle) == NULL)
       fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), kolo_etcd_last_error(), cases[i].json);
-    assert_null(out.ranks);
+    assert_null(out.members);
     assert_null(out.job);
+    assert_null(out.lost);
   }
   /* The good variant of the same shape decodes. */
-  char good[700];
-  snprintf(good, sizeof good, "{\"job\":\"j\",\"epoch\":1,\"token\":%s,\"size\":1,\"ranks\":%s,\"nccl_id\":\"%s\"}", token,
-           ok_ranks, id128);
+  char good[900];
+  one_member(good, sizeof good, top, member, "[{\"worker_id\":\"w0\",\"why\":\"gone\"}]");
   kolo_ringspec out;
   assert_int_equal(kolo_ringspec_decode(good, strlen(good), &out), KOLO_OK);
+  assert_string_equal(out.members[0].address, "h:1");
   kolo_ringspec_clear(&out);
-  free(id127);
-  free(id128);
 }
 
-static void encoding_an_invalid_ring_spec_fails(void **state) {
+static void encoding_an_invalid_ring_record_fails(void **state) {
   (void)state;
   kolo_ringspec s;
-  kolo_ringspec_rank ranks[3];
-  sample(&s, ranks);
-  ranks[1].worker = "w1";
+  kolo_ringspec_member members[3];
+  kolo_ringspec_lost lost[1];
+  sample(&s, members, lost);
+  members[1].worker_id = "w1";
   char *json = NULL;
   assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_ERR_INVALID_ARG);
+  assert_null(json);
+  sample(&s, members, lost);
+  members[2].address = "?"; /* what a member without a worker record used to get */
+  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(kolo_etcd_last_error(), "member 2 (w3) address '?' is not host:port"));
   assert_null(json);
 }
 
@@ -192,9 +269,10 @@ static void keys_follow_the_documented_layout(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(a_ring_spec_round_trips_with_and_without_an_nccl_id),
-      cmocka_unit_test(a_ring_spec_with_bad_fields_is_rejected),
-      cmocka_unit_test(encoding_an_invalid_ring_spec_fails),
+      cmocka_unit_test(a_ring_record_round_trips_and_has_the_documented_shape),
+      cmocka_unit_test(unknown_fields_are_ignored_and_an_empty_lost_list_is_fine),
+      cmocka_unit_test(a_ring_record_with_bad_fields_is_rejected_naming_the_field),
+      cmocka_unit_test(encoding_an_invalid_ring_record_fails),
       cmocka_unit_test(a_worker_record_round_trips_and_has_the_documented_shape),
       cmocka_unit_test(bad_worker_records_are_rejected),
       cmocka_unit_test(keys_follow_the_documented_layout),

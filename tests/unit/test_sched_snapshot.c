@@ -71,8 +71,18 @@ static int setup(void **state) {
       "\"failed_rank\":0,\"formed_epoch\":2}",
       6);
   add(&f->jobs, "/kolo/v1/jobs/b/ring/00000000000000000002",
-      "{\"epoch\":2,\"members\":[{\"worker_id\":\"w1\",\"since_epoch\":1},{\"worker_id\":\"w2\",\"since_epoch\":2}],"
+      "{\"job\":\"b\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef\",\"members\":["
+      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:7001\",\"local_rank\":0,"
+      "\"local_size\":2,\"since_epoch\":1},"
+      "{\"worker_id\":\"w2\",\"rank\":1,\"host\":\"h\",\"address\":\"127.0.0.1:7002\",\"local_rank\":1,"
+      "\"local_size\":2,\"since_epoch\":2}],"
       "\"lost\":[{\"worker_id\":\"w9\",\"why\":\"its lease expired\"}]}",
+      7);
+  /* a newer epoch whose member has no address: the codec refuses it, the snapshot leaves it out */
+  add(&f->jobs, "/kolo/v1/jobs/b/ring/00000000000000000003",
+      "{\"job\":\"b\",\"epoch\":3,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef\",\"members\":["
+      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"local_rank\":0,\"local_size\":1,\"since_epoch\":1}],"
+      "\"lost\":[]}",
       7);
   add(&f->jobs, "/kolo/v1/jobs/b/spec", "{\"min_workers\":1,\"max_workers\":4,\"max_reconfigurations\":3}", 8);
   add(&f->jobs, "/kolo/v1/jobs/b/status",
@@ -122,6 +132,16 @@ static void bounds_prefer_the_status_over_the_spec(void **state) {
   assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[1], "max_workers"), 2);
   assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[1], "min_workers"), 1);
   assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[0], "max_workers"), 1); /* absent: at least 1 */
+}
+
+static void ring_records_are_read_through_their_codec(void **state) {
+  fixture *f = *state;
+  const kolo_ringspec *ring = kolo_sched_job_ring(&f->snap.jobs[1], 2);
+  assert_non_null(ring);
+  assert_int_equal(ring->size, 2);
+  assert_string_equal(ring->members[1].address, "127.0.0.1:7002");
+  assert_null(kolo_sched_job_ring(&f->snap.jobs[1], 3)); /* no address: not a ring */
+  assert_null(kolo_sched_job_ring(&f->snap.jobs[1], 1));
 }
 
 static void the_view_carries_records_reports_and_the_ring(void **state) {
@@ -206,6 +226,7 @@ int main(void) {
       T(jobs_come_oldest_first_and_unreadable_ones_are_dropped),
       T(a_drained_or_assigned_worker_is_not_idle),
       T(bounds_prefer_the_status_over_the_spec),
+      T(ring_records_are_read_through_their_codec),
       T(the_view_carries_records_reports_and_the_ring),
       T(an_assignment_is_valid_only_for_a_member_of_an_active_job),
       cmocka_unit_test(metrics_history_writes_alone_cause_no_pass),

@@ -29,6 +29,7 @@
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
+#include "coordination/ringspec.h"
 #include "worker/agent/capture.h"
 #include "worker/agent/logserver.h"
 #include "worker/agent/logstore.h"
@@ -335,42 +336,45 @@ static json_t *get_json(agent *a, const char *key) {
   return value;
 }
 
-/* Builds the RING line for this worker from the ring JSON; NULL if absent from
- * it, or if the record does not make a valid RING (logged). */
-static char *ring_line_for(agent *a, const json_t *ring, int *rank, int *size) {
-  json_t *members = json_object_get(ring, "members");
-  size_t n = json_array_size(members);
-  int me = -1;
-  for (size_t i = 0; i < n; i++) {
-    const char *id = json_string_value(json_object_get(json_array_get(members, i), "worker_id"));
-    if (id && strcmp(id, a->id) == 0) me = (int)i;
+/* Reads the ring record at key through its codec (coordination/ringspec.h); 0 if
+ * it cannot be read or is not a valid record (logged, naming what is wrong). */
+static int get_ring(agent *a, const char *key, kolo_ringspec *ring) {
+  kolo_etcd_kv kv = {0};
+  if (kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK) {
+    KOLO_LOGW(LOG, "cannot read %s: %s", key, kolo_etcd_last_error());
+    return 0;
   }
-  if (me < 0 || n > KOLO_AGENT_MAX_RING) return NULL;
-  json_t *mine = json_array_get(members, (size_t)me);
-  const char **peers = calloc(n, sizeof *peers);
+  kolo_status rc = kolo_ringspec_decode((const char *)kv.value, kv.value_len, ring);
+  if (rc != KOLO_OK) KOLO_LOGE(LOG, "%s is not a valid ring record: %s", key, kolo_etcd_last_error());
+  kolo_etcd_kv_clear(&kv);
+  return rc == KOLO_OK;
+}
+
+/* Builds the RING line for this worker from the ring record; NULL if absent from
+ * it, or if the record does not make a valid RING (logged). */
+static char *ring_line_for(agent *a, const kolo_ringspec *ring, int *rank, int *size) {
+  int me = kolo_ringspec_rank_of(ring, a->id);
+  if (me < 0 || ring->size > KOLO_AGENT_MAX_RING) return NULL;
+  const char **peers = calloc(ring->size, sizeof *peers);
   if (peers == NULL) return NULL;
-  for (size_t i = 0; i < n; i++)
-    peers[i] = json_string_value(json_object_get(json_array_get(members, i), "address"));
-  json_int_t epoch = json_integer_value(json_object_get(ring, "epoch"));
-  json_int_t timeout = json_integer_value(json_object_get(ring, "timeout_ms"));
+  for (size_t i = 0; i < ring->size; i++) peers[i] = ring->members[i].address;
+  const kolo_ringspec_member *mine = &ring->members[me];
   kolo_agent_msg msg = {
       .verb = KOLO_AGENT_RING,
-      .ring = {.epoch = epoch < 0 ? UINT64_MAX : (uint64_t)epoch, /* negative: refused as out of range */
-               .rank = me, .size = (int)n,
-               .local_rank = (int)json_integer_value(json_object_get(mine, "local_rank")),
-               .local_size = (int)json_integer_value(json_object_get(mine, "local_size")),
-               .timeout_ms = timeout < 0 || timeout > INT32_MAX ? -1 : (int)timeout,
-               .secret = json_string_value(json_object_get(ring, "secret")),
+      .ring = {.epoch = (uint64_t)ring->epoch, .rank = me, .size = (int)ring->size,
+               .local_rank = mine->local_rank, .local_size = mine->local_size,
+               .timeout_ms = (int)ring->timeout_ms, .secret = ring->secret,
                .listen_address = a->listen, .peers = peers,
                /* a planned ring (a drained member leaves): switch at the next commit, nothing redone */
-               .planned = json_is_true(json_object_get(ring, "planned"))}};
+               .planned = ring->planned}};
   char *line = NULL, error[256];
   if (kolo_agent_msg_format(&msg, &line, error, sizeof error) != KOLO_OK)
-    KOLO_LOGE(LOG, "the ring record of epoch %lld is not a valid ring for this worker: %s", (long long)epoch, error);
+    KOLO_LOGE(LOG, "the ring record of epoch %lld is not a valid ring for this worker: %s", (long long)ring->epoch,
+              error);
   free(peers);
   if (line == NULL) return NULL;
   *rank = me;
-  *size = (int)n;
+  *size = (int)ring->size;
   return line;
 }
 
@@ -411,15 +415,15 @@ static int push_builtin_argv(agent *a, strv *argv, json_t *builtin, const json_t
   return bad;
 }
 
-/* Starts the process for job at the ring in ring_json. */
-static void start_process(agent *a, const char *job, const json_t *ring) {
+/* Starts the process for job at ring. */
+static void start_process(agent *a, const char *job, const kolo_ringspec *ring) {
   char key[512];
   snprintf(key, sizeof key, KOLO_KEY_JOBS_PREFIX "%s/spec", job);
   json_t *spec = get_json(a, key);
   strv argv = {0}, env = {0};
   int rank = 0, size = 0;
   char *line = ring_line_for(a, ring, &rank, &size);
-  int64_t epoch = json_integer_value(json_object_get(ring, "epoch"));
+  int64_t epoch = ring->epoch;
   const char *cwd = NULL;
   if (spec == NULL || line == NULL) goto out;
   json_t *exec = json_object_get(spec, "exec");
@@ -556,22 +560,22 @@ static void reconcile(agent *a) {
   }
   if (a->proc == NULL && strcmp(job, a->done_job) == 0 && epoch <= a->done_epoch) goto out;
   if (a->proc != NULL && epoch <= a->epoch) goto out;
-  json_t *ring = get_json(a, ring_key);
-  if (ring == NULL) goto out;
+  kolo_ringspec ring;
+  if (!get_ring(a, ring_key, &ring)) goto out;
   if (a->proc == NULL) {
-    start_process(a, job, ring);
+    start_process(a, job, &ring);
   } else {
     int rank, size;
-    char *line = ring_line_for(a, ring, &rank, &size);
+    char *line = ring_line_for(a, &ring, &rank, &size);
     if (line != NULL) {
       free(a->ring_line);
       a->ring_line = line;
-      a->epoch = json_integer_value(json_object_get(ring, "epoch"));
+      a->epoch = ring.epoch;
       kolo_agent_capture_segment(a->capture, a->epoch, (uint32_t)rank);
       write_report(a);
     }
   }
-  json_decref(ring);
+  kolo_ringspec_clear(&ring);
 out:
   if (a->proc && a->ring_line && a->sent_epoch < a->epoch && kolo_agent_proc_connected(a->proc)) {
     if (kolo_agent_proc_send(a->proc, a->ring_line) == KOLO_OK) {
