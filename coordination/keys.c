@@ -66,3 +66,28 @@ kolo_status kolo_keys_event(const char *job, int64_t n, char *buf, size_t size) 
   return rc != KOLO_OK ? rc
                        : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/events/%020" PRId64, job, n), size);
 }
+
+int kolo_keys_event_number(const char *segment, uint64_t *n) {
+  size_t digits = segment ? strspn(segment, "0123456789") : 0;
+  if (digits == 0 || digits > 20 || segment[digits] != '\0') return 0;
+  uint64_t value = 0;
+  for (size_t i = 0; i < digits; i++) {
+    unsigned d = (unsigned)(segment[i] - '0');
+    if (value > (UINT64_MAX - d) / 10) return 0;
+    value = value * 10 + d;
+  }
+  *n = value;
+  return 1;
+}
+
+kolo_status kolo_keys_report(const char *job, const char *worker, char *buf, size_t size) {
+  kolo_status rc = check_name("job id", job);
+  if (rc == KOLO_OK) rc = check_name("worker id", worker);
+  return rc != KOLO_OK ? rc
+                       : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/reports/%s", job, worker), size);
+}
+
+kolo_status kolo_keys_metrics(const char *job, uint64_t step, char *buf, size_t size) {
+  kolo_status rc = check_name("job id", job);
+  return rc != KOLO_OK ? rc : fit(snprintf(buf, size, KOLO_KEY_METRICS_PREFIX "%s/%020" PRIu64, job, step), size);
+}

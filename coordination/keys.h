@@ -12,7 +12,7 @@
 #define KOLO_KEY_ROOT "/kolo/v1/"
 #define KOLO_KEY_LEADER_PREFIX "/kolo/v1/leader/"   /* + <lease id, hex> */
 #define KOLO_KEY_WORKERS_PREFIX "/kolo/v1/workers/" /* + <worker id> */
-#define KOLO_KEY_JOBS_PREFIX "/kolo/v1/jobs/"       /* + <job id>/{spec,status,events/,ring/} */
+#define KOLO_KEY_JOBS_PREFIX "/kolo/v1/jobs/"       /* + <job id>/{spec,status,events/,ring/,reports/} */
 #define KOLO_KEY_ASSIGN_PREFIX "/kolo/v1/assign/"   /* + <worker id> */
 #define KOLO_KEY_DRAIN_PREFIX "/kolo/v1/drain/"     /* + <worker id> (coordination/drain.h) */
 #define KOLO_KEY_METRICS_PREFIX "/kolo/v1/metrics/" /* + <job id>/<step> (server/recorder.c) */
@@ -31,14 +31,29 @@ kolo_status kolo_keys_assign(const char *worker_id, char *buf, size_t size);
 /* "/kolo/v1/drain/<id>". */
 kolo_status kolo_keys_drain(const char *worker_id, char *buf, size_t size);
 
-/* "/kolo/v1/jobs/<job>/<leaf>" for leaf "spec", "status", "events/", "ring/". */
+/* "/kolo/v1/jobs/<job>/<leaf>" for leaf "spec", "status", "events/", "ring/", "reports/". */
 kolo_status kolo_keys_job(const char *job_id, const char *leaf, char *buf, size_t size);
 
 /* "/kolo/v1/jobs/<job>/ring/<epoch>", the epoch zero-padded to 20 digits so that
  * key order is epoch order (the newest ring is the last key under ring/). */
 kolo_status kolo_keys_ring(const char *job_id, int64_t epoch, char *buf, size_t size);
 
-/* "/kolo/v1/jobs/<job>/events/<n>", n zero-padded to 20 digits. */
+/* "/kolo/v1/jobs/<job>/events/<n>", n zero-padded to 20 digits. Until this helper was
+ * used everywhere the server and the scheduler wrote 10 digits, so an etcd kept from
+ * then holds both widths, and "events/00000000000000000011" sorts BEFORE
+ * "events/0000000010": readers take the number from the key (kolo_keys_event_number)
+ * or the record's "seq", never the order of the keys. */
 kolo_status kolo_keys_event(const char *job_id, int64_t n, char *buf, size_t size);
+
+/* The event number of an event key's last segment (what follows "events/"): 1 to 20
+ * decimal digits, nothing else. 0 if it is not one. */
+int kolo_keys_event_number(const char *segment, uint64_t *n);
+
+/* "/kolo/v1/jobs/<job>/reports/<worker>": what worker's agent reports about the job. */
+kolo_status kolo_keys_report(const char *job_id, const char *worker_id, char *buf, size_t size);
+
+/* "/kolo/v1/metrics/<job>/<step>", step zero-padded to 20 digits (a job's metrics
+ * history, in step order). */
+kolo_status kolo_keys_metrics(const char *job_id, uint64_t step, char *buf, size_t size);
 
 #endif

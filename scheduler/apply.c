@@ -45,15 +45,24 @@ static kolo_status commit(const kolo_sched_writer *wr, kolo_sched_txn *t) {
 
 /* ---- status and events ---- */
 
+/* A malloc'd copy of key (NULL, which breaks the txn, if building it failed). */
+static char *key_copy(kolo_status built, const char *key) { return built == KOLO_OK ? strdup(key) : NULL; }
+
+static char *status_key(const kolo_sched_job *j) {
+  char key[512];
+  return key_copy(kolo_keys_job(j->id, "status", key, sizeof key), key);
+}
+
 /* Starts a write of j: status compare, a copy of the status to edit. */
 static json_t *begin_job_write(kolo_sched_txn *t, const kolo_sched_job *j) {
-  kolo_sched_txn_compare(t, KOLO_ETCD_CMP_MOD, fmt(KOLO_KEY_JOBS_PREFIX "%s/status", j->id), j->status_mod);
+  kolo_sched_txn_compare(t, KOLO_ETCD_CMP_MOD, status_key(j), j->status_mod);
   return json_deep_copy(j->status);
 }
 
 static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch, const char *message) {
   uint64_t seq = ++j->max_seq;
-  char *key = fmt(KOLO_KEY_JOBS_PREFIX "%s/events/%010" PRIu64, j->id, seq);
+  char buf[512];
+  char *key = key_copy(kolo_keys_event(j->id, (int64_t)seq, buf, sizeof buf), buf);
   json_t *event = json_pack("{s:I, s:I, s:s, s:s, s:I}", "seq", (json_int_t)seq, "time_unix_ms",
                             (json_int_t)wall_ms(), "type", type, "message", message, "epoch", (json_int_t)epoch);
   kolo_sched_txn_compare(t, KOLO_ETCD_CMP_CREATE, key ? strdup(key) : NULL, 0);
@@ -64,7 +73,7 @@ static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, in
 
 static void finish_job_write(kolo_sched_txn *t, const kolo_sched_job *j, json_t *status) {
   json_object_set_new(status, "updated_unix_ms", json_integer(wall_ms()));
-  kolo_sched_txn_put(t, fmt(KOLO_KEY_JOBS_PREFIX "%s/status", j->id), json_dumps(status, JSON_COMPACT));
+  kolo_sched_txn_put(t, status_key(j), json_dumps(status, JSON_COMPACT));
   json_decref(status);
 }
 

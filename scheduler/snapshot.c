@@ -87,8 +87,9 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
   const char *text = (const char *)kv->value;
   size_t length = kv->value_len;
   if (strncmp(part, "events/", 7) == 0) {
-    uint64_t seq = strtoull(part + 7, NULL, 10);
-    if (seq > j->max_seq) j->max_seq = seq;
+    /* 10-digit keys (older writers) sort after 20-digit ones: take the maximum, not the last */
+    uint64_t seq = 0;
+    if (kolo_keys_event_number(part + 7, &seq) && seq > j->max_seq) j->max_seq = seq;
   } else if (strcmp(part, "spec") == 0) {
     json_decref(j->spec);
     j->spec = json_loadb(text, length, 0, NULL);

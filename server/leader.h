@@ -13,8 +13,6 @@
 #include "coordination/etcd_access.h"
 #include "kolo/status.h"
 
-#define KOLO_SERVER_LEADER_PREFIX "/kolo/v1/leader/"
-
 typedef struct kolo_server_leader kolo_server_leader;
 
 /* Starts campaigning in a thread of its own. endpoints: comma-separated etcd URLs. */

@@ -357,7 +357,7 @@ static int worker_endpoint(kolo_server_logstream *s, const char *worker, char *u
                            size_t token_len) {
   kolo_server_kv *kv = kolo_server_store_kv(s->logs->cfg.store);
   char key[256];
-  snprintf(key, sizeof key, "%s%s", KOLO_SERVER_WORKERS_PREFIX, worker);
+  if (kolo_keys_worker(worker, key, sizeof key) != KOLO_OK) return -1;
   kolo_server_kv_item *items = NULL;
   size_t n = 0;
   int64_t revision = 0;
@@ -506,7 +506,7 @@ static source *ensure_source(kolo_server_logstream *s, const char *worker) {
 static void add_ring_members(kolo_server_logstream *s) {
   kolo_server_kv *kv = kolo_server_store_kv(s->logs->cfg.store);
   char prefix[160];
-  snprintf(prefix, sizeof prefix, "%s%s/ring/", KOLO_SERVER_JOBS_PREFIX, s->job);
+  if (kolo_keys_job(s->job, "ring/", prefix, sizeof prefix) != KOLO_OK) return;
   kolo_server_kv_item *items = NULL;
   size_t n = 0;
   int64_t revision = 0;

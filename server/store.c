@@ -128,7 +128,7 @@ static kolo_status entry_put_event(entry *e, Kolo__V1__Event *ev) {
 
 /* Applies one key of /kolo/v1/jobs/ to the view (write lock held). */
 static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item, int is_delete) {
-  const char *rest = item->key + strlen(KOLO_SERVER_JOBS_PREFIX);
+  const char *rest = item->key + strlen(KOLO_KEY_JOBS_PREFIX);
   const char *slash = strchr(rest, '/');
   if (slash == NULL || (size_t)(slash - rest) > KOLO_SERVER_ID_MAX) return;
   char id[KOLO_SERVER_ID_MAX + 1];
@@ -199,12 +199,12 @@ static int has_prefix(const char *key, const char *prefix) { return strncmp(key,
 
 /* Applies one key under /kolo/v1/ to the view (write lock held). */
 static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, int is_delete) {
-  if (has_prefix(item->key, KOLO_SERVER_JOBS_PREFIX))
+  if (has_prefix(item->key, KOLO_KEY_JOBS_PREFIX))
     apply_job_item(s, item, is_delete);
-  else if (has_prefix(item->key, KOLO_SERVER_METRICS_PREFIX))
+  else if (has_prefix(item->key, KOLO_KEY_METRICS_PREFIX))
     kolo_server_store_apply_point(s, item->key, item, is_delete);
-  else if (has_prefix(item->key, KOLO_SERVER_WORKERS_PREFIX) || has_prefix(item->key, KOLO_SERVER_DRAIN_PREFIX) ||
-           has_prefix(item->key, KOLO_SERVER_ASSIGN_PREFIX))
+  else if (has_prefix(item->key, KOLO_KEY_WORKERS_PREFIX) || has_prefix(item->key, KOLO_KEY_DRAIN_PREFIX) ||
+           has_prefix(item->key, KOLO_KEY_ASSIGN_PREFIX))
     s->workers_batch = s->batch;
 }
 
@@ -291,7 +291,7 @@ kolo_status kolo_server_store_create(kolo_server_kv *kv, kolo_server_store **out
   pthread_cond_init(&s->rev_cond, NULL);
   pthread_mutex_init(&s->sub_lock, NULL);
   s->batch = 1;
-  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_ROOT_PREFIX, &items, &n, &revision));
+  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_KEY_ROOT, &items, &n, &revision));
   pthread_rwlock_wrlock(&s->lock);
   for (size_t i = 0; i < n; i++) apply_item(s, &items[i], 0);
   for (size_t i = 0; i < s->count; i++) {
@@ -302,7 +302,7 @@ kolo_status kolo_server_store_create(kolo_server_kv *kv, kolo_server_store **out
   s->list_batch = s->workers_batch = s->batch;
   pthread_rwlock_unlock(&s->lock);
   s->revision = revision;
-  KOLO_CHECK_GOTO_RC(kv->ops->start_watch(kv, KOLO_SERVER_ROOT_PREFIX, revision + 1, on_watch, s));
+  KOLO_CHECK_GOTO_RC(kv->ops->start_watch(kv, KOLO_KEY_ROOT, revision + 1, on_watch, s));
   KOLO_LOGI(LOG, "loaded %zu jobs at revision %" PRId64, s->count, revision);
   kolo_server_kv_items_free(items, n);
   *out = s;
@@ -448,12 +448,14 @@ void kolo_server_store_count_phases(kolo_server_store *s, uint64_t counts[7]) {
 
 /* ---- writes ---- */
 
-static void job_key(char *out, size_t len, const char *id, const char *part) {
-  snprintf(out, len, KOLO_SERVER_JOBS_PREFIX "%s/%s", id, part);
+/* Job ids the store writes are valid key segments (kolo_server_job_id_valid is stricter
+ * than kolo_keys_name_valid), so these never fail for them; the status says if they do. */
+static kolo_status job_key(char *out, size_t len, const char *id, const char *part) {
+  return kolo_keys_job(id, part, out, len);
 }
 
-static void event_key(char *out, size_t len, const char *id, uint64_t seq) {
-  snprintf(out, len, KOLO_SERVER_JOBS_PREFIX "%s/events/%010" PRIu64, id, seq);
+static kolo_status event_key(char *out, size_t len, const char *id, uint64_t seq) {
+  return kolo_keys_event(id, (int64_t)seq, out, len);
 }
 
 /* The view's status revision and event count for id (0, 0 if unknown). */
@@ -482,14 +484,14 @@ static kolo_status write_status(kolo_server_store *s, const Kolo__V1__Job *job, 
   char (*keys)[160] = calloc(n_new + 1, sizeof *keys);
   char **values = calloc(n_new + 1, sizeof *values);
   if (!cmps || !puts || !keys || !values) goto out;
-  job_key(keys[0], sizeof keys[0], job->id, "status");
+  if (job_key(keys[0], sizeof keys[0], job->id, "status") != KOLO_OK) goto out;
   cmps[0] = (kolo_server_kv_compare){keys[0], KOLO_SERVER_KV_MOD, status_rev};
   values[0] = kolo_server_json_dump_message(&job->status->base, 0);
   if (values[0] == NULL) goto out;
   puts[0] = (kolo_server_kv_put){keys[0], values[0], 0};
   for (size_t i = 0; i < n_new; i++) {
     const Kolo__V1__Event *ev = job->events[first_new + i];
-    event_key(keys[i + 1], sizeof keys[i + 1], job->id, ev->seq);
+    if (event_key(keys[i + 1], sizeof keys[i + 1], job->id, ev->seq) != KOLO_OK) goto out;
     cmps[i + 1] = (kolo_server_kv_compare){keys[i + 1], KOLO_SERVER_KV_CREATE, 0};
     values[i + 1] = kolo_server_json_dump_message(&ev->base, 0);
     if (values[i + 1] == NULL) goto out;
@@ -569,7 +571,7 @@ static kolo_status read_spec(kolo_server_store *s, const char *id, Kolo__V1__Job
   kolo_server_kv_item *items = NULL;
   size_t n = 0;
   int64_t revision;
-  job_key(key, sizeof key, id, "spec");
+  KOLO_CHECK(job_key(key, sizeof key, id, "spec"));
   KOLO_CHECK(s->kv->ops->range(s->kv, key, &items, &n, &revision));
   kolo_status rc = KOLO_ERR_NOT_FOUND;
   for (size_t i = 0; i < n; i++) {
@@ -605,9 +607,12 @@ kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *sp
   event_json = kolo_server_json_dump_message(&job->events[0]->base, 0);
   rc = KOLO_ERR_NO_MEMORY;
   if (!spec_json || !status_json || !event_json) goto out;
-  job_key(spec_key, sizeof spec_key, id, "spec");
-  job_key(status_key, sizeof status_key, id, "status");
-  event_key(event_key_text, sizeof event_key_text, id, 1);
+  if (job_key(spec_key, sizeof spec_key, id, "spec") != KOLO_OK ||
+      job_key(status_key, sizeof status_key, id, "status") != KOLO_OK ||
+      event_key(event_key_text, sizeof event_key_text, id, 1) != KOLO_OK) {
+    rc = KOLO_ERR_INVALID_ARG;
+    goto out;
+  }
   kolo_server_kv_compare cmp = {spec_key, KOLO_SERVER_KV_CREATE, 0};
   kolo_server_kv_put puts[3] = {{spec_key, spec_json, 0}, {status_key, status_json, 0}, {event_key_text, event_json, 0}};
   int64_t revision = 0;

@@ -10,19 +10,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coordination/keys.h"
+#include "coordination/keys.h" /* the key layout: KOLO_KEY_*_PREFIX, kolo_keys_* */
 #include "kolo/status.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
 #include "server/demand.h"
 #include "server/kv.h"
 
-#define KOLO_SERVER_ROOT_PREFIX "/kolo/v1/"
-#define KOLO_SERVER_JOBS_PREFIX "/kolo/v1/jobs/"
-#define KOLO_SERVER_METRICS_PREFIX KOLO_KEY_METRICS_PREFIX
-#define KOLO_SERVER_WORKERS_PREFIX "/kolo/v1/workers/"
-#define KOLO_SERVER_DRAIN_PREFIX "/kolo/v1/drain/"
-#define KOLO_SERVER_ASSIGN_PREFIX "/kolo/v1/assign/"
 
 typedef struct kolo_server_store kolo_server_store;
 

@@ -17,7 +17,7 @@
 #define LIST_JSON_JOBS 1000
 
 void kolo_server_store_metrics_key(char *out, size_t len, const char *id, uint64_t step) {
-  snprintf(out, len, KOLO_SERVER_METRICS_PREFIX "%s/%020" PRIu64, id, step);
+  if (kolo_keys_metrics(id, step, out, len) != KOLO_OK && len > 0) out[0] = '\0';
 }
 
 /* ---- applying keys (write lock held) ---- */
@@ -87,7 +87,7 @@ void kolo_server_store_apply_point(kolo_server_store *s, const char *key, const 
                                    int is_delete) {
   char id[KOLO_SERVER_ID_MAX + 1];
   uint64_t step;
-  if (!split_key(key, KOLO_SERVER_METRICS_PREFIX, id, sizeof id, &step)) return;
+  if (!split_key(key, KOLO_KEY_METRICS_PREFIX, id, sizeof id, &step)) return;
   if (is_delete) {
     long at = kolo_server_store_find_entry(s, id);
     if (at < 0) return;
@@ -152,7 +152,7 @@ out:
 
 void kolo_server_store_apply_ring(entry *e, const kolo_server_kv_item *item, int is_delete) {
   /* "/kolo/v1/jobs/<id>/ring/<epoch>" (the caller found e by <id>) */
-  const char *digits = strstr(item->key + strlen(KOLO_SERVER_JOBS_PREFIX), "/ring/");
+  const char *digits = strstr(item->key + strlen(KOLO_KEY_JOBS_PREFIX), "/ring/");
   if (digits == NULL) return;
   digits += strlen("/ring/");
   size_t n_digits = strlen(digits);

@@ -1,5 +1,5 @@
 /* ClusterService's side of the store: workers registered under /kolo/v1/workers/ (written
- * by kolo-worker, read here leniently) and drain marks under /kolo/v1/drain/, each written
+ * by kolo-worker, read here through the same codec, coordination/membership.h) and drain marks under /kolo/v1/drain/, each written
  * under the lease of the registration it drains (coordination/drain.h). Read straight from
  * etcd: these are rare calls, unlike job reads. */
 #include <inttypes.h>
@@ -11,7 +11,9 @@
 #include "common/checks.h"
 #include "common/log.h"
 #include "coordination/drain.h"
+#include "coordination/etcd.h"
 #include "coordination/keys.h"
+#include "coordination/membership.h"
 #include "server/job_model.h"
 #include "server/json_codec.h"
 #include "server/store.h"
@@ -31,51 +33,50 @@ static const char *state_name(const char *state) {
   return upper;
 }
 
-/* Reads a worker registration leniently: the worker component owns its exact shape. */
-static Kolo__V1__Worker *worker_from_json(const char *key, const char *text, size_t len) {
-  json_t *obj = json_loadb(text, len, 0, NULL);
-  Kolo__V1__Worker *w = malloc(sizeof *w);
-  if (w == NULL) {
-    json_decref(obj);
+/* A worker registration read through the worker record's codec (coordination/membership.h,
+ * the one kolo-worker writes with); NULL (logged) for a record that does not decode or whose
+ * id is not its key's, as kolo_membership_list skips them. */
+static Kolo__V1__Worker *worker_from_record(const char *key, const char *text, size_t len) {
+  kolo_member m;
+  if (kolo_member_from_json(text, len, &m) != KOLO_OK) {
+    KOLO_LOGW(LOG, "ignoring %s: %s", key, kolo_etcd_last_error());
     return NULL;
   }
-  kolo__v1__worker__init(w);
-  const char *id = key + strlen(KOLO_SERVER_WORKERS_PREFIX);
-  kolo_server_pb_set_string(&w->id, json_string_value(json_object_get(obj, "id")) ?: id);
-  kolo_server_pb_set_string(&w->host, json_string_value(json_object_get(obj, "host")) ?: "");
-  kolo_server_pb_set_string(&w->address, json_string_value(json_object_get(obj, "address")) ?: "");
-  kolo_server_pb_set_string(&w->state, state_name(json_string_value(json_object_get(obj, "state"))));
-  kolo_server_pb_set_string(&w->job_id, json_string_value(json_object_get(obj, "job_id")) ?: "");
-  /* kolo-worker's record (coordination/membership.c) says "cpus": one slot each */
-  json_t *slots = json_object_get(obj, "slots");
-  w->slots = (uint32_t)json_integer_value(slots ? slots : json_object_get(obj, "cpus"));
-  w->gpus = (uint32_t)json_integer_value(json_object_get(obj, "gpus"));
-  w->registered_unix_ms = json_integer_value(json_object_get(obj, "registered_unix_ms"));
-  json_t *labels = json_object_get(obj, "labels");
-  if (json_is_object(labels) && json_object_size(labels) > 0) {
-    w->labels = calloc(json_object_size(labels), sizeof *w->labels);
-    const char *name;
-    json_t *value;
-    json_object_foreach(labels, name, value) {
-      if (w->labels == NULL || !json_is_string(value)) continue;
-      Kolo__V1__Worker__LabelsEntry *entry = malloc(sizeof *entry);
-      if (entry == NULL) continue;
-      kolo__v1__worker__labels_entry__init(entry);
-      kolo_server_pb_set_string(&entry->key, name);
-      kolo_server_pb_set_string(&entry->value, json_string_value(value));
-      w->labels[w->n_labels++] = entry;
-    }
+  Kolo__V1__Worker *w = NULL;
+  if (strcmp(m.id, key + strlen(KOLO_KEY_WORKERS_PREFIX)) != 0) {
+    KOLO_LOGW(LOG, "ignoring %s: the record says id '%s'", key, m.id);
+    goto out;
   }
-  json_decref(obj);
+  w = malloc(sizeof *w);
+  if (w == NULL) goto out;
+  kolo__v1__worker__init(w);
+  kolo_server_pb_set_string(&w->id, m.id);
+  kolo_server_pb_set_string(&w->host, m.host);
+  kolo_server_pb_set_string(&w->address, m.address);
+  kolo_server_pb_set_string(&w->state, state_name(m.state));
+  kolo_server_pb_set_string(&w->job_id, ""); /* from its assignment */
+  w->slots = (uint32_t)m.cpus; /* one slot per CPU */
+  w->gpus = (uint32_t)m.gpus;
+  w->registered_unix_ms = m.registered_unix_ms;
+  w->labels = m.label_count ? calloc(m.label_count, sizeof *w->labels) : NULL;
+  for (size_t i = 0; w->labels && i < m.label_count; i++) {
+    Kolo__V1__Worker__LabelsEntry *entry = malloc(sizeof *entry);
+    if (entry == NULL) continue;
+    kolo__v1__worker__labels_entry__init(entry);
+    kolo_server_pb_set_string(&entry->key, m.labels[i].key);
+    kolo_server_pb_set_string(&entry->value, m.labels[i].value);
+    w->labels[w->n_labels++] = entry;
+  }
+out:
+  kolo_member_clear(&m);
   return w;
 }
 
 /* The job a worker is assigned to, from /kolo/v1/assign/<id> ({"job": ...}); "" if none. */
 static void set_job_from_assignments(Kolo__V1__Worker *w, const kolo_server_kv_item *assigns,
                                      size_t n_assigns) {
-  if (w->job_id != NULL && w->job_id[0] != '\0') return;
   for (size_t a = 0; a < n_assigns; a++) {
-    if (strcmp(assigns[a].key + strlen(KOLO_SERVER_ASSIGN_PREFIX), w->id) != 0) continue;
+    if (strcmp(assigns[a].key + strlen(KOLO_KEY_ASSIGN_PREFIX), w->id) != 0) continue;
     json_t *obj = json_loadb(assigns[a].value, assigns[a].value_len, 0, NULL);
     const char *job = json_string_value(json_object_get(obj, "job"));
     if (job != NULL) kolo_server_pb_set_string(&w->job_id, job);
@@ -87,7 +88,7 @@ static void set_job_from_assignments(Kolo__V1__Worker *w, const kolo_server_kv_i
 static const kolo_server_kv_item *drain_mark_of(const kolo_server_kv_item *drains, size_t n, const char *id,
                                                 int64_t lease) {
   for (size_t d = 0; d < n; d++)
-    if (strcmp(drains[d].key + strlen(KOLO_SERVER_DRAIN_PREFIX), id) == 0 &&
+    if (strcmp(drains[d].key + strlen(KOLO_KEY_DRAIN_PREFIX), id) == 0 &&
         kolo_drain_mark_applies(drains[d].value, drains[d].value_len, lease))
       return &drains[d];
   return NULL;
@@ -99,9 +100,9 @@ kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListW
   size_t n = 0, n_drains = 0, n_assigns = 0;
   int64_t revision;
   kolo_status rc;
-  KOLO_CHECK(kv->ops->range(kv, KOLO_SERVER_WORKERS_PREFIX, &items, &n, &revision));
-  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_DRAIN_PREFIX, &drains, &n_drains, &revision));
-  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_SERVER_ASSIGN_PREFIX, &assigns, &n_assigns, &revision));
+  KOLO_CHECK(kv->ops->range(kv, KOLO_KEY_WORKERS_PREFIX, &items, &n, &revision));
+  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_KEY_DRAIN_PREFIX, &drains, &n_drains, &revision));
+  KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_KEY_ASSIGN_PREFIX, &assigns, &n_assigns, &revision));
   rc = KOLO_ERR_NO_MEMORY;
   Kolo__V1__ListWorkersResponse *resp = malloc(sizeof *resp);
   if (resp == NULL) goto out;
@@ -112,9 +113,9 @@ kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListW
     goto out;
   }
   for (size_t i = 0; i < n; i++) {
-    Kolo__V1__Worker *w = worker_from_json(items[i].key, items[i].value, items[i].value_len);
+    Kolo__V1__Worker *w = worker_from_record(items[i].key, items[i].value, items[i].value_len);
     if (w == NULL) continue;
-    w->draining = drain_mark_of(drains, n_drains, items[i].key + strlen(KOLO_SERVER_WORKERS_PREFIX),
+    w->draining = drain_mark_of(drains, n_drains, items[i].key + strlen(KOLO_KEY_WORKERS_PREFIX),
                                 items[i].lease) != NULL;
     if (w->draining) kolo_server_pb_set_string(&w->state, "DRAINING");
     set_job_from_assignments(w, assigns, n_assigns);

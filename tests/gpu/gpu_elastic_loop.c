@@ -69,6 +69,11 @@ int main(int argc, char **argv) {
   if (status == KOLO_OK) status = kolo_nccl_copy_to_device(acc_dev, a, length * sizeof *a);
   if (status != KOLO_OK || a == NULL || c == NULL) {
     fprintf(stderr, "kolo-gpu-elastic-loop: setup: %s\n", kolo_strerror(status));
+    kolo_nccl_device_free(contribution_dev);
+    kolo_nccl_device_free(acc_dev);
+    free(c);
+    free(a);
+    kolo_elastic_destroy(elastic);
     return 1;
   }
   int64_t step = 0;

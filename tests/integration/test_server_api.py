@@ -221,7 +221,7 @@ class ApiTest(unittest.TestCase):
     def test_workers_are_listed_from_etcd_and_can_be_drained(self):
         key = base64.b64encode(b"/kolo/v1/workers/w-test-1").decode()
         value = base64.b64encode(json.dumps({"id": "w-test-1", "host": "node-a", "address": "10.0.0.1:9000",
-                                             "slots": 2, "state": "IDLE"}).encode()).decode()
+                                             "cpus": 2, "gpus": 0, "state": "idle"}).encode()).decode()
         req = urllib.request.Request(self.etcd.url + "/v3/kv/put", data=json.dumps({"key": key, "value": value}).encode(),
                                      method="POST")
         urllib.request.urlopen(req, timeout=5).read()
@@ -239,7 +239,7 @@ class ApiTest(unittest.TestCase):
         for written, shown in (("idle", "IDLE"), ("busy", "BUSY"), ("draining", "DRAINING")):
             key2 = base64.b64encode(b"/kolo/v1/workers/w-case").decode()
             value2 = base64.b64encode(json.dumps({"id": "w-case", "host": "h", "address": "10.0.0.2:1",
-                                                  "cpus": 1, "state": written}).encode()).decode()
+                                                  "cpus": 1, "gpus": 0, "state": written}).encode()).decode()
             urllib.request.urlopen(urllib.request.Request(
                 self.etcd.url + "/v3/kv/put", data=json.dumps({"key": key2, "value": value2}).encode(),
                 method="POST"), timeout=5).read()

@@ -311,9 +311,9 @@ json_t *cluster_report(cluster *c, const char *job, const char *worker) {
   const char *endpoints[] = {kolo_etcd_harness_url(c->etcd)};
   kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1};
   kolo_etcd *etcd = NULL;
-  if (kolo_etcd_create(&config, &etcd) != KOLO_OK) return NULL;
   char key[512];
-  snprintf(key, sizeof key, KOLO_KEY_JOBS_PREFIX "%s/reports/%s", job, worker);
+  if (kolo_keys_report(job, worker, key, sizeof key) != KOLO_OK) return NULL;
+  if (kolo_etcd_create(&config, &etcd) != KOLO_OK) return NULL;
   kolo_etcd_kv kv = {0};
   json_t *report = NULL;
   if (kolo_etcd_get(etcd, kolo_etcd_str(key), &kv, NULL) == KOLO_OK)

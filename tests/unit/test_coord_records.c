@@ -261,6 +261,26 @@ static void keys_follow_the_documented_layout(void **state) {
   assert_string_equal(key, "/kolo/v1/assign/w1");
   assert_int_equal(kolo_keys_event("j", 7, key, sizeof key), KOLO_OK);
   assert_string_equal(key, "/kolo/v1/jobs/j/events/00000000000000000007");
+  assert_int_equal(kolo_keys_report("j", "w1", key, sizeof key), KOLO_OK);
+  assert_string_equal(key, "/kolo/v1/jobs/j/reports/w1");
+  assert_int_equal(kolo_keys_report("j", "a/b", key, sizeof key), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_keys_metrics("j", 12, key, sizeof key), KOLO_OK);
+  assert_string_equal(key, "/kolo/v1/metrics/j/00000000000000000012");
+  assert_int_equal(kolo_keys_drain("w1", key, sizeof key), KOLO_OK);
+  assert_string_equal(key, "/kolo/v1/drain/w1");
+  /* event numbers: what both key widths say (10 digits from older writers), nothing else */
+  uint64_t n = 0;
+  assert_true(kolo_keys_event_number("00000000000000000007", &n));
+  assert_int_equal(n, 7);
+  assert_true(kolo_keys_event_number("0000000010", &n));
+  assert_int_equal(n, 10);
+  assert_true(kolo_keys_event_number("18446744073709551615", &n));
+  assert_true(n == UINT64_MAX);
+  assert_false(kolo_keys_event_number("18446744073709551616", &n));
+  assert_false(kolo_keys_event_number("", &n));
+  assert_false(kolo_keys_event_number("12x", &n));
+  assert_false(kolo_keys_event_number("-1", &n));
+  assert_false(kolo_keys_event_number("000000000000000000001", &n)); /* 21 digits */
   assert_int_equal(kolo_keys_worker("../x", key, sizeof key), KOLO_ERR_INVALID_ARG);
   assert_int_equal(kolo_keys_worker("..", key, sizeof key), KOLO_ERR_INVALID_ARG);
   assert_int_equal(kolo_keys_ring("j", -1, key, sizeof key), KOLO_ERR_INVALID_ARG);

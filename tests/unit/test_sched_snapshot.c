@@ -144,6 +144,26 @@ static void ring_records_are_read_through_their_codec(void **state) {
   assert_null(kolo_sched_job_ring(&f->snap.jobs[1], 1));
 }
 
+/* An etcd kept from before the keys helper held 10-digit event keys; a 20-digit key
+ * sorts before them ("...00011" < "0000000010"), so the next number is the maximum
+ * of the keys' numbers, not the last key's. */
+static void event_numbers_of_both_key_widths_count(void **state) {
+  (void)state;
+  kolo_sched_snapshot snap = {0};
+  kvs none = {0}, jobs = {0};
+  add(&jobs, "/kolo/v1/jobs/old/events/00000000000000000011", "{}", 3);
+  add(&jobs, "/kolo/v1/jobs/old/events/0000000010", "{}", 2);
+  add(&jobs, "/kolo/v1/jobs/old/events/not-a-number", "{}", 2);
+  add(&jobs, "/kolo/v1/jobs/old/spec", "{}", 1);
+  add(&jobs, "/kolo/v1/jobs/old/status", "{\"phase\":\"RUNNING\"}", 3);
+  kolo_etcd_range_result a = range(&none), d = range(&none), j = range(&jobs);
+  assert_int_equal(kolo_sched_snapshot_fill(&snap, &a, &d, &j), KOLO_OK);
+  assert_int_equal(snap.n_jobs, 1);
+  assert_int_equal(snap.jobs[0].max_seq, 11);
+  kolo_sched_snapshot_free(&snap);
+  clear(&jobs);
+}
+
 static void the_view_carries_records_reports_and_the_ring(void **state) {
   fixture *f = *state;
   kolo_sched_job_view view;
@@ -227,6 +247,7 @@ int main(void) {
       T(a_drained_or_assigned_worker_is_not_idle),
       T(bounds_prefer_the_status_over_the_spec),
       T(ring_records_are_read_through_their_codec),
+      cmocka_unit_test(event_numbers_of_both_key_widths_count),
       T(the_view_carries_records_reports_and_the_ring),
       T(an_assignment_is_valid_only_for_a_member_of_an_active_job),
       cmocka_unit_test(metrics_history_writes_alone_cause_no_pass),

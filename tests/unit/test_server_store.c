@@ -127,6 +127,46 @@ static void a_stale_status_revision_makes_the_write_retry_on_fresh_state(void **
   protobuf_c_message_free_unpacked(&job->base, NULL);
 }
 
+/* Event keys are 20 digits (kolo_keys_event); an etcd kept from before holds 10-digit
+ * ones, which sort AFTER the new keys: the view orders events by number, not by key. */
+static void events_of_both_key_widths_are_read_in_number_order(void **state) {
+  fixture *f = *state;
+  Kolo__V1__Job *job = NULL;
+  int created;
+  char err[256];
+  assert_int_equal(submit(f, SPEC("w1", ""), &job, &created), KOLO_OK);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  kolo_server_kv_item *items = NULL;
+  size_t n = 0;
+  int64_t rev;
+  assert_int_equal(f->kv->ops->range(f->kv, "/kolo/v1/jobs/w1/events/", &items, &n, &rev), KOLO_OK);
+  assert_int_equal(n, 1);
+  assert_string_equal(items[0].key, "/kolo/v1/jobs/w1/events/00000000000000000001");
+  kolo_server_kv_items_free(items, n);
+  kolo_server_kv_put old = {"/kolo/v1/jobs/w1/events/0000000002", "{\"seq\":2,\"type\":\"SCHEDULED\",\"message\":\"old\"}",
+                            0};
+  assert_int_equal(f->kv->ops->txn(f->kv, NULL, 0, &old, 1, &rev), KOLO_OK);
+  assert_int_equal(kolo_server_store_scale(f->store, "w1", 1, 3, &job, err, sizeof err), KOLO_OK);
+  assert_int_equal(job->n_events, 3);
+  assert_string_equal(job->events[1]->message, "old");
+  assert_string_equal(job->events[2]->type, "SCALED");
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  assert_int_equal(f->kv->ops->range(f->kv, "/kolo/v1/jobs/w1/events/", &items, &n, &rev), KOLO_OK);
+  assert_int_equal(n, 3);
+  assert_string_equal(items[0].key, "/kolo/v1/jobs/w1/events/00000000000000000001");
+  assert_string_equal(items[1].key, "/kolo/v1/jobs/w1/events/00000000000000000003"); /* before the old "...0002" */
+  assert_string_equal(items[2].key, "/kolo/v1/jobs/w1/events/0000000002");
+  kolo_server_kv_items_free(items, n);
+  /* a second replica loading this etcd sees the same order */
+  kolo_server_store *other = NULL;
+  assert_int_equal(kolo_server_store_create(f->kv, &other), KOLO_OK);
+  assert_int_equal(kolo_server_store_get(other, "w1", &job), KOLO_OK);
+  assert_int_equal(job->n_events, 3);
+  for (size_t i = 0; i < 3; i++) assert_int_equal(job->events[i]->seq, i + 1);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  kolo_server_store_destroy(other);
+}
+
 static void list_filters_by_phase_and_label_and_pages_in_id_order(void **state) {
   fixture *f = *state;
   Kolo__V1__Job *job = NULL;
@@ -235,6 +275,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_submitted_job_is_pending_and_readable, setup, teardown),
       cmocka_unit_test_setup_teardown(a_repeated_submit_returns_the_job_and_a_different_spec_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(cancel_then_cancel_again_is_a_state_error_and_keeps_the_events, setup, teardown),
+      cmocka_unit_test_setup_teardown(events_of_both_key_widths_are_read_in_number_order, setup, teardown),
       cmocka_unit_test_setup_teardown(a_stale_status_revision_makes_the_write_retry_on_fresh_state, setup, teardown),
       cmocka_unit_test_setup_teardown(list_filters_by_phase_and_label_and_pages_in_id_order, setup, teardown),
       cmocka_unit_test_setup_teardown(a_subscriber_sees_the_current_job_then_each_change_once, setup, teardown),

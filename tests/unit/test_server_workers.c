@@ -187,6 +187,44 @@ static void demand_counts_the_jobs_in_the_view(void **state) {
   protobuf_c_message_free_unpacked(&d->base, NULL);
 }
 
+static void put_record(fixture *f, const char *key, const char *value) {
+  kolo_server_kv_put put = {key, value, 5};
+  int64_t rev;
+  assert_int_equal(f->kv->ops->txn(f->kv, NULL, 0, &put, 1, &rev), KOLO_OK);
+}
+
+/* ListWorkers reads records with kolo-worker's own codec: every field as written, and a
+ * record the codec refuses (or one filed under another id) is left out, not guessed at. */
+static void workers_are_read_through_the_worker_record_codec(void **state) {
+  fixture *f = *state;
+  put_record(f, "/kolo/v1/workers/w5",
+             "{\"id\":\"w5\",\"host\":\"node-5\",\"address\":\"10.0.0.5:7100\",\"cpus\":8,\"gpus\":2,"
+             "\"labels\":{\"zone\":\"b\"},\"state\":\"busy\",\"registered_unix_ms\":1234}");
+  put_record(f, "/kolo/v1/workers/no-address", "{\"id\":\"no-address\",\"host\":\"h\",\"cpus\":1,\"gpus\":0,"
+                                               "\"state\":\"idle\"}");
+  put_record(f, "/kolo/v1/workers/elsewhere", "{\"id\":\"w6\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,"
+                                              "\"gpus\":0,\"state\":\"idle\"}");
+  put_record(f, "/kolo/v1/workers/bad-state", "{\"id\":\"bad-state\",\"host\":\"h\",\"address\":\"h:1\","
+                                              "\"cpus\":1,\"gpus\":0,\"state\":\"IDLE!\"}");
+  put_record(f, "/kolo/v1/assign/w5", "{\"job\":\"j5\",\"epoch\":1}");
+  Kolo__V1__ListWorkersResponse *all = NULL;
+  assert_int_equal(kolo_server_store_list_workers(f->store, &all), KOLO_OK);
+  assert_int_equal(all->n_workers, 1);
+  const Kolo__V1__Worker *w = all->workers[0];
+  assert_string_equal(w->id, "w5");
+  assert_string_equal(w->host, "node-5");
+  assert_string_equal(w->address, "10.0.0.5:7100");
+  assert_int_equal(w->slots, 8);
+  assert_int_equal(w->gpus, 2);
+  assert_string_equal(w->state, "BUSY");
+  assert_string_equal(w->job_id, "j5");
+  assert_int_equal(w->registered_unix_ms, 1234);
+  assert_int_equal(w->n_labels, 1);
+  assert_string_equal(w->labels[0]->key, "zone");
+  assert_string_equal(w->labels[0]->value, "b");
+  protobuf_c_message_free_unpacked(&all->base, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_drain_mark_is_written_under_the_registrations_lease, setup, teardown),
@@ -195,6 +233,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(undrain_deletes_the_mark_and_is_idempotent, setup, teardown),
       cmocka_unit_test_setup_teardown(unknown_workers_cannot_be_drained_or_undrained, setup, teardown),
       cmocka_unit_test_setup_teardown(demand_counts_the_jobs_in_the_view, setup, teardown),
+      cmocka_unit_test_setup_teardown(workers_are_read_through_the_worker_record_codec, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

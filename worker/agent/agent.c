@@ -219,7 +219,10 @@ static kolo_status reregister(agent *a) {
 static void write_report(agent *a) {
   if (a->job[0] == '\0') return;
   char key[512];
-  snprintf(key, sizeof key, KOLO_KEY_JOBS_PREFIX "%s/reports/%s", a->job, a->id);
+  if (kolo_keys_report(a->job, a->id, key, sizeof key) != KOLO_OK) {
+    KOLO_LOGW(LOG, "no report for job '%s': %s", a->job, kolo_etcd_last_error());
+    return;
+  }
   json_t *r = json_pack("{s:s, s:I, s:I, s:I, s:i, s:s, s:b, s:i, s:I, s:I, s:i}", "worker", a->id,
                         "epoch", (json_int_t)a->epoch, "formed_epoch", (json_int_t)a->formed_epoch,
                         "failed_epoch", (json_int_t)a->failed_epoch, "failed_rank", a->failed_rank,
@@ -418,8 +421,7 @@ static int push_builtin_argv(agent *a, strv *argv, json_t *builtin, const json_t
 /* Starts the process for job at ring. */
 static void start_process(agent *a, const char *job, const kolo_ringspec *ring) {
   char key[512];
-  snprintf(key, sizeof key, KOLO_KEY_JOBS_PREFIX "%s/spec", job);
-  json_t *spec = get_json(a, key);
+  json_t *spec = kolo_keys_job(job, "spec", key, sizeof key) == KOLO_OK ? get_json(a, key) : NULL;
   strv argv = {0}, env = {0};
   int rank = 0, size = 0;
   char *line = ring_line_for(a, ring, &rank, &size);
@@ -685,7 +687,7 @@ static kolo_status setup(agent *a) {
     return KOLO_ERR_INVALID_ARG;
   }
   snprintf(a->listen, sizeof a->listen, "%s", o->listen[0] ? o->listen : o->advertise);
-  snprintf(a->assign_key, sizeof a->assign_key, KOLO_KEY_ASSIGN_PREFIX "%s", a->id);
+  KOLO_CHECK(kolo_keys_assign(a->id, a->assign_key, sizeof a->assign_key));
 
   /* the record */
   a->record.id = a->id;
