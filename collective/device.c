@@ -297,14 +297,37 @@ kolo_status kolo_device_test(kolo_comm *comm, void *nccl_request, int *done, kol
   return KOLO_OK;
 }
 
+/* A named device operation (engine.h) reaches NCCL only after negotiation:
+ * waits on the host for that (not for NCCL); its handle, or NULL with *status
+ * saying why there is none (a mismatch, a failure). */
+static void *negotiated_handle(kolo_request *request, kolo_status *status) {
+  kolo_comm *comm = request->comm;
+  pthread_mutex_lock(&comm->mutex);
+  kolo_request_wait_done_locked(comm, request);
+  void *handle = request->device_request;
+  *status = request->status;
+  pthread_mutex_unlock(&comm->mutex);
+  return handle;
+}
+
 kolo_status kolo_stream_wait(kolo_request *request, void *cuda_stream) {
-  if (request == NULL || request->device_request == NULL) return KOLO_ERR_INVALID_ARG;
-  return kolo_nccl_stream_wait(request->device_request, cuda_stream);
+  if (request == NULL) return KOLO_ERR_INVALID_ARG;
+  void *handle = request->device_request;
+  kolo_status status = KOLO_ERR_INVALID_ARG;
+  if (request->negotiated && request->on_device) handle = negotiated_handle(request, &status);
+  if (handle == NULL) return status != KOLO_OK ? status : KOLO_ERR_INVALID_ARG;
+  return kolo_nccl_stream_wait(handle, cuda_stream);
 }
 
 void *kolo_request_cuda_event(kolo_request *request) {
-  if (request == NULL || request->device_request == NULL) return NULL;
-  return kolo_nccl_request_event(request->device_request);
+  if (request == NULL) return NULL;
+  void *handle = request->device_request;
+  if (request->negotiated) {
+    pthread_mutex_lock(&request->comm->mutex);
+    handle = request->done ? request->device_request : NULL; /* NULL until submitted */
+    pthread_mutex_unlock(&request->comm->mutex);
+  }
+  return handle != NULL ? kolo_nccl_request_event(handle) : NULL;
 }
 
 kolo_status kolo_device_check_stream_call(kolo_comm *comm, const kolo_request *request) {

@@ -67,3 +67,51 @@ kolo_status kolo_exec_join(kolo_comm *comm, kolo_request *request, int engine_th
   (void)comm, (void)request, (void)engine_thread;
   return KOLO_OK;
 }
+
+/* Every rank takes the reduce-scatter's recv counts from the rank that shares
+ * them (an int64 broadcast of size entries): a joined rank has none of its own. */
+static kolo_status share_counts(kolo_comm *comm, const kolo_request *request, int root,
+                                size_t *counts, int engine_thread) {
+  int n = comm->size;
+  int64_t *shared = calloc((size_t)n, sizeof *shared);
+  if (shared == NULL) return KOLO_ERR_NO_MEMORY;
+  for (int b = 0; b < n && comm->rank == root; b++) {
+    shared[b] = (int64_t)(request->split_counts ? request->split_counts[b] : request->count);
+  }
+  kolo_request share = {.comm = comm, .kind = KOLO_REQUEST_BROADCAST, .send = shared,
+                        .recv = shared, .count = (size_t)n, .dtype = KOLO_INT64, .root = root};
+  kolo_status status = kolo_ring_run(comm, &share, engine_thread);
+  for (int b = 0; b < n; b++) counts[b] = (size_t)shared[b];
+  free(shared);
+  return status;
+}
+
+kolo_status kolo_exec_reducescatter_joined(kolo_comm *comm, kolo_request *request,
+                                           int engine_thread) {
+  int n = comm->size;
+  size_t *counts = calloc((size_t)n, sizeof *counts);
+  char *identity = NULL, *block = NULL;
+  kolo_status status = counts != NULL ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+  if (status == KOLO_OK) status = share_counts(comm, request, request->counts_from - 1, counts, engine_thread);
+  kolo_request run = *request;
+  run.split_counts = counts;
+  if (status == KOLO_OK && request->internal) { /* this rank joined */
+    size_t element = kolo_dtype_size(request->dtype), total = 0;
+    for (int b = 0; b < n; b++) total += counts[b];
+    identity = malloc(total * element + 1);
+    block = malloc(counts[comm->rank] * element + 1);
+    if (identity == NULL || block == NULL) status = KOLO_ERR_NO_MEMORY;
+    else kolo_fill_identity(identity, total, request->dtype, request->op);
+    run.send = identity;
+    run.recv = block;
+  }
+  if (status == KOLO_OK) status = kolo_ring_reducescatter_v(comm, &run, engine_thread);
+  if (status == KOLO_ERR_NO_MEMORY && !atomic_load(&comm->failed)) { /* the peers are mid-collective */
+    kolo_comm_fail(comm, status, comm->rank, "rank %d: out of memory for reduce-scatter '%s'",
+                   comm->rank, request->name);
+  }
+  free(identity);
+  free(block);
+  free(counts);
+  return status;
+}

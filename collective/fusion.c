@@ -128,7 +128,7 @@ kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int c
 }
 
 kolo_status kolo_exec_batch(kolo_comm *comm, kolo_batch *batch, kolo_fused_times *times) {
-  if (atomic_load(&comm->failed)) return comm->error;
+  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
   kolo_fused_item *items = malloc((size_t)(batch->slot_count ? batch->slot_count : 1) * sizeof *items);
   if (items == NULL) return KOLO_ERR_NO_MEMORY;
   for (int i = 0; i < batch->slot_count; i++) {

@@ -114,6 +114,12 @@ struct kolo_request {
   int64_t submitted_ns;           /* when it was submitted (timeline, stall) */
   int64_t decided_ns;             /* when negotiation made it ready */
   int internal;                   /* engine-made (batch, joined participation): freed, not pooled */
+  int counts_from;                /* reduce-scatter while ranks joined: 1 + the rank whose recv
+                                   * counts every rank takes first (a joined rank has none);
+                                   * 0 otherwise */
+  int on_device;                  /* named, on CUDA buffers: after negotiation the executor
+                                   * submits it to NCCL (device_request, set under comm->mutex
+                                   * when done) and kolo_wait waits for NCCL */
   struct kolo_batch *batch;       /* KOLO_REQUEST_BATCH */
   void *scratch;                  /* internal: a buffer it owns */
 };
@@ -357,6 +363,12 @@ kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int c
                             kolo_dtype dtype, kolo_op op, int engine_thread,
                             kolo_fused_times *times);
 kolo_status kolo_exec_join(kolo_comm *comm, kolo_request *request, int engine_thread);
+/* A reduce-scatter while ranks have joined (request->counts_from > 0): the
+ * counts go from that rank to every rank, then the ring reduce-scatter-v runs
+ * with them; a joined rank (request->internal) contributes op's identity and
+ * drops its block. */
+kolo_status kolo_exec_reducescatter_joined(kolo_comm *comm, kolo_request *request,
+                                           int engine_thread);
 /* Allocates the request's engine output (count elements) and points recv at it;
  * fails the communicator when memory runs out (the peers are mid-collective). */
 kolo_status kolo_output_allocate(kolo_request *request, size_t count);
@@ -428,6 +440,9 @@ void kolo_engine_submit_locked(kolo_comm *comm, kolo_request *request);
 void kolo_queue_push_locked(kolo_comm *comm, kolo_request *request);
 /* Completes a request (under comm->mutex): status, message, waiters woken. */
 void kolo_request_complete_locked(kolo_comm *comm, kolo_request *request, kolo_status status);
+/* Waits (under comm->mutex) until the engine completed request, hurrying the
+ * negotiator; a negotiated device operation is then submitted to NCCL, not done. */
+void kolo_request_wait_done_locked(kolo_comm *comm, kolo_request *request);
 /* Frees the engine (after kolo_engine_stop). */
 void kolo_engine_free(kolo_comm *comm);
 struct kolo_timeline;

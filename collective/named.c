@@ -2,8 +2,13 @@
  * count or scale factor is KOLO_ERR_INVALID_ARG with a log line naming it, and
  * nothing is queued), the request each call becomes, and the in-flight name
  * check (a name submitted again before its request completed is
- * KOLO_ERR_EXISTS). Device buffers are not taken by named operations yet
- * (KOLO_ERR_UNSUPPORTED); the unnamed API runs them on NCCL. */
+ * KOLO_ERR_EXISTS). In CUDA mode an operation whose buffers are device memory
+ * is marked on_device: negotiated like any other (the place is part of what
+ * ranks must agree on), then submitted to NCCL by the executor, ordered after
+ * the caller's stream (the _on_stream forms; the legacy default stream
+ * otherwise). What NCCL cannot do here is KOLO_ERR_UNSUPPORTED at submission:
+ * scale factors, grouped all-reduce and all-to-all of device buffers, uneven
+ * reduce-scatter blocks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,10 +68,33 @@ static kolo_status check_scales(const char *name, kolo_dtype dtype, double presc
   return KOLO_OK;
 }
 
-static kolo_status check_host(kolo_comm *comm, const char *name, const void *a, const void *b) {
-  if (!kolo_device_wanted(comm, a, b)) return KOLO_OK;
-  KOLO_LOGE("kolo", "'%s': named operations on device buffers are not supported yet", name);
+/* Where an operation's buffers live: *device 0 (host) or 1 (CUDA device memory,
+ * CUDA mode only). One buffer on each side is KOLO_ERR_INVALID_ARG; a stream
+ * given with host buffers too (stream_call). */
+static kolo_status placement(kolo_comm *comm, const char *name, const void *a, const void *b,
+                             int stream_call, int *device) {
+  *device = kolo_device_wanted(comm, a, b);
+  if (*device && ((a != NULL && !kolo_device_is_device_memory(comm, a)) ||
+                  (b != NULL && !kolo_device_is_device_memory(comm, b)))) {
+    KOLO_LOGE("kolo", "'%s': one buffer is host memory, the other CUDA device memory", name);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  if (stream_call && !*device) {
+    KOLO_LOGE("kolo", "'%s': a stream-ordered operation needs CUDA mode and device buffers", name);
+    return kolo_device_mode(comm, NULL) ? KOLO_ERR_INVALID_ARG : KOLO_ERR_STATE;
+  }
+  return KOLO_OK;
+}
+
+static kolo_status unsupported_on_device(const char *name, const char *what) {
+  KOLO_LOGE("kolo", "'%s': %s of CUDA buffers is not supported", name, what);
   return KOLO_ERR_UNSUPPORTED;
+}
+
+/* Marks prototype as a device operation ordered after stream. */
+static void on_device(kolo_request *prototype, void *stream) {
+  prototype->on_device = 1;
+  prototype->cuda_stream = stream;
 }
 
 /* Queues prototype under its name: KOLO_ERR_EXISTS if that name is in flight here. */
@@ -103,18 +131,25 @@ static void prototype_init(kolo_request *prototype, kolo_comm *comm, kolo_reques
   snprintf(prototype->name, sizeof prototype->name, "%s", name);
 }
 
-kolo_status kolo_allreduce_named(kolo_comm *comm, const char *name, const void *send, void *recv,
-                                 size_t count, kolo_dtype dtype, kolo_op op, double prescale,
-                                 double postscale, kolo_request **request) {
+static kolo_status allreduce_named(kolo_comm *comm, const char *name, const void *send, void *recv,
+                                   size_t count, kolo_dtype dtype, kolo_op op, double prescale,
+                                   double postscale, int stream_call, void *stream,
+                                   kolo_request **request) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(check_name(name, "allreduce"));
   KOLO_CHECK(check_types(comm, name, dtype, 1, op));
   KOLO_CHECK(check_buffer(name, send, count, "send"));
   KOLO_CHECK(check_buffer(name, recv, count, "recv"));
   KOLO_CHECK(check_scales(name, dtype, prescale, postscale));
-  KOLO_CHECK(check_host(comm, name, send, recv));
+  int device = 0;
+  KOLO_CHECK(placement(comm, name, send, recv, stream_call, &device));
+  if (device && (prescale != 1.0 || postscale != 1.0))
+    return unsupported_on_device(name, "a scaled all-reduce");
   kolo_request prototype;
   prototype_init(&prototype, comm, KOLO_REQUEST_ALLREDUCE, name, dtype);
+  if (device) on_device(&prototype, stream);
+  prototype.send = send; /* what NCCL is given; the ring reads members */
+  prototype.recv = recv;
   prototype.op = op;
   prototype.count = count;
   prototype.prescale = prescale;
@@ -123,6 +158,20 @@ kolo_status kolo_allreduce_named(kolo_comm *comm, const char *name, const void *
   prototype.members = &prototype.single;
   prototype.member_count = 1;
   return submit_named(comm, &prototype, request);
+}
+
+kolo_status kolo_allreduce_named(kolo_comm *comm, const char *name, const void *send, void *recv,
+                                 size_t count, kolo_dtype dtype, kolo_op op, double prescale,
+                                 double postscale, kolo_request **request) {
+  return allreduce_named(comm, name, send, recv, count, dtype, op, prescale, postscale, 0, NULL,
+                         request);
+}
+
+kolo_status kolo_allreduce_named_on_stream(kolo_comm *comm, const char *name, const void *send,
+                                           void *recv, size_t count, kolo_dtype dtype, kolo_op op,
+                                           void *cuda_stream, kolo_request **request) {
+  return allreduce_named(comm, name, send, recv, count, dtype, op, 1.0, 1.0, 1, cuda_stream,
+                         request);
 }
 
 /* Copies a group's member table and names into one allocation. */
@@ -167,7 +216,9 @@ kolo_status kolo_grouped_allreduce_named(kolo_comm *comm, const char *group_name
     KOLO_CHECK(check_name(names[i], group_name));
     KOLO_CHECK(check_buffer(names[i], sends[i], counts[i], "send"));
     KOLO_CHECK(check_buffer(names[i], recvs[i], counts[i], "recv"));
-    KOLO_CHECK(check_host(comm, names[i], sends[i], recvs[i]));
+    int device = 0;
+    KOLO_CHECK(placement(comm, names[i], sends[i], recvs[i], 0, &device));
+    if (device) return unsupported_on_device(names[i], "a grouped all-reduce");
     if (counts[i] > SIZE_MAX / 16 - total) return KOLO_ERR_TOO_LARGE;
     total += counts[i];
   }
@@ -180,17 +231,21 @@ kolo_status kolo_grouped_allreduce_named(kolo_comm *comm, const char *group_name
   return submit_named(comm, &prototype, request);
 }
 
-kolo_status kolo_allgather_named(kolo_comm *comm, const char *name, const void *send,
-                                 size_t send_count, void *recv, size_t recv_capacity,
-                                 size_t *recv_counts, kolo_dtype dtype, kolo_request **request) {
+static kolo_status allgather_named(kolo_comm *comm, const char *name, const void *send,
+                                   size_t send_count, void *recv, size_t recv_capacity,
+                                   size_t *recv_counts, kolo_dtype dtype, int stream_call,
+                                   void *stream, kolo_request **request) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(check_name(name, "allgather"));
   KOLO_CHECK(check_types(comm, name, dtype, 0, KOLO_SUM));
   KOLO_CHECK(check_buffer(name, send, send_count, "send"));
   if (recv != NULL) KOLO_CHECK(check_buffer(name, recv, recv_capacity, "recv"));
-  KOLO_CHECK(check_host(comm, name, send, recv));
+  int device = 0;
+  KOLO_CHECK(placement(comm, name, send, recv, stream_call, &device));
+  if (device && recv == NULL) return unsupported_on_device(name, "an all-gather into engine memory");
   kolo_request prototype;
   prototype_init(&prototype, comm, KOLO_REQUEST_ALLGATHER, name, dtype);
+  if (device) on_device(&prototype, stream);
   prototype.send = send;
   prototype.recv = recv;
   prototype.count = send_count;
@@ -200,19 +255,37 @@ kolo_status kolo_allgather_named(kolo_comm *comm, const char *name, const void *
   return submit_named(comm, &prototype, request);
 }
 
-kolo_status kolo_broadcast_named(kolo_comm *comm, const char *name, void *buffer, size_t count,
-                                 kolo_dtype dtype, int root, kolo_request **request) {
+kolo_status kolo_allgather_named(kolo_comm *comm, const char *name, const void *send,
+                                 size_t send_count, void *recv, size_t recv_capacity,
+                                 size_t *recv_counts, kolo_dtype dtype, kolo_request **request) {
+  return allgather_named(comm, name, send, send_count, recv, recv_capacity, recv_counts, dtype, 0,
+                         NULL, request);
+}
+
+kolo_status kolo_allgather_named_on_stream(kolo_comm *comm, const char *name, const void *send,
+                                           size_t send_count, void *recv, size_t recv_capacity,
+                                           size_t *recv_counts, kolo_dtype dtype,
+                                           void *cuda_stream, kolo_request **request) {
+  return allgather_named(comm, name, send, send_count, recv, recv_capacity, recv_counts, dtype, 1,
+                         cuda_stream, request);
+}
+
+static kolo_status broadcast_named(kolo_comm *comm, const char *name, void *buffer, size_t count,
+                                   kolo_dtype dtype, int root, int stream_call, void *stream,
+                                   kolo_request **request) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(check_name(name, "broadcast"));
   KOLO_CHECK(check_types(comm, name, dtype, 0, KOLO_SUM));
   KOLO_CHECK(check_buffer(name, buffer, count, "data"));
-  KOLO_CHECK(check_host(comm, name, buffer, buffer));
+  int device = 0;
+  KOLO_CHECK(placement(comm, name, buffer, buffer, stream_call, &device));
   if (root < 0 || root >= comm->size) {
     KOLO_LOGE("kolo", "'%s': broadcast root %d outside 0..%d", name, root, comm->size - 1);
     return KOLO_ERR_INVALID_ARG;
   }
   kolo_request prototype;
   prototype_init(&prototype, comm, KOLO_REQUEST_BROADCAST, name, dtype);
+  if (device) on_device(&prototype, stream);
   prototype.send = buffer;
   prototype.recv = buffer;
   prototype.count = count;
@@ -220,9 +293,29 @@ kolo_status kolo_broadcast_named(kolo_comm *comm, const char *name, void *buffer
   return submit_named(comm, &prototype, request);
 }
 
-kolo_status kolo_reducescatter_named(kolo_comm *comm, const char *name, const void *send,
-                                     void *recv, size_t count, const size_t *recv_counts,
-                                     kolo_dtype dtype, kolo_op op, kolo_request **request) {
+kolo_status kolo_broadcast_named(kolo_comm *comm, const char *name, void *buffer, size_t count,
+                                 kolo_dtype dtype, int root, kolo_request **request) {
+  return broadcast_named(comm, name, buffer, count, dtype, root, 0, NULL, request);
+}
+
+kolo_status kolo_broadcast_named_on_stream(kolo_comm *comm, const char *name, void *buffer,
+                                           size_t count, kolo_dtype dtype, int root,
+                                           void *cuda_stream, kolo_request **request) {
+  return broadcast_named(comm, name, buffer, count, dtype, root, 1, cuda_stream, request);
+}
+
+/* Whether every rank's block has the same size (NCCL's reduce-scatter). */
+static int even_blocks(const size_t *counts, int n) {
+  for (int r = 1; r < n; r++) {
+    if (counts[r] != counts[0]) return 0;
+  }
+  return 1;
+}
+
+static kolo_status reducescatter_named(kolo_comm *comm, const char *name, const void *send,
+                                       void *recv, size_t count, const size_t *recv_counts,
+                                       kolo_dtype dtype, kolo_op op, int stream_call,
+                                       void *stream, kolo_request **request) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(check_name(name, "reducescatter"));
   KOLO_CHECK(check_types(comm, name, dtype, 1, op));
@@ -244,15 +337,35 @@ kolo_status kolo_reducescatter_named(kolo_comm *comm, const char *name, const vo
     mine = recv_counts[comm->rank];
   }
   KOLO_CHECK(check_buffer(name, recv, mine, "recv"));
-  KOLO_CHECK(check_host(comm, name, send, recv));
+  int device = 0;
+  KOLO_CHECK(placement(comm, name, send, recv, stream_call, &device));
+  if (device && recv_counts != NULL && !even_blocks(recv_counts, comm->size))
+    return unsupported_on_device(name, "a reduce-scatter with uneven blocks");
   kolo_request prototype;
   prototype_init(&prototype, comm, KOLO_REQUEST_REDUCESCATTER, name, dtype);
+  if (device) on_device(&prototype, stream);
   prototype.op = op;
   prototype.send = send;
   prototype.recv = recv;
   prototype.count = recv_counts == NULL ? mine : count;
   prototype.split_counts = recv_counts;
   return submit_named(comm, &prototype, request);
+}
+
+kolo_status kolo_reducescatter_named(kolo_comm *comm, const char *name, const void *send,
+                                     void *recv, size_t count, const size_t *recv_counts,
+                                     kolo_dtype dtype, kolo_op op, kolo_request **request) {
+  return reducescatter_named(comm, name, send, recv, count, recv_counts, dtype, op, 0, NULL,
+                             request);
+}
+
+kolo_status kolo_reducescatter_named_on_stream(kolo_comm *comm, const char *name,
+                                               const void *send, void *recv, size_t count,
+                                               const size_t *recv_counts, kolo_dtype dtype,
+                                               kolo_op op, void *cuda_stream,
+                                               kolo_request **request) {
+  return reducescatter_named(comm, name, send, recv, count, recv_counts, dtype, op, 1,
+                             cuda_stream, request);
 }
 
 kolo_status kolo_alltoall_named(kolo_comm *comm, const char *name, const void *send,
@@ -272,7 +385,9 @@ kolo_status kolo_alltoall_named(kolo_comm *comm, const char *name, const void *s
   }
   KOLO_CHECK(check_buffer(name, send, total, "send"));
   if (recv != NULL) KOLO_CHECK(check_buffer(name, recv, recv_capacity, "recv"));
-  KOLO_CHECK(check_host(comm, name, send, recv));
+  int device = 0;
+  KOLO_CHECK(placement(comm, name, send, recv, 0, &device));
+  if (device) return unsupported_on_device(name, "an all-to-all");
   kolo_request prototype;
   prototype_init(&prototype, comm, KOLO_REQUEST_ALLTOALL, name, dtype);
   prototype.send = send;

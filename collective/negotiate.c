@@ -46,8 +46,8 @@ static void put_bytes(kolo_nego_buffer *out, const void *data, size_t length) {
   out->length += length;
 }
 
-/* An announcement: a 2-byte name length, the name, then kind, dtype, op, a
- * pad byte, root (4), members (4), count (8), aux (8). */
+/* An announcement: a 2-byte name length, the name, then kind, dtype, op,
+ * device (0 host, 1 CUDA), root (4), members (4), count (8), aux (8). */
 #define ANNOUNCE_META_BYTES 28
 #define ANNOUNCE_MIN_BYTES (2 + 1 + ANNOUNCE_META_BYTES)
 
@@ -78,7 +78,7 @@ kolo_status kolo_nego_encode(const kolo_nego_message *m, kolo_nego_buffer *out) 
     put_le(out, a->meta.kind, 1);
     put_le(out, a->meta.dtype, 1);
     put_le(out, a->meta.op, 1);
-    put_le(out, 0, 1);
+    put_le(out, a->meta.device, 1);
     put_le(out, (uint32_t)a->meta.root, 4);
     put_le(out, a->meta.members, 4);
     put_le(out, a->meta.count, 8);
@@ -147,7 +147,8 @@ static kolo_status decode_lists(reader *in, kolo_nego_message *m) {
     a->meta.kind = (uint8_t)get_le(in, 1);
     a->meta.dtype = (uint8_t)get_le(in, 1);
     a->meta.op = (uint8_t)get_le(in, 1);
-    get_le(in, 1);
+    a->meta.device = (uint8_t)get_le(in, 1);
+    if (a->meta.device > 1) return KOLO_ERR_PROTOCOL;
     a->meta.root = (int32_t)(uint32_t)get_le(in, 4);
     a->meta.members = (uint32_t)get_le(in, 4);
     a->meta.count = get_le(in, 8);
@@ -244,7 +245,8 @@ const kolo_nego_entry *kolo_nego_lookup(const kolo_nego_table *t, const char *na
 }
 
 static int meta_equal(const kolo_nego_meta *a, const kolo_nego_meta *b) {
-  return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
+  return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&
+         a->device == b->device && a->root == b->root &&
          a->members == b->members && a->count == b->count && a->aux == b->aux;
 }
 
@@ -358,13 +360,14 @@ static const char *kind_name(uint8_t kind) {
 }
 
 /* The fields that must agree for a kind, as (name, value) of meta. */
-enum { FIELD_KIND, FIELD_DTYPE, FIELD_OP, FIELD_COUNT, FIELD_ROOT, FIELD_MEMBERS, FIELD_AUX,
-       FIELD_COUNT_ALL };
+enum { FIELD_KIND, FIELD_DTYPE, FIELD_DEVICE, FIELD_OP, FIELD_COUNT, FIELD_ROOT, FIELD_MEMBERS,
+       FIELD_AUX, FIELD_COUNT_ALL };
 
 static int field_applies(uint8_t kind, int field) {
   switch (field) {
     case FIELD_KIND:
-    case FIELD_DTYPE: return 1;
+    case FIELD_DTYPE:
+    case FIELD_DEVICE: return 1;
     case FIELD_OP: return kind == KOLO_REQUEST_ALLREDUCE || kind == KOLO_REQUEST_REDUCESCATTER;
     case FIELD_COUNT:
       return kind == KOLO_REQUEST_ALLREDUCE || kind == KOLO_REQUEST_BROADCAST ||
@@ -380,6 +383,7 @@ static uint64_t field_value(const kolo_nego_meta *m, int field) {
   switch (field) {
     case FIELD_KIND: return m->kind;
     case FIELD_DTYPE: return m->dtype;
+    case FIELD_DEVICE: return m->device;
     case FIELD_OP: return m->op;
     case FIELD_COUNT: return m->count;
     case FIELD_ROOT: return (uint64_t)(uint32_t)m->root;
@@ -389,11 +393,12 @@ static uint64_t field_value(const kolo_nego_meta *m, int field) {
 }
 
 static void field_text(int field, uint64_t value, char *out, size_t length) {
-  static const char *names[] = {"kind", "dtype", "op", "count", "root", "members",
+  static const char *names[] = {"kind", "dtype", "memory", "op", "count", "root", "members",
                                 "element counts (hash)"};
   switch (field) {
     case FIELD_KIND: snprintf(out, length, "%s", kind_name((uint8_t)value)); break;
     case FIELD_DTYPE: snprintf(out, length, "dtype %s", kolo_dtype_name((kolo_dtype)value)); break;
+    case FIELD_DEVICE: snprintf(out, length, "%s memory", value ? "CUDA device" : "host"); break;
     case FIELD_OP: snprintf(out, length, "op %s", kolo_op_name((kolo_op)value)); break;
     case FIELD_AUX: snprintf(out, length, "%s %016llx", names[field], (unsigned long long)value); break;
     case FIELD_ROOT: snprintf(out, length, "root %d", (int)(int32_t)(uint32_t)value); break;
@@ -449,24 +454,27 @@ static int describe_mismatch(const kolo_nego_table *t, const kolo_nego_entry *en
 }
 
 /* Whether a ready entry cannot run with the joined ranks taking part (then out
- * says why). All-reduce (neutral values), all-gather (no elements) and a
- * broadcast from a rank that has not joined can. */
+ * says why). On host buffers all-reduce and reduce-scatter (neutral values),
+ * all-gather and all-to-all (no elements from a joined rank) and a broadcast
+ * from a rank that has not joined can; nothing on device buffers can. */
 static int joined_state_error(const kolo_nego_table *t, const kolo_nego_entry *entry,
                               const kolo_nego_meta *m, char *out, size_t length) {
   int any_joined = 0;
   for (int r = 0; r < t->size; r++) any_joined |= !entry->submitted[r];
   if (!any_joined) return 0;
-  if (m->kind == KOLO_REQUEST_ALLREDUCE || m->kind == KOLO_REQUEST_ALLGATHER) return 0;
+  char ranks[160];
+  kolo_nego_format_ranks(entry->submitted, t->size, 0, ranks, sizeof ranks);
+  if (m->device) { /* a joined rank has no device buffer to take part with */
+    format_message(out, length, "tensor '%s': %s of CUDA buffers cannot run while rank(s) %s "
+                   "have joined", entry->name, kind_name(m->kind), ranks);
+    return 1;
+  }
   if (m->kind == KOLO_REQUEST_BROADCAST) {
     if (m->root >= 0 && m->root < t->size && entry->submitted[m->root]) return 0;
     format_message(out, length, "tensor '%s': broadcast root %d has joined", entry->name, m->root);
     return 1;
   }
-  char ranks[160];
-  kolo_nego_format_ranks(entry->submitted, t->size, 0, ranks, sizeof ranks);
-  format_message(out, length, "tensor '%s': %s cannot run while rank(s) %s have joined", entry->name,
-           kind_name(m->kind), ranks);
-  return 1;
+  return 0;
 }
 
 static int ready_in_table(const kolo_nego_table *t, const kolo_nego_entry *entry) {

@@ -32,6 +32,7 @@ typedef struct kolo_nego_meta {
   uint8_t kind;   /* kolo_request_kind */
   uint8_t dtype;
   uint8_t op;
+  uint8_t device; /* 1: the buffers are CUDA device memory (the operation runs on NCCL) */
   int32_t root;
   uint32_t members; /* all-reduce: 1, or a group's size */
   uint64_t count;   /* all-reduce/broadcast: elements; reduce-scatter: the total */
@@ -94,7 +95,8 @@ typedef struct kolo_nego_entry {
 typedef struct kolo_nego_ready {
   char name[KOLO_NAME_MAX + 1];
   kolo_nego_meta meta;   /* the agreed metadata (from the lowest submitting rank) */
-  kolo_status status;    /* KOLO_OK, KOLO_ERR_MISMATCH, or KOLO_ERR_STATE (joined ranks) */
+  kolo_status status;    /* KOLO_OK, KOLO_ERR_MISMATCH, or KOLO_ERR_STATE (joined ranks and
+                          * an operation they cannot take part in) */
   char message[KOLO_RESULT_MESSAGE_BYTES];
   uint8_t *submitted;    /* size flags: who submitted (the others joined); owned by the decision */
 } kolo_nego_ready;

@@ -80,13 +80,28 @@ static void record_phases(kolo_comm *comm, const kolo_request *request,
   }
 }
 
+/* A negotiated device operation: submitted to NCCL in the agreed order (the
+ * host does not wait for NCCL here; kolo_wait does). */
+static kolo_status submit_device(kolo_comm *comm, kolo_request *request, void **handle) {
+  kolo_request d = *request;
+  if (d.kind == KOLO_REQUEST_REDUCESCATTER && d.split_counts != NULL) {
+    d.count = d.split_counts[0]; /* equal blocks (named.c): NCCL's recv count */
+  }
+  return kolo_device_submit(comm, &d, handle);
+}
+
 /* Runs one queued request on the executor thread and completes it. */
 static void execute_one(kolo_comm *comm, kolo_request *request) {
   kolo_status status = KOLO_ERR_ABORTED;
   kolo_fused_times times = {.start_ns = kolo_now_ns()};
+  void *device = NULL;
   if (!comm->stopping) {
-    status = request->kind == KOLO_REQUEST_BATCH ? kolo_exec_batch(comm, request->batch, &times)
-                                                 : kolo_ring_run(comm, request, 0);
+    /* a join was decided by every rank already: a peer that leaves after it
+     * (training over, destroy) must not fail it (hvd.join() then exit) */
+    if (request->kind == KOLO_REQUEST_JOIN) status = KOLO_OK;
+    else if (request->on_device) status = submit_device(comm, request, &device);
+    else if (request->kind == KOLO_REQUEST_BATCH) status = kolo_exec_batch(comm, request->batch, &times);
+    else status = kolo_ring_run(comm, request, 0);
   }
   times.end_ns = kolo_now_ns();
   record_phases(comm, request, &times, status);
@@ -98,6 +113,7 @@ static void execute_one(kolo_comm *comm, kolo_request *request) {
     }
   }
   int internal = request->internal;
+  request->device_request = device;
   /* once completed, a caller's request may vanish (a blocking call's is on its stack) */
   if (!internal) kolo_request_complete_locked(comm, request, status);
   pthread_cond_broadcast(&comm->cond);
@@ -290,12 +306,20 @@ static void fill_result(kolo_request *request, kolo_status status, kolo_result *
 
 void kolo_free(void *memory) { free(memory); }
 
+void kolo_request_wait_done_locked(kolo_comm *comm, kolo_request *request) {
+  if (!request->done && request->negotiated && !comm->hurry) {
+    comm->hurry = 1; /* someone waits: no point holding the cycle for more tensors */
+    kolo_engine_wake(comm);
+  }
+  while (!request->done) pthread_cond_wait(&comm->cond, &comm->mutex);
+}
+
 kolo_status kolo_wait(kolo_request *request) { return kolo_wait_result(request, NULL); }
 
 kolo_status kolo_wait_result(kolo_request *request, kolo_result *result) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   kolo_comm *comm = request->comm;
-  if (request->device_request != NULL) {
+  if (!request->negotiated && request->device_request != NULL) {
     kolo_status device_status = kolo_device_wait(comm, request->device_request);
     fill_result(request, device_status, result);
     pthread_mutex_lock(&comm->mutex);
@@ -304,12 +328,14 @@ kolo_status kolo_wait_result(kolo_request *request, kolo_result *result) {
     return device_status;
   }
   pthread_mutex_lock(&comm->mutex);
-  if (!request->done && request->negotiated && !comm->hurry) {
-    comm->hurry = 1; /* someone waits: no point holding the cycle for more tensors */
-    kolo_engine_wake(comm);
-  }
-  while (!request->done) pthread_cond_wait(&comm->cond, &comm->mutex);
+  kolo_request_wait_done_locked(comm, request);
   kolo_status status = request->status;
+  if (request->device_request != NULL) { /* a negotiated device operation NCCL runs */
+    pthread_mutex_unlock(&comm->mutex);
+    status = kolo_device_wait(comm, request->device_request);
+    pthread_mutex_lock(&comm->mutex);
+    request->device_request = NULL;
+  }
   fill_result(request, status, result);
   release_request(comm, request);
   pthread_mutex_unlock(&comm->mutex);
@@ -326,10 +352,25 @@ kolo_status kolo_test(kolo_request *request, int *done, kolo_status *status) {
   return rc;
 }
 
+/* kolo_test_result of a negotiated device operation the executor submitted to
+ * NCCL (done, device_request set): whether NCCL has finished it. */
+static kolo_status test_submitted(kolo_comm *comm, kolo_request *request, int *done,
+                                  kolo_result *result) {
+  kolo_status device_status = KOLO_OK;
+  kolo_status rc = kolo_device_test(comm, request->device_request, done, &device_status);
+  if (rc != KOLO_OK || !*done) return rc;
+  pthread_mutex_lock(&comm->mutex);
+  request->device_request = NULL; /* freed by kolo_device_test */
+  fill_result(request, device_status, result);
+  release_request(comm, request);
+  pthread_mutex_unlock(&comm->mutex);
+  return KOLO_OK;
+}
+
 kolo_status kolo_test_result(kolo_request *request, int *done, kolo_result *result) {
   if (request == NULL || done == NULL) return KOLO_ERR_INVALID_ARG;
   kolo_comm *comm = request->comm;
-  if (request->device_request != NULL) {
+  if (!request->negotiated && request->device_request != NULL) {
     kolo_status device_status = KOLO_OK;
     kolo_device_test(comm, request->device_request, done, &device_status);
     if (*done) {
@@ -341,6 +382,10 @@ kolo_status kolo_test_result(kolo_request *request, int *done, kolo_result *resu
     return KOLO_OK;
   }
   pthread_mutex_lock(&comm->mutex);
+  if (request->done && request->device_request != NULL) {
+    pthread_mutex_unlock(&comm->mutex);
+    return test_submitted(comm, request, done, result);
+  }
   *done = request->done;
   if (request->done) {
     fill_result(request, request->status, result);

@@ -281,12 +281,13 @@ static kolo_status run_reducescatter(kolo_comm *comm, kolo_request *request, int
 }
 
 kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thread) {
-  if (atomic_load(&comm->failed)) return comm->error;
+  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
   switch (request->kind) {
     case KOLO_REQUEST_ALLREDUCE: return kolo_exec_allreduce(comm, request, engine_thread);
     case KOLO_REQUEST_ALLGATHER: return run_allgather(comm, request, engine_thread);
     case KOLO_REQUEST_BROADCAST: return run_broadcast(comm, request, engine_thread);
     case KOLO_REQUEST_REDUCESCATTER:
+      if (request->counts_from > 0) return kolo_exec_reducescatter_joined(comm, request, engine_thread);
       if (request->split_counts != NULL) return kolo_ring_reducescatter_v(comm, request, engine_thread);
       return run_reducescatter(comm, request, engine_thread);
     case KOLO_REQUEST_ALLTOALL: return kolo_ring_alltoall(comm, request, engine_thread);
@@ -330,7 +331,7 @@ static kolo_status data_link_failed(kolo_comm *comm, int neighbour, int engine_t
     }
   }
   kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, neighbour, "peer lost: rank %d (%s)", neighbour, what);
-  return comm->error;
+  return kolo_comm_error(comm, NULL);
 }
 
 kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes) {
@@ -407,7 +408,7 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
       }
     }
     if (send_index == plan->send_count && recv_index == plan->recv_count) return KOLO_OK;
-    if (atomic_load(&comm->failed)) return comm->error;
+    if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
     if (progress) {
       last_progress = kolo_now_ns();
       if (spin_until > 0) spin_adapt(comm, 1);
@@ -463,13 +464,13 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
       kolo_comm_fail(comm, KOLO_ERR_TIMEOUT, waiting_on,
                      "timeout: no progress for %d ms (waiting on rank %d)", comm->timeout_ms,
                      waiting_on);
-      return comm->error;
+      return kolo_comm_error(comm, NULL);
     }
     int wait_ms = (int)((left_ns + 999999) / 1000000);
     int ready = poll(fds, (nfds_t)count, wait_ms);
     if (ready < 0 && errno != EINTR) {
       kolo_comm_fail(comm, KOLO_ERR_SYSTEM, -1, "poll failed: %s", strerror(errno));
-      return comm->error;
+      return kolo_comm_error(comm, NULL);
     }
     if (ready <= 0) continue;
     for (int i = 0; i < 2; i++) {
@@ -477,7 +478,7 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
         kolo_control_service(comm, &comm->control[i]);
       }
     }
-    if (atomic_load(&comm->failed)) return comm->error;
+    if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
     /* the next rank hung up while we still owe it data */
     if (sends_pending && (fds[next_slot].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
       return data_link_failed(comm, next, engine_thread, "connection closed");

@@ -58,6 +58,9 @@ static kolo_status validate_member(const kolo_ringspec *s, size_t i) {
   if (m->since_epoch < 0 || m->since_epoch > s->epoch)
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: member %zu (%s) since_epoch %lld is not in 0..%lld", i,
                           m->worker_id, (long long)m->since_epoch, (long long)s->epoch);
+  if (m->lease < 0)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: member %zu (%s) lease %lld is negative", i,
+                          m->worker_id, (long long)m->lease);
   for (size_t k = 0; k < i; k++)
     if (strcmp(s->members[k].worker_id, m->worker_id) == 0)
       return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: worker '%s' holds ranks %zu and %zu", m->worker_id, k,
@@ -94,9 +97,14 @@ kolo_status kolo_ringspec_validate(const kolo_ringspec *s) {
 /* ---- encoding ---- */
 
 static json_t *member_json(const kolo_ringspec_member *m, size_t rank) {
-  return json_pack("{s:s, s:I, s:s, s:s, s:i, s:i, s:I}", "worker_id", m->worker_id, "rank", (json_int_t)rank, "host",
-                   m->host, "address", m->address, "local_rank", (int)m->local_rank, "local_size",
-                   (int)m->local_size, "since_epoch", (json_int_t)m->since_epoch);
+  json_t *o = json_pack("{s:s, s:I, s:s, s:s, s:i, s:i, s:I}", "worker_id", m->worker_id, "rank", (json_int_t)rank,
+                        "host", m->host, "address", m->address, "local_rank", (int)m->local_rank, "local_size",
+                        (int)m->local_size, "since_epoch", (json_int_t)m->since_epoch);
+  if (o && m->lease > 0 && json_object_set_new(o, "lease", json_integer((json_int_t)m->lease)) != 0) {
+    json_decref(o);
+    o = NULL;
+  }
+  return o;
 }
 
 kolo_status kolo_ringspec_encode(const kolo_ringspec *s, char **json) {
@@ -166,6 +174,9 @@ static kolo_status decode_member(const json_t *r, size_t i, kolo_ringspec_member
   KOLO_CHECK(get_int(r, "local_rank", what, 0, KOLO_RINGSPEC_MAX_SIZE - 1, &local_rank));
   KOLO_CHECK(get_int(r, "local_size", what, 1, KOLO_RINGSPEC_MAX_SIZE, &local_size));
   KOLO_CHECK(get_int(r, "since_epoch", what, 0, EPOCH_MAX, &since));
+  json_int_t lease = 0;
+  if (json_object_get(r, "lease") != NULL) KOLO_CHECK(get_int(r, "lease", what, 0, INT64_MAX, &lease));
+  m->lease = lease;
   m->local_rank = (int32_t)local_rank;
   m->local_size = (int32_t)local_size;
   m->since_epoch = since;

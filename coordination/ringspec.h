@@ -5,7 +5,7 @@
  * lost so far. This codec is the record's only writer and reader. JSON form:
  *   {"job":"j1","epoch":3,"timeout_ms":30000,"secret":"3f9a...",
  *    "members":[{"worker_id":"w1","rank":0,"host":"node-a","address":"10.0.0.5:7100",
- *                "local_rank":0,"local_size":1,"since_epoch":1}, ...],
+ *                "local_rank":0,"local_size":1,"since_epoch":1,"lease":7587892}, ...],
  *    "lost":[{"worker_id":"w9","why":"its lease expired"}],
  *    "planned":true}
  * "planned" is present only when set (a drained member leaves: members switch at
@@ -35,6 +35,11 @@ typedef struct kolo_ringspec_member {
   int32_t local_rank;  /* 0 <= local_rank < local_size */
   int32_t local_size;  /* members on this host, 1..size */
   int64_t since_epoch; /* first epoch of its unbroken membership, 0..epoch */
+  /* Which registration of the worker the epoch was planned with (its record's etcd
+   * lease; 0 = not recorded, older records): a worker whose lease expired comes back
+   * under the same id with another lease and without its process, so it is not this
+   * member (scheduler/decide.h). JSON "lease", present when not 0. */
+  int64_t lease;
 } kolo_ringspec_member;
 
 typedef struct kolo_ringspec_lost {

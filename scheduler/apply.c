@@ -142,7 +142,9 @@ static kolo_status ring_members(kolo_sched_snapshot *snap, const kolo_ringspec *
     int old_rank = kolo_ringspec_rank_of(old_ring, order[i]);
     /* a survivor keeps its first epoch (epoch - 1 if the old ring did not say) */
     int64_t since = old_rank < 0 ? epoch : old_ring->members[old_rank].since_epoch ?: epoch - 1;
-    ring_out[i] = (kolo_ringspec_member){(char *)order[i], w->host, w->address, local_rank[i], local_size[i], since};
+    /* the lease: which registration of the worker this epoch means (decide.h, kolo_sched_member) */
+    ring_out[i] = (kolo_ringspec_member){(char *)order[i], w->host, w->address, local_rank[i], local_size[i], since,
+                                         w->lease};
     json_array_append_new(status_out, json_pack("{s:s, s:i, s:s, s:s}", "worker_id", order[i], "rank", (int)i,
                                                 "host", w->host, "address", w->address));
   }

@@ -63,12 +63,16 @@ static int decide_finished(const kolo_sched_job_view *job, kolo_sched_decision *
   return 1; /* finishing (or about to): nothing else applies */
 }
 
-/* Members lost by their own facts: no record, draining, a failed process. */
+/* Members lost by their own facts: no record, a new registration, draining, a failed process. */
 static void find_gone(const kolo_sched_job_view *job, kolo_sched_decision *d) {
   for (size_t i = 0; i < job->n_members; i++) {
     const kolo_sched_member *m = &job->members[i];
     if (!m->registered) {
       mark_lost(d, i, "its lease expired");
+      continue;
+    }
+    if (m->ring_lease != 0 && m->lease != m->ring_lease) { /* gone and back: its process is not */
+      mark_lost(d, i, "its lease expired and it registered again");
       continue;
     }
     if (m->draining) mark_drained(d, i);

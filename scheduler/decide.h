@@ -56,6 +56,11 @@ typedef struct kolo_sched_member {
   int draining;          /* its record says draining, or an operator drained it */
   int64_t since_epoch;   /* first epoch of its current stay (from the ring; 0 if absent) */
   kolo_sched_report report;
+  /* Which registration of the worker: a worker whose lease expired comes back under
+   * the same id with a new lease, its process gone (the agent stops it), so a member
+   * is its id AND the lease it was planned with. */
+  int64_t lease;      /* the lease of its worker record now (0 when unregistered) */
+  int64_t ring_lease; /* the lease the ring of this epoch names for it (0: not recorded) */
 } kolo_sched_member;
 
 /* A RUNNING or RECONFIGURING job as the scheduler sees it in one pass. */

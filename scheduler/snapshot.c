@@ -219,10 +219,10 @@ static kolo_sched_report report_of(const json_t *r) {
   return out;
 }
 
-/* since_epoch of worker id in ring (0 when it is not a member of it). */
-static int64_t since_in(const kolo_ringspec *ring, const char *id) {
-  int rank = kolo_ringspec_rank_of(ring, id);
-  return rank < 0 ? 0 : ring->members[rank].since_epoch;
+/* Worker id's entry in ring's members (NULL when it is not a member of it). */
+static const kolo_ringspec_member *member_in(const kolo_ringspec *ring, const char *id) {
+  int rank = ring ? kolo_ringspec_rank_of(ring, id) : -1;
+  return rank < 0 ? NULL : &ring->members[rank];
 }
 
 kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sched_job *j, int64_t now_unix_ms,
@@ -248,7 +248,10 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
     kolo_sched_worker *w = kolo_sched_find_worker(snap, m->worker_id);
     m->registered = w != NULL;
     m->draining = w != NULL && w->draining;
-    m->since_epoch = since_in(ring, m->worker_id);
+    const kolo_ringspec_member *entry = member_in(ring, m->worker_id);
+    m->since_epoch = entry ? entry->since_epoch : 0;
+    m->lease = w != NULL ? w->m.lease : 0;
+    m->ring_lease = entry ? entry->lease : 0;
     m->report = report_of(json_object_get(j->reports, m->worker_id));
   }
   for (size_t k = 0; k < n_lost; k++) (*earlier)[view->n_earlier_lost++] = ring->lost[k].worker_id;

@@ -105,11 +105,49 @@ kolo_status kolo_alltoall_named(kolo_comm *comm, const char *name, const void *s
                                 const size_t *send_counts, void *recv, size_t recv_capacity,
                                 size_t *recv_counts, kolo_dtype dtype, kolo_request **request);
 
+/* CUDA device buffers (the communicator in CUDA mode: kolo_comm_use_cuda).
+ * Every call above takes device memory too: it is negotiated like a host
+ * operation (host memory on one rank and device memory on another for the same
+ * name is a mismatch, named in the error on every rank), then runs on NCCL in
+ * the agreed order, one NCCL operation per name (no fusion copy). The plain
+ * calls order it after the legacy default stream; the _on_stream forms below
+ * after cuda_stream (a cudaStream_t, NULL = legacy default; it must stay valid
+ * until the request completes): NCCL starts once the work enqueued on that
+ * stream by the time the engine submits the operation is done, which includes
+ * everything enqueued before the call. kolo_wait/kolo_test complete when NCCL
+ * has; kolo_stream_wait (kolo.h) makes a stream wait for the result without the
+ * host waiting for NCCL (it waits, on the host, for the negotiation only), and
+ * kolo_request_cuda_event is NULL until the engine has submitted the operation.
+ * The _on_stream forms need CUDA mode (else KOLO_ERR_STATE) and device buffers
+ * (else KOLO_ERR_INVALID_ARG). Not on device buffers (KOLO_ERR_UNSUPPORTED):
+ * prescale/postscale other than 1, grouped all-reduce, all-to-all, reduce-scatter
+ * with unequal recv_counts, all-gather with recv == NULL. A device operation
+ * while a rank has joined fails with KOLO_ERR_STATE on every rank (a joined
+ * rank has no device buffer to take part with). */
+kolo_status kolo_allreduce_named_on_stream(kolo_comm *comm, const char *name, const void *send,
+                                           void *recv, size_t count, kolo_dtype dtype, kolo_op op,
+                                           void *cuda_stream, kolo_request **request);
+kolo_status kolo_allgather_named_on_stream(kolo_comm *comm, const char *name, const void *send,
+                                           size_t send_count, void *recv, size_t recv_capacity,
+                                           size_t *recv_counts, kolo_dtype dtype,
+                                           void *cuda_stream, kolo_request **request);
+kolo_status kolo_broadcast_named_on_stream(kolo_comm *comm, const char *name, void *buffer,
+                                           size_t count, kolo_dtype dtype, int root,
+                                           void *cuda_stream, kolo_request **request);
+kolo_status kolo_reducescatter_named_on_stream(kolo_comm *comm, const char *name,
+                                               const void *send, void *recv, size_t count,
+                                               const size_t *recv_counts, kolo_dtype dtype,
+                                               kolo_op op, void *cuda_stream,
+                                               kolo_request **request);
+
 /* This rank has no more data: until every rank has joined, it takes part in the
- * others' named all-reduces with neutral values (0 for SUM/AVG, identity for the
- * others; AVG still divides by the full size) and receives nothing useful. The
- * request completes when all ranks have joined; kolo_result.last_rank names the
- * last one to join. */
+ * others' named host operations with neutral contributions and receives nothing
+ * useful: all-reduce and reduce-scatter with op's identity (0 for SUM/AVG; AVG
+ * still divides by the full size), all-gather and all-to-all with 0 elements
+ * (the others' recv_counts say 0 for it), broadcast as a receiver (a broadcast
+ * from a joined root fails with KOLO_ERR_STATE on every rank, as does any
+ * operation on CUDA buffers). The request completes when all ranks have joined;
+ * kolo_result.last_rank names the last one to join. */
 kolo_status kolo_join_async(kolo_comm *comm, kolo_request **request);
 
 /* What the engine did on this rank since the communicator was created. */

@@ -207,11 +207,14 @@ kolo_status kolo_reducescatter_on_stream(kolo_comm *comm, const void *send, void
  * the stream goes on once the abort has stopped the kernels, with the output
  * undefined: check the status. KOLO_ERR_INVALID_ARG for a request that does not
  * run on the device or a stream the runtime refuses. Any kind of request from a
- * device buffer in CUDA mode qualifies, not only the _on_stream ones. */
+ * device buffer in CUDA mode qualifies, not only the _on_stream ones; for a
+ * named one (engine.h) the host first waits for its negotiation (never for NCCL)
+ * and a request that failed there returns its error. */
 kolo_status kolo_stream_wait(kolo_request *request, void *cuda_stream);
 
 /* The completion event (a cudaEvent_t) of a device request, valid until the
- * request is freed, for callers that wait on it themselves; NULL otherwise. */
+ * request is freed, for callers that wait on it themselves; NULL otherwise (and
+ * for a named device request until the engine has submitted it to NCCL). */
 void *kolo_request_cuda_event(kolo_request *request);
 
 /* ---- blocking forms: same arguments, return when the operation is complete ---- */

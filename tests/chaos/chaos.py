@@ -19,13 +19,17 @@ sequence of faults (timing on a loaded machine still varies).
 KOLO_CHAOS_SECONDS sets how long faults are injected (default 45: CI's short run);
 docs/CHAOS.md describes the longer run. Exits 0 when every check holds, 1 with the
 list of violations, and prints a summary table either way."""
+import base64
 import json
 import os
 import random
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
+import urllib.request
 
 SRC = os.environ.get("KOLO_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, os.path.join(SRC, "tests", "integration"))
@@ -91,9 +95,11 @@ class Chaos:
         self.root = os.path.join("/tmp", "kolo-chaos-%d-%d" % (os.getpid(), seed))
         os.makedirs(self.root, exist_ok=True)
         self.etcd = Etcd()
+        self.all_servers = []  # every replica started, for their logs
         self.servers = [self.start_server(), self.start_server()]
         self.workers = {}
         self.ports = {}
+        self.health_ports = {}
         for i in range(4):
             self.start_worker("cw%d" % i)
         self.submitted = {}   # id -> spec
@@ -105,11 +111,15 @@ class Chaos:
     # ---- the cluster ----
 
     def start_server(self):
-        return Server(self.etcd.url, "--leader-ttl", TTL, "--grace-ms", "200")
+        s = Server(self.etcd.url, "--leader-ttl", TTL, "--grace-ms", "200")
+        self.all_servers.append(s)
+        return s
 
     def start_worker(self, worker_id):
         port = self.ports.setdefault(worker_id, free_port())
-        self.workers[worker_id] = Worker(self.etcd.url, worker_id, "127.0.0.1", port, self.root)
+        health = self.health_ports.setdefault(worker_id, free_port())  # its /metrics: the agent's own view
+        self.workers[worker_id] = Worker(self.etcd.url, worker_id, "127.0.0.1", port, self.root,
+                                         "--http-listen", "127.0.0.1:%d" % health)
 
     def live_servers(self):
         """Servers running and not SIGSTOPped (a stopped one would hold a request for curl's 10 s)."""
@@ -329,6 +339,69 @@ class Chaos:
         if phase == "SUCCEEDED" and (not events or events[-1].get("type") != "FINISHED"):
             bad.append("%s: SUCCEEDED but the last event is %s" % (job_id, events[-1:]))
 
+    # ---- diagnosis (printed on failure, while the cluster still runs) ----
+
+    def etcd_get(self, key):
+        """(value, lease) of a key, read from etcd's JSON gateway; (None, 0) if absent or unreadable."""
+        body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+        try:
+            req = urllib.request.Request(self.etcd.url + "/v3/kv/range", data=body, method="POST")
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                kvs = json.loads(resp.read()).get("kvs", [])
+        except (OSError, ValueError) as error:
+            return "(etcd: %s)" % error, 0
+        if not kvs:
+            return None, 0
+        return base64.b64decode(kvs[0]["value"]).decode(errors="replace"), int(kvs[0].get("lease", 0))
+
+    def agent_metrics(self, worker_id):
+        """The agent's own view (its /metrics): job, epoch, process, step, registrations."""
+        out = subprocess.run(["curl", "-s", "--max-time", "3", "http://127.0.0.1:%d/metrics" % self.health_ports[worker_id]],
+                             capture_output=True, text=True)
+        keep = ("kolo_worker_registered", "kolo_worker_state{", "kolo_worker_job{", "kolo_worker_epoch",
+                "kolo_worker_process_running", "kolo_worker_step", "kolo_worker_registrations_total",
+                "kolo_worker_leases_lost_total", "kolo_worker_processes_started_total",
+                "kolo_worker_report_errors_total")
+        lines = [line for line in out.stdout.splitlines()
+                 if line.startswith(keep) and not (line.startswith("kolo_worker_state{") and line.endswith(" 0"))]
+        return " ".join(lines) or "(no answer)"
+
+    def diagnose(self, job_ids):
+        """Everything needed to see why these jobs went wrong without a rerun: status, events,
+        the ring, and for each worker that is or was in it: its record's lease, assignment,
+        report, the agent's own view and its last log lines; the servers' lines about the job."""
+        for job_id in job_ids:
+            print("\n==== diagnosis of %s" % job_id)
+            code, job = self.http("GET", "/v1/jobs/" + job_id)
+            st = job.get("status", {}) if code == 200 and isinstance(job, dict) else {}
+            print("status: %s" % json.dumps(st)[:1500])
+            code, body = self.http("GET", "/v1/jobs/%s/events" % job_id)
+            for e in body.get("events", []) if code == 200 and isinstance(body, dict) else []:
+                print("  event %3s %-14s epoch %s: %s" % (e.get("seq"), e.get("type"), e.get("epoch"),
+                                                         e.get("message", "").replace("\n", " | ")[:400]))
+            epoch = int(st.get("epoch", 0) or 0)
+            ring, _ = self.etcd_get("/kolo/v1/jobs/%s/ring/%020d" % (job_id, epoch))
+            print("ring of epoch %d: %s" % (epoch, (ring or "(none)")[:800]))
+            ids = {m.get("worker_id") for m in st.get("members", [])}
+            for worker_id in sorted(self.workers):
+                assignment, _ = self.etcd_get("/kolo/v1/assign/" + worker_id)
+                if worker_id not in ids and job_id not in (assignment or ""):
+                    continue
+                record, lease = self.etcd_get("/kolo/v1/workers/" + worker_id)
+                report, _ = self.etcd_get("/kolo/v1/jobs/%s/reports/%s" % (job_id, worker_id))
+                print("-- worker %s: record lease %x state %s" % (worker_id, lease,
+                      (json.loads(record).get("state") if record and record.startswith("{") else record)))
+                print("   assignment: %s" % assignment)
+                print("   report: %s" % (report or "(none)")[:800])
+                print("   agent: %s" % self.agent_metrics(worker_id))
+                w = self.workers[worker_id]
+                for line in w.read_log().splitlines()[-15:]:
+                    print("   | " + line)
+            for i, s in enumerate(self.all_servers):
+                lines = [line for line in s.read_log().splitlines() if job_id in line][-10:]
+                for line in lines:
+                    print("   server%d | %s" % (i, line))
+
     def stop(self):
         """Stops the cluster the way an operator would, then looks for leftovers."""
         self.resume_all()
@@ -338,6 +411,11 @@ class Chaos:
             if s.proc.poll() is None:
                 s.terminate()
         self.etcd.stop()
+        for i, s in enumerate(self.all_servers):  # their temporary dirs go at exit: keep the logs with ours
+            try:
+                shutil.copy(s.log_path, os.path.join(self.root, "server%d.log" % i))
+            except OSError:
+                pass
         time.sleep(1)
         leaks = []
         for pid, line in sorted(self.training.items()):
@@ -367,6 +445,9 @@ def main():
         c.inject()
         c.settle(settle)
         bad, rows = c.check()
+        wrong = sorted({v.split(":")[0] for v in bad if v.split(":")[0] in c.submitted})
+        if wrong:
+            c.diagnose(wrong)
     finally:
         leaks = c.stop()
     print("\n%-22s %-10s %8s %6s  %s" % ("job", "phase", "reconfs", "step", "result"))
@@ -386,7 +467,6 @@ def main():
     if problems:
         print("logs kept in " + c.root)
     else:
-        import shutil
         shutil.rmtree(c.root, ignore_errors=True)
     return 1 if problems else 0
 

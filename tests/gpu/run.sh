@@ -130,6 +130,8 @@ run_program "abort, SIGKILL, NCCL errors" 600 "$T/kolo-gpu-abort" "${ranks[@]}"
 run_program "30 create/destroy cycles, pending errors, contexts" 600 "$T/kolo-gpu-cycles" "${ranks[@]}"
 run_program "threads: host and device gathers at once, abort during creation" 300 \
   "$T/kolo-gpu-races" "${ranks[@]}"
+run_program "named operations on CUDA buffers: negotiated, then NCCL" 300 \
+  "$T/kolo-gpu-named" "${ranks[@]}"
 
 # collective/elastic.c in CUDA mode: test_elastic's kill and join scenarios with
 # the loop whose state lives in GPU memory (each process its own NCCL_HOSTID).

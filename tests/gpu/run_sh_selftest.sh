@@ -38,7 +38,7 @@ has_gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   has_gpu=1
 fi
-programs=8 # collectives, stream, abort, cycles, races, bench x2 (each one line), elastic
+programs=9 # collectives, stream, abort, cycles, races, named, bench x2 (each one line), elastic
 if [ "$mode" = fake ] || [ "$has_gpu" -eq 1 ]; then
   if [ "$failed" -ne 0 ] || [ "$passed" -lt 50 ]; then
     echo "FAIL: every check must pass here ($mode, GPU: $has_gpu):"; grep '^not ok' "$out"

@@ -225,6 +225,96 @@ static void join_with_ranks_finishing_at_different_steps_gives_exact_sums(void *
   assert_int_equal(run_ranks(4, join_body, NULL, NULL), 0);
 }
 
+/* Rank r runs 1 + r steps of a reduce-scatter with uneven blocks (SUM), one with
+ * even blocks (AVG) and an all-to-all with uneven splits, then joins: a joined
+ * rank contributes identity values to the reduce-scatters and nothing to the
+ * all-to-all, and the results are exact on the ranks still running. */
+enum { RS_BASE = 1000 };
+
+static int32_t rs_value(int rank, int step, size_t i) { return (int32_t)((rank + 1) * 7 + step * 3 + (int)(i % 101)); }
+static size_t rs_block(int b) { return (size_t)(RS_BASE + 37 * b); }
+static size_t a2a_count(int from, int to) { return (size_t)(from + 2 * to + 1); }
+static int32_t a2a_value(int from, int to, int step, size_t i) { return (int32_t)(100000 * from + 1000 * to + 10 * step + (int)i); }
+
+static int join_rs_a2a_step(kolo_comm *comm, int step, int (*active)(int rank, int step)) {
+  int rank = kolo_comm_rank(comm), size = kolo_comm_size(comm), failures = 0;
+  size_t counts[MAX_RANKS], total = 0, offset = 0;
+  for (int b = 0; b < size; b++) {
+    counts[b] = rs_block(b);
+    if (b < rank) offset += counts[b];
+    total += counts[b];
+  }
+  int32_t *send = malloc(total * sizeof *send), *mine = malloc(counts[rank] * sizeof *mine);
+  double *even = malloc((size_t)size * 4 * sizeof *even), even_mine[4];
+  for (size_t i = 0; i < total; i++) send[i] = rs_value(rank, step, i);
+  for (size_t i = 0; i < (size_t)size * 4; i++) even[i] = (double)(rank + 1) * (double)(i + 1);
+  size_t a2a_send[MAX_RANKS], a2a_total = 0, got[MAX_RANKS];
+  for (int d = 0; d < size; d++) a2a_total += a2a_send[d] = a2a_count(rank, d);
+  int32_t *a2a = malloc(a2a_total * sizeof *a2a), *at = a2a;
+  for (int d = 0; d < size; d++) {
+    for (size_t i = 0; i < a2a_send[d]; i++) *at++ = a2a_value(rank, d, step, i);
+  }
+  kolo_request *rq[3];
+  failures += kolo_reducescatter_named(comm, "rs.uneven", send, mine, total, counts, KOLO_INT32,
+                                       KOLO_SUM, &rq[0]) != KOLO_OK;
+  failures += kolo_alltoall_named(comm, "a2a", a2a, a2a_send, NULL, 0, got, KOLO_INT32, &rq[1]) != KOLO_OK;
+  failures += kolo_reducescatter_named(comm, "rs.even", even, even_mine, (size_t)size * 4, NULL,
+                                       KOLO_FLOAT64, KOLO_AVG, &rq[2]) != KOLO_OK;
+  kolo_result result[3];
+  for (int k = 0; k < 3; k++) {
+    kolo_status status = kolo_wait_result(rq[k], &result[k]);
+    failures += check(status == KOLO_OK, comm, "step %d op %d: %s %s", step, k, kolo_status_name(status),
+                      result[k].message);
+  }
+  for (size_t i = 0; i < counts[rank] && failures == 0; i++) {
+    int64_t want = 0;
+    for (int r = 0; r < size; r++) want += active(r, step) ? rs_value(r, step, offset + i) : 0;
+    if (mine[i] != (int32_t)want) failures += check(0, comm, "step %d rs [%zu] %d want %lld", step, i, mine[i], (long long)want);
+  }
+  for (size_t i = 0; i < 4 && failures == 0; i++) {
+    double want = 0;
+    for (int r = 0; r < size; r++) want += active(r, step) ? (double)(r + 1) * (double)(rank * 4 + i + 1) : 0;
+    want /= size; /* AVG divides by the full size */
+    failures += check(even_mine[i] == want, comm, "step %d rs.even [%zu] %g want %g", step, i, even_mine[i], want);
+  }
+  const int32_t *in = result[1].output;
+  for (int o = 0; o < size && failures == 0; o++) {
+    size_t want_count = active(o, step) ? a2a_count(o, rank) : 0;
+    failures += check(got[o] == want_count, comm, "step %d a2a from %d: %zu elements, want %zu", step, o, got[o], want_count);
+    for (size_t i = 0; i < got[o] && failures == 0; i++) {
+      failures += check(in[i] == a2a_value(o, rank, step, i), comm, "step %d a2a from %d [%zu]", step, o, i);
+    }
+    in += got[o];
+  }
+  kolo_free(result[1].output);
+  free(send);
+  free(mine);
+  free(even);
+  free(a2a);
+  return failures;
+}
+
+static int rs_a2a_active(int rank, int step) { return step < 1 + rank; }
+
+static int join_rs_a2a_body(kolo_comm *comm, void *argument) {
+  (void)argument;
+  int rank = kolo_comm_rank(comm), failures = 0;
+  for (int step = 0; step < 1 + rank && failures == 0; step++) {
+    failures += join_rs_a2a_step(comm, step, rs_a2a_active);
+  }
+  kolo_request *join;
+  kolo_result result;
+  failures += check(kolo_join_async(comm, &join) == KOLO_OK && kolo_wait_result(join, &result) == KOLO_OK &&
+                        result.last_rank == kolo_comm_size(comm) - 1,
+                    comm, "join: %s last %d", kolo_status_name(result.status), result.last_rank);
+  return failures;
+}
+
+static void joined_ranks_take_part_in_reducescatter_and_alltoall_with_neutral_values(void **state) {
+  (void)state;
+  assert_int_equal(run_ranks(3, join_rs_a2a_body, NULL, NULL), 0);
+}
+
 /* ---- fusion ---- */
 
 static uint64_t mix(uint64_t x) {
@@ -358,13 +448,26 @@ static int timeline_body(kolo_comm *comm, void *argument) {
     kolo_allreduce_named(comm, "weights \"big\"", big, big, 300000, KOLO_FLOAT32, KOLO_SUM, 1, 1, &a);
     kolo_allreduce_named(comm, "bias", small, small, 16, KOLO_FLOAT32, KOLO_SUM, 1, 1, &b);
     kolo_allgather_named(comm, "ids", small, 2, NULL, 0, NULL, KOLO_FLOAT32, &g);
-    failures += kolo_wait(a) != KOLO_OK || kolo_wait(b) != KOLO_OK || kolo_wait(g) != KOLO_OK;
+    kolo_status sa = kolo_wait(a), sb = kolo_wait(b), sg = kolo_wait(g);
+    failures += check(sa == KOLO_OK && sb == KOLO_OK && sg == KOLO_OK, comm, "step %d: %s %s %s",
+                      step, kolo_status_name(sa), kolo_status_name(sb), kolo_status_name(sg));
   }
   if (kill_rank >= 0) {
+    /* the steps are over everywhere once this completes on the killed rank (every
+     * rank submitted it after its last wait); on the others it may complete or
+     * meet the kill (their steps' last bytes were never at risk then) */
+    kolo_request *steps_done;
+    kolo_status synced = kolo_allreduce_named(comm, "steps.done", small, small, 16, KOLO_FLOAT32,
+                                              KOLO_SUM, 1, 1, &steps_done);
+    if (synced == KOLO_OK) synced = kolo_wait(steps_done);
     if (rank == kill_rank) raise(SIGKILL);
+    failures += check(synced == KOLO_OK || synced == KOLO_ERR_PEER_LOST, comm, "steps.done: %s",
+                      kolo_status_name(synced));
     kolo_request *pending;
-    kolo_allreduce_named(comm, "never", small, small, 16, KOLO_FLOAT32, KOLO_SUM, 1, 1, &pending);
-    failures += kolo_wait(pending) != KOLO_ERR_PEER_LOST;
+    kolo_status status = kolo_allreduce_named(comm, "never", small, small, 16, KOLO_FLOAT32,
+                                              KOLO_SUM, 1, 1, &pending);
+    if (status == KOLO_OK) status = kolo_wait(pending);
+    failures += check(status == KOLO_ERR_PEER_LOST, comm, "never: %s", kolo_status_name(status));
     /* the process lives on: its file must already parse (it is not closed yet) */
     char command[600];
     snprintf(command, sizeof command,
@@ -458,6 +561,7 @@ int main(void) {
       cmocka_unit_test(mismatched_dtype_count_and_op_are_named_on_every_rank),
       cmocka_unit_test(a_missing_tensor_ends_in_stalled_on_every_rank_within_the_timeout),
       cmocka_unit_test(join_with_ranks_finishing_at_different_steps_gives_exact_sums),
+      cmocka_unit_test(joined_ranks_take_part_in_reducescatter_and_alltoall_with_neutral_values),
       cmocka_unit_test(fusion_on_and_off_give_identical_bits),
       cmocka_unit_test(steady_state_agrees_by_cache_bits_and_a_waiting_rank_sleeps),
       cmocka_unit_test(the_timeline_parses_as_json_with_each_tensors_phases),

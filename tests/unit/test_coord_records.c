@@ -84,6 +84,43 @@ static void a_ring_record_round_trips_and_has_the_documented_shape(void **state)
   }
 }
 
+/* Each member's lease (which registration of the worker the epoch means) is written
+ * when known and read back; absent (older records) it is 0; a bad one is refused. */
+static void a_member_s_lease_round_trips_and_is_optional(void **state) {
+  (void)state;
+  kolo_ringspec s;
+  kolo_ringspec_member members[3];
+  kolo_ringspec_lost lost[1];
+  sample(&s, members, lost);
+  members[1].lease = 0x1fc4a231861dcb16;
+  char *json = NULL;
+  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_OK);
+  assert_non_null(strstr(json, "\"since_epoch\":3,\"lease\":2289132844198251286}"));
+  assert_null(strstr(strstr(json, "\"lease\"") + 1, "\"lease\"")); /* members without one have none */
+  kolo_ringspec back;
+  assert_int_equal(kolo_ringspec_decode(json, strlen(json), &back), KOLO_OK);
+  assert_int_equal(back.members[0].lease, 0);
+  assert_int_equal(back.members[1].lease, 0x1fc4a231861dcb16);
+  assert_int_equal(back.members[2].lease, 0);
+  kolo_ringspec_clear(&back);
+  free(json);
+  members[1].lease = -1;
+  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_ERR_INVALID_ARG);
+  assert_null(json);
+  const char *bad[] = {"-5", "\"7\"", "1.5"};
+  for (size_t i = 0; i < 3; i++) {
+    char text[600];
+    snprintf(text, sizeof text,
+             "{\"job\":\"j\",\"epoch\":1,\"timeout_ms\":5,\"secret\":\"0123456789abcdef\",\"members\":[{\"worker_id\":"
+             "\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,\"local_size\":1,"
+             "\"since_epoch\":1,\"lease\":%s}],\"lost\":[]}",
+             bad[i]);
+    kolo_ringspec out;
+    assert_int_not_equal(kolo_ringspec_decode(text, strlen(text), &out), KOLO_OK);
+    assert_non_null(strstr(kolo_etcd_last_error(), "'lease' of member 0"));
+  }
+}
+
 static void unknown_fields_are_ignored_and_an_empty_lost_list_is_fine(void **state) {
   (void)state;
   const char *json = "{\"job\":\"j\",\"epoch\":1,\"timeout_ms\":5,\"secret\":\"0123456789abcdef\",\"future\":[1],"
@@ -290,6 +327,7 @@ static void keys_follow_the_documented_layout(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_ring_record_round_trips_and_has_the_documented_shape),
+      cmocka_unit_test(a_member_s_lease_round_trips_and_is_optional),
       cmocka_unit_test(unknown_fields_are_ignored_and_an_empty_lost_list_is_fine),
       cmocka_unit_test(a_ring_record_with_bad_fields_is_rejected_naming_the_field),
       cmocka_unit_test(encoding_an_invalid_ring_record_fails),

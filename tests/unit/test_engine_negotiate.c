@@ -29,6 +29,7 @@ static void messages_round_trip(void **state) {
                                      announce("b", allreduce_meta(0))};
   announces[1].meta.root = -3;
   announces[1].meta.aux = 0x0123456789abcdefull;
+  announces[1].meta.device = 1;
   kolo_nego_announce stalls[1] = {announce("x", allreduce_meta(0))};
   kolo_nego_message m = {.flags = KOLO_NEGO_FLAG_JOINED, .unnamed_count = 1ull << 40, .bits = bits,
                          .bit_bytes = 3, .announce_count = 2, .announces = announces,
@@ -47,6 +48,8 @@ static void messages_round_trip(void **state) {
   assert_true(out.announces[0].meta.count == 10);
   assert_int_equal(out.announces[1].meta.root, -3);
   assert_true(out.announces[1].meta.aux == 0x0123456789abcdefull);
+  assert_int_equal(out.announces[0].meta.device, 0);
+  assert_int_equal(out.announces[1].meta.device, 1);
   assert_int_equal(out.stall_count, 1);
   assert_int_equal(out.stall_seconds, 30);
   kolo_nego_message_free(&out);
@@ -102,6 +105,10 @@ static void malformed_messages_are_refused(void **state) {
   assert_int_equal(kolo_nego_decode(longer, buffer.length, &out), KOLO_ERR_PROTOCOL);
   memcpy(longer, buffer.data, buffer.length);
   longer[22] = 'a', longer[23] = '\0';
+  assert_int_equal(kolo_nego_decode(longer, buffer.length, &out), KOLO_ERR_PROTOCOL);
+  memcpy(longer, buffer.data, buffer.length);
+  memcpy(longer, buffer.data, buffer.length);
+  longer[29] = 2; /* the memory byte: 0 host, 1 device, nothing else */
   assert_int_equal(kolo_nego_decode(longer, buffer.length, &out), KOLO_ERR_PROTOCOL);
   memcpy(longer, buffer.data, buffer.length);
   longer[20] = 0, longer[21] = 0; /* name length 0: the rest no longer parses either */
@@ -192,6 +199,20 @@ static void disagreeing_counts_name_the_tensor_and_the_ranks(void **state) {
   apply(f);
   assert_string_equal(f->decision.ready[0].message,
                       "tensor 'w': dtype float32 on ranks 0-1 but dtype float64 on rank 2");
+  kolo_nego_meta device = allreduce_meta(4);
+  device.device = 1;
+  say(f, 0, "cuda", allreduce_meta(4));
+  say(f, 1, "cuda", device);
+  say(f, 2, "cuda", device);
+  apply(f);
+  assert_int_equal(f->decision.ready[0].status, KOLO_ERR_MISMATCH);
+  assert_string_equal(f->decision.ready[0].message,
+                      "tensor 'cuda': host memory on rank 0 but CUDA device memory on ranks 1-2");
+  /* a device name agreed by every rank is fine, and cached apart from a host one */
+  for (int r = 0; r < 3; r++) say(f, r, "cuda2", device);
+  apply(f);
+  assert_int_equal(f->decision.ready[0].status, KOLO_OK);
+  assert_true(f->decision.ready[0].meta.device == 1);
 }
 
 static void a_ready_name_is_cached_and_then_agreed_by_bit(void **state) {
@@ -255,6 +276,27 @@ static void joined_ranks_count_as_submitted_and_the_last_joiner_is_named(void **
   say(f, 1, "bc", bcast);
   apply(f);
   assert_int_equal(f->decision.ready[0].status, KOLO_ERR_STATE);
+  /* reduce-scatter and all-to-all run with the joined rank's neutral part */
+  kolo_nego_meta rs = {.kind = KOLO_REQUEST_REDUCESCATTER, .dtype = KOLO_INT32, .op = KOLO_SUM,
+                       .count = 9, .aux = 77};
+  kolo_nego_meta a2a = {.kind = KOLO_REQUEST_ALLTOALL, .dtype = KOLO_INT32, .count = 5};
+  kolo_nego_meta cuda = allreduce_meta(3);
+  cuda.device = 1;
+  f->messages[2].flags = KOLO_NEGO_FLAG_JOINED;
+  say(f, 0, "rs", rs);
+  say(f, 1, "rs", rs);
+  say(f, 0, "a2a", a2a);
+  say(f, 1, "a2a", a2a);
+  say(f, 0, "cuda", cuda);
+  say(f, 1, "cuda", cuda);
+  apply(f);
+  assert_int_equal(f->decision.ready_count, 3);
+  assert_int_equal(f->decision.ready[0].status, KOLO_OK);
+  assert_int_equal(f->decision.ready[1].status, KOLO_OK);
+  /* ... but nothing on CUDA buffers: a joined rank has none */
+  assert_int_equal(f->decision.ready[2].status, KOLO_ERR_STATE);
+  assert_string_equal(f->decision.ready[2].message,
+                      "tensor 'cuda': allreduce of CUDA buffers cannot run while rank(s) 2 have joined");
   f->messages[0].flags = KOLO_NEGO_FLAG_JOINED;
   f->messages[2].flags = KOLO_NEGO_FLAG_JOINED;
   apply(f);

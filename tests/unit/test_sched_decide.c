@@ -105,6 +105,38 @@ static void a_member_without_a_record_is_lost_and_the_ring_reforms(void **state)
   free(text);
 }
 
+/* test_chaos seed 1365150667: etcd paused past the workers' lease TTL expired both
+ * members' leases; each agent stopped its process and registered again under the same
+ * id within milliseconds, so no pass saw the record missing. The member is its lease:
+ * a record under another lease is a worker that came back without the process. */
+static void a_member_that_registered_again_under_a_new_lease_is_lost(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->view.min_workers = 1;
+  for (size_t i = 0; i < 2; i++) f->members[i].lease = f->members[i].ring_lease = 0x100 + (int64_t)i;
+  assert_int_equal(decide(f), KOLO_SCHED_PROGRESS); /* the leases the ring was planned with */
+  f->members[1].lease = 0x200;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(f->d.n_lost, 1);
+  assert_int_equal(f->d.lost[0].member, 1);
+  char *text = message(f);
+  assert_string_equal(text, "lost w1 (its lease expired and it registered again); re-forming with 1 survivors and "
+                            "0 new workers");
+  free(text);
+  f->members[0].lease = 0x300; /* both came back: nobody is left to carry the state */
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_HOLD);
+  assert_int_equal(f->d.n_lost, 2);
+}
+
+/* A ring record written before members carried their lease names any registration. */
+static void a_ring_without_leases_judges_by_the_record_alone(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->members[0].lease = 0x100;
+  f->members[1].lease = 0x200;
+  assert_int_equal(decide(f), KOLO_SCHED_PROGRESS);
+}
+
 static void a_draining_member_leaves_as_planned_at_the_next_commit(void **state) {
   fixture *f = *state;
   healthy(f, 3);
@@ -566,6 +598,8 @@ int main(void) {
       T(rank_zero_exiting_zero_finishes_once_everyone_exited),
       T(rank_zero_exiting_zero_waits_for_the_others_until_the_grace),
       T(a_member_without_a_record_is_lost_and_the_ring_reforms),
+      T(a_member_that_registered_again_under_a_new_lease_is_lost),
+      T(a_ring_without_leases_judges_by_the_record_alone),
       T(a_draining_member_leaves_as_planned_at_the_next_commit),
       T(drains_never_count_against_max_reconfigurations),
       T(a_drain_below_min_workers_holds_the_others),

@@ -51,13 +51,15 @@ typedef struct fixture {
 } fixture;
 
 /* Workers w1 (idle; a drain mark of its earlier registration is left), w2
- * (busy on job "b"), w3 (idle but drained by an operator); job "b" RUNNING at epoch 2 on w1 and w2 (w2 joined at epoch 2,
+ * (busy on job "b", registered again under another lease than its ring's), w3 (idle but drained by an operator); job "b" RUNNING at epoch 2 on w1 and w2 (w2 joined at epoch 2,
  * w9 lost at epoch 1), job "a" older and PENDING, job "c" without a spec. */
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   assert_non_null(f);
   add_member(&f->snap, "{\"id\":\"w1\",\"host\":\"h\",\"address\":\"127.0.0.1:7001\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\"}");
   add_member(&f->snap, "{\"id\":\"w2\",\"host\":\"h\",\"address\":\"127.0.0.1:7002\",\"cpus\":1,\"gpus\":0,\"state\":\"busy\"}");
+  f->snap.members[0].lease = 81; /* etcd's lease of each record (the ring names 81 for w1, 90 for w2) */
+  f->snap.members[1].lease = 91;
   add_member(&f->snap, "{\"id\":\"w3\",\"host\":\"h\",\"address\":\"127.0.0.1:7003\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\"}");
   add(&f->assigns, "/kolo/v1/assign/w2", "{\"job\":\"b\",\"epoch\":2}", 1);
   add(&f->assigns, "/kolo/v1/assign/w7", "{\"job\":\"gone\",\"epoch\":1}", 1);
@@ -73,9 +75,9 @@ static int setup(void **state) {
   add(&f->jobs, "/kolo/v1/jobs/b/ring/00000000000000000002",
       "{\"job\":\"b\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef\",\"members\":["
       "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:7001\",\"local_rank\":0,"
-      "\"local_size\":2,\"since_epoch\":1},"
+      "\"local_size\":2,\"since_epoch\":1,\"lease\":81},"
       "{\"worker_id\":\"w2\",\"rank\":1,\"host\":\"h\",\"address\":\"127.0.0.1:7002\",\"local_rank\":1,"
-      "\"local_size\":2,\"since_epoch\":2}],"
+      "\"local_size\":2,\"since_epoch\":2,\"lease\":90}],"
       "\"lost\":[{\"worker_id\":\"w9\",\"why\":\"its lease expired\"}]}",
       7);
   /* a newer epoch whose member has no address: the codec refuses it, the snapshot leaves it out */
@@ -185,6 +187,11 @@ static void the_view_carries_records_reports_and_the_ring(void **state) {
   assert_string_equal(members[0].worker_id, "w1");
   assert_true(members[0].registered);
   assert_int_equal(members[0].since_epoch, 1);
+  /* which registration: the ring's lease against the record's (w2 came back under 91) */
+  assert_int_equal(members[0].lease, 81);
+  assert_int_equal(members[0].ring_lease, 81);
+  assert_int_equal(members[1].lease, 91);
+  assert_int_equal(members[1].ring_lease, 90);
   assert_false(members[0].report.present);
   assert_int_equal(members[0].report.failed_rank, -1);
   const kolo_sched_report *r = &members[1].report;

@@ -240,7 +240,8 @@ static void write_report(agent *a) {
   if (rc != KOLO_OK) {
     KOLO_LOGW(LOG, "cannot write report %s: %s", key, kolo_etcd_last_error());
     a->hs.report_errors++;
-    return; /* stays dirty: retried on the next tick */
+    a->report_dirty = 1; /* retried on the next tick: an exit or FAILED report must reach the coordinator */
+    return;
   }
   a->hs.reports_written++;
   a->report_dirty = 0;
@@ -353,11 +354,25 @@ static int get_ring(agent *a, const char *key, kolo_ringspec *ring) {
   return rc == KOLO_OK;
 }
 
+/* Whether the ring's member entry for this worker names another registration of it:
+ * the ring was planned for this worker before its lease expired (the process it had
+ * is gone), so the coordinator counts that member lost and this registration must
+ * not take its place. Entries without a lease (older records) name any. */
+static int stale_member(agent *a, const kolo_ringspec *ring) {
+  int me = kolo_ringspec_rank_of(ring, a->id);
+  int64_t lease = me < 0 ? 0 : ring->members[me].lease;
+  int64_t ours = a->reg ? kolo_membership_lease(a->reg) : 0;
+  if (lease == 0 || lease == ours) return 0;
+  KOLO_LOGW(LOG, "the ring names registration %" PRIx64 " of worker %s, not this one (%" PRIx64 "): not joining it",
+            (uint64_t)lease, a->id, (uint64_t)ours);
+  return 1;
+}
+
 /* Builds the RING line for this worker from the ring record; NULL if absent from
  * it, or if the record does not make a valid RING (logged). */
 static char *ring_line_for(agent *a, const kolo_ringspec *ring, int *rank, int *size) {
   int me = kolo_ringspec_rank_of(ring, a->id);
-  if (me < 0 || ring->size > KOLO_AGENT_MAX_RING) return NULL;
+  if (me < 0 || ring->size > KOLO_AGENT_MAX_RING || stale_member(a, ring)) return NULL;
   const char **peers = calloc(ring->size, sizeof *peers);
   if (peers == NULL) return NULL;
   for (size_t i = 0; i < ring->size; i++) peers[i] = ring->members[i].address;
@@ -564,7 +579,10 @@ static void reconcile(agent *a) {
   if (a->proc != NULL && epoch <= a->epoch) goto out;
   kolo_ringspec ring;
   if (!get_ring(a, ring_key, &ring)) goto out;
-  if (a->proc == NULL) {
+  if (a->proc == NULL && stale_member(a, &ring)) {
+    snprintf(a->done_job, sizeof a->done_job, "%s", job); /* never this epoch: the coordinator re-plans */
+    a->done_epoch = epoch;
+  } else if (a->proc == NULL) {
     start_process(a, job, &ring);
   } else {
     int rank, size;
