@@ -18,9 +18,9 @@
 
 static void sample(kolo_ringspec *s, kolo_ringspec_member *members, kolo_ringspec_lost *lost) {
   memset(s, 0, sizeof *s);
-  members[0] = (kolo_ringspec_member){"w1", "node-a", "10.0.0.5:7100", 0, 2, 1};
-  members[1] = (kolo_ringspec_member){"w2", "node-a", "[fe80::1]:7100", 1, 2, 3};
-  members[2] = (kolo_ringspec_member){"w3", "node-b", "node-3.cluster:7100", 0, 1, 4};
+  members[0] = (kolo_ringspec_member){"w1", "node-a", "10.0.0.5:7100", 0, 2, 1, 0};
+  members[1] = (kolo_ringspec_member){"w2", "node-a", "[fe80::1]:7100", 1, 2, 3, 0};
+  members[2] = (kolo_ringspec_member){"w3", "node-b", "node-3.cluster:7100", 0, 1, 4, 0};
   lost[0] = (kolo_ringspec_lost){"w9", "its lease expired"};
   s->job = "job-1";
   s->epoch = 4;
