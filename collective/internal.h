@@ -155,6 +155,9 @@ typedef struct kolo_ring_item {
   size_t bytes;
   int depends_on;   /* send items: recv item index gating this send, -1 = none */
   int finalize_avg; /* recv items: divide each finished segment by the ring size */
+  int remote_first; /* recv items with local: the incoming data is the reduce's left operand */
+  int guards_send;  /* recv items with local: a segment is reduced into buffer only once this
+                     * send item (same offsets, e.g. in place) has sent it; -1 = none */
 } kolo_ring_item;
 
 typedef struct kolo_ring_plan {
@@ -285,6 +288,8 @@ struct kolo_comm {
   /* buffers reused across calls (only the one runner touches them) */
   size_t segment_bytes;
   size_t small_bytes;
+  size_t pair_min_bytes; /* 2 ranks over TCP: all-reduces of pair_min_bytes..pair_max_bytes */
+  size_t pair_max_bytes; /* exchange whole buffers (kolo_allreduce_choose) */
   char *staging;
   size_t staging_bytes;
   char *scratch;
@@ -334,6 +339,18 @@ kolo_status kolo_ensure_buffer(char **buffer, size_t *have, size_t need);
 /* Runs comm->plan; op_bytes (the same on every rank) picks bulk or small channels. */
 kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes);
 /* recv = op over ranks of send (the small path or the ring, by size). */
+/* How a ring all-reduces. A pure function of what every rank knows alike (ring
+ * size, element count, bytes, the size settings, whether the links are shared
+ * memory), never of a rank's own buffers, so that every rank picks the same:
+ *   GATHER: at most small_bytes (or fewer elements than ranks): all-gather the
+ *           whole buffers, reduce locally in rank order (n-1 latency steps);
+ *   PAIR:   2 ranks over TCP, pair_min_bytes..pair_max_bytes: each sends its
+ *           whole buffer and reduces the other's as it streams in;
+ *   RING:   reduce-scatter + all-gather, pipelined per segment. */
+typedef enum { KOLO_ALLREDUCE_GATHER, KOLO_ALLREDUCE_PAIR, KOLO_ALLREDUCE_RING } kolo_allreduce_algo;
+kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
+                                          size_t pair_min_bytes, size_t pair_max_bytes, int over_shm);
+
 kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
                                 kolo_dtype dtype, kolo_op op, int engine_thread);
 /* ring_fused.c: one ring all-reduce over pieces that form a virtual

@@ -77,6 +77,8 @@ void kolo_plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int 
   item->bytes = bytes;
   item->depends_on = depends_on;
   item->finalize_avg = 0;
+  item->remote_first = 0;
+  item->guards_send = -1;
 }
 
 int kolo_plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t bytes,
@@ -88,6 +90,8 @@ int kolo_plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t
   item->bytes = bytes;
   item->depends_on = -1;
   item->finalize_avg = finalize_avg;
+  item->remote_first = 0;
+  item->guards_send = -1;
   plan->processed[index] = 0;
   return index;
 }
@@ -146,6 +150,67 @@ static void plan_allreduce_ring(kolo_comm *comm, const char *src, char *dst, siz
   }
 }
 
+kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
+                                          size_t pair_min_bytes, size_t pair_max_bytes, int over_shm) {
+  if (bytes <= small_bytes || count < (size_t)size) return KOLO_ALLREDUCE_GATHER;
+  /* over TCP the kernel's copies dominate and the pair moves the same bytes as
+   * the ring with no step waiting on the peer's reduction; over shared memory
+   * copies are cheap and the ring's halved reduction wins, as it does over TCP
+   * once the buffers leave the cache (#16 A/B runs) */
+  if (size == 2 && !over_shm && bytes >= pair_min_bytes && bytes <= pair_max_bytes) {
+    return KOLO_ALLREDUCE_PAIR;
+  }
+  return KOLO_ALLREDUCE_RING;
+}
+
+/* Latency path: gather every rank's whole buffer (n-1 steps instead of
+ * 2(n-1)), then reduce locally in rank order so all ranks agree bit for bit. */
+static kolo_status allreduce_gather(kolo_comm *comm, const char *src, char *dst, size_t count,
+                                    kolo_dtype dtype, kolo_op op, int engine_thread) {
+  int n = comm->size;
+  size_t bytes = count * kolo_dtype_size(dtype);
+  kolo_ring_plan *plan = &comm->plan;
+  kolo_status status = kolo_ensure_buffer(&comm->scratch, &comm->scratch_bytes, bytes * (size_t)n);
+  if (status != KOLO_OK) return status;
+  char *gather = comm->scratch;
+  memcpy(gather + bytes * (size_t)comm->rank, src, bytes);
+  for (int t = 0; t < n - 1; t++) {
+    int send_block = wrap_rank(comm->rank - t, n);
+    int recv_block = wrap_rank(comm->rank - t - 1, n);
+    kolo_plan_send(plan, gather + bytes * (size_t)send_block, bytes, t == 0 ? -1 : t - 1);
+    kolo_plan_recv(plan, gather + bytes * (size_t)recv_block, NULL, bytes, 0);
+  }
+  status = kolo_execute_plan(comm, engine_thread, bytes);
+  if (status != KOLO_OK) return status;
+  kolo_reduce(dst, gather, gather + bytes, count, dtype, op);
+  for (int b = 2; b < n; b++) kolo_reduce(dst, dst, gather + bytes * (size_t)b, count, dtype, op);
+  if (op == KOLO_AVG) kolo_divide(dst, count, dtype, n);
+  return KOLO_OK;
+}
+
+/* Two ranks: each sends its whole buffer and reduces the other's into dst as
+ * it streams in: the same bytes on the wire as reduce-scatter + all-gather,
+ * one step instead of two, and no send waits on the peer's reduction. The
+ * operands go in rank order, so both ranks agree bit for bit (min/max with NaN
+ * or signed zeros are not commutative); in place, a segment is reduced only
+ * once it has been sent. */
+static void plan_allreduce_pair(kolo_comm *comm, const char *src, char *dst, size_t bytes,
+                                kolo_op op) {
+  kolo_ring_plan *plan = &comm->plan;
+  kolo_plan_send(plan, src, bytes, -1);
+  int index = kolo_plan_recv(plan, dst, src, bytes, op == KOLO_AVG);
+  uintptr_t from = (uintptr_t)src, to = (uintptr_t)dst;
+  plan->recvs[index].remote_first = comm->rank == 1;
+  plan->recvs[index].guards_send = (to < from + bytes && from < to + bytes) ? 0 : -1;
+}
+
+/* Whether this operation's bulk channel is shared memory in either direction
+ * (the same answer on both ends of each link, so on every rank). */
+static int over_shm(const kolo_comm *comm, size_t bytes) {
+  return kolo_channel_is_bulk(kolo_direction_pick(&comm->next, bytes, comm->bulk_min_bytes)) ||
+         kolo_channel_is_bulk(kolo_direction_pick(&comm->prev, bytes, comm->bulk_min_bytes));
+}
+
 kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
                                 kolo_dtype dtype, kolo_op op, int engine_thread) {
   size_t element = kolo_dtype_size(dtype);
@@ -157,29 +222,14 @@ kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, s
     if (src != dst && bytes > 0) memcpy(dst, src, bytes);
     return KOLO_OK;
   }
-  kolo_ring_plan *plan = &comm->plan;
-  kolo_plan_reset(plan, dtype, op);
-  if (bytes <= comm->small_bytes || count < (size_t)n) {
-    /* latency path: gather every rank's whole buffer (n-1 steps instead of
-     * 2(n-1)), then reduce locally in rank order so all ranks agree bit for bit */
-    kolo_status status = kolo_ensure_buffer(&comm->scratch, &comm->scratch_bytes, bytes * (size_t)n);
-    if (status != KOLO_OK) return status;
-    char *gather = comm->scratch;
-    memcpy(gather + bytes * (size_t)comm->rank, src, bytes);
-    for (int t = 0; t < n - 1; t++) {
-      int send_block = wrap_rank(comm->rank - t, n);
-      int recv_block = wrap_rank(comm->rank - t - 1, n);
-      kolo_plan_send(plan, gather + bytes * (size_t)send_block, bytes, t == 0 ? -1 : t - 1);
-      kolo_plan_recv(plan, gather + bytes * (size_t)recv_block, NULL, bytes, 0);
-    }
-    status = kolo_execute_plan(comm, engine_thread, bytes);
-    if (status != KOLO_OK) return status;
-    kolo_reduce(dst, gather, gather + bytes, count, dtype, op);
-    for (int b = 2; b < n; b++) kolo_reduce(dst, dst, gather + bytes * (size_t)b, count, dtype, op);
-    if (op == KOLO_AVG) kolo_divide(dst, count, dtype, n);
-    return KOLO_OK;
+  kolo_plan_reset(&comm->plan, dtype, op);
+  switch (kolo_allreduce_choose(n, count, bytes, comm->small_bytes, comm->pair_min_bytes,
+                                comm->pair_max_bytes, over_shm(comm, bytes))) {
+    case KOLO_ALLREDUCE_GATHER:
+      return allreduce_gather(comm, src, dst, count, dtype, op, engine_thread);
+    case KOLO_ALLREDUCE_PAIR: plan_allreduce_pair(comm, src, dst, bytes, op); break;
+    case KOLO_ALLREDUCE_RING: plan_allreduce_ring(comm, src, dst, count, element, op); break;
   }
-  plan_allreduce_ring(comm, src, dst, count, element, op);
   return kolo_execute_plan(comm, engine_thread, bytes);
 }
 
@@ -334,6 +384,13 @@ static kolo_status data_link_failed(kolo_comm *comm, int neighbour, int engine_t
   return kolo_comm_error(comm, NULL);
 }
 
+/* A recv item that guards a send (in place) may not reduce up to end before
+ * that send has moved end bytes. */
+static int send_behind(const kolo_ring_item *item, int send_index, size_t sent, size_t end) {
+  if (item->guards_send < 0 || send_index > item->guards_send) return 0;
+  return send_index < item->guards_send || sent < end;
+}
+
 kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes) {
   kolo_ring_plan *plan = &comm->plan;
   const kolo_channel *to_next = kolo_direction_pick(&comm->next, op_bytes, comm->bulk_min_bytes);
@@ -352,6 +409,7 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
 
   for (;;) {
     int progress = 0;
+    int reduce_waits = 0; /* a received segment waits for the send it would overwrite */
     /* sends, as far as the pipeline allows */
     while (send_index < plan->send_count) {
       kolo_ring_item *item = &plan->sends[send_index];
@@ -392,20 +450,25 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
         continue;
       }
       size_t want = item->bytes - done < segment ? item->bytes - done : segment;
-      status = kolo_channel_recv(from_prev, comm->staging + staged, want - staged, &moved);
-      if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
-      if (moved == 0) break;
-      staged += moved;
-      progress = 1;
-      if (staged == want) {
-        kolo_reduce(item->buffer + done, item->local + done, comm->staging, want / element,
-                    plan->dtype, plan->op);
-        if (item->finalize_avg) {
-          kolo_divide(item->buffer + done, want / element, plan->dtype, comm->size);
-        }
-        plan->processed[recv_index] += want;
-        staged = 0;
+      if (staged < want) {
+        status = kolo_channel_recv(from_prev, comm->staging + staged, want - staged, &moved);
+        if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
+        if (moved == 0) break;
+        staged += moved;
+        progress = 1;
+        if (staged < want) continue;
       }
+      if (send_behind(item, send_index, sent, done + want)) {
+        reduce_waits = 1; /* staging full: the send must move first */
+        break;
+      }
+      const char *left = item->remote_first ? comm->staging : item->local + done;
+      const char *right = item->remote_first ? item->local + done : comm->staging;
+      kolo_reduce(item->buffer + done, left, right, want / element, plan->dtype, plan->op);
+      if (item->finalize_avg) kolo_divide(item->buffer + done, want / element, plan->dtype, comm->size);
+      plan->processed[recv_index] += want;
+      staged = 0;
+      progress = 1;
     }
     if (send_index == plan->send_count && recv_index == plan->recv_count) return KOLO_OK;
     if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
@@ -437,7 +500,7 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
                                 : plan->processed[plan->sends[send_index].depends_on]);
     fds[count++] = (struct pollfd){.fd = comm->fail_fd, .events = POLLIN};
     int sends_pending = send_index < plan->send_count;
-    int recvs_pending = recv_index < plan->recv_count;
+    int recvs_pending = recv_index < plan->recv_count && !reduce_waits;
     int next_slot = count;
     fds[count++] = (struct pollfd){
         .fd = sends_pending ? kolo_channel_poll_fd(to_next) : -1,

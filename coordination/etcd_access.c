@@ -1,5 +1,5 @@
-/* Implementation of etcd_access.h: the checks of the etcd TLS/auth flags and
- * the password file read, then the copy into a kolo_etcd_config. */
+/* Implementation of etcd_access.h: the endpoint list and the checks of the etcd
+ * TLS/auth flags and the password file read, then the client made from them. */
 #include "coordination/etcd_access.h"
 
 #include <ctype.h>
@@ -60,4 +60,51 @@ void kolo_etcd_access_apply(const kolo_etcd_access *a, kolo_etcd_config *config)
   config->key_file = a->key_file[0] ? a->key_file : NULL;
   config->user = a->user[0] ? a->user : NULL;
   config->password = a->user[0] ? a->password : NULL;
+}
+
+kolo_status kolo_etcd_access_set_endpoints(kolo_etcd_access *a, const char *text, char *err, size_t err_len) {
+  a->n_endpoints = 0;
+  const char *p = text ? text : "";
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    if (n > 0) {
+      if (a->n_endpoints == KOLO_ETCD_MAX_ENDPOINTS) {
+        if (err && err_len) snprintf(err, err_len, "--etcd: more than %d endpoints", KOLO_ETCD_MAX_ENDPOINTS);
+        return KOLO_ERR_INVALID_ARG;
+      }
+      int http = n > 7 && strncmp(p, "http://", 7) == 0, https = n > 8 && strncmp(p, "https://", 8) == 0;
+      if (n > KOLO_ETCD_ENDPOINT_MAX || (!http && !https)) {
+        if (err && err_len)
+          snprintf(err, err_len, "--etcd: '%.*s' is not an http:// or https:// URL of at most %d bytes",
+                   (int)(n > 200 ? 200 : n), p, KOLO_ETCD_ENDPOINT_MAX);
+        return KOLO_ERR_INVALID_ARG;
+      }
+      memcpy(a->endpoints[a->n_endpoints], p, n);
+      a->endpoints[a->n_endpoints++][n] = '\0';
+    }
+    p += n;
+    if (*p == ',') p++;
+  }
+  if (a->n_endpoints == 0) {
+    if (err && err_len) snprintf(err, err_len, "--etcd: no endpoint");
+    return KOLO_ERR_INVALID_ARG;
+  }
+  return KOLO_OK;
+}
+
+kolo_status kolo_etcd_access_connect(const kolo_etcd_access *a, const kolo_etcd_config *tuning, kolo_etcd **out) {
+  if (a == NULL || a->n_endpoints == 0 || out == NULL) return KOLO_ERR_INVALID_ARG;
+  const char *list[KOLO_ETCD_MAX_ENDPOINTS];
+  for (size_t i = 0; i < a->n_endpoints; i++) list[i] = a->endpoints[i];
+  kolo_etcd_config config = {0};
+  if (tuning != NULL) {
+    config.request_timeout_ms = tuning->request_timeout_ms;
+    config.connect_timeout_ms = tuning->connect_timeout_ms;
+    config.watch_idle_ms = tuning->watch_idle_ms;
+    config.max_value_bytes = tuning->max_value_bytes;
+  }
+  config.endpoints = list;
+  config.endpoint_count = a->n_endpoints;
+  kolo_etcd_access_apply(a, &config);
+  return kolo_etcd_create(&config, out);
 }

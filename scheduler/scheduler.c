@@ -32,7 +32,6 @@ struct kolo_sched {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   int stop, changed;
-  char endpoint_text[1024];
 };
 
 static int64_t wall_ms(void) {
@@ -258,7 +257,7 @@ static void *run(void *argument) {
 }
 
 kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) {
-  if (config == NULL || config->endpoints == NULL || config->fence == NULL || out == NULL)
+  if (config == NULL || config->access == NULL || config->fence == NULL || out == NULL)
     return KOLO_ERR_INVALID_ARG;
   kolo_sched *s = calloc(1, sizeof *s);
   if (s == NULL) return KOLO_ERR_NO_MEMORY;
@@ -266,15 +265,7 @@ kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) 
   if (s->config.tick_ms <= 0) s->config.tick_ms = 500;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->cond, NULL);
-  snprintf(s->endpoint_text, sizeof s->endpoint_text, "%s", config->endpoints);
-  const char *endpoints[16];
-  size_t n = 0;
-  char *save = NULL;
-  for (char *e = strtok_r(s->endpoint_text, ",", &save); e && n < 16; e = strtok_r(NULL, ",", &save))
-    endpoints[n++] = e;
-  kolo_etcd_config etcd_config = {.endpoints = endpoints, .endpoint_count = n};
-  kolo_etcd_access_apply(config->access, &etcd_config);
-  kolo_status rc = kolo_etcd_create(&etcd_config, &s->etcd);
+  kolo_status rc = kolo_etcd_access_connect(config->access, NULL, &s->etcd);
   if (rc != KOLO_OK) goto fail;
   s->writer = (kolo_sched_writer){s->etcd, s->config.fence, s->config.fence_arg};
   kolo_etcd_watch_opts watch = {.key = kolo_etcd_str(KOLO_KEY_ROOT), .prefix = 1};

@@ -19,11 +19,10 @@
 typedef kolo_status (*kolo_sched_fence_fn)(void *arg, char *key, size_t len, int64_t *create_revision);
 
 typedef struct kolo_sched_config {
-  const char *endpoints; /* comma-separated etcd client URLs */
   kolo_sched_fence_fn fence;
   void *fence_arg;
   int tick_ms; /* pass at least this often while leading; 0 = 500 */
-  const kolo_etcd_access *access; /* TLS files and auth for etcd; NULL = none. Kept: must outlive the scheduler */
+  const kolo_etcd_access *access; /* the binary's etcd (endpoints, TLS, auth); read at start */
 } kolo_sched_config;
 
 typedef struct kolo_sched kolo_sched;

@@ -82,6 +82,6 @@ kolo_status kolo_server_kv_mem_create(kolo_server_kv **out);
 
 /* The etcd backend over libkolo_coord: endpoints is a comma-separated list of client URLs. */
 /* access: TLS files and auth for etcd (NULL = none). */
-kolo_status kolo_server_kv_etcd_create(const char *endpoints, const kolo_etcd_access *access, kolo_server_kv **out);
+kolo_status kolo_server_kv_etcd_create(const kolo_etcd_access *access, kolo_server_kv **out);
 
 #endif

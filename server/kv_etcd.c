@@ -10,7 +10,6 @@
 #include "server/kv.h"
 
 #define LOG "etcd"
-#define MAX_ENDPOINTS 16
 
 typedef struct etcd_kv {
   kolo_server_kv base;
@@ -18,7 +17,6 @@ typedef struct etcd_kv {
   kolo_etcd_watch *watch;
   kolo_server_kv_watch_fn fn;
   void *arg;
-  char *endpoint_text;
 } etcd_kv;
 
 static kolo_status copy_kv(const kolo_etcd_kv *src, kolo_server_kv_item *dst) {
@@ -148,40 +146,18 @@ static void etcd_destroy(kolo_server_kv *kv) {
   if (e == NULL) return;
   kolo_etcd_watch_stop(e->watch);
   kolo_etcd_destroy(e->client);
-  free(e->endpoint_text);
   free(e);
 }
 
 static const kolo_server_kv_ops etcd_ops = {etcd_range, etcd_txn, etcd_start_watch, etcd_stop_watch,
                                             etcd_healthy, etcd_destroy};
 
-kolo_status kolo_server_kv_etcd_create(const char *endpoints, const kolo_etcd_access *access, kolo_server_kv **out) {
+kolo_status kolo_server_kv_etcd_create(const kolo_etcd_access *access, kolo_server_kv **out) {
   etcd_kv *e = calloc(1, sizeof *e);
   if (e == NULL) return KOLO_ERR_NO_MEMORY;
   e->base.ops = &etcd_ops;
-  e->endpoint_text = strdup(endpoints);
-  if (e->endpoint_text == NULL) {
-    free(e);
-    return KOLO_ERR_NO_MEMORY;
-  }
-  const char *list[MAX_ENDPOINTS];
-  size_t n = 0;
-  char *save = NULL;
-  for (char *tok = strtok_r(e->endpoint_text, ",", &save); tok && n < MAX_ENDPOINTS;
-       tok = strtok_r(NULL, ",", &save))
-    list[n++] = tok;
-  if (n == 0) {
-    etcd_destroy(&e->base);
-    return KOLO_ERR_INVALID_ARG;
-  }
-  kolo_etcd_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.endpoints = list;
-  cfg.endpoint_count = n;
-  cfg.request_timeout_ms = 3000;
-  cfg.watch_idle_ms = 5000;
-  kolo_etcd_access_apply(access, &cfg);
-  kolo_status rc = kolo_etcd_create(&cfg, &e->client);
+  kolo_etcd_config tuning = {.request_timeout_ms = 3000, .watch_idle_ms = 5000};
+  kolo_status rc = kolo_etcd_access_connect(access, &tuning, &e->client);
   if (rc != KOLO_OK) {
     etcd_destroy(&e->base);
     return rc;

@@ -18,7 +18,6 @@
 
 #define LOG "leader"
 #define POLL_MS 250
-#define MAX_ENDPOINTS 16
 
 struct kolo_server_leader {
   kolo_etcd *client;
@@ -123,25 +122,12 @@ static void *run(void *arg) {
   return NULL;
 }
 
-kolo_status kolo_server_leader_start(const char *endpoints, const kolo_etcd_access *access, const char *name,
-                                     int ttl_s, kolo_server_leader **out) {
+kolo_status kolo_server_leader_start(const kolo_etcd_access *access, const char *name, int ttl_s,
+                                     kolo_server_leader **out) {
   kolo_server_leader *l = calloc(1, sizeof *l);
   if (l == NULL) return KOLO_ERR_NO_MEMORY;
-  char *copy = strdup(endpoints);
-  const char *list[MAX_ENDPOINTS];
-  size_t n = 0;
-  char *save = NULL;
-  for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && n < MAX_ENDPOINTS;
-       tok = strtok_r(NULL, ",", &save))
-    list[n++] = tok;
-  kolo_etcd_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.endpoints = list;
-  cfg.endpoint_count = n;
-  cfg.request_timeout_ms = 1000;
-  kolo_etcd_access_apply(access, &cfg);
-  kolo_status rc = n ? kolo_etcd_create(&cfg, &l->client) : KOLO_ERR_INVALID_ARG;
-  free(copy);
+  kolo_etcd_config tuning = {.request_timeout_ms = 1000};
+  kolo_status rc = kolo_etcd_access_connect(access, &tuning, &l->client);
   if (rc != KOLO_OK) {
     free(l);
     return rc;

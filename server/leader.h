@@ -15,9 +15,9 @@
 
 typedef struct kolo_server_leader kolo_server_leader;
 
-/* Starts campaigning in a thread of its own. endpoints: comma-separated etcd URLs. */
-kolo_status kolo_server_leader_start(const char *endpoints, const kolo_etcd_access *access, const char *name,
-                                     int ttl_s, kolo_server_leader **out);
+/* Starts campaigning in a thread of its own, on a client of access (the binary's etcd). */
+kolo_status kolo_server_leader_start(const kolo_etcd_access *access, const char *name, int ttl_s,
+                                     kolo_server_leader **out);
 /* Resigns (revokes the lease, so another replica leads at once) and frees. */
 void kolo_server_leader_stop(kolo_server_leader *l);
 

@@ -28,6 +28,7 @@ typedef struct server {
   kolo_server_options opts;
   char *tls_cert, *tls_key, *token;
   kolo_server_etcd_child *etcd_child;
+  kolo_etcd_access child_access; /* the private etcd child's (--etcd auto): its URL, no TLS or auth */
   kolo_server_kv *kv;
   kolo_server_store *store;
   kolo_server_leader *leader;
@@ -155,8 +156,9 @@ int main(int argc, char **argv) {
     memmove(s.token, token, strlen(token) + 1);
   }
   const char *endpoints = s.opts.etcd;
-  /* one etcd access for every client of this binary; the private etcd child is plain HTTP */
-  const kolo_etcd_access *access = strcmp(s.opts.etcd, "auto") == 0 ? NULL : &s.opts.etcd_access;
+  /* one etcd access for every client of this binary (parsed with the options); the
+   * private etcd child is plain HTTP on its own URL */
+  const kolo_etcd_access *access = &s.opts.etcd_access;
   if (strcmp(s.opts.etcd, "none") == 0) {
     rc = kolo_server_kv_mem_create(&s.kv);
     KOLO_LOGW(LOG, "--etcd none: jobs live in memory only and are lost on exit");
@@ -168,8 +170,14 @@ int main(int argc, char **argv) {
         goto out;
       }
       endpoints = kolo_server_etcd_child_url(s.etcd_child);
+      rc = kolo_etcd_access_set_endpoints(&s.child_access, endpoints, err, sizeof err);
+      if (rc != KOLO_OK) {
+        KOLO_LOGE(LOG, "private etcd: %s", err);
+        goto out;
+      }
+      access = &s.child_access;
     }
-    rc = kolo_server_kv_etcd_create(endpoints, access, &s.kv);
+    rc = kolo_server_kv_etcd_create(access, &s.kv);
   }
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG, "job store backend: %s", kolo_strerror(rc));
@@ -194,12 +202,12 @@ int main(int argc, char **argv) {
     }
   }
   if (s.etcd_child || strcmp(s.opts.etcd, "none") != 0) {
-    rc = kolo_server_leader_start(endpoints, access, s.opts.name, s.opts.leader_ttl_s, &s.leader);
+    rc = kolo_server_leader_start(access, s.opts.name, s.opts.leader_ttl_s, &s.leader);
     if (rc != KOLO_OK) {
       KOLO_LOGE(LOG, "leader election: %s", kolo_strerror(rc));
       goto out;
     }
-    kolo_sched_config sc = {endpoints, leader_fence, s.leader, 0, access};
+    kolo_sched_config sc = {leader_fence, s.leader, 0, access};
     if (kolo_sched_start(&sc, &s.sched) != KOLO_OK) goto out;
   }
   kolo_server_recorder_config rc_cfg = {s.store, s.kv, s.leader ? leader_fence : NULL, s.leader,

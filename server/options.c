@@ -204,6 +204,9 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
       return KOLO_ERR_INVALID_ARG;
     }
   }
+  /* auto (a private etcd child) and none take their endpoints elsewhere, or none */
+  if (strcmp(o->etcd, "auto") != 0 && strcmp(o->etcd, "none") != 0)
+    KOLO_CHECK(kolo_etcd_access_set_endpoints(&o->etcd_access, o->etcd, err, err_len));
   KOLO_CHECK(kolo_etcd_access_load(&o->etcd_access, err, err_len));
   if ((o->tls_cert[0] != '\0') != (o->tls_key[0] != '\0')) {
     snprintf(err, err_len, "--tls-cert and --tls-key go together");

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +36,7 @@ typedef int (*rank_body)(kolo_comm *comm, void *argument);
 /* The ranks of the last run_ranks call. */
 static pid_t last_pids[MAX_RANKS];
 static int last_size;
+static time_t last_start; /* when it began: older objects with a reused pid are not its */
 
 /* Forks size ranks joined in one ring; returns how many ranks failed. */
 static int run_ranks(int size, rank_body body, void *argument) {
@@ -47,6 +49,7 @@ static int run_ranks(int size, rank_body body, void *argument) {
     peers[r] = addresses[r];
   }
   pid_t pids[MAX_RANKS];
+  last_start = time(NULL);
   for (int r = 0; r < size; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
@@ -100,7 +103,8 @@ static int transport_is_expected(kolo_comm *comm) {
 
 /* How many shared-memory objects of the last run's ranks are left in /dev/shm
  * (libkolo names them /kolo-<creator pid>-<nonce> and unlinks them as soon as both
- * sides have mapped them, so none may be left). */
+ * sides have mapped them, so none may be left). An object older than the run is
+ * another process's that had the same pid (a killed test elsewhere on the machine). */
 static int leftover_shm_objects(void) {
   DIR *dir = opendir("/dev/shm");
   if (dir == NULL) return 0;
@@ -110,7 +114,11 @@ static int leftover_shm_objects(void) {
     for (int r = 0; r < last_size; r++) {
       char prefix[32];
       snprintf(prefix, sizeof prefix, "kolo-%d-", (int)last_pids[r]);
-      n += strncmp(entry->d_name, prefix, strlen(prefix)) == 0;
+      if (strncmp(entry->d_name, prefix, strlen(prefix)) != 0) continue;
+      char path[300];
+      struct stat info;
+      snprintf(path, sizeof path, "/dev/shm/%s", entry->d_name);
+      n += stat(path, &info) != 0 || info.st_mtime >= last_start;
     }
   }
   closedir(dir);
@@ -172,6 +180,90 @@ static void allreduce_is_right_over_tcp_without_shared_memory(void **state) {
       assert_int_equal(run_ranks(size, allreduce_float_sum, &counts[c]), 0);
     }
   }
+  expected_transport = NULL;
+  unsetenv("KOLO_SHM");
+}
+
+/* FNV-1a over the bytes of a result, to compare results across ranks. */
+static uint64_t hash_bytes(const void *data, size_t length) {
+  const unsigned char *p = data;
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < length; i++) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+
+/* Rank r's input: NaN on one rank only and zeros of opposite signs at some
+ * positions (where min/max depend on the operands' order), plain values elsewhere. */
+static float tricky_value(int rank, size_t i) {
+  switch (i % 7) {
+    case 0: return rank == 0 ? __builtin_nanf("") : 1.0f;
+    case 1: return rank == 1 ? __builtin_nanf("") : 2.0f;
+    case 2: return rank == 0 ? -0.0f : 0.0f;
+    default: return value_of(rank, i);
+  }
+}
+
+static int plain_result_is_right(kolo_op op, size_t i, float got) {
+  if (i % 7 < 3) return 1; /* only agreement is asserted there */
+  float a = value_of(0, i), b = value_of(1, i);
+  float want = op == KOLO_MIN ? (a < b ? a : b) : op == KOLO_MAX ? (a > b ? a : b)
+               : op == KOLO_AVG ? (a + b) / 2 : a + b;
+  return got == want;
+}
+
+/* Two ranks over TCP exchange whole buffers (the pair all-reduce): results are
+ * right, bit for bit the same on both ranks even where the operands' order
+ * matters, and the same in place as out of place. */
+static int pair_results_agree(kolo_comm *comm, void *argument) {
+  size_t count = *(size_t *)argument;
+  int rank = kolo_comm_rank(comm), bad = !transport_is_expected(comm);
+  float *data = malloc(count * sizeof *data), *out = malloc(count * sizeof *out);
+  const kolo_op ops[] = {KOLO_SUM, KOLO_AVG, KOLO_MIN, KOLO_MAX};
+  for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+    uint64_t hashes[2];
+    for (int in_place = 0; in_place < 2; in_place++) {
+      for (size_t i = 0; i < count; i++) data[i] = tricky_value(rank, i);
+      float *target = in_place ? data : out;
+      if (kolo_allreduce(comm, data, target, count, KOLO_FLOAT32, ops[o]) != KOLO_OK) return 1;
+      for (size_t i = 0; i < count; i++) {
+        if (!plain_result_is_right(ops[o], i, target[i]) && bad++ < 5) {
+          fprintf(stderr, "rank %d op %d in place %d: [%zu] = %g\n", rank, (int)ops[o], in_place, i,
+                  target[i]);
+        }
+      }
+      hashes[in_place] = hash_bytes(target, count * sizeof *target);
+    }
+    if (hashes[0] != hashes[1]) {
+      fprintf(stderr, "rank %d op %d: in place differs from out of place\n", rank, (int)ops[o]);
+      bad++;
+    }
+    int64_t mine = (int64_t)hashes[0], low = 0, high = 0;
+    if (kolo_allreduce(comm, &mine, &low, 1, KOLO_INT64, KOLO_MIN) != KOLO_OK ||
+        kolo_allreduce(comm, &mine, &high, 1, KOLO_INT64, KOLO_MAX) != KOLO_OK) {
+      return 1;
+    }
+    if (low != high) {
+      fprintf(stderr, "rank %d op %d: the ranks' results differ\n", rank, (int)ops[o]);
+      bad++;
+    }
+  }
+  free(data);
+  free(out);
+  return bad;
+}
+
+static void two_ranks_over_tcp_agree_bit_for_bit(void **state) {
+  (void)state;
+  setenv("KOLO_SHM", "0", 1);
+  expected_transport = "tcp";
+  size_t counts[] = {8192 + 3, 262144, 1000003}; /* 32 KiB + 12 B, 1 MiB, ~4 MiB */
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    assert_int_equal(run_ranks(2, pair_results_agree, &counts[c]), 0);
+  }
+  /* a tiny socket buffer: in place, the reduction keeps waiting for the send */
+  setenv("KOLO_SOCKET_BUFFER_BYTES", "4096", 1);
+  assert_int_equal(run_ranks(2, pair_results_agree, &counts[1]), 0);
+  unsetenv("KOLO_SOCKET_BUFFER_BYTES");
   expected_transport = NULL;
   unsetenv("KOLO_SHM");
 }
@@ -259,22 +351,25 @@ static double cpu_seconds(void) {
 /* Small all-reduces (they spin a little before sleeping), then rank 1 comes
  * 0.8 s late: rank 0's wait must sleep, not spin. */
 static int late_peer_body(kolo_comm *comm, void *argument) {
-  (void)argument;
+  size_t count = argument ? *(size_t *)argument : 1024; /* 4 KiB: the gather path */
+  int steps = count > 1024 ? 20 : 200;
   int rank = kolo_comm_rank(comm), bad = !transport_is_expected(comm);
-  float values[1024], sums[1024];
-  for (int step = 0; step < 200; step++) {
-    for (int i = 0; i < 1024; i++) values[i] = (float)(rank + i + step);
-    if (kolo_allreduce(comm, values, sums, 1024, KOLO_FLOAT32, KOLO_SUM) != KOLO_OK) return 1;
-    for (int i = 0; i < 1024; i++) bad += sums[i] != (float)(1 + 2 * (i + step));
+  float *values = malloc(count * sizeof *values), *sums = malloc(count * sizeof *sums);
+  for (int step = 0; step < steps; step++) {
+    for (size_t i = 0; i < count; i++) values[i] = (float)(rank + (int)(i % 1000) + step);
+    if (kolo_allreduce(comm, values, sums, count, KOLO_FLOAT32, KOLO_SUM) != KOLO_OK) return 1;
+    for (size_t i = 0; i < count; i++) bad += sums[i] != (float)(1 + 2 * ((int)(i % 1000) + step));
   }
   double before = cpu_seconds();
   if (rank == 1) usleep(800 * 1000);
-  if (kolo_allreduce(comm, values, sums, 1024, KOLO_FLOAT32, KOLO_SUM) != KOLO_OK) return 1;
+  if (kolo_allreduce(comm, values, sums, count, KOLO_FLOAT32, KOLO_SUM) != KOLO_OK) return 1;
   double cpu = cpu_seconds() - before;
   if (rank == 0 && cpu > 0.1) {
     fprintf(stderr, "rank 0: waiting 0.8 s for rank 1 cost %.3f s of CPU\n", cpu);
     bad++;
   }
+  free(values);
+  free(sums);
   return bad;
 }
 
@@ -285,15 +380,16 @@ static void a_rank_waiting_for_a_late_peer_sleeps_on_both_transports(void **stat
   setenv("KOLO_SHM", "0", 1);
   expected_transport = "tcp";
   assert_int_equal(run_ranks(2, late_peer_body, NULL), 0);
+  size_t pair_count = 1 << 18; /* 1 MiB: two ranks' pair all-reduce */
+  assert_int_equal(run_ranks(2, late_peer_body, &pair_count), 0);
   unsetenv("KOLO_SHM");
   expected_transport = NULL;
 }
 
 /* Every rank loops over large all-reduces; the parent SIGKILLs one rank and the
  * others must report KOLO_ERR_PEER_LOST naming it within a second. */
-static void survivors_report_the_killed_rank_within_a_second(void **state) {
-  (void)state;
-  for (int size = 2; size <= 5; size++) {
+static void killed_rank_is_reported_within_a_second(int size, size_t count, int out_of_place) {
+  {
     int victim = size - 2;
     kolo_listener *listeners[MAX_RANKS];
     char addresses[MAX_RANKS][64];
@@ -316,10 +412,10 @@ static void survivors_report_the_killed_rank_within_a_second(void **state) {
         kolo_ring_spec spec = {.epoch = 7, .rank = r, .size = size, .peers = peers, .secret = "x"};
         kolo_comm *comm = NULL;
         if (kolo_comm_create(&spec, listeners[r], &comm) != KOLO_OK) _exit(10);
-        size_t count = 8 << 20;
         float *data = calloc(count, sizeof *data);
+        float *out = out_of_place ? calloc(count, sizeof *out) : data;
         kolo_status status = KOLO_OK;
-        while (status == KOLO_OK) status = kolo_allreduce(comm, data, data, count, KOLO_FLOAT32, KOLO_SUM);
+        while (status == KOLO_OK) status = kolo_allreduce(comm, data, out, count, KOLO_FLOAT32, KOLO_SUM);
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         int failed_rank = -1;
@@ -353,13 +449,28 @@ static void survivors_report_the_killed_rank_within_a_second(void **state) {
   }
 }
 
+static void survivors_report_the_killed_rank_within_a_second(void **state) {
+  (void)state;
+  for (int size = 2; size <= 5; size++) killed_rank_is_reported_within_a_second(size, 8 << 20, 0);
+}
+
+/* The same through two ranks' pair all-reduce over TCP (4 MiB, out of place). */
+static void a_killed_peer_is_reported_within_a_second_over_tcp_pairs(void **state) {
+  (void)state;
+  setenv("KOLO_SHM", "0", 1);
+  killed_rank_is_reported_within_a_second(2, 1 << 20, 1);
+  unsetenv("KOLO_SHM");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(allreduce_matches_the_serial_sum_for_many_sizes),
       cmocka_unit_test(other_collectives_work_for_every_ring_size),
       cmocka_unit_test(allreduce_is_right_over_tcp_without_shared_memory),
+      cmocka_unit_test(two_ranks_over_tcp_agree_bit_for_bit),
       cmocka_unit_test(allreduce_is_right_through_a_small_wrapping_shared_memory_ring),
       cmocka_unit_test(survivors_report_the_killed_rank_within_a_second),
+      cmocka_unit_test(a_killed_peer_is_reported_within_a_second_over_tcp_pairs),
       cmocka_unit_test(a_rank_waiting_for_a_late_peer_sleeps_on_both_transports),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -73,6 +73,33 @@ static void bad_input_is_named(void **state) {
   unlink(path);
 }
 
+/* --etcd is parsed once with the options into the binary's etcd access (every client
+ * of kolo-server is made from it); auto and none are not URLs. */
+static void etcd_endpoints_are_parsed_once_with_the_options(void **state) {
+  (void)state;
+  kolo_server_options o;
+  char err[256];
+  char *two[] = {"kolo-server", "--etcd", "http://a:1,,https://b:2/", NULL};
+  assert_int_equal(kolo_server_options_parse(3, two, &o, err, sizeof err), KOLO_OK);
+  assert_int_equal(o.etcd_access.n_endpoints, 2);
+  assert_string_equal(o.etcd_access.endpoints[0], "http://a:1");
+  assert_string_equal(o.etcd_access.endpoints[1], "https://b:2/");
+  char *bare[] = {"kolo-server", "--etcd", "127.0.0.1:2379", NULL};
+  assert_int_equal(kolo_server_options_parse(3, bare, &o, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "--etcd: '127.0.0.1:2379' is not an http:// or https:// URL"));
+  char *empty[] = {"kolo-server", "--etcd", ",", NULL};
+  assert_int_equal(kolo_server_options_parse(3, empty, &o, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "--etcd: no endpoint"));
+  char many[17 * 12 + 1] = "";
+  for (int i = 0; i < 17; i++) strcat(many, i ? ",http://h:1" : "http://h:1");
+  char *seventeen[] = {"kolo-server", "--etcd", many, NULL};
+  assert_int_equal(kolo_server_options_parse(3, seventeen, &o, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "more than 16 endpoints"));
+  char *none[] = {"kolo-server", "--etcd", "none", NULL};
+  assert_int_equal(kolo_server_options_parse(3, none, &o, err, sizeof err), KOLO_OK);
+  assert_int_equal(o.etcd_access.n_endpoints, 0);
+}
+
 static void a_token_file_is_trimmed_and_must_hold_one_visible_token(void **state) {
   (void)state;
   char err[256];
@@ -108,6 +135,7 @@ static void the_bearer_scheme_matches_in_any_case_and_the_token_exactly(void **s
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(the_defaults_are_loopback_and_etcd_auto),
+      cmocka_unit_test(etcd_endpoints_are_parsed_once_with_the_options),
       cmocka_unit_test(flags_override_the_config_file),
       cmocka_unit_test(bad_input_is_named),
       cmocka_unit_test(a_token_file_is_trimmed_and_must_hold_one_visible_token),

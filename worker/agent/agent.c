@@ -49,7 +49,7 @@ typedef struct agent {
   kolo_membership *reg;
   kolo_member record;
   kolo_member_label labels[64]; /* the record's labels point into label_text */
-  char label_text[1024], endpoint_text[1024];
+  char label_text[1024];
   kolo_etcd_watch *watch;
   int wake[2];
   pthread_mutex_t lock;
@@ -746,16 +746,10 @@ static kolo_status setup(agent *a) {
     return KOLO_ERR_IO;
   }
   KOLO_CHECK(setup_logs(a));
-  const char *endpoints[16];
-  char *endpoint_text = a->endpoint_text;
-  snprintf(endpoint_text, sizeof a->endpoint_text, "%s", o->etcd);
-  size_t n = 0;
-  save = NULL;
-  for (char *e = strtok_r(endpoint_text, ",", &save); e && n < 16; e = strtok_r(NULL, ",", &save))
-    endpoints[n++] = e;
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = n};
-  kolo_etcd_access_apply(&o->etcd_access, &config);
-  if (kolo_etcd_create(&config, &a->etcd) != KOLO_OK) return KOLO_ERR_INVALID_ARG;
+  if (kolo_etcd_access_connect(&o->etcd_access, NULL, &a->etcd) != KOLO_OK) {
+    KOLO_LOGE(LOG, "etcd client: %s", kolo_etcd_last_error());
+    return KOLO_ERR_INVALID_ARG;
+  }
   KOLO_CHECK(register_worker(a));
 
   kolo_etcd_kv kv = {0};

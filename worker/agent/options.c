@@ -167,5 +167,6 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
     snprintf(err, err_len, "--advertise is required (the data-plane host:port)");
     return KOLO_ERR_INVALID_ARG;
   }
-  return kolo_etcd_access_load(access, err, err_len);
+  kolo_status rc = kolo_etcd_access_set_endpoints(access, opts->etcd, err, err_len);
+  return rc != KOLO_OK ? rc : kolo_etcd_access_load(access, err, err_len);
 }
