@@ -32,6 +32,7 @@
 
 #define MAX_LINE KOLO_AGENT_MAX_LINE
 #define MAX_BUFFERS 256
+#define STALE_RETRY_MS 50 /* pause before forming again with a neighbour at another epoch */
 
 /* A RING message as parsed (it owns its strings). */
 typedef struct ring_announcement {
@@ -213,6 +214,59 @@ static void *reader_main(void *argument) {
   return NULL;
 }
 
+/* Whether a ring newer than epoch was announced, or the process must stop. */
+static int superseded(kolo_elastic *elastic, uint64_t epoch) {
+  pthread_mutex_lock(&elastic->mutex);
+  int yes = elastic->stop_requested || elastic->leave_requested ||
+            (elastic->pending != NULL && elastic->pending->epoch > epoch);
+  pthread_mutex_unlock(&elastic->mutex);
+  return yes;
+}
+
+/* Whether a formation that failed this way may succeed when tried again: a neighbour
+ * refused us for being at another epoch, or closed our connection before it answered
+ * (it gave up a formation of its own). A neighbour that is not there at all is not
+ * among these: the dial already waits for it up to the deadline. */
+static int worth_retrying(kolo_status status) {
+  return status == KOLO_ERR_STALE_EPOCH || status == KOLO_ERR_CONNECT || status == KOLO_ERR_PEER_LOST;
+}
+
+/* Forms ring r. A neighbour at another epoch refuses us (KOLO_ERR_STALE_EPOCH), or
+ * drops our connection when its own formation of that epoch fails. One behind us (on,
+ * or forming, a ring it has not left yet: two ring changes close together, such as a
+ * drain and a join, or two drains) is brought our ring by its agent and comes over,
+ * so we dial again within the ring's timeout rather than fail this epoch (which would
+ * make the scheduler re-form a ring whose members are all alive: a reconfiguration
+ * for nothing). One ahead of us means our ring is already replaced: our agent brings
+ * the newer one, which ends the retries, as a stop or a LEAVE does. */
+static kolo_status create_comm(kolo_elastic *elastic, const kolo_agent_ring *r, kolo_comm **out) {
+  int64_t deadline = kolo_deadline_after_ms(r->timeout_ms > 0 ? r->timeout_ms : kolo_timeout_ms_from_env());
+  for (;;) {
+    kolo_listener *listener = NULL;
+    int left = kolo_ms_until(deadline);
+    kolo_status status = KOLO_OK;
+    if (r->size > 1) status = kolo_listener_create(r->listen_address, &listener);
+    if (status == KOLO_OK) {
+      kolo_ring_spec spec = {.epoch = r->epoch, .rank = r->rank, .size = r->size,
+                             .local_rank = r->local_rank, .local_size = r->local_size,
+                             .peers = r->peers, .secret = r->secret, .timeout_ms = left > 0 ? left : 1};
+      status = kolo_comm_create(&spec, listener, out); /* takes the listener */
+    }
+    if (!worth_retrying(status) || kolo_ms_until(deadline) < STALE_RETRY_MS || superseded(elastic, r->epoch))
+      return status;
+    KOLO_LOGI("elastic", "rank %d epoch %llu: not formed (%s): a neighbour is at another epoch; dialling again",
+              r->rank, (unsigned long long)r->epoch, kolo_strerror(status));
+    pthread_mutex_lock(&elastic->mutex); /* a newer ring or a stop wakes us early */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += STALE_RETRY_MS * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&elastic->cond, &elastic->mutex, &until);
+    pthread_mutex_unlock(&elastic->mutex);
+  }
+}
+
 /* Waits for a ring newer than the current communicator's and forms it. */
 static kolo_status form_next_ring(kolo_elastic *elastic) {
   int64_t deadline = kolo_deadline_after_ms(kolo_timeout_ms_from_env());
@@ -249,20 +303,12 @@ static kolo_status form_next_ring(kolo_elastic *elastic) {
   pthread_mutex_unlock(&elastic->mutex);
   kolo_comm_destroy(old);
 
-  kolo_listener *listener = NULL;
   kolo_comm *comm = NULL;
-  kolo_status status = KOLO_OK;
   const kolo_agent_ring *r = &ring->msg.ring;
-  if (r->size > 1) status = kolo_listener_create(r->listen_address, &listener);
-  if (status == KOLO_OK) {
-    kolo_ring_spec spec = {.epoch = r->epoch, .rank = r->rank, .size = r->size,
-                           .local_rank = r->local_rank, .local_size = r->local_size,
-                           .peers = r->peers, .secret = r->secret, .timeout_ms = r->timeout_ms};
-    status = kolo_comm_create(&spec, listener, &comm);
-    /* the job re-forms around a silent member: find one fast (beat.c) */
-    if (status == KOLO_OK)
-      kolo_comm_set_peer_timeout(comm, kolo_peer_timeout_ms_from_env(KOLO_DEFAULT_PEER_TIMEOUT_MS));
-  }
+  kolo_status status = create_comm(elastic, r, &comm);
+  /* the job re-forms around a silent member: find one fast (beat.c) */
+  if (status == KOLO_OK)
+    kolo_comm_set_peer_timeout(comm, kolo_peer_timeout_ms_from_env(KOLO_DEFAULT_PEER_TIMEOUT_MS));
   /* a GPU job stays one: device buffers must not reach the TCP ring */
   if (status == KOLO_OK && elastic->cuda_device >= 0) {
     status = kolo_comm_use_cuda(comm, elastic->cuda_device);

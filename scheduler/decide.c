@@ -91,16 +91,20 @@ static void find_gone(const kolo_sched_job_view *job, kolo_sched_decision *d) {
 
 /* FAILED reports of this epoch: a reporter is alive; a rank it names that did
  * not report itself is lost, once every other member has spoken or the settle
- * time passed since the first report. */
+ * time passed since the first report; a rank named only in timeouts (no
+ * evidence it is gone) only after KOLO_SCHED_TIMEOUT_SETTLE_MS without its own
+ * report. */
 static kolo_status find_named(const kolo_sched_job_view *job, kolo_sched_decision *d) {
   size_t n = job->n_members;
   if (!job->has_ring || job->ring_size != n || n == 0) return KOLO_OK;
-  unsigned char *named = calloc(n, 1), *reported = calloc(n, 1);
-  if (named == NULL || reported == NULL) {
+  unsigned char *named = calloc(n, 1), *reported = calloc(n, 1), *evidence = calloc(n, 1);
+  if (named == NULL || reported == NULL || evidence == NULL) {
     free(named);
     free(reported);
+    free(evidence);
     return KOLO_ERR_NO_MEMORY;
   }
+  const char *timeout = kolo_status_name(KOLO_ERR_TIMEOUT);
   size_t reporters = 0;
   int64_t oldest = job->now_unix_ms;
   for (size_t i = 0; i < n; i++) {
@@ -108,25 +112,34 @@ static kolo_status find_named(const kolo_sched_job_view *job, kolo_sched_decisio
     if (r->failed_epoch != job->epoch) continue;
     reported[i] = 1;
     reporters++;
-    if (r->failed_rank >= 0 && (uint64_t)r->failed_rank < n) named[r->failed_rank] = 1;
+    if (r->failed_rank >= 0 && (uint64_t)r->failed_rank < n) {
+      named[r->failed_rank] = 1;
+      if (r->failed_status == NULL || strcmp(r->failed_status, timeout) != 0) evidence[r->failed_rank] = 1;
+    }
     if (r->time_unix_ms < oldest) oldest = r->time_unix_ms;
   }
-  size_t suspects = 0, silent = 0;
+  size_t suspects = 0, silent = 0, due = 0;
+  int64_t waited = job->now_unix_ms - oldest;
   for (size_t i = 0; i < n; i++) {
-    if (named[i] && !reported[i]) suspects++;
-    else if (!reported[i] && !kolo_sched_decision_lost(d, i)) silent++;
+    if (named[i] && !reported[i]) {
+      suspects++;
+      due += evidence[i] || waited >= KOLO_SCHED_TIMEOUT_SETTLE_MS;
+    } else if (!reported[i] && !kolo_sched_decision_lost(d, i)) {
+      silent++;
+    }
   }
-  int settled = silent == 0 || job->now_unix_ms - oldest >= KOLO_SCHED_FAILED_SETTLE_MS;
-  if (reporters > 0 && suspects > 0 && settled) {
+  int settled = silent == 0 || waited >= KOLO_SCHED_FAILED_SETTLE_MS;
+  if (reporters > 0 && due > 0 && settled) {
     char why[96];
     snprintf(why, sizeof why, "its ring neighbours lost it at epoch %" PRId64, job->epoch);
     for (size_t i = 0; i < n; i++)
-      if (named[i] && !reported[i]) mark_lost(d, i, why);
+      if (named[i] && !reported[i] && (evidence[i] || waited >= KOLO_SCHED_TIMEOUT_SETTLE_MS)) mark_lost(d, i, why);
   } else if (reporters > 0 && suspects == 0 && settled) {
     d->stalled = 1; /* everyone they name is alive and reporting: nobody to leave out */
   } /* else: the next pass (at most one tick away) looks again */
   free(named);
   free(reported);
+  free(evidence);
   return KOLO_OK;
 }
 

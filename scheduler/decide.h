@@ -15,6 +15,11 @@
 #include "kolo/status.h"
 
 #define KOLO_SCHED_FAILED_SETTLE_MS 500 /* wait this long for every survivor's FAILED report */
+/* A rank named only in timeouts is alive as far as anyone knows (a dead or silent
+ * neighbour shows as KOLO_ERR_PEER_LOST: closed sockets, the liveness beat), and
+ * a live member of a failed ring reports it too: wait this long for its own
+ * report before counting it lost (under load, reports arrive passes apart). */
+#define KOLO_SCHED_TIMEOUT_SETTLE_MS 2000
 #define KOLO_SCHED_FINISH_GRACE_MS 10000 /* after rank 0 exited 0, wait this long for the others */
 /* A process exiting with this code refused its arguments (kolo-train's
  * KOLO_TRAIN_EXIT_USAGE, getopt tools, Python's argparse): no other worker would

@@ -221,7 +221,7 @@ static void pass(kolo_sched *s) {
 
 static void on_change(const kolo_etcd_watch_update *update, void *user) {
   kolo_sched *s = user;
-  (void)update;
+  if (!kolo_sched_update_matters(update)) return; /* metrics history only: no pass */
   pthread_mutex_lock(&s->lock);
   s->changed = 1;
   pthread_cond_signal(&s->cond);

@@ -283,3 +283,15 @@ int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *wor
   }
   return 0;
 }
+
+static int key_has_prefix(const kolo_etcd_kv *kv, const char *prefix) {
+  size_t n = strlen(prefix);
+  return kv->key != NULL && kv->key_len >= n && memcmp(kv->key, prefix, n) == 0;
+}
+
+int kolo_sched_update_matters(const kolo_etcd_watch_update *update) {
+  if (update == NULL || update->kind != KOLO_ETCD_WATCH_EVENTS) return 1;
+  for (size_t i = 0; i < update->event_count; i++)
+    if (!key_has_prefix(&update->events[i].kv, KOLO_KEY_METRICS_PREFIX)) return 1;
+  return 0;
+}

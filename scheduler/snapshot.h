@@ -85,4 +85,10 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
  * the worker as a member (otherwise it is stale and swept). */
 int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *worker_id, const char *job_id);
 
+/* Whether a watch update can change what a pass decides: a resync always can;
+ * events only if one of them touches a key outside the metrics history
+ * (KOLO_KEY_METRICS_PREFIX: the leader's recorder writes there about once a
+ * second per running job, and no pass reads it). */
+int kolo_sched_update_matters(const kolo_etcd_watch_update *update);
+
 #endif

@@ -352,6 +352,12 @@ EOF
     sed "s|name: $release-kolo-etcd$|name: $release-kolo-etcd-off|" "$work/good.yaml" |
       awk -v n="$release-kolo-etcd-off" 'BEGIN{RS="---\n"; ORS="---\n"} !($0 ~ "kind: NetworkPolicy" && $0 ~ n)' >"$work/bad.yaml"
     expect_invalid "$work/bad.yaml" "no NetworkPolicy for etcd"
+    # the workers' log server on a random port (no policy can name it), or closed to the coordinators
+    sed '/- --logs-listen/,+1d' "$work/good.yaml" >"$work/bad.yaml"
+    expect_invalid "$work/bad.yaml" "logs-listen \(none: a random port\) is not 0.0.0.0"
+    sed '/job logs: only the coordinators/,/port: logs/{/matchLabels:/,/component: coordinator/s/component: coordinator/component: nobody/}' \
+      "$work/good.yaml" >"$work/bad.yaml"
+    expect_invalid "$work/bad.yaml" "the coordinators cannot fetch job logs"
     # etcd back on kolo's image
     sed 's|image: registry.k8s.io/etcd:.*|image: kolo:0.1.0|' "$work/good.yaml" >"$work/bad.yaml"
     expect_invalid "$work/bad.yaml" "etcd runs kolo's image"

@@ -140,10 +140,11 @@ class EtcdJobsTest(unittest.TestCase):
         for flag in ("--etcd https://", "--etcd-ca ", "--etcd-cert ", "--etcd-key ", "--etcd-user kolo",
                      "--etcd-password-file "):
             self.assertIn(flag, args)
-        data, health = free_port(), free_port()
+        data, health, logs = free_port(), free_port(), free_port()
         worker = Pod(self.r, self.r.find("StatefulSet", RELEASE + "-kolo-worker"), RELEASE + "-kolo-worker-0", BIN,
-                     ports={7100: data, 7101: health}, secrets=self.secrets,
-                     env={"KOLO_WORKER_PORT": str(data), "KOLO_WORKER_HEALTH_PORT": str(health)})
+                     ports={7100: data, 7101: health, 7102: logs}, secrets=self.secrets,
+                     env={"KOLO_WORKER_PORT": str(data), "KOLO_WORKER_HEALTH_PORT": str(health),
+                          "KOLO_WORKER_LOGS_PORT": str(logs)})
         worker.start().wait_ready(timeout=60)
         # registered under /kolo/ as the kolo user
         kolo = "kolo:" + self.passwords["password"]

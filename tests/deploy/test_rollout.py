@@ -52,19 +52,22 @@ def etcd_keys(url, prefix):
 class Cluster:
     """etcd + the rendered coordinator and worker StatefulSet, run locally."""
 
-    def __init__(self, workers, lease_ttl=3):
+    def __init__(self, workers):
         self.etcd = Etcd()
         self.grpc_port, self.http_port = free_port(), free_port()
+        # the chart's own lease TTL (10 s): a shorter one lapses on a loaded machine (load 20
+        # on 2 cores starves the agents' keep-alives), and a lapsed lease is a real loss
         self.r = Rendering(RELEASE, NAMESPACE, {
             "etcd.external.endpoints[0]": self.etcd.url,
             "coordinator.grpcPort": self.grpc_port, "coordinator.httpPort": self.http_port,
-            "workers.replicas": workers, "workers.leaseTtl": lease_ttl,
+            "workers.replicas": workers,
         })
         self.token = self.r.secret_value(RELEASE + "-kolo-auth", "token")
         self.coordinator = Pod(self.r, self.r.find("Deployment", RELEASE + "-kolo-coordinator"),
                                RELEASE + "-kolo-coordinator-0", BIN).start()
         self.coordinator.wait_ready()
-        self.sts = StatefulSet(self.r, WORKERS, BIN, {"KOLO_WORKER_PORT": 7100, "KOLO_WORKER_HEALTH_PORT": 7101})
+        self.sts = StatefulSet(self.r, WORKERS, BIN, {"KOLO_WORKER_PORT": 7100, "KOLO_WORKER_HEALTH_PORT": 7101,
+                                                     "KOLO_WORKER_LOGS_PORT": 7102})
         for o in range(workers):
             self.sts.start(o)
         for o in range(workers):
@@ -89,6 +92,13 @@ class Cluster:
         assert code == 200, job
         return job
 
+    def logs(self, job_id):
+        """The job's output as kolo-server fetches it from the workers' log ports (text)."""
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/jobs/%s/logs" % (self.http_port, job_id),
+                                     headers={"Authorization": "Bearer " + self.token})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+
     def members(self, job_id):
         return [m["worker_id"] for m in self.job(job_id)["status"].get("members", [])]
 
@@ -102,11 +112,34 @@ class RolloutTest(unittest.TestCase):
         self.results = tempfile.mkdtemp(prefix="kolo-rollout-")
         self.cluster = None
 
+    def failed(self):
+        """Whether this test has failed so far (Python 3.11 records failures in the result
+        at once; older versions keep them in _outcome.errors)."""
+        outcome = getattr(self, "_outcome", None)
+        if outcome is None:
+            return False
+        if hasattr(outcome, "errors"):
+            return any(e for _, e in outcome.errors if e)
+        result = getattr(outcome, "result", None)
+        return bool(result) and any(t is self for t, _ in result.failures + result.errors)
+
     def tearDown(self):
         if self.cluster:
-            if hasattr(self, "_outcome") and any(e for _, e in getattr(self._outcome, "errors", []) if e):
+            if self.failed():
                 for pod in [self.cluster.coordinator] + list(self.cluster.sts.pods.values()):
                     sys.stderr.write("---- %s\n%s\n" % (pod.name, pod.read_log()))
+                code, jobs = self.cluster.api("/v1/jobs")
+                for job in (jobs or {}).get("jobs", []) if code == 200 else []:
+                    full = self.cluster.job(job["id"])
+                    sys.stderr.write("---- job %s: %s\n" % (job["id"], json.dumps(full["status"])))
+                    for e in full.get("events", []):
+                        sys.stderr.write("  %s %s %s\n" % (e["epoch"], e["type"], e["message"]))
+                for name in ("reform", "result"):
+                    try:
+                        with open(os.path.join(self.results, name)) as f:
+                            sys.stderr.write("---- %s file\n%s" % (name, f.read()))
+                    except OSError:
+                        pass
             self.cluster.close()
 
     def wait_phase(self, job_id, phases, timeout):
@@ -138,7 +171,7 @@ class RolloutTest(unittest.TestCase):
         self.assertTrue(formed, "no drain epoch %s was ever formed: %s" % (sorted(set(epochs.values())), reforms))
         for worker, epoch in epochs.items():
             self.assertEqual(set(reforms.get(epoch, [0])), {0},
-                             "steps redone at %s's drain (epoch %d): %s" % (worker, epoch, reforms[epoch]))
+                             "steps redone at %s's drain (epoch %d): %s" % (worker, epoch, reforms.get(epoch)))
         return sorted(formed)
 
     def open_gate(self, job_id):
@@ -159,13 +192,19 @@ class RolloutTest(unittest.TestCase):
         for line in lines:
             fields = line.split()
             self.assertEqual((fields[0], int(fields[1]), fields[4]), ("RESULT", steps, "exact"), line)
-        self.assertEqual(status.get("reconfigurations", 0), 0, "a planned leave was counted as a loss")
+        events = "\n".join("%s %s %s" % (e["epoch"], e["type"], e["message"]) for e in job["events"])
+        self.assertEqual(status.get("reconfigurations", 0), 0, "a planned leave was counted as a loss:\n" + events)
         self.assertEqual(status.get("drains", 0), drains)
         # no worker stays drained: no mark in etcd, none listed as draining
         self.assertEqual(etcd_keys(self.cluster.etcd.url, "/kolo/v1/drain/"), [])
         code, workers = self.cluster.api("/v1/workers")
         self.assertEqual(code, 200)
         self.assertEqual([w["id"] for w in workers["workers"] if w.get("draining")], [])
+        # kolo-server reaches the workers' pinned log port (the one the NetworkPolicy opens to it):
+        # the final ring's rank 0 printed the result on its stdout
+        code, text = self.cluster.logs(job_id)
+        self.assertEqual(code, 200, text)
+        self.assertRegex(text, r"(?m)^\[0\] RESULT %d [0-9.]+ \d+ exact$" % steps, text[-2000:])
         return job
 
     def test_a_rolling_restart_keeps_the_job_running_and_counts_each_drain_as_a_planned_leave(self):

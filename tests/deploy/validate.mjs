@@ -670,6 +670,10 @@ if (worker) {
     if (!check(get, `${who}: no ${probe} httpGet (a rollout would not wait for the worker to be back)`)) continue;
     check(get.path === route && resolvePort(c, get.port) === healthPort, `${who}: ${probe} hits ${get.path} on ${get.port}, want ${route} on the health port ${healthPort}`);
   }
+  // job logs on a pinned port, so that the NetworkPolicy can name it (the default is a free port)
+  const logs = flagValue(c, "--logs-listen") ?? "";
+  check(logs.startsWith("0.0.0.0:") && resolvePort(c, "logs") === Number(logs.split(":").pop()),
+    `${who}: --logs-listen ${logs || "(none: a random port)"} is not 0.0.0.0:<declared logs port>`);
 
   checkPreStop(worker, c);
   check(grace(worker) >= 30, `${who}: terminationGracePeriodSeconds ${grace(worker)} leaves no time to drain`);
@@ -756,6 +760,10 @@ if (opts.networkPolicy === "on") {
       check(!admits(p, c, coordinator?.spec.template.metadata.labels ?? {}, data), `${label(p)}: the coordinators can reach the data plane`);
       check(admits(p, c, stranger, resolvePort(c, "health")) || (p.spec.ingress ?? []).some((r) => r.from && r.ports?.some((x) => resolvePort(c, x.port) === resolvePort(c, "health"))),
         `${label(p)}: nobody may scrape the workers' health port`);
+      const logs = resolvePort(c, "logs");
+      for (const labels of pods("coordinator"))
+        check(admits(p, c, labels, logs), `${label(p)}: the coordinators cannot fetch job logs from the workers' logs port`);
+      check(!admits(p, c, stranger, logs), `${label(p)}: any pod can reach the workers' logs port`);
     }
   }
   if (coordinator) {

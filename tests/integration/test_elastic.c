@@ -110,6 +110,29 @@ static void agent_announce(test_agent *agent, uint64_t epoch, const int *members
   }
 }
 
+/* Sends RING <epoch> to process only, as its rank in members (its agent was faster or
+ * slower than the others'). */
+static void agent_announce_to(test_agent *agent, int only, uint64_t epoch, const int *members, int size) {
+  char addresses[64][32];
+  const char *peers[64];
+  int rank = -1;
+  for (int r = 0; r < size; r++) {
+    snprintf(addresses[r], sizeof addresses[r], "127.0.0.1:%d", agent->ports[members[r]]);
+    peers[r] = addresses[r];
+    if (members[r] == only) rank = r;
+  }
+  assert_true(rank >= 0);
+  char secret[32];
+  snprintf(secret, sizeof secret, "secret-%d", (int)getpid());
+  kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
+                        .ring = {.epoch = epoch, .rank = rank, .size = size, .local_rank = rank, .local_size = size,
+                                 .timeout_ms = 10000, .secret = secret, .listen_address = peers[rank], .peers = peers}};
+  char *line = NULL;
+  assert_int_equal(kolo_agent_msg_format(&msg, &line, NULL, 0), KOLO_OK);
+  assert_int_equal(write(agent->conns[only], line, strlen(line)), (ssize_t)strlen(line));
+  free(line);
+}
+
 /* Reads lines from process index until one starts with prefix; returns its step
  * for REPORT lines (or 0). Fails the test after timeout_ms. */
 static long agent_wait_line(test_agent *agent, int index, const char *prefix, int timeout_ms) {
@@ -224,6 +247,69 @@ static void a_joining_process_gets_the_state_and_the_result_stays_exact(void **s
   agent_stop(&agent);
 }
 
+/* The first FORMED or FAILED line process index sends about epoch: 1 for FORMED, 0 for
+ * FAILED (the line itself in line). */
+static int agent_outcome(test_agent *agent, int index, uint64_t epoch, char *line, size_t size, int timeout_ms) {
+  char formed[32], failed[32];
+  snprintf(formed, sizeof formed, "FORMED %llu ", (unsigned long long)epoch);
+  snprintf(failed, sizeof failed, "FAILED %llu ", (unsigned long long)epoch);
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    char *newline;
+    while ((newline = memchr(agent->pending[index], '\n', agent->filled[index])) != NULL) {
+      *newline = '\0';
+      int outcome = strncmp(agent->pending[index], formed, strlen(formed)) == 0   ? 1
+                    : strncmp(agent->pending[index], failed, strlen(failed)) == 0 ? 0
+                                                                                  : -1;
+      snprintf(line, size, "%s", agent->pending[index]);
+      size_t consumed = (size_t)(newline - agent->pending[index]) + 1;
+      memmove(agent->pending[index], newline + 1, agent->filled[index] - consumed);
+      agent->filled[index] -= consumed;
+      if (outcome >= 0) return outcome;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    assert_true((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < timeout_ms);
+    struct pollfd pfd = {.fd = agent->conns[index], .events = POLLIN};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    ssize_t n = read(agent->conns[index], agent->pending[index] + agent->filled[index],
+                     sizeof agent->pending[index] - 1 - agent->filled[index]);
+    assert_true(n > 0);
+    agent->filled[index] += (size_t)n;
+  }
+}
+
+/* Two ring changes close together (a drain, then a join), and the agents deliver them
+ * at different times: process 1 is still forming epoch 2 when process 0, which never
+ * saw epoch 2, forms epoch 3 with it. Process 1 refuses epoch 3's hellos (and its own
+ * formation fails) until its agent brings epoch 3; process 0 keeps dialling within the
+ * ring's timeout, so epoch 3 forms and nobody reports it FAILED (a FAILED report of the
+ * job's epoch with every member alive makes the scheduler re-form: a reconfiguration
+ * that no worker's loss caused). */
+static void a_neighbour_still_forming_an_older_epoch_fails_nobody(void **state) {
+  (void)state;
+  test_agent agent;
+  agent_start(&agent);
+  for (int i = 0; i < 2; i++) agent_spawn(&agent, i, "300", "5");
+  int ring[2] = {0, 1};
+  agent_announce(&agent, 1, ring, 2);
+  while (agent_wait_line(&agent, 0, "REPORT", 20000) < 50) {
+  }
+  agent_announce_to(&agent, 1, 2, ring, 2); /* process 1 leaves epoch 1 and forms 2 */
+  agent_wait_line(&agent, 0, "FAILED 1 ", 10000); /* process 0 saw it go, and waits */
+  agent_announce_to(&agent, 0, 3, ring, 2);     /* process 0 forms 3, never having seen 2 */
+  struct timespec pause = {0, 700 * 1000000L};   /* process 1 is slow to hear of 3 */
+  nanosleep(&pause, NULL);
+  agent_announce_to(&agent, 1, 3, ring, 2);
+  char line[512];
+  int outcome = agent_outcome(&agent, 0, 3, line, sizeof line, 15000);
+  if (!outcome) fail_msg("process 0 failed epoch 3 although its neighbour was only late: %s", line);
+  assert_int_equal(agent_outcome(&agent, 1, 3, line, sizeof line, 15000), 1);
+  for (int i = 0; i < 2; i++) assert_int_equal(agent_wait_exit(&agent, i), 0);
+  assert_int_equal(count_exact_results(&agent, "300"), 2);
+  agent_stop(&agent);
+}
+
 /* The process says HELLO with this codec's version; an agent that refuses it
  * (REFUSED) makes kolo_elastic_create fail with KOLO_ERR_PROTOCOL at once: the
  * process exits non-zero and says so, and never waits for a ring. */
@@ -262,6 +348,7 @@ int main(void) {
       cmocka_unit_test(survivors_reform_after_a_kill_and_finish_exactly),
       cmocka_unit_test(a_joining_process_gets_the_state_and_the_result_stays_exact),
       cmocka_unit_test(a_refused_hello_fails_the_process_with_a_protocol_error),
+      cmocka_unit_test(a_neighbour_still_forming_an_older_epoch_fails_nobody),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,11 @@
 /* Integration test of data-parallel training over a real TCP ring (libkolo,
  * 127.0.0.1, ports picked by the kernel), one thread per rank: 2 workers with
  * per-worker batch b end with the same weights (to float tolerance) as 1 worker
- * with batch 2b on the same data order, for MLP and LeNet; SYNC replicas are
- * bit-identical; ASYNC replicas end identical after the final average. */
+ * with batch 2b on the same data order, for MLP and LeNet; 3 workers whose
+ * shares of a window differ (487 samples in windows of 15: every epoch ends
+ * with a window of 7, split 3/2/2) match 1 worker with the whole window; SYNC
+ * replicas are bit-identical; ASYNC replicas end identical after the final
+ * average. */
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
@@ -204,6 +207,34 @@ static void two_lenet_workers_with_batch_b_match_one_with_batch_2b(void **state)
   check_equivalence(*state, "lenet", 8, 8);
 }
 
+/* The gradient of a rank is scaled by size / window, so the AVG all-reduce is
+ * the exact mean over the window even when the ranks' shares differ. */
+static void unequal_shares_of_a_window_still_average_to_its_exact_mean(void **state) {
+  (void)state;
+  kolo_train_dataset *train = NULL, *test = NULL;
+  assert_int_equal(kolo_train_data_synthetic(13, 487, 100, &train, &test), KOLO_OK);
+  fixture local = {.train = train, .test = test};
+  kolo_train_config c[3];
+  base_config(&local, &c[0]);
+  c[0].batch = 5; /* windows of 15: 32 full ones and one of 7 per epoch */
+  c[0].steps = 33; /* one epoch: 32 full windows, then the uneven one */
+  c[1] = c[2] = c[0];
+  rank_job jobs[3];
+  run_ring(3, c, jobs);
+  for (int r = 1; r < 3; r++) assert_memory_equal(jobs[0].params, jobs[r].params, jobs[0].count * sizeof(float));
+  kolo_train_config single = c[0];
+  single.batch = 15;
+  size_t n;
+  float *p = run_single(&single, &n);
+  double d = max_rel_diff(p, jobs[0].params, n);
+  printf("3 x batch 5 (shares 3/2/2 at the epoch end) vs 1 x batch 15 after 33 steps: max relative difference %.3g\n", d);
+  if (d > 1e-3) fail_msg("unequal shares: weights differ by %g", d);
+  free(p);
+  for (int r = 0; r < 3; r++) free(jobs[r].params);
+  kolo_train_data_destroy(train);
+  kolo_train_data_destroy(test);
+}
+
 static void adam_warmup_accumulation_and_lr_scaling_keep_the_equivalence(void **state) {
   fixture *f = *state;
   kolo_train_config c[2];
@@ -338,6 +369,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(two_lenet_workers_with_batch_b_match_one_with_batch_2b, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(unequal_shares_of_a_window_still_average_to_its_exact_mean, setup, teardown),
       cmocka_unit_test_setup_teardown(
           adam_warmup_accumulation_and_lr_scaling_keep_the_equivalence, setup, teardown),
       cmocka_unit_test_setup_teardown(initial_state_and_data_order_come_from_rank_0, setup,

@@ -293,5 +293,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_crashed_process_is_reported_and_its_worker_rejoins, setup, teardown),
       cmocka_unit_test_setup_teardown(a_builtin_job_runs_kolo_train_on_two_workers, setup, teardown),
   };
+  /* KOLO_TEST_FILTER=<glob> runs only the matching cases (to reproduce one) */
+  const char *filter = getenv("KOLO_TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -447,6 +447,38 @@ static void a_partial_stall_waits_for_the_settle_time(void **state) {
   assert_int_equal(decide(f), KOLO_SCHED_STALLED_REFORM);
 }
 
+/* The stall of a ring of 3 seen between two reports: w0 and w2 timed out naming
+ * w1, whose own report has not arrived yet. A timeout is no evidence w1 is
+ * gone (a dead or silent neighbour is KOLO_ERR_PEER_LOST), so w1 is not lost
+ * before its own report had KOLO_SCHED_TIMEOUT_SETTLE_MS to come. */
+static void a_rank_named_only_in_timeouts_has_time_to_report_itself(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  neighbours_name(f, NOW - 10);
+  f->members[0].report.failed_status = f->members[2].report.failed_status = "KOLO_ERR_TIMEOUT";
+  assert_int_equal(decide(f), KOLO_SCHED_PROGRESS);
+  f->view.now_unix_ms = NOW - 10 + KOLO_SCHED_FAILED_SETTLE_MS; /* a PEER_LOST would be due here */
+  assert_int_equal(decide(f), KOLO_SCHED_PROGRESS);
+  /* its report arrives: a stall of live members, re-formed whole */
+  f->members[1].report.failed_epoch = 3;
+  f->members[1].report.failed_rank = 2;
+  f->members[1].report.failed_status = "KOLO_ERR_TIMEOUT";
+  f->members[1].report.time_unix_ms = NOW;
+  assert_int_equal(decide(f), KOLO_SCHED_STALLED_REFORM);
+  assert_int_equal(f->d.n_lost, 0);
+  /* had it stayed silent, it is lost once the timeout settle time passed */
+  f->members[1].report.failed_epoch = 0;
+  f->view.now_unix_ms = NOW - 10 + KOLO_SCHED_TIMEOUT_SETTLE_MS;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(f->d.n_lost, 1);
+  assert_int_equal(f->d.lost[0].member, 1);
+  /* one report with evidence (PEER_LOST) is enough to lose it at once */
+  f->view.now_unix_ms = NOW;
+  f->members[2].report.failed_status = "KOLO_ERR_PEER_LOST";
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  assert_int_equal(f->d.lost[0].member, 1);
+}
+
 static void a_ring_that_cannot_form_is_re_formed_too(void **state) {
   fixture *f = *state;
   healthy(f, 2);
@@ -591,6 +623,7 @@ int main(void) {
       T(a_ring_that_has_not_formed_is_never_moved),
       T(a_timeout_with_everyone_alive_reforms_the_same_members),
       T(a_partial_stall_waits_for_the_settle_time),
+      T(a_rank_named_only_in_timeouts_has_time_to_report_itself),
       T(a_ring_that_cannot_form_is_re_formed_too),
       T(a_stall_past_max_reconfigurations_fails),
       T(a_real_loss_wins_over_a_stall),
