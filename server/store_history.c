@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "coordination/etcd.h"
+#include "coordination/ringspec.h"
 #include "server/history.h"
 #include "server/json_codec.h"
 #include "server/store_internal.h"
@@ -114,39 +116,34 @@ void kolo_server_store_apply_point(kolo_server_store *s, const char *key, const 
   e->history_batch = s->batch;
 }
 
-/* A ring epoch from the scheduler's ring record ({"epoch", "members": [{"worker_id", "rank",
- * "host", "address", ...}], "secret", ...}), read leniently: the scheduler owns its shape. */
-static Kolo__V1__RingEpoch *ring_from_json(const char *text, size_t len) {
-  json_t *obj = json_loadb(text, len, 0, NULL);
-  json_t *members = json_object_get(obj, "members");
-  json_t *epoch = json_object_get(obj, "epoch");
-  Kolo__V1__RingEpoch *r = NULL;
-  if (!json_is_integer(epoch) || json_integer_value(epoch) < 0 || !json_is_array(members)) goto out;
-  r = malloc(sizeof *r);
+/* A ring epoch from the ring record, read through its codec (coordination/ringspec.h):
+ * members by rank with host and address; the secret is never copied. NULL (the caller
+ * logs it) for a record that does not decode. */
+static Kolo__V1__RingEpoch *ring_from_record(const char *text, size_t len) {
+  kolo_ringspec ring;
+  if (kolo_ringspec_decode(text, len, &ring) != KOLO_OK) return NULL;
+  Kolo__V1__RingEpoch *r = malloc(sizeof *r);
   if (r == NULL) goto out;
   kolo__v1__ring_epoch__init(r);
-  r->epoch = (uint64_t)json_integer_value(epoch);
-  r->members = calloc(json_array_size(members) + 1, sizeof *r->members);
+  r->epoch = (uint64_t)ring.epoch;
+  r->members = calloc(ring.size + 1, sizeof *r->members);
   if (r->members == NULL) {
     free(r);
     r = NULL;
     goto out;
   }
-  size_t i;
-  json_t *m;
-  json_array_foreach(members, i, m) {
+  for (size_t i = 0; i < ring.size; i++) {
     Kolo__V1__Member *member = malloc(sizeof *member);
     if (member == NULL) break;
     kolo__v1__member__init(member);
-    kolo_server_pb_set_string(&member->worker_id, json_string_value(json_object_get(m, "worker_id")) ?: "");
-    kolo_server_pb_set_string(&member->host, json_string_value(json_object_get(m, "host")) ?: "");
-    kolo_server_pb_set_string(&member->address, json_string_value(json_object_get(m, "address")) ?: "");
-    json_t *rank = json_object_get(m, "rank");
-    member->rank = json_is_integer(rank) ? (uint32_t)json_integer_value(rank) : (uint32_t)i;
+    kolo_server_pb_set_string(&member->worker_id, ring.members[i].worker_id);
+    kolo_server_pb_set_string(&member->host, ring.members[i].host);
+    kolo_server_pb_set_string(&member->address, ring.members[i].address);
+    member->rank = (uint32_t)i;
     r->members[r->n_members++] = member;
   }
 out:
-  json_decref(obj);
+  kolo_ringspec_clear(&ring);
   return r;
 }
 
@@ -168,10 +165,11 @@ void kolo_server_store_apply_ring(entry *e, const kolo_server_kv_item *item, int
     e->n_rings--;
     return;
   }
-  Kolo__V1__RingEpoch *r = ring_from_json(item->value, item->value_len);
+  Kolo__V1__RingEpoch *r = ring_from_record(item->value, item->value_len);
   if (r == NULL || r->epoch != epoch) {
+    KOLO_LOGW(LOG, "ignoring ring record %s: %s", item->key,
+              r ? "its epoch is not its key's" : kolo_etcd_last_error());
     if (r) protobuf_c_message_free_unpacked(&r->base, NULL);
-    KOLO_LOGW(LOG, "ignoring ring record %s", item->key);
     return;
   }
   if (exists) {

@@ -323,11 +323,20 @@ static void rings_are_listed_by_epoch_without_their_secret(void **state) {
   submit(f, "h4");
   put(f, "/kolo/v1/jobs/h4/ring/00000000000000000002",
       "{\"job\":\"h4\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef0123456789abcdef\","
-      "\"members\":[{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:1\"}],\"lost\":[\"w2\"]}");
+      "\"members\":[{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:1\","
+      "\"local_rank\":0,\"local_size\":1,\"since_epoch\":1}],"
+      "\"lost\":[{\"worker_id\":\"w2\",\"why\":\"its lease expired\"}]}");
   put(f, "/kolo/v1/jobs/h4/ring/00000000000000000001",
-      "{\"job\":\"h4\",\"epoch\":1,\"secret\":\"feedfeedfeedfeedfeedfeedfeedfeed\",\"members\":["
-      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:1\"},"
-      "{\"worker_id\":\"w2\",\"rank\":1,\"host\":\"h\",\"address\":\"127.0.0.1:2\"}]}");
+      "{\"job\":\"h4\",\"epoch\":1,\"timeout_ms\":30000,\"secret\":\"feedfeedfeedfeedfeedfeedfeedfeed\",\"members\":["
+      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:1\",\"local_rank\":0,"
+      "\"local_size\":2,\"since_epoch\":1},"
+      "{\"worker_id\":\"w2\",\"rank\":1,\"host\":\"h\",\"address\":\"127.0.0.1:2\",\"local_rank\":1,"
+      "\"local_size\":2,\"since_epoch\":1}],\"lost\":[]}");
+  /* a record the codec refuses (no address) is not shown, like one that is not JSON */
+  put(f, "/kolo/v1/jobs/h4/ring/00000000000000000004",
+      "{\"job\":\"h4\",\"epoch\":4,\"timeout_ms\":30000,\"secret\":\"feedfeedfeedfeedfeedfeedfeedfeed\",\"members\":["
+      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"local_rank\":0,\"local_size\":1,\"since_epoch\":1}],"
+      "\"lost\":[]}");
   put(f, "/kolo/v1/jobs/h4/ring/00000000000000000003", "not json");
   Kolo__V1__JobMetrics *m = metrics(f, "h4", 0);
   assert_int_equal(m->n_rings, 2);

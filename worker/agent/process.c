@@ -1,15 +1,18 @@
 /* Implementation of process.h: fork/exec with a death signal and its own
- * process group, the unix socket the process connects to, line framing, and
- * the STOP -> SIGTERM -> SIGKILL escalation. */
+ * process group, the unix socket the process connects to, line framing, the
+ * STOP -> SIGTERM -> SIGKILL escalation, and the shared memory a killed process
+ * could not remove itself. */
 #define _GNU_SOURCE
 #include "worker/agent/process.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -224,6 +227,25 @@ kolo_status kolo_agent_proc_send_msg(kolo_agent_proc *proc, const kolo_agent_msg
   return status;
 }
 
+/* libkolo names its shared-memory rings /kolo-<pid>-<nonce> and unlinks each once
+ * its peer mapped it; a process killed before that (SIGKILL while its ring forms)
+ * cannot, so its parent removes what the dead pid left. Called only once the pid is
+ * reaped; the names carry the pid, so nothing of a live process is touched. */
+static void remove_shm_of(pid_t pid) {
+  char prefix[32];
+  int n = snprintf(prefix, sizeof prefix, "kolo-%d-", (int)pid);
+  DIR *dir = opendir("/dev/shm");
+  if (dir == NULL) return;
+  struct dirent *entry;
+  while ((entry = readdir(dir)) != NULL) {
+    if (strncmp(entry->d_name, prefix, (size_t)n) != 0) continue;
+    char name[300];
+    snprintf(name, sizeof name, "/%s", entry->d_name);
+    if (shm_unlink(name) == 0) KOLO_LOGI(LOG, "removed %s left by process %d", name, (int)pid);
+  }
+  closedir(dir);
+}
+
 int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code) {
   if (proc == NULL || proc->pid <= 0) return 0;
   if (proc->reaped) return 0;
@@ -234,6 +256,7 @@ int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code) {
   *code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
   /* whatever the process left in its group goes with it */
   kill(-proc->pid, SIGKILL);
+  remove_shm_of(proc->pid);
   return 1;
 }
 
@@ -271,6 +294,7 @@ void kolo_agent_proc_destroy(kolo_agent_proc *proc) {
     kill(-proc->pid, SIGKILL);
     kill(proc->pid, SIGKILL);
     waitpid(proc->pid, NULL, 0);
+    remove_shm_of(proc->pid);
   }
   if (proc->conn_fd >= 0) close(proc->conn_fd);
   if (proc->listen_fd >= 0) {

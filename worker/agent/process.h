@@ -46,7 +46,9 @@ kolo_status kolo_agent_proc_send(kolo_agent_proc *proc, const char *line);
 /* Formats msg (agent_proto.h) and sends it; KOLO_ERR_INVALID_ARG if it would not parse. */
 kolo_status kolo_agent_proc_send_msg(kolo_agent_proc *proc, const kolo_agent_msg *msg);
 
-/* Reaps the process if it exited: 1 and *code (exit status, or 128 + signal). */
+/* Reaps the process if it exited: 1 and *code (exit status, or 128 + signal). The
+ * rest of its group is killed and the shared memory it left (/dev/shm/kolo-<pid>-*,
+ * libkolo's rings) removed. */
 int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code);
 
 pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc);
@@ -58,7 +60,8 @@ void kolo_agent_proc_stop(kolo_agent_proc *proc, const char *reason, int grace_m
 /* Escalates a requested stop when its deadlines pass. */
 void kolo_agent_proc_tick(kolo_agent_proc *proc);
 
-/* Kills the whole group (SIGKILL), reaps, removes the socket, frees. */
+/* Kills the whole group (SIGKILL), reaps, removes the socket and the process's
+ * shared memory (as kolo_agent_proc_reap), frees. */
 void kolo_agent_proc_destroy(kolo_agent_proc *proc);
 
 #endif
