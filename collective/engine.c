@@ -75,6 +75,8 @@ struct kolo_engine {
   size_t bits_capacity;
   kolo_nego_announce *announces;
   size_t announces_capacity;
+  kolo_frame **frames;          /* a cycle's frames and messages, size entries, reused */
+  kolo_nego_message *messages;
   open_batch open[KOLO_DTYPE_COUNT * KOLO_OP_COUNT];
   kolo_request *batch_order[KOLO_DTYPE_COUNT * KOLO_OP_COUNT];
   kolo_engine_stats stats; /* guarded by comm->mutex */
@@ -370,6 +372,12 @@ static kolo_frame *wait_frame(kolo_engine *e) {
   for (;;) {
     kolo_frame *frame = kolo_control_take_frame(&comm->control[1]);
     if (frame != NULL || atomic_load(&comm->failed)) return frame;
+    if (!comm->control[1].open) { /* it said goodbye: its message will never come */
+      int prev = comm->control[1].peer_rank;
+      kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, prev,
+                     "peer lost: rank %d closed its communicator during a negotiation cycle", prev);
+      return NULL;
+    }
     int wait_ms = kolo_ms_until(deadline);
     if (wait_ms == 0) {
       int prev = comm->control[1].peer_rank;
@@ -490,6 +498,14 @@ static kolo_status add_to_batch(kolo_engine *e, const kolo_nego_ready *ready, ko
     }
     batch->dtype = dtype;
     batch->op = op;
+    /* room for the whole cycle up front (no regrowing per tensor) */
+    size_t room = e->decision.ready_count;
+    if (grow((void **)&batch->slots, &batch->slot_capacity, room, sizeof *batch->slots) != KOLO_OK ||
+        grow((void **)&batch->owners, &batch->owner_capacity, room, sizeof *batch->owners) != KOLO_OK) {
+      kolo_batch_free(batch);
+      free(batch_request);
+      return KOLO_ERR_NO_MEMORY;
+    }
     batch_request->batch = batch;
     slot->request = batch_request;
     e->batch_order[(*opened)++] = batch_request;
@@ -566,6 +582,7 @@ static kolo_status act(kolo_engine *e, int64_t now) {
     e->join->last_rank = d->last_rank;
     kolo_queue_push_locked(comm, e->join); /* after everything it took part in */
     e->join = NULL;
+    e->joined_announced = 0; /* every rank's table forgot the joins: nothing to announce */
   }
   pthread_mutex_unlock(&comm->mutex);
   if (status != KOLO_OK) {
@@ -611,9 +628,11 @@ __attribute__((noinline)) static kolo_status run_cycle(kolo_engine *e) {
   pthread_mutex_unlock(&comm->mutex);
   KOLO_CHECK(build_message(e));
   int64_t built = kolo_now_ns();
-  kolo_frame **frames = calloc((size_t)n, sizeof *frames);
-  kolo_nego_message *messages = calloc((size_t)n, sizeof *messages);
-  kolo_status status = frames && messages ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+  kolo_frame **frames = e->frames;
+  kolo_nego_message *messages = e->messages;
+  memset(frames, 0, (size_t)n * sizeof *frames);
+  memset(messages, 0, (size_t)n * sizeof *messages);
+  kolo_status status = KOLO_OK;
   if (status == KOLO_OK && n > 1) {
     status = send_frame(e, e->cycle, r, e->out.data, (uint32_t)e->out.length);
   }
@@ -626,12 +645,10 @@ __attribute__((noinline)) static kolo_status run_cycle(kolo_engine *e) {
       kolo_comm_fail(comm, status, -1, "protocol error: a negotiation message names an unknown cache bit");
     }
   }
-  for (int i = 0; i < n && messages && frames; i++) {
+  for (int i = 0; i < n; i++) {
     kolo_nego_message_free(&messages[i]);
     free(frames[i]);
   }
-  free(frames);
-  free(messages);
   if (status != KOLO_OK) {
     if (!atomic_load(&comm->failed)) kolo_comm_fail(comm, status, comm->rank, "rank %d: negotiation failed: %s", comm->rank, kolo_strerror(status));
     return status;
@@ -775,6 +792,9 @@ kolo_status kolo_engine_start(kolo_comm *comm) {
   e->config = config_from_env();
   kolo_status status = kolo_nego_table_create(comm->size, e->config.cache_capacity, &e->table);
   if (status == KOLO_OK) status = kolo_names_create(&e->local);
+  e->frames = calloc((size_t)comm->size, sizeof *e->frames);
+  e->messages = calloc((size_t)comm->size, sizeof *e->messages);
+  if (status == KOLO_OK && (e->frames == NULL || e->messages == NULL)) status = KOLO_ERR_NO_MEMORY;
   if (status == KOLO_OK) status = kolo_timeline_open_from_env(comm->rank, comm->size, &e->timeline);
   comm->engine = e;
   if (status == KOLO_OK && pthread_create(&comm->negotiator, NULL, negotiator_main, comm) != 0) {
@@ -806,6 +826,8 @@ void kolo_engine_free(kolo_comm *comm) {
   free(e->unannounced);
   free(e->bits);
   free(e->announces);
+  free(e->frames);
+  free(e->messages);
   for (int i = 0; i < 2; i++) kolo_control_link_clear(&comm->control[i]);
   free(e);
   comm->engine = NULL;

@@ -8,6 +8,7 @@
 
 #include "collective/internal.h"
 #include "collective/negotiate.h"
+#include "common/checks.h"
 
 /* snprintf for messages that may be cut short (names are long, messages bounded). */
 static void format_message(char *out, size_t length, const char *fmt, ...)
@@ -192,6 +193,8 @@ struct kolo_nego_table {
   uint8_t *joined;
   uint64_t *join_cycle;
   uint64_t *unnamed;
+  kolo_nego_entry **ready;   /* decide_ready's scratch, reused across cycles */
+  size_t ready_capacity;
 };
 
 kolo_status kolo_nego_table_create(int size, uint32_t cache_capacity, kolo_nego_table **out) {
@@ -233,6 +236,7 @@ void kolo_nego_table_destroy(kolo_nego_table *t) {
     entry = next;
   }
   kolo_names_destroy(t->by_name);
+  free(t->ready);
   free(t->by_bit);
   free(t->joined);
   free(t->join_cycle);
@@ -437,6 +441,11 @@ static void describe_field(const kolo_nego_table *t, const kolo_nego_entry *entr
  * submitting ranks disagree on; 0 when they all agree. */
 static int describe_mismatch(const kolo_nego_table *t, const kolo_nego_entry *entry,
                              const kolo_nego_meta *base, char *out, size_t length) {
+  int all_equal = 1; /* the common case, decided without the per-field walk */
+  for (int r = 0; r < t->size && all_equal; r++) {
+    all_equal = !entry->submitted[r] || meta_equal(&entry->meta[r], base);
+  }
+  if (all_equal) return 0;
   for (int field = 0; field < FIELD_COUNT_ALL; field++) {
     if (!field_applies(base->kind, field)) continue;
     int differs = 0;
@@ -526,7 +535,8 @@ static void decide_entry(kolo_nego_table *t, kolo_nego_entry *entry, kolo_nego_r
   out->message[0] = '\0';
   if (describe_mismatch(t, entry, &out->meta, out->message, sizeof out->message)) {
     out->status = KOLO_ERR_MISMATCH;
-  } else if (joined_state_error(t, entry, &out->meta, out->message, sizeof out->message)) {
+  } else if (entry->pending < (uint32_t)t->size &&
+             joined_state_error(t, entry, &out->meta, out->message, sizeof out->message)) {
     out->status = KOLO_ERR_STATE;
   }
   memset(entry->submitted, 0, (size_t)t->size);
@@ -544,21 +554,24 @@ static void decide_entry(kolo_nego_table *t, kolo_nego_entry *entry, kolo_nego_r
 
 static kolo_status decide_ready(kolo_nego_table *t, kolo_nego_decision *d) {
   size_t count = 0;
-  for (kolo_nego_entry *e = t->pending_head; e; e = e->pending_next) count += ready_in_table(t, e);
-  if (count == 0) return KOLO_OK;
-  kolo_nego_entry **ready = malloc(count * sizeof *ready);
-  kolo_status status = ready == NULL ? KOLO_ERR_NO_MEMORY : grow_decision(d, count, t->size);
-  if (status != KOLO_OK) {
-    free(ready);
-    return status;
-  }
-  size_t at = 0;
+  int sorted = 1;
   for (kolo_nego_entry *e = t->pending_head; e; e = e->pending_next) {
-    if (ready_in_table(t, e)) ready[at++] = e;
+    if (!ready_in_table(t, e)) continue;
+    if (count == t->ready_capacity) {
+      size_t capacity = t->ready_capacity ? 2 * t->ready_capacity : 256;
+      kolo_nego_entry **grown = realloc(t->ready, capacity * sizeof *grown);
+      if (grown == NULL) return KOLO_ERR_NO_MEMORY;
+      t->ready = grown;
+      t->ready_capacity = capacity;
+    }
+    sorted &= count == 0 || t->ready[count - 1]->order < e->order;
+    t->ready[count++] = e;
   }
-  qsort(ready, count, sizeof *ready, by_order);
-  for (size_t i = 0; i < count; i++) decide_entry(t, ready[i], &d->ready[d->ready_count++]);
-  free(ready);
+  if (count == 0) return KOLO_OK;
+  KOLO_CHECK(grow_decision(d, count, t->size));
+  /* in steady state the round's entries arrive in bit order, which is their order */
+  if (!sorted) qsort(t->ready, count, sizeof *t->ready, by_order);
+  for (size_t i = 0; i < count; i++) decide_entry(t, t->ready[i], &d->ready[d->ready_count++]);
   return KOLO_OK;
 }
 

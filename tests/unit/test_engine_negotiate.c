@@ -116,6 +116,34 @@ static void malformed_messages_are_refused(void **state) {
   kolo_nego_buffer_free(&buffer);
 }
 
+/* The name map reuses removed nodes by key size: names of every length (1..255,
+ * across the 8-byte hash words) put, found, removed and put again keep their
+ * values and keys. */
+static void the_name_map_survives_reuse_of_its_nodes(void **state) {
+  (void)state;
+  kolo_names *names = NULL;
+  assert_int_equal(kolo_names_create(&names), KOLO_OK);
+  static char keys[255][256];
+  for (int round = 0; round < 3; round++) {
+    for (int n = 1; n <= 255; n++) {
+      memset(keys[n - 1], 'a' + (n % 26), (size_t)n);
+      keys[n - 1][n] = '\0';
+      keys[n - 1][0] = (char)('A' + round); /* a different key each round, same length */
+      assert_int_equal(kolo_names_put(names, keys[n - 1], (void *)(intptr_t)n), KOLO_OK);
+    }
+    assert_int_equal(kolo_names_count(names), 255);
+    for (int n = 1; n <= 255; n++) {
+      assert_int_equal((intptr_t)kolo_names_get(names, keys[n - 1]), n);
+      assert_string_equal(kolo_names_key(names, keys[n - 1]), keys[n - 1]);
+    }
+    assert_int_equal(kolo_names_put(names, keys[9], NULL), KOLO_ERR_EXISTS);
+    for (int n = 1; n <= 255; n++) assert_int_equal((intptr_t)kolo_names_remove(names, keys[n - 1]), n);
+    assert_null(kolo_names_get(names, keys[0]));
+    assert_int_equal(kolo_names_count(names), 0);
+  }
+  kolo_names_destroy(names);
+}
+
 typedef struct fixture {
   kolo_nego_table *table;
   kolo_nego_decision decision;
@@ -372,6 +400,7 @@ int main(void) {
       cmocka_unit_test(messages_round_trip),
       cmocka_unit_test(many_short_names_round_trip),
       cmocka_unit_test(malformed_messages_are_refused),
+      cmocka_unit_test(the_name_map_survives_reuse_of_its_nodes),
       cmocka_unit_test_setup_teardown(a_name_is_ready_once_every_rank_submitted_it_in_any_order, setup, teardown),
       cmocka_unit_test_setup_teardown(disagreeing_counts_name_the_tensor_and_the_ranks, setup, teardown),
       cmocka_unit_test_setup_teardown(a_ready_name_is_cached_and_then_agreed_by_bit, setup, teardown),
