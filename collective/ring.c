@@ -164,26 +164,36 @@ kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, 
 }
 
 /* Latency path: gather every rank's whole buffer (n-1 steps instead of
- * 2(n-1)), then reduce locally in rank order so all ranks agree bit for bit. */
+ * 2(n-1)), then reduce locally in rank order so all ranks agree bit for bit.
+ * This rank's block is sent and reduced straight from src (no copy), unless
+ * dst overlaps it and it is read after dst was first written (rank >= 2). */
 static kolo_status allreduce_gather(kolo_comm *comm, const char *src, char *dst, size_t count,
                                     kolo_dtype dtype, kolo_op op, int engine_thread) {
-  int n = comm->size;
+  int n = comm->size, r = comm->rank;
   size_t bytes = count * kolo_dtype_size(dtype);
   kolo_ring_plan *plan = &comm->plan;
   kolo_status status = kolo_ensure_buffer(&comm->scratch, &comm->scratch_bytes, bytes * (size_t)n);
   if (status != KOLO_OK) return status;
   char *gather = comm->scratch;
-  memcpy(gather + bytes * (size_t)comm->rank, src, bytes);
+  uintptr_t from = (uintptr_t)src, to = (uintptr_t)dst;
+  int overlaps = to < from + bytes && from < to + bytes;
+  const char *own = src;
+  if (overlaps && r >= 2) {
+    memcpy(gather + bytes * (size_t)r, src, bytes);
+    own = gather + bytes * (size_t)r;
+  }
   for (int t = 0; t < n - 1; t++) {
-    int send_block = wrap_rank(comm->rank - t, n);
-    int recv_block = wrap_rank(comm->rank - t - 1, n);
-    kolo_plan_send(plan, gather + bytes * (size_t)send_block, bytes, t == 0 ? -1 : t - 1);
+    int send_block = wrap_rank(r - t, n);
+    int recv_block = wrap_rank(r - t - 1, n);
+    kolo_plan_send(plan, t == 0 ? own : gather + bytes * (size_t)send_block, bytes, t == 0 ? -1 : t - 1);
     kolo_plan_recv(plan, gather + bytes * (size_t)recv_block, NULL, bytes, 0);
   }
   status = kolo_execute_plan(comm, engine_thread, bytes);
   if (status != KOLO_OK) return status;
-  kolo_reduce(dst, gather, gather + bytes, count, dtype, op);
-  for (int b = 2; b < n; b++) kolo_reduce(dst, dst, gather + bytes * (size_t)b, count, dtype, op);
+  kolo_reduce(dst, r == 0 ? own : gather, r == 1 ? own : gather + bytes, count, dtype, op);
+  for (int b = 2; b < n; b++) {
+    kolo_reduce(dst, dst, b == r ? own : gather + bytes * (size_t)b, count, dtype, op);
+  }
   if (op == KOLO_AVG) kolo_divide(dst, count, dtype, n);
   return KOLO_OK;
 }
