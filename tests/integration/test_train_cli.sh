@@ -33,6 +33,7 @@ expect_error "bad mode" "want sync or async" "$TRAIN" --mode sometimes
 expect_error "bad lr" "--lr" "$TRAIN" --lr -1
 expect_error "bad boolean" "not a boolean" "$TRAIN" --json=maybe
 expect_error "logreg with hidden layers" "no hidden layers" "$TRAIN" --model logreg --hidden 12
+expect_error "bad hidden sizes" "want up to 8 comma-separated widths" "$TRAIN" --hidden 12,abc
 if "$TRAIN" --model=logreg --steps=5 --json=true --quiet=yes --eval=false >"$WORK/out" 2>&1 &&
    grep -q '^{"event":"done","steps":5,' "$WORK/out"; then pass "--key=value flags and logreg"; else
   fail "--key=value flags"; cat "$WORK/out"; fi

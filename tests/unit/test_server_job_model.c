@@ -84,6 +84,15 @@ static void builtin_arguments_are_checked_by_kolo_trains_parser(void **state) {
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"help\":\"\"}"),
                  "builtin.hyper_parameters.help");
   expect_invalid(B("\"model\":\"logreg\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"32\"}"), "builtin:");
+  /* #12 item 5: hidden sizes kolo-train would refuse at setup (then exit 1: a "lost worker") */
+  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"abc\"}"),
+                 "builtin.hyper_parameters.hidden: --hidden: 'abc' (want up to 8 comma-separated widths");
+  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"32,,8\"}"),
+                 "builtin.hyper_parameters.hidden");
+  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"0\"}"),
+                 "builtin.hyper_parameters.hidden");
+  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"1,2,3,4,5,6,7,8,9\"}"),
+                 "builtin.hyper_parameters.hidden");
   expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"mode\":\"ASYNC\",\"average_every\":4,"
                  "\"builtin\":{\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"mode\":\"fast\"}}}",
                  "builtin.hyper_parameters.mode");

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "worker/train/model.h"
+
 /* getopt_long keeps its position in globals: one parse at a time. */
 static pthread_mutex_t parse_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -192,10 +194,17 @@ static int parse_locked(int argc, char **argv, kolo_train_config *c, uint64_t *t
         c->model = optarg;
         logreg = 0;
         break;
-      case OPT_HIDDEN:
+      case OPT_HIDDEN: {
+        kolo_train_model_spec spec;
+        if (kolo_train_model_spec_parse("mlp", optarg, &spec) != KOLO_OK) {
+          fail(e, "--hidden: '%s' (want up to %d comma-separated widths 1..65536, e.g. 256,128)", optarg,
+               KOLO_TRAIN_MAX_HIDDEN);
+          return -1;
+        }
         c->hidden = optarg;
         hidden_set = 1;
         break;
+      }
       case OPT_DATASET:
         if (!kolo_train_dataset_name_valid(optarg)) {
           fail(e, "--dataset: unknown dataset '%s' (want fashion-mnist, idx:<dir>, csv:<file>, libsvm:<file> or "
