@@ -82,6 +82,7 @@ struct kolo_engine {
   kolo_engine_stats stats; /* guarded by comm->mutex */
   kolo_timeline *timeline;
   int timeline_failed; /* the failure is in the timeline */
+  int stalled;         /* this rank failed the communicator by a stall it decided */
 };
 
 static double env_double(const char *name, double fallback) {
@@ -562,6 +563,7 @@ static kolo_status act(kolo_engine *e, int64_t now) {
   if (d->stall != KOLO_OK) {
     /* every rank decides this from the same cycle: no forwarding (each keeps the names) */
     kolo_comm_fail_local(comm, KOLO_ERR_STALLED, d->stall_rank, "%s", d->stall_message);
+    e->stalled = 1;
     return KOLO_ERR_STALLED;
   }
   kolo_status status = KOLO_OK;
@@ -749,6 +751,32 @@ static int cycle_due(kolo_engine *e, int hurry, int64_t now, int64_t *wake_at) {
   return 0;
 }
 
+/* After a stall this rank decided, its neighbours decide it from the same cycle,
+ * but one may still be waiting for the last frame of that cycle from its other
+ * side: closing the links at once could make it see this rank's EOF first and
+ * report PEER_LOST instead of the stall. So the links stay open until the
+ * neighbours close theirs, at most LINGER_MS (destroy of a stalled ring only). */
+#define LINGER_MS 500
+static void linger(kolo_comm *comm) {
+  int64_t deadline = kolo_deadline_after_ms(LINGER_MS);
+  for (;;) {
+    struct pollfd fds[2];
+    int count = 0, link_of[2];
+    for (int i = 0; i < 2; i++) {
+      if (!comm->control[i].open) continue;
+      link_of[count] = i;
+      fds[count++] = (struct pollfd){.fd = kolo_channel_poll_fd(&comm->control[i].channel),
+                                     .events = POLLIN};
+    }
+    int wait_ms = kolo_ms_until(deadline);
+    if (count == 0 || wait_ms == 0) return;
+    if (poll(fds, (nfds_t)count, wait_ms) <= 0) continue;
+    for (int i = 0; i < count; i++) {
+      if (fds[i].revents) kolo_control_service(comm, &comm->control[link_of[i]]);
+    }
+  }
+}
+
 static void *negotiator_main(void *argument) {
   kolo_comm *comm = argument;
   kolo_engine *e = comm->engine;
@@ -777,6 +805,7 @@ static void *negotiator_main(void *argument) {
     poll_links(comm, 1, wait_ms);
   }
   flush_outbox(comm);
+  if (e->stalled) linger(comm);
   if (comm->say_goodbye && !atomic_load(&comm->failed)) {
     kolo_control_message goodbye = {.magic = KOLO_CONTROL_MAGIC, .status = KOLO_OK,
                                     .failed_rank = comm->rank, .origin_rank = comm->rank};

@@ -4,7 +4,7 @@
  * - Shrink: one run of three workers goes undisturbed; in a second, identical
  *   run one worker is SIGKILLed mid-training. The disturbed job re-forms once,
  *   takes exactly as many steps, resumes from its last commit, and lands within
- *   half a point of the undisturbed one. (kolo-train keeps the job's global
+ *   a quarter of a point of the undisturbed one. (kolo-train keeps the job's global
  *   batch when the ring shrinks; before it did, the survivors trained at 2 x 32
  *   instead of 3 x 32 and landed 0.5-0.9 points lower from the batch size alone.)
  * - Growth: a job started on two workers gains a third mid-run, over shared
@@ -39,6 +39,18 @@ static int teardown(void **state) {
   if (c) cluster_stop(c);
   free(c);
   return 0;
+}
+
+/* Skips (exit 77, which CI refuses unless justified) without kolo-train or the dataset. */
+static void require_trainer_and_data(void) {
+  char train[512];
+  snprintf(train, sizeof train, "%s/kolo-train", getenv("KOLO_BIN_DIR"));
+  FILE *probe = fopen(train, "r");
+  if (probe == NULL) KOLO_TEST_SKIP("%s is not part of this build", train);
+  fclose(probe);
+  FILE *data = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "r");
+  if (data == NULL) KOLO_TEST_SKIP("Debian's dataset-fashion-mnist is not installed");
+  fclose(data);
 }
 
 static json_t *status_of(json_t *job) { return json_object_get(job, "status"); }
@@ -104,14 +116,7 @@ static void assert_resumed_together(cluster *c, const char *job, const char *con
 
 static void a_builtin_job_that_loses_a_worker_ends_within_a_point_of_an_undisturbed_one(void **state) {
   cluster *c = *state;
-  char train[512];
-  snprintf(train, sizeof train, "%s/kolo-train", getenv("KOLO_BIN_DIR"));
-  FILE *probe = fopen(train, "r");
-  if (probe == NULL) KOLO_TEST_SKIP("%s is not part of this build", train);
-  fclose(probe);
-  FILE *data = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "r");
-  if (data == NULL) KOLO_TEST_SKIP("Debian's dataset-fashion-mnist is not installed");
-  fclose(data);
+  require_trainer_and_data();
   for (int i = 1; i <= 3; i++) assert_int_equal(cluster_start_worker(c, i), 0);
 
   submit_mlp(c, "calm");
@@ -144,8 +149,11 @@ static void a_builtin_job_that_loses_a_worker_ends_within_a_point_of_an_undistur
 
   printf("undisturbed %.2f%%, one worker killed %.2f%%\n", 100 * calm_accuracy, 100 * storm_accuracy);
   assert_true(calm_accuracy > 0.84);
-  assert_true(storm_accuracy > calm_accuracy - 0.005);
-  assert_true(storm_accuracy < calm_accuracy + 0.005);
+  /* the same schedule and data order from the same commit: only the reduction's
+   * rounding differs (86.39% vs 86.39% at load 9-15); the trainer that dropped
+   * the global batch to 2 x 32 landed 0.5-0.9 points lower */
+  assert_true(storm_accuracy > calm_accuracy - 0.0025);
+  assert_true(storm_accuracy < calm_accuracy + 0.0025);
 }
 
 /* Runs job id on workers w<first> and w<first+1>, a third (w<first+2>) joining
@@ -177,14 +185,7 @@ static json_t *grow_job(cluster *c, const char *id, int first) {
 
 static void a_builtin_job_that_grows_keeps_its_schedule_over_shared_memory_and_tcp(void **state) {
   cluster *c = *state;
-  char train[512];
-  snprintf(train, sizeof train, "%s/kolo-train", getenv("KOLO_BIN_DIR"));
-  FILE *probe = fopen(train, "r");
-  if (probe == NULL) skip(); /* the trainer is not part of this build */
-  fclose(probe);
-  FILE *data = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "r");
-  if (data == NULL) skip(); /* Debian's dataset-fashion-mnist is not installed */
-  fclose(data);
+  require_trainer_and_data();
   for (int i = 1; i <= 2; i++) assert_int_equal(cluster_start_worker(c, i), 0);
   submit_mlp(c, "pair");
   json_t *pair = cluster_wait_phase(c, "pair", "SUCCEEDED", 1, 120000);
@@ -224,5 +225,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_builtin_job_that_grows_keeps_its_schedule_over_shared_memory_and_tcp,
                                       setup, teardown),
   };
+  /* KOLO_TEST_FILTER=<glob> runs only the matching cases (to reproduce one) */
+  const char *filter = getenv("KOLO_TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
