@@ -351,6 +351,10 @@ typedef enum { KOLO_ALLREDUCE_GATHER, KOLO_ALLREDUCE_PAIR, KOLO_ALLREDUCE_RING }
 kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
                                           size_t pair_min_bytes, size_t pair_max_bytes, int over_shm);
 
+/* Whether an operation of bytes runs over shared memory in either ring
+ * direction (the same answer on both ends of each link, so on every rank). */
+int kolo_bulk_is_shm(const kolo_comm *comm, size_t bytes);
+
 kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
                                 kolo_dtype dtype, kolo_op op, int engine_thread);
 /* ring_fused.c: one ring all-reduce over pieces that form a virtual

@@ -216,7 +216,7 @@ static void plan_allreduce_pair(kolo_comm *comm, const char *src, char *dst, siz
 
 /* Whether this operation's bulk channel is shared memory in either direction
  * (the same answer on both ends of each link, so on every rank). */
-static int over_shm(const kolo_comm *comm, size_t bytes) {
+int kolo_bulk_is_shm(const kolo_comm *comm, size_t bytes) {
   return kolo_channel_is_bulk(kolo_direction_pick(&comm->next, bytes, comm->bulk_min_bytes)) ||
          kolo_channel_is_bulk(kolo_direction_pick(&comm->prev, bytes, comm->bulk_min_bytes));
 }
@@ -234,7 +234,7 @@ kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, s
   }
   kolo_plan_reset(&comm->plan, dtype, op);
   switch (kolo_allreduce_choose(n, count, bytes, comm->small_bytes, comm->pair_min_bytes,
-                                comm->pair_max_bytes, over_shm(comm, bytes))) {
+                                comm->pair_max_bytes, kolo_bulk_is_shm(comm, bytes))) {
     case KOLO_ALLREDUCE_GATHER:
       return allreduce_gather(comm, src, dst, count, dtype, op, engine_thread);
     case KOLO_ALLREDUCE_PAIR: plan_allreduce_pair(comm, src, dst, bytes, op); break;

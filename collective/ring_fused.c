@@ -5,6 +5,7 @@
  * pieces hold the bytes; each chunk becomes one plan item per piece it touches,
  * and a send item waits on the recv item that produced the same bytes one step
  * earlier, as in the single-buffer ring. No byte of a large tensor is copied. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +85,22 @@ static void plan_pieces(kolo_comm *comm, const kolo_piece *pieces, const size_t 
 #undef CHUNK_END
 }
 
+/* Two ranks over TCP (kolo_allreduce_choose): every piece is sent whole, in
+ * order (the same virtual byte stream as the ring's), and the peer's stream is
+ * reduced into the pieces as it arrives, operands in rank order; a piece
+ * reduced in place waits, segment by segment, for its own send. */
+static void plan_pieces_pair(kolo_comm *comm, const kolo_piece *pieces, int count, kolo_op op) {
+  kolo_ring_plan *plan = &comm->plan;
+  for (int p = 0; p < count; p++) kolo_plan_send(plan, pieces[p].src, pieces[p].bytes, -1);
+  for (int p = 0; p < count; p++) {
+    const kolo_piece *piece = &pieces[p];
+    int index = kolo_plan_recv(plan, piece->dst, piece->src, piece->bytes, op == KOLO_AVG);
+    uintptr_t from = (uintptr_t)piece->src, to = (uintptr_t)piece->dst;
+    plan->recvs[index].remote_first = comm->rank == 1;
+    plan->recvs[index].guards_send = (to < from + piece->bytes && from < to + piece->bytes) ? p : -1;
+  }
+}
+
 kolo_status kolo_ring_allreduce_pieces(kolo_comm *comm, const kolo_piece *pieces, int count,
                                        kolo_dtype dtype, kolo_op op, int engine_thread) {
   size_t element = kolo_dtype_size(dtype), bytes = 0;
@@ -102,7 +119,13 @@ kolo_status kolo_ring_allreduce_pieces(kolo_comm *comm, const kolo_piece *pieces
     }
   } else if (status == KOLO_OK && bytes > 0) {
     kolo_plan_reset(&comm->plan, dtype, op);
-    plan_pieces(comm, pieces, offsets, count, bytes / element, element, op, recv_first);
+    if (kolo_allreduce_choose(comm->size, bytes / element, bytes, comm->small_bytes,
+                              comm->pair_min_bytes, comm->pair_max_bytes,
+                              kolo_bulk_is_shm(comm, bytes)) == KOLO_ALLREDUCE_PAIR) {
+      plan_pieces_pair(comm, pieces, count, op);
+    } else {
+      plan_pieces(comm, pieces, offsets, count, bytes / element, element, op, recv_first);
+    }
     status = kolo_execute_plan(comm, engine_thread, bytes);
   }
   free(offsets);

@@ -447,7 +447,10 @@ def main():
         bad, rows = c.check()
         wrong = sorted({v.split(":")[0] for v in bad if v.split(":")[0] in c.submitted})
         if wrong:
-            c.diagnose(wrong)
+            try:
+                c.diagnose(wrong)
+            except Exception as error:  # the diagnosis must never hide the verdict
+                print("chaos: diagnosis failed: %r" % error)
     finally:
         leaks = c.stop()
     print("\n%-22s %-10s %8s %6s  %s" % ("job", "phase", "reconfs", "step", "result"))
