@@ -294,8 +294,8 @@ static void release(const bench_options *o, bench_buffers *b) {
 }
 
 /* One all-reduce on fresh inputs, compared element by element; returns #wrong. */
-static long long check_once(kolo_comm *comm, const bench_options *o, bench_buffers *b,
-                            size_t count, kolo_status *status) {
+static long long check_once(kolo_comm *comm, const bench_options *o, bench_buffers *b, size_t count,
+                            kolo_status *status) {
   int rank = kolo_comm_rank(comm), size = kolo_comm_size(comm);
   size_t bytes = count * kolo_dtype_size(o->dtype);
   fill(o, rank, size, b->host_send, count);
@@ -340,8 +340,8 @@ int main(int argc, char **argv) {
   status = allocate(&o, comm, &buffers, max_count * width + 64);
   double *times = malloc((size_t)o.iterations * sizeof *times);
   if (status != KOLO_OK || times == NULL) {
-    fprintf(stderr, "kolo-allreduce-perf: cannot set up %s buffers: %s\n",
-            o.cuda ? "CUDA" : "host", kolo_strerror(status != KOLO_OK ? status : KOLO_ERR_NO_MEMORY));
+    fprintf(stderr, "kolo-allreduce-perf: cannot set up %s buffers: %s\n", o.cuda ? "CUDA" : "host",
+            kolo_strerror(status != KOLO_OK ? status : KOLO_ERR_NO_MEMORY));
     release(&o, &buffers);
     free(times);
     kolo_comm_destroy(comm);

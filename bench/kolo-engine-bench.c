@@ -54,22 +54,28 @@ static void step_fused(kolo_comm *comm, int rank) {
 
 static void step_separate(kolo_comm *comm) {
   for (int t = TENSORS - 1; t >= 0; t--) {
-    must(kolo_allreduce(comm, buffers[t], buffers[t], counts[t], KOLO_FLOAT32, KOLO_SUM), "allreduce");
+    must(kolo_allreduce(comm, buffers[t], buffers[t], counts[t], KOLO_FLOAT32, KOLO_SUM),
+         "allreduce");
   }
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || (strcmp(argv[1], "fused") && strcmp(argv[1], "separate") && strcmp(argv[1], "floor"))) {
-    fprintf(stderr, "usage: kolo-engine-bench fused|separate|floor [-w WARMUP] [-n STEPS] [-s DIVISOR]\n");
+  if (argc < 2 ||
+      (strcmp(argv[1], "fused") && strcmp(argv[1], "separate") && strcmp(argv[1], "floor"))) {
+    fprintf(stderr,
+            "usage: kolo-engine-bench fused|separate|floor [-w WARMUP] [-n STEPS] [-s DIVISOR]\n");
     return 2;
   }
   const char *mode = argv[1];
   int warmup = 3, steps = 10;
   size_t divisor = 1;
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "-w") == 0) warmup = atoi(argv[i + 1]);
-    else if (strcmp(argv[i], "-n") == 0) steps = atoi(argv[i + 1]);
-    else if (strcmp(argv[i], "-s") == 0) divisor = (size_t)strtoull(argv[i + 1], NULL, 10);
+    if (strcmp(argv[i], "-w") == 0)
+      warmup = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "-n") == 0)
+      steps = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "-s") == 0)
+      divisor = (size_t)strtoull(argv[i + 1], NULL, 10);
     else {
       fprintf(stderr, "kolo-engine-bench: unknown flag %s\n", argv[i]);
       return 2;
@@ -103,15 +109,20 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "fused") == 0) {
       float token = 0;
       kolo_request *sync;
-      must(kolo_allreduce_named(comm, "bench.sync", &token, &token, 1, KOLO_FLOAT32, KOLO_SUM, 1, 1, &sync), "sync");
+      must(kolo_allreduce_named(comm, "bench.sync", &token, &token, 1, KOLO_FLOAT32, KOLO_SUM, 1, 1,
+                                &sync),
+           "sync");
       must(kolo_wait(sync), "sync");
     } else {
       must(kolo_barrier(comm), "barrier");
     }
     double started = now_ms();
-    if (strcmp(mode, "fused") == 0) step_fused(comm, rank);
-    else if (strcmp(mode, "separate") == 0) step_separate(comm);
-    else must(kolo_allreduce(comm, all, all, total, KOLO_FLOAT32, KOLO_SUM), "allreduce");
+    if (strcmp(mode, "fused") == 0)
+      step_fused(comm, rank);
+    else if (strcmp(mode, "separate") == 0)
+      step_separate(comm);
+    else
+      must(kolo_allreduce(comm, all, all, total, KOLO_FLOAT32, KOLO_SUM), "allreduce");
     if (s >= warmup) times[s - warmup] = now_ms() - started;
   }
   kolo_engine_stats_get(comm, &after);
@@ -121,11 +132,12 @@ int main(int argc, char **argv) {
     double nego_us = (double)(after.negotiation_ns - before.negotiation_ns) / 1e3 / steps;
     double bytes = (double)(after.negotiation_bytes - before.negotiation_bytes) / steps;
     double work_us = (double)(after.negotiation_work_ns - before.negotiation_work_ns) / 1e3 / steps;
-    printf("rank %d mode %s tensors %d bytes %zu step_ms %.3f cycles_per_step %.2f "
-           "negotiation_us_per_step %.1f negotiation_work_us_per_step %.1f "
-           "negotiation_bytes_per_step %.0f batches_per_step %.2f\n",
-           rank, mode, TENSORS, total * sizeof(float), times[steps / 2], cycles, nego_us, work_us,
-           bytes, (double)(after.batches - before.batches) / steps);
+    printf(
+        "rank %d mode %s tensors %d bytes %zu step_ms %.3f cycles_per_step %.2f "
+        "negotiation_us_per_step %.1f negotiation_work_us_per_step %.1f "
+        "negotiation_bytes_per_step %.0f batches_per_step %.2f\n",
+        rank, mode, TENSORS, total * sizeof(float), times[steps / 2], cycles, nego_us, work_us,
+        bytes, (double)(after.batches - before.batches) / steps);
   }
   kolo_comm_destroy(comm);
   free(times);

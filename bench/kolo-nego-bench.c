@@ -34,8 +34,11 @@ typedef struct rank_state {
 } rank_state;
 
 static kolo_nego_meta meta_of(int t) {
-  return (kolo_nego_meta){.kind = KOLO_REQUEST_ALLREDUCE, .dtype = KOLO_FLOAT32, .op = KOLO_SUM,
-                          .members = 1, .count = resnet50[t].count};
+  return (kolo_nego_meta){.kind = KOLO_REQUEST_ALLREDUCE,
+                          .dtype = KOLO_FLOAT32,
+                          .op = KOLO_SUM,
+                          .members = 1,
+                          .count = resnet50[t].count};
 }
 
 static void must(kolo_status status, const char *what) {
@@ -73,7 +76,8 @@ static size_t cycle(rank_state *ranks, int64_t now) {
   for (int r = 0; r < RANKS; r++) {
     kolo_nego_message messages[RANKS];
     for (int from = 0; from < RANKS; from++) {
-      must(kolo_nego_decode(ranks[from].out.data, ranks[from].out.length, &messages[from]), "decode");
+      must(kolo_nego_decode(ranks[from].out.data, ranks[from].out.length, &messages[from]),
+           "decode");
     }
     must(kolo_nego_apply(ranks[r].table, messages, now, &ranks[r].decision), "apply");
     for (int from = 0; from < RANKS; from++) kolo_nego_message_free(&messages[from]);
@@ -95,9 +99,12 @@ static int compare_doubles(const void *a, const void *b) {
 int main(int argc, char **argv) {
   int cycles = 2000, rounds = 15;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "-n") == 0) cycles = atoi(argv[i + 1]);
-    else if (strcmp(argv[i], "-r") == 0) rounds = atoi(argv[i + 1]);
-    else cycles = 0; /* unknown flag: the usage below */
+    if (strcmp(argv[i], "-n") == 0)
+      cycles = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "-r") == 0)
+      rounds = atoi(argv[i + 1]);
+    else
+      cycles = 0; /* unknown flag: the usage below */
   }
   if (argc % 2 == 0 || cycles < 1 || cycles > 10000000 || rounds < 1 || rounds > 1000) {
     fprintf(stderr, "usage: kolo-nego-bench [-n CYCLES 1..10000000] [-r ROUNDS 1..1000]\n");
@@ -105,7 +112,8 @@ int main(int argc, char **argv) {
   }
   rank_state ranks[RANKS];
   memset(ranks, 0, sizeof ranks);
-  for (int r = 0; r < RANKS; r++) must(kolo_nego_table_create(RANKS, 4096, &ranks[r].table), "table");
+  for (int r = 0; r < RANKS; r++)
+    must(kolo_nego_table_create(RANKS, 4096, &ranks[r].table), "table");
   size_t first = cycle(ranks, 0); /* the names, by name */
   size_t ready = cycle(ranks, 1); /* the first steady-state cycle */
   if (first != TENSORS || ready != TENSORS) {
@@ -119,10 +127,11 @@ int main(int argc, char **argv) {
     per_cycle[round] = (now_ns() - started) / cycles / RANKS;
   }
   qsort(per_cycle, (size_t)rounds, sizeof *per_cycle, compare_doubles);
-  printf("nego_bench tensors %d ranks %d cycles %d rounds %d bytes_per_message %zu "
-         "ns_per_rank_cycle_min %.0f ns_per_rank_cycle_median %.0f ready %zu\n",
-         TENSORS, RANKS, cycles, rounds, ranks[0].out.length, per_cycle[0],
-         per_cycle[rounds / 2], ready);
+  printf(
+      "nego_bench tensors %d ranks %d cycles %d rounds %d bytes_per_message %zu "
+      "ns_per_rank_cycle_min %.0f ns_per_rank_cycle_median %.0f ready %zu\n",
+      TENSORS, RANKS, cycles, rounds, ranks[0].out.length, per_cycle[0], per_cycle[rounds / 2],
+      ready);
   for (int r = 0; r < RANKS; r++) {
     kolo_nego_decision_free(&ranks[r].decision);
     kolo_nego_table_destroy(ranks[r].table);

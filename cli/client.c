@@ -21,8 +21,8 @@ kolo_status kolo_cli_client_create(const char *target, const char *ca_pem, const
   kolo_cli_client *c = calloc(1, sizeof *c);
   if (c == NULL) return KOLO_ERR_NO_MEMORY;
   grpc_init();
-  grpc_channel_credentials *creds =
-      ca_pem ? grpc_ssl_credentials_create(ca_pem, NULL, NULL, NULL) : grpc_insecure_credentials_create();
+  grpc_channel_credentials *creds = ca_pem ? grpc_ssl_credentials_create(ca_pem, NULL, NULL, NULL)
+                                           : grpc_insecure_credentials_create();
   grpc_arg arg;
   memset(&arg, 0, sizeof arg);
   arg.type = GRPC_ARG_INTEGER;
@@ -66,7 +66,8 @@ static ProtobufCMessage *unpack(grpc_byte_buffer *buf, const ProtobufCMessageDes
   if (!grpc_byte_buffer_reader_init(&reader, buf)) return NULL;
   grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
   grpc_byte_buffer_reader_destroy(&reader);
-  ProtobufCMessage *msg = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
+  ProtobufCMessage *msg =
+      protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
   grpc_slice_unref(all);
   return msg;
 }
@@ -130,8 +131,8 @@ static void finish(kolo_cli_client *c, grpc_call *call, kolo_cli_result *result)
 kolo_status kolo_cli_call(kolo_cli_client *c, const char *method, const ProtobufCMessage *req,
                           const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                           kolo_cli_result *result) {
-  gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
-                                       gpr_time_from_millis(c->timeout_ms, GPR_TIMESPAN));
+  gpr_timespec deadline =
+      gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(c->timeout_ms, GPR_TIMESPAN));
   grpc_metadata_array initial;
   grpc_metadata_array_init(&initial);
   grpc_call *call = start_call(c, method, req, deadline, &initial);

@@ -27,7 +27,8 @@ typedef struct globals {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: kolo [--server HOST:PORT] [--tls-ca FILE] [--token T] [--json] [--timeout S] COMMAND\n"
+          "usage: kolo [--server HOST:PORT] [--tls-ca FILE] [--token T] [--json] [--timeout S] "
+          "COMMAND\n"
           "\n"
           "commands:\n"
           "  submit JOB.json                 submit a job spec (JSON, as in docs/API.md)\n"
@@ -41,7 +42,8 @@ static void usage(FILE *out) {
           "  scale ID MIN[:MAX]\n"
           "  watch ID                        print the job each time it changes until it ends\n"
           "  logs [-f] [--rank R ...] [--tail N] ID\n"
-          "                                  the job's output (\"[rank] line\"; bare lines with one --rank);\n"
+          "                                  the job's output (\"[rank] line\"; bare lines with "
+          "one --rank);\n"
           "                                  -f follows it until the job ends\n"
           "  workers                         registered workers\n"
           "  drain WORKER                    give a worker no new work; its job lets it go\n"
@@ -113,7 +115,8 @@ static void print_job(const Kolo__V1__Job *job) {
   printf("NAME       %s\n", spec ? spec->name : "");
   printf("PHASE      %s\n", st ? kolo_server_job_phase_name(st->phase) : "?");
   if (spec) {
-    const ProtobufCEnumValue *mode = protobuf_c_enum_descriptor_get_value(&kolo__v1__mode__descriptor, spec->mode);
+    const ProtobufCEnumValue *mode =
+        protobuf_c_enum_descriptor_get_value(&kolo__v1__mode__descriptor, spec->mode);
     printf("MODE       %s\n", mode ? mode->name : "?");
     if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN)
       printf("PROGRAM    builtin %s on %s\n", spec->builtin->model,
@@ -125,10 +128,12 @@ static void print_job(const Kolo__V1__Job *job) {
     printf("WORKERS    %u-%u (%zu in the ring)\n", st->min_workers, st->max_workers, st->n_members);
     printf("EPOCH      %" PRIu64 " (%u reconfigurations)\n", st->epoch, st->reconfigurations);
     if (st->progress)
-      printf("PROGRESS   step %" PRIu64 "/%" PRIu64 ", loss %.4g, %.1f samples/s\n", st->progress->step,
-             st->progress->total_steps, st->progress->loss, st->progress->samples_per_sec);
+      printf("PROGRESS   step %" PRIu64 "/%" PRIu64 ", loss %.4g, %.1f samples/s\n",
+             st->progress->step, st->progress->total_steps, st->progress->loss,
+             st->progress->samples_per_sec);
     for (size_t i = 0; i < st->n_members; i++)
-      printf("  rank %-3u %s %s\n", st->members[i]->rank, st->members[i]->worker_id, st->members[i]->address);
+      printf("  rank %-3u %s %s\n", st->members[i]->rank, st->members[i]->worker_id,
+             st->members[i]->address);
     printf("CREATED    %s\n", created);
     printf("FINISHED   %s\n", finished);
     if (st->error[0]) printf("ERROR      %s\n", st->error);
@@ -173,7 +178,8 @@ static int parse_uint(const char *text, uint64_t *out) {
 }
 
 /* Adds "K=V" to a string map (any protobuf-c map entry type: key, value strings). */
-static int add_pair(const ProtobufCMessageDescriptor *entry_desc, void ***entries, size_t *n, const char *kv) {
+static int add_pair(const ProtobufCMessageDescriptor *entry_desc, void ***entries, size_t *n,
+                    const char *kv) {
   const char *eq = strchr(kv, '=');
   if (eq == NULL || eq == kv) return 0;
   void **grown = realloc(*entries, (*n + 1) * sizeof *grown);
@@ -202,7 +208,8 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
       x->n_argv = (size_t)(argc - i - 1);
       x->argv = calloc(x->n_argv, sizeof *x->argv);
       for (size_t k = 0; k < x->n_argv; k++) x->argv[k] = strdup(argv[i + 1 + (int)k]);
-      if (spec->program_case != KOLO__V1__JOB_SPEC__PROGRAM__NOT_SET) return usage_error("give builtin flags or --exec, not both", NULL);
+      if (spec->program_case != KOLO__V1__JOB_SPEC__PROGRAM__NOT_SET)
+        return usage_error("give builtin flags or --exec, not both", NULL);
       spec->program_case = KOLO__V1__JOB_SPEC__PROGRAM_EXEC;
       spec->exec = x;
       break;
@@ -213,9 +220,11 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
     uint64_t n = 0;
     int builtin_flag = strcmp(flag, "--model") == 0 || strcmp(flag, "--dataset") == 0 ||
                        strcmp(flag, "--epochs") == 0 || strcmp(flag, "--steps") == 0 ||
-                       strcmp(flag, "--batch") == 0 || strcmp(flag, "--lr") == 0 || strcmp(flag, "--hp") == 0;
+                       strcmp(flag, "--batch") == 0 || strcmp(flag, "--lr") == 0 ||
+                       strcmp(flag, "--hp") == 0;
     if (builtin_flag && b == NULL) {
-      if (spec->program_case != KOLO__V1__JOB_SPEC__PROGRAM__NOT_SET) return usage_error("give builtin flags or --exec, not both", NULL);
+      if (spec->program_case != KOLO__V1__JOB_SPEC__PROGRAM__NOT_SET)
+        return usage_error("give builtin flags or --exec, not both", NULL);
       b = malloc(sizeof *b);
       kolo__v1__builtin_program__init(b);
       spec->program_case = KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN;
@@ -229,7 +238,8 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
       if (!parse_workers(value, &spec->min_workers, &spec->max_workers))
         return usage_error("--workers: expected MIN or MIN:MAX (1..4096), got '%s'", value);
     } else if (strcmp(flag, "--mode") == 0) {
-      const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__mode__descriptor, value);
+      const ProtobufCEnumValue *v =
+          protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__mode__descriptor, value);
       if (v == NULL || v->value == 0) return usage_error("--mode: SYNC or ASYNC, got '%s'", value);
       spec->mode = (Kolo__V1__Mode)v->value;
     } else if (strcmp(flag, "--model") == 0) {
@@ -237,33 +247,40 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
     } else if (strcmp(flag, "--dataset") == 0) {
       kolo_server_pb_set_string(&b->dataset, value);
     } else if (strcmp(flag, "--epochs") == 0) {
-      if (!parse_uint(value, &n) || n > UINT32_MAX) return usage_error("--epochs: expected a number, got '%s'", value);
+      if (!parse_uint(value, &n) || n > UINT32_MAX)
+        return usage_error("--epochs: expected a number, got '%s'", value);
       b->epochs = (uint32_t)n;
     } else if (strcmp(flag, "--steps") == 0) {
       if (!parse_uint(value, &n)) return usage_error("--steps: expected a number, got '%s'", value);
       b->steps = n;
     } else if (strcmp(flag, "--batch") == 0) {
-      if (!parse_uint(value, &n) || n > UINT32_MAX) return usage_error("--batch: expected a number, got '%s'", value);
+      if (!parse_uint(value, &n) || n > UINT32_MAX)
+        return usage_error("--batch: expected a number, got '%s'", value);
       b->batch_size = (uint32_t)n;
     } else if (strcmp(flag, "--lr") == 0) {
       char *end;
       b->learning_rate = strtod(value, &end);
-      if (*end != '\0' || end == value) return usage_error("--lr: expected a number, got '%s'", value);
+      if (*end != '\0' || end == value)
+        return usage_error("--lr: expected a number, got '%s'", value);
     } else if (strcmp(flag, "--hp") == 0) {
       if (!add_pair(&kolo__v1__builtin_program__hyper_parameters_entry__descriptor,
                     (void ***)&b->hyper_parameters, &b->n_hyper_parameters, value))
         return usage_error("--hp: expected K=V, got '%s'", value);
     } else if (strcmp(flag, "--label") == 0) {
-      if (!add_pair(&kolo__v1__job_spec__labels_entry__descriptor, (void ***)&spec->labels, &spec->n_labels, value))
+      if (!add_pair(&kolo__v1__job_spec__labels_entry__descriptor, (void ***)&spec->labels,
+                    &spec->n_labels, value))
         return usage_error("--label: expected K=V, got '%s'", value);
     } else if (strcmp(flag, "--max-reconfigurations") == 0) {
-      if (!parse_uint(value, &n) || n > UINT32_MAX) return usage_error("--max-reconfigurations: expected a number, got '%s'", value);
+      if (!parse_uint(value, &n) || n > UINT32_MAX)
+        return usage_error("--max-reconfigurations: expected a number, got '%s'", value);
       spec->max_reconfigurations = (uint32_t)n;
     } else if (strcmp(flag, "--collective-timeout-ms") == 0) {
-      if (!parse_uint(value, &n) || n > UINT32_MAX) return usage_error("--collective-timeout-ms: expected a number, got '%s'", value);
+      if (!parse_uint(value, &n) || n > UINT32_MAX)
+        return usage_error("--collective-timeout-ms: expected a number, got '%s'", value);
       spec->collective_timeout_ms = (uint32_t)n;
     } else if (strcmp(flag, "--average-every") == 0) {
-      if (!parse_uint(value, &n) || n > UINT32_MAX) return usage_error("--average-every: expected a number, got '%s'", value);
+      if (!parse_uint(value, &n) || n > UINT32_MAX)
+        return usage_error("--average-every: expected a number, got '%s'", value);
       spec->average_every = (uint32_t)n;
     } else if (strcmp(flag, "--checkpoint-dir") == 0) {
       kolo_server_pb_set_string(&spec->checkpoint_dir, value);
@@ -292,8 +309,8 @@ static int on_watch(void *arg, const ProtobufCMessage *msg) {
     const Kolo__V1__Event *last = job->n_events ? job->events[job->n_events - 1] : NULL;
     printf("%s %s %-13s epoch=%" PRIu64 " step=%" PRIu64 " loss=%.4g %s\n", when, job->id,
            st ? kolo_server_job_phase_name(st->phase) : "?", st ? st->epoch : 0,
-           st && st->progress ? st->progress->step : 0, st && st->progress ? st->progress->loss : 0.0,
-           last ? last->message : "");
+           st && st->progress ? st->progress->step : 0,
+           st && st->progress ? st->progress->loss : 0.0, last ? last->message : "");
   }
   fflush(stdout);
   return 0;
@@ -336,7 +353,8 @@ static int logs_from_args(int nargs, char **args, Kolo__V1__StreamLogsRequest *r
       if (k + 1 >= nargs) return usage_error("%s needs a value", a);
       const char *value = args[++k];
       if (!parse_uint(value, &n) || n > (a[2] == 'r' ? UINT32_MAX : 1000000000u))
-        return usage_error(a[2] == 'r' ? "--rank: expected a rank number, got '%s'" : "--tail: expected a number of lines, got '%s'",
+        return usage_error(a[2] == 'r' ? "--rank: expected a rank number, got '%s'"
+                                       : "--tail: expected a number of lines, got '%s'",
                            value);
       if (a[2] == 't') {
         r->tail = (uint32_t)n;
@@ -383,7 +401,8 @@ int main(int argc, char **argv) {
       g.token = value;
     else if (strcmp(flag, "--timeout") == 0) {
       uint64_t secs;
-      if (!parse_uint(value, &secs) || secs == 0 || secs > 3600) return usage_error("--timeout: seconds, got '%s'", value);
+      if (!parse_uint(value, &secs) || secs == 0 || secs > 3600)
+        return usage_error("--timeout: seconds, got '%s'", value);
       g.timeout_ms = (int)secs * 1000;
     } else
       return usage_error("unknown flag %s", flag);
@@ -404,7 +423,8 @@ int main(int argc, char **argv) {
       char *text = read_file(args[0], &len);
       if (text == NULL) return usage_error("cannot read %s", args[0]);
       char err[512];
-      kolo_status rc = kolo_server_json_parse_message(text, len, &kolo__v1__job_spec__descriptor, &req, err, sizeof err);
+      kolo_status rc = kolo_server_json_parse_message(text, len, &kolo__v1__job_spec__descriptor,
+                                                      &req, err, sizeof err);
       free(text);
       if (rc != KOLO_OK) {
         fprintf(stderr, "kolo: %s: %s\n", args[0], err);
@@ -446,11 +466,17 @@ int main(int argc, char **argv) {
       if (k + 1 >= nargs) {
         rc_exit = usage_error("%s needs a value", args[k]);
       } else if (strcmp(args[k], "--phase") == 0) {
-        const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, args[++k]);
-        if (v == NULL) rc_exit = usage_error("--phase: PENDING, RUNNING, RECONFIGURING, SUCCEEDED, FAILED or CANCELLED, got '%s'", args[k]);
-        else r->phase = (Kolo__V1__Phase)v->value;
+        const ProtobufCEnumValue *v =
+            protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, args[++k]);
+        if (v == NULL)
+          rc_exit = usage_error(
+              "--phase: PENDING, RUNNING, RECONFIGURING, SUCCEEDED, FAILED or CANCELLED, got '%s'",
+              args[k]);
+        else
+          r->phase = (Kolo__V1__Phase)v->value;
       } else if (strcmp(args[k], "--label") == 0) {
-        if (!add_pair(&kolo__v1__list_jobs_request__labels_entry__descriptor, (void ***)&r->labels, &r->n_labels, args[++k]))
+        if (!add_pair(&kolo__v1__list_jobs_request__labels_entry__descriptor, (void ***)&r->labels,
+                      &r->n_labels, args[++k]))
           rc_exit = usage_error("--label: expected K=V, got '%s'", args[k]);
       } else {
         rc_exit = usage_error("list: unknown flag %s", args[k]);
@@ -534,7 +560,9 @@ int main(int argc, char **argv) {
     /* Follow the pages so the user sees every match. */
     Kolo__V1__ListJobsRequest *r = (Kolo__V1__ListJobsRequest *)req;
     json_t *all = g.json ? json_array() : NULL;
-    if (!g.json) printf("%-20s %-24s %-13s %-9s %-6s %s\n", "ID", "NAME", "PHASE", "WORKERS", "EPOCH", "CREATED");
+    if (!g.json)
+      printf("%-20s %-24s %-13s %-9s %-6s %s\n", "ID", "NAME", "PHASE", "WORKERS", "EPOCH",
+             "CREATED");
     for (;;) {
       ProtobufCMessage *resp = NULL;
       kolo_cli_call(client, info->path, req, info->response, &resp, &result);
@@ -551,9 +579,11 @@ int main(int argc, char **argv) {
         }
         char created[32], workers[24];
         format_time(job->status->created_unix_ms, created, sizeof created);
-        snprintf(workers, sizeof workers, "%u-%u", job->status->min_workers, job->status->max_workers);
+        snprintf(workers, sizeof workers, "%u-%u", job->status->min_workers,
+                 job->status->max_workers);
         printf("%-20s %-24.24s %-13s %-9s %-6" PRIu64 " %s\n", job->id, job->spec->name,
-               kolo_server_job_phase_name(job->status->phase), workers, job->status->epoch, created);
+               kolo_server_job_phase_name(job->status->phase), workers, job->status->epoch,
+               created);
       }
       int more = page->next_page_token[0] != '\0';
       if (more) kolo_server_pb_set_string(&r->page_token, page->next_page_token);
@@ -588,10 +618,11 @@ int main(int argc, char **argv) {
       printf("worker %s is not drained (state %s)\n", w->id, w->state);
     } else if (method == KOLO_SERVER_GET_DEMAND) {
       const Kolo__V1__Demand *d = (const Kolo__V1__Demand *)resp;
-      printf("workers wanted %u (missing %u): %u registered, %u idle, %u draining; %u pending jobs, "
-             "%u growable\n",
-             d->workers_wanted, d->workers_missing, d->workers_registered, d->workers_idle,
-             d->workers_draining, d->pending_jobs, d->growable_jobs);
+      printf(
+          "workers wanted %u (missing %u): %u registered, %u idle, %u draining; %u pending jobs, "
+          "%u growable\n",
+          d->workers_wanted, d->workers_missing, d->workers_registered, d->workers_idle,
+          d->workers_draining, d->pending_jobs, d->growable_jobs);
     } else {
       print_job((Kolo__V1__Job *)resp);
     }

@@ -6,8 +6,8 @@
 #include "common/checks.h"
 #include "common/log.h"
 
-static kolo_status check_common(kolo_comm *comm, kolo_dtype dtype, size_t count,
-                                const void *a, const void *b) {
+static kolo_status check_common(kolo_comm *comm, kolo_dtype dtype, size_t count, const void *a,
+                                const void *b) {
   if (comm == NULL) return KOLO_ERR_INVALID_ARG;
   if ((unsigned)dtype >= KOLO_DTYPE_COUNT) {
     KOLO_LOGE("kolo", "unknown dtype %d", (int)dtype);
@@ -33,8 +33,13 @@ static kolo_status prepare_allreduce(kolo_comm *comm, const void *send, void *re
                                      kolo_dtype dtype, kolo_op op, kolo_request *request) {
   KOLO_CHECK(check_common(comm, dtype, count, send, recv));
   KOLO_CHECK(check_op(op));
-  *request = (kolo_request){.comm = comm, .kind = KOLO_REQUEST_ALLREDUCE, .send = send,
-                            .recv = recv, .count = count, .dtype = dtype, .op = op};
+  *request = (kolo_request){.comm = comm,
+                            .kind = KOLO_REQUEST_ALLREDUCE,
+                            .send = send,
+                            .recv = recv,
+                            .count = count,
+                            .dtype = dtype,
+                            .op = op};
   return KOLO_OK;
 }
 
@@ -43,21 +48,31 @@ static kolo_status prepare_allgather(kolo_comm *comm, const void *send, size_t s
                                      kolo_dtype dtype, kolo_request *request) {
   KOLO_CHECK(check_common(comm, dtype, send_count, send, send));
   KOLO_CHECK(check_common(comm, dtype, recv_capacity, recv, recv));
-  *request = (kolo_request){.comm = comm, .kind = KOLO_REQUEST_ALLGATHER, .send = send,
-                            .recv = recv, .count = send_count, .recv_capacity = recv_capacity,
-                            .recv_counts = recv_counts, .dtype = dtype};
+  *request = (kolo_request){.comm = comm,
+                            .kind = KOLO_REQUEST_ALLGATHER,
+                            .send = send,
+                            .recv = recv,
+                            .count = send_count,
+                            .recv_capacity = recv_capacity,
+                            .recv_counts = recv_counts,
+                            .dtype = dtype};
   return KOLO_OK;
 }
 
-static kolo_status prepare_broadcast(kolo_comm *comm, void *buffer, size_t count,
-                                     kolo_dtype dtype, int root, kolo_request *request) {
+static kolo_status prepare_broadcast(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype,
+                                     int root, kolo_request *request) {
   KOLO_CHECK(check_common(comm, dtype, count, buffer, buffer));
   if (root < 0 || root >= comm->size) {
     KOLO_LOGE("kolo", "broadcast root %d outside 0..%d", root, comm->size - 1);
     return KOLO_ERR_INVALID_ARG;
   }
-  *request = (kolo_request){.comm = comm, .kind = KOLO_REQUEST_BROADCAST, .send = buffer,
-                            .recv = buffer, .count = count, .dtype = dtype, .root = root};
+  *request = (kolo_request){.comm = comm,
+                            .kind = KOLO_REQUEST_BROADCAST,
+                            .send = buffer,
+                            .recv = buffer,
+                            .count = count,
+                            .dtype = dtype,
+                            .root = root};
   return KOLO_OK;
 }
 
@@ -66,8 +81,13 @@ static kolo_status prepare_reducescatter(kolo_comm *comm, const void *send, void
                                          kolo_request *request) {
   KOLO_CHECK(check_common(comm, dtype, recv_count, send, recv));
   KOLO_CHECK(check_op(op));
-  *request = (kolo_request){.comm = comm, .kind = KOLO_REQUEST_REDUCESCATTER, .send = send,
-                            .recv = recv, .count = recv_count, .dtype = dtype, .op = op};
+  *request = (kolo_request){.comm = comm,
+                            .kind = KOLO_REQUEST_REDUCESCATTER,
+                            .send = send,
+                            .recv = recv,
+                            .count = recv_count,
+                            .dtype = dtype,
+                            .op = op};
   return KOLO_OK;
 }
 
@@ -105,8 +125,8 @@ kolo_status kolo_allgather_async(kolo_comm *comm, const void *send, size_t send_
 kolo_status kolo_allgather(kolo_comm *comm, const void *send, size_t send_count, void *recv,
                            size_t recv_capacity, size_t *recv_counts, kolo_dtype dtype) {
   kolo_request request;
-  KOLO_CHECK(prepare_allgather(comm, send, send_count, recv, recv_capacity, recv_counts, dtype,
-                               &request));
+  KOLO_CHECK(
+      prepare_allgather(comm, send, send_count, recv, recv_capacity, recv_counts, dtype, &request));
   return kolo_queue_run_blocking(comm, &request);
 }
 
@@ -169,9 +189,8 @@ kolo_status kolo_allgather_on_stream(kolo_comm *comm, const void *send, size_t s
   return submit_on_stream(comm, &prototype, cuda_stream, request);
 }
 
-kolo_status kolo_broadcast_on_stream(kolo_comm *comm, void *buffer, size_t count,
-                                     kolo_dtype dtype, int root, void *cuda_stream,
-                                     kolo_request **request) {
+kolo_status kolo_broadcast_on_stream(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype,
+                                     int root, void *cuda_stream, kolo_request **request) {
   kolo_request prototype;
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(prepare_broadcast(comm, buffer, count, dtype, root, &prototype));

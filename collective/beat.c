@@ -88,19 +88,21 @@ void kolo_beat_heard(kolo_control_link *link) {
 
 void kolo_beat_received(kolo_control_link *link) {
   int64_t now = kolo_now_ns();
-  if (link->beat_heard_ns > 0) link->gap_max_ns = kolo_beat_gap_update(link->gap_max_ns, now - link->beat_heard_ns);
+  if (link->beat_heard_ns > 0)
+    link->gap_max_ns = kolo_beat_gap_update(link->gap_max_ns, now - link->beat_heard_ns);
   link->beat_heard_ns = now;
 }
 
 /* Sends one beat on link (whole, or the link is lost: a half-written message
  * would corrupt the stream). */
 static void send_beat(kolo_comm *comm, kolo_control_link *link) {
-  kolo_control_message beat = {.magic = KOLO_BEAT_MAGIC, .failed_rank = comm->rank, .origin_rank = comm->rank};
+  kolo_control_message beat = {
+      .magic = KOLO_BEAT_MAGIC, .failed_rank = comm->rank, .origin_rank = comm->rank};
   int64_t deadline = kolo_deadline_after_ms(KOLO_DEFAULT_PEER_TIMEOUT_MS);
   if (kolo_channel_send_all(&link->channel, &beat, sizeof beat, deadline) != KOLO_OK) {
     link->open = 0;
-    kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, link->peer_rank, "peer lost: rank %d (it takes no beats)",
-                   link->peer_rank);
+    kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, link->peer_rank,
+                   "peer lost: rank %d (it takes no beats)", link->peer_rank);
   }
 }
 
@@ -126,7 +128,9 @@ void kolo_beat_check(kolo_comm *comm) {
   if (comm->size < 2 || atomic_load(&comm->peer_timeout_ms) <= 0) return;
   for (int i = 0; i < 2 && !atomic_load(&comm->failed); i++) {
     kolo_control_link *link = &comm->control[i];
-    if (!link->open || !kolo_beat_silent(link->heard_ns, kolo_now_ns(), link_timeout_ms(comm, link))) continue;
+    if (!link->open ||
+        !kolo_beat_silent(link->heard_ns, kolo_now_ns(), link_timeout_ms(comm, link)))
+      continue;
     /* what is waiting in the socket counts: read it before judging */
     struct pollfd pending = {.fd = kolo_channel_poll_fd(&link->channel), .events = POLLIN};
     if (poll(&pending, 1, 0) > 0) kolo_control_service(comm, link);
@@ -135,7 +139,8 @@ void kolo_beat_check(kolo_comm *comm) {
     kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, link->peer_rank,
                    "peer lost: rank %d silent for %lld ms (timeout %d ms: KOLO_PEER_TIMEOUT %d ms, "
                    "longest recent beat gap %lld ms)",
-                   link->peer_rank, (long long)((kolo_now_ns() - link->heard_ns) / NS_PER_MS), timeout,
-                   atomic_load(&comm->peer_timeout_ms), (long long)(link->gap_max_ns / NS_PER_MS));
+                   link->peer_rank, (long long)((kolo_now_ns() - link->heard_ns) / NS_PER_MS),
+                   timeout, atomic_load(&comm->peer_timeout_ms),
+                   (long long)(link->gap_max_ns / NS_PER_MS));
   }
 }

@@ -123,11 +123,10 @@ static kolo_status allocate_buffers(kolo_comm *comm) {
   comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   comm->fail_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (kolo_names_create(&comm->in_flight) != KOLO_OK) comm->in_flight = NULL;
-  if (comm->secret == NULL || comm->in_flight == NULL || comm->peers == NULL || comm->counts == NULL ||
-      comm->block_offsets == NULL || comm->block_bytes == NULL ||
+  if (comm->secret == NULL || comm->in_flight == NULL || comm->peers == NULL ||
+      comm->counts == NULL || comm->block_offsets == NULL || comm->block_bytes == NULL ||
       kolo_plan_reserve(&comm->plan, 2 * comm->size) != KOLO_OK || comm->wake_fd < 0 ||
-      comm->fail_fd < 0 ||
-      posix_memalign((void **)&comm->staging, 64, comm->segment_bytes) != 0) {
+      comm->fail_fd < 0 || posix_memalign((void **)&comm->staging, 64, comm->segment_bytes) != 0) {
     comm->staging = NULL;
     return KOLO_ERR_NO_MEMORY;
   }
@@ -185,8 +184,7 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   return KOLO_OK;
 }
 
-kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener,
-                             kolo_comm **out) {
+kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener, kolo_comm **out) {
   kolo_comm *comm = NULL;
   kolo_status status = out == NULL ? KOLO_ERR_INVALID_ARG : validate_spec(spec);
   if (status != KOLO_OK) goto out;
@@ -214,11 +212,21 @@ out:
   return status;
 }
 
-int kolo_comm_rank(const kolo_comm *comm) { return comm ? comm->rank : -1; }
-int kolo_comm_size(const kolo_comm *comm) { return comm ? comm->size : 0; }
-int kolo_comm_local_rank(const kolo_comm *comm) { return comm ? comm->local_rank : -1; }
-int kolo_comm_local_size(const kolo_comm *comm) { return comm ? comm->local_size : 0; }
-uint64_t kolo_comm_epoch(const kolo_comm *comm) { return comm ? comm->epoch : 0; }
+int kolo_comm_rank(const kolo_comm *comm) {
+  return comm ? comm->rank : -1;
+}
+int kolo_comm_size(const kolo_comm *comm) {
+  return comm ? comm->size : 0;
+}
+int kolo_comm_local_rank(const kolo_comm *comm) {
+  return comm ? comm->local_rank : -1;
+}
+int kolo_comm_local_size(const kolo_comm *comm) {
+  return comm ? comm->local_size : 0;
+}
+uint64_t kolo_comm_epoch(const kolo_comm *comm) {
+  return comm ? comm->epoch : 0;
+}
 
 const char *kolo_comm_transport(const kolo_comm *comm, int peer) {
   if (comm == NULL || (peer != 0 && peer != 1)) return "none";

@@ -30,12 +30,12 @@
 #define NAME_THE_PEER_MS 100
 
 struct kolo_device {
-  int device;           /* CUDA ordinal of this rank */
+  int device;                     /* CUDA ordinal of this rank */
   uint8_t id[KOLO_NCCL_ID_BYTES]; /* the epoch's NCCL unique id, agreed by kolo_comm_use_cuda */
-  int op_timeout_ms;    /* no-progress deadline of GPU operations */
+  int op_timeout_ms;              /* no-progress deadline of GPU operations */
   pthread_mutex_t mutex; /* one submit at a time into kolo_nccl; the NCCL comm's creation */
   _Atomic(kolo_nccl_comm *) nccl;
-  size_t *counts;       /* size entries: the device all-gather's counts (mutex) */
+  size_t *counts; /* size entries: the device all-gather's counts (mutex) */
 };
 
 static kolo_device *device_of(const kolo_comm *comm) {
@@ -70,8 +70,10 @@ static kolo_status local_cuda_check(kolo_comm *comm, int device, int *chosen) {
   }
   char reason[1100];
   if (kolo_nccl_blocking_forced(reason, sizeof reason)) {
-    KOLO_LOGE("kolo", "rank %d: NCCL_COMM_BLOCKING=1 (from %s) would make NCCL's setup wait "
-              "with no deadline; unset it to use CUDA buffers", comm->rank, reason);
+    KOLO_LOGE("kolo",
+              "rank %d: NCCL_COMM_BLOCKING=1 (from %s) would make NCCL's setup wait "
+              "with no deadline; unset it to use CUDA buffers",
+              comm->rank, reason);
     return KOLO_ERR_INVALID_ARG;
   }
   int count = 0;
@@ -98,8 +100,10 @@ static kolo_status local_cuda_check(kolo_comm *comm, int device, int *chosen) {
  * never interleave with the caller's other host collectives (which a first
  * device operation on another thread could not promise). */
 static kolo_status agree(kolo_comm *comm, kolo_status local, uint8_t id[KOLO_NCCL_ID_BYTES]) {
-  if (comm->has_nccl_id) memcpy(id, comm->nccl_id, KOLO_NCCL_ID_BYTES);
-  else memset(id, 0, KOLO_NCCL_ID_BYTES);
+  if (comm->has_nccl_id)
+    memcpy(id, comm->nccl_id, KOLO_NCCL_ID_BYTES);
+  else
+    memset(id, 0, KOLO_NCCL_ID_BYTES);
   /* the id must be made in rank 0's own process: NCCL's bootstrap listener lives there */
   if (local == KOLO_OK && comm->rank == 0 && !comm->has_nccl_id) local = kolo_nccl_id_create(id);
   int32_t worst = (int32_t)local;
@@ -176,15 +180,19 @@ kolo_status kolo_device_copy(void *dst, const void *src, size_t bytes) {
 }
 
 /* Creation waits for the other ranks; a failure of the ring ends that wait. */
-static int ring_failed(void *user) { return atomic_load(&((kolo_comm *)user)->failed); }
+static int ring_failed(void *user) {
+  return atomic_load(&((kolo_comm *)user)->failed);
+}
 
 /* Creates the epoch's NCCL communicator once; dev->mutex held. */
 static kolo_status ensure_nccl(kolo_comm *comm, kolo_device *dev) {
   if (atomic_load(&dev->nccl) != NULL) return KOLO_OK;
   if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
   kolo_status status;
-  kolo_nccl_options options = {.device = dev->device, .timeout_ms = comm->timeout_ms,
-                               .op_timeout_ms = dev->op_timeout_ms, .cancelled = ring_failed,
+  kolo_nccl_options options = {.device = dev->device,
+                               .timeout_ms = comm->timeout_ms,
+                               .op_timeout_ms = dev->op_timeout_ms,
+                               .cancelled = ring_failed,
                                .cancel_user = comm};
   kolo_nccl_comm *nccl = NULL;
   status = kolo_nccl_comm_create_with(dev->id, comm->rank, comm->size, &options, &nccl);
@@ -213,8 +221,11 @@ static kolo_status submit_allgather(kolo_comm *comm, kolo_device *dev, kolo_nccl
     *shared_refusal = 1;
     return KOLO_ERR_TOO_LARGE;
   }
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHERV, .send = request->send,
-                         .recv = request->recv, .counts = dev->counts, .dtype = request->dtype};
+  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHERV,
+                         .send = request->send,
+                         .recv = request->recv,
+                         .counts = dev->counts,
+                         .dtype = request->dtype};
   return kolo_nccl_group_after(nccl, &d, 1, request->cuda_stream, handle);
 }
 
@@ -223,12 +234,22 @@ static kolo_status submit_locked(kolo_comm *comm, kolo_device *dev, const kolo_r
   kolo_status status = ensure_nccl(comm, dev);
   if (status != KOLO_OK) return status;
   kolo_nccl_comm *nccl = atomic_load(&dev->nccl);
-  kolo_nccl_op_desc d = {.send = request->send, .recv = request->recv, .count = request->count,
-                         .dtype = request->dtype, .op = request->op, .root = request->root};
+  kolo_nccl_op_desc d = {.send = request->send,
+                         .recv = request->recv,
+                         .count = request->count,
+                         .dtype = request->dtype,
+                         .op = request->op,
+                         .root = request->root};
   switch (request->kind) {
-    case KOLO_REQUEST_ALLREDUCE: d.kind = KOLO_NCCL_ALLREDUCE; break;
-    case KOLO_REQUEST_BROADCAST: d.kind = KOLO_NCCL_BROADCAST; break;
-    case KOLO_REQUEST_REDUCESCATTER: d.kind = KOLO_NCCL_REDUCESCATTER; break;
+    case KOLO_REQUEST_ALLREDUCE:
+      d.kind = KOLO_NCCL_ALLREDUCE;
+      break;
+    case KOLO_REQUEST_BROADCAST:
+      d.kind = KOLO_NCCL_BROADCAST;
+      break;
+    case KOLO_REQUEST_REDUCESCATTER:
+      d.kind = KOLO_NCCL_REDUCESCATTER;
+      break;
     case KOLO_REQUEST_ALLGATHER:
       return submit_allgather(comm, dev, nccl, request, handle, shared_refusal);
     default:
@@ -238,11 +259,11 @@ static kolo_status submit_locked(kolo_comm *comm, kolo_device *dev, const kolo_r
   return kolo_nccl_group_after(nccl, &d, 1, request->cuda_stream, handle);
 }
 
-kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request,
-                               void **nccl_request) {
+kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request, void **nccl_request) {
   kolo_device *dev = device_of(comm);
   if (dev == NULL) return KOLO_ERR_STATE;
-  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL); /* a dead ring submits nothing */
+  if (atomic_load(&comm->failed))
+    return kolo_comm_error(comm, NULL); /* a dead ring submits nothing */
   kolo_nccl_request *handle = NULL;
   int shared_refusal = 0;
   pthread_mutex_lock(&dev->mutex);
@@ -333,8 +354,10 @@ void *kolo_request_cuda_event(kolo_request *request) {
 kolo_status kolo_device_check_stream_call(kolo_comm *comm, const kolo_request *request) {
   kolo_device *dev = device_of(comm);
   if (dev == NULL) {
-    KOLO_LOGE("kolo", "rank %d: a stream-ordered collective needs CUDA mode "
-              "(kolo_comm_use_cuda)", comm->rank);
+    KOLO_LOGE("kolo",
+              "rank %d: a stream-ordered collective needs CUDA mode "
+              "(kolo_comm_use_cuda)",
+              comm->rank);
     return KOLO_ERR_STATE;
   }
   if (kolo_device_wanted(comm, request->send, request->recv)) return KOLO_OK;
@@ -425,7 +448,11 @@ kolo_status kolo_device_check_stream_call(kolo_comm *comm, const kolo_request *r
   return KOLO_ERR_UNSUPPORTED;
 }
 
-void kolo_device_abort(kolo_comm *comm) { (void)comm; }
-void kolo_device_destroy(kolo_comm *comm) { (void)comm; }
+void kolo_device_abort(kolo_comm *comm) {
+  (void)comm;
+}
+void kolo_device_destroy(kolo_comm *comm) {
+  (void)comm;
+}
 
 #endif

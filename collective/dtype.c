@@ -14,38 +14,60 @@
 
 size_t kolo_dtype_size(kolo_dtype dtype) {
   switch (dtype) {
-    case KOLO_UINT8: return 1;
-    case KOLO_INT32: return 4;
-    case KOLO_INT64: return 8;
-    case KOLO_FLOAT16: return 2;
-    case KOLO_BFLOAT16: return 2;
-    case KOLO_FLOAT32: return 4;
-    case KOLO_FLOAT64: return 8;
-    default: return 0;
+    case KOLO_UINT8:
+      return 1;
+    case KOLO_INT32:
+      return 4;
+    case KOLO_INT64:
+      return 8;
+    case KOLO_FLOAT16:
+      return 2;
+    case KOLO_BFLOAT16:
+      return 2;
+    case KOLO_FLOAT32:
+      return 4;
+    case KOLO_FLOAT64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 const char *kolo_dtype_name(kolo_dtype dtype) {
   switch (dtype) {
-    case KOLO_UINT8: return "uint8";
-    case KOLO_INT32: return "int32";
-    case KOLO_INT64: return "int64";
-    case KOLO_FLOAT16: return "float16";
-    case KOLO_BFLOAT16: return "bfloat16";
-    case KOLO_FLOAT32: return "float32";
-    case KOLO_FLOAT64: return "float64";
-    default: return "unknown";
+    case KOLO_UINT8:
+      return "uint8";
+    case KOLO_INT32:
+      return "int32";
+    case KOLO_INT64:
+      return "int64";
+    case KOLO_FLOAT16:
+      return "float16";
+    case KOLO_BFLOAT16:
+      return "bfloat16";
+    case KOLO_FLOAT32:
+      return "float32";
+    case KOLO_FLOAT64:
+      return "float64";
+    default:
+      return "unknown";
   }
 }
 
 const char *kolo_op_name(kolo_op op) {
   switch (op) {
-    case KOLO_SUM: return "sum";
-    case KOLO_AVG: return "avg";
-    case KOLO_MIN: return "min";
-    case KOLO_MAX: return "max";
-    case KOLO_PROD: return "prod";
-    default: return "unknown";
+    case KOLO_SUM:
+      return "sum";
+    case KOLO_AVG:
+      return "avg";
+    case KOLO_MIN:
+      return "min";
+    case KOLO_MAX:
+      return "max";
+    case KOLO_PROD:
+      return "prod";
+    default:
+      return "unknown";
   }
 }
 
@@ -120,35 +142,53 @@ uint16_t kolo_float_to_bfloat16(float value) {
 }
 
 /* Integer sums and products wrap (computed unsigned) instead of being undefined. */
-#define KOLO_REDUCE_LOOP(type, expr)                 \
-  do {                                               \
-    type *out = (type *)dst;                         \
-    const type *x = (const type *)a;                 \
-    const type *y = (const type *)b;                 \
-    for (size_t i = 0; i < count; i++) {             \
-      type l = x[i], r = y[i];                       \
-      out[i] = (expr);                               \
-    }                                                \
+#define KOLO_REDUCE_LOOP(type, expr)     \
+  do {                                   \
+    type *out = (type *)dst;             \
+    const type *x = (const type *)a;     \
+    const type *y = (const type *)b;     \
+    for (size_t i = 0; i < count; i++) { \
+      type l = x[i], r = y[i];           \
+      out[i] = (expr);                   \
+    }                                    \
   } while (0)
 
-#define KOLO_REDUCE_INTEGER(type, utype)                                  \
-  switch (op) {                                                           \
-    case KOLO_SUM:                                                        \
-    case KOLO_AVG: KOLO_REDUCE_LOOP(type, (type)((utype)l + (utype)r)); break; \
-    case KOLO_PROD: KOLO_REDUCE_LOOP(type, (type)((utype)l * (utype)r)); break; \
-    case KOLO_MIN: KOLO_REDUCE_LOOP(type, l < r ? l : r); break;          \
-    case KOLO_MAX: KOLO_REDUCE_LOOP(type, l > r ? l : r); break;          \
-    default: break;                                                       \
+#define KOLO_REDUCE_INTEGER(type, utype)                   \
+  switch (op) {                                            \
+    case KOLO_SUM:                                         \
+    case KOLO_AVG:                                         \
+      KOLO_REDUCE_LOOP(type, (type)((utype)l + (utype)r)); \
+      break;                                               \
+    case KOLO_PROD:                                        \
+      KOLO_REDUCE_LOOP(type, (type)((utype)l * (utype)r)); \
+      break;                                               \
+    case KOLO_MIN:                                         \
+      KOLO_REDUCE_LOOP(type, l < r ? l : r);               \
+      break;                                               \
+    case KOLO_MAX:                                         \
+      KOLO_REDUCE_LOOP(type, l > r ? l : r);               \
+      break;                                               \
+    default:                                               \
+      break;                                               \
   }
 
-#define KOLO_REDUCE_FLOAT(type)                                  \
-  switch (op) {                                                  \
-    case KOLO_SUM:                                               \
-    case KOLO_AVG: KOLO_REDUCE_LOOP(type, l + r); break;         \
-    case KOLO_PROD: KOLO_REDUCE_LOOP(type, l * r); break;        \
-    case KOLO_MIN: KOLO_REDUCE_LOOP(type, l < r ? l : r); break; \
-    case KOLO_MAX: KOLO_REDUCE_LOOP(type, l > r ? l : r); break; \
-    default: break;                                              \
+#define KOLO_REDUCE_FLOAT(type)              \
+  switch (op) {                              \
+    case KOLO_SUM:                           \
+    case KOLO_AVG:                           \
+      KOLO_REDUCE_LOOP(type, l + r);         \
+      break;                                 \
+    case KOLO_PROD:                          \
+      KOLO_REDUCE_LOOP(type, l *r);          \
+      break;                                 \
+    case KOLO_MIN:                           \
+      KOLO_REDUCE_LOOP(type, l < r ? l : r); \
+      break;                                 \
+    case KOLO_MAX:                           \
+      KOLO_REDUCE_LOOP(type, l > r ? l : r); \
+      break;                                 \
+    default:                                 \
+      break;                                 \
   }
 
 /* Inline forms of the conversions for the reduction loops (the exported
@@ -174,30 +214,30 @@ static inline uint16_t float_to_bf16(float value) {
 
 /* One loop per op, the op chosen once per call rather than per element, so the
  * compiler can vectorise the bfloat16 loops. */
-#define KOLO_REDUCE_HALF(to_float, from_float)                                       \
-  do {                                                                              \
-    uint16_t *out = dst;                                                            \
-    const uint16_t *x = a, *y = b;                                                  \
-    switch (op) {                                                                   \
-      case KOLO_PROD:                                                               \
+#define KOLO_REDUCE_HALF(to_float, from_float)                                                   \
+  do {                                                                                           \
+    uint16_t *out = dst;                                                                         \
+    const uint16_t *x = a, *y = b;                                                               \
+    switch (op) {                                                                                \
+      case KOLO_PROD:                                                                            \
         for (size_t i = 0; i < count; i++) out[i] = from_float(to_float(x[i]) * to_float(y[i])); \
-        break;                                                                      \
-      case KOLO_MIN:                                                                \
-        for (size_t i = 0; i < count; i++) {                                        \
-          float l = to_float(x[i]), r = to_float(y[i]);                             \
-          out[i] = from_float(l < r ? l : r);                                       \
-        }                                                                           \
-        break;                                                                      \
-      case KOLO_MAX:                                                                \
-        for (size_t i = 0; i < count; i++) {                                        \
-          float l = to_float(x[i]), r = to_float(y[i]);                             \
-          out[i] = from_float(l > r ? l : r);                                       \
-        }                                                                           \
-        break;                                                                      \
-      default:                                                                      \
+        break;                                                                                   \
+      case KOLO_MIN:                                                                             \
+        for (size_t i = 0; i < count; i++) {                                                     \
+          float l = to_float(x[i]), r = to_float(y[i]);                                          \
+          out[i] = from_float(l < r ? l : r);                                                    \
+        }                                                                                        \
+        break;                                                                                   \
+      case KOLO_MAX:                                                                             \
+        for (size_t i = 0; i < count; i++) {                                                     \
+          float l = to_float(x[i]), r = to_float(y[i]);                                          \
+          out[i] = from_float(l > r ? l : r);                                                    \
+        }                                                                                        \
+        break;                                                                                   \
+      default:                                                                                   \
         for (size_t i = 0; i < count; i++) out[i] = from_float(to_float(x[i]) + to_float(y[i])); \
-        break;                                                                      \
-    }                                                                               \
+        break;                                                                                   \
+    }                                                                                            \
   } while (0)
 
 #if defined(KOLO_HAVE_F16C_PATH)
@@ -205,18 +245,26 @@ static inline uint16_t float_to_bf16(float value) {
  * same bits as the software conversion), 8 elements at a time; used only when
  * the CPU has them. */
 __attribute__((target("avx,f16c"))) static void reduce_half_f16c(uint16_t *out, const uint16_t *x,
-                                                                  const uint16_t *y, size_t count,
-                                                                  kolo_op op) {
+                                                                 const uint16_t *y, size_t count,
+                                                                 kolo_op op) {
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     __m256 l = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
     __m256 r = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
     __m256 v;
     switch (op) {
-      case KOLO_PROD: v = _mm256_mul_ps(l, r); break;
-      case KOLO_MIN: v = _mm256_min_ps(l, r); break; /* l < r ? l : r, as the scalar loop */
-      case KOLO_MAX: v = _mm256_max_ps(l, r); break; /* l > r ? l : r */
-      default: v = _mm256_add_ps(l, r); break;
+      case KOLO_PROD:
+        v = _mm256_mul_ps(l, r);
+        break;
+      case KOLO_MIN:
+        v = _mm256_min_ps(l, r);
+        break; /* l < r ? l : r, as the scalar loop */
+      case KOLO_MAX:
+        v = _mm256_max_ps(l, r);
+        break; /* l > r ? l : r */
+      default:
+        v = _mm256_add_ps(l, r);
+        break;
     }
     _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
@@ -227,10 +275,18 @@ __attribute__((target("avx,f16c"))) static void reduce_half_f16c(uint16_t *out, 
     for (size_t k = 0; k < tail; k++) {
       float l = kolo_half_to_float(tail_x[k]), r = kolo_half_to_float(tail_y[k]), v;
       switch (op) {
-        case KOLO_PROD: v = l * r; break;
-        case KOLO_MIN: v = l < r ? l : r; break;
-        case KOLO_MAX: v = l > r ? l : r; break;
-        default: v = l + r; break;
+        case KOLO_PROD:
+          v = l * r;
+          break;
+        case KOLO_MIN:
+          v = l < r ? l : r;
+          break;
+        case KOLO_MAX:
+          v = l > r ? l : r;
+          break;
+        default:
+          v = l + r;
+          break;
       }
       tail_out[k] = kolo_float_to_half(v);
     }
@@ -247,14 +303,29 @@ void kolo_reduce(void *dst, const void *a, const void *b, size_t count, kolo_dty
   }
 #endif
   switch (dtype) {
-    case KOLO_UINT8: KOLO_REDUCE_INTEGER(uint8_t, uint32_t); break;
-    case KOLO_INT32: KOLO_REDUCE_INTEGER(int32_t, uint32_t); break;
-    case KOLO_INT64: KOLO_REDUCE_INTEGER(int64_t, uint64_t); break;
-    case KOLO_FLOAT32: KOLO_REDUCE_FLOAT(float); break;
-    case KOLO_FLOAT64: KOLO_REDUCE_FLOAT(double); break;
-    case KOLO_FLOAT16: KOLO_REDUCE_HALF(kolo_half_to_float, kolo_float_to_half); break;
-    case KOLO_BFLOAT16: KOLO_REDUCE_HALF(bf16_to_float, float_to_bf16); break;
-    default: break;
+    case KOLO_UINT8:
+      KOLO_REDUCE_INTEGER(uint8_t, uint32_t);
+      break;
+    case KOLO_INT32:
+      KOLO_REDUCE_INTEGER(int32_t, uint32_t);
+      break;
+    case KOLO_INT64:
+      KOLO_REDUCE_INTEGER(int64_t, uint64_t);
+      break;
+    case KOLO_FLOAT32:
+      KOLO_REDUCE_FLOAT(float);
+      break;
+    case KOLO_FLOAT64:
+      KOLO_REDUCE_FLOAT(double);
+      break;
+    case KOLO_FLOAT16:
+      KOLO_REDUCE_HALF(kolo_half_to_float, kolo_float_to_half);
+      break;
+    case KOLO_BFLOAT16:
+      KOLO_REDUCE_HALF(bf16_to_float, float_to_bf16);
+      break;
+    default:
+      break;
   }
 }
 
@@ -294,11 +365,11 @@ void kolo_divide(void *buffer, size_t count, kolo_dtype dtype, int divisor) {
     }
     case KOLO_BFLOAT16: {
       uint16_t *v = buffer;
-      for (size_t i = 0; i < count; i++)
-        v[i] = float_to_bf16(bf16_to_float(v[i]) / (float)divisor);
+      for (size_t i = 0; i < count; i++) v[i] = float_to_bf16(bf16_to_float(v[i]) / (float)divisor);
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -349,7 +420,9 @@ int kolo_dtype_is_floating(kolo_dtype dtype) {
 static void identity_element(kolo_dtype dtype, kolo_op op, unsigned char *out) {
   int lowest = op == KOLO_MAX, highest = op == KOLO_MIN, one = op == KOLO_PROD;
   switch (dtype) {
-    case KOLO_UINT8: out[0] = one ? 1 : highest ? 0xff : 0; break;
+    case KOLO_UINT8:
+      out[0] = one ? 1 : highest ? 0xff : 0;
+      break;
     case KOLO_INT32: {
       int32_t v = one ? 1 : highest ? INT32_MAX : lowest ? INT32_MIN : 0;
       memcpy(out, &v, sizeof v);
@@ -380,7 +453,8 @@ static void identity_element(kolo_dtype dtype, kolo_op op, unsigned char *out) {
       memcpy(out, &v, sizeof v);
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 

@@ -52,7 +52,7 @@ typedef struct state_buffer {
   void *buffer;
   void *committed; /* host memory, whatever the buffer is */
   size_t bytes;
-  int on_device;   /* CUDA device memory: copied with CUDA copies, never memcpy */
+  int on_device; /* CUDA device memory: copied with CUDA copies, never memcpy */
 } state_buffer;
 
 struct kolo_elastic {
@@ -162,9 +162,11 @@ static void on_ring(kolo_elastic *elastic, kolo_agent_msg *msg) {
 static void on_stop(kolo_elastic *elastic, const kolo_agent_msg *msg) {
   if (msg->verb == KOLO_AGENT_REFUSED)
     KOLO_LOGE("elastic",
-              "the agent refused this process: it speaks agent protocol versions %d..%d, this libkolo speaks %d "
+              "the agent refused this process: it speaks agent protocol versions %d..%d, this "
+              "libkolo speaks %d "
               "(%s)",
-              msg->refused.min_version, msg->refused.max_version, KOLO_AGENT_PROTOCOL_VERSION, msg->text);
+              msg->refused.min_version, msg->refused.max_version, KOLO_AGENT_PROTOCOL_VERSION,
+              msg->text);
   pthread_mutex_lock(&elastic->mutex);
   if (msg->verb == KOLO_AGENT_LEAVE) {
     elastic->leave_requested = 1;
@@ -180,12 +182,15 @@ static void on_stop(kolo_elastic *elastic, const kolo_agent_msg *msg) {
 static void handle_line(kolo_elastic *elastic, const char *line, size_t length) {
   kolo_agent_msg msg;
   char error[256];
-  if (kolo_agent_msg_parse(line, length, KOLO_AGENT_TO_PROCESS, &msg, error, sizeof error) != KOLO_OK) {
+  if (kolo_agent_msg_parse(line, length, KOLO_AGENT_TO_PROCESS, &msg, error, sizeof error) !=
+      KOLO_OK) {
     KOLO_LOGE("elastic", "ignored a malformed line from the agent: %s", error);
     return;
   }
-  if (msg.verb == KOLO_AGENT_RING) on_ring(elastic, &msg);
-  else on_stop(elastic, &msg);
+  if (msg.verb == KOLO_AGENT_RING)
+    on_ring(elastic, &msg);
+  else
+    on_stop(elastic, &msg);
   kolo_agent_msg_clear(&msg);
 }
 
@@ -235,7 +240,8 @@ static int superseded(kolo_elastic *elastic, uint64_t epoch) {
  * (it gave up a formation of its own). A neighbour that is not there at all is not
  * among these: the dial already waits for it up to the deadline. */
 static int worth_retrying(kolo_status status) {
-  return status == KOLO_ERR_STALE_EPOCH || status == KOLO_ERR_CONNECT || status == KOLO_ERR_PEER_LOST;
+  return status == KOLO_ERR_STALE_EPOCH || status == KOLO_ERR_CONNECT ||
+         status == KOLO_ERR_PEER_LOST;
 }
 
 /* Forms ring r. A neighbour at another epoch refuses us (KOLO_ERR_STALE_EPOCH), or
@@ -247,22 +253,31 @@ static int worth_retrying(kolo_status status) {
  * for nothing). One ahead of us means our ring is already replaced: our agent brings
  * the newer one, which ends the retries, as a stop or a LEAVE does. */
 static kolo_status create_comm(kolo_elastic *elastic, const kolo_agent_ring *r, kolo_comm **out) {
-  int64_t deadline = kolo_deadline_after_ms(r->timeout_ms > 0 ? r->timeout_ms : kolo_timeout_ms_from_env());
+  int64_t deadline =
+      kolo_deadline_after_ms(r->timeout_ms > 0 ? r->timeout_ms : kolo_timeout_ms_from_env());
   for (;;) {
     kolo_listener *listener = NULL;
     int left = kolo_ms_until(deadline);
     kolo_status status = KOLO_OK;
     if (r->size > 1) status = kolo_listener_create(r->listen_address, &listener);
     if (status == KOLO_OK) {
-      kolo_ring_spec spec = {.epoch = r->epoch, .rank = r->rank, .size = r->size,
-                             .local_rank = r->local_rank, .local_size = r->local_size,
-                             .peers = r->peers, .secret = r->secret, .timeout_ms = left > 0 ? left : 1};
+      kolo_ring_spec spec = {.epoch = r->epoch,
+                             .rank = r->rank,
+                             .size = r->size,
+                             .local_rank = r->local_rank,
+                             .local_size = r->local_size,
+                             .peers = r->peers,
+                             .secret = r->secret,
+                             .timeout_ms = left > 0 ? left : 1};
       status = kolo_comm_create(&spec, listener, out); /* takes the listener */
     }
-    if (!worth_retrying(status) || kolo_ms_until(deadline) < STALE_RETRY_MS || superseded(elastic, r->epoch))
+    if (!worth_retrying(status) || kolo_ms_until(deadline) < STALE_RETRY_MS ||
+        superseded(elastic, r->epoch))
       return status;
-    KOLO_LOGI("elastic", "rank %d epoch %llu: not formed (%s): a neighbour is at another epoch; dialling again",
-              r->rank, (unsigned long long)r->epoch, kolo_strerror(status));
+    KOLO_LOGI(
+        "elastic",
+        "rank %d epoch %llu: not formed (%s): a neighbour is at another epoch; dialling again",
+        r->rank, (unsigned long long)r->epoch, kolo_strerror(status));
     pthread_mutex_lock(&elastic->mutex); /* a newer ring or a stop wakes us early */
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -289,7 +304,8 @@ static kolo_status form_next_ring(kolo_elastic *elastic, int *no_ring) {
       return why;
     }
     uint64_t current = elastic->comm ? kolo_comm_epoch(elastic->comm) : 0;
-    if (elastic->pending != NULL && (elastic->comm == NULL || elastic->pending->epoch > current)) break;
+    if (elastic->pending != NULL && (elastic->comm == NULL || elastic->pending->epoch > current))
+      break;
     int left = kolo_ms_until(deadline);
     if (left == 0) {
       pthread_mutex_unlock(&elastic->mutex);
@@ -329,7 +345,8 @@ static kolo_status form_next_ring(kolo_elastic *elastic, int *no_ring) {
     }
   }
   if (status == KOLO_OK) {
-    send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_FORMED, .formed = {r->epoch, r->rank, r->size}});
+    send_msg(elastic,
+             &(kolo_agent_msg){.verb = KOLO_AGENT_FORMED, .formed = {r->epoch, r->rank, r->size}});
   } else {
     send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_FAILED,
                                         .failed = {r->epoch, kolo_status_name(status), -1}});
@@ -380,9 +397,10 @@ kolo_status kolo_elastic_create(kolo_elastic **out) {
     return KOLO_OK;
   }
   KOLO_CHECK_GOTO(connect_agent(agent, &elastic->agent_fd), status, fail);
-  KOLO_CHECK_GOTO(send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_HELLO,
-                                                       .hello = {getpid(), KOLO_AGENT_PROTOCOL_VERSION}}),
-                  status, fail);
+  KOLO_CHECK_GOTO(
+      send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_HELLO,
+                                          .hello = {getpid(), KOLO_AGENT_PROTOCOL_VERSION}}),
+      status, fail);
   if (pthread_create(&elastic->reader, NULL, reader_main, elastic) != 0) {
     status = KOLO_ERR_SYSTEM;
     goto fail;
@@ -417,8 +435,8 @@ kolo_comm *kolo_elastic_comm(kolo_elastic *elastic) {
 static int state_on_device(kolo_elastic *elastic, state_buffer *state) {
   if (!state->on_device && state->bytes > 0) {
     kolo_comm *comm = kolo_elastic_comm(elastic);
-    state->on_device = kolo_device_mode(comm, NULL) &&
-                       kolo_device_is_device_memory(comm, state->buffer);
+    state->on_device =
+        kolo_device_mode(comm, NULL) && kolo_device_is_device_memory(comm, state->buffer);
   }
   return state->on_device;
 }
@@ -500,9 +518,11 @@ static void report_ring_failure(kolo_elastic *elastic) {
   if (comm == NULL) return;
   int failed_rank = -1;
   kolo_status error = kolo_comm_error(comm, &failed_rank);
-  if (error != KOLO_OK && (error != KOLO_ERR_ABORTED || (failed_rank >= 0 && failed_rank != kolo_comm_rank(comm))))
-    send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_FAILED,
-                                        .failed = {kolo_comm_epoch(comm), kolo_status_name(error), failed_rank}});
+  if (error != KOLO_OK &&
+      (error != KOLO_ERR_ABORTED || (failed_rank >= 0 && failed_rank != kolo_comm_rank(comm))))
+    send_msg(elastic, &(kolo_agent_msg){
+                          .verb = KOLO_AGENT_FAILED,
+                          .failed = {kolo_comm_epoch(comm), kolo_status_name(error), failed_rank}});
 }
 
 kolo_status kolo_elastic_reform(kolo_elastic *elastic) {

@@ -56,14 +56,14 @@ struct kolo_engine {
   engine_config config;
   kolo_nego_table *table;
   kolo_nego_decision decision;
-  kolo_names *local;                     /* name -> this rank's undecided named request */
-  kolo_request **unannounced;            /* taken from the inbox, not in a message yet */
+  kolo_names *local;          /* name -> this rank's undecided named request */
+  kolo_request **unannounced; /* taken from the inbox, not in a message yet */
   size_t unannounced_count, unannounced_capacity;
   kolo_request *unnamed_head, *unnamed_tail; /* negotiated unnamed requests, by seq */
-  kolo_request *join;                    /* this rank's join, until every rank joined */
+  kolo_request *join;                        /* this rank's join, until every rank joined */
   uint64_t unnamed_issued, unnamed_announced;
   int joined_announced;
-  int64_t news_since;                    /* when the oldest unannounced news arrived; 0 = none */
+  int64_t news_since; /* when the oldest unannounced news arrived; 0 = none */
   uint32_t cycle;
   char stall_names[4][KOLO_NAME_MAX + 1]; /* declarations for the next message */
   int stall_count;
@@ -75,7 +75,7 @@ struct kolo_engine {
   size_t bits_capacity;
   kolo_nego_announce *announces;
   size_t announces_capacity;
-  kolo_frame **frames;          /* a cycle's frames and messages, size entries, reused */
+  kolo_frame **frames; /* a cycle's frames and messages, size entries, reused */
   kolo_nego_message *messages;
   open_batch open[KOLO_DTYPE_COUNT * KOLO_OP_COUNT];
   kolo_request *batch_order[KOLO_DTYPE_COUNT * KOLO_OP_COUNT];
@@ -128,8 +128,10 @@ static void drain_wake(kolo_comm *comm) {
 
 void kolo_engine_submit_locked(kolo_comm *comm, kolo_request *request) {
   request->next = NULL;
-  if (comm->inbox_tail) comm->inbox_tail->next = request;
-  else comm->inbox_head = request;
+  if (comm->inbox_tail)
+    comm->inbox_tail->next = request;
+  else
+    comm->inbox_head = request;
   comm->inbox_tail = request;
 }
 
@@ -144,7 +146,9 @@ static uint64_t hash_counts(const size_t *counts, int n, uint64_t hash) {
 }
 
 static kolo_nego_meta request_meta(const kolo_comm *comm, const kolo_request *rq) {
-  kolo_nego_meta m = {.kind = (uint8_t)rq->kind, .dtype = (uint8_t)rq->dtype, .members = 1,
+  kolo_nego_meta m = {.kind = (uint8_t)rq->kind,
+                      .dtype = (uint8_t)rq->dtype,
+                      .members = 1,
                       .device = (uint8_t)(rq->on_device != 0)};
   switch (rq->kind) {
     case KOLO_REQUEST_ALLREDUCE: {
@@ -153,7 +157,8 @@ static kolo_nego_meta request_meta(const kolo_comm *comm, const kolo_request *rq
       m.members = (uint32_t)rq->member_count;
       if (rq->member_count > 1) {
         uint64_t hash = 1469598103934665603ull;
-        for (int i = 0; i < rq->member_count; i++) hash = hash_counts(&rq->members[i].count, 1, hash);
+        for (int i = 0; i < rq->member_count; i++)
+          hash = hash_counts(&rq->members[i].count, 1, hash);
         m.aux = hash;
       }
       break;
@@ -165,9 +170,12 @@ static kolo_nego_meta request_meta(const kolo_comm *comm, const kolo_request *rq
     case KOLO_REQUEST_REDUCESCATTER:
       m.op = (uint8_t)rq->op;
       m.count = rq->split_counts ? rq->count : rq->count * (size_t)comm->size;
-      m.aux = rq->split_counts ? hash_counts(rq->split_counts, comm->size, 1469598103934665603ull) : 0;
+      m.aux =
+          rq->split_counts ? hash_counts(rq->split_counts, comm->size, 1469598103934665603ull) : 0;
       break;
-    default: m.count = rq->count; break; /* allgather, alltoall: per-rank sizes may differ */
+    default:
+      m.count = rq->count;
+      break; /* allgather, alltoall: per-rank sizes may differ */
   }
   return m;
 }
@@ -211,10 +219,11 @@ static kolo_status build_message(kolo_engine *e) {
   m.announces = e->announces;
   kolo_nego_announce stalls[5];
   for (int i = 0; i < e->stall_count; i++) {
-    stalls[m.stall_count++] = (kolo_nego_announce){.name = e->stall_names[i],
-                                                   .name_length = strlen(e->stall_names[i])};
+    stalls[m.stall_count++] =
+        (kolo_nego_announce){.name = e->stall_names[i], .name_length = strlen(e->stall_names[i])};
   }
-  if (e->declare_unnamed) stalls[m.stall_count++] = (kolo_nego_announce){.name = "", .name_length = 0};
+  if (e->declare_unnamed)
+    stalls[m.stall_count++] = (kolo_nego_announce){.name = "", .name_length = 0};
   m.stalls = stalls;
   m.stall_seconds = (uint32_t)(e->config.stall_timeout_ns / 1000000000);
   e->out.length = 0;
@@ -247,8 +256,10 @@ static void take_inbox_locked(kolo_engine *e) {
     kolo_request *next = rq->next;
     rq->next = NULL;
     if (rq->name[0] == '\0') {
-      if (e->unnamed_tail) e->unnamed_tail->next = rq;
-      else e->unnamed_head = rq;
+      if (e->unnamed_tail)
+        e->unnamed_tail->next = rq;
+      else
+        e->unnamed_head = rq;
       e->unnamed_tail = rq;
     } else if (rq->kind == KOLO_REQUEST_JOIN) {
       e->join = rq;
@@ -283,7 +294,8 @@ static void take_inbox_locked(kolo_engine *e) {
 static void fail_one(void *value, void *context) {
   kolo_request *rq = value;
   kolo_comm *comm = context;
-  kolo_request_complete_locked(comm, rq, atomic_load(&comm->failed) ? kolo_comm_error(comm, NULL) : KOLO_ERR_ABORTED);
+  kolo_request_complete_locked(
+      comm, rq, atomic_load(&comm->failed) ? kolo_comm_error(comm, NULL) : KOLO_ERR_ABORTED);
 }
 
 static void fail_everything(kolo_engine *e) {
@@ -292,7 +304,8 @@ static void fail_everything(kolo_engine *e) {
     char message[256];
     kolo_comm_error_message(comm, message, sizeof message);
     int64_t now = kolo_now_ns();
-    kolo_timeline_event(e->timeline, "engine", "FAILED", now, now, message[0] ? message : "stopped");
+    kolo_timeline_event(e->timeline, "engine", "FAILED", now, now,
+                        message[0] ? message : "stopped");
     kolo_timeline_flush(e->timeline);
     e->timeline_failed = 1;
   }
@@ -323,12 +336,15 @@ static void flush_outbox(kolo_comm *comm) {
 static kolo_status send_frame(kolo_engine *e, uint32_t cycle, int origin, const uint8_t *data,
                               uint32_t length) {
   kolo_comm *comm = e->comm;
-  kolo_control_message header = {.magic = KOLO_NEGO_MAGIC, .status = (int32_t)length,
-                                 .failed_rank = (int32_t)cycle, .origin_rank = origin};
+  kolo_control_message header = {.magic = KOLO_NEGO_MAGIC,
+                                 .status = (int32_t)length,
+                                 .failed_rank = (int32_t)cycle,
+                                 .origin_rank = origin};
   kolo_channel *channel = &comm->control[0].channel;
   int64_t deadline = kolo_deadline_after_ms(comm->timeout_ms);
   kolo_status status = kolo_channel_send_all(channel, &header, sizeof header, deadline);
-  if (status == KOLO_OK && length > 0) status = kolo_channel_send_all(channel, data, length, deadline);
+  if (status == KOLO_OK && length > 0)
+    status = kolo_channel_send_all(channel, data, length, deadline);
   if (status != KOLO_OK) {
     int next = comm->control[0].peer_rank;
     kolo_comm_fail(comm, status == KOLO_ERR_TIMEOUT ? KOLO_ERR_TIMEOUT : KOLO_ERR_PEER_LOST, next,
@@ -353,8 +369,8 @@ static void poll_links(kolo_comm *comm, int with_wake, int wait_ms) {
   for (int i = 0; i < 2; i++) {
     if (comm->control[i].open && !atomic_load(&comm->failed)) {
       link_of[count] = i;
-      fds[count++] = (struct pollfd){.fd = kolo_channel_poll_fd(&comm->control[i].channel),
-                                     .events = POLLIN};
+      fds[count++] =
+          (struct pollfd){.fd = kolo_channel_poll_fd(&comm->control[i].channel), .events = POLLIN};
     }
   }
   if (poll(fds, (nfds_t)count, wait_ms) > 0) {
@@ -391,7 +407,9 @@ static kolo_frame *wait_frame(kolo_engine *e) {
   }
 }
 
-static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
+static int wrap_rank(int value, int size) {
+  return ((value % size) + size) % size;
+}
 
 /* ---- acting on a decision ---- */
 
@@ -409,8 +427,8 @@ static kolo_request *internal_request(kolo_comm *comm, kolo_request_kind kind, k
 
 /* This rank joined: it takes part in the others' operation with nothing of its own. */
 static kolo_request *joined_participation(kolo_comm *comm, const kolo_nego_ready *ready) {
-  kolo_request *rq = internal_request(comm, (kolo_request_kind)ready->meta.kind,
-                                      (kolo_dtype)ready->meta.dtype);
+  kolo_request *rq =
+      internal_request(comm, (kolo_request_kind)ready->meta.kind, (kolo_dtype)ready->meta.dtype);
   if (rq == NULL) return NULL;
   snprintf(rq->name, sizeof rq->name, "%s", ready->name);
   if (rq->kind == KOLO_REQUEST_ALLGATHER) {
@@ -452,15 +470,16 @@ static int first_submitter_if_joined(const kolo_comm *comm, const kolo_nego_read
 }
 
 static kolo_status batch_add(kolo_batch *b, kolo_request *owner, int member, size_t count) {
-  KOLO_CHECK(grow((void **)&b->slots, &b->slot_capacity, (size_t)b->slot_count + 1, sizeof *b->slots));
+  KOLO_CHECK(
+      grow((void **)&b->slots, &b->slot_capacity, (size_t)b->slot_count + 1, sizeof *b->slots));
   b->slots[b->slot_count++] = (kolo_batch_slot){.owner = owner, .member = member, .count = count};
   b->elements += count;
   return KOLO_OK;
 }
 
 static kolo_status batch_add_owner(kolo_batch *b, kolo_request *owner) {
-  KOLO_CHECK(grow((void **)&b->owners, &b->owner_capacity, (size_t)b->owner_count + 1,
-                  sizeof *b->owners));
+  KOLO_CHECK(
+      grow((void **)&b->owners, &b->owner_capacity, (size_t)b->owner_count + 1, sizeof *b->owners));
   b->owners[b->owner_count++] = owner;
   return KOLO_OK;
 }
@@ -501,8 +520,10 @@ static kolo_status add_to_batch(kolo_engine *e, const kolo_nego_ready *ready, ko
     batch->op = op;
     /* room for the whole cycle up front (no regrowing per tensor) */
     size_t room = e->decision.ready_count;
-    if (grow((void **)&batch->slots, &batch->slot_capacity, room, sizeof *batch->slots) != KOLO_OK ||
-        grow((void **)&batch->owners, &batch->owner_capacity, room, sizeof *batch->owners) != KOLO_OK) {
+    if (grow((void **)&batch->slots, &batch->slot_capacity, room, sizeof *batch->slots) !=
+            KOLO_OK ||
+        grow((void **)&batch->owners, &batch->owner_capacity, room, sizeof *batch->owners) !=
+            KOLO_OK) {
       kolo_batch_free(batch);
       free(batch_request);
       return KOLO_ERR_NO_MEMORY;
@@ -514,7 +535,8 @@ static kolo_status add_to_batch(kolo_engine *e, const kolo_nego_ready *ready, ko
   kolo_batch *batch = slot->request->batch;
   slot->bytes += bytes;
   if (rq == NULL) return batch_add(batch, NULL, 0, ready->meta.count);
-  for (int m = 0; m < rq->member_count; m++) KOLO_CHECK(batch_add(batch, rq, m, rq->members[m].count));
+  for (int m = 0; m < rq->member_count; m++)
+    KOLO_CHECK(batch_add(batch, rq, m, rq->members[m].count));
   return batch_add_owner(batch, rq);
 }
 
@@ -595,7 +617,8 @@ static kolo_status act(kolo_engine *e, int64_t now) {
 
 /* ---- a cycle ---- */
 
-static kolo_status gather_messages(kolo_engine *e, kolo_frame **frames, kolo_nego_message *messages) {
+static kolo_status gather_messages(kolo_engine *e, kolo_frame **frames,
+                                   kolo_nego_message *messages) {
   kolo_comm *comm = e->comm;
   int n = comm->size, r = comm->rank;
   for (int t = 1; t < n; t++) {
@@ -606,10 +629,12 @@ static kolo_status gather_messages(kolo_engine *e, kolo_frame **frames, kolo_neg
     if (frame->cycle != e->cycle || frame->origin != origin) {
       kolo_comm_fail(comm, KOLO_ERR_PROTOCOL, comm->control[1].peer_rank,
                      "protocol error: negotiation frame of cycle %u from rank %d, want cycle %u "
-                     "from rank %d", frame->cycle, frame->origin, e->cycle, origin);
+                     "from rank %d",
+                     frame->cycle, frame->origin, e->cycle, origin);
       return kolo_comm_error(comm, NULL);
     }
-    if (t < n - 1) KOLO_CHECK(send_frame(e, frame->cycle, frame->origin, frame->data, frame->length));
+    if (t < n - 1)
+      KOLO_CHECK(send_frame(e, frame->cycle, frame->origin, frame->data, frame->length));
     if (kolo_nego_decode(frame->data, frame->length, &messages[origin]) != KOLO_OK) {
       kolo_comm_fail(comm, KOLO_ERR_PROTOCOL, comm->control[1].peer_rank,
                      "protocol error: malformed negotiation message of rank %d", origin);
@@ -644,7 +669,8 @@ __attribute__((noinline)) static kolo_status run_cycle(kolo_engine *e) {
   if (status == KOLO_OK) {
     status = kolo_nego_apply(e->table, messages, now, &e->decision);
     if (status == KOLO_ERR_PROTOCOL) {
-      kolo_comm_fail(comm, status, -1, "protocol error: a negotiation message names an unknown cache bit");
+      kolo_comm_fail(comm, status, -1,
+                     "protocol error: a negotiation message names an unknown cache bit");
     }
   }
   for (int i = 0; i < n; i++) {
@@ -652,7 +678,9 @@ __attribute__((noinline)) static kolo_status run_cycle(kolo_engine *e) {
     free(frames[i]);
   }
   if (status != KOLO_OK) {
-    if (!atomic_load(&comm->failed)) kolo_comm_fail(comm, status, comm->rank, "rank %d: negotiation failed: %s", comm->rank, kolo_strerror(status));
+    if (!atomic_load(&comm->failed))
+      kolo_comm_fail(comm, status, comm->rank, "rank %d: negotiation failed: %s", comm->rank,
+                     kolo_strerror(status));
     return status;
   }
   e->cycle++;
@@ -689,8 +717,10 @@ static int inspect_entry(kolo_nego_entry *entry, void *context) {
     char have[160], missing[160];
     kolo_nego_format_ranks(entry->submitted, comm->size, 1, have, sizeof have);
     kolo_nego_format_ranks(entry->submitted, comm->size, 0, missing, sizeof missing);
-    KOLO_LOGW("kolo", "rank %d: stall: tensor '%s' submitted by rank(s) %s, still missing from "
-              "rank(s) %s after %.0f s", comm->rank, entry->name, have, missing, (double)age / 1e9);
+    KOLO_LOGW("kolo",
+              "rank %d: stall: tensor '%s' submitted by rank(s) %s, still missing from "
+              "rank(s) %s after %.0f s",
+              comm->rank, entry->name, have, missing, (double)age / 1e9);
     entry->warned = 1;
   }
   if (age >= e->config.stall_timeout_ns) {
@@ -700,7 +730,8 @@ static int inspect_entry(kolo_nego_entry *entry, void *context) {
     }
     return 1;
   }
-  int64_t due = entry->since_ns + (entry->warned ? e->config.stall_timeout_ns : e->config.stall_warning_ns);
+  int64_t due =
+      entry->since_ns + (entry->warned ? e->config.stall_timeout_ns : e->config.stall_warning_ns);
   if (due < scan->next) scan->next = due;
   return 0;
 }
@@ -724,7 +755,8 @@ static int64_t inspect_stalls(kolo_engine *e, int64_t now) {
   if (e->unnamed_behind_since == 0) e->unnamed_behind_since = now;
   int64_t age = now - e->unnamed_behind_since;
   if (!e->unnamed_warned && age >= e->config.stall_warning_ns) {
-    KOLO_LOGW("kolo", "rank %d: stall: unnamed operation #%llu issued by some ranks only, for %.0f s",
+    KOLO_LOGW("kolo",
+              "rank %d: stall: unnamed operation #%llu issued by some ranks only, for %.0f s",
               comm->rank, (unsigned long long)(low + 1), (double)age / 1e9);
     e->unnamed_warned = 1;
   }
@@ -765,8 +797,8 @@ static void linger(kolo_comm *comm) {
     for (int i = 0; i < 2; i++) {
       if (!comm->control[i].open) continue;
       link_of[count] = i;
-      fds[count++] = (struct pollfd){.fd = kolo_channel_poll_fd(&comm->control[i].channel),
-                                     .events = POLLIN};
+      fds[count++] =
+          (struct pollfd){.fd = kolo_channel_poll_fd(&comm->control[i].channel), .events = POLLIN};
     }
     int wait_ms = kolo_ms_until(deadline);
     if (count == 0 || wait_ms == 0) return;
@@ -807,8 +839,10 @@ static void *negotiator_main(void *argument) {
   flush_outbox(comm);
   if (e->stalled) linger(comm);
   if (comm->say_goodbye && !atomic_load(&comm->failed)) {
-    kolo_control_message goodbye = {.magic = KOLO_CONTROL_MAGIC, .status = KOLO_OK,
-                                    .failed_rank = comm->rank, .origin_rank = comm->rank};
+    kolo_control_message goodbye = {.magic = KOLO_CONTROL_MAGIC,
+                                    .status = KOLO_OK,
+                                    .failed_rank = comm->rank,
+                                    .origin_rank = comm->rank};
     kolo_control_send(comm, &goodbye, -1);
   }
   return NULL;

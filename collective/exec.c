@@ -51,8 +51,11 @@ kolo_status kolo_exec_allreduce(kolo_comm *comm, kolo_request *request, int engi
   }
   for (int i = 0; i < request->member_count; i++) {
     const kolo_member *m = &request->members[i];
-    items[i] = (kolo_fused_item){.send = m->send, .recv = m->recv, .count = m->count,
-                                 .prescale = request->prescale, .postscale = request->postscale};
+    items[i] = (kolo_fused_item){.send = m->send,
+                                 .recv = m->recv,
+                                 .count = m->count,
+                                 .prescale = request->prescale,
+                                 .postscale = request->postscale};
   }
   kolo_status status = kolo_exec_fused(comm, items, request->member_count, request->dtype,
                                        request->op, engine_thread, NULL);
@@ -78,8 +81,13 @@ static kolo_status share_counts(kolo_comm *comm, const kolo_request *request, in
   for (int b = 0; b < n && comm->rank == root; b++) {
     shared[b] = (int64_t)(request->split_counts ? request->split_counts[b] : request->count);
   }
-  kolo_request share = {.comm = comm, .kind = KOLO_REQUEST_BROADCAST, .send = shared,
-                        .recv = shared, .count = (size_t)n, .dtype = KOLO_INT64, .root = root};
+  kolo_request share = {.comm = comm,
+                        .kind = KOLO_REQUEST_BROADCAST,
+                        .send = shared,
+                        .recv = shared,
+                        .count = (size_t)n,
+                        .dtype = KOLO_INT64,
+                        .root = root};
   kolo_status status = kolo_ring_run(comm, &share, engine_thread);
   for (int b = 0; b < n; b++) counts[b] = (size_t)shared[b];
   free(shared);
@@ -92,7 +100,8 @@ kolo_status kolo_exec_reducescatter_joined(kolo_comm *comm, kolo_request *reques
   size_t *counts = calloc((size_t)n, sizeof *counts);
   char *identity = NULL, *block = NULL;
   kolo_status status = counts != NULL ? KOLO_OK : KOLO_ERR_NO_MEMORY;
-  if (status == KOLO_OK) status = share_counts(comm, request, request->counts_from - 1, counts, engine_thread);
+  if (status == KOLO_OK)
+    status = share_counts(comm, request, request->counts_from - 1, counts, engine_thread);
   kolo_request run = *request;
   run.split_counts = counts;
   if (status == KOLO_OK && request->internal) { /* this rank joined */
@@ -100,13 +109,16 @@ kolo_status kolo_exec_reducescatter_joined(kolo_comm *comm, kolo_request *reques
     for (int b = 0; b < n; b++) total += counts[b];
     identity = malloc(total * element + 1);
     block = malloc(counts[comm->rank] * element + 1);
-    if (identity == NULL || block == NULL) status = KOLO_ERR_NO_MEMORY;
-    else kolo_fill_identity(identity, total, request->dtype, request->op);
+    if (identity == NULL || block == NULL)
+      status = KOLO_ERR_NO_MEMORY;
+    else
+      kolo_fill_identity(identity, total, request->dtype, request->op);
     run.send = identity;
     run.recv = block;
   }
   if (status == KOLO_OK) status = kolo_ring_reducescatter_v(comm, &run, engine_thread);
-  if (status == KOLO_ERR_NO_MEMORY && !atomic_load(&comm->failed)) { /* the peers are mid-collective */
+  if (status == KOLO_ERR_NO_MEMORY &&
+      !atomic_load(&comm->failed)) { /* the peers are mid-collective */
     kolo_comm_fail(comm, status, comm->rank, "rank %d: out of memory for reduce-scatter '%s'",
                    comm->rank, request->name);
   }

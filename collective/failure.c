@@ -109,8 +109,10 @@ static int read_frame(kolo_comm *comm, kolo_control_link *link) {
   }
   link->frame = NULL;
   frame->next = NULL;
-  if (link->frames_tail) link->frames_tail->next = frame;
-  else link->frames_head = frame;
+  if (link->frames_tail)
+    link->frames_tail->next = frame;
+  else
+    link->frames_head = frame;
   link->frames_tail = frame;
   return 0;
 }
@@ -122,8 +124,8 @@ kolo_control_kind kolo_control_classify(const kolo_control_message *m, int from_
   if (m->magic != KOLO_CONTROL_MAGIC) return KOLO_CONTROL_GARBAGE;
   if (m->status == KOLO_OK) return KOLO_CONTROL_GOODBYE;
   /* a failure names a status this library knows and ranks of this ring */
-  if (strcmp(kolo_status_name((kolo_status)m->status), "KOLO_ERR_UNKNOWN") == 0 || m->failed_rank < -1 ||
-      m->failed_rank >= size || m->origin_rank < 0 || m->origin_rank >= size)
+  if (strcmp(kolo_status_name((kolo_status)m->status), "KOLO_ERR_UNKNOWN") == 0 ||
+      m->failed_rank < -1 || m->failed_rank >= size || m->origin_rank < 0 || m->origin_rank >= size)
     return KOLO_CONTROL_GARBAGE;
   return KOLO_CONTROL_FAILURE;
 }
@@ -168,9 +170,8 @@ void kolo_control_service(kolo_comm *comm, kolo_control_link *link) {
       continue;
     }
     size_t moved = 0;
-    kolo_status status =
-        kolo_channel_recv(&link->channel, (char *)&link->message + link->filled,
-                          sizeof link->message - link->filled, &moved);
+    kolo_status status = kolo_channel_recv(&link->channel, (char *)&link->message + link->filled,
+                                           sizeof link->message - link->filled, &moved);
     if (status != KOLO_OK) {
       link_lost(comm, link);
       return;

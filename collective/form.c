@@ -90,7 +90,8 @@ static kolo_status read_acks(kolo_comm *comm, formation *f, const struct pollfd 
 static kolo_status accept_one(kolo_comm *comm, kolo_listener *listener, formation *f, int prev,
                               int64_t deadline) {
   kolo_transport_conn *conn = NULL;
-  kolo_status status = comm->transport->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
+  kolo_status status =
+      comm->transport->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
   if (status == KOLO_ERR_TIMEOUT) return KOLO_OK;
   if (status != KOLO_OK) return status;
   int kind = 0;
@@ -117,8 +118,8 @@ static kolo_status await_neighbours(kolo_comm *comm, kolo_listener *listener, fo
     if (!accepting && f->acked[0] && f->acked[1] && f->acked[2]) return KOLO_OK;
     struct pollfd fds[LINK_COUNT + 1];
     for (int i = 0; i < LINK_COUNT; i++) {
-      fds[i] = (struct pollfd){.fd = f->acked[i] ? -1 : tp->poll_fd(f->outgoing[i]),
-                               .events = POLLIN};
+      fds[i] =
+          (struct pollfd){.fd = f->acked[i] ? -1 : tp->poll_fd(f->outgoing[i]), .events = POLLIN};
     }
     fds[LINK_COUNT] = (struct pollfd){
         .fd = accepting ? tp->listener_poll_fd(listener->listener) : -1, .events = POLLIN};
@@ -141,12 +142,14 @@ static kolo_status adopt(kolo_comm *comm, formation *f, int next, int prev) {
   comm->next.bulk = comm->next.small;
   comm->prev.small = (kolo_channel){.ops = comm->transport, .conn = f->incoming[LINK_DATA]};
   comm->prev.bulk = comm->prev.small;
-  comm->control[0] = (kolo_control_link){
-      .channel = {.ops = comm->transport, .conn = f->outgoing[LINK_CONTROL]},
-      .peer_rank = next, .open = 1};
-  comm->control[1] = (kolo_control_link){
-      .channel = {.ops = comm->transport, .conn = f->incoming[LINK_CONTROL]},
-      .peer_rank = prev, .open = 1};
+  comm->control[0] =
+      (kolo_control_link){.channel = {.ops = comm->transport, .conn = f->outgoing[LINK_CONTROL]},
+                          .peer_rank = next,
+                          .open = 1};
+  comm->control[1] =
+      (kolo_control_link){.channel = {.ops = comm->transport, .conn = f->incoming[LINK_CONTROL]},
+                          .peer_rank = prev,
+                          .open = 1};
   f->outgoing[LINK_DATA] = f->outgoing[LINK_CONTROL] = NULL;
   f->incoming[LINK_DATA] = f->incoming[LINK_CONTROL] = NULL;
   if (f->bulk_in.ops != NULL) {

@@ -28,22 +28,28 @@ static int staged(const kolo_fused_item *item, size_t element, int latency_path)
 
 static void stage_in(char *at, const kolo_fused_item *item, kolo_dtype dtype, kolo_op op) {
   size_t bytes = item->count * kolo_dtype_size(dtype);
-  if (item->send == NULL) kolo_fill_identity(at, item->count, dtype, op);
-  else if (item->prescale != 1.0) kolo_scale(at, item->send, item->count, dtype, item->prescale);
-  else if (bytes > 0) memcpy(at, item->send, bytes);
+  if (item->send == NULL)
+    kolo_fill_identity(at, item->count, dtype, op);
+  else if (item->prescale != 1.0)
+    kolo_scale(at, item->send, item->count, dtype, item->prescale);
+  else if (bytes > 0)
+    memcpy(at, item->send, bytes);
 }
 
 static void stage_out(const char *at, const kolo_fused_item *item, kolo_dtype dtype) {
   size_t bytes = item->count * kolo_dtype_size(dtype);
   if (item->recv == NULL || bytes == 0) return;
-  if (item->postscale != 1.0) kolo_scale(item->recv, at, item->count, dtype, item->postscale);
-  else memcpy(item->recv, at, bytes);
+  if (item->postscale != 1.0)
+    kolo_scale(item->recv, at, item->count, dtype, item->postscale);
+  else
+    memcpy(item->recv, at, bytes);
 }
 
 /* The pieces of the virtual concatenation: runs of staged items share one
  * piece of the fusion buffer; each in-place item is a piece of its own. */
 static kolo_status build_pieces(kolo_comm *comm, const kolo_fused_item *items, int count,
-                                kolo_dtype dtype, kolo_op op, kolo_piece *pieces, int *pieces_made) {
+                                kolo_dtype dtype, kolo_op op, kolo_piece *pieces,
+                                int *pieces_made) {
   size_t element = kolo_dtype_size(dtype), at = 0;
   int made = 0, previous_staged = 0;
   for (int i = 0; i < count; i++) {
@@ -52,8 +58,11 @@ static kolo_status build_pieces(kolo_comm *comm, const kolo_fused_item *items, i
     if (bytes == 0) continue;
     if (staged(item, element, 0)) {
       stage_in(comm->fusion + at, item, dtype, op);
-      if (previous_staged) pieces[made - 1].bytes += bytes;
-      else pieces[made++] = (kolo_piece){.src = comm->fusion + at, .dst = comm->fusion + at, .bytes = bytes};
+      if (previous_staged)
+        pieces[made - 1].bytes += bytes;
+      else
+        pieces[made++] =
+            (kolo_piece){.src = comm->fusion + at, .dst = comm->fusion + at, .bytes = bytes};
       at += bytes;
       previous_staged = 1;
       continue;
@@ -70,8 +79,8 @@ static kolo_status build_pieces(kolo_comm *comm, const kolo_fused_item *items, i
   return KOLO_OK;
 }
 
-static void finish_items(kolo_comm *comm, const kolo_fused_item *items, int count,
-                         kolo_dtype dtype, int latency_path) {
+static void finish_items(kolo_comm *comm, const kolo_fused_item *items, int count, kolo_dtype dtype,
+                         int latency_path) {
   size_t element = kolo_dtype_size(dtype), at = 0;
   for (int i = 0; i < count; i++) {
     const kolo_fused_item *item = &items[i];
@@ -107,8 +116,8 @@ kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int c
       at += items[i].count * element;
     }
     times->staged_ns = kolo_now_ns();
-    KOLO_CHECK(kolo_ring_allreduce(comm, comm->fusion, comm->fusion, elements, dtype, op,
-                                   engine_thread));
+    KOLO_CHECK(
+        kolo_ring_allreduce(comm, comm->fusion, comm->fusion, elements, dtype, op, engine_thread));
   } else {
     kolo_piece *pieces = malloc((size_t)count * sizeof *pieces);
     if (pieces == NULL) return KOLO_ERR_NO_MEMORY;
@@ -129,7 +138,8 @@ kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int c
 
 kolo_status kolo_exec_batch(kolo_comm *comm, kolo_batch *batch, kolo_fused_times *times) {
   if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
-  kolo_fused_item *items = malloc((size_t)(batch->slot_count ? batch->slot_count : 1) * sizeof *items);
+  kolo_fused_item *items =
+      malloc((size_t)(batch->slot_count ? batch->slot_count : 1) * sizeof *items);
   if (items == NULL) return KOLO_ERR_NO_MEMORY;
   for (int i = 0; i < batch->slot_count; i++) {
     const kolo_batch_slot *slot = &batch->slots[i];
@@ -138,7 +148,9 @@ kolo_status kolo_exec_batch(kolo_comm *comm, kolo_batch *batch, kolo_fused_times
       continue;
     }
     const kolo_member *m = &slot->owner->members[slot->member];
-    items[i] = (kolo_fused_item){.send = m->send, .recv = m->recv, .count = m->count,
+    items[i] = (kolo_fused_item){.send = m->send,
+                                 .recv = m->recv,
+                                 .count = m->count,
                                  .prescale = slot->owner->prescale,
                                  .postscale = slot->owner->postscale};
   }

@@ -13,7 +13,7 @@
 
 #define HELLO_MAGIC 0x4b4f4c4fu /* "KOLO" */
 #define ACK_MAGIC 0x4b41434bu   /* "KACK" */
-#define PROTOCOL_VERSION 2 /* 2: control links carry liveness beats */
+#define PROTOCOL_VERSION 2      /* 2: control links carry liveness beats */
 
 /* ---- the wire records (pure) ---- */
 
@@ -83,7 +83,8 @@ kolo_status kolo_hello_judge(const kolo_hello *h, const char *secret, uint64_t e
   if (!secrets_equal(h->secret, h->secret_length, secret, strlen(secret))) return KOLO_ERR_AUTH;
   if (h->epoch != epoch) return KOLO_ERR_STALE_EPOCH;
   if (h->size != size || h->rank != expected_rank ||
-      (h->kind != KOLO_CONNECTION_DATA && h->kind != KOLO_CONNECTION_CONTROL && h->kind != KOLO_CONNECTION_BELL))
+      (h->kind != KOLO_CONNECTION_DATA && h->kind != KOLO_CONNECTION_CONTROL &&
+       h->kind != KOLO_CONNECTION_BELL))
     return KOLO_ERR_PROTOCOL;
   return KOLO_OK;
 }
@@ -98,7 +99,8 @@ kolo_status kolo_ack_decode(const uint8_t *ack, int *bulk_taken) {
   if (kolo_get32(ack) != ACK_MAGIC) return KOLO_ERR_PROTOCOL;
   uint32_t verdict = kolo_get32(ack + 4);
   /* a verdict must be a status this library knows: anything else is garbage */
-  if (verdict > (uint32_t)INT32_MAX || strcmp(kolo_status_name((kolo_status)verdict), "KOLO_ERR_UNKNOWN") == 0)
+  if (verdict > (uint32_t)INT32_MAX ||
+      strcmp(kolo_status_name((kolo_status)verdict), "KOLO_ERR_UNKNOWN") == 0)
     return KOLO_ERR_PROTOCOL;
   if (bulk_taken != NULL) *bulk_taken = kolo_get32(ack + 8) == 1;
   return (kolo_status)verdict;
@@ -109,7 +111,10 @@ kolo_status kolo_ack_decode(const uint8_t *ack, int *bulk_taken) {
 kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
                                       const kolo_bulk_offer *offer, int64_t deadline_ns) {
   uint8_t bytes[KOLO_HELLO_MAX_BYTES];
-  kolo_hello hello = {.kind = kind, .epoch = comm->epoch, .rank = comm->rank, .size = comm->size,
+  kolo_hello hello = {.kind = kind,
+                      .epoch = comm->epoch,
+                      .rank = comm->rank,
+                      .size = comm->size,
                       .secret_length = (uint32_t)strlen(comm->secret),
                       .nonce = kolo_bulk_offer_nonce(offer)};
   const char *offer_name = kolo_bulk_offer_name(offer);
@@ -133,12 +138,14 @@ kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, 
 static kolo_status read_hello_tail(kolo_comm *comm, kolo_transport_conn *conn, kolo_hello *hello,
                                    int64_t deadline) {
   uint8_t offer[KOLO_HELLO_OFFER_BYTES];
-  kolo_status status = kolo_transport_recv_all(comm->transport, conn, hello->secret, hello->secret_length,
-                                               deadline);
-  if (status == KOLO_OK) status = kolo_transport_recv_all(comm->transport, conn, offer, sizeof offer, deadline);
+  kolo_status status =
+      kolo_transport_recv_all(comm->transport, conn, hello->secret, hello->secret_length, deadline);
+  if (status == KOLO_OK)
+    status = kolo_transport_recv_all(comm->transport, conn, offer, sizeof offer, deadline);
   if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
   KOLO_CHECK(kolo_hello_decode_offer(offer, hello));
-  status = kolo_transport_recv_all(comm->transport, conn, hello->offer_name, hello->name_length, deadline);
+  status = kolo_transport_recv_all(comm->transport, conn, hello->offer_name, hello->name_length,
+                                   deadline);
   if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
   hello->offer_name[hello->name_length] = '\0';
   return KOLO_OK;
@@ -146,16 +153,18 @@ static kolo_status read_hello_tail(kolo_comm *comm, kolo_transport_conn *conn, k
 
 /* The verdict on a well-formed hello, logged when it is a refusal. */
 static kolo_status judge_hello(kolo_comm *comm, const kolo_hello *hello, int expected_rank) {
-  kolo_status verdict = kolo_hello_judge(hello, comm->secret, comm->epoch, comm->size, expected_rank);
+  kolo_status verdict =
+      kolo_hello_judge(hello, comm->secret, comm->epoch, comm->size, expected_rank);
   if (verdict == KOLO_ERR_AUTH)
-    KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d: wrong secret", comm->rank,
-              (unsigned long long)comm->epoch, hello->rank);
+    KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d: wrong secret",
+              comm->rank, (unsigned long long)comm->epoch, hello->rank);
   else if (verdict == KOLO_ERR_STALE_EPOCH)
-    KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d of epoch %llu", comm->rank,
-              (unsigned long long)comm->epoch, hello->rank, (unsigned long long)hello->epoch);
+    KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d of epoch %llu",
+              comm->rank, (unsigned long long)comm->epoch, hello->rank,
+              (unsigned long long)hello->epoch);
   else if (verdict != KOLO_OK)
-    KOLO_LOGW("kolo", "rank %d: refused a connection claiming rank %d of %d (want rank %d of %d)", comm->rank,
-              hello->rank, hello->size, expected_rank, comm->size);
+    KOLO_LOGW("kolo", "rank %d: refused a connection claiming rank %d of %d (want rank %d of %d)",
+              comm->rank, hello->rank, hello->size, expected_rank, comm->size);
   return verdict;
 }
 

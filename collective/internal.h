@@ -88,40 +88,40 @@ struct kolo_request {
   kolo_op op;
   int root;
   kolo_status status;
-  int done;     /* guarded by comm->mutex */
-  int pooled;   /* lives in the comm's pool (async) rather than on a caller's stack */
+  int done;             /* guarded by comm->mutex */
+  int pooled;           /* lives in the comm's pool (async) rather than on a caller's stack */
   void *device_request; /* an NCCL request when the operation runs on device buffers */
   void *cuda_stream;    /* device operations: ordered after the caller's stream (NULL: legacy) */
   kolo_request *next;
 
   /* named operations (engine.h); name[0] == '\0' for the unnamed API */
   char name[KOLO_NAME_MAX + 1];
-  double prescale, postscale;     /* all-reduce: 1.0 = none */
-  const size_t *split_counts;     /* reducescatter: per-rank recv counts; alltoall: per-rank
-                                   * send counts (caller's; NULL = even split) */
-  int engine_output;              /* allgather/alltoall with recv == NULL: the engine allocates */
-  void *output;                   /* what the engine allocated (handed over by _result) */
+  double prescale, postscale; /* all-reduce: 1.0 = none */
+  const size_t *split_counts; /* reducescatter: per-rank recv counts; alltoall: per-rank
+                               * send counts (caller's; NULL = even split) */
+  int engine_output;          /* allgather/alltoall with recv == NULL: the engine allocates */
+  void *output;               /* what the engine allocated (handed over by _result) */
   size_t output_count;
-  int last_rank;                  /* join: the last rank to join */
-  int member_count;               /* all-reduce: 1, or a group's size */
-  kolo_member *members;           /* member_count entries (malloc'd with the names blob) */
-  kolo_member single;             /* members points here for a plain named all-reduce */
+  int last_rank;        /* join: the last rank to join */
+  int member_count;     /* all-reduce: 1, or a group's size */
+  kolo_member *members; /* member_count entries (malloc'd with the names blob) */
+  kolo_member single;   /* members points here for a plain named all-reduce */
   char message[KOLO_RESULT_MESSAGE_BYTES];
 
   /* the engine */
-  int negotiated;                 /* goes through the negotiator (named, or unnamed in named mode) */
-  uint64_t seq;                   /* unnamed: its sequence number among this rank's unnamed ops */
-  int64_t submitted_ns;           /* when it was submitted (timeline, stall) */
-  int64_t decided_ns;             /* when negotiation made it ready */
-  int internal;                   /* engine-made (batch, joined participation): freed, not pooled */
-  int counts_from;                /* reduce-scatter while ranks joined: 1 + the rank whose recv
-                                   * counts every rank takes first (a joined rank has none);
-                                   * 0 otherwise */
-  int on_device;                  /* named, on CUDA buffers: after negotiation the executor
-                                   * submits it to NCCL (device_request, set under comm->mutex
-                                   * when done) and kolo_wait waits for NCCL */
-  struct kolo_batch *batch;       /* KOLO_REQUEST_BATCH */
-  void *scratch;                  /* internal: a buffer it owns */
+  int negotiated;           /* goes through the negotiator (named, or unnamed in named mode) */
+  uint64_t seq;             /* unnamed: its sequence number among this rank's unnamed ops */
+  int64_t submitted_ns;     /* when it was submitted (timeline, stall) */
+  int64_t decided_ns;       /* when negotiation made it ready */
+  int internal;             /* engine-made (batch, joined participation): freed, not pooled */
+  int counts_from;          /* reduce-scatter while ranks joined: 1 + the rank whose recv
+                             * counts every rank takes first (a joined rank has none);
+                             * 0 otherwise */
+  int on_device;            /* named, on CUDA buffers: after negotiation the executor
+                             * submits it to NCCL (device_request, set under comm->mutex
+                             * when done) and kolo_wait waits for NCCL */
+  struct kolo_batch *batch; /* KOLO_REQUEST_BATCH */
+  void *scratch;            /* internal: a buffer it owns */
 };
 
 /* A fused all-reduce the negotiator handed to the executor: slots in the order
@@ -163,10 +163,10 @@ typedef struct kolo_ring_item {
 typedef struct kolo_ring_plan {
   kolo_ring_item *sends; /* capacity items (at least 2 * size) */
   kolo_ring_item *recvs;
-  size_t *processed;     /* per recv item: bytes final in buffer */
+  size_t *processed; /* per recv item: bytes final in buffer */
   int send_count;
   int recv_count;
-  int capacity;          /* items each array holds */
+  int capacity; /* items each array holds */
   kolo_dtype dtype;
   kolo_op op;
 } kolo_ring_plan;
@@ -207,7 +207,7 @@ typedef struct kolo_control_link {
   int open;
   size_t filled;
   kolo_control_message message;
-  kolo_frame *frame;     /* a frame whose payload is being read */
+  kolo_frame *frame; /* a frame whose payload is being read */
   size_t frame_filled;
   kolo_frame *frames_head, *frames_tail;
   int64_t heard_ns;      /* beat.c: when anything last arrived on this link */
@@ -239,13 +239,13 @@ struct kolo_comm {
   /* the ring's two directions (unconnected when size == 1): each has a small
    * channel (TCP, lowest latency) and a bulk one (a shared-memory ring when the
    * neighbour shares the host, else the same TCP channel) */
-  kolo_direction next; /* we send data to rank + 1 */
-  kolo_direction prev; /* we receive data from rank - 1 */
-  size_t bulk_min_bytes; /* operations of at least this many bytes use the bulk channels */
-  int64_t spin_ns;        /* the most a stalled transfer busy-polls before sleeping in poll */
-  int64_t spin_budget_ns; /* what it busy-polls now (ring.c adapts it; the runner's only) */
-  kolo_control_link control[2];   /* [0] to rank + 1, [1] to rank - 1 */
-  atomic_int peer_timeout_ms;     /* beat.c: a neighbour silent this long is lost (0: never) */
+  kolo_direction next;          /* we send data to rank + 1 */
+  kolo_direction prev;          /* we receive data from rank - 1 */
+  size_t bulk_min_bytes;        /* operations of at least this many bytes use the bulk channels */
+  int64_t spin_ns;              /* the most a stalled transfer busy-polls before sleeping in poll */
+  int64_t spin_budget_ns;       /* what it busy-polls now (ring.c adapts it; the runner's only) */
+  kolo_control_link control[2]; /* [0] to rank + 1, [1] to rank - 1 */
+  atomic_int peer_timeout_ms;   /* beat.c: a neighbour silent this long is lost (0: never) */
 
   /* named requests in flight on this rank (guarded by mutex) */
   kolo_names *in_flight;
@@ -294,13 +294,13 @@ struct kolo_comm {
   size_t staging_bytes;
   char *scratch;
   size_t scratch_bytes;
-  char *fusion;           /* the fusion buffer (grows to the largest fused size seen) */
+  char *fusion; /* the fusion buffer (grows to the largest fused size seen) */
   size_t fusion_bytes;
-  char *matrix;           /* all-to-all: every rank's send counts and capacity */
+  char *matrix; /* all-to-all: every rank's send counts and capacity */
   size_t matrix_bytes;
-  uint64_t *counts;       /* size entries: all-gather counts */
-  size_t *block_offsets;  /* size entries */
-  size_t *block_bytes;    /* size entries */
+  uint64_t *counts;      /* size entries: all-gather counts */
+  size_t *block_offsets; /* size entries */
+  size_t *block_bytes;   /* size entries */
   kolo_ring_plan plan;
 
   /* CUDA mode (collective/device.c): NULL until kolo_comm_use_cuda, then set once */
@@ -347,9 +347,14 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
  *   PAIR:   2 ranks over TCP, pair_min_bytes..pair_max_bytes: each sends its
  *           whole buffer and reduces the other's as it streams in;
  *   RING:   reduce-scatter + all-gather, pipelined per segment. */
-typedef enum { KOLO_ALLREDUCE_GATHER, KOLO_ALLREDUCE_PAIR, KOLO_ALLREDUCE_RING } kolo_allreduce_algo;
+typedef enum {
+  KOLO_ALLREDUCE_GATHER,
+  KOLO_ALLREDUCE_PAIR,
+  KOLO_ALLREDUCE_RING
+} kolo_allreduce_algo;
 kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
-                                          size_t pair_min_bytes, size_t pair_max_bytes, int over_shm);
+                                          size_t pair_min_bytes, size_t pair_max_bytes,
+                                          int over_shm);
 
 /* Whether an operation of bytes runs over shared memory in either ring
  * direction (the same answer on both ends of each link, so on every rank). */
@@ -410,7 +415,8 @@ typedef enum kolo_control_kind {
   KOLO_CONTROL_GOODBYE,
   KOLO_CONTROL_FAILURE,
 } kolo_control_kind;
-kolo_control_kind kolo_control_classify(const kolo_control_message *message, int from_prev, int size);
+kolo_control_kind kolo_control_classify(const kolo_control_message *message, int from_prev,
+                                        int size);
 
 /* Sends a control message on both links (skipping the link to skip_rank);
  * best effort, never blocks. Negotiator thread only. */

@@ -187,7 +187,8 @@ static kolo_status copy_members(kolo_request *prototype, int n, const char *cons
   for (int i = 0; i < n; i++) {
     size_t length = strlen(names[i]) + 1;
     memcpy(text, names[i], length);
-    members[i] = (kolo_member){.name = text, .send = sends[i], .recv = recvs[i], .count = counts[i]};
+    members[i] =
+        (kolo_member){.name = text, .send = sends[i], .recv = recvs[i], .count = counts[i]};
     text += length;
     total += counts[i];
   }
@@ -199,9 +200,9 @@ static kolo_status copy_members(kolo_request *prototype, int n, const char *cons
 
 kolo_status kolo_grouped_allreduce_named(kolo_comm *comm, const char *group_name, int n,
                                          const char *const *names, const void *const *sends,
-                                         void *const *recvs, const size_t *counts,
-                                         kolo_dtype dtype, kolo_op op, double prescale,
-                                         double postscale, kolo_request **request) {
+                                         void *const *recvs, const size_t *counts, kolo_dtype dtype,
+                                         kolo_op op, double prescale, double postscale,
+                                         kolo_request **request) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(check_name(group_name, "grouped allreduce"));
   KOLO_CHECK(check_types(comm, group_name, dtype, 1, op));
@@ -242,7 +243,8 @@ static kolo_status allgather_named(kolo_comm *comm, const char *name, const void
   if (recv != NULL) KOLO_CHECK(check_buffer(name, recv, recv_capacity, "recv"));
   int device = 0;
   KOLO_CHECK(placement(comm, name, send, recv, stream_call, &device));
-  if (device && recv == NULL) return unsupported_on_device(name, "an all-gather into engine memory");
+  if (device && recv == NULL)
+    return unsupported_on_device(name, "an all-gather into engine memory");
   kolo_request prototype;
   prototype_init(&prototype, comm, KOLO_REQUEST_ALLGATHER, name, dtype);
   if (device) on_device(&prototype, stream);
@@ -264,8 +266,8 @@ kolo_status kolo_allgather_named(kolo_comm *comm, const char *name, const void *
 
 kolo_status kolo_allgather_named_on_stream(kolo_comm *comm, const char *name, const void *send,
                                            size_t send_count, void *recv, size_t recv_capacity,
-                                           size_t *recv_counts, kolo_dtype dtype,
-                                           void *cuda_stream, kolo_request **request) {
+                                           size_t *recv_counts, kolo_dtype dtype, void *cuda_stream,
+                                           kolo_request **request) {
   return allgather_named(comm, name, send, send_count, recv, recv_capacity, recv_counts, dtype, 1,
                          cuda_stream, request);
 }
@@ -314,8 +316,8 @@ static int even_blocks(const size_t *counts, int n) {
 
 static kolo_status reducescatter_named(kolo_comm *comm, const char *name, const void *send,
                                        void *recv, size_t count, const size_t *recv_counts,
-                                       kolo_dtype dtype, kolo_op op, int stream_call,
-                                       void *stream, kolo_request **request) {
+                                       kolo_dtype dtype, kolo_op op, int stream_call, void *stream,
+                                       kolo_request **request) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;
   KOLO_CHECK(check_name(name, "reducescatter"));
   KOLO_CHECK(check_types(comm, name, dtype, 1, op));
@@ -359,13 +361,12 @@ kolo_status kolo_reducescatter_named(kolo_comm *comm, const char *name, const vo
                              request);
 }
 
-kolo_status kolo_reducescatter_named_on_stream(kolo_comm *comm, const char *name,
-                                               const void *send, void *recv, size_t count,
-                                               const size_t *recv_counts, kolo_dtype dtype,
-                                               kolo_op op, void *cuda_stream,
+kolo_status kolo_reducescatter_named_on_stream(kolo_comm *comm, const char *name, const void *send,
+                                               void *recv, size_t count, const size_t *recv_counts,
+                                               kolo_dtype dtype, kolo_op op, void *cuda_stream,
                                                kolo_request **request) {
-  return reducescatter_named(comm, name, send, recv, count, recv_counts, dtype, op, 1,
-                             cuda_stream, request);
+  return reducescatter_named(comm, name, send, recv, count, recv_counts, dtype, op, 1, cuda_stream,
+                             request);
 }
 
 kolo_status kolo_alltoall_named(kolo_comm *comm, const char *name, const void *send,

@@ -47,7 +47,9 @@ uint64_t kolo_name_hash(const char *name) {
   return hash ^ (hash >> 29);
 }
 
-static size_t key_class(size_t length) { return length / KEY_CLASS_BYTES; }
+static size_t key_class(size_t length) {
+  return length / KEY_CLASS_BYTES;
+}
 
 static name_node *node_take(kolo_names *names, size_t length) {
   size_t c = key_class(length);
@@ -102,7 +104,8 @@ void kolo_names_destroy(kolo_names *names) {
 }
 
 static name_node *find(const kolo_names *names, const char *name, uint64_t hash) {
-  for (name_node *node = names->buckets[hash & (names->bucket_count - 1)]; node; node = node->next) {
+  for (name_node *node = names->buckets[hash & (names->bucket_count - 1)]; node;
+       node = node->next) {
     if (node->hash == hash && strcmp(node->key, name) == 0) return node;
   }
   return NULL;
@@ -167,7 +170,9 @@ void *kolo_names_remove(kolo_names *names, const char *name) {
   return NULL;
 }
 
-size_t kolo_names_count(const kolo_names *names) { return names->count; }
+size_t kolo_names_count(const kolo_names *names) {
+  return names->count;
+}
 
 void kolo_names_drain(kolo_names *names, void (*fn)(void *value, void *context), void *context) {
   for (size_t b = 0; b < names->bucket_count; b++) {

@@ -193,7 +193,7 @@ struct kolo_nego_table {
   uint8_t *joined;
   uint64_t *join_cycle;
   uint64_t *unnamed;
-  kolo_nego_entry **ready;   /* decide_ready's scratch, reused across cycles */
+  kolo_nego_entry **ready; /* decide_ready's scratch, reused across cycles */
   size_t ready_capacity;
 };
 
@@ -249,9 +249,8 @@ const kolo_nego_entry *kolo_nego_lookup(const kolo_nego_table *t, const char *na
 }
 
 static int meta_equal(const kolo_nego_meta *a, const kolo_nego_meta *b) {
-  return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&
-         a->device == b->device && a->root == b->root &&
-         a->members == b->members && a->count == b->count && a->aux == b->aux;
+  return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->device == b->device &&
+         a->root == b->root && a->members == b->members && a->count == b->count && a->aux == b->aux;
 }
 
 int32_t kolo_nego_cached_bit(const kolo_nego_table *t, const char *name, int rank,
@@ -261,9 +260,15 @@ int32_t kolo_nego_cached_bit(const kolo_nego_table *t, const char *name, int ran
   return meta_equal(&entry->meta[rank], meta) ? entry->bit : -1;
 }
 
-uint32_t kolo_nego_bits_used(const kolo_nego_table *t) { return t->bits_used; }
-int kolo_nego_joined(const kolo_nego_table *t, int rank) { return t->joined[rank]; }
-uint64_t kolo_nego_unnamed_count(const kolo_nego_table *t, int rank) { return t->unnamed[rank]; }
+uint32_t kolo_nego_bits_used(const kolo_nego_table *t) {
+  return t->bits_used;
+}
+int kolo_nego_joined(const kolo_nego_table *t, int rank) {
+  return t->joined[rank];
+}
+uint64_t kolo_nego_unnamed_count(const kolo_nego_table *t, int rank) {
+  return t->unnamed[rank];
+}
 
 static kolo_nego_entry *entry_create(kolo_nego_table *t, const char *name, size_t length) {
   char key[KOLO_NAME_MAX + 1];
@@ -288,16 +293,22 @@ static kolo_nego_entry *entry_create(kolo_nego_table *t, const char *name, size_
 static void pending_link(kolo_nego_table *t, kolo_nego_entry *entry) {
   entry->pending_prev = t->pending_tail;
   entry->pending_next = NULL;
-  if (t->pending_tail) t->pending_tail->pending_next = entry;
-  else t->pending_head = entry;
+  if (t->pending_tail)
+    t->pending_tail->pending_next = entry;
+  else
+    t->pending_head = entry;
   t->pending_tail = entry;
 }
 
 static void pending_unlink(kolo_nego_table *t, kolo_nego_entry *entry) {
-  if (entry->pending_prev) entry->pending_prev->pending_next = entry->pending_next;
-  else t->pending_head = entry->pending_next;
-  if (entry->pending_next) entry->pending_next->pending_prev = entry->pending_prev;
-  else t->pending_tail = entry->pending_prev;
+  if (entry->pending_prev)
+    entry->pending_prev->pending_next = entry->pending_next;
+  else
+    t->pending_head = entry->pending_next;
+  if (entry->pending_next)
+    entry->pending_next->pending_prev = entry->pending_prev;
+  else
+    t->pending_tail = entry->pending_prev;
   entry->pending_next = entry->pending_prev = NULL;
 }
 
@@ -354,59 +365,102 @@ void kolo_nego_format_ranks(const uint8_t *flags, int size, uint8_t want, char *
 
 static const char *kind_name(uint8_t kind) {
   switch (kind) {
-    case KOLO_REQUEST_ALLREDUCE: return "allreduce";
-    case KOLO_REQUEST_ALLGATHER: return "allgather";
-    case KOLO_REQUEST_BROADCAST: return "broadcast";
-    case KOLO_REQUEST_REDUCESCATTER: return "reducescatter";
-    case KOLO_REQUEST_ALLTOALL: return "alltoall";
-    default: return "unknown";
+    case KOLO_REQUEST_ALLREDUCE:
+      return "allreduce";
+    case KOLO_REQUEST_ALLGATHER:
+      return "allgather";
+    case KOLO_REQUEST_BROADCAST:
+      return "broadcast";
+    case KOLO_REQUEST_REDUCESCATTER:
+      return "reducescatter";
+    case KOLO_REQUEST_ALLTOALL:
+      return "alltoall";
+    default:
+      return "unknown";
   }
 }
 
 /* The fields that must agree for a kind, as (name, value) of meta. */
-enum { FIELD_KIND, FIELD_DTYPE, FIELD_DEVICE, FIELD_OP, FIELD_COUNT, FIELD_ROOT, FIELD_MEMBERS,
-       FIELD_AUX, FIELD_COUNT_ALL };
+enum {
+  FIELD_KIND,
+  FIELD_DTYPE,
+  FIELD_DEVICE,
+  FIELD_OP,
+  FIELD_COUNT,
+  FIELD_ROOT,
+  FIELD_MEMBERS,
+  FIELD_AUX,
+  FIELD_COUNT_ALL
+};
 
 static int field_applies(uint8_t kind, int field) {
   switch (field) {
     case FIELD_KIND:
     case FIELD_DTYPE:
-    case FIELD_DEVICE: return 1;
-    case FIELD_OP: return kind == KOLO_REQUEST_ALLREDUCE || kind == KOLO_REQUEST_REDUCESCATTER;
+    case FIELD_DEVICE:
+      return 1;
+    case FIELD_OP:
+      return kind == KOLO_REQUEST_ALLREDUCE || kind == KOLO_REQUEST_REDUCESCATTER;
     case FIELD_COUNT:
       return kind == KOLO_REQUEST_ALLREDUCE || kind == KOLO_REQUEST_BROADCAST ||
              kind == KOLO_REQUEST_REDUCESCATTER;
-    case FIELD_ROOT: return kind == KOLO_REQUEST_BROADCAST;
-    case FIELD_MEMBERS: return kind == KOLO_REQUEST_ALLREDUCE;
-    case FIELD_AUX: return kind == KOLO_REQUEST_ALLREDUCE || kind == KOLO_REQUEST_REDUCESCATTER;
-    default: return 0;
+    case FIELD_ROOT:
+      return kind == KOLO_REQUEST_BROADCAST;
+    case FIELD_MEMBERS:
+      return kind == KOLO_REQUEST_ALLREDUCE;
+    case FIELD_AUX:
+      return kind == KOLO_REQUEST_ALLREDUCE || kind == KOLO_REQUEST_REDUCESCATTER;
+    default:
+      return 0;
   }
 }
 
 static uint64_t field_value(const kolo_nego_meta *m, int field) {
   switch (field) {
-    case FIELD_KIND: return m->kind;
-    case FIELD_DTYPE: return m->dtype;
-    case FIELD_DEVICE: return m->device;
-    case FIELD_OP: return m->op;
-    case FIELD_COUNT: return m->count;
-    case FIELD_ROOT: return (uint64_t)(uint32_t)m->root;
-    case FIELD_MEMBERS: return m->members;
-    default: return m->aux;
+    case FIELD_KIND:
+      return m->kind;
+    case FIELD_DTYPE:
+      return m->dtype;
+    case FIELD_DEVICE:
+      return m->device;
+    case FIELD_OP:
+      return m->op;
+    case FIELD_COUNT:
+      return m->count;
+    case FIELD_ROOT:
+      return (uint64_t)(uint32_t)m->root;
+    case FIELD_MEMBERS:
+      return m->members;
+    default:
+      return m->aux;
   }
 }
 
 static void field_text(int field, uint64_t value, char *out, size_t length) {
-  static const char *names[] = {"kind", "dtype", "memory", "op", "count", "root", "members",
-                                "element counts (hash)"};
+  static const char *names[] = {"kind",  "dtype", "memory",  "op",
+                                "count", "root",  "members", "element counts (hash)"};
   switch (field) {
-    case FIELD_KIND: snprintf(out, length, "%s", kind_name((uint8_t)value)); break;
-    case FIELD_DTYPE: snprintf(out, length, "dtype %s", kolo_dtype_name((kolo_dtype)value)); break;
-    case FIELD_DEVICE: snprintf(out, length, "%s memory", value ? "CUDA device" : "host"); break;
-    case FIELD_OP: snprintf(out, length, "op %s", kolo_op_name((kolo_op)value)); break;
-    case FIELD_AUX: snprintf(out, length, "%s %016llx", names[field], (unsigned long long)value); break;
-    case FIELD_ROOT: snprintf(out, length, "root %d", (int)(int32_t)(uint32_t)value); break;
-    default: snprintf(out, length, "%s %llu", names[field], (unsigned long long)value); break;
+    case FIELD_KIND:
+      snprintf(out, length, "%s", kind_name((uint8_t)value));
+      break;
+    case FIELD_DTYPE:
+      snprintf(out, length, "dtype %s", kolo_dtype_name((kolo_dtype)value));
+      break;
+    case FIELD_DEVICE:
+      snprintf(out, length, "%s memory", value ? "CUDA device" : "host");
+      break;
+    case FIELD_OP:
+      snprintf(out, length, "op %s", kolo_op_name((kolo_op)value));
+      break;
+    case FIELD_AUX:
+      snprintf(out, length, "%s %016llx", names[field], (unsigned long long)value);
+      break;
+    case FIELD_ROOT:
+      snprintf(out, length, "root %d", (int)(int32_t)(uint32_t)value);
+      break;
+    default:
+      snprintf(out, length, "%s %llu", names[field], (unsigned long long)value);
+      break;
   }
 }
 
@@ -429,8 +483,10 @@ static void describe_field(const kolo_nego_table *t, const kolo_nego_entry *entr
     kolo_nego_format_ranks(same, n, 1, ranks, sizeof ranks);
     field_text(field, value, text, sizeof text);
     int written = snprintf(out + used, length - used, "%s %s on rank%s %s",
-                           groups == 0 ? "" : groups == 1 ? " but" : ";", text,
-                           count > 1 ? "s" : "", ranks);
+                           groups == 0   ? ""
+                           : groups == 1 ? " but"
+                                         : ";",
+                           text, count > 1 ? "s" : "", ranks);
     if (written < 0) return;
     used += (size_t)written < length - used ? (size_t)written : length - used - 1;
     groups++;
@@ -450,7 +506,8 @@ static int describe_mismatch(const kolo_nego_table *t, const kolo_nego_entry *en
     if (!field_applies(base->kind, field)) continue;
     int differs = 0;
     for (int r = 0; r < t->size; r++) {
-      differs |= entry->submitted[r] && field_value(&entry->meta[r], field) != field_value(base, field);
+      differs |=
+          entry->submitted[r] && field_value(&entry->meta[r], field) != field_value(base, field);
     }
     if (!differs) continue;
     uint8_t *scratch = calloc(2 * (size_t)t->size, 1);
@@ -474,8 +531,10 @@ static int joined_state_error(const kolo_nego_table *t, const kolo_nego_entry *e
   char ranks[160];
   kolo_nego_format_ranks(entry->submitted, t->size, 0, ranks, sizeof ranks);
   if (m->device) { /* a joined rank has no device buffer to take part with */
-    format_message(out, length, "tensor '%s': %s of CUDA buffers cannot run while rank(s) %s "
-                   "have joined", entry->name, kind_name(m->kind), ranks);
+    format_message(out, length,
+                   "tensor '%s': %s of CUDA buffers cannot run while rank(s) %s "
+                   "have joined",
+                   entry->name, kind_name(m->kind), ranks);
     return 1;
   }
   if (m->kind == KOLO_REQUEST_BROADCAST) {
@@ -590,11 +649,12 @@ static void decide_stalls(kolo_nego_table *t, const kolo_nego_message *messages,
         for (int q = 0; q < n; q++) flags[q] = t->unnamed[q] > d->unnamed_agreed;
         kolo_nego_format_ranks(flags, n, 1, have, sizeof have);
         kolo_nego_format_ranks(flags, n, 0, missing, sizeof missing);
-        format_message(d->stall_message, sizeof d->stall_message,
-                 "stalled: unnamed operation #%llu was issued by rank(s) %s but not by rank(s) %s "
-                 "(declared by rank %d after %u s)",
-                 (unsigned long long)(d->unnamed_agreed + 1), have, missing, r,
-                 messages[r].stall_seconds);
+        format_message(
+            d->stall_message, sizeof d->stall_message,
+            "stalled: unnamed operation #%llu was issued by rank(s) %s but not by rank(s) %s "
+            "(declared by rank %d after %u s)",
+            (unsigned long long)(d->unnamed_agreed + 1), have, missing, r,
+            messages[r].stall_seconds);
       } else {
         char key[KOLO_NAME_MAX + 1];
         memcpy(key, s->name, s->name_length);
@@ -605,9 +665,9 @@ static void decide_stalls(kolo_nego_table *t, const kolo_nego_message *messages,
         kolo_nego_format_ranks(entry->submitted, n, 0, missing, sizeof missing);
         memcpy(flags, entry->submitted, (size_t)n);
         format_message(d->stall_message, sizeof d->stall_message,
-                 "stalled: tensor '%s' was submitted by rank(s) %s but not by rank(s) %s "
-                 "(declared by rank %d after %u s)",
-                 key, have, missing, r, messages[r].stall_seconds);
+                       "stalled: tensor '%s' was submitted by rank(s) %s but not by rank(s) %s "
+                       "(declared by rank %d after %u s)",
+                       key, have, missing, r, messages[r].stall_seconds);
       }
       d->stall = KOLO_ERR_STALLED;
       d->stall_rank = 0;
@@ -629,8 +689,8 @@ static void decide_join(kolo_nego_table *t, kolo_nego_decision *d) {
   memset(t->joined, 0, (size_t)t->size);
 }
 
-kolo_status kolo_nego_apply(kolo_nego_table *t, const kolo_nego_message *messages,
-                            int64_t now_ns, kolo_nego_decision *d) {
+kolo_status kolo_nego_apply(kolo_nego_table *t, const kolo_nego_message *messages, int64_t now_ns,
+                            kolo_nego_decision *d) {
   d->ready_count = 0;
   d->join_done = 0;
   d->last_rank = -1;

@@ -29,7 +29,7 @@
 
 /* What a rank says about a name; the unit of agreement. */
 typedef struct kolo_nego_meta {
-  uint8_t kind;   /* kolo_request_kind */
+  uint8_t kind; /* kolo_request_kind */
   uint8_t dtype;
   uint8_t op;
   uint8_t device; /* 1: the buffers are CUDA device memory (the operation runs on NCCL) */
@@ -56,9 +56,9 @@ typedef struct kolo_nego_message {
   uint32_t bit_bytes;
   uint32_t announce_count;
   kolo_nego_announce *announces;
-  uint32_t stall_count;   /* names this rank declares stalled (and, name "", unnamed ops) */
+  uint32_t stall_count;       /* names this rank declares stalled (and, name "", unnamed ops) */
   kolo_nego_announce *stalls; /* only name/name_length used */
-  uint32_t stall_seconds; /* the declarer's KOLO_STALL_TIMEOUT */
+  uint32_t stall_seconds;     /* the declarer's KOLO_STALL_TIMEOUT */
 } kolo_nego_message;
 
 /* A growable byte buffer for encoding. */
@@ -79,26 +79,26 @@ void kolo_nego_message_free(kolo_nego_message *message);
 /* ---- the replicated table ---- */
 
 typedef struct kolo_nego_entry {
-  const char *name;      /* the table's key */
-  uint64_t order;        /* when the name was first seen (the execution order) */
-  int32_t bit;           /* cache bit, or -1 */
-  uint32_t pending;      /* ranks that submitted it this round */
-  uint8_t *submitted;    /* size flags */
-  uint8_t *has_meta;     /* size flags: meta[r] holds what r last said */
-  kolo_nego_meta *meta;  /* size entries */
-  int64_t since_ns;      /* local time the round began (its first submission seen here) */
-  int warned;            /* the stall warning was logged this round */
+  const char *name;     /* the table's key */
+  uint64_t order;       /* when the name was first seen (the execution order) */
+  int32_t bit;          /* cache bit, or -1 */
+  uint32_t pending;     /* ranks that submitted it this round */
+  uint8_t *submitted;   /* size flags */
+  uint8_t *has_meta;    /* size flags: meta[r] holds what r last said */
+  kolo_nego_meta *meta; /* size entries */
+  int64_t since_ns;     /* local time the round began (its first submission seen here) */
+  int warned;           /* the stall warning was logged this round */
   struct kolo_nego_entry *pending_next, *pending_prev; /* the list of entries in a round */
 } kolo_nego_entry;
 
 /* One name ready this cycle. */
 typedef struct kolo_nego_ready {
   char name[KOLO_NAME_MAX + 1];
-  kolo_nego_meta meta;   /* the agreed metadata (from the lowest submitting rank) */
-  kolo_status status;    /* KOLO_OK, KOLO_ERR_MISMATCH, or KOLO_ERR_STATE (joined ranks and
-                          * an operation they cannot take part in) */
+  kolo_nego_meta meta; /* the agreed metadata (from the lowest submitting rank) */
+  kolo_status status;  /* KOLO_OK, KOLO_ERR_MISMATCH, or KOLO_ERR_STATE (joined ranks and
+                        * an operation they cannot take part in) */
   char message[KOLO_RESULT_MESSAGE_BYTES];
-  uint8_t *submitted;    /* size flags: who submitted (the others joined); owned by the decision */
+  uint8_t *submitted; /* size flags: who submitted (the others joined); owned by the decision */
 } kolo_nego_ready;
 
 typedef struct kolo_nego_decision {
@@ -110,7 +110,7 @@ typedef struct kolo_nego_decision {
   int last_rank;            /* ... and this rank joined last */
   kolo_status stall;        /* KOLO_ERR_STALLED when a stall was declared (message below) */
   char stall_message[KOLO_RESULT_MESSAGE_BYTES];
-  int stall_rank;           /* the first missing rank */
+  int stall_rank; /* the first missing rank */
 } kolo_nego_decision;
 
 typedef struct kolo_nego_table kolo_nego_table;
@@ -144,7 +144,6 @@ int kolo_nego_joined(const kolo_nego_table *table, int rank);
 uint64_t kolo_nego_unnamed_count(const kolo_nego_table *table, int rank);
 
 /* "0,2-4": the ranks whose flag equals want (for messages). */
-void kolo_nego_format_ranks(const uint8_t *flags, int size, uint8_t want, char *out,
-                            size_t length);
+void kolo_nego_format_ranks(const uint8_t *flags, int size, uint8_t want, char *out, size_t length);
 
 #endif

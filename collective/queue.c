@@ -40,12 +40,18 @@ static void free_internal(kolo_request *request) {
 
 static const char *phase_name(kolo_request_kind kind) {
   switch (kind) {
-    case KOLO_REQUEST_ALLGATHER: return "ALLGATHER";
-    case KOLO_REQUEST_BROADCAST: return "BROADCAST";
-    case KOLO_REQUEST_REDUCESCATTER: return "REDUCESCATTER";
-    case KOLO_REQUEST_ALLTOALL: return "ALLTOALL";
-    case KOLO_REQUEST_JOIN: return "JOIN";
-    default: return "ALLREDUCE";
+    case KOLO_REQUEST_ALLGATHER:
+      return "ALLGATHER";
+    case KOLO_REQUEST_BROADCAST:
+      return "BROADCAST";
+    case KOLO_REQUEST_REDUCESCATTER:
+      return "REDUCESCATTER";
+    case KOLO_REQUEST_ALLTOALL:
+      return "ALLTOALL";
+    case KOLO_REQUEST_JOIN:
+      return "JOIN";
+    default:
+      return "ALLREDUCE";
   }
 }
 
@@ -98,10 +104,14 @@ static void execute_one(kolo_comm *comm, kolo_request *request) {
   if (!comm->stopping) {
     /* a join was decided by every rank already: a peer that leaves after it
      * (training over, destroy) must not fail it (hvd.join() then exit) */
-    if (request->kind == KOLO_REQUEST_JOIN) status = KOLO_OK;
-    else if (request->on_device) status = submit_device(comm, request, &device);
-    else if (request->kind == KOLO_REQUEST_BATCH) status = kolo_exec_batch(comm, request->batch, &times);
-    else status = kolo_ring_run(comm, request, 0);
+    if (request->kind == KOLO_REQUEST_JOIN)
+      status = KOLO_OK;
+    else if (request->on_device)
+      status = submit_device(comm, request, &device);
+    else if (request->kind == KOLO_REQUEST_BATCH)
+      status = kolo_exec_batch(comm, request->batch, &times);
+    else
+      status = kolo_ring_run(comm, request, 0);
   }
   times.end_ns = kolo_now_ns();
   record_phases(comm, request, &times, status);
@@ -152,8 +162,10 @@ kolo_status kolo_queue_start(kolo_comm *comm) {
 
 void kolo_queue_push_locked(kolo_comm *comm, kolo_request *request) {
   request->next = NULL;
-  if (comm->queue_tail) comm->queue_tail->next = request;
-  else comm->queue_head = request;
+  if (comm->queue_tail)
+    comm->queue_tail->next = request;
+  else
+    comm->queue_head = request;
   comm->queue_tail = request;
   pthread_cond_signal(&comm->exec_cond);
 }
@@ -304,7 +316,9 @@ static void fill_result(kolo_request *request, kolo_status status, kolo_result *
   request->output = NULL;
 }
 
-void kolo_free(void *memory) { free(memory); }
+void kolo_free(void *memory) {
+  free(memory);
+}
 
 void kolo_request_wait_done_locked(kolo_comm *comm, kolo_request *request) {
   if (!request->done && request->negotiated && !comm->hurry) {
@@ -314,7 +328,9 @@ void kolo_request_wait_done_locked(kolo_comm *comm, kolo_request *request) {
   while (!request->done) pthread_cond_wait(&comm->cond, &comm->mutex);
 }
 
-kolo_status kolo_wait(kolo_request *request) { return kolo_wait_result(request, NULL); }
+kolo_status kolo_wait(kolo_request *request) {
+  return kolo_wait_result(request, NULL);
+}
 
 kolo_status kolo_wait_result(kolo_request *request, kolo_result *result) {
   if (request == NULL) return KOLO_ERR_INVALID_ARG;

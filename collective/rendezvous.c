@@ -62,20 +62,23 @@ static kolo_status gather_ring(const kolo_transport_ops *tp, kolo_transport_list
     kolo_status verdict = kolo_transport_recv_all(tp, conn, header, sizeof header, short_deadline);
     uint32_t secret_length = verdict == KOLO_OK ? kolo_get32(header + 12) : 0;
     int rank = (int)kolo_get32(header + 4);
-    if (verdict == KOLO_OK && (kolo_get32(header) != RENDEZVOUS_MAGIC || secret_length > MAX_SECRET_BYTES)) {
+    if (verdict == KOLO_OK &&
+        (kolo_get32(header) != RENDEZVOUS_MAGIC || secret_length > MAX_SECRET_BYTES)) {
       verdict = KOLO_ERR_PROTOCOL;
     }
     if (verdict == KOLO_OK) {
       verdict = kolo_transport_recv_all(tp, conn, their_secret, secret_length, short_deadline);
     }
     uint8_t length_bytes[4];
-    if (verdict == KOLO_OK) verdict = kolo_transport_recv_all(tp, conn, length_bytes, 4, short_deadline);
+    if (verdict == KOLO_OK)
+      verdict = kolo_transport_recv_all(tp, conn, length_bytes, 4, short_deadline);
     uint32_t address_length = verdict == KOLO_OK ? kolo_get32(length_bytes) : 0;
     if (verdict == KOLO_OK && (address_length == 0 || address_length >= MAX_ADDRESS_BYTES)) {
       verdict = KOLO_ERR_PROTOCOL;
     }
     char address[MAX_ADDRESS_BYTES];
-    if (verdict == KOLO_OK) verdict = kolo_transport_recv_all(tp, conn, address, address_length, short_deadline);
+    if (verdict == KOLO_OK)
+      verdict = kolo_transport_recv_all(tp, conn, address, address_length, short_deadline);
     if (verdict == KOLO_OK) {
       address[address_length] = '\0';
       their_secret[secret_length] = '\0';
@@ -133,15 +136,18 @@ static kolo_status join_ring(const kolo_transport_ops *tp, const char *rendezvou
   }
   status = send_registration(tp, conn, rank, size, secret, own_address, deadline);
   uint8_t header[8];
-  if (status == KOLO_OK) status = kolo_transport_recv_all(tp, conn, header, sizeof header, deadline);
+  if (status == KOLO_OK)
+    status = kolo_transport_recv_all(tp, conn, header, sizeof header, deadline);
   if (status == KOLO_OK && kolo_get32(header) != RENDEZVOUS_MAGIC) status = KOLO_ERR_PROTOCOL;
   if (status == KOLO_OK) status = (kolo_status)kolo_get32(header + 4);
   for (int r = 0; r < size && status == KOLO_OK; r++) {
     uint8_t length_bytes[4];
     status = kolo_transport_recv_all(tp, conn, length_bytes, 4, deadline);
     uint32_t length = status == KOLO_OK ? kolo_get32(length_bytes) : 0;
-    if (status == KOLO_OK && (length == 0 || length >= MAX_ADDRESS_BYTES)) status = KOLO_ERR_PROTOCOL;
-    if (status == KOLO_OK) status = kolo_transport_recv_all(tp, conn, peers[r].address, length, deadline);
+    if (status == KOLO_OK && (length == 0 || length >= MAX_ADDRESS_BYTES))
+      status = KOLO_ERR_PROTOCOL;
+    if (status == KOLO_OK)
+      status = kolo_transport_recv_all(tp, conn, peers[r].address, length, deadline);
     if (status == KOLO_OK) peers[r].address[length] = '\0';
   }
   tp->close(conn);
@@ -171,8 +177,12 @@ kolo_status kolo_comm_create_from_env(kolo_comm **out) {
   if (secret == NULL) secret = "";
   if (strlen(secret) > MAX_SECRET_BYTES) return KOLO_ERR_INVALID_ARG;
   if (host == NULL || *host == '\0') host = "127.0.0.1";
-  kolo_ring_spec spec = {.epoch = (uint64_t)epoch, .rank = rank, .size = size,
-                         .local_rank = local_rank, .local_size = local_size, .secret = secret};
+  kolo_ring_spec spec = {.epoch = (uint64_t)epoch,
+                         .rank = rank,
+                         .size = size,
+                         .local_rank = local_rank,
+                         .local_size = local_size,
+                         .secret = secret};
   if (size == 1) return kolo_comm_create(&spec, NULL, out);
   if (rendezvous_address == NULL && !(rank == 0 && inherited_fd >= 0)) {
     KOLO_LOGE("kolo", "KOLO_RENDEZVOUS (host:port of rank 0) is not set");
@@ -199,12 +209,12 @@ kolo_status kolo_comm_create_from_env(kolo_comm **out) {
     } else {
       KOLO_CHECK_GOTO(tp->listen(rendezvous_address, &rendezvous), status, out);
     }
-    KOLO_CHECK_GOTO(gather_ring(tp, rendezvous, size, secret, own_address, peers, deadline),
-                    status, out);
+    KOLO_CHECK_GOTO(gather_ring(tp, rendezvous, size, secret, own_address, peers, deadline), status,
+                    out);
   } else {
-    KOLO_CHECK_GOTO(join_ring(tp, rendezvous_address, rank, size, secret, own_address, peers,
-                              deadline),
-                    status, out);
+    KOLO_CHECK_GOTO(
+        join_ring(tp, rendezvous_address, rank, size, secret, own_address, peers, deadline), status,
+        out);
   }
   for (int r = 0; r < size; r++) addresses[r] = peers[r].address;
   spec.peers = addresses;

@@ -34,7 +34,9 @@ static void spin_adapt(kolo_comm *comm, int succeeded) {
   comm->spin_budget_ns = budget;
 }
 
-static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
+static int wrap_rank(int value, int size) {
+  return ((value % size) + size) % size;
+}
 
 /* First element of chunk index when count elements are split into parts chunks. */
 size_t kolo_chunk_start(size_t count, int parts, int index) {
@@ -82,7 +84,7 @@ void kolo_plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int 
 }
 
 int kolo_plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t bytes,
-                     int finalize_avg) {
+                   int finalize_avg) {
   int index = plan->recv_count++;
   kolo_ring_item *item = &plan->recvs[index];
   item->buffer = buffer;
@@ -114,7 +116,7 @@ kolo_status kolo_ensure_buffer(char **buffer, size_t *have, size_t need) {
 /* Ring all-gather of equal or unequal blocks already laid out in out: block b
  * is bytes[b] long at offset offsets[b]; this rank's block is in place. */
 void kolo_plan_allgather_blocks(kolo_comm *comm, char *out, const size_t *offsets,
-                                  const size_t *bytes) {
+                                const size_t *bytes) {
   kolo_ring_plan *plan = &comm->plan;
   int n = comm->size, r = comm->rank;
   for (int t = 0; t < n - 1; t++) {
@@ -137,21 +139,22 @@ static void plan_allreduce_ring(kolo_comm *comm, const char *src, char *dst, siz
     kolo_plan_send(plan, from, chunk_length(count, n, send_chunk) * element, t == 0 ? -1 : t - 1);
     size_t offset = kolo_chunk_start(count, n, recv_chunk) * element;
     kolo_plan_recv(plan, dst + offset, src + offset, chunk_length(count, n, recv_chunk) * element,
-              op == KOLO_AVG && t == n - 2);
+                   op == KOLO_AVG && t == n - 2);
   }
   /* all-gather: circulate the owned chunks */
   for (int u = 0; u < n - 1; u++) {
     int send_chunk = wrap_rank(r + 1 - u, n);
     int recv_chunk = wrap_rank(r - u, n);
     kolo_plan_send(plan, dst + kolo_chunk_start(count, n, send_chunk) * element,
-              chunk_length(count, n, send_chunk) * element, n - 2 + u);
+                   chunk_length(count, n, send_chunk) * element, n - 2 + u);
     kolo_plan_recv(plan, dst + kolo_chunk_start(count, n, recv_chunk) * element, NULL,
-              chunk_length(count, n, recv_chunk) * element, 0);
+                   chunk_length(count, n, recv_chunk) * element, 0);
   }
 }
 
 kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
-                                          size_t pair_min_bytes, size_t pair_max_bytes, int over_shm) {
+                                          size_t pair_min_bytes, size_t pair_max_bytes,
+                                          int over_shm) {
   if (bytes <= small_bytes || count < (size_t)size) return KOLO_ALLREDUCE_GATHER;
   /* over TCP the kernel's copies dominate and the pair moves the same bytes as
    * the ring with no step waiting on the peer's reduction; over shared memory
@@ -185,7 +188,8 @@ static kolo_status allreduce_gather(kolo_comm *comm, const char *src, char *dst,
   for (int t = 0; t < n - 1; t++) {
     int send_block = wrap_rank(r - t, n);
     int recv_block = wrap_rank(r - t - 1, n);
-    kolo_plan_send(plan, t == 0 ? own : gather + bytes * (size_t)send_block, bytes, t == 0 ? -1 : t - 1);
+    kolo_plan_send(plan, t == 0 ? own : gather + bytes * (size_t)send_block, bytes,
+                   t == 0 ? -1 : t - 1);
     kolo_plan_recv(plan, gather + bytes * (size_t)recv_block, NULL, bytes, 0);
   }
   status = kolo_execute_plan(comm, engine_thread, bytes);
@@ -237,8 +241,12 @@ kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, s
                                 comm->pair_max_bytes, kolo_bulk_is_shm(comm, bytes))) {
     case KOLO_ALLREDUCE_GATHER:
       return allreduce_gather(comm, src, dst, count, dtype, op, engine_thread);
-    case KOLO_ALLREDUCE_PAIR: plan_allreduce_pair(comm, src, dst, bytes, op); break;
-    case KOLO_ALLREDUCE_RING: plan_allreduce_ring(comm, src, dst, count, element, op); break;
+    case KOLO_ALLREDUCE_PAIR:
+      plan_allreduce_pair(comm, src, dst, bytes, op);
+      break;
+    case KOLO_ALLREDUCE_RING:
+      plan_allreduce_ring(comm, src, dst, count, element, op);
+      break;
   }
   return kolo_execute_plan(comm, engine_thread, bytes);
 }
@@ -335,7 +343,7 @@ static kolo_status run_reducescatter(kolo_comm *comm, kolo_request *request, int
     kolo_plan_send(plan, from, block, t == 0 ? -1 : t - 1);
     char *into = t == n - 2 ? dst : comm->scratch + (size_t)recv_block * block;
     kolo_plan_recv(plan, into, src + (size_t)recv_block * block, block,
-              request->op == KOLO_AVG && t == n - 2);
+                   request->op == KOLO_AVG && t == n - 2);
   }
   return kolo_execute_plan(comm, engine_thread, block * (size_t)n);
 }
@@ -343,16 +351,24 @@ static kolo_status run_reducescatter(kolo_comm *comm, kolo_request *request, int
 kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thread) {
   if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
   switch (request->kind) {
-    case KOLO_REQUEST_ALLREDUCE: return kolo_exec_allreduce(comm, request, engine_thread);
-    case KOLO_REQUEST_ALLGATHER: return run_allgather(comm, request, engine_thread);
-    case KOLO_REQUEST_BROADCAST: return run_broadcast(comm, request, engine_thread);
+    case KOLO_REQUEST_ALLREDUCE:
+      return kolo_exec_allreduce(comm, request, engine_thread);
+    case KOLO_REQUEST_ALLGATHER:
+      return run_allgather(comm, request, engine_thread);
+    case KOLO_REQUEST_BROADCAST:
+      return run_broadcast(comm, request, engine_thread);
     case KOLO_REQUEST_REDUCESCATTER:
-      if (request->counts_from > 0) return kolo_exec_reducescatter_joined(comm, request, engine_thread);
-      if (request->split_counts != NULL) return kolo_ring_reducescatter_v(comm, request, engine_thread);
+      if (request->counts_from > 0)
+        return kolo_exec_reducescatter_joined(comm, request, engine_thread);
+      if (request->split_counts != NULL)
+        return kolo_ring_reducescatter_v(comm, request, engine_thread);
       return run_reducescatter(comm, request, engine_thread);
-    case KOLO_REQUEST_ALLTOALL: return kolo_ring_alltoall(comm, request, engine_thread);
-    case KOLO_REQUEST_JOIN: return kolo_exec_join(comm, request, engine_thread);
-    case KOLO_REQUEST_BATCH: return kolo_exec_batch(comm, request->batch, NULL);
+    case KOLO_REQUEST_ALLTOALL:
+      return kolo_ring_alltoall(comm, request, engine_thread);
+    case KOLO_REQUEST_JOIN:
+      return kolo_exec_join(comm, request, engine_thread);
+    case KOLO_REQUEST_BATCH:
+      return kolo_exec_batch(comm, request->batch, NULL);
     case KOLO_REQUEST_BARRIER: {
       uint8_t token = 1, result = 0;
       return kolo_ring_allreduce(comm, &token, &result, 1, KOLO_UINT8, KOLO_MAX, engine_thread);
@@ -411,8 +427,8 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
   int next = wrap_rank(comm->rank + 1, comm->size);
   int prev = wrap_rank(comm->rank - 1, comm->size);
   int send_index = 0, recv_index = 0;
-  size_t sent = 0;        /* bytes of the current send item on the wire */
-  size_t staged = 0;      /* bytes of the current reduce segment in staging */
+  size_t sent = 0;   /* bytes of the current send item on the wire */
+  size_t staged = 0; /* bytes of the current reduce segment in staging */
   int64_t last_progress = kolo_now_ns();
   int64_t timeout_ns = (int64_t)comm->timeout_ms * 1000000LL;
   int64_t spin_until = 0; /* 0: not spinning since the last progress */
@@ -453,7 +469,8 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
       kolo_status status;
       if (item->local == NULL) {
         status = kolo_channel_recv(from_prev, item->buffer + done, item->bytes - done, &moved);
-        if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
+        if (status != KOLO_OK)
+          return data_link_failed(comm, prev, engine_thread, "connection closed");
         if (moved == 0) break;
         plan->processed[recv_index] += moved;
         progress = 1;
@@ -462,7 +479,8 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
       size_t want = item->bytes - done < segment ? item->bytes - done : segment;
       if (staged < want) {
         status = kolo_channel_recv(from_prev, comm->staging + staged, want - staged, &moved);
-        if (status != KOLO_OK) return data_link_failed(comm, prev, engine_thread, "connection closed");
+        if (status != KOLO_OK)
+          return data_link_failed(comm, prev, engine_thread, "connection closed");
         if (moved == 0) break;
         staged += moved;
         progress = 1;
@@ -475,7 +493,8 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
       const char *left = item->remote_first ? comm->staging : item->local + done;
       const char *right = item->remote_first ? item->local + done : comm->staging;
       kolo_reduce(item->buffer + done, left, right, want / element, plan->dtype, plan->op);
-      if (item->finalize_avg) kolo_divide(item->buffer + done, want / element, plan->dtype, comm->size);
+      if (item->finalize_avg)
+        kolo_divide(item->buffer + done, want / element, plan->dtype, comm->size);
       plan->processed[recv_index] += want;
       staged = 0;
       progress = 1;

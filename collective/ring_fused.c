@@ -12,7 +12,9 @@
 #include "collective/internal.h"
 #include "common/checks.h"
 
-static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
+static int wrap_rank(int value, int size) {
+  return ((value % size) + size) % size;
+}
 
 enum { FROM_SRC, FROM_DST, REDUCE_INTO_DST, COPY_INTO_DST };
 
@@ -21,8 +23,10 @@ static int first_piece(const size_t *offsets, const kolo_piece *pieces, int coun
   int low = 0, high = count - 1;
   while (low < high) {
     int mid = (low + high) / 2;
-    if (offsets[mid] + pieces[mid].bytes <= begin) low = mid + 1;
-    else high = mid;
+    if (offsets[mid] + pieces[mid].bytes <= begin)
+      low = mid + 1;
+    else
+      high = mid;
   }
   return low;
 }
@@ -35,8 +39,10 @@ static int plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size
   int made = 0;
   if (begin >= end) {
     /* an empty chunk still takes one (empty) item so that steps line up */
-    if (mode == FROM_SRC || mode == FROM_DST) kolo_plan_send(plan, NULL, 0, -1);
-    else kolo_plan_recv(plan, NULL, NULL, 0, 0);
+    if (mode == FROM_SRC || mode == FROM_DST)
+      kolo_plan_send(plan, NULL, 0, -1);
+    else
+      kolo_plan_recv(plan, NULL, NULL, 0, 0);
     return 1;
   }
   for (int p = first_piece(offsets, pieces, count, begin); p < count && offsets[p] < end; p++) {
@@ -45,7 +51,9 @@ static int plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size
     if (to <= from) continue;
     const kolo_piece *piece = &pieces[p];
     switch (mode) {
-      case FROM_SRC: kolo_plan_send(plan, piece->src + from, to - from, -1); break;
+      case FROM_SRC:
+        kolo_plan_send(plan, piece->src + from, to - from, -1);
+        break;
       case FROM_DST:
         kolo_plan_send(plan, piece->dst + from, to - from,
                        depends_first < 0 ? -1 : depends_first + made);
@@ -53,15 +61,17 @@ static int plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size
       case REDUCE_INTO_DST:
         kolo_plan_recv(plan, piece->dst + from, piece->src + from, to - from, finalize);
         break;
-      default: kolo_plan_recv(plan, piece->dst + from, NULL, to - from, 0); break;
+      default:
+        kolo_plan_recv(plan, piece->dst + from, NULL, to - from, 0);
+        break;
     }
     made++;
   }
   return made;
 }
 
-static void plan_pieces(kolo_comm *comm, const kolo_piece *pieces, const size_t *offsets,
-                        int count, size_t elements, size_t element, kolo_op op, int *recv_first) {
+static void plan_pieces(kolo_comm *comm, const kolo_piece *pieces, const size_t *offsets, int count,
+                        size_t elements, size_t element, kolo_op op, int *recv_first) {
   kolo_ring_plan *plan = &comm->plan;
   int n = comm->size, r = comm->rank;
 #define CHUNK_BEGIN(c) (kolo_chunk_start(elements, n, (c)) * element)
@@ -97,7 +107,8 @@ static void plan_pieces_pair(kolo_comm *comm, const kolo_piece *pieces, int coun
     int index = kolo_plan_recv(plan, piece->dst, piece->src, piece->bytes, op == KOLO_AVG);
     uintptr_t from = (uintptr_t)piece->src, to = (uintptr_t)piece->dst;
     plan->recvs[index].remote_first = comm->rank == 1;
-    plan->recvs[index].guards_send = (to < from + piece->bytes && from < to + piece->bytes) ? p : -1;
+    plan->recvs[index].guards_send =
+        (to < from + piece->bytes && from < to + piece->bytes) ? p : -1;
   }
 }
 

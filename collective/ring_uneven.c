@@ -14,7 +14,9 @@
 #include "common/checks.h"
 #include "common/log.h"
 
-static int wrap_rank(int value, int size) { return ((value % size) + size) % size; }
+static int wrap_rank(int value, int size) {
+  return ((value % size) + size) % size;
+}
 
 kolo_status kolo_ring_reducescatter_v(kolo_comm *comm, kolo_request *request, int engine_thread) {
   int n = comm->size, r = comm->rank;
@@ -53,11 +55,12 @@ kolo_status kolo_ring_reducescatter_v(kolo_comm *comm, kolo_request *request, in
 static kolo_status gather_split_matrix(kolo_comm *comm, kolo_request *request, int engine_thread) {
   int n = comm->size, r = comm->rank;
   size_t row = (size_t)(n + 1);
-  KOLO_CHECK(kolo_ensure_buffer(&comm->matrix, &comm->matrix_bytes,
-                                       (size_t)n * row * sizeof(uint64_t)));
+  KOLO_CHECK(
+      kolo_ensure_buffer(&comm->matrix, &comm->matrix_bytes, (size_t)n * row * sizeof(uint64_t)));
   uint64_t *matrix = (uint64_t *)comm->matrix;
   for (int d = 0; d < n; d++) matrix[(size_t)r * row + (size_t)d] = request->split_counts[d];
-  matrix[(size_t)r * row + (size_t)n] = request->engine_output ? UINT64_MAX : request->recv_capacity;
+  matrix[(size_t)r * row + (size_t)n] =
+      request->engine_output ? UINT64_MAX : request->recv_capacity;
   if (n == 1) return KOLO_OK;
   for (int b = 0; b < n; b++) {
     comm->block_offsets[b] = (size_t)b * row * sizeof(uint64_t);
@@ -108,7 +111,8 @@ static kolo_status plan_alltoall(kolo_comm *comm, kolo_request *request, const s
   int n = comm->size, r = comm->rank;
   size_t element = kolo_dtype_size(request->dtype);
   size_t scratch_total = 0;
-  for (int t = 1; t < n - 1; t++) scratch_total += rest_bytes(comm, wrap_rank(r - t, n), t, element);
+  for (int t = 1; t < n - 1; t++)
+    scratch_total += rest_bytes(comm, wrap_rank(r - t, n), t, element);
   KOLO_CHECK(kolo_ensure_buffer(&comm->scratch, &comm->scratch_bytes, scratch_total));
   const char *send = request->send;
   size_t mine_at = 0, total_send = 0;

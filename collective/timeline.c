@@ -19,7 +19,7 @@ struct kolo_timeline {
   pthread_mutex_t mutex;
   FILE *file;
   int rank;
-  int events; /* written or buffered so far */
+  int events;         /* written or buffered so far */
   kolo_names *tracks; /* track name -> tid (as a pointer-sized integer) */
   long next_tid;
   char *buffer;
@@ -53,12 +53,15 @@ static void appendf(kolo_timeline *t, const char *fmt, ...) {
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is not one. */
 static int utf8_sequence(const unsigned char *s) {
   if (s[0] < 0x80) return 1;
-  int length = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
+  int length = s[0] >= 0xf0 && s[0] <= 0xf4  ? 4
+               : s[0] >= 0xe0                ? 3
+               : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
+                                             : 0;
   if (length == 0) return 0;
   for (int i = 1; i < length; i++) {
     if ((s[i] & 0xc0) != 0x80) return 0;
   }
-  if (length == 3 && s[0] == 0xe0 && s[1] < 0xa0) return 0; /* overlong */
+  if (length == 3 && s[0] == 0xe0 && s[1] < 0xa0) return 0;  /* overlong */
   if (length == 3 && s[0] == 0xed && s[1] >= 0xa0) return 0; /* surrogates */
   if (length == 4 && s[0] == 0xf0 && s[1] < 0x90) return 0;
   if (length == 4 && s[0] == 0xf4 && s[1] >= 0x90) return 0;
@@ -92,8 +95,10 @@ static void append_string(kolo_timeline *t, const char *text) {
 }
 
 static void begin_event(kolo_timeline *t) {
-  if (t->events++ > 0) append(t, ",\n", 2);
-  else append(t, "\n", 1);
+  if (t->events++ > 0)
+    append(t, ",\n", 2);
+  else
+    append(t, "\n", 1);
 }
 
 static long track_id(kolo_timeline *t, const char *track) {
@@ -102,13 +107,17 @@ static long track_id(kolo_timeline *t, const char *track) {
   long tid = ++t->next_tid;
   if (kolo_names_put(t->tracks, track, (void *)(intptr_t)tid) != KOLO_OK) return 0;
   begin_event(t);
-  appendf(t, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %ld, \"args\": {\"name\": ",
-          t->rank, tid);
+  appendf(
+      t,
+      "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %ld, \"args\": {\"name\": ",
+      t->rank, tid);
   append_string(t, track);
   append(t, "}}", 2);
   begin_event(t);
-  appendf(t, "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %ld, "
-          "\"args\": {\"sort_index\": %ld}}", t->rank, tid, tid);
+  appendf(t,
+          "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %ld, "
+          "\"args\": {\"sort_index\": %ld}}",
+          t->rank, tid, tid);
   return tid;
 }
 
@@ -139,8 +148,10 @@ kolo_status kolo_timeline_open(const char *path, int rank, kolo_timeline **out) 
   t->rank = rank;
   fputs("[", t->file);
   begin_event(t);
-  appendf(t, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
-          rank, rank);
+  appendf(
+      t,
+      "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
+      rank, rank);
   track_id(t, "engine");
   write_out(t);
   *out = t;
@@ -171,8 +182,9 @@ void kolo_timeline_event(kolo_timeline *t, const char *track, const char *phase,
   pthread_mutex_lock(&t->mutex);
   long tid = track_id(t, track);
   begin_event(t);
-  appendf(t, "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %ld, \"ts\": %.3f, \"dur\": %.3f",
-          phase, t->rank, tid, (double)start_ns / 1000.0, (double)(end_ns - start_ns) / 1000.0);
+  appendf(
+      t, "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %ld, \"ts\": %.3f, \"dur\": %.3f",
+      phase, t->rank, tid, (double)start_ns / 1000.0, (double)(end_ns - start_ns) / 1000.0);
   if (detail != NULL) {
     append(t, ", \"args\": {\"detail\": ", 21);
     append_string(t, detail);

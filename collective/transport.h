@@ -33,8 +33,7 @@ typedef struct kolo_transport_ops {
   /* Never blocks. Moves up to length bytes; *moved = 0 when it would block.
    * KOLO_ERR_PEER_LOST when the peer closed or reset the connection. The caller
    * keeps ownership of buffer. */
-  kolo_status (*send)(kolo_transport_conn *conn, const void *buffer, size_t length,
-                      size_t *moved);
+  kolo_status (*send)(kolo_transport_conn *conn, const void *buffer, size_t length, size_t *moved);
   kolo_status (*recv)(kolo_transport_conn *conn, void *buffer, size_t length, size_t *moved);
   /* Descriptor to poll(2) for POLLIN/POLLOUT readiness; valid until close. */
   int (*poll_fd)(const kolo_transport_conn *conn);

@@ -4,9 +4,9 @@
  * executor still sleeps in poll(2) and a dead peer still shows up as a closed
  * socket. The fast path makes no system call: the doorbell socket is read only
  * after this side armed a wait (prepare_wait), and a bell is written only when
- * the other side said it is about to sleep. Offered by the connecting side in the handshake; the acceptor
- * takes it only if it can open the object and finds the offer's nonce in it, so
- * ranks on different hosts (or without a shared /dev/shm) fall back to TCP. */
+ * the other side said it is about to sleep. Offered by the connecting side in the handshake; the
+ * acceptor takes it only if it can open the object and finds the offer's nonce in it, so ranks on
+ * different hosts (or without a shared /dev/shm) fall back to TCP. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -47,7 +47,7 @@ typedef struct shm_conn {
   size_t mapped_bytes;
   int writer;
   int peer_closed;
-  int armed; /* this side raised its waiting flag: a bell may be waiting to be read */
+  int armed;         /* this side raised its waiting flag: a bell may be waiting to be read */
   uint64_t position; /* writer: head; reader: tail (only this side moves it) */
 } shm_conn;
 
@@ -100,8 +100,8 @@ kolo_status kolo_shm_offer_create(kolo_shm_offer **out) {
   if (ftruncate(fd, (off_t)offer->mapped_bytes) != 0) {
     status = KOLO_ERR_UNSUPPORTED;
   } else {
-    void *map = mmap(NULL, offer->mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                     fd, 0);
+    void *map =
+        mmap(NULL, offer->mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (map == MAP_FAILED) {
       status = KOLO_ERR_UNSUPPORTED;
     } else {
@@ -126,8 +126,12 @@ kolo_status kolo_shm_offer_create(kolo_shm_offer **out) {
   return KOLO_OK;
 }
 
-const char *kolo_shm_offer_name(const kolo_shm_offer *offer) { return offer->name; }
-uint64_t kolo_shm_offer_nonce(const kolo_shm_offer *offer) { return offer->nonce; }
+const char *kolo_shm_offer_name(const kolo_shm_offer *offer) {
+  return offer->name;
+}
+uint64_t kolo_shm_offer_nonce(const kolo_shm_offer *offer) {
+  return offer->nonce;
+}
 
 void kolo_shm_offer_destroy(kolo_shm_offer *offer) {
   if (offer == NULL) return;

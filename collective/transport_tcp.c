@@ -178,8 +178,8 @@ static kolo_status tcp_listener_address(const kolo_transport_listener *listener,
     return kolo_status_from_errno(errno);
   }
   char host[128], port[16];
-  if (getnameinfo((struct sockaddr *)&address, address_length, host, sizeof host, port,
-                  sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+  if (getnameinfo((struct sockaddr *)&address, address_length, host, sizeof host, port, sizeof port,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return KOLO_ERR_ADDRESS;
   }
   int written = address.ss_family == AF_INET6 ? snprintf(buffer, length, "[%s]:%s", host, port)
@@ -288,13 +288,13 @@ static kolo_status tcp_send(kolo_transport_conn *conn, const void *buffer, size_
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return KOLO_OK;
-    return (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) ? KOLO_ERR_PEER_LOST
-                                                                        : kolo_status_from_errno(errno);
+    return (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
+               ? KOLO_ERR_PEER_LOST
+               : kolo_status_from_errno(errno);
   }
 }
 
-static kolo_status tcp_recv(kolo_transport_conn *conn, void *buffer, size_t length,
-                            size_t *moved) {
+static kolo_status tcp_recv(kolo_transport_conn *conn, void *buffer, size_t length, size_t *moved) {
   *moved = 0;
   if (length == 0) return KOLO_OK;
   for (;;) {
@@ -311,14 +311,18 @@ static kolo_status tcp_recv(kolo_transport_conn *conn, void *buffer, size_t leng
   }
 }
 
-static int tcp_poll_fd(const kolo_transport_conn *conn) { return conn->fd; }
+static int tcp_poll_fd(const kolo_transport_conn *conn) {
+  return conn->fd;
+}
 
 static short tcp_poll_events(const kolo_transport_conn *conn, int sending) {
   (void)conn;
   return sending ? POLLOUT : POLLIN;
 }
 
-static int tcp_listener_poll_fd(const kolo_transport_listener *listener) { return listener->fd; }
+static int tcp_listener_poll_fd(const kolo_transport_listener *listener) {
+  return listener->fd;
+}
 
 static void tcp_close(kolo_transport_conn *conn) {
   if (conn == NULL) return;
@@ -353,8 +357,9 @@ static kolo_status transfer_all(const kolo_transport_ops *ops, kolo_transport_co
   size_t done = 0;
   while (done < length) {
     size_t moved = 0;
-    kolo_status status = sending ? ops->send(conn, (const char *)buffer + done, length - done, &moved)
-                                 : ops->recv(conn, (char *)buffer + done, length - done, &moved);
+    kolo_status status = sending
+                             ? ops->send(conn, (const char *)buffer + done, length - done, &moved)
+                             : ops->recv(conn, (char *)buffer + done, length - done, &moved);
     if (status != KOLO_OK) return status;
     done += moved;
     if (moved > 0) continue;

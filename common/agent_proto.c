@@ -16,10 +16,14 @@ static const struct {
   const char *name;
   kolo_agent_direction direction;
 } verbs[] = {
-    {KOLO_AGENT_HELLO, "HELLO", KOLO_AGENT_TO_AGENT},     {KOLO_AGENT_FORMED, "FORMED", KOLO_AGENT_TO_AGENT},
-    {KOLO_AGENT_FAILED, "FAILED", KOLO_AGENT_TO_AGENT},   {KOLO_AGENT_REPORT, "REPORT", KOLO_AGENT_TO_AGENT},
-    {KOLO_AGENT_RING, "RING", KOLO_AGENT_TO_PROCESS},     {KOLO_AGENT_STOP, "STOP", KOLO_AGENT_TO_PROCESS},
-    {KOLO_AGENT_LEAVE, "LEAVE", KOLO_AGENT_TO_PROCESS},   {KOLO_AGENT_REFUSED, "REFUSED", KOLO_AGENT_TO_PROCESS},
+    {KOLO_AGENT_HELLO, "HELLO", KOLO_AGENT_TO_AGENT},
+    {KOLO_AGENT_FORMED, "FORMED", KOLO_AGENT_TO_AGENT},
+    {KOLO_AGENT_FAILED, "FAILED", KOLO_AGENT_TO_AGENT},
+    {KOLO_AGENT_REPORT, "REPORT", KOLO_AGENT_TO_AGENT},
+    {KOLO_AGENT_RING, "RING", KOLO_AGENT_TO_PROCESS},
+    {KOLO_AGENT_STOP, "STOP", KOLO_AGENT_TO_PROCESS},
+    {KOLO_AGENT_LEAVE, "LEAVE", KOLO_AGENT_TO_PROCESS},
+    {KOLO_AGENT_REFUSED, "REFUSED", KOLO_AGENT_TO_PROCESS},
 };
 
 const char *kolo_agent_verb_name(kolo_agent_verb verb) {
@@ -35,7 +39,7 @@ int kolo_agent_version_supported(int version) {
 /* ---- parsing ---- */
 
 typedef struct parser {
-  char *cursor;  /* the rest of the line; NULL when used up */
+  char *cursor; /* the rest of the line; NULL when used up */
   const char *verb;
   char *error;
   size_t error_len;
@@ -90,10 +94,12 @@ static kolo_status number(parser *p, const char *name, int64_t min, int64_t max,
   unsigned long long value = strtoull(digits, NULL, 10);
   if (errno == ERANGE || value > (unsigned long long)INT64_MAX)
     return fail(p, "field '%s' is out of range: %.40s", name, text);
-  if (negative && value == 0) return fail(p, "field '%s' is not a decimal number: '%.40s'", name, text);
+  if (negative && value == 0)
+    return fail(p, "field '%s' is not a decimal number: '%.40s'", name, text);
   int64_t signed_value = negative ? -(int64_t)value : (int64_t)value;
   if (signed_value < min || signed_value > max)
-    return fail(p, "field '%s' is %" PRId64 ", want %" PRId64 "..%" PRId64, name, signed_value, min, max);
+    return fail(p, "field '%s' is %" PRId64 ", want %" PRId64 "..%" PRId64, name, signed_value, min,
+                max);
   *out = signed_value;
   return KOLO_OK;
 }
@@ -130,9 +136,9 @@ static kolo_status rest(parser *p, const char *name, size_t max, const char **ou
   return KOLO_OK;
 }
 
-#define TRY(call)                                 \
-  do {                                            \
-    kolo_status try_status_ = (call);             \
+#define TRY(call)                                   \
+  do {                                              \
+    kolo_status try_status_ = (call);               \
     if (try_status_ != KOLO_OK) return try_status_; \
   } while (0)
 
@@ -208,7 +214,8 @@ static kolo_status parse_ring(parser *p, kolo_agent_msg *m) {
   if (p->cursor != NULL) {
     char *flag = next_field(p);
     if (strcmp(flag, "planned") != 0)
-      return fail(p, "want 'planned' or nothing after the %d addresses, got '%.40s'", r->size, flag);
+      return fail(p, "want 'planned' or nothing after the %d addresses, got '%.40s'", r->size,
+                  flag);
     r->planned = 1;
   }
   return end_of_line(p);
@@ -223,15 +230,23 @@ static kolo_status parse_refused(parser *p, kolo_agent_msg *m) {
 
 static kolo_status parse_body(parser *p, kolo_agent_msg *m) {
   switch (m->verb) {
-    case KOLO_AGENT_HELLO: return parse_hello(p, m);
-    case KOLO_AGENT_FORMED: return parse_formed(p, m);
-    case KOLO_AGENT_FAILED: return parse_failed(p, m);
-    case KOLO_AGENT_REPORT: return parse_report(p, m);
-    case KOLO_AGENT_RING: return parse_ring(p, m);
+    case KOLO_AGENT_HELLO:
+      return parse_hello(p, m);
+    case KOLO_AGENT_FORMED:
+      return parse_formed(p, m);
+    case KOLO_AGENT_FAILED:
+      return parse_failed(p, m);
+    case KOLO_AGENT_REPORT:
+      return parse_report(p, m);
+    case KOLO_AGENT_RING:
+      return parse_ring(p, m);
     case KOLO_AGENT_STOP:
-    case KOLO_AGENT_LEAVE: return rest(p, "reason", KOLO_AGENT_MAX_REASON, &m->text);
-    case KOLO_AGENT_REFUSED: return parse_refused(p, m);
-    default: return fail(p, "no such verb");
+    case KOLO_AGENT_LEAVE:
+      return rest(p, "reason", KOLO_AGENT_MAX_REASON, &m->text);
+    case KOLO_AGENT_REFUSED:
+      return parse_refused(p, m);
+    default:
+      return fail(p, "no such verb");
   }
 }
 
@@ -242,7 +257,8 @@ static kolo_status parse_verb(parser *p, kolo_agent_direction direction, kolo_ag
     if (strcmp(word, verbs[i].name) != 0) continue;
     p->verb = verbs[i].name;
     if (verbs[i].direction != direction)
-      return fail(p, "sent by the %s, not the %s", direction == KOLO_AGENT_TO_AGENT ? "agent" : "process",
+      return fail(p, "sent by the %s, not the %s",
+                  direction == KOLO_AGENT_TO_AGENT ? "agent" : "process",
                   direction == KOLO_AGENT_TO_AGENT ? "process" : "agent");
     m->verb = verbs[i].verb;
     return KOLO_OK;
@@ -257,7 +273,8 @@ kolo_status kolo_agent_msg_parse(const char *line, size_t length, kolo_agent_dir
   memset(out, 0, sizeof *out);
   if (error != NULL && error_len > 0) error[0] = '\0';
   parser p = {.verb = "line", .error = error, .error_len = error_len};
-  if (length >= KOLO_AGENT_MAX_LINE) return fail(&p, "longer than %d bytes", KOLO_AGENT_MAX_LINE - 1);
+  if (length >= KOLO_AGENT_MAX_LINE)
+    return fail(&p, "longer than %d bytes", KOLO_AGENT_MAX_LINE - 1);
   for (size_t i = 0; i < length; i++) {
     unsigned char c = (unsigned char)line[i];
     if (c < 0x20 || c == 0x7f) return fail(&p, "control byte 0x%02x at offset %zu", c, i);
@@ -282,11 +299,14 @@ void kolo_agent_msg_clear(kolo_agent_msg *msg) {
 
 /* ---- comparing ---- */
 
-static int same_string(const char *a, const char *b) { return strcmp(a ? a : "", b ? b : "") == 0; }
+static int same_string(const char *a, const char *b) {
+  return strcmp(a ? a : "", b ? b : "") == 0;
+}
 
 static int same_ring(const kolo_agent_ring *a, const kolo_agent_ring *b) {
-  if (a->epoch != b->epoch || a->rank != b->rank || a->size != b->size || a->local_rank != b->local_rank ||
-      a->local_size != b->local_size || a->timeout_ms != b->timeout_ms || !a->planned != !b->planned ||
+  if (a->epoch != b->epoch || a->rank != b->rank || a->size != b->size ||
+      a->local_rank != b->local_rank || a->local_size != b->local_size ||
+      a->timeout_ms != b->timeout_ms || !a->planned != !b->planned ||
       !same_string(a->secret, b->secret) || !same_string(a->listen_address, b->listen_address))
     return 0;
   if (a->peers == NULL || b->peers == NULL) return a->peers == b->peers;
@@ -298,22 +318,28 @@ static int same_ring(const kolo_agent_ring *a, const kolo_agent_ring *b) {
 int kolo_agent_msg_equal(const kolo_agent_msg *a, const kolo_agent_msg *b) {
   if (a->verb != b->verb) return 0;
   switch (a->verb) {
-    case KOLO_AGENT_HELLO: return a->hello.pid == b->hello.pid && a->hello.version == b->hello.version;
+    case KOLO_AGENT_HELLO:
+      return a->hello.pid == b->hello.pid && a->hello.version == b->hello.version;
     case KOLO_AGENT_FORMED:
       return a->formed.epoch == b->formed.epoch && a->formed.rank == b->formed.rank &&
              a->formed.size == b->formed.size;
     case KOLO_AGENT_FAILED:
-      return a->failed.epoch == b->failed.epoch && same_string(a->failed.status, b->failed.status) &&
+      return a->failed.epoch == b->failed.epoch &&
+             same_string(a->failed.status, b->failed.status) &&
              a->failed.failed_rank == b->failed.failed_rank;
-    case KOLO_AGENT_RING: return same_ring(&a->ring, &b->ring);
+    case KOLO_AGENT_RING:
+      return same_ring(&a->ring, &b->ring);
     case KOLO_AGENT_REFUSED:
-      if (a->refused.min_version != b->refused.min_version || a->refused.max_version != b->refused.max_version)
+      if (a->refused.min_version != b->refused.min_version ||
+          a->refused.max_version != b->refused.max_version)
         return 0;
       return same_string(a->text, b->text);
     case KOLO_AGENT_REPORT:
     case KOLO_AGENT_STOP:
-    case KOLO_AGENT_LEAVE: return same_string(a->text, b->text);
-    default: return 1;
+    case KOLO_AGENT_LEAVE:
+      return same_string(a->text, b->text);
+    default:
+      return 1;
   }
 }
 
@@ -331,7 +357,8 @@ static void append(out_buffer *b, const char *fmt, ...) {
   for (;;) {
     va_list args;
     va_start(args, fmt);
-    int n = vsnprintf(b->data ? b->data + b->length : NULL, b->data ? b->capacity - b->length : 0, fmt, args);
+    int n = vsnprintf(b->data ? b->data + b->length : NULL, b->data ? b->capacity - b->length : 0,
+                      fmt, args);
     va_end(args);
     if (n < 0) {
       b->failed = 1;
@@ -353,22 +380,27 @@ static void append(out_buffer *b, const char *fmt, ...) {
 }
 
 /* A NULL string formats as a missing field, so the re-parse names it. */
-static const char *or_empty(const char *s) { return s ? s : ""; }
+static const char *or_empty(const char *s) {
+  return s ? s : "";
+}
 
 static void format_body(out_buffer *b, const kolo_agent_msg *m) {
   switch (m->verb) {
-    case KOLO_AGENT_HELLO: append(b, " %" PRId64 " %d", m->hello.pid, m->hello.version); break;
+    case KOLO_AGENT_HELLO:
+      append(b, " %" PRId64 " %d", m->hello.pid, m->hello.version);
+      break;
     case KOLO_AGENT_FORMED:
       append(b, " %" PRIu64 " %d %d", m->formed.epoch, m->formed.rank, m->formed.size);
       break;
     case KOLO_AGENT_FAILED:
-      append(b, " %" PRIu64 " %s %d", m->failed.epoch, or_empty(m->failed.status), m->failed.failed_rank);
+      append(b, " %" PRIu64 " %s %d", m->failed.epoch, or_empty(m->failed.status),
+             m->failed.failed_rank);
       break;
     case KOLO_AGENT_RING: {
       const kolo_agent_ring *r = &m->ring;
       const char *secret = r->secret && r->secret[0] ? r->secret : "-";
-      append(b, " %" PRIu64 " %d %d %d %d %d %s %s", r->epoch, r->rank, r->size, r->local_rank, r->local_size,
-             r->timeout_ms, secret, or_empty(r->listen_address));
+      append(b, " %" PRIu64 " %d %d %d %d %d %s %s", r->epoch, r->rank, r->size, r->local_rank,
+             r->local_size, r->timeout_ms, secret, or_empty(r->listen_address));
       for (int i = 0; r->peers != NULL && i < r->size && i < KOLO_AGENT_MAX_RING; i++)
         append(b, " %s", or_empty(r->peers[i]));
       if (r->planned) append(b, " planned");
@@ -382,11 +414,13 @@ static void format_body(out_buffer *b, const kolo_agent_msg *m) {
     case KOLO_AGENT_LEAVE:
       if (m->text != NULL && m->text[0] != '\0') append(b, " %s", m->text);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
-kolo_status kolo_agent_msg_format(const kolo_agent_msg *msg, char **out, char *error, size_t error_len) {
+kolo_status kolo_agent_msg_format(const kolo_agent_msg *msg, char **out, char *error,
+                                  size_t error_len) {
   if (msg == NULL || out == NULL) return KOLO_ERR_INVALID_ARG;
   *out = NULL;
   out_buffer b = {0};
@@ -396,7 +430,8 @@ kolo_status kolo_agent_msg_format(const kolo_agent_msg *msg, char **out, char *e
     free(b.data);
     return KOLO_ERR_NO_MEMORY;
   }
-  kolo_agent_direction direction = msg->verb >= KOLO_AGENT_RING ? KOLO_AGENT_TO_PROCESS : KOLO_AGENT_TO_AGENT;
+  kolo_agent_direction direction =
+      msg->verb >= KOLO_AGENT_RING ? KOLO_AGENT_TO_PROCESS : KOLO_AGENT_TO_AGENT;
   kolo_agent_msg check = {0}; /* parse may return before it clears it */
   kolo_status status = kolo_agent_msg_parse(b.data, b.length, direction, &check, error, error_len);
   if (status == KOLO_OK && !kolo_agent_msg_equal(&check, msg)) {

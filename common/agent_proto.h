@@ -37,10 +37,10 @@
 #define KOLO_AGENT_PROTOCOL_VERSION 2     /* what this codec speaks */
 #define KOLO_AGENT_PROTOCOL_MIN_VERSION 1 /* the oldest an agent accepts (unversioned HELLO) */
 #define KOLO_AGENT_PROTOCOL_MAX_VERSION 65535
-#define KOLO_AGENT_MAX_LINE (64 * 1024)   /* bytes of one line, its newline included */
-#define KOLO_AGENT_MAX_RING 65536         /* members of one ring */
-#define KOLO_AGENT_MAX_TOKEN 255          /* bytes of a secret, an address or a status name */
-#define KOLO_AGENT_MAX_REASON 200         /* bytes of a STOP / LEAVE / REFUSED reason */
+#define KOLO_AGENT_MAX_LINE (64 * 1024) /* bytes of one line, its newline included */
+#define KOLO_AGENT_MAX_RING 65536       /* members of one ring */
+#define KOLO_AGENT_MAX_TOKEN 255        /* bytes of a secret, an address or a status name */
+#define KOLO_AGENT_MAX_REASON 200       /* bytes of a STOP / LEAVE / REFUSED reason */
 
 typedef enum kolo_agent_verb {
   KOLO_AGENT_NONE = 0,
@@ -63,11 +63,11 @@ typedef enum kolo_agent_direction {
 } kolo_agent_direction;
 
 typedef struct kolo_agent_ring {
-  uint64_t epoch;           /* 0 .. INT64_MAX (the ring record's JSON integer) */
-  int rank, size;           /* 0 <= rank < size <= KOLO_AGENT_MAX_RING */
+  uint64_t epoch;             /* 0 .. INT64_MAX (the ring record's JSON integer) */
+  int rank, size;             /* 0 <= rank < size <= KOLO_AGENT_MAX_RING */
   int local_rank, local_size; /* 0 <= local_rank < local_size <= size */
-  int timeout_ms;           /* 0 .. INT32_MAX */
-  const char *secret;       /* "" = none ("-" on the wire) */
+  int timeout_ms;             /* 0 .. INT32_MAX */
+  const char *secret;         /* "" = none ("-" on the wire) */
   const char *listen_address;
   const char *const *peers; /* size addresses, rank order */
   int planned;              /* a drained member leaves: switch at the next commit */
@@ -78,8 +78,8 @@ typedef struct kolo_agent_ring {
 typedef struct kolo_agent_msg {
   kolo_agent_verb verb;
   struct {
-    int64_t pid;            /* 1 .. INT32_MAX */
-    int version;            /* 1 for an unversioned (version 1) HELLO */
+    int64_t pid; /* 1 .. INT32_MAX */
+    int version; /* 1 for an unversioned (version 1) HELLO */
   } hello;
   struct {
     uint64_t epoch;
@@ -87,8 +87,8 @@ typedef struct kolo_agent_msg {
   } formed;
   struct {
     uint64_t epoch;
-    const char *status;     /* a status name: [A-Z0-9_], 1..KOLO_AGENT_MAX_TOKEN bytes */
-    int failed_rank;        /* -1 (none) .. KOLO_AGENT_MAX_RING - 1 */
+    const char *status; /* a status name: [A-Z0-9_], 1..KOLO_AGENT_MAX_TOKEN bytes */
+    int failed_rank;    /* -1 (none) .. KOLO_AGENT_MAX_RING - 1 */
   } failed;
   kolo_agent_ring ring;
   struct {
@@ -97,8 +97,8 @@ typedef struct kolo_agent_msg {
   /* REPORT: a JSON object's text ('{' .. '}'; the reader parses the JSON).
    * STOP / LEAVE / REFUSED: the reason, 1..KOLO_AGENT_MAX_REASON printable bytes. */
   const char *text;
-  char *storage_;           /* private: the parsed line's copy */
-  char **peers_;            /* private: the parsed peer array */
+  char *storage_; /* private: the parsed line's copy */
+  char **peers_;  /* private: the parsed peer array */
 } kolo_agent_msg;
 
 /* The verb's word ("RING"); "?" for none. */
@@ -117,7 +117,8 @@ kolo_status kolo_agent_msg_parse(const char *line, size_t length, kolo_agent_dir
 /* Formats msg as one line with its newline into *out (malloc'd, NUL-terminated,
  * the caller frees it). KOLO_ERR_INVALID_ARG with a reason in error when the
  * message would not parse back (a field out of range, a space in a token). */
-kolo_status kolo_agent_msg_format(const kolo_agent_msg *msg, char **out, char *error, size_t error_len);
+kolo_status kolo_agent_msg_format(const kolo_agent_msg *msg, char **out, char *error,
+                                  size_t error_len);
 
 /* Whether two messages say the same (the fields of their verb). */
 int kolo_agent_msg_equal(const kolo_agent_msg *a, const kolo_agent_msg *b);

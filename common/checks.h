@@ -6,9 +6,9 @@
 #include "kolo/status.h"
 
 /* Returns the status from the enclosing function if call fails. */
-#define KOLO_CHECK(call)                 \
-  do {                                   \
-    kolo_status check_status_ = (call);  \
+#define KOLO_CHECK(call)                                \
+  do {                                                  \
+    kolo_status check_status_ = (call);                 \
     if (check_status_ != KOLO_OK) return check_status_; \
   } while (0)
 

@@ -30,7 +30,9 @@ int kolo_log_enabled(kolo_log_level level) {
   return (int)level <= current;
 }
 
-void kolo_log_set_level(kolo_log_level level) { atomic_store(&log_level, (int)level); }
+void kolo_log_set_level(kolo_log_level level) {
+  atomic_store(&log_level, (int)level);
+}
 
 void kolo_log(kolo_log_level level, const char *component, const char *fmt, ...) {
   static const char *const names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
@@ -40,10 +42,10 @@ void kolo_log(kolo_log_level level, const char *component, const char *fmt, ...)
   clock_gettime(CLOCK_REALTIME, &now);
   struct tm parts;
   gmtime_r(&now.tv_sec, &parts);
-  int used = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s[%d]: ",
-                      parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour,
-                      parts.tm_min, parts.tm_sec, now.tv_nsec / 1000000L, names[level],
-                      component ? component : "kolo", (int)getpid());
+  int used = snprintf(
+      line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s[%d]: ", parts.tm_year + 1900,
+      parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec,
+      now.tv_nsec / 1000000L, names[level], component ? component : "kolo", (int)getpid());
   if (used < 0) return;
   va_list args;
   va_start(args, fmt);

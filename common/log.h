@@ -10,8 +10,8 @@
 #define KOLO_LOGE(component, ...) kolo_log(KOLO_LOG_ERROR, component, __VA_ARGS__)
 #define KOLO_LOGW(component, ...) kolo_log(KOLO_LOG_WARN, component, __VA_ARGS__)
 #define KOLO_LOGI(component, ...) kolo_log(KOLO_LOG_INFO, component, __VA_ARGS__)
-#define KOLO_LOGD(component, ...) \
-  do {                            \
+#define KOLO_LOGD(component, ...)                                                           \
+  do {                                                                                      \
     if (kolo_log_enabled(KOLO_LOG_DEBUG)) kolo_log(KOLO_LOG_DEBUG, component, __VA_ARGS__); \
   } while (0)
 

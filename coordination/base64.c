@@ -5,10 +5,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-static const char kAlphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static const char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-size_t kolo_base64_encoded_len(size_t len) { return (len + 2) / 3 * 4; }
+size_t kolo_base64_encoded_len(size_t len) {
+  return (len + 2) / 3 * 4;
+}
 
 void kolo_base64_encode(const void *data, size_t len, char *out) {
   const unsigned char *in = data;
@@ -78,7 +79,8 @@ kolo_status kolo_base64_decode_alloc(const char *text, size_t text_len, unsigned
       v[k] = sextet(c);
       if (v[k] < 0) goto bad;
     }
-    uint32_t word = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+    uint32_t word =
+        (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
     unsigned char bytes[3] = {(unsigned char)(word >> 16), (unsigned char)(word >> 8),
                               (unsigned char)word};
     size_t take = last ? 3 - pad : 3;

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 
 char *kolo_drain_mark_json(int64_t lease, int64_t time_unix_ms) {
-  json_t *mark = json_pack("{s:b, s:I, s:I}", "draining", 1, "lease", (json_int_t)lease, "time_unix_ms",
-                           (json_int_t)time_unix_ms);
+  json_t *mark = json_pack("{s:b, s:I, s:I}", "draining", 1, "lease", (json_int_t)lease,
+                           "time_unix_ms", (json_int_t)time_unix_ms);
   char *text = mark ? json_dumps(mark, JSON_COMPACT) : NULL;
   json_decref(mark);
   return text;

@@ -44,12 +44,14 @@ static void on_lease_lost(int64_t lease, kolo_status status, const char *message
   if (e->lost) e->lost(lease, status, message, e->user);
 }
 
-kolo_status kolo_election_create(kolo_etcd *client, const char *prefix, const char *value, int64_t ttl_s,
-                                 kolo_etcd_lease_lost_fn lost, void *user, kolo_election **out) {
+kolo_status kolo_election_create(kolo_etcd *client, const char *prefix, const char *value,
+                                 int64_t ttl_s, kolo_etcd_lease_lost_fn lost, void *user,
+                                 kolo_election **out) {
   *out = NULL;
   if (prefix == NULL) prefix = KOLO_KEY_LEADER_PREFIX;
   if (client == NULL || prefix[0] == '\0' || strlen(prefix) >= 200)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "election needs a client and a prefix under 200 bytes");
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                          "election needs a client and a prefix under 200 bytes");
   kolo_election *e = calloc(1, sizeof *e);
   if (e == NULL || (e->value = strdup(value ? value : "")) == NULL) {
     free(e);
@@ -87,8 +89,8 @@ kolo_status kolo_election_create(kolo_etcd *client, const char *prefix, const ch
 static kolo_status enter(kolo_election *e) {
   kolo_etcd_kv existing;
   int64_t revision = 0;
-  kolo_status rc = kolo_etcd_create_key(e->client, kolo_etcd_str(e->key), kolo_etcd_str(e->value), e->lease,
-                                        &existing, &revision);
+  kolo_status rc = kolo_etcd_create_key(e->client, kolo_etcd_str(e->key), kolo_etcd_str(e->value),
+                                        e->lease, &existing, &revision);
   if (rc == KOLO_OK) {
     e->revision = revision;
     return KOLO_OK;
@@ -121,8 +123,8 @@ static void on_predecessor(const kolo_etcd_watch_update *u, void *user) {
 
 /* Waits until the predecessor key is deleted, the lease is lost or the deadline
  * (0 = none) passes. */
-static kolo_status wait_predecessor(kolo_election *e, const kolo_etcd_kv *pred, int64_t from_revision,
-                                    int64_t deadline) {
+static kolo_status wait_predecessor(kolo_election *e, const kolo_etcd_kv *pred,
+                                    int64_t from_revision, int64_t deadline) {
   pthread_mutex_lock(&e->lock);
   e->predecessor_gone = 0;
   pthread_mutex_unlock(&e->lock);
@@ -154,7 +156,8 @@ static kolo_status wait_predecessor(kolo_election *e, const kolo_etcd_kv *pred, 
   pthread_mutex_unlock(&e->lock);
   kolo_etcd_watch_stop(w);
   if (lost) return kolo_etcd_fail(KOLO_ERR_LEASE_LOST, "election lease lost while campaigning");
-  if (!gone) return kolo_etcd_fail(KOLO_ERR_TIMEOUT, "campaign: still not the leader after the timeout");
+  if (!gone)
+    return kolo_etcd_fail(KOLO_ERR_TIMEOUT, "campaign: still not the leader after the timeout");
   return KOLO_OK;
 }
 
@@ -163,13 +166,18 @@ kolo_status kolo_election_campaign(kolo_election *e, int timeout_ms) {
   pthread_mutex_lock(&e->lock);
   int lost = e->lease_lost;
   pthread_mutex_unlock(&e->lock);
-  if (lost) return kolo_etcd_fail(KOLO_ERR_LEASE_LOST, "election lease %" PRIx64 " is lost", (uint64_t)e->lease);
+  if (lost)
+    return kolo_etcd_fail(KOLO_ERR_LEASE_LOST, "election lease %" PRIx64 " is lost",
+                          (uint64_t)e->lease);
   kolo_status rc = enter(e);
   if (rc != KOLO_OK) return rc;
   for (;;) {
     /* The newest key created before ours is the one to wait for. */
-    kolo_etcd_range_opts opts = {.key = kolo_etcd_str(e->prefix), .prefix = 1, .limit = 1,
-                                 .sort = KOLO_ETCD_SORT_CREATE_DESC, .max_create_revision = e->revision - 1};
+    kolo_etcd_range_opts opts = {.key = kolo_etcd_str(e->prefix),
+                                 .prefix = 1,
+                                 .limit = 1,
+                                 .sort = KOLO_ETCD_SORT_CREATE_DESC,
+                                 .max_create_revision = e->revision - 1};
     kolo_etcd_range_result r;
     rc = kolo_etcd_range(e->client, &opts, &r);
     if (rc != KOLO_OK) return rc;
@@ -179,7 +187,8 @@ kolo_status kolo_election_campaign(kolo_election *e, int timeout_ms) {
       kolo_etcd_kv mine;
       rc = kolo_etcd_get(e->client, kolo_etcd_str(e->key), &mine, NULL);
       if (rc == KOLO_ERR_NOT_FOUND || (rc == KOLO_OK && mine.create_revision != e->revision))
-        rc = kolo_etcd_fail(KOLO_ERR_LEASE_LOST, "election key %s vanished while campaigning", e->key);
+        rc = kolo_etcd_fail(KOLO_ERR_LEASE_LOST, "election key %s vanished while campaigning",
+                            e->key);
       kolo_etcd_kv_clear(&mine);
       if (rc != KOLO_OK) return rc;
       atomic_store(&e->leader, 1);
@@ -193,13 +202,21 @@ kolo_status kolo_election_campaign(kolo_election *e, int timeout_ms) {
   }
 }
 
-int kolo_election_is_leader(const kolo_election *e) { return atomic_load(&e->leader); }
-const char *kolo_election_key(const kolo_election *e) { return e->key; }
-int64_t kolo_election_revision(const kolo_election *e) { return e->revision; }
+int kolo_election_is_leader(const kolo_election *e) {
+  return atomic_load(&e->leader);
+}
+const char *kolo_election_key(const kolo_election *e) {
+  return e->key;
+}
+int64_t kolo_election_revision(const kolo_election *e) {
+  return e->revision;
+}
 
-kolo_status kolo_election_fenced_txn(kolo_election *e, const kolo_etcd_txn *txn, kolo_etcd_txn_result *result) {
+kolo_status kolo_election_fenced_txn(kolo_election *e, const kolo_etcd_txn *txn,
+                                     kolo_etcd_txn_result *result) {
   memset(result, 0, sizeof *result);
-  if (e->revision == 0) return kolo_etcd_fail(KOLO_ERR_NOT_LEADER, "not campaigning: no leader key");
+  if (e->revision == 0)
+    return kolo_etcd_fail(KOLO_ERR_NOT_LEADER, "not campaigning: no leader key");
   size_t nc = txn->compare_count + 1, nf = txn->failure_count + 1;
   kolo_etcd_compare *compares = calloc(nc, sizeof *compares);
   kolo_etcd_op *failure = calloc(nf, sizeof *failure);
@@ -209,8 +226,10 @@ kolo_status kolo_election_fenced_txn(kolo_election *e, const kolo_etcd_txn *txn,
     goto out;
   }
   if (txn->compare_count) memcpy(compares, txn->compares, txn->compare_count * sizeof *compares);
-  compares[nc - 1] = (kolo_etcd_compare){.target = KOLO_ETCD_CMP_CREATE, .result = KOLO_ETCD_EQUAL,
-                                         .key = kolo_etcd_str(e->key), .number = e->revision};
+  compares[nc - 1] = (kolo_etcd_compare){.target = KOLO_ETCD_CMP_CREATE,
+                                         .result = KOLO_ETCD_EQUAL,
+                                         .key = kolo_etcd_str(e->key),
+                                         .number = e->revision};
   /* On failure, also read our key to tell a lost fence from the caller's compares. */
   if (txn->failure_count) memcpy(failure, txn->failure, txn->failure_count * sizeof *failure);
   failure[nf - 1] = (kolo_etcd_op){.kind = KOLO_ETCD_OP_RANGE, .key = kolo_etcd_str(e->key)};
@@ -224,7 +243,8 @@ kolo_status kolo_election_fenced_txn(kolo_election *e, const kolo_etcd_txn *txn,
   if (!fence_holds) {
     atomic_store(&e->leader, 0);
     kolo_etcd_txn_result_free(result);
-    rc = kolo_etcd_fail(KOLO_ERR_NOT_LEADER, "fenced write refused: %s is no longer the leader key", e->key);
+    rc = kolo_etcd_fail(KOLO_ERR_NOT_LEADER, "fenced write refused: %s is no longer the leader key",
+                        e->key);
   }
 out:
   free(compares);
@@ -235,8 +255,10 @@ out:
 kolo_status kolo_election_resign(kolo_election *e) {
   atomic_store(&e->leader, 0);
   if (e->revision == 0) return KOLO_OK;
-  kolo_etcd_compare cmp = {.target = KOLO_ETCD_CMP_CREATE, .result = KOLO_ETCD_EQUAL,
-                           .key = kolo_etcd_str(e->key), .number = e->revision};
+  kolo_etcd_compare cmp = {.target = KOLO_ETCD_CMP_CREATE,
+                           .result = KOLO_ETCD_EQUAL,
+                           .key = kolo_etcd_str(e->key),
+                           .number = e->revision};
   kolo_etcd_op del = {.kind = KOLO_ETCD_OP_DELETE, .key = kolo_etcd_str(e->key)};
   kolo_etcd_txn txn = {&cmp, 1, &del, 1, NULL, 0};
   kolo_etcd_txn_result r;
@@ -263,8 +285,8 @@ void kolo_election_destroy(kolo_election *e) {
 kolo_status kolo_election_leader(kolo_etcd *client, const char *prefix, kolo_etcd_kv *leader) {
   memset(leader, 0, sizeof *leader);
   if (prefix == NULL) prefix = KOLO_KEY_LEADER_PREFIX;
-  kolo_etcd_range_opts opts = {.key = kolo_etcd_str(prefix), .prefix = 1, .limit = 1,
-                               .sort = KOLO_ETCD_SORT_CREATE_ASC};
+  kolo_etcd_range_opts opts = {
+      .key = kolo_etcd_str(prefix), .prefix = 1, .limit = 1, .sort = KOLO_ETCD_SORT_CREATE_ASC};
   kolo_etcd_range_result r;
   kolo_status rc = kolo_etcd_range(client, &opts, &r);
   if (rc != KOLO_OK) return rc;
@@ -320,8 +342,9 @@ static void on_candidates(const kolo_etcd_watch_update *u, void *user) {
   observe_refresh(user);
 }
 
-kolo_status kolo_election_observe_start(kolo_etcd *client, const char *prefix, kolo_election_observe_fn fn,
-                                        void *user, kolo_election_observer **out) {
+kolo_status kolo_election_observe_start(kolo_etcd *client, const char *prefix,
+                                        kolo_election_observe_fn fn, void *user,
+                                        kolo_election_observer **out) {
   *out = NULL;
   if (prefix == NULL) prefix = KOLO_KEY_LEADER_PREFIX;
   if (client == NULL || fn == NULL || prefix[0] == '\0' || strlen(prefix) >= 200)
@@ -333,8 +356,8 @@ kolo_status kolo_election_observe_start(kolo_etcd *client, const char *prefix, k
   o->fn = fn;
   o->user = user;
   int64_t revision = 0;
-  kolo_etcd_range_opts opts = {.key = kolo_etcd_str(prefix), .prefix = 1, .limit = 1,
-                               .sort = KOLO_ETCD_SORT_CREATE_ASC};
+  kolo_etcd_range_opts opts = {
+      .key = kolo_etcd_str(prefix), .prefix = 1, .limit = 1, .sort = KOLO_ETCD_SORT_CREATE_ASC};
   kolo_etcd_range_result r;
   kolo_status rc = kolo_etcd_range(client, &opts, &r);
   if (rc != KOLO_OK) {
@@ -348,7 +371,8 @@ kolo_status kolo_election_observe_start(kolo_etcd *client, const char *prefix, k
   }
   fn(r.count == 1 ? &r.kvs[0] : NULL, user);
   kolo_etcd_range_result_free(&r);
-  kolo_etcd_watch_opts wopts = {.key = kolo_etcd_str(prefix), .prefix = 1, .start_revision = revision + 1};
+  kolo_etcd_watch_opts wopts = {
+      .key = kolo_etcd_str(prefix), .prefix = 1, .start_revision = revision + 1};
   rc = kolo_etcd_watch_start(client, &wopts, on_candidates, o, &o->watch);
   if (rc != KOLO_OK) {
     free(o->key);

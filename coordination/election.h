@@ -18,8 +18,9 @@ typedef struct kolo_election kolo_election;
  * observers read (e.g. the candidate's address). lost (optional) is called on the
  * keep-alive thread when the lease is lost (leadership is gone then).
  * Blocks for at most the request deadline. */
-kolo_status kolo_election_create(kolo_etcd *client, const char *prefix, const char *value, int64_t ttl_s,
-                                 kolo_etcd_lease_lost_fn lost, void *user, kolo_election **out);
+kolo_status kolo_election_create(kolo_etcd *client, const char *prefix, const char *value,
+                                 int64_t ttl_s, kolo_etcd_lease_lost_fn lost, void *user,
+                                 kolo_election **out);
 
 /* Enters the election (creates the candidate key unless it exists) and blocks
  * until this candidate leads (KOLO_OK), timeout_ms passes (KOLO_ERR_TIMEOUT; the
@@ -40,7 +41,8 @@ int64_t kolo_election_revision(const kolo_election *e);
  * etcd executed it (result->succeeded says whether the caller's compares held);
  * KOLO_ERR_NOT_LEADER when the fence failed (the candidate key is gone or was
  * re-created): nothing was written. Blocks for at most the request deadline. */
-kolo_status kolo_election_fenced_txn(kolo_election *e, const kolo_etcd_txn *txn, kolo_etcd_txn_result *result);
+kolo_status kolo_election_fenced_txn(kolo_election *e, const kolo_etcd_txn *txn,
+                                     kolo_etcd_txn_result *result);
 
 /* Deletes the candidate key if it is still ours (the next candidate takes over)
  * and stops leading; campaign may be called again. Blocks for at most the deadline. */
@@ -64,8 +66,9 @@ typedef struct kolo_election_observer kolo_election_observer;
  * caller's thread before returning, then calls fn on a watch thread each time
  * the leader (its key or create revision) changes. prefix NULL = the default.
  * Blocks for the initial read. */
-kolo_status kolo_election_observe_start(kolo_etcd *client, const char *prefix, kolo_election_observe_fn fn,
-                                        void *user, kolo_election_observer **out);
+kolo_status kolo_election_observe_start(kolo_etcd *client, const char *prefix,
+                                        kolo_election_observe_fn fn, void *user,
+                                        kolo_election_observer **out);
 
 /* Stops the observer promptly and frees it. NULL is ignored. */
 void kolo_election_observe_stop(kolo_election_observer *observer);

@@ -40,14 +40,14 @@ typedef struct kolo_etcd_config {
    * when it cannot be reached. */
   const char *const *endpoints;
   size_t endpoint_count;
-  int request_timeout_ms;   /* deadline of each unary request; 0 = 5000 */
-  int connect_timeout_ms;   /* TCP/TLS connect limit per endpoint; 0 = 1000 */
-  int watch_idle_ms;        /* a watch stream silent this long is reconnected; 0 = 15000 */
-  size_t max_value_bytes;   /* larger values are refused before sending; 0 = 1 MiB */
-  const char *ca_file;      /* TLS: CA bundle to verify etcd (NULL = system default) */
-  const char *cert_file;    /* TLS client certificate (PEM), or NULL */
-  const char *key_file;     /* TLS client key (PEM), or NULL */
-  const char *user;         /* etcd auth user, or NULL for no auth */
+  int request_timeout_ms; /* deadline of each unary request; 0 = 5000 */
+  int connect_timeout_ms; /* TCP/TLS connect limit per endpoint; 0 = 1000 */
+  int watch_idle_ms;      /* a watch stream silent this long is reconnected; 0 = 15000 */
+  size_t max_value_bytes; /* larger values are refused before sending; 0 = 1 MiB */
+  const char *ca_file;    /* TLS: CA bundle to verify etcd (NULL = system default) */
+  const char *cert_file;  /* TLS client certificate (PEM), or NULL */
+  const char *key_file;   /* TLS client key (PEM), or NULL */
+  const char *user;       /* etcd auth user, or NULL for no auth */
   const char *password;
 } kolo_etcd_config;
 
@@ -129,8 +129,8 @@ kolo_status kolo_etcd_range_prefix(kolo_etcd *client, kolo_etcd_bytes prefix, in
 /* Deletes key, or every key under it when prefix is set. *deleted and *revision are
  * optional. Deleting nothing is not an error (*deleted = 0). Blocks for at most the
  * request deadline. */
-kolo_status kolo_etcd_delete(kolo_etcd *client, kolo_etcd_bytes key, int prefix,
-                             int64_t *deleted, int64_t *revision);
+kolo_status kolo_etcd_delete(kolo_etcd *client, kolo_etcd_bytes key, int prefix, int64_t *deleted,
+                             int64_t *revision);
 
 /* Compacts the history up to revision (physical compaction); watches starting
  * before it get a resync. Blocks for at most the request deadline. */
@@ -192,8 +192,8 @@ typedef struct kolo_etcd_op_response {
 } kolo_etcd_op_response;
 
 typedef struct kolo_etcd_txn_result {
-  int succeeded;    /* all compares held and the success ops ran */
-  int64_t revision; /* store revision after the txn */
+  int succeeded;                    /* all compares held and the success ops ran */
+  int64_t revision;                 /* store revision after the txn */
   kolo_etcd_op_response *responses; /* one per op of the branch that ran */
   size_t count;
 } kolo_etcd_txn_result;
@@ -257,8 +257,9 @@ kolo_status kolo_etcd_keepalive_start(kolo_etcd *client, int64_t lease_id, int64
 
 /* The same with an explicit mode. */
 kolo_status kolo_etcd_keepalive_start_mode(kolo_etcd *client, int64_t lease_id, int64_t ttl_s,
-                                           kolo_etcd_keepalive_mode mode, kolo_etcd_lease_lost_fn lost,
-                                           void *user, kolo_etcd_keepalive **out);
+                                           kolo_etcd_keepalive_mode mode,
+                                           kolo_etcd_lease_lost_fn lost, void *user,
+                                           kolo_etcd_keepalive **out);
 
 /* Whether the keep-alive still holds its lease; turns false once the lost
  * callback (if any) has returned. */

@@ -32,12 +32,14 @@ typedef struct kolo_etcd_access {
  * access: 1..KOLO_ETCD_MAX_ENDPOINTS of them, each http:// or https:// and at most
  * KOLO_ETCD_ENDPOINT_MAX bytes. KOLO_ERR_INVALID_ARG with a one-line reason in err
  * naming --etcd. */
-kolo_status kolo_etcd_access_set_endpoints(kolo_etcd_access *access, const char *text, char *err, size_t err_len);
+kolo_status kolo_etcd_access_set_endpoints(kolo_etcd_access *access, const char *text, char *err,
+                                           size_t err_len);
 
 /* Creates a client for access's endpoints with its TLS and auth; tuning (NULL = the
  * defaults) gives only the timeouts and limits, its other fields are ignored. This is
  * how kolo's binaries make every etcd client. KOLO_ERR_INVALID_ARG without endpoints. */
-kolo_status kolo_etcd_access_connect(const kolo_etcd_access *access, const kolo_etcd_config *tuning, kolo_etcd **out);
+kolo_status kolo_etcd_access_connect(const kolo_etcd_access *access, const kolo_etcd_config *tuning,
+                                     kolo_etcd **out);
 
 /* Checks the settings and reads the password file: a certificate needs its key
  * (and the other way round), a user needs a password file (and the other way

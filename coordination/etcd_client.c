@@ -17,7 +17,9 @@
 /* The calling thread's last error text (documented in etcd.h). */
 static _Thread_local char last_error[512];
 
-const char *kolo_etcd_last_error(void) { return last_error[0] ? last_error : "no error"; }
+const char *kolo_etcd_last_error(void) {
+  return last_error[0] ? last_error : "no error";
+}
 
 kolo_status kolo_etcd_fail(kolo_status status, const char *fmt, ...) {
   /* Format into a copy first: the arguments may point into last_error itself. */
@@ -47,9 +49,13 @@ static CURLcode curl_init_code = CURLE_OK;
 
 /* libcurl's global init must run once before any handle; pthread_once makes that
  * safe when several clients are created concurrently. */
-static void curl_init_once(void) { curl_init_code = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init_once(void) {
+  curl_init_code = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
-static char *dup_or_null(const char *text) { return text ? strdup(text) : NULL; }
+static char *dup_or_null(const char *text) {
+  return text ? strdup(text) : NULL;
+}
 
 kolo_status kolo_etcd_create(const kolo_etcd_config *config, kolo_etcd **out) {
   *out = NULL;
@@ -64,8 +70,7 @@ kolo_status kolo_etcd_create(const kolo_etcd_config *config, kolo_etcd **out) {
   }
   if ((config->user == NULL) != (config->password == NULL))
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "etcd auth needs both user and password");
-  if (config->request_timeout_ms < 0 || config->connect_timeout_ms < 0 ||
-      config->watch_idle_ms < 0)
+  if (config->request_timeout_ms < 0 || config->connect_timeout_ms < 0 || config->watch_idle_ms < 0)
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "etcd timeouts must not be negative");
   pthread_once(&curl_once, curl_init_once);
   if (curl_init_code != CURLE_OK)
@@ -123,7 +128,9 @@ void kolo_etcd_destroy(kolo_etcd *c) {
   free(c);
 }
 
-int kolo_etcd_request_timeout_ms(const kolo_etcd *c) { return c->request_timeout_ms; }
+int kolo_etcd_request_timeout_ms(const kolo_etcd *c) {
+  return c->request_timeout_ms;
+}
 
 const char *kolo_etcd_endpoint(const kolo_etcd *c, size_t i) {
   return c->endpoints[i % c->endpoint_count];
@@ -165,21 +172,36 @@ kolo_status kolo_etcd_error_status(int code, const char *message) {
   if (strstr(m, "too large")) return KOLO_ERR_TOO_LARGE;
   if (strstr(m, "user name is empty") || strstr(m, "permission denied")) return KOLO_ERR_AUTH;
   switch (code) {
-    case 1: return KOLO_ERR_ABORTED;
-    case 2: return strstr(m, "timed out") ? KOLO_ERR_TIMEOUT : KOLO_ERR_INTERNAL;
-    case 3: return KOLO_ERR_INVALID_ARG;
-    case 4: return KOLO_ERR_TIMEOUT;
-    case 5: return KOLO_ERR_NOT_FOUND;
-    case 6: return KOLO_ERR_EXISTS;
-    case 7: return KOLO_ERR_AUTH;
-    case 8: return KOLO_ERR_TOO_LARGE;
-    case 9: return KOLO_ERR_STATE;
-    case 10: return KOLO_ERR_ABORTED;
-    case 11: return strstr(m, "compacted") ? KOLO_ERR_NOT_FOUND : KOLO_ERR_INVALID_ARG;
-    case 12: return KOLO_ERR_UNSUPPORTED;
-    case 14: return KOLO_ERR_UNAVAILABLE;
-    case 16: return KOLO_ERR_AUTH;
-    default: return KOLO_ERR_INTERNAL;
+    case 1:
+      return KOLO_ERR_ABORTED;
+    case 2:
+      return strstr(m, "timed out") ? KOLO_ERR_TIMEOUT : KOLO_ERR_INTERNAL;
+    case 3:
+      return KOLO_ERR_INVALID_ARG;
+    case 4:
+      return KOLO_ERR_TIMEOUT;
+    case 5:
+      return KOLO_ERR_NOT_FOUND;
+    case 6:
+      return KOLO_ERR_EXISTS;
+    case 7:
+      return KOLO_ERR_AUTH;
+    case 8:
+      return KOLO_ERR_TOO_LARGE;
+    case 9:
+      return KOLO_ERR_STATE;
+    case 10:
+      return KOLO_ERR_ABORTED;
+    case 11:
+      return strstr(m, "compacted") ? KOLO_ERR_NOT_FOUND : KOLO_ERR_INVALID_ARG;
+    case 12:
+      return KOLO_ERR_UNSUPPORTED;
+    case 14:
+      return KOLO_ERR_UNAVAILABLE;
+    case 16:
+      return KOLO_ERR_AUTH;
+    default:
+      return KOLO_ERR_INTERNAL;
   }
 }
 
@@ -197,8 +219,8 @@ static kolo_status authenticate(kolo_etcd *c, int timeout_ms, const atomic_int *
   json_t *body = json_pack("{s:s, s:s}", "name", c->user, "password", c->password);
   json_t *reply = NULL;
   if (body == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
-  kolo_status rc = kolo_etcd_call(c, "auth/authenticate", body, timeout_ms, KOLO_ETCD_IDEMPOTENT |
-                                  KOLO_ETCD_NO_AUTH, cancel, &reply);
+  kolo_status rc = kolo_etcd_call(c, "auth/authenticate", body, timeout_ms,
+                                  KOLO_ETCD_IDEMPOTENT | KOLO_ETCD_NO_AUTH, cancel, &reply);
   json_decref(body);
   if (rc != KOLO_OK) {
     if (rc == KOLO_ERR_AUTH || rc == KOLO_ERR_INVALID_ARG || rc == KOLO_ERR_STATE)
@@ -329,10 +351,10 @@ static kolo_status parse_reply(const char *path, const char *endpoint, long http
   if (json == NULL || !json_is_object(json)) {
     json_decref(json);
     if (http_status != 200)
-      return kolo_etcd_fail(KOLO_ERR_PROTOCOL, "etcd %s at %s: HTTP %ld with a non-JSON body",
-                            path, endpoint, http_status);
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "etcd %s at %s: malformed JSON reply: %s", path,
-                          endpoint, json ? "not an object" : error.text);
+      return kolo_etcd_fail(KOLO_ERR_PROTOCOL, "etcd %s at %s: HTTP %ld with a non-JSON body", path,
+                            endpoint, http_status);
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "etcd %s at %s: malformed JSON reply: %s", path, endpoint,
+                          json ? "not an object" : error.text);
   }
   json_t *err = json_object_get(json, "error");
   if (err != NULL || http_status != 200) {
@@ -343,8 +365,8 @@ static kolo_status parse_reply(const char *path, const char *endpoint, long http
     if (text == NULL) text = "(no message)";
     *grpc_code = json_is_integer(code) ? (int)json_integer_value(code) : 2;
     kolo_status st = kolo_etcd_error_status(*grpc_code, text);
-    kolo_etcd_fail(st, "etcd %s at %s: %s (HTTP %ld, code %d)", path, endpoint, text,
-                   http_status, *grpc_code);
+    kolo_etcd_fail(st, "etcd %s at %s: %s (HTTP %ld, code %d)", path, endpoint, text, http_status,
+                   *grpc_code);
     json_decref(json);
     return st;
   }
@@ -360,8 +382,8 @@ static void copy_text(char *dst, size_t size, const char *src) {
   dst[n] = '\0';
 }
 
-kolo_status kolo_etcd_call(kolo_etcd *c, const char *path, json_t *body, int timeout_ms,
-                           int flags, const atomic_int *cancel, json_t **reply) {
+kolo_status kolo_etcd_call(kolo_etcd *c, const char *path, json_t *body, int timeout_ms, int flags,
+                           const atomic_int *cancel, json_t **reply) {
   *reply = NULL;
   char *text = json_dumps(body, JSON_COMPACT);
   if (text == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "cannot serialize etcd request");
@@ -448,9 +470,9 @@ again:;
         rc = kolo_etcd_fail(KOLO_ERR_TIMEOUT, "etcd %s at %s: no reply within the deadline", path,
                             endpoint);
       else
-        rc = kolo_etcd_fail(KOLO_ERR_UNAVAILABLE, "etcd unavailable: %s at %s: %s%s%s%s", path, endpoint,
-                            curl_easy_strerror(code), curl_error[0] ? " (" : "", curl_error,
-                            curl_error[0] ? ")" : "");
+        rc = kolo_etcd_fail(KOLO_ERR_UNAVAILABLE, "etcd unavailable: %s at %s: %s%s%s%s", path,
+                            endpoint, curl_easy_strerror(code), curl_error[0] ? " (" : "",
+                            curl_error, curl_error[0] ? ")" : "");
       if (first_error[0] == '\0') copy_text(first_error, sizeof first_error, last_error);
     }
     free(b.data);

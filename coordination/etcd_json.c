@@ -76,8 +76,7 @@ static kolo_status decode_field(const json_t *object, const char *name, int requ
     return *out ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
   }
   const char *text = json_string_value(v);
-  if (text == NULL)
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "etcd reply: '%s' is not a string", name);
+  if (text == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "etcd reply: '%s' is not a string", name);
   kolo_status rc = kolo_base64_decode_alloc(text, json_string_length(v), out, len);
   if (rc == KOLO_ERR_PARSE)
     return kolo_etcd_fail(KOLO_ERR_PARSE, "etcd reply: '%s' is not valid base64: '%.40s'", name,
@@ -120,7 +119,8 @@ static kolo_status kvs_from_json(const json_t *array, kolo_etcd_kv **kvs, size_t
   *kvs = NULL;
   *count = 0;
   if (array == NULL) return KOLO_OK;
-  if (!json_is_array(array)) return kolo_etcd_fail(KOLO_ERR_PARSE, "etcd reply: 'kvs' is not an array");
+  if (!json_is_array(array))
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "etcd reply: 'kvs' is not an array");
   size_t n = json_array_size(array);
   if (n == 0) return KOLO_OK;
   *kvs = calloc(n, sizeof **kvs);
@@ -140,7 +140,8 @@ static kolo_status kvs_from_json(const json_t *array, kolo_etcd_kv **kvs, size_t
 
 kolo_status kolo_etcd_range_from_json(const json_t *reply, kolo_etcd_range_result *out) {
   memset(out, 0, sizeof *out);
-  if (!json_is_object(reply)) return kolo_etcd_fail(KOLO_ERR_PARSE, "etcd reply: range is not an object");
+  if (!json_is_object(reply))
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "etcd reply: range is not an object");
   kolo_status rc = kolo_etcd_header_revision(reply, &out->revision);
   if (rc == KOLO_OK) rc = kolo_etcd_json_bool(reply, "more", &out->more);
   if (rc == KOLO_OK) rc = kolo_etcd_json_int64(reply, "count", &out->total);
@@ -189,8 +190,9 @@ kolo_status kolo_etcd_range_request_json(const kolo_etcd_range_opts *opts, json_
   if (rc == KOLO_OK && opts->keys_only) json_object_set_new(body, "keys_only", json_true());
   if (rc == KOLO_OK && opts->sort != KOLO_ETCD_SORT_KEY) {
     json_object_set_new(body, "sort_target", json_string("CREATE"));
-    json_object_set_new(body, "sort_order",
-                        json_string(opts->sort == KOLO_ETCD_SORT_CREATE_ASC ? "ASCEND" : "DESCEND"));
+    json_object_set_new(
+        body, "sort_order",
+        json_string(opts->sort == KOLO_ETCD_SORT_CREATE_ASC ? "ASCEND" : "DESCEND"));
   }
   if (rc == KOLO_OK && opts->max_create_revision > 0)
     rc = kolo_etcd_json_set_int64(body, "max_create_revision", opts->max_create_revision);
@@ -219,7 +221,8 @@ void kolo_etcd_watch_message_clear(kolo_etcd_watch_message *m) {
 /* Parses one mvccpb.Event. A PUT carries no "type" (its zero value). */
 static kolo_status event_from_json(const json_t *object, kolo_etcd_event *event) {
   memset(event, 0, sizeof *event);
-  if (!json_is_object(object)) return kolo_etcd_fail(KOLO_ERR_PARSE, "watch event is not an object");
+  if (!json_is_object(object))
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "watch event is not an object");
   json_t *type = json_object_get(object, "type");
   const char *t = type ? json_string_value(type) : "PUT";
   if (t == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "watch event type is not a string");
@@ -270,13 +273,15 @@ kolo_status kolo_etcd_watch_message_parse(const char *line, size_t len,
   if (rc == KOLO_OK) rc = kolo_etcd_header_revision(result, &out->header_revision);
   if (rc != KOLO_OK) goto out;
   /* cluster_id is a uint64 sent as a decimal string. */
-  const char *cluster = json_string_value(json_object_get(json_object_get(result, "header"), "cluster_id"));
+  const char *cluster =
+      json_string_value(json_object_get(json_object_get(result, "header"), "cluster_id"));
   if (cluster != NULL) {
     char *end = NULL;
     errno = 0;
     unsigned long long id = strtoull(cluster, &end, 10);
     if (errno != 0 || end == cluster || *end != '\0') {
-      rc = kolo_etcd_fail(KOLO_ERR_PARSE, "watch message: cluster_id '%.30s' is not a number", cluster);
+      rc = kolo_etcd_fail(KOLO_ERR_PARSE, "watch message: cluster_id '%.30s' is not a number",
+                          cluster);
       goto out;
     }
     out->cluster_id = (uint64_t)id;

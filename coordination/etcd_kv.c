@@ -10,8 +10,8 @@ static kolo_status check_key(const kolo_etcd *c, kolo_etcd_bytes key, const char
   if (key.len == 0 || key.data == NULL)
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "%s: empty key", what);
   if (key.len > 16 * 1024)
-    return kolo_etcd_fail(KOLO_ERR_TOO_LARGE, "%s: key of %zu bytes is too long (16 KiB max)",
-                          what, key.len);
+    return kolo_etcd_fail(KOLO_ERR_TOO_LARGE, "%s: key of %zu bytes is too long (16 KiB max)", what,
+                          key.len);
   return KOLO_OK;
 }
 
@@ -20,8 +20,8 @@ static kolo_status check_value(const kolo_etcd *c, kolo_etcd_bytes value, const 
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "%s: value is NULL", what);
   if (value.len > c->max_value_bytes)
     return kolo_etcd_fail(KOLO_ERR_TOO_LARGE,
-                          "%s: value of %zu bytes exceeds the limit of %zu bytes", what,
-                          value.len, c->max_value_bytes);
+                          "%s: value of %zu bytes exceeds the limit of %zu bytes", what, value.len,
+                          c->max_value_bytes);
   return KOLO_OK;
 }
 
@@ -61,7 +61,8 @@ static kolo_status delete_json(kolo_etcd_bytes key, int prefix, int prev, json_t
     unsigned char *end = NULL;
     size_t end_len = 0;
     rc = kolo_etcd_prefix_end(key, &end, &end_len);
-    if (rc == KOLO_OK) rc = kolo_etcd_json_set_bytes(body, "range_end", (kolo_etcd_bytes){end, end_len});
+    if (rc == KOLO_OK)
+      rc = kolo_etcd_json_set_bytes(body, "range_end", (kolo_etcd_bytes){end, end_len});
     free(end);
   }
   if (rc == KOLO_OK && prev) json_object_set_new(body, "prev_kv", json_true());
@@ -97,7 +98,8 @@ kolo_status kolo_etcd_range(kolo_etcd *c, const kolo_etcd_range_opts *opts,
   if (rc != KOLO_OK) return rc;
   json_t *body = NULL, *reply = NULL;
   rc = kolo_etcd_range_request_json(opts, &body);
-  if (rc == KOLO_OK) rc = kolo_etcd_call(c, "kv/range", body, 0, KOLO_ETCD_IDEMPOTENT, NULL, &reply);
+  if (rc == KOLO_OK)
+    rc = kolo_etcd_call(c, "kv/range", body, 0, KOLO_ETCD_IDEMPOTENT, NULL, &reply);
   if (rc == KOLO_OK) rc = kolo_etcd_range_from_json(reply, out);
   json_decref(body);
   json_decref(reply);
@@ -140,10 +142,13 @@ kolo_status kolo_etcd_range_prefix(kolo_etcd *c, kolo_etcd_bytes prefix, int64_t
       break;
     }
     rc = kolo_etcd_json_set_bytes(body, "key", from);
-    if (rc == KOLO_OK) rc = kolo_etcd_json_set_bytes(body, "range_end", (kolo_etcd_bytes){end, end_len});
+    if (rc == KOLO_OK)
+      rc = kolo_etcd_json_set_bytes(body, "range_end", (kolo_etcd_bytes){end, end_len});
     if (rc == KOLO_OK) rc = kolo_etcd_json_set_int64(body, "limit", page_size);
-    if (rc == KOLO_OK && out->revision) rc = kolo_etcd_json_set_int64(body, "revision", out->revision);
-    if (rc == KOLO_OK) rc = kolo_etcd_call(c, "kv/range", body, 0, KOLO_ETCD_IDEMPOTENT, NULL, &reply);
+    if (rc == KOLO_OK && out->revision)
+      rc = kolo_etcd_json_set_int64(body, "revision", out->revision);
+    if (rc == KOLO_OK)
+      rc = kolo_etcd_call(c, "kv/range", body, 0, KOLO_ETCD_IDEMPOTENT, NULL, &reply);
     kolo_etcd_range_result page = {0};
     if (rc == KOLO_OK) rc = kolo_etcd_range_from_json(reply, &page);
     json_decref(body);
@@ -222,21 +227,30 @@ kolo_status kolo_etcd_compact(kolo_etcd *c, int64_t revision) {
 
 static const char *target_name(kolo_etcd_cmp_target t) {
   switch (t) {
-    case KOLO_ETCD_CMP_VERSION: return "VERSION";
-    case KOLO_ETCD_CMP_CREATE: return "CREATE";
-    case KOLO_ETCD_CMP_MOD: return "MOD";
-    case KOLO_ETCD_CMP_VALUE: return "VALUE";
-    case KOLO_ETCD_CMP_LEASE: return "LEASE";
+    case KOLO_ETCD_CMP_VERSION:
+      return "VERSION";
+    case KOLO_ETCD_CMP_CREATE:
+      return "CREATE";
+    case KOLO_ETCD_CMP_MOD:
+      return "MOD";
+    case KOLO_ETCD_CMP_VALUE:
+      return "VALUE";
+    case KOLO_ETCD_CMP_LEASE:
+      return "LEASE";
   }
   return NULL;
 }
 
 static const char *result_name(kolo_etcd_cmp_result r) {
   switch (r) {
-    case KOLO_ETCD_EQUAL: return "EQUAL";
-    case KOLO_ETCD_NOT_EQUAL: return "NOT_EQUAL";
-    case KOLO_ETCD_GREATER: return "GREATER";
-    case KOLO_ETCD_LESS: return "LESS";
+    case KOLO_ETCD_EQUAL:
+      return "EQUAL";
+    case KOLO_ETCD_NOT_EQUAL:
+      return "NOT_EQUAL";
+    case KOLO_ETCD_GREATER:
+      return "GREATER";
+    case KOLO_ETCD_LESS:
+      return "LESS";
   }
   return NULL;
 }
@@ -253,10 +267,18 @@ static kolo_status compare_json(const kolo_etcd *c, const kolo_etcd_compare *cmp
   rc = kolo_etcd_json_set_bytes(o, "key", cmp->key);
   if (rc == KOLO_OK) {
     switch (cmp->target) {
-      case KOLO_ETCD_CMP_VERSION: rc = kolo_etcd_json_set_int64(o, "version", cmp->number); break;
-      case KOLO_ETCD_CMP_CREATE: rc = kolo_etcd_json_set_int64(o, "create_revision", cmp->number); break;
-      case KOLO_ETCD_CMP_MOD: rc = kolo_etcd_json_set_int64(o, "mod_revision", cmp->number); break;
-      case KOLO_ETCD_CMP_LEASE: rc = kolo_etcd_json_set_int64(o, "lease", cmp->number); break;
+      case KOLO_ETCD_CMP_VERSION:
+        rc = kolo_etcd_json_set_int64(o, "version", cmp->number);
+        break;
+      case KOLO_ETCD_CMP_CREATE:
+        rc = kolo_etcd_json_set_int64(o, "create_revision", cmp->number);
+        break;
+      case KOLO_ETCD_CMP_MOD:
+        rc = kolo_etcd_json_set_int64(o, "mod_revision", cmp->number);
+        break;
+      case KOLO_ETCD_CMP_LEASE:
+        rc = kolo_etcd_json_set_int64(o, "lease", cmp->number);
+        break;
       case KOLO_ETCD_CMP_VALUE:
         rc = check_value(c, cmp->value, "txn compare");
         if (rc == KOLO_OK) rc = kolo_etcd_json_set_bytes(o, "value", cmp->value);
@@ -303,7 +325,8 @@ static kolo_status op_json(const kolo_etcd *c, const kolo_etcd_op *op, json_t **
 
 void kolo_etcd_txn_result_free(kolo_etcd_txn_result *result) {
   if (result == NULL) return;
-  for (size_t i = 0; i < result->count; i++) kolo_etcd_range_result_free(&result->responses[i].range);
+  for (size_t i = 0; i < result->count; i++)
+    kolo_etcd_range_result_free(&result->responses[i].range);
   free(result->responses);
   memset(result, 0, sizeof *result);
 }
@@ -363,14 +386,16 @@ static kolo_status txn_array(const kolo_etcd *c, const void *items, size_t n, in
   return KOLO_OK;
 }
 
-kolo_status kolo_etcd_txn_run(kolo_etcd *c, const kolo_etcd_txn *txn, kolo_etcd_txn_result *result) {
+kolo_status kolo_etcd_txn_run(kolo_etcd *c, const kolo_etcd_txn *txn,
+                              kolo_etcd_txn_result *result) {
   memset(result, 0, sizeof *result);
   json_t *compares = NULL, *success = NULL, *failure = NULL, *body = NULL, *reply = NULL;
   kolo_status rc = txn_array(c, txn->compares, txn->compare_count, 1, &compares);
   if (rc == KOLO_OK) rc = txn_array(c, txn->success, txn->success_count, 0, &success);
   if (rc == KOLO_OK) rc = txn_array(c, txn->failure, txn->failure_count, 0, &failure);
   if (rc == KOLO_OK) {
-    body = json_pack("{s:o, s:o, s:o}", "compare", compares, "success", success, "failure", failure);
+    body =
+        json_pack("{s:o, s:o, s:o}", "compare", compares, "success", success, "failure", failure);
     compares = success = failure = NULL;
     if (body == NULL) rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
   }
@@ -407,7 +432,8 @@ kolo_status kolo_etcd_txn_run(kolo_etcd *c, const kolo_etcd_txn *txn, kolo_etcd_
 kolo_status kolo_etcd_create_key(kolo_etcd *c, kolo_etcd_bytes key, kolo_etcd_bytes value,
                                  int64_t lease, kolo_etcd_kv *existing, int64_t *revision) {
   if (existing) memset(existing, 0, sizeof *existing);
-  kolo_etcd_compare cmp = {.target = KOLO_ETCD_CMP_CREATE, .result = KOLO_ETCD_EQUAL, .key = key, .number = 0};
+  kolo_etcd_compare cmp = {
+      .target = KOLO_ETCD_CMP_CREATE, .result = KOLO_ETCD_EQUAL, .key = key, .number = 0};
   kolo_etcd_op put = {.kind = KOLO_ETCD_OP_PUT, .key = key, .value = value, .lease = lease};
   kolo_etcd_op get = {.kind = KOLO_ETCD_OP_RANGE, .key = key};
   kolo_etcd_txn txn = {&cmp, 1, &put, 1, &get, 1};

@@ -38,7 +38,8 @@ kolo_status kolo_etcd_lease_revoke(kolo_etcd *c, int64_t lease_id) {
   json_t *body = json_object(), *reply = NULL;
   if (body == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
   kolo_status rc = kolo_etcd_json_set_int64(body, "ID", lease_id);
-  if (rc == KOLO_OK) rc = kolo_etcd_call(c, "lease/revoke", body, 0, KOLO_ETCD_IDEMPOTENT, NULL, &reply);
+  if (rc == KOLO_OK)
+    rc = kolo_etcd_call(c, "lease/revoke", body, 0, KOLO_ETCD_IDEMPOTENT, NULL, &reply);
   json_decref(body);
   json_decref(reply);
   return rc;
@@ -51,7 +52,8 @@ static kolo_status keepalive_once(kolo_etcd *c, int64_t lease_id, int timeout_ms
   if (body == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
   kolo_status rc = kolo_etcd_json_set_int64(body, "ID", lease_id);
   if (rc == KOLO_OK)
-    rc = kolo_etcd_call(c, "lease/keepalive", body, timeout_ms, KOLO_ETCD_IDEMPOTENT, cancel, &reply);
+    rc = kolo_etcd_call(c, "lease/keepalive", body, timeout_ms, KOLO_ETCD_IDEMPOTENT, cancel,
+                        &reply);
   int64_t ttl = 0;
   if (rc == KOLO_OK) {
     json_t *result = json_object_get(reply, "result");
@@ -123,13 +125,14 @@ static void *keepalive_main(void *arg) {
       if (left < timeout) timeout = (int)left;
     }
     int64_t ttl = 0;
-    KOLO_LOGD(COMPONENT, "renewing lease %" PRIx64 " (deadline %d ms)", (uint64_t)k->lease_id, timeout);
+    KOLO_LOGD(COMPONENT, "renewing lease %" PRIx64 " (deadline %d ms)", (uint64_t)k->lease_id,
+              timeout);
     kolo_status rc = keepalive_once(k->client, k->lease_id, timeout, &k->stopping, &ttl);
     KOLO_LOGD(COMPONENT, "renewal of %" PRIx64 ": %s", (uint64_t)k->lease_id, kolo_status_name(rc));
     if (rc == KOLO_OK) {
       if (failures > 0)
-        KOLO_LOGI(COMPONENT, "lease %" PRIx64 " renewed again after %" PRId64 " ms without etcd", (uint64_t)k->lease_id,
-                  kolo_etcd_now_ms() - last_ok);
+        KOLO_LOGI(COMPONENT, "lease %" PRIx64 " renewed again after %" PRId64 " ms without etcd",
+                  (uint64_t)k->lease_id, kolo_etcd_now_ms() - last_ok);
       last_ok = kolo_etcd_now_ms();
       wait = interval;
       failures = 0;
@@ -161,15 +164,18 @@ static void *keepalive_main(void *arg) {
 kolo_status kolo_etcd_keepalive_start(kolo_etcd *c, int64_t lease_id, int64_t ttl_s,
                                       kolo_etcd_lease_lost_fn lost, void *user,
                                       kolo_etcd_keepalive **out) {
-  return kolo_etcd_keepalive_start_mode(c, lease_id, ttl_s, KOLO_ETCD_KEEPALIVE_STRICT, lost, user, out);
+  return kolo_etcd_keepalive_start_mode(c, lease_id, ttl_s, KOLO_ETCD_KEEPALIVE_STRICT, lost, user,
+                                        out);
 }
 
 kolo_status kolo_etcd_keepalive_start_mode(kolo_etcd *c, int64_t lease_id, int64_t ttl_s,
-                                           kolo_etcd_keepalive_mode mode, kolo_etcd_lease_lost_fn lost,
-                                           void *user, kolo_etcd_keepalive **out) {
+                                           kolo_etcd_keepalive_mode mode,
+                                           kolo_etcd_lease_lost_fn lost, void *user,
+                                           kolo_etcd_keepalive **out) {
   *out = NULL;
   if (c == NULL || lease_id == 0 || ttl_s < 1)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "keep-alive needs a client, a lease and a TTL >= 1 s");
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                          "keep-alive needs a client, a lease and a TTL >= 1 s");
   kolo_etcd_keepalive *k = calloc(1, sizeof *k);
   if (k == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
   k->client = c;
@@ -198,7 +204,9 @@ kolo_status kolo_etcd_keepalive_start_mode(kolo_etcd *c, int64_t lease_id, int64
   return KOLO_OK;
 }
 
-int kolo_etcd_keepalive_alive(const kolo_etcd_keepalive *k) { return atomic_load(&k->alive); }
+int kolo_etcd_keepalive_alive(const kolo_etcd_keepalive *k) {
+  return atomic_load(&k->alive);
+}
 
 void kolo_etcd_keepalive_stop(kolo_etcd_keepalive *k) {
   if (k == NULL) return;

@@ -34,12 +34,12 @@ struct kolo_etcd_watch {
   char *line;
   size_t line_len;
   size_t line_cap;
-  int compacted;          /* the stream was cancelled because history is compacted */
+  int compacted; /* the stream was cancelled because history is compacted */
   int64_t compact_revision;
-  int stream_failed;      /* a message was an error or unparsable */
-  size_t endpoint;        /* endpoint index for the next stream */
-  int64_t last_data_ms;   /* when the stream last delivered a byte */
-  uint64_t cluster_id;    /* the etcd cluster the resume point belongs to */
+  int stream_failed;           /* a message was an error or unparsable */
+  size_t endpoint;             /* endpoint index for the next stream */
+  int64_t last_data_ms;        /* when the stream last delivered a byte */
+  uint64_t cluster_id;         /* the etcd cluster the resume point belongs to */
   int64_t max_header_revision; /* highest store revision etcd has reported */
 };
 
@@ -87,8 +87,10 @@ static int handle_line(kolo_etcd_watch *w, const char *line, size_t len) {
                     m.header_revision < delivered;
     if (m.cluster_id != 0) w->cluster_id = m.cluster_id;
     if (other_cluster || went_back) {
-      KOLO_LOGW(COMPONENT, "etcd history restarted (cluster %" PRIu64 ", revision %" PRId64 " < %" PRId64
-                "): resyncing", m.cluster_id, m.header_revision, delivered);
+      KOLO_LOGW(COMPONENT,
+                "etcd history restarted (cluster %" PRIu64 ", revision %" PRId64 " < %" PRId64
+                "): resyncing",
+                m.cluster_id, m.header_revision, delivered);
       w->max_header_revision = m.header_revision;
       w->compacted = 1;
       w->compact_revision = 0;
@@ -107,7 +109,8 @@ static int handle_line(kolo_etcd_watch *w, const char *line, size_t len) {
       w->compacted = 1;
       w->compact_revision = m.compact_revision;
     } else {
-      KOLO_LOGW(COMPONENT, "etcd cancelled the watch: %s", m.cancel_reason ? m.cancel_reason : "(no reason)");
+      KOLO_LOGW(COMPONENT, "etcd cancelled the watch: %s",
+                m.cancel_reason ? m.cancel_reason : "(no reason)");
       if (m.cancel_reason && strstr(m.cancel_reason, "Unauthenticated") && w->client->user)
         kolo_etcd_auth_invalidate(w->client);
       w->stream_failed = 1;
@@ -139,7 +142,8 @@ static size_t on_stream_data(char *ptr, size_t size, size_t nmemb, void *userdat
       size_t cap = w->line_cap ? w->line_cap * 2 : 4096;
       char *grown = cap <= MAX_LINE_BYTES ? realloc(w->line, cap) : NULL;
       if (grown == NULL) {
-        KOLO_LOGW(COMPONENT, "watch message larger than %u bytes; dropping the stream", MAX_LINE_BYTES);
+        KOLO_LOGW(COMPONENT, "watch message larger than %u bytes; dropping the stream",
+                  MAX_LINE_BYTES);
         w->stream_failed = 1;
         return 0;
       }
@@ -160,7 +164,8 @@ static json_t *create_request(kolo_etcd_watch *w) {
     unsigned char *end = NULL;
     size_t end_len = 0;
     rc = kolo_etcd_prefix_end(key, &end, &end_len);
-    if (rc == KOLO_OK) rc = kolo_etcd_json_set_bytes(req, "range_end", (kolo_etcd_bytes){end, end_len});
+    if (rc == KOLO_OK)
+      rc = kolo_etcd_json_set_bytes(req, "range_end", (kolo_etcd_bytes){end, end_len});
     free(end);
   }
   int64_t next = atomic_load(&w->next_revision);
@@ -219,7 +224,8 @@ static void run_stream(kolo_etcd_watch *w) {
      * watch_idle_ms breaks the stream. etcd's progress notifications keep a
      * healthy idle stream talking. */
     if (kolo_etcd_now_ms() - w->last_data_ms > c->watch_idle_ms) {
-      KOLO_LOGW(COMPONENT, "watch stream at %s silent for %d ms: reconnecting", endpoint, c->watch_idle_ms);
+      KOLO_LOGW(COMPONENT, "watch stream at %s silent for %d ms: reconnecting", endpoint,
+                c->watch_idle_ms);
       break;
     }
     curl_multi_poll(w->multi, NULL, 0, 250, NULL);
@@ -267,7 +273,8 @@ static kolo_status resync(kolo_etcd_watch *w) {
     KOLO_LOGI(COMPONENT, "history compacted at %" PRId64 ": resynced %zu keys at revision %" PRId64,
               w->compact_revision, r.count, r.revision);
   else
-    KOLO_LOGI(COMPONENT, "history restarted: resynced %zu keys at revision %" PRId64, r.count, r.revision);
+    KOLO_LOGI(COMPONENT, "history restarted: resynced %zu keys at revision %" PRId64, r.count,
+              r.revision);
   w->fn(&u, w->user);
   atomic_store(&w->next_revision, r.revision + 1);
   kolo_etcd_range_result_free(&r);
@@ -358,7 +365,9 @@ int64_t kolo_etcd_watch_next_revision(const kolo_etcd_watch *w) {
   return atomic_load(&w->next_revision);
 }
 
-int kolo_etcd_watch_connected(const kolo_etcd_watch *w) { return atomic_load(&w->connected); }
+int kolo_etcd_watch_connected(const kolo_etcd_watch *w) {
+  return atomic_load(&w->connected);
+}
 
 void kolo_etcd_watch_stop(kolo_etcd_watch *w) {
   if (w == NULL) return;

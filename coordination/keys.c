@@ -13,8 +13,8 @@ int kolo_keys_name_valid(const char *name) {
   if (n == 0 || n > 128 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) return 0;
   for (size_t i = 0; i < n; i++) {
     char c = name[i];
-    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-             c == '_' || c == '-';
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == '-';
     if (!ok) return 0;
   }
   return 1;
@@ -50,21 +50,28 @@ kolo_status kolo_keys_drain(const char *id, char *buf, size_t size) {
 
 kolo_status kolo_keys_job(const char *job, const char *leaf, char *buf, size_t size) {
   kolo_status rc = check_name("job id", job);
-  return rc != KOLO_OK ? rc : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/%s", job, leaf ? leaf : ""), size);
+  return rc != KOLO_OK
+             ? rc
+             : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/%s", job, leaf ? leaf : ""), size);
 }
 
 kolo_status kolo_keys_ring(const char *job, int64_t epoch, char *buf, size_t size) {
   kolo_status rc = check_name("job id", job);
-  if (rc == KOLO_OK && epoch < 0) rc = kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring epoch must not be negative");
-  return rc != KOLO_OK ? rc
-                       : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/ring/%020" PRId64, job, epoch), size);
+  if (rc == KOLO_OK && epoch < 0)
+    rc = kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring epoch must not be negative");
+  return rc != KOLO_OK
+             ? rc
+             : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/ring/%020" PRId64, job, epoch),
+                   size);
 }
 
 kolo_status kolo_keys_event(const char *job, int64_t n, char *buf, size_t size) {
   kolo_status rc = check_name("job id", job);
-  if (rc == KOLO_OK && n < 0) rc = kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "event number must not be negative");
-  return rc != KOLO_OK ? rc
-                       : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/events/%020" PRId64, job, n), size);
+  if (rc == KOLO_OK && n < 0)
+    rc = kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "event number must not be negative");
+  return rc != KOLO_OK
+             ? rc
+             : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/events/%020" PRId64, job, n), size);
 }
 
 int kolo_keys_event_number(const char *segment, uint64_t *n) {
@@ -83,11 +90,14 @@ int kolo_keys_event_number(const char *segment, uint64_t *n) {
 kolo_status kolo_keys_report(const char *job, const char *worker, char *buf, size_t size) {
   kolo_status rc = check_name("job id", job);
   if (rc == KOLO_OK) rc = check_name("worker id", worker);
-  return rc != KOLO_OK ? rc
-                       : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/reports/%s", job, worker), size);
+  return rc != KOLO_OK
+             ? rc
+             : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/reports/%s", job, worker), size);
 }
 
 kolo_status kolo_keys_metrics(const char *job, uint64_t step, char *buf, size_t size) {
   kolo_status rc = check_name("job id", job);
-  return rc != KOLO_OK ? rc : fit(snprintf(buf, size, KOLO_KEY_METRICS_PREFIX "%s/%020" PRIu64, job, step), size);
+  return rc != KOLO_OK
+             ? rc
+             : fit(snprintf(buf, size, KOLO_KEY_METRICS_PREFIX "%s/%020" PRIu64, job, step), size);
 }

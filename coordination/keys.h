@@ -12,7 +12,9 @@
 #define KOLO_KEY_ROOT "/kolo/v1/"
 #define KOLO_KEY_LEADER_PREFIX "/kolo/v1/leader/"   /* + <lease id, hex> */
 #define KOLO_KEY_WORKERS_PREFIX "/kolo/v1/workers/" /* + <worker id> */
-#define KOLO_KEY_JOBS_PREFIX "/kolo/v1/jobs/"       /* + <job id>/{spec,status,events/,ring/,reports/} */
+#define KOLO_KEY_JOBS_PREFIX                                          \
+  "/kolo/v1/jobs/" /* + <job id>/{spec,status,events/,ring/,reports/} \
+                    */
 #define KOLO_KEY_ASSIGN_PREFIX "/kolo/v1/assign/"   /* + <worker id> */
 #define KOLO_KEY_DRAIN_PREFIX "/kolo/v1/drain/"     /* + <worker id> (coordination/drain.h) */
 #define KOLO_KEY_METRICS_PREFIX "/kolo/v1/metrics/" /* + <job id>/<step> (server/recorder.c) */

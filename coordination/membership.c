@@ -55,15 +55,16 @@ int kolo_member_address_valid(const char *address) {
     if (host_len < 3 || address[host_len - 1] != ']') return 0;
     for (size_t i = 1; i + 1 < host_len; i++) {
       char c = address[i];
-      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' || c == '.'))
+      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
+            c == ':' || c == '.'))
         return 0;
     }
     return 1;
   }
   for (size_t i = 0; i < host_len; i++) {
     char c = address[i];
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' || c == '-' ||
-          c == '_'))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' ||
+          c == '-' || c == '_'))
       return 0;
   }
   return 1;
@@ -78,7 +79,9 @@ static int printable(const char *s, size_t max) {
   return 1;
 }
 
-int kolo_member_host_valid(const char *host) { return printable(host, 255); }
+int kolo_member_host_valid(const char *host) {
+  return printable(host, 255);
+}
 
 kolo_status kolo_member_validate(const kolo_member *m) {
   if (m == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record is NULL");
@@ -87,35 +90,48 @@ kolo_status kolo_member_validate(const kolo_member *m) {
                           "worker record: id '%.64s' is not valid (1-128 of A-Z a-z 0-9 . _ -)",
                           m->id ? m->id : "(null)");
   if (!kolo_member_host_valid(m->host))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: host must be 1-255 printable characters", m->id);
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                          "worker record %s: host must be 1-255 printable characters", m->id);
   if (!kolo_member_address_valid(m->address))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: address '%.64s' is not host:port", m->id,
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                          "worker record %s: address '%.64s' is not host:port", m->id,
                           m->address ? m->address : "(null)");
   if (m->cpus < 0 || m->cpus > 65535 || m->gpus < 0 || m->gpus > 65535)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: cpus and gpus must be in 0..65535", m->id);
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                          "worker record %s: cpus and gpus must be in 0..65535", m->id);
   if (m->state == NULL || m->state[0] == '\0' || strlen(m->state) > 32 ||
       strspn(m->state, "abcdefghijklmnopqrstuvwxyz_") != strlen(m->state))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: state must be 1-32 of [a-z_]", m->id);
-  if ((m->logs_url == NULL) != (m->logs_token == NULL))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: logs_url and logs_token go together", m->id);
-  if (m->logs_url != NULL && (!printable(m->logs_url, 255) || (strncmp(m->logs_url, "http://", 7) != 0 &&
-                                                               strncmp(m->logs_url, "https://", 8) != 0)))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: logs_url must be an http(s):// URL of 1-255 printable characters",
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: state must be 1-32 of [a-z_]",
                           m->id);
+  if ((m->logs_url == NULL) != (m->logs_token == NULL))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                          "worker record %s: logs_url and logs_token go together", m->id);
+  if (m->logs_url != NULL &&
+      (!printable(m->logs_url, 255) ||
+       (strncmp(m->logs_url, "http://", 7) != 0 && strncmp(m->logs_url, "https://", 8) != 0)))
+    return kolo_etcd_fail(
+        KOLO_ERR_INVALID_ARG,
+        "worker record %s: logs_url must be an http(s):// URL of 1-255 printable characters",
+        m->id);
   if (m->logs_token != NULL &&
       (strlen(m->logs_token) < 16 || strlen(m->logs_token) > 128 ||
-       strspn(m->logs_token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") != strlen(m->logs_token)))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: logs_token must be 16-128 of [A-Za-z0-9]", m->id);
+       strspn(m->logs_token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") !=
+           strlen(m->logs_token)))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                          "worker record %s: logs_token must be 16-128 of [A-Za-z0-9]", m->id);
   if (m->label_count > MAX_LABELS)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: more than %d labels", m->id, MAX_LABELS);
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: more than %d labels", m->id,
+                          MAX_LABELS);
   for (size_t i = 0; i < m->label_count; i++) {
-    if (!printable(m->labels[i].key, 128) || m->labels[i].value == NULL || strlen(m->labels[i].value) > 1024)
-      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: label %zu is not a short printable key with a value",
+    if (!printable(m->labels[i].key, 128) || m->labels[i].value == NULL ||
+        strlen(m->labels[i].value) > 1024)
+      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                            "worker record %s: label %zu is not a short printable key with a value",
                             m->id, i);
     for (size_t k = 0; k < i; k++)
       if (strcmp(m->labels[k].key, m->labels[i].key) == 0)
-        return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: label '%s' appears twice", m->id,
-                              m->labels[i].key);
+        return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: label '%s' appears twice",
+                              m->id, m->labels[i].key);
   }
   return KOLO_OK;
 }
@@ -127,11 +143,13 @@ kolo_status kolo_member_to_json(const kolo_member *m, char **json) {
   json_t *labels = json_object();
   for (size_t i = 0; labels && i < m->label_count; i++)
     json_object_set_new(labels, m->labels[i].key, json_string(m->labels[i].value));
-  json_t *o = labels ? json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:s}", "id", m->id, "host", m->host, "address",
-                                 m->address, "cpus", m->cpus, "gpus", m->gpus, "labels", labels, "state", m->state)
+  json_t *o = labels ? json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:s}", "id", m->id, "host",
+                                 m->host, "address", m->address, "cpus", m->cpus, "gpus", m->gpus,
+                                 "labels", labels, "state", m->state)
                      : NULL;
-  if (o && m->logs_url && (json_object_set_new(o, "logs_url", json_string(m->logs_url)) != 0 ||
-                           json_object_set_new(o, "logs_token", json_string(m->logs_token)) != 0)) {
+  if (o && m->logs_url &&
+      (json_object_set_new(o, "logs_url", json_string(m->logs_url)) != 0 ||
+       json_object_set_new(o, "logs_token", json_string(m->logs_token)) != 0)) {
     json_decref(o);
     o = NULL;
   }
@@ -142,14 +160,16 @@ kolo_status kolo_member_to_json(const kolo_member *m, char **json) {
   }
   *json = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(o);
-  return *json ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a worker record");
+  return *json ? KOLO_OK
+               : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a worker record");
 }
 
 /* Copies a required string field. */
 static kolo_status take_string(const json_t *o, const char *name, char **out) {
   json_t *v = json_object_get(o, name);
   if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: missing '%s'", name);
-  if (!json_is_string(v)) return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' is not a string", name);
+  if (!json_is_string(v))
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' is not a string", name);
   if (strlen(json_string_value(v)) != json_string_length(v))
     return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' contains a NUL byte", name);
   *out = strdup(json_string_value(v));
@@ -159,9 +179,11 @@ static kolo_status take_string(const json_t *o, const char *name, char **out) {
 static kolo_status take_int(const json_t *o, const char *name, int *out) {
   json_t *v = json_object_get(o, name);
   if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: missing '%s'", name);
-  if (!json_is_integer(v)) return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' is not an integer", name);
+  if (!json_is_integer(v))
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' is not an integer", name);
   json_int_t n = json_integer_value(v);
-  if (n < 0 || n > 65535) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: '%s' out of range", name);
+  if (n < 0 || n > 65535)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: '%s' out of range", name);
   *out = (int)n;
   return KOLO_OK;
 }
@@ -172,7 +194,8 @@ kolo_status kolo_member_from_json(const char *text, size_t len, kolo_member *out
   json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &error);
   kolo_status rc = KOLO_OK;
   if (o == NULL || !json_is_object(o)) {
-    rc = kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: malformed JSON: %s", o ? "not an object" : error.text);
+    rc = kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: malformed JSON: %s",
+                        o ? "not an object" : error.text);
     goto out;
   }
   rc = take_string(o, "id", &out->id);
@@ -181,12 +204,15 @@ kolo_status kolo_member_from_json(const char *text, size_t len, kolo_member *out
   if (rc == KOLO_OK) rc = take_string(o, "state", &out->state);
   if (rc == KOLO_OK) rc = take_int(o, "cpus", &out->cpus);
   if (rc == KOLO_OK) rc = take_int(o, "gpus", &out->gpus);
-  if (rc == KOLO_OK && json_object_get(o, "logs_url")) rc = take_string(o, "logs_url", &out->logs_url);
-  if (rc == KOLO_OK && json_object_get(o, "logs_token")) rc = take_string(o, "logs_token", &out->logs_token);
+  if (rc == KOLO_OK && json_object_get(o, "logs_url"))
+    rc = take_string(o, "logs_url", &out->logs_url);
+  if (rc == KOLO_OK && json_object_get(o, "logs_token"))
+    rc = take_string(o, "logs_token", &out->logs_token);
   json_t *registered = json_object_get(o, "registered_unix_ms");
   if (rc == KOLO_OK && registered != NULL) {
     if (!json_is_integer(registered) || json_integer_value(registered) <= 0)
-      rc = kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: 'registered_unix_ms' is not a positive integer");
+      rc = kolo_etcd_fail(KOLO_ERR_PARSE,
+                          "worker record: 'registered_unix_ms' is not a positive integer");
     else
       out->registered_unix_ms = json_integer_value(registered);
   }
@@ -241,7 +267,8 @@ struct kolo_membership {
 };
 
 kolo_status kolo_membership_register(kolo_etcd *client, const kolo_member *m, int64_t ttl_s,
-                                     kolo_etcd_lease_lost_fn lost, void *user, kolo_membership **out) {
+                                     kolo_etcd_lease_lost_fn lost, void *user,
+                                     kolo_membership **out) {
   *out = NULL;
   char *json = NULL;
   kolo_status rc = kolo_member_to_json(m, &json);
@@ -257,18 +284,20 @@ kolo_status kolo_membership_register(kolo_etcd *client, const kolo_member *m, in
   if (rc == KOLO_OK) rc = kolo_etcd_lease_grant(client, ttl_s, &r->lease, &granted);
   if (rc != KOLO_OK) goto fail;
   kolo_etcd_kv existing;
-  rc = kolo_etcd_create_key(client, kolo_etcd_str(r->key), kolo_etcd_str(json), r->lease, &existing, NULL);
+  rc = kolo_etcd_create_key(client, kolo_etcd_str(r->key), kolo_etcd_str(json), r->lease, &existing,
+                            NULL);
   if (rc == KOLO_ERR_EXISTS) {
-    rc = kolo_etcd_fail(KOLO_ERR_EXISTS,
-                        "worker '%s' is already registered (lease %llx); it expires within its TTL if dead",
-                        m->id, (unsigned long long)existing.lease);
+    rc = kolo_etcd_fail(
+        KOLO_ERR_EXISTS,
+        "worker '%s' is already registered (lease %llx); it expires within its TTL if dead", m->id,
+        (unsigned long long)existing.lease);
     kolo_etcd_kv_clear(&existing);
   }
   /* patient: a worker keeps its record through an etcd outage; only etcd saying
    * the lease is gone counts (docs/ELASTIC.md, "etcd outages") */
   if (rc == KOLO_OK)
-    rc = kolo_etcd_keepalive_start_mode(client, r->lease, granted, KOLO_ETCD_KEEPALIVE_PATIENT, lost, user,
-                                        &r->keepalive);
+    rc = kolo_etcd_keepalive_start_mode(client, r->lease, granted, KOLO_ETCD_KEEPALIVE_PATIENT,
+                                        lost, user, &r->keepalive);
   if (rc != KOLO_OK) goto fail;
   free(json);
   KOLO_LOGI(COMPONENT, "registered worker %s at %s (lease %llx, TTL %lld s)", m->id, r->key,
@@ -293,23 +322,30 @@ fail:
 
 kolo_status kolo_membership_update(kolo_membership *r, const kolo_member *m) {
   if (m == NULL || m->id == NULL || strcmp(m->id, r->id) != 0)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record update must keep the id '%s'", r->id);
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record update must keep the id '%s'",
+                          r->id);
   char *json = NULL;
   kolo_status rc = kolo_member_to_json(m, &json);
   if (rc != KOLO_OK) return rc;
   /* Only while the record is still ours: compare LEASE(key) == our lease. */
-  kolo_etcd_compare cmp = {.target = KOLO_ETCD_CMP_LEASE, .result = KOLO_ETCD_EQUAL, .key = kolo_etcd_str(r->key),
+  kolo_etcd_compare cmp = {.target = KOLO_ETCD_CMP_LEASE,
+                           .result = KOLO_ETCD_EQUAL,
+                           .key = kolo_etcd_str(r->key),
                            .number = r->lease};
-  kolo_etcd_op put = {.kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str(r->key), .value = kolo_etcd_str(json),
+  kolo_etcd_op put = {.kind = KOLO_ETCD_OP_PUT,
+                      .key = kolo_etcd_str(r->key),
+                      .value = kolo_etcd_str(json),
                       .lease = r->lease};
   kolo_etcd_txn txn = {&cmp, 1, &put, 1, NULL, 0};
   kolo_etcd_txn_result result;
   rc = kolo_etcd_txn_run(r->client, &txn, &result);
-  if (rc == KOLO_ERR_NOT_FOUND) rc = kolo_etcd_fail(KOLO_ERR_LEASE_LOST, "worker %s: lease lost: %s", r->id,
-                                                    kolo_etcd_last_error());
+  if (rc == KOLO_ERR_NOT_FOUND)
+    rc = kolo_etcd_fail(KOLO_ERR_LEASE_LOST, "worker %s: lease lost: %s", r->id,
+                        kolo_etcd_last_error());
   if (rc == KOLO_OK) {
     if (!result.succeeded)
-      rc = kolo_etcd_fail(KOLO_ERR_LEASE_LOST, "worker %s: the record is no longer held by lease %llx", r->id,
+      rc = kolo_etcd_fail(KOLO_ERR_LEASE_LOST,
+                          "worker %s: the record is no longer held by lease %llx", r->id,
                           (unsigned long long)r->lease);
     kolo_etcd_txn_result_free(&result);
   }
@@ -317,9 +353,13 @@ kolo_status kolo_membership_update(kolo_membership *r, const kolo_member *m) {
   return rc;
 }
 
-int64_t kolo_membership_lease(const kolo_membership *r) { return r->lease; }
+int64_t kolo_membership_lease(const kolo_membership *r) {
+  return r->lease;
+}
 
-int kolo_membership_alive(const kolo_membership *r) { return kolo_etcd_keepalive_alive(r->keepalive); }
+int kolo_membership_alive(const kolo_membership *r) {
+  return kolo_etcd_keepalive_alive(r->keepalive);
+}
 
 kolo_status kolo_membership_deregister(kolo_membership *r) {
   if (r == NULL) return KOLO_OK;
@@ -351,7 +391,8 @@ static kolo_status member_from_kv(const kolo_etcd_kv *kv, kolo_member *m) {
   const char *suffix = (const char *)kv->key + strlen(KOLO_KEY_WORKERS_PREFIX);
   if (kv->key_len <= strlen(KOLO_KEY_WORKERS_PREFIX) || strcmp(suffix, m->id) != 0) {
     kolo_member_clear(m);
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record at '%.100s' has another id", (const char *)kv->key);
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record at '%.100s' has another id",
+                          (const char *)kv->key);
   }
   m->lease = kv->lease;
   m->mod_revision = kv->mod_revision;
@@ -359,7 +400,8 @@ static kolo_status member_from_kv(const kolo_etcd_kv *kv, kolo_member *m) {
 }
 
 /* Decodes kvs into a sorted member array, skipping bad records. */
-static kolo_status members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_member **members, size_t *count) {
+static kolo_status members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_member **members,
+                                    size_t *count) {
   *members = NULL;
   *count = 0;
   if (n == 0) return KOLO_OK;
@@ -370,7 +412,8 @@ static kolo_status members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_memb
     if (member_from_kv(&kvs[i], &out[k]) == KOLO_OK)
       k++;
     else
-      KOLO_LOGW(COMPONENT, "skipping worker record %.100s: %s", (const char *)kvs[i].key, kolo_etcd_last_error());
+      KOLO_LOGW(COMPONENT, "skipping worker record %.100s: %s", (const char *)kvs[i].key,
+                kolo_etcd_last_error());
   }
   qsort(out, k, sizeof *out, by_id);
   *members = out;
@@ -378,7 +421,8 @@ static kolo_status members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_memb
   return KOLO_OK;
 }
 
-kolo_status kolo_membership_list(kolo_etcd *client, kolo_member **members, size_t *count, int64_t *revision) {
+kolo_status kolo_membership_list(kolo_etcd *client, kolo_member **members, size_t *count,
+                                 int64_t *revision) {
   *members = NULL;
   *count = 0;
   kolo_etcd_range_result r;
@@ -461,8 +505,8 @@ kolo_status kolo_membership_watch_start(kolo_etcd *client, kolo_membership_fn fn
     return rc;
   }
   fn(w->members, w->count, user);
-  kolo_etcd_watch_opts opts = {.key = kolo_etcd_str(KOLO_KEY_WORKERS_PREFIX), .prefix = 1,
-                               .start_revision = revision + 1};
+  kolo_etcd_watch_opts opts = {
+      .key = kolo_etcd_str(KOLO_KEY_WORKERS_PREFIX), .prefix = 1, .start_revision = revision + 1};
   rc = kolo_etcd_watch_start(client, &opts, on_change, w, &w->watch);
   if (rc != KOLO_OK) {
     kolo_members_free(w->members, w->count);

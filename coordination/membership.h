@@ -35,8 +35,8 @@ typedef struct kolo_member {
   kolo_member_label *labels;
   size_t label_count;
   char *state;
-  char *logs_url;   /* NULL = none */
-  char *logs_token; /* NULL = none */
+  char *logs_url;             /* NULL = none */
+  char *logs_token;           /* NULL = none */
   int64_t registered_unix_ms; /* when this registration began; 0 = not recorded */
   /* Filled when read from etcd: */
   int64_t lease;

@@ -27,24 +27,29 @@ static int by_plan(const void *pa, const void *pb) {
   return strcmp(a->id, b->id);
 }
 
-kolo_status kolo_planner_plan(const kolo_planner_member *members, size_t count, const char *const *previous,
-                              size_t previous_count, size_t *order) {
+kolo_status kolo_planner_plan(const kolo_planner_member *members, size_t count,
+                              const char *const *previous, size_t previous_count, size_t *order) {
   if (members == NULL || count == 0 || order == NULL)
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring plan: no members");
   if (previous_count > 0 && previous == NULL)
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring plan: previous ring is NULL");
   for (size_t i = 0; i < count; i++) {
-    if (members[i].id == NULL || members[i].id[0] == '\0' || members[i].host == NULL || members[i].host[0] == '\0')
-      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring plan: member %zu has an empty id or host", i);
+    if (members[i].id == NULL || members[i].id[0] == '\0' || members[i].host == NULL ||
+        members[i].host[0] == '\0')
+      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring plan: member %zu has an empty id or host",
+                            i);
     for (size_t k = 0; k < i; k++)
       if (strcmp(members[k].id, members[i].id) == 0)
-        return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring plan: member id '%s' appears twice", members[i].id);
+        return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring plan: member id '%s' appears twice",
+                              members[i].id);
   }
   for (size_t i = 0; i < previous_count; i++) {
-    if (previous[i] == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring plan: previous rank %zu is NULL", i);
+    if (previous[i] == NULL)
+      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring plan: previous rank %zu is NULL", i);
     for (size_t k = 0; k < i; k++)
       if (strcmp(previous[k], previous[i]) == 0)
-        return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring plan: '%s' appears twice in the previous ring", previous[i]);
+        return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                              "ring plan: '%s' appears twice in the previous ring", previous[i]);
   }
   slot *slots = calloc(count, sizeof *slots);
   if (slots == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
@@ -62,7 +67,8 @@ kolo_status kolo_planner_plan(const kolo_planner_member *members, size_t count, 
   for (size_t i = 0; i < count; i++) {
     size_t best = SIZE_MAX;
     for (size_t k = 0; k < count; k++)
-      if (strcmp(slots[k].host, slots[i].host) == 0 && slots[k].prev_rank < best) best = slots[k].prev_rank;
+      if (strcmp(slots[k].host, slots[i].host) == 0 && slots[k].prev_rank < best)
+        best = slots[k].prev_rank;
     slots[i].host_rank = best;
   }
   qsort(slots, count, sizeof *slots, by_plan);

@@ -28,7 +28,7 @@ typedef struct kolo_planner_member {
  * (previous_count 0 for a first ring); ids in it that are not members are the
  * departed. KOLO_ERR_INVALID_ARG (with kolo_etcd_last_error() saying why) for no
  * members, an empty id or host, or a duplicate id in members or in previous. */
-kolo_status kolo_planner_plan(const kolo_planner_member *members, size_t count, const char *const *previous,
-                              size_t previous_count, size_t *order);
+kolo_status kolo_planner_plan(const kolo_planner_member *members, size_t count,
+                              const char *const *previous, size_t previous_count, size_t *order);
 
 #endif

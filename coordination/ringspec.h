@@ -24,8 +24,8 @@
 
 #include "kolo/status.h"
 
-#define KOLO_RINGSPEC_MAX_SIZE 65536       /* members of one ring (= KOLO_AGENT_MAX_RING) */
-#define KOLO_RINGSPEC_MAX_LOST 65536       /* entries of the lost list */
+#define KOLO_RINGSPEC_MAX_SIZE 65536           /* members of one ring (= KOLO_AGENT_MAX_RING) */
+#define KOLO_RINGSPEC_MAX_LOST 65536           /* entries of the lost list */
 #define KOLO_RINGSPEC_MAX_TIMEOUT_MS INT32_MAX /* what the agent protocol carries */
 
 typedef struct kolo_ringspec_member {

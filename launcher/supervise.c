@@ -262,7 +262,8 @@ static void reap(supervisor *sv) {
   int own_failure = 0;
   for (int r = 0; r < sv->options->nprocs; r++) {
     rank_proc *proc = &sv->ranks[r];
-    if (proc->running && proc->ended && !(WIFEXITED(proc->status) && WEXITSTATUS(proc->status) == 0)) {
+    if (proc->running && proc->ended &&
+        !(WIFEXITED(proc->status) && WEXITSTATUS(proc->status) == 0)) {
       own_failure = 1;
     }
   }

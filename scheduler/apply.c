@@ -46,7 +46,9 @@ static kolo_status commit(const kolo_sched_writer *wr, kolo_sched_txn *t) {
 /* ---- status and events ---- */
 
 /* A malloc'd copy of key (NULL, which breaks the txn, if building it failed). */
-static char *key_copy(kolo_status built, const char *key) { return built == KOLO_OK ? strdup(key) : NULL; }
+static char *key_copy(kolo_status built, const char *key) {
+  return built == KOLO_OK ? strdup(key) : NULL;
+}
 
 static char *status_key(const kolo_sched_job *j) {
   char key[512];
@@ -59,12 +61,14 @@ static json_t *begin_job_write(kolo_sched_txn *t, const kolo_sched_job *j) {
   return json_deep_copy(j->status);
 }
 
-static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch, const char *message) {
+static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch,
+                      const char *message) {
   uint64_t seq = ++j->max_seq;
   char buf[512];
   char *key = key_copy(kolo_keys_event(j->id, (int64_t)seq, buf, sizeof buf), buf);
   json_t *event = json_pack("{s:I, s:I, s:s, s:s, s:I}", "seq", (json_int_t)seq, "time_unix_ms",
-                            (json_int_t)wall_ms(), "type", type, "message", message, "epoch", (json_int_t)epoch);
+                            (json_int_t)wall_ms(), "type", type, "message", message, "epoch",
+                            (json_int_t)epoch);
   kolo_sched_txn_compare(t, KOLO_ETCD_CMP_CREATE, key ? strdup(key) : NULL, 0);
   kolo_sched_txn_put(t, key, event ? json_dumps(event, JSON_COMPACT) : NULL);
   json_decref(event);
@@ -89,7 +93,8 @@ static void delete_assignments(kolo_sched_txn *t, const char *const *ids, size_t
 /* Ranks the chosen members with coord's planner (grouped by host, survivors in
  * their old order, rank 0 the survivor with the lowest old rank). Leaves order
  * as it is if the planner refuses. Every member of order is registered. */
-static void order_by_planner(kolo_sched_snapshot *snap, const kolo_ringspec *old_ring, const char **order, size_t n) {
+static void order_by_planner(kolo_sched_snapshot *snap, const kolo_ringspec *old_ring,
+                             const char **order, size_t n) {
   if (n == 0) return;
   kolo_planner_member *members = calloc(n, sizeof *members);
   size_t *ranks = calloc(n, sizeof *ranks);
@@ -117,7 +122,8 @@ static void order_by_planner(kolo_sched_snapshot *snap, const kolo_ringspec *old
 
 /* Whether every member of order has a worker record (its host and address go in
  * the ring); logs the first that has none. */
-static int all_registered(kolo_sched_snapshot *snap, const kolo_sched_job *j, const char *const *order, size_t n) {
+static int all_registered(kolo_sched_snapshot *snap, const kolo_sched_job *j,
+                          const char *const *order, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (kolo_sched_find_worker(snap, order[i]) == NULL) {
       KOLO_LOGW(LOG, "job %s: no epoch written: member %s has no worker record", j->id, order[i]);
@@ -128,11 +134,12 @@ static int all_registered(kolo_sched_snapshot *snap, const kolo_sched_job *j, co
 
 /* The ring's members (strings borrowed from snap and order) and the status's
  * member entries, for order at epoch. */
-static kolo_status ring_members(kolo_sched_snapshot *snap, const kolo_ringspec *old_ring, int64_t epoch,
-                                const char *const *order, size_t n, kolo_ringspec_member *ring_out,
-                                json_t *status_out) {
+static kolo_status ring_members(kolo_sched_snapshot *snap, const kolo_ringspec *old_ring,
+                                int64_t epoch, const char *const *order, size_t n,
+                                kolo_ringspec_member *ring_out, json_t *status_out) {
   const char **hosts = calloc(n + 1, sizeof *hosts);
-  int *local_rank = calloc(n + 1, sizeof *local_rank), *local_size = calloc(n + 1, sizeof *local_size);
+  int *local_rank = calloc(n + 1, sizeof *local_rank),
+      *local_size = calloc(n + 1, sizeof *local_size);
   kolo_status rc = KOLO_ERR_NO_MEMORY;
   if (hosts == NULL || local_rank == NULL || local_size == NULL) goto out;
   for (size_t i = 0; i < n; i++) hosts[i] = kolo_sched_find_worker(snap, order[i])->m.host;
@@ -143,10 +150,11 @@ static kolo_status ring_members(kolo_sched_snapshot *snap, const kolo_ringspec *
     /* a survivor keeps its first epoch (epoch - 1 if the old ring did not say) */
     int64_t since = old_rank < 0 ? epoch : old_ring->members[old_rank].since_epoch ?: epoch - 1;
     /* the lease: which registration of the worker this epoch means (decide.h, kolo_sched_member) */
-    ring_out[i] = (kolo_ringspec_member){(char *)order[i], w->host, w->address, local_rank[i], local_size[i], since,
-                                         w->lease};
-    json_array_append_new(status_out, json_pack("{s:s, s:i, s:s, s:s}", "worker_id", order[i], "rank", (int)i,
-                                                "host", w->host, "address", w->address));
+    ring_out[i] = (kolo_ringspec_member){(char *)order[i], w->host, w->address, local_rank[i],
+                                         local_size[i],    since,   w->lease};
+    json_array_append_new(
+        status_out, json_pack("{s:s, s:i, s:s, s:s}", "worker_id", order[i], "rank", (int)i, "host",
+                              w->host, "address", w->address));
   }
   rc = KOLO_OK;
 out:
@@ -175,24 +183,34 @@ kolo_status kolo_sched_ring_secret(char out[KOLO_SCHED_SECRET_LEN + 1]) {
 
 /* The ring record of epoch (ringspec.h), encoded: members, a new secret, the
  * timeout, and the lost list so far (the old ring's plus the plan's). */
-static kolo_status ring_record(const kolo_sched_job *j, const kolo_ringspec *old_ring, int64_t epoch,
-                               kolo_ringspec_member *members, size_t n, const kolo_sched_epoch_plan *plan,
-                               char **json) {
+static kolo_status ring_record(const kolo_sched_job *j, const kolo_ringspec *old_ring,
+                               int64_t epoch, kolo_ringspec_member *members, size_t n,
+                               const kolo_sched_epoch_plan *plan, char **json) {
   char secret[KOLO_SCHED_SECRET_LEN + 1];
-  if (kolo_sched_ring_secret(secret) != KOLO_OK) return KOLO_ERR_SYSTEM; /* no epoch without a secret */
+  if (kolo_sched_ring_secret(secret) != KOLO_OK)
+    return KOLO_ERR_SYSTEM; /* no epoch without a secret */
   size_t n_earlier = old_ring ? old_ring->n_lost : 0;
   kolo_ringspec_lost *lost = calloc(n_earlier + plan->n_lost + 1, sizeof *lost);
   if (lost == NULL) return KOLO_ERR_NO_MEMORY;
   for (size_t i = 0; i < n_earlier; i++) lost[i] = old_ring->lost[i];
   for (size_t i = 0; i < plan->n_lost; i++)
-    lost[n_earlier + i] = (kolo_ringspec_lost){(char *)plan->lost_ids[i], (char *)plan->lost_why[i]};
+    lost[n_earlier + i] =
+        (kolo_ringspec_lost){(char *)plan->lost_ids[i], (char *)plan->lost_why[i]};
   int64_t timeout_ms = kolo_sched_int(j->spec, "collective_timeout_ms");
   /* members go on with the old ring up to their next commit, then switch (no step redone) */
-  kolo_ringspec ring = {.job = j->id, .epoch = epoch, .timeout_ms = timeout_ms > 0 ? timeout_ms : 30000,
-                        .secret = secret, .size = n, .members = members, .n_lost = n_earlier + plan->n_lost,
-                        .lost = lost, .planned = plan->planned};
+  kolo_ringspec ring = {.job = j->id,
+                        .epoch = epoch,
+                        .timeout_ms = timeout_ms > 0 ? timeout_ms : 30000,
+                        .secret = secret,
+                        .size = n,
+                        .members = members,
+                        .n_lost = n_earlier + plan->n_lost,
+                        .lost = lost,
+                        .planned = plan->planned};
   kolo_status rc = kolo_ringspec_encode(&ring, json); /* the strings are borrowed: no clear */
-  if (rc != KOLO_OK) KOLO_LOGE(LOG, "job %s: ring record of epoch %" PRId64 ": %s", j->id, epoch, kolo_etcd_last_error());
+  if (rc != KOLO_OK)
+    KOLO_LOGE(LOG, "job %s: ring record of epoch %" PRId64 ": %s", j->id, epoch,
+              kolo_etcd_last_error());
   free(lost);
   return rc;
 }
@@ -204,16 +222,17 @@ static char *planned_message(int64_t epoch, const char *const *order, size_t n) 
   FILE *out = open_memstream(&names, &length);
   for (size_t i = 0; out && i < n; i++) fprintf(out, "%s%s", i ? ", " : "", order[i]);
   if (out) fclose(out);
-  char *message = fmt("epoch %" PRId64 ": %zu workers (%s), rank 0 is %s", epoch, n, names ? names : "",
-                      n ? order[0] : "-");
+  char *message = fmt("epoch %" PRId64 ": %zu workers (%s), rank 0 is %s", epoch, n,
+                      names ? names : "", n ? order[0] : "-");
   free(names);
   return message;
 }
 
 /* The status, events and assignments of the new epoch, added to t. */
-static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_sched_job *j, int64_t epoch,
-                             const char *const *order, size_t n, json_t *status_members,
-                             const kolo_sched_epoch_plan *plan, const char *ring_key) {
+static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_sched_job *j,
+                             int64_t epoch, const char *const *order, size_t n,
+                             json_t *status_members, const kolo_sched_epoch_plan *plan,
+                             const char *ring_key) {
   json_t *status = begin_job_write(t, j);
   json_object_set_new(status, "phase", json_string(plan->phase));
   json_object_set_new(status, "epoch", json_integer(epoch));
@@ -221,10 +240,12 @@ static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_
   if (kolo_sched_int(status, "started_unix_ms") == 0)
     json_object_set_new(status, "started_unix_ms", json_integer(wall_ms()));
   if (plan->count_reconfiguration)
-    json_object_set_new(status, "reconfigurations", json_integer(kolo_sched_int(status, "reconfigurations") + 1));
+    json_object_set_new(status, "reconfigurations",
+                        json_integer(kolo_sched_int(status, "reconfigurations") + 1));
   if (plan->count_drains)
-    json_object_set_new(status, "drains",
-                        json_integer(kolo_sched_int(status, "drains") + (json_int_t)plan->count_drains));
+    json_object_set_new(
+        status, "drains",
+        json_integer(kolo_sched_int(status, "drains") + (json_int_t)plan->count_drains));
   add_event(t, j, plan->event_type, epoch, plan->event_message);
   if (strcmp(plan->event_type, "SCHEDULED") != 0 || n > 0) {
     char *message = planned_message(epoch, order, n);
@@ -238,16 +259,16 @@ static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_
     kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
     /* a newcomer must still be free when this lands */
     if (w && w->assign_job == NULL) kolo_sched_txn_compare(t, KOLO_ETCD_CMP_CREATE, strdup(key), 0);
-    json_t *assignment = json_pack("{s:s, s:I, s:s, s:i}", "job", j->id, "epoch", (json_int_t)epoch, "ring",
-                                   ring_key, "rank", (int)i);
+    json_t *assignment = json_pack("{s:s, s:I, s:s, s:i}", "job", j->id, "epoch", (json_int_t)epoch,
+                                   "ring", ring_key, "rank", (int)i);
     kolo_sched_txn_put(t, strdup(key), assignment ? json_dumps(assignment, JSON_COMPACT) : NULL);
     json_decref(assignment);
   }
   delete_assignments(t, plan->removed, plan->n_removed);
 }
 
-kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snapshot *snap, kolo_sched_job *j,
-                                   const kolo_sched_epoch_plan *plan) {
+kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,
+                                   kolo_sched_job *j, const kolo_sched_epoch_plan *plan) {
   const char **newcomers = calloc(plan->take + 1, sizeof *newcomers);
   const char **order = calloc(plan->n_keep + plan->take + 1, sizeof *order);
   kolo_ringspec_member *members = calloc(plan->n_keep + plan->take + 1, sizeof *members);
@@ -259,8 +280,8 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   size_t n_new = 0;
   for (size_t i = 0; i < snap->n_workers && n_new < plan->take; i++)
     if (kolo_sched_worker_idle(&snap->workers[i])) newcomers[n_new++] = snap->workers[i].m.id;
-  size_t n = kolo_sched_plan_ring(plan->keep, plan->n_keep, newcomers, n_new, kolo_sched_job_bound(j, "max_workers"),
-                                  order);
+  size_t n = kolo_sched_plan_ring(plan->keep, plan->n_keep, newcomers, n_new,
+                                  kolo_sched_job_bound(j, "max_workers"), order);
   int64_t epoch = kolo_sched_int(j->status, "epoch") + 1;
   const kolo_ringspec *old_ring = kolo_sched_job_ring(j, epoch - 1);
   rc = KOLO_ERR_NOT_FOUND;
@@ -293,9 +314,12 @@ out:
 /* The Progress fields of a process's report (JobStatus.progress takes no
  * others); kolo-train's names are accepted as well. A new object. */
 static json_t *progress_fields(const json_t *report) {
-  static const char *const names[][2] = {{"step", "steps"}, {"total_steps", NULL}, {"loss", NULL},
+  static const char *const names[][2] = {{"step", "steps"},
+                                         {"total_steps", NULL},
+                                         {"loss", NULL},
                                          {"samples_per_sec", "samples_per_sec_total"},
-                                         {"accuracy", "train_accuracy"}, {"train_accuracy", NULL},
+                                         {"accuracy", "train_accuracy"},
+                                         {"train_accuracy", NULL},
                                          {"test_accuracy", NULL}};
   json_t *clean = json_object();
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -311,8 +335,9 @@ static json_t *rank0_progress(const kolo_sched_job *j) {
   return json_object_get(json_object_get(j->reports, rank0), "progress");
 }
 
-kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot *snap, kolo_sched_job *j,
-                               const char *phase, const char *type, const char *message) {
+kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,
+                               kolo_sched_job *j, const char *phase, const char *type,
+                               const char *message) {
   kolo_sched_txn *t = kolo_sched_txn_create();
   if (t == NULL) return KOLO_ERR_NO_MEMORY;
   json_t *status = begin_job_write(t, j);
@@ -336,7 +361,8 @@ kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot 
   finish_job_write(t, j, status);
   for (size_t i = 0; i < snap->n_workers; i++) {
     kolo_sched_worker *w = &snap->workers[i];
-    if (w->assign_job && strcmp(w->assign_job, j->id) == 0) delete_assignments(t, (const char *const *)&w->m.id, 1);
+    if (w->assign_job && strcmp(w->assign_job, j->id) == 0)
+      delete_assignments(t, (const char *const *)&w->m.id, 1);
   }
   kolo_status rc = commit(wr, t);
   kolo_sched_txn_destroy(t);
@@ -345,17 +371,19 @@ kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot 
 
 kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j, const char *phase,
                                  json_t *members, const char *type, const char *message,
-                                 const char *const *removed, size_t n_removed, int count_reconfiguration,
-                                 size_t count_drains) {
+                                 const char *const *removed, size_t n_removed,
+                                 int count_reconfiguration, size_t count_drains) {
   kolo_sched_txn *t = kolo_sched_txn_create();
   if (t == NULL) return KOLO_ERR_NO_MEMORY;
   json_t *status = begin_job_write(t, j);
   json_object_set_new(status, "phase", json_string(phase));
   if (members) json_object_set(status, "members", members);
   if (count_reconfiguration)
-    json_object_set_new(status, "reconfigurations", json_integer(kolo_sched_int(status, "reconfigurations") + 1));
+    json_object_set_new(status, "reconfigurations",
+                        json_integer(kolo_sched_int(status, "reconfigurations") + 1));
   if (count_drains)
-    json_object_set_new(status, "drains", json_integer(kolo_sched_int(status, "drains") + (json_int_t)count_drains));
+    json_object_set_new(status, "drains",
+                        json_integer(kolo_sched_int(status, "drains") + (json_int_t)count_drains));
   if (type) add_event(t, j, type, kolo_sched_int(j->status, "epoch"), message);
   finish_job_write(t, j, status);
   delete_assignments(t, removed, n_removed);
@@ -401,7 +429,8 @@ void kolo_sched_sweep(const kolo_sched_writer *wr, kolo_sched_snapshot *snap) {
     kolo_sched_txn *t = kolo_sched_txn_create();
     if (t == NULL) return;
     kolo_sched_txn_delete(t, strdup(key));
-    if (commit(wr, t) == KOLO_OK) KOLO_LOGI(LOG, "took stale assignment of %s (job %s) away", worker_id, job_id);
+    if (commit(wr, t) == KOLO_OK)
+      KOLO_LOGI(LOG, "took stale assignment of %s (job %s) away", worker_id, job_id);
     kolo_sched_txn_destroy(t);
   }
 }

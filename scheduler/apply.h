@@ -24,12 +24,12 @@ typedef struct kolo_sched_epoch_plan {
   size_t take;                /* idle workers to add (the first idle ones) */
   const char *const *removed; /* workers whose assignment is deleted */
   size_t n_removed;
-  const char *phase;          /* the status's new phase */
-  const char *event_type;     /* and its event */
+  const char *phase;      /* the status's new phase */
+  const char *event_type; /* and its event */
   const char *event_message;
-  int count_reconfiguration;  /* reconfigurations + 1 */
-  size_t count_drains;        /* drains + this many (planned leaves of drained members) */
-  int planned;                /* the ring says "planned": members switch at their next commit */
+  int count_reconfiguration;   /* reconfigurations + 1 */
+  size_t count_drains;         /* drains + this many (planned leaves of drained members) */
+  int planned;                 /* the ring says "planned": members switch at their next commit */
   const char *const *lost_ids; /* appended to the ring's lost list, with why */
   const char *const *lost_why;
   size_t n_lost;
@@ -45,21 +45,22 @@ typedef struct kolo_sched_epoch_plan {
 #define KOLO_SCHED_SECRET_LEN 32
 kolo_status kolo_sched_ring_secret(char out[KOLO_SCHED_SECRET_LEN + 1]);
 
-kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snapshot *snap, kolo_sched_job *j,
-                                   const kolo_sched_epoch_plan *plan);
+kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,
+                                   kolo_sched_job *j, const kolo_sched_epoch_plan *plan);
 
 /* Ends j in phase (SUCCEEDED/FAILED) with event type and message, copies rank
  * 0's last progress into the status and deletes every member's assignment. */
-kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot *snap, kolo_sched_job *j,
-                               const char *phase, const char *type, const char *message);
+kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,
+                               kolo_sched_job *j, const char *phase, const char *type,
+                               const char *message);
 
 /* A status change without a ring change: phase, members (optional), one event
  * (optional), removed assignments; reconfigurations + count_reconfiguration and
  * drains + count_drains. */
 kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j, const char *phase,
                                  json_t *members, const char *type, const char *message,
-                                 const char *const *removed, size_t n_removed, int count_reconfiguration,
-                                 size_t count_drains);
+                                 const char *const *removed, size_t n_removed,
+                                 int count_reconfiguration, size_t count_drains);
 
 /* Copies rank 0's reported progress into the status, at most once a second and
  * only when it changed. */

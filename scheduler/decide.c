@@ -56,7 +56,8 @@ static int decide_finished(const kolo_sched_job_view *job, kolo_sched_decision *
   if (!(r0->exited && r0->exit_code == 0)) return 0;
   size_t exited = 0;
   for (size_t i = 0; i < job->n_members; i++) exited += job->members[i].report.exited != 0;
-  if (exited == job->n_members || job->now_unix_ms - r0->time_unix_ms > KOLO_SCHED_FINISH_GRACE_MS) {
+  if (exited == job->n_members ||
+      job->now_unix_ms - r0->time_unix_ms > KOLO_SCHED_FINISH_GRACE_MS) {
     d->action = KOLO_SCHED_FINISH;
     d->exited = exited;
   }
@@ -80,7 +81,9 @@ static void find_gone(const kolo_sched_job_view *job, kolo_sched_decision *d) {
     if (r->exited && r->exit_code != 0 && r->exit_epoch >= m->since_epoch) {
       char why[96];
       int usage = r->exit_code == KOLO_SCHED_EXIT_USAGE;
-      snprintf(why, sizeof why, usage ? "its process exited with code %d (a usage error)" : "its process exited with code %d",
+      snprintf(why, sizeof why,
+               usage ? "its process exited with code %d (a usage error)"
+                     : "its process exited with code %d",
                r->exit_code);
       if (kolo_sched_decision_lost(d, i)) continue; /* draining: it leaves as planned */
       mark_lost(d, i, why);
@@ -114,7 +117,8 @@ static kolo_status find_named(const kolo_sched_job_view *job, kolo_sched_decisio
     reporters++;
     if (r->failed_rank >= 0 && (uint64_t)r->failed_rank < n) {
       named[r->failed_rank] = 1;
-      if (r->failed_status == NULL || strcmp(r->failed_status, timeout) != 0) evidence[r->failed_rank] = 1;
+      if (r->failed_status == NULL || strcmp(r->failed_status, timeout) != 0)
+        evidence[r->failed_rank] = 1;
     }
     if (r->time_unix_ms < oldest) oldest = r->time_unix_ms;
   }
@@ -133,10 +137,11 @@ static kolo_status find_named(const kolo_sched_job_view *job, kolo_sched_decisio
     char why[96];
     snprintf(why, sizeof why, "its ring neighbours lost it at epoch %" PRId64, job->epoch);
     for (size_t i = 0; i < n; i++)
-      if (named[i] && !reported[i] && (evidence[i] || waited >= KOLO_SCHED_TIMEOUT_SETTLE_MS)) mark_lost(d, i, why);
+      if (named[i] && !reported[i] && (evidence[i] || waited >= KOLO_SCHED_TIMEOUT_SETTLE_MS))
+        mark_lost(d, i, why);
   } else if (reporters > 0 && suspects == 0 && settled) {
     d->stalled = 1; /* everyone they name is alive and reporting: nobody to leave out */
-  } /* else: the next pass (at most one tick away) looks again */
+  }                 /* else: the next pass (at most one tick away) looks again */
   free(named);
   free(reported);
   free(evidence);
@@ -150,17 +155,19 @@ static void decide_loss(const kolo_sched_job_view *job, kolo_sched_decision *d) 
       d->action = KOLO_SCHED_USAGE_FAIL;
       return;
     }
-  d->limit = job->max_reconfigurations ? job->max_reconfigurations : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
-  if (d->n_drained == d->n_lost) { /* planned leaves only: no reconfiguration spent, never a failure */
-    kolo_sched_loss_action action =
-        kolo_sched_on_loss(survivors, job->idle, job->min_workers, job->max_workers, 0, UINT32_MAX, &d->take);
+  d->limit = job->max_reconfigurations ? job->max_reconfigurations
+                                       : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
+  if (d->n_drained ==
+      d->n_lost) { /* planned leaves only: no reconfiguration spent, never a failure */
+    kolo_sched_loss_action action = kolo_sched_on_loss(survivors, job->idle, job->min_workers,
+                                                       job->max_workers, 0, UINT32_MAX, &d->take);
     d->action = action == KOLO_SCHED_REFORM ? KOLO_SCHED_DRAIN_REFORM : KOLO_SCHED_DRAIN_HOLD;
     d->planned = d->action == KOLO_SCHED_DRAIN_REFORM && d->take == 0 && survivors > 0;
     return;
   }
   kolo_sched_loss_action action =
-      kolo_sched_on_loss(survivors, job->idle, job->min_workers, job->max_workers, job->reconfigurations,
-                         job->max_reconfigurations, &d->take);
+      kolo_sched_on_loss(survivors, job->idle, job->min_workers, job->max_workers,
+                         job->reconfigurations, job->max_reconfigurations, &d->take);
   d->action = action == KOLO_SCHED_FAIL     ? KOLO_SCHED_LOST_FAIL
               : action == KOLO_SCHED_REFORM ? KOLO_SCHED_LOST_REFORM
                                             : KOLO_SCHED_LOST_HOLD;
@@ -168,13 +175,16 @@ static void decide_loss(const kolo_sched_job_view *job, kolo_sched_decision *d) 
 
 /* A stalled ring: the same members at the next epoch, unless past the limit. */
 static void decide_stall(const kolo_sched_job_view *job, kolo_sched_decision *d) {
-  d->limit = job->max_reconfigurations ? job->max_reconfigurations : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
-  d->action = job->reconfigurations + 1 > d->limit ? KOLO_SCHED_STALLED_FAIL : KOLO_SCHED_STALLED_REFORM;
+  d->limit = job->max_reconfigurations ? job->max_reconfigurations
+                                       : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
+  d->action =
+      job->reconfigurations + 1 > d->limit ? KOLO_SCHED_STALLED_FAIL : KOLO_SCHED_STALLED_REFORM;
 }
 
 static size_t count_formed(const kolo_sched_job_view *job) {
   size_t formed = 0;
-  for (size_t i = 0; i < job->n_members; i++) formed += job->members[i].report.formed_epoch >= job->epoch;
+  for (size_t i = 0; i < job->n_members; i++)
+    formed += job->members[i].report.formed_epoch >= job->epoch;
   return formed;
 }
 
@@ -183,7 +193,8 @@ static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *
   size_t n = job->n_members;
   if (n != job->ring_size) {
     /* held below min_workers: members are the survivors of the last ring */
-    if (kolo_sched_on_loss(n, job->idle, job->min_workers, job->max_workers, 0, 0, &d->take) == KOLO_SCHED_REFORM)
+    if (kolo_sched_on_loss(n, job->idle, job->min_workers, job->max_workers, 0, 0, &d->take) ==
+        KOLO_SCHED_REFORM)
       d->action = KOLO_SCHED_RESUME;
     return;
   }
@@ -216,40 +227,56 @@ kolo_status kolo_sched_decide(const kolo_sched_job_view *job, kolo_sched_decisio
     kolo_sched_decision_clear(out);
     return KOLO_ERR_NO_MEMORY;
   }
-  if (out->n_lost > 0) decide_loss(job, out);
-  else if (out->stalled) decide_stall(job, out);
-  else decide_healthy(job, out);
+  if (out->n_lost > 0)
+    decide_loss(job, out);
+  else if (out->stalled)
+    decide_stall(job, out);
+  else
+    decide_healthy(job, out);
   return KOLO_OK;
 }
 
 const char *kolo_sched_event_type(kolo_sched_action action) {
   switch (action) {
-  case KOLO_SCHED_FINISH: return "FINISHED";
-  case KOLO_SCHED_LOST_REFORM:
-  case KOLO_SCHED_LOST_HOLD: return "WORKER_LOST";
-  case KOLO_SCHED_LOST_FAIL:
-  case KOLO_SCHED_USAGE_FAIL: return "FAILED";
-  case KOLO_SCHED_RESUME: return "RESUMING";
-  case KOLO_SCHED_FORMED: return "RING_FORMED";
-  case KOLO_SCHED_SHRINK: return "SHRINKING";
-  case KOLO_SCHED_GROW: return "WORKER_JOINED";
-  case KOLO_SCHED_DRAIN_REFORM:
-  case KOLO_SCHED_DRAIN_HOLD: return "WORKER_DRAINED";
-  case KOLO_SCHED_STALLED_REFORM: return "RING_STALLED";
-  case KOLO_SCHED_STALLED_FAIL: return "FAILED";
-  default: return NULL;
+    case KOLO_SCHED_FINISH:
+      return "FINISHED";
+    case KOLO_SCHED_LOST_REFORM:
+    case KOLO_SCHED_LOST_HOLD:
+      return "WORKER_LOST";
+    case KOLO_SCHED_LOST_FAIL:
+    case KOLO_SCHED_USAGE_FAIL:
+      return "FAILED";
+    case KOLO_SCHED_RESUME:
+      return "RESUMING";
+    case KOLO_SCHED_FORMED:
+      return "RING_FORMED";
+    case KOLO_SCHED_SHRINK:
+      return "SHRINKING";
+    case KOLO_SCHED_GROW:
+      return "WORKER_JOINED";
+    case KOLO_SCHED_DRAIN_REFORM:
+    case KOLO_SCHED_DRAIN_HOLD:
+      return "WORKER_DRAINED";
+    case KOLO_SCHED_STALLED_REFORM:
+      return "RING_STALLED";
+    case KOLO_SCHED_STALLED_FAIL:
+      return "FAILED";
+    default:
+      return NULL;
   }
 }
 
 /* "w2, w3" (drained members: they are all drained) */
 static void print_left(FILE *out, const kolo_sched_job_view *job, const kolo_sched_decision *d) {
-  for (size_t i = 0; i < d->n_lost; i++) fprintf(out, "%s%s", i ? ", " : "", job->members[d->lost[i].member].worker_id);
+  for (size_t i = 0; i < d->n_lost; i++)
+    fprintf(out, "%s%s", i ? ", " : "", job->members[d->lost[i].member].worker_id);
 }
 
 /* "w2 (its lease expired), w3 (it is draining)" */
 static void print_lost(FILE *out, const kolo_sched_job_view *job, const kolo_sched_decision *d) {
   for (size_t i = 0; i < d->n_lost; i++)
-    fprintf(out, "%s%s (%s)", i ? ", " : "", job->members[d->lost[i].member].worker_id, d->lost[i].why);
+    fprintf(out, "%s%s (%s)", i ? ", " : "", job->members[d->lost[i].member].worker_id,
+            d->lost[i].why);
 }
 
 /* "w1 (KOLO_ERR_TIMEOUT naming rank 2), w2 (...)": this epoch's FAILED reports. */
@@ -271,7 +298,8 @@ static void print_tails(FILE *out, const kolo_sched_job_view *job, const kolo_sc
   for (size_t i = 0; i < d->n_lost && shown < KOLO_SCHED_TAIL_WORKERS; i++) {
     const kolo_sched_member *m = &job->members[d->lost[i].member];
     const char *tail = m->report.stderr_tail;
-    if (d->lost[i].drained || !m->report.exited || m->report.exit_code == 0 || tail == NULL || tail[0] == '\0')
+    if (d->lost[i].drained || !m->report.exited || m->report.exit_code == 0 || tail == NULL ||
+        tail[0] == '\0')
       continue;
     size_t len = strlen(tail);
     if (len > KOLO_SCHED_TAIL_BYTES) {
@@ -293,70 +321,74 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
   if (out == NULL) return NULL;
   size_t n = job->n_members, survivors = n - d->n_lost;
   switch (d->action) {
-  case KOLO_SCHED_FINISH:
-    fprintf(out, "rank 0 (%s) exited 0 at epoch %" PRId64 "; %zu of %zu processes exited",
-            job->members[0].worker_id, job->epoch, d->exited, n);
-    break;
-  case KOLO_SCHED_LOST_FAIL:
-    fprintf(out, "exceeded max_reconfigurations (%u): lost workers ", d->limit);
-    print_lost(out, job, d);
-    for (size_t i = 0; i < job->n_earlier_lost; i++)
-      fprintf(out, "%s%s", i ? ", " : "; earlier: ", job->earlier_lost[i]);
-    break;
-  case KOLO_SCHED_USAGE_FAIL:
-    fprintf(out, "the program exited with a usage error: ");
-    for (size_t i = 0, shown = 0; i < d->n_lost; i++)
-      if (d->lost[i].usage)
-        fprintf(out, "%s%s (rank %zu) %s", shown++ ? ", " : "", job->members[d->lost[i].member].worker_id,
-                d->lost[i].member, d->lost[i].why);
-    break;
-  case KOLO_SCHED_LOST_REFORM:
-    fprintf(out, "lost ");
-    print_lost(out, job, d);
-    fprintf(out, "; re-forming with %zu survivors and %zu new workers", survivors, d->take);
-    break;
-  case KOLO_SCHED_LOST_HOLD:
-    fprintf(out, "lost ");
-    print_lost(out, job, d);
-    fprintf(out, "; %zu workers left, below min_workers %u: waiting for workers", survivors, job->min_workers);
-    break;
-  case KOLO_SCHED_DRAIN_REFORM:
-    print_left(out, job, d);
-    fprintf(out, " left (drained); re-forming %swith %zu workers and %zu new workers",
-            d->planned ? "at the next commit " : "", survivors, d->take);
-    break;
-  case KOLO_SCHED_DRAIN_HOLD:
-    print_left(out, job, d);
-    fprintf(out, " left (drained); %zu workers left, below min_workers %u: waiting for workers", survivors,
-            job->min_workers);
-    break;
-  case KOLO_SCHED_STALLED_REFORM:
-    fprintf(out, "epoch %" PRId64 " cannot make progress with every member alive: ", job->epoch);
-    print_reports(out, job);
-    fprintf(out, "; re-forming the same %zu workers", n);
-    break;
-  case KOLO_SCHED_STALLED_FAIL:
-    fprintf(out, "exceeded max_reconfigurations (%u): epoch %" PRId64 " cannot make progress with every member alive: ",
-            d->limit, job->epoch);
-    print_reports(out, job);
-    break;
-  case KOLO_SCHED_RESUME:
-    fprintf(out, "workers available again: resuming with %zu survivors and %zu new workers", n, d->take);
-    break;
-  case KOLO_SCHED_FORMED:
-    fprintf(out, "every member formed epoch %" PRId64 " (%zu workers)", job->epoch, n);
-    break;
-  case KOLO_SCHED_SHRINK:
-    fprintf(out, "max_workers is %u: leaving %zu workers", job->max_workers, n - d->keep);
-    break;
-  case KOLO_SCHED_GROW:
-    fprintf(out, "%zu idle workers join (below max_workers %u)", d->take, job->max_workers);
-    break;
-  default:
-    break;
+    case KOLO_SCHED_FINISH:
+      fprintf(out, "rank 0 (%s) exited 0 at epoch %" PRId64 "; %zu of %zu processes exited",
+              job->members[0].worker_id, job->epoch, d->exited, n);
+      break;
+    case KOLO_SCHED_LOST_FAIL:
+      fprintf(out, "exceeded max_reconfigurations (%u): lost workers ", d->limit);
+      print_lost(out, job, d);
+      for (size_t i = 0; i < job->n_earlier_lost; i++)
+        fprintf(out, "%s%s", i ? ", " : "; earlier: ", job->earlier_lost[i]);
+      break;
+    case KOLO_SCHED_USAGE_FAIL:
+      fprintf(out, "the program exited with a usage error: ");
+      for (size_t i = 0, shown = 0; i < d->n_lost; i++)
+        if (d->lost[i].usage)
+          fprintf(out, "%s%s (rank %zu) %s", shown++ ? ", " : "",
+                  job->members[d->lost[i].member].worker_id, d->lost[i].member, d->lost[i].why);
+      break;
+    case KOLO_SCHED_LOST_REFORM:
+      fprintf(out, "lost ");
+      print_lost(out, job, d);
+      fprintf(out, "; re-forming with %zu survivors and %zu new workers", survivors, d->take);
+      break;
+    case KOLO_SCHED_LOST_HOLD:
+      fprintf(out, "lost ");
+      print_lost(out, job, d);
+      fprintf(out, "; %zu workers left, below min_workers %u: waiting for workers", survivors,
+              job->min_workers);
+      break;
+    case KOLO_SCHED_DRAIN_REFORM:
+      print_left(out, job, d);
+      fprintf(out, " left (drained); re-forming %swith %zu workers and %zu new workers",
+              d->planned ? "at the next commit " : "", survivors, d->take);
+      break;
+    case KOLO_SCHED_DRAIN_HOLD:
+      print_left(out, job, d);
+      fprintf(out, " left (drained); %zu workers left, below min_workers %u: waiting for workers",
+              survivors, job->min_workers);
+      break;
+    case KOLO_SCHED_STALLED_REFORM:
+      fprintf(out, "epoch %" PRId64 " cannot make progress with every member alive: ", job->epoch);
+      print_reports(out, job);
+      fprintf(out, "; re-forming the same %zu workers", n);
+      break;
+    case KOLO_SCHED_STALLED_FAIL:
+      fprintf(out,
+              "exceeded max_reconfigurations (%u): epoch %" PRId64
+              " cannot make progress with every member alive: ",
+              d->limit, job->epoch);
+      print_reports(out, job);
+      break;
+    case KOLO_SCHED_RESUME:
+      fprintf(out, "workers available again: resuming with %zu survivors and %zu new workers", n,
+              d->take);
+      break;
+    case KOLO_SCHED_FORMED:
+      fprintf(out, "every member formed epoch %" PRId64 " (%zu workers)", job->epoch, n);
+      break;
+    case KOLO_SCHED_SHRINK:
+      fprintf(out, "max_workers is %u: leaving %zu workers", job->max_workers, n - d->keep);
+      break;
+    case KOLO_SCHED_GROW:
+      fprintf(out, "%zu idle workers join (below max_workers %u)", d->take, job->max_workers);
+      break;
+    default:
+      break;
   }
-  if (d->action == KOLO_SCHED_LOST_FAIL || d->action == KOLO_SCHED_LOST_REFORM || d->action == KOLO_SCHED_LOST_HOLD ||
-      d->action == KOLO_SCHED_USAGE_FAIL)
+  if (d->action == KOLO_SCHED_LOST_FAIL || d->action == KOLO_SCHED_LOST_REFORM ||
+      d->action == KOLO_SCHED_LOST_HOLD || d->action == KOLO_SCHED_USAGE_FAIL)
     print_tails(out, job, d);
   if (fclose(out) != 0) {
     free(text);

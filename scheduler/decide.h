@@ -20,7 +20,9 @@
  * a live member of a failed ring reports it too: wait this long for its own
  * report before counting it lost (under load, reports arrive passes apart). */
 #define KOLO_SCHED_TIMEOUT_SETTLE_MS 2000
-#define KOLO_SCHED_FINISH_GRACE_MS 10000 /* after rank 0 exited 0, wait this long for the others */
+#define KOLO_SCHED_FINISH_GRACE_MS                              \
+  10000 /* after rank 0 exited 0, wait this long for the others \
+         */
 /* A process exiting with this code refused its arguments (kolo-train's
  * KOLO_TRAIN_EXIT_USAGE, getopt tools, Python's argparse): no other worker would
  * do better, so the job fails at once instead of re-planning a lost worker. */
@@ -38,16 +40,18 @@ kolo_sched_phase kolo_sched_phase_from(const char *text);
 
 /* A member's last report (what its agent wrote under reports/<worker>). */
 typedef struct kolo_sched_report {
-  int present;            /* a report exists */
-  int64_t time_unix_ms;   /* when the agent wrote it */
-  int exited;             /* the process exited ... */
-  int exit_code;          /* ... with this code ... */
-  int64_t exit_epoch;     /* ... while at this epoch */
-  int64_t failed_epoch;   /* the process said this epoch's ring failed ... */
-  int64_t failed_rank;    /* ... naming this rank (-1: none) */
-  int64_t formed_epoch;   /* newest epoch whose ring the process formed */
-  const char *failed_status; /* borrowed: the status name of that failure ("KOLO_ERR_TIMEOUT"); NULL if none */
-  const char *stderr_tail; /* borrowed: last stderr lines of a process that exited non-zero; NULL if none */
+  int present;               /* a report exists */
+  int64_t time_unix_ms;      /* when the agent wrote it */
+  int exited;                /* the process exited ... */
+  int exit_code;             /* ... with this code ... */
+  int64_t exit_epoch;        /* ... while at this epoch */
+  int64_t failed_epoch;      /* the process said this epoch's ring failed ... */
+  int64_t failed_rank;       /* ... naming this rank (-1: none) */
+  int64_t formed_epoch;      /* newest epoch whose ring the process formed */
+  const char *failed_status; /* borrowed: the status name of that failure ("KOLO_ERR_TIMEOUT"); NULL
+                                if none */
+  const char *
+      stderr_tail; /* borrowed: last stderr lines of a process that exited non-zero; NULL if none */
 } kolo_sched_report;
 
 typedef struct kolo_sched_member {
@@ -66,10 +70,10 @@ typedef struct kolo_sched_member {
 /* A RUNNING or RECONFIGURING job as the scheduler sees it in one pass. */
 typedef struct kolo_sched_job_view {
   kolo_sched_phase phase;
-  int64_t epoch;                     /* the status's epoch */
-  int has_ring;                      /* the ring record of that epoch was read */
-  size_t ring_size;                  /* its members (0 without one) */
-  const kolo_sched_member *members;  /* status members, in rank order */
+  int64_t epoch;                    /* the status's epoch */
+  int has_ring;                     /* the ring record of that epoch was read */
+  size_t ring_size;                 /* its members (0 without one) */
+  const kolo_sched_member *members; /* status members, in rank order */
   size_t n_members;
   uint32_t min_workers, max_workers; /* effective (status over spec, at least 1) */
   uint32_t reconfigurations;         /* done so far */
@@ -81,16 +85,16 @@ typedef struct kolo_sched_job_view {
 } kolo_sched_job_view;
 
 typedef enum kolo_sched_action {
-  KOLO_SCHED_NOTHING,   /* nothing to write this pass */
-  KOLO_SCHED_FINISH,    /* SUCCEEDED: rank 0 exited 0 and the others did or the grace passed */
+  KOLO_SCHED_NOTHING,     /* nothing to write this pass */
+  KOLO_SCHED_FINISH,      /* SUCCEEDED: rank 0 exited 0 and the others did or the grace passed */
   KOLO_SCHED_LOST_REFORM, /* members lost: next epoch with the survivors (+ take idle) */
   KOLO_SCHED_LOST_HOLD,   /* members lost, below min_workers: RECONFIGURING, survivors wait */
   KOLO_SCHED_LOST_FAIL,   /* members lost past max_reconfigurations: FAILED */
-  KOLO_SCHED_RESUME,    /* a held job has enough workers again: next epoch (+ take idle) */
-  KOLO_SCHED_FORMED,    /* every member formed the epoch: RUNNING */
-  KOLO_SCHED_SHRINK,    /* above max_workers: next epoch with the first keep members */
-  KOLO_SCHED_GROW,      /* below max_workers with idle workers: next epoch (+ take idle) */
-  KOLO_SCHED_PROGRESS,  /* healthy: copy rank 0's progress into the status */
+  KOLO_SCHED_RESUME,      /* a held job has enough workers again: next epoch (+ take idle) */
+  KOLO_SCHED_FORMED,      /* every member formed the epoch: RUNNING */
+  KOLO_SCHED_SHRINK,      /* above max_workers: next epoch with the first keep members */
+  KOLO_SCHED_GROW,        /* below max_workers with idle workers: next epoch (+ take idle) */
+  KOLO_SCHED_PROGRESS,    /* healthy: copy rank 0's progress into the status */
   /* Only drained members left (planned leaves, not losses: never counted against
    * max_reconfigurations, never a failure): */
   KOLO_SCHED_DRAIN_REFORM, /* next epoch with the others (+ take idle); planned when nobody joins */
@@ -101,25 +105,25 @@ typedef enum kolo_sched_action {
    * count against max_reconfigurations like a loss. */
   KOLO_SCHED_STALLED_REFORM, /* next epoch, same members */
   KOLO_SCHED_STALLED_FAIL,   /* past max_reconfigurations: FAILED */
-  KOLO_SCHED_USAGE_FAIL,   /* a member's process exited with KOLO_SCHED_EXIT_USAGE: FAILED now */
+  KOLO_SCHED_USAGE_FAIL,     /* a member's process exited with KOLO_SCHED_EXIT_USAGE: FAILED now */
 } kolo_sched_action;
 
 typedef struct kolo_sched_lost {
-  size_t member;  /* index into the view's members */
-  char why[96];   /* "its lease expired", "it is draining", ... */
-  int drained;    /* a planned leave (the member is draining), not a loss */
-  int usage;      /* its process exited with KOLO_SCHED_EXIT_USAGE */
+  size_t member; /* index into the view's members */
+  char why[96];  /* "its lease expired", "it is draining", ... */
+  int drained;   /* a planned leave (the member is draining), not a loss */
+  int usage;     /* its process exited with KOLO_SCHED_EXIT_USAGE */
 } kolo_sched_lost;
 
 typedef struct kolo_sched_decision {
   kolo_sched_action action;
-  size_t take;             /* LOST_REFORM, RESUME, GROW: idle workers to add */
-  size_t keep;             /* SHRINK: members kept (the lowest ranks) */
-  size_t exited;           /* FINISH: members whose process exited */
-  kolo_sched_lost *lost;   /* LOST_*, DRAIN_*: in detection order, one per member at most */
-  size_t n_lost;           /* ... of which n_drained are drained members (planned leaves) */
+  size_t take;           /* LOST_REFORM, RESUME, GROW: idle workers to add */
+  size_t keep;           /* SHRINK: members kept (the lowest ranks) */
+  size_t exited;         /* FINISH: members whose process exited */
+  kolo_sched_lost *lost; /* LOST_*, DRAIN_*: in detection order, one per member at most */
+  size_t n_lost;         /* ... of which n_drained are drained members (planned leaves) */
   size_t n_drained;
-  uint32_t limit;          /* LOST_FAIL: the effective max_reconfigurations */
+  uint32_t limit; /* LOST_FAIL: the effective max_reconfigurations */
   /* DRAIN_REFORM: the members go on until their next commit and switch rings there (the
    * ring record says "planned"), so the leave costs no step; only when nobody joins (a
    * newcomer could not wait for the others' commit within the ring timeout). */
@@ -148,6 +152,7 @@ const char *kolo_sched_event_type(kolo_sched_action action);
  * error says what went wrong. */
 #define KOLO_SCHED_TAIL_WORKERS 3
 #define KOLO_SCHED_TAIL_BYTES 1536
-char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sched_decision *decision);
+char *kolo_sched_decision_message(const kolo_sched_job_view *job,
+                                  const kolo_sched_decision *decision);
 
 #endif

@@ -10,7 +10,8 @@ size_t kolo_sched_gang_take(size_t idle, uint32_t min_workers, uint32_t max_work
   return idle < max_workers ? idle : max_workers;
 }
 
-size_t kolo_sched_queue_admit(kolo_sched_queue *q, size_t idle, uint32_t min_workers, uint32_t max_workers) {
+size_t kolo_sched_queue_admit(kolo_sched_queue *q, size_t idle, uint32_t min_workers,
+                              uint32_t max_workers) {
   if (q->held) return 0;
   size_t take = kolo_sched_gang_take(idle, min_workers, max_workers);
   if (take == 0 && (min_workers ? min_workers : 1) <= q->capacity) q->held = 1;
@@ -21,7 +22,8 @@ kolo_sched_loss_action kolo_sched_on_loss(size_t survivors, size_t idle, uint32_
                                           uint32_t max_workers, uint32_t done,
                                           uint32_t max_reconfigurations, size_t *take) {
   *take = 0;
-  uint32_t limit = max_reconfigurations ? max_reconfigurations : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
+  uint32_t limit =
+      max_reconfigurations ? max_reconfigurations : KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS;
   if (done + 1 > limit) return KOLO_SCHED_FAIL;
   if (min_workers == 0) min_workers = 1;
   if (max_workers < min_workers) max_workers = min_workers;

@@ -30,7 +30,8 @@ typedef struct kolo_sched_queue {
 
 /* The next pending job in age order, with idle workers free now: how many it
  * takes (0 = it waits; *q updated). */
-size_t kolo_sched_queue_admit(kolo_sched_queue *q, size_t idle, uint32_t min_workers, uint32_t max_workers);
+size_t kolo_sched_queue_admit(kolo_sched_queue *q, size_t idle, uint32_t min_workers,
+                              uint32_t max_workers);
 
 typedef enum kolo_sched_loss_action {
   KOLO_SCHED_REFORM, /* write the next epoch with the survivors (+ newcomers) */

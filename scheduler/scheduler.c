@@ -50,14 +50,16 @@ typedef struct loss_lists {
   size_t n_survivors, n_gone;
 } loss_lists;
 
-static int loss_lists_build(const kolo_sched_job_view *view, const kolo_sched_decision *d, loss_lists *out) {
+static int loss_lists_build(const kolo_sched_job_view *view, const kolo_sched_decision *d,
+                            loss_lists *out) {
   memset(out, 0, sizeof *out);
   out->lost_ids = calloc(d->n_lost + 1, sizeof *out->lost_ids);
   out->lost_why = calloc(d->n_lost + 1, sizeof *out->lost_why);
   out->survivors = calloc(view->n_members + 1, sizeof *out->survivors);
   out->gone_ids = calloc(d->n_lost + 1, sizeof *out->gone_ids);
   out->gone_why = calloc(d->n_lost + 1, sizeof *out->gone_why);
-  if (!out->lost_ids || !out->lost_why || !out->survivors || !out->gone_ids || !out->gone_why) return 0;
+  if (!out->lost_ids || !out->lost_why || !out->survivors || !out->gone_ids || !out->gone_why)
+    return 0;
   for (size_t i = 0; i < d->n_lost; i++) {
     out->lost_ids[i] = view->members[d->lost[i].member].worker_id;
     out->lost_why[i] = d->lost[i].why;
@@ -66,7 +68,8 @@ static int loss_lists_build(const kolo_sched_job_view *view, const kolo_sched_de
     out->gone_why[out->n_gone++] = out->lost_why[i];
   }
   for (size_t i = 0; i < view->n_members; i++)
-    if (!kolo_sched_decision_lost(d, i)) out->survivors[out->n_survivors++] = view->members[i].worker_id;
+    if (!kolo_sched_decision_lost(d, i))
+      out->survivors[out->n_survivors++] = view->members[i].worker_id;
   return 1;
 }
 
@@ -79,20 +82,21 @@ static void loss_lists_free(loss_lists *l) {
 }
 
 /* Holds the survivors below min_workers: status members shrink, the ring stays. */
-static kolo_status hold(kolo_sched *s, kolo_sched_job *j, const kolo_sched_decision *d, const loss_lists *l,
-                        const char *message) {
+static kolo_status hold(kolo_sched *s, kolo_sched_job *j, const kolo_sched_decision *d,
+                        const loss_lists *l, const char *message) {
   json_t *kept = json_array(), *members = json_object_get(j->status, "members");
   for (size_t i = 0; i < json_array_size(members); i++)
     if (!kolo_sched_decision_lost(d, i)) json_array_append(kept, json_array_get(members, i));
-  kolo_status rc = kolo_sched_set_phase(&s->writer, j, "RECONFIGURING", kept, kolo_sched_event_type(d->action),
-                                        message, l->lost_ids, d->n_lost, d->n_lost > d->n_drained, d->n_drained);
+  kolo_status rc =
+      kolo_sched_set_phase(&s->writer, j, "RECONFIGURING", kept, kolo_sched_event_type(d->action),
+                           message, l->lost_ids, d->n_lost, d->n_lost > d->n_drained, d->n_drained);
   json_decref(kept);
   return rc;
 }
 
 /* Writes decision d about j (view is what it was made from). 1 if it wrote. */
-static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j, const kolo_sched_job_view *view,
-                 const kolo_sched_decision *d) {
+static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j,
+                 const kolo_sched_job_view *view, const kolo_sched_decision *d) {
   if (d->action == KOLO_SCHED_NOTHING) return 0;
   if (d->action == KOLO_SCHED_PROGRESS) {
     kolo_sched_copy_progress(&s->writer, j);
@@ -103,52 +107,56 @@ static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j, co
   kolo_status rc = KOLO_ERR_NO_MEMORY;
   if (message == NULL || !loss_lists_build(view, d, &l)) goto out;
   const char *type = kolo_sched_event_type(d->action);
-  kolo_sched_epoch_plan plan = {.keep = l.survivors, .n_keep = l.n_survivors, .take = d->take,
-                                .phase = "RECONFIGURING", .event_type = type, .event_message = message};
+  kolo_sched_epoch_plan plan = {.keep = l.survivors,
+                                .n_keep = l.n_survivors,
+                                .take = d->take,
+                                .phase = "RECONFIGURING",
+                                .event_type = type,
+                                .event_message = message};
   switch (d->action) {
-  case KOLO_SCHED_FINISH:
-    rc = kolo_sched_end_job(&s->writer, snap, j, "SUCCEEDED", type, message);
-    break;
-  case KOLO_SCHED_LOST_FAIL:
-  case KOLO_SCHED_USAGE_FAIL:
-  case KOLO_SCHED_STALLED_FAIL:
-    rc = kolo_sched_end_job(&s->writer, snap, j, "FAILED", type, message);
-    break;
-  case KOLO_SCHED_STALLED_REFORM:
-    plan.count_reconfiguration = 1;
-    rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
-    break;
-  case KOLO_SCHED_LOST_HOLD:
-  case KOLO_SCHED_DRAIN_HOLD:
-    rc = hold(s, j, d, &l, message);
-    break;
-  case KOLO_SCHED_LOST_REFORM:
-  case KOLO_SCHED_DRAIN_REFORM:
-    plan.removed = l.lost_ids;
-    plan.n_removed = d->n_lost;
-    plan.count_reconfiguration = d->action == KOLO_SCHED_LOST_REFORM;
-    plan.count_drains = d->n_drained;
-    plan.planned = d->planned;
-    plan.lost_ids = l.gone_ids;
-    plan.lost_why = l.gone_why;
-    plan.n_lost = l.n_gone;
-    rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
-    break;
-  case KOLO_SCHED_RESUME:
-  case KOLO_SCHED_GROW:
-    rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
-    break;
-  case KOLO_SCHED_SHRINK:
-    plan.n_keep = d->keep;
-    plan.removed = l.survivors + d->keep;
-    plan.n_removed = l.n_survivors - d->keep;
-    rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
-    break;
-  case KOLO_SCHED_FORMED:
-    rc = kolo_sched_set_phase(&s->writer, j, "RUNNING", NULL, type, message, NULL, 0, 0, 0);
-    break;
-  default:
-    break;
+    case KOLO_SCHED_FINISH:
+      rc = kolo_sched_end_job(&s->writer, snap, j, "SUCCEEDED", type, message);
+      break;
+    case KOLO_SCHED_LOST_FAIL:
+    case KOLO_SCHED_USAGE_FAIL:
+    case KOLO_SCHED_STALLED_FAIL:
+      rc = kolo_sched_end_job(&s->writer, snap, j, "FAILED", type, message);
+      break;
+    case KOLO_SCHED_STALLED_REFORM:
+      plan.count_reconfiguration = 1;
+      rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
+      break;
+    case KOLO_SCHED_LOST_HOLD:
+    case KOLO_SCHED_DRAIN_HOLD:
+      rc = hold(s, j, d, &l, message);
+      break;
+    case KOLO_SCHED_LOST_REFORM:
+    case KOLO_SCHED_DRAIN_REFORM:
+      plan.removed = l.lost_ids;
+      plan.n_removed = d->n_lost;
+      plan.count_reconfiguration = d->action == KOLO_SCHED_LOST_REFORM;
+      plan.count_drains = d->n_drained;
+      plan.planned = d->planned;
+      plan.lost_ids = l.gone_ids;
+      plan.lost_why = l.gone_why;
+      plan.n_lost = l.n_gone;
+      rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
+      break;
+    case KOLO_SCHED_RESUME:
+    case KOLO_SCHED_GROW:
+      rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
+      break;
+    case KOLO_SCHED_SHRINK:
+      plan.n_keep = d->keep;
+      plan.removed = l.survivors + d->keep;
+      plan.n_removed = l.n_survivors - d->keep;
+      rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
+      break;
+    case KOLO_SCHED_FORMED:
+      rc = kolo_sched_set_phase(&s->writer, j, "RUNNING", NULL, type, message, NULL, 0, 0, 0);
+      break;
+    default:
+      break;
   }
   loss_lists_free(&l);
 out:
@@ -174,15 +182,16 @@ static int handle_active(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_jo
 }
 
 /* Gang-schedules pending job j if the queue admits it now (plan.h). */
-static void start_pending(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_queue *queue, kolo_sched_job *j,
-                          int *wrote) {
-  uint32_t min = kolo_sched_job_bound(j, "min_workers"), max = kolo_sched_job_bound(j, "max_workers");
+static void start_pending(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_queue *queue,
+                          kolo_sched_job *j, int *wrote) {
+  uint32_t min = kolo_sched_job_bound(j, "min_workers"),
+           max = kolo_sched_job_bound(j, "max_workers");
   size_t take = kolo_sched_queue_admit(queue, kolo_sched_count_idle(snap), min, max);
   if (take == 0) return;
   char message[128];
   snprintf(message, sizeof message, "gang of %zu workers (min %u, max %u)", take, min, max);
-  kolo_sched_epoch_plan plan = {.take = take, .phase = "RUNNING", .event_type = "SCHEDULED",
-                                .event_message = message};
+  kolo_sched_epoch_plan plan = {
+      .take = take, .phase = "RUNNING", .event_type = "SCHEDULED", .event_message = message};
   *wrote |= kolo_sched_write_epoch(&s->writer, snap, j, &plan) == KOLO_OK;
 }
 
@@ -248,7 +257,8 @@ static void *run(void *argument) {
     char key[512];
     int64_t revision;
     int leader = s->config.fence(s->config.fence_arg, key, sizeof key, &revision) == KOLO_OK;
-    if (leader != was_leader) KOLO_LOGI(LOG, leader ? "leading: scheduling starts" : "not leading: scheduling stops");
+    if (leader != was_leader)
+      KOLO_LOGI(LOG, leader ? "leading: scheduling starts" : "not leading: scheduling stops");
     was_leader = leader;
     if (leader) pass(s);
     usleep(20 * 1000); /* let a burst of changes arrive as one pass */

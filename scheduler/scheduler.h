@@ -16,12 +16,13 @@
 
 /* Fills the leader key and its create revision when this replica leads;
  * KOLO_ERR_NOT_LEADER otherwise (the scheduler then only waits). */
-typedef kolo_status (*kolo_sched_fence_fn)(void *arg, char *key, size_t len, int64_t *create_revision);
+typedef kolo_status (*kolo_sched_fence_fn)(void *arg, char *key, size_t len,
+                                           int64_t *create_revision);
 
 typedef struct kolo_sched_config {
   kolo_sched_fence_fn fence;
   void *fence_arg;
-  int tick_ms; /* pass at least this often while leading; 0 = 500 */
+  int tick_ms;                    /* pass at least this often while leading; 0 = 500 */
   const kolo_etcd_access *access; /* the binary's etcd (endpoints, TLS, auth); read at start */
 } kolo_sched_config;
 

@@ -111,26 +111,32 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
 static int drained(const kolo_etcd_range_result *drains, const char *id, int64_t lease) {
   for (size_t d = 0; d < drains->count; d++)
     if (strcmp((const char *)drains->kvs[d].key + strlen(KOLO_KEY_DRAIN_PREFIX), id) == 0 &&
-        kolo_drain_mark_applies((const char *)drains->kvs[d].value, drains->kvs[d].value_len, lease))
+        kolo_drain_mark_applies((const char *)drains->kvs[d].value, drains->kvs[d].value_len,
+                                lease))
       return 1;
   return 0;
 }
 
-kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap, const kolo_etcd_range_result *assigns,
-                                     const kolo_etcd_range_result *drains, const kolo_etcd_range_result *jobs) {
+kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
+                                     const kolo_etcd_range_result *assigns,
+                                     const kolo_etcd_range_result *drains,
+                                     const kolo_etcd_range_result *jobs) {
   snap->assigns = json_object();
   snap->workers = calloc(snap->n_members + 1, sizeof *snap->workers);
   if (snap->assigns == NULL || snap->workers == NULL) return KOLO_ERR_NO_MEMORY;
   for (size_t i = 0; i < assigns->count; i++) {
-    json_t *value = json_loadb((const char *)assigns->kvs[i].value, assigns->kvs[i].value_len, 0, NULL);
+    json_t *value =
+        json_loadb((const char *)assigns->kvs[i].value, assigns->kvs[i].value_len, 0, NULL);
     if (value)
-      json_object_set_new(snap->assigns, (const char *)assigns->kvs[i].key + strlen(KOLO_KEY_ASSIGN_PREFIX), value);
+      json_object_set_new(
+          snap->assigns, (const char *)assigns->kvs[i].key + strlen(KOLO_KEY_ASSIGN_PREFIX), value);
   }
   for (size_t i = 0; i < snap->n_members; i++) {
     kolo_sched_worker *w = &snap->workers[snap->n_workers++];
     w->m = snap->members[i];
     w->draining = strcmp(w->m.state, "draining") == 0 || drained(drains, w->m.id, w->m.lease);
-    w->assign_job = json_string_value(json_object_get(json_object_get(snap->assigns, w->m.id), "job"));
+    w->assign_job =
+        json_string_value(json_object_get(json_object_get(snap->assigns, w->m.id), "job"));
   }
   for (size_t i = 0; i < jobs->count; i++) add_job_key(snap, &jobs->kvs[i]);
   /* jobs without a readable spec and status are not ours to touch */
@@ -152,8 +158,10 @@ kolo_status kolo_sched_snapshot_load(kolo_etcd *etcd, kolo_sched_snapshot *snap)
   if (rc != KOLO_OK) return rc;
   kolo_etcd_range_result assigns = {0}, drains = {0}, jobs = {0};
   rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_ASSIGN_PREFIX), 0, &assigns);
-  if (rc == KOLO_OK) rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_DRAIN_PREFIX), 0, &drains);
-  if (rc == KOLO_OK) rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_JOBS_PREFIX), 0, &jobs);
+  if (rc == KOLO_OK)
+    rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_DRAIN_PREFIX), 0, &drains);
+  if (rc == KOLO_OK)
+    rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_JOBS_PREFIX), 0, &jobs);
   if (rc == KOLO_OK) rc = kolo_sched_snapshot_fill(snap, &assigns, &drains, &jobs);
   kolo_etcd_range_result_free(&assigns);
   kolo_etcd_range_result_free(&drains);
@@ -212,7 +220,8 @@ static kolo_sched_report report_of(const json_t *r) {
   out.exit_code = (int)kolo_sched_int(r, "exit_code");
   out.exit_epoch = kolo_sched_int(r, "exit_epoch");
   out.failed_epoch = kolo_sched_int(r, "failed_epoch");
-  out.failed_rank = json_is_integer(json_object_get(r, "failed_rank")) ? kolo_sched_int(r, "failed_rank") : -1;
+  out.failed_rank =
+      json_is_integer(json_object_get(r, "failed_rank")) ? kolo_sched_int(r, "failed_rank") : -1;
   out.formed_epoch = kolo_sched_int(r, "formed_epoch");
   out.stderr_tail = json_string_value(json_object_get(r, "stderr_tail"));
   out.failed_status = json_string_value(json_object_get(r, "failed_status"));
@@ -225,9 +234,9 @@ static const kolo_ringspec_member *member_in(const kolo_ringspec *ring, const ch
   return rank < 0 ? NULL : &ring->members[rank];
 }
 
-kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sched_job *j, int64_t now_unix_ms,
-                                      kolo_sched_job_view *view, kolo_sched_member **members,
-                                      const char ***earlier) {
+kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sched_job *j,
+                                      int64_t now_unix_ms, kolo_sched_job_view *view,
+                                      kolo_sched_member **members, const char ***earlier) {
   memset(view, 0, sizeof *view);
   size_t n = json_array_size(json_object_get(j->status, "members"));
   view->epoch = kolo_sched_int(j->status, "epoch");
@@ -270,7 +279,8 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
   return KOLO_OK;
 }
 
-int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *worker_id, const char *job_id) {
+int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *worker_id,
+                                const char *job_id) {
   for (size_t i = 0; i < snap->n_jobs; i++) {
     const kolo_sched_job *j = &snap->jobs[i];
     if (strcmp(j->id, job_id) != 0) continue;

@@ -19,7 +19,7 @@
 #include "scheduler/decide.h"
 
 typedef struct kolo_sched_worker {
-  kolo_member m;          /* borrowed from the snapshot's member list */
+  kolo_member m; /* borrowed from the snapshot's member list */
   int draining;
   const char *assign_job; /* borrowed from the snapshot's assignment JSON */
   int taken;              /* given to a job in this pass */
@@ -29,10 +29,10 @@ typedef struct kolo_sched_job {
   char *id;
   json_t *spec, *status;
   int64_t status_mod;
-  uint64_t max_seq; /* highest event number */
+  uint64_t max_seq;     /* highest event number */
   kolo_ringspec *rings; /* the ring records that decode (ringspec.h), in epoch order */
   size_t n_rings;
-  json_t *reports;  /* worker id -> report */
+  json_t *reports; /* worker id -> report */
   int64_t created;
 } kolo_sched_job;
 
@@ -53,8 +53,10 @@ kolo_status kolo_sched_snapshot_load(kolo_etcd *etcd, kolo_sched_snapshot *snap)
 /* Builds the jobs, workers and assignments from range results (no I/O): members
  * are the live worker records, assigns/drains/jobs the key-values under their
  * prefixes. Jobs without a readable spec and status are dropped. */
-kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap, const kolo_etcd_range_result *assigns,
-                                     const kolo_etcd_range_result *drains, const kolo_etcd_range_result *jobs);
+kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
+                                     const kolo_etcd_range_result *assigns,
+                                     const kolo_etcd_range_result *drains,
+                                     const kolo_etcd_range_result *jobs);
 
 void kolo_sched_snapshot_free(kolo_sched_snapshot *snap);
 
@@ -77,13 +79,14 @@ const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i);
 /* The typed view of an active job. Fills *view and *members (an array of
  * view->n_members, malloc'd) and *earlier (the ring's lost list, malloc'd); the
  * strings are borrowed from the snapshot. Free both arrays. */
-kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sched_job *j, int64_t now_unix_ms,
-                                      kolo_sched_job_view *view, kolo_sched_member **members,
-                                      const char ***earlier);
+kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sched_job *j,
+                                      int64_t now_unix_ms, kolo_sched_job_view *view,
+                                      kolo_sched_member **members, const char ***earlier);
 
 /* Whether worker_id's assignment to job_id belongs to an active job that lists
  * the worker as a member (otherwise it is stale and swept). */
-int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *worker_id, const char *job_id);
+int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *worker_id,
+                                const char *job_id);
 
 /* Whether a watch update can change what a pass decides: a resync always can;
  * events only if one of them touches a key outside the metrics history

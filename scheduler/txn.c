@@ -34,7 +34,9 @@ static int grow_to(void *array_pointer, size_t *cap, size_t size) {
   return 1;
 }
 
-kolo_sched_txn *kolo_sched_txn_create(void) { return calloc(1, sizeof(kolo_sched_txn)); }
+kolo_sched_txn *kolo_sched_txn_create(void) {
+  return calloc(1, sizeof(kolo_sched_txn));
+}
 
 void kolo_sched_txn_destroy(kolo_sched_txn *t) {
   if (t == NULL) return;
@@ -62,7 +64,8 @@ void kolo_sched_txn_put(kolo_sched_txn *t, char *key, char *value) {
     t->broken = 1;
     return;
   }
-  t->ops[t->no++] = (kolo_etcd_op){.kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str(k), .value = kolo_etcd_str(v)};
+  t->ops[t->no++] =
+      (kolo_etcd_op){.kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str(k), .value = kolo_etcd_str(v)};
 }
 
 void kolo_sched_txn_delete(kolo_sched_txn *t, char *key) {
@@ -74,17 +77,19 @@ void kolo_sched_txn_delete(kolo_sched_txn *t, char *key) {
   t->ops[t->no++] = (kolo_etcd_op){.kind = KOLO_ETCD_OP_DELETE, .key = kolo_etcd_str(k)};
 }
 
-void kolo_sched_txn_compare(kolo_sched_txn *t, kolo_etcd_cmp_target target, char *key, int64_t number) {
+void kolo_sched_txn_compare(kolo_sched_txn *t, kolo_etcd_cmp_target target, char *key,
+                            int64_t number) {
   const char *k = keep(t, key);
   if (!GROW(t->cmps, t->nc, t->cap_c)) {
     t->broken = 1;
     return;
   }
-  t->cmps[t->nc++] = (kolo_etcd_compare){.target = target, .result = KOLO_ETCD_EQUAL,
-                                         .key = kolo_etcd_str(k), .number = number};
+  t->cmps[t->nc++] = (kolo_etcd_compare){
+      .target = target, .result = KOLO_ETCD_EQUAL, .key = kolo_etcd_str(k), .number = number};
 }
 
-kolo_status kolo_sched_txn_commit(kolo_sched_txn *t, kolo_etcd *etcd, kolo_sched_fence_fn fence, void *fence_arg) {
+kolo_status kolo_sched_txn_commit(kolo_sched_txn *t, kolo_etcd *etcd, kolo_sched_fence_fn fence,
+                                  void *fence_arg) {
   char key[512];
   int64_t revision = 0;
   kolo_status rc = fence(fence_arg, key, sizeof key, &revision);
@@ -99,7 +104,8 @@ kolo_status kolo_sched_txn_commit(kolo_sched_txn *t, kolo_etcd *etcd, kolo_sched
   memset(&result, 0, sizeof result);
   rc = kolo_etcd_txn_run(etcd, &request, &result);
   if (rc == KOLO_OK && !result.succeeded) rc = KOLO_ERR_CONFLICT;
-  if (rc != KOLO_OK && rc != KOLO_ERR_CONFLICT) KOLO_LOGW(LOG, "txn failed: %s", kolo_etcd_last_error());
+  if (rc != KOLO_OK && rc != KOLO_ERR_CONFLICT)
+    KOLO_LOGW(LOG, "txn failed: %s", kolo_etcd_last_error());
   kolo_etcd_txn_result_free(&result);
   return rc;
 }

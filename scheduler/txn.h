@@ -23,12 +23,14 @@ void kolo_sched_txn_destroy(kolo_sched_txn *t);
 void kolo_sched_txn_put(kolo_sched_txn *t, char *key, char *value);
 void kolo_sched_txn_delete(kolo_sched_txn *t, char *key);
 /* compare target(key) == number */
-void kolo_sched_txn_compare(kolo_sched_txn *t, kolo_etcd_cmp_target target, char *key, int64_t number);
+void kolo_sched_txn_compare(kolo_sched_txn *t, kolo_etcd_cmp_target target, char *key,
+                            int64_t number);
 
 /* Runs t fenced by the leader key from fence. KOLO_OK only when every compare
  * held; KOLO_ERR_CONFLICT when one did not (nothing written); KOLO_ERR_NOT_LEADER
  * from the fence; KOLO_ERR_NO_MEMORY for a broken txn. Blocks for at most the
  * etcd request deadline. */
-kolo_status kolo_sched_txn_commit(kolo_sched_txn *t, kolo_etcd *etcd, kolo_sched_fence_fn fence, void *fence_arg);
+kolo_status kolo_sched_txn_commit(kolo_sched_txn *t, kolo_etcd *etcd, kolo_sched_fence_fn fence,
+                                  void *fence_arg);
 
 #endif

@@ -15,7 +15,7 @@ PACKAGES=(
   wrk valgrind iproute2 procps psmisc openssl iptables util-linux
   openmpi-bin libopenmpi-dev
   unzip
-  clang libclang-rt-14-dev
+  clang clang-format libclang-rt-14-dev
   chromium chromium-driver
   buildah podman debootstrap runc
 )

@@ -3,7 +3,9 @@
 
 #include <strings.h>
 
-static uint32_t saturate(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v; }
+static uint32_t saturate(uint64_t v) {
+  return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
 
 void kolo_server_demand_compute(const kolo_server_job_size *jobs, size_t n_jobs,
                                 const kolo_server_worker_counts *workers, Kolo__V1__Demand *out) {
@@ -38,7 +40,8 @@ void kolo_server_demand_compute(const kolo_server_job_size *jobs, size_t n_jobs,
   out->workers_draining = workers ? workers->draining : 0;
 }
 
-void kolo_server_demand_count_workers(const Kolo__V1__ListWorkersResponse *list, kolo_server_worker_counts *out) {
+void kolo_server_demand_count_workers(const Kolo__V1__ListWorkersResponse *list,
+                                      kolo_server_worker_counts *out) {
   *out = (kolo_server_worker_counts){0};
   if (list == NULL) return;
   for (size_t i = 0; i < list->n_workers; i++) {

@@ -35,7 +35,8 @@ static int free_port(void) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
   int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
     port = ntohs(a.sin_port);
   close(fd);
   return port;
@@ -128,7 +129,9 @@ kolo_status kolo_server_etcd_child_start(const char *data_dir, int timeout_ms,
   return KOLO_OK;
 }
 
-const char *kolo_server_etcd_child_url(const kolo_server_etcd_child *child) { return child->url; }
+const char *kolo_server_etcd_child_url(const kolo_server_etcd_child *child) {
+  return child->url;
+}
 
 void kolo_server_etcd_child_stop(kolo_server_etcd_child *child) {
   if (child == NULL) return;

@@ -144,7 +144,8 @@ static void post_request(kolo_server_grpc *g, int method) {
 }
 
 /* Answers a unary call: initial metadata, the response if any, the status; one batch. */
-static void finish_unary(call_ctx *ctx, int code, const char *message, const uint8_t *resp, size_t len) {
+static void finish_unary(call_ctx *ctx, int code, const char *message, const uint8_t *resp,
+                         size_t len) {
   grpc_op ops[4];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
@@ -189,7 +190,8 @@ static int authorized(call_ctx *ctx) {
   for (size_t i = 0; i < ctx->md.count; i++) {
     if (grpc_slice_str_cmp(ctx->md.metadata[i].key, "authorization") != 0) continue;
     grpc_slice v = ctx->md.metadata[i].value;
-    return kolo_server_bearer_matches((const char *)GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v), token);
+    return kolo_server_bearer_matches((const char *)GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v),
+                                      token);
   }
   return 0;
 }
@@ -351,7 +353,8 @@ static void pump_logs_locked(call_ctx *ctx) {
   if (ctx->closed || ctx->in_flight || ctx->status_started || ctx->logs == NULL) return;
   uint8_t *packed = NULL;
   size_t len = 0;
-  kolo_server_logstream_state state = kolo_server_logstream_take_chunk(ctx->logs, LOG_CHUNK_BYTES, &packed, &len);
+  kolo_server_logstream_state state =
+      kolo_server_logstream_take_chunk(ctx->logs, LOG_CHUNK_BYTES, &packed, &len);
   if (state == KOLO_SERVER_LOGS_EMPTY) return; /* the stream notifies when lines come */
   grpc_op ops[2];
   memset(ops, 0, sizeof ops);
@@ -411,8 +414,8 @@ static void start_logs(call_ctx *ctx, const Kolo__V1__StreamLogsRequest *req) {
   kolo_server_grpc *g = ctx->g;
   char err[256] = "";
   kolo_server_logstream *stream = NULL;
-  kolo_status rc = g->cfg.logs ? kolo_server_logstream_open(g->cfg.logs, req, on_logs_ready, ctx, &stream, err,
-                                                            sizeof err)
+  kolo_status rc = g->cfg.logs ? kolo_server_logstream_open(g->cfg.logs, req, on_logs_ready, ctx,
+                                                            &stream, err, sizeof err)
                                : KOLO_ERR_UNSUPPORTED;
   if (rc != KOLO_OK) {
     atomic_fetch_add(&g->active, 1);
@@ -448,8 +451,8 @@ static void on_logs_closed(call_ctx *ctx) {
   /* after this the stream's thread is gone: on_logs_ready will not run again */
   kolo_server_logstream_close(stream);
   if (!ctx->status_started) ctx->code = 1; /* CANCELLED by the client */
-  kolo_server_metrics_observe(ctx->g->cfg.metrics, KOLO_SERVER_API_GRPC, KOLO_SERVER_STREAM_LOGS, ctx->code,
-                              seconds_since(&ctx->started));
+  kolo_server_metrics_observe(ctx->g->cfg.metrics, KOLO_SERVER_API_GRPC, KOLO_SERVER_STREAM_LOGS,
+                              ctx->code, seconds_since(&ctx->started));
   atomic_fetch_sub(&ctx->g->watches, 1);
   ctx_unref(ctx); /* the close batch */
   ctx_unref(ctx); /* the call */
@@ -460,7 +463,8 @@ static void on_logs_closed(call_ctx *ctx) {
 /* The request's bytes (malloc'd). Per-message decompression is off in the core, so a
  * compressed message arrives as it came and is inflated here, never past the message
  * limit: a 64 KiB gzip body of 64 MiB costs at most the limit, not 64 MiB. */
-static kolo_status read_request(call_ctx *ctx, uint8_t **out, size_t *len, char *err, size_t err_len) {
+static kolo_status read_request(call_ctx *ctx, uint8_t **out, size_t *len, char *err,
+                                size_t err_len) {
   grpc_byte_buffer *payload = ctx->payload;
   grpc_compression_algorithm algorithm = payload->data.raw.compression;
   size_t limit = ctx->g->cfg.max_message_bytes ? ctx->g->cfg.max_message_bytes : 4u << 20;
@@ -702,7 +706,8 @@ kolo_status kolo_server_grpc_start(const kolo_server_grpc_config *config, kolo_s
     post_request(g, m);
   }
   post_request(g, GENERIC);
-  g->n_threads = config->threads > 0 ? (config->threads > MAX_THREADS ? MAX_THREADS : config->threads) : 4;
+  g->n_threads =
+      config->threads > 0 ? (config->threads > MAX_THREADS ? MAX_THREADS : config->threads) : 4;
   for (int i = 0; i < g->n_threads; i++) pthread_create(&g->threads[i], NULL, cq_thread, g);
   *bound_port = port;
   *out = g;

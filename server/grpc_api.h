@@ -12,15 +12,15 @@
 #include "server/store.h"
 
 typedef struct kolo_server_grpc_config {
-  const char *listen;         /* host:port; port 0 picks a free one */
-  const char *tls_cert_pem;   /* NULL = plaintext */
+  const char *listen;       /* host:port; port 0 picks a free one */
+  const char *tls_cert_pem; /* NULL = plaintext */
   const char *tls_key_pem;
-  const char *token;          /* NULL = no auth; else "authorization: Bearer <token>" required */
-  size_t max_message_bytes;   /* larger requests are RESOURCE_EXHAUSTED */
-  int threads;                /* completion-queue threads */
+  const char *token;        /* NULL = no auth; else "authorization: Bearer <token>" required */
+  size_t max_message_bytes; /* larger requests are RESOURCE_EXHAUSTED */
+  int threads;              /* completion-queue threads */
   kolo_server_store *store;
   kolo_server_metrics *metrics;
-  kolo_server_logs *logs;     /* StreamLogs */
+  kolo_server_logs *logs; /* StreamLogs */
 } kolo_server_grpc_config;
 
 typedef struct kolo_server_grpc kolo_server_grpc;

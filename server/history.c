@@ -19,18 +19,21 @@ int kolo_server_history_point_of(const Kolo__V1__JobStatus *status, Kolo__V1__Me
   return 1;
 }
 
-int kolo_server_history_is_reform(const Kolo__V1__MetricPoint *before, const Kolo__V1__MetricPoint *p) {
+int kolo_server_history_is_reform(const Kolo__V1__MetricPoint *before,
+                                  const Kolo__V1__MetricPoint *p) {
   return before != NULL && p->epoch > before->epoch;
 }
 
 static int same_values(const Kolo__V1__MetricPoint *a, const Kolo__V1__MetricPoint *b) {
-  return a->loss == b->loss && a->accuracy == b->accuracy && a->train_accuracy == b->train_accuracy &&
-         a->test_accuracy == b->test_accuracy && a->samples_per_sec == b->samples_per_sec &&
-         a->ring_size == b->ring_size && a->epoch == b->epoch;
+  return a->loss == b->loss && a->accuracy == b->accuracy &&
+         a->train_accuracy == b->train_accuracy && a->test_accuracy == b->test_accuracy &&
+         a->samples_per_sec == b->samples_per_sec && a->ring_size == b->ring_size &&
+         a->epoch == b->epoch;
 }
 
 /* The interior point to drop from series + next (n + 1 points; index n is next). */
-static long victim(const Kolo__V1__MetricPoint *const *series, size_t n, const Kolo__V1__MetricPoint *next) {
+static long victim(const Kolo__V1__MetricPoint *const *series, size_t n,
+                   const Kolo__V1__MetricPoint *next) {
   long best = -1, best_marker = -1;
   uint64_t best_gap = UINT64_MAX, best_marker_gap = UINT64_MAX;
   for (size_t i = 1; i < n; i++) {
@@ -49,8 +52,9 @@ static long victim(const Kolo__V1__MetricPoint *const *series, size_t n, const K
   return best >= 0 ? best : best_marker;
 }
 
-kolo_server_history_plan kolo_server_history_plan_next(const Kolo__V1__MetricPoint *const *series, size_t n,
-                                                       const Kolo__V1__MetricPoint *next, size_t max) {
+kolo_server_history_plan kolo_server_history_plan_next(const Kolo__V1__MetricPoint *const *series,
+                                                       size_t n, const Kolo__V1__MetricPoint *next,
+                                                       size_t max) {
   kolo_server_history_plan plan = {KOLO_SERVER_HISTORY_SKIP, -1};
   if (max < KOLO_SERVER_HISTORY_MIN_POINTS) max = KOLO_SERVER_HISTORY_MIN_POINTS;
   if (n == 0) {
@@ -67,7 +71,8 @@ kolo_server_history_plan kolo_server_history_plan_next(const Kolo__V1__MetricPoi
     const Kolo__V1__MetricPoint *fixed = series[n - 2];
     int last_is_reform = kolo_server_history_is_reform(fixed, last);
     /* the tail is provisional while (last - fixed) < (fixed - first) / (max - 1) */
-    if (!last_is_reform && (last->step - fixed->step) * (uint64_t)(max - 1) < fixed->step - series[0]->step) {
+    if (!last_is_reform &&
+        (last->step - fixed->step) * (uint64_t)(max - 1) < fixed->step - series[0]->step) {
       plan.action = KOLO_SERVER_HISTORY_REPLACE;
       return plan;
     }

@@ -20,7 +20,8 @@
 int kolo_server_history_point_of(const Kolo__V1__JobStatus *status, Kolo__V1__MetricPoint *out);
 
 /* Whether point p opens a new ring epoch compared with the point before it. */
-int kolo_server_history_is_reform(const Kolo__V1__MetricPoint *before, const Kolo__V1__MetricPoint *p);
+int kolo_server_history_is_reform(const Kolo__V1__MetricPoint *before,
+                                  const Kolo__V1__MetricPoint *p);
 
 typedef enum kolo_server_history_action {
   KOLO_SERVER_HISTORY_SKIP = 0, /* nothing new (same or older step, same values) */
@@ -45,7 +46,8 @@ typedef struct kolo_server_history_plan {
  *  - past max points, the interior point whose neighbours are closest is dropped (never the
  *    first or the newest; re-form points only if nothing else is left; ties: the oldest),
  *    which keeps the spacing within about a factor of two across the series. */
-kolo_server_history_plan kolo_server_history_plan_next(const Kolo__V1__MetricPoint *const *series, size_t n,
-                                                       const Kolo__V1__MetricPoint *next, size_t max);
+kolo_server_history_plan kolo_server_history_plan_next(const Kolo__V1__MetricPoint *const *series,
+                                                       size_t n, const Kolo__V1__MetricPoint *next,
+                                                       size_t max);
 
 #endif

@@ -33,7 +33,7 @@ struct kolo_server_http {
   kolo_server_http_config cfg;
   struct MHD_Daemon *daemon;
   kolo_server_stream_hub *events; /* GET /v1/stream */
-  pthread_mutex_t lock; /* the open log streams */
+  pthread_mutex_t lock;           /* the open log streams */
   http_logs *streams;
 };
 
@@ -56,8 +56,8 @@ typedef struct request {
   size_t len, cap;
   size_t uri_bytes; /* the raw request URI's length */
   int too_large;
-  int called;      /* on_request has seen this request once */
-  int nul_escape;  /* the raw URL holds %00: unescaped, it would cut the path or a value short */
+  int called;     /* on_request has seen this request once */
+  int nul_escape; /* the raw URL holds %00: unescaped, it would cut the path or a value short */
   struct timespec started;
 } request;
 
@@ -67,7 +67,7 @@ typedef struct reply {
   const char *content_type;
   int method; /* for metrics */
   int grpc_code;
-  http_logs *logs; /* set: stream this instead of body */
+  http_logs *logs;                   /* set: stream this instead of body */
   const kolo_server_ui_asset *asset; /* instead of body: an embedded file (304 if not modified) */
   struct MHD_Response *stream;       /* instead of body: a server-sent event stream */
   const char *allow;                 /* 405: the route's methods, sent as Allow */
@@ -81,8 +81,8 @@ static void reply_text(reply *r, int status, const char *content_type, char *bod
 
 static void reply_error(reply *r, kolo_status rc, const char *message) {
   int code = kolo_server_grpc_code(rc);
-  json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", kolo_server_grpc_code_name(code), "message",
-                          message && message[0] ? message : kolo_strerror(rc));
+  json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", kolo_server_grpc_code_name(code),
+                          "message", message && message[0] ? message : kolo_strerror(rc));
   char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
   json_decref(obj);
   r->grpc_code = code;
@@ -134,7 +134,8 @@ typedef struct allowed_args {
   int ok;
 } allowed_args;
 
-static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value) {
   allowed_args *a = cls;
   (void)kind;
   (void)value;
@@ -150,10 +151,12 @@ static int only_args(struct MHD_Connection *conn, const char *names, char *err, 
 }
 
 /* Query arguments of GET /v1/jobs (http_route.c); the first refusal wins. */
-static enum MHD_Result list_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+static enum MHD_Result list_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value) {
   list_query *q = cls;
   (void)kind;
-  if (q->rc == KOLO_OK) q->rc = kolo_server_query_list_jobs(q->req, key, value, q->err, sizeof q->err);
+  if (q->rc == KOLO_OK)
+    q->rc = kolo_server_query_list_jobs(q->req, key, value, q->err, sizeof q->err);
   return MHD_YES;
 }
 
@@ -172,11 +175,13 @@ static void route_list(kolo_server_http *h, struct MHD_Connection *conn, reply *
 }
 
 /* GET /v1/jobs/<id>/metrics[?since_step=N] */
-static void route_job_metrics(kolo_server_http *h, struct MHD_Connection *conn, const char *id, reply *r) {
+static void route_job_metrics(kolo_server_http *h, struct MHD_Connection *conn, const char *id,
+                              reply *r) {
   Kolo__V1__GetJobMetricsRequest req = KOLO__V1__GET_JOB_METRICS_REQUEST__INIT;
   char err[256];
   r->method = KOLO_SERVER_GET_JOB_METRICS;
-  if (!only_args(conn, "since_step", err, sizeof err)) return reply_error(r, KOLO_ERR_INVALID_ARG, err);
+  if (!only_args(conn, "since_step", err, sizeof err))
+    return reply_error(r, KOLO_ERR_INVALID_ARG, err);
   const char *since = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "since_step");
   if (since && kolo_server_query_since_step(since, &req.since_step, err, sizeof err) != KOLO_OK)
     return reply_error(r, KOLO_ERR_INVALID_ARG, err);
@@ -210,7 +215,8 @@ static void route_metrics(kolo_server_http *h, reply *r) {
   if (demand) protobuf_c_message_free_unpacked(&demand->base, NULL);
   kolo_server_job_gauge *gauges = calloc(KOLO_SERVER_METRICS_MAX_JOBS, sizeof *gauges);
   size_t left_out = 0, n = 0;
-  if (gauges) n = kolo_server_store_job_gauges(h->cfg.store, gauges, KOLO_SERVER_METRICS_MAX_JOBS, &left_out);
+  if (gauges)
+    n = kolo_server_store_job_gauges(h->cfg.store, gauges, KOLO_SERVER_METRICS_MAX_JOBS, &left_out);
   char *jobs = gauges ? kolo_server_metrics_render_jobs(gauges, n, left_out) : NULL;
   free(gauges);
   char *body = NULL;
@@ -237,11 +243,13 @@ typedef struct logs_query {
 } logs_query;
 
 /* Query arguments of GET /v1/jobs/<id>/logs (http_route.c); the first refusal wins. */
-static enum MHD_Result logs_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+static enum MHD_Result logs_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value) {
   logs_query *q = cls;
   (void)kind;
   if (q->rc == KOLO_OK)
-    q->rc = kolo_server_query_logs(q->req, q->ranks, KOLO_SERVER_LOGS_MAX_RANKS, key, value, q->err, sizeof q->err);
+    q->rc = kolo_server_query_logs(q->req, q->ranks, KOLO_SERVER_LOGS_MAX_RANKS, key, value, q->err,
+                                   sizeof q->err);
   return MHD_YES;
 }
 
@@ -267,8 +275,9 @@ static ssize_t logs_read(void *cls, uint64_t pos, char *buf, size_t max) {
   kolo_server_logstream_state state = kolo_server_logstream_take_text(hl->stream, buf, max, &n);
   ssize_t ret = (ssize_t)n;
   if (state == KOLO_SERVER_LOGS_END)
-    ret = kolo_server_logstream_end_status(hl->stream, NULL, 0) == KOLO_OK ? MHD_CONTENT_READER_END_OF_STREAM
-                                                                        : MHD_CONTENT_READER_END_WITH_ERROR;
+    ret = kolo_server_logstream_end_status(hl->stream, NULL, 0) == KOLO_OK
+              ? MHD_CONTENT_READER_END_OF_STREAM
+              : MHD_CONTENT_READER_END_WITH_ERROR;
   if (state == KOLO_SERVER_LOGS_EMPTY) {
     /* nothing now: the stream's notify resumes us */
     hl->suspended = 1;
@@ -284,14 +293,18 @@ static void logs_free(void *cls) {
   kolo_server_http *h = hl->h;
   kolo_server_logstream_close(hl->stream); /* no notify after this */
   pthread_mutex_lock(&h->lock);
-  if (hl->prev) hl->prev->next = hl->next;
-  else h->streams = hl->next;
+  if (hl->prev)
+    hl->prev->next = hl->next;
+  else
+    h->streams = hl->next;
   if (hl->next) hl->next->prev = hl->prev;
   pthread_mutex_unlock(&h->lock);
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
-  double seconds = (double)(now.tv_sec - hl->started.tv_sec) + (double)(now.tv_nsec - hl->started.tv_nsec) / 1e9;
-  kolo_server_metrics_observe(h->cfg.metrics, KOLO_SERVER_API_HTTP, KOLO_SERVER_STREAM_LOGS, 0, seconds);
+  double seconds =
+      (double)(now.tv_sec - hl->started.tv_sec) + (double)(now.tv_nsec - hl->started.tv_nsec) / 1e9;
+  kolo_server_metrics_observe(h->cfg.metrics, KOLO_SERVER_API_HTTP, KOLO_SERVER_STREAM_LOGS, 0,
+                              seconds);
   pthread_mutex_destroy(&hl->lock);
   free(hl);
 }
@@ -313,13 +326,15 @@ static void route_logs(kolo_server_http *h, struct MHD_Connection *conn, const c
   pthread_mutex_init(&hl->lock, NULL);
   clock_gettime(CLOCK_MONOTONIC, &hl->started);
   /* the stream may notify at once: the connection is not suspended yet, so that is a no-op */
-  kolo_status rc = kolo_server_logstream_open(h->cfg.logs, &req, logs_notify, hl, &hl->stream, err, sizeof err);
+  kolo_status rc =
+      kolo_server_logstream_open(h->cfg.logs, &req, logs_notify, hl, &hl->stream, err, sizeof err);
   if (rc != KOLO_OK) {
     pthread_mutex_destroy(&hl->lock);
     free(hl);
     return reply_error(r, rc, err);
   }
-  const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  const union MHD_ConnectionInfo *info =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (info) kolo_server_logstream_watch_fd(hl->stream, info->connect_fd);
   pthread_mutex_lock(&h->lock);
   hl->next = h->streams;
@@ -330,7 +345,6 @@ static void route_logs(kolo_server_http *h, struct MHD_Connection *conn, const c
   r->status = 200;
   r->grpc_code = 0;
 }
-
 
 /* GET /, /ui/...: the dashboard's files; never need the token (they hold no data). */
 static int route_ui(struct MHD_Connection *conn, const char *url, reply *r) {
@@ -346,7 +360,8 @@ static int route_ui(struct MHD_Connection *conn, const char *url, reply *r) {
 }
 
 /* Parses a yes/no query argument ("1", "true", "0", "false"). */
-static int flag_arg(struct MHD_Connection *conn, const char *name, int *out, char *err, size_t err_len) {
+static int flag_arg(struct MHD_Connection *conn, const char *name, int *out, char *err,
+                    size_t err_len) {
   const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
   return kolo_server_query_flag(name, v, out, err, err_len) == KOLO_OK;
 }
@@ -356,7 +371,8 @@ static void route_stream(kolo_server_http *h, struct MHD_Connection *conn, reply
   char err[256];
   kolo_server_stream_topics topics;
   memset(&topics, 0, sizeof topics);
-  if (!only_args(conn, "jobs workers job", err, sizeof err) || !flag_arg(conn, "jobs", &topics.jobs, err, sizeof err) ||
+  if (!only_args(conn, "jobs workers job", err, sizeof err) ||
+      !flag_arg(conn, "jobs", &topics.jobs, err, sizeof err) ||
       !flag_arg(conn, "workers", &topics.workers, err, sizeof err))
     return reply_error(r, KOLO_ERR_INVALID_ARG, err);
   const char *job = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "job");
@@ -366,9 +382,11 @@ static void route_stream(kolo_server_http *h, struct MHD_Connection *conn, reply
     snprintf(topics.job, sizeof topics.job, "%s", job);
   }
   if (!topics.jobs && !topics.workers && !topics.job[0])
-    return reply_error(r, KOLO_ERR_INVALID_ARG, "stream: name at least one of jobs=1, workers=1, job=<id>");
+    return reply_error(r, KOLO_ERR_INVALID_ARG,
+                       "stream: name at least one of jobs=1, workers=1, job=<id>");
   kolo_status rc = kolo_server_stream_open(h->events, conn, &topics, &r->stream);
-  if (rc == KOLO_ERR_UNAVAILABLE) return reply_error(r, rc, "too many open streams; try again later");
+  if (rc == KOLO_ERR_UNAVAILABLE)
+    return reply_error(r, rc, "too many open streams; try again later");
   if (rc != KOLO_OK) return reply_error(r, rc, NULL);
   r->status = 200;
   r->grpc_code = 0;
@@ -410,16 +428,19 @@ static void route_get_job(kolo_server_http *h, const char *id, reply *r) {
 static void route_body(kolo_server_http *h, request *req, const kolo_server_route *m, reply *r) {
   char err[512];
   int submit = m->kind == KOLO_ROUTE_SUBMIT_JOB, cancel = m->kind == KOLO_ROUTE_CANCEL_JOB;
-  const ProtobufCMessageDescriptor *desc = submit ? &kolo__v1__job_spec__descriptor
+  const ProtobufCMessageDescriptor *desc = submit   ? &kolo__v1__job_spec__descriptor
                                            : cancel ? &kolo__v1__cancel_job_request__descriptor
                                                     : &kolo__v1__scale_job_request__descriptor;
-  kolo_server_method method = submit ? KOLO_SERVER_SUBMIT_JOB : cancel ? KOLO_SERVER_CANCEL_JOB : KOLO_SERVER_SCALE_JOB;
+  kolo_server_method method = submit   ? KOLO_SERVER_SUBMIT_JOB
+                              : cancel ? KOLO_SERVER_CANCEL_JOB
+                                       : KOLO_SERVER_SCALE_JOB;
   ProtobufCMessage *msg = NULL;
   r->method = method;
   kolo_status rc = decode_body(req, desc, &msg, err, sizeof err);
   if (rc != KOLO_OK) return reply_error(r, rc, err);
   if (!submit) {
-    char **id_slot = cancel ? &((Kolo__V1__CancelJobRequest *)msg)->id : &((Kolo__V1__ScaleJobRequest *)msg)->id;
+    char **id_slot =
+        cancel ? &((Kolo__V1__CancelJobRequest *)msg)->id : &((Kolo__V1__ScaleJobRequest *)msg)->id;
     kolo_server_pb_set_string(id_slot, m->id);
   }
   call_service(h, r, method, msg);
@@ -446,12 +467,15 @@ static void route_none(const char *url, const char *method, const char *allow, r
 }
 
 /* The routes behind the token and the request checks. */
-static void route_api(kolo_server_http *h, struct MHD_Connection *conn, const char *url, const char *method,
-                      request *req, const kolo_server_route *m, reply *r) {
+static void route_api(kolo_server_http *h, struct MHD_Connection *conn, const char *url,
+                      const char *method, request *req, const kolo_server_route *m, reply *r) {
   switch (m->kind) {
-    case KOLO_ROUTE_METRICS: return route_metrics(h, r);
-    case KOLO_ROUTE_STREAM: return route_stream(h, conn, r);
-    case KOLO_ROUTE_LIST_JOBS: return route_list(h, conn, r);
+    case KOLO_ROUTE_METRICS:
+      return route_metrics(h, r);
+    case KOLO_ROUTE_STREAM:
+      return route_stream(h, conn, r);
+    case KOLO_ROUTE_LIST_JOBS:
+      return route_list(h, conn, r);
     case KOLO_ROUTE_LIST_WORKERS: {
       Kolo__V1__ListWorkersRequest lw = KOLO__V1__LIST_WORKERS_REQUEST__INIT;
       return call_service(h, r, KOLO_SERVER_LIST_WORKERS, &lw.base);
@@ -472,18 +496,23 @@ static void route_api(kolo_server_http *h, struct MHD_Connection *conn, const ch
     }
     case KOLO_ROUTE_SUBMIT_JOB:
     case KOLO_ROUTE_CANCEL_JOB:
-    case KOLO_ROUTE_SCALE_JOB: return route_body(h, req, m, r);
-    case KOLO_ROUTE_GET_JOB: return route_get_job(h, m->id, r);
-    case KOLO_ROUTE_JOB_LOGS: return route_logs(h, conn, m->id, r);
-    case KOLO_ROUTE_JOB_EVENTS: return route_events(h, m->id, r);
-    case KOLO_ROUTE_JOB_METRICS: return route_job_metrics(h, conn, m->id, r);
+    case KOLO_ROUTE_SCALE_JOB:
+      return route_body(h, req, m, r);
+    case KOLO_ROUTE_GET_JOB:
+      return route_get_job(h, m->id, r);
+    case KOLO_ROUTE_JOB_LOGS:
+      return route_logs(h, conn, m->id, r);
+    case KOLO_ROUTE_JOB_EVENTS:
+      return route_events(h, m->id, r);
+    case KOLO_ROUTE_JOB_METRICS:
+      return route_job_metrics(h, conn, m->id, r);
     default: /* NONE, or a dashboard path without such a file (GET is allowed there: 404) */
       return route_none(url, method, m->kind == KOLO_ROUTE_NONE ? m->allow : NULL, r);
   }
 }
 
-static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *url, const char *method,
-                  request *req, reply *r) {
+static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *url,
+                  const char *method, request *req, reply *r) {
   char err[512];
   kolo_server_route m;
   kolo_server_route_match(method, url, &m);
@@ -517,20 +546,22 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
 #define HTTP_MAX_HEADER_BYTES 16384
 #define HTTP_CONNECTION_BUFFER (128 * 1024)
 
-static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        const char *value) {
   (void)kind;
   *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4; /* "key: value\r\n" */
   return MHD_YES;
 }
 
 /* Queues a JSON error answer at once (before any body is read). */
-static enum MHD_Result queue_json_error(struct MHD_Connection *conn, unsigned status, const char *code,
-                                        const char *message) {
+static enum MHD_Result queue_json_error(struct MHD_Connection *conn, unsigned status,
+                                        const char *code, const char *message) {
   json_t *obj = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message);
   char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
   json_decref(obj);
   if (text == NULL) return MHD_NO;
-  struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
   if (resp == NULL) {
     free(text);
     return MHD_NO;
@@ -543,11 +574,13 @@ static enum MHD_Result queue_json_error(struct MHD_Connection *conn, unsigned st
 }
 
 /* 414/431 as JSON for a URI or header block over kolo's limits; MHD_YES = within them. */
-static enum MHD_Result check_request_size(struct MHD_Connection *conn, const request *req, int *refused) {
+static enum MHD_Result check_request_size(struct MHD_Connection *conn, const request *req,
+                                          int *refused) {
   char message[128];
   *refused = 1;
   if (req->uri_bytes > HTTP_MAX_URI_BYTES) {
-    snprintf(message, sizeof message, "request URI of %zu bytes exceeds %d", req->uri_bytes, HTTP_MAX_URI_BYTES);
+    snprintf(message, sizeof message, "request URI of %zu bytes exceeds %d", req->uri_bytes,
+             HTTP_MAX_URI_BYTES);
     return queue_json_error(conn, 414, "INVALID_ARGUMENT", message);
   }
   size_t header_bytes = 0;
@@ -595,8 +628,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13, NULL, NULL, NULL, NULL};
   route(h, conn, url, method, req, &r);
   if (r.logs) {
-    struct MHD_Response *stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, logs_read, r.logs,
-                                                                    logs_free);
+    struct MHD_Response *stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
+                                                                    logs_read, r.logs, logs_free);
     if (stream == NULL) {
       logs_free(r.logs);
       return MHD_NO;
@@ -610,8 +643,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   struct MHD_Response *resp = r.stream;
   if (resp == NULL && r.asset) {
     /* 304: no body; 200: the embedded bytes, never copied */
-    resp = MHD_create_response_from_buffer(r.status == 304 ? 0 : r.asset->len, (void *)r.asset->data,
-                                           MHD_RESPMEM_PERSISTENT);
+    resp = MHD_create_response_from_buffer(r.status == 304 ? 0 : r.asset->len,
+                                           (void *)r.asset->data, MHD_RESPMEM_PERSISTENT);
     if (resp) {
       MHD_add_response_header(resp, "ETag", r.asset->etag);
       MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -621,7 +654,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
   } else if (resp == NULL) {
     if (r.body == NULL) reply_error(&r, KOLO_ERR_NO_MEMORY, NULL);
-    const char *body = r.body ? r.body : "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
+    const char *body =
+        r.body ? r.body : "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
     resp = MHD_create_response_from_buffer(strlen(body), (void *)body,
                                            r.body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (resp == NULL) free(r.body);
@@ -634,7 +668,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   MHD_destroy_response(resp);
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
-  double seconds = (double)(now.tv_sec - req->started.tv_sec) + (double)(now.tv_nsec - req->started.tv_nsec) / 1e9;
+  double seconds = (double)(now.tv_sec - req->started.tv_sec) +
+                   (double)(now.tv_nsec - req->started.tv_nsec) / 1e9;
   kolo_server_metrics_observe(h->cfg.metrics, KOLO_SERVER_API_HTTP, r.method, r.grpc_code, seconds);
   if (r.status >= 500) KOLO_LOGW(LOG, "%s %s -> %d", method, url, r.status);
   return ret;
@@ -700,7 +735,8 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
   h->cfg = *config;
   pthread_mutex_init(&h->lock, NULL);
   if (h->cfg.max_message_bytes == 0) h->cfg.max_message_bytes = 4u << 20;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+                   MHD_ALLOW_SUSPEND_RESUME;
   if (config->tls_cert_pem) {
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
       KOLO_LOGE(LOG, "this libmicrohttpd has no TLS support");
@@ -725,8 +761,8 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_BUFFER,
       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-      MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
-      MHD_OPTION_ARRAY, config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
+      MHD_OPTION_URI_LOG_CALLBACK, on_uri, h, MHD_OPTION_ARRAY,
+      config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
   if (h->daemon == NULL) {
     KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
     kolo_server_stream_hub_destroy(h->events);
@@ -741,7 +777,8 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
 
 void kolo_server_http_stop(kolo_server_http *h) {
   if (h == NULL) return;
-  kolo_server_stream_hub_close(h->events); /* no suspended connection may be left for MHD_stop_daemon */
+  kolo_server_stream_hub_close(
+      h->events); /* no suspended connection may be left for MHD_stop_daemon */
   /* open log streams end now (a suspended connection must be resumed to be closed) */
   pthread_mutex_lock(&h->lock);
   for (http_logs *hl = h->streams; hl; hl = hl->next) {

@@ -15,7 +15,7 @@
 /* What /readyz and /metrics need from the rest of the server. */
 typedef struct kolo_server_health {
   void *arg;
-  int (*backend_ok)(void *arg);                                    /* etcd answers */
+  int (*backend_ok)(void *arg);                                      /* etcd answers */
   int (*leader)(void *arg, char *leader_id, size_t len, int *is_me); /* 1 if a leader is known */
 } kolo_server_health;
 

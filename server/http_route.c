@@ -24,15 +24,17 @@ static int job_path(const char *url, char *id, size_t id_len, const char **suffi
 }
 
 const char *kolo_server_route_methods(const char *url) {
-  static const char *const get_routes[] = {"/healthz", "/readyz", "/metrics", "/v1/stream", "/v1/workers",
-                                           "/v1/demand", "/", "/ui"};
+  static const char *const get_routes[] = {"/healthz",    "/readyz",    "/metrics", "/v1/stream",
+                                           "/v1/workers", "/v1/demand", "/",        "/ui"};
   for (size_t i = 0; i < sizeof get_routes / sizeof get_routes[0]; i++)
     if (strcmp(url, get_routes[i]) == 0) return "GET, HEAD";
   if (strcmp(url, "/v1/jobs") == 0) return "GET, HEAD, POST";
   if (strncmp(url, "/ui/", 4) == 0) return "GET, HEAD";
   if (strncmp(url, "/v1/workers/", 12) == 0) {
     const char *colon = strrchr(url + 12, ':');
-    if (colon && colon > url + 12 && (strcmp(colon, ":drain") == 0 || strcmp(colon, ":undrain") == 0)) return "POST";
+    if (colon && colon > url + 12 &&
+        (strcmp(colon, ":drain") == 0 || strcmp(colon, ":undrain") == 0))
+      return "POST";
     return NULL;
   }
   char id[KOLO_SERVER_ROUTE_ID_BYTES];
@@ -58,7 +60,8 @@ static int allowed(const char *allow, const char *method) {
 static kolo_server_route_kind worker_route(const char *url, char *id) {
   const char *w = url + 12;
   const char *colon = strrchr(w, ':');
-  if (colon == NULL || colon == w || (size_t)(colon - w) >= KOLO_SERVER_ROUTE_ID_BYTES) return KOLO_ROUTE_NONE;
+  if (colon == NULL || colon == w || (size_t)(colon - w) >= KOLO_SERVER_ROUTE_ID_BYTES)
+    return KOLO_ROUTE_NONE;
   kolo_server_route_kind kind = strcmp(colon, ":drain") == 0     ? KOLO_ROUTE_DRAIN_WORKER
                                 : strcmp(colon, ":undrain") == 0 ? KOLO_ROUTE_UNDRAIN_WORKER
                                                                  : KOLO_ROUTE_NONE;
@@ -86,13 +89,17 @@ static kolo_server_route_kind match_kind(const char *url, int get, int post, cha
     const char *path;
     kolo_server_route_kind get, post;
   } fixed[] = {
-      {"/healthz", KOLO_ROUTE_HEALTHZ, KOLO_ROUTE_NONE},       {"/readyz", KOLO_ROUTE_READYZ, KOLO_ROUTE_NONE},
-      {"/metrics", KOLO_ROUTE_METRICS, KOLO_ROUTE_NONE},       {"/v1/stream", KOLO_ROUTE_STREAM, KOLO_ROUTE_NONE},
-      {"/v1/jobs", KOLO_ROUTE_LIST_JOBS, KOLO_ROUTE_SUBMIT_JOB}, {"/v1/workers", KOLO_ROUTE_LIST_WORKERS, KOLO_ROUTE_NONE},
+      {"/healthz", KOLO_ROUTE_HEALTHZ, KOLO_ROUTE_NONE},
+      {"/readyz", KOLO_ROUTE_READYZ, KOLO_ROUTE_NONE},
+      {"/metrics", KOLO_ROUTE_METRICS, KOLO_ROUTE_NONE},
+      {"/v1/stream", KOLO_ROUTE_STREAM, KOLO_ROUTE_NONE},
+      {"/v1/jobs", KOLO_ROUTE_LIST_JOBS, KOLO_ROUTE_SUBMIT_JOB},
+      {"/v1/workers", KOLO_ROUTE_LIST_WORKERS, KOLO_ROUTE_NONE},
       {"/v1/demand", KOLO_ROUTE_DEMAND, KOLO_ROUTE_NONE},
   };
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
-    if (strcmp(url, fixed[i].path) == 0) return get ? fixed[i].get : post ? fixed[i].post : KOLO_ROUTE_NONE;
+    if (strcmp(url, fixed[i].path) == 0)
+      return get ? fixed[i].get : post ? fixed[i].post : KOLO_ROUTE_NONE;
   if (get && (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0 || strncmp(url, "/ui/", 4) == 0))
     return KOLO_ROUTE_UI;
   if (post && strncmp(url, "/v1/workers/", 12) == 0) return worker_route(url, id);
@@ -102,7 +109,8 @@ static kolo_server_route_kind match_kind(const char *url, int get, int post, cha
 
 void kolo_server_route_match(const char *method, const char *url, kolo_server_route *out) {
   memset(out, 0, sizeof *out);
-  int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
+  int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0,
+      post = strcmp(method, "POST") == 0;
   out->kind = match_kind(url, get, post, out->id);
   if (out->kind == KOLO_ROUTE_NONE) {
     out->id[0] = '\0';
@@ -117,7 +125,8 @@ int kolo_server_route_public(kolo_server_route_kind kind) {
 
 /* ---- query arguments ---- */
 
-static kolo_status refuse(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static kolo_status refuse(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static kolo_status refuse(char *err, size_t err_len, const char *fmt, ...) {
   if (err != NULL && err_len > 0) {
     va_list args;
@@ -140,11 +149,14 @@ int kolo_server_query_allowed(const char *names, const char *key, char *err, siz
   return 0;
 }
 
-static kolo_status add_label(Kolo__V1__ListJobsRequest *r, const char *value, char *err, size_t err_len) {
+static kolo_status add_label(Kolo__V1__ListJobsRequest *r, const char *value, char *err,
+                             size_t err_len) {
   const char *eq = strchr(value, '=');
-  Kolo__V1__ListJobsRequest__LabelsEntry **grown = realloc(r->labels, (r->n_labels + 1) * sizeof *grown);
+  Kolo__V1__ListJobsRequest__LabelsEntry **grown =
+      realloc(r->labels, (r->n_labels + 1) * sizeof *grown);
   if (grown) r->labels = grown;
-  if (eq == NULL || eq == value || grown == NULL) return refuse(err, err_len, "labels: expected label=key=value");
+  if (eq == NULL || eq == value || grown == NULL)
+    return refuse(err, err_len, "labels: expected label=key=value");
   Kolo__V1__ListJobsRequest__LabelsEntry *e = malloc(sizeof *e);
   if (e == NULL) return KOLO_ERR_NO_MEMORY;
   kolo__v1__list_jobs_request__labels_entry__init(e);
@@ -155,13 +167,14 @@ static kolo_status add_label(Kolo__V1__ListJobsRequest *r, const char *value, ch
   return KOLO_OK;
 }
 
-kolo_status kolo_server_query_list_jobs(Kolo__V1__ListJobsRequest *r, const char *key, const char *value,
-                                        char *err, size_t err_len) {
+kolo_status kolo_server_query_list_jobs(Kolo__V1__ListJobsRequest *r, const char *key,
+                                        const char *value, char *err, size_t err_len) {
   if (value == NULL) value = "";
   if (!kolo_server_utf8_valid(key, strlen(key)) || !kolo_server_utf8_valid(value, strlen(value)))
     return refuse(err, err_len, "query: a parameter is not valid UTF-8");
   if (strcmp(key, "phase") == 0) {
-    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, value);
+    const ProtobufCEnumValue *v =
+        protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, value);
     if (v == NULL) return refuse(err, err_len, "phase: unknown phase '%.64s'", value);
     r->phase = (Kolo__V1__Phase)v->value;
   } else if (strcmp(key, "label") == 0) {
@@ -169,7 +182,8 @@ kolo_status kolo_server_query_list_jobs(Kolo__V1__ListJobsRequest *r, const char
   } else if (strcmp(key, "page_size") == 0) {
     char *end;
     long n = strtol(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || n < 0 || n > 1000) return refuse(err, err_len, "page_size: expected 0..1000");
+    if (*value == '\0' || *end != '\0' || n < 0 || n > 1000)
+      return refuse(err, err_len, "page_size: expected 0..1000");
     r->page_size = (uint32_t)n;
   } else if (strcmp(key, "page_token") == 0) {
     kolo_server_pb_set_string(&r->page_token, value);
@@ -189,8 +203,9 @@ static int query_u32(const char *value, uint32_t max, uint32_t *out) {
   return 1;
 }
 
-kolo_status kolo_server_query_logs(Kolo__V1__StreamLogsRequest *req, uint32_t *ranks, size_t max_ranks,
-                                   const char *key, const char *value, char *err, size_t err_len) {
+kolo_status kolo_server_query_logs(Kolo__V1__StreamLogsRequest *req, uint32_t *ranks,
+                                   size_t max_ranks, const char *key, const char *value, char *err,
+                                   size_t err_len) {
   uint32_t v = 0;
   if (strcmp(key, "rank") == 0) {
     if (!query_u32(value, UINT32_MAX, &v) || req->n_ranks >= max_ranks)
@@ -212,7 +227,8 @@ kolo_status kolo_server_query_logs(Kolo__V1__StreamLogsRequest *req, uint32_t *r
   return KOLO_OK;
 }
 
-kolo_status kolo_server_query_since_step(const char *value, uint64_t *out, char *err, size_t err_len) {
+kolo_status kolo_server_query_since_step(const char *value, uint64_t *out, char *err,
+                                         size_t err_len) {
   char *end;
   errno = 0;
   unsigned long long n = strtoull(value, &end, 10);
@@ -222,10 +238,12 @@ kolo_status kolo_server_query_since_step(const char *value, uint64_t *out, char 
   return KOLO_OK;
 }
 
-kolo_status kolo_server_query_flag(const char *name, const char *value, int *out, char *err, size_t err_len) {
+kolo_status kolo_server_query_flag(const char *name, const char *value, int *out, char *err,
+                                   size_t err_len) {
   *out = 0;
   if (value == NULL) return KOLO_OK;
-  if (strcmp(value, "1") == 0 || strcmp(value, "true") == 0 || value[0] == '\0') *out = 1;
+  if (strcmp(value, "1") == 0 || strcmp(value, "true") == 0 || value[0] == '\0')
+    *out = 1;
   else if (strcmp(value, "0") != 0 && strcmp(value, "false") != 0)
     return refuse(err, err_len, "%s: expected 1, true, 0 or false", name);
   return KOLO_OK;

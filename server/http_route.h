@@ -58,18 +58,21 @@ int kolo_server_query_allowed(const char *names, const char *key, char *err, siz
 
 /* One query argument of GET /v1/jobs (phase, label=k=v repeatable, page_size 0..1000,
  * page_token) into req; KOLO_ERR_INVALID_ARG with a message naming the argument. */
-kolo_status kolo_server_query_list_jobs(Kolo__V1__ListJobsRequest *req, const char *key, const char *value,
-                                        char *err, size_t err_len);
+kolo_status kolo_server_query_list_jobs(Kolo__V1__ListJobsRequest *req, const char *key,
+                                        const char *value, char *err, size_t err_len);
 
 /* One query argument of GET /v1/jobs/<id>/logs (rank repeatable up to max_ranks into
  * ranks, tail, follow) into req; KOLO_ERR_INVALID_ARG with a message. */
-kolo_status kolo_server_query_logs(Kolo__V1__StreamLogsRequest *req, uint32_t *ranks, size_t max_ranks,
-                                   const char *key, const char *value, char *err, size_t err_len);
+kolo_status kolo_server_query_logs(Kolo__V1__StreamLogsRequest *req, uint32_t *ranks,
+                                   size_t max_ranks, const char *key, const char *value, char *err,
+                                   size_t err_len);
 
 /* since_step of GET /v1/jobs/<id>/metrics: a plain non-negative decimal that fits 64 bits. */
-kolo_status kolo_server_query_since_step(const char *value, uint64_t *out, char *err, size_t err_len);
+kolo_status kolo_server_query_since_step(const char *value, uint64_t *out, char *err,
+                                         size_t err_len);
 
 /* A yes/no argument: absent (NULL) = 0; "1", "true" or "" (a bare key) = 1; "0", "false" = 0. */
-kolo_status kolo_server_query_flag(const char *name, const char *value, int *out, char *err, size_t err_len);
+kolo_status kolo_server_query_flag(const char *name, const char *value, int *out, char *err,
+                                   size_t err_len);
 
 #endif

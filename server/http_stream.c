@@ -28,7 +28,7 @@ struct kolo_server_stream_hub {
   size_t n_streams;
   int stop;
   atomic_int closing; /* read by readers under their stream lock, so not under hub->lock */
-  atomic_int dirty; /* the view changed since the last tick */
+  atomic_int dirty;   /* the view changed since the last tick */
   pthread_t thread;
   int has_thread;
   pthread_mutex_t workers_lock; /* workers_json, workers_mark */
@@ -192,7 +192,8 @@ static void release(void *cls) {
 }
 
 kolo_status kolo_server_stream_open(kolo_server_stream_hub *hub, struct MHD_Connection *conn,
-                                    const kolo_server_stream_topics *topics, struct MHD_Response **out) {
+                                    const kolo_server_stream_topics *topics,
+                                    struct MHD_Response **out) {
   stream *st = calloc(1, sizeof *st);
   if (st == NULL) return KOLO_ERR_NO_MEMORY;
   st->hub = hub;
@@ -200,7 +201,8 @@ kolo_status kolo_server_stream_open(kolo_server_stream_hub *hub, struct MHD_Conn
   st->topics = *topics;
   pthread_mutex_init(&st->lock, NULL);
   append(st, "retry: 3000\n\n", 13);
-  struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, BLOCK_BYTES, reader, st, release);
+  struct MHD_Response *resp =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, BLOCK_BYTES, reader, st, release);
   if (resp == NULL) {
     pthread_mutex_destroy(&st->lock);
     free(st->buf);

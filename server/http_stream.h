@@ -20,8 +20,8 @@
 #define KOLO_SERVER_STREAM_MAX 256
 
 typedef struct kolo_server_stream_topics {
-  int jobs;    /* "jobs" events: ListJobsResponse JSON of every job (events left out) */
-  int workers; /* "workers" events: ListWorkersResponse JSON */
+  int jobs;     /* "jobs" events: ListJobsResponse JSON of every job (events left out) */
+  int workers;  /* "workers" events: ListWorkersResponse JSON */
   char job[64]; /* "" or a job id: "job" events (the Job with its events) and "metrics" events
                    (JobMetrics JSON: the points since those already sent, and every ring) */
 } kolo_server_stream_topics;
@@ -40,7 +40,8 @@ void kolo_server_stream_hub_destroy(kolo_server_stream_hub *hub);
 /* A response that streams topics to conn (queue it with MHD_queue_response, then destroy your
  * reference). KOLO_ERR_UNAVAILABLE when max_streams are open or the hub is closing. */
 kolo_status kolo_server_stream_open(kolo_server_stream_hub *hub, struct MHD_Connection *conn,
-                                    const kolo_server_stream_topics *topics, struct MHD_Response **out);
+                                    const kolo_server_stream_topics *topics,
+                                    struct MHD_Response **out);
 
 /* Streams open now. */
 size_t kolo_server_stream_count(kolo_server_stream_hub *hub);

@@ -78,21 +78,27 @@ static int build_train_args(const Kolo__V1__JobSpec *spec, train_args *a) {
   const Kolo__V1__BuiltinProgram *b = spec->builtin;
   int bad = args_push(a, "builtin", strdup("kolo-train"));
   bad |= args_push(a, "builtin.model", format_arg("--model=%s", b->model));
-  if (b->dataset && b->dataset[0]) bad |= args_push(a, "builtin.dataset", format_arg("--dataset=%s", b->dataset));
-  if (b->learning_rate > 0) bad |= args_push(a, "builtin.learning_rate", format_arg("--lr=%g", b->learning_rate));
+  if (b->dataset && b->dataset[0])
+    bad |= args_push(a, "builtin.dataset", format_arg("--dataset=%s", b->dataset));
+  if (b->learning_rate > 0)
+    bad |= args_push(a, "builtin.learning_rate", format_arg("--lr=%g", b->learning_rate));
   if (b->epochs > 0) bad |= args_push(a, "builtin.epochs", format_arg("--epochs=%u", b->epochs));
-  if (b->steps > 0) bad |= args_push(a, "builtin.steps", format_arg("--steps=%llu", (unsigned long long)b->steps));
-  if (b->batch_size > 0) bad |= args_push(a, "builtin.batch_size", format_arg("--batch=%u", b->batch_size));
+  if (b->steps > 0)
+    bad |= args_push(a, "builtin.steps", format_arg("--steps=%llu", (unsigned long long)b->steps));
+  if (b->batch_size > 0)
+    bad |= args_push(a, "builtin.batch_size", format_arg("--batch=%u", b->batch_size));
   if (spec->mode == KOLO__V1__MODE__ASYNC) bad |= args_push(a, "mode", strdup("--mode=async"));
   if (spec->average_every > 0)
-    bad |= args_push(a, "average_every", format_arg("--average-every=%u", (unsigned)spec->average_every));
+    bad |= args_push(a, "average_every",
+                     format_arg("--average-every=%u", (unsigned)spec->average_every));
   if (spec->checkpoint_dir && spec->checkpoint_dir[0])
     bad |= args_push(a, "checkpoint_dir", format_arg("--checkpoint-dir=%s", spec->checkpoint_dir));
   for (size_t i = 0; i < b->n_hyper_parameters; i++) {
     char field[96];
     snprintf(field, sizeof field, "builtin.hyper_parameters.%.60s", b->hyper_parameters[i]->key);
-    bad |= args_push(a, field,
-                     format_arg("--%s=%s", b->hyper_parameters[i]->key, b->hyper_parameters[i]->value));
+    bad |= args_push(
+        a, field,
+        format_arg("--%s=%s", b->hyper_parameters[i]->key, b->hyper_parameters[i]->value));
   }
   bad |= args_push(a, "builtin", strdup("--json"));
   return bad;
@@ -132,7 +138,8 @@ out:
   return rc;
 }
 
-kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *err, size_t err_len) {
+kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *err,
+                                          size_t err_len) {
   char field[96];
   if (spec->name == NULL || spec->name[0] == '\0') return bad(err, err_len, "name", "required");
   if (strlen(spec->name) > 128 || !printable(spec->name))
@@ -162,7 +169,8 @@ kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *e
         return bad(err, err_len, "builtin.learning_rate", "must be >= 0");
       for (size_t i = 0; i < b->n_hyper_parameters; i++)
         if (!label_key_valid(b->hyper_parameters[i]->key)) {
-          snprintf(field, sizeof field, "builtin.hyper_parameters.%.60s", b->hyper_parameters[i]->key);
+          snprintf(field, sizeof field, "builtin.hyper_parameters.%.60s",
+                   b->hyper_parameters[i]->key);
           return bad(err, err_len, field, "bad key");
         }
       break;
@@ -189,7 +197,8 @@ kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *e
     return bad(err, err_len, "collective_timeout_ms", "at most 3600000 (one hour)");
   if (spec->max_reconfigurations > 1000000)
     return bad(err, err_len, "max_reconfigurations", "at most 1000000");
-  if (spec->checkpoint_dir && (strlen(spec->checkpoint_dir) > 4096 || !printable(spec->checkpoint_dir)))
+  if (spec->checkpoint_dir &&
+      (strlen(spec->checkpoint_dir) > 4096 || !printable(spec->checkpoint_dir)))
     return bad(err, err_len, "checkpoint_dir", "at most 4096 printable characters");
   for (size_t i = 0; i < spec->n_labels; i++) {
     if (!label_key_valid(spec->labels[i]->key)) {
@@ -201,7 +210,8 @@ kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *e
       return bad(err, err_len, field, "value longer than 255");
     }
   }
-  if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN) return check_train_args(spec, err, err_len);
+  if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN)
+    return check_train_args(spec, err, err_len);
   return KOLO_OK;
 }
 

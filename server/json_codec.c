@@ -153,7 +153,8 @@ json_t *kolo_server_json_from_message(const ProtobufCMessage *msg) {
         }
       }
     } else {
-      if (field->type == PROTOBUF_C_TYPE_MESSAGE && *(ProtobufCMessage *const *)ptr == NULL) continue;
+      if (field->type == PROTOBUF_C_TYPE_MESSAGE && *(ProtobufCMessage *const *)ptr == NULL)
+        continue;
       if (field->label == PROTOBUF_C_LABEL_OPTIONAL && field->quantifier_offset &&
           field->type != PROTOBUF_C_TYPE_MESSAGE && field->type != PROTOBUF_C_TYPE_STRING &&
           !*(const protobuf_c_boolean *)MEMBER_PTR(msg, field->quantifier_offset))
@@ -363,8 +364,8 @@ static kolo_status decode_repeated(decode_ctx *ctx, const ProtobufCFieldDescript
       *key_slot = strdup(key);
       if (*key_slot == NULL) return KOLO_ERR_NO_MEMORY;
       snprintf(sub, sizeof sub, "%.250s.%.250s", path, key);
-      kolo_status rc = decode_value(ctx, &entry->fields[1], value,
-                                    MEMBER_PTR(e, entry->fields[1].offset), sub);
+      kolo_status rc =
+          decode_value(ctx, &entry->fields[1], value, MEMBER_PTR(e, entry->fields[1].offset), sub);
       if (rc != KOLO_OK) return rc;
     }
     return KOLO_OK;
@@ -403,7 +404,8 @@ static kolo_status decode_message(decode_ctx *ctx, const json_t *json,
   char sub[512];
   json_object_foreach((json_t *)json, key, value) {
     snprintf(sub, sizeof sub, "%.250s%s%.250s", path, path[0] ? "." : "", key);
-    const ProtobufCFieldDescriptor *field = protobuf_c_message_descriptor_get_field_by_name(desc, key);
+    const ProtobufCFieldDescriptor *field =
+        protobuf_c_message_descriptor_get_field_by_name(desc, key);
     if (field == NULL) return fail(ctx, sub, "unknown field");
     if (json_is_null(value)) continue;
     kolo_status rc;

@@ -66,7 +66,8 @@ static kolo_status etcd_txn(kolo_server_kv *kv, const kolo_server_kv_compare *co
   kolo_status rc = KOLO_ERR_NO_MEMORY;
   if (cmps == NULL || ops == NULL) goto out;
   for (size_t i = 0; i < n_compares; i++) {
-    cmps[i].target = compares[i].target == KOLO_SERVER_KV_CREATE ? KOLO_ETCD_CMP_CREATE : KOLO_ETCD_CMP_MOD;
+    cmps[i].target =
+        compares[i].target == KOLO_SERVER_KV_CREATE ? KOLO_ETCD_CMP_CREATE : KOLO_ETCD_CMP_MOD;
     cmps[i].result = KOLO_ETCD_EQUAL;
     cmps[i].key = kolo_etcd_str(compares[i].key);
     cmps[i].number = compares[i].revision;
@@ -149,8 +150,8 @@ static void etcd_destroy(kolo_server_kv *kv) {
   free(e);
 }
 
-static const kolo_server_kv_ops etcd_ops = {etcd_range, etcd_txn, etcd_start_watch, etcd_stop_watch,
-                                            etcd_healthy, etcd_destroy};
+static const kolo_server_kv_ops etcd_ops = {etcd_range,      etcd_txn,     etcd_start_watch,
+                                            etcd_stop_watch, etcd_healthy, etcd_destroy};
 
 kolo_status kolo_server_kv_etcd_create(const kolo_etcd_access *access, kolo_server_kv **out) {
   etcd_kv *e = calloc(1, sizeof *e);

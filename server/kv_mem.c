@@ -68,7 +68,8 @@ static kolo_status mem_range(kolo_server_kv *kv, const char *prefix, kolo_server
     rc = KOLO_ERR_NO_MEMORY;
     goto out;
   }
-  for (size_t i = start; i < end && rc == KOLO_OK; i++) rc = copy_item(&m->items[i], &out[i - start]);
+  for (size_t i = start; i < end && rc == KOLO_OK; i++)
+    rc = copy_item(&m->items[i], &out[i - start]);
   *items = out;
   *count = end - start;
   *revision = m->revision;
@@ -79,7 +80,8 @@ out:
 }
 
 /* Removes item at (a delete in revision rev); a watched key becomes a delete event. */
-static void delete_at(mem_kv *m, size_t at, int64_t rev, kolo_server_kv_event *event, size_t *n_events) {
+static void delete_at(mem_kv *m, size_t at, int64_t rev, kolo_server_kv_event *event,
+                      size_t *n_events) {
   kolo_server_kv_item *item = &m->items[at];
   if (m->watch_fn && strncmp(item->key, m->watch_prefix, strlen(m->watch_prefix)) == 0) {
     event->is_delete = 1;
@@ -108,7 +110,7 @@ static kolo_status mem_txn(kolo_server_kv *kv, const kolo_server_kv_compare *com
     int64_t actual = 0;
     if (at >= 0)
       actual = compares[i].target == KOLO_SERVER_KV_CREATE ? m->items[at].create_revision
-                                                          : m->items[at].mod_revision;
+                                                           : m->items[at].mod_revision;
     if (actual != compares[i].revision) {
       rc = KOLO_ERR_CONFLICT;
       goto unlock;
@@ -160,7 +162,8 @@ static kolo_status mem_txn(kolo_server_kv *kv, const kolo_server_kv_compare *com
   if (revision) *revision = rev;
 unlock:
   pthread_mutex_unlock(&m->lock);
-  if (rc == KOLO_OK && n_events && m->watch_fn) m->watch_fn(m->watch_arg, events, n_events, m->revision, 0);
+  if (rc == KOLO_OK && n_events && m->watch_fn)
+    m->watch_fn(m->watch_arg, events, n_events, m->revision, 0);
   pthread_mutex_unlock(&m->notify);
   for (size_t i = 0; i < n_events; i++) {
     free(events[i].item.key);
@@ -190,7 +193,9 @@ static void mem_stop_watch(kolo_server_kv *kv) {
   pthread_mutex_unlock(&m->notify);
 }
 
-static int mem_healthy(kolo_server_kv *kv) { return kv != NULL; }
+static int mem_healthy(kolo_server_kv *kv) {
+  return kv != NULL;
+}
 
 static void mem_destroy(kolo_server_kv *kv) {
   mem_kv *m = (mem_kv *)kv;
@@ -202,8 +207,8 @@ static void mem_destroy(kolo_server_kv *kv) {
   free(m);
 }
 
-static const kolo_server_kv_ops mem_ops = {mem_range, mem_txn, mem_start_watch, mem_stop_watch,
-                                           mem_healthy, mem_destroy};
+static const kolo_server_kv_ops mem_ops = {mem_range,      mem_txn,     mem_start_watch,
+                                           mem_stop_watch, mem_healthy, mem_destroy};
 
 kolo_status kolo_server_kv_mem_create(kolo_server_kv **out) {
   mem_kv *m = calloc(1, sizeof *m);

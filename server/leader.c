@@ -102,7 +102,8 @@ static void *run(void *arg) {
     if (l->election && atomic_load(&l->lease_lost)) drop_election(l);
     if (l->election == NULL) {
       atomic_store(&l->lease_lost, 0);
-      if (kolo_election_create(l->client, NULL, l->name, l->ttl_s, on_lost, l, &l->election) != KOLO_OK) {
+      if (kolo_election_create(l->client, NULL, l->name, l->ttl_s, on_lost, l, &l->election) !=
+          KOLO_OK) {
         KOLO_LOGW(LOG, "cannot join the election: %s", kolo_etcd_last_error());
         l->election = NULL;
         observe(l);

@@ -1,8 +1,8 @@
 /* Leader election among kolo-server replicas through libkolo_coord's election (the etcd
  * recipe): each replica puts /kolo/v1/leader/<lease-hex> = its name under a lease it keeps
- * alive; the key with the lowest create revision leads. A replica that dies stops renewing, its key goes with its
- * lease, and the next one leads within the TTL (plus one poll interval). Only the leader
- * runs scheduling work (none yet: that lands with the worker issue); every replica serves
+ * alive; the key with the lowest create revision leads. A replica that dies stops renewing, its key
+ * goes with its lease, and the next one leads within the TTL (plus one poll interval). Only the
+ * leader runs scheduling work (none yet: that lands with the worker issue); every replica serves
  * reads and the txn-guarded writes. */
 #ifndef KOLO_SERVER_LEADER_H
 #define KOLO_SERVER_LEADER_H

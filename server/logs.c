@@ -147,7 +147,8 @@ static void push_item(kolo_server_logstream *s, item *it) {
   if (notify) s->notify(s->arg);
 }
 
-static void queue_line(source *src, uint32_t rank, uint64_t epoch, const char *text, size_t len, int notice) {
+static void queue_line(source *src, uint32_t rank, uint64_t epoch, const char *text, size_t len,
+                       int notice) {
   item *it = malloc(sizeof *it + len);
   if (it == NULL) return;
   *it = (item){NULL, rank, epoch, notice, src->index, len};
@@ -168,7 +169,8 @@ static void notice(source *src, const char *fmt, ...) {
 }
 
 /* Pops items up to max_bytes of text (at least one); NULL if none. */
-static item *pop_items(kolo_server_logstream *s, size_t max_bytes, kolo_server_logstream_state *state) {
+static item *pop_items(kolo_server_logstream *s, size_t max_bytes,
+                       kolo_server_logstream_state *state) {
   pthread_mutex_lock(&s->lock);
   item *first = s->head;
   if (first == NULL) {
@@ -203,8 +205,9 @@ static void free_items(item *it) {
   }
 }
 
-kolo_server_logstream_state kolo_server_logstream_take_chunk(kolo_server_logstream *s, size_t max_bytes,
-                                                             uint8_t **packed, size_t *len) {
+kolo_server_logstream_state kolo_server_logstream_take_chunk(kolo_server_logstream *s,
+                                                             size_t max_bytes, uint8_t **packed,
+                                                             size_t *len) {
   kolo_server_logstream_state state;
   *packed = NULL;
   *len = 0;
@@ -252,8 +255,8 @@ static void text_append(kolo_server_logstream *s, const char *data, size_t len) 
   s->text_len += len;
 }
 
-kolo_server_logstream_state kolo_server_logstream_take_text(kolo_server_logstream *s, char *buf, size_t cap,
-                                                            size_t *len) {
+kolo_server_logstream_state kolo_server_logstream_take_text(kolo_server_logstream *s, char *buf,
+                                                            size_t cap, size_t *len) {
   *len = 0;
   if (s->text_sent == s->text_len) {
     kolo_server_logstream_state state;
@@ -262,7 +265,7 @@ kolo_server_logstream_state kolo_server_logstream_take_text(kolo_server_logstrea
     s->text_len = s->text_sent = 0;
     for (item *it = items; it; it = it->next) {
       char head[48];
-      int n = it->notice ? snprintf(head, sizeof head, "[kolo] ")
+      int n = it->notice        ? snprintf(head, sizeof head, "[kolo] ")
               : s->n_ranks == 1 ? 0
                                 : snprintf(head, sizeof head, "[%" PRIu32 "] ", it->rank);
       text_append(s, head, (size_t)n);
@@ -309,7 +312,9 @@ static void handle_record(source *src, char *rec, size_t len) {
     queue_line(src, (uint32_t)v[3], v[2], p, len - (size_t)(p - rec), 0);
   } else if (len >= 1 && rec[0] == 'G') {
     src->last_notice[0] = '\0';
-    notice(src, "worker %s deleted some earlier output of this job (it keeps at most --log-job-size per job)",
+    notice(src,
+           "worker %s deleted some earlier output of this job (it keeps at most --log-job-size per "
+           "job)",
            src->worker);
   } else if (len == 1 && rec[0] == 'H') {
     src->failures = 0;
@@ -353,8 +358,8 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg) {
 }
 
 /* logs_url and logs_token of a worker from its etcd record; 0 if it has none. */
-static int worker_endpoint(kolo_server_logstream *s, const char *worker, char *url, size_t url_len, char *token,
-                           size_t token_len) {
+static int worker_endpoint(kolo_server_logstream *s, const char *worker, char *url, size_t url_len,
+                           char *token, size_t token_len) {
   kolo_server_kv *kv = kolo_server_store_kv(s->logs->cfg.store);
   char key[256];
   if (kolo_keys_worker(worker, key, sizeof key) != KOLO_OK) return -1;
@@ -368,9 +373,10 @@ static int worker_endpoint(kolo_server_logstream *s, const char *worker, char *u
     json_t *record = json_loadb(items[i].value, items[i].value_len, 0, NULL);
     const char *u = json_string_value(json_object_get(record, "logs_url"));
     const char *t = json_string_value(json_object_get(record, "logs_token"));
-    if (u && t && (strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0) && strlen(u) < url_len &&
-        strlen(t) < token_len && strspn(u, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:/[]-_") ==
-                                     strlen(u) &&
+    if (u && t && (strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0) &&
+        strlen(u) < url_len && strlen(t) < token_len &&
+        strspn(u, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:/[]-_") ==
+            strlen(u) &&
         strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == strlen(t)) {
       snprintf(url, url_len, "%s", u);
       snprintf(token, token_len, "%s", t);
@@ -395,8 +401,9 @@ static void start_source(kolo_server_logstream *s, source *src) {
   int found = worker_endpoint(s, src->worker, base, sizeof base, token, sizeof token);
   if (found <= 0) {
     src->failures++;
-    notice(src, found < 0 ? "the logs of worker %s cannot be looked up now (etcd unavailable)"
-                          : "worker %s is not registered now: its logs cannot be reached",
+    notice(src,
+           found < 0 ? "the logs of worker %s cannot be looked up now (etcd unavailable)"
+                     : "worker %s is not registered now: its logs cannot be reached",
            src->worker);
     retry_later(s, src, 2000, 0);
     return;
@@ -404,7 +411,8 @@ static void start_source(kolo_server_logstream *s, source *src) {
   char url[1024];
   int used = snprintf(url, sizeof url, "%s/v1/logs/%s?follow=%d", base, s->job, s->follow);
   if (src->has_cursor)
-    used += snprintf(url + used, sizeof url - (size_t)used, "&after=%" PRIu64 ":%" PRIu64, src->seq, src->offset);
+    used += snprintf(url + used, sizeof url - (size_t)used, "&after=%" PRIu64 ":%" PRIu64, src->seq,
+                     src->offset);
   else if (s->tail)
     used += snprintf(url + used, sizeof url - (size_t)used, "&tail=%" PRIu32, s->tail);
   for (size_t i = 0; i < s->n_ranks; i++)
@@ -534,7 +542,8 @@ static void refresh(kolo_server_logstream *s, int with_rings) {
     for (size_t i = 0; i < job->status->n_members; i++) {
       source *src = ensure_source(s, job->status->members[i]->worker_id);
       /* a worker that finished and is in a newer ring again runs the job again */
-      if (src && src->state == SRC_DONE && s->follow && !s->job_final && s->job_epoch > src->done_epoch) {
+      if (src && src->state == SRC_DONE && s->follow && !s->job_final &&
+          s->job_epoch > src->done_epoch) {
         src->state = SRC_WAIT;
         src->retry_at = mono_ms();
       }
@@ -553,14 +562,16 @@ static int finished(kolo_server_logstream *s, int64_t now) {
   int pending = 0;
   for (size_t i = 0; i < s->n_sources; i++) {
     source *src = s->sources[i];
-    if (s->job_final && src->state == SRC_WAIT && src->failures == 0) src->state = SRC_DONE; /* never started */
+    if (s->job_final && src->state == SRC_WAIT && src->failures == 0)
+      src->state = SRC_DONE; /* never started */
     if (src->state == SRC_NEW || src->state == SRC_RUNNING || src->state == SRC_WAIT) pending = 1;
   }
   if (!pending && (!s->follow || s->job_final)) return 1;
   if (s->follow && s->job_final && now - s->final_at > FINAL_GRACE_MS) {
     for (size_t i = 0; i < s->n_sources; i++)
       if (s->sources[i]->state == SRC_RUNNING || s->sources[i]->state == SRC_WAIT)
-        notice(s->sources[i], "stopped waiting for the last lines of worker %s", s->sources[i]->worker);
+        notice(s->sources[i], "stopped waiting for the last lines of worker %s",
+               s->sources[i]->worker);
     return 1;
   }
   return 0;
@@ -581,12 +592,14 @@ static void end_stream(kolo_server_logstream *s, kolo_status rc, const char *mes
 /* A consumer that takes nothing while the buffer is full, or whose socket hung up. */
 static int consumer_gone(kolo_server_logstream *s, int64_t now) {
   pthread_mutex_lock(&s->lock);
-  int stalled = s->queued_bytes >= s->logs->cfg.buffer_bytes && now - s->last_take_ms > s->logs->cfg.stall_ms;
+  int stalled =
+      s->queued_bytes >= s->logs->cfg.buffer_bytes && now - s->last_take_ms > s->logs->cfg.stall_ms;
   int has_room = s->queued_bytes < s->logs->cfg.buffer_bytes / 2;
   pthread_mutex_unlock(&s->lock);
   if (stalled) {
     char message[128];
-    snprintf(message, sizeof message, "the log reader took nothing for %d s", s->logs->cfg.stall_ms / 1000);
+    snprintf(message, sizeof message, "the log reader took nothing for %d s",
+             s->logs->cfg.stall_ms / 1000);
     end_stream(s, KOLO_ERR_TOO_LARGE, message);
     return 1;
   }
@@ -621,7 +634,8 @@ static void *stream_thread(void *arg) {
     }
     for (size_t i = 0; i < s->n_sources; i++) {
       source *src = s->sources[i];
-      if (src->state == SRC_NEW || (src->state == SRC_WAIT && now >= src->retry_at)) start_source(s, src);
+      if (src->state == SRC_NEW || (src->state == SRC_WAIT && now >= src->retry_at))
+        start_source(s, src);
     }
     int running = 0;
     curl_multi_perform(s->multi, &running);
@@ -646,7 +660,8 @@ static void *stream_thread(void *arg) {
 
 /* ---- open / close ---- */
 
-static kolo_status check_request(const Kolo__V1__StreamLogsRequest *req, char *err, size_t err_len) {
+static kolo_status check_request(const Kolo__V1__StreamLogsRequest *req, char *err,
+                                 size_t err_len) {
   kolo_status rc = kolo_server_service_check_id(req->id, err, err_len);
   if (rc != KOLO_OK) return rc;
   if (req->n_ranks > KOLO_SERVER_LOGS_MAX_RANKS) {
@@ -660,7 +675,8 @@ static kolo_status check_request(const Kolo__V1__StreamLogsRequest *req, char *e
   return KOLO_OK;
 }
 
-kolo_status kolo_server_logstream_open(kolo_server_logs *logs, const Kolo__V1__StreamLogsRequest *req,
+kolo_status kolo_server_logstream_open(kolo_server_logs *logs,
+                                       const Kolo__V1__StreamLogsRequest *req,
                                        kolo_server_logstream_notify notify, void *arg,
                                        kolo_server_logstream **out, char *err, size_t err_len) {
   err[0] = '\0';
@@ -677,7 +693,8 @@ kolo_status kolo_server_logstream_open(kolo_server_logs *logs, const Kolo__V1__S
   if (!full) logs->streams++;
   pthread_mutex_unlock(&logs->lock);
   if (full) {
-    snprintf(err, err_len, "too many log streams at once (%d); try again later", logs->cfg.max_streams);
+    snprintf(err, err_len, "too many log streams at once (%d); try again later",
+             logs->cfg.max_streams);
     return KOLO_ERR_TOO_LARGE;
   }
   kolo_server_logstream *s = calloc(1, sizeof *s);
@@ -710,7 +727,9 @@ no_memory:
   return KOLO_ERR_NO_MEMORY;
 }
 
-void kolo_server_logstream_watch_fd(kolo_server_logstream *s, int fd) { atomic_store(&s->watch_fd, fd); }
+void kolo_server_logstream_watch_fd(kolo_server_logstream *s, int fd) {
+  atomic_store(&s->watch_fd, fd);
+}
 
 void kolo_server_logstream_close(kolo_server_logstream *s) {
   if (s == NULL) return;

@@ -42,7 +42,8 @@ typedef void (*kolo_server_logstream_notify)(void *arg);
 
 /* Checks the request (INVALID_ARG naming the field, NOT_FOUND for an unknown job,
  * TOO_LARGE past max_streams) and starts the stream's thread. */
-kolo_status kolo_server_logstream_open(kolo_server_logs *logs, const Kolo__V1__StreamLogsRequest *req,
+kolo_status kolo_server_logstream_open(kolo_server_logs *logs,
+                                       const Kolo__V1__StreamLogsRequest *req,
                                        kolo_server_logstream_notify notify, void *arg,
                                        kolo_server_logstream **out, char *err, size_t err_len);
 
@@ -56,12 +57,13 @@ typedef enum kolo_server_logstream_state {
 } kolo_server_logstream_state;
 
 /* Takes up to max_bytes of lines as a packed LogChunk (*packed malloc'd). */
-kolo_server_logstream_state kolo_server_logstream_take_chunk(kolo_server_logstream *s, size_t max_bytes,
-                                                             uint8_t **packed, size_t *len);
+kolo_server_logstream_state kolo_server_logstream_take_chunk(kolo_server_logstream *s,
+                                                             size_t max_bytes, uint8_t **packed,
+                                                             size_t *len);
 /* Takes whole lines as text into buf: "[<rank>] <line>\n", or the bare line when the
  * request named exactly one rank; notices as "[kolo] <notice>\n". */
-kolo_server_logstream_state kolo_server_logstream_take_text(kolo_server_logstream *s, char *buf, size_t cap,
-                                                            size_t *len);
+kolo_server_logstream_state kolo_server_logstream_take_text(kolo_server_logstream *s, char *buf,
+                                                            size_t cap, size_t *len);
 /* KOLO_OK while the stream runs or after it ended normally; else why it was cut
  * (TOO_LARGE: the consumer stalled; ABORTED: its peer hung up), with a message. */
 kolo_status kolo_server_logstream_end_status(kolo_server_logstream *s, char *message, size_t len);

@@ -28,7 +28,8 @@ typedef struct server {
   kolo_server_options opts;
   char *tls_cert, *tls_key, *token;
   kolo_server_etcd_child *etcd_child;
-  kolo_etcd_access child_access; /* the private etcd child's (--etcd auto): its URL, no TLS or auth */
+  kolo_etcd_access
+      child_access; /* the private etcd child's (--etcd auto): its URL, no TLS or auth */
   kolo_server_kv *kv;
   kolo_server_store *store;
   kolo_server_leader *leader;
@@ -36,7 +37,7 @@ typedef struct server {
   kolo_server_grpc *grpc;
   kolo_server_http *http;
   kolo_server_logs *logs;
-  kolo_sched *sched; /* scheduling runs while this replica leads */
+  kolo_sched *sched;              /* scheduling runs while this replica leads */
   kolo_server_recorder *recorder; /* metrics history, written while this replica leads */
 } server;
 
@@ -88,7 +89,8 @@ static int write_port_file(const char *path, int grpc_port, int http_port) {
   return rename(tmp, path);
 }
 
-/* The scheduler and the metrics recorder ask through this whether this replica leads (and for the fence). */
+/* The scheduler and the metrics recorder ask through this whether this replica leads (and for the
+ * fence). */
 static kolo_status leader_fence(void *arg, char *key, size_t len, int64_t *revision) {
   return kolo_server_leader_fence(arg, key, len, revision);
 }
@@ -189,11 +191,13 @@ int main(int argc, char **argv) {
     rc = kolo_server_store_create(s.kv, &s.store);
     if (rc == KOLO_OK) break;
     if (attempt >= STARTUP_ATTEMPTS) {
-      KOLO_LOGE(LOG, "cannot load jobs from etcd at %s: %s; giving up", endpoints, kolo_strerror(rc));
+      KOLO_LOGE(LOG, "cannot load jobs from etcd at %s: %s; giving up", endpoints,
+                kolo_strerror(rc));
       goto out;
     }
-    if (attempt == 1) KOLO_LOGW(LOG, "etcd at %s not answering (%s); retrying for %d s", endpoints,
-                                kolo_strerror(rc), STARTUP_ATTEMPTS / 2);
+    if (attempt == 1)
+      KOLO_LOGW(LOG, "etcd at %s not answering (%s); retrying for %d s", endpoints,
+                kolo_strerror(rc), STARTUP_ATTEMPTS / 2);
     struct timespec pause = {0, 500 * 1000000L};
     if (sigtimedwait(&stop_signals, NULL, &pause) > 0) {
       KOLO_LOGI(LOG, "stopped before etcd answered");
@@ -210,40 +214,55 @@ int main(int argc, char **argv) {
     kolo_sched_config sc = {leader_fence, s.leader, 0, access};
     if (kolo_sched_start(&sc, &s.sched) != KOLO_OK) goto out;
   }
-  kolo_server_recorder_config rc_cfg = {s.store, s.kv, s.leader ? leader_fence : NULL, s.leader,
-                                         (size_t)s.opts.metrics_points, s.opts.metrics_interval_ms, 0};
+  kolo_server_recorder_config rc_cfg = {s.store,
+                                        s.kv,
+                                        s.leader ? leader_fence : NULL,
+                                        s.leader,
+                                        (size_t)s.opts.metrics_points,
+                                        s.opts.metrics_interval_ms,
+                                        0};
   if (kolo_server_recorder_start(&rc_cfg, &s.recorder) != KOLO_OK) goto out;
   if (kolo_server_metrics_create(&s.metrics) != KOLO_OK) goto out;
   kolo_server_logs_config lc = {s.store, s.opts.max_log_streams, 0, 0};
   if (kolo_server_logs_create(&lc, &s.logs) != KOLO_OK) goto out;
 
   int grpc_port = 0, http_port = 0;
-  kolo_server_grpc_config gc = {s.opts.grpc_listen, s.tls_cert, s.tls_key, s.token,
-                                s.opts.max_message_bytes, s.opts.threads, s.store, s.metrics, s.logs};
+  kolo_server_grpc_config gc = {
+      s.opts.grpc_listen, s.tls_cert, s.tls_key, s.token, s.opts.max_message_bytes,
+      s.opts.threads,     s.store,    s.metrics, s.logs};
   rc = kolo_server_grpc_start(&gc, &s.grpc, &grpc_port);
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG, "gRPC on %s: %s", s.opts.grpc_listen, kolo_strerror(rc));
     goto out;
   }
   if (strcmp(s.opts.http_listen, "off") != 0) {
-    kolo_server_http_config hc = {s.opts.http_listen, s.tls_cert, s.tls_key, s.token,
-                                  s.opts.max_message_bytes, s.opts.http_threads, s.store, s.metrics,
-                                  {&s, backend_ok, leader_of}, s.logs};
+    kolo_server_http_config hc = {s.opts.http_listen,
+                                  s.tls_cert,
+                                  s.tls_key,
+                                  s.token,
+                                  s.opts.max_message_bytes,
+                                  s.opts.http_threads,
+                                  s.store,
+                                  s.metrics,
+                                  {&s, backend_ok, leader_of},
+                                  s.logs};
     rc = kolo_server_http_start(&hc, &s.http, &http_port);
     if (rc != KOLO_OK) {
       KOLO_LOGE(LOG, "HTTP on %s: %s", s.opts.http_listen, kolo_strerror(rc));
       goto out;
     }
   }
-  KOLO_LOGI(LOG, "kolo-server %s ready: grpc_port=%d http_port=%d etcd=%s tls=%s auth=%s", s.opts.name,
-            grpc_port, http_port, endpoints, s.tls_cert ? "on" : "off", s.token ? "token" : "off");
+  KOLO_LOGI(LOG, "kolo-server %s ready: grpc_port=%d http_port=%d etcd=%s tls=%s auth=%s",
+            s.opts.name, grpc_port, http_port, endpoints, s.tls_cert ? "on" : "off",
+            s.token ? "token" : "off");
   if (s.opts.port_file[0] && write_port_file(s.opts.port_file, grpc_port, http_port) != 0) {
     KOLO_LOGE(LOG, "cannot write --port-file %s: %s", s.opts.port_file, strerror(errno));
     goto out;
   }
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  KOLO_LOGI(LOG, "%s: draining calls in flight (up to %d ms) and stopping", strsignal(sig), s.opts.grace_ms);
+  KOLO_LOGI(LOG, "%s: draining calls in flight (up to %d ms) and stopping", strsignal(sig),
+            s.opts.grace_ms);
   exit_code = 0;
 out:
   teardown(&s);

@@ -11,7 +11,8 @@
 #include "server/job_model.h"
 
 #define CODES 17
-static const double bucket_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0};
+static const double bucket_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                       0.05,   0.1,   0.25,   0.5,   1.0};
 #define BUCKETS (sizeof bucket_bounds / sizeof bucket_bounds[0])
 
 typedef struct series {
@@ -29,7 +30,9 @@ kolo_status kolo_server_metrics_create(kolo_server_metrics **out) {
   return *out ? KOLO_OK : KOLO_ERR_NO_MEMORY;
 }
 
-void kolo_server_metrics_destroy(kolo_server_metrics *m) { free(m); }
+void kolo_server_metrics_destroy(kolo_server_metrics *m) {
+  free(m);
+}
 
 void kolo_server_metrics_observe(kolo_server_metrics *m, kolo_server_api api, int method,
                                  int grpc_code, double seconds) {
@@ -74,9 +77,11 @@ static void add_demand(text *t, const Kolo__V1__Demand *d) {
       {"kolo_workers", "Workers registered in etcd."},
       {"kolo_workers_idle", "Registered workers with no job that are not draining."},
       {"kolo_workers_draining", "Registered workers that are drained or shutting down."},
-      {"kolo_workers_wanted", "Workers the jobs want now: members of running jobs, up to max_workers of growable "
-                              "ones, max_workers of pending ones (scale the worker pool on this)."},
-      {"kolo_workers_missing", "Workers wanted that no job has yet (pending jobs, jobs below max_workers)."},
+      {"kolo_workers_wanted",
+       "Workers the jobs want now: members of running jobs, up to max_workers of growable "
+       "ones, max_workers of pending ones (scale the worker pool on this)."},
+      {"kolo_workers_missing",
+       "Workers wanted that no job has yet (pending jobs, jobs below max_workers)."},
       {"kolo_jobs_growable", "Running or re-forming jobs below their max_workers."},
   };
   uint32_t values[] = {d->workers_registered, d->workers_idle,    d->workers_draining,
@@ -95,11 +100,13 @@ char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_co
     add(&t, "kolo_jobs{phase=\"%s\"} %" PRIu64 "\n", kolo_server_job_phase_name((Kolo__V1__Phase)p),
         phase_counts[p]);
   if (demand) add_demand(&t, demand);
-  add(&t, "# HELP kolo_server_leader 1 if this replica is the elected leader.\n"
-          "# TYPE kolo_server_leader gauge\nkolo_server_leader %d\n",
+  add(&t,
+      "# HELP kolo_server_leader 1 if this replica is the elected leader.\n"
+      "# TYPE kolo_server_leader gauge\nkolo_server_leader %d\n",
       is_leader);
-  add(&t, "# HELP kolo_requests_total Requests served, by transport, method and gRPC code.\n"
-          "# TYPE kolo_requests_total counter\n");
+  add(&t,
+      "# HELP kolo_requests_total Requests served, by transport, method and gRPC code.\n"
+      "# TYPE kolo_requests_total counter\n");
   for (int a = 0; a < 2; a++)
     for (int k = 0; k < KOLO_SERVER_METRIC_SLOTS; k++)
       for (int c = 0; c < CODES; c++) {
@@ -109,8 +116,9 @@ char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_co
             k < KOLO_SERVER_METHOD_COUNT ? kolo_server_methods[k].name : "other",
             kolo_server_grpc_code_name(c), n);
       }
-  add(&t, "# HELP kolo_request_duration_seconds Request latency.\n"
-          "# TYPE kolo_request_duration_seconds histogram\n");
+  add(&t,
+      "# HELP kolo_request_duration_seconds Request latency.\n"
+      "# TYPE kolo_request_duration_seconds histogram\n");
   for (int a = 0; a < 2; a++)
     for (int k = 0; k < KOLO_SERVER_METRIC_SLOTS; k++) {
       series *s = &m->s[a][k];
@@ -121,15 +129,19 @@ char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_co
       uint64_t cumulative = 0;
       for (size_t b = 0; b < BUCKETS; b++) {
         cumulative += atomic_load(&s->buckets[b]);
-        add(&t, "kolo_request_duration_seconds_bucket{api=\"%s\",method=\"%s\",le=\"%g\"} %" PRIu64 "\n",
+        add(&t,
+            "kolo_request_duration_seconds_bucket{api=\"%s\",method=\"%s\",le=\"%g\"} %" PRIu64
+            "\n",
             apis[a], name, bucket_bounds[b], cumulative);
       }
-      add(&t, "kolo_request_duration_seconds_bucket{api=\"%s\",method=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
+      add(&t,
+          "kolo_request_duration_seconds_bucket{api=\"%s\",method=\"%s\",le=\"+Inf\"} %" PRIu64
+          "\n",
           apis[a], name, total);
       add(&t, "kolo_request_duration_seconds_sum{api=\"%s\",method=\"%s\"} %.6f\n", apis[a], name,
           (double)atomic_load(&s->micros_sum) / 1e6);
-      add(&t, "kolo_request_duration_seconds_count{api=\"%s\",method=\"%s\"} %" PRIu64 "\n", apis[a],
-          name, total);
+      add(&t, "kolo_request_duration_seconds_count{api=\"%s\",method=\"%s\"} %" PRIu64 "\n",
+          apis[a], name, total);
     }
   return t.buf;
 }
@@ -146,22 +158,41 @@ static void add_label(text *t, const char *value) {
   }
 }
 
-typedef enum gauge_kind { G_STEP, G_TOTAL, G_LOSS, G_ACCURACY, G_RATE, G_RING, G_EPOCH, G_RECONF, G_COUNT } gauge_kind;
+typedef enum gauge_kind {
+  G_STEP,
+  G_TOTAL,
+  G_LOSS,
+  G_ACCURACY,
+  G_RATE,
+  G_RING,
+  G_EPOCH,
+  G_RECONF,
+  G_COUNT
+} gauge_kind;
 
 static double gauge_value(const kolo_server_job_gauge *g, gauge_kind k) {
   switch (k) {
-    case G_STEP: return (double)g->step;
-    case G_TOTAL: return (double)g->total_steps;
-    case G_LOSS: return g->loss;
-    case G_ACCURACY: return g->accuracy;
-    case G_RATE: return g->samples_per_sec;
-    case G_RING: return (double)g->ring_size;
-    case G_EPOCH: return (double)g->epoch;
-    default: return (double)g->reconfigurations;
+    case G_STEP:
+      return (double)g->step;
+    case G_TOTAL:
+      return (double)g->total_steps;
+    case G_LOSS:
+      return g->loss;
+    case G_ACCURACY:
+      return g->accuracy;
+    case G_RATE:
+      return g->samples_per_sec;
+    case G_RING:
+      return (double)g->ring_size;
+    case G_EPOCH:
+      return (double)g->epoch;
+    default:
+      return (double)g->reconfigurations;
   }
 }
 
-char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t n, size_t left_out) {
+char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t n,
+                                      size_t left_out) {
   static const char *const names[G_COUNT][3] = {
       {"kolo_job_step", "gauge", "Training step the job reported last."},
       {"kolo_job_total_steps", "gauge", "Steps the job will run in all (0 = unknown)."},
@@ -173,8 +204,9 @@ char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t 
       {"kolo_job_reconfigurations_total", "counter", "Times the job's ring re-formed."},
   };
   text t = {0};
-  add(&t, "# HELP kolo_job_series_left_out Jobs without per-job series (only %d are shown).\n"
-          "# TYPE kolo_job_series_left_out gauge\nkolo_job_series_left_out %zu\n",
+  add(&t,
+      "# HELP kolo_job_series_left_out Jobs without per-job series (only %d are shown).\n"
+      "# TYPE kolo_job_series_left_out gauge\nkolo_job_series_left_out %zu\n",
       KOLO_SERVER_METRICS_MAX_JOBS, left_out);
   for (int k = 0; k < G_COUNT; k++) {
     add(&t, "# HELP %s %s\n# TYPE %s %s\n", names[k][0], names[k][2], names[k][0], names[k][1]);

@@ -22,18 +22,29 @@ typedef struct setting {
   const char *help;
 } setting;
 
-#define TEXT_OPT(field, name, help) {name, TEXT, offsetof(kolo_server_options, field), sizeof(((kolo_server_options *)0)->field), help}
-#define INT_OPT(field, name, help) {name, INT, offsetof(kolo_server_options, field), 0, help}
+#define TEXT_OPT(field, name, help)                                                              \
+  {                                                                                              \
+    name, TEXT, offsetof(kolo_server_options, field), sizeof(((kolo_server_options *)0)->field), \
+        help                                                                                     \
+  }
+#define INT_OPT(field, name, help) \
+  { name, INT, offsetof(kolo_server_options, field), 0, help }
 
 static const setting settings[] = {
-    TEXT_OPT(etcd, "etcd", "etcd client URLs (comma-separated), 'auto' (private etcd child) or 'none' (memory only)"),
-    TEXT_OPT(etcd_access.ca_file, "etcd-ca", "PEM CA bundle to verify etcd (https:// endpoints; default: the system's)"),
-    TEXT_OPT(etcd_access.cert_file, "etcd-cert", "PEM client certificate for etcd (with --etcd-key)"),
+    TEXT_OPT(
+        etcd, "etcd",
+        "etcd client URLs (comma-separated), 'auto' (private etcd child) or 'none' (memory only)"),
+    TEXT_OPT(etcd_access.ca_file, "etcd-ca",
+             "PEM CA bundle to verify etcd (https:// endpoints; default: the system's)"),
+    TEXT_OPT(etcd_access.cert_file, "etcd-cert",
+             "PEM client certificate for etcd (with --etcd-key)"),
     TEXT_OPT(etcd_access.key_file, "etcd-key", "PEM private key of --etcd-cert"),
     TEXT_OPT(etcd_access.user, "etcd-user", "etcd user (auth; with --etcd-password-file)"),
-    TEXT_OPT(etcd_access.password_file, "etcd-password-file", "file whose first line is --etcd-user's password"),
+    TEXT_OPT(etcd_access.password_file, "etcd-password-file",
+             "file whose first line is --etcd-user's password"),
     TEXT_OPT(data_dir, "data-dir", "data directory of --etcd auto (default ./kolo-data)"),
-    TEXT_OPT(grpc_listen, "grpc-listen", "gRPC address (default 127.0.0.1:7070; port 0 = any free port)"),
+    TEXT_OPT(grpc_listen, "grpc-listen",
+             "gRPC address (default 127.0.0.1:7070; port 0 = any free port)"),
     TEXT_OPT(http_listen, "http-listen", "HTTP address (default 127.0.0.1:7080; 'off' disables)"),
     {"max-message-bytes", SIZE, offsetof(kolo_server_options, max_message_bytes), 0,
      "largest request accepted, bytes (default 4194304)"},
@@ -44,10 +55,13 @@ static const setting settings[] = {
     TEXT_OPT(name, "name", "replica name in the leader election (default host-pid)"),
     INT_OPT(threads, "threads", "gRPC completion-queue threads (default 4)"),
     INT_OPT(http_threads, "http-threads", "HTTP worker threads (default 2)"),
-    INT_OPT(grace_ms, "grace-ms", "on SIGTERM, how long calls in flight may still take (default 5000)"),
+    INT_OPT(grace_ms, "grace-ms",
+            "on SIGTERM, how long calls in flight may still take (default 5000)"),
     INT_OPT(leader_ttl_s, "leader-ttl", "leader lease TTL in seconds (default 3)"),
-    TEXT_OPT(log_level, "log-level", "error, warn, info or debug (default info, or KOLO_LOG_LEVEL)"),
-    INT_OPT(metrics_points, "metrics-points", "metrics history: points kept per job, 3-100000 (default 2000)"),
+    TEXT_OPT(log_level, "log-level",
+             "error, warn, info or debug (default info, or KOLO_LOG_LEVEL)"),
+    INT_OPT(metrics_points, "metrics-points",
+            "metrics history: points kept per job, 3-100000 (default 2000)"),
     INT_OPT(metrics_interval_ms, "metrics-interval-ms",
             "metrics history: at most one point per job this often, 100-3600000 ms (default 1000)"),
     INT_OPT(max_log_streams, "max-log-streams", "job log streams served at once (default 64)"),
@@ -57,7 +71,8 @@ static const setting settings[] = {
 void kolo_server_options_usage(FILE *out) {
   fprintf(out, "usage: kolo-server [--config FILE] [--flag value ...]\n\n");
   fprintf(out, "  --config FILE          key = value lines with the flag names below\n");
-  for (size_t i = 0; i < N_SETTINGS; i++) fprintf(out, "  --%-20s %s\n", settings[i].name, settings[i].help);
+  for (size_t i = 0; i < N_SETTINGS; i++)
+    fprintf(out, "  --%-20s %s\n", settings[i].name, settings[i].help);
 }
 
 static const setting *find(const char *name) {
@@ -66,7 +81,8 @@ static const setting *find(const char *name) {
   return NULL;
 }
 
-static kolo_status set(kolo_server_options *o, const setting *s, const char *value, char *err, size_t err_len) {
+static kolo_status set(kolo_server_options *o, const setting *s, const char *value, char *err,
+                       size_t err_len) {
   char *field = (char *)o + s->offset;
   if (s->type == TEXT) {
     if (strlen(value) >= s->size) {
@@ -199,8 +215,8 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
     char *end = NULL;
     long port = colon ? strtol(colon + 1, &end, 10) : -1;
     if (colon == NULL || colon[1] == '\0' || *end != '\0' || port < 0 || port > 65535) {
-      snprintf(err, err_len, "%s: expected HOST:PORT with a port 0-65535, got '%.200s'", listens[k][0],
-               listens[k][1]);
+      snprintf(err, err_len, "%s: expected HOST:PORT with a port 0-65535, got '%.200s'",
+               listens[k][0], listens[k][1]);
       return KOLO_ERR_INVALID_ARG;
     }
   }
@@ -249,7 +265,8 @@ kolo_status kolo_server_token_parse(char *text, const char **token, char *err, s
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)t[i];
     if (c <= ' ' || c >= 0x7f) {
-      snprintf(err, err_len, "the token has a space, control or non-ASCII character at offset %zu", i);
+      snprintf(err, err_len, "the token has a space, control or non-ASCII character at offset %zu",
+               i);
       return KOLO_ERR_INVALID_ARG;
     }
   }

@@ -10,25 +10,25 @@
 #include "kolo/status.h"
 
 typedef struct kolo_server_options {
-  char etcd[1024];        /* "auto", "none" (in-memory, nothing persists) or client URLs */
+  char etcd[1024];              /* "auto", "none" (in-memory, nothing persists) or client URLs */
   kolo_etcd_access etcd_access; /* --etcd-ca/-cert/-key/-user/-password-file (password loaded) */
-  char data_dir[512];     /* where --etcd auto keeps its data */
+  char data_dir[512];           /* where --etcd auto keeps its data */
   char grpc_listen[256];
-  char http_listen[256];  /* "off" disables HTTP */
+  char http_listen[256]; /* "off" disables HTTP */
   size_t max_message_bytes;
   char tls_cert[512];
   char tls_key[512];
   char token_file[512];
   char port_file[512];
-  char name[128];         /* replica name in the election */
-  int threads;            /* gRPC completion-queue threads */
+  char name[128]; /* replica name in the election */
+  int threads;    /* gRPC completion-queue threads */
   int http_threads;
-  int grace_ms;           /* SIGTERM: how long in-flight calls may take */
+  int grace_ms; /* SIGTERM: how long in-flight calls may take */
   int leader_ttl_s;
   char log_level[16];
   int metrics_points;      /* metrics history: points kept per job */
   int metrics_interval_ms; /* metrics history: at most one point per job this often */
-  int max_log_streams;    /* StreamLogs + GET .../logs at once */
+  int max_log_streams;     /* StreamLogs + GET .../logs at once */
 } kolo_server_options;
 
 /* Fills opts from defaults, then the config file (if --config), then the flags.

@@ -83,14 +83,14 @@ static kolo_status check_string(walk *w, const uint8_t *bytes, size_t len) {
   return why ? refuse(w, why) : KOLO_OK;
 }
 
-static kolo_status check_message(walk *w, const ProtobufCMessageDescriptor *desc, const uint8_t *data,
-                                 size_t len, int depth);
+static kolo_status check_message(walk *w, const ProtobufCMessageDescriptor *desc,
+                                 const uint8_t *data, size_t len, int depth);
 
 /* A map entry: its key names the value in the path ("labels.team"). The entry's wire
  * format is first checked as a message of its own (the key and value fields have no
  * name in the path), then the key, then the value. */
-static kolo_status check_map_entry(walk *w, const ProtobufCFieldDescriptor *field, const uint8_t *data,
-                                   size_t len, int depth) {
+static kolo_status check_map_entry(walk *w, const ProtobufCFieldDescriptor *field,
+                                   const uint8_t *data, size_t len, int depth) {
   const ProtobufCMessageDescriptor *entry = field->descriptor;
   const uint8_t *part[2] = {NULL, NULL};
   size_t part_len[2] = {0, 0}, pos = 0;
@@ -99,7 +99,8 @@ static kolo_status check_map_entry(walk *w, const ProtobufCFieldDescriptor *fiel
     if (!read_varint(data, len, &pos, &tag)) return refuse(w, "truncated map entry");
     unsigned wire = (unsigned)(tag & 7);
     if (wire == 2) {
-      if (!read_varint(data, len, &pos, &n) || n > len - pos) return refuse(w, "truncated map entry");
+      if (!read_varint(data, len, &pos, &n) || n > len - pos)
+        return refuse(w, "truncated map entry");
       if (tag >> 3 == 1 || tag >> 3 == 2) { /* the last one wins, as when unpacking */
         part[(tag >> 3) - 1] = data + pos;
         part_len[(tag >> 3) - 1] = (size_t)n;
@@ -123,8 +124,8 @@ static kolo_status check_map_entry(walk *w, const ProtobufCFieldDescriptor *fiel
       snprintf(what, sizeof what, "a key %s", why);
       return refuse(w, what);
     }
-    snprintf(w->path + base, sizeof w->path - base, ".%.*s", (int)(part_len[0] > 100 ? 100 : part_len[0]),
-             (const char *)part[0]);
+    snprintf(w->path + base, sizeof w->path - base, ".%.*s",
+             (int)(part_len[0] > 100 ? 100 : part_len[0]), (const char *)part[0]);
   }
   kolo_status rc = KOLO_OK;
   if (part[1] != NULL && entry->fields[1].type == PROTOBUF_C_TYPE_STRING)
@@ -138,13 +139,14 @@ static kolo_status check_map_entry(walk *w, const ProtobufCFieldDescriptor *fiel
 /* Names the field in the path: "spec" + ".builtin", with "[i]" for a repeated one. */
 static void push_path(walk *w, size_t base, const ProtobufCFieldDescriptor *field, long index) {
   if (index >= 0)
-    snprintf(w->path + base, sizeof w->path - base, "%s%s[%ld]", base ? "." : "", field->name, index);
+    snprintf(w->path + base, sizeof w->path - base, "%s%s[%ld]", base ? "." : "", field->name,
+             index);
   else
     snprintf(w->path + base, sizeof w->path - base, "%s%s", base ? "." : "", field->name);
 }
 
-static kolo_status check_message(walk *w, const ProtobufCMessageDescriptor *desc, const uint8_t *data,
-                                 size_t len, int depth) {
+static kolo_status check_message(walk *w, const ProtobufCMessageDescriptor *desc,
+                                 const uint8_t *data, size_t len, int depth) {
   if (depth > KOLO_SERVER_PB_MAX_DEPTH) return refuse(w, "nested too deeply");
   size_t base = strlen(w->path);
   long seen[64] = {0}; /* occurrences of each repeated field so far, for "[i]" */
@@ -170,7 +172,8 @@ static kolo_status check_message(walk *w, const ProtobufCMessageDescriptor *desc
         pos += 4;
         break;
       case 2:
-        if (!read_varint(data, len, &pos, &n) || n > len - pos) return refuse(w, "truncated length");
+        if (!read_varint(data, len, &pos, &n) || n > len - pos)
+          return refuse(w, "truncated length");
         payload = data + pos;
         pos += (size_t)n;
         break;

@@ -25,8 +25,8 @@ struct kolo_server_recorder {
 };
 
 /* One job's txn: [fence,] the point's key as the view saw it, the dropped point's key. */
-static kolo_status write_one(kolo_server_recorder *r, const kolo_server_history_write *w, const char *fence_key,
-                             int64_t fence_rev) {
+static kolo_status write_one(kolo_server_recorder *r, const kolo_server_history_write *w,
+                             const char *fence_key, int64_t fence_rev) {
   char point_key[160], drop_key[160];
   kolo_server_kv_compare cmps[3];
   kolo_server_kv_put puts[2];
@@ -54,13 +54,15 @@ size_t kolo_server_recorder_pass(kolo_server_recorder *r) {
   int64_t fence_rev = 0;
   if (r->cfg.fence) {
     int leader = r->cfg.fence(r->cfg.fence_arg, fence_key, sizeof fence_key, &fence_rev) == KOLO_OK;
-    if (leader != r->was_leader) KOLO_LOGI(LOG, leader ? "leading: recording metrics" : "not leading: recording stops");
+    if (leader != r->was_leader)
+      KOLO_LOGI(LOG, leader ? "leading: recording metrics" : "not leading: recording stops");
     r->was_leader = leader;
     if (!leader) return 0;
   }
   kolo_server_history_write *writes = NULL;
   size_t n = 0, written = 0;
-  if (kolo_server_store_history_writes(r->cfg.store, r->cfg.max_points, MAX_WRITES_PER_PASS, &writes, &n) != KOLO_OK)
+  if (kolo_server_store_history_writes(r->cfg.store, r->cfg.max_points, MAX_WRITES_PER_PASS,
+                                       &writes, &n) != KOLO_OK)
     return 0;
   for (size_t i = 0; i < n; i++) {
     kolo_status rc = write_one(r, &writes[i], r->cfg.fence ? fence_key : NULL, fence_rev);
@@ -97,8 +99,10 @@ static void *run(void *arg) {
   return NULL;
 }
 
-kolo_status kolo_server_recorder_start(const kolo_server_recorder_config *config, kolo_server_recorder **out) {
-  if (config == NULL || config->store == NULL || config->kv == NULL || out == NULL) return KOLO_ERR_INVALID_ARG;
+kolo_status kolo_server_recorder_start(const kolo_server_recorder_config *config,
+                                       kolo_server_recorder **out) {
+  if (config == NULL || config->store == NULL || config->kv == NULL || out == NULL)
+    return KOLO_ERR_INVALID_ARG;
   kolo_server_recorder *r = calloc(1, sizeof *r);
   if (r == NULL) return KOLO_ERR_NO_MEMORY;
   r->cfg = *config;

@@ -19,7 +19,8 @@
 
 /* Fills the leader key and its create revision while this replica leads; KOLO_ERR_NOT_LEADER
  * otherwise (the pass then writes nothing). */
-typedef kolo_status (*kolo_server_recorder_fence_fn)(void *arg, char *key, size_t len, int64_t *create_revision);
+typedef kolo_status (*kolo_server_recorder_fence_fn)(void *arg, char *key, size_t len,
+                                                     int64_t *create_revision);
 
 typedef struct kolo_server_recorder_config {
   kolo_server_store *store;
@@ -33,7 +34,8 @@ typedef struct kolo_server_recorder_config {
 
 typedef struct kolo_server_recorder kolo_server_recorder;
 
-kolo_status kolo_server_recorder_start(const kolo_server_recorder_config *config, kolo_server_recorder **out);
+kolo_status kolo_server_recorder_start(const kolo_server_recorder_config *config,
+                                       kolo_server_recorder **out);
 /* Stops the thread (waits for a pass in flight) and frees. NULL is ignored. */
 void kolo_server_recorder_stop(kolo_server_recorder *r);
 

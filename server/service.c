@@ -11,10 +11,10 @@
 #include "server/job_model.h"
 #include "server/json_codec.h"
 
-#define KOLO_CHECK_ID(id)                                              \
-  do {                                                                 \
+#define KOLO_CHECK_ID(id)                                                \
+  do {                                                                   \
     kolo_status id_rc_ = kolo_server_service_check_id(id, err, err_len); \
-    if (id_rc_ != KOLO_OK) return id_rc_;                              \
+    if (id_rc_ != KOLO_OK) return id_rc_;                                \
   } while (0)
 
 kolo_status kolo_server_service_check_id(const char *id, char *err, size_t err_len) {
@@ -29,8 +29,10 @@ kolo_status kolo_server_service_check_id(const char *id, char *err, size_t err_l
   return KOLO_OK;
 }
 
-static kolo_status not_found(kolo_status rc, const char *what, const char *id, char *err, size_t err_len) {
-  if (rc == KOLO_ERR_NOT_FOUND && (err[0] == '\0')) snprintf(err, err_len, "no %s %.100s", what, id);
+static kolo_status not_found(kolo_status rc, const char *what, const char *id, char *err,
+                             size_t err_len) {
+  if (rc == KOLO_ERR_NOT_FOUND && (err[0] == '\0'))
+    snprintf(err, err_len, "no %s %.100s", what, id);
   return rc;
 }
 
@@ -91,14 +93,17 @@ kolo_status kolo_server_service_call(kolo_server_store *store, kolo_server_metho
     case KOLO_SERVER_DRAIN_WORKER:
     case KOLO_SERVER_UNDRAIN_WORKER: {
       /* DrainWorkerRequest and UndrainWorkerRequest have the same one field */
-      const char *id = method == KOLO_SERVER_DRAIN_WORKER ? ((const Kolo__V1__DrainWorkerRequest *)req)->id
-                                                          : ((const Kolo__V1__UndrainWorkerRequest *)req)->id;
+      const char *id = method == KOLO_SERVER_DRAIN_WORKER
+                           ? ((const Kolo__V1__DrainWorkerRequest *)req)->id
+                           : ((const Kolo__V1__UndrainWorkerRequest *)req)->id;
       if (!kolo_keys_name_valid(id)) {
-        snprintf(err, err_len, "id: %s", id[0] ? "not a worker id (1-128 of A-Z a-z 0-9 . _ -)" : "required");
+        snprintf(err, err_len, "id: %s",
+                 id[0] ? "not a worker id (1-128 of A-Z a-z 0-9 . _ -)" : "required");
         return KOLO_ERR_INVALID_ARG;
       }
-      rc = method == KOLO_SERVER_DRAIN_WORKER ? kolo_server_store_drain_worker(store, id, (Kolo__V1__Worker **)resp)
-                                              : kolo_server_store_undrain_worker(store, id, (Kolo__V1__Worker **)resp);
+      rc = method == KOLO_SERVER_DRAIN_WORKER
+               ? kolo_server_store_drain_worker(store, id, (Kolo__V1__Worker **)resp)
+               : kolo_server_store_undrain_worker(store, id, (Kolo__V1__Worker **)resp);
       return not_found(rc, "worker", id, err, err_len);
     }
     case KOLO_SERVER_GET_DEMAND:

@@ -43,7 +43,8 @@ static void entry_free(entry *e) {
   if (e == NULL) return;
   if (e->spec) protobuf_c_message_free_unpacked(&e->spec->base, NULL);
   if (e->status) protobuf_c_message_free_unpacked(&e->status->base, NULL);
-  for (size_t i = 0; i < e->n_events; i++) protobuf_c_message_free_unpacked(&e->events[i]->base, NULL);
+  for (size_t i = 0; i < e->n_events; i++)
+    protobuf_c_message_free_unpacked(&e->events[i]->base, NULL);
   free(e->events);
   free(e->packed);
   free(e->json);
@@ -163,7 +164,8 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
     /* Deleting a job's spec removes the job from the view (operators' cleanup). */
     if (desc == &kolo__v1__job_spec__descriptor) {
       entry_free(s->entries[at]);
-      memmove(&s->entries[at], &s->entries[at + 1], (s->count - (size_t)at - 1) * sizeof *s->entries);
+      memmove(&s->entries[at], &s->entries[at + 1],
+              (s->count - (size_t)at - 1) * sizeof *s->entries);
       s->count--;
       s->list_batch = s->removed_batch = s->batch;
     }
@@ -171,7 +173,8 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
   }
   ProtobufCMessage *msg = NULL;
   char err[256];
-  if (kolo_server_json_parse_message(item->value, item->value_len, desc, &msg, err, sizeof err) != KOLO_OK) {
+  if (kolo_server_json_parse_message(item->value, item->value_len, desc, &msg, err, sizeof err) !=
+      KOLO_OK) {
     KOLO_LOGW(LOG, "ignoring %s: %s", item->key, err);
     return;
   }
@@ -195,7 +198,9 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
   e->touched = 1;
 }
 
-static int has_prefix(const char *key, const char *prefix) { return strncmp(key, prefix, strlen(prefix)) == 0; }
+static int has_prefix(const char *key, const char *prefix) {
+  return strncmp(key, prefix, strlen(prefix)) == 0;
+}
 
 /* Applies one key under /kolo/v1/ to the view (write lock held). */
 static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, int is_delete) {
@@ -203,7 +208,8 @@ static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, in
     apply_job_item(s, item, is_delete);
   else if (has_prefix(item->key, KOLO_KEY_METRICS_PREFIX))
     kolo_server_store_apply_point(s, item->key, item, is_delete);
-  else if (has_prefix(item->key, KOLO_KEY_WORKERS_PREFIX) || has_prefix(item->key, KOLO_KEY_DRAIN_PREFIX) ||
+  else if (has_prefix(item->key, KOLO_KEY_WORKERS_PREFIX) ||
+           has_prefix(item->key, KOLO_KEY_DRAIN_PREFIX) ||
            has_prefix(item->key, KOLO_KEY_ASSIGN_PREFIX))
     s->workers_batch = s->batch;
 }
@@ -239,7 +245,8 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
     entry_rebuild(e);
     if (e->packed == NULL) continue;
     for (subscriber *sub = s->subs; sub; sub = sub->next)
-      if (strcmp(sub->id, e->id) == 0) sub->fn(sub->arg, e->packed, e->packed_len, e->status->phase);
+      if (strcmp(sub->id, e->id) == 0)
+        sub->fn(sub->arg, e->packed, e->packed_len, e->status->phase);
   }
   pthread_rwlock_unlock(&s->lock);
   /* under sub_lock, so that kolo_server_store_set_change_fn waits for a call in flight */
@@ -396,7 +403,8 @@ kolo_status kolo_server_store_list(kolo_server_store *s, const Kolo__V1__ListJob
   for (size_t i = 0; i < s->count; i++) {
     entry *e = s->entries[i];
     if (e->packed == NULL || strcmp(e->id, after) <= 0) continue;
-    if (req->phase != KOLO__V1__PHASE__PHASE_UNSPECIFIED && e->status->phase != req->phase) continue;
+    if (req->phase != KOLO__V1__PHASE__PHASE_UNSPECIFIED && e->status->phase != req->phase)
+      continue;
     if (!labels_match(e->spec, req)) continue;
     if (resp->n_jobs == limit) {
       rc = kolo_server_pb_set_string(&resp->next_page_token, resp->jobs[limit - 1]->id);
@@ -420,16 +428,18 @@ out:
   return KOLO_OK;
 }
 
-kolo_status kolo_server_store_job_sizes(kolo_server_store *s, kolo_server_job_size **out, size_t *n) {
+kolo_status kolo_server_store_job_sizes(kolo_server_store *s, kolo_server_job_size **out,
+                                        size_t *n) {
   pthread_rwlock_rdlock(&s->lock);
   kolo_server_job_size *sizes = calloc(s->count + 1, sizeof *sizes);
   size_t k = 0;
   for (size_t i = 0; sizes && i < s->count; i++) {
     const entry *e = s->entries[i];
     if (e->status == NULL || e->spec == NULL) continue;
-    sizes[k++] = (kolo_server_job_size){e->status->phase, (uint32_t)e->status->n_members,
-                                        e->status->min_workers ? e->status->min_workers : e->spec->min_workers,
-                                        e->status->max_workers ? e->status->max_workers : e->spec->max_workers};
+    sizes[k++] = (kolo_server_job_size){
+        e->status->phase, (uint32_t)e->status->n_members,
+        e->status->min_workers ? e->status->min_workers : e->spec->min_workers,
+        e->status->max_workers ? e->status->max_workers : e->spec->max_workers};
   }
   pthread_rwlock_unlock(&s->lock);
   *out = sizes;
@@ -459,7 +469,8 @@ static kolo_status event_key(char *out, size_t len, const char *id, uint64_t seq
 }
 
 /* The view's status revision and event count for id (0, 0 if unknown). */
-static kolo_status snapshot(kolo_server_store *s, const char *id, Kolo__V1__Job **job, int64_t *status_rev) {
+static kolo_status snapshot(kolo_server_store *s, const char *id, Kolo__V1__Job **job,
+                            int64_t *status_rev) {
   kolo_status rc = KOLO_ERR_NOT_FOUND;
   pthread_rwlock_rdlock(&s->lock);
   long at = kolo_server_store_find_entry(s, id);
@@ -481,7 +492,7 @@ static kolo_status write_status(kolo_server_store *s, const Kolo__V1__Job *job, 
   size_t n_new = job->n_events - first_new;
   kolo_server_kv_compare *cmps = calloc(n_new + 1, sizeof *cmps);
   kolo_server_kv_put *puts = calloc(n_new + 1, sizeof *puts);
-  char (*keys)[160] = calloc(n_new + 1, sizeof *keys);
+  char(*keys)[160] = calloc(n_new + 1, sizeof *keys);
   char **values = calloc(n_new + 1, sizeof *values);
   if (!cmps || !puts || !keys || !values) goto out;
   if (job_key(keys[0], sizeof keys[0], job->id, "status") != KOLO_OK) goto out;
@@ -614,7 +625,8 @@ kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *sp
     goto out;
   }
   kolo_server_kv_compare cmp = {spec_key, KOLO_SERVER_KV_CREATE, 0};
-  kolo_server_kv_put puts[3] = {{spec_key, spec_json, 0}, {status_key, status_json, 0}, {event_key_text, event_json, 0}};
+  kolo_server_kv_put puts[3] = {
+      {spec_key, spec_json, 0}, {status_key, status_json, 0}, {event_key_text, event_json, 0}};
   int64_t revision = 0;
   rc = s->kv->ops->txn(s->kv, &cmp, 1, puts, 3, &revision);
   if (rc == KOLO_OK) {
@@ -652,7 +664,8 @@ out:
 /* ---- subscriptions ---- */
 
 kolo_status kolo_server_store_subscribe(kolo_server_store *s, const char *id,
-                                        kolo_server_store_watch_fn fn, void *arg, uint64_t *handle) {
+                                        kolo_server_store_watch_fn fn, void *arg,
+                                        uint64_t *handle) {
   subscriber *sub = calloc(1, sizeof *sub);
   if (sub == NULL) return KOLO_ERR_NO_MEMORY;
   snprintf(sub->id, sizeof sub->id, "%s", id);
@@ -690,4 +703,6 @@ void kolo_server_store_unsubscribe(kolo_server_store *s, uint64_t handle) {
   pthread_mutex_unlock(&s->sub_lock);
 }
 
-kolo_server_kv *kolo_server_store_kv(kolo_server_store *s) { return s->kv; }
+kolo_server_kv *kolo_server_store_kv(kolo_server_store *s) {
+  return s->kv;
+}

@@ -17,7 +17,6 @@
 #include "server/demand.h"
 #include "server/kv.h"
 
-
 typedef struct kolo_server_store kolo_server_store;
 
 /* Loads every job from kv and starts following it. kv stays owned by the caller. */
@@ -64,13 +63,15 @@ void kolo_server_store_unsubscribe(kolo_server_store *store, uint64_t handle);
 void kolo_server_store_count_phases(kolo_server_store *store, uint64_t counts[7]);
 
 /* Phase, members and bounds of every job in the view (*out malloc'd, *n entries). */
-kolo_status kolo_server_store_job_sizes(kolo_server_store *store, kolo_server_job_size **out, size_t *n);
+kolo_status kolo_server_store_job_sizes(kolo_server_store *store, kolo_server_job_size **out,
+                                        size_t *n);
 
 /* The demand for workers now (demand.h) from the view's jobs and the registered workers. */
 kolo_status kolo_server_store_get_demand(kolo_server_store *store, Kolo__V1__Demand **out);
 
 /* Workers registered under /kolo/v1/workers/ (read from kv; drained ones flagged). */
-kolo_status kolo_server_store_list_workers(kolo_server_store *store, Kolo__V1__ListWorkersResponse **out);
+kolo_status kolo_server_store_list_workers(kolo_server_store *store,
+                                           Kolo__V1__ListWorkersResponse **out);
 /* Writes /kolo/v1/drain/<id> under the lease of the worker's current registration, so the
  * mark ends with it (coordination/drain.h); KOLO_ERR_NOT_FOUND if no such worker is
  * registered. *out: the worker as ListWorkers shows it now. */
@@ -98,13 +99,14 @@ typedef struct kolo_server_history_write {
   int64_t point_rev;           /* that key's mod revision now (0 = absent: compare CREATE == 0) */
   int has_delete;              /* also delete the point at delete_step ... */
   uint64_t delete_step;
-  int64_t delete_rev;          /* ... if its key is still at this mod revision */
+  int64_t delete_rev; /* ... if its key is still at this mod revision */
 } kolo_server_history_write;
 
 /* Plans the next point of every job whose status moved on, at most max_writes of them
  * (*out malloc'd, *n set; nothing to do = 0). max_points bounds each series. */
-kolo_status kolo_server_store_history_writes(kolo_server_store *store, size_t max_points, size_t max_writes,
-                                             kolo_server_history_write **out, size_t *n);
+kolo_status kolo_server_store_history_writes(kolo_server_store *store, size_t max_points,
+                                             size_t max_writes, kolo_server_history_write **out,
+                                             size_t *n);
 
 /* What /metrics shows per job. */
 typedef struct kolo_server_job_gauge {
@@ -118,8 +120,8 @@ typedef struct kolo_server_job_gauge {
 /* At most max jobs for /metrics (bounded label cardinality): jobs not yet finished first
  * (newest first), then finished ones (latest finished first). Returns how many were written;
  * *left_out = the jobs that did not fit. */
-size_t kolo_server_store_job_gauges(kolo_server_store *store, kolo_server_job_gauge *out, size_t max,
-                                    size_t *left_out);
+size_t kolo_server_store_job_gauges(kolo_server_store *store, kolo_server_job_gauge *out,
+                                    size_t max, size_t *left_out);
 
 /* ---- change marks (for server-sent events) ---- */
 
@@ -127,7 +129,8 @@ size_t kolo_server_store_job_gauges(kolo_server_store *store, kolo_server_job_ga
  * released); must not block nor call the store. One at a time: setting it replaces the
  * previous one (NULL = none), and once set_change_fn returns the old one is not running. */
 typedef void (*kolo_server_store_change_fn)(void *arg);
-void kolo_server_store_set_change_fn(kolo_server_store *store, kolo_server_store_change_fn fn, void *arg);
+void kolo_server_store_set_change_fn(kolo_server_store *store, kolo_server_store_change_fn fn,
+                                     void *arg);
 
 /* Counters that grow whenever what they cover changes (compare with what you saw last). */
 typedef struct kolo_server_store_marks {
@@ -136,15 +139,16 @@ typedef struct kolo_server_store_marks {
   uint64_t job;     /* job id (if given): its spec, status or events; 0 = unknown job */
   uint64_t history; /* job id: its metrics points or rings */
 } kolo_server_store_marks;
-void kolo_server_store_get_marks(kolo_server_store *store, const char *id, kolo_server_store_marks *out);
+void kolo_server_store_get_marks(kolo_server_store *store, const char *id,
+                                 kolo_server_store_marks *out);
 
 /* The jobs list for a stream, from each job's cached JSON (no encoding per reader): ListJobs'
  * shape (events left out, the first 1000 by id) with every job when since is 0 or a job left the
  * view after since (*full = 1); otherwise only the jobs whose spec or status changed after since
  * (*full = 0; the whole list instead if more than 1000 did). *mark: the since of the next call.
  * *json malloc'd. */
-kolo_status kolo_server_store_jobs_json(kolo_server_store *store, uint64_t since, char **json, int *full,
-                                        uint64_t *mark);
+kolo_status kolo_server_store_jobs_json(kolo_server_store *store, uint64_t since, char **json,
+                                        int *full, uint64_t *mark);
 
 /* The kv the store writes through (workers.c reads worker registrations with it). */
 kolo_server_kv *kolo_server_store_kv(kolo_server_store *store);

@@ -41,7 +41,8 @@ static long find_point(const entry *e, uint64_t step) {
 static void remove_point(entry *e, size_t at) {
   protobuf_c_message_free_unpacked(&e->points[at]->base, NULL);
   memmove(&e->points[at], &e->points[at + 1], (e->n_points - at - 1) * sizeof *e->points);
-  memmove(&e->point_revs[at], &e->point_revs[at + 1], (e->n_points - at - 1) * sizeof *e->point_revs);
+  memmove(&e->point_revs[at], &e->point_revs[at + 1],
+          (e->n_points - at - 1) * sizeof *e->point_revs);
   e->n_points--;
 }
 
@@ -65,7 +66,8 @@ static int insert_point(entry *e, Kolo__V1__MetricPoint *p, int64_t revision) {
   }
   size_t pos = (size_t)(-at - 1);
   memmove(&e->points[pos + 1], &e->points[pos], (e->n_points - pos) * sizeof *e->points);
-  memmove(&e->point_revs[pos + 1], &e->point_revs[pos], (e->n_points - pos) * sizeof *e->point_revs);
+  memmove(&e->point_revs[pos + 1], &e->point_revs[pos],
+          (e->n_points - pos) * sizeof *e->point_revs);
   e->points[pos] = p;
   e->point_revs[pos] = revision;
   e->n_points++;
@@ -73,20 +75,22 @@ static int insert_point(entry *e, Kolo__V1__MetricPoint *p, int64_t revision) {
 }
 
 /* Splits "<prefix><id>/<number>" (the number all digits); 0 if the key is not of that shape. */
-static int split_key(const char *key, const char *prefix, char *id, size_t id_len, uint64_t *number) {
+static int split_key(const char *key, const char *prefix, char *id, size_t id_len,
+                     uint64_t *number) {
   const char *rest = key + strlen(prefix);
   const char *slash = strchr(rest, '/');
   if (slash == NULL || slash == rest || (size_t)(slash - rest) >= id_len) return 0;
   const char *digits = slash + 1;
-  if (*digits == '\0' || strspn(digits, "0123456789") != strlen(digits) || strlen(digits) > 20) return 0;
+  if (*digits == '\0' || strspn(digits, "0123456789") != strlen(digits) || strlen(digits) > 20)
+    return 0;
   memcpy(id, rest, (size_t)(slash - rest));
   id[slash - rest] = '\0';
   *number = strtoull(digits, NULL, 10);
   return 1;
 }
 
-void kolo_server_store_apply_point(kolo_server_store *s, const char *key, const kolo_server_kv_item *item,
-                                   int is_delete) {
+void kolo_server_store_apply_point(kolo_server_store *s, const char *key,
+                                   const kolo_server_kv_item *item, int is_delete) {
   char id[KOLO_SERVER_ID_MAX + 1];
   uint64_t step;
   if (!split_key(key, KOLO_KEY_METRICS_PREFIX, id, sizeof id, &step)) return;
@@ -101,7 +105,8 @@ void kolo_server_store_apply_point(kolo_server_store *s, const char *key, const 
   }
   ProtobufCMessage *msg = NULL;
   char err[256];
-  if (kolo_server_json_parse_message(item->value, item->value_len, &kolo__v1__metric_point__descriptor, &msg, err,
+  if (kolo_server_json_parse_message(item->value, item->value_len,
+                                     &kolo__v1__metric_point__descriptor, &msg, err,
                                      sizeof err) != KOLO_OK) {
     KOLO_LOGW(LOG, "ignoring %s: %s", key, err);
     return;
@@ -109,7 +114,8 @@ void kolo_server_store_apply_point(kolo_server_store *s, const char *key, const 
   Kolo__V1__MetricPoint *p = (Kolo__V1__MetricPoint *)msg;
   entry *e = p->step == step ? kolo_server_store_entry_for(s, id) : NULL;
   if (e == NULL || !insert_point(e, p, item->mod_revision)) {
-    if (e == NULL && p->step != step) KOLO_LOGW(LOG, "ignoring %s: its point says step %" PRIu64, key, p->step);
+    if (e == NULL && p->step != step)
+      KOLO_LOGW(LOG, "ignoring %s: its point says step %" PRIu64, key, p->step);
     protobuf_c_message_free_unpacked(msg, NULL);
     return;
   }
@@ -193,10 +199,12 @@ void kolo_server_store_apply_ring(entry *e, const kolo_server_kv_item *item, int
 }
 
 void kolo_server_store_history_free(entry *e) {
-  for (size_t i = 0; i < e->n_points; i++) protobuf_c_message_free_unpacked(&e->points[i]->base, NULL);
+  for (size_t i = 0; i < e->n_points; i++)
+    protobuf_c_message_free_unpacked(&e->points[i]->base, NULL);
   free(e->points);
   free(e->point_revs);
-  for (size_t i = 0; i < e->n_rings; i++) protobuf_c_message_free_unpacked(&e->rings[i]->base, NULL);
+  for (size_t i = 0; i < e->n_rings; i++)
+    protobuf_c_message_free_unpacked(&e->rings[i]->base, NULL);
   free(e->rings);
 }
 
@@ -220,7 +228,8 @@ kolo_status kolo_server_store_metrics(kolo_server_store *s, const char *id, uint
   kolo__v1__job_metrics__init(m);
   m->points = calloc(e->n_points + 1, sizeof *m->points);
   m->rings = calloc(e->n_rings + 1, sizeof *m->rings);
-  if (kolo_server_pb_set_string(&m->id, e->id) != KOLO_OK || m->points == NULL || m->rings == NULL) goto out;
+  if (kolo_server_pb_set_string(&m->id, e->id) != KOLO_OK || m->points == NULL || m->rings == NULL)
+    goto out;
   long first = find_point(e, since_step + 1);
   for (size_t i = first >= 0 ? (size_t)first : (size_t)(-first - 1); i < e->n_points; i++) {
     m->points[m->n_points] = (Kolo__V1__MetricPoint *)kolo_server_pb_copy(&e->points[i]->base);
@@ -261,8 +270,9 @@ static int plan_entry(const entry *e, size_t max_points, kolo_server_history_wri
   return 1;
 }
 
-kolo_status kolo_server_store_history_writes(kolo_server_store *s, size_t max_points, size_t max_writes,
-                                             kolo_server_history_write **out, size_t *n) {
+kolo_status kolo_server_store_history_writes(kolo_server_store *s, size_t max_points,
+                                             size_t max_writes, kolo_server_history_write **out,
+                                             size_t *n) {
   *out = NULL;
   *n = 0;
   if (max_writes == 0) return KOLO_OK;
@@ -283,7 +293,8 @@ kolo_status kolo_server_store_history_writes(kolo_server_store *s, size_t max_po
 /* Gauge order: unfinished jobs first, newest created first; then finished, latest first. */
 static int gauge_order(const void *a, const void *b) {
   const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
-  int xf = kolo_server_job_phase_final(x->status->phase), yf = kolo_server_job_phase_final(y->status->phase);
+  int xf = kolo_server_job_phase_final(x->status->phase),
+      yf = kolo_server_job_phase_final(y->status->phase);
   if (xf != yf) return xf - yf;
   int64_t xt = xf ? x->status->finished_unix_ms : x->status->created_unix_ms;
   int64_t yt = xf ? y->status->finished_unix_ms : y->status->created_unix_ms;
@@ -326,14 +337,17 @@ size_t kolo_server_store_job_gauges(kolo_server_store *s, kolo_server_job_gauge 
 
 /* ---- change marks and the jobs list for streams ---- */
 
-void kolo_server_store_set_change_fn(kolo_server_store *s, kolo_server_store_change_fn fn, void *arg) {
-  pthread_mutex_lock(&s->sub_lock); /* on_watch calls it under sub_lock: none is in flight after this */
+void kolo_server_store_set_change_fn(kolo_server_store *s, kolo_server_store_change_fn fn,
+                                     void *arg) {
+  pthread_mutex_lock(
+      &s->sub_lock); /* on_watch calls it under sub_lock: none is in flight after this */
   s->on_change = fn;
   s->on_change_arg = arg;
   pthread_mutex_unlock(&s->sub_lock);
 }
 
-void kolo_server_store_get_marks(kolo_server_store *s, const char *id, kolo_server_store_marks *out) {
+void kolo_server_store_get_marks(kolo_server_store *s, const char *id,
+                                 kolo_server_store_marks *out) {
   memset(out, 0, sizeof *out);
   pthread_rwlock_rdlock(&s->lock);
   out->list = s->list_batch;
@@ -395,15 +409,16 @@ static void jobs_json(kolo_server_store *s, uint64_t since, text *t) {
   put_text(t, tail, sizeof tail - 1);
 }
 
-kolo_status kolo_server_store_jobs_json(kolo_server_store *s, uint64_t since, char **json, int *full,
-                                        uint64_t *mark) {
+kolo_status kolo_server_store_jobs_json(kolo_server_store *s, uint64_t since, char **json,
+                                        int *full, uint64_t *mark) {
   text t = {0};
   pthread_rwlock_rdlock(&s->lock);
   *mark = s->list_batch;
   *full = since == 0 || s->removed_batch > since;
   if (!*full) {
     size_t changed = 0;
-    for (size_t i = 0; i < s->count; i++) changed += s->entries[i]->packed && s->entries[i]->summary_batch > since;
+    for (size_t i = 0; i < s->count; i++)
+      changed += s->entries[i]->packed && s->entries[i]->summary_batch > since;
     *full = changed > LIST_JSON_JOBS;
   }
   jobs_json(s, *full ? 0 : since, &t);

@@ -21,7 +21,7 @@ typedef struct entry {
   size_t packed_len;
   char *json;
   char *summary; /* the Job without its events as JSON (what ListJobs shows) */
-  int touched; /* changed in the batch being applied */
+  int touched;   /* changed in the batch being applied */
   /* metrics history (/kolo/v1/metrics/<id>/<step>), sorted by step */
   Kolo__V1__MetricPoint **points;
   int64_t *point_revs; /* mod revision of each point's key */
@@ -49,7 +49,7 @@ struct kolo_server_store {
   size_t count, cap;
   pthread_mutex_t rev_lock;
   pthread_cond_t rev_cond;
-  int64_t revision; /* newest revision applied to the view */
+  int64_t revision;         /* newest revision applied to the view */
   pthread_mutex_t sub_lock; /* subscribers; held while delivering */
   subscriber *subs;
   uint64_t next_handle;
@@ -67,8 +67,8 @@ long kolo_server_store_find_entry(const kolo_server_store *s, const char *id);
 entry *kolo_server_store_entry_for(kolo_server_store *s, const char *id);
 
 /* store_history.c: applying /kolo/v1/metrics/ and ring keys to an entry (write lock held). */
-void kolo_server_store_apply_point(kolo_server_store *s, const char *key, const kolo_server_kv_item *item,
-                                   int is_delete);
+void kolo_server_store_apply_point(kolo_server_store *s, const char *key,
+                                   const kolo_server_kv_item *item, int is_delete);
 void kolo_server_store_apply_ring(entry *e, const kolo_server_kv_item *item, int is_delete);
 void kolo_server_store_history_free(entry *e);
 

@@ -5,7 +5,8 @@
 
 const kolo_server_ui_asset *kolo_server_ui_find(const char *url) {
   if (url == NULL) return NULL;
-  if (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0 || strcmp(url, "/ui/") == 0) url = "/ui/index.html";
+  if (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0 || strcmp(url, "/ui/") == 0)
+    url = "/ui/index.html";
   for (const kolo_server_ui_asset *a = kolo_server_ui_assets; a->path; a++)
     if (strcmp(a->path, url) == 0) return a;
   return NULL;

@@ -7,8 +7,9 @@
 
 #include "server/ui_assets.h"
 
-#define KOLO_SERVER_UI_CSP                                                                        \
-  "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " \
+#define KOLO_SERVER_UI_CSP                                                                      \
+  "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src " \
+  "'self'; "                                                                                    \
   "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'"
 
 /* The asset for url (GET /, /ui/, /ui/<file>), or NULL. */

@@ -1,7 +1,7 @@
 /* ClusterService's side of the store: workers registered under /kolo/v1/workers/ (written
- * by kolo-worker, read here through the same codec, coordination/membership.h) and drain marks under /kolo/v1/drain/, each written
- * under the lease of the registration it drains (coordination/drain.h). Read straight from
- * etcd: these are rare calls, unlike job reads. */
+ * by kolo-worker, read here through the same codec, coordination/membership.h) and drain marks
+ * under /kolo/v1/drain/, each written under the lease of the registration it drains
+ * (coordination/drain.h). Read straight from etcd: these are rare calls, unlike job reads. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -55,7 +55,7 @@ static Kolo__V1__Worker *worker_from_record(const char *key, const char *text, s
   kolo_server_pb_set_string(&w->address, m.address);
   kolo_server_pb_set_string(&w->state, state_name(m.state));
   kolo_server_pb_set_string(&w->job_id, ""); /* from its assignment */
-  w->slots = (uint32_t)m.cpus; /* one slot per CPU */
+  w->slots = (uint32_t)m.cpus;               /* one slot per CPU */
   w->gpus = (uint32_t)m.gpus;
   w->registered_unix_ms = m.registered_unix_ms;
   w->labels = m.label_count ? calloc(m.label_count, sizeof *w->labels) : NULL;
@@ -85,8 +85,8 @@ static void set_job_from_assignments(Kolo__V1__Worker *w, const kolo_server_kv_i
 }
 
 /* The drain mark of worker id that applies to its registration holding lease, or NULL. */
-static const kolo_server_kv_item *drain_mark_of(const kolo_server_kv_item *drains, size_t n, const char *id,
-                                                int64_t lease) {
+static const kolo_server_kv_item *drain_mark_of(const kolo_server_kv_item *drains, size_t n,
+                                                const char *id, int64_t lease) {
   for (size_t d = 0; d < n; d++)
     if (strcmp(drains[d].key + strlen(KOLO_KEY_DRAIN_PREFIX), id) == 0 &&
         kolo_drain_mark_applies(drains[d].value, drains[d].value_len, lease))
@@ -94,7 +94,8 @@ static const kolo_server_kv_item *drain_mark_of(const kolo_server_kv_item *drain
   return NULL;
 }
 
-kolo_status kolo_server_store_list_workers(kolo_server_store *s, Kolo__V1__ListWorkersResponse **out) {
+kolo_status kolo_server_store_list_workers(kolo_server_store *s,
+                                           Kolo__V1__ListWorkersResponse **out) {
   kolo_server_kv *kv = kolo_server_store_kv(s);
   kolo_server_kv_item *items = NULL, *drains = NULL, *assigns = NULL;
   size_t n = 0, n_drains = 0, n_assigns = 0;
@@ -145,7 +146,8 @@ static kolo_status get_worker(kolo_server_store *s, const char *id, Kolo__V1__Wo
 }
 
 /* The registration of worker id: its record's create revision and lease (NOT_FOUND if none). */
-static kolo_status find_registration(kolo_server_kv *kv, const char *key, int64_t *created, int64_t *lease) {
+static kolo_status find_registration(kolo_server_kv *kv, const char *key, int64_t *created,
+                                     int64_t *lease) {
   kolo_server_kv_item *items = NULL;
   size_t n = 0;
   int64_t revision;
@@ -161,7 +163,8 @@ static kolo_status find_registration(kolo_server_kv *kv, const char *key, int64_
   return rc;
 }
 
-kolo_status kolo_server_store_drain_worker(kolo_server_store *s, const char *id, Kolo__V1__Worker **out) {
+kolo_status kolo_server_store_drain_worker(kolo_server_store *s, const char *id,
+                                           Kolo__V1__Worker **out) {
   kolo_server_kv *kv = kolo_server_store_kv(s);
   char worker_key[200], drain_key[200];
   if (kolo_keys_worker(id, worker_key, sizeof worker_key) != KOLO_OK ||
@@ -180,13 +183,15 @@ kolo_status kolo_server_store_drain_worker(kolo_server_store *s, const char *id,
     rc = kv->ops->txn(kv, &same, 1, &put, 1, &revision);
     free(mark);
   }
-  if (rc == KOLO_ERR_CONFLICT) rc = KOLO_ERR_UNAVAILABLE; /* registered again three times meanwhile */
+  if (rc == KOLO_ERR_CONFLICT)
+    rc = KOLO_ERR_UNAVAILABLE; /* registered again three times meanwhile */
   KOLO_CHECK(rc);
   KOLO_LOGI(LOG, "worker %s drained", id);
   return get_worker(s, id, out);
 }
 
-kolo_status kolo_server_store_undrain_worker(kolo_server_store *s, const char *id, Kolo__V1__Worker **out) {
+kolo_status kolo_server_store_undrain_worker(kolo_server_store *s, const char *id,
+                                             Kolo__V1__Worker **out) {
   kolo_server_kv *kv = kolo_server_store_kv(s);
   char drain_key[200];
   if (kolo_keys_drain(id, drain_key, sizeof drain_key) != KOLO_OK) return KOLO_ERR_INVALID_ARG;

@@ -57,7 +57,8 @@ static void *run(void *arg) {
     ProtobufCMessage *resp = NULL;
     kolo_cli_result r;
     double t0 = now_ms();
-    kolo_cli_call(c, "/kolo.v1.JobService/SubmitJob", &spec.base, &kolo__v1__job__descriptor, &resp, &r);
+    kolo_cli_call(c, "/kolo.v1.JobService/SubmitJob", &spec.base, &kolo__v1__job__descriptor, &resp,
+                  &r);
     w->submit_ms[w->n_submit++] = now_ms() - t0;
     if (r.code) w->errors++;
     if (resp) protobuf_c_message_free_unpacked(resp, NULL);
@@ -94,18 +95,23 @@ static int cmp(const void *a, const void *b) {
 static void report(const char *what, double *v, size_t n, double seconds) {
   if (n == 0) return;
   qsort(v, n, sizeof *v, cmp);
-  printf("%-10s %8zu calls %9.0f/s  p50 %7.3f ms  p90 %7.3f ms  p99 %7.3f ms  max %7.3f ms\n", what, n,
-         seconds > 0 ? (double)n / seconds : 0.0, v[n / 2], v[n * 9 / 10], v[n * 99 / 100], v[n - 1]);
+  printf("%-10s %8zu calls %9.0f/s  p50 %7.3f ms  p90 %7.3f ms  p99 %7.3f ms  max %7.3f ms\n", what,
+         n, seconds > 0 ? (double)n / seconds : 0.0, v[n / 2], v[n * 9 / 10], v[n * 99 / 100],
+         v[n - 1]);
 }
 
 int main(int argc, char **argv) {
   const char *server = "127.0.0.1:7070";
   int threads = 4, jobs = 200, seconds = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--server") == 0) server = argv[i + 1];
-    else if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
-    else if (strcmp(argv[i], "--jobs") == 0) jobs = atoi(argv[i + 1]);
-    else if (strcmp(argv[i], "--seconds") == 0) seconds = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--server") == 0)
+      server = argv[i + 1];
+    else if (strcmp(argv[i], "--threads") == 0)
+      threads = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--jobs") == 0)
+      jobs = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--seconds") == 0)
+      seconds = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "usage: %s [--server H:P] [--threads T] [--jobs N] [--seconds S]\n", argv[0]);
       return 2;
@@ -138,7 +144,8 @@ int main(int argc, char **argv) {
     free(ws[i].submit_ms);
     free(ws[i].get_ms);
   }
-  printf("kolo-bench-control: %d threads, %d jobs each, %d s of GetJob, server %s\n", threads, jobs, seconds, server);
+  printf("kolo-bench-control: %d threads, %d jobs each, %d s of GetJob, server %s\n", threads, jobs,
+         seconds, server);
   report("SubmitJob", all_s, ns, 0);
   report("GetJob", all_g, ng, (double)seconds);
   printf("errors %d, wall %.1f s\n", errors, total_s);

@@ -21,9 +21,12 @@ static int parse_size(const char *text, size_t *out) {
   double value = strtod(text, &end);
   if (end == text || value < 0) return -1;
   double scale = 1;
-  if (*end == 'K' || *end == 'k') scale = 1024.0, end++;
-  else if (*end == 'M' || *end == 'm') scale = 1024.0 * 1024, end++;
-  else if (*end == 'G' || *end == 'g') scale = 1024.0 * 1024 * 1024, end++;
+  if (*end == 'K' || *end == 'k')
+    scale = 1024.0, end++;
+  else if (*end == 'M' || *end == 'm')
+    scale = 1024.0 * 1024, end++;
+  else if (*end == 'G' || *end == 'g')
+    scale = 1024.0 * 1024 * 1024, end++;
   if (*end != '\0') return -1;
   *out = (size_t)(value * scale);
   return 0;
@@ -34,15 +37,23 @@ static int parse(int argc, char **argv, options *o) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *flag = argv[i], *value = argv[i + 1];
     int bad = 0;
-    if (strcmp(flag, "-b") == 0) bad = parse_size(value, &o->min_bytes);
-    else if (strcmp(flag, "-e") == 0) bad = parse_size(value, &o->max_bytes);
-    else if (strcmp(flag, "-f") == 0) bad = (o->factor = atof(value)) <= 1.0;
-    else if (strcmp(flag, "-w") == 0) bad = (o->warmups = atoi(value)) < 0;
-    else if (strcmp(flag, "-n") == 0) bad = (o->iterations = atoi(value)) < 1;
-    else if (strcmp(flag, "-c") == 0) o->check = atoi(value) != 0;
-    else bad = 1;
+    if (strcmp(flag, "-b") == 0)
+      bad = parse_size(value, &o->min_bytes);
+    else if (strcmp(flag, "-e") == 0)
+      bad = parse_size(value, &o->max_bytes);
+    else if (strcmp(flag, "-f") == 0)
+      bad = (o->factor = atof(value)) <= 1.0;
+    else if (strcmp(flag, "-w") == 0)
+      bad = (o->warmups = atoi(value)) < 0;
+    else if (strcmp(flag, "-n") == 0)
+      bad = (o->iterations = atoi(value)) < 1;
+    else if (strcmp(flag, "-c") == 0)
+      o->check = atoi(value) != 0;
+    else
+      bad = 1;
     if (bad) {
-      fprintf(stderr, "mpi-allreduce-perf: bad flag or value '%s %s' (-b -e -f -w -n -c)\n", flag, value);
+      fprintf(stderr, "mpi-allreduce-perf: bad flag or value '%s %s' (-b -e -f -w -n -c)\n", flag,
+              value);
       return -1;
     }
   }
@@ -63,7 +74,9 @@ static double median(double *times, int n) {
   return n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
 }
 
-static float input(int rank, size_t i) { return (float)((rank + 1) + (int)(i % 7)); }
+static float input(int rank, size_t i) {
+  return (float)((rank + 1) + (int)(i % 7));
+}
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -91,7 +104,8 @@ int main(int argc, char **argv) {
   }
   for (size_t bytes = o.min_bytes; bytes <= o.max_bytes;) {
     int count = (int)(bytes / sizeof(float));
-    for (int w = 0; w < o.warmups; w++) MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int w = 0; w < o.warmups; w++)
+      MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     for (int it = 0; it < o.iterations; it++) {
       double start = MPI_Wtime();
@@ -113,8 +127,8 @@ int main(int argc, char **argv) {
     if (rank == 0) {
       double algbw = (double)bytes / slowest / 1e9;
       double busbw = algbw * 2.0 * (size - 1) / size;
-      printf(" %12zu %12d %8s %6s %12.2f %10.3f %10.3f %8ld\n", bytes, count, "float", "sum", slowest * 1e6,
-             algbw, busbw, all_wrong);
+      printf(" %12zu %12d %8s %6s %12.2f %10.3f %10.3f %8ld\n", bytes, count, "float", "sum",
+             slowest * 1e6, algbw, busbw, all_wrong);
       fflush(stdout);
     }
     size_t next = (size_t)((double)bytes * o.factor);

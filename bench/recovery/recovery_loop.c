@@ -54,12 +54,14 @@ int main(int argc, char **argv) {
       continue;
     }
     for (size_t i = 0; i < length; i++) vector[i] = (double)step;
-    status = kolo_allreduce(kolo_elastic_comm(elastic), vector, vector, length, KOLO_FLOAT64, KOLO_SUM);
+    status =
+        kolo_allreduce(kolo_elastic_comm(elastic), vector, vector, length, KOLO_FLOAT64, KOLO_SUM);
     if (status != KOLO_OK) continue;
     step++;
     status = kolo_elastic_commit(elastic);
-    fprintf(out, "STEP %llu %lld %lld\n", (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)),
-            (long long)step, now_ms());
+    fprintf(out, "STEP %llu %lld %lld\n",
+            (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)), (long long)step,
+            now_ms());
     fflush(out);
     if (delay_ms > 0) {
       struct timespec pause = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};

@@ -228,11 +228,11 @@ typedef struct kolo_nccl_op_desc {
   kolo_nccl_kind kind;
   const void *send;
   void *recv;
-  size_t count;          /* per the kind above; unused for ALLGATHERV */
-  const size_t *counts;  /* ALLGATHERV: size entries, identical on every rank */
+  size_t count;         /* per the kind above; unused for ALLGATHERV */
+  const size_t *counts; /* ALLGATHERV: size entries, identical on every rank */
   kolo_dtype dtype;
-  kolo_op op;            /* ALLREDUCE, REDUCESCATTER */
-  int root;              /* BROADCAST */
+  kolo_op op; /* ALLREDUCE, REDUCESCATTER */
+  int root;   /* BROADCAST */
 } kolo_nccl_op_desc;
 
 /* Several collectives in one ncclGroupStart/End (e.g. a fused set of gradient

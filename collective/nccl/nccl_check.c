@@ -42,17 +42,22 @@ static size_t allgatherv_offset(int rank, const size_t *counts) {
 size_t kolo_nccl_send_bytes(int rank, int size, const kolo_nccl_op_desc *d) {
   size_t es = kolo_nccl_dtype_size(d->dtype);
   switch (d->kind) {
-    case KOLO_NCCL_REDUCESCATTER: return d->count * (size_t)size * es;
-    case KOLO_NCCL_ALLGATHERV: return d->counts[rank] * es;
-    case KOLO_NCCL_BROADCAST: return 0; /* in place on recv */
-    default: return d->count * es;
+    case KOLO_NCCL_REDUCESCATTER:
+      return d->count * (size_t)size * es;
+    case KOLO_NCCL_ALLGATHERV:
+      return d->counts[rank] * es;
+    case KOLO_NCCL_BROADCAST:
+      return 0; /* in place on recv */
+    default:
+      return d->count * es;
   }
 }
 
 size_t kolo_nccl_recv_bytes(int rank, int size, const kolo_nccl_op_desc *d) {
   size_t es = kolo_nccl_dtype_size(d->dtype);
   switch (d->kind) {
-    case KOLO_NCCL_ALLGATHER: return d->count * (size_t)size * es;
+    case KOLO_NCCL_ALLGATHER:
+      return d->count * (size_t)size * es;
     case KOLO_NCCL_ALLGATHERV:
       return (allgatherv_offset(size, d->counts)) * es;
     default:
@@ -113,11 +118,16 @@ static int nccl_in_place(int rank, const kolo_nccl_op_desc *d) {
   uintptr_t s = (uintptr_t)d->send, r = (uintptr_t)d->recv;
   size_t es = kolo_nccl_dtype_size(d->dtype);
   switch (d->kind) {
-    case KOLO_NCCL_ALLREDUCE: return s == r;
-    case KOLO_NCCL_REDUCESCATTER: return r == s + d->count * (size_t)rank * es;
-    case KOLO_NCCL_ALLGATHER: return s == r + d->count * (size_t)rank * es;
-    case KOLO_NCCL_ALLGATHERV: return s == r + allgatherv_offset(rank, d->counts) * es;
-    default: return 1;
+    case KOLO_NCCL_ALLREDUCE:
+      return s == r;
+    case KOLO_NCCL_REDUCESCATTER:
+      return r == s + d->count * (size_t)rank * es;
+    case KOLO_NCCL_ALLGATHER:
+      return s == r + d->count * (size_t)rank * es;
+    case KOLO_NCCL_ALLGATHERV:
+      return s == r + allgatherv_offset(rank, d->counts) * es;
+    default:
+      return 1;
   }
 }
 

@@ -163,11 +163,12 @@ static void free_comm_resources(kolo_nccl_comm *comm) {
   if (comm->count_dev != NULL) kolo_nccl_cuda_forget(cudaFree(comm->count_dev));
   if (comm->count_host != NULL) kolo_nccl_cuda_forget(cudaFreeHost(comm->count_host));
   if (comm->scratch != NULL) {
-    cudaError_t e = comm->scratch_pooled ? cudaFreeAsync(comm->scratch, comm->stream)
-                                         : cudaFree(comm->scratch);
+    cudaError_t e =
+        comm->scratch_pooled ? cudaFreeAsync(comm->scratch, comm->stream) : cudaFree(comm->scratch);
     kolo_nccl_cuda_forget(e);
   }
-  for (int i = 0; i < comm->event_count; i++) kolo_nccl_cuda_forget(cudaEventDestroy(comm->events[i]));
+  for (int i = 0; i < comm->event_count; i++)
+    kolo_nccl_cuda_forget(cudaEventDestroy(comm->events[i]));
   if (comm->have_input) kolo_nccl_cuda_forget(cudaEventDestroy(comm->input));
   if (comm->have_stream) kolo_nccl_cuda_forget(cudaStreamDestroy(comm->stream));
   pthread_cond_destroy(&comm->changed);
@@ -290,8 +291,7 @@ kolo_status kolo_nccl_comm_create_with(const uint8_t id[KOLO_NCCL_ID_BYTES], int
     st = kolo_nccl_status_from_cuda(e);
   }
   if (st != KOLO_OK) {
-    KOLO_LOGE(COMPONENT, "communicator rank %d/%d: %s: %s", rank, size, kolo_strerror(st),
-              message);
+    KOLO_LOGE(COMPONENT, "communicator rank %d/%d: %s: %s", rank, size, kolo_strerror(st), message);
     return st;
   }
   kolo_nccl_comm *comm = new_comm(rank, size, options);
@@ -313,8 +313,8 @@ kolo_status kolo_nccl_comm_create_with(const uint8_t id[KOLO_NCCL_ID_BYTES], int
 
 kolo_status kolo_nccl_comm_create(const uint8_t id[KOLO_NCCL_ID_BYTES], int rank, int size,
                                   int device, int timeout_ms, kolo_nccl_comm **out) {
-  kolo_nccl_options options = {.device = device, .timeout_ms = timeout_ms,
-                               .op_timeout_ms = timeout_ms};
+  kolo_nccl_options options = {
+      .device = device, .timeout_ms = timeout_ms, .op_timeout_ms = timeout_ms};
   return kolo_nccl_comm_create_with(id, rank, size, &options, out);
 }
 
@@ -337,9 +337,15 @@ kolo_status kolo_nccl_comm_create_from_spec(const kolo_ring_spec *spec, int devi
                                out);
 }
 
-int kolo_nccl_comm_rank(const kolo_nccl_comm *comm) { return comm ? comm->rank : -1; }
-int kolo_nccl_comm_size(const kolo_nccl_comm *comm) { return comm ? comm->size : 0; }
-int kolo_nccl_comm_device(const kolo_nccl_comm *comm) { return comm ? comm->device : -1; }
+int kolo_nccl_comm_rank(const kolo_nccl_comm *comm) {
+  return comm ? comm->rank : -1;
+}
+int kolo_nccl_comm_size(const kolo_nccl_comm *comm) {
+  return comm ? comm->size : 0;
+}
+int kolo_nccl_comm_device(const kolo_nccl_comm *comm) {
+  return comm ? comm->device : -1;
+}
 
 kolo_nccl_state kolo_nccl_comm_state(kolo_nccl_comm *comm) {
   if (comm == NULL) return KOLO_NCCL_STATE_DESTROYED;
@@ -372,8 +378,7 @@ static int finalize_locked(kolo_nccl_comm *comm) {
     r = kolo_nccl_settle_locked(comm, r, start, NULL, NULL, &timed_out, &aborted);
   }
   if (r != ncclSuccess || timed_out || aborted) {
-    KOLO_LOGW(COMPONENT, "rank %d/%d: finalize did not complete; aborting", comm->rank,
-              comm->size);
+    KOLO_LOGW(COMPONENT, "rank %d/%d: finalize did not complete; aborting", comm->rank, comm->size);
     return 0;
   }
   (void)ncclCommDestroy(comm->nccl);

@@ -166,8 +166,7 @@ cudaError_t kolo_nccl_guard_enter(int device, kolo_nccl_guard *guard) {
   guard->restore = 0;
   pthread_once(&entry_points_once, find_entry_points);
   CUcontext saved = NULL;
-  if (ctx_get_current == NULL || ctx_set_current == NULL ||
-      ctx_get_current(&saved) != CUDA_SUCCESS)
+  if (ctx_get_current == NULL || ctx_set_current == NULL || ctx_get_current(&saved) != CUDA_SUCCESS)
     return kolo_nccl_make_current(device);
   if (saved != NULL) {
     int current = -1;

@@ -74,8 +74,10 @@ int kolo_nccl_blocking_forced(char *source, size_t length) {
     snprintf(path, sizeof path, "%s", user_file);
   } else {
     struct passwd *pw = getpwuid(getuid());
-    if (pw != NULL && pw->pw_dir != NULL) snprintf(path, sizeof path, "%s/.nccl.conf", pw->pw_dir);
-    else path[0] = '\0';
+    if (pw != NULL && pw->pw_dir != NULL)
+      snprintf(path, sizeof path, "%s/.nccl.conf", pw->pw_dir);
+    else
+      path[0] = '\0';
   }
   const char *files[2] = {path, "/etc/nccl.conf"};
   for (int i = 0; i < 2; i++) {

@@ -51,7 +51,8 @@ static int hex_value(char c) {
 kolo_status kolo_nccl_id_decode(const char *text, uint8_t id[KOLO_NCCL_ID_BYTES]) {
   if (text == NULL || id == NULL) return KOLO_ERR_INVALID_ARG;
   /* strnlen bounds the scan: a long string is rejected without reading it all. */
-  if (strnlen(text, KOLO_NCCL_ID_TEXT_LENGTH + 1) != KOLO_NCCL_ID_TEXT_LENGTH) return KOLO_ERR_PARSE;
+  if (strnlen(text, KOLO_NCCL_ID_TEXT_LENGTH + 1) != KOLO_NCCL_ID_TEXT_LENGTH)
+    return KOLO_ERR_PARSE;
   uint8_t bytes[KOLO_NCCL_ID_BYTES];
   for (size_t i = 0; i < KOLO_NCCL_ID_BYTES; i++) {
     int hi = hex_value(text[2 * i]);

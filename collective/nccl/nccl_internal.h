@@ -50,8 +50,8 @@ void kolo_nccl_cuda_forget(cudaError_t error);
 
 /* "<what>: <NCCL error name>: <library text>[ (<last error>)]" into buffer.
  * last may be NULL or "" (it is ncclGetLastError of a communicator). */
-void kolo_nccl_describe_nccl(ncclResult_t result, const char *what, const char *last,
-                             char *buffer, size_t length);
+void kolo_nccl_describe_nccl(ncclResult_t result, const char *what, const char *last, char *buffer,
+                             size_t length);
 /* "<what>: <cudaError name>: <library text>" into buffer. */
 void kolo_nccl_describe_cuda(cudaError_t error, const char *what, char *buffer, size_t length);
 
@@ -121,9 +121,9 @@ uint64_t kolo_nccl_pause_ns(uint64_t elapsed_ns);
 /* Yields or sleeps as kolo_nccl_pause_ns(now - start_ns) says. */
 void kolo_nccl_pause(uint64_t start_ns);
 
-/* Pure pieces of kolo_nccl_blocking_forced (kolo_nccl.h): the value of `name` in conf-file text (lines
- * NAME=VALUE, '#' comments; the first one wins, as NCCL's setenv(…, 0) does),
- * copied into value; 1 if found. And whether a value forces blocking. */
+/* Pure pieces of kolo_nccl_blocking_forced (kolo_nccl.h): the value of `name` in conf-file text
+ * (lines NAME=VALUE, '#' comments; the first one wins, as NCCL's setenv(…, 0) does), copied into
+ * value; 1 if found. And whether a value forces blocking. */
 int kolo_nccl_conf_value(const char *text, const char *name, char *value, size_t length);
 int kolo_nccl_blocking_value(const char *value);
 
@@ -136,28 +136,28 @@ struct kolo_nccl_comm {
   pthread_cond_t changed;     /* broadcast when the state changes (abort finished) */
   atomic_int abort_requested; /* set first by an abort; ends every poll loop */
   kolo_nccl_state state;
-  kolo_status failure;        /* first error; KOLO_OK while none */
-  char error[512];            /* its description, library message included */
+  kolo_status failure; /* first error; KOLO_OK while none */
+  char error[512];     /* its description, library message included */
   int rank, size, device;
-  int timeout_ms;             /* creation, enqueue and finalize deadline */
-  int op_timeout_ms;          /* no-progress deadline of submitted operations */
-  ncclComm_t nccl;            /* NULL once aborted or destroyed */
-  cudaStream_t stream;        /* kolo's non-blocking stream; every collective runs on it */
+  int timeout_ms;      /* creation, enqueue and finalize deadline */
+  int op_timeout_ms;   /* no-progress deadline of submitted operations */
+  ncclComm_t nccl;     /* NULL once aborted or destroyed */
+  cudaStream_t stream; /* kolo's non-blocking stream; every collective runs on it */
   int have_stream;
-  cudaEvent_t input;          /* recorded on the caller's stream, waited for by kolo's */
+  cudaEvent_t input; /* recorded on the caller's stream, waited for by kolo's */
   int have_input;
-  uint64_t progress_ns;       /* last time the stream was seen to make progress */
-  int pending;                /* requests handed out and not yet freed */
-  uint64_t *count_dev;        /* size slots: scratch for kolo_nccl_exchange_counts */
-  uint64_t *count_host;       /* the same, pinned host memory */
-  char *scratch;              /* device staging for overlapping send/recv */
+  uint64_t progress_ns; /* last time the stream was seen to make progress */
+  int pending;          /* requests handed out and not yet freed */
+  uint64_t *count_dev;  /* size slots: scratch for kolo_nccl_exchange_counts */
+  uint64_t *count_host; /* the same, pinned host memory */
+  char *scratch;        /* device staging for overlapping send/recv */
   size_t scratch_bytes;
-  int scratch_pooled;         /* from cudaMallocAsync (freed in stream order) */
+  int scratch_pooled;                       /* from cudaMallocAsync (freed in stream order) */
   cudaEvent_t events[KOLO_NCCL_EVENT_POOL]; /* completion events ready for reuse */
   int event_count;
 
-  pthread_mutex_t abort_mu;   /* guards the aborter; never taken while holding mu */
-  pthread_t aborter;          /* runs ncclCommAbort so kolo_nccl_comm_abort never blocks */
+  pthread_mutex_t abort_mu; /* guards the aborter; never taken while holding mu */
+  pthread_t aborter;        /* runs ncclCommAbort so kolo_nccl_comm_abort never blocks */
   int aborter_started;
 };
 

@@ -54,15 +54,24 @@ kolo_status kolo_nccl_status_from_cuda(cudaError_t error) {
 /* NCCL has no public name function; these are the enum's own names. */
 static const char *nccl_result_name(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "ncclSuccess";
-    case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
-    case ncclSystemError: return "ncclSystemError";
-    case ncclInternalError: return "ncclInternalError";
-    case ncclInvalidArgument: return "ncclInvalidArgument";
-    case ncclInvalidUsage: return "ncclInvalidUsage";
-    case ncclRemoteError: return "ncclRemoteError";
-    case ncclInProgress: return "ncclInProgress";
-    default: return "ncclUnknownResult";
+    case ncclSuccess:
+      return "ncclSuccess";
+    case ncclUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case ncclSystemError:
+      return "ncclSystemError";
+    case ncclInternalError:
+      return "ncclInternalError";
+    case ncclInvalidArgument:
+      return "ncclInvalidArgument";
+    case ncclInvalidUsage:
+      return "ncclInvalidUsage";
+    case ncclRemoteError:
+      return "ncclRemoteError";
+    case ncclInProgress:
+      return "ncclInProgress";
+    default:
+      return "ncclUnknownResult";
   }
 }
 
@@ -70,13 +79,13 @@ void kolo_nccl_cuda_forget(cudaError_t error) {
   if (error != cudaSuccess) (void)cudaGetLastError();
 }
 
-void kolo_nccl_describe_nccl(ncclResult_t result, const char *what, const char *last,
-                             char *buffer, size_t length) {
+void kolo_nccl_describe_nccl(ncclResult_t result, const char *what, const char *last, char *buffer,
+                             size_t length) {
   if (buffer == NULL || length == 0) return;
   const char *text = ncclGetErrorString(result);
   if (last != NULL && last[0] != '\0') {
-    snprintf(buffer, length, "%s: %s: %s (%s)", what, nccl_result_name(result),
-             text ? text : "", last);
+    snprintf(buffer, length, "%s: %s: %s (%s)", what, nccl_result_name(result), text ? text : "",
+             last);
   } else {
     snprintf(buffer, length, "%s: %s: %s", what, nccl_result_name(result), text ? text : "");
   }
@@ -91,37 +100,68 @@ void kolo_nccl_describe_cuda(cudaError_t error, const char *what, char *buffer, 
 
 kolo_status kolo_nccl_dtype_to_nccl(kolo_dtype dtype, ncclDataType_t *out) {
   switch (dtype) {
-    case KOLO_UINT8: *out = ncclUint8; return KOLO_OK;
-    case KOLO_INT32: *out = ncclInt32; return KOLO_OK;
-    case KOLO_INT64: *out = ncclInt64; return KOLO_OK;
-    case KOLO_FLOAT16: *out = ncclFloat16; return KOLO_OK;
-    case KOLO_BFLOAT16: *out = KOLO_NCCL_BFLOAT16; return KOLO_OK;
-    case KOLO_FLOAT32: *out = ncclFloat32; return KOLO_OK;
-    case KOLO_FLOAT64: *out = ncclFloat64; return KOLO_OK;
-    default: return KOLO_ERR_INVALID_ARG;
+    case KOLO_UINT8:
+      *out = ncclUint8;
+      return KOLO_OK;
+    case KOLO_INT32:
+      *out = ncclInt32;
+      return KOLO_OK;
+    case KOLO_INT64:
+      *out = ncclInt64;
+      return KOLO_OK;
+    case KOLO_FLOAT16:
+      *out = ncclFloat16;
+      return KOLO_OK;
+    case KOLO_BFLOAT16:
+      *out = KOLO_NCCL_BFLOAT16;
+      return KOLO_OK;
+    case KOLO_FLOAT32:
+      *out = ncclFloat32;
+      return KOLO_OK;
+    case KOLO_FLOAT64:
+      *out = ncclFloat64;
+      return KOLO_OK;
+    default:
+      return KOLO_ERR_INVALID_ARG;
   }
 }
 
 kolo_status kolo_nccl_op_to_nccl(kolo_op op, ncclRedOp_t *out) {
   switch (op) {
-    case KOLO_SUM: *out = ncclSum; return KOLO_OK;
-    case KOLO_AVG: *out = ncclAvg; return KOLO_OK;
-    case KOLO_MIN: *out = ncclMin; return KOLO_OK;
-    case KOLO_MAX: *out = ncclMax; return KOLO_OK;
-    case KOLO_PROD: *out = ncclProd; return KOLO_OK;
-    default: return KOLO_ERR_INVALID_ARG;
+    case KOLO_SUM:
+      *out = ncclSum;
+      return KOLO_OK;
+    case KOLO_AVG:
+      *out = ncclAvg;
+      return KOLO_OK;
+    case KOLO_MIN:
+      *out = ncclMin;
+      return KOLO_OK;
+    case KOLO_MAX:
+      *out = ncclMax;
+      return KOLO_OK;
+    case KOLO_PROD:
+      *out = ncclProd;
+      return KOLO_OK;
+    default:
+      return KOLO_ERR_INVALID_ARG;
   }
 }
 
 size_t kolo_nccl_dtype_size(kolo_dtype dtype) {
   switch (dtype) {
-    case KOLO_UINT8: return 1;
+    case KOLO_UINT8:
+      return 1;
     case KOLO_FLOAT16:
-    case KOLO_BFLOAT16: return 2;
+    case KOLO_BFLOAT16:
+      return 2;
     case KOLO_INT32:
-    case KOLO_FLOAT32: return 4;
+    case KOLO_FLOAT32:
+      return 4;
     case KOLO_INT64:
-    case KOLO_FLOAT64: return 8;
-    default: return 0;
+    case KOLO_FLOAT64:
+      return 8;
+    default:
+      return 0;
   }
 }

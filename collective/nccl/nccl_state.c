@@ -7,32 +7,50 @@ kolo_status kolo_nccl_state_next(kolo_nccl_state state, kolo_nccl_event event,
   kolo_nccl_state to;
   switch (state) {
     case KOLO_NCCL_STATE_NEW:
-      if (event == KOLO_NCCL_EV_INIT_START) to = KOLO_NCCL_STATE_INITIALIZING;
-      else if (event == KOLO_NCCL_EV_ERROR) to = KOLO_NCCL_STATE_FAILED;
-      else if (event == KOLO_NCCL_EV_DESTROY) to = KOLO_NCCL_STATE_DESTROYED;
-      else return KOLO_ERR_STATE;
+      if (event == KOLO_NCCL_EV_INIT_START)
+        to = KOLO_NCCL_STATE_INITIALIZING;
+      else if (event == KOLO_NCCL_EV_ERROR)
+        to = KOLO_NCCL_STATE_FAILED;
+      else if (event == KOLO_NCCL_EV_DESTROY)
+        to = KOLO_NCCL_STATE_DESTROYED;
+      else
+        return KOLO_ERR_STATE;
       break;
     case KOLO_NCCL_STATE_INITIALIZING:
-      if (event == KOLO_NCCL_EV_INIT_DONE) to = KOLO_NCCL_STATE_READY;
-      else if (event == KOLO_NCCL_EV_ERROR) to = KOLO_NCCL_STATE_FAILED;
-      else if (event == KOLO_NCCL_EV_ABORT) to = KOLO_NCCL_STATE_ABORTED;
-      else return KOLO_ERR_STATE; /* destroy needs an abort first */
+      if (event == KOLO_NCCL_EV_INIT_DONE)
+        to = KOLO_NCCL_STATE_READY;
+      else if (event == KOLO_NCCL_EV_ERROR)
+        to = KOLO_NCCL_STATE_FAILED;
+      else if (event == KOLO_NCCL_EV_ABORT)
+        to = KOLO_NCCL_STATE_ABORTED;
+      else
+        return KOLO_ERR_STATE; /* destroy needs an abort first */
       break;
     case KOLO_NCCL_STATE_READY:
-      if (event == KOLO_NCCL_EV_ERROR) to = KOLO_NCCL_STATE_FAILED;
-      else if (event == KOLO_NCCL_EV_ABORT) to = KOLO_NCCL_STATE_ABORTED;
-      else if (event == KOLO_NCCL_EV_DESTROY) to = KOLO_NCCL_STATE_DESTROYED;
-      else return KOLO_ERR_STATE;
+      if (event == KOLO_NCCL_EV_ERROR)
+        to = KOLO_NCCL_STATE_FAILED;
+      else if (event == KOLO_NCCL_EV_ABORT)
+        to = KOLO_NCCL_STATE_ABORTED;
+      else if (event == KOLO_NCCL_EV_DESTROY)
+        to = KOLO_NCCL_STATE_DESTROYED;
+      else
+        return KOLO_ERR_STATE;
       break;
     case KOLO_NCCL_STATE_FAILED:
-      if (event == KOLO_NCCL_EV_ERROR) to = KOLO_NCCL_STATE_FAILED; /* first error kept */
-      else if (event == KOLO_NCCL_EV_ABORT) to = KOLO_NCCL_STATE_ABORTED;
-      else return KOLO_ERR_STATE; /* a failed communicator must be aborted */
+      if (event == KOLO_NCCL_EV_ERROR)
+        to = KOLO_NCCL_STATE_FAILED; /* first error kept */
+      else if (event == KOLO_NCCL_EV_ABORT)
+        to = KOLO_NCCL_STATE_ABORTED;
+      else
+        return KOLO_ERR_STATE; /* a failed communicator must be aborted */
       break;
     case KOLO_NCCL_STATE_ABORTED:
-      if (event == KOLO_NCCL_EV_ABORT || event == KOLO_NCCL_EV_ERROR) to = KOLO_NCCL_STATE_ABORTED;
-      else if (event == KOLO_NCCL_EV_DESTROY) to = KOLO_NCCL_STATE_DESTROYED;
-      else return KOLO_ERR_STATE;
+      if (event == KOLO_NCCL_EV_ABORT || event == KOLO_NCCL_EV_ERROR)
+        to = KOLO_NCCL_STATE_ABORTED;
+      else if (event == KOLO_NCCL_EV_DESTROY)
+        to = KOLO_NCCL_STATE_DESTROYED;
+      else
+        return KOLO_ERR_STATE;
       break;
     case KOLO_NCCL_STATE_DESTROYED:
     default:
@@ -57,12 +75,19 @@ kolo_status kolo_nccl_state_submit_status(kolo_nccl_state state, kolo_status fai
 
 const char *kolo_nccl_state_name(kolo_nccl_state state) {
   switch (state) {
-    case KOLO_NCCL_STATE_NEW: return "new";
-    case KOLO_NCCL_STATE_INITIALIZING: return "initializing";
-    case KOLO_NCCL_STATE_READY: return "ready";
-    case KOLO_NCCL_STATE_FAILED: return "failed";
-    case KOLO_NCCL_STATE_ABORTED: return "aborted";
-    case KOLO_NCCL_STATE_DESTROYED: return "destroyed";
-    default: return "unknown";
+    case KOLO_NCCL_STATE_NEW:
+      return "new";
+    case KOLO_NCCL_STATE_INITIALIZING:
+      return "initializing";
+    case KOLO_NCCL_STATE_READY:
+      return "ready";
+    case KOLO_NCCL_STATE_FAILED:
+      return "failed";
+    case KOLO_NCCL_STATE_ABORTED:
+      return "aborted";
+    case KOLO_NCCL_STATE_DESTROYED:
+      return "destroyed";
+    default:
+      return "unknown";
   }
 }

@@ -22,7 +22,9 @@ typedef struct issued_op {
   size_t scratch_bytes;
 } issued_op;
 
-static size_t align_up(size_t n) { return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN; }
+static size_t align_up(size_t n) {
+  return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
+}
 
 /* State check under the lock, the comm's device current for the call (guard).
  * Returns with the lock held and the guard entered on KOLO_OK only. */
@@ -70,9 +72,13 @@ static kolo_status ensure_scratch_locked(kolo_nccl_comm *comm, size_t bytes) {
     /* cudaFree would wait for the whole device: a kernel stuck on a dead peer
      * would hang it. Pool memory is freed in stream order instead; plain memory
      * (no pools on this device) is kept, only the first size is ever replaced. */
-    if (comm->scratch_pooled) kolo_nccl_cuda_forget(cudaFreeAsync(comm->scratch, comm->stream));
-    else KOLO_LOGW(COMPONENT, "rank %d/%d: staging buffer grown without memory pools; "
-                   "%zu bytes kept until destroy", comm->rank, comm->size, comm->scratch_bytes);
+    if (comm->scratch_pooled)
+      kolo_nccl_cuda_forget(cudaFreeAsync(comm->scratch, comm->stream));
+    else
+      KOLO_LOGW(COMPONENT,
+                "rank %d/%d: staging buffer grown without memory pools; "
+                "%zu bytes kept until destroy",
+                comm->rank, comm->size, comm->scratch_bytes);
   }
   comm->scratch = fresh;
   comm->scratch_bytes = bytes;
@@ -106,9 +112,9 @@ static kolo_status plan_ops_locked(kolo_nccl_comm *comm, const kolo_nccl_op_desc
   *scratch = 0;
   for (size_t i = 0; i < n; i++) {
     plan[i] = (issued_op){.d = ops[i]};
-    kolo_status st = kolo_nccl_check_op(comm->rank, comm->size, comm->device, &ops[i],
-                                        kolo_nccl_device_range, &plan[i].staged, message,
-                                        sizeof message);
+    kolo_status st =
+        kolo_nccl_check_op(comm->rank, comm->size, comm->device, &ops[i], kolo_nccl_device_range,
+                           &plan[i].staged, message, sizeof message);
     if (st != KOLO_OK) {
       KOLO_LOGE(COMPONENT, "rank %d/%d: operation %zu of %zu: %s", comm->rank, comm->size, i, n,
                 message);
@@ -222,8 +228,10 @@ static kolo_status record_request_locked(kolo_nccl_comm *comm, kolo_nccl_request
   kolo_nccl_request *req = calloc(1, sizeof *req);
   if (req == NULL) return KOLO_ERR_NO_MEMORY;
   cudaError_t e = cudaSuccess;
-  if (comm->event_count > 0) req->event = comm->events[--comm->event_count];
-  else e = cudaEventCreateWithFlags(&req->event, cudaEventDisableTiming);
+  if (comm->event_count > 0)
+    req->event = comm->events[--comm->event_count];
+  else
+    e = cudaEventCreateWithFlags(&req->event, cudaEventDisableTiming);
   if (e == cudaSuccess) {
     e = cudaEventRecord(req->event, comm->stream);
     if (e != cudaSuccess) kolo_nccl_cuda_forget(cudaEventDestroy(req->event));
@@ -285,38 +293,50 @@ kolo_status kolo_nccl_group_async(kolo_nccl_comm *comm, const kolo_nccl_op_desc 
 kolo_status kolo_nccl_allreduce_async(kolo_nccl_comm *comm, const void *send, void *recv,
                                       size_t count, kolo_dtype dtype, kolo_op op,
                                       kolo_nccl_request **request) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLREDUCE, .send = send, .recv = recv,
-                         .count = count, .dtype = dtype, .op = op};
+  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLREDUCE,
+                         .send = send,
+                         .recv = recv,
+                         .count = count,
+                         .dtype = dtype,
+                         .op = op};
   return kolo_nccl_group_async(comm, &d, 1, request);
 }
 
 kolo_status kolo_nccl_broadcast_async(kolo_nccl_comm *comm, void *buffer, size_t count,
                                       kolo_dtype dtype, int root, kolo_nccl_request **request) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_BROADCAST, .send = buffer, .recv = buffer,
-                         .count = count, .dtype = dtype, .root = root};
+  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_BROADCAST,
+                         .send = buffer,
+                         .recv = buffer,
+                         .count = count,
+                         .dtype = dtype,
+                         .root = root};
   return kolo_nccl_group_async(comm, &d, 1, request);
 }
 
 kolo_status kolo_nccl_allgather_async(kolo_nccl_comm *comm, const void *send, size_t count,
                                       void *recv, kolo_dtype dtype, kolo_nccl_request **request) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHER, .send = send, .recv = recv,
-                         .count = count, .dtype = dtype};
+  kolo_nccl_op_desc d = {
+      .kind = KOLO_NCCL_ALLGATHER, .send = send, .recv = recv, .count = count, .dtype = dtype};
   return kolo_nccl_group_async(comm, &d, 1, request);
 }
 
 kolo_status kolo_nccl_allgatherv_async(kolo_nccl_comm *comm, const void *send, void *recv,
                                        const size_t *counts, kolo_dtype dtype,
                                        kolo_nccl_request **request) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHERV, .send = send, .recv = recv,
-                         .counts = counts, .dtype = dtype};
+  kolo_nccl_op_desc d = {
+      .kind = KOLO_NCCL_ALLGATHERV, .send = send, .recv = recv, .counts = counts, .dtype = dtype};
   return kolo_nccl_group_async(comm, &d, 1, request);
 }
 
 kolo_status kolo_nccl_reducescatter_async(kolo_nccl_comm *comm, const void *send, void *recv,
                                           size_t recv_count, kolo_dtype dtype, kolo_op op,
                                           kolo_nccl_request **request) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_REDUCESCATTER, .send = send, .recv = recv,
-                         .count = recv_count, .dtype = dtype, .op = op};
+  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_REDUCESCATTER,
+                         .send = send,
+                         .recv = recv,
+                         .count = recv_count,
+                         .dtype = dtype,
+                         .op = op};
   return kolo_nccl_group_async(comm, &d, 1, request);
 }
 

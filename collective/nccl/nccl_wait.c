@@ -38,8 +38,8 @@ static void poll_aborting_locked(kolo_nccl_comm *comm, int *done, kolo_status *s
 /* The event is not done: fails the communicator when the stream has made no
  * progress for the op deadline, counted from the later of the request's
  * submission and the last completion seen. */
-static void check_progress_locked(kolo_nccl_comm *comm, const kolo_nccl_request *req,
-                                  uint64_t now, int *done, kolo_status *status) {
+static void check_progress_locked(kolo_nccl_comm *comm, const kolo_nccl_request *req, uint64_t now,
+                                  int *done, kolo_status *status) {
   uint64_t since = req->submit_ns > comm->progress_ns ? req->submit_ns : comm->progress_ns;
   if (now - since <= (uint64_t)comm->op_timeout_ms * 1000000ull) {
     *done = 0;

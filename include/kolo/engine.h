@@ -75,9 +75,9 @@ kolo_status kolo_allreduce_named(kolo_comm *comm, const char *name, const void *
  * the group itself (the unit of negotiation). */
 kolo_status kolo_grouped_allreduce_named(kolo_comm *comm, const char *group_name, int n,
                                          const char *const *names, const void *const *sends,
-                                         void *const *recvs, const size_t *counts,
-                                         kolo_dtype dtype, kolo_op op, double prescale,
-                                         double postscale, kolo_request **request);
+                                         void *const *recvs, const size_t *counts, kolo_dtype dtype,
+                                         kolo_op op, double prescale, double postscale,
+                                         kolo_request **request);
 
 /* Each rank contributes send_count elements (may differ by rank). With recv != NULL
  * it receives the concatenation in rank order (recv_capacity elements; a total over
@@ -129,15 +129,14 @@ kolo_status kolo_allreduce_named_on_stream(kolo_comm *comm, const char *name, co
                                            void *cuda_stream, kolo_request **request);
 kolo_status kolo_allgather_named_on_stream(kolo_comm *comm, const char *name, const void *send,
                                            size_t send_count, void *recv, size_t recv_capacity,
-                                           size_t *recv_counts, kolo_dtype dtype,
-                                           void *cuda_stream, kolo_request **request);
+                                           size_t *recv_counts, kolo_dtype dtype, void *cuda_stream,
+                                           kolo_request **request);
 kolo_status kolo_broadcast_named_on_stream(kolo_comm *comm, const char *name, void *buffer,
                                            size_t count, kolo_dtype dtype, int root,
                                            void *cuda_stream, kolo_request **request);
-kolo_status kolo_reducescatter_named_on_stream(kolo_comm *comm, const char *name,
-                                               const void *send, void *recv, size_t count,
-                                               const size_t *recv_counts, kolo_dtype dtype,
-                                               kolo_op op, void *cuda_stream,
+kolo_status kolo_reducescatter_named_on_stream(kolo_comm *comm, const char *name, const void *send,
+                                               void *recv, size_t count, const size_t *recv_counts,
+                                               kolo_dtype dtype, kolo_op op, void *cuda_stream,
                                                kolo_request **request);
 
 /* This rank has no more data: until every rank has joined, it takes part in the

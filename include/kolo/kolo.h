@@ -80,8 +80,7 @@ void kolo_listener_destroy(kolo_listener *listener);
  * neighbours are connected and authenticated, or the timeout passes. If listener
  * is NULL the communicator listens on spec->peers[spec->rank]; otherwise it takes
  * ownership of listener (also on failure). The spec is copied. */
-kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener,
-                             kolo_comm **out);
+kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener, kolo_comm **out);
 
 /* Builds the ring from the environment kolorun sets: KOLO_RANK, KOLO_SIZE,
  * KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE, KOLO_RENDEZVOUS (host:port of rank 0's
@@ -194,9 +193,8 @@ kolo_status kolo_allreduce_on_stream(kolo_comm *comm, const void *send, void *re
 kolo_status kolo_allgather_on_stream(kolo_comm *comm, const void *send, size_t send_count,
                                      void *recv, size_t recv_capacity, size_t *recv_counts,
                                      kolo_dtype dtype, void *cuda_stream, kolo_request **request);
-kolo_status kolo_broadcast_on_stream(kolo_comm *comm, void *buffer, size_t count,
-                                     kolo_dtype dtype, int root, void *cuda_stream,
-                                     kolo_request **request);
+kolo_status kolo_broadcast_on_stream(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype,
+                                     int root, void *cuda_stream, kolo_request **request);
 kolo_status kolo_reducescatter_on_stream(kolo_comm *comm, const void *send, void *recv,
                                          size_t recv_count, kolo_dtype dtype, kolo_op op,
                                          void *cuda_stream, kolo_request **request);
@@ -223,8 +221,7 @@ kolo_status kolo_allreduce(kolo_comm *comm, const void *send, void *recv, size_t
                            kolo_dtype dtype, kolo_op op);
 kolo_status kolo_allgather(kolo_comm *comm, const void *send, size_t send_count, void *recv,
                            size_t recv_capacity, size_t *recv_counts, kolo_dtype dtype);
-kolo_status kolo_broadcast(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype,
-                           int root);
+kolo_status kolo_broadcast(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype, int root);
 kolo_status kolo_reducescatter(kolo_comm *comm, const void *send, void *recv, size_t recv_count,
                                kolo_dtype dtype, kolo_op op);
 kolo_status kolo_barrier(kolo_comm *comm);

@@ -26,7 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       memset(&again, 0, sizeof again);
       if (kolo_ringspec_decode(first, strlen(first), &again) != KOLO_OK) abort();
       if (kolo_ringspec_encode(&again, &second) != KOLO_OK || strcmp(first, second) != 0) {
-        fprintf(stderr, "ring record not a fixed point:\n%s\n%s\n", first, second ? second : "(null)");
+        fprintf(stderr, "ring record not a fixed point:\n%s\n%s\n", first,
+                second ? second : "(null)");
         abort();
       }
       free(first);

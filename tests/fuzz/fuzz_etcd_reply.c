@@ -14,7 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 0: {
       kolo_etcd_watch_message m;
       memset(&m, 0, sizeof m);
-      if (kolo_etcd_watch_message_parse(text, len, &m) == KOLO_OK) kolo_etcd_watch_message_clear(&m);
+      if (kolo_etcd_watch_message_parse(text, len, &m) == KOLO_OK)
+        kolo_etcd_watch_message_clear(&m);
       break;
     }
     case 1: {

@@ -15,12 +15,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const ProtobufCMessageDescriptor *desc = kolo_fuzz_messages[data[0] % KOLO_FUZZ_N_MESSAGES];
   char err[512];
   ProtobufCMessage *msg = NULL;
-  if (kolo_server_json_parse_message((const char *)data + 1, size - 1, desc, &msg, err, sizeof err) != KOLO_OK)
+  if (kolo_server_json_parse_message((const char *)data + 1, size - 1, desc, &msg, err,
+                                     sizeof err) != KOLO_OK)
     return 0;
   char *first = kolo_server_json_dump_message(msg, 0);
   if (first == NULL) abort(); /* decoded strings are UTF-8: encoding cannot fail */
   ProtobufCMessage *again = NULL;
-  kolo_status rc = kolo_server_json_parse_message(first, strlen(first), desc, &again, err, sizeof err);
+  kolo_status rc =
+      kolo_server_json_parse_message(first, strlen(first), desc, &again, err, sizeof err);
   if (rc != KOLO_OK) {
     fprintf(stderr, "re-decoding %s failed: %s\n", first, err);
     abort();

@@ -32,12 +32,15 @@ static void fuzz_hello(const uint8_t *data, size_t size, int expected_rank, int 
   kolo_hello hello;
   size_t used = 0;
   if (kolo_hello_decode(data, size, &hello, &used) != KOLO_OK) return;
-  check(used <= size && used == kolo_hello_encode(&hello, bytes), "a hello's length is what it encodes to");
+  check(used <= size && used == kolo_hello_encode(&hello, bytes),
+        "a hello's length is what it encodes to");
   check(memcmp(bytes, data, used) == 0, "a decoded hello re-encodes to its bytes");
   check(strlen(hello.offer_name) <= hello.name_length, "the offer name is within its length");
   kolo_status verdict = kolo_hello_judge(&hello, RING_SECRET, RING_EPOCH, ring_size, expected_rank);
-  int own = hello.secret_length == strlen(RING_SECRET) && memcmp(hello.secret, RING_SECRET, hello.secret_length) == 0;
-  int fits = own && hello.epoch == RING_EPOCH && hello.size == ring_size && hello.rank == expected_rank &&
+  int own = hello.secret_length == strlen(RING_SECRET) &&
+            memcmp(hello.secret, RING_SECRET, hello.secret_length) == 0;
+  int fits = own && hello.epoch == RING_EPOCH && hello.size == ring_size &&
+             hello.rank == expected_rank &&
              (hello.kind == KOLO_CONNECTION_DATA || hello.kind == KOLO_CONNECTION_CONTROL ||
               hello.kind == KOLO_CONNECTION_BELL);
   check((verdict == KOLO_OK) == fits, "a hello is accepted exactly when it fits the ring");
@@ -52,11 +55,14 @@ static void fuzz_hello(const uint8_t *data, size_t size, int expected_rank, int 
   mine.kind = KOLO_CONNECTION_CONTROL;
   size_t length = kolo_hello_encode(&mine, bytes);
   kolo_hello back;
-  check(kolo_hello_decode(bytes, length, &back, &used) == KOLO_OK && used == length, "an encoded hello decodes");
+  check(kolo_hello_decode(bytes, length, &back, &used) == KOLO_OK && used == length,
+        "an encoded hello decodes");
   check(kolo_hello_judge(&back, RING_SECRET, RING_EPOCH, ring_size, expected_rank) == KOLO_OK,
         "the ring's own hello is accepted");
   /* cut short anywhere, it is refused */
-  if (length > 0) check(kolo_hello_decode(bytes, length - 1, &back, &used) != KOLO_OK, "a short hello is refused");
+  if (length > 0)
+    check(kolo_hello_decode(bytes, length - 1, &back, &used) != KOLO_OK,
+          "a short hello is refused");
 }
 
 static void fuzz_ack(const uint8_t *data, size_t size) {
@@ -72,21 +78,28 @@ static void fuzz_ack(const uint8_t *data, size_t size) {
 }
 
 static void fuzz_control(const uint8_t *data, size_t size, int ring_size) {
-  for (size_t at = 0; at + sizeof(kolo_control_message) <= size; at += sizeof(kolo_control_message)) {
+  for (size_t at = 0; at + sizeof(kolo_control_message) <= size;
+       at += sizeof(kolo_control_message)) {
     kolo_control_message m;
     memcpy(&m, data + at, sizeof m);
     for (int from_prev = 0; from_prev < 2; from_prev++) {
       kolo_control_kind kind = kolo_control_classify(&m, from_prev, ring_size);
       switch (kind) {
-        case KOLO_CONTROL_BEAT: check(m.magic == KOLO_BEAT_MAGIC, "a beat has the beat magic"); break;
-        case KOLO_CONTROL_FRAME:
-          check(from_prev && m.magic == KOLO_NEGO_MAGIC && (uint32_t)m.status <= KOLO_NEGO_MAX_FRAME,
-                "a frame comes from the previous rank within the limit");
+        case KOLO_CONTROL_BEAT:
+          check(m.magic == KOLO_BEAT_MAGIC, "a beat has the beat magic");
           break;
-        case KOLO_CONTROL_GOODBYE: check(m.magic == KOLO_CONTROL_MAGIC && m.status == 0, "a goodbye is status OK"); break;
+        case KOLO_CONTROL_FRAME:
+          check(
+              from_prev && m.magic == KOLO_NEGO_MAGIC && (uint32_t)m.status <= KOLO_NEGO_MAX_FRAME,
+              "a frame comes from the previous rank within the limit");
+          break;
+        case KOLO_CONTROL_GOODBYE:
+          check(m.magic == KOLO_CONTROL_MAGIC && m.status == 0, "a goodbye is status OK");
+          break;
         case KOLO_CONTROL_FAILURE:
-          check(m.magic == KOLO_CONTROL_MAGIC && m.status != 0 && known_status(m.status) && m.failed_rank >= -1 &&
-                    m.failed_rank < ring_size && m.origin_rank >= 0 && m.origin_rank < ring_size,
+          check(m.magic == KOLO_CONTROL_MAGIC && m.status != 0 && known_status(m.status) &&
+                    m.failed_rank >= -1 && m.failed_rank < ring_size && m.origin_rank >= 0 &&
+                    m.origin_rank < ring_size,
                 "a failure names a known status and ranks of the ring");
           break;
         default:
@@ -102,9 +115,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
   int ring_size = 1 + data[1] % 8, expected_rank = data[1] / 8 % ring_size;
   switch (data[0] % 3) {
-    case 0: fuzz_hello(data + 2, size - 2, expected_rank, ring_size); break;
-    case 1: fuzz_ack(data + 2, size - 2); break;
-    default: fuzz_control(data + 2, size - 2, ring_size); break;
+    case 0:
+      fuzz_hello(data + 2, size - 2, expected_rank, ring_size);
+      break;
+    case 1:
+      fuzz_ack(data + 2, size - 2);
+      break;
+    default:
+      fuzz_control(data + 2, size - 2, ring_size);
+      break;
   }
   return 0;
 }

@@ -56,17 +56,18 @@ static int reform_and_check(const gpu_rank *me, uint64_t epoch, int size, device
   kolo_status st = gpu_ring_join(me, epoch, me->rank, size, 30000, &comm);
   if (st == KOLO_OK) st = allreduce_checked(comm, b);
   kolo_comm_destroy(comm);
-  return gpu_report(st == KOLO_OK, "rank %d: new ring (epoch %llu, %d ranks) in the same "
-                    "process, all-reduce correct (%s)", me->rank, (unsigned long long)epoch, size,
-                    kolo_strerror(st));
+  return gpu_report(st == KOLO_OK,
+                    "rank %d: new ring (epoch %llu, %d ranks) in the same "
+                    "process, all-reduce correct (%s)",
+                    me->rank, (unsigned long long)epoch, size, kolo_strerror(st));
 }
 
 /* ---- abort from a second thread ---- */
 
 typedef struct aborter {
   kolo_comm *comm;
-  uint64_t at_ns;       /* when kolo_comm_abort was called */
-  double call_seconds;  /* how long the call itself took */
+  uint64_t at_ns;      /* when kolo_comm_abort was called */
+  double call_seconds; /* how long the call itself took */
 } aborter;
 
 static void *abort_later(void *argument) {
@@ -86,8 +87,8 @@ static int abort_from_a_thread(const gpu_rank *me) {
   kolo_comm *comm = NULL;
   kolo_status st = gpu_ring_join(me, 1, me->rank, me->size, 30000, &comm);
   if (st == KOLO_OK) st = allreduce_checked(comm, &b); /* NCCL is up before the abort */
-  int bad = gpu_report(st == KOLO_OK, "rank %d: ring in CUDA mode, first all-reduce (%s)",
-                       me->rank, kolo_strerror(st));
+  int bad = gpu_report(st == KOLO_OK, "rank %d: ring in CUDA mode, first all-reduce (%s)", me->rank,
+                       kolo_strerror(st));
   if (st != KOLO_OK) {
     kolo_comm_destroy(comm);
     buffers_free(&b);
@@ -98,8 +99,8 @@ static int abort_from_a_thread(const gpu_rank *me) {
     int failed_rank = -1;
     st = kolo_comm_error(comm, &failed_rank);
     bad += gpu_report(st == KOLO_ERR_ABORTED && failed_rank == 0,
-                      "rank 1 (withholding): sees rank 0's abort (%s, rank %d)",
-                      kolo_strerror(st), failed_rank);
+                      "rank 1 (withholding): sees rank 0's abort (%s, rank %d)", kolo_strerror(st),
+                      failed_rank);
   } else {
     aborter a = {.comm = comm};
     pthread_t thread;
@@ -111,13 +112,16 @@ static int abort_from_a_thread(const gpu_rank *me) {
       double after = (double)(returned - a.at_ns) / 1e9;
       bad += gpu_report(st == KOLO_ERR_ABORTED && after < 2.0,
                         "rank 0: blocked GPU all-reduce returns ABORTED %.3f s after "
-                        "kolo_comm_abort from another thread (%s)", after, kolo_strerror(st));
-      bad += gpu_report(a.call_seconds < 0.1,
-                        "rank 0: kolo_comm_abort returned in %.3f s (never blocks)",
-                        a.call_seconds);
+                        "kolo_comm_abort from another thread (%s)",
+                        after, kolo_strerror(st));
+      bad +=
+          gpu_report(a.call_seconds < 0.1,
+                     "rank 0: kolo_comm_abort returned in %.3f s (never blocks)", a.call_seconds);
     } else {
-      bad += gpu_report(st == KOLO_ERR_ABORTED, "rank %d: its GPU all-reduce fails with "
-                        "rank 0's abort (%s)", me->rank, kolo_strerror(st));
+      bad += gpu_report(st == KOLO_ERR_ABORTED,
+                        "rank %d: its GPU all-reduce fails with "
+                        "rank 0's abort (%s)",
+                        me->rank, kolo_strerror(st));
     }
   }
   kolo_comm_destroy(comm);
@@ -164,8 +168,8 @@ static int kill_one(const gpu_rank *me) {
   bad += gpu_report(st == KOLO_ERR_PEER_LOST && recorded == KOLO_ERR_PEER_LOST &&
                         failed_rank == victim && s < 1.0,
                     "rank %d: the GPU all-reduce fails %.3f s after rank %d was killed, "
-                    "PEER_LOST naming it (%s, rank %d)", me->rank, s, victim,
-                    kolo_strerror(st), failed_rank);
+                    "PEER_LOST naming it (%s, rank %d)",
+                    me->rank, s, victim, kolo_strerror(st), failed_rank);
   kolo_comm_destroy(comm);
   bad += reform_and_check(me, 2, me->size - 1, &b);
   buffers_free(&b);
@@ -184,9 +188,10 @@ static int nccl_error_fails_every_rank(const gpu_rank *me) {
   int failed_rank = -2;
   kolo_status recorded = kolo_comm_error(comm, &failed_rank);
   int pass = st != KOLO_OK && recorded == KOLO_ERR_NCCL;
-  int bad = gpu_report(pass, "rank %d: an NCCL error on rank 1 fails the communicator here too "
-                       "(%s, kolo_comm_error %s)", me->rank, kolo_strerror(st),
-                       kolo_strerror(recorded));
+  int bad = gpu_report(pass,
+                       "rank %d: an NCCL error on rank 1 fails the communicator here too "
+                       "(%s, kolo_comm_error %s)",
+                       me->rank, kolo_strerror(st), kolo_strerror(recorded));
   kolo_comm_destroy(comm);
   buffers_free(&b);
   return bad;
@@ -216,8 +221,8 @@ int main(int argc, char **argv) {
   int failed = 0;
   printf("# abort: creation with a missing peer (kolo_nccl)\n");
   failed += gpu_run_ranks(1, gpus, init_without_peer, NULL, 60, -1);
-  printf("# abort: %d ranks on %d GPU(s), abort from a second thread, rank 1 withholding\n",
-         ranks, gpus);
+  printf("# abort: %d ranks on %d GPU(s), abort from a second thread, rank 1 withholding\n", ranks,
+         gpus);
   failed += gpu_run_ranks(ranks, gpus, abort_from_a_thread, NULL, 180, -1);
   printf("# abort: %d ranks, rank %d SIGKILLed, survivors re-form\n", ranks, ranks - 1);
   failed += gpu_run_ranks(ranks, gpus, kill_one, NULL, 180, ranks - 1);

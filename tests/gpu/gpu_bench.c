@@ -30,7 +30,9 @@ typedef struct bench {
   double *slowest; /* device: one double for the max-reduction of times */
 } bench;
 
-static double seconds_since(uint64_t t0) { return (double)(gpu_now_ns() - t0) / 1e9; }
+static double seconds_since(uint64_t t0) {
+  return (double)(gpu_now_ns() - t0) / 1e9;
+}
 
 /* iters stream-ordered all-reduces through libkolo, then wait for them all. */
 static kolo_status time_kolo(bench *b, size_t count, int iters, double *us) {
@@ -67,7 +69,8 @@ static kolo_status time_nccl(bench *b, size_t count, int iters, double *us) {
 /* The slowest rank's value (a max all-reduce of one double, through kolo). */
 static kolo_status slowest(bench *b, double *value) {
   kolo_status st = kolo_nccl_copy_to_device(b->slowest, value, sizeof *value);
-  if (st == KOLO_OK) st = kolo_allreduce(b->comm, b->slowest, b->slowest, 1, KOLO_FLOAT64, KOLO_MAX);
+  if (st == KOLO_OK)
+    st = kolo_allreduce(b->comm, b->slowest, b->slowest, 1, KOLO_FLOAT64, KOLO_MAX);
   if (st == KOLO_OK) st = kolo_nccl_copy_to_host(value, b->slowest, sizeof *value);
   return st;
 }
@@ -103,13 +106,16 @@ static kolo_status measure(bench *b, size_t count, double *kolo_us, double *nccl
 static void print_header(const bench *b, int size) {
   char versions[128];
   kolo_nccl_versions(versions, sizeof versions);
-  printf("# GPU all-reduce, float32 sum: kolo (libkolo CUDA mode) vs raw NCCL, %d rank(s), "
-         "%s\n", size, versions);
-  printf("# %d warm-up + %d iterations per round, %d interleaved rounds, medians\n",
-         b->opt->warmup, b->opt->iters, b->opt->rounds);
-  if (gpu_on_fake()) printf("# CPU stand-in (tests/support/fakegpu): these figures say nothing about GPUs\n");
-  printf("#%11s %11s %10s %8s %8s %10s %8s %8s %6s\n", "size(B)", "count", "kolo(us)",
-         "algbw", "busbw", "nccl(us)", "algbw", "busbw", "ratio");
+  printf(
+      "# GPU all-reduce, float32 sum: kolo (libkolo CUDA mode) vs raw NCCL, %d rank(s), "
+      "%s\n",
+      size, versions);
+  printf("# %d warm-up + %d iterations per round, %d interleaved rounds, medians\n", b->opt->warmup,
+         b->opt->iters, b->opt->rounds);
+  if (gpu_on_fake())
+    printf("# CPU stand-in (tests/support/fakegpu): these figures say nothing about GPUs\n");
+  printf("#%11s %11s %10s %8s %8s %10s %8s %8s %6s\n", "size(B)", "count", "kolo(us)", "algbw",
+         "busbw", "nccl(us)", "algbw", "busbw", "ratio");
 }
 
 static int rank_main(const gpu_rank *me) {
@@ -120,11 +126,12 @@ static int rank_main(const gpu_rank *me) {
   kolo_status st = gpu_ring_join(me, 1, me->rank, me->size, 60000, &b.comm);
   if (st == KOLO_OK) st = gpu_share_id(me->dir, 7, me->rank, 0, id, 60000);
   memcpy(uid.internal, id, sizeof uid.internal);
-  if (st == KOLO_OK && (cudaSetDevice(me->device) != cudaSuccess ||
-                        cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking) != cudaSuccess ||
-                        cudaMalloc((void **)&b.send, o->max_bytes) != cudaSuccess ||
-                        cudaMalloc((void **)&b.recv, o->max_bytes) != cudaSuccess ||
-                        cudaMalloc((void **)&b.slowest, sizeof(double)) != cudaSuccess))
+  if (st == KOLO_OK &&
+      (cudaSetDevice(me->device) != cudaSuccess ||
+       cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking) != cudaSuccess ||
+       cudaMalloc((void **)&b.send, o->max_bytes) != cudaSuccess ||
+       cudaMalloc((void **)&b.recv, o->max_bytes) != cudaSuccess ||
+       cudaMalloc((void **)&b.slowest, sizeof(double)) != cudaSuccess))
     st = KOLO_ERR_DEVICE;
   if (st == KOLO_OK && ncclCommInitRank(&b.nccl, me->size, uid, me->rank) != ncclSuccess)
     st = KOLO_ERR_NCCL;
@@ -140,15 +147,20 @@ static int rank_main(const gpu_rank *me) {
     double kalg = (double)(count * 4) / (k * 1e3), nalg = (double)(count * 4) / (n * 1e3);
     double ratio = factor > 0 ? (kalg * factor) / (nalg * factor) : n / k;
     if (ratio < worst) worst = ratio;
-    printf(" %11zu %11zu %10.2f %8.2f %8.2f %10.2f %8.2f %8.2f %6.3f\n", count * 4, count, k,
-           kalg, kalg * factor, n, nalg, nalg * factor, ratio);
+    printf(" %11zu %11zu %10.2f %8.2f %8.2f %10.2f %8.2f %8.2f %6.3f\n", count * 4, count, k, kalg,
+           kalg * factor, n, nalg, nalg * factor, ratio);
   }
   int bad = 0;
-  if (st != KOLO_OK) bad = gpu_report(0, "bench rank %d: %s", me->rank, kolo_strerror(st));
+  if (st != KOLO_OK)
+    bad = gpu_report(0, "bench rank %d: %s", me->rank, kolo_strerror(st));
   else if (me->rank == 0)
-    bad = gpu_report(1, "bench: every size ran, kolo/raw NCCL busbw at worst %.3f (target >= "
-                     "0.95: %s)", worst, gpu_on_fake() ? "not measured on the stand-in"
-                                        : worst >= 0.95 ? "met" : "NOT met");
+    bad = gpu_report(1,
+                     "bench: every size ran, kolo/raw NCCL busbw at worst %.3f (target >= "
+                     "0.95: %s)",
+                     worst,
+                     gpu_on_fake()   ? "not measured on the stand-in"
+                     : worst >= 0.95 ? "met"
+                                     : "NOT met");
   (void)ncclCommDestroy(b.nccl);
   kolo_comm_destroy(b.comm);
   (void)cudaFree(b.send);
@@ -161,11 +173,14 @@ static int rank_main(const gpu_rank *me) {
 int main(int argc, char **argv) {
   options o = {.iters = 20, .warmup = 5, .rounds = 5, .min_bytes = 8, .max_bytes = 256u << 20};
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) o.ranks = atoi(argv[++i]);
+    if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc)
+      o.ranks = atoi(argv[++i]);
     else if (strcmp(argv[i], "--max-bytes") == 0 && i + 1 < argc)
       o.max_bytes = (size_t)strtoull(argv[++i], NULL, 10);
-    else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) o.iters = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) o.rounds = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
+      o.iters = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+      o.rounds = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--ranks N] [--max-bytes B] [--iters N] [--rounds N]\n", argv[0]);
       return 2;
@@ -180,7 +195,7 @@ int main(int argc, char **argv) {
     return GPU_EXIT_SKIP;
   }
   int ranks = o.ranks > 0 ? o.ranks : gpus;
-  if (ranks > gpus) printf("# %d ranks share %d GPU(s): NCCL's socket transport on loopback\n",
-                           ranks, gpus);
+  if (ranks > gpus)
+    printf("# %d ranks share %d GPU(s): NCCL's socket transport on loopback\n", ranks, gpus);
   return gpu_run_ranks(ranks, gpus, rank_main, &o, 900, -1) ? 1 : 0;
 }

@@ -26,8 +26,8 @@ static const kolo_dtype dtypes[] = {KOLO_UINT8,    KOLO_INT32,   KOLO_INT64,  KO
 static const kolo_op ops[] = {KOLO_SUM, KOLO_AVG, KOLO_MIN, KOLO_MAX, KOLO_PROD};
 
 typedef struct buffers {
-  char *dsend, *drecv; /* device: send, recv + guard */
-  char *hsend, *hrecv; /* host mirrors */
+  char *dsend, *drecv;           /* device: send, recv + guard */
+  char *hsend, *hrecv;           /* host mirrors */
   size_t send_bytes, recv_bytes; /* capacities, guard excluded */
 } buffers;
 
@@ -151,8 +151,7 @@ static int check_allgather(check *c, size_t count, int variable, int same_buffer
   char *dst = same_buffer ? c->b->dsend : c->b->drecv;
   kolo_status st = same_buffer ? KOLO_OK : poison(c, dst, total * c->es);
   if (st == KOLO_OK) st = fill_send(c, c->b->dsend, KOLO_SUM, me, counts[me]);
-  if (st == KOLO_OK)
-    st = kolo_allgather(c->comm, c->b->dsend, counts[me], dst, total, seen, c->dt);
+  if (st == KOLO_OK) st = kolo_allgather(c->comm, c->b->dsend, counts[me], dst, total, seen, c->dt);
   if (st != KOLO_OK) return fail_status("allgather", st);
   if (memcmp(seen, counts, (size_t)n * sizeof counts[0]) != 0) {
     printf("# allgather: receive counts wrong\n");
@@ -194,13 +193,12 @@ static int run_dtype(check *c, size_t count) {
   int r = c->me->rank, n = c->me->size;
   failures += gpu_report(!bad_ar, "rank %d/%d: allreduce %s x5 ops (+ in place) count %zu", r, n,
                          name, count);
-  failures += gpu_report(!bad_rs, "rank %d/%d: reducescatter %s x5 ops (+ send==recv) count %zu",
-                         r, n, name, count);
+  failures += gpu_report(!bad_rs, "rank %d/%d: reducescatter %s x5 ops (+ send==recv) count %zu", r,
+                         n, name, count);
   failures += gpu_report(!bad_bc, "rank %d/%d: broadcast %s roots 0,%d count %zu", r, n, name,
                          n - 1, count);
-  failures += gpu_report(!bad_ag,
-                         "rank %d/%d: allgather %s (equal, unequal, send==recv) count %zu", r, n,
-                         name, count);
+  failures += gpu_report(!bad_ag, "rank %d/%d: allgather %s (equal, unequal, send==recv) count %zu",
+                         r, n, name, count);
   return failures;
 }
 
@@ -213,24 +211,25 @@ static int check_local_refusal(check *c) {
   uint64_t t0 = gpu_now_ns();
   kolo_status st = kolo_barrier(c->comm);
   void *recv = c->me->rank == 1 ? (void *)c->b->hrecv : (void *)c->b->drecv;
-  if (st == KOLO_OK)
-    st = kolo_allreduce(c->comm, c->b->dsend, recv, 1024, KOLO_FLOAT32, KOLO_SUM);
+  if (st == KOLO_OK) st = kolo_allreduce(c->comm, c->b->dsend, recv, 1024, KOLO_FLOAT32, KOLO_SUM);
   double s = (double)(gpu_now_ns() - t0) / 1e9;
   int failed_rank = -1;
   kolo_status recorded = kolo_comm_error(c->comm, &failed_rank);
   int pass = st != KOLO_OK && recorded == KOLO_ERR_INVALID_ARG && failed_rank == 1 && s < 10;
   if (c->me->rank == 1) pass = pass && st == KOLO_ERR_INVALID_ARG;
-  return gpu_report(pass, "rank %d/%d: a host buffer on rank 1 fails every rank (%s, rank %d, "
-                    "%.2f s)", c->me->rank, c->me->size, kolo_strerror(st), failed_rank, s);
+  return gpu_report(pass,
+                    "rank %d/%d: a host buffer on rank 1 fails every rank (%s, rank %d, "
+                    "%.2f s)",
+                    c->me->rank, c->me->size, kolo_strerror(st), failed_rank, s);
 }
 
 static int rank_main(const gpu_rank *me) {
   const options *opt = me->arg;
   kolo_comm *comm = NULL;
   kolo_status st = gpu_ring_join(me, 1, me->rank, me->size, 60000, &comm);
-  int failures = gpu_report(st == KOLO_OK, "rank %d/%d: ring in CUDA mode on device %d%s (%s)",
-                            me->rank, me->size, me->device, me->shared ? ", GPU shared" : "",
-                            kolo_strerror(st));
+  int failures =
+      gpu_report(st == KOLO_OK, "rank %d/%d: ring in CUDA mode on device %d%s (%s)", me->rank,
+                 me->size, me->device, me->shared ? ", GPU shared" : "", kolo_strerror(st));
   if (st != KOLO_OK) return failures;
   size_t counts[3] = {1, 1003, (1u << 20) + 3};
   for (int k = 0; k < 3; k++)
@@ -242,8 +241,10 @@ static int rank_main(const gpu_rank *me) {
   b.hsend = malloc(host_bytes);
   b.hrecv = malloc(host_bytes);
   if (b.hsend == NULL || b.hrecv == NULL ||
-      kolo_nccl_device_alloc(me->device, b.send_bytes + GUARD_BYTES, (void **)&b.dsend) != KOLO_OK ||
-      kolo_nccl_device_alloc(me->device, b.recv_bytes + GUARD_BYTES, (void **)&b.drecv) != KOLO_OK) {
+      kolo_nccl_device_alloc(me->device, b.send_bytes + GUARD_BYTES, (void **)&b.dsend) !=
+          KOLO_OK ||
+      kolo_nccl_device_alloc(me->device, b.recv_bytes + GUARD_BYTES, (void **)&b.drecv) !=
+          KOLO_OK) {
     failures += gpu_report(0, "rank %d: buffers", me->rank);
     goto out;
   }
@@ -266,7 +267,8 @@ int main(int argc, char **argv) {
   options opt = {.ranks = 0, .max_count = (1u << 20) + 3};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) continue; /* the counts above are the quick set */
-    if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) opt.ranks = atoi(argv[++i]);
+    if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc)
+      opt.ranks = atoi(argv[++i]);
     else if (strcmp(argv[i], "--max-count") == 0 && i + 1 < argc)
       opt.max_count = (size_t)strtoull(argv[++i], NULL, 10);
     else {

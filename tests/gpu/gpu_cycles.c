@@ -67,11 +67,11 @@ static int cycles(const gpu_rank *me) {
   long drift = (long)first.free_bytes - (long)last.free_bytes;
   int bad = gpu_report(st == KOLO_OK, "rank %d: %d create/use/destroy cycles in CUDA mode (%s)",
                        me->rank, cycle - 1, kolo_strerror(st));
-  bad += gpu_report(st == KOLO_OK && last.fds <= first.fds && last.threads <= first.threads &&
-                        drift <= (1 << 20),
-                    "rank %d: flat after cycle 3 -> %d: fds %d -> %d, threads %d -> %d, GPU "
-                    "memory in use %+ld bytes", me->rank, CYCLES, first.fds, last.fds,
-                    first.threads, last.threads, drift);
+  bad += gpu_report(
+      st == KOLO_OK && last.fds <= first.fds && last.threads <= first.threads && drift <= (1 << 20),
+      "rank %d: flat after cycle 3 -> %d: fds %d -> %d, threads %d -> %d, GPU "
+      "memory in use %+ld bytes",
+      me->rank, CYCLES, first.fds, last.fds, first.threads, last.threads, drift);
   kolo_nccl_device_free(dev);
   free(host);
   return bad;
@@ -94,8 +94,8 @@ static int pending_error_survives(const gpu_rank *me) {
   kolo_nccl_device_free(dev);
   return gpu_report(st == KOLO_OK && mine != cudaSuccess && still == mine,
                     "rank %d: the caller's pending CUDA error (%s) survives a kolo GPU "
-                    "collective (slot after: %s)", me->rank, cudaGetErrorName(mine),
-                    cudaGetErrorName(still));
+                    "collective (slot after: %s)",
+                    me->rank, cudaGetErrorName(mine), cudaGetErrorName(still));
 }
 
 typedef struct fresh_thread {
@@ -130,7 +130,8 @@ static int no_context_on_gpu0(const gpu_rank *me) {
   kolo_nccl_device_free(dev);
   return gpu_report(st == KOLO_OK && t.st == KOLO_OK && on0 == 0,
                     "a thread with no current device calling kolo (ring on device 1) makes no "
-                    "context on GPU 0 (%s, contexts on 0: %d)", kolo_strerror(t.st), on0);
+                    "context on GPU 0 (%s, contexts on 0: %d)",
+                    kolo_strerror(t.st), on0);
 }
 
 int main(int argc, char **argv) {

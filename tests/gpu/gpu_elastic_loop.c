@@ -18,7 +18,9 @@
 #include "kolo/elastic.h"
 #include "kolo_nccl.h"
 
-static double step_value(int64_t step, size_t index) { return (double)((step * 7 + (int64_t)index) % 13); }
+static double step_value(int64_t step, size_t index) {
+  return (double)((step * 7 + (int64_t)index) % 13);
+}
 
 static void own_hostid(void) {
   const char *own = getenv("KOLO_TEST_OWN_HOSTID");
@@ -33,8 +35,8 @@ static void own_hostid(void) {
 }
 
 /* accumulator (device) += contribution (device), through host copies. */
-static kolo_status accumulate(double *acc_dev, const double *contribution_dev, double *a,
-                              double *c, size_t length) {
+static kolo_status accumulate(double *acc_dev, const double *contribution_dev, double *a, double *c,
+                              size_t length) {
   kolo_status st = kolo_nccl_copy_to_host(a, acc_dev, length * sizeof *a);
   if (st == KOLO_OK) st = kolo_nccl_copy_to_host(c, contribution_dev, length * sizeof *c);
   for (size_t i = 0; st == KOLO_OK && i < length; i++) a[i] += c[i];
@@ -63,7 +65,8 @@ int main(int argc, char **argv) {
     device = kolo_comm_local_rank(kolo_elastic_comm(elastic)) % count;
   double *acc_dev = NULL, *contribution_dev = NULL;
   double *a = calloc(length, sizeof *a), *c = calloc(length, sizeof *c);
-  if (status == KOLO_OK) status = kolo_nccl_device_alloc(device, length * sizeof *a, (void **)&acc_dev);
+  if (status == KOLO_OK)
+    status = kolo_nccl_device_alloc(device, length * sizeof *a, (void **)&acc_dev);
   if (status == KOLO_OK)
     status = kolo_nccl_device_alloc(device, length * sizeof *c, (void **)&contribution_dev);
   if (status == KOLO_OK) status = kolo_nccl_copy_to_device(acc_dev, a, length * sizeof *a);

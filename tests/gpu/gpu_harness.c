@@ -37,10 +37,16 @@ static int count_entries(const char *path) {
   return n;
 }
 
-int gpu_open_fds(void) { return count_entries("/proc/self/fd") - 1; /* the DIR itself */ }
-int gpu_threads(void) { return count_entries("/proc/self/task"); }
+int gpu_open_fds(void) {
+  return count_entries("/proc/self/fd") - 1; /* the DIR itself */
+}
+int gpu_threads(void) {
+  return count_entries("/proc/self/task");
+}
 
-int gpu_on_fake(void) { return dlsym(RTLD_DEFAULT, "fakegpu_context_made") != NULL; }
+int gpu_on_fake(void) {
+  return dlsym(RTLD_DEFAULT, "fakegpu_context_made") != NULL;
+}
 
 int gpu_count_in_child(void) {
   fflush(stdout);
@@ -151,8 +157,7 @@ static int reap(pid_t *pids, int *done, int size, int expect_killed, uint64_t de
   return failed;
 }
 
-int gpu_run_ranks(int size, int gpus, gpu_rank_fn fn, void *arg, int timeout_s,
-                  int expect_killed) {
+int gpu_run_ranks(int size, int gpus, gpu_rank_fn fn, void *arg, int timeout_s, int expect_killed) {
   if (size < 1 || size > GPU_MAX_RANKS || gpus < 1) return size;
   char dir[] = "/tmp/kolo-gpu-XXXXXX";
   if (mkdtemp(dir) == NULL) {
@@ -175,8 +180,12 @@ int gpu_run_ranks(int size, int gpus, gpu_rank_fn fn, void *arg, int timeout_s,
       setvbuf(stdout, NULL, _IOLBF, 0); /* one line per write: lines from ranks don't mix */
       for (int other = 0; other < size; other++)
         if (other != r) kolo_listener_destroy(ring_listeners[other]);
-      gpu_rank me = {.rank = r, .size = size, .device = r % gpus, .shared = size > gpus,
-                     .dir = dir, .arg = arg};
+      gpu_rank me = {.rank = r,
+                     .size = size,
+                     .device = r % gpus,
+                     .shared = size > gpus,
+                     .dir = dir,
+                     .arg = arg};
       if (me.shared) share_gpu_environment(r);
       int rc = fn(&me);
       fflush(stdout);
@@ -206,8 +215,13 @@ kolo_status gpu_ring_join(const gpu_rank *r, uint64_t epoch, int rank, int size,
   kolo_listener *listener = NULL;
   if (!own_listener_used && rank == r->rank) listener = ring_listeners[r->rank];
   own_listener_used = 1; /* later epochs bind the same address again */
-  kolo_ring_spec spec = {.epoch = epoch, .rank = rank, .size = size, .local_rank = rank,
-                         .local_size = size, .peers = peers, .secret = "gpu-test",
+  kolo_ring_spec spec = {.epoch = epoch,
+                         .rank = rank,
+                         .size = size,
+                         .local_rank = rank,
+                         .local_size = size,
+                         .peers = peers,
+                         .secret = "gpu-test",
                          .timeout_ms = timeout_ms};
   kolo_status st = kolo_comm_create(&spec, listener, out);
   if (st != KOLO_OK) return st;
@@ -265,31 +279,56 @@ int gpu_report(int pass, const char *fmt, ...) {
 
 void gpu_store(kolo_dtype dtype, void *buffer, size_t i, double value) {
   switch (dtype) {
-    case KOLO_UINT8: ((uint8_t *)buffer)[i] = (uint8_t)(int64_t)value; break;
-    case KOLO_INT32: ((int32_t *)buffer)[i] = (int32_t)value; break;
-    case KOLO_INT64: ((int64_t *)buffer)[i] = (int64_t)value; break;
-    case KOLO_FLOAT16: ((uint16_t *)buffer)[i] = kolo_float_to_half((float)value); break;
-    case KOLO_BFLOAT16: ((uint16_t *)buffer)[i] = kolo_float_to_bfloat16((float)value); break;
-    case KOLO_FLOAT32: ((float *)buffer)[i] = (float)value; break;
-    case KOLO_FLOAT64: ((double *)buffer)[i] = value; break;
-    default: break;
+    case KOLO_UINT8:
+      ((uint8_t *)buffer)[i] = (uint8_t)(int64_t)value;
+      break;
+    case KOLO_INT32:
+      ((int32_t *)buffer)[i] = (int32_t)value;
+      break;
+    case KOLO_INT64:
+      ((int64_t *)buffer)[i] = (int64_t)value;
+      break;
+    case KOLO_FLOAT16:
+      ((uint16_t *)buffer)[i] = kolo_float_to_half((float)value);
+      break;
+    case KOLO_BFLOAT16:
+      ((uint16_t *)buffer)[i] = kolo_float_to_bfloat16((float)value);
+      break;
+    case KOLO_FLOAT32:
+      ((float *)buffer)[i] = (float)value;
+      break;
+    case KOLO_FLOAT64:
+      ((double *)buffer)[i] = value;
+      break;
+    default:
+      break;
   }
 }
 
 double gpu_load(kolo_dtype dtype, const void *buffer, size_t i) {
   switch (dtype) {
-    case KOLO_UINT8: return ((const uint8_t *)buffer)[i];
-    case KOLO_INT32: return ((const int32_t *)buffer)[i];
-    case KOLO_INT64: return (double)((const int64_t *)buffer)[i];
-    case KOLO_FLOAT16: return kolo_half_to_float(((const uint16_t *)buffer)[i]);
-    case KOLO_BFLOAT16: return kolo_bfloat16_to_float(((const uint16_t *)buffer)[i]);
-    case KOLO_FLOAT32: return ((const float *)buffer)[i];
-    case KOLO_FLOAT64: return ((const double *)buffer)[i];
-    default: return 0;
+    case KOLO_UINT8:
+      return ((const uint8_t *)buffer)[i];
+    case KOLO_INT32:
+      return ((const int32_t *)buffer)[i];
+    case KOLO_INT64:
+      return (double)((const int64_t *)buffer)[i];
+    case KOLO_FLOAT16:
+      return kolo_half_to_float(((const uint16_t *)buffer)[i]);
+    case KOLO_BFLOAT16:
+      return kolo_bfloat16_to_float(((const uint16_t *)buffer)[i]);
+    case KOLO_FLOAT32:
+      return ((const float *)buffer)[i];
+    case KOLO_FLOAT64:
+      return ((const double *)buffer)[i];
+    default:
+      return 0;
   }
 }
 
-static int is_float(kolo_dtype t) { return t >= KOLO_FLOAT16 && t <= KOLO_FLOAT64; }
+static int is_float(kolo_dtype t) {
+  return t >= KOLO_FLOAT16 && t <= KOLO_FLOAT64;
+}
 
 /* A value as the dtype holds it (uint8 wraps -3 to 253). */
 static double typed(kolo_dtype dtype, double v) {
@@ -304,11 +343,21 @@ double gpu_reference(kolo_dtype dtype, kolo_op op, const double *v, int n) {
   for (int r = 1; r < n; r++) {
     double x = typed(dtype, v[r]);
     switch (op) {
-      case KOLO_SUM: case KOLO_AVG: acc += x; break;
-      case KOLO_PROD: acc *= x; break;
-      case KOLO_MIN: acc = x < acc ? x : acc; break;
-      case KOLO_MAX: acc = x > acc ? x : acc; break;
-      default: break;
+      case KOLO_SUM:
+      case KOLO_AVG:
+        acc += x;
+        break;
+      case KOLO_PROD:
+        acc *= x;
+        break;
+      case KOLO_MIN:
+        acc = x < acc ? x : acc;
+        break;
+      case KOLO_MAX:
+        acc = x > acc ? x : acc;
+        break;
+      default:
+        break;
     }
     if (!floating) acc = typed(dtype, acc); /* integers wrap at every step */
   }
@@ -319,8 +368,11 @@ double gpu_reference(kolo_dtype dtype, kolo_op op, const double *v, int n) {
 int gpu_close(kolo_dtype dtype, double got, double want) {
   /* relative to the inputs' scale (8): NCCL's float AVG scales each input by
    * 1/n before summing, which rounds in the half types */
-  double tol = dtype == KOLO_FLOAT16 ? 1e-2 : dtype == KOLO_BFLOAT16 ? 2e-2
-             : dtype == KOLO_FLOAT32 ? 1e-6 : dtype == KOLO_FLOAT64 ? 1e-12 : 0;
+  double tol = dtype == KOLO_FLOAT16    ? 1e-2
+               : dtype == KOLO_BFLOAT16 ? 2e-2
+               : dtype == KOLO_FLOAT32  ? 1e-6
+               : dtype == KOLO_FLOAT64  ? 1e-12
+                                        : 0;
   if (tol == 0) return got == want;
   return fabs(got - want) <= tol * (fabs(want) > 8 ? fabs(want) : 8);
 }

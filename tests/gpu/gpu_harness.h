@@ -30,9 +30,9 @@ int gpu_start(int argc, char **argv, int min_ranks, int *ranks, int *exit_code);
 /* What a rank body gets. */
 typedef struct gpu_rank {
   int rank, size;
-  int device;       /* CUDA device of this rank */
-  int shared;       /* several ranks share this GPU (NCCL_HOSTID per rank) */
-  const char *dir;  /* a temporary folder of this run, for id files */
+  int device;      /* CUDA device of this rank */
+  int shared;      /* several ranks share this GPU (NCCL_HOSTID per rank) */
+  const char *dir; /* a temporary folder of this run, for id files */
   void *arg;
 } gpu_rank;
 
@@ -43,8 +43,7 @@ typedef int (*gpu_rank_fn)(const gpu_rank *rank);
  * transport on loopback). Waits at most timeout_s, then kills the rest.
  * expect_killed >= 0 is a rank expected to die by SIGKILL. Prints a "not ok"
  * line for every rank that failed; returns how many failed. */
-int gpu_run_ranks(int size, int gpus, gpu_rank_fn fn, void *arg, int timeout_s,
-                  int expect_killed);
+int gpu_run_ranks(int size, int gpus, gpu_rank_fn fn, void *arg, int timeout_s, int expect_killed);
 
 /* Joins epoch `epoch` of the test ring as rank r of size (addresses bound by
  * gpu_run_ranks; later epochs reuse them), in CUDA mode on r->device, with the

@@ -24,10 +24,10 @@ typedef enum slot_kind { AR, BCAST, GATHER, SCATTER, HOST_AR } slot_kind;
 typedef struct slot {
   char name[32];
   slot_kind kind;
-  size_t count;       /* send elements (gather: this rank's; scatter: the total) */
-  size_t recv_count;  /* elements the result holds */
+  size_t count;      /* send elements (gather: this rank's; scatter: the total) */
+  size_t recv_count; /* elements the result holds */
   int on_stream;
-  void *dsend, *drecv;  /* device (or host for HOST_AR) */
+  void *dsend, *drecv; /* device (or host for HOST_AR) */
   int32_t *hsend, *hrecv;
   size_t counts[GPU_MAX_RANKS];
   kolo_request *req;
@@ -35,7 +35,9 @@ typedef struct slot {
 
 static size_t ar_counts[] = {1, 7, 1003, 4096, 65539, 3, 513, 20000};
 
-static int32_t value(int rank, size_t i) { return (int32_t)((rank + 1) * (int)(i % 13) - 6); }
+static int32_t value(int rank, size_t i) {
+  return (int32_t)((rank + 1) * (int)(i % 13) - 6);
+}
 
 static void slot_init(slot *s, int index, const gpu_rank *me) {
   memset(s, 0, sizeof *s);
@@ -73,7 +75,8 @@ static int32_t expected(const slot *s, const gpu_rank *me, size_t i) {
   int n = me->size;
   int64_t sum = 0;
   switch (s->kind) {
-    case BCAST: return (int32_t)(1000 + i); /* root 1's data */
+    case BCAST:
+      return (int32_t)(1000 + i); /* root 1's data */
     case GATHER: {
       for (int r = 0; r < n; r++) {
         if (i < (size_t)r + 2) return (int32_t)(100 * r + (int)i);
@@ -107,8 +110,10 @@ static int slot_buffers(slot *s, const gpu_rank *me) {
     return 1;
   }
   if (kolo_nccl_device_alloc(me->device, sb, &s->dsend) != KOLO_OK) return 0;
-  if (s->kind == BCAST) s->drecv = s->dsend;
-  else if (kolo_nccl_device_alloc(me->device, rb, &s->drecv) != KOLO_OK) return 0;
+  if (s->kind == BCAST)
+    s->drecv = s->dsend;
+  else if (kolo_nccl_device_alloc(me->device, rb, &s->drecv) != KOLO_OK)
+    return 0;
   if (s->kind != BCAST && kolo_nccl_copy_to_device(s->drecv, s->hrecv, rb) != KOLO_OK) return 0;
   return 1;
 }
@@ -136,10 +141,11 @@ static kolo_status slot_submit(slot *s, kolo_comm *comm, cudaStream_t stream) {
   }
   switch (s->kind) {
     case AR:
-      return s->on_stream ? kolo_allreduce_named_on_stream(comm, s->name, s->dsend, s->drecv,
-                                                           s->count, KOLO_INT32, KOLO_SUM, st, &s->req)
-                          : kolo_allreduce_named(comm, s->name, s->dsend, s->drecv, s->count,
-                                                 KOLO_INT32, KOLO_SUM, 1.0, 1.0, &s->req);
+      return s->on_stream
+                 ? kolo_allreduce_named_on_stream(comm, s->name, s->dsend, s->drecv, s->count,
+                                                  KOLO_INT32, KOLO_SUM, st, &s->req)
+                 : kolo_allreduce_named(comm, s->name, s->dsend, s->drecv, s->count, KOLO_INT32,
+                                        KOLO_SUM, 1.0, 1.0, &s->req);
     case HOST_AR:
       return kolo_allreduce_named(comm, s->name, s->dsend, s->drecv, s->count, KOLO_INT32, KOLO_SUM,
                                   1.0, 1.0, &s->req);
@@ -195,12 +201,14 @@ static int out_of_order(kolo_comm *comm, const gpu_rank *me, cudaStream_t stream
     int i = (k + 5 * me->rank) % SLOTS;
     if (me->rank % 2) i = SLOTS - 1 - i;
     st = slot_submit(&slots[i], comm, stream);
-    if (st != KOLO_OK) printf("# rank %d: submitting '%s': %s\n", me->rank, slots[i].name, kolo_strerror(st));
+    if (st != KOLO_OK)
+      printf("# rank %d: submitting '%s': %s\n", me->rank, slots[i].name, kolo_strerror(st));
   }
   int right = 0;
   for (int i = 0; i < SLOTS && st == KOLO_OK; i++) {
     kolo_status done = slot_complete(&slots[i], i % 2);
-    if (done != KOLO_OK) printf("# rank %d: '%s': %s\n", me->rank, slots[i].name, kolo_strerror(done));
+    if (done != KOLO_OK)
+      printf("# rank %d: '%s': %s\n", me->rank, slots[i].name, kolo_strerror(done));
     right += done == KOLO_OK && slot_check(&slots[i], me);
   }
   for (int i = 0; i < SLOTS; i++) slot_free(&slots[i]);
@@ -220,24 +228,26 @@ static int stream_waits(kolo_comm *comm, const gpu_rank *me, cudaStream_t s1, cu
   int ok = slot_buffers(&s, me);
   kolo_status st = ok ? slot_submit(&s, comm, s1) : KOLO_ERR_NO_MEMORY;
   if (st == KOLO_OK) st = kolo_stream_wait(s.req, s2);
-  if (st == KOLO_OK &&
-      cudaMemcpyAsync(s.hrecv, s.drecv, s.recv_count * 4, cudaMemcpyDeviceToHost, s2) != cudaSuccess)
+  if (st == KOLO_OK && cudaMemcpyAsync(s.hrecv, s.drecv, s.recv_count * 4, cudaMemcpyDeviceToHost,
+                                       s2) != cudaSuccess)
     st = KOLO_ERR_DEVICE;
   if (st == KOLO_OK && cudaStreamSynchronize(s2) != cudaSuccess) st = KOLO_ERR_DEVICE;
   int right = 1;
-  for (size_t i = 0; i < s.recv_count && st == KOLO_OK; i++) right &= s.hrecv[i] == expected(&s, me, i);
+  for (size_t i = 0; i < s.recv_count && st == KOLO_OK; i++)
+    right &= s.hrecv[i] == expected(&s, me, i);
   kolo_status waited = s.req != NULL ? kolo_wait(s.req) : st;
   slot_free(&s);
   return gpu_report(st == KOLO_OK && waited == KOLO_OK && right,
                     "rank %d: kolo_stream_wait orders a stream after a named device all-reduce "
-                    "(%s, %s, %s)", me->rank, kolo_strerror(st), kolo_strerror(waited),
+                    "(%s, %s, %s)",
+                    me->rank, kolo_strerror(st), kolo_strerror(waited),
                     right ? "exact" : "wrong data");
 }
 
 /* A named device all-reduce whose ranks disagree: MISMATCH with the name and
  * the disagreement in the message, on every rank. */
-static int mismatch(kolo_comm *comm, const gpu_rank *me, const char *name, size_t count,
-                    int host, const char *want) {
+static int mismatch(kolo_comm *comm, const gpu_rank *me, const char *name, size_t count, int host,
+                    const char *want) {
   void *dev = NULL;
   int32_t host_buffer[16] = {0};
   if (!host && kolo_nccl_device_alloc(me->device, 16 * 4, &dev) != KOLO_OK)
@@ -245,13 +255,14 @@ static int mismatch(kolo_comm *comm, const gpu_rank *me, const char *name, size_
   void *buffer = host ? (void *)host_buffer : dev;
   kolo_request *req = NULL;
   kolo_result result = {0};
-  kolo_status st = kolo_allreduce_named(comm, name, buffer, buffer, count, KOLO_INT32, KOLO_SUM,
-                                        1.0, 1.0, &req);
+  kolo_status st =
+      kolo_allreduce_named(comm, name, buffer, buffer, count, KOLO_INT32, KOLO_SUM, 1.0, 1.0, &req);
   if (st == KOLO_OK) st = kolo_wait_result(req, &result);
   kolo_nccl_device_free(dev);
   return gpu_report(st == KOLO_ERR_MISMATCH && strstr(result.message, name) != NULL &&
                         strstr(result.message, want) != NULL,
-                    "rank %d: '%s' -> %s \"%s\"", me->rank, name, kolo_strerror(st), result.message);
+                    "rank %d: '%s' -> %s \"%s\"", me->rank, name, kolo_strerror(st),
+                    result.message);
 }
 
 /* After the mismatches the communicator still runs named device operations. */
@@ -274,9 +285,10 @@ static int refusals(kolo_comm *comm, const gpu_rank *me) {
   kolo_request *req = NULL;
   size_t counts[GPU_MAX_RANKS];
   for (int r = 0; r < me->size; r++) counts[r] = r == 0 ? 0 : 1;
-  kolo_status scaled = kolo_allreduce_named(comm, "scaled", dev, dev, 4, KOLO_FLOAT32, KOLO_SUM,
-                                            0.5, 1.0, &req);
-  kolo_status a2a = kolo_alltoall_named(comm, "a2a", dev, counts, dev, 16, NULL, KOLO_FLOAT32, &req);
+  kolo_status scaled =
+      kolo_allreduce_named(comm, "scaled", dev, dev, 4, KOLO_FLOAT32, KOLO_SUM, 0.5, 1.0, &req);
+  kolo_status a2a =
+      kolo_alltoall_named(comm, "a2a", dev, counts, dev, 16, NULL, KOLO_FLOAT32, &req);
   int32_t host[4] = {0};
   kolo_status host_stream = kolo_allreduce_named_on_stream(comm, "host.on.stream", host, host, 4,
                                                            KOLO_INT32, KOLO_SUM, NULL, &req);
@@ -284,7 +296,8 @@ static int refusals(kolo_comm *comm, const gpu_rank *me) {
   return gpu_report(scaled == KOLO_ERR_UNSUPPORTED && a2a == KOLO_ERR_UNSUPPORTED &&
                         host_stream == KOLO_ERR_INVALID_ARG,
                     "rank %d: refused at submission: scaled %s, all-to-all %s, host buffers on a "
-                    "stream %s", me->rank, kolo_strerror(scaled), kolo_strerror(a2a),
+                    "stream %s",
+                    me->rank, kolo_strerror(scaled), kolo_strerror(a2a),
                     kolo_strerror(host_stream));
 }
 
@@ -305,11 +318,13 @@ static int joined(kolo_comm *comm, const gpu_rank *me) {
   }
   joined_status = kolo_join_async(comm, &join);
   if (joined_status == KOLO_OK) joined_status = kolo_wait_result(join, &join_result);
-  int op_right = me->rank == last || (op == KOLO_ERR_STATE && strstr(op_result.message, "while.joined"));
+  int op_right =
+      me->rank == last || (op == KOLO_ERR_STATE && strstr(op_result.message, "while.joined"));
   return gpu_report(op_right && joined_status == KOLO_OK && join_result.last_rank >= 0 &&
                         join_result.last_rank < last,
                     "rank %d: a device all-reduce while rank %d joined: %s \"%s\"; join %s, last "
-                    "rank %d", me->rank, last, kolo_strerror(op), op_result.message,
+                    "rank %d",
+                    me->rank, last, kolo_strerror(op), op_result.message,
                     kolo_strerror(joined_status), join_result.last_rank);
 }
 

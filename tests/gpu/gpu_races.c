@@ -27,7 +27,9 @@ typedef struct worker {
 
 /* Round k: rank r contributes BASE + 7k + 3r elements of value 1000r + i (host)
  * or -(1000r + i) (device); the gather must be exact. */
-static size_t count_of(int round, int rank) { return BASE + 7u * (size_t)round + 3u * (size_t)rank; }
+static size_t count_of(int round, int rank) {
+  return BASE + 7u * (size_t)round + 3u * (size_t)rank;
+}
 
 static int check_gather(const worker *w, int round, const int64_t *out, const size_t *counts) {
   size_t offset = 0;
@@ -52,7 +54,8 @@ static void *gather_rounds(void *argument) {
   w->st = send && out ? KOLO_OK : KOLO_ERR_NO_MEMORY;
   if (w->device_side && w->st == KOLO_OK) {
     w->st = kolo_nccl_device_alloc(w->me->device, capacity * 8, (void **)&dsend);
-    if (w->st == KOLO_OK) w->st = kolo_nccl_device_alloc(w->me->device, capacity * 8, (void **)&dout);
+    if (w->st == KOLO_OK)
+      w->st = kolo_nccl_device_alloc(w->me->device, capacity * 8, (void **)&dout);
   }
   for (int round = 0; round < ROUNDS && w->st == KOLO_OK; round++) {
     size_t mine = count_of(round, w->me->rank);
@@ -88,8 +91,9 @@ static int concurrent_gathers(const gpu_rank *me, kolo_comm *comm) {
   pthread_join(threads[1], NULL);
   return gpu_report(host.st == KOLO_OK && device.st == KOLO_OK && host.bad + device.bad == 0,
                     "rank %d: %d host and %d device all-gathers at once on one ring, counts "
-                    "changing every call, all exact (%s, %s, %d wrong)", me->rank, ROUNDS, ROUNDS,
-                    kolo_strerror(host.st), kolo_strerror(device.st), host.bad + device.bad);
+                    "changing every call, all exact (%s, %s, %d wrong)",
+                    me->rank, ROUNDS, ROUNDS, kolo_strerror(host.st), kolo_strerror(device.st),
+                    host.bad + device.bad);
 }
 
 typedef struct first_call {
@@ -109,7 +113,8 @@ static int abort_during_creation(const gpu_rank *me, int round, float *dev) {
   kolo_status st = gpu_ring_join(me, 10 + (uint64_t)round, me->rank, me->size, 30000, &comm);
   /* rank 0's abort may already reach the others while they agree on CUDA mode */
   if (st == KOLO_ERR_ABORTED && me->rank != 0) return 0;
-  if (st != KOLO_OK) return gpu_report(0, "rank %d: ring %d (%s)", me->rank, round, kolo_strerror(st));
+  if (st != KOLO_OK)
+    return gpu_report(0, "rank %d: ring %d (%s)", me->rank, round, kolo_strerror(st));
   first_call f = {.comm = comm, .dev = dev, .st = KOLO_ERR_INTERNAL};
   pthread_t thread;
   pthread_create(&thread, NULL, make_the_first_gpu_call, &f);
@@ -134,8 +139,10 @@ static int rank_main(const gpu_rank *me) {
   int wrong = 0;
   for (int round = 0; round < 8; round++) wrong += abort_during_creation(me, round, dev);
   kolo_nccl_device_free(dev);
-  bad += gpu_report(wrong == 0, "rank %d: 8 rings aborted while a thread creates their NCCL "
-                    "communicator: every call ends, OK or ABORTED (%d otherwise)", me->rank, wrong);
+  bad += gpu_report(wrong == 0,
+                    "rank %d: 8 rings aborted while a thread creates their NCCL "
+                    "communicator: every call ends, OK or ABORTED (%d otherwise)",
+                    me->rank, wrong);
   return bad;
 }
 

@@ -27,7 +27,9 @@ typedef struct probe {
   cudaStream_t s1, s2;
 } probe;
 
-static void CUDART_CB sleep_on_stream(void *ms) { gpu_sleep_ms((int)(intptr_t)ms); }
+static void CUDART_CB sleep_on_stream(void *ms) {
+  gpu_sleep_ms((int)(intptr_t)ms);
+}
 
 static float want(const probe *p) {
   float sum = 0;
@@ -71,9 +73,10 @@ static int probe_ordered(probe *p) {
                                   p->s1, &req);
   if (st == KOLO_OK) st = kolo_wait(req);
   float got = result(p);
-  return gpu_report(st == KOLO_OK && got == want(p),
-                    "rank %d: _on_stream sends what the caller's stream wrote (got %g, want %g, %s)",
-                    p->me->rank, got, want(p), kolo_strerror(st));
+  return gpu_report(
+      st == KOLO_OK && got == want(p),
+      "rank %d: _on_stream sends what the caller's stream wrote (got %g, want %g, %s)", p->me->rank,
+      got, want(p), kolo_strerror(st));
 }
 
 static int probe_unordered(probe *p) {
@@ -86,7 +89,8 @@ static int probe_unordered(probe *p) {
   float stale = POISON * (float)p->me->size;
   return gpu_report(st == KOLO_OK && got == stale,
                     "rank %d: the probe can tell: the unordered call read the stale input "
-                    "(got %g, stale %g)", p->me->rank, got, stale);
+                    "(got %g, stale %g)",
+                    p->me->rank, got, stale);
 }
 
 static int stream_wait_orders_a_second_stream(probe *p) {
@@ -96,8 +100,8 @@ static int stream_wait_orders_a_second_stream(probe *p) {
     st = kolo_allreduce_on_stream(p->comm, p->dev_in, p->dev_out, COUNT, KOLO_FLOAT32, KOLO_SUM,
                                   p->s1, &req);
   if (st == KOLO_OK) st = kolo_stream_wait(req, p->s2);
-  if (st == KOLO_OK && cudaMemcpyAsync(p->pinned_out, p->dev_out, COUNT * 4,
-                                       cudaMemcpyDeviceToHost, p->s2) != cudaSuccess)
+  if (st == KOLO_OK && cudaMemcpyAsync(p->pinned_out, p->dev_out, COUNT * 4, cudaMemcpyDeviceToHost,
+                                       p->s2) != cudaSuccess)
     st = KOLO_ERR_DEVICE;
   if (st == KOLO_OK && cudaStreamSynchronize(p->s2) != cudaSuccess) st = KOLO_ERR_DEVICE;
   float got = p->pinned_out[0];
@@ -106,7 +110,8 @@ static int stream_wait_orders_a_second_stream(probe *p) {
   (void)result(p);
   return gpu_report(st == KOLO_OK && waited == KOLO_OK && has_event && got == want(p),
                     "rank %d: kolo_stream_wait orders another stream after the collective "
-                    "(got %g, want %g, %s)", p->me->rank, got, want(p), kolo_strerror(st));
+                    "(got %g, want %g, %s)",
+                    p->me->rank, got, want(p), kolo_strerror(st));
 }
 
 /* Time (s) of one collective submitted after 1.5 s of work on the legacy stream. */
@@ -139,7 +144,8 @@ static int legacy_stream_does_not_serialise(probe *p) {
   double unordered = after_legacy_work(p, 0, &st2);
   int bad = gpu_report(st1 == KOLO_OK && ordered < 1.0,
                        "rank %d: a stream-ordered collective does not wait for 1.5 s of legacy "
-                       "default-stream work (%.2f s)", p->me->rank, ordered);
+                       "default-stream work (%.2f s)",
+                       p->me->rank, ordered);
   bad += gpu_report(st2 == KOLO_OK && unordered >= 1.4,
                     "rank %d: the unordered form is ordered after it, as documented (%.2f s)",
                     p->me->rank, unordered);
@@ -149,7 +155,8 @@ static int legacy_stream_does_not_serialise(probe *p) {
 static int rank_main(const gpu_rank *me) {
   kolo_comm *comm = NULL;
   kolo_status st = gpu_ring_join(me, 1, me->rank, me->size, 60000, &comm);
-  if (st != KOLO_OK) return gpu_report(0, "rank %d: ring in CUDA mode (%s)", me->rank, kolo_strerror(st));
+  if (st != KOLO_OK)
+    return gpu_report(0, "rank %d: ring in CUDA mode (%s)", me->rank, kolo_strerror(st));
   probe p = {.comm = comm, .me = me};
   int bad = 0;
   if (cudaSetDevice(me->device) != cudaSuccess ||

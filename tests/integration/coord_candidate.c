@@ -16,7 +16,8 @@ int main(int argc, char **argv) {
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *endpoints[] = {argv[1]};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
+  kolo_etcd_config config = {
+      .endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
   kolo_etcd *client = NULL;
   kolo_election *e = NULL;
   if (kolo_etcd_create(&config, &client) != KOLO_OK) return 1;
@@ -35,7 +36,8 @@ int main(int argc, char **argv) {
   char line[512], key[256], value[256];
   while (fgets(line, sizeof line, stdin) != NULL) {
     if (sscanf(line, "write %255s %255s", key, value) != 2) continue;
-    kolo_etcd_op put = {.kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str(key), .value = kolo_etcd_str(value)};
+    kolo_etcd_op put = {
+        .kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str(key), .value = kolo_etcd_str(value)};
     kolo_etcd_txn txn = {NULL, 0, &put, 1, NULL, 0};
     kolo_etcd_txn_result r;
     rc = kolo_election_fenced_txn(e, &txn, &r);

@@ -77,7 +77,8 @@ int coord_child_read_line(coord_child *c, char *line, size_t size, int timeout_m
   }
 }
 
-int coord_child_expect(coord_child *c, const char *prefix, char *line, size_t size, int timeout_ms) {
+int coord_child_expect(coord_child *c, const char *prefix, char *line, size_t size,
+                       int timeout_ms) {
   long long deadline = now_ms() + timeout_ms;
   for (;;) {
     long long left = deadline - now_ms();

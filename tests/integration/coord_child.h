@@ -22,7 +22,8 @@ int coord_child_start(coord_child *child, const char *program, const char *const
 int coord_child_read_line(coord_child *child, char *line, size_t size, int timeout_ms);
 
 /* Reads lines until one starts with prefix (copied to line); 0 on success. */
-int coord_child_expect(coord_child *child, const char *prefix, char *line, size_t size, int timeout_ms);
+int coord_child_expect(coord_child *child, const char *prefix, char *line, size_t size,
+                       int timeout_ms);
 
 /* Writes one command line to the child's stdin. */
 int coord_child_send(coord_child *child, const char *line);

@@ -15,11 +15,16 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *endpoints[] = {argv[1]};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
+  kolo_etcd_config config = {
+      .endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
   kolo_etcd *client = NULL;
   kolo_membership *reg = NULL;
   if (kolo_etcd_create(&config, &client) != KOLO_OK) return 1;
-  kolo_member m = {.id = argv[2], .host = "holder-host", .address = "127.0.0.1:7000", .cpus = 2, .gpus = 0,
+  kolo_member m = {.id = argv[2],
+                   .host = "holder-host",
+                   .address = "127.0.0.1:7000",
+                   .cpus = 2,
+                   .gpus = 0,
                    .state = "idle"};
   kolo_status rc = kolo_membership_register(client, &m, atoi(argv[3]), NULL, NULL, &reg);
   if (rc != KOLO_OK) {

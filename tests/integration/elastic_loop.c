@@ -41,12 +41,14 @@ static void note_transport(kolo_elastic *elastic) {
   kolo_comm *comm = kolo_elastic_comm(elastic);
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
-  fprintf(out, "TRANSPORT %llu %d %s %s %s\n", (unsigned long long)kolo_comm_epoch(comm), kolo_comm_rank(comm),
-          host, kolo_comm_transport(comm, 0), kolo_comm_transport(comm, 1));
+  fprintf(out, "TRANSPORT %llu %d %s %s %s\n", (unsigned long long)kolo_comm_epoch(comm),
+          kolo_comm_rank(comm), host, kolo_comm_transport(comm, 0), kolo_comm_transport(comm, 1));
   fclose(out);
 }
 
-static double step_value(int64_t step, size_t index) { return (double)((step * 7 + (int64_t)index) % 13); }
+static double step_value(int64_t step, size_t index) {
+  return (double)((step * 7 + (int64_t)index) % 13);
+}
 
 /* Fails with the ring's timeout although every rank is alive (see above). */
 static kolo_status stall(kolo_comm *comm, double *buffer, size_t length) {
@@ -79,7 +81,8 @@ int main(int argc, char **argv) {
   status = kolo_elastic_sync(elastic);
   if (status == KOLO_OK) note_transport(elastic);
   const char *reform_file = getenv("KOLO_REFORM_FILE");
-  const char *stall_until = getenv("KOLO_LOOP_STALL_UNTIL"), *stall_at = getenv("KOLO_LOOP_STALL_AT");
+  const char *stall_until = getenv("KOLO_LOOP_STALL_UNTIL"),
+             *stall_at = getenv("KOLO_LOOP_STALL_AT");
   uint64_t stall_epochs = stall_until ? strtoull(stall_until, NULL, 10) : 0;
   int64_t stall_step = stall_at ? atoll(stall_at) : 10;
   const char *gate = getenv("KOLO_GATE_FILE");
@@ -93,7 +96,8 @@ int main(int argc, char **argv) {
       if (status == KOLO_OK) note_transport(elastic);
       FILE *out = status == KOLO_OK && reform_file ? fopen(reform_file, "a") : NULL;
       if (out) {
-        fprintf(out, "REFORM %llu %lld\n", (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)),
+        fprintf(out, "REFORM %llu %lld\n",
+                (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)),
                 (long long)(before - step));
         fclose(out);
       }
@@ -150,7 +154,8 @@ int main(int argc, char **argv) {
     }
     if (kolo_comm_rank(kolo_elastic_comm(elastic)) == 0) fputs(line, stdout);
   } else {
-    fprintf(stderr, "elastic_loop: stopped at step %lld: %s\n", (long long)step, kolo_strerror(status));
+    fprintf(stderr, "elastic_loop: stopped at step %lld: %s\n", (long long)step,
+            kolo_strerror(status));
   }
   free(accumulator);
   free(contribution);

@@ -63,40 +63,63 @@ static double value(int rank, int tensor, size_t i) {
 
 static void store(kolo_dtype dtype, void *buffer, size_t i, double v) {
   switch (dtype) {
-    case KOLO_INT32: ((int32_t *)buffer)[i] = (int32_t)v; break;
-    case KOLO_INT64: ((int64_t *)buffer)[i] = (int64_t)v; break;
-    case KOLO_FLOAT64: ((double *)buffer)[i] = v; break;
-    default: ((float *)buffer)[i] = (float)v; break;
+    case KOLO_INT32:
+      ((int32_t *)buffer)[i] = (int32_t)v;
+      break;
+    case KOLO_INT64:
+      ((int64_t *)buffer)[i] = (int64_t)v;
+      break;
+    case KOLO_FLOAT64:
+      ((double *)buffer)[i] = v;
+      break;
+    default:
+      ((float *)buffer)[i] = (float)v;
+      break;
   }
 }
 
 static double load(kolo_dtype dtype, const void *buffer, size_t i) {
   switch (dtype) {
-    case KOLO_INT32: return ((const int32_t *)buffer)[i];
-    case KOLO_INT64: return (double)((const int64_t *)buffer)[i];
-    case KOLO_FLOAT64: return ((const double *)buffer)[i];
-    default: return ((const float *)buffer)[i];
+    case KOLO_INT32:
+      return ((const int32_t *)buffer)[i];
+    case KOLO_INT64:
+      return (double)((const int64_t *)buffer)[i];
+    case KOLO_FLOAT64:
+      return ((const double *)buffer)[i];
+    default:
+      return ((const float *)buffer)[i];
   }
 }
 
 /* op over ranks of value(r, tensor, i) * prescale, then * postscale, as the
  * library computes it for these exact inputs. */
-static double expected_reduce(const checker *c, kolo_dtype dtype, kolo_op op, int tensor,
-                              size_t i, double prescale, double postscale) {
+static double expected_reduce(const checker *c, kolo_dtype dtype, kolo_op op, int tensor, size_t i,
+                              double prescale, double postscale) {
   double acc = value(0, tensor, i) * prescale;
   for (int r = 1; r < c->size; r++) {
     double v = value(r, tensor, i) * prescale;
     switch (op) {
-      case KOLO_MIN: acc = v < acc ? v : acc; break;
-      case KOLO_MAX: acc = v > acc ? v : acc; break;
-      case KOLO_PROD: acc *= v; break;
-      default: acc += v; break;
+      case KOLO_MIN:
+        acc = v < acc ? v : acc;
+        break;
+      case KOLO_MAX:
+        acc = v > acc ? v : acc;
+        break;
+      case KOLO_PROD:
+        acc *= v;
+        break;
+      default:
+        acc += v;
+        break;
     }
   }
   if (op == KOLO_AVG) {
-    if (dtype == KOLO_FLOAT32) acc = (float)acc / (float)c->size;
-    else if (dtype == KOLO_FLOAT64) acc = acc / c->size;
-    else acc = (double)((int64_t)acc / c->size);
+    if (dtype == KOLO_FLOAT32)
+      acc = (float)acc / (float)c->size;
+    else if (dtype == KOLO_FLOAT64)
+      acc = acc / c->size;
+    else
+      acc = (double)((int64_t)acc / c->size);
   }
   if (dtype == KOLO_FLOAT32) return (float)((float)acc * postscale);
   return acc * postscale;
@@ -120,8 +143,9 @@ static void check_allreduces(checker *c, kolo_dtype dtype, kolo_op op, double pr
     int t = order_of(c, k, n);
     snprintf(name, sizeof name, "grad.%s.%s.%d.%d", kolo_dtype_name(dtype), kolo_op_name(op), t,
              in_place);
-    must(c, kolo_allreduce_named(c->comm, name, send[t], recv[t], sizes[t], dtype, op, pre, post,
-                                 &requests[t]),
+    must(c,
+         kolo_allreduce_named(c->comm, name, send[t], recv[t], sizes[t], dtype, op, pre, post,
+                              &requests[t]),
          name);
   }
   for (int k = 0; k < n; k++) {
@@ -157,9 +181,10 @@ static void check_grouped(checker *c) {
     for (size_t i = 0; i < counts[m]; i++) send[m][i] = (float)value(c->rank, 20 + m, i);
   }
   kolo_request *request = NULL;
-  must(c, kolo_grouped_allreduce_named(c->comm, "group.layer", MEMBERS, names,
-                                       (const void *const *)send, (void *const *)recv, counts,
-                                       KOLO_FLOAT32, KOLO_SUM, 2.0, 0.25, &request),
+  must(c,
+       kolo_grouped_allreduce_named(c->comm, "group.layer", MEMBERS, names,
+                                    (const void *const *)send, (void *const *)recv, counts,
+                                    KOLO_FLOAT32, KOLO_SUM, 2.0, 0.25, &request),
        "grouped");
   must(c, kolo_wait(request), "wait grouped");
   for (int m = 0; m < MEMBERS; m++) {
@@ -189,12 +214,14 @@ static void check_allgathers(checker *c) {
   for (int k = 0; k < 2; k++) {
     int which = first ? 1 - k : k;
     if (which == 0) {
-      must(c, kolo_allgather_named(c->comm, "gather.into", send, mine, into, total, counts_a,
-                                   KOLO_INT64, &requests[0]),
+      must(c,
+           kolo_allgather_named(c->comm, "gather.into", send, mine, into, total, counts_a,
+                                KOLO_INT64, &requests[0]),
            "allgather into");
     } else {
-      must(c, kolo_allgather_named(c->comm, "gather.alloc", send, mine, NULL, 0, counts_b,
-                                   KOLO_INT64, &requests[1]),
+      must(c,
+           kolo_allgather_named(c->comm, "gather.alloc", send, mine, NULL, 0, counts_b, KOLO_INT64,
+                                &requests[1]),
            "allgather alloc");
     }
   }
@@ -237,8 +264,9 @@ static void check_broadcasts(checker *c) {
   for (int k = 0; k < c->size; k++) {
     int root = order_of(c, k, c->size);
     snprintf(name, sizeof name, "bcast.%d", root);
-    must(c, kolo_broadcast_named(c->comm, name, buffers[root], COUNT, KOLO_FLOAT64, root,
-                                 &requests[root]),
+    must(c,
+         kolo_broadcast_named(c->comm, name, buffers[root], COUNT, KOLO_FLOAT64, root,
+                              &requests[root]),
          name);
   }
   for (int root = 0; root < c->size; root++) {
@@ -271,12 +299,14 @@ static void check_reducescatters(checker *c) {
   for (int k = 0; k < 2; k++) {
     int which = c->reversed && c->rank % 2 == 1 ? 1 - k : k;
     if (which == 0) {
-      must(c, kolo_reducescatter_named(c->comm, "rs.uneven", send, recv, total, counts, KOLO_INT32,
-                                       KOLO_SUM, &requests[0]),
+      must(c,
+           kolo_reducescatter_named(c->comm, "rs.uneven", send, recv, total, counts, KOLO_INT32,
+                                    KOLO_SUM, &requests[0]),
            "reducescatter uneven");
     } else {
-      must(c, kolo_reducescatter_named(c->comm, "rs.even", send_even, recv_even, even, NULL,
-                                       KOLO_FLOAT32, KOLO_MAX, &requests[1]),
+      must(c,
+           kolo_reducescatter_named(c->comm, "rs.even", send_even, recv_even, even, NULL,
+                                    KOLO_FLOAT32, KOLO_MAX, &requests[1]),
            "reducescatter even");
     }
   }
@@ -292,7 +322,8 @@ static void check_reducescatters(checker *c) {
   }
   for (size_t i = 0; i < 6; i++) {
     double want = expected_reduce(c, KOLO_FLOAT32, KOLO_MAX, 31, 6 * (size_t)c->rank + i, 1, 1);
-    if (recv_even[i] != want) failf(c, "reducescatter even [%zu]: got %g want %g", i, recv_even[i], want);
+    if (recv_even[i] != want)
+      failf(c, "reducescatter even [%zu]: got %g want %g", i, recv_even[i], want);
   }
   free(send);
   free(recv);
@@ -300,8 +331,12 @@ static void check_reducescatters(checker *c) {
 }
 
 /* Rank s sends (s + 2d) % 5 * 3000 + d elements to rank d (some zero), encoded (s, d, i). */
-static size_t a2a_count(int s, int d) { return (size_t)((s + 2 * d) % 5) * 3000 + (size_t)d; }
-static int32_t a2a_value(int s, int d, size_t i) { return s * 1000000 + d * 100000 + (int32_t)i; }
+static size_t a2a_count(int s, int d) {
+  return (size_t)((s + 2 * d) % 5) * 3000 + (size_t)d;
+}
+static int32_t a2a_value(int s, int d, size_t i) {
+  return s * 1000000 + d * 100000 + (int32_t)i;
+}
 
 static void check_alltoalls(checker *c) {
   size_t send_counts[8], total = 0, incoming = 0;
@@ -320,19 +355,22 @@ static void check_alltoalls(checker *c) {
   for (int k = 0; k < 2; k++) {
     int which = c->reversed && c->rank % 2 == 1 ? 1 - k : k;
     if (which == 0) {
-      must(c, kolo_alltoall_named(c->comm, "a2a.into", send, send_counts, into, incoming, counts_a,
-                                  KOLO_INT32, &requests[0]),
+      must(c,
+           kolo_alltoall_named(c->comm, "a2a.into", send, send_counts, into, incoming, counts_a,
+                               KOLO_INT32, &requests[0]),
            "alltoall into");
     } else {
-      must(c, kolo_alltoall_named(c->comm, "a2a.alloc", send, send_counts, NULL, 0, counts_b,
-                                  KOLO_INT32, &requests[1]),
+      must(c,
+           kolo_alltoall_named(c->comm, "a2a.alloc", send, send_counts, NULL, 0, counts_b,
+                               KOLO_INT32, &requests[1]),
            "alltoall alloc");
     }
   }
   kolo_result result;
   must(c, kolo_wait(requests[0]), "wait alltoall into");
   must(c, kolo_wait_result(requests[1], &result), "wait alltoall alloc");
-  if (result.output_count != incoming) failf(c, "alltoall alloc: %zu elements", result.output_count);
+  if (result.output_count != incoming)
+    failf(c, "alltoall alloc: %zu elements", result.output_count);
   const int32_t *outputs[2] = {into, result.output};
   for (int which = 0; which < 2 && result.output != NULL; which++) {
     c->cases++;
@@ -360,8 +398,9 @@ static void check_alltoall_capacity(checker *c) {
   int32_t send[32] = {0}, into[32];
   size_t capacity = c->rank == 1 ? 3 : 4 * (size_t)c->size;
   kolo_request *request;
-  must(c, kolo_alltoall_named(c->comm, "a2a.small", send, send_counts, into, capacity, NULL,
-                              KOLO_INT32, &request),
+  must(c,
+       kolo_alltoall_named(c->comm, "a2a.small", send, send_counts, into, capacity, NULL,
+                           KOLO_INT32, &request),
        "alltoall small");
   kolo_result result;
   kolo_status status = kolo_wait_result(request, &result);
@@ -398,43 +437,55 @@ static void check_bad_arguments(checker *c) {
   char long_name[KOLO_NAME_MAX + 2];
   memset(long_name, 'a', sizeof long_name - 1);
   long_name[sizeof long_name - 1] = '\0';
-  expect_status(c, kolo_allreduce_named(c->comm, "", x, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &request),
+  expect_status(c,
+                kolo_allreduce_named(c->comm, "", x, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &request),
                 KOLO_ERR_INVALID_ARG, "empty name");
-  expect_status(c, kolo_allreduce_named(c->comm, NULL, x, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &request),
-                KOLO_ERR_INVALID_ARG, "NULL name");
-  expect_status(c, kolo_allreduce_named(c->comm, long_name, x, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1,
-                                        &request),
-                KOLO_ERR_INVALID_ARG, "name over KOLO_NAME_MAX");
-  expect_status(c, kolo_allreduce_named(c->comm, "k", k, k, 4, KOLO_INT32, KOLO_SUM, 0.5, 1, &request),
+  expect_status(
+      c, kolo_allreduce_named(c->comm, NULL, x, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &request),
+      KOLO_ERR_INVALID_ARG, "NULL name");
+  expect_status(
+      c, kolo_allreduce_named(c->comm, long_name, x, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &request),
+      KOLO_ERR_INVALID_ARG, "name over KOLO_NAME_MAX");
+  expect_status(c,
+                kolo_allreduce_named(c->comm, "k", k, k, 4, KOLO_INT32, KOLO_SUM, 0.5, 1, &request),
                 KOLO_ERR_INVALID_ARG, "prescale on int32");
-  expect_status(c, kolo_allreduce_named(c->comm, "x", x, x, 4, KOLO_FLOAT32, KOLO_SUM, NAN, 1, &request),
-                KOLO_ERR_INVALID_ARG, "NaN prescale");
-  expect_status(c, kolo_allreduce_named(c->comm, "x", x, x, 4, (kolo_dtype)99, KOLO_SUM, 1, 1, &request),
-                KOLO_ERR_INVALID_ARG, "unknown dtype");
-  expect_status(c, kolo_allreduce_named(c->comm, "x", x, x, 4, KOLO_FLOAT32, (kolo_op)42, 1, 1, &request),
-                KOLO_ERR_INVALID_ARG, "unknown op");
-  expect_status(c, kolo_allreduce_named(c->comm, "x", NULL, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &request),
-                KOLO_ERR_INVALID_ARG, "NULL send");
+  expect_status(
+      c, kolo_allreduce_named(c->comm, "x", x, x, 4, KOLO_FLOAT32, KOLO_SUM, NAN, 1, &request),
+      KOLO_ERR_INVALID_ARG, "NaN prescale");
+  expect_status(
+      c, kolo_allreduce_named(c->comm, "x", x, x, 4, (kolo_dtype)99, KOLO_SUM, 1, 1, &request),
+      KOLO_ERR_INVALID_ARG, "unknown dtype");
+  expect_status(
+      c, kolo_allreduce_named(c->comm, "x", x, x, 4, KOLO_FLOAT32, (kolo_op)42, 1, 1, &request),
+      KOLO_ERR_INVALID_ARG, "unknown op");
+  expect_status(
+      c, kolo_allreduce_named(c->comm, "x", NULL, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &request),
+      KOLO_ERR_INVALID_ARG, "NULL send");
   expect_status(c, kolo_allreduce_named(c->comm, "x", x, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, NULL),
                 KOLO_ERR_INVALID_ARG, "NULL request");
   expect_status(c, kolo_broadcast_named(c->comm, "b", x, 4, KOLO_FLOAT32, c->size, &request),
                 KOLO_ERR_INVALID_ARG, "broadcast root out of range");
   if (c->size > 1) {
-    expect_status(c, kolo_reducescatter_named(c->comm, "r", x, x, (size_t)c->size * 4 + 1, NULL,
-                                              KOLO_FLOAT32, KOLO_SUM, &request),
+    expect_status(c,
+                  kolo_reducescatter_named(c->comm, "r", x, x, (size_t)c->size * 4 + 1, NULL,
+                                           KOLO_FLOAT32, KOLO_SUM, &request),
                   KOLO_ERR_INVALID_ARG, "reducescatter count not divisible");
   }
-  expect_status(c, kolo_alltoall_named(c->comm, "a", x, NULL, NULL, 0, NULL, KOLO_FLOAT32, &request),
+  expect_status(c,
+                kolo_alltoall_named(c->comm, "a", x, NULL, NULL, 0, NULL, KOLO_FLOAT32, &request),
                 KOLO_ERR_INVALID_ARG, "alltoall without send counts");
-  expect_status(c, kolo_grouped_allreduce_named(c->comm, "g", 0, NULL, NULL, NULL, NULL,
-                                                KOLO_FLOAT32, KOLO_SUM, 1, 1, &request),
+  expect_status(c,
+                kolo_grouped_allreduce_named(c->comm, "g", 0, NULL, NULL, NULL, NULL, KOLO_FLOAT32,
+                                             KOLO_SUM, 1, 1, &request),
                 KOLO_ERR_INVALID_ARG, "empty group");
   expect_status(c, kolo_join_async(NULL, &request), KOLO_ERR_INVALID_ARG, "join without comm");
   expect_status(c, kolo_wait_result(NULL, NULL), KOLO_ERR_INVALID_ARG, "wait_result(NULL)");
   /* a name still in flight here cannot be submitted again; afterwards it can */
   kolo_request *first = NULL, *second = NULL;
-  must(c, kolo_allreduce_named(c->comm, "dup", x, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &first), "dup");
-  expect_status(c, kolo_allreduce_named(c->comm, "dup", k, k, 4, KOLO_INT32, KOLO_SUM, 1, 1, &second),
+  must(c, kolo_allreduce_named(c->comm, "dup", x, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &first),
+       "dup");
+  expect_status(c,
+                kolo_allreduce_named(c->comm, "dup", k, k, 4, KOLO_INT32, KOLO_SUM, 1, 1, &second),
                 KOLO_ERR_EXISTS, "same name while in flight");
   must(c, kolo_wait(first), "wait dup");
   must(c, kolo_allreduce_named(c->comm, "dup", x, x, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &first),
@@ -486,7 +537,8 @@ int main(int argc, char **argv) {
   check_join(&c);
   check_bad_arguments(&c);
   int64_t failures = c.failures, total = 0;
-  must(&c, kolo_allreduce(c.comm, &failures, &total, 1, KOLO_INT64, KOLO_SUM), "allreduce(failures)");
+  must(&c, kolo_allreduce(c.comm, &failures, &total, 1, KOLO_INT64, KOLO_SUM),
+       "allreduce(failures)");
   if (c.rank == 0) {
     printf("engine_check %s: %d ranks, %ld cases, %lld failures, %.1f s\n", mode, c.size, c.cases,
            (long long)total, (double)(monotonic_ns() - started) / 1e9);

@@ -148,13 +148,16 @@ static void a_hello_of_an_unknown_version_is_refused_and_the_connection_closed(v
   assert_int_equal(r.heard.hellos, 0);
   assert_int_equal(r.heard.reports, 0); /* nothing after a refused HELLO */
   char *text = finish(&r);
-  assert_string_equal(text, "REFUSED 1 2 agent protocol version 99 is not spoken by this kolo-worker\n");
+  assert_string_equal(text,
+                      "REFUSED 1 2 agent protocol version 99 is not spoken by this kolo-worker\n");
 }
 
 static void malformed_lines_are_dropped(void **state) {
   (void)state;
   run r;
-  start(&r, "HELLO PID 2\nFORMED 1 5 2\nREPORT nope\nRING 1 0 1 0 1 0 - a b\nFORMED -1 0 1\nREPORT {}\n");
+  start(
+      &r,
+      "HELLO PID 2\nFORMED 1 5 2\nREPORT nope\nRING 1 0 1 0 1 0 - a b\nFORMED -1 0 1\nREPORT {}\n");
   service_for(&r, 3000);
   assert_true(kolo_agent_proc_connected(r.proc));
   assert_int_equal(r.heard.hellos, 1);
@@ -181,7 +184,8 @@ static void the_shared_memory_of_a_killed_process_is_removed_when_it_is_reaped(v
   snprintf(r.out, sizeof r.out, "%s/made", r.dir);
   const char *program =
       "import os, sys, time\n"
-      "for name in ('kolo-%d-00000000deadbeef' % os.getpid(), 'kolo-%d-0000000000c0ffee' % os.getpid()):\n"
+      "for name in ('kolo-%d-00000000deadbeef' % os.getpid(), 'kolo-%d-0000000000c0ffee' % "
+      "os.getpid()):\n"
       "    open('/dev/shm/' + name, 'w').close()\n"
       "open(sys.argv[1], 'w').write('ok')\n"
       "time.sleep(60)\n";

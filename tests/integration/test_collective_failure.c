@@ -372,7 +372,8 @@ static void a_silent_peer_is_found_by_the_beat_of_both_neighbours(void **state) 
     long long at = 0;
     assert_int_equal(sscanf(line, "error %63s %d %lld", status, &failed_rank, &at), 3);
     double after_s = (double)(at - stopped_at) / 1e9;
-    print_message("rank %d: %s naming %d after %.3f s: %s\n", r, status, failed_rank, after_s, line);
+    print_message("rank %d: %s naming %d after %.3f s: %s\n", r, status, failed_rank, after_s,
+                  line);
     assert_string_equal(status, "KOLO_ERR_PEER_LOST");
     assert_int_equal(failed_rank, 1);
     /* 0.5 s, stretched by late beats on a loaded machine; the collective timeout is 30 s */
@@ -395,7 +396,8 @@ int main(int argc, char **argv) {
           a_wrong_secret_and_a_stale_epoch_never_join_and_the_ring_still_forms, setup, teardown),
       cmocka_unit_test_setup_teardown(
           abort_from_another_thread_ends_a_pending_wait_and_the_next_epoch_works, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_silent_peer_is_found_by_the_beat_of_both_neighbours, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_silent_peer_is_found_by_the_beat_of_both_neighbours, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(a_silent_peer_trips_the_timeout, setup, teardown),
   };
   const struct CMUnitTest refusal_codes_tests[] = {

@@ -32,8 +32,11 @@ static int admin(kolo_etcd *c, const char *path, const char *body_text) {
 
 static kolo_etcd *client(fixture *f, const char *user, const char *password) {
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000,
-                             .user = user, .password = password};
+  kolo_etcd_config config = {.endpoints = endpoints,
+                             .endpoint_count = 1,
+                             .request_timeout_ms = 2000,
+                             .user = user,
+                             .password = password};
   kolo_etcd *c = NULL;
   if (kolo_etcd_create(&config, &c) != KOLO_OK) return NULL;
   return c;
@@ -46,7 +49,8 @@ static int setup(void **state) {
   kolo_etcd *c = client(f, NULL, NULL);
   int bad = c == NULL || admin(c, "auth/user/add", "{\"name\":\"root\",\"password\":\"s3cret\"}") ||
             admin(c, "auth/role/add", "{\"name\":\"root\"}") ||
-            admin(c, "auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}") || admin(c, "auth/enable", "{}");
+            admin(c, "auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}") ||
+            admin(c, "auth/enable", "{}");
   kolo_etcd_destroy(c);
   *state = f;
   return bad ? -1 : 0;
@@ -63,13 +67,15 @@ static void the_client_logs_in_and_refreshes_an_expired_token(void **state) {
   fixture *f = *state;
   kolo_etcd *c = client(f, "root", "s3cret");
   assert_non_null(c);
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/a/k"), kolo_etcd_str("1"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/a/k"), kolo_etcd_str("1"), 0, NULL, NULL),
+                   KOLO_OK);
   char first[1024];
   assert_int_equal(kolo_etcd_auth_header(c, first, sizeof first, 0, NULL), KOLO_OK);
   /* Idle past the 1 s token TTL: etcd forgets the token. */
   struct timespec d = {2, 500 * 1000000L};
   nanosleep(&d, NULL);
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/a/k"), kolo_etcd_str("2"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/a/k"), kolo_etcd_str("2"), 0, NULL, NULL),
+                   KOLO_OK);
   char second[1024];
   assert_int_equal(kolo_etcd_auth_header(c, second, sizeof second, 0, NULL), KOLO_OK);
   assert_string_not_equal(first, second); /* a new token was fetched */
@@ -84,7 +90,8 @@ static void a_wrong_password_is_an_auth_error(void **state) {
   fixture *f = *state;
   kolo_etcd *c = client(f, "root", "wrong");
   assert_non_null(c);
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/a/k"), kolo_etcd_str("x"), 0, NULL, NULL), KOLO_ERR_AUTH);
+  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/a/k"), kolo_etcd_str("x"), 0, NULL, NULL),
+                   KOLO_ERR_AUTH);
   assert_non_null(strstr(kolo_etcd_last_error(), "authentication as 'root' failed"));
   kolo_etcd_destroy(c);
 }
@@ -135,13 +142,15 @@ static void a_watch_reauthenticates_after_etcd_forgets_its_token(void **state) {
     struct timespec d = {0, 20 * 1000000L};
     nanosleep(&d, NULL);
   }
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/aw/1"), kolo_etcd_str("x"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/aw/1"), kolo_etcd_str("x"), 0, NULL, NULL),
+                   KOLO_OK);
   assert_int_equal(wait_events(&s, 1), 1);
   /* A restart drops every simple token: both the watch and the KV calls log in again. */
   assert_int_equal(kolo_etcd_harness_restart(f->etcd), KOLO_OK);
   /* The write goes through another client, so the watch must log in by itself. */
   kolo_etcd *other = client(f, "root", "s3cret");
-  assert_int_equal(kolo_etcd_put(other, kolo_etcd_str("/aw/2"), kolo_etcd_str("y"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(other, kolo_etcd_str("/aw/2"), kolo_etcd_str("y"), 0, NULL, NULL),
+                   KOLO_OK);
   kolo_etcd_destroy(other);
   assert_int_equal(wait_events(&s, 2), 2);
   kolo_etcd_watch_stop(w);

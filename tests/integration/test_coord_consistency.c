@@ -48,7 +48,9 @@ static int teardown(void **state) {
 }
 
 static kolo_etcd *client_for(const char *const *endpoints, size_t n, int timeout_ms) {
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = n, .request_timeout_ms = timeout_ms,
+  kolo_etcd_config config = {.endpoints = endpoints,
+                             .endpoint_count = n,
+                             .request_timeout_ms = timeout_ms,
                              .connect_timeout_ms = 300};
   kolo_etcd *c = NULL;
   assert_int_equal(kolo_etcd_create(&config, &c), KOLO_OK);
@@ -137,7 +139,7 @@ static void write_is_not_resent(void **state, int hang) {
   printf("put through a %s endpoint: %s (%s)\n", hang ? "silent" : "closing", kolo_status_name(rc),
          kolo_etcd_last_error());
   assert_int_equal(atomic_load(&hole.requests), 1); /* sent once, to the first endpoint */
-  assert_false(key_exists(f, "/once"));               /* and never to the second */
+  assert_false(key_exists(f, "/once"));             /* and never to the second */
   kolo_etcd_destroy(c);
 
   /* a read is safe to repeat: an endpoint that answers nothing fails it over to the
@@ -148,7 +150,8 @@ static void write_is_not_resent(void **state, int hang) {
   }
   const char *live[] = {kolo_etcd_harness_url(f->etcd)};
   kolo_etcd *writer = client_for(live, 1, 2000);
-  assert_int_equal(kolo_etcd_put(writer, kolo_etcd_str("/read-me"), kolo_etcd_str("x"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(writer, kolo_etcd_str("/read-me"), kolo_etcd_str("x"), 0, NULL, NULL), KOLO_OK);
   kolo_etcd_destroy(writer);
   c = client_for(endpoints, 2, 1000);
   kolo_etcd_kv kv = {0};
@@ -181,7 +184,8 @@ typedef struct churn {
 static void *churn_main(void *arg) {
   churn *ch = arg;
   const char *endpoints[] = {ch->url};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
+  kolo_etcd_config config = {
+      .endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
   kolo_etcd *c = NULL;
   if (kolo_etcd_create(&config, &c) != KOLO_OK) return NULL;
   for (int i = 0; !atomic_load(&ch->stop); i++) {
@@ -206,7 +210,8 @@ static void a_paged_prefix_read_is_one_snapshot_while_keys_change(void **state) 
   for (int i = 0; i < PAGED_KEYS; i++) {
     char key[32];
     snprintf(key, sizeof key, "/p/%03d", i);
-    assert_int_equal(kolo_etcd_put(c, kolo_etcd_str(key), kolo_etcd_str("original"), 0, NULL, NULL), KOLO_OK);
+    assert_int_equal(kolo_etcd_put(c, kolo_etcd_str(key), kolo_etcd_str("original"), 0, NULL, NULL),
+                     KOLO_OK);
   }
   churn ch = {.url = endpoints[0]};
   pthread_t thread;
@@ -241,9 +246,12 @@ static void a_paged_prefix_read_is_one_snapshot_while_keys_change(void **state) 
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(a_write_whose_endpoint_closed_after_taking_it_is_not_resent, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_write_whose_endpoint_went_silent_is_not_resent, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_paged_prefix_read_is_one_snapshot_while_keys_change, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_write_whose_endpoint_closed_after_taking_it_is_not_resent,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(a_write_whose_endpoint_went_silent_is_not_resent, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_paged_prefix_read_is_one_snapshot_while_keys_change, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,7 +36,8 @@ static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   if (kolo_etcd_harness_start(NULL, &f->etcd) != KOLO_OK) return -1;
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
+  kolo_etcd_config config = {
+      .endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
   if (kolo_etcd_create(&config, &f->client) != KOLO_OK) return -1;
   *state = f;
   return 0;
@@ -119,8 +120,10 @@ static void a_deposed_leaders_fenced_write_fails(void **state) {
 static void resign_hands_over_and_campaign_times_out_while_queued(void **state) {
   fixture *f = *state;
   kolo_election *first = NULL, *second = NULL;
-  assert_int_equal(kolo_election_create(f->client, "/e3/", "one", TTL, NULL, NULL, &first), KOLO_OK);
-  assert_int_equal(kolo_election_create(f->client, "/e3/", "two", TTL, NULL, NULL, &second), KOLO_OK);
+  assert_int_equal(kolo_election_create(f->client, "/e3/", "one", TTL, NULL, NULL, &first),
+                   KOLO_OK);
+  assert_int_equal(kolo_election_create(f->client, "/e3/", "two", TTL, NULL, NULL, &second),
+                   KOLO_OK);
   assert_int_equal(kolo_election_campaign(first, 2000), KOLO_OK);
   assert_true(kolo_election_is_leader(first));
   long long t0 = now_ms();
@@ -142,7 +145,8 @@ static void resign_hands_over_and_campaign_times_out_while_queued(void **state) 
   assert_string_equal((char *)leader.value, "two");
   kolo_etcd_kv_clear(&leader);
   /* The resigned leader can no longer write. */
-  kolo_etcd_op put = {.kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str("/e3-data/y"), .value = kolo_etcd_str("1")};
+  kolo_etcd_op put = {
+      .kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str("/e3-data/y"), .value = kolo_etcd_str("1")};
   kolo_etcd_txn txn = {NULL, 0, &put, 1, NULL, 0};
   kolo_etcd_txn_result r;
   assert_int_equal(kolo_election_fenced_txn(first, &txn, &r), KOLO_ERR_NOT_LEADER);
@@ -156,9 +160,12 @@ static void a_failing_caller_compare_is_not_a_lost_fence(void **state) {
   kolo_election *e = NULL;
   assert_int_equal(kolo_election_create(f->client, "/e4/", "solo", TTL, NULL, NULL, &e), KOLO_OK);
   assert_int_equal(kolo_election_campaign(e, 2000), KOLO_OK);
-  kolo_etcd_compare cmp = {.target = KOLO_ETCD_CMP_VERSION, .result = KOLO_ETCD_EQUAL,
-                           .key = kolo_etcd_str("/e4-data/z"), .number = 5};
-  kolo_etcd_op put = {.kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str("/e4-data/z"), .value = kolo_etcd_str("1")};
+  kolo_etcd_compare cmp = {.target = KOLO_ETCD_CMP_VERSION,
+                           .result = KOLO_ETCD_EQUAL,
+                           .key = kolo_etcd_str("/e4-data/z"),
+                           .number = 5};
+  kolo_etcd_op put = {
+      .kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str("/e4-data/z"), .value = kolo_etcd_str("1")};
   kolo_etcd_op get = {.kind = KOLO_ETCD_OP_RANGE, .key = kolo_etcd_str("/e4-data/z")};
   kolo_etcd_txn txn = {&cmp, 1, &put, 1, &get, 1};
   kolo_etcd_txn_result r;
@@ -208,8 +215,10 @@ static void an_observer_reports_each_change_of_leader(void **state) {
   assert_int_equal(h.count, 1);
   assert_string_equal(h.seen[0], "-");
   kolo_election *first = NULL, *second = NULL;
-  assert_int_equal(kolo_election_create(f->client, "/e5/", "one", TTL, NULL, NULL, &first), KOLO_OK);
-  assert_int_equal(kolo_election_create(f->client, "/e5/", "two", TTL, NULL, NULL, &second), KOLO_OK);
+  assert_int_equal(kolo_election_create(f->client, "/e5/", "one", TTL, NULL, NULL, &first),
+                   KOLO_OK);
+  assert_int_equal(kolo_election_create(f->client, "/e5/", "two", TTL, NULL, NULL, &second),
+                   KOLO_OK);
   assert_int_equal(kolo_election_campaign(first, 2000), KOLO_OK);
   assert_int_equal(wait_history(&h, 2), 2);
   assert_int_equal(kolo_election_campaign(second, 200), KOLO_ERR_TIMEOUT); /* queued: no change */

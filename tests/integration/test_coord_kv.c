@@ -22,7 +22,9 @@ static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   if (kolo_etcd_harness_start(NULL, &f->etcd) != KOLO_OK) return -1;
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 3000,
+  kolo_etcd_config config = {.endpoints = endpoints,
+                             .endpoint_count = 1,
+                             .request_timeout_ms = 3000,
                              .max_value_bytes = 64 * 1024};
   if (kolo_etcd_create(&config, &f->client) != KOLO_OK) return -1;
   *state = f;
@@ -43,11 +45,13 @@ static void put_then_get_round_trips_binary_keys_and_values(void **state) {
   const unsigned char value[] = {0, 1, 2, 0xfe, 0xff, '"', '\\'};
   int64_t rev = 0;
   assert_int_equal(kolo_etcd_put(f->client, (kolo_etcd_bytes){key, sizeof key},
-                                 (kolo_etcd_bytes){value, sizeof value}, 0, NULL, &rev), KOLO_OK);
+                                 (kolo_etcd_bytes){value, sizeof value}, 0, NULL, &rev),
+                   KOLO_OK);
   assert_true(rev > 0);
   kolo_etcd_kv kv;
   int64_t read_rev = 0;
-  assert_int_equal(kolo_etcd_get(f->client, (kolo_etcd_bytes){key, sizeof key}, &kv, &read_rev), KOLO_OK);
+  assert_int_equal(kolo_etcd_get(f->client, (kolo_etcd_bytes){key, sizeof key}, &kv, &read_rev),
+                   KOLO_OK);
   assert_int_equal(kv.key_len, sizeof key);
   assert_memory_equal(kv.key, key, sizeof key);
   assert_int_equal(kv.value_len, sizeof value);
@@ -62,9 +66,13 @@ static void put_then_get_round_trips_binary_keys_and_values(void **state) {
 static void put_with_prev_kv_returns_the_previous_value(void **state) {
   fixture *f = *state;
   kolo_etcd_kv prev;
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/p/x"), kolo_etcd_str("one"), 0, &prev, NULL), KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(f->client, kolo_etcd_str("/p/x"), kolo_etcd_str("one"), 0, &prev, NULL),
+      KOLO_OK);
   assert_null(prev.key);
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/p/x"), kolo_etcd_str("two"), 0, &prev, NULL), KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(f->client, kolo_etcd_str("/p/x"), kolo_etcd_str("two"), 0, &prev, NULL),
+      KOLO_OK);
   assert_non_null(prev.key);
   assert_string_equal((char *)prev.value, "one");
   assert_int_equal(prev.version, 1);
@@ -74,7 +82,8 @@ static void put_with_prev_kv_returns_the_previous_value(void **state) {
 static void get_of_a_missing_key_is_not_found(void **state) {
   fixture *f = *state;
   kolo_etcd_kv kv;
-  assert_int_equal(kolo_etcd_get(f->client, kolo_etcd_str("/no/such/key"), &kv, NULL), KOLO_ERR_NOT_FOUND);
+  assert_int_equal(kolo_etcd_get(f->client, kolo_etcd_str("/no/such/key"), &kv, NULL),
+                   KOLO_ERR_NOT_FOUND);
   assert_null(kv.key);
   assert_non_null(strstr(kolo_etcd_last_error(), "/no/such/key"));
 }
@@ -84,10 +93,16 @@ static void range_prefix_pages_through_every_key_in_order(void **state) {
   char key[64];
   for (int i = 0; i < 23; i++) {
     snprintf(key, sizeof key, "/r/k%02d", i);
-    assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str(key), kolo_etcd_str(key + 3), 0, NULL, NULL), KOLO_OK);
+    assert_int_equal(
+        kolo_etcd_put(f->client, kolo_etcd_str(key), kolo_etcd_str(key + 3), 0, NULL, NULL),
+        KOLO_OK);
   }
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/r0"), kolo_etcd_str("outside"), 0, NULL, NULL), KOLO_OK);
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/q"), kolo_etcd_str("outside"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(f->client, kolo_etcd_str("/r0"), kolo_etcd_str("outside"), 0, NULL, NULL),
+      KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(f->client, kolo_etcd_str("/q"), kolo_etcd_str("outside"), 0, NULL, NULL),
+      KOLO_OK);
 
   kolo_etcd_range_opts one_page = {.key = kolo_etcd_str("/r/"), .prefix = 1, .limit = 5};
   kolo_etcd_range_result page;
@@ -111,9 +126,12 @@ static void range_prefix_pages_through_every_key_in_order(void **state) {
 
 static void delete_prefix_removes_only_that_prefix(void **state) {
   fixture *f = *state;
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/d/a"), kolo_etcd_str("1"), 0, NULL, NULL), KOLO_OK);
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/d/b"), kolo_etcd_str("2"), 0, NULL, NULL), KOLO_OK);
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/d0"), kolo_etcd_str("3"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(f->client, kolo_etcd_str("/d/a"), kolo_etcd_str("1"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(f->client, kolo_etcd_str("/d/b"), kolo_etcd_str("2"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(f->client, kolo_etcd_str("/d0"), kolo_etcd_str("3"), 0, NULL, NULL), KOLO_OK);
   int64_t deleted = 0;
   assert_int_equal(kolo_etcd_delete(f->client, kolo_etcd_str("/d/"), 1, &deleted, NULL), KOLO_OK);
   assert_int_equal(deleted, 2);
@@ -128,10 +146,13 @@ static void delete_prefix_removes_only_that_prefix(void **state) {
 static void create_if_absent_conflicts_are_reported(void **state) {
   fixture *f = *state;
   int64_t rev = 0;
-  assert_int_equal(kolo_etcd_create_key(f->client, kolo_etcd_str("/c/once"), kolo_etcd_str("first"), 0, NULL, &rev), KOLO_OK);
+  assert_int_equal(kolo_etcd_create_key(f->client, kolo_etcd_str("/c/once"), kolo_etcd_str("first"),
+                                        0, NULL, &rev),
+                   KOLO_OK);
   assert_true(rev > 0);
   kolo_etcd_kv existing;
-  assert_int_equal(kolo_etcd_create_key(f->client, kolo_etcd_str("/c/once"), kolo_etcd_str("second"), 0, &existing, NULL),
+  assert_int_equal(kolo_etcd_create_key(f->client, kolo_etcd_str("/c/once"),
+                                        kolo_etcd_str("second"), 0, &existing, NULL),
                    KOLO_ERR_EXISTS);
   assert_non_null(strstr(kolo_etcd_last_error(), "already exists"));
   assert_string_equal((char *)existing.value, "first");
@@ -139,8 +160,10 @@ static void create_if_absent_conflicts_are_reported(void **state) {
   kolo_etcd_kv_clear(&existing);
 
   /* The raw txn says the same: succeeded is false and the failure branch ran. */
-  kolo_etcd_compare cmp = {.target = KOLO_ETCD_CMP_CREATE, .result = KOLO_ETCD_EQUAL, .key = kolo_etcd_str("/c/once")};
-  kolo_etcd_op put = {.kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str("/c/once"), .value = kolo_etcd_str("third")};
+  kolo_etcd_compare cmp = {
+      .target = KOLO_ETCD_CMP_CREATE, .result = KOLO_ETCD_EQUAL, .key = kolo_etcd_str("/c/once")};
+  kolo_etcd_op put = {
+      .kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str("/c/once"), .value = kolo_etcd_str("third")};
   kolo_etcd_op get = {.kind = KOLO_ETCD_OP_RANGE, .key = kolo_etcd_str("/c/once")};
   kolo_etcd_txn txn = {&cmp, 1, &put, 1, &get, 1};
   kolo_etcd_txn_result r;
@@ -156,16 +179,37 @@ static void txn_compares_version_mod_value_and_lease(void **state) {
   fixture *f = *state;
   int64_t rev = 0, lease = 0;
   assert_int_equal(kolo_etcd_lease_grant(f->client, 30, &lease, NULL), KOLO_OK);
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/t/k"), kolo_etcd_str("v1"), lease, NULL, &rev), KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(f->client, kolo_etcd_str("/t/k"), kolo_etcd_str("v1"), lease, NULL, &rev),
+      KOLO_OK);
   kolo_etcd_compare good[] = {
-      {.target = KOLO_ETCD_CMP_VERSION, .result = KOLO_ETCD_EQUAL, .key = kolo_etcd_str("/t/k"), .number = 1},
-      {.target = KOLO_ETCD_CMP_MOD, .result = KOLO_ETCD_EQUAL, .key = kolo_etcd_str("/t/k"), .number = rev},
-      {.target = KOLO_ETCD_CMP_VALUE, .result = KOLO_ETCD_EQUAL, .key = kolo_etcd_str("/t/k"), .value = kolo_etcd_str("v1")},
-      {.target = KOLO_ETCD_CMP_LEASE, .result = KOLO_ETCD_EQUAL, .key = kolo_etcd_str("/t/k"), .number = lease},
-      {.target = KOLO_ETCD_CMP_CREATE, .result = KOLO_ETCD_GREATER, .key = kolo_etcd_str("/t/k"), .number = 0},
+      {.target = KOLO_ETCD_CMP_VERSION,
+       .result = KOLO_ETCD_EQUAL,
+       .key = kolo_etcd_str("/t/k"),
+       .number = 1},
+      {.target = KOLO_ETCD_CMP_MOD,
+       .result = KOLO_ETCD_EQUAL,
+       .key = kolo_etcd_str("/t/k"),
+       .number = rev},
+      {.target = KOLO_ETCD_CMP_VALUE,
+       .result = KOLO_ETCD_EQUAL,
+       .key = kolo_etcd_str("/t/k"),
+       .value = kolo_etcd_str("v1")},
+      {.target = KOLO_ETCD_CMP_LEASE,
+       .result = KOLO_ETCD_EQUAL,
+       .key = kolo_etcd_str("/t/k"),
+       .number = lease},
+      {.target = KOLO_ETCD_CMP_CREATE,
+       .result = KOLO_ETCD_GREATER,
+       .key = kolo_etcd_str("/t/k"),
+       .number = 0},
   };
   kolo_etcd_op ops[] = {
-      {.kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str("/t/k"), .value = kolo_etcd_str("v2"), .lease = lease, .prev_kv = 1},
+      {.kind = KOLO_ETCD_OP_PUT,
+       .key = kolo_etcd_str("/t/k"),
+       .value = kolo_etcd_str("v2"),
+       .lease = lease,
+       .prev_kv = 1},
       {.kind = KOLO_ETCD_OP_DELETE, .key = kolo_etcd_str("/t/other")},
       {.kind = KOLO_ETCD_OP_RANGE, .key = kolo_etcd_str("/t/"), .prefix = 1},
   };
@@ -187,7 +231,8 @@ static void txn_compares_version_mod_value_and_lease(void **state) {
   for (int i = 0; i < 4; i++) {
     kolo_etcd_compare stale = good[i];
     if (i == 3) stale.number = lease + 1;
-    kolo_etcd_op put = {.kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str("/t/k"), .value = kolo_etcd_str("v3")};
+    kolo_etcd_op put = {
+        .kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str("/t/k"), .value = kolo_etcd_str("v3")};
     kolo_etcd_txn t = {&stale, 1, &put, 1, NULL, 0};
     assert_int_equal(kolo_etcd_txn_run(f->client, &t, &r), KOLO_OK);
     assert_false(r.succeeded);
@@ -207,13 +252,17 @@ static void oversize_values_and_empty_keys_are_refused_before_sending(void **sta
   fixture *f = *state;
   size_t n = 64 * 1024 + 1;
   char *big = calloc(1, n);
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/big"), (kolo_etcd_bytes){big, n}, 0, NULL, NULL),
-                   KOLO_ERR_TOO_LARGE);
+  assert_int_equal(
+      kolo_etcd_put(f->client, kolo_etcd_str("/big"), (kolo_etcd_bytes){big, n}, 0, NULL, NULL),
+      KOLO_ERR_TOO_LARGE);
   assert_non_null(strstr(kolo_etcd_last_error(), "65537 bytes"));
-  assert_int_equal(kolo_etcd_put(f->client, (kolo_etcd_bytes){big, n - 1 - 64 * 1024}, kolo_etcd_str("x"), 0, NULL, NULL),
+  assert_int_equal(kolo_etcd_put(f->client, (kolo_etcd_bytes){big, n - 1 - 64 * 1024},
+                                 kolo_etcd_str("x"), 0, NULL, NULL),
                    KOLO_ERR_INVALID_ARG);
   /* The largest allowed value does go through. */
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/big"), (kolo_etcd_bytes){big, n - 1}, 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(f->client, kolo_etcd_str("/big"), (kolo_etcd_bytes){big, n - 1}, 0, NULL, NULL),
+      KOLO_OK);
   free(big);
   kolo_etcd_kv kv;
   assert_int_equal(kolo_etcd_get(f->client, kolo_etcd_str("/big"), &kv, NULL), KOLO_OK);
@@ -224,13 +273,16 @@ static void oversize_values_and_empty_keys_are_refused_before_sending(void **sta
 static void a_value_over_etcds_own_limit_is_too_large(void **state) {
   fixture *f = *state;
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 5000,
+  kolo_etcd_config config = {.endpoints = endpoints,
+                             .endpoint_count = 1,
+                             .request_timeout_ms = 5000,
                              .max_value_bytes = 8u << 20};
   kolo_etcd *roomy = NULL;
   assert_int_equal(kolo_etcd_create(&config, &roomy), KOLO_OK);
   size_t n = 2u << 20; /* etcd's default request limit is 1.5 MiB */
   char *big = calloc(1, n);
-  kolo_status rc = kolo_etcd_put(roomy, kolo_etcd_str("/huge"), (kolo_etcd_bytes){big, n}, 0, NULL, NULL);
+  kolo_status rc =
+      kolo_etcd_put(roomy, kolo_etcd_str("/huge"), (kolo_etcd_bytes){big, n}, 0, NULL, NULL);
   print_message("2 MiB put: %s: %s\n", kolo_status_name(rc), kolo_etcd_last_error());
   assert_int_equal(rc, KOLO_ERR_TOO_LARGE);
   free(big);

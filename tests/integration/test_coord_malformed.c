@@ -35,13 +35,16 @@ typedef struct peer {
 static const char *reply_for(const char *request, int *status) {
   *status = 200;
   if (strstr(request, "/v3/kv/put")) return "{\"header\":{\"revision\":";
-  if (strstr(request, "/v3/kv/range")) return "{\"header\":{\"revision\":\"3\"},\"kvs\":[{\"key\":\"*not*base64\"}],\"count\":\"1\"}";
+  if (strstr(request, "/v3/kv/range"))
+    return "{\"header\":{\"revision\":\"3\"},\"kvs\":[{\"key\":\"*not*base64\"}],\"count\":\"1\"}";
   if (strstr(request, "/v3/lease/grant")) return "{\"ID\":\"12ab\",\"TTL\":\"5\"}";
   if (strstr(request, "/v3/kv/deleterange")) {
     *status = 502;
     return "<html>bad gateway</html>";
   }
-  if (strstr(request, "/v3/watch")) return "{\"result\":{\"created\":true}}\n{\"result\":{\"events\":[{\"kv\":{\"key\":\"%%\"}}]}}\n";
+  if (strstr(request, "/v3/watch"))
+    return "{\"result\":{\"created\":true}}\n{\"result\":{\"events\":[{\"kv\":{\"key\":\"%%\"}}]}}"
+           "\n";
   return "{}";
 }
 
@@ -69,9 +72,11 @@ static void serve(peer *p, int fd) {
   const char *body = reply_for(buf, &status);
   char head[256];
   int n = snprintf(head, sizeof head,
-                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
+                   "%zu\r\nConnection: close\r\n\r\n",
                    status, status == 200 ? "OK" : "Bad Gateway", strlen(body));
-  if (write(fd, head, (size_t)n) != n || write(fd, body, strlen(body)) != (ssize_t)strlen(body)) return;
+  if (write(fd, head, (size_t)n) != n || write(fd, body, strlen(body)) != (ssize_t)strlen(body))
+    return;
 }
 
 static void *peer_main(void *arg) {
@@ -97,7 +102,8 @@ static int setup(void **state) {
   f->peer.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
-  if (bind(f->peer.listen_fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(f->peer.listen_fd, 16) != 0 ||
+  if (bind(f->peer.listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      listen(f->peer.listen_fd, 16) != 0 ||
       getsockname(f->peer.listen_fd, (struct sockaddr *)&a, &len) != 0)
     return -1;
   f->peer.port = ntohs(a.sin_port);
@@ -105,7 +111,8 @@ static int setup(void **state) {
   char url[64];
   snprintf(url, sizeof url, "http://127.0.0.1:%d", f->peer.port);
   const char *endpoints[] = {url};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
+  kolo_etcd_config config = {
+      .endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
   if (kolo_etcd_create(&config, &f->client) != KOLO_OK) return -1;
   *state = f;
   return 0;
@@ -124,7 +131,8 @@ static int teardown(void **state) {
 static void malformed_json_from_etcd_is_a_parse_error(void **state) {
   fixture *f = *state;
   int64_t rev = -1;
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/k"), kolo_etcd_str("v"), 0, NULL, &rev), KOLO_ERR_PARSE);
+  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str("/k"), kolo_etcd_str("v"), 0, NULL, &rev),
+                   KOLO_ERR_PARSE);
   assert_non_null(strstr(kolo_etcd_last_error(), "malformed JSON reply"));
   assert_non_null(strstr(kolo_etcd_last_error(), "kv/put"));
 }
@@ -151,7 +159,8 @@ static void a_lease_id_that_is_not_a_number_is_a_parse_error(void **state) {
 
 static void a_non_json_error_page_is_a_protocol_error(void **state) {
   fixture *f = *state;
-  assert_int_equal(kolo_etcd_delete(f->client, kolo_etcd_str("/k"), 0, NULL, NULL), KOLO_ERR_PROTOCOL);
+  assert_int_equal(kolo_etcd_delete(f->client, kolo_etcd_str("/k"), 0, NULL, NULL),
+                   KOLO_ERR_PROTOCOL);
   assert_non_null(strstr(kolo_etcd_last_error(), "HTTP 502"));
 }
 

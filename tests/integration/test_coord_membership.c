@@ -42,7 +42,8 @@ static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   if (kolo_etcd_harness_start(NULL, &f->etcd) != KOLO_OK) return -1;
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
+  kolo_etcd_config config = {
+      .endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000};
   if (kolo_etcd_create(&config, &f->client) != KOLO_OK) return -1;
   *state = f;
   return 0;
@@ -96,7 +97,8 @@ static void registration_stays_while_kept_alive_and_goes_within_ttl_after_sigkil
 
 static void deregister_removes_the_record_at_once(void **state) {
   fixture *f = *state;
-  kolo_member m = {.id = "w-dereg", .host = "h1", .address = "127.0.0.1:7001", .cpus = 4, .state = "idle"};
+  kolo_member m = {
+      .id = "w-dereg", .host = "h1", .address = "127.0.0.1:7001", .cpus = 4, .state = "idle"};
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(f->client, &m, TTL, NULL, NULL, &reg), KOLO_OK);
   assert_true(record_exists(f, "w-dereg"));
@@ -110,7 +112,8 @@ static void a_second_registration_of_a_live_id_is_refused(void **state) {
   kolo_membership *first = NULL, *second = NULL;
   assert_int_equal(kolo_membership_register(f->client, &m, TTL, NULL, NULL, &first), KOLO_OK);
   m.address = "127.0.0.1:7003";
-  assert_int_equal(kolo_membership_register(f->client, &m, TTL, NULL, NULL, &second), KOLO_ERR_EXISTS);
+  assert_int_equal(kolo_membership_register(f->client, &m, TTL, NULL, NULL, &second),
+                   KOLO_ERR_EXISTS);
   assert_null(second);
   assert_non_null(strstr(kolo_etcd_last_error(), "already registered"));
   /* The first record is untouched. */
@@ -204,8 +207,9 @@ static int wait_members(seen *s, size_t n, const char *state) {
 static void membership_watch_follows_joins_updates_and_leaves(void **state) {
   fixture *f = *state;
   /* A malformed record under the prefix must not hide the good ones. */
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str(KOLO_KEY_WORKERS_PREFIX "junk"), kolo_etcd_str("{not json"),
-                                 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str(KOLO_KEY_WORKERS_PREFIX "junk"),
+                                 kolo_etcd_str("{not json"), 0, NULL, NULL),
+                   KOLO_OK);
   seen s = {.lock = PTHREAD_MUTEX_INITIALIZER};
   kolo_membership_watch *watch = NULL;
   assert_int_equal(kolo_membership_watch_start(f->client, on_members, &s, &watch), KOLO_OK);
@@ -213,9 +217,16 @@ static void membership_watch_follows_joins_updates_and_leaves(void **state) {
   assert_int_equal(s.count, 0);
 
   kolo_member_label labels[] = {{"zone", "a"}};
-  kolo_member a = {.id = "wa", .host = "h1", .address = "127.0.0.1:7010", .cpus = 8, .gpus = 1,
-                   .labels = labels, .label_count = 1, .state = "idle"};
-  kolo_member b = {.id = "wb", .host = "h2", .address = "127.0.0.1:7011", .cpus = 8, .state = "idle"};
+  kolo_member a = {.id = "wa",
+                   .host = "h1",
+                   .address = "127.0.0.1:7010",
+                   .cpus = 8,
+                   .gpus = 1,
+                   .labels = labels,
+                   .label_count = 1,
+                   .state = "idle"};
+  kolo_member b = {
+      .id = "wb", .host = "h2", .address = "127.0.0.1:7011", .cpus = 8, .state = "idle"};
   kolo_membership *ra = NULL, *rb = NULL;
   assert_int_equal(kolo_membership_register(f->client, &a, TTL, NULL, NULL, &ra), KOLO_OK);
   assert_int_equal(kolo_membership_register(f->client, &b, TTL, NULL, NULL, &rb), KOLO_OK);
@@ -239,10 +250,12 @@ static void invalid_records_are_refused_with_the_field_named(void **state) {
   fixture *f = *state;
   kolo_membership *reg = NULL;
   kolo_member bad_id = {.id = "a/b", .host = "h", .address = "127.0.0.1:1", .state = "idle"};
-  assert_int_equal(kolo_membership_register(f->client, &bad_id, TTL, NULL, NULL, &reg), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_membership_register(f->client, &bad_id, TTL, NULL, NULL, &reg),
+                   KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(kolo_etcd_last_error(), "id"));
   kolo_member bad_addr = {.id = "ok", .host = "h", .address = "127.0.0.1", .state = "idle"};
-  assert_int_equal(kolo_membership_register(f->client, &bad_addr, TTL, NULL, NULL, &reg), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_membership_register(f->client, &bad_addr, TTL, NULL, NULL, &reg),
+                   KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(kolo_etcd_last_error(), "address"));
   assert_null(reg);
   assert_false(record_exists(f, "ok"));

@@ -27,18 +27,20 @@ typedef struct fixture {
 /* Makes ca.{key,crt}, server.{key,crt} (SAN IP:127.0.0.1), client.{key,crt}. */
 static int make_certs(const char *dir) {
   char script[4096];
-  snprintf(script, sizeof script,
-           "set -e; cd '%s'; "
-           "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
-           "openssl req -x509 $K -keyout ca.key -out ca.crt -days 1 -subj /CN=kolo-test-ca 2>/dev/null; "
-           "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > server.ext; "
-           "printf 'extendedKeyUsage=clientAuth\\n' > client.ext; "
-           "for n in server client; do "
-           "  openssl req $K -keyout $n.key -out $n.csr -subj /CN=$n 2>/dev/null; "
-           "  openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out $n.crt -days 1 "
-           "    -extfile $n.ext 2>/dev/null; "
-           "done",
-           dir);
+  snprintf(
+      script, sizeof script,
+      "set -e; cd '%s'; "
+      "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
+      "openssl req -x509 $K -keyout ca.key -out ca.crt -days 1 -subj /CN=kolo-test-ca 2>/dev/null; "
+      "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > "
+      "server.ext; "
+      "printf 'extendedKeyUsage=clientAuth\\n' > client.ext; "
+      "for n in server client; do "
+      "  openssl req $K -keyout $n.key -out $n.csr -subj /CN=$n 2>/dev/null; "
+      "  openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out $n.crt -days 1 "
+      "    -extfile $n.ext 2>/dev/null; "
+      "done",
+      dir);
   return system(script) == 0 ? 0 : -1;
 }
 
@@ -50,7 +52,8 @@ static int setup(void **state) {
   const char *names[] = {"ca.crt", "server.crt", "server.key", "client.crt"};
   for (int i = 0; i < 4; i++) snprintf(f->path[i], sizeof f->path[i], "%s/%s", f->dir, names[i]);
   snprintf(f->client_key, sizeof f->client_key, "%s/client.key", f->dir);
-  if (kolo_etcd_harness_start_tls(f->path[1], f->path[2], f->path[0], &f->etcd) != KOLO_OK) return -1;
+  if (kolo_etcd_harness_start_tls(f->path[1], f->path[2], f->path[0], &f->etcd) != KOLO_OK)
+    return -1;
   *state = f;
   return 0;
 }
@@ -67,8 +70,12 @@ static int teardown(void **state) {
 
 static kolo_etcd *client(fixture *f, const char *ca, const char *cert, const char *key) {
   const char *endpoints[] = {kolo_etcd_harness_tls_url(f->etcd)};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 3000,
-                             .ca_file = ca, .cert_file = cert, .key_file = key};
+  kolo_etcd_config config = {.endpoints = endpoints,
+                             .endpoint_count = 1,
+                             .request_timeout_ms = 3000,
+                             .ca_file = ca,
+                             .cert_file = cert,
+                             .key_file = key};
   kolo_etcd *c = NULL;
   assert_int_equal(kolo_etcd_create(&config, &c), KOLO_OK);
   return c;
@@ -79,7 +86,8 @@ static void a_client_with_the_ca_and_a_client_certificate_reads_and_writes(void 
   assert_non_null(kolo_etcd_harness_tls_url(f->etcd));
   assert_int_equal(strncmp(kolo_etcd_harness_tls_url(f->etcd), "https://", 8), 0);
   kolo_etcd *c = client(f, f->path[0], f->path[3], f->client_key);
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/tls/k"), kolo_etcd_str("secret"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(
+      kolo_etcd_put(c, kolo_etcd_str("/tls/k"), kolo_etcd_str("secret"), 0, NULL, NULL), KOLO_OK);
   kolo_etcd_kv kv;
   assert_int_equal(kolo_etcd_get(c, kolo_etcd_str("/tls/k"), &kv, NULL), KOLO_OK);
   assert_string_equal((char *)kv.value, "secret");
@@ -109,7 +117,8 @@ static void a_watch_over_tls_delivers_events(void **state) {
   struct timespec d = {0, 20 * 1000000L};
   for (int i = 0; i < 250 && !kolo_etcd_watch_connected(w); i++) nanosleep(&d, NULL);
   assert_true(kolo_etcd_watch_connected(w));
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/tls/w/1"), kolo_etcd_str("x"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/tls/w/1"), kolo_etcd_str("x"), 0, NULL, NULL),
+                   KOLO_OK);
   int events = 0;
   for (int i = 0; i < 250 && events == 0; i++) {
     nanosleep(&d, NULL);
@@ -127,7 +136,8 @@ static void a_client_without_its_certificate_is_refused(void **state) {
   kolo_etcd *c = client(f, f->path[0], NULL, NULL);
   kolo_etcd_kv kv;
   kolo_status rc = kolo_etcd_get(c, kolo_etcd_str("/tls/k"), &kv, NULL);
-  print_message("without a client certificate: %s: %s\n", kolo_status_name(rc), kolo_etcd_last_error());
+  print_message("without a client certificate: %s: %s\n", kolo_status_name(rc),
+                kolo_etcd_last_error());
   assert_int_not_equal(rc, KOLO_OK);
   assert_non_null(strstr(kolo_etcd_last_error(), kolo_etcd_harness_tls_url(f->etcd)));
   kolo_etcd_destroy(c);

@@ -64,8 +64,11 @@ static void sleep_ms(long ms) {
 }
 
 static kolo_etcd *client_for(const char *const *endpoints, size_t n, int timeout_ms) {
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = n, .request_timeout_ms = timeout_ms,
-                             .connect_timeout_ms = 300, .watch_idle_ms = 2000};
+  kolo_etcd_config config = {.endpoints = endpoints,
+                             .endpoint_count = n,
+                             .request_timeout_ms = timeout_ms,
+                             .connect_timeout_ms = 300,
+                             .watch_idle_ms = 2000};
   kolo_etcd *c = NULL;
   assert_int_equal(kolo_etcd_create(&config, &c), KOLO_OK);
   return c;
@@ -105,14 +108,17 @@ static void with_etcd_stopped_every_call_fails_fast_with_a_clear_error(void **st
   kolo_etcd_kv kv;
   kolo_etcd_range_result r;
   int64_t lease;
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/k"), kolo_etcd_str("v"), 0, NULL, NULL), KOLO_ERR_UNAVAILABLE);
+  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/k"), kolo_etcd_str("v"), 0, NULL, NULL),
+                   KOLO_ERR_UNAVAILABLE);
   assert_non_null(strstr(kolo_etcd_last_error(), "etcd unavailable"));
   assert_non_null(strstr(kolo_etcd_last_error(), endpoints[0]));
   assert_int_equal(kolo_etcd_get(c, kolo_etcd_str("/u/k"), &kv, NULL), KOLO_ERR_UNAVAILABLE);
   assert_int_equal(kolo_etcd_range_prefix(c, kolo_etcd_str("/u/"), 0, &r), KOLO_ERR_UNAVAILABLE);
   assert_int_equal(kolo_etcd_lease_grant(c, 2, &lease, NULL), KOLO_ERR_UNAVAILABLE);
   assert_int_equal(kolo_etcd_delete(c, kolo_etcd_str("/u/k"), 1, NULL, NULL), KOLO_ERR_UNAVAILABLE);
-  assert_int_equal(kolo_etcd_create_key(c, kolo_etcd_str("/u/k"), kolo_etcd_str("v"), 0, NULL, NULL), KOLO_ERR_UNAVAILABLE);
+  assert_int_equal(
+      kolo_etcd_create_key(c, kolo_etcd_str("/u/k"), kolo_etcd_str("v"), 0, NULL, NULL),
+      KOLO_ERR_UNAVAILABLE);
   kolo_member m = {.id = "w", .host = "h", .address = "127.0.0.1:1", .state = "idle"};
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(c, &m, 2, NULL, NULL, &reg), KOLO_ERR_UNAVAILABLE);
@@ -120,7 +126,8 @@ static void with_etcd_stopped_every_call_fails_fast_with_a_clear_error(void **st
   print_message("7 calls against a stopped etcd failed in %lld ms total\n", took);
   assert_true(took < 1000);
   assert_int_equal(kolo_etcd_harness_restart(f->etcd), KOLO_OK);
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/k"), kolo_etcd_str("v"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/k"), kolo_etcd_str("v"), 0, NULL, NULL),
+                   KOLO_OK);
   kolo_etcd_destroy(c);
 }
 
@@ -128,7 +135,8 @@ static void with_etcd_frozen_calls_end_at_their_deadline(void **state) {
   fixture *f = *state;
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
   kolo_etcd *c = client_for(endpoints, 1, 800);
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/f"), kolo_etcd_str("v"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/f"), kolo_etcd_str("v"), 0, NULL, NULL),
+                   KOLO_OK);
   freeze(kolo_etcd_harness_pid(f->etcd));
   long long t0 = now_ms();
   kolo_status rc = kolo_etcd_put(c, kolo_etcd_str("/u/f"), kolo_etcd_str("w"), 0, NULL, NULL);
@@ -138,7 +146,9 @@ static void with_etcd_frozen_calls_end_at_their_deadline(void **state) {
   kolo_status rc2 = kolo_etcd_get(c, kolo_etcd_str("/u/f"), &kv, NULL);
   long long took2 = now_ms() - t0;
   kill(kolo_etcd_harness_pid(f->etcd), SIGCONT);
-  print_message("put and get against a frozen etcd returned after %lld and %lld ms (deadline 800)\n", took, took2);
+  print_message(
+      "put and get against a frozen etcd returned after %lld and %lld ms (deadline 800)\n", took,
+      took2);
   assert_int_equal(rc, KOLO_ERR_TIMEOUT);
   assert_int_equal(rc2, KOLO_ERR_TIMEOUT);
   assert_true(took >= 750 && took < 1500);
@@ -179,7 +189,8 @@ static void a_watch_notices_a_frozen_etcd_and_recovers(void **state) {
   kill(kolo_etcd_harness_pid(f->etcd), SIGCONT);
   print_message("watch dropped a frozen etcd after %lld ms (idle limit 2000)\n", noticed);
   assert_true(noticed < 4500);
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/w/a"), kolo_etcd_str("1"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/w/a"), kolo_etcd_str("1"), 0, NULL, NULL),
+                   KOLO_OK);
   t0 = now_ms();
   int events = 0;
   while (now_ms() - t0 < 5000) {
@@ -200,7 +211,8 @@ static void a_dead_endpoint_fails_over_to_a_live_one(void **state) {
   snprintf(dead, sizeof dead, "http://127.0.0.1:%d", dead_port());
   const char *endpoints[] = {dead, kolo_etcd_harness_url(f->etcd)};
   kolo_etcd *c = client_for(endpoints, 2, 1000);
-  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/fo"), kolo_etcd_str("v"), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(c, kolo_etcd_str("/u/fo"), kolo_etcd_str("v"), 0, NULL, NULL),
+                   KOLO_OK);
   kolo_etcd_kv kv;
   assert_int_equal(kolo_etcd_get(c, kolo_etcd_str("/u/fo"), &kv, NULL), KOLO_OK);
   kolo_etcd_kv_clear(&kv);
@@ -225,7 +237,8 @@ static void a_keepalive_rides_out_an_etcd_restart(void **state) {
   sleep_ms(3000);
   assert_true(kolo_membership_alive(reg));
   kolo_etcd_kv kv;
-  assert_int_equal(kolo_etcd_get(c, kolo_etcd_str("/kolo/v1/workers/w-restart"), &kv, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_get(c, kolo_etcd_str("/kolo/v1/workers/w-restart"), &kv, NULL),
+                   KOLO_OK);
   kolo_etcd_kv_clear(&kv);
   assert_int_equal(kolo_membership_deregister(reg), KOLO_OK);
   kolo_etcd_destroy(c);
@@ -257,7 +270,8 @@ static void only_etcd_ends_a_worker_lease_through_an_outage_longer_than_its_ttl(
   fixture *f = *state;
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
   kolo_etcd *c = client_for(endpoints, 1, 1000);
-  lost_count worker = {.lock = PTHREAD_MUTEX_INITIALIZER}, leader = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  lost_count worker = {.lock = PTHREAD_MUTEX_INITIALIZER},
+             leader = {.lock = PTHREAD_MUTEX_INITIALIZER};
   kolo_member m = {.id = "w-outage", .host = "h", .address = "127.0.0.1:1", .state = "idle"};
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(c, &m, 2, count_lost, &worker, &reg), KOLO_OK);
@@ -278,7 +292,8 @@ static void only_etcd_ends_a_worker_lease_through_an_outage_longer_than_its_ttl(
   assert_int_equal(lost_calls(&worker), 0);
   assert_true(kolo_membership_alive(reg));
   kolo_etcd_kv kv;
-  assert_int_equal(kolo_etcd_get(c, kolo_etcd_str("/kolo/v1/workers/w-outage"), &kv, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_get(c, kolo_etcd_str("/kolo/v1/workers/w-outage"), &kv, NULL),
+                   KOLO_OK);
   kolo_etcd_kv_clear(&kv);
   /* and once etcd says the lease is gone, it ends */
   assert_int_equal(kolo_etcd_lease_revoke(c, kolo_membership_lease(reg)), KOLO_OK);

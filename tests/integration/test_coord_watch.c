@@ -46,7 +46,8 @@ static void collect(const kolo_etcd_watch_update *u, void *user) {
     c->compact_revision = u->compact_revision;
     c->snapshot_count = 0;
     for (size_t i = 0; i < u->kv_count && i < 8; i++)
-      snprintf(c->snapshot[c->snapshot_count++], 64, "%s=%s", (char *)u->kvs[i].key, (char *)u->kvs[i].value);
+      snprintf(c->snapshot[c->snapshot_count++], 64, "%s=%s", (char *)u->kvs[i].key,
+               (char *)u->kvs[i].value);
   }
   for (size_t i = 0; i < u->event_count && c->count < 256; i++) {
     record *r = &c->items[c->count++];
@@ -109,7 +110,9 @@ static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   if (kolo_etcd_harness_start(NULL, &f->etcd) != KOLO_OK) return -1;
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
-  kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1, .request_timeout_ms = 2000,
+  kolo_etcd_config config = {.endpoints = endpoints,
+                             .endpoint_count = 1,
+                             .request_timeout_ms = 2000,
                              .watch_idle_ms = 3000};
   if (kolo_etcd_create(&config, &f->client) != KOLO_OK) return -1;
   *state = f;
@@ -134,7 +137,8 @@ static void wait_connected(kolo_etcd_watch *w) {
 }
 
 static void put(fixture *f, const char *key, const char *value, int64_t *rev) {
-  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str(key), kolo_etcd_str(value), 0, NULL, rev), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(f->client, kolo_etcd_str(key), kolo_etcd_str(value), 0, NULL, rev),
+                   KOLO_OK);
 }
 
 static void watch_delivers_puts_and_deletes_in_order(void **state) {

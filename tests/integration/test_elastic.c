@@ -100,9 +100,15 @@ static void agent_announce(test_agent *agent, uint64_t epoch, const int *members
     char secret[32];
     snprintf(secret, sizeof secret, "secret-%d", (int)getpid());
     kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
-                          .ring = {.epoch = epoch, .rank = rank, .size = size, .local_rank = rank,
-                                   .local_size = size, .timeout_ms = 10000, .secret = secret,
-                                   .listen_address = peers[rank], .peers = peers}};
+                          .ring = {.epoch = epoch,
+                                   .rank = rank,
+                                   .size = size,
+                                   .local_rank = rank,
+                                   .local_size = size,
+                                   .timeout_ms = 10000,
+                                   .secret = secret,
+                                   .listen_address = peers[rank],
+                                   .peers = peers}};
     char *line = NULL;
     assert_int_equal(kolo_agent_msg_format(&msg, &line, NULL, 0), KOLO_OK);
     assert_int_equal(write(agent->conns[members[rank]], line, strlen(line)), (ssize_t)strlen(line));
@@ -112,7 +118,8 @@ static void agent_announce(test_agent *agent, uint64_t epoch, const int *members
 
 /* Sends RING <epoch> to process only, as its rank in members (its agent was faster or
  * slower than the others'). */
-static void agent_announce_to(test_agent *agent, int only, uint64_t epoch, const int *members, int size) {
+static void agent_announce_to(test_agent *agent, int only, uint64_t epoch, const int *members,
+                              int size) {
   char addresses[64][32];
   const char *peers[64];
   int rank = -1;
@@ -125,8 +132,15 @@ static void agent_announce_to(test_agent *agent, int only, uint64_t epoch, const
   char secret[32];
   snprintf(secret, sizeof secret, "secret-%d", (int)getpid());
   kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
-                        .ring = {.epoch = epoch, .rank = rank, .size = size, .local_rank = rank, .local_size = size,
-                                 .timeout_ms = 10000, .secret = secret, .listen_address = peers[rank], .peers = peers}};
+                        .ring = {.epoch = epoch,
+                                 .rank = rank,
+                                 .size = size,
+                                 .local_rank = rank,
+                                 .local_size = size,
+                                 .timeout_ms = 10000,
+                                 .secret = secret,
+                                 .listen_address = peers[rank],
+                                 .peers = peers}};
   char *line = NULL;
   assert_int_equal(kolo_agent_msg_format(&msg, &line, NULL, 0), KOLO_OK);
   assert_int_equal(write(agent->conns[only], line, strlen(line)), (ssize_t)strlen(line));
@@ -153,7 +167,8 @@ static long agent_wait_line(test_agent *agent, int index, const char *prefix, in
     }
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    int elapsed = (int)((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+    int elapsed =
+        (int)((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
     assert_true(elapsed < timeout_ms);
     struct pollfd pfd = {.fd = agent->conns[index], .events = POLLIN};
     if (poll(&pfd, 1, 100) <= 0) continue;
@@ -249,7 +264,8 @@ static void a_joining_process_gets_the_state_and_the_result_stays_exact(void **s
 
 /* The first FORMED or FAILED line process index sends about epoch: 1 for FORMED, 0 for
  * FAILED (the line itself in line). */
-static int agent_outcome(test_agent *agent, int index, uint64_t epoch, char *line, size_t size, int timeout_ms) {
+static int agent_outcome(test_agent *agent, int index, uint64_t epoch, char *line, size_t size,
+                         int timeout_ms) {
   char formed[32], failed[32];
   snprintf(formed, sizeof formed, "FORMED %llu ", (unsigned long long)epoch);
   snprintf(failed, sizeof failed, "FAILED %llu ", (unsigned long long)epoch);
@@ -269,7 +285,8 @@ static int agent_outcome(test_agent *agent, int index, uint64_t epoch, char *lin
       if (outcome >= 0) return outcome;
     }
     clock_gettime(CLOCK_MONOTONIC, &now);
-    assert_true((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < timeout_ms);
+    assert_true((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 <
+                timeout_ms);
     struct pollfd pfd = {.fd = agent->conns[index], .events = POLLIN};
     if (poll(&pfd, 1, 100) <= 0) continue;
     ssize_t n = read(agent->conns[index], agent->pending[index] + agent->filled[index],
@@ -295,10 +312,10 @@ static void a_neighbour_still_forming_an_older_epoch_fails_nobody(void **state) 
   agent_announce(&agent, 1, ring, 2);
   while (agent_wait_line(&agent, 0, "REPORT", 20000) < 50) {
   }
-  agent_announce_to(&agent, 1, 2, ring, 2); /* process 1 leaves epoch 1 and forms 2 */
+  agent_announce_to(&agent, 1, 2, ring, 2);       /* process 1 leaves epoch 1 and forms 2 */
   agent_wait_line(&agent, 0, "FAILED 1 ", 10000); /* process 0 saw it go, and waits */
-  agent_announce_to(&agent, 0, 3, ring, 2);     /* process 0 forms 3, never having seen 2 */
-  struct timespec pause = {0, 700 * 1000000L};   /* process 1 is slow to hear of 3 */
+  agent_announce_to(&agent, 0, 3, ring, 2);       /* process 0 forms 3, never having seen 2 */
+  struct timespec pause = {0, 700 * 1000000L};    /* process 1 is slow to hear of 3 */
   nanosleep(&pause, NULL);
   agent_announce_to(&agent, 1, 3, ring, 2);
   char line[512];

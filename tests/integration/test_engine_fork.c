@@ -46,7 +46,8 @@ static int run_ranks(int size, rank_body body, void *argument, int *killed) {
   const char *peers[MAX_RANKS];
   for (int r = 0; r < size; r++) {
     assert_int_equal(kolo_listener_create("127.0.0.1:0", &listeners[r]), KOLO_OK);
-    assert_int_equal(kolo_listener_address(listeners[r], addresses[r], sizeof addresses[r]), KOLO_OK);
+    assert_int_equal(kolo_listener_address(listeners[r], addresses[r], sizeof addresses[r]),
+                     KOLO_OK);
     peers[r] = addresses[r];
   }
   pid_t pids[MAX_RANKS];
@@ -57,8 +58,12 @@ static int run_ranks(int size, rank_body body, void *argument, int *killed) {
       for (int other = 0; other < size; other++) {
         if (other != r) kolo_listener_destroy(listeners[other]);
       }
-      kolo_ring_spec spec = {.epoch = 1, .rank = r, .size = size, .peers = peers,
-                             .secret = "s3cret", .timeout_ms = 20000};
+      kolo_ring_spec spec = {.epoch = 1,
+                             .rank = r,
+                             .size = size,
+                             .peers = peers,
+                             .secret = "s3cret",
+                             .timeout_ms = 20000};
       kolo_comm *comm = NULL;
       if (kolo_comm_create(&spec, listeners[r], &comm) != KOLO_OK) _exit(10);
       int failures = body(comm, argument);
@@ -72,7 +77,8 @@ static int run_ranks(int size, rank_body body, void *argument, int *killed) {
   for (int r = 0; r < size; r++) {
     int wstatus = 0;
     waitpid(pids[r], &wstatus, 0);
-    if (WIFSIGNALED(wstatus) && killed) (*killed)++;
+    if (WIFSIGNALED(wstatus) && killed)
+      (*killed)++;
     else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
       fprintf(stderr, "rank %d ended with status 0x%x\n", r, wstatus);
       failed++;
@@ -81,7 +87,8 @@ static int run_ranks(int size, rank_body body, void *argument, int *killed) {
   return failed;
 }
 
-static int check(int ok, kolo_comm *comm, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int check(int ok, kolo_comm *comm, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int check(int ok, kolo_comm *comm, const char *fmt, ...) {
   if (ok) return 0;
   char line[700];
@@ -102,18 +109,21 @@ static int mismatch_body(kolo_comm *comm, void *argument) {
   double d[4] = {0};
   kolo_request *count_request, *dtype_request, *op_request;
   /* rank 1 disagrees on the count, rank 2 on the dtype, rank 0 on the op */
-  kolo_allreduce_named(comm, "fc1.weight", a, out, rank == 1 ? 12 : 10, KOLO_FLOAT32, KOLO_SUM, 1, 1,
-                       &count_request);
-  if (rank == 2) kolo_allreduce_named(comm, "fc1.bias", d, d, 4, KOLO_FLOAT64, KOLO_SUM, 1, 1, &dtype_request);
-  else kolo_allreduce_named(comm, "fc1.bias", a, a, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &dtype_request);
+  kolo_allreduce_named(comm, "fc1.weight", a, out, rank == 1 ? 12 : 10, KOLO_FLOAT32, KOLO_SUM, 1,
+                       1, &count_request);
+  if (rank == 2)
+    kolo_allreduce_named(comm, "fc1.bias", d, d, 4, KOLO_FLOAT64, KOLO_SUM, 1, 1, &dtype_request);
+  else
+    kolo_allreduce_named(comm, "fc1.bias", a, a, 4, KOLO_FLOAT32, KOLO_SUM, 1, 1, &dtype_request);
   kolo_allreduce_named(comm, "scale", a, a, 1, KOLO_FLOAT32, rank == 0 ? KOLO_MAX : KOLO_SUM, 1, 1,
                        &op_request);
   kolo_result result;
   kolo_status status = kolo_wait_result(count_request, &result);
-  failures += check(status == KOLO_ERR_MISMATCH &&
-                        strcmp(result.message,
-                               "tensor 'fc1.weight': count 10 on ranks 0,2 but count 12 on rank 1") == 0,
-                    comm, "count mismatch: %s '%s'", kolo_status_name(status), result.message);
+  failures +=
+      check(status == KOLO_ERR_MISMATCH &&
+                strcmp(result.message,
+                       "tensor 'fc1.weight': count 10 on ranks 0,2 but count 12 on rank 1") == 0,
+            comm, "count mismatch: %s '%s'", kolo_status_name(status), result.message);
   status = kolo_wait_result(dtype_request, &result);
   failures += check(status == KOLO_ERR_MISMATCH && strstr(result.message, "'fc1.bias'") &&
                         strstr(result.message, "dtype float64 on rank 2"),
@@ -152,15 +162,18 @@ static int stall_body(kolo_comm *comm, void *argument) {
     snprintf(message, sizeof message, "%s", result.message);
   } else {
     /* the missing rank submits nothing: it learns it from the communicator */
-    while ((status = kolo_comm_error(comm, NULL)) == KOLO_OK && now_s() - started < 20) usleep(10000);
+    while ((status = kolo_comm_error(comm, NULL)) == KOLO_OK && now_s() - started < 20)
+      usleep(10000);
     kolo_comm_error_message(comm, message, sizeof message);
   }
   double waited = now_s() - started;
   int failures = check(status == KOLO_ERR_STALLED, comm, "stall: %s", kolo_status_name(status));
-  failures += check(strstr(message, "'lonely'") != NULL && strstr(message, "not by rank(s) 2") != NULL,
-                    comm, "stall message '%s'", message);
+  failures +=
+      check(strstr(message, "'lonely'") != NULL && strstr(message, "not by rank(s) 2") != NULL,
+            comm, "stall message '%s'", message);
   /* KOLO_STALL_TIMEOUT is 1.5 s: bounded, not silent */
-  failures += check(waited >= 1.4 && waited < 1.5 + 2 * DETECTION_BOUND_S, comm, "stall after %.2f s", waited);
+  failures += check(waited >= 1.4 && waited < 1.5 + 2 * DETECTION_BOUND_S, comm,
+                    "stall after %.2f s", waited);
   return failures;
 }
 
@@ -176,7 +189,9 @@ static void a_missing_tensor_ends_in_stalled_on_every_rank_within_the_timeout(vo
 
 /* ---- join ---- */
 
-static float join_value(int rank, int step, size_t i) { return (float)(rank + 1) * 100.0f + (float)step + (float)i; }
+static float join_value(int rank, int step, size_t i) {
+  return (float)(rank + 1) * 100.0f + (float)step + (float)i;
+}
 
 /* Rank r runs 2 + 2r steps of two named all-reduces (SUM and AVG), then joins. */
 static int join_body(kolo_comm *comm, void *argument) {
@@ -188,7 +203,8 @@ static int join_body(kolo_comm *comm, void *argument) {
     for (size_t i = 0; i < COUNT; i++) sum[i] = join_value(rank, step, i);
     for (size_t i = 0; i < 3; i++) avg[i] = (float)(rank + 1);
     kolo_request *requests[2];
-    kolo_allreduce_named(comm, "grad.big", sum, sum, COUNT, KOLO_FLOAT32, KOLO_SUM, 1, 1, &requests[0]);
+    kolo_allreduce_named(comm, "grad.big", sum, sum, COUNT, KOLO_FLOAT32, KOLO_SUM, 1, 1,
+                         &requests[0]);
     kolo_allreduce_named(comm, "grad.avg", avg, avg, 3, KOLO_FLOAT32, KOLO_AVG, 1, 1, &requests[1]);
     failures += kolo_wait(requests[1]) != KOLO_OK;
     failures += kolo_wait(requests[0]) != KOLO_OK;
@@ -208,13 +224,14 @@ static int join_body(kolo_comm *comm, void *argument) {
   kolo_request *join;
   kolo_join_async(comm, &join);
   kolo_result result;
-  failures += check(kolo_wait_result(join, &result) == KOLO_OK && result.last_rank == size - 1, comm,
-                    "join: %s last %d", kolo_status_name(result.status), result.last_rank);
+  failures += check(kolo_wait_result(join, &result) == KOLO_OK && result.last_rank == size - 1,
+                    comm, "join: %s last %d", kolo_status_name(result.status), result.last_rank);
   /* after the join every rank is back to normal */
   float one = 1, total = 0;
   kolo_request *after;
   kolo_allreduce_named(comm, "after.join", &one, &total, 1, KOLO_FLOAT32, KOLO_SUM, 1, 1, &after);
-  failures += check(kolo_wait(after) == KOLO_OK && total == (float)size, comm, "after join %g", total);
+  failures +=
+      check(kolo_wait(after) == KOLO_OK && total == (float)size, comm, "after join %g", total);
   free(sum);
   free(avg);
   return failures;
@@ -231,10 +248,18 @@ static void join_with_ranks_finishing_at_different_steps_gives_exact_sums(void *
  * all-to-all, and the results are exact on the ranks still running. */
 enum { RS_BASE = 1000 };
 
-static int32_t rs_value(int rank, int step, size_t i) { return (int32_t)((rank + 1) * 7 + step * 3 + (int)(i % 101)); }
-static size_t rs_block(int b) { return (size_t)(RS_BASE + 37 * b); }
-static size_t a2a_count(int from, int to) { return (size_t)(from + 2 * to + 1); }
-static int32_t a2a_value(int from, int to, int step, size_t i) { return (int32_t)(100000 * from + 1000 * to + 10 * step + (int)i); }
+static int32_t rs_value(int rank, int step, size_t i) {
+  return (int32_t)((rank + 1) * 7 + step * 3 + (int)(i % 101));
+}
+static size_t rs_block(int b) {
+  return (size_t)(RS_BASE + 37 * b);
+}
+static size_t a2a_count(int from, int to) {
+  return (size_t)(from + 2 * to + 1);
+}
+static int32_t a2a_value(int from, int to, int step, size_t i) {
+  return (int32_t)(100000 * from + 1000 * to + 10 * step + (int)i);
+}
 
 static int join_rs_a2a_step(kolo_comm *comm, int step, int (*active)(int rank, int step)) {
   int rank = kolo_comm_rank(comm), size = kolo_comm_size(comm), failures = 0;
@@ -257,32 +282,39 @@ static int join_rs_a2a_step(kolo_comm *comm, int step, int (*active)(int rank, i
   kolo_request *rq[3];
   failures += kolo_reducescatter_named(comm, "rs.uneven", send, mine, total, counts, KOLO_INT32,
                                        KOLO_SUM, &rq[0]) != KOLO_OK;
-  failures += kolo_alltoall_named(comm, "a2a", a2a, a2a_send, NULL, 0, got, KOLO_INT32, &rq[1]) != KOLO_OK;
+  failures +=
+      kolo_alltoall_named(comm, "a2a", a2a, a2a_send, NULL, 0, got, KOLO_INT32, &rq[1]) != KOLO_OK;
   failures += kolo_reducescatter_named(comm, "rs.even", even, even_mine, (size_t)size * 4, NULL,
                                        KOLO_FLOAT64, KOLO_AVG, &rq[2]) != KOLO_OK;
   kolo_result result[3];
   for (int k = 0; k < 3; k++) {
     kolo_status status = kolo_wait_result(rq[k], &result[k]);
-    failures += check(status == KOLO_OK, comm, "step %d op %d: %s %s", step, k, kolo_status_name(status),
-                      result[k].message);
+    failures += check(status == KOLO_OK, comm, "step %d op %d: %s %s", step, k,
+                      kolo_status_name(status), result[k].message);
   }
   for (size_t i = 0; i < counts[rank] && failures == 0; i++) {
     int64_t want = 0;
     for (int r = 0; r < size; r++) want += active(r, step) ? rs_value(r, step, offset + i) : 0;
-    if (mine[i] != (int32_t)want) failures += check(0, comm, "step %d rs [%zu] %d want %lld", step, i, mine[i], (long long)want);
+    if (mine[i] != (int32_t)want)
+      failures +=
+          check(0, comm, "step %d rs [%zu] %d want %lld", step, i, mine[i], (long long)want);
   }
   for (size_t i = 0; i < 4 && failures == 0; i++) {
     double want = 0;
-    for (int r = 0; r < size; r++) want += active(r, step) ? (double)(r + 1) * (double)(rank * 4 + i + 1) : 0;
+    for (int r = 0; r < size; r++)
+      want += active(r, step) ? (double)(r + 1) * (double)(rank * 4 + i + 1) : 0;
     want /= size; /* AVG divides by the full size */
-    failures += check(even_mine[i] == want, comm, "step %d rs.even [%zu] %g want %g", step, i, even_mine[i], want);
+    failures += check(even_mine[i] == want, comm, "step %d rs.even [%zu] %g want %g", step, i,
+                      even_mine[i], want);
   }
   const int32_t *in = result[1].output;
   for (int o = 0; o < size && failures == 0; o++) {
     size_t want_count = active(o, step) ? a2a_count(o, rank) : 0;
-    failures += check(got[o] == want_count, comm, "step %d a2a from %d: %zu elements, want %zu", step, o, got[o], want_count);
+    failures += check(got[o] == want_count, comm, "step %d a2a from %d: %zu elements, want %zu",
+                      step, o, got[o], want_count);
     for (size_t i = 0; i < got[o] && failures == 0; i++) {
-      failures += check(in[i] == a2a_value(o, rank, step, i), comm, "step %d a2a from %d [%zu]", step, o, i);
+      failures += check(in[i] == a2a_value(o, rank, step, i), comm, "step %d a2a from %d [%zu]",
+                        step, o, i);
     }
     in += got[o];
   }
@@ -294,7 +326,9 @@ static int join_rs_a2a_step(kolo_comm *comm, int step, int (*active)(int rank, i
   return failures;
 }
 
-static int rs_a2a_active(int rank, int step) { return step < 1 + rank; }
+static int rs_a2a_active(int rank, int step) {
+  return step < 1 + rank;
+}
 
 static int join_rs_a2a_body(kolo_comm *comm, void *argument) {
   (void)argument;
@@ -304,9 +338,10 @@ static int join_rs_a2a_body(kolo_comm *comm, void *argument) {
   }
   kolo_request *join;
   kolo_result result;
-  failures += check(kolo_join_async(comm, &join) == KOLO_OK && kolo_wait_result(join, &result) == KOLO_OK &&
-                        result.last_rank == kolo_comm_size(comm) - 1,
-                    comm, "join: %s last %d", kolo_status_name(result.status), result.last_rank);
+  failures +=
+      check(kolo_join_async(comm, &join) == KOLO_OK && kolo_wait_result(join, &result) == KOLO_OK &&
+                result.last_rank == kolo_comm_size(comm) - 1,
+            comm, "join: %s last %d", kolo_status_name(result.status), result.last_rank);
   return failures;
 }
 
@@ -337,7 +372,9 @@ static int fusion_body(kolo_comm *comm, void *argument) {
     fused[t] = malloc(sizes[t] * sizeof(float));
     alone[t] = malloc(sizes[t] * sizeof(float));
     for (size_t i = 0; i < sizes[t]; i++) {
-      send[t][i] = (float)((double)(mix(((uint64_t)rank << 40) ^ ((uint64_t)t << 32) ^ i) >> 11) * 0x1p-53 - 0.5);
+      send[t][i] =
+          (float)((double)(mix(((uint64_t)rank << 40) ^ ((uint64_t)t << 32) ^ i) >> 11) * 0x1p-53 -
+                  0.5);
     }
   }
   kolo_request *requests[N];
@@ -351,7 +388,8 @@ static int fusion_body(kolo_comm *comm, void *argument) {
   for (int t = 0; t < N; t++) failures += kolo_wait(requests[t]) != KOLO_OK;
   for (int t = 0; t < N; t++) {
     for (size_t i = 0; i < sizes[t]; i++) alone[t][i] = (float)((double)send[t][i] * 0.5);
-    failures += kolo_allreduce(comm, alone[t], alone[t], sizes[t], KOLO_FLOAT32, KOLO_AVG) != KOLO_OK;
+    failures +=
+        kolo_allreduce(comm, alone[t], alone[t], sizes[t], KOLO_FLOAT32, KOLO_AVG) != KOLO_OK;
     for (size_t i = 0; i < sizes[t]; i++) alone[t][i] = (float)((double)alone[t][i] * 2.0);
     failures += check(memcmp(alone[t], fused[t], sizes[t] * sizeof(float)) == 0, comm,
                       "tensor %d (%zu elements): fused and unfused bits differ", t, sizes[t]);
@@ -423,7 +461,8 @@ static int cache_body(kolo_comm *comm, void *argument) {
   double cpu = (double)(after.ru_utime.tv_sec - before.ru_utime.tv_sec + after.ru_stime.tv_sec -
                         before.ru_stime.tv_sec) +
                (double)(after.ru_utime.tv_usec - before.ru_utime.tv_usec + after.ru_stime.tv_usec -
-                        before.ru_stime.tv_usec) / 1e6;
+                        before.ru_stime.tv_usec) /
+                   1e6;
   failures += check(rank == 1 || (cpu < 0.2 && later.cycles - stats.cycles <= 3), comm,
                     "waiting 0.8 s cost %.3f s of CPU and %llu cycles", cpu,
                     (unsigned long long)(later.cycles - stats.cycles));
@@ -445,7 +484,8 @@ static int timeline_body(kolo_comm *comm, void *argument) {
   float small[16] = {0}, *big = calloc(300000, sizeof(float));
   for (int step = 0; step < 3; step++) {
     kolo_request *a, *b, *g;
-    kolo_allreduce_named(comm, "weights \"big\"", big, big, 300000, KOLO_FLOAT32, KOLO_SUM, 1, 1, &a);
+    kolo_allreduce_named(comm, "weights \"big\"", big, big, 300000, KOLO_FLOAT32, KOLO_SUM, 1, 1,
+                         &a);
     kolo_allreduce_named(comm, "bias", small, small, 16, KOLO_FLOAT32, KOLO_SUM, 1, 1, &b);
     kolo_allgather_named(comm, "ids", small, 2, NULL, 0, NULL, KOLO_FLOAT32, &g);
     kolo_status sa = kolo_wait(a), sb = kolo_wait(b), sg = kolo_wait(g);
@@ -488,18 +528,19 @@ static void the_timeline_parses_as_json_with_each_tensors_phases(void **state) {
   int failed = run_ranks(2, timeline_body, &no_kill, NULL);
   assert_int_equal(failed, 0);
   char command[1200];
-  snprintf(command, sizeof command,
-           "/usr/bin/python3 -c \"import json,sys\n"
-           "for rank, path in enumerate(sys.argv[1:]):\n"
-           "  events = json.load(open(path))\n"
-           "  rows = {e['tid']: e['args']['name'] for e in events if e.get('name') == 'thread_name'}\n"
-           "  phases = {(rows[e['tid']], e['name']) for e in events if e.get('ph') == 'X'}\n"
-           "  for want in [('weights \\\"big\\\"', 'NEGOTIATE'), ('weights \\\"big\\\"', 'ALLREDUCE'),\n"
-           "               ('bias', 'MEMCPY_IN_FUSION_BUFFER'), ('bias', 'MEMCPY_OUT_FUSION_BUFFER'),\n"
-           "               ('bias', 'WAIT_FOR_DATA'), ('ids', 'ALLGATHER'), ('engine', 'CYCLE')]:\n"
-           "    assert want in phases, (rank, want, sorted(phases))\n"
-           "  assert all(e['pid'] == rank for e in events if 'pid' in e)\n\" %s %s.1",
-           timeline_path, timeline_path);
+  snprintf(
+      command, sizeof command,
+      "/usr/bin/python3 -c \"import json,sys\n"
+      "for rank, path in enumerate(sys.argv[1:]):\n"
+      "  events = json.load(open(path))\n"
+      "  rows = {e['tid']: e['args']['name'] for e in events if e.get('name') == 'thread_name'}\n"
+      "  phases = {(rows[e['tid']], e['name']) for e in events if e.get('ph') == 'X'}\n"
+      "  for want in [('weights \\\"big\\\"', 'NEGOTIATE'), ('weights \\\"big\\\"', 'ALLREDUCE'),\n"
+      "               ('bias', 'MEMCPY_IN_FUSION_BUFFER'), ('bias', 'MEMCPY_OUT_FUSION_BUFFER'),\n"
+      "               ('bias', 'WAIT_FOR_DATA'), ('ids', 'ALLGATHER'), ('engine', 'CYCLE')]:\n"
+      "    assert want in phases, (rank, want, sorted(phases))\n"
+      "  assert all(e['pid'] == rank for e in events if 'pid' in e)\n\" %s %s.1",
+      timeline_path, timeline_path);
   int parsed = system(command);
   /* and after a peer loss, the survivor's file (still open) parses too */
   int kill_rank = 1;
@@ -535,16 +576,18 @@ static int kill_body(kolo_comm *comm, void *argument) {
   /* pending named ops of every kind, none of which the dead rank will ever submit */
   float data[64] = {0};
   kolo_request *requests[3];
-  kolo_allreduce_named(comm, "pending.grad", data, data, 64, KOLO_FLOAT32, KOLO_SUM, 1, 1, &requests[0]);
+  kolo_allreduce_named(comm, "pending.grad", data, data, 64, KOLO_FLOAT32, KOLO_SUM, 1, 1,
+                       &requests[0]);
   kolo_broadcast_named(comm, "pending.bcast", data, 8, KOLO_FLOAT32, 0, &requests[1]);
   kolo_allgather_named(comm, "pending.gather", data, 4, NULL, 0, NULL, KOLO_FLOAT32, &requests[2]);
   for (int i = 0; i < 3; i++) {
     kolo_result result;
     kolo_status status = kolo_wait_result(requests[i], &result);
     double late = now_s() - killed_at;
-    failures += check(status == KOLO_ERR_PEER_LOST && strstr(result.message, "rank 3") != NULL, comm,
-                      "pending %d: %s '%s'", i, kolo_status_name(status), result.message);
-    failures += check(late < DETECTION_BOUND_S, comm, "pending %d failed %.3f s after the kill", i, late);
+    failures += check(status == KOLO_ERR_PEER_LOST && strstr(result.message, "rank 3") != NULL,
+                      comm, "pending %d: %s '%s'", i, kolo_status_name(status), result.message);
+    failures +=
+        check(late < DETECTION_BOUND_S, comm, "pending %d failed %.3f s after the kill", i, late);
   }
   return failures;
 }

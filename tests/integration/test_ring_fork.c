@@ -45,7 +45,8 @@ static int run_ranks(int size, rank_body body, void *argument) {
   const char *peers[MAX_RANKS];
   for (int r = 0; r < size; r++) {
     assert_int_equal(kolo_listener_create("127.0.0.1:0", &listeners[r]), KOLO_OK);
-    assert_int_equal(kolo_listener_address(listeners[r], addresses[r], sizeof addresses[r]), KOLO_OK);
+    assert_int_equal(kolo_listener_address(listeners[r], addresses[r], sizeof addresses[r]),
+                     KOLO_OK);
     peers[r] = addresses[r];
   }
   pid_t pids[MAX_RANKS];
@@ -57,8 +58,12 @@ static int run_ranks(int size, rank_body body, void *argument) {
       for (int other = 0; other < size; other++) {
         if (other != r) kolo_listener_destroy(listeners[other]);
       }
-      kolo_ring_spec spec = {.epoch = 1, .rank = r, .size = size, .peers = peers,
-                             .secret = "s3cret", .timeout_ms = 20000};
+      kolo_ring_spec spec = {.epoch = 1,
+                             .rank = r,
+                             .size = size,
+                             .peers = peers,
+                             .secret = "s3cret",
+                             .timeout_ms = 20000};
       kolo_comm *comm = NULL;
       kolo_status status = kolo_comm_create(&spec, listeners[r], &comm);
       if (status != KOLO_OK) {
@@ -93,8 +98,8 @@ static int transport_is_expected(kolo_comm *comm) {
   if (expected_transport == NULL || kolo_comm_size(comm) < 2) return 1;
   for (int peer = 0; peer < 2; peer++) {
     if (strcmp(kolo_comm_transport(comm, peer), expected_transport) != 0) {
-      fprintf(stderr, "rank %d: %s uses %s, want %s\n", kolo_comm_rank(comm), peer ? "prev" : "next",
-              kolo_comm_transport(comm, peer), expected_transport);
+      fprintf(stderr, "rank %d: %s uses %s, want %s\n", kolo_comm_rank(comm),
+              peer ? "prev" : "next", kolo_comm_transport(comm, peer), expected_transport);
       return 0;
     }
   }
@@ -125,7 +130,9 @@ static int leftover_shm_objects(void) {
   return n;
 }
 
-static float value_of(int rank, size_t index) { return (float)((rank + 1) * 0.5 + (double)(index % 97)); }
+static float value_of(int rank, size_t index) {
+  return (float)((rank + 1) * 0.5 + (double)(index % 97));
+}
 
 static int allreduce_float_sum(kolo_comm *comm, void *argument) {
   size_t count = *(size_t *)argument;
@@ -196,18 +203,24 @@ static uint64_t hash_bytes(const void *data, size_t length) {
  * positions (where min/max depend on the operands' order), plain values elsewhere. */
 static float tricky_value(int rank, size_t i) {
   switch (i % 7) {
-    case 0: return rank == 0 ? __builtin_nanf("") : 1.0f;
-    case 1: return rank == 1 ? __builtin_nanf("") : 2.0f;
-    case 2: return rank == 0 ? -0.0f : 0.0f;
-    default: return value_of(rank, i);
+    case 0:
+      return rank == 0 ? __builtin_nanf("") : 1.0f;
+    case 1:
+      return rank == 1 ? __builtin_nanf("") : 2.0f;
+    case 2:
+      return rank == 0 ? -0.0f : 0.0f;
+    default:
+      return value_of(rank, i);
   }
 }
 
 static int plain_result_is_right(kolo_op op, size_t i, float got) {
   if (i % 7 < 3) return 1; /* only agreement is asserted there */
   float a = value_of(0, i), b = value_of(1, i);
-  float want = op == KOLO_MIN ? (a < b ? a : b) : op == KOLO_MAX ? (a > b ? a : b)
-               : op == KOLO_AVG ? (a + b) / 2 : a + b;
+  float want = op == KOLO_MIN   ? (a < b ? a : b)
+               : op == KOLO_MAX ? (a > b ? a : b)
+               : op == KOLO_AVG ? (a + b) / 2
+                                : a + b;
   return got == want;
 }
 
@@ -338,7 +351,8 @@ static int many_collectives(kolo_comm *comm, void *argument) {
 
 static void other_collectives_work_for_every_ring_size(void **state) {
   (void)state;
-  for (int size = 1; size <= 6; size++) assert_int_equal(run_ranks(size, many_collectives, NULL), 0);
+  for (int size = 1; size <= 6; size++)
+    assert_int_equal(run_ranks(size, many_collectives, NULL), 0);
 }
 
 static double cpu_seconds(void) {
@@ -415,12 +429,14 @@ static void killed_rank_is_reported_within_a_second(int size, size_t count, int 
         float *data = calloc(count, sizeof *data);
         float *out = out_of_place ? calloc(count, sizeof *out) : data;
         kolo_status status = KOLO_OK;
-        while (status == KOLO_OK) status = kolo_allreduce(comm, data, out, count, KOLO_FLOAT32, KOLO_SUM);
+        while (status == KOLO_OK)
+          status = kolo_allreduce(comm, data, out, count, KOLO_FLOAT32, KOLO_SUM);
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         int failed_rank = -1;
         kolo_status recorded = kolo_comm_error(comm, &failed_rank);
-        int64_t report[3] = {(int64_t)status * 1000 + failed_rank, (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, recorded};
+        int64_t report[3] = {(int64_t)status * 1000 + failed_rank,
+                             (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, recorded};
         ssize_t written = write(pipes[r][1], report, sizeof report);
         (void)written;
         kolo_comm_destroy(comm);

@@ -26,7 +26,8 @@ int main(int argc, char **argv) {
   while (fgets(line, sizeof line, stdin)) {
     kolo_status rc = KOLO_ERR_INVALID_ARG;
     if (strncmp(line, "stop", 4) == 0) rc = kolo_etcd_harness_stop(etcd);
-    if (strncmp(line, "kill", 4) == 0) rc = kolo_etcd_harness_kill(etcd); /* SIGKILL: "start" reuses its data */
+    if (strncmp(line, "kill", 4) == 0)
+      rc = kolo_etcd_harness_kill(etcd); /* SIGKILL: "start" reuses its data */
     if (strncmp(line, "start", 5) == 0) rc = kolo_etcd_harness_restart(etcd);
     if (strncmp(line, "pid", 3) == 0) {
       printf("%ld\n", (long)kolo_etcd_harness_pid(etcd));

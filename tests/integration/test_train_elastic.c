@@ -81,7 +81,8 @@ static void agent_start(agent *g) {
   assert_int_equal(bind(g->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
   assert_int_equal(listen(g->listen_fd, 8), 0);
   for (int i = 0; i < PROCS; i++) g->conns[i] = -1;
-  snprintf(g->secret, sizeof g->secret, "elastic-%d-%ld", (int)getpid(), (long)(now_seconds() * 1e6));
+  snprintf(g->secret, sizeof g->secret, "elastic-%d-%ld", (int)getpid(),
+           (long)(now_seconds() * 1e6));
   g->active = 1;
 }
 
@@ -106,8 +107,8 @@ static void agent_spawn_lr(agent *g, int i, const char *lr) {
     unsetenv("KOLO_SIZE");
     int fashion = strcmp(g_dataset, "fashion") == 0;
     execl(program, program, "--dataset", fashion ? "fashion-mnist" : "synthetic", "--model", "mlp",
-          "--hidden", fashion ? "128" : "32", "--epochs", fashion ? FASHION_EPOCHS_TEXT : "6", "--batch",
-          fashion ? "32" : "16", "--lr", lr, "--log-every", "10", "--commit-every", "10",
+          "--hidden", fashion ? "128" : "32", "--epochs", fashion ? FASHION_EPOCHS_TEXT : "6",
+          "--batch", fashion ? "32" : "16", "--lr", lr, "--log-every", "10", "--commit-every", "10",
           "--json", (char *)NULL);
     _exit(127);
   }
@@ -119,7 +120,9 @@ static void agent_spawn_lr(agent *g, int i, const char *lr) {
   g->ports[i] = free_port();
 }
 
-static void agent_spawn(agent *g, int i) { agent_spawn_lr(g, i, "0.02"); }
+static void agent_spawn(agent *g, int i) {
+  agent_spawn_lr(g, i, "0.02");
+}
 
 /* Sends RING <epoch> to each member (process indexes, in rank order), through
  * the agent protocol's codec. */
@@ -133,9 +136,15 @@ static void agent_announce(agent *g, uint64_t epoch, const int *members, int siz
   }
   for (int rank = 0; rank < size; rank++) {
     kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
-                          .ring = {.epoch = epoch, .rank = rank, .size = size, .local_rank = rank,
-                                   .local_size = size, .timeout_ms = 20000, .secret = g->secret,
-                                   .listen_address = peers[rank], .peers = peers}};
+                          .ring = {.epoch = epoch,
+                                   .rank = rank,
+                                   .size = size,
+                                   .local_rank = rank,
+                                   .local_size = size,
+                                   .timeout_ms = 20000,
+                                   .secret = g->secret,
+                                   .listen_address = peers[rank],
+                                   .peers = peers}};
     char *line = NULL;
     assert_int_equal(kolo_agent_msg_format(&msg, &line, NULL, 0), KOLO_OK);
     assert_int_equal(write(g->conns[members[rank]], line, strlen(line)), (ssize_t)strlen(line));
@@ -183,7 +192,8 @@ static void agent_pump(agent *g, int wait_ms) {
     int i = which[k];
     if (!p[k].revents) continue;
     make_room(g, i);
-    ssize_t got = read(g->conns[i], g->buffer[i] + g->filled[i], sizeof g->buffer[i] - 1 - g->filled[i]);
+    ssize_t got =
+        read(g->conns[i], g->buffer[i] + g->filled[i], sizeof g->buffer[i] - 1 - g->filled[i]);
     if (got <= 0) {
       close(g->conns[i]);
       g->conns[i] = -1;
@@ -216,9 +226,12 @@ static void agent_wait_line(agent *g, int i, const char *prefix, const char *nee
     }
     if (now_seconds() - start > timeout_s || g->conns[i] < 0) {
       char cmd[256];
-      snprintf(cmd, sizeof cmd, "for f in '%s'/out.*; do echo \"== $f\"; grep -v progress $f | tail -25; done >&2", g->dir);
+      snprintf(cmd, sizeof cmd,
+               "for f in '%s'/out.*; do echo \"== $f\"; grep -v progress $f | tail -25; done >&2",
+               g->dir);
       if (system(cmd) != 0) fprintf(stderr, "cannot show %s/out.%d\n", g->dir, i);
-      fail_msg("process %d: no '%s' line %s", i, prefix, g->conns[i] < 0 ? "before it closed its socket" : "in time");
+      fail_msg("process %d: no '%s' line %s", i, prefix,
+               g->conns[i] < 0 ? "before it closed its socket" : "in time");
     }
     agent_pump(g, 100);
   }
@@ -342,8 +355,8 @@ static void run_job(agent *a, long kill_at, grown *out) {
     agent_announce(a, 2, left, 2);
     for (int k = 0; k < 2; k++) {
       agent_wait(a, left[k], "FORMED 2", NULL, 0, 60);
-      agent_wait_line(a, left[k], "REPORT {\"event\":\"synced\"", "\"synced_reason\":\"reform", 0, 60,
-                      out->synced[left[k]], sizeof out->synced[left[k]]);
+      agent_wait_line(a, left[k], "REPORT {\"event\":\"synced\"", "\"synced_reason\":\"reform", 0,
+                      60, out->synced[left[k]], sizeof out->synced[left[k]]);
     }
   }
   for (int k = 0; k < n; k++) {
@@ -376,12 +389,12 @@ static int teardown(void **state) {
 /* A survivor's "synced" report after the re-form: every member resumed from
  * the same state, the survivors' own last commit, taken at most one commit
  * interval before rank 0 left its ring (not an older commit, not step 0). */
-static void assert_resumed_from_the_last_commit(const grown *run, const int *members, int n, const int *survivor,
-                                                long long after) {
+static void assert_resumed_from_the_last_commit(const grown *run, const int *members, int n,
+                                                const int *survivor, long long after) {
   long long step = json_number(run->synced[members[0]], "synced_step");
   long long crc = json_number(run->synced[members[0]], "synced_checksum");
-  printf("rank 0 left its ring at step %lld, the ring resumed at step %lld (checksum %lld)\n", run->left_at, step,
-         crc);
+  printf("rank 0 left its ring at step %lld, the ring resumed at step %lld (checksum %lld)\n",
+         run->left_at, step, crc);
   assert_true(run->left_at >= after);
   assert_true(step <= run->left_at && step + 10 >= run->left_at);
   assert_true(step % 10 == 0); /* --commit-every 10 */
@@ -403,8 +416,8 @@ static void a_killed_worker_costs_at_most_one_point_of_accuracy(void **state) {
   run_job(a, 0, &plain);
   long kill_at = fashion ? 300 : 40;
   run_job(a, kill_at, &killed);
-  printf("%s: undisturbed accuracy %.4f, with a worker killed %.4f (%d reconfiguration)\n", g_dataset,
-         plain.accuracy, killed.accuracy, killed.reconfigurations);
+  printf("%s: undisturbed accuracy %.4f, with a worker killed %.4f (%d reconfiguration)\n",
+         g_dataset, plain.accuracy, killed.accuracy, killed.reconfigurations);
   for (int i = 0; i < PROCS; i++) {
     assert_int_equal(plain.exits[i], 0);
     assert_int_equal(plain.steps[i], steps);
@@ -414,7 +427,8 @@ static void a_killed_worker_costs_at_most_one_point_of_accuracy(void **state) {
   const int left[2] = {0, 2}, both[2] = {1, 1};
   for (int k = 0; k < 2; k++) {
     assert_int_equal(killed.exits[left[k]], 0);
-    assert_int_equal(killed.steps[left[k]], steps); /* the job's global batch kept: the same steps */
+    assert_int_equal(killed.steps[left[k]],
+                     steps); /* the job's global batch kept: the same steps */
   }
   assert_resumed_from_the_last_commit(&killed, left, 2, both, kill_at);
   assert_true(plain.accuracy >= (fashion ? 0.84 : 0.9));
@@ -441,8 +455,9 @@ static void run_grow(agent *a, long join_at, const char *lr, grown *out) {
   }
   int same = strcmp(lr, "0.02") == 0;
   for (int i = 0; join_at > 0 && same && i < 3; i++)
-    agent_wait_line(a, i, "REPORT {\"event\":\"synced\"", i < 2 ? "\"synced_reason\":\"reform" : NULL, 0, 60,
-                    out->synced[i], sizeof out->synced[i]);
+    agent_wait_line(a, i, "REPORT {\"event\":\"synced\"",
+                    i < 2 ? "\"synced_reason\":\"reform" : NULL, 0, 60, out->synced[i],
+                    sizeof out->synced[i]);
   for (int i = 0; i < n; i++) {
     char done[1024] = "";
     if (same) {
@@ -458,14 +473,15 @@ static void run_grow(agent *a, long join_at, const char *lr, grown *out) {
 static void a_newcomer_trains_by_the_ring_schedule_and_the_run_stays_exact(void **state) {
   agent *a = *state;
   int fashion = strcmp(g_dataset, "fashion") == 0;
-  long long epochs = fashion ? FASHION_EPOCHS : 6, samples = fashion ? 60000 : 6000, global_batch = fashion ? 64 : 32;
+  long long epochs = fashion ? FASHION_EPOCHS : 6, samples = fashion ? 60000 : 6000,
+            global_batch = fashion ? 64 : 32;
   long long expected_steps = epochs * ((samples + global_batch - 1) / global_batch);
   grown plain, grew;
   run_grow(a, 0, "0.02", &plain);
   long join_at = fashion ? 300 : 40;
   run_grow(a, join_at, "0.02", &grew);
-  printf("%s: 2 workers %.4f (%lld steps), a third joining at step %ld %.4f (%lld steps)\n", g_dataset,
-         plain.accuracy, plain.steps[0], join_at, grew.accuracy, grew.steps[0]);
+  printf("%s: 2 workers %.4f (%lld steps), a third joining at step %ld %.4f (%lld steps)\n",
+         g_dataset, plain.accuracy, plain.steps[0], join_at, grew.accuracy, grew.steps[0]);
   for (int i = 0; i < 2; i++) assert_int_equal(plain.exits[i], 0);
   assert_int_equal(plain.steps[0], expected_steps);
   for (int i = 0; i < 3; i++) {
@@ -492,10 +508,12 @@ static void a_newcomer_with_another_learning_rate_fails_every_rank(void **state)
   run_grow(a, 40, "0.05", &run);
   for (int i = 0; i < 3; i++) assert_int_equal(run.exits[i], 2); /* a usage error, not a crash */
   char cmd[512];
-  snprintf(cmd, sizeof cmd, "grep -q 'learning rate 0.05 here, 0.02 in the ring' '%s/out.2'", a->dir);
+  snprintf(cmd, sizeof cmd, "grep -q 'learning rate 0.05 here, 0.02 in the ring' '%s/out.2'",
+           a->dir);
   assert_int_equal(system(cmd), 0);
   for (int i = 0; i < 2; i++) {
-    snprintf(cmd, sizeof cmd, "grep -q \"another rank's training schedule differs\" '%s/out.%d'", a->dir, i);
+    snprintf(cmd, sizeof cmd, "grep -q \"another rank's training schedule differs\" '%s/out.%d'",
+             a->dir, i);
     assert_int_equal(system(cmd), 0);
   }
 }
@@ -524,9 +542,10 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_killed_worker_costs_at_most_one_point_of_accuracy, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(a_newcomer_trains_by_the_ring_schedule_and_the_run_stays_exact, setup,
+      cmocka_unit_test_setup_teardown(
+          a_newcomer_trains_by_the_ring_schedule_and_the_run_stays_exact, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_newcomer_with_another_learning_rate_fails_every_rank, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(a_newcomer_with_another_learning_rate_fails_every_rank, setup, teardown),
       cmocka_unit_test_setup_teardown(a_stop_from_the_agent_ends_every_rank_promptly, setup,
                                       teardown),
   };

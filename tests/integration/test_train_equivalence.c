@@ -216,18 +216,22 @@ static void unequal_shares_of_a_window_still_average_to_its_exact_mean(void **st
   fixture local = {.train = train, .test = test};
   kolo_train_config c[3];
   base_config(&local, &c[0]);
-  c[0].batch = 5; /* windows of 15: 32 full ones and one of 7 per epoch */
+  c[0].batch = 5;  /* windows of 15: 32 full ones and one of 7 per epoch */
   c[0].steps = 33; /* one epoch: 32 full windows, then the uneven one */
   c[1] = c[2] = c[0];
   rank_job jobs[3];
   run_ring(3, c, jobs);
-  for (int r = 1; r < 3; r++) assert_memory_equal(jobs[0].params, jobs[r].params, jobs[0].count * sizeof(float));
+  for (int r = 1; r < 3; r++)
+    assert_memory_equal(jobs[0].params, jobs[r].params, jobs[0].count * sizeof(float));
   kolo_train_config single = c[0];
   single.batch = 15;
   size_t n;
   float *p = run_single(&single, &n);
   double d = max_rel_diff(p, jobs[0].params, n);
-  printf("3 x batch 5 (shares 3/2/2 at the epoch end) vs 1 x batch 15 after 33 steps: max relative difference %.3g\n", d);
+  printf(
+      "3 x batch 5 (shares 3/2/2 at the epoch end) vs 1 x batch 15 after 33 steps: max relative "
+      "difference %.3g\n",
+      d);
   if (d > 1e-3) fail_msg("unequal shares: weights differ by %g", d);
   free(p);
   for (int r = 0; r < 3; r++) free(jobs[r].params);
@@ -369,9 +373,10 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(two_lenet_workers_with_batch_b_match_one_with_batch_2b, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(unequal_shares_of_a_window_still_average_to_its_exact_mean, setup, teardown),
-      cmocka_unit_test_setup_teardown(
-          adam_warmup_accumulation_and_lr_scaling_keep_the_equivalence, setup, teardown),
+      cmocka_unit_test_setup_teardown(unequal_shares_of_a_window_still_average_to_its_exact_mean,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(adam_warmup_accumulation_and_lr_scaling_keep_the_equivalence,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(initial_state_and_data_order_come_from_rank_0, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(async_workers_end_identical_and_learn, setup, teardown),

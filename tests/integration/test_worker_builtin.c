@@ -53,22 +53,26 @@ static void require_trainer_and_data(void) {
   fclose(data);
 }
 
-static json_t *status_of(json_t *job) { return json_object_get(job, "status"); }
+static json_t *status_of(json_t *job) {
+  return json_object_get(job, "status");
+}
 
 static void submit_mlp(cluster *c, const char *id) {
   char body[512];
-  snprintf(body, sizeof body,
-           "{\"id\":\"%s\",\"name\":\"%s\",\"min_workers\":2,\"max_workers\":3,"
-           "\"builtin\":{\"model\":\"mlp\",\"dataset\":\"fashion-mnist\",\"learning_rate\":0.02,"
-           "\"epochs\":4,\"batch_size\":32,\"hyper_parameters\":{\"hidden\":\"128\",\"seed\":\"7\"}}}",
-           id, id);
+  snprintf(
+      body, sizeof body,
+      "{\"id\":\"%s\",\"name\":\"%s\",\"min_workers\":2,\"max_workers\":3,"
+      "\"builtin\":{\"model\":\"mlp\",\"dataset\":\"fashion-mnist\",\"learning_rate\":0.02,"
+      "\"epochs\":4,\"batch_size\":32,\"hyper_parameters\":{\"hidden\":\"128\",\"seed\":\"7\"}}}",
+      id, id);
   json_t *job = cluster_post(c, "/v1/jobs", body);
   assert_non_null(job);
   json_decref(job);
 }
 
 static double final_accuracy(json_t *job) {
-  return json_number_value(json_object_get(json_object_get(status_of(job), "progress"), "accuracy"));
+  return json_number_value(
+      json_object_get(json_object_get(status_of(job), "progress"), "accuracy"));
 }
 
 static json_int_t final_step(json_t *job) {
@@ -76,7 +80,9 @@ static json_int_t final_step(json_t *job) {
 }
 
 /* 4 epochs of Fashion-MNIST's 60000 samples in windows of global_batch */
-static json_int_t steps_for(json_int_t global_batch) { return 4 * ((60000 + global_batch - 1) / global_batch); }
+static json_int_t steps_for(json_int_t global_batch) {
+  return 4 * ((60000 + global_batch - 1) / global_batch);
+}
 
 static json_int_t report_int(json_t *report, const char *name) {
   return json_integer_value(json_object_get(json_object_get(report, "progress"), name));
@@ -87,7 +93,8 @@ static json_int_t report_int(json_t *report, const char *name) {
  * least min_step; a newcomer's came from the ring. Each trained by the ring's
  * global batch. */
 static void assert_resumed_together(cluster *c, const char *job, const char *const *workers, int n,
-                                    const int *survivor, json_int_t min_step, json_int_t global_batch) {
+                                    const int *survivor, json_int_t min_step,
+                                    json_int_t global_batch) {
   json_int_t step = -1, crc = -1;
   for (int i = 0; i < n; i++) {
     json_t *report = cluster_report(c, job, workers[i]);
@@ -95,7 +102,8 @@ static void assert_resumed_together(cluster *c, const char *job, const char *con
     char *text = json_dumps(json_object_get(report, "progress"), JSON_COMPACT);
     printf("%s report of %s: %s\n", job, workers[i], text ? text : "?");
     free(text);
-    const char *reason = json_string_value(json_object_get(json_object_get(report, "progress"), "synced_reason"));
+    const char *reason =
+        json_string_value(json_object_get(json_object_get(report, "progress"), "synced_reason"));
     assert_non_null(reason);
     assert_string_equal(reason, survivor[i] ? "reform" : "start");
     if (i == 0) {
@@ -114,7 +122,8 @@ static void assert_resumed_together(cluster *c, const char *job, const char *con
   assert_true(step >= min_step);
 }
 
-static void a_builtin_job_that_loses_a_worker_ends_within_a_point_of_an_undisturbed_one(void **state) {
+static void a_builtin_job_that_loses_a_worker_ends_within_a_point_of_an_undisturbed_one(
+    void **state) {
   cluster *c = *state;
   require_trainer_and_data();
   for (int i = 1; i <= 3; i++) assert_int_equal(cluster_start_worker(c, i), 0);
@@ -147,7 +156,8 @@ static void a_builtin_job_that_loses_a_worker_ends_within_a_point_of_an_undistur
   free(dump);
   json_decref(storm);
 
-  printf("undisturbed %.2f%%, one worker killed %.2f%%\n", 100 * calm_accuracy, 100 * storm_accuracy);
+  printf("undisturbed %.2f%%, one worker killed %.2f%%\n", 100 * calm_accuracy,
+         100 * storm_accuracy);
   assert_true(calm_accuracy > 0.84);
   /* the same schedule and data order from the same commit: only the reduction's
    * rounding differs (86.39% vs 86.39% at load 9-15); the trainer that dropped
@@ -164,7 +174,8 @@ static json_t *grow_job(cluster *c, const char *id, int first) {
   assert_int_equal(cluster_start_worker(c, first + 2), 0);
   json_t *job = cluster_wait_phase(c, id, "SUCCEEDED", 2, 180000);
   json_t *status = status_of(job);
-  if (strcmp(json_string_value(json_object_get(status, "phase")) ?: "", "SUCCEEDED") != 0) cluster_print_job(job);
+  if (strcmp(json_string_value(json_object_get(status, "phase")) ?: "", "SUCCEEDED") != 0)
+    cluster_print_job(job);
   assert_string_equal(json_string_value(json_object_get(status, "phase")), "SUCCEEDED");
   assert_int_equal(json_integer_value(json_object_get(status, "epoch")), 2);
   assert_int_equal(json_array_size(json_object_get(status, "members")), 3);
@@ -210,8 +221,8 @@ static void a_builtin_job_that_grows_keeps_its_schedule_over_shared_memory_and_t
   double tcp_accuracy = final_accuracy(tcp);
   json_decref(tcp);
 
-  printf("two workers %.2f%%, a third joining: shared memory %.2f%%, TCP %.2f%%\n", 100 * pair_accuracy,
-         100 * shm_accuracy, 100 * tcp_accuracy);
+  printf("two workers %.2f%%, a third joining: shared memory %.2f%%, TCP %.2f%%\n",
+         100 * pair_accuracy, 100 * shm_accuracy, 100 * tcp_accuracy);
   assert_true(pair_accuracy > 0.84);
   assert_true(shm_accuracy > pair_accuracy - 0.01 && shm_accuracy < pair_accuracy + 0.01);
   assert_true(tcp_accuracy > pair_accuracy - 0.01 && tcp_accuracy < pair_accuracy + 0.01);
@@ -222,8 +233,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(
           a_builtin_job_that_loses_a_worker_ends_within_a_point_of_an_undisturbed_one, setup,
           teardown),
-      cmocka_unit_test_setup_teardown(a_builtin_job_that_grows_keeps_its_schedule_over_shared_memory_and_tcp,
-                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          a_builtin_job_that_grows_keeps_its_schedule_over_shared_memory_and_tcp, setup, teardown),
   };
   /* KOLO_TEST_FILTER=<glob> runs only the matching cases (to reproduce one) */
   const char *filter = getenv("KOLO_TEST_FILTER");

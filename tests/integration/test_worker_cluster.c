@@ -94,7 +94,8 @@ static json_t *http(int port, const char *method, const char *path, const char *
   if (curl_easy_perform(curl) == CURLE_OK) {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
     if (code >= 200 && code < 300 && b.data) out = json_loads(b.data, 0, NULL);
-    if (code >= 300) fprintf(stderr, "HTTP %s %s: %ld %s\n", method, path, code, b.data ? b.data : "");
+    if (code >= 300)
+      fprintf(stderr, "HTTP %s %s: %ld %s\n", method, path, code, b.data ? b.data : "");
   }
   free(b.data);
   curl_easy_cleanup(curl);
@@ -125,9 +126,22 @@ int cluster_start(cluster *c, int n_servers) {
     snprintf(port_file, sizeof port_file, "%s/server%d.ports", c->dir, i);
     snprintf(log, sizeof log, "%s/server%d.log", c->dir, i);
     snprintf(name, sizeof name, "server%d", i);
-    char *argv[] = {program, "--etcd", (char *)kolo_etcd_harness_url(c->etcd), "--grpc-listen", "127.0.0.1:0",
-                    "--http-listen", "127.0.0.1:0", "--port-file", port_file, "--leader-ttl", CLUSTER_TTL_S,
-                    "--name", name, "--grace-ms", "200", NULL};
+    char *argv[] = {program,
+                    "--etcd",
+                    (char *)kolo_etcd_harness_url(c->etcd),
+                    "--grpc-listen",
+                    "127.0.0.1:0",
+                    "--http-listen",
+                    "127.0.0.1:0",
+                    "--port-file",
+                    port_file,
+                    "--leader-ttl",
+                    CLUSTER_TTL_S,
+                    "--name",
+                    name,
+                    "--grace-ms",
+                    "200",
+                    NULL};
     c->servers[i] = spawn(log, argv);
     int64_t deadline = cluster_now_ms() + 20000;
     while (read_port_file(port_file, &c->http_ports[i]) != 0) {
@@ -172,8 +186,20 @@ int cluster_start_worker(cluster *c, int index) {
   snprintf(advertise, sizeof advertise, "127.0.0.1:%d", free_port());
   snprintf(work_dir, sizeof work_dir, "%s/%s", c->dir, id);
   snprintf(log, sizeof log, "%s/%s.log", c->dir, id);
-  char *argv[] = {program, "--etcd", (char *)kolo_etcd_harness_url(c->etcd), "--advertise", advertise, "--id", id,
-                  "--lease-ttl", CLUSTER_TTL_S, "--work-dir", work_dir, "--stop-grace-ms", "500", NULL};
+  char *argv[] = {program,
+                  "--etcd",
+                  (char *)kolo_etcd_harness_url(c->etcd),
+                  "--advertise",
+                  advertise,
+                  "--id",
+                  id,
+                  "--lease-ttl",
+                  CLUSTER_TTL_S,
+                  "--work-dir",
+                  work_dir,
+                  "--stop-grace-ms",
+                  "500",
+                  NULL};
   c->workers[index] = spawn(log, argv);
   int64_t deadline = cluster_now_ms() + 15000;
   while (!worker_registered(c, id)) {
@@ -213,20 +239,21 @@ void cluster_kill_server(cluster *c, int index) {
   c->servers[index] = -1;
 }
 
-int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
-                   const char *extra) {
+int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers, int steps,
+                   int delay_ms, const char *extra) {
   return cluster_submit_env(c, id, min_workers, max_workers, steps, delay_ms, extra, "");
 }
 
-int cluster_submit_env(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
-                       const char *extra, const char *env) {
+int cluster_submit_env(cluster *c, const char *id, int min_workers, int max_workers, int steps,
+                       int delay_ms, const char *extra, const char *env) {
   char body[2048];
   snprintf(body, sizeof body,
            "{\"id\":\"%s\",\"name\":\"elastic-loop\",\"min_workers\":%d,\"max_workers\":%d%s%s,"
            "\"exec\":{\"argv\":[\"%s/elastic_loop\",\"%d\",\"1000\",\"5\",\"%d\"],"
            "\"env\":{\"KOLO_RESULT_FILE\":\"%s/%s.result\"%s%s}}}",
            id, min_workers, max_workers, extra && extra[0] ? "," : "", extra ? extra : "",
-           getenv("KOLO_TEST_DIR"), steps, delay_ms, c->dir, id, env && env[0] ? "," : "", env ? env : "");
+           getenv("KOLO_TEST_DIR"), steps, delay_ms, c->dir, id, env && env[0] ? "," : "",
+           env ? env : "");
   for (int i = 0; i < CLUSTER_MAX_SERVERS; i++) {
     if (c->servers[i] < 0) continue;
     json_t *job = http(c->http_ports[i], "POST", "/v1/jobs", body);
@@ -274,10 +301,12 @@ json_t *cluster_job(cluster *c, const char *id) {
 }
 
 static int final_phase(const char *phase) {
-  return strcmp(phase, "SUCCEEDED") == 0 || strcmp(phase, "FAILED") == 0 || strcmp(phase, "CANCELLED") == 0;
+  return strcmp(phase, "SUCCEEDED") == 0 || strcmp(phase, "FAILED") == 0 ||
+         strcmp(phase, "CANCELLED") == 0;
 }
 
-json_t *cluster_wait_phase(cluster *c, const char *id, const char *phase, int min_epoch, int timeout_ms) {
+json_t *cluster_wait_phase(cluster *c, const char *id, const char *phase, int min_epoch,
+                           int timeout_ms) {
   int64_t deadline = cluster_now_ms() + timeout_ms;
   json_t *job = NULL;
   for (;;) {
@@ -285,10 +314,12 @@ json_t *cluster_wait_phase(cluster *c, const char *id, const char *phase, int mi
     job = cluster_job(c, id);
     json_t *status = json_object_get(job, "status");
     const char *now = json_string_value(json_object_get(status, "phase")) ?: "";
-    if (strcmp(now, phase) == 0 && json_integer_value(json_object_get(status, "epoch")) >= min_epoch) return job;
+    if (strcmp(now, phase) == 0 &&
+        json_integer_value(json_object_get(status, "epoch")) >= min_epoch)
+      return job;
     if (final_phase(now) || cluster_now_ms() > deadline) {
       fprintf(stderr, "job %s: wanted %s (epoch >= %d), is %s: %s\n", id, phase, min_epoch, now,
-               json_string_value(json_object_get(status, "error")) ?: "");
+              json_string_value(json_object_get(status, "error")) ?: "");
       return job;
     }
     sleep_ms(50);
@@ -299,7 +330,8 @@ int cluster_wait_step(cluster *c, const char *id, int step, int timeout_ms) {
   int64_t deadline = cluster_now_ms() + timeout_ms;
   while (cluster_now_ms() < deadline) {
     json_t *job = cluster_job(c, id);
-    json_int_t now = json_integer_value(json_object_get(json_object_get(json_object_get(job, "status"), "progress"), "step"));
+    json_int_t now = json_integer_value(
+        json_object_get(json_object_get(json_object_get(job, "status"), "progress"), "step"));
     json_decref(job);
     if (now >= step) return 0;
     sleep_ms(50);
@@ -334,7 +366,8 @@ void cluster_print_job(json_t *job) {
   size_t k;
   json_t *event;
   json_array_foreach(json_object_get(job, "events"), k, event) {
-    fprintf(stderr, "  %lld %s (epoch %lld): %s\n", (long long)json_integer_value(json_object_get(event, "time_unix_ms")),
+    fprintf(stderr, "  %lld %s (epoch %lld): %s\n",
+            (long long)json_integer_value(json_object_get(event, "time_unix_ms")),
             json_string_value(json_object_get(event, "type")) ?: "?",
             (long long)json_integer_value(json_object_get(event, "epoch")),
             json_string_value(json_object_get(event, "message")) ?: "");
@@ -364,8 +397,8 @@ int cluster_results(cluster *c, const char *id, int steps) {
     char verdict[16] = "";
     double sum;
     int reconfigurations;
-    if (sscanf(line, "RESULT %lld %lf %d %15s", &got, &sum, &reconfigurations, verdict) != 4 || got != steps ||
-        strcmp(verdict, "exact") != 0) {
+    if (sscanf(line, "RESULT %lld %lf %d %15s", &got, &sum, &reconfigurations, verdict) != 4 ||
+        got != steps || strcmp(verdict, "exact") != 0) {
       fprintf(stderr, "bad result line: %s", line);
       bad = 1;
     }
@@ -377,7 +410,9 @@ int cluster_results(cluster *c, const char *id, int steps) {
 
 static int scan_processes(const char *job, const char *worker, pid_t *first);
 
-int cluster_job_processes(const char *job, const char *worker) { return scan_processes(job, worker, NULL); }
+int cluster_job_processes(const char *job, const char *worker) {
+  return scan_processes(job, worker, NULL);
+}
 
 pid_t cluster_job_pid(const char *job, const char *worker) {
   pid_t pid = -1;
@@ -443,5 +478,6 @@ void cluster_stop(cluster *c) {
   for (int i = 0; i < CLUSTER_MAX_SERVERS; i++) cluster_kill_server(c, i);
   kolo_etcd_harness_destroy(c->etcd);
   c->etcd = NULL;
-  if (c->dir[0] && getenv("KOLO_KEEP") == NULL) nftw(c->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (c->dir[0] && getenv("KOLO_KEEP") == NULL)
+    nftw(c->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

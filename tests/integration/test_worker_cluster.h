@@ -40,13 +40,13 @@ void cluster_kill_server(cluster *c, int index);
 
 /* Submits an elastic_loop job (writing its results to <dir>/<id>.result).
  * extra: more spec fields as JSON members, e.g. "\"max_reconfigurations\":1" or "". */
-int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
-                   const char *extra);
+int cluster_submit(cluster *c, const char *id, int min_workers, int max_workers, int steps,
+                   int delay_ms, const char *extra);
 
 /* The same with more environment for the processes: env holds JSON members of
  * the exec env object, e.g. "\"KOLO_LOOP_STALL_UNTIL\":\"1\"" or "". */
-int cluster_submit_env(cluster *c, const char *id, int min_workers, int max_workers, int steps, int delay_ms,
-                       const char *extra, const char *env);
+int cluster_submit_env(cluster *c, const char *id, int min_workers, int max_workers, int steps,
+                       int delay_ms, const char *extra, const char *env);
 
 /* POST path with body to the first live server; the JSON answer or NULL. */
 json_t *cluster_post(cluster *c, const char *path, const char *body);
@@ -59,7 +59,8 @@ json_t *cluster_job(cluster *c, const char *id);
 
 /* Polls until the job's phase is phase (and epoch >= min_epoch), or the job
  * ends in another phase, or timeout_ms passes. Returns the job (caller frees). */
-json_t *cluster_wait_phase(cluster *c, const char *id, const char *phase, int min_epoch, int timeout_ms);
+json_t *cluster_wait_phase(cluster *c, const char *id, const char *phase, int min_epoch,
+                           int timeout_ms);
 
 /* Polls until rank 0's reported step reaches step. */
 int cluster_wait_step(cluster *c, const char *id, int step, int timeout_ms);

@@ -85,7 +85,9 @@ static void a_three_worker_job_finishes_with_the_exact_result(void **state) {
   assert_non_null(cluster_event(job, "FINISHED", 1));
   assert_int_equal(cluster_results(c, "three", 40), 3);
   /* progress came back through the agents' reports */
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(job, "status"), "progress"), "step")), 40);
+  assert_int_equal(json_integer_value(json_object_get(
+                       json_object_get(json_object_get(job, "status"), "progress"), "step")),
+                   40);
   json_decref(job);
 }
 
@@ -148,7 +150,8 @@ static void a_stopped_worker_is_found_by_the_ring_beat_and_rejoins_when_it_wakes
   printf("%s\n", message);
   assert_non_null(strstr(message, "w2 (its ring neighbours lost it at epoch 1)"));
   int64_t detected = json_integer_value(json_object_get(lost, "time_unix_ms")) - stopped_at;
-  printf("stopped worker lost after %lld ms (the lease path: at least 1333 ms)\n", (long long)detected);
+  printf("stopped worker lost after %lld ms (the lease path: at least 1333 ms)\n",
+         (long long)detected);
   assert_true(detected < 1300);
   json_decref(job);
   /* it wakes: its old process finds the ring gone and stops; the worker comes back */
@@ -266,10 +269,11 @@ static void a_builtin_job_runs_kolo_train_on_two_workers(void **state) {
   if (probe == NULL) KOLO_TEST_SKIP("%s is not part of this build", train);
   fclose(probe);
   start_workers(c, 2);
-  json_t *job = cluster_post(c, "/v1/jobs",
-                             "{\"id\":\"builtin\",\"name\":\"mlp\",\"min_workers\":2,\"max_workers\":2,"
-                             "\"builtin\":{\"model\":\"mlp\",\"dataset\":\"synthetic\",\"learning_rate\":0.02,"
-                             "\"epochs\":2,\"batch_size\":16,\"hyper_parameters\":{\"hidden\":\"32\"}}}");
+  json_t *job = cluster_post(
+      c, "/v1/jobs",
+      "{\"id\":\"builtin\",\"name\":\"mlp\",\"min_workers\":2,\"max_workers\":2,"
+      "\"builtin\":{\"model\":\"mlp\",\"dataset\":\"synthetic\",\"learning_rate\":0.02,"
+      "\"epochs\":2,\"batch_size\":16,\"hyper_parameters\":{\"hidden\":\"32\"}}}");
   assert_non_null(job);
   json_decref(job);
   job = cluster_wait_phase(c, "builtin", "SUCCEEDED", 1, 60000);
@@ -283,15 +287,21 @@ static void a_builtin_job_runs_kolo_train_on_two_workers(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(a_three_worker_job_finishes_with_the_exact_result, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_killed_worker_is_left_behind_and_the_result_stays_exact, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_stopped_worker_is_found_by_the_ring_beat_and_rejoins_when_it_wakes, setup,
+      cmocka_unit_test_setup_teardown(a_three_worker_job_finishes_with_the_exact_result, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_killed_worker_is_left_behind_and_the_result_stays_exact,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          a_stopped_worker_is_found_by_the_ring_beat_and_rejoins_when_it_wakes, setup, teardown),
       cmocka_unit_test_setup_teardown(full_cpu_load_on_both_cores_loses_no_worker, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_fourth_worker_joins_a_job_below_max_workers, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_draining_worker_leaves_at_once_and_exits_zero, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_crashed_process_is_reported_and_its_worker_rejoins, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_builtin_job_runs_kolo_train_on_two_workers, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_fourth_worker_joins_a_job_below_max_workers, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_draining_worker_leaves_at_once_and_exits_zero, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_crashed_process_is_reported_and_its_worker_rejoins, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_builtin_job_runs_kolo_train_on_two_workers, setup,
+                                      teardown),
   };
   /* KOLO_TEST_FILTER=<glob> runs only the matching cases (to reproduce one) */
   const char *filter = getenv("KOLO_TEST_FILTER");

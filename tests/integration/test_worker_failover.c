@@ -25,8 +25,12 @@ static int setup_with(void **state, int servers) {
   return c && cluster_start(c, servers) == 0 ? 0 : -1;
 }
 
-static int setup(void **state) { return setup_with(state, 1); }
-static int setup_two_servers(void **state) { return setup_with(state, 2); }
+static int setup(void **state) {
+  return setup_with(state, 1);
+}
+static int setup_two_servers(void **state) {
+  return setup_with(state, 2);
+}
 
 static int teardown(void **state) {
   cluster *c = *state;
@@ -80,7 +84,8 @@ static void below_min_workers_the_job_waits_then_resumes_with_a_new_worker(void 
   assert_int_equal(status_int(job, "epoch"), 1);
   json_t *lost = cluster_event(job, "WORKER_LOST", 1);
   assert_non_null(lost);
-  assert_non_null(strstr(json_string_value(json_object_get(lost, "message")), "waiting for workers"));
+  assert_non_null(
+      strstr(json_string_value(json_object_get(lost, "message")), "waiting for workers"));
   json_decref(job);
   assert_int_equal(cluster_start_worker(c, 3), 0);
   job = cluster_wait_phase(c, "wait", "RUNNING", 2, 20000);
@@ -127,7 +132,8 @@ static void a_ring_timing_out_with_everyone_alive_reforms_with_the_same_members(
                    0);
   json_t *job = cluster_wait_phase(c, "stall", "SUCCEEDED", 2, 40000);
   if (strcmp(phase(job), "SUCCEEDED") != 0) cluster_print_job(job);
-  if (status_int(job, "epoch") != 2 || !cluster_event(job, "RING_STALLED", 2)) cluster_print_job(job);
+  if (status_int(job, "epoch") != 2 || !cluster_event(job, "RING_STALLED", 2))
+    cluster_print_job(job);
   assert_string_equal(phase(job), "SUCCEEDED");
   assert_int_equal(status_int(job, "epoch"), 2);
   assert_int_equal(member_count(job), 3);
@@ -156,7 +162,8 @@ static void a_ring_that_keeps_timing_out_fails_past_max_reconfigurations(void **
                    0);
   json_t *job = cluster_wait_phase(c, "stuck", "FAILED", 1, 40000);
   if (strcmp(phase(job), "FAILED") != 0) cluster_print_job(job);
-  if (!cluster_event(job, "RING_STALLED", 2) || !cluster_event(job, "RING_STALLED", 3)) cluster_print_job(job);
+  if (!cluster_event(job, "RING_STALLED", 2) || !cluster_event(job, "RING_STALLED", 3))
+    cluster_print_job(job);
   assert_string_equal(phase(job), "FAILED");
   assert_int_equal(status_int(job, "reconfigurations"), 2);
   assert_non_null(cluster_event(job, "RING_STALLED", 2));
@@ -267,9 +274,10 @@ static void the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed(
 static void a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers(void **state) {
   cluster *c = *state;
   start_workers(c, 3);
-  json_t *job = cluster_post(c, "/v1/jobs",
-                             "{\"id\":\"usage\",\"name\":\"usage\",\"min_workers\":2,\"max_workers\":2,"
-                             "\"exec\":{\"argv\":[\"/bin/sh\",\"-c\",\"echo 'bad flag --colour' >&2; exit 2\"]}}");
+  json_t *job = cluster_post(
+      c, "/v1/jobs",
+      "{\"id\":\"usage\",\"name\":\"usage\",\"min_workers\":2,\"max_workers\":2,"
+      "\"exec\":{\"argv\":[\"/bin/sh\",\"-c\",\"echo 'bad flag --colour' >&2; exit 2\"]}}");
   assert_non_null(job);
   json_decref(job);
   job = cluster_wait_phase(c, "usage", "FAILED", 1, 20000);
@@ -292,16 +300,22 @@ static void a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers(void **
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(below_min_workers_the_job_waits_then_resumes_with_a_new_worker, setup, teardown),
-      cmocka_unit_test_setup_teardown(past_max_reconfigurations_the_job_fails_naming_the_lost_workers, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_ring_timing_out_with_everyone_alive_reforms_with_the_same_members, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(a_ring_that_keeps_timing_out_fails_past_max_reconfigurations, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          below_min_workers_the_job_waits_then_resumes_with_a_new_worker, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          past_max_reconfigurations_the_job_fails_naming_the_lost_workers, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          a_ring_timing_out_with_everyone_alive_reforms_with_the_same_members, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_ring_that_keeps_timing_out_fails_past_max_reconfigurations,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(a_short_etcd_outage_loses_no_training, setup, teardown),
-      cmocka_unit_test_setup_teardown(cancel_stops_the_processes_and_scale_grows_the_ring, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers, setup, teardown),
-      cmocka_unit_test_setup_teardown(the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed,
-                                      setup_two_servers, teardown),
+      cmocka_unit_test_setup_teardown(cancel_stops_the_processes_and_scale_grows_the_ring, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed, setup_two_servers,
+          teardown),
   };
   /* KOLO_TEST_FILTER=<glob> runs only the matching cases (to reproduce one) */
   const char *filter = getenv("KOLO_TEST_FILTER");

@@ -24,7 +24,7 @@
 #include "coordination/etcd.h"
 #include "test_worker_cluster.h"
 
-#define GRACE_MS 500   /* the harness starts workers with --stop-grace-ms 500 */
+#define GRACE_MS 500 /* the harness starts workers with --stop-grace-ms 500 */
 #define DRAIN_CAP_MS 15000
 
 static int setup(void **state) {
@@ -51,7 +51,9 @@ static void sleep_ms(int ms) {
   nanosleep(&t, NULL);
 }
 
-static json_t *status_of(json_t *job) { return json_object_get(job, "status"); }
+static json_t *status_of(json_t *job) {
+  return json_object_get(job, "status");
+}
 
 static const char *phase(json_t *job) {
   return json_string_value(json_object_get(status_of(job), "phase")) ?: "";
@@ -104,7 +106,8 @@ static void a_job_above_a_lowered_max_workers_drops_its_highest_rank(void **stat
   json_decref(job);
   assert_int_equal(cluster_wait_step(c, "shrink", 20, 30000), 0);
 
-  json_t *scaled = cluster_post(c, "/v1/jobs/shrink:scale", "{\"min_workers\":1,\"max_workers\":2}");
+  json_t *scaled =
+      cluster_post(c, "/v1/jobs/shrink:scale", "{\"min_workers\":1,\"max_workers\":2}");
   assert_non_null(scaled);
   json_decref(scaled);
   job = cluster_wait_phase(c, "shrink", "RUNNING", 2, 20000);
@@ -135,7 +138,8 @@ static void etcd_put(cluster *c, const char *key, const char *value) {
   kolo_etcd_config config = {.endpoints = endpoints, .endpoint_count = 1};
   kolo_etcd *etcd = NULL;
   assert_int_equal(kolo_etcd_create(&config, &etcd), KOLO_OK);
-  assert_int_equal(kolo_etcd_put(etcd, kolo_etcd_str(key), kolo_etcd_str(value), 0, NULL, NULL), KOLO_OK);
+  assert_int_equal(kolo_etcd_put(etcd, kolo_etcd_str(key), kolo_etcd_str(value), 0, NULL, NULL),
+                   KOLO_OK);
   kolo_etcd_destroy(etcd);
 }
 
@@ -154,9 +158,10 @@ static int etcd_has(cluster *c, const char *key) {
 static void an_assignment_to_a_job_that_does_not_exist_is_swept(void **state) {
   cluster *c = *state;
   start_workers(c, 1);
-  etcd_put(c, "/kolo/v1/assign/w1",
-           "{\"job\":\"ghost\",\"epoch\":1,\"ring\":\"/kolo/v1/jobs/ghost/ring/00000000000000000001\","
-           "\"rank\":0}");
+  etcd_put(
+      c, "/kolo/v1/assign/w1",
+      "{\"job\":\"ghost\",\"epoch\":1,\"ring\":\"/kolo/v1/jobs/ghost/ring/00000000000000000001\","
+      "\"rank\":0}");
   int64_t deadline = cluster_now_ms() + 10000;
   while (etcd_has(c, "/kolo/v1/assign/w1") != 0 && cluster_now_ms() < deadline) sleep_ms(100);
   assert_int_equal(etcd_has(c, "/kolo/v1/assign/w1"), 0);
@@ -232,8 +237,8 @@ static void a_process_that_ignores_stop_gets_sigterm_then_sigkill(void **state) 
   assert_int_equal(cluster_job_processes("stubborn", "w1"), 1); /* it survived SIGTERM */
   int64_t gone = wait_gone("stubborn", "w1", 5000);
   assert_true(gone > 0);
-  printf("STOP -> SIGTERM %lld ms, SIGTERM -> gone %lld ms (grace %d ms)\n", (long long)(term - stop),
-         (long long)(gone - term), GRACE_MS);
+  printf("STOP -> SIGTERM %lld ms, SIGTERM -> gone %lld ms (grace %d ms)\n",
+         (long long)(term - stop), (long long)(gone - term), GRACE_MS);
   assert_true(term - stop >= GRACE_MS - 50);
   assert_true(term - stop < GRACE_MS + 1500);
   assert_true(gone - term >= GRACE_MS - 100);
@@ -254,11 +259,12 @@ static void a_draining_agent_nobody_unassigns_stops_its_process_at_the_cap(void 
   assert_int_equal(code, 0);
   int64_t stop = logged_at(log, "STOP");
   assert_true(stop > 0);
-  printf("drain asked -> STOP %lld ms, -> agent exit %lld ms (cap %d ms)\n", (long long)(stop - asked),
-         (long long)(exited - asked), DRAIN_CAP_MS);
+  printf("drain asked -> STOP %lld ms, -> agent exit %lld ms (cap %d ms)\n",
+         (long long)(stop - asked), (long long)(exited - asked), DRAIN_CAP_MS);
   assert_true(stop - asked >= DRAIN_CAP_MS - 100);
   assert_true(stop - asked < DRAIN_CAP_MS + 3000);
-  assert_int_equal(cluster_wait_no_processes("capped", "w1", 3000), 0); /* killed, maybe not yet reaped */
+  assert_int_equal(cluster_wait_no_processes("capped", "w1", 3000),
+                   0); /* killed, maybe not yet reaped */
 }
 
 /* #12 item 9: a pending job larger than the cluster no longer blocks the queue
@@ -288,12 +294,16 @@ static void a_job_larger_than_the_cluster_lets_a_smaller_one_run_past_it(void **
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(a_job_above_a_lowered_max_workers_drops_its_highest_rank, setup, teardown),
-      cmocka_unit_test_setup_teardown(an_assignment_to_a_job_that_does_not_exist_is_swept, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_job_larger_than_the_cluster_lets_a_smaller_one_run_past_it, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_process_that_ignores_stop_gets_sigterm_then_sigkill, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_draining_agent_nobody_unassigns_stops_its_process_at_the_cap, setup,
+      cmocka_unit_test_setup_teardown(a_job_above_a_lowered_max_workers_drops_its_highest_rank,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(an_assignment_to_a_job_that_does_not_exist_is_swept, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_job_larger_than_the_cluster_lets_a_smaller_one_run_past_it,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(a_process_that_ignores_stop_gets_sigterm_then_sigkill, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(
+          a_draining_agent_nobody_unassigns_stops_its_process_at_the_cap, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,7 +47,8 @@ static int free_port(void) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
   int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
     port = ntohs(a.sin_port);
   close(fd);
   return port;
@@ -57,7 +58,8 @@ static int free_port(void) {
 static int healthy(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   int ok = 0;
   char buf[2048];
@@ -117,15 +119,14 @@ static int spawn(kolo_etcd_harness *h) {
   snprintf(name_arg, sizeof name_arg, "kolo");
   const char *bin = getenv("KOLO_ETCD_BIN");
   if (bin == NULL || bin[0] == '\0') bin = "/usr/bin/etcd";
-  const char *argv[64] = {bin,
-                          "--name", name_arg,
-                          "--data-dir", data,
-                          "--listen-client-urls", listen,
-                          "--advertise-client-urls", advertise,
-                          "--listen-peer-urls", peer,
-                          "--initial-advertise-peer-urls", peer,
-                          "--initial-cluster", cluster,
-                          "--experimental-watch-progress-notify-interval=1s",
+  const char *argv[64] = {bin,       "--name",
+                          name_arg,  "--data-dir",
+                          data,      "--listen-client-urls",
+                          listen,    "--advertise-client-urls",
+                          advertise, "--listen-peer-urls",
+                          peer,      "--initial-advertise-peer-urls",
+                          peer,      "--initial-cluster",
+                          cluster,   "--experimental-watch-progress-notify-interval=1s",
                           NULL};
   int argc = 0;
   while (argv[argc]) argc++;
@@ -203,7 +204,8 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 }
 
 /* Starts etcd; with tls_files (cert, key, CA) it also serves TLS clients. */
-static kolo_status start(const char *const *extra_args, const char *const *tls_files, kolo_etcd_harness **out) {
+static kolo_status start(const char *const *extra_args, const char *const *tls_files,
+                         kolo_etcd_harness **out) {
   *out = NULL;
   kolo_etcd_harness *h = calloc(1, sizeof *h);
   if (h == NULL) return KOLO_ERR_NO_MEMORY;
@@ -239,7 +241,8 @@ static kolo_status start(const char *const *extra_args, const char *const *tls_f
     snprintf(h->url, sizeof h->url, "http://127.0.0.1:%d", h->client_port);
     if (tls_files) {
       h->tls_port = free_port();
-      if (h->tls_port <= 0 || h->tls_port == h->client_port || h->tls_port == h->peer_port) continue;
+      if (h->tls_port <= 0 || h->tls_port == h->client_port || h->tls_port == h->peer_port)
+        continue;
       snprintf(h->tls_url, sizeof h->tls_url, "https://127.0.0.1:%d", h->tls_port);
     }
     if (spawn(h) != 0) {
@@ -269,22 +272,34 @@ kolo_status kolo_etcd_harness_start(const char *const *extra_args, kolo_etcd_har
   return start(extra_args, NULL, out);
 }
 
-kolo_status kolo_etcd_harness_start_tls(const char *cert_file, const char *key_file, const char *ca_file,
-                                        kolo_etcd_harness **out) {
+kolo_status kolo_etcd_harness_start_tls(const char *cert_file, const char *key_file,
+                                        const char *ca_file, kolo_etcd_harness **out) {
   if (cert_file == NULL || key_file == NULL || ca_file == NULL) return KOLO_ERR_INVALID_ARG;
   const char *files[3] = {cert_file, key_file, ca_file};
   return start(NULL, files, out);
 }
 
-const char *kolo_etcd_harness_tls_url(const kolo_etcd_harness *h) { return h->tls_port ? h->tls_url : NULL; }
+const char *kolo_etcd_harness_tls_url(const kolo_etcd_harness *h) {
+  return h->tls_port ? h->tls_url : NULL;
+}
 
-const char *kolo_etcd_harness_url(const kolo_etcd_harness *h) { return h->url; }
-const char *kolo_etcd_harness_dir(const kolo_etcd_harness *h) { return h->dir; }
-pid_t kolo_etcd_harness_pid(const kolo_etcd_harness *h) { return h->pid; }
+const char *kolo_etcd_harness_url(const kolo_etcd_harness *h) {
+  return h->url;
+}
+const char *kolo_etcd_harness_dir(const kolo_etcd_harness *h) {
+  return h->dir;
+}
+pid_t kolo_etcd_harness_pid(const kolo_etcd_harness *h) {
+  return h->pid;
+}
 
-kolo_status kolo_etcd_harness_stop(kolo_etcd_harness *h) { return reap(h, SIGTERM, 5000); }
+kolo_status kolo_etcd_harness_stop(kolo_etcd_harness *h) {
+  return reap(h, SIGTERM, 5000);
+}
 
-kolo_status kolo_etcd_harness_kill(kolo_etcd_harness *h) { return reap(h, SIGKILL, 0); }
+kolo_status kolo_etcd_harness_kill(kolo_etcd_harness *h) {
+  return reap(h, SIGKILL, 0);
+}
 
 kolo_status kolo_etcd_harness_restart(kolo_etcd_harness *h) {
   reap(h, SIGTERM, 5000);

@@ -31,8 +31,8 @@ kolo_status kolo_etcd_harness_start(const char *const *extra_args, kolo_etcd_har
  * port (kolo_etcd_harness_tls_url) with the given server certificate and key
  * (PEM files), requiring client certificates signed by ca_file. The plain HTTP
  * URL keeps working (health checks use it). */
-kolo_status kolo_etcd_harness_start_tls(const char *cert_file, const char *key_file, const char *ca_file,
-                                        kolo_etcd_harness **out);
+kolo_status kolo_etcd_harness_start_tls(const char *cert_file, const char *key_file,
+                                        const char *ca_file, kolo_etcd_harness **out);
 
 /* "https://127.0.0.1:<port>" for a harness started with TLS, else NULL. */
 const char *kolo_etcd_harness_tls_url(const kolo_etcd_harness *etcd);

@@ -11,13 +11,13 @@
 
 #define KOLO_TEST_SKIP_CODE 77
 
-#define KOLO_TEST_SKIP(...)                  \
-  do {                                       \
-    fprintf(stderr, "SKIPPED: ");            \
-    fprintf(stderr, __VA_ARGS__);            \
-    fprintf(stderr, "\n");                   \
-    fflush(NULL);                            \
-    exit(KOLO_TEST_SKIP_CODE);               \
+#define KOLO_TEST_SKIP(...)       \
+  do {                            \
+    fprintf(stderr, "SKIPPED: "); \
+    fprintf(stderr, __VA_ARGS__); \
+    fprintf(stderr, "\n");        \
+    fflush(NULL);                 \
+    exit(KOLO_TEST_SKIP_CODE);    \
   } while (0)
 
 #endif

@@ -46,11 +46,17 @@ static void metrics_show_state_job_progress_and_counters(void **state) {
   s.rings_sent = 3;
   char *text = kolo_agent_health_metrics_text(&s);
   assert_non_null(text);
-  const char *want[] = {"kolo_worker_registered 1\n", "kolo_worker_state{state=\"busy\"} 1\n",
-                        "kolo_worker_state{state=\"idle\"} 0\n", "kolo_worker_job{job=\"fmnist\"} 1\n",
-                        "kolo_worker_epoch 3\n", "kolo_worker_step 120\n", "kolo_worker_total_steps 600\n",
-                        "kolo_worker_samples_per_second 2500.5\n", "kolo_worker_registrations_total 2\n",
-                        "kolo_worker_leases_lost_total 1\n", "kolo_worker_rings_sent_total 3\n",
+  const char *want[] = {"kolo_worker_registered 1\n",
+                        "kolo_worker_state{state=\"busy\"} 1\n",
+                        "kolo_worker_state{state=\"idle\"} 0\n",
+                        "kolo_worker_job{job=\"fmnist\"} 1\n",
+                        "kolo_worker_epoch 3\n",
+                        "kolo_worker_step 120\n",
+                        "kolo_worker_total_steps 600\n",
+                        "kolo_worker_samples_per_second 2500.5\n",
+                        "kolo_worker_registrations_total 2\n",
+                        "kolo_worker_leases_lost_total 1\n",
+                        "kolo_worker_rings_sent_total 3\n",
                         "# TYPE kolo_worker_rings_sent_total counter\n"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     if (strstr(text, want[i]) == NULL) fail_msg("missing %s in:\n%s", want[i], text);
@@ -86,7 +92,8 @@ static void a_bad_listen_address_is_refused(void **state) {
   (void)state;
   kolo_agent_health *h = NULL;
   int port = 0;
-  const char *bad[] = {"", "nope", "1.2.3.4", "127.0.0.1:", "127.0.0.1:x", "127.0.0.1:70000", "host.example:80"};
+  const char *bad[] = {
+      "", "nope", "1.2.3.4", "127.0.0.1:", "127.0.0.1:x", "127.0.0.1:70000", "host.example:80"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     assert_int_equal(kolo_agent_health_start(bad[i], &h, &port), KOLO_ERR_ADDRESS);
   assert_int_equal(kolo_agent_health_start("127.0.0.1:0", &h, &port), KOLO_OK);

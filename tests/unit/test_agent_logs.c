@@ -64,8 +64,9 @@ static void append_line(kolo_agent_logstore *s, const char *job, const char *fmt
 }
 
 /* Reads every line now available (no waiting) as "e<epoch> r<rank> <text>\n". */
-static char *read_all(kolo_agent_logstore *s, const char *job, const kolo_agent_logreader_opts *opts,
-                      uint64_t *skipped, kolo_agent_log_cursor *last) {
+static char *read_all(kolo_agent_logstore *s, const char *job,
+                      const kolo_agent_logreader_opts *opts, uint64_t *skipped,
+                      kolo_agent_log_cursor *last) {
   kolo_agent_logreader *r = NULL;
   if (kolo_agent_logreader_open(s, job, opts, &r) != KOLO_OK) return NULL;
   size_t cap = 1 << 16, used = 0;
@@ -74,8 +75,8 @@ static char *read_all(kolo_agent_logstore *s, const char *job, const kolo_agent_
   kolo_agent_log_line line;
   while (kolo_agent_logreader_next(r, 0, &line, skipped) == KOLO_AGENT_LOG_LINE) {
     while (used + line.len + 64 > cap) out = realloc(out, cap *= 2);
-    used += (size_t)snprintf(out + used, cap - used, "e%lld r%u %.*s\n", (long long)line.epoch, line.rank,
-                             (int)line.len, line.text);
+    used += (size_t)snprintf(out + used, cap - used, "e%lld r%u %.*s\n", (long long)line.epoch,
+                             line.rank, (int)line.len, line.text);
     if (last) *last = line.next;
   }
   kolo_agent_logreader_close(r);
@@ -164,13 +165,15 @@ static void rotation_and_the_job_cap_bound_the_disk_and_report_the_gap(void **st
   assert_null(strstr(got, "line 0000 "));
   const char *first = strstr(got, "line ");
   int n = atoi(first + 5), count = 0;
-  for (const char *p = got; (p = strstr(p, "line ")) != NULL; p += 5, count++) assert_int_equal(atoi(p + 5), n + count);
+  for (const char *p = got; (p = strstr(p, "line ")) != NULL; p += 5, count++)
+    assert_int_equal(atoi(p + 5), n + count);
   assert_int_equal(n + count, 400);
   free(got);
   /* a tail still works across rotated files */
   kolo_agent_logreader_opts opts = {NULL, 0, 2, NULL};
   got = read_all(f->store, "job-r", &opts, NULL, NULL);
-  assert_string_equal(got, "e1 r0 line 0398 of the rotation test\ne1 r0 line 0399 of the rotation test\n");
+  assert_string_equal(
+      got, "e1 r0 line 0398 of the rotation test\ne1 r0 line 0399 of the rotation test\n");
   free(got);
 }
 
@@ -185,7 +188,8 @@ static void retention_and_the_total_cap_delete_finished_jobs_only(void **state) 
   const char *jobs[] = {"old-1", "old-2", "live"};
   for (int j = 0; j < 3; j++) {
     assert_int_equal(kolo_agent_logstore_begin(f->store, jobs[j], 1, 0), KOLO_OK);
-    for (int i = 0; i < 100; i++) append_line(f->store, jobs[j], "%s %03d .........................", jobs[j], i);
+    for (int i = 0; i < 100; i++)
+      append_line(f->store, jobs[j], "%s %03d .........................", jobs[j], i);
     if (j < 2) kolo_agent_logstore_finish(f->store, jobs[j]);
     struct timespec pause = {0, 20 * 1000000L};
     nanosleep(&pause, NULL);
@@ -261,7 +265,10 @@ static void the_capture_cuts_pipes_into_lines_and_keeps_the_stderr_tail(void **s
     int n = snprintf(line, sizeof line, "error %d\n", i);
     write_all(err, line, (size_t)n);
   }
-  write_all(err, "bad \xff" " byte\n", 11);
+  write_all(err,
+            "bad \xff"
+            " byte\n",
+            11);
   char *long_line = malloc(KOLO_AGENT_LOG_MAX_LINE + 11);
   memset(long_line, 'x', KOLO_AGENT_LOG_MAX_LINE + 10);
   long_line[KOLO_AGENT_LOG_MAX_LINE + 10] = '\n';
@@ -307,14 +314,21 @@ static void sanitizing_keeps_valid_utf8_and_replaces_the_rest(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(lines_come_back_in_order_with_their_epoch_and_rank, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_rank_filter_and_a_tail_pick_the_last_lines_of_each_rank, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_cursor_resumes_right_after_the_last_line_read, setup, teardown),
-      cmocka_unit_test_setup_teardown(rotation_and_the_job_cap_bound_the_disk_and_report_the_gap, setup, teardown),
-      cmocka_unit_test_setup_teardown(retention_and_the_total_cap_delete_finished_jobs_only, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_reader_waits_while_the_job_runs_and_ends_after_it, setup, teardown),
+      cmocka_unit_test_setup_teardown(lines_come_back_in_order_with_their_epoch_and_rank, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_rank_filter_and_a_tail_pick_the_last_lines_of_each_rank,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(a_cursor_resumes_right_after_the_last_line_read, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(rotation_and_the_job_cap_bound_the_disk_and_report_the_gap,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(retention_and_the_total_cap_delete_finished_jobs_only, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_reader_waits_while_the_job_runs_and_ends_after_it, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(unknown_and_invalid_jobs_are_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(the_capture_cuts_pipes_into_lines_and_keeps_the_stderr_tail, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_capture_cuts_pipes_into_lines_and_keeps_the_stderr_tail,
+                                      setup, teardown),
       cmocka_unit_test(sanitizing_keeps_valid_utf8_and_replaces_the_rest),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,13 +24,18 @@ static void refused(const char *line, kolo_agent_direction d, const char *want) 
   char error[256];
   kolo_status status = parse(line, d, &m, error);
   if (status != KOLO_ERR_PARSE || strstr(error, want) == NULL)
-    fail_msg("'%s': got %s '%s', want an error with '%s'", line, kolo_status_name(status), error, want);
+    fail_msg("'%s': got %s '%s', want an error with '%s'", line, kolo_status_name(status), error,
+             want);
   assert_int_equal(m.verb, KOLO_AGENT_NONE);
   assert_null(m.storage_);
 }
 
-static void to_agent(const char *line) { refused(line, KOLO_AGENT_TO_AGENT, ""); }
-static void to_process(const char *line) { refused(line, KOLO_AGENT_TO_PROCESS, ""); }
+static void to_agent(const char *line) {
+  refused(line, KOLO_AGENT_TO_AGENT, "");
+}
+static void to_process(const char *line) {
+  refused(line, KOLO_AGENT_TO_PROCESS, "");
+}
 
 /* Formats m, checks the line, parses it back and compares. */
 static void round_trip(const kolo_agent_msg *m, const char *want_line) {
@@ -40,7 +45,8 @@ static void round_trip(const kolo_agent_msg *m, const char *want_line) {
   assert_string_equal(line, want_line);
   kolo_agent_msg back;
   kolo_agent_direction d = m->verb >= KOLO_AGENT_RING ? KOLO_AGENT_TO_PROCESS : KOLO_AGENT_TO_AGENT;
-  assert_int_equal(kolo_agent_msg_parse(line, strlen(line) - 1, d, &back, error, sizeof error), KOLO_OK);
+  assert_int_equal(kolo_agent_msg_parse(line, strlen(line) - 1, d, &back, error, sizeof error),
+                   KOLO_OK);
   assert_true(kolo_agent_msg_equal(&back, m));
   kolo_agent_msg_clear(&back);
   free(line);
@@ -48,20 +54,30 @@ static void round_trip(const kolo_agent_msg *m, const char *want_line) {
 
 static void every_message_round_trips(void **state) {
   (void)state;
-  round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_HELLO, .hello = {4242, KOLO_AGENT_PROTOCOL_VERSION}},
-             "HELLO 4242 2\n");
+  round_trip(
+      &(kolo_agent_msg){.verb = KOLO_AGENT_HELLO, .hello = {4242, KOLO_AGENT_PROTOCOL_VERSION}},
+      "HELLO 4242 2\n");
   round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_FORMED, .formed = {7, 1, 3}}, "FORMED 7 1 3\n");
   round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_FAILED, .failed = {7, "KOLO_ERR_PEER_LOST", -1}},
              "FAILED 7 KOLO_ERR_PEER_LOST -1\n");
-  round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_REPORT, .text = "{\"step\": 3}"}, "REPORT {\"step\": 3}\n");
-  round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_STOP, .text = "job cancelled"}, "STOP job cancelled\n");
+  round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_REPORT, .text = "{\"step\": 3}"},
+             "REPORT {\"step\": 3}\n");
+  round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_STOP, .text = "job cancelled"},
+             "STOP job cancelled\n");
   round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_LEAVE, .text = "drained"}, "LEAVE drained\n");
-  round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_REFUSED, .refused = {1, 2}, .text = "process speaks 9"},
-             "REFUSED 1 2 process speaks 9\n");
+  round_trip(
+      &(kolo_agent_msg){.verb = KOLO_AGENT_REFUSED, .refused = {1, 2}, .text = "process speaks 9"},
+      "REFUSED 1 2 process speaks 9\n");
   const char *peers[] = {"h0:1", "h1:2", "h2:3"};
   kolo_agent_msg ring = {.verb = KOLO_AGENT_RING,
-                         .ring = {.epoch = 9, .rank = 2, .size = 3, .local_rank = 0, .local_size = 1,
-                                  .timeout_ms = 30000, .secret = "s3cr3t", .listen_address = "0.0.0.0:3",
+                         .ring = {.epoch = 9,
+                                  .rank = 2,
+                                  .size = 3,
+                                  .local_rank = 0,
+                                  .local_size = 1,
+                                  .timeout_ms = 30000,
+                                  .secret = "s3cr3t",
+                                  .listen_address = "0.0.0.0:3",
                                   .peers = peers}};
   round_trip(&ring, "RING 9 2 3 0 1 30000 s3cr3t 0.0.0.0:3 h0:1 h1:2 h2:3\n");
   ring.ring.planned = 1;
@@ -73,7 +89,8 @@ static void a_parsed_ring_has_its_fields(void **state) {
   (void)state;
   kolo_agent_msg m;
   char error[256];
-  assert_int_equal(parse("RING 9223372036854775807 1 2 1 2 0 - l:1 a:1 b:2 planned", KOLO_AGENT_TO_PROCESS, &m, error),
+  assert_int_equal(parse("RING 9223372036854775807 1 2 1 2 0 - l:1 a:1 b:2 planned",
+                         KOLO_AGENT_TO_PROCESS, &m, error),
                    KOLO_OK);
   assert_int_equal(m.verb, KOLO_AGENT_RING);
   assert_true(m.ring.epoch == (uint64_t)INT64_MAX);
@@ -122,7 +139,8 @@ static void numbers_are_plain_decimals_in_range(void **state) {
   refused("FORMED 1 0 0", KOLO_AGENT_TO_AGENT, "'size' is 0");
   refused("FAILED 1 KOLO_ERR_X -2", KOLO_AGENT_TO_AGENT, "'failed_rank' is -2");
   refused("FAILED 1 KOLO_ERR_X -0", KOLO_AGENT_TO_AGENT, "'failed_rank' is not a decimal");
-  refused("RING 1 0 1 1 1 0 - l a", KOLO_AGENT_TO_PROCESS, "local_rank 1 is not below local_size 1");
+  refused("RING 1 0 1 1 1 0 - l a", KOLO_AGENT_TO_PROCESS,
+          "local_rank 1 is not below local_size 1");
   refused("RING 1 0 1 0 2 0 - l a", KOLO_AGENT_TO_PROCESS, "'local_size' is 2, want 1..1");
   refused("RING 1 0 65537 0 1 0 - l a", KOLO_AGENT_TO_PROCESS, "'size' is 65537");
   refused("RING 1 0 1 0 1 2147483648 - l a", KOLO_AGENT_TO_PROCESS, "'timeout_ms' is 2147483648");
@@ -136,7 +154,8 @@ static void field_counts_are_exact(void **state) {
   refused("FORMED 1 0 1 1", KOLO_AGENT_TO_AGENT, "unexpected text");
   refused("FAILED 1 KOLO_OK", KOLO_AGENT_TO_AGENT, "missing field 'failed_rank'");
   refused("RING 1 0 2 0 1 0 - l a", KOLO_AGENT_TO_PROCESS, "missing field 'address_1'");
-  refused("RING 1 0 1 0 1 0 - l a b", KOLO_AGENT_TO_PROCESS, "want 'planned' or nothing after the 1 addresses");
+  refused("RING 1 0 1 0 1 0 - l a b", KOLO_AGENT_TO_PROCESS,
+          "want 'planned' or nothing after the 1 addresses");
   refused("RING 1 0 1 0 1 0 - l a planned x", KOLO_AGENT_TO_PROCESS, "unexpected text");
   refused("REFUSED 1 2", KOLO_AGENT_TO_PROCESS, "missing reason");
   refused("REFUSED 2 1 why", KOLO_AGENT_TO_PROCESS, "'max_version' is 1, want 2..");
@@ -160,8 +179,9 @@ static void spacing_control_bytes_and_lengths_are_strict(void **state) {
   kolo_agent_msg m;
   char error[256];
   /* a NUL inside the line (length says more than strlen) */
-  assert_int_equal(kolo_agent_msg_parse("HELLO 5\0 2", 10, KOLO_AGENT_TO_AGENT, &m, error, sizeof error),
-                   KOLO_ERR_PARSE);
+  assert_int_equal(
+      kolo_agent_msg_parse("HELLO 5\0 2", 10, KOLO_AGENT_TO_AGENT, &m, error, sizeof error),
+      KOLO_ERR_PARSE);
   assert_non_null(strstr(error, "control byte 0x00 at offset 7"));
   char long_token[400];
   memset(long_token, 'a', sizeof long_token - 1);
@@ -185,7 +205,8 @@ static void spacing_control_bytes_and_lengths_are_strict(void **state) {
 
 static void a_verb_is_refused_in_the_wrong_direction(void **state) {
   (void)state;
-  refused("RING 1 0 1 0 1 0 - l a", KOLO_AGENT_TO_AGENT, "RING: sent by the agent, not the process");
+  refused("RING 1 0 1 0 1 0 - l a", KOLO_AGENT_TO_AGENT,
+          "RING: sent by the agent, not the process");
   refused("HELLO 5 2", KOLO_AGENT_TO_PROCESS, "HELLO: sent by the process, not the agent");
   to_process("REPORT {}");
   to_agent("STOP now");
@@ -196,8 +217,13 @@ static void format_refuses_what_would_not_read_back(void **state) {
   char *line = (char *)1, error[256];
   const char *spaced[] = {"a b", "planned"};
   kolo_agent_msg ring = {.verb = KOLO_AGENT_RING,
-                         .ring = {.epoch = 1, .rank = 0, .size = 2, .local_rank = 0, .local_size = 1,
-                                  .listen_address = "l", .peers = spaced}};
+                         .ring = {.epoch = 1,
+                                  .rank = 0,
+                                  .size = 2,
+                                  .local_rank = 0,
+                                  .local_size = 1,
+                                  .listen_address = "l",
+                                  .peers = spaced}};
   assert_int_equal(kolo_agent_msg_format(&ring, &line, error, sizeof error), KOLO_ERR_INVALID_ARG);
   assert_null(line);
   assert_non_null(strstr(error, "RING"));

@@ -46,7 +46,8 @@ static void two_ranks_over_tcp_exchange_within_the_pair_range(void **state) {
 static void shared_memory_and_larger_rings_keep_the_ring(void **state) {
   (void)state;
   assert_int_equal(choose(2, 1 << 20, 1), KOLO_ALLREDUCE_RING);
-  for (int size = 3; size <= 8; size++) assert_int_equal(choose(size, 1 << 20, 0), KOLO_ALLREDUCE_RING);
+  for (int size = 3; size <= 8; size++)
+    assert_int_equal(choose(size, 1 << 20, 0), KOLO_ALLREDUCE_RING);
 }
 
 static void the_pair_range_follows_its_settings(void **state) {

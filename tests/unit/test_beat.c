@@ -18,23 +18,25 @@ static void a_link_is_silent_once_the_timeout_passed(void **state) {
   assert_false(kolo_beat_silent(1000 * MS, 1499 * MS, 500));
   assert_true(kolo_beat_silent(1000 * MS, 1500 * MS, 500));
   assert_false(kolo_beat_silent(1000 * MS, 99999 * MS, 0)); /* judging off */
-  assert_false(kolo_beat_silent(2000 * MS, 1000 * MS, 500)); /* the start-up grace: heard in the future */
+  assert_false(
+      kolo_beat_silent(2000 * MS, 1000 * MS, 500)); /* the start-up grace: heard in the future */
 }
 
 static void a_longer_gap_replaces_the_maximum_and_shorter_ones_pull_it_down_slowly(void **state) {
   (void)state;
   assert_int_equal(kolo_beat_gap_update(100 * MS, 400 * MS), 400 * MS);
   int64_t max = 400 * MS;
-  for (int i = 0; i < 44; i++) max = kolo_beat_gap_update(max, 100 * MS); /* ~4.4 s of regular beats */
-  assert_true(max > 240 * MS && max < 260 * MS);                       /* about half way back */
+  for (int i = 0; i < 44; i++)
+    max = kolo_beat_gap_update(max, 100 * MS);   /* ~4.4 s of regular beats */
+  assert_true(max > 240 * MS && max < 260 * MS); /* about half way back */
   for (int i = 0; i < 1000; i++) max = kolo_beat_gap_update(max, 100 * MS);
   assert_true(max < 101 * MS);
 }
 
 static void the_timeout_stretches_with_late_beats_up_to_its_cap(void **state) {
   (void)state;
-  assert_int_equal(kolo_beat_timeout_ms(500, 100 * MS), 500); /* a quiet machine */
-  assert_int_equal(kolo_beat_timeout_ms(500, 224 * MS), 896); /* beats 224 ms apart */
+  assert_int_equal(kolo_beat_timeout_ms(500, 100 * MS), 500);   /* a quiet machine */
+  assert_int_equal(kolo_beat_timeout_ms(500, 224 * MS), 896);   /* beats 224 ms apart */
   assert_int_equal(kolo_beat_timeout_ms(500, 5000 * MS), 4000); /* at most 8 x the configured */
   assert_int_equal(kolo_beat_timeout_ms(0, 5000 * MS), 0);      /* off stays off */
 }

@@ -13,7 +13,9 @@
 #include "coordination/drain.h"
 #include "coordination/keys.h"
 
-static int applies(const char *value, int64_t lease) { return kolo_drain_mark_applies(value, strlen(value), lease); }
+static int applies(const char *value, int64_t lease) {
+  return kolo_drain_mark_applies(value, strlen(value), lease);
+}
 
 static void a_mark_drains_the_registration_whose_lease_it_names(void **state) {
   (void)state;

@@ -35,8 +35,10 @@ static void sample(kolo_ringspec *s, kolo_ringspec_member *members, kolo_ringspe
 /* The exact bytes the scheduler wrote before the codec owned the record: readers of
  * an existing etcd (and the server's lenient history reader) see the same shape. */
 static const char documented[] =
-    "{\"job\":\"job-1\",\"epoch\":4,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef0123456789abcdef\","
-    "\"members\":[{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"node-a\",\"address\":\"10.0.0.5:7100\","
+    "{\"job\":\"job-1\",\"epoch\":4,\"timeout_ms\":30000,\"secret\":"
+    "\"0123456789abcdef0123456789abcdef\","
+    "\"members\":[{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"node-a\",\"address\":\"10.0.0.5:"
+    "7100\","
     "\"local_rank\":0,\"local_size\":2,\"since_epoch\":1},"
     "{\"worker_id\":\"w2\",\"rank\":1,\"host\":\"node-a\",\"address\":\"[fe80::1]:7100\","
     "\"local_rank\":1,\"local_size\":2,\"since_epoch\":3},"
@@ -96,7 +98,8 @@ static void a_member_s_lease_round_trips_and_is_optional(void **state) {
   char *json = NULL;
   assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_OK);
   assert_non_null(strstr(json, "\"since_epoch\":3,\"lease\":2289132844198251286}"));
-  assert_null(strstr(strstr(json, "\"lease\"") + 1, "\"lease\"")); /* members without one have none */
+  assert_null(
+      strstr(strstr(json, "\"lease\"") + 1, "\"lease\"")); /* members without one have none */
   kolo_ringspec back;
   assert_int_equal(kolo_ringspec_decode(json, strlen(json), &back), KOLO_OK);
   assert_int_equal(back.members[0].lease, 0);
@@ -110,11 +113,13 @@ static void a_member_s_lease_round_trips_and_is_optional(void **state) {
   const char *bad[] = {"-5", "\"7\"", "1.5"};
   for (size_t i = 0; i < 3; i++) {
     char text[600];
-    snprintf(text, sizeof text,
-             "{\"job\":\"j\",\"epoch\":1,\"timeout_ms\":5,\"secret\":\"0123456789abcdef\",\"members\":[{\"worker_id\":"
-             "\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,\"local_size\":1,"
-             "\"since_epoch\":1,\"lease\":%s}],\"lost\":[]}",
-             bad[i]);
+    snprintf(
+        text, sizeof text,
+        "{\"job\":\"j\",\"epoch\":1,\"timeout_ms\":5,\"secret\":\"0123456789abcdef\",\"members\":[{"
+        "\"worker_id\":"
+        "\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,\"local_size\":1,"
+        "\"since_epoch\":1,\"lease\":%s}],\"lost\":[]}",
+        bad[i]);
     kolo_ringspec out;
     assert_int_not_equal(kolo_ringspec_decode(text, strlen(text), &out), KOLO_OK);
     assert_non_null(strstr(kolo_etcd_last_error(), "'lease' of member 0"));
@@ -123,9 +128,11 @@ static void a_member_s_lease_round_trips_and_is_optional(void **state) {
 
 static void unknown_fields_are_ignored_and_an_empty_lost_list_is_fine(void **state) {
   (void)state;
-  const char *json = "{\"job\":\"j\",\"epoch\":1,\"timeout_ms\":5,\"secret\":\"0123456789abcdef\",\"future\":[1],"
-                     "\"members\":[{\"worker_id\":\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,"
-                     "\"local_size\":1,\"since_epoch\":1,\"gpu\":\"x\"}],\"lost\":[]}";
+  const char *json =
+      "{\"job\":\"j\",\"epoch\":1,\"timeout_ms\":5,\"secret\":\"0123456789abcdef\",\"future\":[1],"
+      "\"members\":[{\"worker_id\":\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_"
+      "rank\":0,"
+      "\"local_size\":1,\"since_epoch\":1,\"gpu\":\"x\"}],\"lost\":[]}";
   kolo_ringspec out;
   assert_int_equal(kolo_ringspec_decode(json, strlen(json), &out), KOLO_OK);
   assert_int_equal(out.size, 1);
@@ -138,13 +145,15 @@ static void unknown_fields_are_ignored_and_an_empty_lost_list_is_fine(void **sta
  * them in top (each a JSON fragment ending in a comma, or ""). */
 static void one_member(char *out, size_t size, const char *top, const char *m, const char *lost) {
   snprintf(out, size,
-           "{%s\"members\":[{\"worker_id\":\"w\",\"rank\":0,%s\"local_rank\":0,\"local_size\":1}],\"lost\":%s}", top,
-           m, lost);
+           "{%s\"members\":[{\"worker_id\":\"w\",\"rank\":0,%s\"local_rank\":0,\"local_size\":1}],"
+           "\"lost\":%s}",
+           top, m, lost);
 }
 
 static void a_ring_record_with_bad_fields_is_rejected_naming_the_field(void **state) {
   (void)state;
-  const char *top = "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef\",";
+  const char *top =
+      "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef\",";
   const char *member = "\"host\":\"h\",\"address\":\"h:1\",\"since_epoch\":1,";
   struct {
     kolo_status expect;
@@ -152,42 +161,76 @@ static void a_ring_record_with_bad_fields_is_rejected_naming_the_field(void **st
     char json[900];
   } cases[24];
   int n = 0;
-#define CASE(st, nd, t, m, l) \
-  do { cases[n].expect = st; cases[n].needle = nd; one_member(cases[n].json, sizeof cases[n].json, t, m, l); n++; } while (0)
+#define CASE(st, nd, t, m, l)                                 \
+  do {                                                        \
+    cases[n].expect = st;                                     \
+    cases[n].needle = nd;                                     \
+    one_member(cases[n].json, sizeof cases[n].json, t, m, l); \
+    n++;                                                      \
+  } while (0)
   CASE(KOLO_ERR_PARSE, "member 0 has no 'address'", top, "\"host\":\"h\",\"since_epoch\":1,", "[]");
-  CASE(KOLO_ERR_INVALID_ARG, "address '?' is not host:port", top, "\"host\":\"h\",\"address\":\"?\",\"since_epoch\":1,", "[]");
-  CASE(KOLO_ERR_PARSE, "member 0 has no 'host'", top, "\"address\":\"h:1\",\"since_epoch\":1,", "[]");
-  CASE(KOLO_ERR_INVALID_ARG, "host must be", top, "\"host\":\"\",\"address\":\"h:1\",\"since_epoch\":1,", "[]");
-  CASE(KOLO_ERR_INVALID_ARG, "since_epoch 3 is not in 0..2", top, "\"host\":\"h\",\"address\":\"h:1\",\"since_epoch\":3,", "[]");
-  CASE(KOLO_ERR_PARSE, "member 0 has no 'since_epoch'", top, "\"host\":\"h\",\"address\":\"h:1\",", "[]");
-  CASE(KOLO_ERR_PARSE, "the record has no 'secret'", "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":30000,", member, "[]");
-  CASE(KOLO_ERR_INVALID_ARG, "secret must be", "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"short\",", member, "[]");
-  CASE(KOLO_ERR_INVALID_ARG, "'timeout_ms' of the record is 0", "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":0,\"secret\":\"0123456789abcdef\",", member, "[]");
-  CASE(KOLO_ERR_INVALID_ARG, "'epoch' of the record is -1", "\"job\":\"j\",\"epoch\":-1,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member, "[]");
-  CASE(KOLO_ERR_PARSE, "'epoch' of the record is not an integer", "\"job\":\"j\",\"epoch\":\"2\",\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member, "[]");
-  CASE(KOLO_ERR_INVALID_ARG, "job id '../x' is not valid", "\"job\":\"../x\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member, "[]");
-  CASE(KOLO_ERR_PARSE, "malformed JSON", "\"job\":\"j\",\"job\":\"k\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member, "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "address '?' is not host:port", top,
+       "\"host\":\"h\",\"address\":\"?\",\"since_epoch\":1,", "[]");
+  CASE(KOLO_ERR_PARSE, "member 0 has no 'host'", top, "\"address\":\"h:1\",\"since_epoch\":1,",
+       "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "host must be", top,
+       "\"host\":\"\",\"address\":\"h:1\",\"since_epoch\":1,", "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "since_epoch 3 is not in 0..2", top,
+       "\"host\":\"h\",\"address\":\"h:1\",\"since_epoch\":3,", "[]");
+  CASE(KOLO_ERR_PARSE, "member 0 has no 'since_epoch'", top, "\"host\":\"h\",\"address\":\"h:1\",",
+       "[]");
+  CASE(KOLO_ERR_PARSE, "the record has no 'secret'",
+       "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":30000,", member, "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "secret must be",
+       "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"short\",", member, "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "'timeout_ms' of the record is 0",
+       "\"job\":\"j\",\"epoch\":2,\"timeout_ms\":0,\"secret\":\"0123456789abcdef\",", member, "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "'epoch' of the record is -1",
+       "\"job\":\"j\",\"epoch\":-1,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member,
+       "[]");
+  CASE(KOLO_ERR_PARSE, "'epoch' of the record is not an integer",
+       "\"job\":\"j\",\"epoch\":\"2\",\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member,
+       "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "job id '../x' is not valid",
+       "\"job\":\"../x\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member,
+       "[]");
+  CASE(KOLO_ERR_PARSE, "malformed JSON",
+       "\"job\":\"j\",\"job\":\"k\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",",
+       member, "[]");
   CASE(KOLO_ERR_PARSE, "'lost' is missing or not an array", top, member, "{}");
   CASE(KOLO_ERR_PARSE, "lost entry 0 has no 'why'", top, member, "[{\"worker_id\":\"w0\"}]");
-  CASE(KOLO_ERR_INVALID_ARG, "lost entry 0 has an invalid worker_id", top, member, "[{\"worker_id\":\"\",\"why\":\"x\"}]");
-  CASE(KOLO_ERR_PARSE, "'planned' is not a boolean", "\"planned\":1,\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",", member, "[]");
+  CASE(KOLO_ERR_INVALID_ARG, "lost entry 0 has an invalid worker_id", top, member,
+       "[{\"worker_id\":\"\",\"why\":\"x\"}]");
+  CASE(KOLO_ERR_PARSE, "'planned' is not a boolean",
+       "\"planned\":1,\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",",
+       member, "[]");
 #undef CASE
   int simple = n;
   const char *whole[][3] = {
       {"1", "malformed JSON", "{\"job\":\"j\","},
       {"1", "malformed JSON: not an object", "[1]"},
-      {"2", "members (1..", "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"members\":[],\"lost\":[]}"},
-      {"1", "'members' is missing", "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[]}"},
+      {"2", "members (1..",
+       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"members\":[],"
+       "\"lost\":[]}"},
+      {"1", "'members' is missing",
+       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[]}"},
       {"2", "member 0 says rank 1 (members must be listed in rank order)",
-       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[],\"members\":[{\"worker_id\":"
-       "\"w\",\"rank\":1,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,\"local_size\":1,\"since_epoch\":1}]}"},
+       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[],"
+       "\"members\":[{\"worker_id\":"
+       "\"w\",\"rank\":1,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,\"local_size\":1,"
+       "\"since_epoch\":1}]}"},
       {"2", "worker 'w' holds ranks 0 and 1",
-       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[],\"members\":["
-       "{\"worker_id\":\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,\"local_size\":2,\"since_epoch\":1},"
-       "{\"worker_id\":\"w\",\"rank\":1,\"host\":\"h\",\"address\":\"h:2\",\"local_rank\":1,\"local_size\":2,\"since_epoch\":1}]}"},
+       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[],"
+       "\"members\":["
+       "{\"worker_id\":\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,"
+       "\"local_size\":2,\"since_epoch\":1},"
+       "{\"worker_id\":\"w\",\"rank\":1,\"host\":\"h\",\"address\":\"h:2\",\"local_rank\":1,"
+       "\"local_size\":2,\"since_epoch\":1}]}"},
       {"2", "local_rank 1 / local_size 1",
-       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[],\"members\":[{\"worker_id\":"
-       "\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":1,\"local_size\":1,\"since_epoch\":1}]}"},
+       "{\"job\":\"j\",\"epoch\":2,\"timeout_ms\":1,\"secret\":\"0123456789abcdef\",\"lost\":[],"
+       "\"members\":[{\"worker_id\":"
+       "\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":1,\"local_size\":1,"
+       "\"since_epoch\":1}]}"},
   };
   for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
     cases[n].expect = whole[i][0][0] == '1' ? KOLO_ERR_PARSE : KOLO_ERR_INVALID_ARG;
@@ -200,7 +243,8 @@ static void a_ring_record_with_bad_fields_is_rejected_naming_the_field(void **st
     kolo_ringspec out;
     kolo_status rc = kolo_ringspec_decode(cases[i].json, strlen(cases[i].json), &out);
     if (rc != cases[i].expect || strstr(kolo_etcd_last_error(), cases[i].needle) == NULL)
-      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), kolo_etcd_last_error(), cases[i].json);
+      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), kolo_etcd_last_error(),
+               cases[i].json);
     assert_null(out.members);
     assert_null(out.job);
     assert_null(out.lost);
@@ -234,13 +278,20 @@ static void encoding_an_invalid_ring_record_fails(void **state) {
 static void a_worker_record_round_trips_and_has_the_documented_shape(void **state) {
   (void)state;
   kolo_member_label labels[] = {{"zone", "a"}, {"gpu.model", "H200"}};
-  kolo_member m = {.id = "w-7", .host = "node-a", .address = "10.0.0.5:7100", .cpus = 16, .gpus = 2,
-                   .labels = labels, .label_count = 2, .state = "idle"};
+  kolo_member m = {.id = "w-7",
+                   .host = "node-a",
+                   .address = "10.0.0.5:7100",
+                   .cpus = 16,
+                   .gpus = 2,
+                   .labels = labels,
+                   .label_count = 2,
+                   .state = "idle"};
   char *json = NULL;
   assert_int_equal(kolo_member_to_json(&m, &json), KOLO_OK);
-  assert_string_equal(json,
-                      "{\"address\":\"10.0.0.5:7100\",\"cpus\":16,\"gpus\":2,\"host\":\"node-a\",\"id\":\"w-7\","
-                      "\"labels\":{\"gpu.model\":\"H200\",\"zone\":\"a\"},\"state\":\"idle\"}");
+  assert_string_equal(
+      json,
+      "{\"address\":\"10.0.0.5:7100\",\"cpus\":16,\"gpus\":2,\"host\":\"node-a\",\"id\":\"w-7\","
+      "\"labels\":{\"gpu.model\":\"H200\",\"zone\":\"a\"},\"state\":\"idle\"}");
   kolo_member back;
   assert_int_equal(kolo_member_from_json(json, strlen(json), &back), KOLO_OK);
   assert_string_equal(back.id, "w-7");
@@ -266,14 +317,19 @@ static void bad_worker_records_are_rejected(void **state) {
   const char *bad[] = {
       "{\"id\":\"w\"",
       "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0}",
-      "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":\"1\",\"gpus\":0,\"state\":\"idle\"}",
-      "{\"id\":\"w/x\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\"}",
+      "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":\"1\",\"gpus\":0,\"state\":"
+      "\"idle\"}",
+      "{\"id\":\"w/"
+      "x\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\"}",
       "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\"}",
       "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":-1,\"gpus\":0,\"state\":\"idle\"}",
       "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"Idle!\"}",
-      "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\",\"labels\":{\"k\":1}}",
-      "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\",\"registered_unix_ms\":-5}",
-      "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\",\"registered_unix_ms\":\"1\"}",
+      "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\","
+      "\"labels\":{\"k\":1}}",
+      "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\","
+      "\"registered_unix_ms\":-5}",
+      "{\"id\":\"w\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\","
+      "\"registered_unix_ms\":\"1\"}",
       "[]",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

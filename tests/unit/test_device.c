@@ -105,19 +105,23 @@ static void stream_calls_outside_cuda_mode_are_refused_and_the_ring_lives(void *
 #else
   kolo_status want = KOLO_ERR_UNSUPPORTED;
 #endif
-  assert_int_equal(kolo_allreduce_on_stream(comm, values, out, 4, KOLO_FLOAT32, KOLO_SUM, NULL,
-                                            &request), want);
+  assert_int_equal(
+      kolo_allreduce_on_stream(comm, values, out, 4, KOLO_FLOAT32, KOLO_SUM, NULL, &request), want);
   assert_int_equal(kolo_broadcast_on_stream(comm, values, 4, KOLO_FLOAT32, 0, NULL, &request),
                    want);
-  assert_int_equal(kolo_allgather_on_stream(comm, values, 4, out, 4, counts, KOLO_FLOAT32, NULL,
-                                            &request), want);
-  assert_int_equal(kolo_reducescatter_on_stream(comm, values, out, 4, KOLO_FLOAT32, KOLO_MAX,
-                                                NULL, &request), want);
+  assert_int_equal(
+      kolo_allgather_on_stream(comm, values, 4, out, 4, counts, KOLO_FLOAT32, NULL, &request),
+      want);
+  assert_int_equal(
+      kolo_reducescatter_on_stream(comm, values, out, 4, KOLO_FLOAT32, KOLO_MAX, NULL, &request),
+      want);
   /* argument errors come first, as for the other forms */
-  assert_int_equal(kolo_allreduce_on_stream(comm, values, out, 4, KOLO_FLOAT32, KOLO_SUM, NULL,
-                                            NULL), KOLO_ERR_INVALID_ARG);
-  assert_int_equal(kolo_allreduce_on_stream(comm, values, out, 4, KOLO_DTYPE_COUNT, KOLO_SUM,
-                                            NULL, &request), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(
+      kolo_allreduce_on_stream(comm, values, out, 4, KOLO_FLOAT32, KOLO_SUM, NULL, NULL),
+      KOLO_ERR_INVALID_ARG);
+  assert_int_equal(
+      kolo_allreduce_on_stream(comm, values, out, 4, KOLO_DTYPE_COUNT, KOLO_SUM, NULL, &request),
+      KOLO_ERR_INVALID_ARG);
   assert_int_equal(kolo_comm_error(comm, NULL), KOLO_OK);
   assert_int_equal(kolo_allreduce(comm, values, out, 4, KOLO_FLOAT32, KOLO_SUM), KOLO_OK);
   assert_true(out[3] == 4.0f);

@@ -37,8 +37,8 @@ static void half_conversion_rounds_to_nearest_even(void **state) {
 static void bfloat16_conversion_rounds_to_nearest_even(void **state) {
   (void)state;
   assert_int_equal(kolo_float_to_bfloat16(1.0f), 0x3f80);
-  assert_int_equal(kolo_float_to_bfloat16(1.0f + 0x1p-8f), 0x3f80);      /* tie -> even */
-  assert_int_equal(kolo_float_to_bfloat16(1.0f + 3 * 0x1p-8f), 0x3f82);  /* tie -> even */
+  assert_int_equal(kolo_float_to_bfloat16(1.0f + 0x1p-8f), 0x3f80);     /* tie -> even */
+  assert_int_equal(kolo_float_to_bfloat16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie -> even */
   assert_true(kolo_bfloat16_to_float(kolo_float_to_bfloat16(-2.5f)) == -2.5f);
   assert_true(isnan(kolo_bfloat16_to_float(kolo_float_to_bfloat16(NAN))));
 }
@@ -89,15 +89,24 @@ static void float16_reduction_matches_the_scalar_definition(void **state) {
     for (int i = 0; i < COUNT; i++) {
       float l = kolo_half_to_float(x[i]), r = kolo_half_to_float(y[i]), v;
       switch (op) {
-        case KOLO_PROD: v = l * r; break;
-        case KOLO_MIN: v = l < r ? l : r; break;
-        case KOLO_MAX: v = l > r ? l : r; break;
-        default: v = l + r; break;
+        case KOLO_PROD:
+          v = l * r;
+          break;
+        case KOLO_MIN:
+          v = l < r ? l : r;
+          break;
+        case KOLO_MAX:
+          v = l > r ? l : r;
+          break;
+        default:
+          v = l + r;
+          break;
       }
       uint16_t want = kolo_float_to_half(v);
       int both_nan = isnan(v) && isnan(kolo_half_to_float(out[i]));
       if (!both_nan && out[i] != want) {
-        fail_msg("op %d element %d: %04x (+) %04x = %04x, want %04x", op, i, x[i], y[i], out[i], want);
+        fail_msg("op %d element %d: %04x (+) %04x = %04x, want %04x", op, i, x[i], y[i], out[i],
+                 want);
       }
     }
   }

@@ -14,8 +14,11 @@
 #include "collective/negotiate.h"
 
 static kolo_nego_meta allreduce_meta(uint64_t count) {
-  return (kolo_nego_meta){.kind = KOLO_REQUEST_ALLREDUCE, .dtype = KOLO_FLOAT32, .op = KOLO_SUM,
-                          .members = 1, .count = count};
+  return (kolo_nego_meta){.kind = KOLO_REQUEST_ALLREDUCE,
+                          .dtype = KOLO_FLOAT32,
+                          .op = KOLO_SUM,
+                          .members = 1,
+                          .count = count};
 }
 
 static kolo_nego_announce announce(const char *name, kolo_nego_meta meta) {
@@ -31,9 +34,15 @@ static void messages_round_trip(void **state) {
   announces[1].meta.aux = 0x0123456789abcdefull;
   announces[1].meta.device = 1;
   kolo_nego_announce stalls[1] = {announce("x", allreduce_meta(0))};
-  kolo_nego_message m = {.flags = KOLO_NEGO_FLAG_JOINED, .unnamed_count = 1ull << 40, .bits = bits,
-                         .bit_bytes = 3, .announce_count = 2, .announces = announces,
-                         .stall_count = 1, .stalls = stalls, .stall_seconds = 30};
+  kolo_nego_message m = {.flags = KOLO_NEGO_FLAG_JOINED,
+                         .unnamed_count = 1ull << 40,
+                         .bits = bits,
+                         .bit_bytes = 3,
+                         .announce_count = 2,
+                         .announces = announces,
+                         .stall_count = 1,
+                         .stalls = stalls,
+                         .stall_seconds = 30};
   kolo_nego_buffer buffer = {0};
   assert_int_equal(kolo_nego_encode(&m, &buffer), KOLO_OK);
   kolo_nego_message out;
@@ -137,7 +146,8 @@ static void the_name_map_survives_reuse_of_its_nodes(void **state) {
       assert_string_equal(kolo_names_key(names, keys[n - 1]), keys[n - 1]);
     }
     assert_int_equal(kolo_names_put(names, keys[9], NULL), KOLO_ERR_EXISTS);
-    for (int n = 1; n <= 255; n++) assert_int_equal((intptr_t)kolo_names_remove(names, keys[n - 1]), n);
+    for (int n = 1; n <= 255; n++)
+      assert_int_equal((intptr_t)kolo_names_remove(names, keys[n - 1]), n);
     assert_null(kolo_names_get(names, keys[0]));
     assert_int_equal(kolo_names_count(names), 0);
   }
@@ -181,7 +191,8 @@ static void say(fixture *f, int rank, const char *name, kolo_nego_meta meta) {
 
 static void set_bit(fixture *f, int rank, int bit) {
   f->bits[rank][bit / 8] |= (uint8_t)(1u << (bit % 8));
-  if (f->messages[rank].bit_bytes < (uint32_t)bit / 8 + 1) f->messages[rank].bit_bytes = (uint32_t)bit / 8 + 1;
+  if (f->messages[rank].bit_bytes < (uint32_t)bit / 8 + 1)
+    f->messages[rank].bit_bytes = (uint32_t)bit / 8 + 1;
 }
 
 static void apply(fixture *f) {
@@ -297,16 +308,19 @@ static void joined_ranks_count_as_submitted_and_the_last_joiner_is_named(void **
   assert_int_equal(f->decision.ready[0].submitted[2], 0);
   assert_int_equal(f->decision.join_done, 0);
   /* a broadcast from a joined root cannot run */
-  kolo_nego_meta bcast = {.kind = KOLO_REQUEST_BROADCAST, .dtype = KOLO_FLOAT32, .count = 2,
-                          .root = 2};
+  kolo_nego_meta bcast = {
+      .kind = KOLO_REQUEST_BROADCAST, .dtype = KOLO_FLOAT32, .count = 2, .root = 2};
   f->messages[2].flags = KOLO_NEGO_FLAG_JOINED;
   say(f, 0, "bc", bcast);
   say(f, 1, "bc", bcast);
   apply(f);
   assert_int_equal(f->decision.ready[0].status, KOLO_ERR_STATE);
   /* reduce-scatter and all-to-all run with the joined rank's neutral part */
-  kolo_nego_meta rs = {.kind = KOLO_REQUEST_REDUCESCATTER, .dtype = KOLO_INT32, .op = KOLO_SUM,
-                       .count = 9, .aux = 77};
+  kolo_nego_meta rs = {.kind = KOLO_REQUEST_REDUCESCATTER,
+                       .dtype = KOLO_INT32,
+                       .op = KOLO_SUM,
+                       .count = 9,
+                       .aux = 77};
   kolo_nego_meta a2a = {.kind = KOLO_REQUEST_ALLTOALL, .dtype = KOLO_INT32, .count = 5};
   kolo_nego_meta cuda = allreduce_meta(3);
   cuda.device = 1;
@@ -323,8 +337,9 @@ static void joined_ranks_count_as_submitted_and_the_last_joiner_is_named(void **
   assert_int_equal(f->decision.ready[1].status, KOLO_OK);
   /* ... but nothing on CUDA buffers: a joined rank has none */
   assert_int_equal(f->decision.ready[2].status, KOLO_ERR_STATE);
-  assert_string_equal(f->decision.ready[2].message,
-                      "tensor 'cuda': allreduce of CUDA buffers cannot run while rank(s) 2 have joined");
+  assert_string_equal(
+      f->decision.ready[2].message,
+      "tensor 'cuda': allreduce of CUDA buffers cannot run while rank(s) 2 have joined");
   f->messages[0].flags = KOLO_NEGO_FLAG_JOINED;
   f->messages[2].flags = KOLO_NEGO_FLAG_JOINED;
   apply(f);
@@ -401,13 +416,19 @@ int main(void) {
       cmocka_unit_test(many_short_names_round_trip),
       cmocka_unit_test(malformed_messages_are_refused),
       cmocka_unit_test(the_name_map_survives_reuse_of_its_nodes),
-      cmocka_unit_test_setup_teardown(a_name_is_ready_once_every_rank_submitted_it_in_any_order, setup, teardown),
-      cmocka_unit_test_setup_teardown(disagreeing_counts_name_the_tensor_and_the_ranks, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_ready_name_is_cached_and_then_agreed_by_bit, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_name_is_ready_once_every_rank_submitted_it_in_any_order,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(disagreeing_counts_name_the_tensor_and_the_ranks, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_ready_name_is_cached_and_then_agreed_by_bit, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(the_cache_holds_at_most_its_capacity, setup, teardown),
-      cmocka_unit_test_setup_teardown(joined_ranks_count_as_submitted_and_the_last_joiner_is_named, setup, teardown),
-      cmocka_unit_test_setup_teardown(unnamed_operations_run_up_to_the_lowest_count, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_declared_stall_fails_naming_the_missing_ranks, setup, teardown),
+      cmocka_unit_test_setup_teardown(joined_ranks_count_as_submitted_and_the_last_joiner_is_named,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(unnamed_operations_run_up_to_the_lowest_count, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_declared_stall_fails_naming_the_missing_ranks, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(pending_entries_are_listed_oldest_first, setup, teardown),
       cmocka_unit_test(ranks_are_formatted_as_ranges),
   };

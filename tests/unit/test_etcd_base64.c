@@ -48,8 +48,8 @@ static void round_trips_every_byte_value(void **state) {
 
 static void rejects_text_that_is_not_canonical_base64(void **state) {
   (void)state;
-  const char *bad[] = {"Zm9", "Zm9v!", "Zm9v Zm9v", "Zg=", "Z===", "=Zm9", "Zm=v", "Zh==", "Zm9=Zm9v",
-                       "Zm\n9v"};
+  const char *bad[] = {
+      "Zm9", "Zm9v!", "Zm9v Zm9v", "Zg=", "Z===", "=Zm9", "Zm=v", "Zh==", "Zm9=Zm9v", "Zm\n9v"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     unsigned char *out = (unsigned char *)"sentinel";
     size_t len = 99;

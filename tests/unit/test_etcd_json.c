@@ -107,7 +107,8 @@ static void parses_watch_lines_put_delete_created_and_compacted(void **state) {
   (void)state;
   kolo_etcd_watch_message m;
   const char *created =
-      "{\"result\":{\"header\":{\"cluster_id\":\"18328519036988811354\",\"revision\":\"3\"},\"created\":true}}";
+      "{\"result\":{\"header\":{\"cluster_id\":\"18328519036988811354\",\"revision\":\"3\"},"
+      "\"created\":true}}";
   assert_int_equal(kolo_etcd_watch_message_parse(created, strlen(created), &m), KOLO_OK);
   assert_true(m.created);
   assert_int_equal(m.header_revision, 3);
@@ -154,11 +155,14 @@ static void malformed_watch_lines_are_parse_errors(void **state) {
 
 static void grpc_codes_map_to_kolo_statuses(void **state) {
   (void)state;
-  assert_int_equal(kolo_etcd_error_status(5, "etcdserver: requested lease not found"), KOLO_ERR_NOT_FOUND);
-  assert_int_equal(kolo_etcd_error_status(16, "etcdserver: invalid auth token"), KOLO_ERR_AUTH);
-  assert_int_equal(kolo_etcd_error_status(3, "etcdserver: request is too large"), KOLO_ERR_TOO_LARGE);
-  assert_int_equal(kolo_etcd_error_status(11, "etcdserver: mvcc: required revision has been compacted"),
+  assert_int_equal(kolo_etcd_error_status(5, "etcdserver: requested lease not found"),
                    KOLO_ERR_NOT_FOUND);
+  assert_int_equal(kolo_etcd_error_status(16, "etcdserver: invalid auth token"), KOLO_ERR_AUTH);
+  assert_int_equal(kolo_etcd_error_status(3, "etcdserver: request is too large"),
+                   KOLO_ERR_TOO_LARGE);
+  assert_int_equal(
+      kolo_etcd_error_status(11, "etcdserver: mvcc: required revision has been compacted"),
+      KOLO_ERR_NOT_FOUND);
   assert_int_equal(kolo_etcd_error_status(14, "etcdserver: no leader"), KOLO_ERR_UNAVAILABLE);
 }
 

@@ -38,8 +38,12 @@ static kolo_status check(const kolo_nccl_op_desc *d, char *message) {
 }
 
 static kolo_nccl_op_desc allreduce(const void *send, void *recv, size_t count) {
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLREDUCE, .send = send, .recv = recv, .count = count,
-                         .dtype = KOLO_FLOAT32, .op = KOLO_SUM};
+  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLREDUCE,
+                         .send = send,
+                         .recv = recv,
+                         .count = count,
+                         .dtype = KOLO_FLOAT32,
+                         .op = KOLO_SUM};
   return d;
 }
 
@@ -96,14 +100,21 @@ static void a_buffer_running_past_its_allocation_is_refused(void **state) {
   assert_int_equal(check(&d, msg), KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(msg, "recv (44 bytes)"));
   /* the gather's recv is size * count, the reduce-scatter's send too */
-  kolo_nccl_op_desc g = {.kind = KOLO_NCCL_ALLGATHER, .send = arena, .recv = arena + 1024,
-                         .count = 10, .dtype = KOLO_FLOAT32};
+  kolo_nccl_op_desc g = {.kind = KOLO_NCCL_ALLGATHER,
+                         .send = arena,
+                         .recv = arena + 1024,
+                         .count = 10,
+                         .dtype = KOLO_FLOAT32};
   assert_int_equal(check(&g, msg), KOLO_OK);
-  assert_int_equal(last_bytes, 40); /* send was checked last: count elements */
+  assert_int_equal(last_bytes, 40);    /* send was checked last: count elements */
   g.recv = arena + sizeof arena - 159; /* 4 * 40 = 160 needed */
   assert_int_equal(check(&g, msg), KOLO_ERR_INVALID_ARG);
-  kolo_nccl_op_desc r = {.kind = KOLO_NCCL_REDUCESCATTER, .send = arena + sizeof arena - 159,
-                         .recv = arena, .count = 10, .dtype = KOLO_FLOAT32, .op = KOLO_SUM};
+  kolo_nccl_op_desc r = {.kind = KOLO_NCCL_REDUCESCATTER,
+                         .send = arena + sizeof arena - 159,
+                         .recv = arena,
+                         .count = 10,
+                         .dtype = KOLO_FLOAT32,
+                         .op = KOLO_SUM};
   assert_int_equal(check(&r, msg), KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(msg, "send (160 bytes)"));
 }
@@ -121,8 +132,8 @@ static void empty_operations_need_no_buffers(void **state) {
 static void a_broadcast_root_outside_the_ring_is_refused(void **state) {
   (void)state;
   char msg[256];
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_BROADCAST, .recv = arena, .count = 8,
-                         .dtype = KOLO_INT64, .root = 4};
+  kolo_nccl_op_desc d = {
+      .kind = KOLO_NCCL_BROADCAST, .recv = arena, .count = 8, .dtype = KOLO_INT64, .root = 4};
   assert_int_equal(check(&d, msg), KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(msg, "root 4"));
   d.root = -1;
@@ -136,8 +147,11 @@ static void allgather_in_place_means_send_at_the_ranks_own_block(void **state) {
   (void)state;
   char msg[256];
   /* rank 1, count 10 float32: its block of recv starts 40 bytes in. */
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHER, .send = arena + 40, .recv = arena,
-                         .count = 10, .dtype = KOLO_FLOAT32};
+  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHER,
+                         .send = arena + 40,
+                         .recv = arena,
+                         .count = 10,
+                         .dtype = KOLO_FLOAT32};
   assert_int_equal(check(&d, msg), KOLO_OK);
   assert_int_equal(staged, 0);
   d.send = arena + 160; /* just past recv (4 * 40 bytes): no overlap */
@@ -154,16 +168,26 @@ static void send_equal_to_recv_is_accepted_on_every_rank(void **state) {
   char msg[256];
   size_t counts[4] = {3, 5, 0, 7};
   for (int rank = 0; rank < 4; rank++) {
-    kolo_nccl_op_desc g = {.kind = KOLO_NCCL_ALLGATHER, .send = arena, .recv = arena,
-                           .count = 10, .dtype = KOLO_FLOAT32};
+    kolo_nccl_op_desc g = {.kind = KOLO_NCCL_ALLGATHER,
+                           .send = arena,
+                           .recv = arena,
+                           .count = 10,
+                           .dtype = KOLO_FLOAT32};
     assert_int_equal(check_rank(rank, &g, msg), KOLO_OK);
     assert_int_equal(staged, rank != 0);
-    kolo_nccl_op_desc v = {.kind = KOLO_NCCL_ALLGATHERV, .send = arena, .recv = arena,
-                           .counts = counts, .dtype = KOLO_INT64};
+    kolo_nccl_op_desc v = {.kind = KOLO_NCCL_ALLGATHERV,
+                           .send = arena,
+                           .recv = arena,
+                           .counts = counts,
+                           .dtype = KOLO_INT64};
     assert_int_equal(check_rank(rank, &v, msg), KOLO_OK);
     assert_int_equal(staged, rank != 0 && counts[rank] > 0);
-    kolo_nccl_op_desc r = {.kind = KOLO_NCCL_REDUCESCATTER, .send = arena, .recv = arena,
-                           .count = 10, .dtype = KOLO_FLOAT32, .op = KOLO_SUM};
+    kolo_nccl_op_desc r = {.kind = KOLO_NCCL_REDUCESCATTER,
+                           .send = arena,
+                           .recv = arena,
+                           .count = 10,
+                           .dtype = KOLO_FLOAT32,
+                           .op = KOLO_SUM};
     assert_int_equal(check_rank(rank, &r, msg), KOLO_OK);
     assert_int_equal(staged, rank != 0);
     kolo_nccl_op_desc a = allreduce(arena, arena, 10);
@@ -178,8 +202,12 @@ static void any_other_overlap_is_staged_not_refused(void **state) {
   kolo_nccl_op_desc a = allreduce(arena, arena + 4, 10); /* shifted by one element */
   assert_int_equal(check(&a, msg), KOLO_OK);
   assert_int_equal(staged, 1);
-  kolo_nccl_op_desc r = {.kind = KOLO_NCCL_REDUCESCATTER, .send = arena, .recv = arena + 40,
-                         .count = 10, .dtype = KOLO_FLOAT32, .op = KOLO_MAX};
+  kolo_nccl_op_desc r = {.kind = KOLO_NCCL_REDUCESCATTER,
+                         .send = arena,
+                         .recv = arena + 40,
+                         .count = 10,
+                         .dtype = KOLO_FLOAT32,
+                         .op = KOLO_MAX};
   assert_int_equal(check(&r, msg), KOLO_OK); /* rank 1's own block: NCCL in place */
   assert_int_equal(staged, 0);
   r.recv = arena + 44; /* overlapping, but not the rank's block */
@@ -194,8 +222,11 @@ static void allgatherv_needs_counts_and_uses_the_ranks_offset(void **state) {
   (void)state;
   char msg[256];
   size_t counts[4] = {3, 5, 0, 7};
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHERV, .send = arena + 3 * 8, .recv = arena,
-                         .dtype = KOLO_INT64, .count = SIZE_MAX /* unused */};
+  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLGATHERV,
+                         .send = arena + 3 * 8,
+                         .recv = arena,
+                         .dtype = KOLO_INT64,
+                         .count = SIZE_MAX /* unused */};
   assert_int_equal(check(&d, msg), KOLO_ERR_INVALID_ARG); /* no counts */
   d.counts = counts;
   assert_int_equal(check(&d, msg), KOLO_OK); /* in place at offset 3 */
@@ -214,8 +245,11 @@ static void counts_whose_byte_size_overflows_are_too_large(void **state) {
   d.count = SIZE_MAX / 8; /* times 4 ranks times 4 bytes overflows */
   assert_int_equal(check(&d, msg), KOLO_ERR_TOO_LARGE);
   size_t counts[4] = {SIZE_MAX / 16, SIZE_MAX / 16, 1, 1};
-  kolo_nccl_op_desc v = {.kind = KOLO_NCCL_ALLGATHERV, .send = arena, .recv = arena + 64,
-                         .counts = counts, .dtype = KOLO_FLOAT64};
+  kolo_nccl_op_desc v = {.kind = KOLO_NCCL_ALLGATHERV,
+                         .send = arena,
+                         .recv = arena + 64,
+                         .counts = counts,
+                         .dtype = KOLO_FLOAT64};
   assert_int_equal(check(&v, msg), KOLO_ERR_TOO_LARGE);
 }
 

@@ -17,18 +17,19 @@
 static void a_conf_line_gives_its_value_and_the_first_one_wins(void **state) {
   (void)state;
   char value[32];
-  const char *text = "# NCCL_COMM_BLOCKING=1\nNCCL_DEBUG=WARN\nNCCL_COMM_BLOCKING=0x1\n"
-                     "NCCL_COMM_BLOCKING=0\n";
+  const char *text =
+      "# NCCL_COMM_BLOCKING=1\nNCCL_DEBUG=WARN\nNCCL_COMM_BLOCKING=0x1\n"
+      "NCCL_COMM_BLOCKING=0\n";
   assert_int_equal(kolo_nccl_conf_value(text, "NCCL_COMM_BLOCKING", value, sizeof value), 1);
   assert_string_equal(value, "0x1"); /* the comment is skipped, the later line ignored */
   assert_int_equal(kolo_nccl_conf_value(text, "NCCL_DEBUG", value, sizeof value), 1);
   assert_string_equal(value, "WARN");
   /* a longer name with the same prefix is another variable */
-  assert_int_equal(kolo_nccl_conf_value("NCCL_COMM_BLOCKINGX=1", "NCCL_COMM_BLOCKING", value,
-                                        sizeof value), 0);
+  assert_int_equal(
+      kolo_nccl_conf_value("NCCL_COMM_BLOCKINGX=1", "NCCL_COMM_BLOCKING", value, sizeof value), 0);
   /* no trailing newline; value truncated to the buffer */
-  assert_int_equal(kolo_nccl_conf_value("NCCL_COMM_BLOCKING=123456", "NCCL_COMM_BLOCKING", value,
-                                        4), 1);
+  assert_int_equal(
+      kolo_nccl_conf_value("NCCL_COMM_BLOCKING=123456", "NCCL_COMM_BLOCKING", value, 4), 1);
   assert_string_equal(value, "123");
   assert_int_equal(kolo_nccl_conf_value("", "NCCL_COMM_BLOCKING", value, sizeof value), 0);
   assert_int_equal(kolo_nccl_conf_value(NULL, "NCCL_COMM_BLOCKING", value, sizeof value), 0);

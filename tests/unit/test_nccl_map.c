@@ -85,9 +85,13 @@ static void cuda_descriptions_carry_the_library_message(void **state) {
 
 static void every_kolo_dtype_maps_to_the_matching_nccl_type(void **state) {
   (void)state;
-  const struct { kolo_dtype k; ncclDataType_t n; size_t size; } table[] = {
-      {KOLO_UINT8, ncclUint8, 1},     {KOLO_INT32, ncclInt32, 4},
-      {KOLO_INT64, ncclInt64, 8},     {KOLO_FLOAT16, ncclFloat16, 2},
+  const struct {
+    kolo_dtype k;
+    ncclDataType_t n;
+    size_t size;
+  } table[] = {
+      {KOLO_UINT8, ncclUint8, 1},       {KOLO_INT32, ncclInt32, 4},
+      {KOLO_INT64, ncclInt64, 8},       {KOLO_FLOAT16, ncclFloat16, 2},
       {KOLO_BFLOAT16, ncclBfloat16, 2}, {KOLO_FLOAT32, ncclFloat32, 4},
       {KOLO_FLOAT64, ncclFloat64, 8},
   };
@@ -111,8 +115,11 @@ static void an_unknown_dtype_is_refused(void **state) {
 
 static void every_kolo_op_maps_to_the_matching_nccl_op(void **state) {
   (void)state;
-  const struct { kolo_op k; ncclRedOp_t n; } table[] = {
-      {KOLO_SUM, ncclSum}, {KOLO_AVG, ncclAvg}, {KOLO_MIN, ncclMin},
+  const struct {
+    kolo_op k;
+    ncclRedOp_t n;
+  } table[] = {
+      {KOLO_SUM, ncclSum}, {KOLO_AVG, ncclAvg},   {KOLO_MIN, ncclMin},
       {KOLO_MAX, ncclMax}, {KOLO_PROD, ncclProd},
   };
   assert_int_equal(sizeof table / sizeof table[0], KOLO_OP_COUNT);

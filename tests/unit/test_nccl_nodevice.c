@@ -154,8 +154,12 @@ static void operations_without_a_communicator_are_refused(void **state) {
   assert_int_equal(kolo_nccl_allgatherv_async(NULL, &x, &x, counts, KOLO_INT32, &req),
                    KOLO_ERR_INVALID_ARG);
   assert_int_equal(kolo_nccl_exchange_counts(NULL, 1, counts), KOLO_ERR_INVALID_ARG);
-  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLREDUCE, .send = &x, .recv = &x, .count = 1,
-                         .dtype = KOLO_INT32, .op = KOLO_SUM};
+  kolo_nccl_op_desc d = {.kind = KOLO_NCCL_ALLREDUCE,
+                         .send = &x,
+                         .recv = &x,
+                         .count = 1,
+                         .dtype = KOLO_INT32,
+                         .op = KOLO_SUM};
   assert_int_equal(kolo_nccl_group_after(NULL, &d, 1, NULL, &req), KOLO_ERR_INVALID_ARG);
   assert_int_equal(kolo_nccl_stream_wait(NULL, NULL), KOLO_ERR_INVALID_ARG);
   assert_null(kolo_nccl_request_event(NULL));

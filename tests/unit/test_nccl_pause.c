@@ -21,9 +21,9 @@ static void the_first_hundred_microseconds_only_yield(void **state) {
 
 static void later_pauses_are_a_sixteenth_of_the_wait_within_bounds(void **state) {
   (void)state;
-  assert_int_equal(kolo_nccl_pause_ns(100000), 20000);     /* floor 20 us */
-  assert_int_equal(kolo_nccl_pause_ns(1000000), 62500);    /* 1 ms waited: 62.5 us */
-  assert_int_equal(kolo_nccl_pause_ns(16000000), 1000000); /* 16 ms: 1 ms */
+  assert_int_equal(kolo_nccl_pause_ns(100000), 20000);           /* floor 20 us */
+  assert_int_equal(kolo_nccl_pause_ns(1000000), 62500);          /* 1 ms waited: 62.5 us */
+  assert_int_equal(kolo_nccl_pause_ns(16000000), 1000000);       /* 16 ms: 1 ms */
   assert_int_equal(kolo_nccl_pause_ns(60000000000ull), 2000000); /* cap 2 ms */
   /* never shorter after a longer wait */
   uint64_t last = 0;

@@ -62,8 +62,8 @@ static void a_healthy_communicator_goes_from_new_to_destroyed(void **state) {
 
 static void a_lost_peer_is_aborted_and_then_destroyed(void **state) {
   (void)state;
-  const kolo_nccl_event ev[] = {KOLO_NCCL_EV_INIT_START, KOLO_NCCL_EV_INIT_DONE,
-                                KOLO_NCCL_EV_ERROR, KOLO_NCCL_EV_ABORT, KOLO_NCCL_EV_DESTROY};
+  const kolo_nccl_event ev[] = {KOLO_NCCL_EV_INIT_START, KOLO_NCCL_EV_INIT_DONE, KOLO_NCCL_EV_ERROR,
+                                KOLO_NCCL_EV_ABORT, KOLO_NCCL_EV_DESTROY};
   assert_int_equal(run(ev, 5), S_DEAD);
 }
 
@@ -82,8 +82,8 @@ static void an_init_that_times_out_is_aborted(void **state) {
 
 static void errors_after_an_abort_keep_it_aborted(void **state) {
   (void)state;
-  const kolo_nccl_event ev[] = {KOLO_NCCL_EV_INIT_START, KOLO_NCCL_EV_INIT_DONE,
-                                KOLO_NCCL_EV_ABORT, KOLO_NCCL_EV_ERROR, KOLO_NCCL_EV_ABORT};
+  const kolo_nccl_event ev[] = {KOLO_NCCL_EV_INIT_START, KOLO_NCCL_EV_INIT_DONE, KOLO_NCCL_EV_ABORT,
+                                KOLO_NCCL_EV_ERROR, KOLO_NCCL_EV_ABORT};
   assert_int_equal(run(ev, 5), S_ABORTED);
 }
 

@@ -29,8 +29,8 @@ static char *stderr_of_a_ring_of_one(void) {
   assert_true(saved >= 0);
   assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
   const char *peers[] = {"127.0.0.1:0"};
-  kolo_ring_spec spec = {.epoch = 1, .rank = 0, .size = 1, .local_rank = 0, .local_size = 1,
-                         .peers = peers};
+  kolo_ring_spec spec = {
+      .epoch = 1, .rank = 0, .size = 1, .local_rank = 0, .local_size = 1, .peers = peers};
   kolo_comm *comm = NULL;
   kolo_status status = kolo_comm_create(&spec, NULL, &comm);
   if (status == KOLO_OK) kolo_comm_destroy(comm);
@@ -65,8 +65,8 @@ static void libkolo_follows_the_level_the_program_sets(void **state) {
 
 static void the_log_functions_the_program_calls_are_libkolos(void **state) {
   (void)state;
-  void *const functions[] = {(void *)kolo_log, (void *)kolo_log_set_level,
-                             (void *)kolo_log_enabled, (void *)kolo_strerror};
+  void *const functions[] = {(void *)kolo_log, (void *)kolo_log_set_level, (void *)kolo_log_enabled,
+                             (void *)kolo_strerror};
   for (size_t i = 0; i < sizeof functions / sizeof functions[0]; i++) {
     Dl_info info;
     assert_true(dladdr(functions[i], &info) != 0);

@@ -14,11 +14,12 @@
 #include "coordination/etcd.h"
 #include "coordination/planner.h"
 
-#define M(id, host) {id, host, "127.0.0.1:1"}
+#define M(id, host) \
+  { id, host, "127.0.0.1:1" }
 
 /* Plans and writes the ids by rank into ids[]. */
-static void plan(const kolo_planner_member *members, size_t n, const char *const *prev, size_t prev_n,
-                 const char **ids) {
+static void plan(const kolo_planner_member *members, size_t n, const char *const *prev,
+                 size_t prev_n, const char **ids) {
   size_t order[64];
   assert_int_equal(kolo_planner_plan(members, n, prev, prev_n, order), KOLO_OK);
   int used[64] = {0};
@@ -58,9 +59,11 @@ static void a_first_ring_groups_ranks_by_host(void **state) {
 
 static void survivors_keep_their_order_and_rank_zero_survives(void **state) {
   (void)state;
-  /* Previous ring: a0 a1 | b0 b1 | c0. a0 (rank 0) died, c0 died, newcomers n1 (host b), n2 (new host d). */
+  /* Previous ring: a0 a1 | b0 b1 | c0. a0 (rank 0) died, c0 died, newcomers n1 (host b), n2 (new
+   * host d). */
   const char *prev[] = {"a0", "a1", "b0", "b1", "c0"};
-  kolo_planner_member m[] = {M("n2", "hd"), M("b1", "hb"), M("n1", "hb"), M("a1", "ha"), M("b0", "hb")};
+  kolo_planner_member m[] = {M("n2", "hd"), M("b1", "hb"), M("n1", "hb"), M("a1", "ha"),
+                             M("b0", "hb")};
   const char *ids[5];
   plan(m, 5, prev, 5, ids);
   const char *expected[] = {"a1", "b0", "b1", "n1", "n2"};

@@ -14,7 +14,11 @@
 #include "collective/internal.h"
 
 static kolo_hello ring_hello(void) {
-  kolo_hello h = {.kind = KOLO_CONNECTION_BELL, .epoch = 9, .rank = 1, .size = 3, .nonce = 0x0102030405060708ull};
+  kolo_hello h = {.kind = KOLO_CONNECTION_BELL,
+                  .epoch = 9,
+                  .rank = 1,
+                  .size = 3,
+                  .nonce = 0x0102030405060708ull};
   h.secret_length = 6;
   memcpy(h.secret, "s3cret", 6);
   h.name_length = 3;
@@ -70,7 +74,8 @@ static void control_messages_are_classified_by_their_fields(void **state) {
   kolo_control_message junk = {0x41414141, 0, 0, 0};
   assert_int_equal(kolo_control_classify(&beat, 0, 3), KOLO_CONTROL_BEAT);
   assert_int_equal(kolo_control_classify(&frame, 1, 3), KOLO_CONTROL_FRAME);
-  assert_int_equal(kolo_control_classify(&frame, 0, 3), KOLO_CONTROL_GARBAGE); /* frames only from prev */
+  assert_int_equal(kolo_control_classify(&frame, 0, 3),
+                   KOLO_CONTROL_GARBAGE); /* frames only from prev */
   assert_int_equal(kolo_control_classify(&huge, 1, 3), KOLO_CONTROL_GARBAGE);
   assert_int_equal(kolo_control_classify(&bye, 0, 3), KOLO_CONTROL_GOODBYE);
   assert_int_equal(kolo_control_classify(&lost, 0, 3), KOLO_CONTROL_FAILURE);

@@ -33,10 +33,17 @@ static void healthy(fixture *f, size_t n) {
     m->worker_id = IDS[i];
     m->registered = 1;
     m->since_epoch = 1;
-    m->report = (kolo_sched_report){.present = 1, .time_unix_ms = NOW - 100, .formed_epoch = 3, .failed_rank = -1};
+    m->report = (kolo_sched_report){
+        .present = 1, .time_unix_ms = NOW - 100, .formed_epoch = 3, .failed_rank = -1};
   }
-  f->view = (kolo_sched_job_view){.phase = KOLO_SCHED_PHASE_RUNNING, .epoch = 3, .has_ring = 1, .ring_size = n,
-                                  .members = f->members, .n_members = n, .min_workers = 2, .max_workers = n,
+  f->view = (kolo_sched_job_view){.phase = KOLO_SCHED_PHASE_RUNNING,
+                                  .epoch = 3,
+                                  .has_ring = 1,
+                                  .ring_size = n,
+                                  .members = f->members,
+                                  .n_members = n,
+                                  .min_workers = 2,
+                                  .max_workers = n,
                                   .now_unix_ms = NOW};
 }
 
@@ -46,7 +53,9 @@ static kolo_sched_action decide(fixture *f) {
   return f->d.action;
 }
 
-static char *message(fixture *f) { return kolo_sched_decision_message(&f->view, &f->d); }
+static char *message(fixture *f) {
+  return kolo_sched_decision_message(&f->view, &f->d);
+}
 
 static int setup(void **state) {
   *state = calloc(1, sizeof(fixture));
@@ -101,7 +110,8 @@ static void a_member_without_a_record_is_lost_and_the_ring_reforms(void **state)
   assert_false(kolo_sched_decision_lost(&f->d, 0));
   assert_string_equal(kolo_sched_event_type(f->d.action), "WORKER_LOST");
   char *text = message(f);
-  assert_string_equal(text, "lost w1 (its lease expired); re-forming with 2 survivors and 0 new workers");
+  assert_string_equal(text,
+                      "lost w1 (its lease expired); re-forming with 2 survivors and 0 new workers");
   free(text);
 }
 
@@ -113,15 +123,18 @@ static void a_member_that_registered_again_under_a_new_lease_is_lost(void **stat
   fixture *f = *state;
   healthy(f, 2);
   f->view.min_workers = 1;
-  for (size_t i = 0; i < 2; i++) f->members[i].lease = f->members[i].ring_lease = 0x100 + (int64_t)i;
+  for (size_t i = 0; i < 2; i++)
+    f->members[i].lease = f->members[i].ring_lease = 0x100 + (int64_t)i;
   assert_int_equal(decide(f), KOLO_SCHED_PROGRESS); /* the leases the ring was planned with */
   f->members[1].lease = 0x200;
   assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
   assert_int_equal(f->d.n_lost, 1);
   assert_int_equal(f->d.lost[0].member, 1);
   char *text = message(f);
-  assert_string_equal(text, "lost w1 (its lease expired and it registered again); re-forming with 1 survivors and "
-                            "0 new workers");
+  assert_string_equal(
+      text,
+      "lost w1 (its lease expired and it registered again); re-forming with 1 survivors and "
+      "0 new workers");
   free(text);
   f->members[0].lease = 0x300; /* both came back: nobody is left to carry the state */
   assert_int_equal(decide(f), KOLO_SCHED_LOST_HOLD);
@@ -152,7 +165,8 @@ static void a_draining_member_leaves_as_planned_at_the_next_commit(void **state)
   assert_string_equal(f->d.lost[0].why, "it is draining");
   assert_string_equal(kolo_sched_event_type(f->d.action), "WORKER_DRAINED");
   char *text = message(f);
-  assert_string_equal(text, "w2 left (drained); re-forming at the next commit with 2 workers and 0 new workers");
+  assert_string_equal(
+      text, "w2 left (drained); re-forming at the next commit with 2 workers and 0 new workers");
   free(text);
 }
 
@@ -166,7 +180,9 @@ static void drains_never_count_against_max_reconfigurations(void **state) {
   assert_int_equal(decide(f), KOLO_SCHED_DRAIN_REFORM);
   assert_int_equal(f->d.n_drained, 2);
   char *text = message(f);
-  assert_string_equal(text, "w1, w3 left (drained); re-forming at the next commit with 2 workers and 0 new workers");
+  assert_string_equal(
+      text,
+      "w1, w3 left (drained); re-forming at the next commit with 2 workers and 0 new workers");
   free(text);
 }
 
@@ -179,7 +195,8 @@ static void a_drain_below_min_workers_holds_the_others(void **state) {
   assert_false(f->d.planned);
   assert_string_equal(kolo_sched_event_type(f->d.action), "WORKER_DRAINED");
   char *text = message(f);
-  assert_string_equal(text, "w1 left (drained); 1 workers left, below min_workers 2: waiting for workers");
+  assert_string_equal(
+      text, "w1 left (drained); 1 workers left, below min_workers 2: waiting for workers");
   free(text);
 }
 
@@ -244,7 +261,7 @@ static void a_rank_named_by_every_other_member_is_lost_at_once(void **state) {
 static void a_named_rank_waits_for_the_settle_time_while_others_are_silent(void **state) {
   fixture *f = *state;
   healthy(f, 4);
-  neighbours_name(f, NOW - 10); /* member 3 has not spoken */
+  neighbours_name(f, NOW - 10);                     /* member 3 has not spoken */
   assert_int_equal(decide(f), KOLO_SCHED_PROGRESS); /* no loss yet: the next pass looks again */
   f->view.now_unix_ms = NOW - 10 + KOLO_SCHED_FAILED_SETTLE_MS;
   assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
@@ -275,7 +292,9 @@ static void a_loss_below_min_workers_holds_the_survivors(void **state) {
   f->members[1].registered = 0;
   assert_int_equal(decide(f), KOLO_SCHED_LOST_HOLD);
   char *text = message(f);
-  assert_string_equal(text, "lost w1 (its lease expired); 1 workers left, below min_workers 2: waiting for workers");
+  assert_string_equal(
+      text,
+      "lost w1 (its lease expired); 1 workers left, below min_workers 2: waiting for workers");
   free(text);
 }
 
@@ -303,8 +322,9 @@ static void a_loss_past_max_reconfigurations_fails_naming_everyone_lost(void **s
   assert_int_equal(f->d.limit, 2);
   assert_string_equal(kolo_sched_event_type(f->d.action), "FAILED");
   char *text = message(f);
-  assert_string_equal(text, "exceeded max_reconfigurations (2): lost workers w1 (its lease expired), "
-                            "w2 (it is draining); earlier: w8, w9");
+  assert_string_equal(text,
+                      "exceeded max_reconfigurations (2): lost workers w1 (its lease expired), "
+                      "w2 (it is draining); earlier: w8, w9");
   free(text);
 }
 
@@ -321,13 +341,19 @@ static void a_usage_error_exit_fails_the_job_at_once(void **state) {
   assert_int_equal(decide(f), KOLO_SCHED_USAGE_FAIL);
   assert_string_equal(kolo_sched_event_type(f->d.action), "FAILED");
   char *text = message(f);
-  assert_string_equal(text, "the program exited with a usage error: w1 (rank 1) its process exited with code 2 (a usage error)");
+  assert_string_equal(text,
+                      "the program exited with a usage error: w1 (rank 1) its process exited with "
+                      "code 2 (a usage error)");
   free(text);
   /* with the agent's stderr tail, the message shows the program's own reason */
-  f->members[1].report.stderr_tail = "kolo-train: --batch must be 1..65536 (usage: kolo-train --help)";
+  f->members[1].report.stderr_tail =
+      "kolo-train: --batch must be 1..65536 (usage: kolo-train --help)";
   text = message(f);
-  assert_string_equal(text, "the program exited with a usage error: w1 (rank 1) its process exited with code 2 (a usage error)\n"
-                            "w1 (rank 1) stderr, last lines:\nkolo-train: --batch must be 1..65536 (usage: kolo-train --help)");
+  assert_string_equal(text,
+                      "the program exited with a usage error: w1 (rank 1) its process exited with "
+                      "code 2 (a usage error)\n"
+                      "w1 (rank 1) stderr, last lines:\nkolo-train: --batch must be 1..65536 "
+                      "(usage: kolo-train --help)");
   free(text);
   f->members[1].report.exit_code = 1;
   assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
@@ -337,7 +363,8 @@ static void a_usage_error_exit_fails_the_job_at_once(void **state) {
   assert_int_equal(decide(f), KOLO_SCHED_DRAIN_REFORM);
 }
 
-static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none(void **state) {
+static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none(
+    void **state) {
   fixture *f = *state;
   healthy(f, 3);
   f->view.reconfigurations = 1;
@@ -346,19 +373,23 @@ static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_h
   r->exited = 1;
   r->exit_code = 1; /* 2 would be a usage error: FAILED at once */
   r->exit_epoch = 3;
-  r->stderr_tail = "usage: train.py [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3";
+  r->stderr_tail =
+      "usage: train.py [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3";
   f->members[1].registered = 0;
   f->members[1].report.stderr_tail = "not shown: this member's lease expired";
   assert_int_equal(decide(f), KOLO_SCHED_LOST_FAIL);
   char *text = message(f);
-  assert_string_equal(text, "exceeded max_reconfigurations (1): lost workers w1 (its lease expired), "
-                            "w2 (its process exited with code 1)\n"
-                            "w2 (rank 2) stderr, last lines:\n"
-                            "usage: train.py [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3");
+  assert_string_equal(
+      text,
+      "exceeded max_reconfigurations (1): lost workers w1 (its lease expired), "
+      "w2 (its process exited with code 1)\n"
+      "w2 (rank 2) stderr, last lines:\n"
+      "usage: train.py [--epochs N]\ntrain.py: error: unrecognized arguments: --epoch 3");
   free(text);
   /* a long tail keeps its newest whole lines within the bound */
   char long_tail[4096] = "";
-  for (int i = 0; i < 200; i++) snprintf(long_tail + strlen(long_tail), sizeof long_tail - strlen(long_tail), "line %03d\n", i);
+  for (int i = 0; i < 200; i++)
+    snprintf(long_tail + strlen(long_tail), sizeof long_tail - strlen(long_tail), "line %03d\n", i);
   long_tail[strlen(long_tail) - 1] = '\0';
   r->stderr_tail = long_tail;
   f->view.reconfigurations = 0;
@@ -431,9 +462,11 @@ static void a_timeout_with_everyone_alive_reforms_the_same_members(void **state)
   assert_int_equal(f->d.take, 0);
   assert_string_equal(kolo_sched_event_type(f->d.action), "RING_STALLED");
   char *text = message(f);
-  assert_string_equal(text, "epoch 3 cannot make progress with every member alive: w0 (KOLO_ERR_TIMEOUT naming rank 1), "
-                            "w1 (KOLO_ERR_TIMEOUT naming rank 2), w2 (KOLO_ERR_TIMEOUT naming rank 0); "
-                            "re-forming the same 3 workers");
+  assert_string_equal(
+      text,
+      "epoch 3 cannot make progress with every member alive: w0 (KOLO_ERR_TIMEOUT naming rank 1), "
+      "w1 (KOLO_ERR_TIMEOUT naming rank 2), w2 (KOLO_ERR_TIMEOUT naming rank 0); "
+      "re-forming the same 3 workers");
   free(text);
 }
 
@@ -490,8 +523,10 @@ static void a_ring_that_cannot_form_is_re_formed_too(void **state) {
   }
   assert_int_equal(decide(f), KOLO_SCHED_STALLED_REFORM);
   char *text = message(f);
-  assert_string_equal(text, "epoch 3 cannot make progress with every member alive: w0 (KOLO_ERR_CONNECT), "
-                            "w1 (KOLO_ERR_CONNECT); re-forming the same 2 workers");
+  assert_string_equal(
+      text,
+      "epoch 3 cannot make progress with every member alive: w0 (KOLO_ERR_CONNECT), "
+      "w1 (KOLO_ERR_CONNECT); re-forming the same 2 workers");
   free(text);
 }
 
@@ -504,8 +539,10 @@ static void a_stall_past_max_reconfigurations_fails(void **state) {
   assert_int_equal(decide(f), KOLO_SCHED_STALLED_FAIL);
   assert_string_equal(kolo_sched_event_type(f->d.action), "FAILED");
   char *text = message(f);
-  assert_string_equal(text, "exceeded max_reconfigurations (2): epoch 3 cannot make progress with every member alive: "
-                            "w0 (KOLO_ERR_TIMEOUT naming rank 1), w1 (KOLO_ERR_TIMEOUT naming rank 0)");
+  assert_string_equal(
+      text,
+      "exceeded max_reconfigurations (2): epoch 3 cannot make progress with every member alive: "
+      "w0 (KOLO_ERR_TIMEOUT naming rank 1), w1 (KOLO_ERR_TIMEOUT naming rank 0)");
   free(text);
   f->view.reconfigurations = 1;
   assert_int_equal(decide(f), KOLO_SCHED_STALLED_REFORM);
@@ -558,18 +595,27 @@ static void a_ring_of_five_thousand_finds_a_loss_at_rank_4500(void **state) {
   (void)state;
   size_t n = 5000;
   kolo_sched_member *members = calloc(n, sizeof *members);
-  char (*ids)[16] = calloc(n, sizeof *ids);
+  char(*ids)[16] = calloc(n, sizeof *ids);
   assert_non_null(members);
   assert_non_null(ids);
   for (size_t i = 0; i < n; i++) {
     snprintf(ids[i], sizeof ids[i], "w%zu", i);
-    members[i] = (kolo_sched_member){.worker_id = ids[i], .registered = 1, .since_epoch = 1,
-                                     .report = {.present = 1, .formed_epoch = 1, .failed_rank = -1}};
+    members[i] =
+        (kolo_sched_member){.worker_id = ids[i],
+                            .registered = 1,
+                            .since_epoch = 1,
+                            .report = {.present = 1, .formed_epoch = 1, .failed_rank = -1}};
   }
   members[4500].registered = 0;
-  kolo_sched_job_view view = {.phase = KOLO_SCHED_PHASE_RUNNING, .epoch = 1, .has_ring = 1, .ring_size = n,
-                              .members = members, .n_members = n, .min_workers = 1,
-                              .max_workers = (uint32_t)n, .now_unix_ms = NOW};
+  kolo_sched_job_view view = {.phase = KOLO_SCHED_PHASE_RUNNING,
+                              .epoch = 1,
+                              .has_ring = 1,
+                              .ring_size = n,
+                              .members = members,
+                              .n_members = n,
+                              .min_workers = 1,
+                              .max_workers = (uint32_t)n,
+                              .now_unix_ms = NOW};
   kolo_sched_decision d;
   assert_int_equal(kolo_sched_decide(&view, &d), KOLO_OK);
   assert_int_equal(d.action, KOLO_SCHED_LOST_REFORM);

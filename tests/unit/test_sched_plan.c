@@ -59,10 +59,12 @@ static void a_loss_past_max_reconfigurations_fails(void **state) {
 static void zero_max_reconfigurations_means_the_default(void **state) {
   (void)state;
   size_t take;
-  assert_int_equal(kolo_sched_on_loss(2, 0, 1, 3, KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS - 1, 0, &take),
-                   KOLO_SCHED_REFORM);
-  assert_int_equal(kolo_sched_on_loss(2, 0, 1, 3, KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS, 0, &take),
-                   KOLO_SCHED_FAIL);
+  assert_int_equal(
+      kolo_sched_on_loss(2, 0, 1, 3, KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS - 1, 0, &take),
+      KOLO_SCHED_REFORM);
+  assert_int_equal(
+      kolo_sched_on_loss(2, 0, 1, 3, KOLO_SCHED_DEFAULT_MAX_RECONFIGURATIONS, 0, &take),
+      KOLO_SCHED_FAIL);
 }
 
 static void survivors_keep_their_order_and_newcomers_follow(void **state) {
@@ -101,8 +103,8 @@ static void local_ranks_count_members_on_the_same_host(void **state) {
 
 /* One pass over a pending queue (oldest first), as scheduler.c walks it:
  * takes[i] = workers job i gets, idle shrinking as jobs start. */
-static void queue_pass(size_t capacity, size_t idle, const uint32_t *min, const uint32_t *max, size_t n,
-                       size_t *takes) {
+static void queue_pass(size_t capacity, size_t idle, const uint32_t *min, const uint32_t *max,
+                       size_t n, size_t *takes) {
   kolo_sched_queue q = {.capacity = capacity, .held = 0};
   for (size_t i = 0; i < n; i++) {
     takes[i] = kolo_sched_queue_admit(&q, idle, min[i], max[i]);
@@ -137,8 +139,8 @@ static void a_job_larger_than_the_cluster_lets_smaller_jobs_run_past_it(void **s
   const uint32_t min[] = {3, 2, 1}, max[] = {3, 2, 1};
   queue_pass(2, 2, min, max, 3, t);
   assert_int_equal(t[0], 0);
-  assert_int_equal(t[1], 2); /* backfilled past job 0 */
-  assert_int_equal(t[2], 0); /* no idle left; job 1 started, so nothing held it */
+  assert_int_equal(t[1], 2);        /* backfilled past job 0 */
+  assert_int_equal(t[2], 0);        /* no idle left; job 1 started, so nothing held it */
   queue_pass(3, 2, min, max, 3, t); /* a third worker registered (busy): job 0 fits now and holds */
   assert_int_equal(t[0], 0);
   assert_int_equal(t[1], 0);

@@ -41,7 +41,8 @@ static void clear(kvs *set) {
 static void add_member(kolo_sched_snapshot *snap, const char *json) {
   snap->members = realloc(snap->members, (snap->n_members + 1) * sizeof *snap->members);
   assert_non_null(snap->members);
-  assert_int_equal(kolo_member_from_json(json, strlen(json), &snap->members[snap->n_members]), KOLO_OK);
+  assert_int_equal(kolo_member_from_json(json, strlen(json), &snap->members[snap->n_members]),
+                   KOLO_OK);
   snap->n_members++;
 }
 
@@ -51,19 +52,28 @@ typedef struct fixture {
 } fixture;
 
 /* Workers w1 (idle; a drain mark of its earlier registration is left), w2
- * (busy on job "b", registered again under another lease than its ring's), w3 (idle but drained by an operator); job "b" RUNNING at epoch 2 on w1 and w2 (w2 joined at epoch 2,
- * w9 lost at epoch 1), job "a" older and PENDING, job "c" without a spec. */
+ * (busy on job "b", registered again under another lease than its ring's), w3 (idle but drained by
+ * an operator); job "b" RUNNING at epoch 2 on w1 and w2 (w2 joined at epoch 2, w9 lost at epoch 1),
+ * job "a" older and PENDING, job "c" without a spec. */
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   assert_non_null(f);
-  add_member(&f->snap, "{\"id\":\"w1\",\"host\":\"h\",\"address\":\"127.0.0.1:7001\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\"}");
-  add_member(&f->snap, "{\"id\":\"w2\",\"host\":\"h\",\"address\":\"127.0.0.1:7002\",\"cpus\":1,\"gpus\":0,\"state\":\"busy\"}");
-  f->snap.members[0].lease = 81; /* etcd's lease of each record (the ring names 81 for w1, 90 for w2) */
+  add_member(&f->snap,
+             "{\"id\":\"w1\",\"host\":\"h\",\"address\":\"127.0.0.1:7001\",\"cpus\":1,\"gpus\":0,"
+             "\"state\":\"idle\"}");
+  add_member(&f->snap,
+             "{\"id\":\"w2\",\"host\":\"h\",\"address\":\"127.0.0.1:7002\",\"cpus\":1,\"gpus\":0,"
+             "\"state\":\"busy\"}");
+  f->snap.members[0].lease =
+      81; /* etcd's lease of each record (the ring names 81 for w1, 90 for w2) */
   f->snap.members[1].lease = 91;
-  add_member(&f->snap, "{\"id\":\"w3\",\"host\":\"h\",\"address\":\"127.0.0.1:7003\",\"cpus\":1,\"gpus\":0,\"state\":\"idle\"}");
+  add_member(&f->snap,
+             "{\"id\":\"w3\",\"host\":\"h\",\"address\":\"127.0.0.1:7003\",\"cpus\":1,\"gpus\":0,"
+             "\"state\":\"idle\"}");
   add(&f->assigns, "/kolo/v1/assign/w2", "{\"job\":\"b\",\"epoch\":2}", 1);
   add(&f->assigns, "/kolo/v1/assign/w7", "{\"job\":\"gone\",\"epoch\":1}", 1);
-  add(&f->drains, "/kolo/v1/drain/w1", "{\"draining\":true,\"lease\":77}", 1); /* an earlier registration's */
+  add(&f->drains, "/kolo/v1/drain/w1", "{\"draining\":true,\"lease\":77}",
+      1); /* an earlier registration's */
   add(&f->drains, "/kolo/v1/drain/w3", "{\"draining\":true,\"lease\":0}", 1);
   add(&f->jobs, "/kolo/v1/jobs/a/spec", "{\"min_workers\":1}", 3);
   add(&f->jobs, "/kolo/v1/jobs/a/status", "{\"phase\":\"PENDING\",\"created_unix_ms\":100}", 4);
@@ -73,22 +83,29 @@ static int setup(void **state) {
       "\"failed_rank\":0,\"formed_epoch\":2}",
       6);
   add(&f->jobs, "/kolo/v1/jobs/b/ring/00000000000000000002",
-      "{\"job\":\"b\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef\",\"members\":["
-      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:7001\",\"local_rank\":0,"
+      "{\"job\":\"b\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef\",\"members\":"
+      "["
+      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:7001\",\"local_"
+      "rank\":0,"
       "\"local_size\":2,\"since_epoch\":1,\"lease\":81},"
-      "{\"worker_id\":\"w2\",\"rank\":1,\"host\":\"h\",\"address\":\"127.0.0.1:7002\",\"local_rank\":1,"
+      "{\"worker_id\":\"w2\",\"rank\":1,\"host\":\"h\",\"address\":\"127.0.0.1:7002\",\"local_"
+      "rank\":1,"
       "\"local_size\":2,\"since_epoch\":2,\"lease\":90}],"
       "\"lost\":[{\"worker_id\":\"w9\",\"why\":\"its lease expired\"}]}",
       7);
   /* a newer epoch whose member has no address: the codec refuses it, the snapshot leaves it out */
   add(&f->jobs, "/kolo/v1/jobs/b/ring/00000000000000000003",
-      "{\"job\":\"b\",\"epoch\":3,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef\",\"members\":["
-      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"local_rank\":0,\"local_size\":1,\"since_epoch\":1}],"
+      "{\"job\":\"b\",\"epoch\":3,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef\",\"members\":"
+      "["
+      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"local_rank\":0,\"local_size\":1,\"since_"
+      "epoch\":1}],"
       "\"lost\":[]}",
       7);
-  add(&f->jobs, "/kolo/v1/jobs/b/spec", "{\"min_workers\":1,\"max_workers\":4,\"max_reconfigurations\":3}", 8);
+  add(&f->jobs, "/kolo/v1/jobs/b/spec",
+      "{\"min_workers\":1,\"max_workers\":4,\"max_reconfigurations\":3}", 8);
   add(&f->jobs, "/kolo/v1/jobs/b/status",
-      "{\"phase\":\"RUNNING\",\"epoch\":2,\"created_unix_ms\":200,\"reconfigurations\":1,\"max_workers\":2,"
+      "{\"phase\":\"RUNNING\",\"epoch\":2,\"created_unix_ms\":200,\"reconfigurations\":1,\"max_"
+      "workers\":2,"
       "\"members\":[{\"worker_id\":\"w1\"},{\"worker_id\":\"w2\"}]}",
       9);
   add(&f->jobs, "/kolo/v1/jobs/c/status", "{\"phase\":\"PENDING\",\"created_unix_ms\":1}", 10);
@@ -133,7 +150,8 @@ static void bounds_prefer_the_status_over_the_spec(void **state) {
   fixture *f = *state;
   assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[1], "max_workers"), 2);
   assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[1], "min_workers"), 1);
-  assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[0], "max_workers"), 1); /* absent: at least 1 */
+  assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[0], "max_workers"),
+                   1); /* absent: at least 1 */
 }
 
 static void ring_records_are_read_through_their_codec(void **state) {
@@ -171,7 +189,9 @@ static void the_view_carries_records_reports_and_the_ring(void **state) {
   kolo_sched_job_view view;
   kolo_sched_member *members;
   const char **earlier;
-  assert_int_equal(kolo_sched_job_view_build(&f->snap, &f->snap.jobs[1], 1000, &view, &members, &earlier), KOLO_OK);
+  assert_int_equal(
+      kolo_sched_job_view_build(&f->snap, &f->snap.jobs[1], 1000, &view, &members, &earlier),
+      KOLO_OK);
   assert_int_equal(view.phase, KOLO_SCHED_PHASE_RUNNING);
   assert_int_equal(view.epoch, 2);
   assert_true(view.has_ring);
@@ -210,7 +230,7 @@ static void the_view_carries_records_reports_and_the_ring(void **state) {
 static void an_assignment_is_valid_only_for_a_member_of_an_active_job(void **state) {
   fixture *f = *state;
   assert_true(kolo_sched_assignment_valid(&f->snap, "w2", "b"));
-  assert_false(kolo_sched_assignment_valid(&f->snap, "w3", "b")); /* not a member */
+  assert_false(kolo_sched_assignment_valid(&f->snap, "w3", "b"));    /* not a member */
   assert_false(kolo_sched_assignment_valid(&f->snap, "w7", "gone")); /* unknown job */
   assert_false(kolo_sched_assignment_valid(&f->snap, "w1", "a"));    /* pending job */
 }
@@ -223,7 +243,8 @@ static int matters(const char *const *keys, size_t n) {
     events[i].kv.key = (unsigned char *)keys[i];
     events[i].kv.key_len = strlen(keys[i]);
   }
-  kolo_etcd_watch_update u = {.kind = KOLO_ETCD_WATCH_EVENTS, .revision = 9, .events = events, .event_count = n};
+  kolo_etcd_watch_update u = {
+      .kind = KOLO_ETCD_WATCH_EVENTS, .revision = 9, .events = events, .event_count = n};
   return kolo_sched_update_matters(&u);
 }
 
@@ -232,7 +253,8 @@ static void metrics_history_writes_alone_cause_no_pass(void **state) {
   const char *metrics[] = {"/kolo/v1/metrics/job-1/00000000000000000020",
                            "/kolo/v1/metrics/job-2/00000000000000000040"};
   assert_false(matters(metrics, 2));
-  const char *mixed[] = {"/kolo/v1/metrics/job-1/00000000000000000020", "/kolo/v1/jobs/job-1/status"};
+  const char *mixed[] = {"/kolo/v1/metrics/job-1/00000000000000000020",
+                         "/kolo/v1/jobs/job-1/status"};
   assert_true(matters(mixed, 2));
   const char *each[] = {"/kolo/v1/workers/w1", "/kolo/v1/assign/w1", "/kolo/v1/drain/w1",
                         "/kolo/v1/jobs/j/reports/w1"};

@@ -76,8 +76,11 @@ static void a_max_below_min_counts_as_min(void **state) {
 
 static void ended_jobs_want_nothing(void **state) {
   (void)state;
-  kolo_server_job_size jobs[] = {{P(SUCCEEDED), 4, 2, 4}, {P(FAILED), 0, 2, 4}, {P(CANCELLED), 1, 1, 8},
-                                 {P(PHASE_UNSPECIFIED), 0, 1, 9}, {(Kolo__V1__Phase)77, 0, 1, 9}};
+  kolo_server_job_size jobs[] = {{P(SUCCEEDED), 4, 2, 4},
+                                 {P(FAILED), 0, 2, 4},
+                                 {P(CANCELLED), 1, 1, 8},
+                                 {P(PHASE_UNSPECIFIED), 0, 1, 9},
+                                 {(Kolo__V1__Phase)77, 0, 1, 9}};
   Kolo__V1__Demand d = compute(jobs, 5);
   assert_int_equal(d.workers_wanted, 0);
   assert_int_equal(d.workers_missing, 0);

@@ -33,7 +33,8 @@ static int setup(void **state) {
   assert_int_equal(kolo_server_kv_mem_create(&f->kv), KOLO_OK);
   assert_int_equal(kolo_server_store_create(f->kv, &f->store), KOLO_OK);
   assert_int_equal(kolo_server_metrics_create(&f->metrics), KOLO_OK);
-  kolo_server_grpc_config cfg = {"127.0.0.1:0", NULL, NULL, NULL, 4096, 4, f->store, f->metrics, NULL};
+  kolo_server_grpc_config cfg = {"127.0.0.1:0", NULL,       NULL, NULL, 4096, 4,
+                                 f->store,      f->metrics, NULL};
   int port = 0;
   assert_int_equal(kolo_server_grpc_start(&cfg, &f->grpc, &port), KOLO_OK);
   assert_true(port > 0);
@@ -62,14 +63,17 @@ typedef struct outcome {
 } outcome;
 
 /* One unary call; payload NULL sends no message at all. */
-static void call(const char *target, const char *method, const uint8_t *payload, size_t len, outcome *out) {
+static void call(const char *target, const char *method, const uint8_t *payload, size_t len,
+                 outcome *out) {
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   grpc_channel *ch = grpc_channel_create(target, creds, NULL);
   grpc_channel_credentials_release(creds);
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
   grpc_slice path = grpc_slice_from_copied_string(method);
-  gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(10, GPR_TIMESPAN));
-  grpc_call *c = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, path, NULL, deadline, NULL);
+  gpr_timespec deadline =
+      gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(10, GPR_TIMESPAN));
+  grpc_call *c =
+      grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, path, NULL, deadline, NULL);
   grpc_slice_unref(path);
   grpc_metadata_array initial, trailing;
   grpc_metadata_array_init(&initial);
@@ -97,7 +101,8 @@ static void call(const char *target, const char *method, const uint8_t *payload,
   ops[n].data.recv_status_on_client.status_details = &details;
   ops[n++].data.recv_status_on_client.trailing_metadata = &trailing;
   assert_int_equal(grpc_call_start_batch(c, ops, n, (void *)1, NULL), GRPC_CALL_OK);
-  grpc_event ev = grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  grpc_event ev =
+      grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
   assert_int_equal(ev.type, GRPC_OP_COMPLETE);
   snprintf(out->details, sizeof out->details, "%.*s", (int)GRPC_SLICE_LENGTH(details),
            (const char *)GRPC_SLICE_START_PTR(details));
@@ -120,7 +125,8 @@ static void call(const char *target, const char *method, const uint8_t *payload,
   grpc_metadata_array_destroy(&trailing);
   grpc_call_unref(c);
   grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+         GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
   grpc_channel_destroy(ch);
@@ -231,7 +237,8 @@ static void *open_watch(void *arg) {
   Kolo__V1__WatchJobRequest w = KOLO__V1__WATCH_JOB_REQUEST__INIT;
   w.id = "w1";
   uint8_t buf[64];
-  grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, kolo__v1__watch_job_request__pack(&w, buf));
+  grpc_slice s =
+      grpc_slice_from_copied_buffer((const char *)buf, kolo__v1__watch_job_request__pack(&w, buf));
   grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&s, 1);
   grpc_slice_unref(s);
   grpc_metadata_array initial, trailing;
@@ -275,7 +282,8 @@ static void *open_watch(void *arg) {
   grpc_metadata_array_destroy(&trailing);
   grpc_call_unref(c);
   grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+         GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
   grpc_channel_destroy(ch);
@@ -300,15 +308,18 @@ static void stopping_ends_an_open_watch_stream(void **state) {
   f->grpc = NULL;
   pthread_join(t, NULL); /* the client saw the stream end */
   int port = 0;
-  kolo_server_grpc_config cfg = {"127.0.0.1:0", NULL, NULL, NULL, 4096, 2, f->store, f->metrics, NULL};
+  kolo_server_grpc_config cfg = {"127.0.0.1:0", NULL,       NULL, NULL, 4096, 2,
+                                 f->store,      f->metrics, NULL};
   assert_int_equal(kolo_server_grpc_start(&cfg, &f->grpc, &port), KOLO_OK);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(a_call_without_a_message_is_invalid_argument, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_call_without_a_message_is_invalid_argument, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(an_unknown_method_is_unimplemented_at_once, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_message_over_the_limit_is_resource_exhausted, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_message_over_the_limit_is_resource_exhausted, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(calls_from_many_threads_at_once_all_succeed, setup, teardown),
       cmocka_unit_test_setup_teardown(stopping_ends_an_open_watch_stream, setup, teardown),
   };

@@ -45,13 +45,15 @@ static void feed(series *s, Kolo__V1__MetricPoint next, size_t max) {
   } else if (plan.action == KOLO_SERVER_HISTORY_APPEND) {
     s->pts[s->n++] = next;
     if (plan.drop >= 0) {
-      memmove(&s->pts[plan.drop], &s->pts[plan.drop + 1], (s->n - (size_t)plan.drop - 1) * sizeof s->pts[0]);
+      memmove(&s->pts[plan.drop], &s->pts[plan.drop + 1],
+              (s->n - (size_t)plan.drop - 1) * sizeof s->pts[0]);
       s->n--;
     }
   }
 }
 
-static void a_status_without_progress_is_no_point_and_one_with_progress_maps_every_field(void **state) {
+static void a_status_without_progress_is_no_point_and_one_with_progress_maps_every_field(
+    void **state) {
   (void)state;
   Kolo__V1__JobStatus st = KOLO__V1__JOB_STATUS__INIT;
   Kolo__V1__MetricPoint p;
@@ -100,7 +102,8 @@ static void an_older_or_equal_step_is_skipped_unless_its_values_changed(void **s
   free(s);
 }
 
-static void a_long_run_keeps_at_most_max_points_the_first_and_the_newest_evenly_spaced(void **state) {
+static void a_long_run_keeps_at_most_max_points_the_first_and_the_newest_evenly_spaced(
+    void **state) {
   (void)state;
   series *s = calloc(1, sizeof *s);
   const size_t max = 50;
@@ -195,32 +198,39 @@ static void put(fixture *f, const char *key, const char *value) {
 
 static void submit(fixture *f, const char *id) {
   char text[256];
-  snprintf(text, sizeof text, "{\"name\":\"n\",\"id\":\"%s\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"epochs\":1}}",
+  snprintf(text, sizeof text,
+           "{\"name\":\"n\",\"id\":\"%s\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\","
+           "\"epochs\":1}}",
            id);
   ProtobufCMessage *msg = NULL;
-  assert_int_equal(kolo_server_json_parse_message(text, strlen(text), &kolo__v1__job_spec__descriptor, &msg, NULL, 0),
+  assert_int_equal(kolo_server_json_parse_message(text, strlen(text),
+                                                  &kolo__v1__job_spec__descriptor, &msg, NULL, 0),
                    KOLO_OK);
   Kolo__V1__Job *job = NULL;
   int created = 0;
   char err[256];
-  assert_int_equal(kolo_server_store_submit(f->store, (Kolo__V1__JobSpec *)msg, &job, &created, err, sizeof err),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_server_store_submit(f->store, (Kolo__V1__JobSpec *)msg, &job, &created, err, sizeof err),
+      KOLO_OK);
   protobuf_c_message_free_unpacked(msg, NULL);
   protobuf_c_message_free_unpacked(&job->base, NULL);
 }
 
 /* What the scheduler writes: a RUNNING status with rank 0's progress. */
-static void progress(fixture *f, const char *id, uint64_t step, uint64_t epoch, int members, const char *phase) {
+static void progress(fixture *f, const char *id, uint64_t step, uint64_t epoch, int members,
+                     const char *phase) {
   char key[128], value[768], list[256] = "";
   for (int i = 0; i < members; i++)
-    snprintf(list + strlen(list), sizeof list - strlen(list), "%s{\"worker_id\":\"w%d\",\"rank\":%d}", i ? "," : "",
-             i, i);
+    snprintf(list + strlen(list), sizeof list - strlen(list),
+             "%s{\"worker_id\":\"w%d\",\"rank\":%d}", i ? "," : "", i, i);
   snprintf(key, sizeof key, "/kolo/v1/jobs/%s/status", id);
   snprintf(value, sizeof value,
-           "{\"phase\":\"%s\",\"epoch\":%llu,\"members\":[%s],\"created_unix_ms\":1,\"updated_unix_ms\":%llu,"
-           "\"progress\":{\"step\":%llu,\"total_steps\":1000,\"loss\":%g,\"accuracy\":0.5,\"samples_per_sec\":100}}",
-           phase, (unsigned long long)epoch, list, (unsigned long long)(1000 + step), (unsigned long long)step,
-           1.0 / (double)step);
+           "{\"phase\":\"%s\",\"epoch\":%llu,\"members\":[%s],\"created_unix_ms\":1,\"updated_unix_"
+           "ms\":%llu,"
+           "\"progress\":{\"step\":%llu,\"total_steps\":1000,\"loss\":%g,\"accuracy\":0.5,"
+           "\"samples_per_sec\":100}}",
+           phase, (unsigned long long)epoch, list, (unsigned long long)(1000 + step),
+           (unsigned long long)step, 1.0 / (double)step);
   put(f, key, value);
 }
 
@@ -291,7 +301,8 @@ static void the_history_stays_bounded_keeps_first_and_last_and_survives_a_reload
   assert_int_equal(kolo_server_store_create(f->kv, &f->store), KOLO_OK);
   start_recorder(f, 8);
   Kolo__V1__JobMetrics *after = metrics(f, "h2", 0);
-  size_t a = protobuf_c_message_get_packed_size(&before->base), b = protobuf_c_message_get_packed_size(&after->base);
+  size_t a = protobuf_c_message_get_packed_size(&before->base),
+         b = protobuf_c_message_get_packed_size(&after->base);
   assert_int_equal(a, b);
   uint8_t *x = malloc(a + 1), *y = malloc(b + 1);
   protobuf_c_message_pack(&before->base, x);
@@ -322,20 +333,26 @@ static void rings_are_listed_by_epoch_without_their_secret(void **state) {
   fixture *f = *state;
   submit(f, "h4");
   put(f, "/kolo/v1/jobs/h4/ring/00000000000000000002",
-      "{\"job\":\"h4\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":\"0123456789abcdef0123456789abcdef\","
+      "{\"job\":\"h4\",\"epoch\":2,\"timeout_ms\":30000,\"secret\":"
+      "\"0123456789abcdef0123456789abcdef\","
       "\"members\":[{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:1\","
       "\"local_rank\":0,\"local_size\":1,\"since_epoch\":1}],"
       "\"lost\":[{\"worker_id\":\"w2\",\"why\":\"its lease expired\"}]}");
   put(f, "/kolo/v1/jobs/h4/ring/00000000000000000001",
-      "{\"job\":\"h4\",\"epoch\":1,\"timeout_ms\":30000,\"secret\":\"feedfeedfeedfeedfeedfeedfeedfeed\",\"members\":["
-      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:1\",\"local_rank\":0,"
+      "{\"job\":\"h4\",\"epoch\":1,\"timeout_ms\":30000,\"secret\":"
+      "\"feedfeedfeedfeedfeedfeedfeedfeed\",\"members\":["
+      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"address\":\"127.0.0.1:1\",\"local_rank\":"
+      "0,"
       "\"local_size\":2,\"since_epoch\":1},"
-      "{\"worker_id\":\"w2\",\"rank\":1,\"host\":\"h\",\"address\":\"127.0.0.1:2\",\"local_rank\":1,"
+      "{\"worker_id\":\"w2\",\"rank\":1,\"host\":\"h\",\"address\":\"127.0.0.1:2\",\"local_rank\":"
+      "1,"
       "\"local_size\":2,\"since_epoch\":1}],\"lost\":[]}");
   /* a record the codec refuses (no address) is not shown, like one that is not JSON */
   put(f, "/kolo/v1/jobs/h4/ring/00000000000000000004",
-      "{\"job\":\"h4\",\"epoch\":4,\"timeout_ms\":30000,\"secret\":\"feedfeedfeedfeedfeedfeedfeedfeed\",\"members\":["
-      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"local_rank\":0,\"local_size\":1,\"since_epoch\":1}],"
+      "{\"job\":\"h4\",\"epoch\":4,\"timeout_ms\":30000,\"secret\":"
+      "\"feedfeedfeedfeedfeedfeedfeedfeed\",\"members\":["
+      "{\"worker_id\":\"w1\",\"rank\":0,\"host\":\"h\",\"local_rank\":0,\"local_size\":1,\"since_"
+      "epoch\":1}],"
       "\"lost\":[]}");
   put(f, "/kolo/v1/jobs/h4/ring/00000000000000000003", "not json");
   Kolo__V1__JobMetrics *m = metrics(f, "h4", 0);
@@ -401,8 +418,8 @@ static void the_jobs_list_is_whole_first_then_only_what_changed_and_the_marks_mo
   /* ListJobs' shape, events left out */
   ProtobufCMessage *parsed = NULL;
   char err[256] = "";
-  kolo_status prc = kolo_server_json_parse_message(a, strlen(a), &kolo__v1__list_jobs_response__descriptor, &parsed,
-                                                   err, sizeof err);
+  kolo_status prc = kolo_server_json_parse_message(
+      a, strlen(a), &kolo__v1__list_jobs_response__descriptor, &parsed, err, sizeof err);
   if (prc != KOLO_OK) fprintf(stderr, "%s\n%s\n", err, a);
   assert_int_equal(prc, KOLO_OK);
   assert_int_equal(((Kolo__V1__ListJobsResponse *)parsed)->n_jobs, 2);
@@ -439,18 +456,22 @@ static void the_jobs_list_is_whole_first_then_only_what_changed_and_the_marks_mo
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(a_status_without_progress_is_no_point_and_one_with_progress_maps_every_field),
+      cmocka_unit_test(
+          a_status_without_progress_is_no_point_and_one_with_progress_maps_every_field),
       cmocka_unit_test(an_older_or_equal_step_is_skipped_unless_its_values_changed),
       cmocka_unit_test(a_long_run_keeps_at_most_max_points_the_first_and_the_newest_evenly_spaced),
       cmocka_unit_test(thinning_keeps_the_points_where_the_ring_re_formed),
-      cmocka_unit_test_setup_teardown(recorded_points_reach_the_view_and_since_step_filters_them, setup, teardown),
-      cmocka_unit_test_setup_teardown(the_history_stays_bounded_keeps_first_and_last_and_survives_a_reload, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(recorded_points_reach_the_view_and_since_step_filters_them,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          the_history_stays_bounded_keeps_first_and_last_and_survives_a_reload, setup, teardown),
       cmocka_unit_test_setup_teardown(a_replica_that_does_not_lead_writes_nothing, setup, teardown),
-      cmocka_unit_test_setup_teardown(rings_are_listed_by_epoch_without_their_secret, setup, teardown),
-      cmocka_unit_test_setup_teardown(gauges_put_running_jobs_first_and_stay_bounded, setup, teardown),
-      cmocka_unit_test_setup_teardown(the_jobs_list_is_whole_first_then_only_what_changed_and_the_marks_move, setup,
+      cmocka_unit_test_setup_teardown(rings_are_listed_by_epoch_without_their_secret, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(gauges_put_running_jobs_first_and_stay_bounded, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(
+          the_jobs_list_is_whole_first_then_only_what_changed_and_the_marks_move, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,17 +68,23 @@ static void query_arguments_are_bounded_and_refusals_name_them(void **state) {
   char err[256];
   Kolo__V1__ListJobsRequest *list = malloc(sizeof *list);
   kolo__v1__list_jobs_request__init(list);
-  assert_int_equal(kolo_server_query_list_jobs(list, "page_size", "1000", err, sizeof err), KOLO_OK);
+  assert_int_equal(kolo_server_query_list_jobs(list, "page_size", "1000", err, sizeof err),
+                   KOLO_OK);
   assert_int_equal(list->page_size, 1000);
-  assert_int_equal(kolo_server_query_list_jobs(list, "page_size", "1001", err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_query_list_jobs(list, "page_size", "1001", err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
   assert_string_equal(err, "page_size: expected 0..1000");
-  assert_int_equal(kolo_server_query_list_jobs(list, "label", "team=a=b", err, sizeof err), KOLO_OK);
+  assert_int_equal(kolo_server_query_list_jobs(list, "label", "team=a=b", err, sizeof err),
+                   KOLO_OK);
   assert_string_equal(list->labels[0]->key, "team");
   assert_string_equal(list->labels[0]->value, "a=b");
-  assert_int_equal(kolo_server_query_list_jobs(list, "label", "=x", err, sizeof err), KOLO_ERR_INVALID_ARG);
-  assert_int_equal(kolo_server_query_list_jobs(list, "phase", "NOPE", err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_query_list_jobs(list, "label", "=x", err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_query_list_jobs(list, "phase", "NOPE", err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
   assert_string_equal(err, "phase: unknown phase 'NOPE'");
-  assert_int_equal(kolo_server_query_list_jobs(list, "colour", "red", err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_query_list_jobs(list, "colour", "red", err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
   assert_string_equal(err, "colour: unknown query parameter");
   protobuf_c_message_free_unpacked(&list->base, NULL);
 
@@ -87,23 +93,29 @@ static void query_arguments_are_bounded_and_refusals_name_them(void **state) {
   logs.ranks = ranks;
   assert_int_equal(kolo_server_query_logs(&logs, ranks, 2, "rank", "3", err, sizeof err), KOLO_OK);
   assert_int_equal(kolo_server_query_logs(&logs, ranks, 2, "rank", "4", err, sizeof err), KOLO_OK);
-  assert_int_equal(kolo_server_query_logs(&logs, ranks, 2, "rank", "5", err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_query_logs(&logs, ranks, 2, "rank", "5", err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
   assert_int_equal(logs.n_ranks, 2);
   assert_int_equal(kolo_server_query_logs(&logs, ranks, 2, "tail", "1000000001", err, sizeof err),
                    KOLO_ERR_INVALID_ARG);
-  assert_int_equal(kolo_server_query_logs(&logs, ranks, 2, "follow", NULL, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_query_logs(&logs, ranks, 2, "follow", NULL, err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
 
   uint64_t step = 0;
-  assert_int_equal(kolo_server_query_since_step("18446744073709551615", &step, err, sizeof err), KOLO_OK);
+  assert_int_equal(kolo_server_query_since_step("18446744073709551615", &step, err, sizeof err),
+                   KOLO_OK);
   assert_true(step == UINT64_MAX);
-  assert_int_equal(kolo_server_query_since_step("18446744073709551616", &step, err, sizeof err), KOLO_ERR_INVALID_ARG);
-  assert_int_equal(kolo_server_query_since_step("-1", &step, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_query_since_step("18446744073709551616", &step, err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_query_since_step("-1", &step, err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
   int flag = -1;
   assert_int_equal(kolo_server_query_flag("jobs", "", &flag, err, sizeof err), KOLO_OK);
   assert_int_equal(flag, 1);
   assert_int_equal(kolo_server_query_flag("jobs", NULL, &flag, err, sizeof err), KOLO_OK);
   assert_int_equal(flag, 0);
-  assert_int_equal(kolo_server_query_flag("jobs", "yes", &flag, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_query_flag("jobs", "yes", &flag, err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
   assert_string_equal(err, "jobs: expected 1, true, 0 or false");
   assert_true(kolo_server_query_allowed("jobs workers job", "job", err, sizeof err));
   assert_false(kolo_server_query_allowed("jobs workers job", "jo", err, sizeof err));

@@ -17,7 +17,8 @@
 static uint8_t *squeeze(const uint8_t *data, size_t len, int gzip, size_t *out_len) {
   z_stream z;
   memset(&z, 0, sizeof z);
-  assert_int_equal(deflateInit2(&z, 9, Z_DEFLATED, gzip ? 15 + 16 : 15, 9, Z_DEFAULT_STRATEGY), Z_OK);
+  assert_int_equal(deflateInit2(&z, 9, Z_DEFLATED, gzip ? 15 + 16 : 15, 9, Z_DEFAULT_STRATEGY),
+                   Z_OK);
   size_t cap = deflateBound(&z, len) + 64;
   uint8_t *out = malloc(cap);
   z.next_in = (Bytef *)data;
@@ -42,7 +43,8 @@ static void gzip_and_zlib_bodies_inflate_exactly(void **state) {
     assert_memory_equal(out, data, sizeof data);
     free(out);
     /* one byte under the size is over the limit */
-    assert_int_equal(kolo_server_inflate(packed, packed_len, sizeof data - 1, &out, &len), KOLO_ERR_TOO_LARGE);
+    assert_int_equal(kolo_server_inflate(packed, packed_len, sizeof data - 1, &out, &len),
+                     KOLO_ERR_TOO_LARGE);
     free(packed);
   }
 }
@@ -54,7 +56,8 @@ static void a_small_body_that_expands_past_the_limit_is_too_large(void **state) 
   uint8_t *packed = squeeze(zeros, big, 1, &packed_len);
   free(zeros);
   assert_true(packed_len < 128 * 1024); /* 64 MiB of zeros is ~64 KiB of gzip */
-  assert_int_equal(kolo_server_inflate(packed, packed_len, 4u << 20, &out, &len), KOLO_ERR_TOO_LARGE);
+  assert_int_equal(kolo_server_inflate(packed, packed_len, 4u << 20, &out, &len),
+                   KOLO_ERR_TOO_LARGE);
   assert_null(out);
   free(packed);
 }

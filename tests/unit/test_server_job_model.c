@@ -13,8 +13,8 @@
 static Kolo__V1__JobSpec *spec_from(const char *text) {
   ProtobufCMessage *msg = NULL;
   char err[256];
-  assert_int_equal(kolo_server_json_parse_message(text, strlen(text), &kolo__v1__job_spec__descriptor,
-                                                  &msg, err, sizeof err),
+  assert_int_equal(kolo_server_json_parse_message(
+                       text, strlen(text), &kolo__v1__job_spec__descriptor, &msg, err, sizeof err),
                    KOLO_OK);
   return (Kolo__V1__JobSpec *)msg;
 }
@@ -41,25 +41,35 @@ static void each_bad_field_is_named(void **state) {
   (void)state;
   expect_invalid("{\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"epochs\":1}}", "name");
   expect_invalid("{\"name\":\"n\",\"builtin\":{\"model\":\"mlp\",\"epochs\":1}}", "min_workers");
-  expect_invalid("{\"name\":\"n\",\"min_workers\":3,\"max_workers\":2,\"builtin\":{\"model\":\"mlp\",\"epochs\":1}}", "max_workers");
+  expect_invalid(
+      "{\"name\":\"n\",\"min_workers\":3,\"max_workers\":2,\"builtin\":{\"model\":\"mlp\","
+      "\"epochs\":1}}",
+      "max_workers");
   expect_invalid("{\"name\":\"n\",\"min_workers\":1}", "program");
   expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"epochs\":1}}", "builtin.model");
-  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\"}}", "builtin.epochs");
+  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\"}}",
+                 "builtin.epochs");
   expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"exec\":{\"argv\":[]}}", "exec.argv");
-  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"exec\":{\"argv\":[\"a\"],\"env\":{\"A=B\":\"1\"}}}",
-                 "exec.env.A=B");
+  expect_invalid(
+      "{\"name\":\"n\",\"min_workers\":1,\"exec\":{\"argv\":[\"a\"],\"env\":{\"A=B\":\"1\"}}}",
+      "exec.env.A=B");
   expect_invalid("{" GOOD ",\"id\":\"Bad/Id\"}", "id");
   expect_invalid("{" GOOD ",\"average_every\":4}", "average_every");
   expect_invalid("{" GOOD ",\"labels\":{\"bad key\":\"v\"}}", "labels.bad key");
   expect_invalid("{" GOOD ",\"collective_timeout_ms\":99999999}", "collective_timeout_ms");
   /* 2^63 was stored as a negative number and hid the job from every read */
-  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"steps\":\"9223372036854775808\"}}",
-                 "builtin.steps");
-  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"steps\":9007199254740993}}",
-                 "builtin.steps");
+  expect_invalid(
+      "{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"steps\":"
+      "\"9223372036854775808\"}}",
+      "builtin.steps");
+  expect_invalid(
+      "{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"steps\":9007199254740993}"
+      "}",
+      "builtin.steps");
   char err[256];
-  Kolo__V1__JobSpec *edge =
-      spec_from("{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"steps\":9007199254740992}}");
+  Kolo__V1__JobSpec *edge = spec_from(
+      "{\"name\":\"n\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"steps\":9007199254740992}"
+      "}");
   assert_int_equal(kolo_server_job_validate_spec(edge, err, sizeof err), KOLO_OK);
   protobuf_c_message_free_unpacked(&edge->base, NULL);
 }
@@ -72,9 +82,11 @@ static void builtin_arguments_are_checked_by_kolo_trains_parser(void **state) {
   expect_invalid(B("\"model\":\"nope\",\"epochs\":1"), "builtin.model: --model: 'nope'");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"batch_size\":4294967295"),
                  "builtin.batch_size: --batch must be 1..65536");
-  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"dataset\":\"mnist\""), "builtin.dataset: --dataset: unknown dataset 'mnist'");
+  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"dataset\":\"mnist\""),
+                 "builtin.dataset: --dataset: unknown dataset 'mnist'");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"dataset\":\"csv:\""), "builtin.dataset");
-  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"learning_rate\":1e-20"), "builtin.learning_rate");
+  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"learning_rate\":1e-20"),
+                 "builtin.learning_rate");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"colour\":\"red\"}"),
                  "builtin.hyper_parameters.colour: unknown or incomplete option '--colour=red'");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"optimizer\":\"lbfgs\"}"),
@@ -83,30 +95,36 @@ static void builtin_arguments_are_checked_by_kolo_trains_parser(void **state) {
                  "builtin.hyper_parameters.threads");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"help\":\"\"}"),
                  "builtin.hyper_parameters.help");
-  expect_invalid(B("\"model\":\"logreg\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"32\"}"), "builtin:");
+  expect_invalid(B("\"model\":\"logreg\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"32\"}"),
+                 "builtin:");
   /* #12 item 5: hidden sizes kolo-train would refuse at setup (then exit 1: a "lost worker") */
-  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"abc\"}"),
-                 "builtin.hyper_parameters.hidden: --hidden: 'abc' (want up to 8 comma-separated widths");
+  expect_invalid(
+      B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"abc\"}"),
+      "builtin.hyper_parameters.hidden: --hidden: 'abc' (want up to 8 comma-separated widths");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"32,,8\"}"),
                  "builtin.hyper_parameters.hidden");
   expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"0\"}"),
                  "builtin.hyper_parameters.hidden");
-  expect_invalid(B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"1,2,3,4,5,6,7,8,9\"}"),
-                 "builtin.hyper_parameters.hidden");
-  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"mode\":\"ASYNC\",\"average_every\":4,"
-                 "\"builtin\":{\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"mode\":\"fast\"}}}",
-                 "builtin.hyper_parameters.mode");
+  expect_invalid(
+      B("\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"hidden\":\"1,2,3,4,5,6,7,8,9\"}"),
+      "builtin.hyper_parameters.hidden");
+  expect_invalid(
+      "{\"name\":\"n\",\"min_workers\":1,\"mode\":\"ASYNC\",\"average_every\":4,"
+      "\"builtin\":{\"model\":\"mlp\",\"epochs\":1,\"hyper_parameters\":{\"mode\":\"fast\"}}}",
+      "builtin.hyper_parameters.mode");
   /* what kolo-train takes passes: every model, dataset kind and known flag */
   const char *good[] = {
       B("\"model\":\"logreg\",\"steps\":5,\"batch_size\":65536"),
       B("\"model\":\"lenet\",\"epochs\":1,\"dataset\":\"fashion-mnist\",\"learning_rate\":0.1"),
       B("\"model\":\"mlp\",\"epochs\":2,\"dataset\":\"csv:/data/x.csv\","
-        "\"hyper_parameters\":{\"hidden\":\"32\",\"eval\":\"false\",\"log-every\":\"5\",\"optimizer\":\"adam\"}"),
+        "\"hyper_parameters\":{\"hidden\":\"32\",\"eval\":\"false\",\"log-every\":\"5\","
+        "\"optimizer\":\"adam\"}"),
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     char err[256] = "";
     Kolo__V1__JobSpec *spec = spec_from(good[i]);
-    if (kolo_server_job_validate_spec(spec, err, sizeof err) != KOLO_OK) fail_msg("%s refused: %s", good[i], err);
+    if (kolo_server_job_validate_spec(spec, err, sizeof err) != KOLO_OK)
+      fail_msg("%s refused: %s", good[i], err);
     protobuf_c_message_free_unpacked(&spec->base, NULL);
   }
 #undef B
@@ -115,7 +133,8 @@ static void builtin_arguments_are_checked_by_kolo_trains_parser(void **state) {
 static void specs_differing_only_in_map_order_are_equal_once_normalized(void **state) {
   (void)state;
   Kolo__V1__JobSpec *a = spec_from("{" GOOD ",\"labels\":{\"a\":\"1\",\"b\":\"2\"}}");
-  Kolo__V1__JobSpec *b = spec_from("{" GOOD ",\"labels\":{\"b\":\"2\",\"a\":\"1\"},\"mode\":\"SYNC\"}");
+  Kolo__V1__JobSpec *b =
+      spec_from("{" GOOD ",\"labels\":{\"b\":\"2\",\"a\":\"1\"},\"mode\":\"SYNC\"}");
   Kolo__V1__JobSpec *c = spec_from("{" GOOD ",\"labels\":{\"b\":\"3\",\"a\":\"1\"}}");
   kolo_server_job_normalize_spec(a);
   kolo_server_job_normalize_spec(b);
@@ -130,14 +149,22 @@ static void specs_differing_only_in_map_order_are_equal_once_normalized(void **s
 
 static void the_phase_machine_allows_only_forward_moves(void **state) {
   (void)state;
-  assert_true(kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__RUNNING));
-  assert_true(kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__CANCELLED));
-  assert_true(kolo_server_job_transition_allowed(KOLO__V1__PHASE__RUNNING, KOLO__V1__PHASE__RECONFIGURING));
-  assert_true(kolo_server_job_transition_allowed(KOLO__V1__PHASE__RECONFIGURING, KOLO__V1__PHASE__RUNNING));
-  assert_false(kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__SUCCEEDED));
-  assert_false(kolo_server_job_transition_allowed(KOLO__V1__PHASE__SUCCEEDED, KOLO__V1__PHASE__CANCELLED));
-  assert_false(kolo_server_job_transition_allowed(KOLO__V1__PHASE__CANCELLED, KOLO__V1__PHASE__RUNNING));
-  assert_false(kolo_server_job_transition_allowed(KOLO__V1__PHASE__FAILED, KOLO__V1__PHASE__FAILED));
+  assert_true(
+      kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__RUNNING));
+  assert_true(
+      kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__CANCELLED));
+  assert_true(
+      kolo_server_job_transition_allowed(KOLO__V1__PHASE__RUNNING, KOLO__V1__PHASE__RECONFIGURING));
+  assert_true(
+      kolo_server_job_transition_allowed(KOLO__V1__PHASE__RECONFIGURING, KOLO__V1__PHASE__RUNNING));
+  assert_false(
+      kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__SUCCEEDED));
+  assert_false(
+      kolo_server_job_transition_allowed(KOLO__V1__PHASE__SUCCEEDED, KOLO__V1__PHASE__CANCELLED));
+  assert_false(
+      kolo_server_job_transition_allowed(KOLO__V1__PHASE__CANCELLED, KOLO__V1__PHASE__RUNNING));
+  assert_false(
+      kolo_server_job_transition_allowed(KOLO__V1__PHASE__FAILED, KOLO__V1__PHASE__FAILED));
 }
 
 static void cancelling_a_pending_job_records_an_event_and_a_second_cancel_is_refused(void **state) {

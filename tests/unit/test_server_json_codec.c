@@ -27,7 +27,8 @@ static void a_full_spec_decodes_into_every_field(void **state) {
       "{\"name\":\"mnist\",\"id\":\"j1\",\"mode\":\"ASYNC\",\"min_workers\":2,\"max_workers\":4,"
       "\"builtin\":{\"model\":\"mlp\",\"dataset\":\"fashion-mnist\",\"learning_rate\":0.05,"
       "\"epochs\":3,\"batch_size\":64,\"hyper_parameters\":{\"hidden\":\"128\"}},"
-      "\"labels\":{\"team\":\"a\",\"env\":\"dev\"},\"average_every\":8,\"checkpoint_dir\":\"/tmp/c\"}",
+      "\"labels\":{\"team\":\"a\",\"env\":\"dev\"},\"average_every\":8,\"checkpoint_dir\":\"/tmp/"
+      "c\"}",
       &rc, err, sizeof err);
   assert_int_equal(rc, KOLO_OK);
   assert_string_equal(spec->name, "mnist");
@@ -59,7 +60,8 @@ static void encoding_then_decoding_gives_back_the_same_message(void **state) {
   assert_null(strstr(text, "\"builtin\""));
   Kolo__V1__JobSpec *again = parse_spec(text, &rc, err, sizeof err);
   assert_int_equal(rc, KOLO_OK);
-  assert_int_equal(kolo__v1__job_spec__get_packed_size(spec), kolo__v1__job_spec__get_packed_size(again));
+  assert_int_equal(kolo__v1__job_spec__get_packed_size(spec),
+                   kolo__v1__job_spec__get_packed_size(again));
   assert_string_equal(again->exec->argv[1], "-v");
   assert_string_equal(again->exec->env[0]->key, "A");
   free(text);
@@ -71,8 +73,8 @@ static void an_unknown_field_is_named_in_the_error(void **state) {
   (void)state;
   char err[256];
   kolo_status rc;
-  Kolo__V1__JobSpec *spec =
-      parse_spec("{\"name\":\"x\",\"builtin\":{\"model\":\"m\",\"colour\":1}}", &rc, err, sizeof err);
+  Kolo__V1__JobSpec *spec = parse_spec(
+      "{\"name\":\"x\",\"builtin\":{\"model\":\"m\",\"colour\":1}}", &rc, err, sizeof err);
   assert_null(spec);
   assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(err, "builtin.colour"));
@@ -122,8 +124,8 @@ static void sixty_four_bit_integers_accept_numbers_and_strings(void **state) {
   ProtobufCMessage *msg = NULL;
   char err[128];
   const char *text = "{\"step\":\"12345678901\",\"total_steps\":99,\"loss\":1}";
-  assert_int_equal(kolo_server_json_parse_message(text, strlen(text), &kolo__v1__progress__descriptor,
-                                                  &msg, err, sizeof err),
+  assert_int_equal(kolo_server_json_parse_message(
+                       text, strlen(text), &kolo__v1__progress__descriptor, &msg, err, sizeof err),
                    KOLO_OK);
   Kolo__V1__Progress *p = (Kolo__V1__Progress *)msg;
   assert_true(p->step == 12345678901ULL);
@@ -131,7 +133,6 @@ static void sixty_four_bit_integers_accept_numbers_and_strings(void **state) {
   assert_true(p->loss == 1.0);
   protobuf_c_message_free_unpacked(msg, NULL);
 }
-
 
 static Kolo__V1__Progress *parse_progress(const char *text, kolo_status *rc) {
   ProtobufCMessage *msg = NULL;
@@ -145,7 +146,8 @@ static Kolo__V1__Progress *parse_progress(const char *text, kolo_status *rc) {
  * go out as decimal strings and come back as the same number. */
 static void every_uint64_round_trips_exactly_through_json(void **state) {
   (void)state;
-  const uint64_t values[] = {0, 1, (uint64_t)INT64_MAX, (uint64_t)INT64_MAX + 1, UINT64_MAX - 1, UINT64_MAX};
+  const uint64_t values[] = {
+      0, 1, (uint64_t)INT64_MAX, (uint64_t)INT64_MAX + 1, UINT64_MAX - 1, UINT64_MAX};
   for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
     Kolo__V1__Progress p = KOLO__V1__PROGRESS__INIT;
     p.step = values[i];
@@ -170,9 +172,11 @@ static void every_uint64_round_trips_exactly_through_json(void **state) {
 static void integers_in_strings_are_strict_decimal_within_range(void **state) {
   (void)state;
   const char *refused[] = {
-      "{\"step\":\" 12\"}",   "{\"step\":\"+12\"}",  "{\"step\":\"0x10\"}", "{\"step\":\"1e3\"}",
-      "{\"step\":\"-1\"}",    "{\"step\":\"\"}",     "{\"step\":\"12 \"}",
-      "{\"step\":\"18446744073709551616\"}", "{\"step\":-1}", "{\"step\":1.5}",
+      "{\"step\":\" 12\"}",  "{\"step\":\"+12\"}",
+      "{\"step\":\"0x10\"}", "{\"step\":\"1e3\"}",
+      "{\"step\":\"-1\"}",   "{\"step\":\"\"}",
+      "{\"step\":\"12 \"}",  "{\"step\":\"18446744073709551616\"}",
+      "{\"step\":-1}",       "{\"step\":1.5}",
       "{\"step\":1e300}",
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
@@ -181,7 +185,8 @@ static void integers_in_strings_are_strict_decimal_within_range(void **state) {
     assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
   }
   kolo_status rc;
-  Kolo__V1__Progress *p = parse_progress("{\"step\":\"18446744073709551615\",\"total_steps\":4e15}", &rc);
+  Kolo__V1__Progress *p =
+      parse_progress("{\"step\":\"18446744073709551615\",\"total_steps\":4e15}", &rc);
   assert_int_equal(rc, KOLO_OK);
   assert_true(p->step == UINT64_MAX);
   assert_true(p->total_steps == 4000000000000000ULL);
@@ -190,15 +195,16 @@ static void integers_in_strings_are_strict_decimal_within_range(void **state) {
   ProtobufCMessage *msg = NULL;
   char err[128];
   const char *low = "{\"created_unix_ms\":\"-9223372036854775808\"}";
-  assert_int_equal(kolo_server_json_parse_message(low, strlen(low), &kolo__v1__job_status__descriptor,
-                                                  &msg, err, sizeof err),
+  assert_int_equal(kolo_server_json_parse_message(
+                       low, strlen(low), &kolo__v1__job_status__descriptor, &msg, err, sizeof err),
                    KOLO_OK);
   assert_true(((Kolo__V1__JobStatus *)msg)->created_unix_ms == INT64_MIN);
   protobuf_c_message_free_unpacked(msg, NULL);
   const char *past = "{\"created_unix_ms\":\"9223372036854775808\"}";
-  assert_int_equal(kolo_server_json_parse_message(past, strlen(past), &kolo__v1__job_status__descriptor,
-                                                  &msg, err, sizeof err),
-                   KOLO_ERR_INVALID_ARG);
+  assert_int_equal(
+      kolo_server_json_parse_message(past, strlen(past), &kolo__v1__job_status__descriptor, &msg,
+                                     err, sizeof err),
+      KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(err, "created_unix_ms"));
 }
 
@@ -220,7 +226,8 @@ static void a_map_entry_that_is_not_utf8_fails_the_encoding_instead_of_vanishing
   entry.key = "team";
   json_t *json = kolo_server_json_from_message(&spec.base);
   assert_non_null(json);
-  assert_string_equal(json_string_value(json_object_get(json_object_get(json, "labels"), "team")), "ok");
+  assert_string_equal(json_string_value(json_object_get(json_object_get(json, "labels"), "team")),
+                      "ok");
   json_decref(json);
 }
 

@@ -30,7 +30,8 @@ static void flags_override_the_config_file(void **state) {
   char path[] = "/tmp/kolo-options-XXXXXX";
   int fd = mkstemp(path);
   FILE *f = fdopen(fd, "w");
-  fprintf(f, "# comment\n grpc-listen = 0.0.0.0:9000\nmax-message-bytes=8192\netcd = http://e:2379\n");
+  fprintf(f,
+          "# comment\n grpc-listen = 0.0.0.0:9000\nmax-message-bytes=8192\netcd = http://e:2379\n");
   fclose(f);
   kolo_server_options o;
   char err[256];
@@ -93,7 +94,8 @@ static void etcd_endpoints_are_parsed_once_with_the_options(void **state) {
   char many[17 * 12 + 1] = "";
   for (int i = 0; i < 17; i++) strcat(many, i ? ",http://h:1" : "http://h:1");
   char *seventeen[] = {"kolo-server", "--etcd", many, NULL};
-  assert_int_equal(kolo_server_options_parse(3, seventeen, &o, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_options_parse(3, seventeen, &o, err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(err, "more than 16 endpoints"));
   char *none[] = {"kolo-server", "--etcd", "none", NULL};
   assert_int_equal(kolo_server_options_parse(3, none, &o, err, sizeof err), KOLO_OK);
@@ -123,8 +125,9 @@ static void the_bearer_scheme_matches_in_any_case_and_the_token_exactly(void **s
   const char *t = "abc123";
   const char *yes[] = {"Bearer abc123", "bearer abc123", "BEARER abc123", "bEaReR   abc123"};
   for (size_t i = 0; i < 4; i++) assert_true(kolo_server_bearer_matches(yes[i], strlen(yes[i]), t));
-  const char *no[] = {"Bearer abc12", "Bearer abc1234", "Bearer ABC123", "Bearerabc123", "Basic abc123",
-                      "abc123", "Bearer ", "", "Bearer abc123 "};
+  const char *no[] = {"Bearer abc12",  "Bearer abc1234", "Bearer ABC123", "Bearerabc123",
+                      "Basic abc123",  "abc123",         "Bearer ",       "",
+                      "Bearer abc123 "};
   for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
     assert_false(kolo_server_bearer_matches(no[i], strlen(no[i]), t));
   assert_false(kolo_server_bearer_matches(NULL, 0, t));

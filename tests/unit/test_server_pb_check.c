@@ -41,7 +41,9 @@ static void put_uint(wire *w, uint32_t number, uint64_t v) {
   put_varint(w, v);
 }
 
-static void put_message(wire *w, uint32_t number, const wire *sub) { put_bytes(w, number, sub->b, sub->n); }
+static void put_message(wire *w, uint32_t number, const wire *sub) {
+  put_bytes(w, number, sub->b, sub->n);
+}
 
 /* A map<string,string> entry: key = 1, value = 2. */
 static void put_entry(wire *w, uint32_t number, const char *key, size_t key_len, const char *value,
@@ -92,8 +94,9 @@ static void a_nul_byte_in_a_string_is_refused_naming_the_field(void **state) {
   /* in a request too: CancelJobRequest.id */
   wire c = {{0}, 0};
   put_bytes(&c, 1, "a\0x", 3);
-  assert_int_equal(kolo_server_pb_check(&kolo__v1__cancel_job_request__descriptor, c.b, c.n, err, sizeof err),
-                   KOLO_ERR_INVALID_ARG);
+  assert_int_equal(
+      kolo_server_pb_check(&kolo__v1__cancel_job_request__descriptor, c.b, c.n, err, sizeof err),
+      KOLO_ERR_INVALID_ARG);
   assert_string_equal(err, "id: contains a NUL byte");
 }
 
@@ -139,34 +142,37 @@ static void invalid_utf8_is_refused_naming_the_field_at_any_depth(void **state) 
 static void wire_formats_that_do_not_parse_are_refused(void **state) {
   (void)state;
   char err[256];
-  const uint8_t truncated_varint[] = {0x20, 0xff};        /* min_workers, varint never ends */
-  const uint8_t truncated_length[] = {0x0a, 0x05, 'a'};   /* name of 5 bytes, 1 given */
-  const uint8_t group[] = {0x0b};                         /* field 1, wire type 3 */
-  const uint8_t field_zero[] = {0x02, 0x00};              /* field number 0 */
+  const uint8_t truncated_varint[] = {0x20, 0xff};      /* min_workers, varint never ends */
+  const uint8_t truncated_length[] = {0x0a, 0x05, 'a'}; /* name of 5 bytes, 1 given */
+  const uint8_t group[] = {0x0b};                       /* field 1, wire type 3 */
+  const uint8_t field_zero[] = {0x02, 0x00};            /* field number 0 */
   const uint8_t *cases[] = {truncated_varint, truncated_length, group, field_zero};
-  size_t lens[] = {sizeof truncated_varint, sizeof truncated_length, sizeof group, sizeof field_zero};
+  size_t lens[] = {sizeof truncated_varint, sizeof truncated_length, sizeof group,
+                   sizeof field_zero};
   for (size_t i = 0; i < 4; i++)
-    assert_int_equal(kolo_server_pb_check(&kolo__v1__job_spec__descriptor, cases[i], lens[i], err, sizeof err),
-                     KOLO_ERR_INVALID_ARG);
+    assert_int_equal(
+        kolo_server_pb_check(&kolo__v1__job_spec__descriptor, cases[i], lens[i], err, sizeof err),
+        KOLO_ERR_INVALID_ARG);
   /* unknown fields are skipped, as protobuf does */
   wire w;
   good_spec(&w);
   put_bytes(&w, 99, "\xff\x00", 2);
   assert_int_equal(check_spec(&w, err, sizeof err), KOLO_OK);
-  assert_int_equal(kolo_server_pb_check(&kolo__v1__job_spec__descriptor, NULL, 0, err, sizeof err), KOLO_OK);
+  assert_int_equal(kolo_server_pb_check(&kolo__v1__job_spec__descriptor, NULL, 0, err, sizeof err),
+                   KOLO_OK);
 }
 
 static void the_utf8_check_follows_the_standard(void **state) {
   (void)state;
   assert_true(kolo_server_utf8_valid("", 0));
   assert_true(kolo_server_utf8_valid("plain ascii", 11));
-  assert_true(kolo_server_utf8_valid("\xc2\x80", 2));         /* U+0080 */
-  assert_true(kolo_server_utf8_valid("\xef\xbf\xbf", 3));     /* U+FFFF */
-  assert_true(kolo_server_utf8_valid("\xf4\x8f\xbf\xbf", 4)); /* U+10FFFF */
-  assert_false(kolo_server_utf8_valid("\x80", 1));            /* a lone continuation */
-  assert_false(kolo_server_utf8_valid("\xc0\x80", 2));        /* overlong NUL */
-  assert_false(kolo_server_utf8_valid("\xe0\x80\xaf", 3));    /* overlong '/' */
-  assert_false(kolo_server_utf8_valid("\xed\xbf\xbf", 3));    /* surrogate */
+  assert_true(kolo_server_utf8_valid("\xc2\x80", 2));          /* U+0080 */
+  assert_true(kolo_server_utf8_valid("\xef\xbf\xbf", 3));      /* U+FFFF */
+  assert_true(kolo_server_utf8_valid("\xf4\x8f\xbf\xbf", 4));  /* U+10FFFF */
+  assert_false(kolo_server_utf8_valid("\x80", 1));             /* a lone continuation */
+  assert_false(kolo_server_utf8_valid("\xc0\x80", 2));         /* overlong NUL */
+  assert_false(kolo_server_utf8_valid("\xe0\x80\xaf", 3));     /* overlong '/' */
+  assert_false(kolo_server_utf8_valid("\xed\xbf\xbf", 3));     /* surrogate */
   assert_false(kolo_server_utf8_valid("\xf4\x90\x80\x80", 4)); /* above U+10FFFF */
   assert_false(kolo_server_utf8_valid("\xf8\x88\x80\x80\x80", 5));
   assert_false(kolo_server_utf8_valid("\xe2\x82", 2)); /* truncated */

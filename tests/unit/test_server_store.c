@@ -36,8 +36,8 @@ static int teardown(void **state) {
 
 static Kolo__V1__JobSpec *spec_from(const char *text) {
   ProtobufCMessage *msg = NULL;
-  assert_int_equal(kolo_server_json_parse_message(text, strlen(text), &kolo__v1__job_spec__descriptor,
-                                                  &msg, NULL, 0),
+  assert_int_equal(kolo_server_json_parse_message(text, strlen(text),
+                                                  &kolo__v1__job_spec__descriptor, &msg, NULL, 0),
                    KOLO_OK);
   return (Kolo__V1__JobSpec *)msg;
 }
@@ -50,8 +50,9 @@ static kolo_status submit(fixture *f, const char *text, Kolo__V1__Job **job, int
   return rc;
 }
 
-#define SPEC(id, extra) \
-  "{\"name\":\"n\",\"id\":\"" id "\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"epochs\":1}" extra "}"
+#define SPEC(id, extra)          \
+  "{\"name\":\"n\",\"id\":\"" id \
+  "\",\"min_workers\":1,\"builtin\":{\"model\":\"mlp\",\"epochs\":1}" extra "}"
 
 static void a_submitted_job_is_pending_and_readable(void **state) {
   fixture *f = *state;
@@ -77,9 +78,11 @@ static void a_repeated_submit_returns_the_job_and_a_different_spec_is_refused(vo
   fixture *f = *state;
   Kolo__V1__Job *job = NULL;
   int created = 0;
-  assert_int_equal(submit(f, SPEC("b1", ",\"labels\":{\"x\":\"1\",\"y\":\"2\"}"), &job, &created), KOLO_OK);
+  assert_int_equal(submit(f, SPEC("b1", ",\"labels\":{\"x\":\"1\",\"y\":\"2\"}"), &job, &created),
+                   KOLO_OK);
   protobuf_c_message_free_unpacked(&job->base, NULL);
-  assert_int_equal(submit(f, SPEC("b1", ",\"labels\":{\"y\":\"2\",\"x\":\"1\"}"), &job, &created), KOLO_OK);
+  assert_int_equal(submit(f, SPEC("b1", ",\"labels\":{\"y\":\"2\",\"x\":\"1\"}"), &job, &created),
+                   KOLO_OK);
   assert_false(created);
   assert_int_equal(job->n_events, 1);
   protobuf_c_message_free_unpacked(&job->base, NULL);
@@ -95,13 +98,16 @@ static void cancel_then_cancel_again_is_a_state_error_and_keeps_the_events(void 
   char err[256];
   assert_int_equal(submit(f, SPEC("c1", ""), &job, &created), KOLO_OK);
   protobuf_c_message_free_unpacked(&job->base, NULL);
-  assert_int_equal(kolo_server_store_cancel(f->store, "c1", "test", &job, err, sizeof err), KOLO_OK);
+  assert_int_equal(kolo_server_store_cancel(f->store, "c1", "test", &job, err, sizeof err),
+                   KOLO_OK);
   assert_int_equal(job->status->phase, KOLO__V1__PHASE__CANCELLED);
   assert_int_equal(job->n_events, 2);
   protobuf_c_message_free_unpacked(&job->base, NULL);
   job = NULL;
-  assert_int_equal(kolo_server_store_cancel(f->store, "c1", "", &job, err, sizeof err), KOLO_ERR_STATE);
-  assert_int_equal(kolo_server_store_cancel(f->store, "zz", "", &job, err, sizeof err), KOLO_ERR_NOT_FOUND);
+  assert_int_equal(kolo_server_store_cancel(f->store, "c1", "", &job, err, sizeof err),
+                   KOLO_ERR_STATE);
+  assert_int_equal(kolo_server_store_cancel(f->store, "zz", "", &job, err, sizeof err),
+                   KOLO_ERR_NOT_FOUND);
   assert_int_equal(kolo_server_store_get(f->store, "c1", &job), KOLO_OK);
   assert_int_equal(job->n_events, 2);
   protobuf_c_message_free_unpacked(&job->base, NULL);
@@ -143,8 +149,8 @@ static void events_of_both_key_widths_are_read_in_number_order(void **state) {
   assert_int_equal(n, 1);
   assert_string_equal(items[0].key, "/kolo/v1/jobs/w1/events/00000000000000000001");
   kolo_server_kv_items_free(items, n);
-  kolo_server_kv_put old = {"/kolo/v1/jobs/w1/events/0000000002", "{\"seq\":2,\"type\":\"SCHEDULED\",\"message\":\"old\"}",
-                            0};
+  kolo_server_kv_put old = {"/kolo/v1/jobs/w1/events/0000000002",
+                            "{\"seq\":2,\"type\":\"SCHEDULED\",\"message\":\"old\"}", 0};
   assert_int_equal(f->kv->ops->txn(f->kv, NULL, 0, &old, 1, &rev), KOLO_OK);
   assert_int_equal(kolo_server_store_scale(f->store, "w1", 1, 3, &job, err, sizeof err), KOLO_OK);
   assert_int_equal(job->n_events, 3);
@@ -154,7 +160,8 @@ static void events_of_both_key_widths_are_read_in_number_order(void **state) {
   assert_int_equal(f->kv->ops->range(f->kv, "/kolo/v1/jobs/w1/events/", &items, &n, &rev), KOLO_OK);
   assert_int_equal(n, 3);
   assert_string_equal(items[0].key, "/kolo/v1/jobs/w1/events/00000000000000000001");
-  assert_string_equal(items[1].key, "/kolo/v1/jobs/w1/events/00000000000000000003"); /* before the old "...0002" */
+  assert_string_equal(
+      items[1].key, "/kolo/v1/jobs/w1/events/00000000000000000003"); /* before the old "...0002" */
   assert_string_equal(items[2].key, "/kolo/v1/jobs/w1/events/0000000002");
   kolo_server_kv_items_free(items, n);
   /* a second replica loading this etcd sees the same order */
@@ -176,7 +183,8 @@ static void list_filters_by_phase_and_label_and_pages_in_id_order(void **state) 
   for (int i = 0; i < 4; i++) {
     char text[256];
     snprintf(text, sizeof text,
-             "{\"name\":\"n\",\"id\":\"%s\",\"min_workers\":1,\"builtin\":{\"model\":\"m\",\"epochs\":1},"
+             "{\"name\":\"n\",\"id\":\"%s\",\"min_workers\":1,\"builtin\":{\"model\":\"m\","
+             "\"epochs\":1},"
              "\"labels\":{\"team\":\"%s\"}}",
              ids[i], i % 2 ? "b" : "a");
     assert_int_equal(submit(f, text, &job, &created), KOLO_OK);
@@ -244,7 +252,8 @@ static void a_subscriber_sees_the_current_job_then_each_change_once(void **state
   uint64_t handle = 0;
   assert_int_equal(submit(f, SPEC("f1", ""), &job, &created), KOLO_OK);
   protobuf_c_message_free_unpacked(&job->base, NULL);
-  assert_int_equal(kolo_server_store_subscribe(f->store, "nope", record, &s, &handle), KOLO_ERR_NOT_FOUND);
+  assert_int_equal(kolo_server_store_subscribe(f->store, "nope", record, &s, &handle),
+                   KOLO_ERR_NOT_FOUND);
   assert_int_equal(kolo_server_store_subscribe(f->store, "f1", record, &s, &handle), KOLO_OK);
   assert_int_equal(s.calls, 1);
   assert_int_equal(kolo_server_store_scale(f->store, "f1", 1, 2, &job, err, sizeof err), KOLO_OK);
@@ -273,12 +282,18 @@ static void a_new_store_over_the_same_kv_sees_every_job(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_submitted_job_is_pending_and_readable, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_repeated_submit_returns_the_job_and_a_different_spec_is_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(cancel_then_cancel_again_is_a_state_error_and_keeps_the_events, setup, teardown),
-      cmocka_unit_test_setup_teardown(events_of_both_key_widths_are_read_in_number_order, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_stale_status_revision_makes_the_write_retry_on_fresh_state, setup, teardown),
-      cmocka_unit_test_setup_teardown(list_filters_by_phase_and_label_and_pages_in_id_order, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_subscriber_sees_the_current_job_then_each_change_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          a_repeated_submit_returns_the_job_and_a_different_spec_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          cancel_then_cancel_again_is_a_state_error_and_keeps_the_events, setup, teardown),
+      cmocka_unit_test_setup_teardown(events_of_both_key_widths_are_read_in_number_order, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_stale_status_revision_makes_the_write_retry_on_fresh_state,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(list_filters_by_phase_and_label_and_pages_in_id_order, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_subscriber_sees_the_current_job_then_each_change_once,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(a_new_store_over_the_same_kv_sees_every_job, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

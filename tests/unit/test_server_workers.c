@@ -39,8 +39,10 @@ static int teardown(void **state) {
 static void register_worker(fixture *f, const char *id, int64_t lease) {
   char key[128], value[256];
   snprintf(key, sizeof key, "/kolo/v1/workers/%s", id);
-  snprintf(value, sizeof value, "{\"id\":\"%s\",\"host\":\"h\",\"address\":\"10.0.0.1:7100\",\"cpus\":2,"
-           "\"gpus\":0,\"labels\":{},\"state\":\"idle\"}", id);
+  snprintf(value, sizeof value,
+           "{\"id\":\"%s\",\"host\":\"h\",\"address\":\"10.0.0.1:7100\",\"cpus\":2,"
+           "\"gpus\":0,\"labels\":{},\"state\":\"idle\"}",
+           id);
   kolo_server_kv_put put = {key, value, lease};
   int64_t rev;
   assert_int_equal(f->kv->ops->txn(f->kv, NULL, 0, &put, 1, &rev), KOLO_OK);
@@ -163,17 +165,19 @@ static void unknown_workers_cannot_be_drained_or_undrained(void **state) {
 
 static void demand_counts_the_jobs_in_the_view(void **state) {
   fixture *f = *state;
-  const char *text = "{\"name\":\"n\",\"id\":\"d1\",\"min_workers\":2,\"max_workers\":5,"
-                     "\"builtin\":{\"model\":\"mlp\",\"epochs\":1}}";
+  const char *text =
+      "{\"name\":\"n\",\"id\":\"d1\",\"min_workers\":2,\"max_workers\":5,"
+      "\"builtin\":{\"model\":\"mlp\",\"epochs\":1}}";
   ProtobufCMessage *msg = NULL;
-  assert_int_equal(kolo_server_json_parse_message(text, strlen(text), &kolo__v1__job_spec__descriptor, &msg,
-                                                  NULL, 0),
+  assert_int_equal(kolo_server_json_parse_message(text, strlen(text),
+                                                  &kolo__v1__job_spec__descriptor, &msg, NULL, 0),
                    KOLO_OK);
   Kolo__V1__Job *job = NULL;
   int created = 0;
   char err[256];
-  assert_int_equal(kolo_server_store_submit(f->store, (Kolo__V1__JobSpec *)msg, &job, &created, err, sizeof err),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_server_store_submit(f->store, (Kolo__V1__JobSpec *)msg, &job, &created, err, sizeof err),
+      KOLO_OK);
   protobuf_c_message_free_unpacked(msg, NULL);
   protobuf_c_message_free_unpacked(&job->base, NULL);
   register_worker(f, "w4", 1);
@@ -197,15 +201,19 @@ static void put_record(fixture *f, const char *key, const char *value) {
  * record the codec refuses (or one filed under another id) is left out, not guessed at. */
 static void workers_are_read_through_the_worker_record_codec(void **state) {
   fixture *f = *state;
-  put_record(f, "/kolo/v1/workers/w5",
-             "{\"id\":\"w5\",\"host\":\"node-5\",\"address\":\"10.0.0.5:7100\",\"cpus\":8,\"gpus\":2,"
-             "\"labels\":{\"zone\":\"b\"},\"state\":\"busy\",\"registered_unix_ms\":1234}");
-  put_record(f, "/kolo/v1/workers/no-address", "{\"id\":\"no-address\",\"host\":\"h\",\"cpus\":1,\"gpus\":0,"
-                                               "\"state\":\"idle\"}");
-  put_record(f, "/kolo/v1/workers/elsewhere", "{\"id\":\"w6\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,"
-                                              "\"gpus\":0,\"state\":\"idle\"}");
-  put_record(f, "/kolo/v1/workers/bad-state", "{\"id\":\"bad-state\",\"host\":\"h\",\"address\":\"h:1\","
-                                              "\"cpus\":1,\"gpus\":0,\"state\":\"IDLE!\"}");
+  put_record(
+      f, "/kolo/v1/workers/w5",
+      "{\"id\":\"w5\",\"host\":\"node-5\",\"address\":\"10.0.0.5:7100\",\"cpus\":8,\"gpus\":2,"
+      "\"labels\":{\"zone\":\"b\"},\"state\":\"busy\",\"registered_unix_ms\":1234}");
+  put_record(f, "/kolo/v1/workers/no-address",
+             "{\"id\":\"no-address\",\"host\":\"h\",\"cpus\":1,\"gpus\":0,"
+             "\"state\":\"idle\"}");
+  put_record(f, "/kolo/v1/workers/elsewhere",
+             "{\"id\":\"w6\",\"host\":\"h\",\"address\":\"h:1\",\"cpus\":1,"
+             "\"gpus\":0,\"state\":\"idle\"}");
+  put_record(f, "/kolo/v1/workers/bad-state",
+             "{\"id\":\"bad-state\",\"host\":\"h\",\"address\":\"h:1\","
+             "\"cpus\":1,\"gpus\":0,\"state\":\"IDLE!\"}");
   put_record(f, "/kolo/v1/assign/w5", "{\"job\":\"j5\",\"epoch\":1}");
   Kolo__V1__ListWorkersResponse *all = NULL;
   assert_int_equal(kolo_server_store_list_workers(f->store, &all), KOLO_OK);
@@ -227,13 +235,18 @@ static void workers_are_read_through_the_worker_record_codec(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(a_drain_mark_is_written_under_the_registrations_lease, setup, teardown),
-      cmocka_unit_test_setup_teardown(the_next_registration_under_the_same_id_is_not_drained, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_legacy_mark_without_a_lease_drains_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_drain_mark_is_written_under_the_registrations_lease, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(the_next_registration_under_the_same_id_is_not_drained, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_legacy_mark_without_a_lease_drains_nothing, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(undrain_deletes_the_mark_and_is_idempotent, setup, teardown),
-      cmocka_unit_test_setup_teardown(unknown_workers_cannot_be_drained_or_undrained, setup, teardown),
+      cmocka_unit_test_setup_teardown(unknown_workers_cannot_be_drained_or_undrained, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(demand_counts_the_jobs_in_the_view, setup, teardown),
-      cmocka_unit_test_setup_teardown(workers_are_read_through_the_worker_record_codec, setup, teardown),
+      cmocka_unit_test_setup_teardown(workers_are_read_through_the_worker_record_codec, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -131,7 +131,8 @@ static void plain_idx_files_load_too(void **state) {
  * not as out of memory. (No rlimit under ASan, whose shadow needs the address space.) */
 static void an_idx_header_claiming_more_than_the_file_holds_costs_only_the_file(void **state) {
   fixture *f = *state;
-  uint8_t images[16 + 8] = {0, 0, 8, 3, 0, 0x20, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0x40}; /* 2^21 x 64 x 64 */
+  uint8_t images[16 + 8] = {0, 0, 8, 3,    0, 0x20, 0, 0,
+                            0, 0, 0, 0x40, 0, 0,    0, 0x40}; /* 2^21 x 64 x 64 */
   uint8_t labels[8 + 2] = {0, 0, 8, 1, 0, 0x20, 0, 0, 1, 2};
   char ip[512], lp[512];
   path_in(f, "huge-images", ip, sizeof ip);
@@ -388,7 +389,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(gzipped_idx_files_load_with_scaled_pixels, setup, teardown),
       cmocka_unit_test_setup_teardown(plain_idx_files_load_too, setup, teardown),
-      cmocka_unit_test_setup_teardown(an_idx_header_claiming_more_than_the_file_holds_costs_only_the_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          an_idx_header_claiming_more_than_the_file_holds_costs_only_the_file, setup, teardown),
       cmocka_unit_test_setup_teardown(truncated_gzip_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(wrong_magic_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(image_and_label_counts_must_agree, setup, teardown),

@@ -83,8 +83,8 @@ typedef struct agent {
   kolo_agent_capture *capture;
   kolo_agent_logserver *logserver;
   char logs_url[300], logs_token[40];
-  char stderr_tail[2048]; /* last stderr lines of a process that failed */
-  kolo_agent_health *health; /* --http-listen; NULL without */
+  char stderr_tail[2048];     /* last stderr lines of a process that failed */
+  kolo_agent_health *health;  /* --http-listen; NULL without */
   kolo_agent_health_state hs; /* its counters, and what publish_health last sent */
 } agent;
 
@@ -126,7 +126,8 @@ static void on_assignment(const kolo_etcd_watch_update *update, void *user) {
 
 static void on_lease_lost(int64_t lease, kolo_status status, const char *message, void *user) {
   agent *a = user;
-  KOLO_LOGW(LOG, "registration lease %" PRIx64 " lost: %s", (uint64_t)lease, message ? message : "");
+  KOLO_LOGW(LOG, "registration lease %" PRIx64 " lost: %s", (uint64_t)lease,
+            message ? message : "");
   pthread_mutex_lock(&a->lock);
   a->lease_lost = 1;
   pthread_mutex_unlock(&a->lock);
@@ -149,14 +150,16 @@ static kolo_status set_state(agent *a, const char *state) {
 
 /* Failures of a registration that a later attempt may not have. */
 static int transient(kolo_status rc) {
-  return rc == KOLO_ERR_EXISTS || rc == KOLO_ERR_UNAVAILABLE || rc == KOLO_ERR_CONNECT || rc == KOLO_ERR_TIMEOUT;
+  return rc == KOLO_ERR_EXISTS || rc == KOLO_ERR_UNAVAILABLE || rc == KOLO_ERR_CONNECT ||
+         rc == KOLO_ERR_TIMEOUT;
 }
 
 /* One registration attempt (idle, under a fresh lease). */
 static kolo_status register_once(agent *a) {
   a->record.state = "idle";
   a->record.registered_unix_ms = wall_ms(); /* ListWorkers' registered_unix_ms */
-  kolo_status rc = kolo_membership_register(a->etcd, &a->record, a->opts->lease_ttl_s, on_lease_lost, a, &a->reg);
+  kolo_status rc = kolo_membership_register(a->etcd, &a->record, a->opts->lease_ttl_s,
+                                            on_lease_lost, a, &a->reg);
   a->record.state = NULL;
   if (rc != KOLO_OK) return rc;
   a->state = "idle";
@@ -176,7 +179,8 @@ static kolo_status register_worker(agent *a) {
     usleep(500 * 1000);
   }
   if (rc != KOLO_OK)
-    KOLO_LOGE(LOG, "cannot register worker %s: %s (%s)", a->id, kolo_strerror(rc), kolo_etcd_last_error());
+    KOLO_LOGE(LOG, "cannot register worker %s: %s (%s)", a->id, kolo_strerror(rc),
+              kolo_etcd_last_error());
   return rc;
 }
 
@@ -207,8 +211,8 @@ static kolo_status reregister(agent *a) {
   if (a->reg != NULL || mono_ms() < a->register_at_ms) return KOLO_OK;
   kolo_status rc = register_once(a);
   if (rc == KOLO_OK || !transient(rc)) return rc;
-  KOLO_LOGW(LOG, "cannot register worker %s again yet (%s); next try in %lld ms", a->id, kolo_etcd_last_error(),
-            (long long)a->register_wait_ms);
+  KOLO_LOGW(LOG, "cannot register worker %s again yet (%s); next try in %lld ms", a->id,
+            kolo_etcd_last_error(), (long long)a->register_wait_ms);
   a->register_at_ms = mono_ms() + a->register_wait_ms;
   a->register_wait_ms = a->register_wait_ms * 2 > 4000 ? 4000 : a->register_wait_ms * 2;
   return KOLO_OK;
@@ -231,7 +235,8 @@ static void write_report(agent *a) {
                         (json_int_t)wall_ms(), "pid", (int)kolo_agent_proc_pid(a->proc));
   if (r == NULL) return;
   if (a->progress) json_object_set(r, "progress", a->progress);
-  if (a->exited && a->stderr_tail[0]) json_object_set_new(r, "stderr_tail", json_string(a->stderr_tail));
+  if (a->exited && a->stderr_tail[0])
+    json_object_set_new(r, "stderr_tail", json_string(a->stderr_tail));
   char *text = json_dumps(r, JSON_COMPACT);
   json_decref(r);
   if (text == NULL) return;
@@ -240,7 +245,8 @@ static void write_report(agent *a) {
   if (rc != KOLO_OK) {
     KOLO_LOGW(LOG, "cannot write report %s: %s", key, kolo_etcd_last_error());
     a->hs.report_errors++;
-    a->report_dirty = 1; /* retried on the next tick: an exit or FAILED report must reach the coordinator */
+    a->report_dirty =
+        1; /* retried on the next tick: an exit or FAILED report must reach the coordinator */
     return;
   }
   a->hs.reports_written++;
@@ -252,8 +258,8 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
   agent *a = user;
   switch (msg->verb) {
     case KOLO_AGENT_HELLO:
-      KOLO_LOGI(LOG, "process %lld says HELLO (agent protocol version %d)", (long long)msg->hello.pid,
-                msg->hello.version);
+      KOLO_LOGI(LOG, "process %lld says HELLO (agent protocol version %d)",
+                (long long)msg->hello.pid, msg->hello.version);
       a->sent_epoch = 0; /* (re)send the current ring */
       break;
     case KOLO_AGENT_FORMED:
@@ -283,7 +289,8 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
       json_decref(progress);
       break;
     }
-    default: break; /* the codec lets only process -> agent verbs through */
+    default:
+      break; /* the codec lets only process -> agent verbs through */
   }
 }
 
@@ -349,7 +356,8 @@ static int get_ring(agent *a, const char *key, kolo_ringspec *ring) {
     return 0;
   }
   kolo_status rc = kolo_ringspec_decode((const char *)kv.value, kv.value_len, ring);
-  if (rc != KOLO_OK) KOLO_LOGE(LOG, "%s is not a valid ring record: %s", key, kolo_etcd_last_error());
+  if (rc != KOLO_OK)
+    KOLO_LOGE(LOG, "%s is not a valid ring record: %s", key, kolo_etcd_last_error());
   kolo_etcd_kv_clear(&kv);
   return rc == KOLO_OK;
 }
@@ -363,7 +371,9 @@ static int stale_member(agent *a, const kolo_ringspec *ring) {
   int64_t lease = me < 0 ? 0 : ring->members[me].lease;
   int64_t ours = a->reg ? kolo_membership_lease(a->reg) : 0;
   if (lease == 0 || lease == ours) return 0;
-  KOLO_LOGW(LOG, "the ring names registration %" PRIx64 " of worker %s, not this one (%" PRIx64 "): not joining it",
+  KOLO_LOGW(LOG,
+            "the ring names registration %" PRIx64 " of worker %s, not this one (%" PRIx64
+            "): not joining it",
             (uint64_t)lease, a->id, (uint64_t)ours);
   return 1;
 }
@@ -379,16 +389,22 @@ static char *ring_line_for(agent *a, const kolo_ringspec *ring, int *rank, int *
   const kolo_ringspec_member *mine = &ring->members[me];
   kolo_agent_msg msg = {
       .verb = KOLO_AGENT_RING,
-      .ring = {.epoch = (uint64_t)ring->epoch, .rank = me, .size = (int)ring->size,
-               .local_rank = mine->local_rank, .local_size = mine->local_size,
-               .timeout_ms = (int)ring->timeout_ms, .secret = ring->secret,
-               .listen_address = a->listen, .peers = peers,
-               /* a planned ring (a drained member leaves): switch at the next commit, nothing redone */
-               .planned = ring->planned}};
+      .ring = {
+          .epoch = (uint64_t)ring->epoch,
+          .rank = me,
+          .size = (int)ring->size,
+          .local_rank = mine->local_rank,
+          .local_size = mine->local_size,
+          .timeout_ms = (int)ring->timeout_ms,
+          .secret = ring->secret,
+          .listen_address = a->listen,
+          .peers = peers,
+          /* a planned ring (a drained member leaves): switch at the next commit, nothing redone */
+          .planned = ring->planned}};
   char *line = NULL, error[256];
   if (kolo_agent_msg_format(&msg, &line, error, sizeof error) != KOLO_OK)
-    KOLO_LOGE(LOG, "the ring record of epoch %lld is not a valid ring for this worker: %s", (long long)ring->epoch,
-              error);
+    KOLO_LOGE(LOG, "the ring record of epoch %lld is not a valid ring for this worker: %s",
+              (long long)ring->epoch, error);
   free(peers);
   if (line == NULL) return NULL;
   *rank = me;
@@ -423,7 +439,8 @@ static int push_builtin_argv(agent *a, strv *argv, json_t *builtin, const json_t
   json_int_t every = json_integer_value(json_object_get(spec, "average_every"));
   if (every > 0) bad |= strv_push(argv, format("--average-every=%lld", (long long)every));
   const char *checkpoints = json_string_value(json_object_get(spec, "checkpoint_dir"));
-  if (checkpoints && checkpoints[0]) bad |= strv_push(argv, format("--checkpoint-dir=%s", checkpoints));
+  if (checkpoints && checkpoints[0])
+    bad |= strv_push(argv, format("--checkpoint-dir=%s", checkpoints));
   const char *key;
   json_t *value;
   json_object_foreach(json_object_get(builtin, "hyper_parameters"), key, value) {
@@ -449,7 +466,8 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   if (json_is_object(exec)) {
     size_t i;
     json_t *arg;
-    json_array_foreach(json_object_get(exec, "argv"), i, arg) bad |= strv_push(&argv, strdup(json_string_value(arg) ?: ""));
+    json_array_foreach(json_object_get(exec, "argv"), i, arg) bad |=
+        strv_push(&argv, strdup(json_string_value(arg) ?: ""));
     const char *name;
     json_t *value;
     json_object_foreach(json_object_get(exec, "env"), name, value) {
@@ -476,10 +494,15 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   /* output goes to a pipe: without this Python would hold it in its buffer until exit */
   if (!user_unbuffered) bad |= strv_push(&env, strdup("PYTHONUNBUFFERED=1"));
   int out_fd = -1, err_fd = -1;
-  if (!bad && kolo_agent_capture_begin(a->capture, job, epoch, (uint32_t)rank, &out_fd, &err_fd) != KOLO_OK)
+  if (!bad &&
+      kolo_agent_capture_begin(a->capture, job, epoch, (uint32_t)rank, &out_fd, &err_fd) != KOLO_OK)
     KOLO_LOGW(LOG, "the output of job %s is not captured", job);
-  kolo_agent_spawn spawn = {(const char *const *)argv.items, (const char *const *)env.items, cwd,
-                            a->work_dir, out_fd, err_fd};
+  kolo_agent_spawn spawn = {(const char *const *)argv.items,
+                            (const char *const *)env.items,
+                            cwd,
+                            a->work_dir,
+                            out_fd,
+                            err_fd};
   kolo_status started = bad ? KOLO_ERR_NO_MEMORY : kolo_agent_proc_start(&spawn, &a->proc);
   if (out_fd >= 0) close(out_fd);
   if (err_fd >= 0) close(err_fd);
@@ -529,7 +552,8 @@ static int drain_marked(agent *a) {
   if (a->reg == NULL || kolo_keys_drain(a->id, key, sizeof key) != KOLO_OK ||
       kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK)
     return 0;
-  int mine = kolo_drain_mark_applies((const char *)kv.value, kv.value_len, kolo_membership_lease(a->reg));
+  int mine =
+      kolo_drain_mark_applies((const char *)kv.value, kv.value_len, kolo_membership_lease(a->reg));
   kolo_etcd_kv_clear(&kv);
   return mine;
 }
@@ -542,11 +566,13 @@ static int leave_gracefully(agent *a) {
   if (a->leave == 0) {
     a->leave = -1;
     if (!kolo_agent_proc_connected(a->proc) || !(a->draining || drain_marked(a))) return 0;
-    if (kolo_agent_proc_send_msg(a->proc, &(kolo_agent_msg){.verb = KOLO_AGENT_LEAVE, .text = "drained"}) != KOLO_OK)
+    if (kolo_agent_proc_send_msg(
+            a->proc, &(kolo_agent_msg){.verb = KOLO_AGENT_LEAVE, .text = "drained"}) != KOLO_OK)
       return 0;
     a->leave = 1;
     a->leave_deadline_ms = mono_ms() + DRAIN_WAIT_MS;
-    KOLO_LOGI(LOG, "worker %s drained: its process leaves job %s at its next commit", a->id, a->job);
+    KOLO_LOGI(LOG, "worker %s drained: its process leaves job %s at its next commit", a->id,
+              a->job);
   }
   return a->leave == 1 && mono_ms() < a->leave_deadline_ms;
 }
@@ -580,7 +606,8 @@ static void reconcile(agent *a) {
   kolo_ringspec ring;
   if (!get_ring(a, ring_key, &ring)) goto out;
   if (a->proc == NULL && stale_member(a, &ring)) {
-    snprintf(a->done_job, sizeof a->done_job, "%s", job); /* never this epoch: the coordinator re-plans */
+    snprintf(a->done_job, sizeof a->done_job, "%s",
+             job); /* never this epoch: the coordinator re-plans */
     a->done_epoch = epoch;
   } else if (a->proc == NULL) {
     start_process(a, job, &ring);
@@ -631,7 +658,8 @@ static kolo_status setup_logs(agent *a) {
   char dir[512];
   snprintf(dir, sizeof dir, "%s", o->log_dir[0] ? o->log_dir : "");
   if (dir[0] == '\0') snprintf(dir, sizeof dir, "%s/logs", a->work_dir);
-  kolo_agent_logstore_config lc = {dir, o->log_file_bytes, o->log_job_bytes, o->log_total_bytes, o->log_retention_s};
+  kolo_agent_logstore_config lc = {dir, o->log_file_bytes, o->log_job_bytes, o->log_total_bytes,
+                                   o->log_retention_s};
   kolo_status rc = kolo_agent_logstore_open(&lc, &a->logstore);
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG, "cannot open the log store in %s: %s", dir, kolo_strerror(rc));
@@ -655,7 +683,9 @@ static kolo_status setup_logs(agent *a) {
   if (rc != KOLO_OK && o->logs_listen[0]) return rc; /* asked for: a mistake to report */
   if (rc != KOLO_OK) {
     /* e.g. an IPv6 --advertise: output is still captured (and in failure reports), not served */
-    KOLO_LOGW(LOG, "cannot serve job logs on %s (give --logs-listen HOST:PORT); kolo logs will not reach this worker",
+    KOLO_LOGW(LOG,
+              "cannot serve job logs on %s (give --logs-listen HOST:PORT); kolo logs will not "
+              "reach this worker",
               listen);
     return KOLO_OK;
   }
@@ -758,7 +788,8 @@ static kolo_status setup(agent *a) {
   if (rc == KOLO_OK) a->assignment = strdup((const char *)kv.value);
   kolo_etcd_kv_clear(&kv);
   if (rc != KOLO_OK && rc != KOLO_ERR_NOT_FOUND) return rc;
-  kolo_etcd_watch_opts watch = {.key = kolo_etcd_str(a->assign_key), .start_revision = revision + 1};
+  kolo_etcd_watch_opts watch = {.key = kolo_etcd_str(a->assign_key),
+                                .start_revision = revision + 1};
   return kolo_etcd_watch_start(a->etcd, &watch, on_assignment, a, &a->watch);
 }
 
@@ -797,12 +828,14 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
     int n_proc = kolo_agent_proc_poll_fds(a.proc, proc_fds);
     fds[0] = (struct pollfd){.fd = sfd, .events = POLLIN};
     fds[1] = (struct pollfd){.fd = a.wake[0], .events = POLLIN};
-    for (int i = 0; i < n_proc; i++) fds[2 + i] = (struct pollfd){.fd = proc_fds[i], .events = POLLIN};
+    for (int i = 0; i < n_proc; i++)
+      fds[2 + i] = (struct pollfd){.fd = proc_fds[i], .events = POLLIN};
     poll(fds, (nfds_t)(2 + n_proc), 250);
     struct signalfd_siginfo info;
     while (read(sfd, &info, sizeof info) == (ssize_t)sizeof info) {
       if ((info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT) && !a.draining) {
-        KOLO_LOGI(LOG, "%s: draining (leaving the job, then exiting)", strsignal((int)info.ssi_signo));
+        KOLO_LOGI(LOG, "%s: draining (leaving the job, then exiting)",
+                  strsignal((int)info.ssi_signo));
         a.draining = 1;
         a.drain_deadline_ms = mono_ms() + DRAIN_WAIT_MS;
         set_state(&a, "draining");
@@ -825,7 +858,8 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
       if (a.draining) break;
       rc = reregister(&a);
       if (rc != KOLO_OK) {
-        KOLO_LOGE(LOG, "cannot register worker %s: %s (%s)", a.id, kolo_strerror(rc), kolo_etcd_last_error());
+        KOLO_LOGE(LOG, "cannot register worker %s: %s (%s)", a.id, kolo_strerror(rc),
+                  kolo_etcd_last_error());
         rc = KOLO_ERR_LEASE_LOST;
         goto out;
       }
@@ -835,7 +869,8 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
     if (a.report_dirty && mono_ms() - a.report_written_ms >= REPORT_EVERY_MS) write_report(&a);
     if (a.draining) {
       if (a.proc == NULL) break;
-      if (mono_ms() > a.drain_deadline_ms) kolo_agent_proc_stop(a.proc, "worker draining", opts->stop_grace_ms);
+      if (mono_ms() > a.drain_deadline_ms)
+        kolo_agent_proc_stop(a.proc, "worker draining", opts->stop_grace_ms);
     }
   }
   rc = KOLO_OK;

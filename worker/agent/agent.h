@@ -12,14 +12,14 @@
 #include "kolo/status.h"
 
 typedef struct kolo_agent_options {
-  char etcd[1024];      /* comma-separated client URLs */
+  char etcd[1024];              /* comma-separated client URLs */
   kolo_etcd_access etcd_access; /* --etcd-ca/-cert/-key/-user/-password-file (password loaded) */
-  char advertise[256];  /* data-plane host:port peers connect to */
-  char listen[256];     /* what the process binds; "" = advertise */
-  char id[129];         /* "" = <host>-<pid> */
+  char advertise[256];          /* data-plane host:port peers connect to */
+  char listen[256];             /* what the process binds; "" = advertise */
+  char id[129];                 /* "" = <host>-<pid> */
   int lease_ttl_s;
-  char work_dir[256];   /* "" = /tmp/kolo-worker-<id> */
-  char labels[1024];    /* k=v,k=v */
+  char work_dir[256]; /* "" = /tmp/kolo-worker-<id> */
+  char labels[1024];  /* k=v,k=v */
   int gpus;
   char train_bin[1024]; /* kolo-train for builtin jobs; "" = next to kolo-worker */
   int stop_grace_ms;

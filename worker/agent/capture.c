@@ -40,8 +40,8 @@ struct kolo_agent_capture {
   pthread_cond_t done_cond;
   int stop;
   /* the capture, under lock */
-  int running;   /* begin .. end */
-  int ending;    /* end was asked: finish once both pipes are at EOF or at end_deadline */
+  int running; /* begin .. end */
+  int ending;  /* end was asked: finish once both pipes are at EOF or at end_deadline */
   int64_t end_deadline_ms;
   char job[129];
   stream out, err;
@@ -71,14 +71,22 @@ static size_t utf8_sequence(const unsigned char *p, size_t avail) {
   size_t need;
   unsigned char lo = 0x80, hi = 0xBF;
   if (b < 0x80) return 1;
-  if (b >= 0xC2 && b <= 0xDF) need = 1;
-  else if (b == 0xE0) need = 2, lo = 0xA0;
-  else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) need = 2;
-  else if (b == 0xED) need = 2, hi = 0x9F;
-  else if (b == 0xF0) need = 3, lo = 0x90;
-  else if (b >= 0xF1 && b <= 0xF3) need = 3;
-  else if (b == 0xF4) need = 3, hi = 0x8F;
-  else return 0;
+  if (b >= 0xC2 && b <= 0xDF)
+    need = 1;
+  else if (b == 0xE0)
+    need = 2, lo = 0xA0;
+  else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
+    need = 2;
+  else if (b == 0xED)
+    need = 2, hi = 0x9F;
+  else if (b == 0xF0)
+    need = 3, lo = 0x90;
+  else if (b >= 0xF1 && b <= 0xF3)
+    need = 3;
+  else if (b == 0xF4)
+    need = 3, hi = 0x8F;
+  else
+    return 0;
   if (avail < need + 1) return 0;
   if (p[1] < lo || p[1] > hi) return 0;
   for (size_t i = 2; i <= need; i++)
@@ -282,8 +290,8 @@ void kolo_agent_capture_destroy(kolo_agent_capture *c) {
   free(c);
 }
 
-kolo_status kolo_agent_capture_begin(kolo_agent_capture *c, const char *job, int64_t epoch, uint32_t rank,
-                                     int *out_fd, int *err_fd) {
+kolo_status kolo_agent_capture_begin(kolo_agent_capture *c, const char *job, int64_t epoch,
+                                     uint32_t rank, int *out_fd, int *err_fd) {
   int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
   kolo_status rc = KOLO_ERR_STATE;
   pthread_mutex_lock(&c->lock);
@@ -347,7 +355,8 @@ void kolo_agent_capture_end(kolo_agent_capture *c, int wait_ms, char *tail, size
   char joined[KOLO_AGENT_STDERR_TAIL_LINES * (TAIL_LINE + 1) + 1];
   size_t used = 0;
   for (size_t k = 0; k < c->tail_count; k++) {
-    size_t index = (c->tail_next + KOLO_AGENT_STDERR_TAIL_LINES - c->tail_count + k) % KOLO_AGENT_STDERR_TAIL_LINES;
+    size_t index = (c->tail_next + KOLO_AGENT_STDERR_TAIL_LINES - c->tail_count + k) %
+                   KOLO_AGENT_STDERR_TAIL_LINES;
     size_t n = strlen(c->tail[index]);
     memcpy(joined + used, c->tail[index], n);
     used += n;

@@ -25,8 +25,8 @@ void kolo_agent_capture_destroy(kolo_agent_capture *c);
 /* A process of job starts at (epoch, rank): *out_fd and *err_fd are the write ends of its
  * stdout and stderr pipes (close-on-exec; the child dup2s them; the caller closes them
  * once the child is forked). KOLO_ERR_STATE while another capture is running. */
-kolo_status kolo_agent_capture_begin(kolo_agent_capture *c, const char *job, int64_t epoch, uint32_t rank,
-                                     int *out_fd, int *err_fd);
+kolo_status kolo_agent_capture_begin(kolo_agent_capture *c, const char *job, int64_t epoch,
+                                     uint32_t rank, int *out_fd, int *err_fd);
 /* The process now runs at (epoch, rank): later lines go to a new segment. */
 void kolo_agent_capture_segment(kolo_agent_capture *c, int64_t epoch, uint32_t rank);
 /* The process is gone: reads the pipes to their end (at most wait_ms), ends the job's

@@ -23,17 +23,19 @@ struct kolo_agent_health {
 };
 
 char *kolo_agent_health_readyz_json(const kolo_agent_health_state *s) {
-  json_t *o = json_pack("{s:b, s:s, s:b, s:s, s:s, s:I}", "ready", s->registered, "id", s->id, "registered",
-                        s->registered, "state", s->state, "job", s->job, "epoch", (json_int_t)s->epoch);
+  json_t *o =
+      json_pack("{s:b, s:s, s:b, s:s, s:s, s:I}", "ready", s->registered, "id", s->id, "registered",
+                s->registered, "state", s->state, "job", s->job, "epoch", (json_int_t)s->epoch);
   char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
   json_decref(o);
   return text;
 }
 
 /* Appends one gauge or counter with its HELP and TYPE lines. */
-static void metric(FILE *out, const char *name, const char *type, const char *help, const char *labels,
-                   double value) {
-  fprintf(out, "# HELP %s %s\n# TYPE %s %s\n%s%s %.17g\n", name, help, name, type, name, labels, value);
+static void metric(FILE *out, const char *name, const char *type, const char *help,
+                   const char *labels, double value) {
+  fprintf(out, "# HELP %s %s\n# TYPE %s %s\n%s%s %.17g\n", name, help, name, type, name, labels,
+          value);
 }
 
 /* A label value with \, " and newlines escaped as the text format wants. */
@@ -53,51 +55,61 @@ char *kolo_agent_health_metrics_text(const kolo_agent_health_state *s) {
   size_t len = 0;
   FILE *out = open_memstream(&buf, &len);
   if (out == NULL) return NULL;
-  metric(out, "kolo_worker_registered", "gauge", "1 while the worker holds its registration lease in etcd.", "",
-         s->registered);
+  metric(out, "kolo_worker_registered", "gauge",
+         "1 while the worker holds its registration lease in etcd.", "", s->registered);
   static const char *const states[] = {"idle", "busy", "draining"};
-  fprintf(out, "# HELP kolo_worker_state The worker's state (1 for the current one).\n"
-               "# TYPE kolo_worker_state gauge\n");
+  fprintf(out,
+          "# HELP kolo_worker_state The worker's state (1 for the current one).\n"
+          "# TYPE kolo_worker_state gauge\n");
   for (size_t i = 0; i < 3; i++)
-    fprintf(out, "kolo_worker_state{state=\"%s\"} %d\n", states[i], strcmp(s->state, states[i]) == 0);
-  fprintf(out, "# HELP kolo_worker_job The job the worker runs (1 while assigned).\n# TYPE kolo_worker_job gauge\n");
+    fprintf(out, "kolo_worker_state{state=\"%s\"} %d\n", states[i],
+            strcmp(s->state, states[i]) == 0);
+  fprintf(out,
+          "# HELP kolo_worker_job The job the worker runs (1 while assigned).\n# TYPE "
+          "kolo_worker_job gauge\n");
   if (s->job[0]) {
     fputs("kolo_worker_job{job=\"", out);
     escaped(out, s->job);
     fprintf(out, "\"} 1\n");
   }
-  metric(out, "kolo_worker_epoch", "gauge", "Ring epoch of the job's newest ring (0 without a job).", "",
-         (double)s->epoch);
-  metric(out, "kolo_worker_process_running", "gauge", "1 while a training process runs.", "", s->process_running);
+  metric(out, "kolo_worker_epoch", "gauge",
+         "Ring epoch of the job's newest ring (0 without a job).", "", (double)s->epoch);
+  metric(out, "kolo_worker_process_running", "gauge", "1 while a training process runs.", "",
+         s->process_running);
   if (s->has_progress) {
-    metric(out, "kolo_worker_step", "gauge", "Last step the training process reported.", "", s->step);
-    metric(out, "kolo_worker_total_steps", "gauge", "Steps the whole run takes, as the process reported.", "",
-           s->total_steps);
-    metric(out, "kolo_worker_loss", "gauge", "Last training loss the process reported.", "", s->loss);
-    metric(out, "kolo_worker_samples_per_second", "gauge", "Training throughput the process reported.", "",
-           s->samples_per_sec);
+    metric(out, "kolo_worker_step", "gauge", "Last step the training process reported.", "",
+           s->step);
+    metric(out, "kolo_worker_total_steps", "gauge",
+           "Steps the whole run takes, as the process reported.", "", s->total_steps);
+    metric(out, "kolo_worker_loss", "gauge", "Last training loss the process reported.", "",
+           s->loss);
+    metric(out, "kolo_worker_samples_per_second", "gauge",
+           "Training throughput the process reported.", "", s->samples_per_sec);
   }
-  metric(out, "kolo_worker_registrations_total", "counter", "Registrations in etcd (more than 1: a lease was lost).",
-         "", (double)s->registrations);
-  metric(out, "kolo_worker_leases_lost_total", "counter", "Registration leases lost.", "", (double)s->leases_lost);
+  metric(out, "kolo_worker_registrations_total", "counter",
+         "Registrations in etcd (more than 1: a lease was lost).", "", (double)s->registrations);
+  metric(out, "kolo_worker_leases_lost_total", "counter", "Registration leases lost.", "",
+         (double)s->leases_lost);
   metric(out, "kolo_worker_processes_started_total", "counter", "Training processes started.", "",
          (double)s->processes_started);
-  metric(out, "kolo_worker_processes_failed_total", "counter", "Training processes that exited non-zero.", "",
-         (double)s->processes_failed);
-  metric(out, "kolo_worker_rings_sent_total", "counter", "Ring epochs forwarded to a training process.", "",
-         (double)s->rings_sent);
+  metric(out, "kolo_worker_processes_failed_total", "counter",
+         "Training processes that exited non-zero.", "", (double)s->processes_failed);
+  metric(out, "kolo_worker_rings_sent_total", "counter",
+         "Ring epochs forwarded to a training process.", "", (double)s->rings_sent);
   metric(out, "kolo_worker_reports_written_total", "counter", "Reports written to etcd.", "",
          (double)s->reports_written);
-  metric(out, "kolo_worker_report_errors_total", "counter", "Reports etcd did not take (retried).", "",
-         (double)s->report_errors);
+  metric(out, "kolo_worker_report_errors_total", "counter", "Reports etcd did not take (retried).",
+         "", (double)s->report_errors);
   fclose(out);
   return buf;
 }
 
-static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, const char *type, char *body) {
-  const char *text = body ? body : "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
-  struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), (void *)text,
-                                                              body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, const char *type,
+                              char *body) {
+  const char *text =
+      body ? body : "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
+  struct MHD_Response *resp = MHD_create_response_from_buffer(
+      strlen(text), (void *)text, body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
   if (resp == NULL) {
     free(body);
     return MHD_NO;
@@ -108,8 +120,9 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, cons
   return ret;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
   kolo_agent_health *h = cls;
   (void)version, (void)upload;
   if (*con_cls == NULL) { /* first call: headers only */
@@ -126,14 +139,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   pthread_mutex_unlock(&h->lock);
   int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
   const char *json = "application/json";
-  if (get && strcmp(url, "/healthz") == 0) return answer(conn, 200, json, strdup("{\"status\":\"ok\"}"));
+  if (get && strcmp(url, "/healthz") == 0)
+    return answer(conn, 200, json, strdup("{\"status\":\"ok\"}"));
   if (get && strcmp(url, "/readyz") == 0)
     return answer(conn, s.registered ? 200 : 503, json, kolo_agent_health_readyz_json(&s));
   if (get && strcmp(url, "/metrics") == 0)
     return answer(conn, 200, "text/plain; version=0.0.4", kolo_agent_health_metrics_text(&s));
-  int known = strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 || strcmp(url, "/metrics") == 0;
-  json_t *o = json_pack("{s:{s:s, s:s+}}", "error", "code", known ? "METHOD_NOT_ALLOWED" : "NOT_FOUND",
-                        "message", known ? "only GET: " : "no route: ", url);
+  int known =
+      strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 || strcmp(url, "/metrics") == 0;
+  json_t *o =
+      json_pack("{s:{s:s, s:s+}}", "error", "code", known ? "METHOD_NOT_ALLOWED" : "NOT_FOUND",
+                "message", known ? "only GET: " : "no route: ", url);
   char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
   json_decref(o);
   return answer(conn, known ? 405 : 404, json, text);
@@ -174,10 +190,11 @@ kolo_status kolo_agent_health_start(const char *listen, kolo_agent_health **out,
   kolo_agent_health *h = calloc(1, sizeof *h);
   if (h == NULL) return KOLO_ERR_NO_MEMORY;
   pthread_mutex_init(&h->lock, NULL);
-  h->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, h,
-                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
-                               (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_EXTERNAL_LOGGER,
-                               mhd_log, NULL, MHD_OPTION_END);
+  h->daemon =
+      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                       on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT,
+                       (unsigned)10, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
   if (h->daemon == NULL) {
     pthread_mutex_destroy(&h->lock);
     free(h);

@@ -16,18 +16,18 @@
 /* What the agent publishes (copied whole under a lock). */
 typedef struct kolo_agent_health_state {
   char id[129];
-  int registered;   /* holds a live registration lease in etcd */
-  char state[33];   /* idle, busy, draining, "" before the first registration */
-  char job[129];    /* "" when none */
-  int64_t epoch;    /* ring epoch of the job's newest ring */
+  int registered; /* holds a live registration lease in etcd */
+  char state[33]; /* idle, busy, draining, "" before the first registration */
+  char job[129];  /* "" when none */
+  int64_t epoch;  /* ring epoch of the job's newest ring */
   int process_running;
   int has_progress; /* the fields below come from the process's reports */
   double step, total_steps, loss, samples_per_sec;
-  uint64_t registrations;      /* times the worker registered (restarts after a lost lease) */
+  uint64_t registrations; /* times the worker registered (restarts after a lost lease) */
   uint64_t leases_lost;
   uint64_t processes_started;
-  uint64_t processes_failed;   /* exited non-zero */
-  uint64_t rings_sent;         /* ring epochs forwarded to a process */
+  uint64_t processes_failed; /* exited non-zero */
+  uint64_t rings_sent;       /* ring epochs forwarded to a process */
   uint64_t reports_written, report_errors;
 } kolo_agent_health_state;
 

@@ -57,18 +57,21 @@ static int parse_u64(const char *text, uint64_t max, uint64_t *out) {
   return 1;
 }
 
-static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value) {
   query *q = cls;
   (void)kind;
   uint64_t v = 0;
   if (q->err[0]) return MHD_YES;
   if (strcmp(key, "rank") == 0) {
     if (!parse_u64(value, UINT32_MAX, &v) || q->n_ranks == MAX_RANKS)
-      snprintf(q->err, sizeof q->err, "rank: expected at most %d ranks of 0..%u", MAX_RANKS, UINT32_MAX);
+      snprintf(q->err, sizeof q->err, "rank: expected at most %d ranks of 0..%u", MAX_RANKS,
+               UINT32_MAX);
     else
       q->ranks[q->n_ranks++] = (uint32_t)v;
   } else if (strcmp(key, "tail") == 0) {
-    if (!parse_u64(value, 1000000000, &q->tail)) snprintf(q->err, sizeof q->err, "tail: expected 0..1000000000");
+    if (!parse_u64(value, 1000000000, &q->tail))
+      snprintf(q->err, sizeof q->err, "tail: expected 0..1000000000");
   } else if (strcmp(key, "follow") == 0) {
     if (!parse_u64(value, 1, &v)) snprintf(q->err, sizeof q->err, "follow: expected 0 or 1");
     q->follow = (int)v;
@@ -80,7 +83,8 @@ static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char 
       seq[colon - value] = '\0';
       snprintf(off, sizeof off, "%s", colon + 1);
     }
-    if (colon == NULL || !parse_u64(seq, UINT64_MAX, &q->after.seq) || !parse_u64(off, UINT64_MAX, &q->after.offset))
+    if (colon == NULL || !parse_u64(seq, UINT64_MAX, &q->after.seq) ||
+        !parse_u64(off, UINT64_MAX, &q->after.offset))
       snprintf(q->err, sizeof q->err, "after: expected SEQ:OFFSET");
     q->has_after = 1;
   } else {
@@ -102,12 +106,13 @@ static int next_record(answer *a, int wait_ms, int quiet) {
   kolo_agent_log_line line;
   uint64_t skipped = 0;
   kolo_agent_log_next got = kolo_agent_logreader_next(a->reader, wait_ms, &line, &skipped);
-  if (skipped) a->record_len = (size_t)snprintf(a->record, sizeof a->record, "G %" PRIu64 "\n", skipped);
+  if (skipped)
+    a->record_len = (size_t)snprintf(a->record, sizeof a->record, "G %" PRIu64 "\n", skipped);
   if (got == KOLO_AGENT_LOG_LINE) {
     size_t text = line.len > KOLO_AGENT_LOG_MAX_LINE ? KOLO_AGENT_LOG_MAX_LINE : line.len;
     int head = snprintf(a->record + a->record_len, sizeof a->record - a->record_len,
-                        "L %" PRIu64 " %" PRIu64 " %" PRId64 " %" PRIu32 " ", line.next.seq, line.next.offset,
-                        line.epoch, line.rank);
+                        "L %" PRIu64 " %" PRIu64 " %" PRId64 " %" PRIu32 " ", line.next.seq,
+                        line.next.offset, line.epoch, line.rank);
     a->record_len += (size_t)head;
     memcpy(a->record + a->record_len, line.text, text);
     a->record_len += text;
@@ -116,11 +121,13 @@ static int next_record(answer *a, int wait_ms, int quiet) {
   }
   if (got == KOLO_AGENT_LOG_WAIT && a->follow) {
     if (quiet) return a->record_len > 0;
-    a->record_len += (size_t)snprintf(a->record + a->record_len, sizeof a->record - a->record_len, "H\n");
+    a->record_len +=
+        (size_t)snprintf(a->record + a->record_len, sizeof a->record - a->record_len, "H\n");
     return 1;
   }
   a->ended = 1;
-  a->record_len += (size_t)snprintf(a->record + a->record_len, sizeof a->record - a->record_len, "E done\n");
+  a->record_len +=
+      (size_t)snprintf(a->record + a->record_len, sizeof a->record - a->record_len, "E done\n");
   return 1;
 }
 
@@ -132,7 +139,8 @@ static ssize_t read_answer(void *cls, uint64_t pos, char *buf, size_t max) {
   size_t used = 0;
   while (used < max) {
     if (a->record_sent == a->record_len) {
-      int ready = used == 0 ? next_record(a, a->follow ? HEARTBEAT_MS : 0, 0) : next_record(a, 0, 1);
+      int ready =
+          used == 0 ? next_record(a, a->follow ? HEARTBEAT_MS : 0, 0) : next_record(a, 0, 1);
       if (!ready) break;
     }
     size_t n = a->record_len - a->record_sent;
@@ -155,7 +163,8 @@ static enum MHD_Result reply_json(struct MHD_Connection *conn, unsigned status, 
                                   const char *message) {
   char body[400];
   snprintf(body, sizeof body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}", code, message);
-  struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_COPY);
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_COPY);
   if (resp == NULL) return MHD_NO;
   MHD_add_response_header(resp, "Content-Type", "application/json");
   enum MHD_Result ret = MHD_queue_response(conn, status, resp);
@@ -167,12 +176,14 @@ static int same_secret(const char *given, const char *want) {
   if (given == NULL) return 0;
   size_t len = strlen(given), want_len = strlen(want);
   unsigned diff = (unsigned)(len ^ want_len);
-  for (size_t k = 0; k < want_len; k++) diff |= (unsigned)((uint8_t)given[k < len ? k : 0] ^ (uint8_t)want[k]);
+  for (size_t k = 0; k < want_len; k++)
+    diff |= (unsigned)((uint8_t)given[k < len ? k : 0] ^ (uint8_t)want[k]);
   return diff == 0;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
   kolo_agent_logserver *srv = cls;
   (void)version;
   (void)upload;
@@ -186,12 +197,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
   const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
   if (!same_secret(auth, srv->token_header))
-    return reply_json(conn, MHD_HTTP_UNAUTHORIZED, "UNAUTHENTICATED", "missing or wrong bearer token");
+    return reply_json(conn, MHD_HTTP_UNAUTHORIZED, "UNAUTHENTICATED",
+                      "missing or wrong bearer token");
   const char *prefix = "/v1/logs/";
   if (strcmp(method, "GET") != 0 || strncmp(url, prefix, strlen(prefix)) != 0)
     return reply_json(conn, MHD_HTTP_NOT_FOUND, "NOT_FOUND", "no such route");
   const char *job = url + strlen(prefix);
-  if (!kolo_keys_name_valid(job)) return reply_json(conn, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT", "bad job id");
+  if (!kolo_keys_name_valid(job))
+    return reply_json(conn, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT", "bad job id");
   query q;
   memset(&q, 0, sizeof q);
   MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, query_arg, &q);
@@ -205,8 +218,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     free(a);
     return reply_json(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", kolo_strerror(rc));
   }
-  struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, read_answer, a,
-                                                                free_answer);
+  struct MHD_Response *resp =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, read_answer, a, free_answer);
   if (resp == NULL) {
     free_answer(a);
     return MHD_NO;
@@ -250,12 +263,14 @@ static kolo_status listen_address(const char *listen, struct sockaddr_in *addr) 
   return KOLO_OK;
 }
 
-kolo_status kolo_agent_logserver_start(const kolo_agent_logserver_config *cfg, kolo_agent_logserver **out,
-                                       int *bound_port) {
-  if (cfg == NULL || cfg->store == NULL || cfg->token == NULL || cfg->token[0] == '\0') return KOLO_ERR_INVALID_ARG;
+kolo_status kolo_agent_logserver_start(const kolo_agent_logserver_config *cfg,
+                                       kolo_agent_logserver **out, int *bound_port) {
+  if (cfg == NULL || cfg->store == NULL || cfg->token == NULL || cfg->token[0] == '\0')
+    return KOLO_ERR_INVALID_ARG;
   struct sockaddr_in addr;
   if (listen_address(cfg->listen, &addr) != KOLO_OK) {
-    KOLO_LOGE(LOG, "--logs-listen '%s' is not host:port of an IPv4 address", cfg->listen ? cfg->listen : "");
+    KOLO_LOGE(LOG, "--logs-listen '%s' is not host:port of an IPv4 address",
+              cfg->listen ? cfg->listen : "");
     return KOLO_ERR_ADDRESS;
   }
   kolo_agent_logserver *srv = calloc(1, sizeof *srv);
@@ -266,10 +281,11 @@ kolo_status kolo_agent_logserver_start(const kolo_agent_logserver_config *cfg, k
     return KOLO_ERR_NO_MEMORY;
   }
   srv->daemon = MHD_start_daemon(
-      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-      on_request, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)KOLO_AGENT_LOGSERVER_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL,
+      NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)KOLO_AGENT_LOGSERVER_CONNECTIONS,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+      MHD_OPTION_END);
   if (srv->daemon == NULL) {
     KOLO_LOGE(LOG, "cannot serve logs on %s", cfg->listen);
     free(srv->token_header);

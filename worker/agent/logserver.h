@@ -29,8 +29,8 @@ typedef struct kolo_agent_logserver_config {
 
 typedef struct kolo_agent_logserver kolo_agent_logserver;
 
-kolo_status kolo_agent_logserver_start(const kolo_agent_logserver_config *cfg, kolo_agent_logserver **out,
-                                       int *bound_port);
+kolo_status kolo_agent_logserver_start(const kolo_agent_logserver_config *cfg,
+                                       kolo_agent_logserver **out, int *bound_port);
 /* Ends every open stream, stops, frees. */
 void kolo_agent_logserver_stop(kolo_agent_logserver *srv);
 

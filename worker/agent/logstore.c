@@ -84,17 +84,18 @@ static int64_t wall_ms(void) {
   return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-static void segment_path(const kolo_agent_logstore *s, const char *job, const segment *seg, char *out,
-                         size_t len) {
-  snprintf(out, len, "%s/%s/%08" PRIu64 "-e%" PRId64 "-r%" PRIu32 ".log", s->dir, job, seg->seq, seg->epoch,
-           seg->rank);
+static void segment_path(const kolo_agent_logstore *s, const char *job, const segment *seg,
+                         char *out, size_t len) {
+  snprintf(out, len, "%s/%s/%08" PRIu64 "-e%" PRId64 "-r%" PRIu32 ".log", s->dir, job, seg->seq,
+           seg->epoch, seg->rank);
 }
 
 /* "<seq>-e<epoch>-r<rank>.log" -> seg (bytes left 0); 0 if name is something else. */
 static int parse_segment_name(const char *name, segment *seg) {
   int used = -1;
   memset(seg, 0, sizeof *seg);
-  if (sscanf(name, "%" SCNu64 "-e%" SCNd64 "-r%" SCNu32 ".log%n", &seg->seq, &seg->epoch, &seg->rank, &used) != 3)
+  if (sscanf(name, "%" SCNu64 "-e%" SCNd64 "-r%" SCNu32 ".log%n", &seg->seq, &seg->epoch,
+             &seg->rank, &used) != 3)
     return 0;
   return used > 0 && name[used] == '\0' && seg->seq > 0;
 }
@@ -166,10 +167,11 @@ static void load_job(kolo_agent_logstore *s, const char *id) {
   if (j != NULL && j->n > 1) qsort(j->segs, j->n, sizeof *j->segs, by_seq);
 }
 
-kolo_status kolo_agent_logstore_open(const kolo_agent_logstore_config *cfg, kolo_agent_logstore **out) {
+kolo_status kolo_agent_logstore_open(const kolo_agent_logstore_config *cfg,
+                                     kolo_agent_logstore **out) {
   if (cfg == NULL || cfg->dir == NULL || cfg->dir[0] == '\0' || strlen(cfg->dir) >= 2048 ||
-      cfg->file_bytes < 1024 || cfg->job_bytes < 2 * cfg->file_bytes || cfg->total_bytes < cfg->job_bytes ||
-      cfg->retention_s < 0)
+      cfg->file_bytes < 1024 || cfg->job_bytes < 2 * cfg->file_bytes ||
+      cfg->total_bytes < cfg->job_bytes || cfg->retention_s < 0)
     return KOLO_ERR_INVALID_ARG;
   if (mkdir(cfg->dir, 0755) != 0 && errno != EEXIST) {
     KOLO_LOGE(LOG, "cannot create the log directory %s: %s", cfg->dir, strerror(errno));
@@ -230,7 +232,8 @@ void kolo_agent_logstore_close(kolo_agent_logstore *s) {
 static void drop_first_segment(kolo_agent_logstore *s, job_logs *j) {
   char path[4096];
   segment_path(s, j->id, &j->segs[0], path, sizeof path);
-  if (unlink(path) != 0 && errno != ENOENT) KOLO_LOGW(LOG, "cannot delete %s: %s", path, strerror(errno));
+  if (unlink(path) != 0 && errno != ENOENT)
+    KOLO_LOGW(LOG, "cannot delete %s: %s", path, strerror(errno));
   j->bytes -= j->segs[0].bytes;
   if (j->segs[0].seq > j->deleted_below) j->deleted_below = j->segs[0].seq;
   memmove(j->segs, j->segs + 1, (j->n - 1) * sizeof *j->segs);
@@ -271,7 +274,8 @@ static kolo_status open_segment(kolo_agent_logstore *s, job_logs *j, int64_t epo
   return KOLO_OK;
 }
 
-kolo_status kolo_agent_logstore_begin(kolo_agent_logstore *s, const char *job, int64_t epoch, uint32_t rank) {
+kolo_status kolo_agent_logstore_begin(kolo_agent_logstore *s, const char *job, int64_t epoch,
+                                      uint32_t rank) {
   if (!kolo_keys_name_valid(job)) return KOLO_ERR_INVALID_ARG;
   kolo_status rc = KOLO_ERR_NO_MEMORY;
   pthread_mutex_lock(&s->lock);
@@ -297,21 +301,24 @@ out:
   return rc;
 }
 
-kolo_status kolo_agent_logstore_segment(kolo_agent_logstore *s, const char *job, int64_t epoch, uint32_t rank) {
+kolo_status kolo_agent_logstore_segment(kolo_agent_logstore *s, const char *job, int64_t epoch,
+                                        uint32_t rank) {
   kolo_status rc = KOLO_ERR_STATE;
   pthread_mutex_lock(&s->lock);
   job_logs *j = find_job(s, job);
   if (j != NULL && j->active) {
     const segment *live = j->fd >= 0 && j->n ? &j->segs[j->n - 1] : NULL;
     j->write_failed = 0;
-    rc = live && live->epoch == epoch && live->rank == rank ? KOLO_OK : open_segment(s, j, epoch, rank);
+    rc = live && live->epoch == epoch && live->rank == rank ? KOLO_OK
+                                                            : open_segment(s, j, epoch, rank);
     pthread_cond_broadcast(&s->changed);
   }
   pthread_mutex_unlock(&s->lock);
   return rc;
 }
 
-kolo_status kolo_agent_logstore_append(kolo_agent_logstore *s, const char *job, const char *data, size_t len) {
+kolo_status kolo_agent_logstore_append(kolo_agent_logstore *s, const char *job, const char *data,
+                                       size_t len) {
   kolo_status rc = KOLO_ERR_STATE;
   pthread_mutex_lock(&s->lock);
   job_logs *j = find_job(s, job);
@@ -330,8 +337,8 @@ kolo_status kolo_agent_logstore_append(kolo_agent_logstore *s, const char *job, 
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       if (!j->write_failed)
-        KOLO_LOGW(LOG, "cannot write the output of job %s: %s (dropped until the next segment)", job,
-                  n < 0 ? strerror(errno) : "short write");
+        KOLO_LOGW(LOG, "cannot write the output of job %s: %s (dropped until the next segment)",
+                  job, n < 0 ? strerror(errno) : "short write");
       j->write_failed = 1;
       rc = KOLO_ERR_IO;
       break;
@@ -368,7 +375,8 @@ static void remove_job(kolo_agent_logstore *s, size_t index) {
   while (j->n > 0) drop_first_segment(s, j);
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", s->dir, j->id);
-  if (rmdir(path) != 0 && errno != ENOENT) KOLO_LOGW(LOG, "cannot remove %s: %s", path, strerror(errno));
+  if (rmdir(path) != 0 && errno != ENOENT)
+    KOLO_LOGW(LOG, "cannot remove %s: %s", path, strerror(errno));
   KOLO_LOGI(LOG, "deleted the logs of job %s", j->id);
   free_job(j);
   s->jobs[index] = s->jobs[--s->n_jobs];
@@ -388,7 +396,8 @@ void kolo_agent_logstore_sweep(kolo_agent_logstore *s, int64_t now_s) {
     long oldest = -1;
     for (size_t i = 0; i < s->n_jobs; i++) {
       total += s->jobs[i]->bytes;
-      if (!s->jobs[i]->active && (oldest < 0 || s->jobs[i]->last_ms < s->jobs[oldest]->last_ms)) oldest = (long)i;
+      if (!s->jobs[i]->active && (oldest < 0 || s->jobs[i]->last_ms < s->jobs[oldest]->last_ms))
+        oldest = (long)i;
     }
     if (total <= s->cfg.total_bytes || oldest < 0) break;
     remove_job(s, (size_t)oldest);
@@ -452,7 +461,8 @@ static uint64_t tail_in_file(int fd, uint64_t size, uint64_t need, uint64_t *pos
 }
 
 /* Computes the per-rank starts of the last tail lines, over a copy of the segments. */
-static kolo_status compute_tail(kolo_agent_logreader *r, const segment *segs, size_t n, uint64_t tail) {
+static kolo_status compute_tail(kolo_agent_logreader *r, const segment *segs, size_t n,
+                                uint64_t tail) {
   char *block = malloc(READ_CHUNK);
   if (block == NULL) return KOLO_ERR_NO_MEMORY;
   for (size_t k = n; k-- > 0;) {
@@ -483,7 +493,8 @@ static kolo_status compute_tail(kolo_agent_logreader *r, const segment *segs, si
   return KOLO_OK;
 }
 
-kolo_status kolo_agent_logreader_open(kolo_agent_logstore *s, const char *job, const kolo_agent_logreader_opts *opts,
+kolo_status kolo_agent_logreader_open(kolo_agent_logstore *s, const char *job,
+                                      const kolo_agent_logreader_opts *opts,
                                       kolo_agent_logreader **out) {
   if (!kolo_keys_name_valid(job)) return KOLO_ERR_INVALID_ARG;
   kolo_agent_logreader *r = calloc(1, sizeof *r);
@@ -541,7 +552,8 @@ void kolo_agent_logreader_close(kolo_agent_logreader *r) {
 
 /* Reads a line of segment seg at r->cur.offset (without the lock). 1 = line filled,
  * 0 = no complete line yet (live segment), -1 = the file is gone. */
-static int read_line(kolo_agent_logreader *r, const segment *seg, int live, kolo_agent_log_line *line) {
+static int read_line(kolo_agent_logreader *r, const segment *seg, int live,
+                     kolo_agent_log_line *line) {
   if (r->fd < 0 || r->fd_seq != seg->seq) {
     if (r->fd >= 0) close(r->fd);
     char path[4096];
@@ -582,8 +594,8 @@ static int wait_until(kolo_agent_logstore *s, const struct timespec *deadline) {
   return pthread_cond_timedwait(&s->changed, &s->lock, deadline) == ETIMEDOUT;
 }
 
-kolo_agent_log_next kolo_agent_logreader_next(kolo_agent_logreader *r, int wait_ms, kolo_agent_log_line *line,
-                                              uint64_t *skipped) {
+kolo_agent_log_next kolo_agent_logreader_next(kolo_agent_logreader *r, int wait_ms,
+                                              kolo_agent_log_line *line, uint64_t *skipped) {
   kolo_agent_logstore *s = r->store;
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -609,7 +621,8 @@ kolo_agent_log_next kolo_agent_logreader_next(kolo_agent_logreader *r, int wait_
     }
     segment seg = j->segs[i];
     if (seg.seq != r->cur.seq) {
-      if (r->report_gaps && skipped && j->deleted_below > 0 && r->cur.seq <= j->deleted_below) (*skipped)++;
+      if (r->report_gaps && skipped && j->deleted_below > 0 && r->cur.seq <= j->deleted_below)
+        (*skipped)++;
       r->cur = (kolo_agent_log_cursor){seg.seq, 0};
     }
     rank_start *st = start_of(r, seg.rank);

@@ -30,7 +30,8 @@ typedef struct kolo_agent_logstore_config {
 typedef struct kolo_agent_logstore kolo_agent_logstore;
 
 /* Checks the config (KOLO_ERR_INVALID_ARG), creates dir and loads what it holds. */
-kolo_status kolo_agent_logstore_open(const kolo_agent_logstore_config *cfg, kolo_agent_logstore **out);
+kolo_status kolo_agent_logstore_open(const kolo_agent_logstore_config *cfg,
+                                     kolo_agent_logstore **out);
 /* Ends every reader's waits from now on (they return KOLO_AGENT_LOG_END): for shutdown. */
 void kolo_agent_logstore_shutdown(kolo_agent_logstore *store);
 /* Frees the store; every reader must be closed before. */
@@ -47,8 +48,8 @@ kolo_status kolo_agent_logstore_segment(kolo_agent_logstore *store, const char *
                                         uint32_t rank);
 /* Appends complete lines (data ends with '\n'); rotates and applies the job cap. A write
  * error drops the data (the process is never blocked on the disk) and is logged once. */
-kolo_status kolo_agent_logstore_append(kolo_agent_logstore *store, const char *job, const char *data,
-                                       size_t len);
+kolo_status kolo_agent_logstore_append(kolo_agent_logstore *store, const char *job,
+                                       const char *data, size_t len);
 /* The job's process is gone: readers that have read everything end. */
 void kolo_agent_logstore_finish(kolo_agent_logstore *store, const char *job);
 
@@ -81,18 +82,19 @@ typedef struct kolo_agent_log_line {
 typedef struct kolo_agent_logreader_opts {
   const uint32_t *ranks; /* only these ranks; NULL/0 = every rank */
   size_t n_ranks;
-  uint64_t tail;         /* only the last tail lines of each rank present now; 0 = all */
+  uint64_t tail; /* only the last tail lines of each rank present now; 0 = all */
   const kolo_agent_log_cursor *after; /* resume from here (tail is then ignored); NULL = start */
 } kolo_agent_logreader_opts;
 
 /* KOLO_ERR_NOT_FOUND if the store has no such job. */
 kolo_status kolo_agent_logreader_open(kolo_agent_logstore *store, const char *job,
-                                      const kolo_agent_logreader_opts *opts, kolo_agent_logreader **out);
+                                      const kolo_agent_logreader_opts *opts,
+                                      kolo_agent_logreader **out);
 
 typedef enum kolo_agent_log_next {
-  KOLO_AGENT_LOG_LINE = 1,  /* *line is filled */
-  KOLO_AGENT_LOG_WAIT = 0,  /* nothing new within wait_ms; the job is still active */
-  KOLO_AGENT_LOG_END = -1,  /* everything was read and the job is not active (or gone) */
+  KOLO_AGENT_LOG_LINE = 1, /* *line is filled */
+  KOLO_AGENT_LOG_WAIT = 0, /* nothing new within wait_ms; the job is still active */
+  KOLO_AGENT_LOG_END = -1, /* everything was read and the job is not active (or gone) */
 } kolo_agent_log_next;
 
 /* The next line, waiting up to wait_ms for one while the job is active. *skipped (may be

@@ -25,15 +25,19 @@ void kolo_agent_options_usage(FILE *out) {
           "  --train-bin PATH     kolo-train for builtin jobs (default: next to kolo-worker)\n"
           "  --stop-grace-ms MS   STOP -> SIGTERM -> SIGKILL spacing (default 2000)\n"
           "  --http-listen H:P    serve /healthz, /readyz (200 while registered) and /metrics\n"
-          "  --logs-listen H:P    where kolo-server fetches job logs (default: the --advertise host, a free port)\n"
+          "  --logs-listen H:P    where kolo-server fetches job logs (default: the --advertise "
+          "host, a free port)\n"
           "  --log-dir DIR        job logs (default <work-dir>/logs)\n"
           "  --log-file-size N    rotate a log file past N bytes (K, M, G suffixes; default 8M)\n"
-          "  --log-job-size N     keep at most N bytes per job, dropping its oldest files (default 64M)\n"
+          "  --log-job-size N     keep at most N bytes per job, dropping its oldest files (default "
+          "64M)\n"
           "  --log-total-size N   keep at most N bytes of finished jobs' logs (default 1G)\n"
-          "  --log-retention S    delete a finished job's logs S seconds after its last line (default 86400)\n");
+          "  --log-retention S    delete a finished job's logs S seconds after its last line "
+          "(default 86400)\n");
 }
 
-static int copy(char *dst, size_t size, const char *src, const char *flag, char *err, size_t err_len) {
+static int copy(char *dst, size_t size, const char *src, const char *flag, char *err,
+                size_t err_len) {
   if (strlen(src) >= size) {
     snprintf(err, err_len, "%s: value too long", flag);
     return -1;
@@ -48,19 +52,23 @@ static uint64_t parse_size(const char *text) {
   if (text[0] < '0' || text[0] > '9') return 0;
   unsigned long long n = strtoull(text, &end, 10);
   unsigned shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10;
-  else if (*end == 'M' || *end == 'm') shift = 20;
-  else if (*end == 'G' || *end == 'g') shift = 30;
+  if (*end == 'K' || *end == 'k')
+    shift = 10;
+  else if (*end == 'M' || *end == 'm')
+    shift = 20;
+  else if (*end == 'G' || *end == 'g')
+    shift = 30;
   if (shift) end++;
   if (*end != '\0' || n > (1ull << 40) >> shift) return 0;
   return (uint64_t)n << shift;
 }
 
-static int size_flag(const char *flag, const char *value, uint64_t min, uint64_t *out, char *err, size_t err_len) {
+static int size_flag(const char *flag, const char *value, uint64_t min, uint64_t *out, char *err,
+                     size_t err_len) {
   *out = parse_size(value);
   if (*out < min) {
-    snprintf(err, err_len, "%s: want a size of at least %llu bytes (K, M, G suffixes), got '%s'", flag,
-             (unsigned long long)min, value);
+    snprintf(err, err_len, "%s: want a size of at least %llu bytes (K, M, G suffixes), got '%s'",
+             flag, (unsigned long long)min, value);
     return -1;
   }
   return 0;
@@ -75,20 +83,30 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
   opts->log_job_bytes = 64u << 20;
   opts->log_total_bytes = 1u << 30;
   opts->log_retention_s = 86400;
-  static const struct option long_options[] = {
-      {"etcd", required_argument, NULL, 'e'},      {"advertise", required_argument, NULL, 'a'},
-      {"listen", required_argument, NULL, 'l'},    {"id", required_argument, NULL, 'i'},
-      {"lease-ttl", required_argument, NULL, 't'}, {"work-dir", required_argument, NULL, 'w'},
-      {"labels", required_argument, NULL, 'L'},    {"gpus", required_argument, NULL, 'g'},
-      {"train-bin", required_argument, NULL, 'b'}, {"stop-grace-ms", required_argument, NULL, 's'},
-      {"logs-listen", required_argument, NULL, 'P'}, {"log-dir", required_argument, NULL, 'D'},
-      {"log-file-size", required_argument, NULL, 'F'}, {"log-job-size", required_argument, NULL, 'J'},
-      {"log-total-size", required_argument, NULL, 'T'}, {"log-retention", required_argument, NULL, 'R'},
-      {"http-listen", required_argument, NULL, 'H'}, {"help", no_argument, NULL, 'h'},
-      {"etcd-ca", required_argument, NULL, 1},     {"etcd-cert", required_argument, NULL, 2},
-      {"etcd-key", required_argument, NULL, 3},    {"etcd-user", required_argument, NULL, 4},
-      {"etcd-password-file", required_argument, NULL, 5},
-      {NULL, 0, NULL, 0}};
+  static const struct option long_options[] = {{"etcd", required_argument, NULL, 'e'},
+                                               {"advertise", required_argument, NULL, 'a'},
+                                               {"listen", required_argument, NULL, 'l'},
+                                               {"id", required_argument, NULL, 'i'},
+                                               {"lease-ttl", required_argument, NULL, 't'},
+                                               {"work-dir", required_argument, NULL, 'w'},
+                                               {"labels", required_argument, NULL, 'L'},
+                                               {"gpus", required_argument, NULL, 'g'},
+                                               {"train-bin", required_argument, NULL, 'b'},
+                                               {"stop-grace-ms", required_argument, NULL, 's'},
+                                               {"logs-listen", required_argument, NULL, 'P'},
+                                               {"log-dir", required_argument, NULL, 'D'},
+                                               {"log-file-size", required_argument, NULL, 'F'},
+                                               {"log-job-size", required_argument, NULL, 'J'},
+                                               {"log-total-size", required_argument, NULL, 'T'},
+                                               {"log-retention", required_argument, NULL, 'R'},
+                                               {"http-listen", required_argument, NULL, 'H'},
+                                               {"help", no_argument, NULL, 'h'},
+                                               {"etcd-ca", required_argument, NULL, 1},
+                                               {"etcd-cert", required_argument, NULL, 2},
+                                               {"etcd-key", required_argument, NULL, 3},
+                                               {"etcd-user", required_argument, NULL, 4},
+                                               {"etcd-password-file", required_argument, NULL, 5},
+                                               {NULL, 0, NULL, 0}};
   kolo_etcd_access *access = &opts->etcd_access;
   optind = 1;
   int c;
@@ -96,21 +114,47 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
     int rc = 0;
     char *end = NULL;
     switch (c) {
-      case 'e': rc = copy(opts->etcd, sizeof opts->etcd, optarg, "--etcd", err, err_len); break;
-      case 1: rc = copy(access->ca_file, sizeof access->ca_file, optarg, "--etcd-ca", err, err_len); break;
-      case 2: rc = copy(access->cert_file, sizeof access->cert_file, optarg, "--etcd-cert", err, err_len); break;
-      case 3: rc = copy(access->key_file, sizeof access->key_file, optarg, "--etcd-key", err, err_len); break;
-      case 4: rc = copy(access->user, sizeof access->user, optarg, "--etcd-user", err, err_len); break;
-      case 5:
-        rc = copy(access->password_file, sizeof access->password_file, optarg, "--etcd-password-file", err, err_len);
+      case 'e':
+        rc = copy(opts->etcd, sizeof opts->etcd, optarg, "--etcd", err, err_len);
         break;
-      case 'a': rc = copy(opts->advertise, sizeof opts->advertise, optarg, "--advertise", err, err_len); break;
-      case 'l': rc = copy(opts->listen, sizeof opts->listen, optarg, "--listen", err, err_len); break;
-      case 'i': rc = copy(opts->id, sizeof opts->id, optarg, "--id", err, err_len); break;
-      case 'w': rc = copy(opts->work_dir, sizeof opts->work_dir, optarg, "--work-dir", err, err_len); break;
-      case 'L': rc = copy(opts->labels, sizeof opts->labels, optarg, "--labels", err, err_len); break;
-      case 'b': rc = copy(opts->train_bin, sizeof opts->train_bin, optarg, "--train-bin", err, err_len); break;
-      case 'H': rc = copy(opts->http_listen, sizeof opts->http_listen, optarg, "--http-listen", err, err_len); break;
+      case 1:
+        rc = copy(access->ca_file, sizeof access->ca_file, optarg, "--etcd-ca", err, err_len);
+        break;
+      case 2:
+        rc = copy(access->cert_file, sizeof access->cert_file, optarg, "--etcd-cert", err, err_len);
+        break;
+      case 3:
+        rc = copy(access->key_file, sizeof access->key_file, optarg, "--etcd-key", err, err_len);
+        break;
+      case 4:
+        rc = copy(access->user, sizeof access->user, optarg, "--etcd-user", err, err_len);
+        break;
+      case 5:
+        rc = copy(access->password_file, sizeof access->password_file, optarg,
+                  "--etcd-password-file", err, err_len);
+        break;
+      case 'a':
+        rc = copy(opts->advertise, sizeof opts->advertise, optarg, "--advertise", err, err_len);
+        break;
+      case 'l':
+        rc = copy(opts->listen, sizeof opts->listen, optarg, "--listen", err, err_len);
+        break;
+      case 'i':
+        rc = copy(opts->id, sizeof opts->id, optarg, "--id", err, err_len);
+        break;
+      case 'w':
+        rc = copy(opts->work_dir, sizeof opts->work_dir, optarg, "--work-dir", err, err_len);
+        break;
+      case 'L':
+        rc = copy(opts->labels, sizeof opts->labels, optarg, "--labels", err, err_len);
+        break;
+      case 'b':
+        rc = copy(opts->train_bin, sizeof opts->train_bin, optarg, "--train-bin", err, err_len);
+        break;
+      case 'H':
+        rc = copy(opts->http_listen, sizeof opts->http_listen, optarg, "--http-listen", err,
+                  err_len);
+        break;
       case 't':
         opts->lease_ttl_s = (int)strtol(optarg, &end, 10);
         if (*end || opts->lease_ttl_s < 1 || opts->lease_ttl_s > 3600) {
@@ -132,11 +176,22 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
           rc = -1;
         }
         break;
-      case 'P': rc = copy(opts->logs_listen, sizeof opts->logs_listen, optarg, "--logs-listen", err, err_len); break;
-      case 'D': rc = copy(opts->log_dir, sizeof opts->log_dir, optarg, "--log-dir", err, err_len); break;
-      case 'F': rc = size_flag("--log-file-size", optarg, 1024, &opts->log_file_bytes, err, err_len); break;
-      case 'J': rc = size_flag("--log-job-size", optarg, 2048, &opts->log_job_bytes, err, err_len); break;
-      case 'T': rc = size_flag("--log-total-size", optarg, 2048, &opts->log_total_bytes, err, err_len); break;
+      case 'P':
+        rc = copy(opts->logs_listen, sizeof opts->logs_listen, optarg, "--logs-listen", err,
+                  err_len);
+        break;
+      case 'D':
+        rc = copy(opts->log_dir, sizeof opts->log_dir, optarg, "--log-dir", err, err_len);
+        break;
+      case 'F':
+        rc = size_flag("--log-file-size", optarg, 1024, &opts->log_file_bytes, err, err_len);
+        break;
+      case 'J':
+        rc = size_flag("--log-job-size", optarg, 2048, &opts->log_job_bytes, err, err_len);
+        break;
+      case 'T':
+        rc = size_flag("--log-total-size", optarg, 2048, &opts->log_total_bytes, err, err_len);
+        break;
       case 'R': {
         long long seconds = strtoll(optarg, &end, 10);
         if (*optarg == '\0' || *end || seconds < 0 || seconds > 100LL * 365 * 86400) {
@@ -146,8 +201,12 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
         opts->log_retention_s = seconds;
         break;
       }
-      case 'h': kolo_agent_options_usage(stdout); return KOLO_ERR_ABORTED;
-      default: snprintf(err, err_len, "unknown option"); return KOLO_ERR_INVALID_ARG;
+      case 'h':
+        kolo_agent_options_usage(stdout);
+        return KOLO_ERR_ABORTED;
+      default:
+        snprintf(err, err_len, "unknown option");
+        return KOLO_ERR_INVALID_ARG;
     }
     if (rc != 0) return KOLO_ERR_INVALID_ARG;
   }
@@ -159,8 +218,11 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
     snprintf(err, err_len, "--etcd is required");
     return KOLO_ERR_INVALID_ARG;
   }
-  if (opts->log_job_bytes < 2 * opts->log_file_bytes || opts->log_total_bytes < opts->log_job_bytes) {
-    snprintf(err, err_len, "--log-job-size must be at least twice --log-file-size, and --log-total-size at least --log-job-size");
+  if (opts->log_job_bytes < 2 * opts->log_file_bytes ||
+      opts->log_total_bytes < opts->log_job_bytes) {
+    snprintf(err, err_len,
+             "--log-job-size must be at least twice --log-file-size, and --log-total-size at least "
+             "--log-job-size");
     return KOLO_ERR_INVALID_ARG;
   }
   if (opts->advertise[0] == '\0') {

@@ -84,8 +84,8 @@ kolo_status kolo_agent_proc_start(const kolo_agent_spawn *spawn, kolo_agent_proc
   kolo_status status = KOLO_ERR_NO_MEMORY;
   if (proc->buffer == NULL) goto fail;
   status = KOLO_ERR_ADDRESS;
-  if ((size_t)snprintf(proc->socket_path, sizeof proc->socket_path, "%s/agent.sock", spawn->work_dir) >=
-      sizeof proc->socket_path) {
+  if ((size_t)snprintf(proc->socket_path, sizeof proc->socket_path, "%s/agent.sock",
+                       spawn->work_dir) >= sizeof proc->socket_path) {
     KOLO_LOGE(LOG, "work dir %s is too long for a unix socket path", spawn->work_dir);
     goto fail;
   }
@@ -96,7 +96,8 @@ kolo_status kolo_agent_proc_start(const kolo_agent_spawn *spawn, kolo_agent_proc
   address.sun_family = AF_UNIX;
   strcpy(address.sun_path, proc->socket_path);
   status = KOLO_ERR_SYSTEM;
-  if (proc->listen_fd < 0 || bind(proc->listen_fd, (struct sockaddr *)&address, sizeof address) != 0 ||
+  if (proc->listen_fd < 0 ||
+      bind(proc->listen_fd, (struct sockaddr *)&address, sizeof address) != 0 ||
       listen(proc->listen_fd, 4) != 0) {
     KOLO_LOGE(LOG, "cannot listen on %s: %s", proc->socket_path, strerror(errno));
     goto fail;
@@ -137,12 +138,14 @@ static int accept_hello(kolo_agent_proc *proc, const kolo_agent_msg *msg) {
   char reason[128];
   snprintf(reason, sizeof reason, "agent protocol version %d is not spoken by this kolo-worker",
            msg->hello.version);
-  KOLO_LOGE(LOG, "process %lld speaks agent protocol version %d; this kolo-worker speaks %d..%d: refused",
-            (long long)msg->hello.pid, msg->hello.version, KOLO_AGENT_PROTOCOL_MIN_VERSION,
-            KOLO_AGENT_PROTOCOL_VERSION);
-  kolo_agent_msg refusal = {.verb = KOLO_AGENT_REFUSED,
-                            .refused = {KOLO_AGENT_PROTOCOL_MIN_VERSION, KOLO_AGENT_PROTOCOL_VERSION},
-                            .text = reason};
+  KOLO_LOGE(
+      LOG, "process %lld speaks agent protocol version %d; this kolo-worker speaks %d..%d: refused",
+      (long long)msg->hello.pid, msg->hello.version, KOLO_AGENT_PROTOCOL_MIN_VERSION,
+      KOLO_AGENT_PROTOCOL_VERSION);
+  kolo_agent_msg refusal = {
+      .verb = KOLO_AGENT_REFUSED,
+      .refused = {KOLO_AGENT_PROTOCOL_MIN_VERSION, KOLO_AGENT_PROTOCOL_VERSION},
+      .text = reason};
   proc->hello = 1; /* just for this one line */
   kolo_agent_proc_send_msg(proc, &refusal);
   drop_connection(proc);
@@ -150,11 +153,12 @@ static int accept_hello(kolo_agent_proc *proc, const kolo_agent_msg *msg) {
 }
 
 /* Parses and hands on one line; 0 when the connection was dropped. */
-static int dispatch_line(kolo_agent_proc *proc, const char *line, size_t length, kolo_agent_msg_fn fn,
-                         void *user) {
+static int dispatch_line(kolo_agent_proc *proc, const char *line, size_t length,
+                         kolo_agent_msg_fn fn, void *user) {
   kolo_agent_msg msg;
   char error[256];
-  if (kolo_agent_msg_parse(line, length, KOLO_AGENT_TO_AGENT, &msg, error, sizeof error) != KOLO_OK) {
+  if (kolo_agent_msg_parse(line, length, KOLO_AGENT_TO_AGENT, &msg, error, sizeof error) !=
+      KOLO_OK) {
     KOLO_LOGW(LOG, "ignored a malformed line from the process: %s", error);
     return 1;
   }
@@ -260,7 +264,9 @@ int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code) {
   return 1;
 }
 
-pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc) { return proc ? proc->pid : -1; }
+pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc) {
+  return proc ? proc->pid : -1;
+}
 
 void kolo_agent_proc_stop(kolo_agent_proc *proc, const char *reason, int grace_ms) {
   if (proc == NULL || proc->stopping) return;
@@ -270,7 +276,8 @@ void kolo_agent_proc_stop(kolo_agent_proc *proc, const char *reason, int grace_m
   for (char *c = text; *c; c++)
     if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' '; /* one line, whatever the reason says */
   kolo_agent_msg stop = {.verb = KOLO_AGENT_STOP, .text = text};
-  if (kolo_agent_proc_send_msg(proc, &stop) != KOLO_OK) grace_ms = 0; /* nobody to tell: signal now */
+  if (kolo_agent_proc_send_msg(proc, &stop) != KOLO_OK)
+    grace_ms = 0; /* nobody to tell: signal now */
   proc->term_at_ms = now_ms() + grace_ms;
   proc->kill_at_ms = proc->term_at_ms + (grace_ms > 0 ? grace_ms : 1000);
   kolo_agent_proc_tick(proc);

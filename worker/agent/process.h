@@ -14,11 +14,12 @@
 typedef struct kolo_agent_proc kolo_agent_proc;
 
 typedef struct kolo_agent_spawn {
-  const char *const *argv;   /* argv[0] is looked up in PATH */
-  const char *const *env;    /* extra "K=V" entries, NULL-terminated; may be NULL */
-  const char *cwd;           /* NULL or "" = the agent's work dir */
-  const char *work_dir;      /* holds the socket */
-  int stdout_fd, stderr_fd;  /* the child's stdout and stderr (the capture's pipes); -1 = /dev/null */
+  const char *const *argv; /* argv[0] is looked up in PATH */
+  const char *const *env;  /* extra "K=V" entries, NULL-terminated; may be NULL */
+  const char *cwd;         /* NULL or "" = the agent's work dir */
+  const char *work_dir;    /* holds the socket */
+  int stdout_fd,
+      stderr_fd; /* the child's stdout and stderr (the capture's pipes); -1 = /dev/null */
 } kolo_agent_spawn;
 
 /* What the process said, one parsed message at a time (lines that do not parse

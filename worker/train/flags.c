@@ -18,7 +18,8 @@
 /* getopt_long keeps its position in globals: one parse at a time. */
 static pthread_mutex_t parse_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void fail(kolo_train_flag_error *e, const char *format, ...) __attribute__((format(printf, 2, 3)));
+static void fail(kolo_train_flag_error *e, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static void fail(kolo_train_flag_error *e, const char *format, ...) {
   va_list ap;
@@ -82,7 +83,8 @@ static int parse_u64(kolo_train_flag_error *e, const char *flag, const char *s, 
   return 0;
 }
 
-static int parse_float(kolo_train_flag_error *e, const char *flag, const char *s, float *out, float min) {
+static int parse_float(kolo_train_flag_error *e, const char *flag, const char *s, float *out,
+                       float min) {
   char *end = NULL;
   errno = 0;
   float v = strtof(s, &end);
@@ -197,8 +199,8 @@ static int parse_locked(int argc, char **argv, kolo_train_config *c, uint64_t *t
       case OPT_HIDDEN: {
         kolo_train_model_spec spec;
         if (kolo_train_model_spec_parse("mlp", optarg, &spec) != KOLO_OK) {
-          fail(e, "--hidden: '%s' (want up to %d comma-separated widths 1..65536, e.g. 256,128)", optarg,
-               KOLO_TRAIN_MAX_HIDDEN);
+          fail(e, "--hidden: '%s' (want up to %d comma-separated widths 1..65536, e.g. 256,128)",
+               optarg, KOLO_TRAIN_MAX_HIDDEN);
           return -1;
         }
         c->hidden = optarg;
@@ -207,8 +209,11 @@ static int parse_locked(int argc, char **argv, kolo_train_config *c, uint64_t *t
       }
       case OPT_DATASET:
         if (!kolo_train_dataset_name_valid(optarg)) {
-          fail(e, "--dataset: unknown dataset '%s' (want fashion-mnist, idx:<dir>, csv:<file>, libsvm:<file> or "
-               "synthetic)", optarg);
+          fail(e,
+               "--dataset: unknown dataset '%s' (want fashion-mnist, idx:<dir>, csv:<file>, "
+               "libsvm:<file> or "
+               "synthetic)",
+               optarg);
           return -1;
         }
         c->dataset = optarg;

@@ -136,10 +136,10 @@ int main(int argc, char **argv) {
            "\"accuracy\":%.6f,\"test_accuracy\":%.6f,\"test_loss\":%.6f,\"time_s\":%.3f,"
            "\"samples_per_sec_worker\":%.1f,\"samples_per_sec_total\":%.1f}",
            (unsigned long long)r.steps, (unsigned long long)r.total_steps,
-           (unsigned long long)r.epochs,
-           (unsigned long long)r.resumed_step, size, r.reconfigurations,
-           config.mode == KOLO_TRAIN_ASYNC ? "async" : "sync", r.last_loss, r.test_accuracy, r.test_accuracy,
-           r.test_loss, r.seconds, r.samples_per_second_worker, r.samples_per_second_total);
+           (unsigned long long)r.epochs, (unsigned long long)r.resumed_step, size,
+           r.reconfigurations, config.mode == KOLO_TRAIN_ASYNC ? "async" : "sync", r.last_loss,
+           r.test_accuracy, r.test_accuracy, r.test_loss, r.seconds, r.samples_per_second_worker,
+           r.samples_per_second_total);
 #ifndef KOLO_TRAIN_NO_COMM
   if (elastic) kolo_elastic_report(elastic, done);
 #endif

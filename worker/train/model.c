@@ -242,8 +242,8 @@ size_t kolo_train_model_tensor_count(const kolo_train_model *m) {
   return count;
 }
 
-kolo_status kolo_train_model_tensor(const kolo_train_model *m, size_t i, char *name,
-                                    size_t length, size_t *offset, size_t *count) {
+kolo_status kolo_train_model_tensor(const kolo_train_model *m, size_t i, char *name, size_t length,
+                                    size_t *offset, size_t *count) {
   size_t number = 0;
   const layer *l = parameter_layer(m, i / 2, &number);
   if (l == NULL) return KOLO_ERR_INVALID_ARG;

@@ -16,10 +16,10 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n) {
   return h;
 }
 
-#define MIX(h, value)                 \
-  do {                                \
-    __typeof__(value) v_ = (value);   \
-    (h) = fnv((h), &v_, sizeof v_);   \
+#define MIX(h, value)               \
+  do {                              \
+    __typeof__(value) v_ = (value); \
+    (h) = fnv((h), &v_, sizeof v_); \
   } while (0)
 
 /* The settings that change the optimisation beyond the named fields. */
@@ -42,7 +42,8 @@ static uint64_t settings_of(const kolo_train_schedule_input *in) {
   return fnv(h, model, strlen(model) + 1);
 }
 
-void kolo_train_schedule_derive(const kolo_train_schedule_input *in, int workers, kolo_train_schedule *out) {
+void kolo_train_schedule_derive(const kolo_train_schedule_input *in, int workers,
+                                kolo_train_schedule *out) {
   memset(out, 0, sizeof *out);
   if (workers < 1) workers = 1;
   out->version = KOLO_TRAIN_SCHEDULE_VERSION;
@@ -60,7 +61,8 @@ void kolo_train_schedule_derive(const kolo_train_schedule_input *in, int workers
 
 static int differs_u64(const char *name, uint64_t mine, uint64_t ring, char *why, size_t len) {
   if (mine == ring) return 0;
-  snprintf(why, len, "%s %llu here, %llu in the ring", name, (unsigned long long)mine, (unsigned long long)ring);
+  snprintf(why, len, "%s %llu here, %llu in the ring", name, (unsigned long long)mine,
+           (unsigned long long)ring);
   return 1;
 }
 
@@ -70,8 +72,8 @@ static int differs_float(const char *name, float mine, float ring, char *why, si
   return 1;
 }
 
-int kolo_train_schedule_agrees(const kolo_train_schedule *mine, const kolo_train_schedule *ring, int joined,
-                               char *why, size_t why_len) {
+int kolo_train_schedule_agrees(const kolo_train_schedule *mine, const kolo_train_schedule *ring,
+                               int joined, char *why, size_t why_len) {
   if (differs_u64("schedule version", mine->version, ring->version, why, why_len) ||
       differs_u64("learning-rate scaling flag", mine->flags, ring->flags, why, why_len) ||
       differs_u64("state size (bytes)", mine->state_bytes, ring->state_bytes, why, why_len) ||
@@ -81,7 +83,8 @@ int kolo_train_schedule_agrees(const kolo_train_schedule *mine, const kolo_train
       differs_float("learning rate", mine->lr, ring->lr, why, why_len))
     return 0;
   if (mine->settings != ring->settings) {
-    snprintf(why, why_len, "optimizer, mode, limits or model differ (settings %016llx here, %016llx in the ring)",
+    snprintf(why, why_len,
+             "optimizer, mode, limits or model differ (settings %016llx here, %016llx in the ring)",
              (unsigned long long)mine->settings, (unsigned long long)ring->settings);
     return 0;
   }
@@ -90,9 +93,11 @@ int kolo_train_schedule_agrees(const kolo_train_schedule *mine, const kolo_train
   if (joined) {
     expect.start_workers = ring->start_workers;
     expect.global_batch = mine->batch * (uint64_t)ring->start_workers;
-    expect.lr_scale = mine->flags & KOLO_TRAIN_SCHEDULE_SCALE_LR ? (float)ring->start_workers : 1.0f;
+    expect.lr_scale =
+        mine->flags & KOLO_TRAIN_SCHEDULE_SCALE_LR ? (float)ring->start_workers : 1.0f;
   }
-  if (differs_u64("workers at the start", expect.start_workers, ring->start_workers, why, why_len) ||
+  if (differs_u64("workers at the start", expect.start_workers, ring->start_workers, why,
+                  why_len) ||
       differs_u64("global batch", expect.global_batch, ring->global_batch, why, why_len) ||
       differs_float("learning-rate scale", expect.lr_scale, ring->lr_scale, why, why_len))
     return 0;

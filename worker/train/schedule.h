@@ -23,17 +23,17 @@
 #define KOLO_TRAIN_SCHEDULE_SCALE_LR 1u /* the learning rate is scaled by start_workers */
 
 typedef struct kolo_train_schedule {
-  uint16_t version;        /* KOLO_TRAIN_SCHEDULE_VERSION */
-  uint16_t flags;          /* KOLO_TRAIN_SCHEDULE_SCALE_LR */
-  uint32_t start_workers;  /* ring size the schedule was derived for */
-  uint64_t batch;          /* samples per worker per micro-batch at the start */
-  uint64_t global_batch;   /* batch x start_workers: the window, fixed for the run */
-  uint64_t accumulate;     /* windows per optimizer step */
-  uint64_t epoch_samples;  /* training samples per epoch: where an epoch ends */
-  float lr;                /* base learning rate */
-  float lr_scale;          /* its multiplier (start_workers with --scale-lr, else 1) */
-  uint64_t settings;       /* fingerprint of the other shared settings */
-  uint64_t state_bytes;    /* size of the training state */
+  uint16_t version;       /* KOLO_TRAIN_SCHEDULE_VERSION */
+  uint16_t flags;         /* KOLO_TRAIN_SCHEDULE_SCALE_LR */
+  uint32_t start_workers; /* ring size the schedule was derived for */
+  uint64_t batch;         /* samples per worker per micro-batch at the start */
+  uint64_t global_batch;  /* batch x start_workers: the window, fixed for the run */
+  uint64_t accumulate;    /* windows per optimizer step */
+  uint64_t epoch_samples; /* training samples per epoch: where an epoch ends */
+  float lr;               /* base learning rate */
+  float lr_scale;         /* its multiplier (start_workers with --scale-lr, else 1) */
+  uint64_t settings;      /* fingerprint of the other shared settings */
+  uint64_t state_bytes;   /* size of the training state */
 } kolo_train_schedule;
 
 /* What the schedule is derived from: the settings that must be equal on every rank. */
@@ -43,11 +43,12 @@ typedef struct kolo_train_schedule_input {
   int scale_lr;
   uint32_t mode;
   uint64_t average_every, steps, epochs; /* (the seed travels in the state, from rank 0) */
-  const char *model; /* the model's description ("mlp:784-128-10") */
+  const char *model;                     /* the model's description ("mlp:784-128-10") */
 } kolo_train_schedule_input;
 
 /* The schedule a run starting on a ring of workers ranks derives. */
-void kolo_train_schedule_derive(const kolo_train_schedule_input *in, int workers, kolo_train_schedule *out);
+void kolo_train_schedule_derive(const kolo_train_schedule_input *in, int workers,
+                                kolo_train_schedule *out);
 
 /* Checks the schedule received from rank 0 (ring) against this rank's. A
  * survivor (joined = 0) holds the schedule it trained with: every field must be
@@ -57,7 +58,7 @@ void kolo_train_schedule_derive(const kolo_train_schedule_input *in, int workers
  * started with; those must still be consistent with the ring's own start.
  * Returns 1 when they agree; otherwise 0 and a one-line reason in why
  * ("global batch 96 here, 64 in the ring"). */
-int kolo_train_schedule_agrees(const kolo_train_schedule *mine, const kolo_train_schedule *ring, int joined,
-                               char *why, size_t why_len);
+int kolo_train_schedule_agrees(const kolo_train_schedule *mine, const kolo_train_schedule *ring,
+                               int joined, char *why, size_t why_len);
 
 #endif

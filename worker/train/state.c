@@ -68,7 +68,8 @@ size_t kolo_train_state_size(const kolo_train_state *s) {
 uint32_t kolo_train_state_checksum(const kolo_train_state *s) {
   const unsigned char *p = s->blob;
   size_t n = s->size;
-  uint64_t lane[4] = {0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL, 0x27d4eb2f165667c5ULL};
+  uint64_t lane[4] = {0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL,
+                      0x27d4eb2f165667c5ULL};
   const uint64_t prime = 0x100000001b3ULL;
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {

@@ -139,12 +139,17 @@ static kolo_status comm_broadcast_state(kolo_train_trainer *t) {
 /* This rank's schedule from its own settings and the size of its first ring. */
 static void derive_schedule(kolo_train_trainer *t) {
   const kolo_train_config *c = &t->config;
-  kolo_train_schedule_input in = {
-      .batch = c->batch, .accumulate = c->accumulate,
-      .epoch_samples = kolo_train_data_count(t->train),
-      .state_bytes = kolo_train_state_size(t->state), .optim = c->optim, .scale_lr = c->scale_lr,
-      .mode = (uint32_t)c->mode, .average_every = c->average_every, .steps = c->steps,
-      .epochs = c->epochs, .model = kolo_train_model_describe(t->model)};
+  kolo_train_schedule_input in = {.batch = c->batch,
+                                  .accumulate = c->accumulate,
+                                  .epoch_samples = kolo_train_data_count(t->train),
+                                  .state_bytes = kolo_train_state_size(t->state),
+                                  .optim = c->optim,
+                                  .scale_lr = c->scale_lr,
+                                  .mode = (uint32_t)c->mode,
+                                  .average_every = c->average_every,
+                                  .steps = c->steps,
+                                  .epochs = c->epochs,
+                                  .model = kolo_train_model_describe(t->model)};
   kolo_train_schedule_derive(&in, t->size, &t->own);
   t->schedule = t->own;
   t->global_batch = (size_t)t->schedule.global_batch;
@@ -176,20 +181,25 @@ static kolo_status ensure_capacity(kolo_train_trainer *t, size_t need) {
   return KOLO_OK;
 }
 
-static uint32_t state_checksum(kolo_train_trainer *t) { return kolo_train_state_checksum(t->state); }
+static uint32_t state_checksum(kolo_train_trainer *t) {
+  return kolo_train_state_checksum(t->state);
+}
 
 /* Tells the agent (every rank) and stdout (rank 0, JSON) which state the ring
  * continues from: its step and checksum, and this rank's last commit. */
 static void report_synced(kolo_train_trainer *t, const char *reason) {
   const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
   char json[512];
-  snprintf(json, sizeof json,
-           "{\"event\":\"synced\",\"synced_reason\":\"%s\",\"synced_step\":%llu,\"synced_epoch\":%llu,"
-           "\"synced_checksum\":%u,\"committed_step\":%llu,\"committed_checksum\":%u,\"global_batch\":%llu,"
-           "\"workers\":%d,\"rank\":%d}",
-           reason, (unsigned long long)h->step, (unsigned long long)h->epoch, (unsigned)state_checksum(t),
-           (unsigned long long)t->committed_step, (unsigned)t->committed_checksum,
-           (unsigned long long)t->schedule.global_batch, t->size, t->rank);
+  snprintf(
+      json, sizeof json,
+      "{\"event\":\"synced\",\"synced_reason\":\"%s\",\"synced_step\":%llu,\"synced_epoch\":%llu,"
+      "\"synced_checksum\":%u,\"committed_step\":%llu,\"committed_checksum\":%u,\"global_batch\":%"
+      "llu,"
+      "\"workers\":%d,\"rank\":%d}",
+      reason, (unsigned long long)h->step, (unsigned long long)h->epoch,
+      (unsigned)state_checksum(t), (unsigned long long)t->committed_step,
+      (unsigned)t->committed_checksum, (unsigned long long)t->schedule.global_batch, t->size,
+      t->rank);
 #ifndef KOLO_TRAIN_NO_COMM
   if (t->elastic) kolo_elastic_report(t->elastic, json);
 #endif
@@ -203,7 +213,8 @@ static void report_synced(kolo_train_trainer *t, const char *reason) {
  * (what this rank trained with, or derived if it never agreed), agrees on the
  * verdict with every rank, and adopts it. A mismatch anywhere fails every rank
  * with KOLO_ERR_MISMATCH: nobody trains on with a different schedule. */
-static kolo_status agree_schedule(kolo_train_trainer *t, const kolo_train_schedule *mine, const char *reason) {
+static kolo_status agree_schedule(kolo_train_trainer *t, const kolo_train_schedule *mine,
+                                  const char *reason) {
   char why[256];
   int agrees = kolo_train_schedule_agrees(mine, &t->schedule, !t->agreed, why, sizeof why);
   int32_t bad = !agrees;
@@ -213,9 +224,12 @@ static kolo_status agree_schedule(kolo_train_trainer *t, const kolo_train_schedu
     if (rc != KOLO_OK) return rc;
   }
 #endif
-  if (!agrees) KOLO_LOGE(LOG_TAG, "rank %d: the ring's training schedule is not mine: %s", t->rank, why);
+  if (!agrees)
+    KOLO_LOGE(LOG_TAG, "rank %d: the ring's training schedule is not mine: %s", t->rank, why);
   if (bad) {
-    if (agrees) KOLO_LOGE(LOG_TAG, "rank %d: another rank's training schedule differs (see its log)", t->rank);
+    if (agrees)
+      KOLO_LOGE(LOG_TAG, "rank %d: another rank's training schedule differs (see its log)",
+                t->rank);
     return KOLO_ERR_MISMATCH;
   }
   kolo_status rc = ensure_capacity(t, (size_t)t->schedule.global_batch);
@@ -550,13 +564,13 @@ static void report_progress(kolo_train_trainer *t, double loss, double accuracy,
                             double total_rate, double lr) {
   const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
   char json[512];
-  snprintf(json, sizeof json,
-           "{\"event\":\"progress\",\"step\":%llu,\"total_steps\":%llu,\"epoch\":%llu,\"loss\":%.6f,"
-           "\"train_accuracy\":%.6f,\"lr\":%.6g,\"samples_per_sec_worker\":%.1f,"
-           "\"samples_per_sec_total\":%.1f,\"workers\":%d,\"rank\":%d}",
-           (unsigned long long)h->step, (unsigned long long)total_steps(t),
-           (unsigned long long)h->epoch, loss, accuracy, lr, local_rate, total_rate, t->size,
-           t->rank);
+  snprintf(
+      json, sizeof json,
+      "{\"event\":\"progress\",\"step\":%llu,\"total_steps\":%llu,\"epoch\":%llu,\"loss\":%.6f,"
+      "\"train_accuracy\":%.6f,\"lr\":%.6g,\"samples_per_sec_worker\":%.1f,"
+      "\"samples_per_sec_total\":%.1f,\"workers\":%d,\"rank\":%d}",
+      (unsigned long long)h->step, (unsigned long long)total_steps(t), (unsigned long long)h->epoch,
+      loss, accuracy, lr, local_rate, total_rate, t->size, t->rank);
   report_to_agent(t, json);
   if (!t->out || t->rank != 0 || t->config.quiet) return;
   if (t->config.json) {
@@ -577,7 +591,8 @@ static void report_eval(kolo_train_trainer *t, uint64_t epoch, double accuracy, 
            "{\"event\":\"eval\",\"epoch\":%llu,\"step\":%llu,\"accuracy\":%.6f,"
            "\"loss\":%.6f,\"test_accuracy\":%.6f,\"test_loss\":%.6f}",
            (unsigned long long)epoch,
-           (unsigned long long)kolo_train_state_header_of(t->state)->step, accuracy, loss, accuracy, loss);
+           (unsigned long long)kolo_train_state_header_of(t->state)->step, accuracy, loss, accuracy,
+           loss);
   report_to_agent(t, json);
   if (!t->out || t->rank != 0 || t->config.quiet) return;
   if (t->config.json) {
@@ -749,7 +764,8 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
       continue;
     }
     size_t global_batch = t->global_batch;
-    float *grads = kolo_train_model_grads(t->model); /* the model is rebuilt if a ring needs more room */
+    float *grads =
+        kolo_train_model_grads(t->model); /* the model is rebuilt if a ring needs more room */
     int async = c->mode == KOLO_TRAIN_ASYNC && t->comm && t->size > 1;
     int epoch_ended = 0;
     uint64_t ended_epoch = h->epoch;

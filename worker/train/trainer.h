@@ -58,9 +58,9 @@ void kolo_train_config_defaults(kolo_train_config *config);
 kolo_status kolo_train_mode_parse(const char *name, kolo_train_mode *mode);
 
 typedef struct kolo_train_result {
-  uint64_t steps;        /* optimizer steps completed (including resumed ones) */
-  uint64_t epochs;       /* epochs completed */
-  uint64_t total_steps;  /* steps the whole run takes (the step limit or epochs x steps per epoch) */
+  uint64_t steps;       /* optimizer steps completed (including resumed ones) */
+  uint64_t epochs;      /* epochs completed */
+  uint64_t total_steps; /* steps the whole run takes (the step limit or epochs x steps per epoch) */
   uint64_t resumed_step; /* the step a checkpoint resumed from; 0 = fresh start */
   double last_loss;      /* mean training loss of the last logging window */
   double test_accuracy;  /* final evaluation on the test split */

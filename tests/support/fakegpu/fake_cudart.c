@@ -72,8 +72,8 @@ static void map_memory(void) {
   int fd = memfd_create("fakegpu", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, (off_t)REGION_BYTES) != 0) abort();
   device_base = mmap(NULL, REGION_BYTES, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-  backing_base = mmap(NULL, REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
-                      fd, 0);
+  backing_base =
+      mmap(NULL, REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (device_base == MAP_FAILED || backing_base == MAP_FAILED) abort();
   close(fd);
 }
@@ -136,7 +136,8 @@ void *fakegpu_host_view(const void *ptr, size_t bytes) {
  * ptr itself for host memory. */
 static void *access_view(const void *ptr) {
   uintptr_t p = (uintptr_t)ptr;
-  if (device_base != NULL && p >= (uintptr_t)device_base && p < (uintptr_t)device_base + REGION_BYTES)
+  if (device_base != NULL && p >= (uintptr_t)device_base &&
+      p < (uintptr_t)device_base + REGION_BYTES)
     return backing_base + (p - (uintptr_t)device_base);
   return (void *)ptr;
 }
@@ -207,14 +208,22 @@ static atomic_int stream_threads;
 static struct CUstream_st *legacy_stream;
 static pthread_once_t legacy_once = PTHREAD_ONCE_INIT;
 
-int fakegpu_stream_threads(void) { return atomic_load(&stream_threads); }
+int fakegpu_stream_threads(void) {
+  return atomic_load(&stream_threads);
+}
 
 static void run_op(op *o) {
   switch (o->kind) {
-    case OP_COPY: memmove(o->dst, o->src, o->bytes); break;
-    case OP_SET: memset(o->dst, o->value, o->bytes); break;
+    case OP_COPY:
+      memmove(o->dst, o->src, o->bytes);
+      break;
+    case OP_SET:
+      memset(o->dst, o->value, o->bytes);
+      break;
     case OP_HOST:
-    case OP_CALL: o->fn(o->arg); break;
+    case OP_CALL:
+      o->fn(o->arg);
+      break;
     case OP_RECORD:
       pthread_mutex_lock(&o->event->mu);
       if (o->generation > o->event->completed) o->event->completed = o->generation;
@@ -228,7 +237,9 @@ static void run_op(op *o) {
       pthread_mutex_unlock(&o->event->mu);
       event_unref(o->event);
       break;
-    case OP_FREE: release_allocation(o->dst); break;
+    case OP_FREE:
+      release_allocation(o->dst);
+      break;
   }
 }
 
@@ -291,7 +302,9 @@ static struct CUstream_st *new_stream(int device, int legacy) {
   return s;
 }
 
-static void make_legacy(void) { legacy_stream = new_stream(0, 1); }
+static void make_legacy(void) {
+  legacy_stream = new_stream(0, 1);
+}
 
 static struct CUstream_st *resolve(cudaStream_t stream) {
   if (stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
@@ -305,8 +318,10 @@ static struct CUstream_st *resolve(cudaStream_t stream) {
 static uint64_t enqueue(struct CUstream_st *s, op *o) {
   pthread_mutex_lock(&s->mu);
   o->next = NULL;
-  if (s->tail) s->tail->next = o;
-  else s->head = o;
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
   s->tail = o;
   uint64_t ticket = ++s->queued;
   pthread_cond_broadcast(&s->cv);
@@ -385,7 +400,9 @@ cudaError_t cudaGetLastError(void) {
   return e;
 }
 
-cudaError_t cudaPeekAtLastError(void) { return last_error; }
+cudaError_t cudaPeekAtLastError(void) {
+  return last_error;
+}
 
 cudaError_t cudaRuntimeGetVersion(int *version) {
   *version = CUDART_VERSION;
@@ -399,20 +416,34 @@ cudaError_t cudaDriverGetVersion(int *version) {
 
 const char *cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorNotSupported: return "cudaErrorNotSupported";
-    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
-    case cudaErrorStubLibrary: return "cudaErrorStubLibrary";
-    case cudaErrorDevicesUnavailable: return "cudaErrorDevicesUnavailable";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-    default: return "cudaErrorUnknown";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorNotSupported:
+      return "cudaErrorNotSupported";
+    case cudaErrorInsufficientDriver:
+      return "cudaErrorInsufficientDriver";
+    case cudaErrorStubLibrary:
+      return "cudaErrorStubLibrary";
+    case cudaErrorDevicesUnavailable:
+      return "cudaErrorDevicesUnavailable";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalAddress:
+      return "cudaErrorIllegalAddress";
+    default:
+      return "cudaErrorUnknown";
   }
 }
 
@@ -420,7 +451,9 @@ const char *cudaGetErrorString(cudaError_t error) {
   return error == cudaSuccess ? "no error" : "fakegpu error";
 }
 
-static int no_device(void) { return device_count() == 0; }
+static int no_device(void) {
+  return device_count() == 0;
+}
 
 cudaError_t cudaMalloc(void **ptr, size_t bytes) {
   if (no_device()) return fail(cudaErrorNoDevice);
@@ -546,7 +579,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream) {
   if (no_device()) return fail(cudaErrorNoDevice);
   pthread_once(&memory_once, map_memory);
-  return submit(stream, (op){.kind = OP_SET, .dst = access_view(dst), .value = value, .bytes = bytes});
+  return submit(stream,
+                (op){.kind = OP_SET, .dst = access_view(dst), .value = value, .bytes = bytes});
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user) {
@@ -563,7 +597,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) 
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t *stream) { return cudaStreamCreateWithFlags(stream, 0); }
+cudaError_t cudaStreamCreate(cudaStream_t *stream) {
+  return cudaStreamCreateWithFlags(stream, 0);
+}
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
@@ -602,7 +638,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventCreate(cudaEvent_t *event) {
+  return cudaEventCreateWithFlags(event, 0);
+}
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (event == NULL) return fail(cudaErrorInvalidResourceHandle);
@@ -675,9 +713,12 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsi
                                              enum cudaDriverEntryPointQueryResult *status) {
   (void)version, (void)flags;
   *fn = NULL;
-  if (strcmp(symbol, "cuMemGetAddressRange") == 0) *fn = (void *)fake_address_range;
-  else if (strcmp(symbol, "cuCtxGetCurrent") == 0) *fn = (void *)fake_ctx_get;
-  else if (strcmp(symbol, "cuCtxSetCurrent") == 0) *fn = (void *)fake_ctx_set;
+  if (strcmp(symbol, "cuMemGetAddressRange") == 0)
+    *fn = (void *)fake_address_range;
+  else if (strcmp(symbol, "cuCtxGetCurrent") == 0)
+    *fn = (void *)fake_ctx_get;
+  else if (strcmp(symbol, "cuCtxSetCurrent") == 0)
+    *fn = (void *)fake_ctx_set;
   if (status != NULL)
     *status = *fn != NULL ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;

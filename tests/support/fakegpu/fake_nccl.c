@@ -50,12 +50,12 @@ struct ncclComm {
   char *data; /* size slots of SLOT_BYTES */
   size_t mapped;
   atomic_int aborted;
-  atomic_int async;   /* ncclResult_t */
+  atomic_int async;    /* ncclResult_t */
   atomic_int inflight; /* collectives queued or running */
   atomic_int refs;     /* the handle + one per queued collective */
   atomic_int running;  /* a collective is on the stream thread right now */
   int initialized, finalizing;
-  uint64_t step;       /* on the stream thread only */
+  uint64_t step; /* on the stream thread only */
 };
 
 typedef struct coll {
@@ -82,12 +82,18 @@ ncclResult_t ncclGetVersion(int *version) {
 
 const char *ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInvalidArgument: return "invalid argument";
-    case ncclInvalidUsage: return "invalid usage";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "fakegpu NCCL error";
+    case ncclSuccess:
+      return "no error";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInvalidArgument:
+      return "invalid argument";
+    case ncclInvalidUsage:
+      return "invalid usage";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "fakegpu NCCL error";
   }
 }
 
@@ -138,8 +144,10 @@ static int wait_all(ncclComm_t comm, int posted, uint64_t want) {
       atomic_store(&comm->async, ncclRemoteError);
       return 0;
     }
-    if (++spins < 200) sched_yield();
-    else sleep_us(50);
+    if (++spins < 200)
+      sched_yield();
+    else
+      sleep_us(50);
   }
 }
 
@@ -147,11 +155,22 @@ static int wait_all(ncclComm_t comm, int posted, uint64_t want) {
 
 static size_t type_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+    case ncclInt8:
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -209,30 +228,73 @@ static int is_float(ncclDataType_t t) {
 
 static double load_f(ncclDataType_t t, const char *p) {
   switch (t) {
-    case ncclFloat16: { uint16_t v; memcpy(&v, p, 2); return half_to_float(v); }
-    case ncclBfloat16: { uint16_t v; memcpy(&v, p, 2); return bf16_to_float(v); }
-    case ncclFloat32: { float v; memcpy(&v, p, 4); return v; }
-    default: { double v; memcpy(&v, p, 8); return v; }
+    case ncclFloat16: {
+      uint16_t v;
+      memcpy(&v, p, 2);
+      return half_to_float(v);
+    }
+    case ncclBfloat16: {
+      uint16_t v;
+      memcpy(&v, p, 2);
+      return bf16_to_float(v);
+    }
+    case ncclFloat32: {
+      float v;
+      memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      double v;
+      memcpy(&v, p, 8);
+      return v;
+    }
   }
 }
 
 static void store_f(ncclDataType_t t, char *p, double v) {
   switch (t) {
-    case ncclFloat16: { uint16_t h = float_to_half((float)v); memcpy(p, &h, 2); break; }
-    case ncclBfloat16: { uint16_t h = float_to_bf16((float)v); memcpy(p, &h, 2); break; }
-    case ncclFloat32: { float f = (float)v; memcpy(p, &f, 4); break; }
-    default: memcpy(p, &v, 8);
+    case ncclFloat16: {
+      uint16_t h = float_to_half((float)v);
+      memcpy(p, &h, 2);
+      break;
+    }
+    case ncclBfloat16: {
+      uint16_t h = float_to_bf16((float)v);
+      memcpy(p, &h, 2);
+      break;
+    }
+    case ncclFloat32: {
+      float f = (float)v;
+      memcpy(p, &f, 4);
+      break;
+    }
+    default:
+      memcpy(p, &v, 8);
   }
 }
 
 /* Integers as unsigned 64-bit two's complement (wrapping like the device). */
 static uint64_t load_i(ncclDataType_t t, const char *p) {
   switch (t) {
-    case ncclInt8: return (uint64_t)(int64_t)*(const int8_t *)p;
-    case ncclUint8: return *(const uint8_t *)p;
-    case ncclInt32: { int32_t v; memcpy(&v, p, 4); return (uint64_t)(int64_t)v; }
-    case ncclUint32: { uint32_t v; memcpy(&v, p, 4); return v; }
-    default: { uint64_t v; memcpy(&v, p, 8); return v; }
+    case ncclInt8:
+      return (uint64_t)(int64_t) * (const int8_t *)p;
+    case ncclUint8:
+      return *(const uint8_t *)p;
+    case ncclInt32: {
+      int32_t v;
+      memcpy(&v, p, 4);
+      return (uint64_t)(int64_t)v;
+    }
+    case ncclUint32: {
+      uint32_t v;
+      memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      uint64_t v;
+      memcpy(&v, p, 8);
+      return v;
+    }
   }
 }
 
@@ -241,7 +303,9 @@ static void store_i(ncclDataType_t t, char *p, uint64_t v) {
   memcpy(p, &v, n); /* little-endian: the low bytes */
 }
 
-static int is_signed(ncclDataType_t t) { return t == ncclInt8 || t == ncclInt32 || t == ncclInt64; }
+static int is_signed(ncclDataType_t t) {
+  return t == ncclInt8 || t == ncclInt32 || t == ncclInt64;
+}
 
 /* v as the type holds it: NCCL reduces integers in their own width (wrapping). */
 static uint64_t wrap(ncclDataType_t t, uint64_t v) {
@@ -260,10 +324,14 @@ static void reduce(ncclComm_t comm, char *out, size_t offset, size_t n, ncclData
       double acc = load_f(t, first);
       for (int r = 1; r < comm->size; r++) {
         double v = load_f(t, comm->data + (size_t)r * SLOT_BYTES + offset + i * es);
-        if (op == ncclSum || op == ncclAvg) acc += v;
-        else if (op == ncclProd) acc *= v;
-        else if (op == ncclMax) acc = v > acc ? v : acc;
-        else acc = v < acc ? v : acc;
+        if (op == ncclSum || op == ncclAvg)
+          acc += v;
+        else if (op == ncclProd)
+          acc *= v;
+        else if (op == ncclMax)
+          acc = v > acc ? v : acc;
+        else
+          acc = v < acc ? v : acc;
       }
       if (op == ncclAvg) acc /= comm->size;
       store_f(t, out + i * es, acc);
@@ -272,10 +340,14 @@ static void reduce(ncclComm_t comm, char *out, size_t offset, size_t n, ncclData
       for (int r = 1; r < comm->size; r++) {
         uint64_t v = load_i(t, comm->data + (size_t)r * SLOT_BYTES + offset + i * es);
         int less = is_signed(t) ? (int64_t)v < (int64_t)acc : v < acc;
-        if (op == ncclSum || op == ncclAvg) acc = wrap(t, acc + v);
-        else if (op == ncclProd) acc = wrap(t, acc * v);
-        else if (op == ncclMax) acc = less ? acc : v;
-        else acc = less ? v : acc;
+        if (op == ncclSum || op == ncclAvg)
+          acc = wrap(t, acc + v);
+        else if (op == ncclProd)
+          acc = wrap(t, acc * v);
+        else if (op == ncclMax)
+          acc = less ? acc : v;
+        else
+          acc = less ? v : acc;
       }
       if (op == ncclAvg)
         acc = is_signed(t) ? (uint64_t)((int64_t)acc / comm->size) : acc / (uint64_t)comm->size;
@@ -395,8 +467,8 @@ static ncclResult_t enqueue(ncclComm_t comm, int kind, const void *send, void *r
    * the stand-in refuses them, so a caller that relies on them is caught */
   uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
   int in_place = kind == 0 || kind == 1 ? s == r
-               : kind == 2 ? s == r + (size_t)comm->rank * count * es
-                           : r == s + (size_t)comm->rank * count * es;
+                 : kind == 2            ? s == r + (size_t)comm->rank * count * es
+                                        : r == s + (size_t)comm->rank * count * es;
   if (!in_place && send_bytes && recv_bytes && s < r + recv_bytes && r < s + send_bytes)
     return ncclInvalidArgument;
   coll *c = calloc(1, sizeof *c);
@@ -450,7 +522,9 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
 
 /* ---- communicators ---- */
 
-static int arrived(ncclComm_t comm) { return atomic_load(&comm->seg->arrived) >= comm->size; }
+static int arrived(ncclComm_t comm) {
+  return atomic_load(&comm->seg->arrived) >= comm->size;
+}
 
 static ncclResult_t join(ncclComm_t comm, const ncclUniqueId *id) {
   snprintf(comm->name, sizeof comm->name, "/%.60s", id->internal);
