@@ -80,8 +80,11 @@ static int secrets_equal(const char *a, size_t a_length, const char *b, size_t b
 
 kolo_status kolo_hello_judge(const kolo_hello *h, const char *secret, uint64_t epoch, int size,
                              int expected_rank) {
-  if (!secrets_equal(h->secret, h->secret_length, secret, strlen(secret))) return KOLO_ERR_AUTH;
+  /* The epoch first: every epoch has its own secret (the scheduler draws one per ring), so a
+   * neighbour still at another epoch also has another secret, and must be told STALE_EPOCH
+   * (worth dialling again: elastic.c's create_comm) rather than AUTH (a stranger: fail). */
   if (h->epoch != epoch) return KOLO_ERR_STALE_EPOCH;
+  if (!secrets_equal(h->secret, h->secret_length, secret, strlen(secret))) return KOLO_ERR_AUTH;
   if (h->size != size || h->rank != expected_rank ||
       (h->kind != KOLO_CONNECTION_DATA && h->kind != KOLO_CONNECTION_CONTROL &&
        h->kind != KOLO_CONNECTION_BELL))

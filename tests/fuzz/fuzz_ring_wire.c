@@ -44,7 +44,11 @@ static void fuzz_hello(const uint8_t *data, size_t size, int expected_rank, int 
              (hello.kind == KOLO_CONNECTION_DATA || hello.kind == KOLO_CONNECTION_CONTROL ||
               hello.kind == KOLO_CONNECTION_BELL);
   check((verdict == KOLO_OK) == fits, "a hello is accepted exactly when it fits the ring");
-  if (!own) check(verdict == KOLO_ERR_AUTH, "a wrong secret is refused as such");
+  if (hello.epoch != RING_EPOCH)
+    check(verdict == KOLO_ERR_STALE_EPOCH,
+          "another epoch is refused as stale, whatever its secret");
+  else if (!own)
+    check(verdict == KOLO_ERR_AUTH, "a wrong secret at our epoch is refused as such");
   /* the ring's own hello, with the input's kind and offer, is accepted */
   kolo_hello mine = hello;
   mine.secret_length = (uint32_t)strlen(RING_SECRET);

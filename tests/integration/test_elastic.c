@@ -96,9 +96,10 @@ static void agent_announce(test_agent *agent, uint64_t epoch, const int *members
     peers[r] = addresses[r];
   }
   for (int rank = 0; rank < size; rank++) {
-    /* a per-run secret: another test's ring that took one of our ports is refused */
-    char secret[32];
-    snprintf(secret, sizeof secret, "secret-%d", (int)getpid());
+    /* a secret per run and epoch, as the scheduler draws one per ring: another test's
+     * ring that took one of our ports is refused, and so is our own older epoch */
+    char secret[48];
+    snprintf(secret, sizeof secret, "secret-%d-%llu", (int)getpid(), (unsigned long long)epoch);
     kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
                           .ring = {.epoch = epoch,
                                    .rank = rank,
@@ -129,8 +130,8 @@ static void agent_announce_to(test_agent *agent, int only, uint64_t epoch, const
     if (members[r] == only) rank = r;
   }
   assert_true(rank >= 0);
-  char secret[32];
-  snprintf(secret, sizeof secret, "secret-%d", (int)getpid());
+  char secret[48]; /* per run and epoch, as in agent_announce */
+  snprintf(secret, sizeof secret, "secret-%d-%llu", (int)getpid(), (unsigned long long)epoch);
   kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
                         .ring = {.epoch = epoch,
                                  .rank = rank,

@@ -39,6 +39,8 @@ static void a_hello_round_trips_and_is_judged_against_the_ring(void **state) {
   assert_int_equal(kolo_hello_judge(&back, "s3cret", 9, 3, 1), KOLO_OK);
   assert_int_equal(kolo_hello_judge(&back, "s3creT", 9, 3, 1), KOLO_ERR_AUTH);
   assert_int_equal(kolo_hello_judge(&back, "s3cret", 8, 3, 1), KOLO_ERR_STALE_EPOCH);
+  /* a neighbour at another epoch has that epoch's secret: stale, not a stranger */
+  assert_int_equal(kolo_hello_judge(&back, "other-epoch-secret", 8, 3, 1), KOLO_ERR_STALE_EPOCH);
   assert_int_equal(kolo_hello_judge(&back, "s3cret", 9, 3, 2), KOLO_ERR_PROTOCOL);
   assert_int_equal(kolo_hello_decode(bytes, length - 1, &back, &used), KOLO_ERR_PROTOCOL);
   bytes[5] = 9; /* another protocol version */
