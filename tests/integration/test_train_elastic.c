@@ -403,8 +403,12 @@ static void assert_resumed_from_the_last_commit(const grown *run, const int *mem
     assert_int_equal(json_number(line, "synced_step"), step);
     assert_int_equal(json_number(line, "synced_checksum"), crc);
     if (!survivor[k]) continue;
-    assert_int_equal(json_number(line, "committed_step"), step);
-    assert_int_equal(json_number(line, "committed_checksum"), crc);
+    /* a survivor's own last commit is the ring's, or the one before it when the kill
+     * came between the ranks' commits of one step (rank 0 finished the step and
+     * committed, this rank's collective of it failed): then rank 0's state wins */
+    long long committed = json_number(line, "committed_step");
+    if (committed != step) assert_int_equal(committed, step - 10);
+    if (committed == step) assert_int_equal(json_number(line, "committed_checksum"), crc);
   }
 }
 
