@@ -85,44 +85,13 @@ static void agent_spawn(test_agent *agent, int index, const char *steps, const c
   agent->ports[index] = free_port();
 }
 
-/* Sends RING <epoch> to each member (process indexes, in rank order), through
- * the agent protocol's codec. */
-static void agent_announce(test_agent *agent, uint64_t epoch, const int *members, int size) {
-  char addresses[64][32];
-  const char *peers[64];
-  assert_true(size <= 64);
-  for (int r = 0; r < size; r++) {
-    snprintf(addresses[r], sizeof addresses[r], "127.0.0.1:%d", agent->ports[members[r]]);
-    peers[r] = addresses[r];
-  }
-  for (int rank = 0; rank < size; rank++) {
-    /* a secret per run and epoch, as the scheduler draws one per ring: another test's
-     * ring that took one of our ports is refused, and so is our own older epoch */
-    char secret[48];
-    snprintf(secret, sizeof secret, "secret-%d-%llu", (int)getpid(), (unsigned long long)epoch);
-    kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
-                          .ring = {.epoch = epoch,
-                                   .rank = rank,
-                                   .size = size,
-                                   .local_rank = rank,
-                                   .local_size = size,
-                                   .timeout_ms = 10000,
-                                   .secret = secret,
-                                   .listen_address = peers[rank],
-                                   .peers = peers}};
-    char *line = NULL;
-    assert_int_equal(kolo_agent_msg_format(&msg, &line, NULL, 0), KOLO_OK);
-    assert_int_equal(write(agent->conns[members[rank]], line, strlen(line)), (ssize_t)strlen(line));
-    free(line);
-  }
-}
-
 /* Sends RING <epoch> to process only, as its rank in members (its agent was faster or
  * slower than the others'). */
 static void agent_announce_to(test_agent *agent, int only, uint64_t epoch, const int *members,
                               int size) {
   char addresses[64][32];
   const char *peers[64];
+  assert_true(size <= 64);
   int rank = -1;
   for (int r = 0; r < size; r++) {
     snprintf(addresses[r], sizeof addresses[r], "127.0.0.1:%d", agent->ports[members[r]]);
@@ -130,7 +99,9 @@ static void agent_announce_to(test_agent *agent, int only, uint64_t epoch, const
     if (members[r] == only) rank = r;
   }
   assert_true(rank >= 0);
-  char secret[48]; /* per run and epoch, as in agent_announce */
+  /* a secret per run and epoch, as the scheduler draws one per ring: another test's
+   * ring that took one of our ports is refused, and so is our own older epoch */
+  char secret[48];
   snprintf(secret, sizeof secret, "secret-%d-%llu", (int)getpid(), (unsigned long long)epoch);
   kolo_agent_msg msg = {.verb = KOLO_AGENT_RING,
                         .ring = {.epoch = epoch,
@@ -146,6 +117,13 @@ static void agent_announce_to(test_agent *agent, int only, uint64_t epoch, const
   assert_int_equal(kolo_agent_msg_format(&msg, &line, NULL, 0), KOLO_OK);
   assert_int_equal(write(agent->conns[only], line, strlen(line)), (ssize_t)strlen(line));
   free(line);
+}
+
+/* Sends RING <epoch> to each member (process indexes, in rank order), through
+ * the agent protocol's codec. */
+static void agent_announce(test_agent *agent, uint64_t epoch, const int *members, int size) {
+  for (int rank = 0; rank < size; rank++)
+    agent_announce_to(agent, members[rank], epoch, members, size);
 }
 
 /* Reads lines from process index until one starts with prefix; returns its step
