@@ -1,4 +1,4 @@
-/* Unit tests for server/json_codec.c: the JSON shape is a 1:1 mapping of the protobuf
+/* Unit tests for codec/codec.c: the JSON shape is a 1:1 mapping of the protobuf
  * messages, bad input names the offending field, and nothing leaks on error paths. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,12 +10,11 @@
 #include <cmocka.h>
 
 #include "kolo/v1/job.pb-c.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 
 static Kolo__V1__JobSpec *parse_spec(const char *text, kolo_status *rc, char *err, size_t len) {
   ProtobufCMessage *msg = NULL;
-  *rc = kolo_server_json_parse_message(text, strlen(text), &kolo__v1__job_spec__descriptor, &msg,
-                                       err, len);
+  *rc = kolo_codec_parse(text, strlen(text), &kolo__v1__job_spec__descriptor, &msg, err, len);
   return (Kolo__V1__JobSpec *)msg;
 }
 
@@ -53,7 +52,7 @@ static void encoding_then_decoding_gives_back_the_same_message(void **state) {
       "\"env\":{\"A\":\"1\"},\"working_dir\":\"/\"}}",
       &rc, err, sizeof err);
   assert_int_equal(rc, KOLO_OK);
-  char *text = kolo_server_json_dump_message(&spec->base, 0);
+  char *text = kolo_codec_dump(&spec->base, 0);
   assert_non_null(text);
   assert_non_null(strstr(text, "\"mode\":\"MODE_UNSPECIFIED\""));
   assert_non_null(strstr(text, "\"argv\":[\"/bin/true\",\"-v\"]"));
@@ -124,9 +123,9 @@ static void sixty_four_bit_integers_accept_numbers_and_strings(void **state) {
   ProtobufCMessage *msg = NULL;
   char err[128];
   const char *text = "{\"step\":\"12345678901\",\"total_steps\":99,\"loss\":1}";
-  assert_int_equal(kolo_server_json_parse_message(
-                       text, strlen(text), &kolo__v1__progress__descriptor, &msg, err, sizeof err),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_codec_parse(text, strlen(text), &kolo__v1__progress__descriptor, &msg, err, sizeof err),
+      KOLO_OK);
   Kolo__V1__Progress *p = (Kolo__V1__Progress *)msg;
   assert_true(p->step == 12345678901ULL);
   assert_true(p->total_steps == 99);
@@ -137,8 +136,8 @@ static void sixty_four_bit_integers_accept_numbers_and_strings(void **state) {
 static Kolo__V1__Progress *parse_progress(const char *text, kolo_status *rc) {
   ProtobufCMessage *msg = NULL;
   char err[128];
-  *rc = kolo_server_json_parse_message(text, strlen(text), &kolo__v1__progress__descriptor, &msg,
-                                       err, sizeof err);
+  *rc =
+      kolo_codec_parse(text, strlen(text), &kolo__v1__progress__descriptor, &msg, err, sizeof err);
   return (Kolo__V1__Progress *)msg;
 }
 
@@ -152,7 +151,7 @@ static void every_uint64_round_trips_exactly_through_json(void **state) {
     Kolo__V1__Progress p = KOLO__V1__PROGRESS__INIT;
     p.step = values[i];
     p.total_steps = values[i];
-    char *text = kolo_server_json_dump_message(&p.base, 0);
+    char *text = kolo_codec_dump(&p.base, 0);
     assert_non_null(text);
     kolo_status rc;
     Kolo__V1__Progress *back = parse_progress(text, &rc);
@@ -164,7 +163,7 @@ static void every_uint64_round_trips_exactly_through_json(void **state) {
   }
   Kolo__V1__Progress big = KOLO__V1__PROGRESS__INIT;
   big.step = UINT64_MAX;
-  char *text = kolo_server_json_dump_message(&big.base, 0);
+  char *text = kolo_codec_dump(&big.base, 0);
   assert_non_null(strstr(text, "\"step\":\"18446744073709551615\""));
   free(text);
 }
@@ -195,16 +194,15 @@ static void integers_in_strings_are_strict_decimal_within_range(void **state) {
   ProtobufCMessage *msg = NULL;
   char err[128];
   const char *low = "{\"created_unix_ms\":\"-9223372036854775808\"}";
-  assert_int_equal(kolo_server_json_parse_message(
-                       low, strlen(low), &kolo__v1__job_status__descriptor, &msg, err, sizeof err),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_codec_parse(low, strlen(low), &kolo__v1__job_status__descriptor, &msg, err, sizeof err),
+      KOLO_OK);
   assert_true(((Kolo__V1__JobStatus *)msg)->created_unix_ms == INT64_MIN);
   protobuf_c_message_free_unpacked(msg, NULL);
   const char *past = "{\"created_unix_ms\":\"9223372036854775808\"}";
-  assert_int_equal(
-      kolo_server_json_parse_message(past, strlen(past), &kolo__v1__job_status__descriptor, &msg,
-                                     err, sizeof err),
-      KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_codec_parse(past, strlen(past), &kolo__v1__job_status__descriptor, &msg,
+                                    err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(err, "created_unix_ms"));
 }
 
@@ -219,12 +217,12 @@ static void a_map_entry_that_is_not_utf8_fails_the_encoding_instead_of_vanishing
   spec.labels = entries;
   spec.n_labels = 1;
   spec.name = "x";
-  assert_null(kolo_server_json_from_message(&spec.base));
+  assert_null(kolo_codec_to_json(&spec.base));
   entry.value = "ok";
   entry.key = "\xc0\x80";
-  assert_null(kolo_server_json_from_message(&spec.base));
+  assert_null(kolo_codec_to_json(&spec.base));
   entry.key = "team";
-  json_t *json = kolo_server_json_from_message(&spec.base);
+  json_t *json = kolo_codec_to_json(&spec.base);
   assert_non_null(json);
   assert_string_equal(json_string_value(json_object_get(json_object_get(json, "labels"), "team")),
                       "ok");

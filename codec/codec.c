@@ -1,6 +1,6 @@
-/* Implementation of json_codec.h: walks protobuf-c descriptors, so every message of
+/* Implementation of codec.h: walks protobuf-c descriptors, so every message of
  * proto/kolo/v1 gets the same JSON mapping without per-message code. */
-#include "server/json_codec.h"
+#include "codec/codec.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -107,13 +107,13 @@ static json_t *encode_value(const ProtobufCFieldDescriptor *field, const void *p
     }
     case PROTOBUF_C_TYPE_MESSAGE: {
       const ProtobufCMessage *sub = *(ProtobufCMessage *const *)ptr;
-      return sub ? kolo_server_json_from_message(sub) : json_object();
+      return sub ? kolo_codec_to_json(sub) : json_object();
     }
   }
   return NULL;
 }
 
-json_t *kolo_server_json_from_message(const ProtobufCMessage *msg) {
+json_t *kolo_codec_to_json(const ProtobufCMessage *msg) {
   const ProtobufCMessageDescriptor *desc = msg->descriptor;
   json_t *obj = json_object();
   if (obj == NULL) return NULL;
@@ -431,8 +431,8 @@ static kolo_status decode_message(decode_ctx *ctx, const json_t *json,
   return KOLO_OK;
 }
 
-kolo_status kolo_server_json_to_message(const json_t *json, const ProtobufCMessageDescriptor *desc,
-                                        ProtobufCMessage **out, char *err, size_t err_len) {
+kolo_status kolo_codec_from_json(const json_t *json, const ProtobufCMessageDescriptor *desc,
+                                 ProtobufCMessage **out, char *err, size_t err_len) {
   decode_ctx ctx = {err, err_len};
   ProtobufCMessage *msg = NULL;
   if (err && err_len) err[0] = '\0';
@@ -445,9 +445,9 @@ kolo_status kolo_server_json_to_message(const json_t *json, const ProtobufCMessa
   return KOLO_OK;
 }
 
-kolo_status kolo_server_json_parse_message(const char *text, size_t length,
-                                           const ProtobufCMessageDescriptor *desc,
-                                           ProtobufCMessage **out, char *err, size_t err_len) {
+kolo_status kolo_codec_parse(const char *text, size_t length,
+                             const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out,
+                             char *err, size_t err_len) {
   json_error_t jerr;
   json_t *json = json_loadb(text, length, JSON_REJECT_DUPLICATES, &jerr);
   if (json == NULL) {
@@ -456,20 +456,20 @@ kolo_status kolo_server_json_parse_message(const char *text, size_t length,
                jerr.text);
     return KOLO_ERR_PARSE;
   }
-  kolo_status rc = kolo_server_json_to_message(json, desc, out, err, err_len);
+  kolo_status rc = kolo_codec_from_json(json, desc, out, err, err_len);
   json_decref(json);
   return rc;
 }
 
-char *kolo_server_json_dump_message(const ProtobufCMessage *msg, int pretty) {
-  json_t *json = kolo_server_json_from_message(msg);
+char *kolo_codec_dump(const ProtobufCMessage *msg, int pretty) {
+  json_t *json = kolo_codec_to_json(msg);
   if (json == NULL) return NULL;
   char *text = json_dumps(json, (pretty ? JSON_INDENT(2) : JSON_COMPACT) | JSON_PRESERVE_ORDER);
   json_decref(json);
   return text;
 }
 
-ProtobufCMessage *kolo_server_pb_copy(const ProtobufCMessage *msg) {
+ProtobufCMessage *kolo_codec_copy(const ProtobufCMessage *msg) {
   size_t size = protobuf_c_message_get_packed_size(msg);
   uint8_t *buf = malloc(size ? size : 1);
   if (buf == NULL) return NULL;
@@ -479,7 +479,7 @@ ProtobufCMessage *kolo_server_pb_copy(const ProtobufCMessage *msg) {
   return copy;
 }
 
-kolo_status kolo_server_pb_set_string(char **slot, const char *value) {
+kolo_status kolo_codec_set_string(char **slot, const char *value) {
   char *copy = strdup(value ? value : "");
   if (copy == NULL) return KOLO_ERR_NO_MEMORY;
   if (*slot && *slot != (char *)protobuf_c_empty_string) free(*slot);
