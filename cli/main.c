@@ -11,7 +11,7 @@
 #include "cli/client.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "server/wire.h"
 
 #define EXIT_RPC 1
@@ -89,7 +89,7 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 static void print_json(const ProtobufCMessage *msg, int pretty) {
-  char *text = kolo_server_json_dump_message(msg, pretty);
+  char *text = kolo_codec_dump(msg, pretty);
   if (text) printf("%s\n", text);
   free(text);
 }
@@ -231,9 +231,9 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
       spec->builtin = b;
     }
     if (strcmp(flag, "--name") == 0) {
-      kolo_server_pb_set_string(&spec->name, value);
+      kolo_codec_set_string(&spec->name, value);
     } else if (strcmp(flag, "--id") == 0) {
-      kolo_server_pb_set_string(&spec->id, value);
+      kolo_codec_set_string(&spec->id, value);
     } else if (strcmp(flag, "--workers") == 0) {
       if (!parse_workers(value, &spec->min_workers, &spec->max_workers))
         return usage_error("--workers: expected MIN or MIN:MAX (1..4096), got '%s'", value);
@@ -243,9 +243,9 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
       if (v == NULL || v->value == 0) return usage_error("--mode: SYNC or ASYNC, got '%s'", value);
       spec->mode = (Kolo__V1__Mode)v->value;
     } else if (strcmp(flag, "--model") == 0) {
-      kolo_server_pb_set_string(&b->model, value);
+      kolo_codec_set_string(&b->model, value);
     } else if (strcmp(flag, "--dataset") == 0) {
-      kolo_server_pb_set_string(&b->dataset, value);
+      kolo_codec_set_string(&b->dataset, value);
     } else if (strcmp(flag, "--epochs") == 0) {
       if (!parse_uint(value, &n) || n > UINT32_MAX)
         return usage_error("--epochs: expected a number, got '%s'", value);
@@ -283,7 +283,7 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
         return usage_error("--average-every: expected a number, got '%s'", value);
       spec->average_every = (uint32_t)n;
     } else if (strcmp(flag, "--checkpoint-dir") == 0) {
-      kolo_server_pb_set_string(&spec->checkpoint_dir, value);
+      kolo_codec_set_string(&spec->checkpoint_dir, value);
     } else {
       return usage_error("submit: unknown flag %s", flag);
     }
@@ -373,7 +373,7 @@ static int logs_from_args(int nargs, char **args, Kolo__V1__StreamLogsRequest *r
     }
   }
   if (id == NULL) return usage_error("logs needs a job id", NULL);
-  kolo_server_pb_set_string(&r->id, id);
+  kolo_codec_set_string(&r->id, id);
   return 0;
 }
 
@@ -423,8 +423,8 @@ int main(int argc, char **argv) {
       char *text = read_file(args[0], &len);
       if (text == NULL) return usage_error("cannot read %s", args[0]);
       char err[512];
-      kolo_status rc = kolo_server_json_parse_message(text, len, &kolo__v1__job_spec__descriptor,
-                                                      &req, err, sizeof err);
+      kolo_status rc =
+          kolo_codec_parse(text, len, &kolo__v1__job_spec__descriptor, &req, err, sizeof err);
       free(text);
       if (rc != KOLO_OK) {
         fprintf(stderr, "kolo: %s: %s\n", args[0], err);
@@ -441,13 +441,13 @@ int main(int argc, char **argv) {
     if (cmd[0] == 'g') {
       Kolo__V1__GetJobRequest *r = malloc(sizeof *r);
       kolo__v1__get_job_request__init(r);
-      kolo_server_pb_set_string(&r->id, args[0]);
+      kolo_codec_set_string(&r->id, args[0]);
       req = &r->base;
       method = KOLO_SERVER_GET_JOB;
     } else {
       Kolo__V1__WatchJobRequest *r = malloc(sizeof *r);
       kolo__v1__watch_job_request__init(r);
-      kolo_server_pb_set_string(&r->id, args[0]);
+      kolo_codec_set_string(&r->id, args[0]);
       req = &r->base;
       method = KOLO_SERVER_WATCH_JOB;
     }
@@ -487,8 +487,8 @@ int main(int argc, char **argv) {
       return usage_error("cancel ID [--reason TEXT]", NULL);
     Kolo__V1__CancelJobRequest *r = malloc(sizeof *r);
     kolo__v1__cancel_job_request__init(r);
-    kolo_server_pb_set_string(&r->id, args[0]);
-    if (nargs == 3) kolo_server_pb_set_string(&r->reason, args[2]);
+    kolo_codec_set_string(&r->id, args[0]);
+    if (nargs == 3) kolo_codec_set_string(&r->reason, args[2]);
     req = &r->base;
     method = KOLO_SERVER_CANCEL_JOB;
   } else if (strcmp(cmd, "scale") == 0) {
@@ -499,7 +499,7 @@ int main(int argc, char **argv) {
     if (nargs != 2 || !parse_workers(args[1], &r->min_workers, &r->max_workers))
       rc_exit = usage_error("scale ID MIN[:MAX]", NULL);
     else
-      kolo_server_pb_set_string(&r->id, args[0]);
+      kolo_codec_set_string(&r->id, args[0]);
   } else if (strcmp(cmd, "workers") == 0) {
     if (nargs != 0) return usage_error("workers takes no arguments", NULL);
     Kolo__V1__ListWorkersRequest *r = malloc(sizeof *r);
@@ -510,14 +510,14 @@ int main(int argc, char **argv) {
     if (nargs != 1) return usage_error("drain needs exactly one worker id", NULL);
     Kolo__V1__DrainWorkerRequest *r = malloc(sizeof *r);
     kolo__v1__drain_worker_request__init(r);
-    kolo_server_pb_set_string(&r->id, args[0]);
+    kolo_codec_set_string(&r->id, args[0]);
     req = &r->base;
     method = KOLO_SERVER_DRAIN_WORKER;
   } else if (strcmp(cmd, "undrain") == 0) {
     if (nargs != 1) return usage_error("undrain needs exactly one worker id", NULL);
     Kolo__V1__UndrainWorkerRequest *r = malloc(sizeof *r);
     kolo__v1__undrain_worker_request__init(r);
-    kolo_server_pb_set_string(&r->id, args[0]);
+    kolo_codec_set_string(&r->id, args[0]);
     req = &r->base;
     method = KOLO_SERVER_UNDRAIN_WORKER;
   } else if (strcmp(cmd, "demand") == 0) {
@@ -574,7 +574,7 @@ int main(int argc, char **argv) {
       for (size_t k = 0; k < page->n_jobs; k++) {
         const Kolo__V1__Job *job = page->jobs[k];
         if (g.json) {
-          json_array_append_new(all, kolo_server_json_from_message(&job->base));
+          json_array_append_new(all, kolo_codec_to_json(&job->base));
           continue;
         }
         char created[32], workers[24];
@@ -586,7 +586,7 @@ int main(int argc, char **argv) {
                created);
       }
       int more = page->next_page_token[0] != '\0';
-      if (more) kolo_server_pb_set_string(&r->page_token, page->next_page_token);
+      if (more) kolo_codec_set_string(&r->page_token, page->next_page_token);
       protobuf_c_message_free_unpacked(resp, NULL);
       if (!more) break;
     }

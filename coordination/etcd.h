@@ -62,6 +62,50 @@ void kolo_etcd_destroy(kolo_etcd *client);
 /* The request deadline the client was configured with, in milliseconds. */
 int kolo_etcd_request_timeout_ms(const kolo_etcd *client);
 
+/* ---- one client, several users ----------------------------------------------------
+ * A process talks to etcd through one client: one pool of connections, one auth
+ * token, one choice of the endpoint that answers. Users of it that need other
+ * deadlines (an election's short ones, a store's) each get a handle with
+ * kolo_etcd_share: the same client with its own timeouts and counters. A handle is a
+ * kolo_etcd like any other (any call takes it; it is thread-safe) and is freed with
+ * kolo_etcd_destroy; the connection goes with the last handle. */
+
+/* A new handle on client's connection; tuning (NULL = the defaults) gives only the
+ * timeouts and limits (request_timeout_ms, connect_timeout_ms, watch_idle_ms,
+ * max_value_bytes), its other fields are ignored. No I/O. */
+kolo_status kolo_etcd_share(kolo_etcd *client, const kolo_etcd_config *tuning, kolo_etcd **out);
+
+/* What a request to etcd was, for the counters. */
+typedef enum kolo_etcd_request_kind {
+  KOLO_ETCD_REQ_RANGE = 0,
+  KOLO_ETCD_REQ_TXN,
+  KOLO_ETCD_REQ_PUT,
+  KOLO_ETCD_REQ_DELETE,
+  KOLO_ETCD_REQ_LEASE, /* grant, revoke, keep-alive */
+  KOLO_ETCD_REQ_AUTH,
+  KOLO_ETCD_REQ_OTHER, /* compaction, ... */
+  KOLO_ETCD_REQUEST_KINDS
+} kolo_etcd_request_kind;
+
+/* "range", "txn", "put", "delete", "lease", "auth", "other". */
+const char *kolo_etcd_request_kind_name(kolo_etcd_request_kind kind);
+
+typedef struct kolo_etcd_stats {
+  uint64_t requests[KOLO_ETCD_REQUEST_KINDS]; /* unary requests sent (each endpoint tried) */
+  uint64_t watches_started;                   /* kolo_etcd_watch_start calls that succeeded */
+  int watches_running;                        /* watches not yet stopped */
+  int handles;                                /* live handles of the client */
+} kolo_etcd_stats;
+
+/* The counters of this handle (whole_client = 0) or of every handle of its client
+ * together (whole_client = 1). */
+void kolo_etcd_stats_get(const kolo_etcd *client, int whole_client, kolo_etcd_stats *out);
+
+/* The highest store revision of a write (put, delete, txn whose compares held) that
+ * succeeded through this handle; 0 before any. A reader of a watch-fed view waits
+ * for the view to reach it to read its own writes. */
+int64_t kolo_etcd_written_revision(const kolo_etcd *client);
+
 /* ---- key-values ------------------------------------------------------------------ */
 typedef struct kolo_etcd_kv {
   unsigned char *key; /* NUL-terminated for convenience; key_len excludes the NUL */

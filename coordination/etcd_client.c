@@ -57,6 +57,64 @@ static char *dup_or_null(const char *text) {
   return text ? strdup(text) : NULL;
 }
 
+/* Sets h's timeouts and limits from tuning (NULL or 0 = the defaults). */
+static void tune(kolo_etcd *h, const kolo_etcd_config *tuning) {
+  kolo_etcd_config none = {0};
+  if (tuning == NULL) tuning = &none;
+  h->request_timeout_ms = tuning->request_timeout_ms ? tuning->request_timeout_ms : 5000;
+  h->connect_timeout_ms = tuning->connect_timeout_ms ? tuning->connect_timeout_ms : 1000;
+  h->watch_idle_ms = tuning->watch_idle_ms ? tuning->watch_idle_ms : 15000;
+  h->max_value_bytes = tuning->max_value_bytes ? tuning->max_value_bytes : (1u << 20);
+}
+
+static void core_free(kolo_etcd_core *c) {
+  for (size_t i = 0; i < c->pool_count; i++) curl_easy_cleanup(c->pool[i]);
+  free(c->pool);
+  if (c->endpoints)
+    for (size_t i = 0; i < c->endpoint_count; i++) free(c->endpoints[i]);
+  free(c->endpoints);
+  free(c->ca_file);
+  free(c->cert_file);
+  free(c->key_file);
+  free(c->user);
+  if (c->password) memset(c->password, 0, strlen(c->password));
+  free(c->password);
+  free(c->token);
+  pthread_mutex_destroy(&c->lock);
+  free(c);
+}
+
+/* The shared part of a new client, or NULL when out of memory. */
+static kolo_etcd_core *core_create(const kolo_etcd_config *config) {
+  kolo_etcd_core *c = calloc(1, sizeof *c);
+  if (c == NULL) return NULL;
+  pthread_mutex_init(&c->lock, NULL);
+  atomic_init(&c->handles, 1);
+  c->endpoints = calloc(config->endpoint_count, sizeof *c->endpoints);
+  if (c->endpoints == NULL) goto nomem;
+  c->endpoint_count = config->endpoint_count;
+  for (size_t i = 0; i < config->endpoint_count; i++) {
+    /* Stored without a trailing slash so "<endpoint>/v3/..." is well formed. */
+    c->endpoints[i] = strdup(config->endpoints[i]);
+    if (c->endpoints[i] == NULL) goto nomem;
+    size_t n = strlen(c->endpoints[i]);
+    while (n > 0 && c->endpoints[i][n - 1] == '/') c->endpoints[i][--n] = '\0';
+  }
+  c->ca_file = dup_or_null(config->ca_file);
+  c->cert_file = dup_or_null(config->cert_file);
+  c->key_file = dup_or_null(config->key_file);
+  c->user = dup_or_null(config->user);
+  c->password = dup_or_null(config->password);
+  if ((config->ca_file && !c->ca_file) || (config->cert_file && !c->cert_file) ||
+      (config->key_file && !c->key_file) || (config->user && !c->user) ||
+      (config->password && !c->password))
+    goto nomem;
+  return c;
+nomem:
+  core_free(c);
+  return NULL;
+}
+
 kolo_status kolo_etcd_create(const kolo_etcd_config *config, kolo_etcd **out) {
   *out = NULL;
   if (config == NULL || config->endpoints == NULL || config->endpoint_count == 0)
@@ -76,56 +134,36 @@ kolo_status kolo_etcd_create(const kolo_etcd_config *config, kolo_etcd **out) {
   if (curl_init_code != CURLE_OK)
     return kolo_etcd_fail(KOLO_ERR_INTERNAL, "curl_global_init failed: %s",
                           curl_easy_strerror(curl_init_code));
-
-  kolo_etcd *c = calloc(1, sizeof *c);
-  if (c == NULL) return KOLO_ERR_NO_MEMORY;
-  pthread_mutex_init(&c->lock, NULL);
-  c->endpoints = calloc(config->endpoint_count, sizeof *c->endpoints);
-  if (c->endpoints == NULL) goto nomem;
-  c->endpoint_count = config->endpoint_count;
-  for (size_t i = 0; i < config->endpoint_count; i++) {
-    /* Stored without a trailing slash so "<endpoint>/v3/..." is well formed. */
-    c->endpoints[i] = strdup(config->endpoints[i]);
-    if (c->endpoints[i] == NULL) goto nomem;
-    size_t n = strlen(c->endpoints[i]);
-    while (n > 0 && c->endpoints[i][n - 1] == '/') c->endpoints[i][--n] = '\0';
+  kolo_etcd *h = calloc(1, sizeof *h);
+  if (h != NULL) h->core = core_create(config);
+  if (h == NULL || h->core == NULL) {
+    free(h);
+    return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory creating the etcd client");
   }
-  c->request_timeout_ms = config->request_timeout_ms ? config->request_timeout_ms : 5000;
-  c->connect_timeout_ms = config->connect_timeout_ms ? config->connect_timeout_ms : 1000;
-  c->watch_idle_ms = config->watch_idle_ms ? config->watch_idle_ms : 15000;
-  c->max_value_bytes = config->max_value_bytes ? config->max_value_bytes : (1u << 20);
-  c->ca_file = dup_or_null(config->ca_file);
-  c->cert_file = dup_or_null(config->cert_file);
-  c->key_file = dup_or_null(config->key_file);
-  c->user = dup_or_null(config->user);
-  c->password = dup_or_null(config->password);
-  if ((config->ca_file && !c->ca_file) || (config->cert_file && !c->cert_file) ||
-      (config->key_file && !c->key_file) || (config->user && !c->user) ||
-      (config->password && !c->password))
-    goto nomem;
-  *out = c;
+  tune(h, config);
+  *out = h;
   return KOLO_OK;
-nomem:
-  kolo_etcd_destroy(c);
-  return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory creating the etcd client");
 }
 
-void kolo_etcd_destroy(kolo_etcd *c) {
-  if (c == NULL) return;
-  for (size_t i = 0; i < c->pool_count; i++) curl_easy_cleanup(c->pool[i]);
-  free(c->pool);
-  if (c->endpoints)
-    for (size_t i = 0; i < c->endpoint_count; i++) free(c->endpoints[i]);
-  free(c->endpoints);
-  free(c->ca_file);
-  free(c->cert_file);
-  free(c->key_file);
-  free(c->user);
-  if (c->password) memset(c->password, 0, strlen(c->password));
-  free(c->password);
-  free(c->token);
-  pthread_mutex_destroy(&c->lock);
-  free(c);
+kolo_status kolo_etcd_share(kolo_etcd *client, const kolo_etcd_config *tuning, kolo_etcd **out) {
+  *out = NULL;
+  if (client == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "no etcd client to share");
+  if (tuning != NULL && (tuning->request_timeout_ms < 0 || tuning->connect_timeout_ms < 0 ||
+                         tuning->watch_idle_ms < 0))
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "etcd timeouts must not be negative");
+  kolo_etcd *h = calloc(1, sizeof *h);
+  if (h == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory sharing the etcd client");
+  h->core = client->core;
+  atomic_fetch_add(&h->core->handles, 1);
+  tune(h, tuning);
+  *out = h;
+  return KOLO_OK;
+}
+
+void kolo_etcd_destroy(kolo_etcd *h) {
+  if (h == NULL) return;
+  if (atomic_fetch_sub(&h->core->handles, 1) == 1) core_free(h->core);
+  free(h);
 }
 
 int kolo_etcd_request_timeout_ms(const kolo_etcd *c) {
@@ -133,12 +171,67 @@ int kolo_etcd_request_timeout_ms(const kolo_etcd *c) {
 }
 
 const char *kolo_etcd_endpoint(const kolo_etcd *c, size_t i) {
-  return c->endpoints[i % c->endpoint_count];
+  return c->core->endpoints[i % c->core->endpoint_count];
+}
+
+/* ---- counters ---- */
+
+const char *kolo_etcd_request_kind_name(kolo_etcd_request_kind kind) {
+  static const char *const names[KOLO_ETCD_REQUEST_KINDS] = {"range", "txn",  "put",  "delete",
+                                                             "lease", "auth", "other"};
+  return (unsigned)kind < KOLO_ETCD_REQUEST_KINDS ? names[kind] : "other";
+}
+
+/* The kind of a request by its gateway path. */
+static kolo_etcd_request_kind kind_of(const char *path) {
+  if (strcmp(path, "kv/range") == 0) return KOLO_ETCD_REQ_RANGE;
+  if (strcmp(path, "kv/txn") == 0) return KOLO_ETCD_REQ_TXN;
+  if (strcmp(path, "kv/put") == 0) return KOLO_ETCD_REQ_PUT;
+  if (strcmp(path, "kv/deleterange") == 0) return KOLO_ETCD_REQ_DELETE;
+  if (strncmp(path, "lease/", 6) == 0) return KOLO_ETCD_REQ_LEASE;
+  if (strncmp(path, "auth/", 5) == 0) return KOLO_ETCD_REQ_AUTH;
+  return KOLO_ETCD_REQ_OTHER;
+}
+
+static void count_request(kolo_etcd *h, const char *path) {
+  kolo_etcd_request_kind kind = kind_of(path);
+  atomic_fetch_add(&h->requests[kind], 1);
+  atomic_fetch_add(&h->core->requests[kind], 1);
+}
+
+void kolo_etcd_count_watch(kolo_etcd *h, int started, int running_delta) {
+  atomic_fetch_add(&h->watches_started, (uint_fast64_t)started);
+  atomic_fetch_add(&h->core->watches_started, (uint_fast64_t)started);
+  atomic_fetch_add(&h->watches_running, running_delta);
+  atomic_fetch_add(&h->core->watches_running, running_delta);
+}
+
+void kolo_etcd_note_write(kolo_etcd *h, int64_t revision) {
+  long long seen = atomic_load(&h->written_revision);
+  while (revision > seen && !atomic_compare_exchange_weak(&h->written_revision, &seen, revision)) {
+  }
+}
+
+int64_t kolo_etcd_written_revision(const kolo_etcd *h) {
+  return atomic_load(&((kolo_etcd *)h)->written_revision);
+}
+
+void kolo_etcd_stats_get(const kolo_etcd *client, int whole_client, kolo_etcd_stats *out) {
+  kolo_etcd *h = (kolo_etcd *)client;
+  memset(out, 0, sizeof *out);
+  for (int k = 0; k < KOLO_ETCD_REQUEST_KINDS; k++)
+    out->requests[k] =
+        whole_client ? atomic_load(&h->core->requests[k]) : atomic_load(&h->requests[k]);
+  out->watches_started =
+      whole_client ? atomic_load(&h->core->watches_started) : atomic_load(&h->watches_started);
+  out->watches_running =
+      whole_client ? atomic_load(&h->core->watches_running) : atomic_load(&h->watches_running);
+  out->handles = atomic_load(&h->core->handles);
 }
 
 /* ---- curl handle pool: reusing handles keeps their HTTP connections open. ---- */
 
-static CURL *pool_take(kolo_etcd *c) {
+static CURL *pool_take(kolo_etcd_core *c) {
   CURL *h = NULL;
   pthread_mutex_lock(&c->lock);
   if (c->pool_count > 0) h = c->pool[--c->pool_count];
@@ -146,7 +239,7 @@ static CURL *pool_take(kolo_etcd *c) {
   return h ? h : curl_easy_init();
 }
 
-static void pool_give(kolo_etcd *c, CURL *h) {
+static void pool_give(kolo_etcd_core *c, CURL *h) {
   curl_easy_reset(h);
   pthread_mutex_lock(&c->lock);
   if (c->pool_count == c->pool_cap && c->pool_cap < 16) {
@@ -207,7 +300,8 @@ kolo_status kolo_etcd_error_status(int code, const char *message) {
 
 /* ---- auth ---- */
 
-void kolo_etcd_auth_invalidate(kolo_etcd *c) {
+void kolo_etcd_auth_invalidate(kolo_etcd *h) {
+  kolo_etcd_core *c = h->core;
   pthread_mutex_lock(&c->lock);
   free(c->token);
   c->token = NULL;
@@ -215,11 +309,12 @@ void kolo_etcd_auth_invalidate(kolo_etcd *c) {
 }
 
 /* auth/authenticate: trades user/password for a token. */
-static kolo_status authenticate(kolo_etcd *c, int timeout_ms, const atomic_int *cancel) {
+static kolo_status authenticate(kolo_etcd *h, int timeout_ms, const atomic_int *cancel) {
+  kolo_etcd_core *c = h->core;
   json_t *body = json_pack("{s:s, s:s}", "name", c->user, "password", c->password);
   json_t *reply = NULL;
   if (body == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
-  kolo_status rc = kolo_etcd_call(c, "auth/authenticate", body, timeout_ms,
+  kolo_status rc = kolo_etcd_call(h, "auth/authenticate", body, timeout_ms,
                                   KOLO_ETCD_IDEMPOTENT | KOLO_ETCD_NO_AUTH, cancel, &reply);
   json_decref(body);
   if (rc != KOLO_OK) {
@@ -243,15 +338,16 @@ static kolo_status authenticate(kolo_etcd *c, int timeout_ms, const atomic_int *
   return KOLO_OK;
 }
 
-kolo_status kolo_etcd_auth_header(kolo_etcd *c, char *buf, size_t size, int timeout_ms,
+kolo_status kolo_etcd_auth_header(kolo_etcd *h, char *buf, size_t size, int timeout_ms,
                                   const atomic_int *cancel) {
+  kolo_etcd_core *c = h->core;
   buf[0] = '\0';
   if (c->user == NULL) return KOLO_OK;
   pthread_mutex_lock(&c->lock);
   int have = c->token != NULL;
   pthread_mutex_unlock(&c->lock);
   if (!have) {
-    kolo_status rc = authenticate(c, timeout_ms, cancel);
+    kolo_status rc = authenticate(h, timeout_ms, cancel);
     if (rc != KOLO_OK) return rc;
   }
   pthread_mutex_lock(&c->lock);
@@ -334,7 +430,8 @@ static int failed_before_sending(CURLcode code, CURL *h) {
 }
 
 /* Applies the TLS settings of the client to a handle. */
-void kolo_etcd_apply_tls(const kolo_etcd *c, void *handle) {
+void kolo_etcd_apply_tls(const kolo_etcd *client, void *handle) {
+  const kolo_etcd_core *c = client->core;
   CURL *h = handle;
   if (c->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
   if (c->cert_file) curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert_file);
@@ -382,12 +479,14 @@ static void copy_text(char *dst, size_t size, const char *src) {
   dst[n] = '\0';
 }
 
-kolo_status kolo_etcd_call(kolo_etcd *c, const char *path, json_t *body, int timeout_ms, int flags,
-                           const atomic_int *cancel, json_t **reply) {
+kolo_status kolo_etcd_call(kolo_etcd *client, const char *path, json_t *body, int timeout_ms,
+                           int flags, const atomic_int *cancel, json_t **reply) {
+  kolo_etcd_core *c = client->core;
   *reply = NULL;
   char *text = json_dumps(body, JSON_COMPACT);
   if (text == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "cannot serialize etcd request");
-  int64_t deadline = kolo_etcd_now_ms() + (timeout_ms > 0 ? timeout_ms : c->request_timeout_ms);
+  int64_t deadline =
+      kolo_etcd_now_ms() + (timeout_ms > 0 ? timeout_ms : client->request_timeout_ms);
   kolo_status rc = KOLO_ERR_UNAVAILABLE;
   int auth_retried = 0;
 again:;
@@ -399,7 +498,7 @@ again:;
       rc = kolo_etcd_fail(KOLO_ERR_TIMEOUT, "etcd %s: deadline passed while authenticating", path);
       goto out;
     }
-    rc = kolo_etcd_auth_header(c, auth, sizeof auth, (int)left, cancel);
+    rc = kolo_etcd_auth_header(client, auth, sizeof auth, (int)left, cancel);
     if (rc != KOLO_OK) goto out;
   }
   size_t start = atomic_load(&c->current);
@@ -433,11 +532,13 @@ again:;
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_reply_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)remaining);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)(remaining < c->connect_timeout_ms ? remaining : c->connect_timeout_ms));
+    curl_easy_setopt(
+        h, CURLOPT_CONNECTTIMEOUT_MS,
+        (long)(remaining < client->connect_timeout_ms ? remaining : client->connect_timeout_ms));
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-    kolo_etcd_apply_tls(c, h);
+    kolo_etcd_apply_tls(client, h);
+    count_request(client, path);
     CURLcode code = cancel ? perform_cancellable(h, cancel) : curl_easy_perform(h);
     long http_status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http_status);
@@ -455,7 +556,7 @@ again:;
         free(b.data);
         curl_slist_free_all(headers);
         pool_give(c, h);
-        kolo_etcd_auth_invalidate(c);
+        kolo_etcd_auth_invalidate(client);
         goto again;
       }
     } else if (code == CURLE_ABORTED_BY_CALLBACK) {

@@ -11,14 +11,14 @@
 
 #include "coordination/etcd.h"
 
-struct kolo_etcd {
+/* What every handle of one client shares: the endpoints and which answered
+ * last, TLS and auth, the token, the pool of idle connections, and the counters
+ * of the whole client. Freed with its last handle. */
+typedef struct kolo_etcd_core {
+  atomic_int handles; /* live handles; the last kolo_etcd_destroy frees the core */
   char **endpoints;
   size_t endpoint_count;
   atomic_size_t current; /* index of the endpoint that answered last */
-  int request_timeout_ms;
-  int connect_timeout_ms;
-  int watch_idle_ms;
-  size_t max_value_bytes;
   char *ca_file;
   char *cert_file;
   char *key_file;
@@ -29,7 +29,30 @@ struct kolo_etcd {
   void **pool; /* idle CURL easy handles (keep their connections) */
   size_t pool_count;
   size_t pool_cap;
+  atomic_uint_fast64_t requests[KOLO_ETCD_REQUEST_KINDS]; /* the whole client's */
+  atomic_uint_fast64_t watches_started;
+  atomic_int watches_running;
+} kolo_etcd_core;
+
+/* A handle: the shared core plus this user's deadlines and counters. */
+struct kolo_etcd {
+  kolo_etcd_core *core;
+  int request_timeout_ms;
+  int connect_timeout_ms;
+  int watch_idle_ms;
+  size_t max_value_bytes;
+  atomic_uint_fast64_t requests[KOLO_ETCD_REQUEST_KINDS]; /* this handle's */
+  atomic_uint_fast64_t watches_started;
+  atomic_int watches_running;
+  atomic_llong written_revision; /* highest revision of a write that succeeded through it */
 };
+
+/* Counts a watch stream opened (+1) or a watch ended (running -1) on a handle
+ * and its client. */
+void kolo_etcd_count_watch(kolo_etcd *client, int started, int running_delta);
+
+/* Raises the handle's written revision to revision (a write through it succeeded). */
+void kolo_etcd_note_write(kolo_etcd *client, int64_t revision);
 
 /* Sets the calling thread's last error and returns status (for `return fail(...)`). */
 kolo_status kolo_etcd_fail(kolo_status status, const char *fmt, ...)

@@ -83,7 +83,10 @@ kolo_status kolo_etcd_put(kolo_etcd *c, kolo_etcd_bytes key, kolo_etcd_bytes val
   json_t *body = NULL, *reply = NULL;
   rc = put_json(key, value, lease, prev != NULL, &body);
   if (rc == KOLO_OK) rc = kolo_etcd_call(c, "kv/put", body, 0, 0, NULL, &reply);
-  if (rc == KOLO_OK && revision) rc = kolo_etcd_header_revision(reply, revision);
+  int64_t written = 0;
+  if (rc == KOLO_OK) rc = kolo_etcd_header_revision(reply, &written);
+  if (rc == KOLO_OK) kolo_etcd_note_write(c, written);
+  if (rc == KOLO_OK && revision) *revision = written;
   json_t *p = reply ? json_object_get(reply, "prev_kv") : NULL;
   if (rc == KOLO_OK && prev && p) rc = kolo_etcd_kv_from_json(p, prev);
   json_decref(body);
@@ -205,7 +208,10 @@ kolo_status kolo_etcd_delete(kolo_etcd *c, kolo_etcd_bytes key, int prefix, int6
   if (rc == KOLO_OK) rc = kolo_etcd_call(c, "kv/deleterange", body, 0, 0, NULL, &reply);
   int64_t n = 0;
   if (rc == KOLO_OK) rc = kolo_etcd_json_int64(reply, "deleted", &n);
-  if (rc == KOLO_OK && revision) rc = kolo_etcd_header_revision(reply, revision);
+  int64_t written = 0;
+  if (rc == KOLO_OK) rc = kolo_etcd_header_revision(reply, &written);
+  if (rc == KOLO_OK && n > 0) kolo_etcd_note_write(c, written);
+  if (rc == KOLO_OK && revision) *revision = written;
   if (rc == KOLO_OK && deleted) *deleted = n;
   json_decref(body);
   json_decref(reply);
@@ -402,6 +408,7 @@ kolo_status kolo_etcd_txn_run(kolo_etcd *c, const kolo_etcd_txn *txn,
   if (rc == KOLO_OK) rc = kolo_etcd_call(c, "kv/txn", body, 0, 0, NULL, &reply);
   if (rc == KOLO_OK) rc = kolo_etcd_json_bool(reply, "succeeded", &result->succeeded);
   if (rc == KOLO_OK) rc = kolo_etcd_header_revision(reply, &result->revision);
+  if (rc == KOLO_OK && result->succeeded) kolo_etcd_note_write(c, result->revision);
   json_t *responses = reply ? json_object_get(reply, "responses") : NULL;
   if (rc == KOLO_OK && responses != NULL) {
     if (!json_is_array(responses)) {

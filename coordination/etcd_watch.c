@@ -68,7 +68,7 @@ static int handle_line(kolo_etcd_watch *w, const char *line, size_t len) {
   if (rc != KOLO_OK) {
     /* An expired token (or an etcd restart, which forgets simple tokens): the
      * next stream authenticates again. */
-    if (rc == KOLO_ERR_AUTH && w->client->user) kolo_etcd_auth_invalidate(w->client);
+    if (rc == KOLO_ERR_AUTH && w->client->core->user) kolo_etcd_auth_invalidate(w->client);
     KOLO_LOGW(COMPONENT, "dropping the stream: %s", kolo_etcd_last_error());
     w->stream_failed = 1;
     return 0;
@@ -111,7 +111,7 @@ static int handle_line(kolo_etcd_watch *w, const char *line, size_t len) {
     } else {
       KOLO_LOGW(COMPONENT, "etcd cancelled the watch: %s",
                 m.cancel_reason ? m.cancel_reason : "(no reason)");
-      if (m.cancel_reason && strstr(m.cancel_reason, "Unauthenticated") && w->client->user)
+      if (m.cancel_reason && strstr(m.cancel_reason, "Unauthenticated") && w->client->core->user)
         kolo_etcd_auth_invalidate(w->client);
       w->stream_failed = 1;
     }
@@ -240,7 +240,7 @@ static void run_stream(kolo_etcd_watch *w) {
   }
   long http_status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http_status);
-  if (http_status == 401 && c->user) kolo_etcd_auth_invalidate(c);
+  if (http_status == 401 && c->core->user) kolo_etcd_auth_invalidate(c);
   curl_multi_remove_handle(w->multi, h);
 out:
   atomic_store(&w->connected, 0);
@@ -337,7 +337,7 @@ kolo_status kolo_etcd_watch_start(kolo_etcd *c, const kolo_etcd_watch_opts *opts
   w->prev_kv = opts->prev_kv;
   w->fn = fn;
   w->user = user;
-  w->endpoint = atomic_load(&c->current);
+  w->endpoint = atomic_load(&c->core->current);
   atomic_init(&w->stopping, 0);
   atomic_init(&w->connected, 0);
   atomic_init(&w->next_revision, opts->start_revision);
@@ -357,6 +357,7 @@ kolo_status kolo_etcd_watch_start(kolo_etcd *c, const kolo_etcd_watch_opts *opts
     return kolo_etcd_fail(kolo_status_from_errno(err), "cannot start the watch thread: %s",
                           strerror(err));
   }
+  kolo_etcd_count_watch(c, 1, 1);
   *out = w;
   return KOLO_OK;
 }
@@ -384,6 +385,7 @@ void kolo_etcd_watch_stop(kolo_etcd_watch *w) {
   pthread_cond_destroy(&w->wake);
   pthread_mutex_destroy(&w->lock);
   curl_multi_cleanup(w->multi);
+  kolo_etcd_count_watch(w->client, 0, -1);
   free(w->line);
   free(w->key);
   free(w);

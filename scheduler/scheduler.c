@@ -267,7 +267,7 @@ static void *run(void *argument) {
 }
 
 kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) {
-  if (config == NULL || config->access == NULL || config->fence == NULL || out == NULL)
+  if (config == NULL || config->etcd == NULL || config->fence == NULL || out == NULL)
     return KOLO_ERR_INVALID_ARG;
   kolo_sched *s = calloc(1, sizeof *s);
   if (s == NULL) return KOLO_ERR_NO_MEMORY;
@@ -275,7 +275,7 @@ kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) 
   if (s->config.tick_ms <= 0) s->config.tick_ms = 500;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->cond, NULL);
-  kolo_status rc = kolo_etcd_access_connect(config->access, NULL, &s->etcd);
+  kolo_status rc = kolo_etcd_share(config->etcd, NULL, &s->etcd);
   if (rc != KOLO_OK) goto fail;
   s->writer = (kolo_sched_writer){s->etcd, s->config.fence, s->config.fence_arg};
   kolo_etcd_watch_opts watch = {.key = kolo_etcd_str(KOLO_KEY_ROOT), .prefix = 1};

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coordination/etcd_access.h"
+#include "coordination/etcd.h"
 #include "kolo/status.h"
 
 /* Fills the leader key and its create revision when this replica leads;
@@ -22,8 +22,9 @@ typedef kolo_status (*kolo_sched_fence_fn)(void *arg, char *key, size_t len,
 typedef struct kolo_sched_config {
   kolo_sched_fence_fn fence;
   void *fence_arg;
-  int tick_ms;                    /* pass at least this often while leading; 0 = 500 */
-  const kolo_etcd_access *access; /* the binary's etcd (endpoints, TLS, auth); read at start */
+  int tick_ms;     /* pass at least this often while leading; 0 = 500 */
+  kolo_etcd *etcd; /* the binary's one etcd client; the scheduler takes a handle of it
+                      (kolo_etcd_share, default deadlines); it must outlive the scheduler */
 } kolo_sched_config;
 
 typedef struct kolo_sched kolo_sched;

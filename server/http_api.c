@@ -22,7 +22,7 @@
 #include "server/http_front.h"
 #include "server/http_route.h"
 #include "server/http_stream.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "server/pb_check.h"
 #include "server/service.h"
 #include "server/ui.h"
@@ -93,7 +93,7 @@ static void reply_error(reply *r, kolo_status rc, const char *message) {
 }
 
 static void reply_message(reply *r, const ProtobufCMessage *msg) {
-  char *text = kolo_server_json_dump_message(msg, 0);
+  char *text = kolo_codec_dump(msg, 0);
   if (text == NULL) {
     reply_error(r, KOLO_ERR_NO_MEMORY, NULL);
     return;
@@ -120,8 +120,8 @@ static void call_service(kolo_server_http *h, reply *r, kolo_server_method metho
 /* Decodes a POST body as message type desc (empty body = empty message). */
 static kolo_status decode_body(request *req, const ProtobufCMessageDescriptor *desc,
                                ProtobufCMessage **out, char *err, size_t err_len) {
-  if (req->len == 0) return kolo_server_json_parse_message("{}", 2, desc, out, err, err_len);
-  return kolo_server_json_parse_message(req->body, req->len, desc, out, err, err_len);
+  if (req->len == 0) return kolo_codec_parse("{}", 2, desc, out, err, err_len);
+  return kolo_codec_parse(req->body, req->len, desc, out, err, err_len);
 }
 
 typedef struct list_query {
@@ -404,7 +404,7 @@ static void route_events(kolo_server_http *h, const char *id, reply *r) {
   if (rc == KOLO_OK) rc = kolo_server_store_get(h->cfg.store, id, &job);
   if (rc == KOLO_ERR_NOT_FOUND) snprintf(err, sizeof err, "no job %.100s", id);
   if (rc != KOLO_OK) return reply_error(r, rc, err);
-  json_t *obj = kolo_server_json_from_message(&job->base);
+  json_t *obj = kolo_codec_to_json(&job->base);
   json_t *out = json_pack("{s:s,s:O}", "id", job->id, "events", json_object_get(obj, "events"));
   r->grpc_code = 0;
   reply_text(r, 200, "application/json", json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER));
@@ -444,7 +444,7 @@ static void route_body(kolo_server_http *h, request *req, const kolo_server_rout
   if (!submit) {
     char **id_slot =
         cancel ? &((Kolo__V1__CancelJobRequest *)msg)->id : &((Kolo__V1__ScaleJobRequest *)msg)->id;
-    kolo_server_pb_set_string(id_slot, m->id);
+    kolo_codec_set_string(id_slot, m->id);
   }
   call_service(h, r, method, msg);
   protobuf_c_message_free_unpacked(msg, NULL);

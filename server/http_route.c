@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "server/pb_check.h"
 
 /* Splits "/v1/jobs/<id>[suffix]" into id and suffix ("", "/events", ":cancel", ":scale"). */
@@ -186,7 +186,7 @@ kolo_status kolo_server_query_list_jobs(Kolo__V1__ListJobsRequest *r, const char
       return refuse(err, err_len, "page_size: expected 0..1000");
     r->page_size = (uint32_t)n;
   } else if (strcmp(key, "page_token") == 0) {
-    kolo_server_pb_set_string(&r->page_token, value);
+    kolo_codec_set_string(&r->page_token, value);
   } else {
     return refuse(err, err_len, "%.64s: unknown query parameter", key);
   }

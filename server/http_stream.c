@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "common/log.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 
 #define LOG "stream"
 #define BLOCK_BYTES (16 * 1024)
@@ -82,7 +82,7 @@ static void emit_metrics(stream *st) {
   uint64_t since = st->last_step ? st->last_step - 1 : 0;
   if (kolo_server_store_metrics(st->hub->store, st->topics.job, since, &m) != KOLO_OK) return;
   if (m->n_points > 0) st->last_step = m->points[m->n_points - 1]->step;
-  char *json = kolo_server_json_dump_message(&m->base, 0);
+  char *json = kolo_codec_dump(&m->base, 0);
   emit(st, "metrics", json);
   free(json);
   protobuf_c_message_free_unpacked(&m->base, NULL);
@@ -266,7 +266,7 @@ static void refresh_workers(kolo_server_stream_hub *hub) {
   if (fresh || !any_wants_workers(hub)) return;
   Kolo__V1__ListWorkersResponse *all = NULL;
   if (kolo_server_store_list_workers(hub->store, &all) != KOLO_OK) return; /* retried next change */
-  char *json = kolo_server_json_dump_message(&all->base, 0);
+  char *json = kolo_codec_dump(&all->base, 0);
   protobuf_c_message_free_unpacked(&all->base, NULL);
   if (json == NULL) return;
   pthread_mutex_lock(&hub->workers_lock);

@@ -9,7 +9,7 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "worker/train/flags.h"
 
 static kolo_status bad(char *err, size_t err_len, const char *field, const char *why) {
@@ -299,8 +299,8 @@ kolo_status kolo_server_job_append_event(Kolo__V1__Job *job, const char *type, c
   ev->seq = job->n_events ? job->events[job->n_events - 1]->seq + 1 : 1;
   ev->time_unix_ms = now_ms;
   ev->epoch = job->status ? job->status->epoch : 0;
-  if (kolo_server_pb_set_string(&ev->type, type) != KOLO_OK ||
-      kolo_server_pb_set_string(&ev->message, message) != KOLO_OK) {
+  if (kolo_codec_set_string(&ev->type, type) != KOLO_OK ||
+      kolo_codec_set_string(&ev->message, message) != KOLO_OK) {
     protobuf_c_message_free_unpacked(&ev->base, NULL);
     return KOLO_ERR_NO_MEMORY;
   }
@@ -317,10 +317,10 @@ kolo_status kolo_server_job_create(const Kolo__V1__JobSpec *spec, const char *id
   job->status = malloc(sizeof *job->status);
   if (job->status == NULL) goto out;
   kolo__v1__job_status__init(job->status);
-  job->spec = (Kolo__V1__JobSpec *)kolo_server_pb_copy(&spec->base);
+  job->spec = (Kolo__V1__JobSpec *)kolo_codec_copy(&spec->base);
   if (job->spec == NULL) goto out;
-  if (kolo_server_pb_set_string(&job->id, id) != KOLO_OK ||
-      kolo_server_pb_set_string(&job->spec->id, id) != KOLO_OK)
+  if (kolo_codec_set_string(&job->id, id) != KOLO_OK ||
+      kolo_codec_set_string(&job->spec->id, id) != KOLO_OK)
     goto out;
   job->status->phase = KOLO__V1__PHASE__PENDING;
   job->status->created_unix_ms = now_ms;
@@ -351,7 +351,7 @@ kolo_status kolo_server_job_cancel(Kolo__V1__Job *job, const char *reason, int64
   char message[320];
   snprintf(message, sizeof message, "cancelled%s%.256s", reason && reason[0] ? ": " : "",
            reason ? reason : "");
-  if (kolo_server_pb_set_string(&st->error, message) != KOLO_OK) return KOLO_ERR_NO_MEMORY;
+  if (kolo_codec_set_string(&st->error, message) != KOLO_OK) return KOLO_ERR_NO_MEMORY;
   st->phase = KOLO__V1__PHASE__CANCELLED;
   st->finished_unix_ms = now_ms;
   st->updated_unix_ms = now_ms;

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coordination/etcd_access.h"
+#include "coordination/etcd.h"
 #include "kolo/status.h"
 
 typedef struct kolo_server_kv_item {
@@ -80,8 +80,9 @@ void kolo_server_kv_items_free(kolo_server_kv_item *items, size_t count);
 /* The in-process backend. */
 kolo_status kolo_server_kv_mem_create(kolo_server_kv **out);
 
-/* The etcd backend over libkolo_coord: endpoints is a comma-separated list of client URLs. */
-/* access: TLS files and auth for etcd (NULL = none). */
-kolo_status kolo_server_kv_etcd_create(const kolo_etcd_access *access, kolo_server_kv **out);
+/* The etcd backend over libkolo_coord, on a handle of etcd (the binary's one client,
+ * kolo_etcd_share) with the store's deadlines: 3 s per request, a watch silent for 5 s
+ * reconnects. etcd must outlive the kv. */
+kolo_status kolo_server_kv_etcd_create(kolo_etcd *etcd, kolo_server_kv **out);
 
 #endif

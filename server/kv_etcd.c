@@ -153,12 +153,12 @@ static void etcd_destroy(kolo_server_kv *kv) {
 static const kolo_server_kv_ops etcd_ops = {etcd_range,      etcd_txn,     etcd_start_watch,
                                             etcd_stop_watch, etcd_healthy, etcd_destroy};
 
-kolo_status kolo_server_kv_etcd_create(const kolo_etcd_access *access, kolo_server_kv **out) {
+kolo_status kolo_server_kv_etcd_create(kolo_etcd *etcd, kolo_server_kv **out) {
   etcd_kv *e = calloc(1, sizeof *e);
   if (e == NULL) return KOLO_ERR_NO_MEMORY;
   e->base.ops = &etcd_ops;
   kolo_etcd_config tuning = {.request_timeout_ms = 3000, .watch_idle_ms = 5000};
-  kolo_status rc = kolo_etcd_access_connect(access, &tuning, &e->client);
+  kolo_status rc = kolo_etcd_share(etcd, &tuning, &e->client);
   if (rc != KOLO_OK) {
     etcd_destroy(&e->base);
     return rc;

@@ -123,12 +123,12 @@ static void *run(void *arg) {
   return NULL;
 }
 
-kolo_status kolo_server_leader_start(const kolo_etcd_access *access, const char *name, int ttl_s,
+kolo_status kolo_server_leader_start(kolo_etcd *etcd, const char *name, int ttl_s,
                                      kolo_server_leader **out) {
   kolo_server_leader *l = calloc(1, sizeof *l);
   if (l == NULL) return KOLO_ERR_NO_MEMORY;
   kolo_etcd_config tuning = {.request_timeout_ms = 1000};
-  kolo_status rc = kolo_etcd_access_connect(access, &tuning, &l->client);
+  kolo_status rc = kolo_etcd_share(etcd, &tuning, &l->client);
   if (rc != KOLO_OK) {
     free(l);
     return rc;

@@ -10,13 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coordination/etcd_access.h"
+#include "coordination/etcd.h"
 #include "kolo/status.h"
 
 typedef struct kolo_server_leader kolo_server_leader;
 
-/* Starts campaigning in a thread of its own, on a client of access (the binary's etcd). */
-kolo_status kolo_server_leader_start(const kolo_etcd_access *access, const char *name, int ttl_s,
+/* Starts campaigning in a thread of its own, on a handle of etcd (the binary's one client,
+ * kolo_etcd_share) with 1 s request deadlines: a campaign and the lease's renewals must
+ * answer well within the TTL. etcd must outlive the leader. */
+kolo_status kolo_server_leader_start(kolo_etcd *etcd, const char *name, int ttl_s,
                                      kolo_server_leader **out);
 /* Resigns (revokes the lease, so another replica leads at once) and frees. */
 void kolo_server_leader_stop(kolo_server_leader *l);

@@ -30,6 +30,7 @@ typedef struct server {
   kolo_server_etcd_child *etcd_child;
   kolo_etcd_access
       child_access; /* the private etcd child's (--etcd auto): its URL, no TLS or auth */
+  kolo_etcd *etcd;  /* the one etcd client: store, leader and scheduler hold handles of it */
   kolo_server_kv *kv;
   kolo_server_store *store;
   kolo_server_leader *leader;
@@ -104,6 +105,7 @@ static void teardown(server *s) {
   kolo_server_leader_stop(s->leader);
   kolo_server_store_destroy(s->store);
   if (s->kv) s->kv->ops->destroy(s->kv);
+  kolo_etcd_destroy(s->etcd); /* after every user of it */
   kolo_server_etcd_child_stop(s->etcd_child);
   kolo_server_metrics_destroy(s->metrics);
   free(s->tls_cert);
@@ -179,7 +181,9 @@ int main(int argc, char **argv) {
       }
       access = &s.child_access;
     }
-    rc = kolo_server_kv_etcd_create(access, &s.kv);
+    /* one client for the whole binary: store, leader and scheduler share its connections */
+    rc = kolo_etcd_access_connect(access, NULL, &s.etcd);
+    if (rc == KOLO_OK) rc = kolo_server_kv_etcd_create(s.etcd, &s.kv);
   }
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG, "job store backend: %s", kolo_strerror(rc));
@@ -206,12 +210,12 @@ int main(int argc, char **argv) {
     }
   }
   if (s.etcd_child || strcmp(s.opts.etcd, "none") != 0) {
-    rc = kolo_server_leader_start(access, s.opts.name, s.opts.leader_ttl_s, &s.leader);
+    rc = kolo_server_leader_start(s.etcd, s.opts.name, s.opts.leader_ttl_s, &s.leader);
     if (rc != KOLO_OK) {
       KOLO_LOGE(LOG, "leader election: %s", kolo_strerror(rc));
       goto out;
     }
-    kolo_sched_config sc = {leader_fence, s.leader, 0, access};
+    kolo_sched_config sc = {leader_fence, s.leader, 0, s.etcd};
     if (kolo_sched_start(&sc, &s.sched) != KOLO_OK) goto out;
   }
   kolo_server_recorder_config rc_cfg = {s.store,

@@ -9,7 +9,7 @@
 
 #include "common/log.h"
 #include "server/history.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 
 #define LOG "recorder"
 #define MAX_WRITES_PER_PASS 64
@@ -35,7 +35,7 @@ static kolo_status write_one(kolo_server_recorder *r, const kolo_server_history_
   kolo_server_store_metrics_key(point_key, sizeof point_key, w->id, w->point.step);
   cmps[nc++] = w->point_rev ? (kolo_server_kv_compare){point_key, KOLO_SERVER_KV_MOD, w->point_rev}
                             : (kolo_server_kv_compare){point_key, KOLO_SERVER_KV_CREATE, 0};
-  char *value = kolo_server_json_dump_message(&w->point.base, 0);
+  char *value = kolo_codec_dump(&w->point.base, 0);
   if (value == NULL) return KOLO_ERR_NO_MEMORY;
   puts[np++] = (kolo_server_kv_put){point_key, value, 0};
   if (w->has_delete) {

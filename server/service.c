@@ -9,7 +9,7 @@
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
 #include "server/job_model.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 
 #define KOLO_CHECK_ID(id)                                                \
   do {                                                                   \
@@ -44,7 +44,7 @@ kolo_status kolo_server_service_call(kolo_server_store *store, kolo_server_metho
   *resp = NULL;
   switch (method) {
     case KOLO_SERVER_SUBMIT_JOB: {
-      Kolo__V1__JobSpec *spec = (Kolo__V1__JobSpec *)kolo_server_pb_copy(req);
+      Kolo__V1__JobSpec *spec = (Kolo__V1__JobSpec *)kolo_codec_copy(req);
       if (spec == NULL) return KOLO_ERR_NO_MEMORY;
       rc = kolo_server_job_validate_spec(spec, err, err_len);
       int created = 0;

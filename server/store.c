@@ -15,7 +15,7 @@
 #include "common/checks.h"
 #include "common/log.h"
 #include "server/job_model.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "server/store_internal.h"
 
 #define LOG "store"
@@ -97,9 +97,9 @@ static void entry_rebuild(entry *e) {
   e->packed_len = kolo__v1__job__get_packed_size(&job);
   e->packed = malloc(e->packed_len + 1);
   if (e->packed) kolo__v1__job__pack(&job, e->packed);
-  e->json = kolo_server_json_dump_message(&job.base, 0);
+  e->json = kolo_codec_dump(&job.base, 0);
   borrow_job(e, &job, 0);
-  e->summary = kolo_server_json_dump_message(&job.base, 0);
+  e->summary = kolo_codec_dump(&job.base, 0);
   if (e->json == NULL || e->summary == NULL) {
     free(e->packed);
     e->packed = NULL;
@@ -173,8 +173,7 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
   }
   ProtobufCMessage *msg = NULL;
   char err[256];
-  if (kolo_server_json_parse_message(item->value, item->value_len, desc, &msg, err, sizeof err) !=
-      KOLO_OK) {
+  if (kolo_codec_parse(item->value, item->value_len, desc, &msg, err, sizeof err) != KOLO_OK) {
     KOLO_LOGW(LOG, "ignoring %s: %s", item->key, err);
     return;
   }
@@ -407,13 +406,13 @@ kolo_status kolo_server_store_list(kolo_server_store *s, const Kolo__V1__ListJob
       continue;
     if (!labels_match(e->spec, req)) continue;
     if (resp->n_jobs == limit) {
-      rc = kolo_server_pb_set_string(&resp->next_page_token, resp->jobs[limit - 1]->id);
+      rc = kolo_codec_set_string(&resp->next_page_token, resp->jobs[limit - 1]->id);
       if (rc != KOLO_OK) goto out;
       break;
     }
     Kolo__V1__Job borrowed;
     borrow_job(e, &borrowed, 0);
-    Kolo__V1__Job *copy = (Kolo__V1__Job *)kolo_server_pb_copy(&borrowed.base);
+    Kolo__V1__Job *copy = (Kolo__V1__Job *)kolo_codec_copy(&borrowed.base);
     if (copy == NULL) goto out;
     resp->jobs[resp->n_jobs++] = copy;
   }
@@ -497,14 +496,14 @@ static kolo_status write_status(kolo_server_store *s, const Kolo__V1__Job *job, 
   if (!cmps || !puts || !keys || !values) goto out;
   if (job_key(keys[0], sizeof keys[0], job->id, "status") != KOLO_OK) goto out;
   cmps[0] = (kolo_server_kv_compare){keys[0], KOLO_SERVER_KV_MOD, status_rev};
-  values[0] = kolo_server_json_dump_message(&job->status->base, 0);
+  values[0] = kolo_codec_dump(&job->status->base, 0);
   if (values[0] == NULL) goto out;
   puts[0] = (kolo_server_kv_put){keys[0], values[0], 0};
   for (size_t i = 0; i < n_new; i++) {
     const Kolo__V1__Event *ev = job->events[first_new + i];
     if (event_key(keys[i + 1], sizeof keys[i + 1], job->id, ev->seq) != KOLO_OK) goto out;
     cmps[i + 1] = (kolo_server_kv_compare){keys[i + 1], KOLO_SERVER_KV_CREATE, 0};
-    values[i + 1] = kolo_server_json_dump_message(&ev->base, 0);
+    values[i + 1] = kolo_codec_dump(&ev->base, 0);
     if (values[i + 1] == NULL) goto out;
     puts[i + 1] = (kolo_server_kv_put){keys[i + 1], values[i + 1], 0};
   }
@@ -588,8 +587,8 @@ static kolo_status read_spec(kolo_server_store *s, const char *id, Kolo__V1__Job
   for (size_t i = 0; i < n; i++) {
     if (strcmp(items[i].key, key) != 0) continue;
     ProtobufCMessage *msg = NULL;
-    rc = kolo_server_json_parse_message(items[i].value, items[i].value_len,
-                                        &kolo__v1__job_spec__descriptor, &msg, NULL, 0);
+    rc = kolo_codec_parse(items[i].value, items[i].value_len, &kolo__v1__job_spec__descriptor, &msg,
+                          NULL, 0);
     if (rc == KOLO_OK) *out = (Kolo__V1__JobSpec *)msg;
     break;
   }
@@ -611,11 +610,11 @@ kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *sp
     snprintf(id, sizeof id, "%s", spec->id);
   else
     KOLO_CHECK(kolo_server_job_make_id(id, sizeof id));
-  KOLO_CHECK_GOTO_RC(kolo_server_pb_set_string(&spec->id, id));
+  KOLO_CHECK_GOTO_RC(kolo_codec_set_string(&spec->id, id));
   KOLO_CHECK_GOTO_RC(kolo_server_job_create(spec, id, kolo_server_now_ms(), &job));
-  spec_json = kolo_server_json_dump_message(&job->spec->base, 0);
-  status_json = kolo_server_json_dump_message(&job->status->base, 0);
-  event_json = kolo_server_json_dump_message(&job->events[0]->base, 0);
+  spec_json = kolo_codec_dump(&job->spec->base, 0);
+  status_json = kolo_codec_dump(&job->status->base, 0);
+  event_json = kolo_codec_dump(&job->events[0]->base, 0);
   rc = KOLO_ERR_NO_MEMORY;
   if (!spec_json || !status_json || !event_json) goto out;
   if (job_key(spec_key, sizeof spec_key, id, "spec") != KOLO_OK ||

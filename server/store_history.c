@@ -12,7 +12,7 @@
 #include "coordination/etcd.h"
 #include "coordination/ringspec.h"
 #include "server/history.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "server/store_internal.h"
 
 #define LOG "store"
@@ -105,9 +105,8 @@ void kolo_server_store_apply_point(kolo_server_store *s, const char *key,
   }
   ProtobufCMessage *msg = NULL;
   char err[256];
-  if (kolo_server_json_parse_message(item->value, item->value_len,
-                                     &kolo__v1__metric_point__descriptor, &msg, err,
-                                     sizeof err) != KOLO_OK) {
+  if (kolo_codec_parse(item->value, item->value_len, &kolo__v1__metric_point__descriptor, &msg, err,
+                       sizeof err) != KOLO_OK) {
     KOLO_LOGW(LOG, "ignoring %s: %s", key, err);
     return;
   }
@@ -142,9 +141,9 @@ static Kolo__V1__RingEpoch *ring_from_record(const char *text, size_t len) {
     Kolo__V1__Member *member = malloc(sizeof *member);
     if (member == NULL) break;
     kolo__v1__member__init(member);
-    kolo_server_pb_set_string(&member->worker_id, ring.members[i].worker_id);
-    kolo_server_pb_set_string(&member->host, ring.members[i].host);
-    kolo_server_pb_set_string(&member->address, ring.members[i].address);
+    kolo_codec_set_string(&member->worker_id, ring.members[i].worker_id);
+    kolo_codec_set_string(&member->host, ring.members[i].host);
+    kolo_codec_set_string(&member->address, ring.members[i].address);
     member->rank = (uint32_t)i;
     r->members[r->n_members++] = member;
   }
@@ -228,16 +227,16 @@ kolo_status kolo_server_store_metrics(kolo_server_store *s, const char *id, uint
   kolo__v1__job_metrics__init(m);
   m->points = calloc(e->n_points + 1, sizeof *m->points);
   m->rings = calloc(e->n_rings + 1, sizeof *m->rings);
-  if (kolo_server_pb_set_string(&m->id, e->id) != KOLO_OK || m->points == NULL || m->rings == NULL)
+  if (kolo_codec_set_string(&m->id, e->id) != KOLO_OK || m->points == NULL || m->rings == NULL)
     goto out;
   long first = find_point(e, since_step + 1);
   for (size_t i = first >= 0 ? (size_t)first : (size_t)(-first - 1); i < e->n_points; i++) {
-    m->points[m->n_points] = (Kolo__V1__MetricPoint *)kolo_server_pb_copy(&e->points[i]->base);
+    m->points[m->n_points] = (Kolo__V1__MetricPoint *)kolo_codec_copy(&e->points[i]->base);
     if (m->points[m->n_points] == NULL) goto out;
     m->n_points++;
   }
   for (size_t i = 0; i < e->n_rings; i++) {
-    m->rings[m->n_rings] = (Kolo__V1__RingEpoch *)kolo_server_pb_copy(&e->rings[i]->base);
+    m->rings[m->n_rings] = (Kolo__V1__RingEpoch *)kolo_codec_copy(&e->rings[i]->base);
     if (m->rings[m->n_rings] == NULL) goto out;
     m->n_rings++;
   }

@@ -1,6 +1,6 @@
 /* kolo.v1 as a client sees it, beyond the generated messages: the method table (gRPC
  * path, name, request and response descriptors), the names of gRPC status codes and of
- * job phases. With server/json_codec.h it is library kolo_wire, all that the CLI links
+ * job phases. With codec/ (kolo_codec) it is library kolo_wire, all that the CLI links
  * of the server (the server's core links it too). */
 #ifndef KOLO_SERVER_WIRE_H
 #define KOLO_SERVER_WIRE_H

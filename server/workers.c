@@ -15,7 +15,7 @@
 #include "coordination/keys.h"
 #include "coordination/membership.h"
 #include "server/job_model.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "server/store.h"
 
 #define LOG "store"
@@ -50,12 +50,12 @@ static Kolo__V1__Worker *worker_from_record(const char *key, const char *text, s
   w = malloc(sizeof *w);
   if (w == NULL) goto out;
   kolo__v1__worker__init(w);
-  kolo_server_pb_set_string(&w->id, m.id);
-  kolo_server_pb_set_string(&w->host, m.host);
-  kolo_server_pb_set_string(&w->address, m.address);
-  kolo_server_pb_set_string(&w->state, state_name(m.state));
-  kolo_server_pb_set_string(&w->job_id, ""); /* from its assignment */
-  w->slots = (uint32_t)m.cpus;               /* one slot per CPU */
+  kolo_codec_set_string(&w->id, m.id);
+  kolo_codec_set_string(&w->host, m.host);
+  kolo_codec_set_string(&w->address, m.address);
+  kolo_codec_set_string(&w->state, state_name(m.state));
+  kolo_codec_set_string(&w->job_id, ""); /* from its assignment */
+  w->slots = (uint32_t)m.cpus;           /* one slot per CPU */
   w->gpus = (uint32_t)m.gpus;
   w->registered_unix_ms = m.registered_unix_ms;
   w->labels = m.label_count ? calloc(m.label_count, sizeof *w->labels) : NULL;
@@ -63,8 +63,8 @@ static Kolo__V1__Worker *worker_from_record(const char *key, const char *text, s
     Kolo__V1__Worker__LabelsEntry *entry = malloc(sizeof *entry);
     if (entry == NULL) continue;
     kolo__v1__worker__labels_entry__init(entry);
-    kolo_server_pb_set_string(&entry->key, m.labels[i].key);
-    kolo_server_pb_set_string(&entry->value, m.labels[i].value);
+    kolo_codec_set_string(&entry->key, m.labels[i].key);
+    kolo_codec_set_string(&entry->value, m.labels[i].value);
     w->labels[w->n_labels++] = entry;
   }
 out:
@@ -79,7 +79,7 @@ static void set_job_from_assignments(Kolo__V1__Worker *w, const kolo_server_kv_i
     if (strcmp(assigns[a].key + strlen(KOLO_KEY_ASSIGN_PREFIX), w->id) != 0) continue;
     json_t *obj = json_loadb(assigns[a].value, assigns[a].value_len, 0, NULL);
     const char *job = json_string_value(json_object_get(obj, "job"));
-    if (job != NULL) kolo_server_pb_set_string(&w->job_id, job);
+    if (job != NULL) kolo_codec_set_string(&w->job_id, job);
     json_decref(obj);
   }
 }
@@ -118,7 +118,7 @@ kolo_status kolo_server_store_list_workers(kolo_server_store *s,
     if (w == NULL) continue;
     w->draining = drain_mark_of(drains, n_drains, items[i].key + strlen(KOLO_KEY_WORKERS_PREFIX),
                                 items[i].lease) != NULL;
-    if (w->draining) kolo_server_pb_set_string(&w->state, "DRAINING");
+    if (w->draining) kolo_codec_set_string(&w->state, "DRAINING");
     set_job_from_assignments(w, assigns, n_assigns);
     resp->workers[resp->n_workers++] = w;
   }
@@ -138,7 +138,7 @@ static kolo_status get_worker(kolo_server_store *s, const char *id, Kolo__V1__Wo
   kolo_status rc = KOLO_ERR_NOT_FOUND;
   for (size_t i = 0; i < all->n_workers && rc == KOLO_ERR_NOT_FOUND; i++) {
     if (strcmp(all->workers[i]->id, id) != 0) continue;
-    *out = (Kolo__V1__Worker *)kolo_server_pb_copy(&all->workers[i]->base);
+    *out = (Kolo__V1__Worker *)kolo_codec_copy(&all->workers[i]->base);
     rc = *out ? KOLO_OK : KOLO_ERR_NO_MEMORY;
   }
   protobuf_c_message_free_unpacked(&all->base, NULL);

@@ -1,4 +1,4 @@
-/* libFuzzer target: the descriptor-driven JSON codec (server/json_codec.c), which decodes
+/* libFuzzer target: the descriptor-driven JSON codec (codec/codec.c), which decodes
  * every HTTP body, every CLI spec file and every record kolo-server reads back from etcd.
  * Input: one byte choosing the kolo.v1 message, then JSON text. Properties: decoding never
  * crashes or leaks; what decodes re-encodes (strings are UTF-8: they came from jansson);
@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "server/job_model.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "tests/fuzz/fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -15,19 +15,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const ProtobufCMessageDescriptor *desc = kolo_fuzz_messages[data[0] % KOLO_FUZZ_N_MESSAGES];
   char err[512];
   ProtobufCMessage *msg = NULL;
-  if (kolo_server_json_parse_message((const char *)data + 1, size - 1, desc, &msg, err,
-                                     sizeof err) != KOLO_OK)
+  if (kolo_codec_parse((const char *)data + 1, size - 1, desc, &msg, err, sizeof err) != KOLO_OK)
     return 0;
-  char *first = kolo_server_json_dump_message(msg, 0);
+  char *first = kolo_codec_dump(msg, 0);
   if (first == NULL) abort(); /* decoded strings are UTF-8: encoding cannot fail */
   ProtobufCMessage *again = NULL;
-  kolo_status rc =
-      kolo_server_json_parse_message(first, strlen(first), desc, &again, err, sizeof err);
+  kolo_status rc = kolo_codec_parse(first, strlen(first), desc, &again, err, sizeof err);
   if (rc != KOLO_OK) {
     fprintf(stderr, "re-decoding %s failed: %s\n", first, err);
     abort();
   }
-  char *second = kolo_server_json_dump_message(again, 0);
+  char *second = kolo_codec_dump(again, 0);
   if (second == NULL || strcmp(first, second) != 0) {
     fprintf(stderr, "not a fixed point:\n%s\n%s\n", first, second ? second : "(null)");
     abort();

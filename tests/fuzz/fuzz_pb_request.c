@@ -6,7 +6,7 @@
  * holds an enum number the schema does not name. */
 #include <stdio.h>
 
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "server/pb_check.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -22,13 +22,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (msg) protobuf_c_message_free_unpacked(msg, NULL);
     return 0;
   }
-  char *json = kolo_server_json_dump_message(msg, 0);
+  char *json = kolo_codec_dump(msg, 0);
   if (json == NULL) {
     fprintf(stderr, "a message pb_check accepted does not encode to JSON\n");
     abort();
   }
   ProtobufCMessage *back = NULL;
-  kolo_status rc = kolo_server_json_parse_message(json, strlen(json), desc, &back, err, sizeof err);
+  kolo_status rc = kolo_codec_parse(json, strlen(json), desc, &back, err, sizeof err);
   if (rc != KOLO_OK && strstr(err, "expected one of") == NULL) {
     fprintf(stderr, "JSON of an accepted message does not decode: %s\n%s\n", err, json);
     abort();

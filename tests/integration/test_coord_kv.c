@@ -299,6 +299,76 @@ static void etcd_rejections_carry_etcds_message(void **state) {
   assert_non_null(strstr(kolo_etcd_last_error(), "future revision"));
 }
 
+static void on_nothing(const kolo_etcd_watch_update *update, void *user) {
+  (void)update;
+  (void)user;
+}
+
+/* kolo_etcd_share: one client, several handles, each with its own deadlines,
+ * counters and written revision; the connection lives while any handle does. */
+static void shared_handles_have_their_own_deadlines_counters_and_written_revision(void **state) {
+  fixture *f = *state;
+  kolo_etcd *a = NULL, *b = NULL;
+  kolo_etcd_config quick = {.request_timeout_ms = 1234};
+  assert_int_equal(kolo_etcd_share(f->client, &quick, &a), KOLO_OK);
+  assert_int_equal(kolo_etcd_share(a, NULL, &b), KOLO_OK);
+  assert_int_equal(kolo_etcd_request_timeout_ms(a), 1234);
+  assert_int_equal(kolo_etcd_request_timeout_ms(b), 5000);
+  assert_int_equal(kolo_etcd_request_timeout_ms(f->client), 3000);
+  kolo_etcd_stats whole0, stats;
+  kolo_etcd_stats_get(f->client, 1, &whole0);
+  assert_int_equal(whole0.handles, 3);
+
+  int64_t rev = 0;
+  assert_int_equal(kolo_etcd_put(a, kolo_etcd_str("/share/k"), kolo_etcd_str("v"), 0, NULL, &rev),
+                   KOLO_OK);
+  assert_int_equal(kolo_etcd_written_revision(a), rev);
+  assert_int_equal(kolo_etcd_written_revision(b), 0);
+  /* a txn whose compare fails writes nothing: the written revision stays */
+  kolo_etcd_compare never = {.target = KOLO_ETCD_CMP_CREATE,
+                             .result = KOLO_ETCD_EQUAL,
+                             .key = kolo_etcd_str("/share/k"),
+                             .number = 0};
+  kolo_etcd_op put = {
+      .kind = KOLO_ETCD_OP_PUT, .key = kolo_etcd_str("/share/k"), .value = kolo_etcd_str("w")};
+  kolo_etcd_txn txn = {&never, 1, &put, 1, NULL, 0};
+  kolo_etcd_txn_result result;
+  assert_int_equal(kolo_etcd_txn_run(a, &txn, &result), KOLO_OK);
+  assert_false(result.succeeded);
+  kolo_etcd_txn_result_free(&result);
+  assert_int_equal(kolo_etcd_written_revision(a), rev);
+  kolo_etcd_stats_get(a, 0, &stats);
+  assert_int_equal(stats.requests[KOLO_ETCD_REQ_PUT], 1);
+  assert_int_equal(stats.requests[KOLO_ETCD_REQ_TXN], 1);
+  assert_int_equal(stats.requests[KOLO_ETCD_REQ_RANGE], 0);
+
+  /* a handle outlives the one it was shared from */
+  kolo_etcd_destroy(a);
+  kolo_etcd_kv kv;
+  assert_int_equal(kolo_etcd_get(b, kolo_etcd_str("/share/k"), &kv, NULL), KOLO_OK);
+  assert_string_equal((const char *)kv.value, "v");
+  kolo_etcd_kv_clear(&kv);
+  kolo_etcd_watch_opts opts = {.key = kolo_etcd_str("/share/"), .prefix = 1};
+  kolo_etcd_watch *w = NULL;
+  assert_int_equal(kolo_etcd_watch_start(b, &opts, on_nothing, NULL, &w), KOLO_OK);
+  kolo_etcd_stats_get(b, 0, &stats);
+  assert_int_equal(stats.requests[KOLO_ETCD_REQ_RANGE], 1);
+  assert_int_equal(stats.watches_running, 1);
+  kolo_etcd_stats whole;
+  kolo_etcd_stats_get(f->client, 1, &whole);
+  assert_int_equal(whole.handles, 2);
+  assert_int_equal(whole.requests[KOLO_ETCD_REQ_PUT] - whole0.requests[KOLO_ETCD_REQ_PUT], 1);
+  assert_int_equal(whole.requests[KOLO_ETCD_REQ_RANGE] - whole0.requests[KOLO_ETCD_REQ_RANGE], 1);
+  assert_int_equal(whole.watches_running, whole0.watches_running + 1);
+  kolo_etcd_watch_stop(w);
+  kolo_etcd_stats_get(f->client, 1, &whole);
+  assert_int_equal(whole.watches_running, whole0.watches_running);
+  assert_int_equal(whole.watches_started, whole0.watches_started + 1);
+  kolo_etcd_destroy(b);
+  kolo_etcd_stats_get(f->client, 1, &whole);
+  assert_int_equal(whole.handles, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(put_then_get_round_trips_binary_keys_and_values),
@@ -311,6 +381,7 @@ int main(void) {
       cmocka_unit_test(oversize_values_and_empty_keys_are_refused_before_sending),
       cmocka_unit_test(a_value_over_etcds_own_limit_is_too_large),
       cmocka_unit_test(etcd_rejections_carry_etcds_message),
+      cmocka_unit_test(shared_handles_have_their_own_deadlines_counters_and_written_revision),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -86,6 +86,35 @@ static void a_ring_record_round_trips_and_has_the_documented_shape(void **state)
   }
 }
 
+/* Records already in an etcd, as the json_pack writer before the codec (and the codec
+ * since) wrote them, read back through kolo.v1.RingRecord unchanged; what is written
+ * now is the same bytes, so a previous version reads it too. */
+static void a_ring_record_written_the_old_way_is_read(void **state) {
+  (void)state;
+  char text[sizeof documented + 64];
+  snprintf(text, sizeof text, "%.*s,\"planned\":true}", (int)strlen(documented) - 1, documented);
+  const char *lease = strstr(documented, "\"since_epoch\":3}");
+  char leased[sizeof documented + 64];
+  snprintf(leased, sizeof leased, "%.*s\"since_epoch\":3,\"lease\":7587892}%s",
+           (int)(lease - documented), documented, lease + strlen("\"since_epoch\":3}"));
+  const char *old[] = {documented, text, leased};
+  for (int i = 0; i < 3; i++) {
+    kolo_ringspec back;
+    assert_int_equal(kolo_ringspec_decode(old[i], strlen(old[i]), &back), KOLO_OK);
+    assert_string_equal(back.job, "job-1");
+    assert_int_equal(back.size, 3);
+    assert_string_equal(back.members[2].address, "node-3.cluster:7100");
+    assert_int_equal(back.members[1].since_epoch, 3);
+    assert_int_equal(back.members[1].lease, i == 2 ? 7587892 : 0);
+    assert_int_equal(back.planned, i == 1);
+    char *again = NULL;
+    assert_int_equal(kolo_ringspec_encode(&back, &again), KOLO_OK);
+    assert_string_equal(again, old[i]);
+    free(again);
+    kolo_ringspec_clear(&back);
+  }
+}
+
 /* Each member's lease (which registration of the worker the epoch means) is written
  * when known and read back; absent (older records) it is 0; a bad one is refused. */
 static void a_member_s_lease_round_trips_and_is_optional(void **state) {
@@ -383,6 +412,7 @@ static void keys_follow_the_documented_layout(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_ring_record_round_trips_and_has_the_documented_shape),
+      cmocka_unit_test(a_ring_record_written_the_old_way_is_read),
       cmocka_unit_test(a_member_s_lease_round_trips_and_is_optional),
       cmocka_unit_test(unknown_fields_are_ignored_and_an_empty_lost_list_is_fine),
       cmocka_unit_test(a_ring_record_with_bad_fields_is_rejected_naming_the_field),

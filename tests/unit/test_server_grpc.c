@@ -18,7 +18,7 @@
 
 #include "kolo/v1/job.pb-c.h"
 #include "server/grpc_api.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 
 typedef struct fixture {
   kolo_server_kv *kv;

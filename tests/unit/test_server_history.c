@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "server/history.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "server/metrics.h"
 #include "server/recorder.h"
 #include "server/store.h"
@@ -203,9 +203,9 @@ static void submit(fixture *f, const char *id) {
            "\"epochs\":1}}",
            id);
   ProtobufCMessage *msg = NULL;
-  assert_int_equal(kolo_server_json_parse_message(text, strlen(text),
-                                                  &kolo__v1__job_spec__descriptor, &msg, NULL, 0),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_codec_parse(text, strlen(text), &kolo__v1__job_spec__descriptor, &msg, NULL, 0),
+      KOLO_OK);
   Kolo__V1__Job *job = NULL;
   int created = 0;
   char err[256];
@@ -362,7 +362,7 @@ static void rings_are_listed_by_epoch_without_their_secret(void **state) {
   assert_string_equal(m->rings[0]->members[1]->worker_id, "w2");
   assert_int_equal(m->rings[1]->epoch, 2);
   assert_string_equal(m->rings[1]->members[0]->address, "127.0.0.1:1");
-  char *json = kolo_server_json_dump_message(&m->base, 0);
+  char *json = kolo_codec_dump(&m->base, 0);
   assert_null(strstr(json, "0123456789abcdef"));
   assert_null(strstr(json, "feedfeed"));
   free(json);
@@ -418,8 +418,8 @@ static void the_jobs_list_is_whole_first_then_only_what_changed_and_the_marks_mo
   /* ListJobs' shape, events left out */
   ProtobufCMessage *parsed = NULL;
   char err[256] = "";
-  kolo_status prc = kolo_server_json_parse_message(
-      a, strlen(a), &kolo__v1__list_jobs_response__descriptor, &parsed, err, sizeof err);
+  kolo_status prc = kolo_codec_parse(a, strlen(a), &kolo__v1__list_jobs_response__descriptor,
+                                     &parsed, err, sizeof err);
   if (prc != KOLO_OK) fprintf(stderr, "%s\n%s\n", err, a);
   assert_int_equal(prc, KOLO_OK);
   assert_int_equal(((Kolo__V1__ListJobsResponse *)parsed)->n_jobs, 2);

@@ -8,14 +8,14 @@
 #include <cmocka.h>
 
 #include "server/job_model.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 
 static Kolo__V1__JobSpec *spec_from(const char *text) {
   ProtobufCMessage *msg = NULL;
   char err[256];
-  assert_int_equal(kolo_server_json_parse_message(
-                       text, strlen(text), &kolo__v1__job_spec__descriptor, &msg, err, sizeof err),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_codec_parse(text, strlen(text), &kolo__v1__job_spec__descriptor, &msg, err, sizeof err),
+      KOLO_OK);
   return (Kolo__V1__JobSpec *)msg;
 }
 

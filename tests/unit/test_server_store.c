@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "server/job_model.h"
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "server/store.h"
 
 typedef struct fixture {
@@ -36,9 +36,9 @@ static int teardown(void **state) {
 
 static Kolo__V1__JobSpec *spec_from(const char *text) {
   ProtobufCMessage *msg = NULL;
-  assert_int_equal(kolo_server_json_parse_message(text, strlen(text),
-                                                  &kolo__v1__job_spec__descriptor, &msg, NULL, 0),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_codec_parse(text, strlen(text), &kolo__v1__job_spec__descriptor, &msg, NULL, 0),
+      KOLO_OK);
   return (Kolo__V1__JobSpec *)msg;
 }
 

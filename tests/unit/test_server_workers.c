@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "server/json_codec.h"
+#include "codec/codec.h"
 #include "server/store.h"
 
 typedef struct fixture {
@@ -169,9 +169,9 @@ static void demand_counts_the_jobs_in_the_view(void **state) {
       "{\"name\":\"n\",\"id\":\"d1\",\"min_workers\":2,\"max_workers\":5,"
       "\"builtin\":{\"model\":\"mlp\",\"epochs\":1}}";
   ProtobufCMessage *msg = NULL;
-  assert_int_equal(kolo_server_json_parse_message(text, strlen(text),
-                                                  &kolo__v1__job_spec__descriptor, &msg, NULL, 0),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_codec_parse(text, strlen(text), &kolo__v1__job_spec__descriptor, &msg, NULL, 0),
+      KOLO_OK);
   Kolo__V1__Job *job = NULL;
   int created = 0;
   char err[256];
