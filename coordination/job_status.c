@@ -31,7 +31,8 @@ int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to) {
 
 kolo_status kolo_job_status_phase_of(const char *name, Kolo__V1__Phase *out) {
   const ProtobufCEnumValue *v =
-      name ? protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, name) : NULL;
+      name ? protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, name)
+           : NULL;
   if (v == NULL || v->value == KOLO__V1__PHASE__PHASE_UNSPECIFIED) return KOLO_ERR_INVALID_ARG;
   *out = (Kolo__V1__Phase)v->value;
   return KOLO_OK;
@@ -52,8 +53,8 @@ char *kolo_job_status_write(const Kolo__V1__JobStatus *st) {
   return kolo_codec_dump(&st->base, 0);
 }
 
-void kolo_job_status_submitted(Kolo__V1__JobStatus *st, uint32_t min_workers,
-                               uint32_t max_workers, int64_t now_ms) {
+void kolo_job_status_submitted(Kolo__V1__JobStatus *st, uint32_t min_workers, uint32_t max_workers,
+                               int64_t now_ms) {
   st->phase = KOLO__V1__PHASE__PENDING;
   st->created_unix_ms = now_ms;
   st->updated_unix_ms = now_ms;
@@ -153,12 +154,12 @@ kolo_job_progress kolo_job_progress_from_report(const json_t *progress) {
   return p;
 }
 
-#define MERGE(bit, field)                              \
-  do {                                                 \
+#define MERGE(bit, field)                                \
+  do {                                                   \
     if ((p->present & (bit)) && to->field != p->field) { \
-      to->field = p->field;                            \
-      changed = 1;                                     \
-    }                                                  \
+      to->field = p->field;                              \
+      changed = 1;                                       \
+    }                                                    \
   } while (0)
 
 int kolo_job_status_merge_progress(Kolo__V1__JobStatus *st, const kolo_job_progress *p,

@@ -39,8 +39,8 @@ char *kolo_job_status_write(const Kolo__V1__JobStatus *st);
 
 /* ---- transitions (pure) ---- */
 /* A new job: PENDING, created now, bounds from the spec. */
-void kolo_job_status_submitted(Kolo__V1__JobStatus *st, uint32_t min_workers,
-                               uint32_t max_workers, int64_t now_ms);
+void kolo_job_status_submitted(Kolo__V1__JobStatus *st, uint32_t min_workers, uint32_t max_workers,
+                               int64_t now_ms);
 
 /* CANCELLED with error = message, finished now. KOLO_ERR_STATE if st may not move there. */
 kolo_status kolo_job_status_cancel(Kolo__V1__JobStatus *st, const char *message, int64_t now_ms);
@@ -92,7 +92,6 @@ int kolo_job_status_merge_progress(Kolo__V1__JobStatus *st, const kolo_job_progr
  * progress merged (p may be NULL). KOLO_ERR_STATE if st is final already,
  * KOLO_ERR_INVALID_ARG for another phase. */
 kolo_status kolo_job_status_finish(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase,
-                                   const char *message, const kolo_job_progress *p,
-                                   int64_t now_ms);
+                                   const char *message, const kolo_job_progress *p, int64_t now_ms);
 
 #endif

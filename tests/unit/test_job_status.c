@@ -82,14 +82,14 @@ static void a_move_keeps_members_unless_given_and_refuses_no_phase(void **state)
   assert_int_equal(
       kolo_job_status_epoch(st, KOLO__V1__PHASE__RUNNING, 1, members(2, "a"), 2, 0, 0, 2000),
       KOLO_OK);
-  assert_int_equal(
-      kolo_job_status_move(st, KOLO__V1__PHASE__RECONFIGURING, NULL, 0, 1, 0, 2500), KOLO_OK);
+  assert_int_equal(kolo_job_status_move(st, KOLO__V1__PHASE__RECONFIGURING, NULL, 0, 1, 0, 2500),
+                   KOLO_OK);
   assert_int_equal(st->phase, KOLO__V1__PHASE__RECONFIGURING);
   assert_int_equal(st->n_members, 2);
   assert_int_equal(st->reconfigurations, 1);
   assert_int_equal(st->epoch, 1); /* a move is not an epoch */
-  assert_int_equal(kolo_job_status_move(st, KOLO__V1__PHASE__RUNNING, members(1, "k"), 1, 0, 0, 2600),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_job_status_move(st, KOLO__V1__PHASE__RUNNING, members(1, "k"), 1, 0, 0, 2600), KOLO_OK);
   assert_int_equal(st->n_members, 1);
   assert_string_equal(st->members[0]->worker_id, "k0");
   assert_int_equal(
@@ -155,9 +155,10 @@ static void the_phase_machine_is_the_one_the_api_enforces(void **state) {
 
 static void progress_is_read_from_a_report_under_either_name(void **state) {
   (void)state;
-  json_t *r = json_loads("{\"steps\":40,\"total_steps\":100,\"loss\":0.25,\"samples_per_sec_total\":"
-                         "512.5,\"train_accuracy\":0.75,\"test_accuracy\":\"0.9\",\"event\":\"x\"}",
-                         0, NULL);
+  json_t *r = json_loads(
+      "{\"steps\":40,\"total_steps\":100,\"loss\":0.25,\"samples_per_sec_total\":"
+      "512.5,\"train_accuracy\":0.75,\"test_accuracy\":\"0.9\",\"event\":\"x\"}",
+      0, NULL);
   kolo_job_progress p = kolo_job_progress_from_report(r);
   assert_int_equal(p.step, 40);
   assert_int_equal(p.total_steps, 100);
@@ -169,7 +170,8 @@ static void progress_is_read_from_a_report_under_either_name(void **state) {
   json_decref(r);
   r = json_loads("{\"step\":-3,\"steps\":7,\"total_steps\":12.7,\"accuracy\":0.5}", 0, NULL);
   p = kolo_job_progress_from_report(r);
-  assert_int_equal(p.present & KOLO_JOB_PROGRESS_STEP, 0); /* "step" wins over "steps", and is bad */
+  assert_int_equal(p.present & KOLO_JOB_PROGRESS_STEP,
+                   0); /* "step" wins over "steps", and is bad */
   assert_int_equal(p.total_steps, 12);
   assert_true(p.accuracy == 0.5);
   json_decref(r);
@@ -226,7 +228,8 @@ static void a_status_round_trips_and_a_newer_writer_s_fields_are_skipped(void **
       KOLO_OK);
   char *text = kolo_job_status_write(st);
   assert_non_null(text);
-  assert_non_null(strstr(text, "\"phase\":\"RUNNING\",\"epoch\":7,\"members\":[{\"worker_id\":\"a0\""));
+  assert_non_null(
+      strstr(text, "\"phase\":\"RUNNING\",\"epoch\":7,\"members\":[{\"worker_id\":\"a0\""));
   json_t *json = json_loads(text, 0, NULL);
   json_object_set_new(json, "from_the_future", json_true());
   Kolo__V1__JobStatus *back = NULL;
