@@ -35,6 +35,7 @@
 #define OUT_CAP (16 * 1024)
 #define LINGER_MS 2000
 #define SWEEP_MS 1000
+#define STEP_ROUNDS 16 /* a busy connection yields the thread after this many I/O rounds */
 
 enum { EP_NONE, EP_LISTEN, EP_WAKE, EP_CLIENT, EP_ENGINE };
 
@@ -59,6 +60,7 @@ struct conn {
   int failed;           /* a framing error: its answer goes after the engine's */
   int error_queued;     /* that answer is in `out` */
   int lingering;        /* all sent; reading and dropping the client's leftovers until close */
+  int again;            /* it yielded with work left: step it again without waiting */
   gnutls_session_t tls; /* NULL: plain HTTP */
   int tls_started;      /* its first byte was a TLS handshake record */
   int tls_ready;        /* the handshake is done */
@@ -75,7 +77,7 @@ struct kolo_server_http_front {
   endpoint lep, wep, none;
   pthread_t thread;
   conn *conns;
-  int n_conns;
+  int n_conns, n_again;
   gnutls_certificate_credentials_t creds; /* NULL: plain HTTP */
   gnutls_priority_t priority;
 };
@@ -137,6 +139,7 @@ static void watch(kolo_server_http_front *f, int fd, endpoint *e, unsigned event
 }
 
 static void conn_close(kolo_server_http_front *f, conn *c) {
+  if (c->again) f->n_again--;
   if (c->tls) gnutls_deinit(c->tls);
   if (c->cfd >= 0) close(c->cfd); /* closing drops the fd from the epoll set */
   if (c->efd >= 0) close(c->efd);
@@ -331,14 +334,24 @@ static int handshake(kolo_server_http_front *f, conn *c) {
 
 /* Moves the connection as far as it goes without blocking; -1 = close it now. */
 static int step(kolo_server_http_front *f, conn *c) {
+  if (c->again) {
+    c->again = 0;
+    f->n_again--;
+  }
   if (c->lingering) return linger_read(c);
   if (c->tls && !c->tls_ready) {
     int rc = handshake(f, c);
+    if (rc == 0) watch(f, c->efd, &c->eep, 0); /* nothing to relay before the handshake */
     if (rc != 1) return rc;
   }
-  int progress = 1;
+  int progress = 1, rounds = 0;
   unsigned cev = 0, eev = 0;
   while (progress) {
+    if (++rounds > STEP_ROUNDS) { /* fairness: the others get the thread now */
+      c->again = 1;
+      f->n_again++;
+      break;
+    }
     progress = 0;
     if (read_client(c, &progress) != 0) return -1;
     forward(c, &progress);
@@ -490,7 +503,7 @@ static void *front_thread(void *arg) {
   struct epoll_event evs[64];
   int64_t next_sweep = now_ms() + SWEEP_MS;
   for (;;) {
-    int n = epoll_wait(f->ep, evs, 64, SWEEP_MS);
+    int n = epoll_wait(f->ep, evs, 64, f->n_again > 0 ? 0 : SWEEP_MS);
     for (int i = 0; i < n; i++) {
       endpoint *e = evs[i].data.ptr;
       if (e->kind == EP_WAKE) return NULL;
@@ -511,6 +524,11 @@ static void *front_thread(void *arg) {
             evs[j].data.ptr = &f->none;
         }
       }
+    }
+    conn *next;
+    for (conn *c = f->n_again > 0 ? f->conns : NULL; c; c = next) {
+      next = c->next;
+      if (c->again && step(f, c) != 0) conn_close(f, c);
     }
     int64_t now = now_ms();
     if (now >= next_sweep) {

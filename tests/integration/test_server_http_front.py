@@ -261,6 +261,37 @@ class FrontEndTest(unittest.TestCase):
         self.assertTrue(all(a[2] == app for a in answers[:3]))
         self.assertEqual(json.loads(answers[3][2]), {"status": "ok"})
 
+    def test_a_client_sending_without_end_does_not_hold_up_the_others(self):
+        """One thread serves every connection: an endless chunked body must not starve it."""
+        import threading
+        stop = threading.Event()
+        conn = self.connect()
+
+        def flood():
+            chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+            try:
+                conn.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+                while not stop.is_set():
+                    conn.sendall(chunk)
+            except OSError:
+                pass
+
+        sender = threading.Thread(target=flood)
+        sender.start()
+        try:
+            time.sleep(0.5)
+            worst = 0.0
+            for _ in range(5):
+                t = time.monotonic()
+                answers = self.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                worst = max(worst, time.monotonic() - t)
+                self.assertEqual(json.loads(answers[0][2]), {"status": "ok"})
+            self.assertLess(worst, 5.0)
+        finally:
+            stop.set()
+            conn.close()
+            sender.join(10)
+
     def test_a_request_at_every_limit_at_once_gets_kolos_answer(self):
         """8 KiB of URI with 100 query arguments, 100 header fields (one a Cookie of 100 pairs),
         16 KiB of header bytes: all within kolo's limits, so libmicrohttpd must parse it (its
