@@ -471,7 +471,12 @@ static void accept_all(kolo_server_http_front *f) {
     int fd = accept4(f->lfd, (struct sockaddr *)&peer, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) KOLO_LOGW(LOG, "accept: %s", strerror(errno));
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        /* out of descriptors or memory: the backlog stays readable, so stop watching it
+         * until the next sweep instead of spinning on it */
+        KOLO_LOGW(LOG, "accept: %s (pausing new connections for a second)", strerror(errno));
+        watch(f, f->lfd, &f->lep, 0);
+      }
       return;
     }
     accept_one(f, fd, &peer);
@@ -482,6 +487,7 @@ static void accept_all(kolo_server_http_front *f) {
  * stopped forwarding to it, a linger past its moment. */
 static void sweep(kolo_server_http_front *f) {
   int64_t now = now_ms(), limit = (int64_t)f->cfg.timeout_s * 1000;
+  watch(f, f->lfd, &f->lep, EPOLLIN); /* accepting again if an error paused it */
   conn *next;
   for (conn *c = f->conns; c; c = next) {
     next = c->next;

@@ -330,5 +330,49 @@ class FrontEndTlsTest(FrontEndTest):
         self.assertEqual(json.loads(answers[0][2]), {"status": "ok"})
 
 
+class OutOfDescriptorsTest(unittest.TestCase):
+    """A server out of file descriptors answers new clients 503 in JSON without spinning,
+    and serves again once clients leave (it runs under a 96-descriptor limit)."""
+
+    def test_clients_past_the_descriptor_limit_get_503_json_and_service_comes_back(self):
+        etcd = Etcd()
+        try:
+            srv = Server(etcd.url, wrapper=["prlimit", "--nofile=96:96"])
+            try:
+                conns = [socket.create_connection(("127.0.0.1", srv.http_port), timeout=10) for _ in range(60)]
+                refused = 0
+                for conn in conns[-10:]:
+                    answers = parse_responses(read_all(conn, timeout=10))
+                    self.assertEqual(len(answers), 1)
+                    self.assertEqual(answers[0][0], 503)
+                    self.assertEqual(json.loads(answers[0][2])["error"]["code"], "UNAVAILABLE")
+                    refused += 1
+                self.assertEqual(refused, 10)
+                with open("/proc/%d/stat" % srv.proc.pid) as f:
+                    before = sum(int(v) for v in f.read().split(")")[1].split()[11:13])
+                time.sleep(2)
+                with open("/proc/%d/stat" % srv.proc.pid) as f:
+                    after = sum(int(v) for v in f.read().split(")")[1].split()[11:13])
+                self.assertLess((after - before) / os.sysconf("SC_CLK_TCK"), 1.0)  # no busy loop
+                for conn in conns:
+                    conn.close()
+                deadline = time.monotonic() + 10
+                while True:
+                    try:
+                        with socket.create_connection(("127.0.0.1", srv.http_port), timeout=10) as conn:
+                            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                            answers = parse_responses(read_all(conn))
+                        if answers[0][0] == 200:
+                            break
+                    except OSError:
+                        pass
+                    self.assertLess(time.monotonic(), deadline, "the server did not serve again")
+                    time.sleep(0.2)
+            finally:
+                self.assertEqual(srv.terminate(), 0)
+        finally:
+            etcd.stop()
+
+
 if __name__ == "__main__":
     main()
