@@ -172,18 +172,30 @@ json_t *kolo_codec_to_json(const ProtobufCMessage *msg) {
 /* ---- decoding ---- */
 
 typedef struct decode_ctx {
-  char *err;
-  size_t err_len;
+  unsigned flags;          /* KOLO_CODEC_* */
+  kolo_codec_fault *fault; /* never NULL */
 } decode_ctx;
 
-static kolo_status fail(decode_ctx *ctx, const char *path, const char *what) {
-  if (ctx->err && ctx->err_len) snprintf(ctx->err, ctx->err_len, "%s: %s", path, what);
+static kolo_status fail_as(decode_ctx *ctx, kolo_codec_fault_kind kind,
+                           const ProtobufCFieldDescriptor *field, const char *path,
+                           const char *what) {
+  kolo_codec_fault *f = ctx->fault;
+  f->kind = kind;
+  f->field = field;
+  snprintf(f->path, sizeof f->path, "%s", path);
+  snprintf(f->message, sizeof f->message, "%s: %s", path[0] ? path : "(body)", what);
   return KOLO_ERR_INVALID_ARG;
 }
 
-static kolo_status decode_message(decode_ctx *ctx, const json_t *json,
-                                  const ProtobufCMessageDescriptor *desc, const char *path,
-                                  ProtobufCMessage **out);
+/* A value of the wrong JSON type (or out of its type's range) for field. */
+static kolo_status fail(decode_ctx *ctx, const ProtobufCFieldDescriptor *field, const char *path,
+                        const char *what) {
+  return fail_as(ctx, KOLO_CODEC_FAULT_TYPE, field, path, what);
+}
+
+static kolo_status decode_message(decode_ctx *ctx, const ProtobufCFieldDescriptor *field,
+                                  const json_t *json, const ProtobufCMessageDescriptor *desc,
+                                  const char *path, ProtobufCMessage **out);
 
 /* Parses a decimal string: an optional '-' (signed only), then 1-20 digits, nothing else
  * (no spaces, no '+', no hex), within the type's range. */
@@ -205,7 +217,9 @@ static int parse_decimal(const char *s, int is_unsigned, uint64_t *magnitude, in
 /* Reads an integer from a JSON integer, an integral real (|x| < 2^53, where every
  * integer is exact), or a decimal string. Unsigned values land in *u (all of uint64),
  * signed ones in *i. */
-static int json_to_int(const json_t *v, int is_unsigned, int64_t *i, uint64_t *u) {
+static int json_to_int(const decode_ctx *ctx, const json_t *v, int is_unsigned, int64_t *i,
+                       uint64_t *u) {
+  if (!json_is_integer(v) && (ctx->flags & KOLO_CODEC_INTEGERS_ONLY)) return 0;
   if (json_is_integer(v)) {
     json_int_t n = json_integer_value(v);
     if (is_unsigned && n < 0) return 0;
@@ -252,31 +266,33 @@ static kolo_status decode_value(decode_ctx *ctx, const ProtobufCFieldDescriptor 
     case PROTOBUF_C_TYPE_INT32:
     case PROTOBUF_C_TYPE_SINT32:
     case PROTOBUF_C_TYPE_SFIXED32:
-      if (!json_to_int(v, 0, &i, &u) || i < INT32_MIN || i > INT32_MAX)
-        return fail(ctx, path, "expected a 32-bit integer");
+      if (!json_to_int(ctx, v, 0, &i, &u) || i < INT32_MIN || i > INT32_MAX)
+        return fail(ctx, field, path, "expected a 32-bit integer");
       *(int32_t *)ptr = (int32_t)i;
       return KOLO_OK;
     case PROTOBUF_C_TYPE_UINT32:
     case PROTOBUF_C_TYPE_FIXED32:
-      if (!json_to_int(v, 1, &i, &u) || u > UINT32_MAX)
-        return fail(ctx, path, "expected an unsigned 32-bit integer");
+      if (!json_to_int(ctx, v, 1, &i, &u) || u > UINT32_MAX)
+        return fail(ctx, field, path, "expected an unsigned 32-bit integer");
       *(uint32_t *)ptr = (uint32_t)u;
       return KOLO_OK;
     case PROTOBUF_C_TYPE_INT64:
     case PROTOBUF_C_TYPE_SINT64:
     case PROTOBUF_C_TYPE_SFIXED64:
-      if (!json_to_int(v, 0, &i, &u)) return fail(ctx, path, "expected a 64-bit integer");
+      if (!json_to_int(ctx, v, 0, &i, &u))
+        return fail(ctx, field, path, "expected a 64-bit integer");
       *(int64_t *)ptr = i;
       return KOLO_OK;
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_FIXED64:
-      if (!json_to_int(v, 1, &i, &u)) return fail(ctx, path, "expected an unsigned 64-bit integer");
+      if (!json_to_int(ctx, v, 1, &i, &u))
+        return fail(ctx, field, path, "expected an unsigned 64-bit integer");
       *(uint64_t *)ptr = u;
       return KOLO_OK;
     case PROTOBUF_C_TYPE_FLOAT:
     case PROTOBUF_C_TYPE_DOUBLE: {
       double d;
-      if (!json_is_number(v)) return fail(ctx, path, "expected a number");
+      if (!json_is_number(v)) return fail(ctx, field, path, "expected a number");
       d = json_number_value(v);
       if (field->type == PROTOBUF_C_TYPE_FLOAT)
         *(float *)ptr = (float)d;
@@ -285,7 +301,7 @@ static kolo_status decode_value(decode_ctx *ctx, const ProtobufCFieldDescriptor 
       return KOLO_OK;
     }
     case PROTOBUF_C_TYPE_BOOL:
-      if (!json_is_boolean(v)) return fail(ctx, path, "expected true or false");
+      if (!json_is_boolean(v)) return fail(ctx, field, path, "expected true or false");
       *(protobuf_c_boolean *)ptr = json_is_true(v);
       return KOLO_OK;
     case PROTOBUF_C_TYPE_ENUM: {
@@ -300,13 +316,13 @@ static kolo_status decode_value(decode_ctx *ctx, const ProtobufCFieldDescriptor 
         size_t used = (size_t)snprintf(what, sizeof what, "expected one of");
         for (unsigned k = 0; k < ed->n_values && used < sizeof what; k++)
           used += (size_t)snprintf(what + used, sizeof what - used, " %s", ed->values[k].name);
-        return fail(ctx, path, what);
+        return fail(ctx, field, path, what);
       }
       *(int *)ptr = ev->value;
       return KOLO_OK;
     }
     case PROTOBUF_C_TYPE_STRING: {
-      if (!json_is_string(v)) return fail(ctx, path, "expected a string");
+      if (!json_is_string(v)) return fail(ctx, field, path, "expected a string");
       char *copy = strdup(json_string_value(v));
       if (copy == NULL) return KOLO_ERR_NO_MEMORY;
       char **slot = ptr;
@@ -316,10 +332,10 @@ static kolo_status decode_value(decode_ctx *ctx, const ProtobufCFieldDescriptor 
       return KOLO_OK;
     }
     case PROTOBUF_C_TYPE_BYTES: {
-      if (!json_is_string(v)) return fail(ctx, path, "expected a hex string");
+      if (!json_is_string(v)) return fail(ctx, field, path, "expected a hex string");
       const char *s = json_string_value(v);
       size_t len = strlen(s);
-      if (len % 2) return fail(ctx, path, "expected a hex string");
+      if (len % 2) return fail(ctx, field, path, "expected a hex string");
       ProtobufCBinaryData *bin = ptr;
       uint8_t *data = malloc(len / 2 + 1);
       if (data == NULL) return KOLO_ERR_NO_MEMORY;
@@ -327,7 +343,7 @@ static kolo_status decode_value(decode_ctx *ctx, const ProtobufCFieldDescriptor 
         int hi = hex_value(s[2 * k]), lo = hex_value(s[2 * k + 1]);
         if (hi < 0 || lo < 0) {
           free(data);
-          return fail(ctx, path, "expected a hex string");
+          return fail(ctx, field, path, "expected a hex string");
         }
         data[k] = (uint8_t)(hi << 4 | lo);
       }
@@ -336,9 +352,9 @@ static kolo_status decode_value(decode_ctx *ctx, const ProtobufCFieldDescriptor 
       return KOLO_OK;
     }
     case PROTOBUF_C_TYPE_MESSAGE:
-      return decode_message(ctx, v, field->descriptor, path, (ProtobufCMessage **)ptr);
+      return decode_message(ctx, field, v, field->descriptor, path, (ProtobufCMessage **)ptr);
   }
-  return fail(ctx, path, "unsupported field type");
+  return fail(ctx, field, path, "unsupported field type");
 }
 
 static kolo_status decode_repeated(decode_ctx *ctx, const ProtobufCFieldDescriptor *field,
@@ -349,7 +365,7 @@ static kolo_status decode_repeated(decode_ctx *ctx, const ProtobufCFieldDescript
   char sub[512];
   if (field_is_map(field)) {
     const ProtobufCMessageDescriptor *entry = field->descriptor;
-    if (!json_is_object(v)) return fail(ctx, path, "expected an object");
+    if (!json_is_object(v)) return fail(ctx, field, path, "expected an object");
     size_t n = json_object_size(v);
     *array = calloc(n ? n : 1, sizeof(ProtobufCMessage *));
     if (*array == NULL) return KOLO_ERR_NO_MEMORY;
@@ -370,7 +386,7 @@ static kolo_status decode_repeated(decode_ctx *ctx, const ProtobufCFieldDescript
     }
     return KOLO_OK;
   }
-  if (!json_is_array(v)) return fail(ctx, path, "expected an array");
+  if (!json_is_array(v)) return fail(ctx, field, path, "expected an array");
   size_t n = json_array_size(v);
   *array = calloc(n ? n : 1, stride);
   if (*array == NULL) return KOLO_ERR_NO_MEMORY;
@@ -391,10 +407,12 @@ static kolo_status decode_repeated(decode_ctx *ctx, const ProtobufCFieldDescript
   return KOLO_OK;
 }
 
-static kolo_status decode_message(decode_ctx *ctx, const json_t *json,
-                                  const ProtobufCMessageDescriptor *desc, const char *path,
-                                  ProtobufCMessage **out) {
-  if (!json_is_object(json)) return fail(ctx, path[0] ? path : "(body)", "expected a JSON object");
+/* field: the field holding this message (NULL for the whole text), for the fault. */
+static kolo_status decode_message(decode_ctx *ctx, const ProtobufCFieldDescriptor *field,
+                                  const json_t *json, const ProtobufCMessageDescriptor *desc,
+                                  const char *path, ProtobufCMessage **out) {
+  if (!json_is_object(json))
+    return fail(ctx, path[0] ? field : NULL, path, "expected a JSON object");
   ProtobufCMessage *msg = calloc(1, desc->sizeof_message);
   if (msg == NULL) return KOLO_ERR_NO_MEMORY;
   desc->message_init(msg);
@@ -404,40 +422,48 @@ static kolo_status decode_message(decode_ctx *ctx, const json_t *json,
   char sub[512];
   json_object_foreach((json_t *)json, key, value) {
     snprintf(sub, sizeof sub, "%.250s%s%.250s", path, path[0] ? "." : "", key);
-    const ProtobufCFieldDescriptor *field =
-        protobuf_c_message_descriptor_get_field_by_name(desc, key);
-    if (field == NULL) return fail(ctx, sub, "unknown field");
+    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(desc, key);
+    if (f == NULL) {
+      if (ctx->flags & KOLO_CODEC_IGNORE_UNKNOWN) continue;
+      return fail_as(ctx, KOLO_CODEC_FAULT_SHAPE, NULL, sub, "unknown field");
+    }
     if (json_is_null(value)) continue;
     kolo_status rc;
-    if (field->label == PROTOBUF_C_LABEL_REPEATED) {
-      if (*(size_t *)MEMBER_PTR(msg, field->quantifier_offset) != 0)
-        return fail(ctx, sub, "given twice");
-      rc = decode_repeated(ctx, field, value, msg, sub);
-    } else if (field->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
-      uint32_t *which = MEMBER_PTR(msg, field->quantifier_offset);
-      if (*which != 0) return fail(ctx, sub, "only one member of the oneof may be set");
-      if (field->type == PROTOBUF_C_TYPE_MESSAGE || field->type == PROTOBUF_C_TYPE_STRING)
-        *(void **)MEMBER_PTR(msg, field->offset) = NULL;
-      *which = field->id;
-      rc = decode_value(ctx, field, value, MEMBER_PTR(msg, field->offset), sub);
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      if (*(size_t *)MEMBER_PTR(msg, f->quantifier_offset) != 0)
+        return fail_as(ctx, KOLO_CODEC_FAULT_SHAPE, f, sub, "given twice");
+      rc = decode_repeated(ctx, f, value, msg, sub);
+    } else if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+      uint32_t *which = MEMBER_PTR(msg, f->quantifier_offset);
+      if (*which != 0)
+        return fail_as(ctx, KOLO_CODEC_FAULT_SHAPE, f, sub,
+                       "only one member of the oneof may be set");
+      if (f->type == PROTOBUF_C_TYPE_MESSAGE || f->type == PROTOBUF_C_TYPE_STRING)
+        *(void **)MEMBER_PTR(msg, f->offset) = NULL;
+      *which = f->id;
+      rc = decode_value(ctx, f, value, MEMBER_PTR(msg, f->offset), sub);
     } else {
-      rc = decode_value(ctx, field, value, MEMBER_PTR(msg, field->offset), sub);
-      if (rc == KOLO_OK && field->label == PROTOBUF_C_LABEL_OPTIONAL && field->quantifier_offset &&
-          field->type != PROTOBUF_C_TYPE_MESSAGE && field->type != PROTOBUF_C_TYPE_STRING)
-        *(protobuf_c_boolean *)MEMBER_PTR(msg, field->quantifier_offset) = 1;
+      rc = decode_value(ctx, f, value, MEMBER_PTR(msg, f->offset), sub);
+      if (rc == KOLO_OK && f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset &&
+          f->type != PROTOBUF_C_TYPE_MESSAGE && f->type != PROTOBUF_C_TYPE_STRING)
+        *(protobuf_c_boolean *)MEMBER_PTR(msg, f->quantifier_offset) = 1;
     }
     if (rc != KOLO_OK) return rc;
   }
   return KOLO_OK;
 }
 
-kolo_status kolo_codec_from_json(const json_t *json, const ProtobufCMessageDescriptor *desc,
-                                 ProtobufCMessage **out, char *err, size_t err_len) {
-  decode_ctx ctx = {err, err_len};
+/* Decodes json into a new message; on failure *fault says why and nothing is kept. */
+static kolo_status decode_root(const json_t *json, const ProtobufCMessageDescriptor *desc,
+                               unsigned flags, ProtobufCMessage **out, kolo_codec_fault *fault) {
+  decode_ctx ctx = {flags, fault};
   ProtobufCMessage *msg = NULL;
-  if (err && err_len) err[0] = '\0';
-  kolo_status rc = decode_message(&ctx, json, desc, "", &msg);
+  kolo_status rc = decode_message(&ctx, NULL, json, desc, "", &msg);
   if (rc != KOLO_OK) {
+    if (rc == KOLO_ERR_NO_MEMORY) {
+      fault->kind = KOLO_CODEC_FAULT_MEMORY;
+      snprintf(fault->message, sizeof fault->message, "out of memory");
+    }
     if (msg) protobuf_c_message_free_unpacked(msg, NULL);
     return rc;
   }
@@ -445,19 +471,48 @@ kolo_status kolo_codec_from_json(const json_t *json, const ProtobufCMessageDescr
   return KOLO_OK;
 }
 
+static void fault_clear(kolo_codec_fault *fault) {
+  memset(fault, 0, sizeof *fault);
+}
+
+static void copy_message(const kolo_codec_fault *fault, char *err, size_t err_len) {
+  if (err && err_len) snprintf(err, err_len, "%s", fault->message);
+}
+
+kolo_status kolo_codec_from_json(const json_t *json, const ProtobufCMessageDescriptor *desc,
+                                 ProtobufCMessage **out, char *err, size_t err_len) {
+  kolo_codec_fault fault;
+  fault_clear(&fault);
+  kolo_status rc = decode_root(json, desc, 0, out, &fault);
+  copy_message(&fault, err, err_len);
+  return rc;
+}
+
+kolo_status kolo_codec_read(const char *text, size_t length, const ProtobufCMessageDescriptor *desc,
+                            unsigned flags, ProtobufCMessage **out, kolo_codec_fault *fault) {
+  kolo_codec_fault scratch;
+  if (fault == NULL) fault = &scratch;
+  fault_clear(fault);
+  *out = NULL;
+  json_error_t jerr;
+  json_t *json = json_loadb(text ? text : "", text ? length : 0, JSON_REJECT_DUPLICATES, &jerr);
+  if (json == NULL) {
+    fault->kind = KOLO_CODEC_FAULT_SYNTAX;
+    snprintf(fault->message, sizeof fault->message, "malformed JSON at line %d column %d: %s",
+             jerr.line, jerr.column, jerr.text);
+    return KOLO_ERR_PARSE;
+  }
+  kolo_status rc = decode_root(json, desc, flags, out, fault);
+  json_decref(json);
+  return rc;
+}
+
 kolo_status kolo_codec_parse(const char *text, size_t length,
                              const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out,
                              char *err, size_t err_len) {
-  json_error_t jerr;
-  json_t *json = json_loadb(text, length, JSON_REJECT_DUPLICATES, &jerr);
-  if (json == NULL) {
-    if (err && err_len)
-      snprintf(err, err_len, "malformed JSON at line %d column %d: %s", jerr.line, jerr.column,
-               jerr.text);
-    return KOLO_ERR_PARSE;
-  }
-  kolo_status rc = kolo_codec_from_json(json, desc, out, err, err_len);
-  json_decref(json);
+  kolo_codec_fault fault;
+  kolo_status rc = kolo_codec_read(text, length, desc, 0, out, &fault);
+  copy_message(&fault, err, err_len);
   return rc;
 }
 

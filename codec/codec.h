@@ -35,6 +35,43 @@ kolo_status kolo_codec_parse(const char *text, size_t length,
                              const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out,
                              char *err, size_t err_len);
 
+/* ---- reading records ----
+ * A record read back from etcd is decoded like a request, with two differences a caller
+ * asks for: fields a newer writer added are skipped (KOLO_CODEC_IGNORE_UNKNOWN: an older
+ * reader still runs), and integers must be JSON integers (KOLO_CODEC_INTEGERS_ONLY: a
+ * record's writer is a program, never a person typing "3"). Presence: a proto2 optional
+ * scalar's has_ flag and a string's non-NULL pointer say it was in the JSON; a repeated
+ * field given in the JSON (even as []) has a non-NULL array, an absent one NULL. So the
+ * record's owner checks presence and meaning over the decoded message, and words the
+ * error from the fault, which names the field. */
+enum {
+  KOLO_CODEC_IGNORE_UNKNOWN = 1u << 0,
+  KOLO_CODEC_INTEGERS_ONLY = 1u << 1,
+};
+
+typedef enum kolo_codec_fault_kind {
+  KOLO_CODEC_FAULT_NONE = 0,
+  KOLO_CODEC_FAULT_SYNTAX, /* not JSON (KOLO_ERR_PARSE) */
+  KOLO_CODEC_FAULT_TYPE,   /* a value of the wrong JSON type or range for its field */
+  KOLO_CODEC_FAULT_SHAPE,  /* an unknown field, a field given twice, two members of a oneof */
+  KOLO_CODEC_FAULT_MEMORY, /* out of memory (KOLO_ERR_NO_MEMORY) */
+} kolo_codec_fault_kind;
+
+typedef struct kolo_codec_fault {
+  kolo_codec_fault_kind kind;
+  /* the field refused (TYPE, SHAPE but unknown fields); for a value that should be a
+   * message, the field holding it; NULL when the whole text is not an object */
+  const ProtobufCFieldDescriptor *field;
+  char path[512];     /* its dotted path: "members[2].lease"; "" = the whole text */
+  char message[1024]; /* "members[2].lease: expected a 64-bit integer", or the syntax error */
+} kolo_codec_fault;
+
+/* Parses text and decodes it as a desc message with flags (KOLO_CODEC_*). KOLO_ERR_PARSE
+ * for a syntax error (duplicate keys included), KOLO_ERR_INVALID_ARG for a TYPE or SHAPE
+ * fault, KOLO_ERR_NO_MEMORY; *out is NULL on failure and *fault (may be NULL) says why. */
+kolo_status kolo_codec_read(const char *text, size_t length, const ProtobufCMessageDescriptor *desc,
+                            unsigned flags, ProtobufCMessage **out, kolo_codec_fault *fault);
+
 /* Encodes msg as compact JSON text (malloc'd, caller frees); NULL when out of memory. */
 char *kolo_codec_dump(const ProtobufCMessage *msg, int pretty);
 

@@ -356,6 +356,12 @@ kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, 
                                           size_t pair_min_bytes, size_t pair_max_bytes,
                                           int over_shm);
 
+/* The executor's next spin budget after a stall of waited_ns ended (spun out
+ * or slept through), given the current budget and the most it may spin
+ * (KOLO_SPIN_US): a stall within the most sets it to at least twice the wait,
+ * a longer one halves it; always within [max/16, max]. Pure (ring.c). */
+int64_t kolo_spin_budget_next(int64_t budget_ns, int64_t max_ns, int64_t waited_ns);
+
 /* Whether an operation of bytes runs over shared memory in either ring
  * direction (the same answer on both ends of each link, so on every rank). */
 int kolo_bulk_is_shm(const kolo_comm *comm, size_t bytes);

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE /* POLLRDHUP */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,16 +23,37 @@ static inline void spin_pause(void) {
 #endif
 }
 
-/* The spin budget adapts like an adaptive mutex: a spin that saw progress
- * doubles it (up to KOLO_SPIN_US), one that ended in a sleep halves it (down to
- * a sixteenth), so on a machine with more runnable threads than cores, where the
- * neighbour is rarely running while we spin, little CPU is burnt. */
-static void spin_adapt(kolo_comm *comm, int succeeded) {
-  int64_t budget = comm->spin_budget_ns;
-  budget = succeeded ? budget * 2 : budget / 2;
-  if (budget > comm->spin_ns) budget = comm->spin_ns;
-  if (budget < comm->spin_ns / 16) budget = comm->spin_ns / 16;
-  comm->spin_budget_ns = budget;
+/* The spin budget learns how long stalls last (competitive spinning): a stall
+ * that ended within KOLO_SPIN_US, spun out or slept through, sets it to twice
+ * that wait, so the next one like it costs no sleep and wake-up (a wake-up
+ * from poll costs 25-100 us on this VM); only a stall longer than KOLO_SPIN_US
+ * (the neighbour is away: computing, descheduled) halves it, down to a
+ * sixteenth, so a rank that mostly waits long burns little CPU. The old rule
+ * (double on a spin that saw progress, halve on a sleep) could only go down: a
+ * one-stall operation's success was never counted, and once at the floor
+ * every 64 KiB wait overran it, slept, and made the neighbour wait in turn. */
+int64_t kolo_spin_budget_next(int64_t budget_ns, int64_t max_ns, int64_t waited_ns) {
+  int64_t budget = budget_ns;
+  if (waited_ns <= max_ns) {
+    budget = budget * 2 > waited_ns * 2 ? budget * 2 : waited_ns * 2;
+  } else {
+    budget /= 2;
+  }
+  if (budget > max_ns) budget = max_ns;
+  if (budget < max_ns / 16) budget = max_ns / 16;
+  return budget;
+}
+
+/* One turn of a stalled spin: pause for the first SPIN_PAUSE_NS (a neighbour
+ * microseconds behind), then yield, so a neighbour waiting for this core (more
+ * runnable ranks than cores) runs at once instead of after our budget. */
+#define SPIN_PAUSE_NS 1000
+static void spin_turn(int64_t spun_ns) {
+  if (spun_ns < SPIN_PAUSE_NS) {
+    spin_pause();
+  } else {
+    sched_yield();
+  }
 }
 
 static int wrap_rank(int value, int size) {
@@ -431,7 +453,8 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
   size_t staged = 0; /* bytes of the current reduce segment in staging */
   int64_t last_progress = kolo_now_ns();
   int64_t timeout_ns = (int64_t)comm->timeout_ms * 1000000LL;
-  int64_t spin_until = 0; /* 0: not spinning since the last progress */
+  int64_t spin_until = 0; /* 0: no stall since the last progress; -1: slept in it */
+  int64_t stalled_at = 0; /* when the current stall began */
 
   for (;;) {
     int progress = 0;
@@ -499,24 +522,30 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
       staged = 0;
       progress = 1;
     }
-    if (send_index == plan->send_count && recv_index == plan->recv_count) return KOLO_OK;
-    if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
-    if (progress) {
+    int done = send_index == plan->send_count && recv_index == plan->recv_count;
+    if (!done && atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
+    if (progress || done) {
       last_progress = kolo_now_ns();
-      if (spin_until > 0) spin_adapt(comm, 1);
+      if (spin_until != 0 && comm->spin_ns > 0) {
+        comm->spin_budget_ns =
+            kolo_spin_budget_next(comm->spin_budget_ns, comm->spin_ns, last_progress - stalled_at);
+      }
       spin_until = 0;
+      if (done) return KOLO_OK;
       continue;
     }
     /* nothing moved: busy-poll a little first (a neighbour a few microseconds
      * behind costs no sleep and wake-up), bounded so a long wait sleeps */
-    if (comm->spin_budget_ns > 0 && spin_until >= 0) {
+    if (spin_until == 0) {
+      stalled_at = kolo_now_ns();
+      spin_until = comm->spin_budget_ns > 0 ? stalled_at + comm->spin_budget_ns : -1;
+    }
+    if (spin_until > 0) {
       int64_t now = kolo_now_ns();
-      if (spin_until == 0) spin_until = now + comm->spin_budget_ns;
       if (now < spin_until) {
-        spin_pause();
+        spin_turn(now - stalled_at);
         continue;
       }
-      spin_adapt(comm, 0);
       spin_until = -1; /* slept since: no more spinning until progress */
     }
     /* still nothing: sleep in poll until a socket is ready, a failure or abort

@@ -1,14 +1,20 @@
-/* Implementation of coordination/ringspec.h: the ring record's JSON codec. */
+/* Implementation of coordination/ringspec.h: the ring record is kolo.v1.RingRecord
+ * (proto/kolo/v1/records.proto), written and read as JSON by the one codec (codec/); this
+ * file is its rules (presence, ranges, ranks in order, one rank per worker, local groups)
+ * checked over the message before it is written and after it is read, and the
+ * kolo_ringspec struct its users hold. */
 #include "coordination/ringspec.h"
 
-#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/codec.h"
 #include "common/checks.h"
 #include "coordination/etcd_internal.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
+#include "kolo/v1/records.pb-c.h"
 
 #define EPOCH_MAX ((int64_t)1 << 53)
 
@@ -41,8 +47,63 @@ static const char *shown(const char *s) {
   return s ? s : "(null)";
 }
 
-static kolo_status validate_member(const kolo_ringspec *s, size_t i) {
-  const kolo_ringspec_member *m = &s->members[i];
+/* ---- the rules, over the message (what is read and what is about to be written) ---- */
+
+static kolo_status missing(const char *what, const char *name) {
+  return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s has no '%s'", what, name);
+}
+
+static kolo_status in_range(const char *what, const char *name, int64_t v, int64_t min,
+                            int64_t max) {
+  if (v >= min && v <= max) return KOLO_OK;
+  return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: '%s' of %s is %lld, not in %lld..%lld",
+                        name, what, (long long)v, (long long)min, (long long)max);
+}
+
+/* Every field a writer sets is there (the codec leaves absent ones NULL / has_ 0). */
+static kolo_status check_member_present(const Kolo__V1__RingMember *m, const char *what) {
+  if (m->worker_id == NULL) return missing(what, "worker_id");
+  if (!m->has_rank) return missing(what, "rank");
+  if (m->host == NULL) return missing(what, "host");
+  if (m->address == NULL) return missing(what, "address");
+  if (!m->has_local_rank) return missing(what, "local_rank");
+  if (!m->has_local_size) return missing(what, "local_size");
+  if (!m->has_since_epoch) return missing(what, "since_epoch");
+  return KOLO_OK;
+}
+
+static kolo_status check_present(const Kolo__V1__RingRecord *r) {
+  const char *top = "the record";
+  if (r->job == NULL) return missing(top, "job");
+  if (!r->has_epoch) return missing(top, "epoch");
+  if (!r->has_timeout_ms) return missing(top, "timeout_ms");
+  if (r->secret == NULL) return missing(top, "secret");
+  if (r->members == NULL)
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: 'members' is missing or not an array");
+  for (size_t i = 0; i < r->n_members; i++) {
+    char what[48];
+    snprintf(what, sizeof what, "member %zu", i);
+    KOLO_CHECK(check_member_present(r->members[i], what));
+  }
+  if (r->lost == NULL)
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: 'lost' is missing or not an array");
+  for (size_t i = 0; i < r->n_lost; i++) {
+    char what[48];
+    snprintf(what, sizeof what, "lost entry %zu", i);
+    if (r->lost[i]->worker_id == NULL) return missing(what, "worker_id");
+    if (r->lost[i]->why == NULL) return missing(what, "why");
+  }
+  return KOLO_OK;
+}
+
+static kolo_status check_member(const Kolo__V1__RingRecord *r, size_t i) {
+  const Kolo__V1__RingMember *m = r->members[i];
+  char what[48];
+  snprintf(what, sizeof what, "member %zu", i);
+  if (m->rank != (int64_t)i)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
+                          "ring record: %s says rank %lld (members must be listed in rank order)",
+                          what, (long long)m->rank);
   if (!kolo_keys_name_valid(m->worker_id))
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
                           "ring record: member %zu has an invalid worker_id '%.64s'", i,
@@ -55,225 +116,230 @@ static kolo_status validate_member(const kolo_ringspec *s, size_t i) {
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
                           "ring record: member %zu (%s) address '%.64s' is not host:port", i,
                           m->worker_id, shown(m->address));
-  if (m->local_size < 1 || (size_t)m->local_size > s->size || m->local_rank < 0 ||
-      m->local_rank >= m->local_size)
+  KOLO_CHECK(in_range(what, "local_rank", m->local_rank, 0, KOLO_RINGSPEC_MAX_SIZE - 1));
+  KOLO_CHECK(in_range(what, "local_size", m->local_size, 1, KOLO_RINGSPEC_MAX_SIZE));
+  if ((size_t)m->local_size > r->n_members || m->local_rank >= m->local_size)
     return kolo_etcd_fail(
         KOLO_ERR_INVALID_ARG,
         "ring record: member %zu (%s) local_rank %d / local_size %d (need 0 <= local_rank < "
         "local_size <= %zu)",
-        i, m->worker_id, (int)m->local_rank, (int)m->local_size, s->size);
-  if (m->since_epoch < 0 || m->since_epoch > s->epoch)
+        i, m->worker_id, (int)m->local_rank, (int)m->local_size, r->n_members);
+  KOLO_CHECK(in_range(what, "since_epoch", m->since_epoch, 0, EPOCH_MAX));
+  if (m->since_epoch > r->epoch)
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
                           "ring record: member %zu (%s) since_epoch %lld is not in 0..%lld", i,
-                          m->worker_id, (long long)m->since_epoch, (long long)s->epoch);
-  if (m->lease < 0)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                          "ring record: member %zu (%s) lease %lld is negative", i, m->worker_id,
-                          (long long)m->lease);
+                          m->worker_id, (long long)m->since_epoch, (long long)r->epoch);
+  if (m->has_lease) KOLO_CHECK(in_range(what, "lease", m->lease, 0, INT64_MAX));
   for (size_t k = 0; k < i; k++)
-    if (strcmp(s->members[k].worker_id, m->worker_id) == 0)
+    if (strcmp(r->members[k]->worker_id, m->worker_id) == 0)
       return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
                             "ring record: worker '%s' holds ranks %zu and %zu", m->worker_id, k, i);
   return KOLO_OK;
 }
 
-kolo_status kolo_ringspec_validate(const kolo_ringspec *s) {
-  if (s == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record is NULL");
-  if (!kolo_keys_name_valid(s->job))
+/* The record's meaning: every rule of ringspec.h, the first broken one named. */
+static kolo_status check_record(const Kolo__V1__RingRecord *r) {
+  const char *top = "the record";
+  KOLO_CHECK(check_present(r));
+  if (!kolo_keys_name_valid(r->job))
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: job id '%.64s' is not valid",
-                          shown(s->job));
-  if (s->epoch < 0 || s->epoch > EPOCH_MAX)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: epoch must be in 0..2^53");
-  if (s->timeout_ms < 1 || s->timeout_ms > KOLO_RINGSPEC_MAX_TIMEOUT_MS)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: timeout_ms %lld is not in 1..%d",
-                          (long long)s->timeout_ms, KOLO_RINGSPEC_MAX_TIMEOUT_MS);
-  if (!secret_valid(s->secret))
+                          shown(r->job));
+  KOLO_CHECK(in_range(top, "epoch", r->epoch, 0, EPOCH_MAX));
+  KOLO_CHECK(in_range(top, "timeout_ms", r->timeout_ms, 1, KOLO_RINGSPEC_MAX_TIMEOUT_MS));
+  if (!secret_valid(r->secret))
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
                           "ring record: secret must be 16-256 characters of [A-Za-z0-9+/=_.-]");
-  if (s->size < 1 || s->size > KOLO_RINGSPEC_MAX_SIZE || s->members == NULL)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: it must have 1..%d members",
+  if (r->n_members < 1 || r->n_members > KOLO_RINGSPEC_MAX_SIZE)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: %zu members (1..%d)", r->n_members,
                           KOLO_RINGSPEC_MAX_SIZE);
-  for (size_t i = 0; i < s->size; i++) KOLO_CHECK(validate_member(s, i));
-  if (s->n_lost > KOLO_RINGSPEC_MAX_LOST || (s->n_lost > 0 && s->lost == NULL))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: at most %d lost entries",
-                          KOLO_RINGSPEC_MAX_LOST);
-  for (size_t i = 0; i < s->n_lost; i++) {
-    if (!kolo_keys_name_valid(s->lost[i].worker_id))
+  for (size_t i = 0; i < r->n_members; i++) KOLO_CHECK(check_member(r, i));
+  if (r->n_lost > KOLO_RINGSPEC_MAX_LOST)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: %zu lost entries (at most %d)",
+                          r->n_lost, KOLO_RINGSPEC_MAX_LOST);
+  for (size_t i = 0; i < r->n_lost; i++)
+    if (!kolo_keys_name_valid(r->lost[i]->worker_id))
       return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
                             "ring record: lost entry %zu has an invalid worker_id '%.64s'", i,
-                            shown(s->lost[i].worker_id));
-    if (s->lost[i].why == NULL)
-      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: lost entry %zu has no why", i);
-  }
+                            shown(r->lost[i]->worker_id));
   return KOLO_OK;
 }
 
-/* ---- encoding ---- */
+/* ---- the struct as a message: a view borrowing spec's strings (free with view_free) ---- */
 
-static json_t *member_json(const kolo_ringspec_member *m, size_t rank) {
-  json_t *o = json_pack("{s:s, s:I, s:s, s:s, s:i, s:i, s:I}", "worker_id", m->worker_id, "rank",
-                        (json_int_t)rank, "host", m->host, "address", m->address, "local_rank",
-                        (int)m->local_rank, "local_size", (int)m->local_size, "since_epoch",
-                        (json_int_t)m->since_epoch);
-  if (o && m->lease > 0 &&
-      json_object_set_new(o, "lease", json_integer((json_int_t)m->lease)) != 0) {
-    json_decref(o);
-    o = NULL;
+typedef struct ring_view {
+  Kolo__V1__RingRecord record;
+  Kolo__V1__RingMember *members;
+  Kolo__V1__RingMember **member_ptrs;
+  Kolo__V1__RingLost *lost;
+  Kolo__V1__RingLost **lost_ptrs;
+} ring_view;
+
+static void view_free(ring_view *v) {
+  free(v->members);
+  free(v->member_ptrs);
+  free(v->lost);
+  free(v->lost_ptrs);
+}
+
+static kolo_status view_of(const kolo_ringspec *s, ring_view *v) {
+  memset(v, 0, sizeof *v);
+  kolo__v1__ring_record__init(&v->record);
+  size_t n = s->members ? s->size : 0, n_lost = s->lost ? s->n_lost : 0;
+  if (n > KOLO_RINGSPEC_MAX_SIZE || n_lost > KOLO_RINGSPEC_MAX_LOST)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: %zu members (1..%d)", s->size,
+                          KOLO_RINGSPEC_MAX_SIZE);
+  v->members = calloc(n + 1, sizeof *v->members);
+  v->member_ptrs = calloc(n + 1, sizeof *v->member_ptrs);
+  v->lost = calloc(n_lost + 1, sizeof *v->lost);
+  v->lost_ptrs = calloc(n_lost + 1, sizeof *v->lost_ptrs);
+  if (!v->members || !v->member_ptrs || !v->lost || !v->lost_ptrs) {
+    view_free(v);
+    return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a ring record");
   }
-  return o;
+  Kolo__V1__RingRecord *r = &v->record;
+  r->job = s->job;
+  r->has_epoch = r->has_timeout_ms = 1;
+  r->epoch = s->epoch;
+  r->timeout_ms = s->timeout_ms;
+  r->secret = s->secret;
+  r->has_planned = r->planned = s->planned != 0;
+  for (size_t i = 0; i < n; i++) {
+    const kolo_ringspec_member *m = &s->members[i];
+    Kolo__V1__RingMember *o = &v->members[i];
+    kolo__v1__ring_member__init(o);
+    o->worker_id = m->worker_id;
+    o->host = m->host;
+    o->address = m->address;
+    o->has_rank = o->has_local_rank = o->has_local_size = o->has_since_epoch = 1;
+    o->rank = (int64_t)i;
+    o->local_rank = m->local_rank;
+    o->local_size = m->local_size;
+    o->since_epoch = m->since_epoch;
+    o->has_lease = m->lease != 0; /* written when known, as before; a negative one is refused */
+    o->lease = m->lease;
+    v->member_ptrs[i] = o;
+  }
+  for (size_t i = 0; i < n_lost; i++) {
+    kolo__v1__ring_lost__init(&v->lost[i]);
+    v->lost[i].worker_id = s->lost[i].worker_id;
+    v->lost[i].why = s->lost[i].why;
+    v->lost_ptrs[i] = &v->lost[i];
+  }
+  r->n_members = n;
+  r->members = v->member_ptrs;
+  r->n_lost = n_lost;
+  r->lost = v->lost_ptrs;
+  return KOLO_OK;
+}
+
+kolo_status kolo_ringspec_validate(const kolo_ringspec *s) {
+  if (s == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record is NULL");
+  ring_view v;
+  KOLO_CHECK(view_of(s, &v));
+  kolo_status rc = check_record(&v.record);
+  view_free(&v);
+  return rc;
 }
 
 kolo_status kolo_ringspec_encode(const kolo_ringspec *s, char **json) {
   if (json == NULL) return KOLO_ERR_INVALID_ARG;
   *json = NULL;
-  KOLO_CHECK(kolo_ringspec_validate(s));
-  json_t *members = json_array(), *lost = json_array();
-  int bad = members == NULL || lost == NULL;
-  for (size_t i = 0; !bad && i < s->size; i++)
-    bad = json_array_append_new(members, member_json(&s->members[i], i));
-  for (size_t i = 0; !bad && i < s->n_lost; i++)
-    bad = json_array_append_new(
-        lost, json_pack("{s:s, s:s}", "worker_id", s->lost[i].worker_id, "why", s->lost[i].why));
-  /* json_pack's "o" takes the arrays even when it fails */
-  json_t *o = bad ? NULL
-                  : json_pack("{s:s, s:I, s:I, s:s, s:o, s:o}", "job", s->job, "epoch",
-                              (json_int_t)s->epoch, "timeout_ms", (json_int_t)s->timeout_ms,
-                              "secret", s->secret, "members", members, "lost", lost);
-  if (bad) {
-    json_decref(members);
-    json_decref(lost);
+  if (s == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record is NULL");
+  ring_view v;
+  KOLO_CHECK(view_of(s, &v));
+  kolo_status rc = check_record(&v.record);
+  if (rc == KOLO_OK) {
+    *json = kolo_codec_dump(&v.record.base, 0);
+    if (*json == NULL)
+      rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a ring record");
   }
-  if (o && s->planned && json_object_set_new(o, "planned", json_true()) != 0) {
-    json_decref(o);
-    o = NULL;
-  }
-  *json = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-  json_decref(o);
-  return *json ? KOLO_OK
-               : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a ring record");
+  view_free(&v);
+  return rc;
 }
 
-/* ---- decoding ---- */
+/* ---- decoding: the codec, then the rules, then the struct takes the strings ---- */
 
-static kolo_status get_string(const json_t *o, const char *name, const char *what, char **out) {
-  json_t *v = json_object_get(o, name);
-  if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s has no '%s'", what, name);
-  if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: '%s' of %s is not a string", name, what);
-  *out = strdup(json_string_value(v));
-  return *out ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
-}
-
-static kolo_status get_int(const json_t *o, const char *name, const char *what, json_int_t min,
-                           json_int_t max, json_int_t *out) {
-  json_t *v = json_object_get(o, name);
-  if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s has no '%s'", what, name);
-  if (!json_is_integer(v))
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: '%s' of %s is not an integer", name, what);
-  *out = json_integer_value(v);
-  if (*out < min || *out > max)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                          "ring record: '%s' of %s is %lld, not in %lld..%lld", name, what,
-                          (long long)*out, (long long)min, (long long)max);
-  return KOLO_OK;
-}
-
-static kolo_status decode_member(const json_t *r, size_t i, kolo_ringspec_member *m) {
-  char what[48];
-  snprintf(what, sizeof what, "member %zu", i);
-  if (!json_is_object(r))
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s is not an object", what);
-  json_int_t rank = -1, local_rank = 0, local_size = 0, since = 0;
-  KOLO_CHECK(get_string(r, "worker_id", what, &m->worker_id));
-  KOLO_CHECK(get_int(r, "rank", what, 0, KOLO_RINGSPEC_MAX_SIZE - 1, &rank));
-  if (rank != (json_int_t)i)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                          "ring record: %s says rank %lld (members must be listed in rank order)",
-                          what, (long long)rank);
-  KOLO_CHECK(get_string(r, "host", what, &m->host));
-  KOLO_CHECK(get_string(r, "address", what, &m->address));
-  KOLO_CHECK(get_int(r, "local_rank", what, 0, KOLO_RINGSPEC_MAX_SIZE - 1, &local_rank));
-  KOLO_CHECK(get_int(r, "local_size", what, 1, KOLO_RINGSPEC_MAX_SIZE, &local_size));
-  KOLO_CHECK(get_int(r, "since_epoch", what, 0, EPOCH_MAX, &since));
-  json_int_t lease = 0;
-  if (json_object_get(r, "lease") != NULL)
-    KOLO_CHECK(get_int(r, "lease", what, 0, INT64_MAX, &lease));
-  m->lease = lease;
-  m->local_rank = (int32_t)local_rank;
-  m->local_size = (int32_t)local_size;
-  m->since_epoch = since;
-  return KOLO_OK;
-}
-
-static kolo_status decode_members(const json_t *o, kolo_ringspec *out) {
-  json_t *members = json_object_get(o, "members");
-  if (!json_is_array(members))
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: 'members' is missing or not an array");
-  size_t n = json_array_size(members);
-  if (n < 1 || n > KOLO_RINGSPEC_MAX_SIZE)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: %zu members (1..%d)", n,
-                          KOLO_RINGSPEC_MAX_SIZE);
-  out->members = calloc(n, sizeof *out->members);
-  if (out->members == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
-  out->size = n;
-  for (size_t i = 0; i < n; i++)
-    KOLO_CHECK(decode_member(json_array_get(members, i), i, &out->members[i]));
-  return KOLO_OK;
-}
-
-static kolo_status decode_lost(const json_t *o, kolo_ringspec *out) {
-  json_t *lost = json_object_get(o, "lost");
-  if (!json_is_array(lost))
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: 'lost' is missing or not an array");
-  size_t n = json_array_size(lost);
-  if (n > KOLO_RINGSPEC_MAX_LOST)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: %zu lost entries (at most %d)", n,
-                          KOLO_RINGSPEC_MAX_LOST);
-  out->lost = calloc(n + 1, sizeof *out->lost);
-  if (out->lost == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
-  out->n_lost = n;
-  for (size_t i = 0; i < n; i++) {
-    json_t *entry = json_array_get(lost, i);
-    char what[48];
-    snprintf(what, sizeof what, "lost entry %zu", i);
-    if (!json_is_object(entry))
+/* Words a codec fault the way this record's readers have always been told. */
+static kolo_status fault_error(kolo_status rc, const kolo_codec_fault *f) {
+  if (rc == KOLO_ERR_NO_MEMORY) return kolo_etcd_fail(rc, "out of memory reading a ring record");
+  if (f->kind == KOLO_CODEC_FAULT_SYNTAX)
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s", f->message);
+  if (f->field == NULL || f->kind != KOLO_CODEC_FAULT_TYPE)
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s",
+                          f->path[0] ? f->message : "malformed JSON: not an object");
+  char what[48] = "the record";
+  size_t index;
+  if (sscanf(f->path, "members[%zu]", &index) == 1)
+    snprintf(what, sizeof what, "member %zu", index);
+  else if (sscanf(f->path, "lost[%zu]", &index) == 1)
+    snprintf(what, sizeof what, "lost entry %zu", index);
+  const char *name = f->field->name;
+  if (f->field->label == PROTOBUF_C_LABEL_REPEATED && strchr(f->path, '[') == NULL)
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: '%s' is missing or not an array", name);
+  switch (f->field->type) {
+    case PROTOBUF_C_TYPE_MESSAGE:
       return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: %s is not an object", what);
-    KOLO_CHECK(get_string(entry, "worker_id", what, &out->lost[i].worker_id));
-    KOLO_CHECK(get_string(entry, "why", what, &out->lost[i].why));
+    case PROTOBUF_C_TYPE_STRING:
+      return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: '%s' of %s is not a string", name, what);
+    case PROTOBUF_C_TYPE_BOOL:
+      return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: '%s' is not a boolean", name);
+    default:
+      return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: '%s' of %s is not an integer", name,
+                            what);
   }
-  return KOLO_OK;
 }
 
-static kolo_status decode_object(const json_t *o, kolo_ringspec *out) {
-  json_int_t epoch = 0, timeout = 0;
-  KOLO_CHECK(get_string(o, "job", "the record", &out->job));
-  KOLO_CHECK(get_int(o, "epoch", "the record", 0, EPOCH_MAX, &epoch));
-  KOLO_CHECK(get_int(o, "timeout_ms", "the record", 1, KOLO_RINGSPEC_MAX_TIMEOUT_MS, &timeout));
-  KOLO_CHECK(get_string(o, "secret", "the record", &out->secret));
-  out->epoch = epoch;
-  out->timeout_ms = timeout;
-  KOLO_CHECK(decode_members(o, out));
-  KOLO_CHECK(decode_lost(o, out));
-  json_t *planned = json_object_get(o, "planned");
-  if (planned != NULL && !json_is_boolean(planned))
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: 'planned' is not a boolean");
-  out->planned = json_is_true(planned);
-  return kolo_ringspec_validate(out);
+static char *take(char **slot) {
+  char *s = *slot;
+  *slot = NULL;
+  return s;
+}
+
+/* Moves a checked record's values into out (strings change hands, nothing is copied). */
+static kolo_status from_record(Kolo__V1__RingRecord *r, kolo_ringspec *out) {
+  out->members = calloc(r->n_members, sizeof *out->members);
+  out->lost = calloc(r->n_lost + 1, sizeof *out->lost);
+  if (out->members == NULL || out->lost == NULL)
+    return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+  out->job = take(&r->job);
+  out->secret = take(&r->secret);
+  out->epoch = r->epoch;
+  out->timeout_ms = r->timeout_ms;
+  out->planned = r->has_planned && r->planned;
+  out->size = r->n_members;
+  for (size_t i = 0; i < r->n_members; i++) {
+    Kolo__V1__RingMember *m = r->members[i];
+    kolo_ringspec_member *o = &out->members[i];
+    o->worker_id = take(&m->worker_id);
+    o->host = take(&m->host);
+    o->address = take(&m->address);
+    o->local_rank = (int32_t)m->local_rank;
+    o->local_size = (int32_t)m->local_size;
+    o->since_epoch = m->since_epoch;
+    o->lease = m->has_lease ? m->lease : 0;
+  }
+  out->n_lost = r->n_lost;
+  for (size_t i = 0; i < r->n_lost; i++) {
+    out->lost[i].worker_id = take(&r->lost[i]->worker_id);
+    out->lost[i].why = take(&r->lost[i]->why);
+  }
+  return KOLO_OK;
 }
 
 kolo_status kolo_ringspec_decode(const char *text, size_t len, kolo_ringspec *out) {
   if (out == NULL) return KOLO_ERR_INVALID_ARG;
   memset(out, 0, sizeof *out);
   if (text == NULL && len > 0) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "ring record: no text");
-  json_error_t error;
-  json_t *o = json_loadb(text ? text : "", len, JSON_REJECT_DUPLICATES, &error);
-  kolo_status rc;
-  if (o == NULL || !json_is_object(o))
-    rc = kolo_etcd_fail(KOLO_ERR_PARSE, "ring record: malformed JSON: %s",
-                        o ? "not an object" : error.text);
-  else
-    rc = decode_object(o, out);
-  json_decref(o);
+  ProtobufCMessage *msg = NULL;
+  kolo_codec_fault fault;
+  kolo_status rc =
+      kolo_codec_read(text ? text : "", text ? len : 0, &kolo__v1__ring_record__descriptor,
+                      KOLO_CODEC_IGNORE_UNKNOWN | KOLO_CODEC_INTEGERS_ONLY, &msg, &fault);
+  if (rc != KOLO_OK) return fault_error(rc, &fault);
+  Kolo__V1__RingRecord *r = (Kolo__V1__RingRecord *)msg;
+  rc = check_record(r);
+  if (rc == KOLO_OK) rc = from_record(r, out);
+  protobuf_c_message_free_unpacked(msg, NULL);
   if (rc != KOLO_OK) kolo_ringspec_clear(out);
   return rc;
 }

@@ -1,21 +1,26 @@
 /* The ring record: what the scheduler writes for each epoch of a job at
  * /kolo/v1/jobs/<job>/ring/<epoch> (kolo_keys_ring) and the agent (and the
- * scheduler's next pass) reads: who holds which rank, where to connect, the
- * epoch's shared secret, the collective timeout, and every worker the job has
- * lost so far. This codec is the record's only writer and reader. JSON form:
+ * scheduler's next pass, and kolo-server's logs and history) reads: who holds which
+ * rank, where to connect, the epoch's shared secret, the collective timeout, and every
+ * worker the job has lost so far. The record is the message kolo.v1.RingRecord
+ * (proto/kolo/v1/records.proto), stored as JSON by the one codec (codec/codec.h); this
+ * module owns it: its rules, checked over the message before every write and after
+ * every read, and kolo_ringspec, the struct its users hold. JSON form (unchanged since
+ * the scheduler first wrote it, byte for byte):
  *   {"job":"j1","epoch":3,"timeout_ms":30000,"secret":"3f9a...",
  *    "members":[{"worker_id":"w1","rank":0,"host":"node-a","address":"10.0.0.5:7100",
  *                "local_rank":0,"local_size":1,"since_epoch":1,"lease":7587892}, ...],
  *    "lost":[{"worker_id":"w9","why":"its lease expired"}],
  *    "planned":true}
  * "planned" is present only when set (a drained member leaves: members switch at
- * their next commit, nothing is redone); "lost" may be empty.
+ * their next commit, nothing is redone), "lease" only when known; "lost" may be empty.
  * Decoding checks every rule below and fails with a message naming the field
- * (read it with kolo_etcd_last_error): duplicate fields, wrong types, a missing
- * field (a member without an address is an error, never a placeholder), ranks out
- * of order, a worker holding two ranks, bad ids, hosts or addresses, local ranks
- * outside their host group, a since_epoch after the epoch. Unknown fields are
- * ignored (a newer scheduler may add some; an older agent still runs the ring). */
+ * (read it with kolo_etcd_last_error): duplicate fields, wrong types (integers are JSON
+ * integers), a missing field (a member without an address is an error, never a
+ * placeholder), ranks out of order, a worker holding two ranks, bad ids, hosts or
+ * addresses, local ranks outside their host group, a since_epoch after the epoch.
+ * Unknown fields are ignored (a newer scheduler may add some; an older agent still runs
+ * the ring). */
 #ifndef KOLO_COORD_RINGSPEC_H
 #define KOLO_COORD_RINGSPEC_H
 

@@ -1,6 +1,7 @@
 /* Implementation of apply.h: the records the scheduler writes (ring, status,
- * events, assignments) put in one txn per decision; the ring record through its
- * codec (coordination/ringspec.h), the others built as JSON. */
+ * events, assignments) put in one txn per decision; the ring record and the
+ * assignments through their owners (coordination/ringspec.h, assignment.h), events as
+ * kolo.v1.Event through the one codec (codec/). */
 #define _GNU_SOURCE
 #include "scheduler/apply.h"
 
@@ -13,10 +14,13 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "codec/codec.h"
 #include "common/log.h"
+#include "coordination/assignment.h"
 #include "coordination/keys.h"
 #include "coordination/planner.h"
 #include "coordination/ringspec.h"
+#include "kolo/v1/job.pb-c.h"
 #include "scheduler/plan.h"
 #include "scheduler/txn.h"
 
@@ -66,12 +70,14 @@ static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, in
   uint64_t seq = ++j->max_seq;
   char buf[512];
   char *key = key_copy(kolo_keys_event(j->id, (int64_t)seq, buf, sizeof buf), buf);
-  json_t *event = json_pack("{s:I, s:I, s:s, s:s, s:I}", "seq", (json_int_t)seq, "time_unix_ms",
-                            (json_int_t)wall_ms(), "type", type, "message", message, "epoch",
-                            (json_int_t)epoch);
+  Kolo__V1__Event event = KOLO__V1__EVENT__INIT;
+  event.seq = seq;
+  event.time_unix_ms = wall_ms();
+  event.type = (char *)type;
+  event.message = (char *)message;
+  event.epoch = epoch < 0 ? 0 : (uint64_t)epoch;
   kolo_sched_txn_compare(t, KOLO_ETCD_CMP_CREATE, key ? strdup(key) : NULL, 0);
-  kolo_sched_txn_put(t, key, event ? json_dumps(event, JSON_COMPACT) : NULL);
-  json_decref(event);
+  kolo_sched_txn_put(t, key, kolo_codec_dump(&event.base, 0)); /* NULL breaks the txn */
   KOLO_LOGI(LOG, "job %s: %s (epoch %" PRId64 "): %s", j->id, type, epoch, message);
 }
 
@@ -259,10 +265,11 @@ static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_
     kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
     /* a newcomer must still be free when this lands */
     if (w && w->assign_job == NULL) kolo_sched_txn_compare(t, KOLO_ETCD_CMP_CREATE, strdup(key), 0);
-    json_t *assignment = json_pack("{s:s, s:I, s:s, s:i}", "job", j->id, "epoch", (json_int_t)epoch,
-                                   "ring", ring_key, "rank", (int)i);
-    kolo_sched_txn_put(t, strdup(key), assignment ? json_dumps(assignment, JSON_COMPACT) : NULL);
-    json_decref(assignment);
+    kolo_assignment assignment = {j->id, epoch, (char *)ring_key, (int32_t)i};
+    char *value = NULL;
+    if (kolo_assignment_encode(&assignment, &value) != KOLO_OK)
+      KOLO_LOGW(LOG, "job %s: assignment of %s: %s", j->id, order[i], kolo_etcd_last_error());
+    kolo_sched_txn_put(t, strdup(key), value); /* NULL breaks the txn */
   }
   delete_assignments(t, plan->removed, plan->n_removed);
 }
@@ -418,10 +425,8 @@ void kolo_sched_copy_progress(const kolo_sched_writer *wr, kolo_sched_job *j) {
 }
 
 void kolo_sched_sweep(const kolo_sched_writer *wr, kolo_sched_snapshot *snap) {
-  const char *worker_id;
-  json_t *assignment;
-  json_object_foreach(snap->assigns, worker_id, assignment) {
-    const char *job_id = json_string_value(json_object_get(assignment, "job")) ?: "";
+  for (size_t i = 0; i < snap->n_assigns; i++) {
+    const char *worker_id = snap->assigns[i].worker_id, *job_id = snap->assigns[i].a.job;
     char key[512];
     if (kolo_sched_assignment_valid(snap, worker_id, job_id) ||
         kolo_keys_assign(worker_id, key, sizeof key) != KOLO_OK)

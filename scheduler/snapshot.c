@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checks.h"
 #include "common/log.h"
 #include "coordination/drain.h"
 #include "coordination/keys.h"
@@ -28,7 +29,11 @@ void kolo_sched_snapshot_free(kolo_sched_snapshot *snap) {
   free(snap->workers);
   for (size_t i = 0; i < snap->n_jobs; i++) job_free(&snap->jobs[i]);
   free(snap->jobs);
-  json_decref(snap->assigns);
+  for (size_t i = 0; i < snap->n_assigns; i++) {
+    free(snap->assigns[i].worker_id);
+    kolo_assignment_clear(&snap->assigns[i].a);
+  }
+  free(snap->assigns);
   memset(snap, 0, sizeof *snap);
 }
 
@@ -117,26 +122,43 @@ static int drained(const kolo_etcd_range_result *drains, const char *id, int64_t
   return 0;
 }
 
+/* Keeps the assignment under kv's key; one that does not decode is kept as job "". */
+static kolo_status add_assign(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
+  size_t n = strlen(KOLO_KEY_ASSIGN_PREFIX);
+  if (kv->key == NULL || kv->key_len <= n) return KOLO_OK;
+  kolo_sched_assign *a = &snap->assigns[snap->n_assigns];
+  a->worker_id = strndup((const char *)kv->key + n, kv->key_len - n);
+  if (a->worker_id == NULL) return KOLO_ERR_NO_MEMORY;
+  snap->n_assigns++;
+  if (kolo_assignment_decode((const char *)kv->value, kv->value_len, &a->a) != KOLO_OK) {
+    KOLO_LOGW(LOG, "assignment of %s does not decode (to be swept): %s", a->worker_id,
+              kolo_etcd_last_error());
+    a->a.job = strdup("");
+    if (a->a.job == NULL) return KOLO_ERR_NO_MEMORY;
+  }
+  return KOLO_OK;
+}
+
+static const kolo_sched_assign *find_assign(const kolo_sched_snapshot *snap, const char *id) {
+  for (size_t i = 0; i < snap->n_assigns; i++)
+    if (strcmp(snap->assigns[i].worker_id, id) == 0) return &snap->assigns[i];
+  return NULL;
+}
+
 kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
                                      const kolo_etcd_range_result *assigns,
                                      const kolo_etcd_range_result *drains,
                                      const kolo_etcd_range_result *jobs) {
-  snap->assigns = json_object();
+  snap->assigns = calloc(assigns->count + 1, sizeof *snap->assigns);
   snap->workers = calloc(snap->n_members + 1, sizeof *snap->workers);
   if (snap->assigns == NULL || snap->workers == NULL) return KOLO_ERR_NO_MEMORY;
-  for (size_t i = 0; i < assigns->count; i++) {
-    json_t *value =
-        json_loadb((const char *)assigns->kvs[i].value, assigns->kvs[i].value_len, 0, NULL);
-    if (value)
-      json_object_set_new(
-          snap->assigns, (const char *)assigns->kvs[i].key + strlen(KOLO_KEY_ASSIGN_PREFIX), value);
-  }
+  for (size_t i = 0; i < assigns->count; i++) KOLO_CHECK(add_assign(snap, &assigns->kvs[i]));
   for (size_t i = 0; i < snap->n_members; i++) {
     kolo_sched_worker *w = &snap->workers[snap->n_workers++];
     w->m = snap->members[i];
     w->draining = strcmp(w->m.state, "draining") == 0 || drained(drains, w->m.id, w->m.lease);
-    w->assign_job =
-        json_string_value(json_object_get(json_object_get(snap->assigns, w->m.id), "job"));
+    const kolo_sched_assign *a = find_assign(snap, w->m.id);
+    w->assign_job = a ? a->a.job : NULL;
   }
   for (size_t i = 0; i < jobs->count; i++) add_job_key(snap, &jobs->kvs[i]);
   /* jobs without a readable spec and status are not ours to touch */

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coordination/assignment.h"
 #include "coordination/etcd.h"
 #include "coordination/membership.h"
 #include "coordination/ringspec.h"
@@ -22,9 +23,17 @@
 typedef struct kolo_sched_worker {
   kolo_member m; /* borrowed from the snapshot's member list */
   int draining;
-  const char *assign_job; /* borrowed from the snapshot's assignment JSON */
+  const char *assign_job; /* borrowed from the snapshot's assignments; NULL = none */
   int taken;              /* given to a job in this pass */
 } kolo_sched_worker;
+
+/* An assignment record (coordination/assignment.h) under /kolo/v1/assign/<worker_id>;
+ * one that does not decode is kept with job "" (logged), so the worker counts as busy
+ * and the sweep takes it away instead of a pass planning the worker over it. */
+typedef struct kolo_sched_assign {
+  char *worker_id;
+  kolo_assignment a;
+} kolo_sched_assign;
 
 typedef struct kolo_sched_job {
   char *id;
@@ -44,7 +53,8 @@ typedef struct kolo_sched_snapshot {
   size_t n_workers;
   kolo_sched_job *jobs; /* oldest first */
   size_t n_jobs;
-  json_t *assigns; /* worker id -> assignment */
+  kolo_sched_assign *assigns; /* every key under assign/, in key order */
+  size_t n_assigns;
 } kolo_sched_snapshot;
 
 /* The key-values a snapshot is built from, each set sorted by key as a prefix range

@@ -10,6 +10,7 @@
 
 #include "common/checks.h"
 #include "common/log.h"
+#include "coordination/assignment.h"
 #include "coordination/drain.h"
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
@@ -72,15 +73,18 @@ out:
   return w;
 }
 
-/* The job a worker is assigned to, from /kolo/v1/assign/<id> ({"job": ...}); "" if none. */
+/* The job a worker is assigned to, from /kolo/v1/assign/<id> (coordination/assignment.h);
+ * "" if none or if it does not decode. */
 static void set_job_from_assignments(Kolo__V1__Worker *w, const kolo_server_kv_item *assigns,
                                      size_t n_assigns) {
   for (size_t a = 0; a < n_assigns; a++) {
     if (strcmp(assigns[a].key + strlen(KOLO_KEY_ASSIGN_PREFIX), w->id) != 0) continue;
-    json_t *obj = json_loadb(assigns[a].value, assigns[a].value_len, 0, NULL);
-    const char *job = json_string_value(json_object_get(obj, "job"));
-    if (job != NULL) kolo_codec_set_string(&w->job_id, job);
-    json_decref(obj);
+    kolo_assignment assignment;
+    if (kolo_assignment_decode(assigns[a].value, assigns[a].value_len, &assignment) == KOLO_OK)
+      kolo_codec_set_string(&w->job_id, assignment.job);
+    else
+      KOLO_LOGW(LOG, "assignment of worker %s does not decode: %s", w->id, kolo_etcd_last_error());
+    kolo_assignment_clear(&assignment);
   }
 }
 

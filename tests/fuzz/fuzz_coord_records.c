@@ -1,12 +1,14 @@
 /* libFuzzer target: the records kolo processes read from etcd and trust to act on: the
  * per-epoch ring record (coordination/ringspec.c), a worker's membership record
- * (coordination/membership.c) and a drain mark (coordination/drain.c). Input: one byte
- * choosing the record, then JSON. Properties: no crash or leak; a ring record that decodes
- * validates, re-encodes and decodes again to the same encoding. */
+ * (coordination/membership.c), a drain mark (coordination/drain.c) and an assignment
+ * (coordination/assignment.c). Input: one byte choosing the record, then JSON. Properties:
+ * no crash or leak; a ring record that decodes validates, re-encodes and decodes again to
+ * the same encoding; an assignment that decodes re-encodes and reads back the same. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordination/assignment.h"
 #include "coordination/drain.h"
 #include "coordination/membership.h"
 #include "coordination/ringspec.h"
@@ -15,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   const char *text = (const char *)data + 1;
   size_t len = size - 1;
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: {
       kolo_ringspec spec;
       memset(&spec, 0, sizeof spec);
@@ -40,6 +42,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       kolo_member m;
       memset(&m, 0, sizeof m);
       if (kolo_member_from_json(text, len, &m) == KOLO_OK) kolo_member_clear(&m);
+      break;
+    }
+    case 3: {
+      kolo_assignment a;
+      if (kolo_assignment_decode(text, len, &a) != KOLO_OK) break;
+      char *json = NULL;
+      kolo_assignment back;
+      if (kolo_assignment_encode(&a, &json) != KOLO_OK ||
+          kolo_assignment_decode(json, strlen(json), &back) != KOLO_OK ||
+          strcmp(back.job, a.job) != 0 || back.epoch != a.epoch || back.rank != a.rank)
+        abort();
+      kolo_assignment_clear(&back);
+      kolo_assignment_clear(&a);
+      free(json);
       break;
     }
     default:

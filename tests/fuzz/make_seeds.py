@@ -102,6 +102,8 @@ def main():
               "state": "idle"}
     write("fuzz_coord_records", "member", bytes([1]) + json.dumps(member).encode())
     write("fuzz_coord_records", "drain", bytes([2]) + json.dumps({"worker": "w1", "lease": 12345}).encode())
+    assignment = {"job": "j1", "epoch": 3, "ring": "/kolo/v1/jobs/j1/ring/00000000000000000003", "rank": 1}
+    write("fuzz_coord_records", "assignment", bytes([3]) + json.dumps(assignment).encode())
     write("fuzz_train_files", "csv", bytes([0, 0]) + b"label,a,b\n1,0.5,0.25\n0,1,2\n")
     write("fuzz_train_files", "libsvm", bytes([1, 1]) + b"1 1:0.5 3:2\n-1 2:1\n0 1:1 2:2 3:3\n")
     images = struct.pack(">IIII", 0x803, 2, 2, 2) + bytes(range(8))

@@ -4,12 +4,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "kolo/v1/job.pb-c.h"
+#include "kolo/v1/records.pb-c.h"
 #include "codec/codec.h"
 
 static Kolo__V1__JobSpec *parse_spec(const char *text, kolo_status *rc, char *err, size_t len) {
@@ -229,6 +231,95 @@ static void a_map_entry_that_is_not_utf8_fails_the_encoding_instead_of_vanishing
   json_decref(json);
 }
 
+/* ---- reading records (kolo_codec_read) ---- */
+
+static Kolo__V1__RingRecord *read_ring(const char *text, unsigned flags, kolo_status *rc,
+                                       kolo_codec_fault *fault) {
+  ProtobufCMessage *msg = NULL;
+  *rc = kolo_codec_read(text, strlen(text), &kolo__v1__ring_record__descriptor, flags, &msg, fault);
+  return (Kolo__V1__RingRecord *)msg;
+}
+
+static void a_record_reader_skips_fields_a_newer_writer_added_at_every_level(void **state) {
+  (void)state;
+  const char *text =
+      "{\"job\":\"j\",\"future\":{\"x\":[1]},\"members\":[{\"worker_id\":\"w\","
+      "\"gpu\":\"H200\"}]}";
+  kolo_status rc;
+  kolo_codec_fault fault;
+  Kolo__V1__RingRecord *r = read_ring(text, KOLO_CODEC_IGNORE_UNKNOWN, &rc, &fault);
+  assert_int_equal(rc, KOLO_OK);
+  assert_string_equal(r->job, "j");
+  assert_int_equal(r->n_members, 1);
+  assert_string_equal(r->members[0]->worker_id, "w");
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  /* without the flag the same text is refused, the field named */
+  r = read_ring(text, 0, &rc, &fault);
+  assert_null(r);
+  assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
+  assert_int_equal(fault.kind, KOLO_CODEC_FAULT_SHAPE);
+  assert_string_equal(fault.path, "future");
+  assert_null(fault.field);
+}
+
+static void integers_only_refuses_strings_and_reals_and_names_the_field(void **state) {
+  (void)state;
+  const char *bad[] = {"\"7\"", "7.0", "true"};
+  for (size_t i = 0; i < 3; i++) {
+    char text[200];
+    snprintf(text, sizeof text, "{\"members\":[{},{\"lease\":%s}]}", bad[i]);
+    kolo_status rc;
+    kolo_codec_fault fault;
+    assert_null(read_ring(text, KOLO_CODEC_INTEGERS_ONLY, &rc, &fault));
+    assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
+    assert_int_equal(fault.kind, KOLO_CODEC_FAULT_TYPE);
+    assert_string_equal(fault.path, "members[1].lease");
+    assert_non_null(fault.field);
+    assert_string_equal(fault.field->name, "lease");
+    assert_non_null(strstr(fault.message, "members[1].lease: expected a 64-bit integer"));
+  }
+  /* a request reader (no flag) still takes the decimal string */
+  kolo_status rc;
+  Kolo__V1__RingRecord *r = read_ring("{\"epoch\":\"7\"}", 0, &rc, NULL);
+  assert_int_equal(rc, KOLO_OK);
+  assert_int_equal(r->epoch, 7);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+static void a_read_record_shows_which_fields_were_there(void **state) {
+  (void)state;
+  kolo_status rc;
+  Kolo__V1__RingRecord *r =
+      read_ring("{\"epoch\":0,\"members\":[],\"planned\":false}", 0, &rc, NULL);
+  assert_int_equal(rc, KOLO_OK);
+  assert_true(r->has_epoch); /* present, even as 0 */
+  assert_false(r->has_timeout_ms);
+  assert_true(r->has_planned);
+  assert_null(r->job);         /* an absent string */
+  assert_non_null(r->members); /* [] given */
+  assert_int_equal(r->n_members, 0);
+  assert_null(r->lost); /* not given */
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+static void a_record_that_is_not_json_or_not_an_object_is_a_fault_of_its_own_kind(void **state) {
+  (void)state;
+  kolo_status rc;
+  kolo_codec_fault fault;
+  assert_null(read_ring("{\"job\":\"a\",\"job\":\"b\"}", 0, &rc, &fault));
+  assert_int_equal(rc, KOLO_ERR_PARSE);
+  assert_int_equal(fault.kind, KOLO_CODEC_FAULT_SYNTAX);
+  assert_non_null(strstr(fault.message, "malformed JSON"));
+  assert_null(read_ring("[1]", 0, &rc, &fault));
+  assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
+  assert_int_equal(fault.kind, KOLO_CODEC_FAULT_TYPE);
+  assert_string_equal(fault.path, "");
+  assert_null(fault.field);
+  assert_null(read_ring("{\"members\":[3]}", 0, &rc, &fault));
+  assert_string_equal(fault.path, "members[0]");
+  assert_string_equal(fault.field->name, "members");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_full_spec_decodes_into_every_field),
@@ -241,6 +332,10 @@ int main(void) {
       cmocka_unit_test(every_uint64_round_trips_exactly_through_json),
       cmocka_unit_test(integers_in_strings_are_strict_decimal_within_range),
       cmocka_unit_test(a_map_entry_that_is_not_utf8_fails_the_encoding_instead_of_vanishing),
+      cmocka_unit_test(a_record_reader_skips_fields_a_newer_writer_added_at_every_level),
+      cmocka_unit_test(integers_only_refuses_strings_and_reals_and_names_the_field),
+      cmocka_unit_test(a_read_record_shows_which_fields_were_there),
+      cmocka_unit_test(a_record_that_is_not_json_or_not_an_object_is_a_fault_of_its_own_kind),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

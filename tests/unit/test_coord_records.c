@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "coordination/assignment.h"
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
@@ -83,6 +84,35 @@ static void a_ring_record_round_trips_and_has_the_documented_shape(void **state)
     assert_int_equal(kolo_ringspec_rank_of(&back, "w9"), -1);
     kolo_ringspec_clear(&back);
     free(json);
+  }
+}
+
+/* Records already in an etcd, as the json_pack writer before the codec (and the codec
+ * since) wrote them, read back through kolo.v1.RingRecord unchanged; what is written
+ * now is the same bytes, so a previous version reads it too. */
+static void a_ring_record_written_the_old_way_is_read(void **state) {
+  (void)state;
+  char text[sizeof documented + 64];
+  snprintf(text, sizeof text, "%.*s,\"planned\":true}", (int)strlen(documented) - 1, documented);
+  const char *lease = strstr(documented, "\"since_epoch\":3}");
+  char leased[sizeof documented + 64];
+  snprintf(leased, sizeof leased, "%.*s\"since_epoch\":3,\"lease\":7587892}%s",
+           (int)(lease - documented), documented, lease + strlen("\"since_epoch\":3}"));
+  const char *old[] = {documented, text, leased};
+  for (int i = 0; i < 3; i++) {
+    kolo_ringspec back;
+    assert_int_equal(kolo_ringspec_decode(old[i], strlen(old[i]), &back), KOLO_OK);
+    assert_string_equal(back.job, "job-1");
+    assert_int_equal(back.size, 3);
+    assert_string_equal(back.members[2].address, "node-3.cluster:7100");
+    assert_int_equal(back.members[1].since_epoch, 3);
+    assert_int_equal(back.members[1].lease, i == 2 ? 7587892 : 0);
+    assert_int_equal(back.planned, i == 1);
+    char *again = NULL;
+    assert_int_equal(kolo_ringspec_encode(&back, &again), KOLO_OK);
+    assert_string_equal(again, old[i]);
+    free(again);
+    kolo_ringspec_clear(&back);
   }
 }
 
@@ -275,6 +305,73 @@ static void encoding_an_invalid_ring_record_fails(void **state) {
   assert_null(json);
 }
 
+/* The assignment (coordination/assignment.h): the scheduler's bytes, read back; every
+ * rule refused naming the field. */
+static void an_assignment_round_trips_and_has_the_documented_shape(void **state) {
+  (void)state;
+  const char *old =
+      "{\"job\":\"j1\",\"epoch\":3,\"ring\":\"/kolo/v1/jobs/j1/ring/"
+      "00000000000000000003\",\"rank\":1}";
+  kolo_assignment a = {"j1", 3, "/kolo/v1/jobs/j1/ring/00000000000000000003", 1};
+  char *json = NULL;
+  assert_int_equal(kolo_assignment_encode(&a, &json), KOLO_OK);
+  assert_string_equal(json, old);
+  kolo_assignment back;
+  assert_int_equal(kolo_assignment_decode(json, strlen(json), &back), KOLO_OK);
+  assert_string_equal(back.job, "j1");
+  assert_int_equal(back.epoch, 3);
+  assert_string_equal(back.ring, a.ring);
+  assert_int_equal(back.rank, 1);
+  kolo_assignment_clear(&back);
+  free(json);
+  const char *newer =
+      "{\"job\":\"j1\",\"gpu\":0,\"epoch\":3,\"ring\":\"/kolo/v1/jobs/j1/ring/"
+      "00000000000000000003\",\"rank\":1}";
+  assert_int_equal(kolo_assignment_decode(newer, strlen(newer), &back), KOLO_OK);
+  kolo_assignment_clear(&back);
+  a.ring = "/kolo/v1/jobs/j2/ring/00000000000000000003";
+  assert_int_equal(kolo_assignment_encode(&a, &json), KOLO_ERR_INVALID_ARG);
+  assert_null(json);
+}
+
+static void a_bad_assignment_is_refused_naming_the_field(void **state) {
+  (void)state;
+  const char *ring = "\"ring\":\"/kolo/v1/jobs/j/ring/00000000000000000001\"";
+  struct {
+    kolo_status rc;
+    const char *needle;
+    char json[300];
+  } cases[8];
+  int n = 0;
+#define CASE(st, nd, ...)                                       \
+  do {                                                          \
+    cases[n].rc = st;                                           \
+    cases[n].needle = nd;                                       \
+    snprintf(cases[n].json, sizeof cases[n].json, __VA_ARGS__); \
+    n++;                                                        \
+  } while (0)
+  CASE(KOLO_ERR_PARSE, "has no 'ring'", "{\"job\":\"j\",\"epoch\":1,\"rank\":0}");
+  CASE(KOLO_ERR_PARSE, "has no 'rank'", "{\"job\":\"j\",\"epoch\":1,%s}", ring);
+  CASE(KOLO_ERR_PARSE, "'epoch' is not an integer", "{\"job\":\"j\",\"epoch\":\"1\",%s,\"rank\":0}",
+       ring);
+  CASE(KOLO_ERR_INVALID_ARG, "'ring' '/kolo/v1/jobs/j/ring/00000000000000000001' is not the ring",
+       "{\"job\":\"j\",\"epoch\":2,%s,\"rank\":0}", ring);
+  CASE(KOLO_ERR_INVALID_ARG, "'rank' -1", "{\"job\":\"j\",\"epoch\":1,%s,\"rank\":-1}", ring);
+  CASE(KOLO_ERR_INVALID_ARG, "job id '../j'", "{\"job\":\"../j\",\"epoch\":1,%s,\"rank\":0}", ring);
+  CASE(KOLO_ERR_PARSE, "malformed JSON", "{\"job\":\"j\",");
+  CASE(KOLO_ERR_PARSE, "not an object", "[]");
+#undef CASE
+  for (int i = 0; i < n; i++) {
+    kolo_assignment out;
+    kolo_status rc = kolo_assignment_decode(cases[i].json, strlen(cases[i].json), &out);
+    if (rc != cases[i].rc || strstr(kolo_etcd_last_error(), cases[i].needle) == NULL)
+      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), kolo_etcd_last_error(),
+               cases[i].json);
+    assert_null(out.job);
+    assert_null(out.ring);
+  }
+}
+
 static void a_worker_record_round_trips_and_has_the_documented_shape(void **state) {
   (void)state;
   kolo_member_label labels[] = {{"zone", "a"}, {"gpu.model", "H200"}};
@@ -383,10 +480,13 @@ static void keys_follow_the_documented_layout(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_ring_record_round_trips_and_has_the_documented_shape),
+      cmocka_unit_test(a_ring_record_written_the_old_way_is_read),
       cmocka_unit_test(a_member_s_lease_round_trips_and_is_optional),
       cmocka_unit_test(unknown_fields_are_ignored_and_an_empty_lost_list_is_fine),
       cmocka_unit_test(a_ring_record_with_bad_fields_is_rejected_naming_the_field),
       cmocka_unit_test(encoding_an_invalid_ring_record_fails),
+      cmocka_unit_test(an_assignment_round_trips_and_has_the_documented_shape),
+      cmocka_unit_test(a_bad_assignment_is_refused_naming_the_field),
       cmocka_unit_test(a_worker_record_round_trips_and_has_the_documented_shape),
       cmocka_unit_test(bad_worker_records_are_rejected),
       cmocka_unit_test(keys_follow_the_documented_layout),

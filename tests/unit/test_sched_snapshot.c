@@ -70,8 +70,15 @@ static int setup(void **state) {
   add_member(&f->snap,
              "{\"id\":\"w3\",\"host\":\"h\",\"address\":\"127.0.0.1:7003\",\"cpus\":1,\"gpus\":0,"
              "\"state\":\"idle\"}");
-  add(&f->assigns, "/kolo/v1/assign/w2", "{\"job\":\"b\",\"epoch\":2}", 1);
-  add(&f->assigns, "/kolo/v1/assign/w7", "{\"job\":\"gone\",\"epoch\":1}", 1);
+  /* whole assignment records (coordination/assignment.h) */
+  add(&f->assigns, "/kolo/v1/assign/w2",
+      "{\"job\":\"b\",\"epoch\":2,\"ring\":\"/kolo/v1/jobs/b/ring/00000000000000000002\","
+      "\"rank\":0}",
+      1);
+  add(&f->assigns, "/kolo/v1/assign/w7",
+      "{\"job\":\"gone\",\"epoch\":1,\"ring\":\"/kolo/v1/jobs/gone/ring/00000000000000000001\","
+      "\"rank\":0}",
+      1);
   add(&f->drains, "/kolo/v1/drain/w1", "{\"draining\":true,\"lease\":77}",
       1); /* an earlier registration's */
   add(&f->drains, "/kolo/v1/drain/w3", "{\"draining\":true,\"lease\":0}", 1);

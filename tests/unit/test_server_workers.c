@@ -214,7 +214,9 @@ static void workers_are_read_through_the_worker_record_codec(void **state) {
   put_record(f, "/kolo/v1/workers/bad-state",
              "{\"id\":\"bad-state\",\"host\":\"h\",\"address\":\"h:1\","
              "\"cpus\":1,\"gpus\":0,\"state\":\"IDLE!\"}");
-  put_record(f, "/kolo/v1/assign/w5", "{\"job\":\"j5\",\"epoch\":1}");
+  put_record(f, "/kolo/v1/assign/w5",
+             "{\"job\":\"j5\",\"epoch\":1,\"ring\":\"/kolo/v1/jobs/j5/ring/00000000000000000001\","
+             "\"rank\":0}");
   Kolo__V1__ListWorkersResponse *all = NULL;
   assert_int_equal(kolo_server_store_list_workers(f->store, &all), KOLO_OK);
   assert_int_equal(all->n_workers, 1);

@@ -26,6 +26,7 @@
 #include "common/checks.h"
 #include "common/log.h"
 #include "coordination/drain.h"
+#include "coordination/assignment.h"
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
@@ -53,7 +54,8 @@ typedef struct agent {
   kolo_etcd_watch *watch;
   int wake[2];
   pthread_mutex_t lock;
-  char *assignment; /* newest assignment value, NULL when none */
+  char *assignment;       /* newest assignment value, NULL when none */
+  int assignment_refused; /* that value does not decode and was logged once */
   int lease_lost;
   int64_t register_at_ms;   /* unregistered (etcd said the lease is gone): next attempt */
   int64_t register_wait_ms; /* and the back-off before the one after */
@@ -110,6 +112,7 @@ static void poke(agent *a) {
 static void on_assignment(const kolo_etcd_watch_update *update, void *user) {
   agent *a = user;
   pthread_mutex_lock(&a->lock);
+  a->assignment_refused = 0;
   if (update->kind == KOLO_ETCD_WATCH_RESYNC) {
     free(a->assignment);
     a->assignment = update->kv_count ? strdup((const char *)update->kvs[0].value) : NULL;
@@ -581,13 +584,20 @@ static int leave_gracefully(agent *a) {
 static void reconcile(agent *a) {
   pthread_mutex_lock(&a->lock);
   char *value = a->assignment ? strdup(a->assignment) : NULL;
+  int refused = a->assignment_refused;
   pthread_mutex_unlock(&a->lock);
-  json_t *assignment = value ? json_loads(value, 0, NULL) : NULL;
+  /* one that does not decode is no assignment (as a deleted one) */
+  kolo_assignment assignment = {0};
+  if (value && kolo_assignment_decode(value, strlen(value), &assignment) != KOLO_OK && !refused) {
+    KOLO_LOGW(LOG, "assignment does not decode: %s", kolo_etcd_last_error());
+    pthread_mutex_lock(&a->lock);
+    a->assignment_refused = 1;
+    pthread_mutex_unlock(&a->lock);
+  }
   free(value);
-  const char *job = json_string_value(json_object_get(assignment, "job"));
-  int64_t epoch = json_integer_value(json_object_get(assignment, "epoch"));
-  const char *ring_key = json_string_value(json_object_get(assignment, "ring"));
-  if (job == NULL || ring_key == NULL) job = NULL;
+  const char *job = assignment.job;
+  int64_t epoch = assignment.epoch;
+  const char *ring_key = assignment.ring;
 
   if (a->proc != NULL && (job == NULL || strcmp(job, a->job) != 0)) {
     if (job == NULL && leave_gracefully(a)) goto out; /* it stops at its next commit */
@@ -631,7 +641,7 @@ out:
       KOLO_LOGI(LOG, "sent ring epoch %" PRId64 " of job %s", a->epoch, a->job);
     }
   }
-  json_decref(assignment);
+  kolo_assignment_clear(&assignment);
 }
 
 static void reap(agent *a) {
