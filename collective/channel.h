@@ -36,6 +36,20 @@ static inline kolo_status kolo_channel_recv(const kolo_channel *channel, void *b
   return channel->ops->recv(channel->conn, buffer, length, moved);
 }
 
+/* Whether the channel can show received bytes in place (peek/consume). */
+static inline int kolo_channel_can_peek(const kolo_channel *channel) {
+  return channel->ops->peek != NULL;
+}
+
+static inline kolo_status kolo_channel_peek(const kolo_channel *channel, const void **data,
+                                            size_t length, size_t *available) {
+  return channel->ops->peek(channel->conn, data, length, available);
+}
+
+static inline void kolo_channel_consume(const kolo_channel *channel, size_t bytes) {
+  channel->ops->consume(channel->conn, bytes);
+}
+
 static inline int kolo_channel_poll_fd(const kolo_channel *channel) {
   return channel->ops->poll_fd(channel->conn);
 }

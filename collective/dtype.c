@@ -141,16 +141,20 @@ uint16_t kolo_float_to_bfloat16(float value) {
   return (uint16_t)(bits >> 16);
 }
 
-/* Integer sums and products wrap (computed unsigned) instead of being undefined. */
-#define KOLO_REDUCE_LOOP(type, expr)     \
-  do {                                   \
-    type *out = (type *)dst;             \
-    const type *x = (const type *)a;     \
-    const type *y = (const type *)b;     \
-    for (size_t i = 0; i < count; i++) { \
-      type l = x[i], r = y[i];           \
-      out[i] = (expr);                   \
-    }                                    \
+/* Integer sums and products wrap (computed unsigned) instead of being undefined.
+ * The operands may lie anywhere (the executor reduces straight out of a byte
+ * ring, where an element can start at any byte): they are read through a type
+ * of alignment 1, which x86 loads as fast. */
+#define KOLO_REDUCE_LOOP(type, expr)                     \
+  do {                                                   \
+    typedef type loose_type __attribute__((aligned(1))); \
+    type *out = (type *)dst;                             \
+    const loose_type *x = (const loose_type *)a;         \
+    const loose_type *y = (const loose_type *)b;         \
+    for (size_t i = 0; i < count; i++) {                 \
+      type l = x[i], r = y[i];                           \
+      out[i] = (expr);                                   \
+    }                                                    \
   } while (0)
 
 #define KOLO_REDUCE_INTEGER(type, utype)                   \
@@ -216,8 +220,9 @@ static inline uint16_t float_to_bf16(float value) {
  * compiler can vectorise the bfloat16 loops. */
 #define KOLO_REDUCE_HALF(to_float, from_float)                                                   \
   do {                                                                                           \
+    typedef uint16_t loose_half __attribute__((aligned(1)));                                     \
     uint16_t *out = dst;                                                                         \
-    const uint16_t *x = a, *y = b;                                                               \
+    const loose_half *x = a, *y = b;                                                             \
     switch (op) {                                                                                \
       case KOLO_PROD:                                                                            \
         for (size_t i = 0; i < count; i++) out[i] = from_float(to_float(x[i]) * to_float(y[i])); \
@@ -269,8 +274,9 @@ __attribute__((target("avx,f16c"))) static void reduce_half_f16c(uint16_t *out, 
     _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
   if (i < count) {
+    typedef uint16_t loose_half __attribute__((aligned(1))); /* operands at any byte */
     uint16_t *tail_out = out + i;
-    const uint16_t *tail_x = x + i, *tail_y = y + i;
+    const loose_half *tail_x = x + i, *tail_y = y + i;
     size_t tail = count - i;
     for (size_t k = 0; k < tail; k++) {
       float l = kolo_half_to_float(tail_x[k]), r = kolo_half_to_float(tail_y[k]), v;

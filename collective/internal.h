@@ -42,7 +42,8 @@ size_t kolo_size_from_env(const char *name, size_t fallback);
  * KOLO_DEFAULT_TIMEOUT_MS when unset or not a positive number. */
 int kolo_timeout_ms_from_env(void);
 
-/* dst = a (op) b for count elements; dst may alias a or b. AVG reduces as SUM. */
+/* dst = a (op) b for count elements; dst may alias a or b; a and b may start at
+ * any byte (dst must be aligned to the element). AVG reduces as SUM. */
 void kolo_reduce(void *dst, const void *a, const void *b, size_t count, kolo_dtype dtype,
                  kolo_op op);
 /* buffer /= divisor element-wise (the AVG finalisation). */

@@ -439,6 +439,52 @@ static int send_behind(const kolo_ring_item *item, int send_index, size_t sent, 
   return send_index < item->guards_send || sent < end;
 }
 
+/* How many bytes of a guarding recv item, from done on, the send it guards has
+ * moved already (SIZE_MAX when it guards none). */
+static size_t send_limit(const kolo_ring_item *item, int send_index, size_t sent, size_t done) {
+  if (item->guards_send < 0 || send_index > item->guards_send) return SIZE_MAX;
+  if (send_index < item->guards_send || sent <= done) return 0;
+  return sent - done;
+}
+
+/* What reduce_from_view did. */
+enum { VIEW_NOTHING, VIEW_REDUCED, VIEW_GUARDED, VIEW_SPLIT };
+
+/* Reduces the received elements that lie whole in the channel's memory straight
+ * into place (no staging copy), at most limit bytes (the in-place guard).
+ * *outcome: VIEW_REDUCED (some were), VIEW_NOTHING (none arrived), VIEW_GUARDED
+ * (they wait for the send they would overwrite), VIEW_SPLIT (less than one
+ * element shows: split at the ring's end or still being written; the caller
+ * copies it through staging). */
+static kolo_status reduce_from_view(kolo_comm *comm, const kolo_channel *channel,
+                                    kolo_ring_item *item, int index, size_t limit, int *outcome) {
+  kolo_ring_plan *plan = &comm->plan;
+  size_t element = kolo_dtype_size(plan->dtype);
+  size_t done = plan->processed[index];
+  const void *view = NULL;
+  size_t available = 0;
+  *outcome = VIEW_NOTHING;
+  kolo_status status = kolo_channel_peek(channel, &view, item->bytes - done, &available);
+  if (status != KOLO_OK || available == 0) return status;
+  if (available < element) {
+    *outcome = VIEW_SPLIT;
+    return KOLO_OK;
+  }
+  size_t n = (available < limit ? available : limit) / element * element;
+  if (n == 0) {
+    *outcome = VIEW_GUARDED;
+    return KOLO_OK;
+  }
+  const char *left = item->remote_first ? view : item->local + done;
+  const char *right = item->remote_first ? item->local + done : view;
+  kolo_reduce(item->buffer + done, left, right, n / element, plan->dtype, plan->op);
+  if (item->finalize_avg) kolo_divide(item->buffer + done, n / element, plan->dtype, comm->size);
+  kolo_channel_consume(channel, n);
+  plan->processed[index] += n;
+  *outcome = VIEW_REDUCED;
+  return KOLO_OK;
+}
+
 kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes) {
   kolo_ring_plan *plan = &comm->plan;
   const kolo_channel *to_next = kolo_direction_pick(&comm->next, op_bytes, comm->bulk_min_bytes);
@@ -498,6 +544,23 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
         plan->processed[recv_index] += moved;
         progress = 1;
         continue;
+      }
+      if (staged == 0 && kolo_channel_can_peek(from_prev)) {
+        int outcome = VIEW_NOTHING;
+        status = reduce_from_view(comm, from_prev, item, recv_index,
+                                  send_limit(item, send_index, sent, done), &outcome);
+        if (status != KOLO_OK)
+          return data_link_failed(comm, prev, engine_thread, "connection closed");
+        if (outcome == VIEW_REDUCED) {
+          progress = 1;
+          continue;
+        }
+        if (outcome == VIEW_GUARDED) {
+          reduce_waits = 1; /* the data is there, the send it would overwrite is not */
+          break;
+        }
+        if (outcome == VIEW_NOTHING) break;
+        /* VIEW_SPLIT: copy this segment through staging below */
       }
       size_t want = item->bytes - done < segment ? item->bytes - done : segment;
       if (staged < want) {

@@ -35,6 +35,15 @@ typedef struct kolo_transport_ops {
    * keeps ownership of buffer. */
   kolo_status (*send)(kolo_transport_conn *conn, const void *buffer, size_t length, size_t *moved);
   kolo_status (*recv)(kolo_transport_conn *conn, void *buffer, size_t length, size_t *moved);
+  /* Optional (NULL: the caller copies through recv). Never blocks. Points *data
+   * at received bytes that lie contiguous in the transport's own memory, at most
+   * length of them, and sets *available to how many (0 when none arrived); they
+   * stay there, unread, until consume(conn, n) with n <= *available marks the
+   * first n read. KOLO_ERR_PEER_LOST as recv. The transport keeps ownership of
+   * the bytes. Lets the executor reduce straight out of shared memory. */
+  kolo_status (*peek)(kolo_transport_conn *conn, const void **data, size_t length,
+                      size_t *available);
+  void (*consume)(kolo_transport_conn *conn, size_t bytes);
   /* Descriptor to poll(2) for POLLIN/POLLOUT readiness; valid until close. */
   int (*poll_fd)(const kolo_transport_conn *conn);
   /* poll(2) events that mean progress is possible on poll_fd: for sending

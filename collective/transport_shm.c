@@ -273,6 +273,35 @@ static kolo_status shm_recv(kolo_transport_conn *handle, void *buffer, size_t le
   return KOLO_OK;
 }
 
+/* The contiguous run of received bytes at the read position, left in the ring
+ * (the executor reduces from it, then consumes). */
+static kolo_status shm_peek(kolo_transport_conn *handle, const void **data, size_t length,
+                            size_t *available) {
+  shm_conn *conn = (shm_conn *)handle;
+  *available = 0;
+  kolo_status status = disarm(conn);
+  if (status != KOLO_OK) return status;
+  shm_ring *ring = conn->ring;
+  uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+  size_t arrived = (size_t)(head - conn->position);
+  if (arrived == 0) return conn->peer_closed ? KOLO_ERR_PEER_LOST : KOLO_OK;
+  size_t offset = (size_t)(conn->position % ring->capacity);
+  size_t n = ring->capacity - offset < arrived ? ring->capacity - offset : arrived;
+  *data = ring->data + offset;
+  *available = n < length ? n : length;
+  return KOLO_OK;
+}
+
+static void shm_consume(kolo_transport_conn *handle, size_t bytes) {
+  shm_conn *conn = (shm_conn *)handle;
+  if (bytes == 0) return;
+  conn->position += bytes;
+  atomic_store(&conn->ring->tail, conn->position);
+  if (atomic_load(&conn->ring->writer_waiting) && atomic_exchange(&conn->ring->writer_waiting, 0)) {
+    ring_bell(conn);
+  }
+}
+
 /* Before sleeping in poll: raise this side's waiting flag, then look again
  * (the other side clears the flag and rings only after it moved its counter, so
  * with sequentially consistent ordering one of the two always sees the other). */
@@ -313,6 +342,8 @@ const kolo_transport_ops kolo_transport_shm = {
     .name = "shm",
     .send = shm_send,
     .recv = shm_recv,
+    .peek = shm_peek,
+    .consume = shm_consume,
     .poll_fd = shm_poll_fd,
     .poll_events = shm_poll_events,
     .prepare_wait = shm_prepare_wait,

@@ -297,6 +297,62 @@ static void allreduce_is_right_through_a_small_wrapping_shared_memory_ring(void 
   unsetenv("KOLO_SHM_BYTES");
 }
 
+/* Reductions read straight out of the shared-memory ring (no staging copy): a
+ * one-byte operation first leaves the ring's position off the element grid, so
+ * float64 and int32 elements straddle the ring's end and go through staging,
+ * the rest is reduced in place from the ring; in and out of place, exact. */
+static int misaligned_reductions(kolo_comm *comm, void *argument) {
+  size_t count = *(size_t *)argument;
+  int rank = kolo_comm_rank(comm), size = kolo_comm_size(comm);
+  int bad = !transport_is_expected(comm);
+  double *wide = malloc(count * sizeof *wide), *wide_out = malloc(count * sizeof *wide_out);
+  int32_t *narrow = malloc(count * sizeof *narrow), *narrow_out = malloc(count * sizeof *narrow);
+  for (int round = 0; round < 4 && !bad; round++) {
+    uint8_t token = (uint8_t)(rank + round), top = 0;
+    if (kolo_allreduce(comm, &token, &top, 1, KOLO_UINT8, KOLO_MAX) != KOLO_OK) return 1;
+    if (top != (uint8_t)(size - 1 + round)) bad++;
+    int in_place = round % 2;
+    for (size_t i = 0; i < count; i++) {
+      wide[i] = (double)(rank + 1) * 0.25 + (double)(i % 1001);
+      narrow[i] = (int32_t)(rank * 3 + (int)(i % 89));
+    }
+    double *wide_target = in_place ? wide : wide_out;
+    int32_t *narrow_target = in_place ? narrow : narrow_out;
+    if (kolo_allreduce(comm, wide, wide_target, count, KOLO_FLOAT64, KOLO_SUM) != KOLO_OK ||
+        kolo_allreduce(comm, narrow, narrow_target, count, KOLO_INT32, KOLO_MAX) != KOLO_OK) {
+      return 1;
+    }
+    for (size_t i = 0; i < count; i++) {
+      double want = 0.25 * size * (size + 1) / 2 + (double)size * (double)(i % 1001);
+      int32_t top_narrow = (int32_t)((size - 1) * 3 + (int)(i % 89));
+      if ((wide_target[i] != want || narrow_target[i] != top_narrow) && bad++ < 5) {
+        fprintf(stderr, "rank %d round %d: [%zu] = %g / %d, want %g / %d\n", rank, round, i,
+                wide_target[i], narrow_target[i], want, top_narrow);
+      }
+    }
+  }
+  free(wide);
+  free(wide_out);
+  free(narrow);
+  free(narrow_out);
+  return bad;
+}
+
+static void reductions_from_a_misaligned_wrapping_shared_memory_ring_are_exact(void **state) {
+  (void)state;
+  setenv("KOLO_SHM_BYTES", "65536", 1);
+  expected_transport = "shm";
+  size_t counts[] = {8191, 100003}; /* below and above the ring's size */
+  for (int size = 2; size <= 3; size++) {
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+      assert_int_equal(run_ranks(size, misaligned_reductions, &counts[c]), 0);
+      assert_int_equal(leftover_shm_objects(), 0);
+    }
+  }
+  expected_transport = NULL;
+  unsetenv("KOLO_SHM_BYTES");
+}
+
 static int many_collectives(kolo_comm *comm, void *argument) {
   (void)argument;
   int rank = kolo_comm_rank(comm), size = kolo_comm_size(comm);
@@ -485,6 +541,7 @@ int main(void) {
       cmocka_unit_test(allreduce_is_right_over_tcp_without_shared_memory),
       cmocka_unit_test(two_ranks_over_tcp_agree_bit_for_bit),
       cmocka_unit_test(allreduce_is_right_through_a_small_wrapping_shared_memory_ring),
+      cmocka_unit_test(reductions_from_a_misaligned_wrapping_shared_memory_ring_are_exact),
       cmocka_unit_test(survivors_report_the_killed_rank_within_a_second),
       cmocka_unit_test(a_killed_peer_is_reported_within_a_second_over_tcp_pairs),
       cmocka_unit_test(a_rank_waiting_for_a_late_peer_sleeps_on_both_transports),
