@@ -76,9 +76,9 @@ static kolo_status fault_error(kolo_status rc, const kolo_codec_fault *f) {
   if (f->kind == KOLO_CODEC_FAULT_TYPE && f->field != NULL)
     return kolo_etcd_fail(KOLO_ERR_PARSE, "assignment: '%s' is not %s", f->field->name,
                           f->field->type == PROTOBUF_C_TYPE_STRING ? "a string" : "an integer");
-  return kolo_etcd_fail(KOLO_ERR_PARSE, "assignment: %s",
-                        f->kind == KOLO_CODEC_FAULT_TYPE ? "malformed JSON: not an object"
-                                                         : f->message);
+  return kolo_etcd_fail(
+      KOLO_ERR_PARSE, "assignment: %s",
+      f->kind == KOLO_CODEC_FAULT_TYPE ? "malformed JSON: not an object" : f->message);
 }
 
 kolo_status kolo_assignment_decode(const char *text, size_t len, kolo_assignment *out) {
