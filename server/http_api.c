@@ -18,6 +18,8 @@
 #include "common/log.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
+#include "server/http_frame.h"
+#include "server/http_front.h"
 #include "server/http_route.h"
 #include "server/http_stream.h"
 #include "codec/codec.h"
@@ -32,6 +34,7 @@ typedef struct http_logs http_logs;
 struct kolo_server_http {
   kolo_server_http_config cfg;
   struct MHD_Daemon *daemon;
+  kolo_server_http_front *front;  /* owns the listening socket (plain HTTP) */
   kolo_server_stream_hub *events; /* GET /v1/stream */
   pthread_mutex_t lock;           /* the open log streams */
   http_logs *streams;
@@ -539,11 +542,11 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
   route_api(h, conn, url, method, req, &m, r);
 }
 
-/* kolo's own limits on a request's URI and headers, answered as JSON 414/431. They sit
- * well inside libmicrohttpd's per-connection buffer (HTTP_CONNECTION_BUFFER), so only a
- * request larger than that buffer still meets libmicrohttpd's own HTML answer. */
-#define HTTP_MAX_URI_BYTES 8192
-#define HTTP_MAX_HEADER_BYTES 16384
+/* kolo's own limits on a request's URI and headers, answered as JSON 414/431 (by the front
+ * end's framer, http_frame.h, before libmicrohttpd sees the request; checked here again).
+ * They sit well inside libmicrohttpd's per-connection buffer (HTTP_CONNECTION_BUFFER). */
+#define HTTP_MAX_URI_BYTES KOLO_SERVER_HTTP_MAX_URI_BYTES
+#define HTTP_MAX_HEADER_BYTES KOLO_SERVER_HTTP_MAX_HEADER_BYTES
 #define HTTP_CONNECTION_BUFFER (128 * 1024)
 
 static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -709,6 +712,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   KOLO_LOGD(LOG, "libmicrohttpd: %s", line);
 }
 
+/* The front end hands each client's socketpair end to libmicrohttpd. */
+static int hand_over(void *arg, int fd, const struct sockaddr *peer, socklen_t peer_len) {
+  kolo_server_http *h = arg;
+  return MHD_add_connection(h->daemon, fd, peer, peer_len) == MHD_YES ? 0 : -1;
+}
+
 kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_server_http **out,
                                    int *bound_port) {
   struct sockaddr_in addr;
@@ -735,8 +744,13 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
   h->cfg = *config;
   pthread_mutex_init(&h->lock, NULL);
   if (h->cfg.max_message_bytes == 0) h->cfg.max_message_bytes = 4u << 20;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
-                   MHD_ALLOW_SUSPEND_RESUME;
+  /* plain HTTP: kolo's front end listens and frames; libmicrohttpd gets socketpairs. Its
+   * poll() loop, not epoll: 0.9.75's edge-triggered epoll stops reading after a short read,
+   * so an end of stream that arrived with the last bytes (the front end's half-close after
+   * a framing error, or a client's) went unseen until the connection timed out. */
+  int fronted = config->tls_cert_pem == NULL;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+  flags |= fronted ? MHD_USE_POLL | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC : MHD_USE_EPOLL;
   if (config->tls_cert_pem) {
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
       KOLO_LOGE(LOG, "this libmicrohttpd has no TLS support");
@@ -756,18 +770,30 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
       {MHD_OPTION_END, 0, NULL},
   };
   h->daemon = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-      MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_BUFFER,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-      MHD_OPTION_URI_LOG_CALLBACK, on_uri, h, MHD_OPTION_ARRAY,
-      config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
+      flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+      fronted ? NULL : (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, threads,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+      (size_t)HTTP_CONNECTION_BUFFER, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+      MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
+      MHD_OPTION_ARRAY, config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
   if (h->daemon == NULL) {
     KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
     kolo_server_stream_hub_destroy(h->events);
     free(h);
     return KOLO_ERR_ADDRESS;
+  }
+  if (fronted) {
+    kolo_server_http_front_config fc = {addr, 4096, 60, hand_over, h};
+    if (kolo_server_http_front_start(&fc, &h->front, bound_port) != KOLO_OK) {
+      KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
+      MHD_stop_daemon(h->daemon);
+      kolo_server_stream_hub_destroy(h->events);
+      free(h);
+      return KOLO_ERR_ADDRESS;
+    }
+    *out = h;
+    return KOLO_OK;
   }
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
   *bound_port = info ? (int)info->port : (int)port;
@@ -777,6 +803,7 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
 
 void kolo_server_http_stop(kolo_server_http *h) {
   if (h == NULL) return;
+  kolo_server_http_front_stop(h->front); /* no new client; every client connection closed */
   kolo_server_stream_hub_close(
       h->events); /* no suspended connection may be left for MHD_stop_daemon */
   /* open log streams end now (a suspended connection must be resumed to be closed) */

@@ -115,6 +115,7 @@ def main():
     agent_seeds()
     ring_wire_seeds()
     http_route_seeds()
+    http_frame_seeds()
 
 
 def agent_seeds():
@@ -162,6 +163,22 @@ def http_route_seeds():
              "healthz": (2, b"/healthz"), "demand": (1, b"/v1/demand")}
     for name, (method, text) in seeds.items():
         write("fuzz_http_route", name, bytes([method]) + text)
+
+
+def http_frame_seeds():
+    """fuzz_http_frame: byte 0 = where the stream is split in two feeds, then a client's bytes."""
+    get = b"GET /v1/jobs?phase=RUNNING&page_size=5 HTTP/1.1\r\nHost: x\r\nCookie: a=1; b=2\r\n\r\n"
+    seeds = {"pipeline": get + b"HEAD /healthz HTTP/1.0\r\n\r\n" + get,
+             "content-length": b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\n{\"name\":1}\n",
+             "chunked": b"POST /v1/jobs HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b"5;ext=\"v\"\r\n{\"a\":\r\n1\r\n}\r\n0\r\nX-Trailer: t\r\n\r\n" + get,
+             "empty-lines": b"\r\n\r\n" + get,
+             "bad-length": get + b"POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
+             "both": b"POST / HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+             "bad-chunk": b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}}\r\n",
+             "version": b"GET / HTTP/2.0\r\n\r\n", "fold": b"GET / HTTP/1.1\r\nA: 1\r\n 2\r\n\r\n"}
+    for i, (name, text) in enumerate(sorted(seeds.items())):
+        write("fuzz_http_frame", name, bytes([(i * 37) % 256]) + text)
 
 
 if __name__ == "__main__":
