@@ -488,6 +488,15 @@ kolo_status kolo_codec_from_json(const json_t *json, const ProtobufCMessageDescr
   return rc;
 }
 
+kolo_status kolo_codec_decode(const json_t *json, const ProtobufCMessageDescriptor *desc,
+                              unsigned flags, ProtobufCMessage **out, kolo_codec_fault *fault) {
+  kolo_codec_fault scratch;
+  if (fault == NULL) fault = &scratch;
+  fault_clear(fault);
+  *out = NULL;
+  return decode_root(json, desc, flags, out, fault);
+}
+
 kolo_status kolo_codec_read(const char *text, size_t length, const ProtobufCMessageDescriptor *desc,
                             unsigned flags, ProtobufCMessage **out, kolo_codec_fault *fault) {
   kolo_codec_fault scratch;

@@ -72,6 +72,10 @@ typedef struct kolo_codec_fault {
 kolo_status kolo_codec_read(const char *text, size_t length, const ProtobufCMessageDescriptor *desc,
                             unsigned flags, ProtobufCMessage **out, kolo_codec_fault *fault);
 
+/* The same over JSON already parsed. */
+kolo_status kolo_codec_decode(const json_t *json, const ProtobufCMessageDescriptor *desc,
+                              unsigned flags, ProtobufCMessage **out, kolo_codec_fault *fault);
+
 /* Encodes msg as compact JSON text (malloc'd, caller frees); NULL when out of memory. */
 char *kolo_codec_dump(const ProtobufCMessage *msg, int pretty);
 

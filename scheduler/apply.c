@@ -17,6 +17,7 @@
 #include "codec/codec.h"
 #include "common/log.h"
 #include "coordination/assignment.h"
+#include "coordination/job_status.h"
 #include "coordination/keys.h"
 #include "coordination/planner.h"
 #include "coordination/ringspec.h"
@@ -59,10 +60,24 @@ static char *status_key(const kolo_sched_job *j) {
   return key_copy(kolo_keys_job(j->id, "status", key, sizeof key), key);
 }
 
-/* Starts a write of j: status compare, a copy of the status to edit. */
-static json_t *begin_job_write(kolo_sched_txn *t, const kolo_sched_job *j) {
+/* Starts a write of j: status compare, the status as a message to change with
+ * coordination/job_status.h (NULL if it does not decode: logged, and the write fails). */
+static Kolo__V1__JobStatus *begin_job_write(kolo_sched_txn *t, const kolo_sched_job *j) {
   kolo_sched_txn_compare(t, KOLO_ETCD_CMP_MOD, status_key(j), j->status_mod);
-  return json_deep_copy(j->status);
+  Kolo__V1__JobStatus *st = NULL;
+  char err[256];
+  if (kolo_job_status_read(j->status, &st, err, sizeof err) != KOLO_OK)
+    KOLO_LOGW(LOG, "job %s: %s", j->id, err);
+  return st;
+}
+
+/* phase by name (the decisions name them); KOLO__V1__PHASE__PHASE_UNSPECIFIED if unknown,
+ * which no transition takes */
+static Kolo__V1__Phase phase_of(const char *name) {
+  Kolo__V1__Phase phase = KOLO__V1__PHASE__PHASE_UNSPECIFIED;
+  if (kolo_job_status_phase_of(name, &phase) != KOLO_OK)
+    KOLO_LOGE(LOG, "unknown phase '%s'", name ? name : "(null)");
+  return phase;
 }
 
 static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch,
@@ -81,10 +96,37 @@ static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, in
   KOLO_LOGI(LOG, "job %s: %s (epoch %" PRId64 "): %s", j->id, type, epoch, message);
 }
 
-static void finish_job_write(kolo_sched_txn *t, const kolo_sched_job *j, json_t *status) {
-  json_object_set_new(status, "updated_unix_ms", json_integer(wall_ms()));
-  kolo_sched_txn_put(t, status_key(j), json_dumps(status, JSON_COMPACT));
-  json_decref(status);
+/* Puts the changed status (st is freed); moved: the transition's result (a failed one,
+ * or no status, breaks the txn so nothing of this decision is written). */
+static void finish_job_write(kolo_sched_txn *t, const kolo_sched_job *j, Kolo__V1__JobStatus *st,
+                             kolo_status moved) {
+  if (moved != KOLO_OK && st != NULL)
+    KOLO_LOGW(LOG, "job %s: status not changed: %s", j->id, kolo_strerror(moved));
+  char *value = st && moved == KOLO_OK ? kolo_job_status_write(st) : NULL;
+  kolo_sched_txn_put(t, status_key(j), value); /* NULL breaks the txn */
+  if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
+}
+
+/* A status member entry: {worker_id, rank, host, address}. NULL when out of memory. */
+static Kolo__V1__Member *status_member(const char *worker_id, size_t rank, const char *host,
+                                       const char *address) {
+  Kolo__V1__Member *m = malloc(sizeof *m);
+  if (m == NULL) return NULL;
+  kolo__v1__member__init(m);
+  m->rank = (uint32_t)rank;
+  if (kolo_codec_set_string(&m->worker_id, worker_id) != KOLO_OK ||
+      kolo_codec_set_string(&m->host, host) != KOLO_OK ||
+      kolo_codec_set_string(&m->address, address) != KOLO_OK) {
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+    return NULL;
+  }
+  return m;
+}
+
+static void free_status_members(Kolo__V1__Member **members, size_t n) {
+  for (size_t i = 0; members && i < n; i++)
+    if (members[i]) protobuf_c_message_free_unpacked(&members[i]->base, NULL);
+  free(members);
 }
 
 static void delete_assignments(kolo_sched_txn *t, const char *const *ids, size_t n) {
@@ -142,7 +184,7 @@ static int all_registered(kolo_sched_snapshot *snap, const kolo_sched_job *j,
  * member entries, for order at epoch. */
 static kolo_status ring_members(kolo_sched_snapshot *snap, const kolo_ringspec *old_ring,
                                 int64_t epoch, const char *const *order, size_t n,
-                                kolo_ringspec_member *ring_out, json_t *status_out) {
+                                kolo_ringspec_member *ring_out, Kolo__V1__Member **status_out) {
   const char **hosts = calloc(n + 1, sizeof *hosts);
   int *local_rank = calloc(n + 1, sizeof *local_rank),
       *local_size = calloc(n + 1, sizeof *local_size);
@@ -158,9 +200,8 @@ static kolo_status ring_members(kolo_sched_snapshot *snap, const kolo_ringspec *
     /* the lease: which registration of the worker this epoch means (decide.h, kolo_sched_member) */
     ring_out[i] = (kolo_ringspec_member){(char *)order[i], w->host, w->address, local_rank[i],
                                          local_size[i],    since,   w->lease};
-    json_array_append_new(
-        status_out, json_pack("{s:s, s:i, s:s, s:s}", "worker_id", order[i], "rank", (int)i, "host",
-                              w->host, "address", w->address));
+    status_out[i] = status_member(order[i], i, w->host, w->address);
+    if (status_out[i] == NULL) goto out;
   }
   rc = KOLO_OK;
 out:
@@ -237,28 +278,21 @@ static char *planned_message(int64_t epoch, const char *const *order, size_t n) 
 /* The status, events and assignments of the new epoch, added to t. */
 static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_sched_job *j,
                              int64_t epoch, const char *const *order, size_t n,
-                             json_t *status_members, const kolo_sched_epoch_plan *plan,
+                             Kolo__V1__Member **status_members, const kolo_sched_epoch_plan *plan,
                              const char *ring_key) {
-  json_t *status = begin_job_write(t, j);
-  json_object_set_new(status, "phase", json_string(plan->phase));
-  json_object_set_new(status, "epoch", json_integer(epoch));
-  json_object_set_new(status, "members", status_members);
-  if (kolo_sched_int(status, "started_unix_ms") == 0)
-    json_object_set_new(status, "started_unix_ms", json_integer(wall_ms()));
-  if (plan->count_reconfiguration)
-    json_object_set_new(status, "reconfigurations",
-                        json_integer(kolo_sched_int(status, "reconfigurations") + 1));
-  if (plan->count_drains)
-    json_object_set_new(
-        status, "drains",
-        json_integer(kolo_sched_int(status, "drains") + (json_int_t)plan->count_drains));
+  Kolo__V1__JobStatus *status = begin_job_write(t, j);
+  kolo_status moved = status ? kolo_job_status_epoch(status, phase_of(plan->phase), (uint64_t)epoch,
+                                                     status_members, n, plan->count_reconfiguration,
+                                                     (uint32_t)plan->count_drains, wall_ms())
+                             : KOLO_ERR_PARSE;
+  if (moved != KOLO_OK) free_status_members(status_members, n); /* still ours */
   add_event(t, j, plan->event_type, epoch, plan->event_message);
   if (strcmp(plan->event_type, "SCHEDULED") != 0 || n > 0) {
     char *message = planned_message(epoch, order, n);
     add_event(t, j, "RING_PLANNED", epoch, message ? message : "");
     free(message);
   }
-  finish_job_write(t, j, status);
+  finish_job_write(t, j, status, moved);
   for (size_t i = 0; i < n; i++) {
     char key[512];
     kolo_keys_assign(order[i], key, sizeof key);
@@ -279,7 +313,8 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   const char **newcomers = calloc(plan->take + 1, sizeof *newcomers);
   const char **order = calloc(plan->n_keep + plan->take + 1, sizeof *order);
   kolo_ringspec_member *members = calloc(plan->n_keep + plan->take + 1, sizeof *members);
-  json_t *status_members = json_array();
+  Kolo__V1__Member **status_members = calloc(plan->n_keep + plan->take + 1, sizeof *status_members);
+  size_t n = 0;
   char *ring = NULL;
   kolo_sched_txn *t = kolo_sched_txn_create();
   kolo_status rc = KOLO_ERR_NO_MEMORY;
@@ -287,8 +322,8 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   size_t n_new = 0;
   for (size_t i = 0; i < snap->n_workers && n_new < plan->take; i++)
     if (kolo_sched_worker_idle(&snap->workers[i])) newcomers[n_new++] = snap->workers[i].m.id;
-  size_t n = kolo_sched_plan_ring(plan->keep, plan->n_keep, newcomers, n_new,
-                                  kolo_sched_job_bound(j, "max_workers"), order);
+  n = kolo_sched_plan_ring(plan->keep, plan->n_keep, newcomers, n_new,
+                           kolo_sched_job_bound(j, "max_workers"), order);
   int64_t epoch = kolo_sched_int(j->status, "epoch") + 1;
   const kolo_ringspec *old_ring = kolo_sched_job_ring(j, epoch - 1);
   rc = KOLO_ERR_NOT_FOUND;
@@ -307,7 +342,7 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   if (rc == KOLO_OK)
     for (size_t i = 0; i < n_new; i++) kolo_sched_find_worker(snap, newcomers[i])->taken = 1;
 out:
-  json_decref(status_members);
+  free_status_members(status_members, n);
   free(ring);
   kolo_sched_txn_destroy(t);
   free(members);
@@ -318,28 +353,12 @@ out:
 
 /* ---- the other writes ---- */
 
-/* The Progress fields of a process's report (JobStatus.progress takes no
- * others); kolo-train's names are accepted as well. A new object. */
-static json_t *progress_fields(const json_t *report) {
-  static const char *const names[][2] = {{"step", "steps"},
-                                         {"total_steps", NULL},
-                                         {"loss", NULL},
-                                         {"samples_per_sec", "samples_per_sec_total"},
-                                         {"accuracy", "train_accuracy"},
-                                         {"train_accuracy", NULL},
-                                         {"test_accuracy", NULL}};
-  json_t *clean = json_object();
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    json_t *value = json_object_get(report, names[i][0]);
-    if (!json_is_number(value) && names[i][1]) value = json_object_get(report, names[i][1]);
-    if (json_is_number(value)) json_object_set(clean, names[i][0], value);
-  }
-  return clean;
-}
-
-static json_t *rank0_progress(const kolo_sched_job *j) {
+/* Rank 0's last reported progress (coordination/job_status.h: the JobStatus.progress
+ * fields it holds). */
+static kolo_job_progress rank0_progress(const kolo_sched_job *j) {
   const char *rank0 = kolo_sched_member_id(j, 0);
-  return json_object_get(json_object_get(j->reports, rank0), "progress");
+  return kolo_job_progress_from_report(
+      json_object_get(json_object_get(j->reports, rank0), "progress"));
 }
 
 kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,
@@ -347,25 +366,14 @@ kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot 
                                const char *message) {
   kolo_sched_txn *t = kolo_sched_txn_create();
   if (t == NULL) return KOLO_ERR_NO_MEMORY;
-  json_t *status = begin_job_write(t, j);
-  json_object_set_new(status, "phase", json_string(phase));
-  json_object_set_new(status, "finished_unix_ms", json_integer(wall_ms()));
-  if (strcmp(phase, "FAILED") == 0) json_object_set_new(status, "error", json_string(message));
+  Kolo__V1__JobStatus *status = begin_job_write(t, j);
   /* the last progress rank 0 reported (the periodic copy is throttled) */
-  json_t *progress = rank0_progress(j);
-  if (json_is_object(progress)) {
-    json_t *merged = json_deep_copy(json_object_get(status, "progress"));
-    if (!json_is_object(merged)) {
-      json_decref(merged);
-      merged = json_object();
-    }
-    json_t *clean = progress_fields(progress);
-    json_object_update(merged, clean);
-    json_decref(clean);
-    json_object_set_new(status, "progress", merged);
-  }
+  kolo_job_progress progress = rank0_progress(j);
+  kolo_status moved =
+      status ? kolo_job_status_finish(status, phase_of(phase), message, &progress, wall_ms())
+             : KOLO_ERR_PARSE;
   add_event(t, j, type, kolo_sched_int(j->status, "epoch"), message);
-  finish_job_write(t, j, status);
+  finish_job_write(t, j, status, moved);
   for (size_t i = 0; i < snap->n_workers; i++) {
     kolo_sched_worker *w = &snap->workers[i];
     if (w->assign_job && strcmp(w->assign_job, j->id) == 0)
@@ -376,23 +384,45 @@ kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot 
   return rc;
 }
 
+/* The status member entries in members (a JSON array of them, as the status holds),
+ * decoded through the codec into a new array (an empty one for []). */
+static kolo_status members_of(const kolo_sched_job *j, const json_t *members,
+                              Kolo__V1__Member ***out, size_t *n) {
+  size_t count = json_array_size(members);
+  *n = 0;
+  *out = calloc(count + 1, sizeof **out);
+  if (*out == NULL) return KOLO_ERR_NO_MEMORY;
+  for (size_t i = 0; i < count; i++) {
+    ProtobufCMessage *m = NULL;
+    kolo_codec_fault fault;
+    kolo_status rc = kolo_codec_decode(json_array_get(members, i), &kolo__v1__member__descriptor,
+                                       KOLO_CODEC_IGNORE_UNKNOWN, &m, &fault);
+    if (rc != KOLO_OK) {
+      KOLO_LOGW(LOG, "job %s: status member %zu: %s", j->id, i, fault.message);
+      return rc;
+    }
+    (*out)[(*n)++] = (Kolo__V1__Member *)m;
+  }
+  return KOLO_OK;
+}
+
 kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j, const char *phase,
                                  json_t *members, const char *type, const char *message,
                                  const char *const *removed, size_t n_removed,
                                  int count_reconfiguration, size_t count_drains) {
   kolo_sched_txn *t = kolo_sched_txn_create();
   if (t == NULL) return KOLO_ERR_NO_MEMORY;
-  json_t *status = begin_job_write(t, j);
-  json_object_set_new(status, "phase", json_string(phase));
-  if (members) json_object_set(status, "members", members);
-  if (count_reconfiguration)
-    json_object_set_new(status, "reconfigurations",
-                        json_integer(kolo_sched_int(status, "reconfigurations") + 1));
-  if (count_drains)
-    json_object_set_new(status, "drains",
-                        json_integer(kolo_sched_int(status, "drains") + (json_int_t)count_drains));
+  Kolo__V1__JobStatus *status = begin_job_write(t, j);
+  Kolo__V1__Member **kept = NULL;
+  size_t n_kept = 0;
+  kolo_status moved = status ? KOLO_OK : KOLO_ERR_PARSE;
+  if (moved == KOLO_OK && members) moved = members_of(j, members, &kept, &n_kept);
+  if (moved == KOLO_OK)
+    moved = kolo_job_status_move(status, phase_of(phase), kept, n_kept, count_reconfiguration,
+                                 (uint32_t)count_drains, wall_ms());
+  if (moved != KOLO_OK) free_status_members(kept, n_kept);
   if (type) add_event(t, j, type, kolo_sched_int(j->status, "epoch"), message);
-  finish_job_write(t, j, status);
+  finish_job_write(t, j, status, moved);
   delete_assignments(t, removed, n_removed);
   kolo_status rc = commit(wr, t);
   kolo_sched_txn_destroy(t);
@@ -400,28 +430,20 @@ kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j,
 }
 
 void kolo_sched_copy_progress(const kolo_sched_writer *wr, kolo_sched_job *j) {
-  json_t *progress = rank0_progress(j);
-  if (!json_is_object(progress)) return;
+  kolo_job_progress progress = rank0_progress(j);
+  if (progress.present == 0) return;
   if (wall_ms() - kolo_sched_int(j->status, "updated_unix_ms") < PROGRESS_EVERY_MS) return;
-  json_t *clean = progress_fields(progress);
-  json_t *current = json_object_get(j->status, "progress");
-  int same = 1;
-  const char *key;
-  json_t *value;
-  json_object_foreach(clean, key, value) {
-    if (!json_equal(value, json_object_get(current, key))) same = 0;
+  kolo_sched_txn *t = kolo_sched_txn_create();
+  if (t == NULL) return;
+  Kolo__V1__JobStatus *status = begin_job_write(t, j);
+  int changed = status ? kolo_job_status_merge_progress(status, &progress, wall_ms()) : -1;
+  if (changed != 0) { /* unchanged: nothing to write */
+    finish_job_write(t, j, status, changed > 0 ? KOLO_OK : KOLO_ERR_NO_MEMORY);
+    if (changed > 0) commit(wr, t);
+  } else if (status) {
+    protobuf_c_message_free_unpacked(&status->base, NULL);
   }
-  kolo_sched_txn *t = same ? NULL : kolo_sched_txn_create();
-  if (t) {
-    json_t *status = begin_job_write(t, j);
-    json_t *merged = json_is_object(current) ? json_deep_copy(current) : json_object();
-    json_object_update(merged, clean);
-    json_object_set_new(status, "progress", merged);
-    finish_job_write(t, j, status);
-    commit(wr, t);
-    kolo_sched_txn_destroy(t);
-  }
-  json_decref(clean);
+  kolo_sched_txn_destroy(t);
 }
 
 void kolo_sched_sweep(const kolo_sched_writer *wr, kolo_sched_snapshot *snap) {

@@ -277,7 +277,7 @@ static void on_job(void *arg, const uint8_t *packed, size_t len, Kolo__V1__Phase
         ctx->head = q;
       ctx->tail = q;
     }
-    if (kolo_server_job_phase_final(phase)) ctx->final_queued = 1;
+    if (kolo_job_status_final(phase)) ctx->final_queued = 1;
     pump_locked(ctx);
   }
   pthread_mutex_unlock(&ctx->lock);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "codec/codec.h"
+#include "coordination/job_status.h"
 #include "worker/train/flags.h"
 
 static kolo_status bad(char *err, size_t err_len, const char *field, const char *why) {
@@ -261,27 +262,6 @@ kolo_status kolo_server_job_make_id(char *out, size_t len) {
   return KOLO_OK;
 }
 
-int kolo_server_job_phase_final(Kolo__V1__Phase phase) {
-  return phase == KOLO__V1__PHASE__SUCCEEDED || phase == KOLO__V1__PHASE__FAILED ||
-         phase == KOLO__V1__PHASE__CANCELLED;
-}
-
-int kolo_server_job_transition_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to) {
-  if (from == to || kolo_server_job_phase_final(from)) return 0;
-  if (to == KOLO__V1__PHASE__FAILED || to == KOLO__V1__PHASE__CANCELLED) return 1;
-  switch (from) {
-    case KOLO__V1__PHASE__PENDING:
-      return to == KOLO__V1__PHASE__RUNNING;
-    case KOLO__V1__PHASE__RUNNING:
-      return to == KOLO__V1__PHASE__RECONFIGURING || to == KOLO__V1__PHASE__SUCCEEDED ||
-             to == KOLO__V1__PHASE__PENDING;
-    case KOLO__V1__PHASE__RECONFIGURING:
-      return to == KOLO__V1__PHASE__RUNNING || to == KOLO__V1__PHASE__PENDING;
-    default:
-      return 0;
-  }
-}
-
 int64_t kolo_server_now_ms(void) {
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
@@ -322,11 +302,7 @@ kolo_status kolo_server_job_create(const Kolo__V1__JobSpec *spec, const char *id
   if (kolo_codec_set_string(&job->id, id) != KOLO_OK ||
       kolo_codec_set_string(&job->spec->id, id) != KOLO_OK)
     goto out;
-  job->status->phase = KOLO__V1__PHASE__PENDING;
-  job->status->created_unix_ms = now_ms;
-  job->status->updated_unix_ms = now_ms;
-  job->status->min_workers = spec->min_workers;
-  job->status->max_workers = spec->max_workers;
+  kolo_job_status_submitted(job->status, spec->min_workers, spec->max_workers, now_ms);
   char message[256];
   snprintf(message, sizeof message, "job %.63s (%.100s) submitted: %u-%u workers", id, spec->name,
            spec->min_workers, spec->max_workers);
@@ -342,19 +318,15 @@ out:
 kolo_status kolo_server_job_cancel(Kolo__V1__Job *job, const char *reason, int64_t now_ms,
                                    char *err, size_t err_len) {
   Kolo__V1__JobStatus *st = job->status;
-  if (!kolo_server_job_transition_allowed(st->phase, KOLO__V1__PHASE__CANCELLED)) {
-    if (err && err_len)
-      snprintf(err, err_len, "job %.63s is %s and can no longer be cancelled", job->id,
-               kolo_server_job_phase_name(st->phase));
-    return KOLO_ERR_STATE;
-  }
   char message[320];
   snprintf(message, sizeof message, "cancelled%s%.256s", reason && reason[0] ? ": " : "",
            reason ? reason : "");
-  if (kolo_codec_set_string(&st->error, message) != KOLO_OK) return KOLO_ERR_NO_MEMORY;
-  st->phase = KOLO__V1__PHASE__CANCELLED;
-  st->finished_unix_ms = now_ms;
-  st->updated_unix_ms = now_ms;
+  Kolo__V1__Phase was = st->phase;
+  kolo_status rc = kolo_job_status_cancel(st, message, now_ms);
+  if (rc == KOLO_ERR_STATE && err && err_len)
+    snprintf(err, err_len, "job %.63s is %s and can no longer be cancelled", job->id,
+             kolo_server_job_phase_name(was));
+  if (rc != KOLO_OK) return rc;
   return kolo_server_job_append_event(job, "CANCELLED", message, now_ms);
 }
 
@@ -366,17 +338,14 @@ kolo_status kolo_server_job_scale(Kolo__V1__Job *job, uint32_t min_workers, uint
   if (max_workers == 0) max_workers = min_workers;
   if (max_workers < min_workers || max_workers > KOLO_SERVER_MAX_WORKERS)
     return bad(err, err_len, "max_workers", "must be >= min_workers and at most 4096");
-  if (kolo_server_job_phase_final(st->phase)) {
+  char message[128];
+  snprintf(message, sizeof message, "scaled from %u-%u to %u-%u workers", st->min_workers,
+           st->max_workers, min_workers, max_workers);
+  if (kolo_job_status_scale(st, min_workers, max_workers, now_ms) != KOLO_OK) {
     if (err && err_len)
       snprintf(err, err_len, "job %.63s is %s and can no longer be scaled", job->id,
                kolo_server_job_phase_name(st->phase));
     return KOLO_ERR_STATE;
   }
-  char message[128];
-  snprintf(message, sizeof message, "scaled from %u-%u to %u-%u workers", st->min_workers,
-           st->max_workers, min_workers, max_workers);
-  st->min_workers = min_workers;
-  st->max_workers = max_workers;
-  st->updated_unix_ms = now_ms;
   return kolo_server_job_append_event(job, "SCALED", message, now_ms);
 }

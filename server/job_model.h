@@ -10,6 +10,7 @@
 
 #include "kolo/status.h"
 #include "kolo/v1/job.pb-c.h"
+#include "coordination/job_status.h"
 #include "server/wire.h" /* kolo_server_job_phase_name */
 
 #define KOLO_SERVER_MAX_WORKERS 4096
@@ -34,10 +35,8 @@ int kolo_server_job_id_valid(const char *id);
 /* Writes a fresh random id ("j-" + 16 hex digits) into out (at least 19 bytes). */
 kolo_status kolo_server_job_make_id(char *out, size_t len);
 
-/* Phase machine: PENDING -> RUNNING <-> RECONFIGURING -> SUCCEEDED; RUNNING/RECONFIGURING ->
- * PENDING (below min_workers); any non-final -> FAILED or CANCELLED; nothing leaves a final one. */
-int kolo_server_job_transition_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to);
-int kolo_server_job_phase_final(Kolo__V1__Phase phase);
+/* The phase machine and every status transition are coordination/job_status.h's (the
+ * status's one owner, shared with the scheduler): kolo_job_status_allowed / _final. */
 
 /* A new PENDING job for a validated, normalized spec, with event 1 "SUBMITTED".
  * Free with protobuf_c_message_free_unpacked(&job->base, NULL). */

@@ -538,7 +538,7 @@ static void refresh(kolo_server_logstream *s, int with_rings) {
   if (rc == KOLO_ERR_NOT_FOUND) s->job_final = 1; /* deleted */
   if (rc == KOLO_OK && job->status) {
     s->job_epoch = (int64_t)job->status->epoch;
-    if (kolo_server_job_phase_final(job->status->phase)) s->job_final = 1;
+    if (kolo_job_status_final(job->status->phase)) s->job_final = 1;
     for (size_t i = 0; i < job->status->n_members; i++) {
       source *src = ensure_source(s, job->status->members[i]->worker_id);
       /* a worker that finished and is in a newer ring again runs the job again */

@@ -292,8 +292,7 @@ kolo_status kolo_server_store_history_writes(kolo_server_store *s, size_t max_po
 /* Gauge order: unfinished jobs first, newest created first; then finished, latest first. */
 static int gauge_order(const void *a, const void *b) {
   const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
-  int xf = kolo_server_job_phase_final(x->status->phase),
-      yf = kolo_server_job_phase_final(y->status->phase);
+  int xf = kolo_job_status_final(x->status->phase), yf = kolo_job_status_final(y->status->phase);
   if (xf != yf) return xf - yf;
   int64_t xt = xf ? x->status->finished_unix_ms : x->status->created_unix_ms;
   int64_t yt = xf ? y->status->finished_unix_ms : y->status->created_unix_ms;

@@ -149,22 +149,14 @@ static void specs_differing_only_in_map_order_are_equal_once_normalized(void **s
 
 static void the_phase_machine_allows_only_forward_moves(void **state) {
   (void)state;
-  assert_true(
-      kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__RUNNING));
-  assert_true(
-      kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__CANCELLED));
-  assert_true(
-      kolo_server_job_transition_allowed(KOLO__V1__PHASE__RUNNING, KOLO__V1__PHASE__RECONFIGURING));
-  assert_true(
-      kolo_server_job_transition_allowed(KOLO__V1__PHASE__RECONFIGURING, KOLO__V1__PHASE__RUNNING));
-  assert_false(
-      kolo_server_job_transition_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__SUCCEEDED));
-  assert_false(
-      kolo_server_job_transition_allowed(KOLO__V1__PHASE__SUCCEEDED, KOLO__V1__PHASE__CANCELLED));
-  assert_false(
-      kolo_server_job_transition_allowed(KOLO__V1__PHASE__CANCELLED, KOLO__V1__PHASE__RUNNING));
-  assert_false(
-      kolo_server_job_transition_allowed(KOLO__V1__PHASE__FAILED, KOLO__V1__PHASE__FAILED));
+  assert_true(kolo_job_status_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__RUNNING));
+  assert_true(kolo_job_status_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__CANCELLED));
+  assert_true(kolo_job_status_allowed(KOLO__V1__PHASE__RUNNING, KOLO__V1__PHASE__RECONFIGURING));
+  assert_true(kolo_job_status_allowed(KOLO__V1__PHASE__RECONFIGURING, KOLO__V1__PHASE__RUNNING));
+  assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__SUCCEEDED));
+  assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__SUCCEEDED, KOLO__V1__PHASE__CANCELLED));
+  assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__CANCELLED, KOLO__V1__PHASE__RUNNING));
+  assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__FAILED, KOLO__V1__PHASE__FAILED));
 }
 
 static void cancelling_a_pending_job_records_an_event_and_a_second_cancel_is_refused(void **state) {

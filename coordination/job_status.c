@@ -1,0 +1,200 @@
+/* Implementation of coordination/job_status.h: the job status's transitions over
+ * kolo.v1.JobStatus, and its JSON through the one codec. */
+#include "coordination/job_status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/codec.h"
+
+int kolo_job_status_final(Kolo__V1__Phase phase) {
+  return phase == KOLO__V1__PHASE__SUCCEEDED || phase == KOLO__V1__PHASE__FAILED ||
+         phase == KOLO__V1__PHASE__CANCELLED;
+}
+
+int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to) {
+  if (from == to || kolo_job_status_final(from)) return 0;
+  if (to == KOLO__V1__PHASE__FAILED || to == KOLO__V1__PHASE__CANCELLED) return 1;
+  switch (from) {
+    case KOLO__V1__PHASE__PENDING:
+      return to == KOLO__V1__PHASE__RUNNING;
+    case KOLO__V1__PHASE__RUNNING:
+      return to == KOLO__V1__PHASE__RECONFIGURING || to == KOLO__V1__PHASE__SUCCEEDED ||
+             to == KOLO__V1__PHASE__PENDING;
+    case KOLO__V1__PHASE__RECONFIGURING:
+      return to == KOLO__V1__PHASE__RUNNING || to == KOLO__V1__PHASE__PENDING;
+    default:
+      return 0;
+  }
+}
+
+kolo_status kolo_job_status_phase_of(const char *name, Kolo__V1__Phase *out) {
+  const ProtobufCEnumValue *v =
+      name ? protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, name)
+           : NULL;
+  if (v == NULL || v->value == KOLO__V1__PHASE__PHASE_UNSPECIFIED) return KOLO_ERR_INVALID_ARG;
+  *out = (Kolo__V1__Phase)v->value;
+  return KOLO_OK;
+}
+
+kolo_status kolo_job_status_read(const json_t *json, Kolo__V1__JobStatus **out, char *err,
+                                 size_t err_len) {
+  ProtobufCMessage *msg = NULL;
+  kolo_codec_fault fault;
+  kolo_status rc = kolo_codec_decode(json, &kolo__v1__job_status__descriptor,
+                                     KOLO_CODEC_IGNORE_UNKNOWN, &msg, &fault);
+  if (rc != KOLO_OK && err && err_len) snprintf(err, err_len, "job status: %s", fault.message);
+  *out = (Kolo__V1__JobStatus *)msg;
+  return rc;
+}
+
+char *kolo_job_status_write(const Kolo__V1__JobStatus *st) {
+  return kolo_codec_dump(&st->base, 0);
+}
+
+void kolo_job_status_submitted(Kolo__V1__JobStatus *st, uint32_t min_workers, uint32_t max_workers,
+                               int64_t now_ms) {
+  st->phase = KOLO__V1__PHASE__PENDING;
+  st->created_unix_ms = now_ms;
+  st->updated_unix_ms = now_ms;
+  st->min_workers = min_workers;
+  st->max_workers = max_workers;
+}
+
+kolo_status kolo_job_status_cancel(Kolo__V1__JobStatus *st, const char *message, int64_t now_ms) {
+  if (!kolo_job_status_allowed(st->phase, KOLO__V1__PHASE__CANCELLED)) return KOLO_ERR_STATE;
+  if (kolo_codec_set_string(&st->error, message) != KOLO_OK) return KOLO_ERR_NO_MEMORY;
+  st->phase = KOLO__V1__PHASE__CANCELLED;
+  st->finished_unix_ms = now_ms;
+  st->updated_unix_ms = now_ms;
+  return KOLO_OK;
+}
+
+kolo_status kolo_job_status_scale(Kolo__V1__JobStatus *st, uint32_t min_workers,
+                                  uint32_t max_workers, int64_t now_ms) {
+  if (kolo_job_status_final(st->phase)) return KOLO_ERR_STATE;
+  st->min_workers = min_workers;
+  st->max_workers = max_workers;
+  st->updated_unix_ms = now_ms;
+  return KOLO_OK;
+}
+
+static void free_members(Kolo__V1__Member **members, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (members[i]) protobuf_c_message_free_unpacked(&members[i]->base, NULL);
+  free(members);
+}
+
+kolo_status kolo_job_status_move(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase,
+                                 Kolo__V1__Member **members, size_t n, int count_reconfiguration,
+                                 uint32_t count_drains, int64_t now_ms) {
+  if (phase <= KOLO__V1__PHASE__PHASE_UNSPECIFIED || phase > KOLO__V1__PHASE__CANCELLED)
+    return KOLO_ERR_INVALID_ARG;
+  if (kolo_job_status_final(st->phase)) return KOLO_ERR_STATE;
+  st->phase = phase;
+  if (members != NULL) {
+    free_members(st->members, st->n_members);
+    st->members = members;
+    st->n_members = n;
+  }
+  if (count_reconfiguration) st->reconfigurations++;
+  st->drains += count_drains;
+  st->updated_unix_ms = now_ms;
+  return KOLO_OK;
+}
+
+kolo_status kolo_job_status_epoch(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase, uint64_t epoch,
+                                  Kolo__V1__Member **members, size_t n, int count_reconfiguration,
+                                  uint32_t count_drains, int64_t now_ms) {
+  kolo_status rc =
+      kolo_job_status_move(st, phase, members, n, count_reconfiguration, count_drains, now_ms);
+  if (rc != KOLO_OK) return rc;
+  st->epoch = epoch;
+  if (st->started_unix_ms == 0) st->started_unix_ms = now_ms;
+  return KOLO_OK;
+}
+
+/* A reported number under name, else under alias (may be NULL); 1 if there was one. */
+static int reported(const json_t *progress, const char *name, const char *alias, double *out) {
+  const json_t *v = json_object_get(progress, name);
+  if (!json_is_number(v) && alias) v = json_object_get(progress, alias);
+  if (!json_is_number(v) || !isfinite(json_number_value(v))) return 0;
+  *out = json_number_value(v);
+  return 1;
+}
+
+/* A step count: a number 0..2^64 (fractions cut). */
+static int reported_count(const json_t *progress, const char *name, const char *alias,
+                          uint64_t *out) {
+  double d;
+  if (!reported(progress, name, alias, &d) || d < 0 || d >= 18446744073709551616.0) return 0;
+  *out = json_is_integer(json_object_get(progress, name))
+             ? (uint64_t)json_integer_value(json_object_get(progress, name))
+             : (uint64_t)d;
+  return 1;
+}
+
+kolo_job_progress kolo_job_progress_from_report(const json_t *progress) {
+  kolo_job_progress p;
+  memset(&p, 0, sizeof p);
+  if (!json_is_object(progress)) return p;
+  if (reported_count(progress, "step", "steps", &p.step)) p.present |= KOLO_JOB_PROGRESS_STEP;
+  if (reported_count(progress, "total_steps", NULL, &p.total_steps))
+    p.present |= KOLO_JOB_PROGRESS_TOTAL_STEPS;
+  if (reported(progress, "loss", NULL, &p.loss)) p.present |= KOLO_JOB_PROGRESS_LOSS;
+  if (reported(progress, "samples_per_sec", "samples_per_sec_total", &p.samples_per_sec))
+    p.present |= KOLO_JOB_PROGRESS_SAMPLES_PER_SEC;
+  if (reported(progress, "accuracy", "train_accuracy", &p.accuracy))
+    p.present |= KOLO_JOB_PROGRESS_ACCURACY;
+  if (reported(progress, "train_accuracy", NULL, &p.train_accuracy))
+    p.present |= KOLO_JOB_PROGRESS_TRAIN_ACCURACY;
+  if (reported(progress, "test_accuracy", NULL, &p.test_accuracy))
+    p.present |= KOLO_JOB_PROGRESS_TEST_ACCURACY;
+  return p;
+}
+
+#define MERGE(bit, field)                                \
+  do {                                                   \
+    if ((p->present & (bit)) && to->field != p->field) { \
+      to->field = p->field;                              \
+      changed = 1;                                       \
+    }                                                    \
+  } while (0)
+
+int kolo_job_status_merge_progress(Kolo__V1__JobStatus *st, const kolo_job_progress *p,
+                                   int64_t now_ms) {
+  if (p == NULL || p->present == 0) return 0;
+  if (st->progress == NULL) {
+    st->progress = malloc(sizeof *st->progress);
+    if (st->progress == NULL) return -1;
+    kolo__v1__progress__init(st->progress);
+  }
+  Kolo__V1__Progress *to = st->progress;
+  int changed = 0;
+  MERGE(KOLO_JOB_PROGRESS_STEP, step);
+  MERGE(KOLO_JOB_PROGRESS_TOTAL_STEPS, total_steps);
+  MERGE(KOLO_JOB_PROGRESS_LOSS, loss);
+  MERGE(KOLO_JOB_PROGRESS_SAMPLES_PER_SEC, samples_per_sec);
+  MERGE(KOLO_JOB_PROGRESS_ACCURACY, accuracy);
+  MERGE(KOLO_JOB_PROGRESS_TRAIN_ACCURACY, train_accuracy);
+  MERGE(KOLO_JOB_PROGRESS_TEST_ACCURACY, test_accuracy);
+  if (changed) st->updated_unix_ms = now_ms;
+  return changed;
+}
+
+kolo_status kolo_job_status_finish(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase,
+                                   const char *message, const kolo_job_progress *p,
+                                   int64_t now_ms) {
+  if (phase != KOLO__V1__PHASE__SUCCEEDED && phase != KOLO__V1__PHASE__FAILED)
+    return KOLO_ERR_INVALID_ARG;
+  if (kolo_job_status_final(st->phase)) return KOLO_ERR_STATE;
+  if (phase == KOLO__V1__PHASE__FAILED &&
+      kolo_codec_set_string(&st->error, message ? message : "") != KOLO_OK)
+    return KOLO_ERR_NO_MEMORY;
+  if (kolo_job_status_merge_progress(st, p, now_ms) < 0) return KOLO_ERR_NO_MEMORY;
+  st->phase = phase;
+  st->finished_unix_ms = now_ms;
+  st->updated_unix_ms = now_ms;
+  return KOLO_OK;
+}

@@ -1,0 +1,97 @@
+/* The job status record, /kolo/v1/jobs/<job>/status: kolo.v1.JobStatus (job.proto), one
+ * owner for both of its writers. kolo-server writes it at submit, cancel and scale; the
+ * scheduler at every other transition (a new epoch, a phase change, the end, progress).
+ * Both build the change with the pure functions below over the message and store it
+ * with kolo_job_status_write (the one codec, codec/), so the phases, the counters
+ * (reconfigurations, drains), the times and the progress follow one set of rules
+ * whichever process writes them (tests/unit/test_job_status.c). Every transition sets
+ * updated_unix_ms to the caller's now_ms (the caller's clock: the functions read none).
+ * Phases: PENDING -> RUNNING <-> RECONFIGURING -> SUCCEEDED | FAILED; RUNNING or
+ * RECONFIGURING -> PENDING (the ring lost its members and waits for new ones); any
+ * non-final phase -> CANCELLED or FAILED (kolo_job_status_allowed, which cancel
+ * applies). The scheduler's moves need only that the phase is not final: a final phase
+ * never changes, whoever asks. */
+#ifndef KOLO_COORD_JOB_STATUS_H
+#define KOLO_COORD_JOB_STATUS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/status.h"
+#include "kolo/v1/job.pb-c.h"
+
+/* ---- phases ---- */
+int kolo_job_status_final(Kolo__V1__Phase phase);
+/* Whether a status in from may move to to (the rule above; from == to is not a move). */
+int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to);
+/* "RUNNING" -> KOLO__V1__PHASE__RUNNING; KOLO_ERR_INVALID_ARG for any other word. */
+kolo_status kolo_job_status_phase_of(const char *name, Kolo__V1__Phase *out);
+
+/* ---- the record ---- */
+/* Decodes a status read from etcd (fields a newer writer added are skipped); a new
+ * message (protobuf_c_message_free_unpacked) or KOLO_ERR_INVALID_ARG with err naming
+ * the field. */
+kolo_status kolo_job_status_read(const json_t *json, Kolo__V1__JobStatus **out, char *err,
+                                 size_t err_len);
+/* The compact JSON stored in etcd (malloc'd; NULL when out of memory). */
+char *kolo_job_status_write(const Kolo__V1__JobStatus *st);
+
+/* ---- transitions (pure) ---- */
+/* A new job: PENDING, created now, bounds from the spec. */
+void kolo_job_status_submitted(Kolo__V1__JobStatus *st, uint32_t min_workers, uint32_t max_workers,
+                               int64_t now_ms);
+
+/* CANCELLED with error = message, finished now. KOLO_ERR_STATE if st may not move there. */
+kolo_status kolo_job_status_cancel(Kolo__V1__JobStatus *st, const char *message, int64_t now_ms);
+
+/* New bounds. KOLO_ERR_STATE once final (the caller checks the bounds themselves). */
+kolo_status kolo_job_status_scale(Kolo__V1__JobStatus *st, uint32_t min_workers,
+                                  uint32_t max_workers, int64_t now_ms);
+
+/* A change of phase (or none: the same phase), and of members when members is not NULL
+ * (st takes members[0..n) and the array; the old ones are freed), reconfigurations +
+ * count_reconfiguration, drains + count_drains. KOLO_ERR_STATE if st is final,
+ * KOLO_ERR_INVALID_ARG for no phase; st is unchanged then and members stay the caller's. */
+kolo_status kolo_job_status_move(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase,
+                                 Kolo__V1__Member **members, size_t n, int count_reconfiguration,
+                                 uint32_t count_drains, int64_t now_ms);
+
+/* A new epoch (a ring written): kolo_job_status_move plus epoch, and started_unix_ms
+ * the first time the job runs. */
+kolo_status kolo_job_status_epoch(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase, uint64_t epoch,
+                                  Kolo__V1__Member **members, size_t n, int count_reconfiguration,
+                                  uint32_t count_drains, int64_t now_ms);
+
+/* The progress a training process reported (its report's "progress" object): the
+ * JobStatus.progress fields it holds, under their names or kolo-train's ("steps",
+ * "samples_per_sec_total", "train_accuracy" as the accuracy). Step counts must be
+ * non-negative numbers (a fraction is cut); other fields are ignored. */
+enum {
+  KOLO_JOB_PROGRESS_STEP = 1u << 0,
+  KOLO_JOB_PROGRESS_TOTAL_STEPS = 1u << 1,
+  KOLO_JOB_PROGRESS_LOSS = 1u << 2,
+  KOLO_JOB_PROGRESS_SAMPLES_PER_SEC = 1u << 3,
+  KOLO_JOB_PROGRESS_ACCURACY = 1u << 4,
+  KOLO_JOB_PROGRESS_TRAIN_ACCURACY = 1u << 5,
+  KOLO_JOB_PROGRESS_TEST_ACCURACY = 1u << 6,
+};
+typedef struct kolo_job_progress {
+  unsigned present; /* KOLO_JOB_PROGRESS_* of the fields below that were reported */
+  uint64_t step, total_steps;
+  double loss, samples_per_sec, accuracy, train_accuracy, test_accuracy;
+} kolo_job_progress;
+kolo_job_progress kolo_job_progress_from_report(const json_t *progress);
+
+/* Overwrites the reported fields of st's progress (the others stay). Returns 1 if any
+ * value changed (then updated_unix_ms = now_ms), 0 if not, -1 when out of memory. */
+int kolo_job_status_merge_progress(Kolo__V1__JobStatus *st, const kolo_job_progress *p,
+                                   int64_t now_ms);
+
+/* The end: SUCCEEDED or FAILED (error = message when FAILED), finished now, the last
+ * progress merged (p may be NULL). KOLO_ERR_STATE if st is final already,
+ * KOLO_ERR_INVALID_ARG for another phase. */
+kolo_status kolo_job_status_finish(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase,
+                                   const char *message, const kolo_job_progress *p, int64_t now_ms);
+
+#endif

@@ -1,0 +1,267 @@
+/* Unit tests for coordination/job_status.c: the job status's transitions as pure functions
+ * over kolo.v1.JobStatus (the one owner kolo-server and the scheduler both write through),
+ * and its JSON through the codec. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coordination/job_status.h"
+
+static Kolo__V1__JobStatus *new_status(void) {
+  Kolo__V1__JobStatus *st = malloc(sizeof *st);
+  assert_non_null(st);
+  kolo__v1__job_status__init(st);
+  kolo_job_status_submitted(st, 2, 4, 1000);
+  return st;
+}
+
+static void free_status(Kolo__V1__JobStatus *st) {
+  protobuf_c_message_free_unpacked(&st->base, NULL);
+}
+
+static Kolo__V1__Member **members(size_t n, const char *prefix) {
+  Kolo__V1__Member **out = calloc(n + 1, sizeof *out);
+  for (size_t i = 0; i < n; i++) {
+    out[i] = malloc(sizeof *out[i]);
+    kolo__v1__member__init(out[i]);
+    char id[32];
+    snprintf(id, sizeof id, "%s%zu", prefix, i);
+    out[i]->worker_id = strdup(id);
+    out[i]->rank = (uint32_t)i;
+  }
+  return out;
+}
+
+static void a_submitted_job_is_pending_with_the_spec_s_bounds(void **state) {
+  (void)state;
+  Kolo__V1__JobStatus *st = new_status();
+  assert_int_equal(st->phase, KOLO__V1__PHASE__PENDING);
+  assert_int_equal(st->created_unix_ms, 1000);
+  assert_int_equal(st->updated_unix_ms, 1000);
+  assert_int_equal(st->min_workers, 2);
+  assert_int_equal(st->max_workers, 4);
+  assert_int_equal(st->started_unix_ms, 0);
+  free_status(st);
+}
+
+static void an_epoch_sets_phase_members_and_counts_and_starts_the_clock_once(void **state) {
+  (void)state;
+  Kolo__V1__JobStatus *st = new_status();
+  assert_int_equal(
+      kolo_job_status_epoch(st, KOLO__V1__PHASE__RUNNING, 1, members(2, "a"), 2, 0, 0, 2000),
+      KOLO_OK);
+  assert_int_equal(st->phase, KOLO__V1__PHASE__RUNNING);
+  assert_int_equal(st->epoch, 1);
+  assert_int_equal(st->n_members, 2);
+  assert_string_equal(st->members[1]->worker_id, "a1");
+  assert_int_equal(st->started_unix_ms, 2000);
+  assert_int_equal(st->reconfigurations, 0);
+  /* a re-form after a loss and a drain: counted apart */
+  assert_int_equal(
+      kolo_job_status_epoch(st, KOLO__V1__PHASE__RUNNING, 2, members(3, "b"), 3, 1, 2, 3000),
+      KOLO_OK);
+  assert_int_equal(st->epoch, 2);
+  assert_int_equal(st->n_members, 3);
+  assert_string_equal(st->members[0]->worker_id, "b0");
+  assert_int_equal(st->started_unix_ms, 2000); /* the first start stays */
+  assert_int_equal(st->updated_unix_ms, 3000);
+  assert_int_equal(st->reconfigurations, 1);
+  assert_int_equal(st->drains, 2);
+  free_status(st);
+}
+
+static void a_move_keeps_members_unless_given_and_refuses_no_phase(void **state) {
+  (void)state;
+  Kolo__V1__JobStatus *st = new_status();
+  assert_int_equal(
+      kolo_job_status_epoch(st, KOLO__V1__PHASE__RUNNING, 1, members(2, "a"), 2, 0, 0, 2000),
+      KOLO_OK);
+  assert_int_equal(kolo_job_status_move(st, KOLO__V1__PHASE__RECONFIGURING, NULL, 0, 1, 0, 2500),
+                   KOLO_OK);
+  assert_int_equal(st->phase, KOLO__V1__PHASE__RECONFIGURING);
+  assert_int_equal(st->n_members, 2);
+  assert_int_equal(st->reconfigurations, 1);
+  assert_int_equal(st->epoch, 1); /* a move is not an epoch */
+  assert_int_equal(
+      kolo_job_status_move(st, KOLO__V1__PHASE__RUNNING, members(1, "k"), 1, 0, 0, 2600), KOLO_OK);
+  assert_int_equal(st->n_members, 1);
+  assert_string_equal(st->members[0]->worker_id, "k0");
+  assert_int_equal(
+      kolo_job_status_move(st, KOLO__V1__PHASE__PHASE_UNSPECIFIED, NULL, 0, 0, 0, 2700),
+      KOLO_ERR_INVALID_ARG);
+  assert_int_equal(st->phase, KOLO__V1__PHASE__RUNNING);
+  assert_int_equal(st->updated_unix_ms, 2600);
+  free_status(st);
+}
+
+static void a_final_status_never_changes_whoever_asks(void **state) {
+  (void)state;
+  Kolo__V1__JobStatus *st = new_status();
+  assert_int_equal(kolo_job_status_cancel(st, "cancelled: user asked", 1500), KOLO_OK);
+  assert_int_equal(st->phase, KOLO__V1__PHASE__CANCELLED);
+  assert_string_equal(st->error, "cancelled: user asked");
+  assert_int_equal(st->finished_unix_ms, 1500);
+  Kolo__V1__Member **m = members(1, "x");
+  assert_int_equal(kolo_job_status_move(st, KOLO__V1__PHASE__RUNNING, m, 1, 1, 0, 1600),
+                   KOLO_ERR_STATE);
+  assert_int_equal(st->n_members, 0); /* the caller keeps m */
+  protobuf_c_message_free_unpacked(&m[0]->base, NULL);
+  free(m);
+  assert_int_equal(kolo_job_status_epoch(st, KOLO__V1__PHASE__RUNNING, 1, NULL, 0, 0, 0, 1600),
+                   KOLO_ERR_STATE);
+  assert_int_equal(kolo_job_status_finish(st, KOLO__V1__PHASE__FAILED, "x", NULL, 1600),
+                   KOLO_ERR_STATE);
+  assert_int_equal(kolo_job_status_cancel(st, "again", 1600), KOLO_ERR_STATE);
+  assert_int_equal(kolo_job_status_scale(st, 1, 1, 1600), KOLO_ERR_STATE);
+  assert_int_equal(st->phase, KOLO__V1__PHASE__CANCELLED);
+  assert_string_equal(st->error, "cancelled: user asked");
+  assert_int_equal(st->reconfigurations, 0);
+  assert_int_equal(st->updated_unix_ms, 1500);
+  free_status(st);
+}
+
+static void scaling_changes_the_bounds_only(void **state) {
+  (void)state;
+  Kolo__V1__JobStatus *st = new_status();
+  assert_int_equal(kolo_job_status_scale(st, 3, 5, 1200), KOLO_OK);
+  assert_int_equal(st->min_workers, 3);
+  assert_int_equal(st->max_workers, 5);
+  assert_int_equal(st->phase, KOLO__V1__PHASE__PENDING);
+  assert_int_equal(st->updated_unix_ms, 1200);
+  free_status(st);
+}
+
+static void the_phase_machine_is_the_one_the_api_enforces(void **state) {
+  (void)state;
+  assert_true(kolo_job_status_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__RUNNING));
+  assert_true(kolo_job_status_allowed(KOLO__V1__PHASE__RUNNING, KOLO__V1__PHASE__PENDING));
+  assert_true(kolo_job_status_allowed(KOLO__V1__PHASE__RECONFIGURING, KOLO__V1__PHASE__FAILED));
+  assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__SUCCEEDED));
+  assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__SUCCEEDED, KOLO__V1__PHASE__CANCELLED));
+  assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__RUNNING, KOLO__V1__PHASE__RUNNING));
+  Kolo__V1__Phase p;
+  assert_int_equal(kolo_job_status_phase_of("RECONFIGURING", &p), KOLO_OK);
+  assert_int_equal(p, KOLO__V1__PHASE__RECONFIGURING);
+  assert_int_equal(kolo_job_status_phase_of("running", &p), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_job_status_phase_of("PHASE_UNSPECIFIED", &p), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_job_status_phase_of(NULL, &p), KOLO_ERR_INVALID_ARG);
+}
+
+static void progress_is_read_from_a_report_under_either_name(void **state) {
+  (void)state;
+  json_t *r = json_loads(
+      "{\"steps\":40,\"total_steps\":100,\"loss\":0.25,\"samples_per_sec_total\":"
+      "512.5,\"train_accuracy\":0.75,\"test_accuracy\":\"0.9\",\"event\":\"x\"}",
+      0, NULL);
+  kolo_job_progress p = kolo_job_progress_from_report(r);
+  assert_int_equal(p.step, 40);
+  assert_int_equal(p.total_steps, 100);
+  assert_true(p.loss == 0.25);
+  assert_true(p.samples_per_sec == 512.5);
+  assert_true(p.accuracy == 0.75); /* kolo-train's training accuracy stands in */
+  assert_true(p.train_accuracy == 0.75);
+  assert_int_equal(p.present & KOLO_JOB_PROGRESS_TEST_ACCURACY, 0); /* a string is no number */
+  json_decref(r);
+  r = json_loads("{\"step\":-3,\"steps\":7,\"total_steps\":12.7,\"accuracy\":0.5}", 0, NULL);
+  p = kolo_job_progress_from_report(r);
+  assert_int_equal(p.present & KOLO_JOB_PROGRESS_STEP,
+                   0); /* "step" wins over "steps", and is bad */
+  assert_int_equal(p.total_steps, 12);
+  assert_true(p.accuracy == 0.5);
+  json_decref(r);
+  p = kolo_job_progress_from_report(NULL);
+  assert_int_equal(p.present, 0);
+}
+
+static void merged_progress_overwrites_what_was_reported_and_says_if_it_changed(void **state) {
+  (void)state;
+  Kolo__V1__JobStatus *st = new_status();
+  kolo_job_progress p = {KOLO_JOB_PROGRESS_STEP | KOLO_JOB_PROGRESS_LOSS, 10, 0, 0.5, 0, 0, 0, 0};
+  assert_int_equal(kolo_job_status_merge_progress(st, &p, 2000), 1);
+  assert_int_equal(st->progress->step, 10);
+  assert_true(st->progress->loss == 0.5);
+  assert_int_equal(st->updated_unix_ms, 2000);
+  assert_int_equal(kolo_job_status_merge_progress(st, &p, 3000), 0); /* the same: no write */
+  assert_int_equal(st->updated_unix_ms, 2000);
+  kolo_job_progress q = {KOLO_JOB_PROGRESS_STEP, 11, 0, 9.0, 0, 0, 0, 0};
+  assert_int_equal(kolo_job_status_merge_progress(st, &q, 4000), 1);
+  assert_int_equal(st->progress->step, 11);
+  assert_true(st->progress->loss == 0.5); /* not reported: kept */
+  free_status(st);
+}
+
+static void a_job_ends_with_its_error_and_last_progress(void **state) {
+  (void)state;
+  Kolo__V1__JobStatus *st = new_status();
+  assert_int_equal(
+      kolo_job_status_epoch(st, KOLO__V1__PHASE__RUNNING, 1, members(1, "a"), 1, 0, 0, 2000),
+      KOLO_OK);
+  kolo_job_progress p = {KOLO_JOB_PROGRESS_STEP, 99, 0, 0, 0, 0, 0, 0};
+  assert_int_equal(kolo_job_status_finish(st, KOLO__V1__PHASE__RUNNING, "x", &p, 3000),
+                   KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_job_status_finish(st, KOLO__V1__PHASE__FAILED, "w1 exited 1", &p, 3000),
+                   KOLO_OK);
+  assert_int_equal(st->phase, KOLO__V1__PHASE__FAILED);
+  assert_string_equal(st->error, "w1 exited 1");
+  assert_int_equal(st->finished_unix_ms, 3000);
+  assert_int_equal(st->progress->step, 99);
+  free_status(st);
+  st = new_status();
+  assert_int_equal(kolo_job_status_finish(st, KOLO__V1__PHASE__SUCCEEDED, "done", NULL, 3000),
+                   KOLO_OK);
+  assert_string_equal(st->error, ""); /* only a failure says why */
+  assert_null(st->progress);
+  free_status(st);
+}
+
+static void a_status_round_trips_and_a_newer_writer_s_fields_are_skipped(void **state) {
+  (void)state;
+  Kolo__V1__JobStatus *st = new_status();
+  assert_int_equal(
+      kolo_job_status_epoch(st, KOLO__V1__PHASE__RUNNING, 7, members(2, "a"), 2, 1, 0, 2000),
+      KOLO_OK);
+  char *text = kolo_job_status_write(st);
+  assert_non_null(text);
+  assert_non_null(
+      strstr(text, "\"phase\":\"RUNNING\",\"epoch\":7,\"members\":[{\"worker_id\":\"a0\""));
+  json_t *json = json_loads(text, 0, NULL);
+  json_object_set_new(json, "from_the_future", json_true());
+  Kolo__V1__JobStatus *back = NULL;
+  char err[256];
+  assert_int_equal(kolo_job_status_read(json, &back, err, sizeof err), KOLO_OK);
+  assert_int_equal(back->epoch, 7);
+  assert_int_equal(back->reconfigurations, 1);
+  assert_string_equal(back->members[1]->worker_id, "a1");
+  json_decref(json);
+  json = json_loads("{\"phase\":\"WALKING\"}", 0, NULL);
+  Kolo__V1__JobStatus *bad = NULL;
+  assert_int_equal(kolo_job_status_read(json, &bad, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_null(bad);
+  assert_non_null(strstr(err, "phase: expected one of"));
+  json_decref(json);
+  free(text);
+  free_status(back);
+  free_status(st);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(a_submitted_job_is_pending_with_the_spec_s_bounds),
+      cmocka_unit_test(an_epoch_sets_phase_members_and_counts_and_starts_the_clock_once),
+      cmocka_unit_test(a_move_keeps_members_unless_given_and_refuses_no_phase),
+      cmocka_unit_test(a_final_status_never_changes_whoever_asks),
+      cmocka_unit_test(scaling_changes_the_bounds_only),
+      cmocka_unit_test(the_phase_machine_is_the_one_the_api_enforces),
+      cmocka_unit_test(progress_is_read_from_a_report_under_either_name),
+      cmocka_unit_test(merged_progress_overwrites_what_was_reported_and_says_if_it_changed),
+      cmocka_unit_test(a_job_ends_with_its_error_and_last_progress),
+      cmocka_unit_test(a_status_round_trips_and_a_newer_writer_s_fields_are_skipped),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
