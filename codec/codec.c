@@ -155,6 +155,10 @@ json_t *kolo_codec_to_json(const ProtobufCMessage *msg) {
     } else {
       if (field->type == PROTOBUF_C_TYPE_MESSAGE && *(ProtobufCMessage *const *)ptr == NULL)
         continue;
+      /* a proto2 optional string left unset (NULL) is absent, as the record's owner means */
+      if (field->type == PROTOBUF_C_TYPE_STRING && field->label == PROTOBUF_C_LABEL_OPTIONAL &&
+          *(char *const *)ptr == NULL)
+        continue;
       if (field->label == PROTOBUF_C_LABEL_OPTIONAL && field->quantifier_offset &&
           field->type != PROTOBUF_C_TYPE_MESSAGE && field->type != PROTOBUF_C_TYPE_STRING &&
           !*(const protobuf_c_boolean *)MEMBER_PTR(msg, field->quantifier_offset))

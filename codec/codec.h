@@ -15,7 +15,8 @@
 #include "kolo/status.h"
 
 /* Encodes msg as a new JSON object. Every scalar field is present (zero values too), so
- * scripts can rely on the keys; unset sub-messages and unset oneof members are left out.
+ * scripts can rely on the keys; unset sub-messages and unset oneof members are left out,
+ * and so are a proto2 optional scalar whose has_ is 0 and an optional string left NULL.
  * 64-bit unsigned values above INT64_MAX are written as decimal strings (jansson's
  * integers are int64), so every value reads back exactly. Returns NULL when out of memory
  * or when a string is not UTF-8 (which jansson cannot hold; kolo_server_pb_check refuses

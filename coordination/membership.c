@@ -1,15 +1,16 @@
-/* Implementation of coordination/membership.h: the worker record's JSON codec
- * and validation, registration under a kept-alive lease, and the coordinator's
- * list and snapshot watch. */
+/* Implementation of coordination/membership.h: the worker record (kolo.v1.WorkerRecord
+ * in proto/kolo/v1/records.proto, JSON through the one codec, codec/) and its rules,
+ * registration under a kept-alive lease, and the coordinator's list and snapshot watch. */
 #include "coordination/membership.h"
 
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/codec.h"
 #include "common/log.h"
 #include "coordination/etcd_internal.h"
 #include "coordination/keys.h"
+#include "kolo/v1/records.pb-c.h"
 
 #define COMPONENT "membership"
 #define MAX_LABELS 64
@@ -136,122 +137,126 @@ kolo_status kolo_member_validate(const kolo_member *m) {
   return KOLO_OK;
 }
 
+/* ---- the record as kolo.v1.WorkerRecord (records.proto), through the one codec ---- */
+
+static int by_label_key(const void *a, const void *b) {
+  const Kolo__V1__WorkerRecord__LabelsEntry *x = *(Kolo__V1__WorkerRecord__LabelsEntry *const *)a,
+                                            *y = *(Kolo__V1__WorkerRecord__LabelsEntry *const *)b;
+  return strcmp(x->key, y->key);
+}
+
 kolo_status kolo_member_to_json(const kolo_member *m, char **json) {
   *json = NULL;
   kolo_status rc = kolo_member_validate(m);
   if (rc != KOLO_OK) return rc;
-  json_t *labels = json_object();
-  for (size_t i = 0; labels && i < m->label_count; i++)
-    json_object_set_new(labels, m->labels[i].key, json_string(m->labels[i].value));
-  json_t *o = labels ? json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:s}", "id", m->id, "host",
-                                 m->host, "address", m->address, "cpus", m->cpus, "gpus", m->gpus,
-                                 "labels", labels, "state", m->state)
-                     : NULL;
-  if (o && m->logs_url &&
-      (json_object_set_new(o, "logs_url", json_string(m->logs_url)) != 0 ||
-       json_object_set_new(o, "logs_token", json_string(m->logs_token)) != 0)) {
-    json_decref(o);
-    o = NULL;
+  Kolo__V1__WorkerRecord r = KOLO__V1__WORKER_RECORD__INIT;
+  Kolo__V1__WorkerRecord__LabelsEntry *entries = calloc(m->label_count + 1, sizeof *entries);
+  Kolo__V1__WorkerRecord__LabelsEntry **sorted = calloc(m->label_count + 1, sizeof *sorted);
+  if (entries == NULL || sorted == NULL) {
+    free(entries);
+    free(sorted);
+    return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a worker record");
   }
-  if (o && m->registered_unix_ms > 0 &&
-      json_object_set_new(o, "registered_unix_ms", json_integer(m->registered_unix_ms)) != 0) {
-    json_decref(o);
-    o = NULL;
+  for (size_t i = 0; i < m->label_count; i++) {
+    kolo__v1__worker_record__labels_entry__init(&entries[i]);
+    entries[i].key = m->labels[i].key;
+    entries[i].value = m->labels[i].value;
+    sorted[i] = &entries[i];
   }
-  *json = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-  json_decref(o);
+  qsort(sorted, m->label_count, sizeof *sorted, by_label_key); /* keys in order, as always */
+  r.address = m->address;
+  r.has_cpus = r.has_gpus = 1;
+  r.cpus = m->cpus;
+  r.gpus = m->gpus;
+  r.host = m->host;
+  r.id = m->id;
+  r.n_labels = m->label_count;
+  r.labels = sorted;
+  r.logs_token = m->logs_token; /* NULL: left out */
+  r.logs_url = m->logs_url;
+  r.has_registered_unix_ms = m->registered_unix_ms > 0;
+  r.registered_unix_ms = m->registered_unix_ms;
+  r.state = m->state;
+  *json = kolo_codec_dump(&r.base, 0);
+  free(sorted);
+  free(entries);
   return *json ? KOLO_OK
                : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a worker record");
 }
 
-/* Copies a required string field. */
-static kolo_status take_string(const json_t *o, const char *name, char **out) {
-  json_t *v = json_object_get(o, name);
-  if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: missing '%s'", name);
-  if (!json_is_string(v))
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' is not a string", name);
-  if (strlen(json_string_value(v)) != json_string_length(v))
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' contains a NUL byte", name);
-  *out = strdup(json_string_value(v));
-  return *out ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+/* Words a codec fault for this record's readers. */
+static kolo_status fault_error(kolo_status rc, const kolo_codec_fault *f) {
+  if (rc == KOLO_ERR_NO_MEMORY) return kolo_etcd_fail(rc, "out of memory reading a worker record");
+  if (f->kind != KOLO_CODEC_FAULT_TYPE || f->field == NULL)
+    return kolo_etcd_fail(
+        KOLO_ERR_PARSE, "worker record: %s",
+        f->kind == KOLO_CODEC_FAULT_TYPE ? "malformed JSON: not an object" : f->message);
+  if (strncmp(f->path, "labels.", 7) == 0)
+    return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: label '%.64s' is not a string",
+                          f->path + 7);
+  const char *what = f->field->type == PROTOBUF_C_TYPE_STRING       ? "a string"
+                     : f->field->label == PROTOBUF_C_LABEL_REPEATED ? "an object"
+                                                                    : "an integer";
+  return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' is not %s", f->field->name, what);
 }
 
-static kolo_status take_int(const json_t *o, const char *name, int *out) {
-  json_t *v = json_object_get(o, name);
-  if (v == NULL) return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: missing '%s'", name);
-  if (!json_is_integer(v))
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' is not an integer", name);
-  json_int_t n = json_integer_value(v);
-  if (n < 0 || n > 65535)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: '%s' out of range", name);
-  *out = (int)n;
-  return KOLO_OK;
+static kolo_status missing(const char *name) {
+  return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: missing '%s'", name);
+}
+
+static char *take(char **slot) {
+  char *s = *slot;
+  *slot = NULL;
+  return s;
+}
+
+/* Presence and ranges over the decoded message, then the struct takes its values. */
+static kolo_status from_record(Kolo__V1__WorkerRecord *r, kolo_member *out) {
+  if (r->id == NULL) return missing("id");
+  if (r->host == NULL) return missing("host");
+  if (r->address == NULL) return missing("address");
+  if (r->state == NULL) return missing("state");
+  if (!r->has_cpus) return missing("cpus");
+  if (!r->has_gpus) return missing("gpus");
+  if (r->cpus < 0 || r->cpus > 65535)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: 'cpus' out of range");
+  if (r->gpus < 0 || r->gpus > 65535)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: 'gpus' out of range");
+  if (r->has_registered_unix_ms && r->registered_unix_ms <= 0)
+    return kolo_etcd_fail(KOLO_ERR_PARSE,
+                          "worker record: 'registered_unix_ms' is not a positive integer");
+  if (r->n_labels > MAX_LABELS)
+    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: more than %d labels", MAX_LABELS);
+  out->labels = r->n_labels ? calloc(r->n_labels, sizeof *out->labels) : NULL;
+  if (r->n_labels && out->labels == NULL)
+    return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
+  for (size_t i = 0; i < r->n_labels; i++) {
+    out->labels[i].key = take(&r->labels[i]->key);
+    out->labels[i].value = take(&r->labels[i]->value);
+    out->label_count++;
+  }
+  out->id = take(&r->id);
+  out->host = take(&r->host);
+  out->address = take(&r->address);
+  out->state = take(&r->state);
+  out->cpus = (int)r->cpus;
+  out->gpus = (int)r->gpus;
+  out->logs_url = take(&r->logs_url);
+  out->logs_token = take(&r->logs_token);
+  out->registered_unix_ms = r->has_registered_unix_ms ? r->registered_unix_ms : 0;
+  return kolo_member_validate(out);
 }
 
 kolo_status kolo_member_from_json(const char *text, size_t len, kolo_member *out) {
   memset(out, 0, sizeof *out);
-  json_error_t error;
-  json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &error);
-  kolo_status rc = KOLO_OK;
-  if (o == NULL || !json_is_object(o)) {
-    rc = kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: malformed JSON: %s",
-                        o ? "not an object" : error.text);
-    goto out;
-  }
-  rc = take_string(o, "id", &out->id);
-  if (rc == KOLO_OK) rc = take_string(o, "host", &out->host);
-  if (rc == KOLO_OK) rc = take_string(o, "address", &out->address);
-  if (rc == KOLO_OK) rc = take_string(o, "state", &out->state);
-  if (rc == KOLO_OK) rc = take_int(o, "cpus", &out->cpus);
-  if (rc == KOLO_OK) rc = take_int(o, "gpus", &out->gpus);
-  if (rc == KOLO_OK && json_object_get(o, "logs_url"))
-    rc = take_string(o, "logs_url", &out->logs_url);
-  if (rc == KOLO_OK && json_object_get(o, "logs_token"))
-    rc = take_string(o, "logs_token", &out->logs_token);
-  json_t *registered = json_object_get(o, "registered_unix_ms");
-  if (rc == KOLO_OK && registered != NULL) {
-    if (!json_is_integer(registered) || json_integer_value(registered) <= 0)
-      rc = kolo_etcd_fail(KOLO_ERR_PARSE,
-                          "worker record: 'registered_unix_ms' is not a positive integer");
-    else
-      out->registered_unix_ms = json_integer_value(registered);
-  }
-  json_t *labels = json_object_get(o, "labels");
-  if (rc == KOLO_OK && labels != NULL) {
-    if (!json_is_object(labels)) {
-      rc = kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: 'labels' is not an object");
-      goto out;
-    }
-    size_t n = json_object_size(labels);
-    if (n > MAX_LABELS) {
-      rc = kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: more than %d labels", MAX_LABELS);
-      goto out;
-    }
-    out->labels = n ? calloc(n, sizeof *out->labels) : NULL;
-    if (n && out->labels == NULL) {
-      rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
-      goto out;
-    }
-    const char *key;
-    json_t *value;
-    json_object_foreach(labels, key, value) {
-      if (!json_is_string(value)) {
-        rc = kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: label '%.64s' is not a string", key);
-        goto out;
-      }
-      kolo_member_label *l = &out->labels[out->label_count];
-      l->key = strdup(key);
-      l->value = strdup(json_string_value(value));
-      out->label_count++;
-      if (l->key == NULL || l->value == NULL) {
-        rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
-        goto out;
-      }
-    }
-  }
-  if (rc == KOLO_OK) rc = kolo_member_validate(out);
-out:
-  json_decref(o);
+  ProtobufCMessage *msg = NULL;
+  kolo_codec_fault fault;
+  kolo_status rc =
+      kolo_codec_read(text, text ? len : 0, &kolo__v1__worker_record__descriptor,
+                      KOLO_CODEC_IGNORE_UNKNOWN | KOLO_CODEC_INTEGERS_ONLY, &msg, &fault);
+  if (rc != KOLO_OK) return fault_error(rc, &fault);
+  rc = from_record((Kolo__V1__WorkerRecord *)msg, out);
+  protobuf_c_message_free_unpacked(msg, NULL);
   if (rc != KOLO_OK) kolo_member_clear(out);
   return rc;
 }

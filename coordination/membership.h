@@ -15,7 +15,8 @@ typedef struct kolo_member_label {
   char *value;
 } kolo_member_label;
 
-/* One worker record. JSON form:
+/* One worker record: kolo.v1.WorkerRecord (proto/kolo/v1/records.proto) in the one JSON
+ * codec (codec/); the struct is what its users hold. JSON form (keys in order):
  *   {"id":"w1","host":"node-a","address":"10.0.0.5:7100","cpus":8,"gpus":1,
  *    "labels":{"zone":"a"},"state":"idle"}
  * id: a key segment (kolo_keys_name_valid); host: 1..255 printable characters;

@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config git ca-certificates curl
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler
-  libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev libssl-dev zlib1g-dev
+  libcurl4-openssl-dev libgnutls28-dev libjansson-dev libmicrohttpd-dev libssl-dev zlib1g-dev
   libcmocka-dev libopenblas-dev
   etcd-server etcd-client
   dataset-fashion-mnist

@@ -744,59 +744,39 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
   h->cfg = *config;
   pthread_mutex_init(&h->lock, NULL);
   if (h->cfg.max_message_bytes == 0) h->cfg.max_message_bytes = 4u << 20;
-  /* plain HTTP: kolo's front end listens and frames; libmicrohttpd gets socketpairs. Its
-   * poll() loop, not epoll: 0.9.75's edge-triggered epoll stops reading after a short read,
-   * so an end of stream that arrived with the last bytes (the front end's half-close after
-   * a framing error, or a client's) went unseen until the connection timed out. */
-  int fronted = config->tls_cert_pem == NULL;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
-  flags |= fronted ? MHD_USE_POLL | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC : MHD_USE_EPOLL;
-  if (config->tls_cert_pem) {
-    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-      KOLO_LOGE(LOG, "this libmicrohttpd has no TLS support");
-      free(h);
-      return KOLO_ERR_UNSUPPORTED;
-    }
-    flags |= MHD_USE_TLS;
-  }
+  /* kolo's front end listens, terminates TLS and frames; libmicrohttpd gets plain HTTP on
+   * socketpairs, in its poll() loop, not epoll: 0.9.75's edge-triggered epoll stops reading
+   * after a short read, so an end of stream that arrived with the last bytes (the front
+   * end's half-close after a framing error, or a client's) went unseen until the timeout. */
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME |
+                   MHD_USE_POLL | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
   if (kolo_server_stream_hub_create(config->store, KOLO_SERVER_STREAM_MAX, &h->events) != KOLO_OK) {
     free(h);
     return KOLO_ERR_NO_MEMORY;
   }
   unsigned threads = (unsigned)(config->threads > 0 ? config->threads : 2);
-  struct MHD_OptionItem tls_opts[] = {
-      {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)config->tls_key_pem},
-      {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)config->tls_cert_pem},
-      {MHD_OPTION_END, 0, NULL},
-  };
   h->daemon = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-      fronted ? NULL : (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, threads,
+      flags, 0, NULL, NULL, on_request, h, MHD_OPTION_THREAD_POOL_SIZE, threads,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
       (size_t)HTTP_CONNECTION_BUFFER, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-      MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
-      MHD_OPTION_ARRAY, config->tls_cert_pem ? tls_opts : &tls_opts[2], MHD_OPTION_END);
+      MHD_OPTION_URI_LOG_CALLBACK, on_uri, h, MHD_OPTION_END);
   if (h->daemon == NULL) {
     KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
     kolo_server_stream_hub_destroy(h->events);
     free(h);
     return KOLO_ERR_ADDRESS;
   }
-  if (fronted) {
-    kolo_server_http_front_config fc = {addr, 4096, 60, hand_over, h};
-    if (kolo_server_http_front_start(&fc, &h->front, bound_port) != KOLO_OK) {
-      KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
-      MHD_stop_daemon(h->daemon);
-      kolo_server_stream_hub_destroy(h->events);
-      free(h);
-      return KOLO_ERR_ADDRESS;
-    }
-    *out = h;
-    return KOLO_OK;
+  kolo_server_http_front_config fc = {
+      addr, 4096, 60, hand_over, h, config->tls_cert_pem, config->tls_key_pem};
+  kolo_status rc = kolo_server_http_front_start(&fc, &h->front, bound_port);
+  if (rc != KOLO_OK) {
+    KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);
+    MHD_stop_daemon(h->daemon);
+    kolo_server_stream_hub_destroy(h->events);
+    free(h);
+    return rc;
   }
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
-  *bound_port = info ? (int)info->port : (int)port;
   *out = h;
   return KOLO_OK;
 }

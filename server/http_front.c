@@ -4,12 +4,15 @@
  * framing error (or the client's end of stream) the engine's socket is half-closed once the
  * cleared bytes are through, so libmicrohttpd finishes the answers it owes and closes; then
  * the JSON error is written, the client's side is shut and its leftover input is read and
- * dropped for a moment (so the answer is not lost to a reset) before the close. */
+ * dropped for a moment (so the answer is not lost to a reset) before the close. With TLS,
+ * the client's bytes go through a non-blocking GnuTLS session (client_recv/client_send);
+ * a client speaking plain HTTP to the TLS port gets a plain JSON 400. */
 #define _GNU_SOURCE /* accept4 */
 #include "server/http_front.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <gnutls/gnutls.h>
 #include <jansson.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -32,6 +35,7 @@
 #define OUT_CAP (16 * 1024)
 #define LINGER_MS 2000
 #define SWEEP_MS 1000
+#define STEP_ROUNDS 16 /* a busy connection yields the thread after this many I/O rounds */
 
 enum { EP_NONE, EP_LISTEN, EP_WAKE, EP_CLIENT, EP_ENGINE };
 
@@ -50,13 +54,18 @@ struct conn {
   uint64_t in_base; /* the stream position of in[0] */
   size_t in_len;
   size_t out_off, out_len;
-  int client_eof;   /* the client ended its stream */
-  int engine_shut;  /* we forward no more to the engine (half-closed or it closed) */
-  int engine_eof;   /* the engine closed its side: every answer it owes is in `out` or sent */
-  int failed;       /* a framing error: its answer goes after the engine's */
-  int error_queued; /* that answer is in `out` */
-  int lingering;    /* all sent; reading and dropping the client's leftovers until close */
-  int64_t last_out_ms, last_engine_ms, linger_until_ms;
+  int client_eof;       /* the client ended its stream */
+  int engine_shut;      /* we forward no more to the engine (half-closed or it closed) */
+  int engine_eof;       /* the engine closed its side: every answer it owes is in `out` or sent */
+  int failed;           /* a framing error: its answer goes after the engine's */
+  int error_queued;     /* that answer is in `out` */
+  int lingering;        /* all sent; reading and dropping the client's leftovers until close */
+  int again;            /* it yielded with work left: step it again without waiting */
+  gnutls_session_t tls; /* NULL: plain HTTP */
+  int tls_started;      /* its first byte was a TLS handshake record */
+  int tls_ready;        /* the handshake is done */
+  int tls_read_wants_write;
+  int64_t last_out_ms, last_engine_ms, linger_until_ms, handshake_until_ms;
   conn *prev, *next;
   char in[IN_CAP];
   char out[OUT_CAP];
@@ -68,7 +77,9 @@ struct kolo_server_http_front {
   endpoint lep, wep, none;
   pthread_t thread;
   conn *conns;
-  int n_conns;
+  int n_conns, n_again;
+  gnutls_certificate_credentials_t creds; /* NULL: plain HTTP */
+  gnutls_priority_t priority;
 };
 
 static int64_t now_ms(void) {
@@ -128,6 +139,8 @@ static void watch(kolo_server_http_front *f, int fd, endpoint *e, unsigned event
 }
 
 static void conn_close(kolo_server_http_front *f, conn *c) {
+  if (c->again) f->n_again--;
+  if (c->tls) gnutls_deinit(c->tls);
   if (c->cfd >= 0) close(c->cfd); /* closing drops the fd from the epoll set */
   if (c->efd >= 0) close(c->efd);
   if (c->prev) c->prev->next = c->next;
@@ -143,11 +156,47 @@ static void engine_close(conn *c) {
   c->engine_shut = c->engine_eof = 1;
 }
 
+#define IO_AGAIN (-1)
+#define IO_ERROR (-2)
+
+/* The client's transport, plain or TLS: > 0 bytes, 0 = end of stream, IO_AGAIN, IO_ERROR. */
+static ssize_t client_recv(conn *c, char *buf, size_t n) {
+  if (c->tls == NULL) {
+    ssize_t r = recv(c->cfd, buf, n, 0);
+    if (r >= 0) return r;
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? IO_AGAIN : IO_ERROR;
+  }
+  ssize_t r = gnutls_record_recv(c->tls, buf, n);
+  c->tls_read_wants_write = 0;
+  if (r >= 0) return r;
+  if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED) {
+    c->tls_read_wants_write = gnutls_record_get_direction(c->tls) == 1;
+    return IO_AGAIN;
+  }
+  if (r == GNUTLS_E_PREMATURE_TERMINATION) return 0; /* closed without close_notify */
+  KOLO_LOGD(LOG, "TLS read: %s", gnutls_strerror((int)r));
+  return IO_ERROR;
+}
+
+/* GnuTLS retries a send that met EAGAIN from its own buffer, whatever is passed again. */
+static ssize_t client_send(conn *c, const char *buf, size_t n) {
+  if (c->tls == NULL) {
+    ssize_t r = send(c->cfd, buf, n, MSG_NOSIGNAL);
+    if (r >= 0) return r;
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? IO_AGAIN : IO_ERROR;
+  }
+  ssize_t r = gnutls_record_send(c->tls, buf, n < 16384 ? n : 16384);
+  if (r >= 0) return r;
+  if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED) return IO_AGAIN;
+  KOLO_LOGD(LOG, "TLS write: %s", gnutls_strerror((int)r));
+  return IO_ERROR;
+}
+
 /* Reads what the client sent and frames it; 0, or -1 if the connection is to be dropped. */
 static int read_client(conn *c, int *progress) {
   if (c->client_eof || c->failed || c->engine_shut || c->in_len == IN_CAP) return 0;
-  ssize_t n = recv(c->cfd, c->in + c->in_len, IN_CAP - c->in_len, 0);
-  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+  ssize_t n = client_recv(c, c->in + c->in_len, IN_CAP - c->in_len);
+  if (n < 0) return n == IO_AGAIN ? 0 : -1;
   *progress = 1;
   if (n == 0) {
     c->client_eof = 1;
@@ -204,8 +253,8 @@ static void read_engine(conn *c, int *progress) {
 
 static int write_client(conn *c, int *progress) {
   if (c->out_len == 0) return 0;
-  ssize_t n = send(c->cfd, c->out + c->out_off, c->out_len, MSG_NOSIGNAL);
-  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+  ssize_t n = client_send(c, c->out + c->out_off, c->out_len);
+  if (n < 0) return n == IO_AGAIN ? 0 : -1;
   c->out_off += (size_t)n;
   c->out_len -= (size_t)n;
   if (c->out_len == 0) c->out_off = 0;
@@ -224,6 +273,7 @@ static void queue_error(conn *c, int status, const char *code, const char *messa
 /* Every answer is out: shut the client's side and drop its leftovers for a moment. */
 static void start_linger(conn *c) {
   engine_close(c);
+  if (c->tls && c->tls_ready) gnutls_bye(c->tls, GNUTLS_SHUT_WR); /* best effort: no wait */
   shutdown(c->cfd, SHUT_WR);
   c->lingering = 1;
   c->linger_until_ms = now_ms() + LINGER_MS;
@@ -239,12 +289,69 @@ static int linger_read(conn *c) {
   }
 }
 
+/* A client speaking plain HTTP to the TLS port: answered in plain text, then closed. */
+static void refuse_plain(conn *c) {
+  gnutls_deinit(c->tls);
+  c->tls = NULL;
+  engine_close(c);
+  c->failed = 1;
+  queue_error(c, 400, "INVALID_ARGUMENT", "this port speaks HTTPS: a plain HTTP request was sent");
+}
+
+/* Runs the TLS handshake on: 1 = done, 0 = waiting (epoll set), -1 = close the connection. */
+static int handshake(kolo_server_http_front *f, conn *c) {
+  if (!c->tls_started) { /* the client's first byte says whether it speaks TLS at all */
+    unsigned char first;
+    ssize_t n = recv(c->cfd, &first, 1, MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      watch(f, c->cfd, &c->cep, EPOLLIN);
+      return 0;
+    }
+    if (n <= 0) return -1;
+    if (first != 0x16) { /* not a TLS handshake record */
+      refuse_plain(c);
+      return 1;
+    }
+    c->tls_started = 1;
+  }
+  for (;;) {
+    int rc = gnutls_handshake(c->tls);
+    if (rc == GNUTLS_E_SUCCESS) {
+      c->tls_ready = 1;
+      return 1;
+    }
+    if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED) {
+      int out = gnutls_record_get_direction(c->tls) == 1;
+      watch(f, c->cfd, &c->cep, out ? EPOLLOUT : EPOLLIN);
+      return 0;
+    }
+    if (gnutls_error_is_fatal(rc)) {
+      KOLO_LOGD(LOG, "TLS handshake: %s", gnutls_strerror(rc));
+      return -1;
+    }
+  }
+}
+
 /* Moves the connection as far as it goes without blocking; -1 = close it now. */
 static int step(kolo_server_http_front *f, conn *c) {
+  if (c->again) {
+    c->again = 0;
+    f->n_again--;
+  }
   if (c->lingering) return linger_read(c);
-  int progress = 1;
+  if (c->tls && !c->tls_ready) {
+    int rc = handshake(f, c);
+    if (rc == 0) watch(f, c->efd, &c->eep, 0); /* nothing to relay before the handshake */
+    if (rc != 1) return rc;
+  }
+  int progress = 1, rounds = 0;
   unsigned cev = 0, eev = 0;
   while (progress) {
+    if (++rounds > STEP_ROUNDS) { /* fairness: the others get the thread now */
+      c->again = 1;
+      f->n_again++;
+      break;
+    }
     progress = 0;
     if (read_client(c, &progress) != 0) return -1;
     forward(c, &progress);
@@ -265,7 +372,7 @@ static int step(kolo_server_http_front *f, conn *c) {
   }
   /* what to wait for next */
   if (!c->client_eof && !c->failed && !c->engine_shut && c->in_len < IN_CAP) cev |= EPOLLIN;
-  if (c->out_len > 0) cev |= EPOLLOUT;
+  if (c->out_len > 0 || (c->tls_read_wants_write && (cev & EPOLLIN))) cev |= EPOLLOUT;
   if (!c->engine_shut && c->frame.ready > c->in_base) eev |= EPOLLOUT;
   if (!c->engine_eof && c->out_len < OUT_CAP) eev |= EPOLLIN;
   watch(f, c->cfd, &c->cep, cev);
@@ -285,6 +392,22 @@ static void refuse(int fd, int status, const char *code, const char *message) {
   if (n > 0 && send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
     KOLO_LOGD(LOG, "could not answer a refused connection: %s", strerror(errno));
   close(fd);
+}
+
+static int tls_session(kolo_server_http_front *f, conn *c) {
+  if (gnutls_init(&c->tls, GNUTLS_SERVER | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL) != 0) {
+    c->tls = NULL;
+    return -1;
+  }
+  if (gnutls_priority_set(c->tls, f->priority) != 0 ||
+      gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, f->creds) != 0) {
+    gnutls_deinit(c->tls);
+    c->tls = NULL;
+    return -1;
+  }
+  gnutls_certificate_server_set_request(c->tls, GNUTLS_CERT_IGNORE);
+  gnutls_transport_set_int(c->tls, c->cfd);
+  return 0;
 }
 
 static void accept_one(kolo_server_http_front *f, int fd, const struct sockaddr_in *peer) {
@@ -313,8 +436,17 @@ static void accept_one(kolo_server_http_front *f, int fd, const struct sockaddr_
   c->eep = (endpoint){EP_ENGINE, c, 0};
   kolo_server_http_frame_init(&c->frame);
   c->last_out_ms = c->last_engine_ms = now_ms();
+  c->handshake_until_ms = c->last_out_ms + (int64_t)f->cfg.timeout_s * 1000;
+  if (f->creds && tls_session(f, c) != 0) {
+    close(sv[0]);
+    close(sv[1]);
+    free(c);
+    close(fd);
+    return;
+  }
   if (f->cfg.hand_over(f->cfg.arg, sv[1], (const struct sockaddr *)peer, sizeof *peer) != 0) {
     close(sv[0]);
+    if (c->tls) gnutls_deinit(c->tls);
     free(c);
     refuse(fd, 503, "UNAVAILABLE", "the HTTP server is at its connection limit");
     return;
@@ -322,6 +454,7 @@ static void accept_one(kolo_server_http_front *f, int fd, const struct sockaddr_
   if (add_fd(f, fd, &c->cep, EPOLLIN) != 0 || add_fd(f, sv[0], &c->eep, EPOLLIN) != 0) {
     close(sv[0]);
     close(fd);
+    if (c->tls) gnutls_deinit(c->tls);
     free(c);
     return;
   }
@@ -338,7 +471,12 @@ static void accept_all(kolo_server_http_front *f) {
     int fd = accept4(f->lfd, (struct sockaddr *)&peer, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) KOLO_LOGW(LOG, "accept: %s", strerror(errno));
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        /* out of descriptors or memory: the backlog stays readable, so stop watching it
+         * until the next sweep instead of spinning on it */
+        KOLO_LOGW(LOG, "accept: %s (pausing new connections for a second)", strerror(errno));
+        watch(f, f->lfd, &f->lep, 0);
+      }
       return;
     }
     accept_one(f, fd, &peer);
@@ -349,12 +487,15 @@ static void accept_all(kolo_server_http_front *f) {
  * stopped forwarding to it, a linger past its moment. */
 static void sweep(kolo_server_http_front *f) {
   int64_t now = now_ms(), limit = (int64_t)f->cfg.timeout_s * 1000;
+  watch(f, f->lfd, &f->lep, EPOLLIN); /* accepting again if an error paused it */
   conn *next;
   for (conn *c = f->conns; c; c = next) {
     next = c->next;
     int drop = 0;
     if (c->lingering)
       drop = now >= c->linger_until_ms;
+    else if (c->tls && !c->tls_ready)
+      drop = now >= c->handshake_until_ms;
     else if (c->out_len > 0)
       drop = now - c->last_out_ms > limit;
     else if (c->engine_shut && !c->engine_eof)
@@ -368,7 +509,7 @@ static void *front_thread(void *arg) {
   struct epoll_event evs[64];
   int64_t next_sweep = now_ms() + SWEEP_MS;
   for (;;) {
-    int n = epoll_wait(f->ep, evs, 64, SWEEP_MS);
+    int n = epoll_wait(f->ep, evs, 64, f->n_again > 0 ? 0 : SWEEP_MS);
     for (int i = 0; i < n; i++) {
       endpoint *e = evs[i].data.ptr;
       if (e->kind == EP_WAKE) return NULL;
@@ -389,12 +530,39 @@ static void *front_thread(void *arg) {
           if (evs[j].data.ptr == cep || evs[j].data.ptr == eep) evs[j].data.ptr = &f->none;
       }
     }
+    conn *next;
+    for (conn *c = f->n_again > 0 ? f->conns : NULL; c; c = next) {
+      next = c->next;
+      if (c->again && step(f, c) != 0) conn_close(f, c);
+    }
     int64_t now = now_ms();
     if (now >= next_sweep) {
       sweep(f);
       next_sweep = now + SWEEP_MS;
     }
   }
+}
+
+static void tls_free(kolo_server_http_front *f) {
+  if (f->creds) gnutls_certificate_free_credentials(f->creds);
+  if (f->priority) gnutls_priority_deinit(f->priority);
+  f->creds = NULL;
+  f->priority = NULL;
+}
+
+static kolo_status tls_load(kolo_server_http_front *f) {
+  const kolo_server_http_front_config *cfg = &f->cfg;
+  if (cfg->tls_key_pem == NULL) return KOLO_ERR_INVALID_ARG;
+  gnutls_datum_t cert = {(unsigned char *)cfg->tls_cert_pem, (unsigned)strlen(cfg->tls_cert_pem)};
+  gnutls_datum_t key = {(unsigned char *)cfg->tls_key_pem, (unsigned)strlen(cfg->tls_key_pem)};
+  int rc = gnutls_certificate_allocate_credentials(&f->creds);
+  if (rc == 0) rc = gnutls_certificate_set_x509_key_mem(f->creds, &cert, &key, GNUTLS_X509_FMT_PEM);
+  if (rc == 0) rc = gnutls_priority_init(&f->priority, "NORMAL", NULL);
+  if (rc < 0) {
+    KOLO_LOGE(LOG, "TLS certificate or key: %s", gnutls_strerror(rc));
+    return KOLO_ERR_INVALID_ARG;
+  }
+  return KOLO_OK;
 }
 
 kolo_status kolo_server_http_front_start(const kolo_server_http_front_config *config,
@@ -410,6 +578,8 @@ kolo_status kolo_server_http_front_start(const kolo_server_http_front_config *co
   kolo_status rc = KOLO_ERR_ADDRESS;
   int one = 1;
   if (f->lfd < 0 || f->wake < 0 || f->ep < 0) goto fail;
+  if (config->tls_cert_pem && (rc = tls_load(f)) != KOLO_OK) goto fail;
+  rc = KOLO_ERR_ADDRESS;
   setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (bind(f->lfd, (const struct sockaddr *)&config->addr, sizeof config->addr) != 0 ||
       listen(f->lfd, 1024) != 0) {
@@ -429,6 +599,7 @@ kolo_status kolo_server_http_front_start(const kolo_server_http_front_config *co
   *out = f;
   return KOLO_OK;
 fail:
+  tls_free(f);
   if (f->lfd >= 0) close(f->lfd);
   if (f->wake >= 0) close(f->wake);
   if (f->ep >= 0) close(f->ep);
@@ -445,5 +616,6 @@ void kolo_server_http_front_stop(kolo_server_http_front *f) {
   close(f->lfd);
   close(f->wake);
   close(f->ep);
+  tls_free(f);
   free(f);
 }

@@ -3,9 +3,10 @@
  * socketpair per client, relaying its answers back verbatim. A stream that breaks HTTP's
  * syntax or kolo's limits is answered here with kolo's JSON error body (after the answers to
  * the requests before it), because libmicrohttpd 0.9.75 answers those itself with HTML and
- * has no hook to change them. One thread, one epoll set for every connection: an open
- * stream (WatchJob over HTTP, /v1/stream, logs) holds no thread; every buffer is bounded
- * and every wait has a deadline. */
+ * has no hook to change them. With a certificate it also terminates TLS (GnuTLS, which
+ * libmicrohttpd used for HTTPS), so HTTPS answers are the same. One thread, one epoll set
+ * for every connection: an open stream (WatchJob over HTTP, /v1/stream, logs) holds no
+ * thread; every buffer is bounded and every wait has a deadline. */
 #ifndef KOLO_SERVER_HTTP_FRONT_H
 #define KOLO_SERVER_HTTP_FRONT_H
 
@@ -23,11 +24,15 @@ typedef struct kolo_server_http_front_config {
    * engine refused it (the client then gets 503). Called on the front end's thread. */
   int (*hand_over)(void *arg, int fd, const struct sockaddr *peer, socklen_t peer_len);
   void *arg;
+  /* both set: the front end terminates TLS (GnuTLS) with this PEM certificate chain and key,
+   * so the engine only ever sees plain HTTP */
+  const char *tls_cert_pem, *tls_key_pem;
 } kolo_server_http_front_config;
 
 typedef struct kolo_server_http_front kolo_server_http_front;
 
-/* Binds and starts the front end's thread. KOLO_ERR_ADDRESS if the address cannot be bound. */
+/* Binds and starts the front end's thread. KOLO_ERR_ADDRESS if the address cannot be bound,
+ * KOLO_ERR_INVALID_ARG if the TLS certificate or key does not load. */
 kolo_status kolo_server_http_front_start(const kolo_server_http_front_config *config,
                                          kolo_server_http_front **out, int *bound_port);
 /* Stops accepting, closes every client connection, joins the thread, frees. */

@@ -113,7 +113,7 @@ class FrontEndTest(unittest.TestCase):
                     time.sleep(0.002)
             else:
                 conn.sendall(data)
-            if half_close and not self.tls:
+            if half_close:
                 conn.shutdown(socket.SHUT_WR)
             return parse_responses(read_all(conn))
 
@@ -224,8 +224,9 @@ class FrontEndTest(unittest.TestCase):
         self.assertJsonError(answers[3], 404)
 
     def test_a_half_closed_client_a_trickled_request_and_a_large_body_are_answered(self):
-        answers = self.exchange(self.HEALTH, half_close=True)
-        self.assertEqual([a[0] for a in answers], [200])
+        if not self.tls:  # over TLS a half-close is a close_notify, which the ssl module cannot send alone
+            answers = self.exchange(self.HEALTH, half_close=True)
+            self.assertEqual([a[0] for a in answers], [200])
         answers = self.exchange(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")  # no Host: accepted
         self.assertEqual([a[0] for a in answers], [200])
         answers = self.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", pieces=1)
@@ -260,6 +261,37 @@ class FrontEndTest(unittest.TestCase):
         self.assertTrue(all(a[2] == app for a in answers[:3]))
         self.assertEqual(json.loads(answers[3][2]), {"status": "ok"})
 
+    def test_a_client_sending_without_end_does_not_hold_up_the_others(self):
+        """One thread serves every connection: an endless chunked body must not starve it."""
+        import threading
+        stop = threading.Event()
+        conn = self.connect()
+
+        def flood():
+            chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+            try:
+                conn.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+                while not stop.is_set():
+                    conn.sendall(chunk)
+            except OSError:
+                pass
+
+        sender = threading.Thread(target=flood)
+        sender.start()
+        try:
+            time.sleep(0.5)
+            worst = 0.0
+            for _ in range(5):
+                t = time.monotonic()
+                answers = self.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                worst = max(worst, time.monotonic() - t)
+                self.assertEqual(json.loads(answers[0][2]), {"status": "ok"})
+            self.assertLess(worst, 5.0)
+        finally:
+            stop.set()
+            conn.close()
+            sender.join(10)
+
     def test_a_request_at_every_limit_at_once_gets_kolos_answer(self):
         """8 KiB of URI with 100 query arguments, 100 header fields (one a Cookie of 100 pairs),
         16 KiB of header bytes: all within kolo's limits, so libmicrohttpd must parse it (its
@@ -275,6 +307,71 @@ class FrontEndTest(unittest.TestCase):
         self.assertEqual(len(target), 8192)
         answers = self.exchange(head + b"Connection: close\r\n\r\n")
         self.assertJsonError(answers[0], 404)
+
+
+class FrontEndTlsTest(FrontEndTest):
+    """All of the above over HTTPS: the front end terminates TLS itself (GnuTLS)."""
+    tls = True
+    # a TLS record header is what a TLS client sends first: that one is a failed handshake
+    BAD = [b for b in FrontEndTest.BAD if b[0] != "garbage"]
+
+    def test_plain_http_to_the_tls_port_is_a_plain_json_400(self):
+        with socket.create_connection(("127.0.0.1", self.srv.http_port), timeout=15) as conn:
+            conn.sendall(self.HEALTH)
+            answers = parse_responses(read_all(conn))
+        self.assertEqual(len(answers), 1)
+        self.assertJsonError(answers[0], 400, "INVALID_ARGUMENT", "HTTPS")
+
+    def test_a_failed_handshake_is_closed_and_the_port_still_serves(self):
+        with socket.create_connection(("127.0.0.1", self.srv.http_port), timeout=15) as conn:
+            conn.sendall(b"\x16\x03\x01\x00\x05hello-not-tls")
+            self.assertNotIn(b"HTTP/1.1", read_all(conn))
+        answers = self.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        self.assertEqual(json.loads(answers[0][2]), {"status": "ok"})
+
+
+class OutOfDescriptorsTest(unittest.TestCase):
+    """A server out of file descriptors answers new clients 503 in JSON without spinning,
+    and serves again once clients leave (it runs under a 96-descriptor limit)."""
+
+    def test_clients_past_the_descriptor_limit_get_503_json_and_service_comes_back(self):
+        etcd = Etcd()
+        try:
+            srv = Server(etcd.url, wrapper=["prlimit", "--nofile=96:96"])
+            try:
+                conns = [socket.create_connection(("127.0.0.1", srv.http_port), timeout=10) for _ in range(60)]
+                refused = 0
+                for conn in conns[-10:]:
+                    answers = parse_responses(read_all(conn, timeout=10))
+                    self.assertEqual(len(answers), 1)
+                    self.assertEqual(answers[0][0], 503)
+                    self.assertEqual(json.loads(answers[0][2])["error"]["code"], "UNAVAILABLE")
+                    refused += 1
+                self.assertEqual(refused, 10)
+                with open("/proc/%d/stat" % srv.proc.pid) as f:
+                    before = sum(int(v) for v in f.read().split(")")[1].split()[11:13])
+                time.sleep(2)
+                with open("/proc/%d/stat" % srv.proc.pid) as f:
+                    after = sum(int(v) for v in f.read().split(")")[1].split()[11:13])
+                self.assertLess((after - before) / os.sysconf("SC_CLK_TCK"), 1.0)  # no busy loop
+                for conn in conns:
+                    conn.close()
+                deadline = time.monotonic() + 10
+                while True:
+                    try:
+                        with socket.create_connection(("127.0.0.1", srv.http_port), timeout=10) as conn:
+                            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                            answers = parse_responses(read_all(conn))
+                        if answers[0][0] == 200:
+                            break
+                    except OSError:
+                        pass
+                    self.assertLess(time.monotonic(), deadline, "the server did not serve again")
+                    time.sleep(0.2)
+            finally:
+                self.assertEqual(srv.terminate(), 0)
+        finally:
+            etcd.stop()
 
 
 if __name__ == "__main__":

@@ -409,6 +409,39 @@ static void a_worker_record_round_trips_and_has_the_documented_shape(void **stat
   free(json);
 }
 
+/* Worker records as kolo-worker has written them (JSON_SORT_KEYS, logs fields when set),
+ * and one from a newer worker, read through kolo.v1.WorkerRecord; what is written now is
+ * the same bytes (no empty logs fields). */
+static void a_worker_record_written_the_old_way_is_read(void **state) {
+  (void)state;
+  const char *old =
+      "{\"address\":\"10.0.0.5:7100\",\"cpus\":16,\"gpus\":2,\"host\":\"node-a\","
+      "\"id\":\"w-7\",\"labels\":{},\"logs_token\":\"abcdefghijklmnop\","
+      "\"logs_url\":\"http://10.0.0.5:7102\",\"registered_unix_ms\":17,"
+      "\"state\":\"busy\"}";
+  kolo_member m;
+  assert_int_equal(kolo_member_from_json(old, strlen(old), &m), KOLO_OK);
+  assert_string_equal(m.logs_url, "http://10.0.0.5:7102");
+  assert_string_equal(m.logs_token, "abcdefghijklmnop");
+  assert_int_equal(m.registered_unix_ms, 17);
+  assert_string_equal(m.state, "busy");
+  char *again = NULL;
+  assert_int_equal(kolo_member_to_json(&m, &again), KOLO_OK);
+  assert_string_equal(again, old);
+  free(again);
+  kolo_member_clear(&m);
+  const char *newer =
+      "{\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"host\":\"h\",\"id\":\"w\","
+      "\"numa\":[0,1],\"state\":\"idle\"}";
+  assert_int_equal(kolo_member_from_json(newer, strlen(newer), &m), KOLO_OK);
+  assert_null(m.logs_url);
+  assert_int_equal(m.label_count, 0);
+  assert_int_equal(kolo_member_to_json(&m, &again), KOLO_OK);
+  assert_null(strstr(again, "logs_")); /* none set: none written */
+  free(again);
+  kolo_member_clear(&m);
+}
+
 static void bad_worker_records_are_rejected(void **state) {
   (void)state;
   const char *bad[] = {
@@ -488,6 +521,7 @@ int main(void) {
       cmocka_unit_test(an_assignment_round_trips_and_has_the_documented_shape),
       cmocka_unit_test(a_bad_assignment_is_refused_naming_the_field),
       cmocka_unit_test(a_worker_record_round_trips_and_has_the_documented_shape),
+      cmocka_unit_test(a_worker_record_written_the_old_way_is_read),
       cmocka_unit_test(bad_worker_records_are_rejected),
       cmocka_unit_test(keys_follow_the_documented_layout),
   };
