@@ -18,6 +18,9 @@
  * leave the cache, its doubled reduction makes it no faster or slower. */
 #define DEFAULT_PAIR_MIN_BYTES (32 * 1024)
 #define DEFAULT_PAIR_MAX_BYTES (8 * 1024 * 1024)
+/* 2 ranks over shared memory: the pair up to this size (it reduces the peer's
+ * buffer straight out of the ring; beyond it the ring's halved reduction wins) */
+#define DEFAULT_PAIR_SHM_MAX_BYTES (32 * 1024)
 /* operations from this size on stream through the bulk channel (same-host
  * neighbours): every size, since the shared-memory ring's fast path makes no
  * system call and beats TCP from the smallest message on (KOLO_SHM_MIN_BYTES) */
@@ -161,6 +164,8 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   comm->small_bytes = kolo_size_from_env("KOLO_SMALL_BYTES", DEFAULT_SMALL_BYTES);
   comm->pair_min_bytes = kolo_size_from_env("KOLO_PAIR_MIN_BYTES", DEFAULT_PAIR_MIN_BYTES);
   comm->pair_max_bytes = kolo_size_from_env("KOLO_PAIR_MAX_BYTES", DEFAULT_PAIR_MAX_BYTES);
+  comm->pair_shm_max_bytes =
+      kolo_size_from_env("KOLO_PAIR_SHM_MAX_BYTES", DEFAULT_PAIR_SHM_MAX_BYTES);
   comm->spin_ns = spin_ns_from_env();
   comm->spin_budget_ns = comm->spin_ns;
   if (comm->segment_bytes < 64) comm->segment_bytes = 64;

@@ -289,8 +289,9 @@ struct kolo_comm {
   /* buffers reused across calls (only the one runner touches them) */
   size_t segment_bytes;
   size_t small_bytes;
-  size_t pair_min_bytes; /* 2 ranks over TCP: all-reduces of pair_min_bytes..pair_max_bytes */
-  size_t pair_max_bytes; /* exchange whole buffers (kolo_allreduce_choose) */
+  size_t pair_min_bytes;     /* 2 ranks over TCP: all-reduces of pair_min_bytes..pair_max_bytes */
+  size_t pair_max_bytes;     /* exchange whole buffers (kolo_allreduce_choose) */
+  size_t pair_shm_max_bytes; /* 2 ranks over shared memory: the pair up to this size */
   char *staging;
   size_t staging_bytes;
   char *scratch;
@@ -345,7 +346,9 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
  * memory), never of a rank's own buffers, so that every rank picks the same:
  *   GATHER: at most small_bytes (or fewer elements than ranks): all-gather the
  *           whole buffers, reduce locally in rank order (n-1 latency steps);
- *   PAIR:   2 ranks over TCP, pair_min_bytes..pair_max_bytes: each sends its
+ *   PAIR:   2 ranks over TCP, pair_min_bytes..pair_max_bytes, or over shared
+ *           memory up to pair_shm_max_bytes (the peer's buffer is reduced
+ *           straight out of the ring, so it beats the gather's copy): each sends its
  *           whole buffer and reduces the other's as it streams in;
  *   RING:   reduce-scatter + all-gather, pipelined per segment. */
 typedef enum {
@@ -355,7 +358,7 @@ typedef enum {
 } kolo_allreduce_algo;
 kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
                                           size_t pair_min_bytes, size_t pair_max_bytes,
-                                          int over_shm);
+                                          size_t pair_shm_max_bytes, int over_shm);
 
 /* The executor's next spin budget after a stall of waited_ns ended (spun out
  * or slept through), given the current budget and the most it may spin

@@ -176,8 +176,13 @@ static void plan_allreduce_ring(kolo_comm *comm, const char *src, char *dst, siz
 
 kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
                                           size_t pair_min_bytes, size_t pair_max_bytes,
-                                          int over_shm) {
-  if (bytes <= small_bytes || count < (size_t)size) return KOLO_ALLREDUCE_GATHER;
+                                          size_t pair_shm_max_bytes, int over_shm) {
+  if (count < (size_t)size) return KOLO_ALLREDUCE_GATHER;
+  /* over shared memory the pair reduces the peer's buffer straight out of the
+   * ring (the gather copies it out first), up to where the ring's halved
+   * reduction wins (#16 A/B runs) */
+  if (size == 2 && over_shm && bytes <= pair_shm_max_bytes) return KOLO_ALLREDUCE_PAIR;
+  if (bytes <= small_bytes) return KOLO_ALLREDUCE_GATHER;
   /* over TCP the kernel's copies dominate and the pair moves the same bytes as
    * the ring with no step waiting on the peer's reduction; over shared memory
    * copies are cheap and the ring's halved reduction wins, as it does over TCP
@@ -260,7 +265,8 @@ kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, s
   }
   kolo_plan_reset(&comm->plan, dtype, op);
   switch (kolo_allreduce_choose(n, count, bytes, comm->small_bytes, comm->pair_min_bytes,
-                                comm->pair_max_bytes, kolo_bulk_is_shm(comm, bytes))) {
+                                comm->pair_max_bytes, comm->pair_shm_max_bytes,
+                                kolo_bulk_is_shm(comm, bytes))) {
     case KOLO_ALLREDUCE_GATHER:
       return allreduce_gather(comm, src, dst, count, dtype, op, engine_thread);
     case KOLO_ALLREDUCE_PAIR:

@@ -131,7 +131,7 @@ kolo_status kolo_ring_allreduce_pieces(kolo_comm *comm, const kolo_piece *pieces
   } else if (status == KOLO_OK && bytes > 0) {
     kolo_plan_reset(&comm->plan, dtype, op);
     if (kolo_allreduce_choose(comm->size, bytes / element, bytes, comm->small_bytes,
-                              comm->pair_min_bytes, comm->pair_max_bytes,
+                              comm->pair_min_bytes, comm->pair_max_bytes, comm->pair_shm_max_bytes,
                               kolo_bulk_is_shm(comm, bytes)) == KOLO_ALLREDUCE_PAIR) {
       plan_pieces_pair(comm, pieces, count, op);
     } else {

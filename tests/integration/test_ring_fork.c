@@ -38,6 +38,10 @@ static pid_t last_pids[MAX_RANKS];
 static int last_size;
 static time_t last_start; /* when it began: older objects with a reused pid are not its */
 
+/* An environment setting ("NAME=VALUE") for one rank only, applied in its child
+ * before it joins the ring; a test sets and clears them. */
+static char *rank_setting[MAX_RANKS];
+
 /* Forks size ranks joined in one ring; returns how many ranks failed. */
 static int run_ranks(int size, rank_body body, void *argument) {
   kolo_listener *listeners[MAX_RANKS];
@@ -55,6 +59,7 @@ static int run_ranks(int size, rank_body body, void *argument) {
     pids[r] = fork();
     if (pids[r] == 0) {
       alarm(60);
+      if (rank_setting[r] != NULL) putenv(rank_setting[r]);
       for (int other = 0; other < size; other++) {
         if (other != r) kolo_listener_destroy(listeners[other]);
       }
@@ -279,6 +284,32 @@ static void two_ranks_over_tcp_agree_bit_for_bit(void **state) {
   unsetenv("KOLO_SOCKET_BUFFER_BYTES");
   expected_transport = NULL;
   unsetenv("KOLO_SHM");
+}
+
+/* Two ranks over shared memory exchange small buffers the same way (the peer's
+ * buffer reduced straight out of the ring): right, bit for bit the same on both
+ * ranks and in place. Then the pair forced onto 4 MB buffers with a 64 KiB ring
+ * one way and 8 MiB the other: in place, rank 0's reduction must keep waiting
+ * for its own send while the peer's data sits unread in the ring. */
+static void two_ranks_over_shared_memory_agree_bit_for_bit(void **state) {
+  (void)state;
+  expected_transport = "shm";
+  size_t counts[] = {3, 4096 + 3, 8192, 8192 + 3}; /* the last is past the pair: the ring */
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    assert_int_equal(run_ranks(2, pair_results_agree, &counts[c]), 0);
+  }
+  setenv("KOLO_PAIR_SHM_MAX_BYTES", "64M", 1);
+  /* a rank writes the ring it offers: rank 1's is large, so its whole buffer
+   * lands in rank 0's view long before rank 0 has sent its own */
+  static char small_ring[] = "KOLO_SHM_BYTES=65536", large_ring[] = "KOLO_SHM_BYTES=8388608";
+  rank_setting[0] = small_ring;
+  rank_setting[1] = large_ring;
+  size_t large = 1000003;
+  assert_int_equal(run_ranks(2, pair_results_agree, &large), 0);
+  assert_int_equal(leftover_shm_objects(), 0);
+  rank_setting[0] = rank_setting[1] = NULL;
+  unsetenv("KOLO_PAIR_SHM_MAX_BYTES");
+  expected_transport = NULL;
 }
 
 /* A shared-memory ring much smaller than the messages: the ring wraps many times. */
@@ -540,6 +571,7 @@ int main(void) {
       cmocka_unit_test(other_collectives_work_for_every_ring_size),
       cmocka_unit_test(allreduce_is_right_over_tcp_without_shared_memory),
       cmocka_unit_test(two_ranks_over_tcp_agree_bit_for_bit),
+      cmocka_unit_test(two_ranks_over_shared_memory_agree_bit_for_bit),
       cmocka_unit_test(allreduce_is_right_through_a_small_wrapping_shared_memory_ring),
       cmocka_unit_test(reductions_from_a_misaligned_wrapping_shared_memory_ring_are_exact),
       cmocka_unit_test(survivors_report_the_killed_rank_within_a_second),

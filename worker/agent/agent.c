@@ -26,11 +26,13 @@
 #include "common/checks.h"
 #include "common/log.h"
 #include "coordination/drain.h"
+#include "codec/codec.h"
 #include "coordination/assignment.h"
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
 #include "coordination/ringspec.h"
+#include "kolo/v1/job.pb-c.h"
 #include "worker/agent/capture.h"
 #include "worker/agent/logserver.h"
 #include "worker/agent/logstore.h"
@@ -337,17 +339,21 @@ static void strv_free(strv *v) {
   memset(v, 0, sizeof *v);
 }
 
-static json_t *get_json(agent *a, const char *key) {
+/* Reads the job spec at key (kolo.v1.JobSpec, written by kolo-server through the one
+ * codec) through that codec; NULL if it cannot be read or does not decode (logged). */
+static Kolo__V1__JobSpec *get_spec(agent *a, const char *key) {
   kolo_etcd_kv kv = {0};
   if (kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK) {
     KOLO_LOGW(LOG, "cannot read %s: %s", key, kolo_etcd_last_error());
     return NULL;
   }
-  json_error_t error;
-  json_t *value = json_loadb((const char *)kv.value, kv.value_len, 0, &error);
-  if (value == NULL) KOLO_LOGW(LOG, "%s is not JSON: %s", key, error.text);
+  ProtobufCMessage *msg = NULL;
+  kolo_codec_fault fault;
+  if (kolo_codec_read((const char *)kv.value, kv.value_len, &kolo__v1__job_spec__descriptor,
+                      KOLO_CODEC_IGNORE_UNKNOWN, &msg, &fault) != KOLO_OK)
+    KOLO_LOGW(LOG, "%s is not a job spec: %s", key, fault.message);
   kolo_etcd_kv_clear(&kv);
-  return value;
+  return (Kolo__V1__JobSpec *)msg;
 }
 
 /* Reads the ring record at key through its codec (coordination/ringspec.h); 0 if
@@ -415,7 +421,8 @@ static char *ring_line_for(agent *a, const kolo_ringspec *ring, int *rank, int *
   return line;
 }
 
-static int push_builtin_argv(agent *a, strv *argv, json_t *builtin, const json_t *spec) {
+static int push_builtin_argv(agent *a, strv *argv, const Kolo__V1__BuiltinProgram *builtin,
+                             const Kolo__V1__JobSpec *spec) {
   const char *bin = a->opts->train_bin;
   char self[PATH_MAX], fallback[PATH_MAX + 16];
   if (bin[0] == '\0') {
@@ -425,29 +432,22 @@ static int push_builtin_argv(agent *a, strv *argv, json_t *builtin, const json_t
     bin = fallback;
   }
   int bad = strv_push(argv, strdup(bin));
-  const char *model = json_string_value(json_object_get(builtin, "model"));
-  const char *dataset = json_string_value(json_object_get(builtin, "dataset"));
+  const char *model = builtin->model, *dataset = builtin->dataset;
   if (model && model[0]) bad |= strv_push(argv, format("--model=%s", model));
   if (dataset && dataset[0]) bad |= strv_push(argv, format("--dataset=%s", dataset));
-  double lr = json_number_value(json_object_get(builtin, "learning_rate"));
-  if (lr > 0) bad |= strv_push(argv, format("--lr=%g", lr));
-  json_int_t epochs = json_integer_value(json_object_get(builtin, "epochs"));
-  json_int_t steps = json_integer_value(json_object_get(builtin, "steps"));
-  json_int_t batch = json_integer_value(json_object_get(builtin, "batch_size"));
-  if (epochs > 0) bad |= strv_push(argv, format("--epochs=%lld", (long long)epochs));
-  if (steps > 0) bad |= strv_push(argv, format("--steps=%lld", (long long)steps));
-  if (batch > 0) bad |= strv_push(argv, format("--batch=%lld", (long long)batch));
-  const char *mode = json_string_value(json_object_get(spec, "mode"));
-  if (mode && strcmp(mode, "ASYNC") == 0) bad |= strv_push(argv, strdup("--mode=async"));
-  json_int_t every = json_integer_value(json_object_get(spec, "average_every"));
-  if (every > 0) bad |= strv_push(argv, format("--average-every=%lld", (long long)every));
-  const char *checkpoints = json_string_value(json_object_get(spec, "checkpoint_dir"));
+  if (builtin->learning_rate > 0) bad |= strv_push(argv, format("--lr=%g", builtin->learning_rate));
+  if (builtin->epochs > 0) bad |= strv_push(argv, format("--epochs=%u", builtin->epochs));
+  if (builtin->steps > 0) bad |= strv_push(argv, format("--steps=%" PRIu64, builtin->steps));
+  if (builtin->batch_size > 0) bad |= strv_push(argv, format("--batch=%u", builtin->batch_size));
+  if (spec->mode == KOLO__V1__MODE__ASYNC) bad |= strv_push(argv, strdup("--mode=async"));
+  if (spec->average_every > 0)
+    bad |= strv_push(argv, format("--average-every=%u", spec->average_every));
+  const char *checkpoints = spec->checkpoint_dir;
   if (checkpoints && checkpoints[0])
     bad |= strv_push(argv, format("--checkpoint-dir=%s", checkpoints));
-  const char *key;
-  json_t *value;
-  json_object_foreach(json_object_get(builtin, "hyper_parameters"), key, value) {
-    bad |= strv_push(argv, format("--%s=%s", key, json_string_value(value) ?: ""));
+  for (size_t i = 0; i < builtin->n_hyper_parameters; i++) {
+    const Kolo__V1__BuiltinProgram__HyperParametersEntry *h = builtin->hyper_parameters[i];
+    bad |= strv_push(argv, format("--%s=%s", h->key, h->value ?: ""));
   }
   bad |= strv_push(argv, strdup("--json"));
   return bad;
@@ -456,31 +456,28 @@ static int push_builtin_argv(agent *a, strv *argv, json_t *builtin, const json_t
 /* Starts the process for job at ring. */
 static void start_process(agent *a, const char *job, const kolo_ringspec *ring) {
   char key[512];
-  json_t *spec = kolo_keys_job(job, "spec", key, sizeof key) == KOLO_OK ? get_json(a, key) : NULL;
+  Kolo__V1__JobSpec *spec =
+      kolo_keys_job(job, "spec", key, sizeof key) == KOLO_OK ? get_spec(a, key) : NULL;
   strv argv = {0}, env = {0};
   int rank = 0, size = 0;
   char *line = ring_line_for(a, ring, &rank, &size);
   int64_t epoch = ring->epoch;
   const char *cwd = NULL;
   if (spec == NULL || line == NULL) goto out;
-  json_t *exec = json_object_get(spec, "exec");
-  json_t *builtin = json_object_get(spec, "builtin");
   int bad = 0, user_timeout = 0, user_unbuffered = 0;
-  if (json_is_object(exec)) {
-    size_t i;
-    json_t *arg;
-    json_array_foreach(json_object_get(exec, "argv"), i, arg) bad |=
-        strv_push(&argv, strdup(json_string_value(arg) ?: ""));
-    const char *name;
-    json_t *value;
-    json_object_foreach(json_object_get(exec, "env"), name, value) {
-      bad |= strv_push(&env, format("%s=%s", name, json_string_value(value) ?: ""));
+  if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_EXEC && spec->exec) {
+    const Kolo__V1__ExecProgram *exec = spec->exec;
+    for (size_t i = 0; i < exec->n_argv; i++)
+      bad |= strv_push(&argv, strdup(exec->argv[i] ? exec->argv[i] : ""));
+    for (size_t i = 0; i < exec->n_env; i++) {
+      const char *name = exec->env[i]->key;
+      bad |= strv_push(&env, format("%s=%s", name, exec->env[i]->value ?: ""));
       if (strcmp(name, "KOLO_TIMEOUT") == 0) user_timeout = 1;
       if (strcmp(name, "PYTHONUNBUFFERED") == 0) user_unbuffered = 1;
     }
-    cwd = json_string_value(json_object_get(exec, "working_dir"));
-  } else if (json_is_object(builtin)) {
-    bad |= push_builtin_argv(a, &argv, builtin, spec);
+    cwd = exec->working_dir;
+  } else if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN && spec->builtin) {
+    bad |= push_builtin_argv(a, &argv, spec->builtin, spec);
   }
   if (argv.count == 0 || bad) {
     KOLO_LOGE(LOG, "job %s has no program this agent can run", job);
@@ -545,7 +542,7 @@ out:
   free(line);
   strv_free(&argv);
   strv_free(&env);
-  json_decref(spec);
+  if (spec) protobuf_c_message_free_unpacked(&spec->base, NULL);
 }
 
 /* Whether this registration of the worker is drained (its mark names our lease). */
