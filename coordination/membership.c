@@ -405,8 +405,8 @@ static kolo_status member_from_kv(const kolo_etcd_kv *kv, kolo_member *m) {
 }
 
 /* Decodes kvs into a sorted member array, skipping bad records. */
-static kolo_status members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_member **members,
-                                    size_t *count) {
+kolo_status kolo_members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_member **members,
+                                  size_t *count) {
   *members = NULL;
   *count = 0;
   if (n == 0) return KOLO_OK;
@@ -434,7 +434,7 @@ kolo_status kolo_membership_list(kolo_etcd *client, kolo_member **members, size_
   kolo_status rc = kolo_etcd_range_prefix(client, kolo_etcd_str(KOLO_KEY_WORKERS_PREFIX), 0, &r);
   if (rc != KOLO_OK) return rc;
   if (revision) *revision = r.revision;
-  rc = members_from_kvs(r.kvs, r.count, members, count);
+  rc = kolo_members_from_kvs(r.kvs, r.count, members, count);
   kolo_etcd_range_result_free(&r);
   return rc;
 }
@@ -464,7 +464,7 @@ static void on_change(const kolo_etcd_watch_update *u, void *user) {
   if (u->kind == KOLO_ETCD_WATCH_RESYNC) {
     kolo_member *fresh = NULL;
     size_t n = 0;
-    if (members_from_kvs(u->kvs, u->kv_count, &fresh, &n) != KOLO_OK) return;
+    if (kolo_members_from_kvs(u->kvs, u->kv_count, &fresh, &n) != KOLO_OK) return;
     kolo_members_free(w->members, w->count);
     w->members = fresh;
     w->count = n;

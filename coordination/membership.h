@@ -107,6 +107,12 @@ void kolo_membership_abandon(kolo_membership *reg);
 kolo_status kolo_membership_list(kolo_etcd *client, kolo_member **members, size_t *count,
                                  int64_t *revision);
 
+/* The live records among key-values read under KOLO_KEY_WORKERS_PREFIX (a range, or a
+ * watch-fed copy of one), decoded and sorted by id as kolo_membership_list returns them;
+ * records that fail to decode are skipped with a warning. Free with kolo_members_free. */
+kolo_status kolo_members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_member **members,
+                                  size_t *count);
+
 /* Called with the whole current member set, sorted by id, after every change.
  * The array lives only for the call; copy what you keep. */
 typedef void (*kolo_membership_fn)(const kolo_member *members, size_t count, void *user);

@@ -1,12 +1,16 @@
-/* Implementation of scheduler.h: one thread; each pass takes a snapshot of the
- * cluster from etcd (snapshot.c), decides per job, oldest first (plan.h for
- * pending jobs, decide.h for active ones), and writes each decision as one
- * fenced txn that also compares the job status's mod revision (apply.c), so a
- * stale snapshot or a deposed leader writes nothing. */
+/* Implementation of scheduler.h: one thread; each pass builds a snapshot of the
+ * cluster (snapshot.c) from the records read through config.read (kolo-server's
+ * watch-fed copy of etcd, never older than the scheduler's own last write),
+ * decides per job, oldest first (plan.h for pending jobs, decide.h for active
+ * ones), and writes each decision as one fenced txn that also compares the job
+ * status's mod revision (apply.c), so a stale snapshot or a deposed leader
+ * writes nothing. */
 #define _GNU_SOURCE
 #include "scheduler/scheduler.h"
 
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,23 +19,26 @@
 
 #include "common/log.h"
 #include "coordination/etcd.h"
-#include "coordination/keys.h"
 #include "scheduler/apply.h"
 #include "scheduler/decide.h"
 #include "scheduler/plan.h"
 #include "scheduler/snapshot.h"
 
 #define LOG "sched"
+#define CATCH_UP_MS 2000 /* how long a pass waits for the records to show its last write */
 
 struct kolo_sched {
   kolo_sched_config config;
-  kolo_etcd *etcd;
-  kolo_etcd_watch *watch;
+  kolo_etcd *etcd; /* a handle of the binary's client: the writes (and their revision) */
   kolo_sched_writer writer;
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t cond;
   int stop, changed;
+  atomic_uint_fast64_t passes;
+  /* the scheduler thread's own: */
+  int64_t caught_up; /* the last write revision a read was seen to include */
+  uint64_t reloads;  /* the records' reload count at the last read */
 };
 
 static int64_t wall_ms(void) {
@@ -202,14 +209,55 @@ static size_t capacity(const kolo_sched_snapshot *snap) {
   return n;
 }
 
+/* Reads the records for a pass, never older than this scheduler's last write (a
+ * pass acting on a view without it would decide again what it just wrote).
+ * 0: skip this pass. */
+static int read_records(kolo_sched *s, kolo_sched_records *r) {
+  int64_t wrote = kolo_etcd_written_revision(s->etcd);
+  int64_t want = wrote != s->caught_up ? wrote : 0;
+  memset(r, 0, sizeof *r);
+  kolo_status rc = s->config.read(s->config.read_arg, want, CATCH_UP_MS, r);
+  if (rc == KOLO_OK) {
+    s->caught_up = wrote;
+    s->reloads = r->reloads;
+    return 1;
+  }
+  if (rc == KOLO_ERR_TIMEOUT && r->reloads != s->reloads) {
+    /* rebuilt whole since (a new etcd cluster restarts its revisions): the write's
+     * revision may never come; the next pass takes the records as they are */
+    KOLO_LOGW(LOG,
+              "the records were reloaded without revision %" PRId64
+              " (this scheduler's last "
+              "write); going on from the reloaded state",
+              want);
+    s->caught_up = wrote;
+    s->reloads = r->reloads;
+  } else if (rc == KOLO_ERR_TIMEOUT) {
+    KOLO_LOGW(LOG,
+              "the records have not reached revision %" PRId64
+              " (this scheduler's last "
+              "write) within %d ms: pass skipped",
+              want, CATCH_UP_MS);
+  } else {
+    KOLO_LOGW(LOG, "cannot read the cluster: %s", kolo_strerror(rc));
+  }
+  kolo_sched_records_free(r);
+  return 0;
+}
+
 /* One pass over the whole cluster. */
 static void pass(kolo_sched *s) {
+  kolo_sched_records records;
+  if (!read_records(s, &records)) return;
   kolo_sched_snapshot snap;
-  if (kolo_sched_snapshot_load(s->etcd, &snap) != KOLO_OK) {
-    KOLO_LOGW(LOG, "cannot read the cluster: %s", kolo_etcd_last_error());
+  kolo_status built = kolo_sched_snapshot_build(&snap, &records);
+  kolo_sched_records_free(&records);
+  if (built != KOLO_OK) {
+    KOLO_LOGW(LOG, "cannot build the cluster's snapshot: %s", kolo_strerror(built));
     kolo_sched_snapshot_free(&snap);
     return;
   }
+  atomic_fetch_add(&s->passes, 1);
   int wrote = 0;
   kolo_sched_queue queue = {.capacity = capacity(&snap), .held = 0};
   for (size_t i = 0; i < snap.n_jobs; i++) {
@@ -228,13 +276,20 @@ static void pass(kolo_sched *s) {
 
 /* ---- the thread ---- */
 
-static void on_change(const kolo_etcd_watch_update *update, void *user) {
-  kolo_sched *s = user;
-  if (!kolo_sched_update_matters(update)) return; /* metrics history only: no pass */
+void kolo_sched_notify(kolo_sched *s) {
+  if (s == NULL) return;
   pthread_mutex_lock(&s->lock);
   s->changed = 1;
   pthread_cond_signal(&s->cond);
   pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t kolo_sched_passes(const kolo_sched *s) {
+  return atomic_load(&((kolo_sched *)s)->passes);
+}
+
+const kolo_etcd *kolo_sched_etcd(const kolo_sched *s) {
+  return s->etcd;
 }
 
 static void *run(void *argument) {
@@ -267,7 +322,8 @@ static void *run(void *argument) {
 }
 
 kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) {
-  if (config == NULL || config->etcd == NULL || config->fence == NULL || out == NULL)
+  if (config == NULL || config->etcd == NULL || config->fence == NULL || config->read == NULL ||
+      out == NULL)
     return KOLO_ERR_INVALID_ARG;
   kolo_sched *s = calloc(1, sizeof *s);
   if (s == NULL) return KOLO_ERR_NO_MEMORY;
@@ -278,9 +334,6 @@ kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) 
   kolo_status rc = kolo_etcd_share(config->etcd, NULL, &s->etcd);
   if (rc != KOLO_OK) goto fail;
   s->writer = (kolo_sched_writer){s->etcd, s->config.fence, s->config.fence_arg};
-  kolo_etcd_watch_opts watch = {.key = kolo_etcd_str(KOLO_KEY_ROOT), .prefix = 1};
-  rc = kolo_etcd_watch_start(s->etcd, &watch, on_change, s, &s->watch);
-  if (rc != KOLO_OK) goto fail;
   if (pthread_create(&s->thread, NULL, run, s) != 0) {
     rc = KOLO_ERR_SYSTEM;
     goto fail;
@@ -288,7 +341,6 @@ kolo_status kolo_sched_start(const kolo_sched_config *config, kolo_sched **out) 
   *out = s;
   return KOLO_OK;
 fail:
-  kolo_etcd_watch_stop(s->watch);
   kolo_etcd_destroy(s->etcd);
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->cond);
@@ -303,7 +355,6 @@ void kolo_sched_stop(kolo_sched *s) {
   pthread_cond_signal(&s->cond);
   pthread_mutex_unlock(&s->lock);
   pthread_join(s->thread, NULL);
-  kolo_etcd_watch_stop(s->watch);
   kolo_etcd_destroy(s->etcd);
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->cond);

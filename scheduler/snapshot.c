@@ -1,4 +1,4 @@
-/* Implementation of snapshot.h: three prefix reads plus the member list, then
+/* Implementation of snapshot.h: the member list from the worker records, then
  * one pass over the job keys that sorts each into its job by the key's path. */
 #define _GNU_SOURCE
 #include "scheduler/snapshot.h"
@@ -174,21 +174,34 @@ kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
   return KOLO_OK;
 }
 
-kolo_status kolo_sched_snapshot_load(kolo_etcd *etcd, kolo_sched_snapshot *snap) {
-  memset(snap, 0, sizeof *snap);
-  kolo_status rc = kolo_membership_list(etcd, &snap->members, &snap->n_members, NULL);
-  if (rc != KOLO_OK) return rc;
-  kolo_etcd_range_result assigns = {0}, drains = {0}, jobs = {0};
-  rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_ASSIGN_PREFIX), 0, &assigns);
-  if (rc == KOLO_OK)
-    rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_DRAIN_PREFIX), 0, &drains);
-  if (rc == KOLO_OK)
-    rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(KOLO_KEY_JOBS_PREFIX), 0, &jobs);
-  if (rc == KOLO_OK) rc = kolo_sched_snapshot_fill(snap, &assigns, &drains, &jobs);
-  kolo_etcd_range_result_free(&assigns);
-  kolo_etcd_range_result_free(&drains);
-  kolo_etcd_range_result_free(&jobs);
+const char *const kolo_sched_record_prefixes[4] = {KOLO_KEY_WORKERS_PREFIX, KOLO_KEY_ASSIGN_PREFIX,
+                                                   KOLO_KEY_DRAIN_PREFIX, KOLO_KEY_JOBS_PREFIX};
+
+void kolo_sched_records_free(kolo_sched_records *r) {
+  kolo_etcd_range_result_free(&r->workers);
+  kolo_etcd_range_result_free(&r->assigns);
+  kolo_etcd_range_result_free(&r->drains);
+  kolo_etcd_range_result_free(&r->jobs);
+  memset(r, 0, sizeof *r);
+}
+
+kolo_status kolo_sched_records_read(kolo_etcd *etcd, kolo_sched_records *out) {
+  memset(out, 0, sizeof *out);
+  kolo_etcd_range_result *sets[4] = {&out->workers, &out->assigns, &out->drains, &out->jobs};
+  kolo_status rc = KOLO_OK;
+  for (int i = 0; i < 4 && rc == KOLO_OK; i++)
+    rc = kolo_etcd_range_prefix(etcd, kolo_etcd_str(kolo_sched_record_prefixes[i]), 0, sets[i]);
+  out->revision = out->workers.revision;
+  if (rc != KOLO_OK) kolo_sched_records_free(out);
   return rc;
+}
+
+kolo_status kolo_sched_snapshot_build(kolo_sched_snapshot *snap, const kolo_sched_records *r) {
+  memset(snap, 0, sizeof *snap);
+  kolo_status rc =
+      kolo_members_from_kvs(r->workers.kvs, r->workers.count, &snap->members, &snap->n_members);
+  if (rc != KOLO_OK) return rc;
+  return kolo_sched_snapshot_fill(snap, &r->assigns, &r->drains, &r->jobs);
 }
 
 kolo_sched_worker *kolo_sched_find_worker(kolo_sched_snapshot *snap, const char *id) {
@@ -313,17 +326,5 @@ int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *wor
       if (strcmp(kolo_sched_member_id(j, m), worker_id) == 0) return 1;
     return 0;
   }
-  return 0;
-}
-
-static int key_has_prefix(const kolo_etcd_kv *kv, const char *prefix) {
-  size_t n = strlen(prefix);
-  return kv->key != NULL && kv->key_len >= n && memcmp(kv->key, prefix, n) == 0;
-}
-
-int kolo_sched_update_matters(const kolo_etcd_watch_update *update) {
-  if (update == NULL || update->kind != KOLO_ETCD_WATCH_EVENTS) return 1;
-  for (size_t i = 0; i < update->event_count; i++)
-    if (!key_has_prefix(&update->events[i].kv, KOLO_KEY_METRICS_PREFIX)) return 1;
   return 0;
 }

@@ -1,11 +1,12 @@
-/* One pass's picture of the cluster, read from etcd at the start of the pass:
- * live worker records (with drains and assignments), and every job's spec,
- * status, rings and reports, jobs ordered oldest first. Ring records are read
- * through their codec (coordination/ringspec.h; one that does not decode is
- * logged and left out); the other records are kept as parsed JSON (the status
- * is edited and written back whole); the typed view
- * the decisions need (decide.h) is built from them here, so the decisions never
- * see JSON. Loading is the only I/O; everything else is pure. */
+/* One pass's picture of the cluster, built at the start of the pass from the
+ * records as etcd holds them (key/value/revisions/lease under workers/, assign/,
+ * drain/ and jobs/: in kolo-server a copy kept by the store's watch-fed view, or a
+ * range straight from etcd): live worker records (with drains and assignments), and every job's
+ * spec, status, rings and reports, jobs ordered oldest first. Ring records are read through their
+ * codec (coordination/ringspec.h; one that does not decode is logged and left out); the other
+ * records are kept as parsed JSON (the status is edited and written back whole); the typed view the
+ * decisions need (decide.h) is built from them here, so the decisions never see JSON.
+ * kolo_sched_records_read is the only I/O; everything else is pure. */
 #ifndef KOLO_SCHED_SNAPSHOT_H
 #define KOLO_SCHED_SNAPSHOT_H
 
@@ -56,9 +57,28 @@ typedef struct kolo_sched_snapshot {
   size_t n_assigns;
 } kolo_sched_snapshot;
 
-/* Reads the cluster. On error *snap holds what was read so far; free it with
- * kolo_sched_snapshot_free either way. Blocks for a few etcd requests. */
-kolo_status kolo_sched_snapshot_load(kolo_etcd *etcd, kolo_sched_snapshot *snap);
+/* The key-values a snapshot is built from, each set sorted by key as a prefix range
+ * returns it. */
+typedef struct kolo_sched_records {
+  kolo_etcd_range_result workers; /* KOLO_KEY_WORKERS_PREFIX */
+  kolo_etcd_range_result assigns; /* KOLO_KEY_ASSIGN_PREFIX */
+  kolo_etcd_range_result drains;  /* KOLO_KEY_DRAIN_PREFIX */
+  kolo_etcd_range_result jobs;    /* KOLO_KEY_JOBS_PREFIX */
+  int64_t revision;               /* a revision the records are at least at */
+  uint64_t reloads;               /* a watch-fed copy: times it was rebuilt whole */
+} kolo_sched_records;
+
+/* The prefixes of kolo_sched_records' sets, in field order. */
+extern const char *const kolo_sched_record_prefixes[4];
+
+/* Reads the records straight from etcd: four prefix ranges (for tools and tests;
+ * kolo-server's scheduler reads the store's watch-fed copy). Blocks for them. */
+kolo_status kolo_sched_records_read(kolo_etcd *etcd, kolo_sched_records *out);
+void kolo_sched_records_free(kolo_sched_records *records);
+
+/* Builds the snapshot from records (no I/O). On error *snap holds what was built so
+ * far; free it with kolo_sched_snapshot_free either way. */
+kolo_status kolo_sched_snapshot_build(kolo_sched_snapshot *snap, const kolo_sched_records *records);
 
 /* Builds the jobs, workers and assignments from range results (no I/O): members
  * are the live worker records, assigns/drains/jobs the key-values under their
@@ -97,11 +117,5 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
  * the worker as a member (otherwise it is stale and swept). */
 int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *worker_id,
                                 const char *job_id);
-
-/* Whether a watch update can change what a pass decides: a resync always can;
- * events only if one of them touches a key outside the metrics history
- * (KOLO_KEY_METRICS_PREFIX: the leader's recorder writes there about once a
- * second per running job, and no pass reads it). */
-int kolo_sched_update_matters(const kolo_etcd_watch_update *update);
 
 #endif

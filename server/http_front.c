@@ -522,13 +522,12 @@ static void *front_thread(void *arg) {
       /* the client's socket hung up both ways (a reset): nothing more can reach it */
       int gone = e->kind == EP_CLIENT && !c->lingering && (evs[i].events & (EPOLLHUP | EPOLLERR));
       if (gone || step(f, c) != 0) {
+        /* later events of this batch may name c: forget them, by address (c's endpoints
+         * are freed with it, so they cannot be read) */
+        const void *cep = &c->cep, *eep = &c->eep;
         conn_close(f, c);
-        /* later events of this batch may name c: forget them */
-        for (int j = i + 1; j < n; j++) {
-          endpoint *o = evs[j].data.ptr;
-          if ((o->kind == EP_CLIENT || o->kind == EP_ENGINE) && o->c == c)
-            evs[j].data.ptr = &f->none;
-        }
+        for (int j = i + 1; j < n; j++)
+          if (evs[j].data.ptr == cep || evs[j].data.ptr == eep) evs[j].data.ptr = &f->none;
       }
     }
     conn *next;

@@ -85,4 +85,8 @@ kolo_status kolo_server_kv_mem_create(kolo_server_kv **out);
  * reconnects. etcd must outlive the kv. */
 kolo_status kolo_server_kv_etcd_create(kolo_etcd *etcd, kolo_server_kv **out);
 
+/* The etcd backend's handle (for its counters, kolo_etcd_stats_get). Only for a kv made by
+ * kolo_server_kv_etcd_create. */
+const kolo_etcd *kolo_server_kv_etcd_handle(const kolo_server_kv *kv);
+
 #endif

@@ -166,3 +166,7 @@ kolo_status kolo_server_kv_etcd_create(kolo_etcd *etcd, kolo_server_kv **out) {
   *out = &e->base;
   return KOLO_OK;
 }
+
+const kolo_etcd *kolo_server_kv_etcd_handle(const kolo_server_kv *kv) {
+  return ((const etcd_kv *)kv)->client;
+}

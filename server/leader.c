@@ -177,3 +177,7 @@ kolo_status kolo_server_leader_fence(kolo_server_leader *l, char *key, size_t le
   pthread_mutex_unlock(&l->lock);
   return rc;
 }
+
+const kolo_etcd *kolo_server_leader_etcd(const kolo_server_leader *l) {
+  return l->client;
+}

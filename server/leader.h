@@ -23,6 +23,9 @@ kolo_status kolo_server_leader_start(kolo_etcd *etcd, const char *name, int ttl_
 /* Resigns (revokes the lease, so another replica leads at once) and frees. */
 void kolo_server_leader_stop(kolo_server_leader *l);
 
+/* The leader's etcd handle (for its counters, kolo_etcd_stats_get). */
+const kolo_etcd *kolo_server_leader_etcd(const kolo_server_leader *leader);
+
 /* 1 if a leader is known; its name goes to leader_name, *is_me says whether it is us. */
 int kolo_server_leader_get(kolo_server_leader *l, char *leader_name, size_t len, int *is_me);
 

@@ -1,6 +1,8 @@
 /* kolo-server: wires the job store (etcd or memory), the leader election, the gRPC and
  * HTTP transports together, and runs until SIGTERM/SIGINT, then drains and exits 0. */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,7 @@ typedef struct server {
   kolo_etcd_access
       child_access; /* the private etcd child's (--etcd auto): its URL, no TLS or auth */
   kolo_etcd *etcd;  /* the one etcd client: store, leader and scheduler hold handles of it */
+  int kv_on_etcd;   /* kv is kolo_server_kv_etcd_create's */
   kolo_server_kv *kv;
   kolo_server_store *store;
   kolo_server_leader *leader;
@@ -96,7 +99,85 @@ static kolo_status leader_fence(void *arg, char *key, size_t len, int64_t *revis
   return kolo_server_leader_fence(arg, key, len, revision);
 }
 
+/* ---- the scheduler reads the store's watch-fed records (no etcd read of its own) ---- */
+
+static kolo_status read_records(void *arg, int64_t min_revision, int timeout_ms,
+                                kolo_sched_records *out) {
+  kolo_etcd_range_result sets[4];
+  kolo_status rc = kolo_server_store_read_records(arg, kolo_sched_record_prefixes, 4, min_revision,
+                                                  timeout_ms, sets, &out->revision, &out->reloads);
+  out->workers = sets[0];
+  out->assigns = sets[1];
+  out->drains = sets[2];
+  out->jobs = sets[3];
+  return rc;
+}
+
+static void records_changed(void *arg) {
+  kolo_sched_notify(arg);
+}
+
+/* ---- /metrics: what this process asks of etcd ---- */
+
+static void add_handle(char **text, const char *name, const kolo_etcd *h, int whole) {
+  kolo_etcd_stats st;
+  kolo_etcd_stats_get(h, whole, &st);
+  for (int k = 0; k < KOLO_ETCD_REQUEST_KINDS; k++) {
+    if (st.requests[k] == 0) continue;
+    char *more = NULL;
+    if (asprintf(&more, "%skolo_etcd_requests_total{handle=\"%s\",kind=\"%s\"} %" PRIu64 "\n",
+                 *text, name, kolo_etcd_request_kind_name((kolo_etcd_request_kind)k),
+                 st.requests[k]) < 0)
+      return;
+    free(*text);
+    *text = more;
+  }
+  char *more = NULL;
+  if (asprintf(&more, "%skolo_etcd_watches{handle=\"%s\"} %d\n", *text, name, st.watches_running) <
+      0)
+    return;
+  free(*text);
+  *text = more;
+}
+
+static char *etcd_metrics(void *arg) {
+  server *s = arg;
+  if (s->etcd == NULL) return NULL;
+  kolo_etcd_stats all;
+  kolo_etcd_stats_get(s->etcd, 1, &all);
+  char *text = NULL;
+  if (asprintf(&text,
+               "# HELP kolo_etcd_clients etcd clients (connection pools) this process holds.\n"
+               "# TYPE kolo_etcd_clients gauge\nkolo_etcd_clients 1\n"
+               "# HELP kolo_etcd_handles Handles sharing that client (its own and its users').\n"
+               "# TYPE kolo_etcd_handles gauge\nkolo_etcd_handles %d\n"
+               "# HELP kolo_etcd_requests_total Unary etcd requests sent, by user and kind.\n"
+               "# TYPE kolo_etcd_requests_total counter\n"
+               "# HELP kolo_etcd_watches etcd watches running, by user.\n"
+               "# TYPE kolo_etcd_watches gauge\n",
+               all.handles) < 0)
+    return NULL;
+  add_handle(&text, "all", s->etcd, 1);
+  if (s->kv_on_etcd) add_handle(&text, "store", kolo_server_kv_etcd_handle(s->kv), 0);
+  if (s->leader) add_handle(&text, "leader", kolo_server_leader_etcd(s->leader), 0);
+  if (s->sched) {
+    add_handle(&text, "scheduler", kolo_sched_etcd(s->sched), 0);
+    char *more = NULL;
+    if (asprintf(&more,
+                 "%s# HELP kolo_scheduler_passes_total Scheduler passes run (while leading).\n"
+                 "# TYPE kolo_scheduler_passes_total counter\nkolo_scheduler_passes_total %" PRIu64
+                 "\n",
+                 text, kolo_sched_passes(s->sched)) >= 0) {
+      free(text);
+      text = more;
+    }
+  }
+  return text;
+}
+
 static void teardown(server *s) {
+  if (s->store)
+    kolo_server_store_set_records_fn(s->store, NULL, NULL); /* before the scheduler goes */
   kolo_sched_stop(s->sched);
   kolo_server_recorder_stop(s->recorder);
   if (s->grpc) kolo_server_grpc_stop(s->grpc, s->opts.grace_ms);
@@ -184,6 +265,7 @@ int main(int argc, char **argv) {
     /* one client for the whole binary: store, leader and scheduler share its connections */
     rc = kolo_etcd_access_connect(access, NULL, &s.etcd);
     if (rc == KOLO_OK) rc = kolo_server_kv_etcd_create(s.etcd, &s.kv);
+    s.kv_on_etcd = rc == KOLO_OK;
   }
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG, "job store backend: %s", kolo_strerror(rc));
@@ -215,8 +297,11 @@ int main(int argc, char **argv) {
       KOLO_LOGE(LOG, "leader election: %s", kolo_strerror(rc));
       goto out;
     }
-    kolo_sched_config sc = {leader_fence, s.leader, 0, s.etcd};
+    /* the scheduler's passes read the store's watch-fed records: the store's watch is the
+     * only one this process holds on /kolo/v1/ */
+    kolo_sched_config sc = {leader_fence, s.leader, 0, s.etcd, read_records, s.store};
     if (kolo_sched_start(&sc, &s.sched) != KOLO_OK) goto out;
+    kolo_server_store_set_records_fn(s.store, records_changed, s.sched);
   }
   kolo_server_recorder_config rc_cfg = {s.store,
                                         s.kv,
@@ -227,6 +312,7 @@ int main(int argc, char **argv) {
                                         0};
   if (kolo_server_recorder_start(&rc_cfg, &s.recorder) != KOLO_OK) goto out;
   if (kolo_server_metrics_create(&s.metrics) != KOLO_OK) goto out;
+  kolo_server_metrics_set_extra(s.metrics, etcd_metrics, &s);
   kolo_server_logs_config lc = {s.store, s.opts.max_log_streams, 0, 0};
   if (kolo_server_logs_create(&lc, &s.logs) != KOLO_OK) goto out;
 

@@ -23,7 +23,15 @@ typedef struct series {
 
 struct kolo_server_metrics {
   series s[2][KOLO_SERVER_METRIC_SLOTS];
+  kolo_server_metrics_extra_fn extra;
+  void *extra_arg;
 };
+
+void kolo_server_metrics_set_extra(kolo_server_metrics *m, kolo_server_metrics_extra_fn fn,
+                                   void *arg) {
+  m->extra = fn;
+  m->extra_arg = arg;
+}
 
 kolo_status kolo_server_metrics_create(kolo_server_metrics **out) {
   *out = calloc(1, sizeof **out);
@@ -143,6 +151,9 @@ char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_co
       add(&t, "kolo_request_duration_seconds_count{api=\"%s\",method=\"%s\"} %" PRIu64 "\n",
           apis[a], name, total);
     }
+  char *extra = m->extra ? m->extra(m->extra_arg) : NULL;
+  if (extra) add(&t, "%s", extra);
+  free(extra);
   return t.buf;
 }
 

@@ -29,6 +29,13 @@ void kolo_server_metrics_destroy(kolo_server_metrics *m);
 void kolo_server_metrics_observe(kolo_server_metrics *m, kolo_server_api api, int method,
                                  int grpc_code, double seconds);
 
+/* Lines that another part of the process adds to /metrics (kolo-server: its etcd client's
+ * and its scheduler's counters): fn returns malloc'd Prometheus text (NULL = none), called
+ * from render on an HTTP thread. Set it before the server serves. */
+typedef char *(*kolo_server_metrics_extra_fn)(void *arg);
+void kolo_server_metrics_set_extra(kolo_server_metrics *m, kolo_server_metrics_extra_fn fn,
+                                   void *arg);
+
 /* Appends the metrics as Prometheus text to a malloc'd buffer (caller frees). demand: the
  * demand for workers now (its worker gauges are left out when NULL: etcd unreachable). */
 char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_counts[7],

@@ -203,6 +203,8 @@ static int has_prefix(const char *key, const char *prefix) {
 
 /* Applies one key under /kolo/v1/ to the view (write lock held). */
 static void apply_item(kolo_server_store *s, const kolo_server_kv_item *item, int is_delete) {
+  if (kolo_server_store_apply_record(s, item, is_delete) != KOLO_OK)
+    KOLO_LOGE(LOG, "out of memory keeping %s for the scheduler", item->key);
   if (has_prefix(item->key, KOLO_KEY_JOBS_PREFIX))
     apply_job_item(s, item, is_delete);
   else if (has_prefix(item->key, KOLO_KEY_METRICS_PREFIX))
@@ -228,14 +230,20 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
   pthread_mutex_lock(&s->sub_lock);
   pthread_rwlock_wrlock(&s->lock);
   s->batch++;
+  int records_changed = reset;
   if (reset) {
     /* History was compacted away: rebuild the view from the snapshot. */
     KOLO_LOGW(LOG, "watch resynced at revision %" PRId64 "; reloading %zu keys", revision, count);
     for (size_t i = 0; i < s->count; i++) entry_free(s->entries[i]);
     s->count = 0;
+    kolo_server_store_records_clear(s);
+    s->reloads++;
     s->list_batch = s->workers_batch = s->removed_batch = s->batch;
   }
-  for (size_t i = 0; i < count; i++) apply_item(s, &events[i].item, events[i].is_delete);
+  for (size_t i = 0; i < count; i++) {
+    apply_item(s, &events[i].item, events[i].is_delete);
+    records_changed |= kolo_server_store_record_kept(events[i].item.key);
+  }
   for (size_t i = 0; i < s->count; i++) {
     entry *e = s->entries[i];
     if (!e->touched) continue;
@@ -250,8 +258,10 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
   pthread_rwlock_unlock(&s->lock);
   /* under sub_lock, so that kolo_server_store_set_change_fn waits for a call in flight */
   if (s->on_change) s->on_change(s->on_change_arg);
-  pthread_mutex_unlock(&s->sub_lock);
+  /* the revision before records_fn: a reader it wakes finds the batch applied */
   set_revision(s, revision, reset);
+  if (records_changed && s->records_fn) s->records_fn(s->records_arg);
+  pthread_mutex_unlock(&s->sub_lock);
 }
 
 /* Waits until the view has applied revision (a write of ours), up to CATCH_UP_MS. */
@@ -324,6 +334,7 @@ void kolo_server_store_destroy(kolo_server_store *s) {
   s->kv->ops->stop_watch(s->kv);
   for (size_t i = 0; i < s->count; i++) entry_free(s->entries[i]);
   free(s->entries);
+  kolo_server_store_records_free(s);
   while (s->subs) {
     subscriber *next = s->subs->next;
     free(s->subs);

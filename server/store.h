@@ -132,6 +132,28 @@ typedef void (*kolo_server_store_change_fn)(void *arg);
 void kolo_server_store_set_change_fn(kolo_server_store *store, kolo_server_store_change_fn fn,
                                      void *arg);
 
+/* ---- the records as etcd holds them (what kolo-server's scheduler reads) ----
+ * The view also keeps every key under /kolo/v1/ except the metrics history
+ * (/kolo/v1/metrics/) as raw key/value/revisions/lease, from the same watch. */
+
+/* Called on the watch thread after each applied batch that touched a key outside
+ * /kolo/v1/metrics/ or reloaded the view whole, without store locks held; must not block.
+ * Replaces the previous one (NULL = none); once it returns the old one is not running. */
+typedef void (*kolo_server_store_records_fn)(void *arg);
+void kolo_server_store_set_records_fn(kolo_server_store *store, kolo_server_store_records_fn fn,
+                                      void *arg);
+
+/* Copies the records under each of prefixes[0..n) into out[i] (sorted by key, as an etcd
+ * prefix range returns them; free each with kolo_etcd_range_result_free), all from one
+ * state of the view, once the view has applied min_revision (0: at once). KOLO_ERR_TIMEOUT
+ * (out empty) when it has not within timeout_ms. *revision (optional): a revision the copy
+ * is at least at; *reloads (optional, also on a timeout): how many times the view was
+ * rebuilt whole (a compaction or a new etcd cluster behind the watch). */
+kolo_status kolo_server_store_read_records(kolo_server_store *store, const char *const *prefixes,
+                                           size_t n, int64_t min_revision, int timeout_ms,
+                                           kolo_etcd_range_result *out, int64_t *revision,
+                                           uint64_t *reloads);
+
 /* Counters that grow whenever what they cover changes (compare with what you saw last). */
 typedef struct kolo_server_store_marks {
   uint64_t list;    /* any job's spec or status, or the set of jobs */

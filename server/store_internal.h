@@ -60,11 +60,24 @@ struct kolo_server_store {
   uint64_t workers_batch; /* last batch that touched /kolo/v1/{workers,drain,assign}/ */
   kolo_server_store_change_fn on_change; /* under sub_lock */
   void *on_change_arg;
+  /* store_records.c: every key under /kolo/v1/ but the metrics history, as etcd has it */
+  kolo_server_kv_item *records; /* sorted by key; under lock */
+  size_t n_records, cap_records;
+  uint64_t reloads;                        /* times the view was rebuilt whole (under lock) */
+  kolo_server_store_records_fn records_fn; /* under sub_lock */
+  void *records_arg;
 };
 
 /* store.c */
 long kolo_server_store_find_entry(const kolo_server_store *s, const char *id);
 entry *kolo_server_store_entry_for(kolo_server_store *s, const char *id);
+
+/* store_records.c (write lock held for apply/clear) */
+int kolo_server_store_record_kept(const char *key);
+kolo_status kolo_server_store_apply_record(kolo_server_store *s, const kolo_server_kv_item *item,
+                                           int is_delete);
+void kolo_server_store_records_clear(kolo_server_store *s);
+void kolo_server_store_records_free(kolo_server_store *s);
 
 /* store_history.c: applying /kolo/v1/metrics/ and ring keys to an entry (write lock held). */
 void kolo_server_store_apply_point(kolo_server_store *s, const char *key,

@@ -242,39 +242,6 @@ static void an_assignment_is_valid_only_for_a_member_of_an_active_job(void **sta
   assert_false(kolo_sched_assignment_valid(&f->snap, "w1", "a"));    /* pending job */
 }
 
-/* A watch update of events with the given keys (all PUTs). */
-static int matters(const char *const *keys, size_t n) {
-  kolo_etcd_event events[4] = {0};
-  for (size_t i = 0; i < n; i++) {
-    events[i].type = KOLO_ETCD_EVENT_PUT;
-    events[i].kv.key = (unsigned char *)keys[i];
-    events[i].kv.key_len = strlen(keys[i]);
-  }
-  kolo_etcd_watch_update u = {
-      .kind = KOLO_ETCD_WATCH_EVENTS, .revision = 9, .events = events, .event_count = n};
-  return kolo_sched_update_matters(&u);
-}
-
-static void metrics_history_writes_alone_cause_no_pass(void **state) {
-  (void)state;
-  const char *metrics[] = {"/kolo/v1/metrics/job-1/00000000000000000020",
-                           "/kolo/v1/metrics/job-2/00000000000000000040"};
-  assert_false(matters(metrics, 2));
-  const char *mixed[] = {"/kolo/v1/metrics/job-1/00000000000000000020",
-                         "/kolo/v1/jobs/job-1/status"};
-  assert_true(matters(mixed, 2));
-  const char *each[] = {"/kolo/v1/workers/w1", "/kolo/v1/assign/w1", "/kolo/v1/drain/w1",
-                        "/kolo/v1/jobs/j/reports/w1"};
-  for (size_t i = 0; i < 4; i++) assert_true(matters(&each[i], 1));
-  const char *near[] = {"/kolo/v1/metricsX", "/kolo/v1/metrics"}; /* not under the prefix */
-  assert_true(matters(&near[0], 1));
-  assert_true(matters(&near[1], 1));
-  /* a resync (compaction, a restored etcd) always needs a pass */
-  kolo_etcd_watch_update resync = {.kind = KOLO_ETCD_WATCH_RESYNC};
-  assert_true(kolo_sched_update_matters(&resync));
-  assert_true(kolo_sched_update_matters(NULL));
-}
-
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void) {
@@ -286,7 +253,6 @@ int main(void) {
       cmocka_unit_test(event_numbers_of_both_key_widths_count),
       T(the_view_carries_records_reports_and_the_ring),
       T(an_assignment_is_valid_only_for_a_member_of_an_active_job),
-      cmocka_unit_test(metrics_history_writes_alone_cause_no_pass),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* Unit tests for server/store.c over the in-memory kv (same revision rules as etcd; the
  * etcd-backed runs are in tests/integration): idempotent submit, compares on writes, the
- * watch-fed view, paging and filters, subscriptions, and reload from the kv. */
+ * watch-fed view, paging and filters, subscriptions, reload from the kv, and the raw
+ * records the scheduler reads (kept, skipping the metrics history, rebuilt on a reload). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -279,6 +280,122 @@ static void a_new_store_over_the_same_kv_sees_every_job(void **state) {
   protobuf_c_message_free_unpacked(&job->base, NULL);
 }
 
+/* ---- the records the scheduler reads (store_records.c) ---- */
+
+/* kv_mem with the store's watch callback kept, so a test can deliver a reload. */
+typedef struct spy_kv {
+  kolo_server_kv base;
+  kolo_server_kv *mem;
+  kolo_server_kv_watch_fn fn;
+  void *arg;
+} spy_kv;
+
+static kolo_status spy_range(kolo_server_kv *kv, const char *prefix, kolo_server_kv_item **items,
+                             size_t *count, int64_t *revision) {
+  kolo_server_kv *mem = ((spy_kv *)kv)->mem;
+  return mem->ops->range(mem, prefix, items, count, revision);
+}
+static kolo_status spy_txn(kolo_server_kv *kv, const kolo_server_kv_compare *c, size_t nc,
+                           const kolo_server_kv_put *p, size_t np, int64_t *revision) {
+  kolo_server_kv *mem = ((spy_kv *)kv)->mem;
+  return mem->ops->txn(mem, c, nc, p, np, revision);
+}
+static kolo_status spy_start_watch(kolo_server_kv *kv, const char *prefix, int64_t start,
+                                   kolo_server_kv_watch_fn fn, void *arg) {
+  spy_kv *spy = (spy_kv *)kv;
+  spy->fn = fn;
+  spy->arg = arg;
+  return spy->mem->ops->start_watch(spy->mem, prefix, start, fn, arg);
+}
+static void spy_stop_watch(kolo_server_kv *kv) {
+  kolo_server_kv *mem = ((spy_kv *)kv)->mem;
+  mem->ops->stop_watch(mem);
+}
+static int spy_healthy(kolo_server_kv *kv) {
+  (void)kv;
+  return 1;
+}
+static void spy_destroy(kolo_server_kv *kv) {
+  spy_kv *spy = (spy_kv *)kv;
+  spy->mem->ops->destroy(spy->mem);
+  free(spy);
+}
+static const kolo_server_kv_ops spy_ops = {spy_range,      spy_txn,     spy_start_watch,
+                                           spy_stop_watch, spy_healthy, spy_destroy};
+
+static int records_calls;
+static void count_records(void *arg) {
+  (void)arg;
+  records_calls++;
+}
+
+static int64_t kv_put(kolo_server_kv *kv, const char *key, const char *value) {
+  kolo_server_kv_put put = {key, value, 0};
+  int64_t rev = 0;
+  assert_int_equal(kv->ops->txn(kv, NULL, 0, &put, 1, &rev), KOLO_OK);
+  return rev;
+}
+
+static void read_all(kolo_server_store *store, int64_t min, int timeout_ms, kolo_status want,
+                     kolo_etcd_range_result out[3], uint64_t *reloads) {
+  const char *const prefixes[3] = {"/kolo/v1/workers/", "/kolo/v1/jobs/", "/kolo/v1/metrics/"};
+  int64_t rev = 0;
+  assert_int_equal(
+      kolo_server_store_read_records(store, prefixes, 3, min, timeout_ms, out, &rev, reloads),
+      want);
+}
+
+static void free_all(kolo_etcd_range_result out[3]) {
+  for (int i = 0; i < 3; i++) kolo_etcd_range_result_free(&out[i]);
+}
+
+static void the_records_follow_the_kv_skip_metrics_and_reload_whole(void **state) {
+  (void)state;
+  spy_kv *spy = calloc(1, sizeof *spy);
+  spy->base.ops = &spy_ops;
+  assert_int_equal(kolo_server_kv_mem_create(&spy->mem), KOLO_OK);
+  kv_put(&spy->base, "/kolo/v1/workers/w1", "{\"id\":\"w1\"}");
+  kolo_server_store *store = NULL;
+  assert_int_equal(kolo_server_store_create(&spy->base, &store), KOLO_OK);
+  records_calls = 0;
+  kolo_server_store_set_records_fn(store, count_records, NULL);
+  kv_put(&spy->base, "/kolo/v1/jobs/j/reports/w1", "{}");
+  assert_int_equal(records_calls, 1);
+  int64_t at = kv_put(&spy->base, "/kolo/v1/metrics/j/00000000000000000001", "{}");
+  assert_int_equal(records_calls, 1); /* metrics history alone: no call */
+  kolo_etcd_range_result out[3];
+  uint64_t reloads = 9;
+  read_all(store, at, 1000, KOLO_OK, out, &reloads);
+  assert_int_equal(reloads, 0);
+  assert_int_equal(out[0].count, 1);
+  assert_string_equal((const char *)out[0].kvs[0].key, "/kolo/v1/workers/w1");
+  assert_string_equal((const char *)out[0].kvs[0].value, "{\"id\":\"w1\"}");
+  assert_int_equal(out[0].kvs[0].mod_revision, 1);
+  assert_int_equal(out[1].count, 1);
+  assert_int_equal(out[2].count, 0); /* not kept */
+  assert_true(out[0].revision >= at);
+  free_all(out);
+
+  /* a reload (another etcd cluster, revisions from 1 again): only what it brings */
+  kolo_server_kv_event fresh = {0, {"/kolo/v1/workers/w2", "{}", 2, 2, 2, 0}};
+  assert_true(at > 2);
+  spy->fn(spy->arg, &fresh, 1, 2, 1);
+  assert_int_equal(records_calls, 2);
+  read_all(store, 0, 0, KOLO_OK, out, &reloads);
+  assert_int_equal(reloads, 1);
+  assert_int_equal(out[0].count, 1);
+  assert_string_equal((const char *)out[0].kvs[0].key, "/kolo/v1/workers/w2");
+  assert_int_equal(out[1].count, 0);
+  free_all(out);
+  /* a read for the old cluster's revision times out, the reload counted */
+  read_all(store, at, 100, KOLO_ERR_TIMEOUT, out, &reloads);
+  assert_int_equal(reloads, 1);
+  assert_int_equal(out[0].count, 0);
+  kolo_server_store_set_records_fn(store, NULL, NULL);
+  kolo_server_store_destroy(store);
+  spy->base.ops->destroy(&spy->base);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_submitted_job_is_pending_and_readable, setup, teardown),
@@ -295,6 +412,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_subscriber_sees_the_current_job_then_each_change_once,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(a_new_store_over_the_same_kv_sees_every_job, setup, teardown),
+      cmocka_unit_test(the_records_follow_the_kv_skip_metrics_and_reload_whole),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,179 @@
+/* The store's copy of the records as etcd holds them: every key under /kolo/v1/ but the
+ * metrics history, with its value, revisions and lease, kept sorted by key and fed by the
+ * store's one watch (on_watch applies each batch here too). kolo-server's scheduler reads
+ * its passes from it (kolo_server_store_read_records) instead of re-reading etcd, and is
+ * told of each batch that may matter to it (kolo_server_store_set_records_fn). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/store_internal.h"
+
+/* Index of key in the records, or -(insertion point) - 1. */
+static long find_record(const kolo_server_store *s, const char *key) {
+  size_t lo = 0, hi = s->n_records;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    int c = strcmp(s->records[mid].key, key);
+    if (c == 0) return (long)mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return -(long)lo - 1;
+}
+
+static void item_clear(kolo_server_kv_item *item) {
+  free(item->key);
+  free(item->value);
+  memset(item, 0, sizeof *item);
+}
+
+int kolo_server_store_record_kept(const char *key) {
+  size_t root = strlen(KOLO_KEY_ROOT), metrics = strlen(KOLO_KEY_METRICS_PREFIX);
+  return strncmp(key, KOLO_KEY_ROOT, root) == 0 && strncmp(key, KOLO_KEY_METRICS_PREFIX, metrics);
+}
+
+kolo_status kolo_server_store_apply_record(kolo_server_store *s, const kolo_server_kv_item *item,
+                                           int is_delete) {
+  if (!kolo_server_store_record_kept(item->key)) return KOLO_OK;
+  long at = find_record(s, item->key);
+  if (is_delete) {
+    if (at < 0) return KOLO_OK;
+    item_clear(&s->records[at]);
+    memmove(&s->records[at], &s->records[at + 1],
+            (s->n_records - (size_t)at - 1) * sizeof *s->records);
+    s->n_records--;
+    return KOLO_OK;
+  }
+  char *value = malloc(item->value_len + 1);
+  if (value == NULL) return KOLO_ERR_NO_MEMORY;
+  memcpy(value, item->value, item->value_len);
+  value[item->value_len] = '\0';
+  kolo_server_kv_item *slot;
+  if (at >= 0) {
+    slot = &s->records[at];
+    free(slot->value);
+  } else {
+    if (s->n_records == s->cap_records) {
+      size_t cap = s->cap_records ? s->cap_records * 2 : 256;
+      kolo_server_kv_item *grown = realloc(s->records, cap * sizeof *grown);
+      if (grown == NULL) {
+        free(value);
+        return KOLO_ERR_NO_MEMORY;
+      }
+      s->records = grown;
+      s->cap_records = cap;
+    }
+    size_t pos = (size_t)(-at - 1);
+    memmove(&s->records[pos + 1], &s->records[pos], (s->n_records - pos) * sizeof *s->records);
+    slot = &s->records[pos];
+    memset(slot, 0, sizeof *slot);
+    slot->key = strdup(item->key);
+    if (slot->key == NULL) {
+      memmove(&s->records[pos], &s->records[pos + 1], (s->n_records - pos) * sizeof *s->records);
+      free(value);
+      return KOLO_ERR_NO_MEMORY;
+    }
+    s->n_records++;
+  }
+  slot->value = value;
+  slot->value_len = item->value_len;
+  slot->create_revision = item->create_revision;
+  slot->mod_revision = item->mod_revision;
+  slot->lease = item->lease;
+  return KOLO_OK;
+}
+
+void kolo_server_store_records_clear(kolo_server_store *s) {
+  for (size_t i = 0; i < s->n_records; i++) item_clear(&s->records[i]);
+  s->n_records = 0;
+}
+
+void kolo_server_store_records_free(kolo_server_store *s) {
+  kolo_server_store_records_clear(s);
+  free(s->records);
+  s->records = NULL;
+  s->cap_records = 0;
+}
+
+void kolo_server_store_set_records_fn(kolo_server_store *s, kolo_server_store_records_fn fn,
+                                      void *arg) {
+  pthread_mutex_lock(&s->sub_lock);
+  s->records_fn = fn;
+  s->records_arg = arg;
+  pthread_mutex_unlock(&s->sub_lock);
+}
+
+/* Copies the records under prefix (they are adjacent: sorted by key) into *out. */
+static kolo_status copy_prefix(const kolo_server_store *s, const char *prefix,
+                               kolo_etcd_range_result *out) {
+  long at = find_record(s, prefix);
+  size_t first = at >= 0 ? (size_t)at : (size_t)(-at - 1), plen = strlen(prefix), end = first;
+  while (end < s->n_records && strncmp(s->records[end].key, prefix, plen) == 0) end++;
+  out->kvs = calloc(end - first + 1, sizeof *out->kvs);
+  if (out->kvs == NULL) return KOLO_ERR_NO_MEMORY;
+  for (size_t i = first; i < end; i++) {
+    const kolo_server_kv_item *r = &s->records[i];
+    kolo_etcd_kv *kv = &out->kvs[out->count];
+    size_t klen = strlen(r->key);
+    kv->key = malloc(klen + 1);
+    kv->value = malloc(r->value_len + 1);
+    if (kv->key == NULL || kv->value == NULL) {
+      kolo_etcd_kv_clear(kv);
+      return KOLO_ERR_NO_MEMORY;
+    }
+    memcpy(kv->key, r->key, klen + 1);
+    kv->key_len = klen;
+    memcpy(kv->value, r->value, r->value_len + 1);
+    kv->value_len = r->value_len;
+    kv->create_revision = r->create_revision;
+    kv->mod_revision = r->mod_revision;
+    kv->lease = r->lease;
+    out->count++;
+  }
+  out->total = (int64_t)out->count;
+  return KOLO_OK;
+}
+
+/* Waits until the view has applied revision or timeout_ms passed (KOLO_ERR_TIMEOUT). */
+static kolo_status wait_applied(kolo_server_store *s, int64_t revision, int timeout_ms) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_ms / 1000;
+  deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  kolo_status rc = KOLO_OK;
+  pthread_mutex_lock(&s->rev_lock);
+  while (s->revision < revision)
+    if (pthread_cond_timedwait(&s->rev_cond, &s->rev_lock, &deadline) == ETIMEDOUT) {
+      rc = s->revision >= revision ? KOLO_OK : KOLO_ERR_TIMEOUT;
+      break;
+    }
+  pthread_mutex_unlock(&s->rev_lock);
+  return rc;
+}
+
+kolo_status kolo_server_store_read_records(kolo_server_store *s, const char *const *prefixes,
+                                           size_t n, int64_t min_revision, int timeout_ms,
+                                           kolo_etcd_range_result *out, int64_t *revision,
+                                           uint64_t *reloads) {
+  memset(out, 0, n * sizeof *out);
+  kolo_status rc = min_revision > 0 ? wait_applied(s, min_revision, timeout_ms) : KOLO_OK;
+  pthread_rwlock_rdlock(&s->lock);
+  if (reloads) *reloads = s->reloads;
+  for (size_t i = 0; rc == KOLO_OK && i < n; i++) rc = copy_prefix(s, prefixes[i], &out[i]);
+  /* the data under the read lock is at least at this revision (it is set after each batch) */
+  int64_t at = kolo_server_store_revision(s);
+  pthread_rwlock_unlock(&s->lock);
+  for (size_t i = 0; i < n; i++) out[i].revision = at;
+  if (revision) *revision = at;
+  if (rc != KOLO_OK)
+    for (size_t i = 0; i < n; i++) kolo_etcd_range_result_free(&out[i]);
+  return rc;
+}
