@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "coordination/drain.h"
 #include "coordination/keys.h"
+#include "coordination/report.h"
 
 #define LOG "sched"
 
@@ -106,6 +107,13 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
   } else if (strncmp(part, "ring/", 5) == 0) {
     add_ring(j, (const char *)kv->key, text, length);
   } else if (strncmp(part, "reports/", 8) == 0) {
+    /* checked by its owner (coordination/report.h); one that does not decode is left out */
+    kolo_report checked;
+    if (kolo_report_decode(text, length, &checked) != KOLO_OK) {
+      KOLO_LOGW(LOG, "job %s: report of %s left out: %s", j->id, part + 8, kolo_etcd_last_error());
+      return;
+    }
+    kolo_report_clear(&checked);
     json_t *report = json_loadb(text, length, 0, NULL);
     if (report) json_object_set_new(j->reports, part + 8, report);
   }

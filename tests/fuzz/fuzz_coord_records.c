@@ -1,9 +1,10 @@
 /* libFuzzer target: the records kolo processes read from etcd and trust to act on: the
  * per-epoch ring record (coordination/ringspec.c), a worker's membership record
- * (coordination/membership.c), a drain mark (coordination/drain.c) and an assignment
- * (coordination/assignment.c). Input: one byte choosing the record, then JSON. Properties:
- * no crash or leak; a ring record that decodes validates, re-encodes and decodes again to
- * the same encoding; an assignment that decodes re-encodes and reads back the same. */
+ * (coordination/membership.c), a drain mark (coordination/drain.c), an assignment
+ * (coordination/assignment.c) and an agent's report (coordination/report.c). Input: one byte
+ * choosing the record, then JSON. Properties: no crash or leak; a ring record that decodes
+ * validates, re-encodes and decodes again to the same encoding; an assignment or a report
+ * that decodes re-encodes and reads back the same. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,13 +12,14 @@
 #include "coordination/assignment.h"
 #include "coordination/drain.h"
 #include "coordination/membership.h"
+#include "coordination/report.h"
 #include "coordination/ringspec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   const char *text = (const char *)data + 1;
   size_t len = size - 1;
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0: {
       kolo_ringspec spec;
       memset(&spec, 0, sizeof spec);
@@ -55,6 +57,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
       kolo_assignment_clear(&back);
       kolo_assignment_clear(&a);
+      free(json);
+      break;
+    }
+    case 4: {
+      kolo_report r;
+      if (kolo_report_decode(text, len, &r) != KOLO_OK) break;
+      char *json = NULL;
+      kolo_report back;
+      /* a report that decodes with a worker re-encodes and reads back the same */
+      if (r.worker && (kolo_report_encode(&r, &json) != KOLO_OK ||
+                       kolo_report_decode(json, strlen(json), &back) != KOLO_OK ||
+                       back.exit_code != r.exit_code || back.failed_rank != r.failed_rank))
+        abort();
+      if (r.worker) kolo_report_clear(&back);
+      kolo_report_clear(&r);
       free(json);
       break;
     }

@@ -104,6 +104,11 @@ def main():
     write("fuzz_coord_records", "drain", bytes([2]) + json.dumps({"worker": "w1", "lease": 12345}).encode())
     assignment = {"job": "j1", "epoch": 3, "ring": "/kolo/v1/jobs/j1/ring/00000000000000000003", "rank": 1}
     write("fuzz_coord_records", "assignment", bytes([3]) + json.dumps(assignment).encode())
+    report = {"worker": "w1", "epoch": 3, "formed_epoch": 3, "failed_epoch": 0, "failed_rank": -1,
+              "failed_status": "", "exited": True, "exit_code": 1, "exit_epoch": 3,
+              "time_unix_ms": 1700000000000, "pid": 42, "progress": {"step": 4, "event": "synced"},
+              "stderr_tail": "boom"}
+    write("fuzz_coord_records", "report", bytes([4]) + json.dumps(report).encode())
     write("fuzz_train_files", "csv", bytes([0, 0]) + b"label,a,b\n1,0.5,0.25\n0,1,2\n")
     write("fuzz_train_files", "libsvm", bytes([1, 1]) + b"1 1:0.5 3:2\n-1 2:1\n0 1:1 2:2 3:3\n")
     images = struct.pack(">IIII", 0x803, 2, 2, 2) + bytes(range(8))

@@ -15,6 +15,7 @@
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
+#include "coordination/report.h"
 #include "coordination/ringspec.h"
 
 static void sample(kolo_ringspec *s, kolo_ringspec_member *members, kolo_ringspec_lost *lost) {
@@ -372,6 +373,61 @@ static void a_bad_assignment_is_refused_naming_the_field(void **state) {
   }
 }
 
+/* The agent's report (coordination/report.h): as the agent wrote it before (json_pack, the
+ * process's progress in the middle), read back with the progress passed through as is; a
+ * partial one reads with defaults; a wrong type is refused naming the field. */
+static void an_agent_report_carries_the_process_s_progress_as_is(void **state) {
+  (void)state;
+  const char *old =
+      "{\"worker\":\"w1\",\"epoch\":3,\"formed_epoch\":3,\"failed_epoch\":0,"
+      "\"failed_rank\":-1,\"failed_status\":\"\",\"exited\":true,\"exit_code\":1,"
+      "\"exit_epoch\":3,\"time_unix_ms\":1700000000000,\"pid\":4242,"
+      "\"progress\":{\"step\":40,\"event\":\"synced\",\"synced_step\":30},"
+      "\"stderr_tail\":\"boom\"}";
+  kolo_report r;
+  assert_int_equal(kolo_report_decode(old, strlen(old), &r), KOLO_OK);
+  assert_string_equal(r.worker, "w1");
+  assert_int_equal(r.failed_rank, -1);
+  assert_true(r.exited);
+  assert_int_equal(r.exit_code, 1);
+  assert_int_equal(r.pid, 4242);
+  assert_string_equal(r.stderr_tail, "boom");
+  assert_string_equal(json_string_value(json_object_get(r.progress, "event")), "synced");
+  char *json = NULL;
+  assert_int_equal(kolo_report_encode(&r, &json), KOLO_OK);
+  kolo_report back;
+  assert_int_equal(kolo_report_decode(json, strlen(json), &back), KOLO_OK);
+  assert_int_equal(json_integer_value(json_object_get(back.progress, "synced_step")), 30);
+  assert_int_equal(back.time_unix_ms, 1700000000000);
+  assert_string_equal(back.stderr_tail, "boom");
+  kolo_report_clear(&back);
+  free(json);
+  r.exited = 0;
+  free(r.stderr_tail);
+  r.stderr_tail = NULL;
+  assert_int_equal(kolo_report_encode(&r, &json), KOLO_OK);
+  assert_null(strstr(json, "stderr_tail")); /* only an exited process's */
+  free(json);
+  kolo_report_clear(&r);
+  const char *partial = "{\"time_unix_ms\":900,\"formed_epoch\":2,\"gpu_util\":0.5}";
+  assert_int_equal(kolo_report_decode(partial, strlen(partial), &r), KOLO_OK);
+  assert_int_equal(r.formed_epoch, 2);
+  assert_int_equal(r.failed_rank, -1);
+  assert_null(r.progress);
+  kolo_report_clear(&r);
+  const char *bad[][2] = {{"{\"exit_code\":\"1\"}", "exit_code"},
+                          {"{\"progress\":[1]}", "'progress' is not an object"},
+                          {"{\"exited\":1}", "exited"},
+                          {"{\"worker\":\"../w\"}", "worker '../w' is not valid"},
+                          {"[]", "not an object"}};
+  for (size_t i = 0; i < 5; i++) {
+    assert_int_not_equal(kolo_report_decode(bad[i][0], strlen(bad[i][0]), &r), KOLO_OK);
+    if (strstr(kolo_etcd_last_error(), bad[i][1]) == NULL)
+      fail_msg("case %zu: '%s' for %s", i, kolo_etcd_last_error(), bad[i][0]);
+    assert_null(r.progress);
+  }
+}
+
 static void a_worker_record_round_trips_and_has_the_documented_shape(void **state) {
   (void)state;
   kolo_member_label labels[] = {{"zone", "a"}, {"gpu.model", "H200"}};
@@ -520,6 +576,7 @@ int main(void) {
       cmocka_unit_test(encoding_an_invalid_ring_record_fails),
       cmocka_unit_test(an_assignment_round_trips_and_has_the_documented_shape),
       cmocka_unit_test(a_bad_assignment_is_refused_naming_the_field),
+      cmocka_unit_test(an_agent_report_carries_the_process_s_progress_as_is),
       cmocka_unit_test(a_worker_record_round_trips_and_has_the_documented_shape),
       cmocka_unit_test(a_worker_record_written_the_old_way_is_read),
       cmocka_unit_test(bad_worker_records_are_rejected),

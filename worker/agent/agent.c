@@ -31,6 +31,7 @@
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
+#include "coordination/report.h"
 #include "coordination/ringspec.h"
 #include "kolo/v1/job.pb-c.h"
 #include "worker/agent/capture.h"
@@ -232,19 +233,25 @@ static void write_report(agent *a) {
     KOLO_LOGW(LOG, "no report for job '%s': %s", a->job, kolo_etcd_last_error());
     return;
   }
-  json_t *r = json_pack("{s:s, s:I, s:I, s:I, s:i, s:s, s:b, s:i, s:I, s:I, s:i}", "worker", a->id,
-                        "epoch", (json_int_t)a->epoch, "formed_epoch", (json_int_t)a->formed_epoch,
-                        "failed_epoch", (json_int_t)a->failed_epoch, "failed_rank", a->failed_rank,
-                        "failed_status", a->failed_status, "exited", a->exited, "exit_code",
-                        a->exit_code, "exit_epoch", (json_int_t)a->exit_epoch, "time_unix_ms",
-                        (json_int_t)wall_ms(), "pid", (int)kolo_agent_proc_pid(a->proc));
-  if (r == NULL) return;
-  if (a->progress) json_object_set(r, "progress", a->progress);
-  if (a->exited && a->stderr_tail[0])
-    json_object_set_new(r, "stderr_tail", json_string(a->stderr_tail));
-  char *text = json_dumps(r, JSON_COMPACT);
-  json_decref(r);
-  if (text == NULL) return;
+  /* the record's owner is coordination/report.h (strings and progress borrowed here) */
+  kolo_report r = {.worker = a->id,
+                   .epoch = a->epoch,
+                   .formed_epoch = a->formed_epoch,
+                   .failed_epoch = a->failed_epoch,
+                   .failed_rank = a->failed_rank,
+                   .failed_status = a->failed_status,
+                   .exited = a->exited,
+                   .exit_code = a->exit_code,
+                   .exit_epoch = a->exit_epoch,
+                   .time_unix_ms = wall_ms(),
+                   .pid = kolo_agent_proc_pid(a->proc),
+                   .progress = a->progress,
+                   .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL};
+  char *text = NULL;
+  if (kolo_report_encode(&r, &text) != KOLO_OK) {
+    KOLO_LOGW(LOG, "no report for job '%s': %s", a->job, kolo_etcd_last_error());
+    return;
+  }
   kolo_status rc = kolo_etcd_put(a->etcd, kolo_etcd_str(key), kolo_etcd_str(text), 0, NULL, NULL);
   free(text);
   if (rc != KOLO_OK) {
