@@ -591,16 +591,16 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
       staged = 0;
       progress = 1;
     }
-    int done = send_index == plan->send_count && recv_index == plan->recv_count;
-    if (!done && atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
-    if (progress || done) {
+    int finished = send_index == plan->send_count && recv_index == plan->recv_count;
+    if (!finished && atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
+    if (progress || finished) {
       last_progress = kolo_now_ns();
       if (spin_until != 0 && comm->spin_ns > 0) {
         comm->spin_budget_ns =
             kolo_spin_budget_next(comm->spin_budget_ns, comm->spin_ns, last_progress - stalled_at);
       }
       spin_until = 0;
-      if (done) return KOLO_OK;
+      if (finished) return KOLO_OK;
       continue;
     }
     /* nothing moved: busy-poll a little first (a neighbour a few microseconds

@@ -54,18 +54,21 @@ struct conn {
   uint64_t in_base; /* the stream position of in[0] */
   size_t in_len;
   size_t out_off, out_len;
-  int client_eof;       /* the client ended its stream */
-  int engine_shut;      /* we forward no more to the engine (half-closed or it closed) */
-  int engine_eof;       /* the engine closed its side: every answer it owes is in `out` or sent */
-  int failed;           /* a framing error: its answer goes after the engine's */
-  int error_queued;     /* that answer is in `out` */
-  int lingering;        /* all sent; reading and dropping the client's leftovers until close */
-  int again;            /* it yielded with work left: step it again without waiting */
+  int client_eof;     /* the client ended its stream */
+  int engine_shut;    /* we forward no more to the engine (half-closed or it closed) */
+  int engine_eof;     /* the engine closed its side: every answer it owes is in `out` or sent */
+  int failed;         /* a framing error: its answer goes after the engine's */
+  int error_queued;   /* that answer is in `out` */
+  int lingering;      /* all sent; reading and dropping the client's leftovers until close */
+  int again;          /* it yielded with work left: step it again without waiting */
+  int engine_started; /* its socketpair was handed to the engine (at the first whole request) */
+  struct sockaddr_in peer;
   gnutls_session_t tls; /* NULL: plain HTTP */
   int tls_started;      /* its first byte was a TLS handshake record */
   int tls_ready;        /* the handshake is done */
   int tls_read_wants_write;
-  int64_t last_out_ms, last_engine_ms, linger_until_ms, handshake_until_ms;
+  int64_t last_out_ms, last_engine_ms, linger_until_ms;
+  int64_t start_until_ms; /* the TLS handshake and the first whole request must come by then */
   conn *prev, *next;
   char in[IN_CAP];
   char out[OUT_CAP];
@@ -207,11 +210,56 @@ static int read_client(conn *c, int *progress) {
   return 0;
 }
 
+static int add_fd(kolo_server_http_front *f, int fd, endpoint *e, unsigned events);
+
+/* Gives the engine its end of a new socketpair: at the first whole request, so a client that
+ * never sends one costs libmicrohttpd nothing. -1: the client is to get a 503. */
+static int start_engine(kolo_server_http_front *f, conn *c) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) return -1;
+  if (f->cfg.hand_over(f->cfg.arg, sv[1], (const struct sockaddr *)&c->peer, sizeof c->peer) != 0) {
+    close(sv[0]);
+    return -1;
+  }
+  if (add_fd(f, sv[0], &c->eep, EPOLLIN) != 0) {
+    close(sv[0]);
+    return -1;
+  }
+  c->efd = sv[0];
+  c->engine_started = 1;
+  c->last_engine_ms = now_ms();
+  return 0;
+}
+
+/* The engine could not take the client: nothing of it was forwarded; it gets a 503. */
+static void engine_refused(conn *c) {
+  kolo_server_http_frame_error *e = &c->frame.error;
+  e->status = 503;
+  e->code = "UNAVAILABLE";
+  snprintf(e->message, sizeof e->message, "the HTTP server cannot take another connection now");
+  c->failed = 1;
+  c->engine_shut = c->engine_eof = 1;
+}
+
 /* Forwards the cleared bytes to the engine; half-closes it once no more will come. */
-static void forward(conn *c, int *progress) {
+static void forward(kolo_server_http_front *f, conn *c, int *progress) {
   if (c->engine_shut) return;
   size_t cleared = (size_t)(c->frame.ready - c->in_base);
   if (cleared > c->in_len) cleared = c->in_len;
+  if (!c->engine_started) {
+    if (cleared == 0) {
+      if (c->failed || c->client_eof) { /* nothing ever reached the engine: none to wait for */
+        c->engine_shut = c->engine_eof = 1;
+        *progress = 1;
+      }
+      return;
+    }
+    *progress = 1;
+    if (start_engine(f, c) != 0) {
+      engine_refused(c);
+      return;
+    }
+  }
   if (cleared > 0) {
     ssize_t n = send(c->efd, c->in, cleared, MSG_NOSIGNAL);
     if (n < 0) {
@@ -234,7 +282,7 @@ static void forward(conn *c, int *progress) {
 }
 
 static void read_engine(conn *c, int *progress) {
-  if (c->engine_eof || c->out_len == OUT_CAP) return;
+  if (!c->engine_started || c->engine_eof || c->out_len == OUT_CAP) return;
   if (c->out_off + c->out_len == OUT_CAP) { /* room only before the unsent bytes */
     memmove(c->out, c->out + c->out_off, c->out_len);
     c->out_off = 0;
@@ -354,7 +402,7 @@ static int step(kolo_server_http_front *f, conn *c) {
     }
     progress = 0;
     if (read_client(c, &progress) != 0) return -1;
-    forward(c, &progress);
+    forward(f, c, &progress);
     read_engine(c, &progress);
     if (write_client(c, &progress) != 0) return -1;
     if (c->engine_eof && c->out_len == 0) {
@@ -417,45 +465,24 @@ static void accept_one(kolo_server_http_front *f, int fd, const struct sockaddr_
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) {
-    refuse(fd, 503, "UNAVAILABLE", "no socket for the request");
-    return;
-  }
   conn *c = malloc(sizeof *c);
   if (c == NULL) {
-    close(sv[0]);
-    close(sv[1]);
     refuse(fd, 503, "UNAVAILABLE", "out of memory");
     return;
   }
   memset(c, 0, offsetof(conn, in));
   c->cfd = fd;
-  c->efd = sv[0];
+  c->efd = -1;
+  c->peer = *peer;
   c->cep = (endpoint){EP_CLIENT, c, 0};
   c->eep = (endpoint){EP_ENGINE, c, 0};
   kolo_server_http_frame_init(&c->frame);
   c->last_out_ms = c->last_engine_ms = now_ms();
-  c->handshake_until_ms = c->last_out_ms + (int64_t)f->cfg.timeout_s * 1000;
-  if (f->creds && tls_session(f, c) != 0) {
-    close(sv[0]);
-    close(sv[1]);
-    free(c);
-    close(fd);
-    return;
-  }
-  if (f->cfg.hand_over(f->cfg.arg, sv[1], (const struct sockaddr *)peer, sizeof *peer) != 0) {
-    close(sv[0]);
+  c->start_until_ms = c->last_out_ms + (int64_t)f->cfg.timeout_s * 1000;
+  if ((f->creds && tls_session(f, c) != 0) || add_fd(f, fd, &c->cep, EPOLLIN) != 0) {
     if (c->tls) gnutls_deinit(c->tls);
     free(c);
-    refuse(fd, 503, "UNAVAILABLE", "the HTTP server is at its connection limit");
-    return;
-  }
-  if (add_fd(f, fd, &c->cep, EPOLLIN) != 0 || add_fd(f, sv[0], &c->eep, EPOLLIN) != 0) {
-    close(sv[0]);
     close(fd);
-    if (c->tls) gnutls_deinit(c->tls);
-    free(c);
     return;
   }
   c->next = f->conns;
@@ -494,8 +521,8 @@ static void sweep(kolo_server_http_front *f) {
     int drop = 0;
     if (c->lingering)
       drop = now >= c->linger_until_ms;
-    else if (c->tls && !c->tls_ready)
-      drop = now >= c->handshake_until_ms;
+    else if (!c->engine_started)
+      drop = now >= c->start_until_ms; /* no handshake or no whole first request in time */
     else if (c->out_len > 0)
       drop = now - c->last_out_ms > limit;
     else if (c->engine_shut && !c->engine_eof)

@@ -557,6 +557,13 @@ static void survivors_report_the_killed_rank_within_a_second(void **state) {
   for (int size = 2; size <= 5; size++) killed_rank_is_reported_within_a_second(size, 8 << 20, 0);
 }
 
+/* The same through two ranks' small pair all-reduce over shared memory (16 KiB
+ * reduced straight out of the ring, in place). */
+static void a_killed_peer_is_reported_within_a_second_over_shared_memory_pairs(void **state) {
+  (void)state;
+  killed_rank_is_reported_within_a_second(2, 4096, 0);
+}
+
 /* The same through two ranks' pair all-reduce over TCP (4 MiB, out of place). */
 static void a_killed_peer_is_reported_within_a_second_over_tcp_pairs(void **state) {
   (void)state;
@@ -576,6 +583,7 @@ int main(void) {
       cmocka_unit_test(reductions_from_a_misaligned_wrapping_shared_memory_ring_are_exact),
       cmocka_unit_test(survivors_report_the_killed_rank_within_a_second),
       cmocka_unit_test(a_killed_peer_is_reported_within_a_second_over_tcp_pairs),
+      cmocka_unit_test(a_killed_peer_is_reported_within_a_second_over_shared_memory_pairs),
       cmocka_unit_test(a_rank_waiting_for_a_late_peer_sleeps_on_both_transports),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
