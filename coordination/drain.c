@@ -1,23 +1,29 @@
-/* Implementation of coordination/drain.h: the drain mark's codec and its incarnation rule. */
+/* Implementation of coordination/drain.h: the drain mark (kolo.v1.DrainMark in
+ * proto/kolo/v1/records.proto) through the one codec, and its incarnation rule. */
 #include "coordination/drain.h"
 
-#include <jansson.h>
 #include <stdlib.h>
 
+#include "codec/codec.h"
+#include "kolo/v1/records.pb-c.h"
+
 char *kolo_drain_mark_json(int64_t lease, int64_t time_unix_ms) {
-  json_t *mark = json_pack("{s:b, s:I, s:I}", "draining", 1, "lease", (json_int_t)lease,
-                           "time_unix_ms", (json_int_t)time_unix_ms);
-  char *text = mark ? json_dumps(mark, JSON_COMPACT) : NULL;
-  json_decref(mark);
-  return text;
+  Kolo__V1__DrainMark mark = KOLO__V1__DRAIN_MARK__INIT;
+  mark.has_draining = mark.draining = 1;
+  mark.has_lease = mark.has_time_unix_ms = 1;
+  mark.lease = lease;
+  mark.time_unix_ms = time_unix_ms;
+  return kolo_codec_dump(&mark.base, 0);
 }
 
 int kolo_drain_mark_applies(const char *value, size_t len, int64_t lease) {
   if (value == NULL) return 0;
-  json_t *mark = json_loadb(value, len, JSON_REJECT_DUPLICATES, NULL);
-  json_t *owner = json_object_get(mark, "lease");
-  int applies = json_is_object(mark) && json_is_true(json_object_get(mark, "draining")) &&
-                json_is_integer(owner) && json_integer_value(owner) == (json_int_t)lease;
-  json_decref(mark);
+  ProtobufCMessage *msg = NULL;
+  if (kolo_codec_read(value, len, &kolo__v1__drain_mark__descriptor,
+                      KOLO_CODEC_IGNORE_UNKNOWN | KOLO_CODEC_INTEGERS_ONLY, &msg, NULL) != KOLO_OK)
+    return 0;
+  const Kolo__V1__DrainMark *mark = (const Kolo__V1__DrainMark *)msg;
+  int applies = mark->has_draining && mark->draining && mark->has_lease && mark->lease == lease;
+  protobuf_c_message_free_unpacked(msg, NULL);
   return applies;
 }

@@ -5,6 +5,7 @@
  * that outlived its registration anyway (written without a lease by an older kolo-server) is
  * ignored by everyone instead of draining the worker's next incarnation forever.
  *
+ * The mark is kolo.v1.DrainMark (proto/kolo/v1/records.proto) in the one JSON codec (codec/).
  * JSON form: {"draining":true,"lease":<lease id>,"time_unix_ms":<when it was drained>} */
 #ifndef KOLO_COORD_DRAIN_H
 #define KOLO_COORD_DRAIN_H
@@ -15,9 +16,10 @@
 /* The mark's value for the registration holding lease (malloc'd; NULL when out of memory). */
 char *kolo_drain_mark_json(int64_t lease, int64_t time_unix_ms);
 
-/* Whether a mark's value drains the registration that holds lease: it must be a JSON
- * object with "draining": true and "lease" equal to lease. Anything else (malformed, a
- * legacy mark without a lease, another incarnation's lease) drains nothing. */
+/* Whether a mark's value drains the registration that holds lease: it must decode as a
+ * DrainMark (fields a newer writer added are skipped, integers are JSON integers) with
+ * "draining": true and "lease" equal to lease. Anything else (malformed, a legacy mark
+ * without a lease, another incarnation's lease) drains nothing. */
 int kolo_drain_mark_applies(const char *value, size_t len, int64_t lease);
 
 #endif

@@ -191,6 +191,28 @@ static void event_numbers_of_both_key_widths_count(void **state) {
   clear(&jobs);
 }
 
+/* An assignment that does not decode (coordination/assignment.h: here no ring) keeps its
+ * worker busy with no job, so no pass plans the worker over it and the sweep, which keeps
+ * only assignments to a member of an active job, takes it away. */
+static void an_assignment_that_does_not_decode_is_no_job_and_keeps_the_worker_busy(void **state) {
+  (void)state;
+  kolo_sched_snapshot snap = {0};
+  add_member(&snap,
+             "{\"id\":\"w1\",\"host\":\"h\",\"address\":\"127.0.0.1:7001\",\"cpus\":1,"
+             "\"gpus\":0,\"state\":\"idle\"}");
+  kvs assigns = {0}, none = {0};
+  add(&assigns, "/kolo/v1/assign/w1", "{\"job\":\"b\",\"epoch\":2}", 1);
+  kolo_etcd_range_result a = range(&assigns), d = range(&none), j = range(&none);
+  assert_int_equal(kolo_sched_snapshot_fill(&snap, &a, &d, &j), KOLO_OK);
+  assert_int_equal(snap.n_assigns, 1);
+  assert_string_equal(snap.assigns[0].worker_id, "w1");
+  assert_string_equal(kolo_sched_find_worker(&snap, "w1")->assign_job, "");
+  assert_false(kolo_sched_worker_idle(kolo_sched_find_worker(&snap, "w1")));
+  assert_false(kolo_sched_assignment_valid(&snap, "w1", ""));
+  kolo_sched_snapshot_free(&snap);
+  clear(&assigns);
+}
+
 static void the_view_carries_records_reports_and_the_ring(void **state) {
   fixture *f = *state;
   kolo_sched_job_view view;
@@ -251,6 +273,7 @@ int main(void) {
       T(bounds_prefer_the_status_over_the_spec),
       T(ring_records_are_read_through_their_codec),
       cmocka_unit_test(event_numbers_of_both_key_widths_count),
+      cmocka_unit_test(an_assignment_that_does_not_decode_is_no_job_and_keeps_the_worker_busy),
       T(the_view_carries_records_reports_and_the_ring),
       T(an_assignment_is_valid_only_for_a_member_of_an_active_job),
   };
