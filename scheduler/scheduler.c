@@ -225,18 +225,13 @@ static int read_records(kolo_sched *s, kolo_sched_records *r) {
   if (rc == KOLO_ERR_TIMEOUT && r->reloads != s->reloads) {
     /* rebuilt whole since (a new etcd cluster restarts its revisions): the write's
      * revision may never come; the next pass takes the records as they are */
-    KOLO_LOGW(LOG,
-              "the records were reloaded without revision %" PRId64
-              " (this scheduler's last "
-              "write); going on from the reloaded state",
+    KOLO_LOGW(LOG, "the records reloaded without revision %" PRId64 " (my last write): going on",
               want);
     s->caught_up = wrote;
     s->reloads = r->reloads;
   } else if (rc == KOLO_ERR_TIMEOUT) {
     KOLO_LOGW(LOG,
-              "the records have not reached revision %" PRId64
-              " (this scheduler's last "
-              "write) within %d ms: pass skipped",
+              "the records lack revision %" PRId64 " (my last write) after %d ms: pass skipped",
               want, CATCH_UP_MS);
   } else {
     KOLO_LOGW(LOG, "cannot read the cluster: %s", kolo_strerror(rc));

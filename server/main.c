@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,9 @@ typedef struct server {
   kolo_server_grpc *grpc;
   kolo_server_http *http;
   kolo_server_logs *logs;
-  kolo_sched *sched;              /* scheduling runs while this replica leads */
+  kolo_sched *sched; /* scheduling runs while this replica leads */
+  /* guards sched for /metrics, which is served until after the scheduler stops */
+  pthread_mutex_t sched_lock;
   kolo_server_recorder *recorder; /* metrics history, written while this replica leads */
 } server;
 
@@ -160,6 +163,7 @@ static char *etcd_metrics(void *arg) {
   add_handle(&text, "all", s->etcd, 1);
   if (s->kv_on_etcd) add_handle(&text, "store", kolo_server_kv_etcd_handle(s->kv), 0);
   if (s->leader) add_handle(&text, "leader", kolo_server_leader_etcd(s->leader), 0);
+  pthread_mutex_lock(&s->sched_lock);
   if (s->sched) {
     add_handle(&text, "scheduler", kolo_sched_etcd(s->sched), 0);
     char *more = NULL;
@@ -172,13 +176,18 @@ static char *etcd_metrics(void *arg) {
       text = more;
     }
   }
+  pthread_mutex_unlock(&s->sched_lock);
   return text;
 }
 
 static void teardown(server *s) {
   if (s->store)
     kolo_server_store_set_records_fn(s->store, NULL, NULL); /* before the scheduler goes */
-  kolo_sched_stop(s->sched);
+  pthread_mutex_lock(&s->sched_lock);
+  kolo_sched *sched = s->sched;
+  s->sched = NULL;
+  pthread_mutex_unlock(&s->sched_lock);
+  kolo_sched_stop(sched);
   kolo_server_recorder_stop(s->recorder);
   if (s->grpc) kolo_server_grpc_stop(s->grpc, s->opts.grace_ms);
   kolo_server_http_stop(s->http);
@@ -192,11 +201,13 @@ static void teardown(server *s) {
   free(s->tls_cert);
   free(s->tls_key);
   free(s->token);
+  pthread_mutex_destroy(&s->sched_lock);
 }
 
 int main(int argc, char **argv) {
   server s;
   memset(&s, 0, sizeof s);
+  pthread_mutex_init(&s.sched_lock, NULL);
   char err[512];
   kolo_status rc = kolo_server_options_parse(argc, argv, &s.opts, err, sizeof err);
   if (rc == KOLO_ERR_ABORTED) return 0;
@@ -300,8 +311,12 @@ int main(int argc, char **argv) {
     /* the scheduler's passes read the store's watch-fed records: the store's watch is the
      * only one this process holds on /kolo/v1/ */
     kolo_sched_config sc = {leader_fence, s.leader, 0, s.etcd, read_records, s.store};
-    if (kolo_sched_start(&sc, &s.sched) != KOLO_OK) goto out;
-    kolo_server_store_set_records_fn(s.store, records_changed, s.sched);
+    kolo_sched *sched = NULL;
+    if (kolo_sched_start(&sc, &sched) != KOLO_OK) goto out;
+    pthread_mutex_lock(&s.sched_lock);
+    s.sched = sched;
+    pthread_mutex_unlock(&s.sched_lock);
+    kolo_server_store_set_records_fn(s.store, records_changed, sched);
   }
   kolo_server_recorder_config rc_cfg = {s.store,
                                         s.kv,

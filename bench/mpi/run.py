@@ -11,10 +11,14 @@ size and path, the median over the runs of both times and the ratio MPI time / k
 (above 1.00x = kolo faster), plus the load average at start and end.
 
 Usage: bench/mpi/run.py [--runs N] [--ranks N] [--sizes 4K:64M:4] [--iters N] [--warmups N]
-                        [--paths tcp,shm] [--rt]
+                        [--paths tcp,shm] [--rt] [--bind core|none]
 --rt runs both sides under `chrt -f 10` (root): on a machine loaded by others, the two
 programs then get the cores as on a quiet one (for A/B runs; the figures that count are
 taken on a quiet machine without it).
+--bind core (default) binds rank r of both sides to CPU r (mod the CPU count): Open MPI's own
+default for 2 ranks, and kolo's ranks through taskset, so both get the same placement (unbound,
+two spinning ranks can share one core while another program busies the other: shm 4 KiB then
+reads 5-10 us instead of 1.2). --bind none leaves both to the scheduler (mpirun --bind-to none).
 Binaries from $KOLO_BIN_DIR (default build/bin). Exit 1 when a run fails or returns wrong
 results."""
 import argparse
@@ -27,7 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.environ.get("KOLO_BIN_DIR", os.path.join(ROOT, "build", "bin"))
 PATHS = {"tcp": ("TCP (KOLO_SHM=0 vs btl tcp,self)", {"KOLO_SHM": "0"}, "tcp,self"),
          "shm": ("one host (kolo default vs btl vader,self)", {}, "vader,self")}
-OPTIONS = argparse.Namespace(rt=False)
+OPTIONS = argparse.Namespace(rt=False, bind="core")
+# rank r on CPU r (mod the CPU count), as mpirun --bind-to core places 2 ranks
+BIND_KOLO = ["/bin/sh", "-c", 'exec taskset -c $((KOLO_LOCAL_RANK %% %d)) "$@"' % (os.cpu_count() or 1),
+             "bind"]
 
 
 def parse_rows(text):
@@ -65,13 +72,15 @@ def run(command, env_extra):
 
 
 def run_kolo(o, path):
-    command = [os.path.join(BIN, "kolorun"), "--timeout", "600", "-np", str(o.ranks), "--",
-               os.path.join(BIN, "kolo-allreduce-perf")] + sweep_args(o)
+    command = [os.path.join(BIN, "kolorun"), "--timeout", "600", "-np", str(o.ranks), "--"]
+    if o.bind == "core":
+        command += BIND_KOLO
+    command += [os.path.join(BIN, "kolo-allreduce-perf")] + sweep_args(o)
     return run(command, PATHS[path][1])
 
 
 def run_mpi(o, path):
-    command = ["mpirun", "--allow-run-as-root", "-np", str(o.ranks),
+    command = ["mpirun", "--allow-run-as-root", "-np", str(o.ranks), "--bind-to", o.bind,
                "--mca", "btl", PATHS[path][2], os.path.join(BIN, "mpi-allreduce-perf")] + sweep_args(o)
     return run(command, {"OMPI_MCA_btl_tcp_if_include": "lo"} if path == "tcp" else {})
 
@@ -97,11 +106,14 @@ def main():
     p.add_argument("--warmups", type=int, default=5)
     p.add_argument("--paths", default="tcp,shm")
     p.add_argument("--rt", action="store_true")
+    p.add_argument("--bind", choices=("core", "none"), default="core")
     o = p.parse_args()
     OPTIONS.rt = o.rt
     paths = o.paths.split(",")
     if any(path not in PATHS for path in paths) or o.runs < 1 or o.ranks < 2:
         sys.exit("run.py: --paths takes tcp and/or shm, --runs >= 1, --ranks >= 2")
+    if o.bind == "core" and o.ranks > (os.cpu_count() or 1):
+        sys.exit("run.py: --bind core needs --ranks <= %d (the CPUs); use --bind none" % (os.cpu_count() or 1))
     for binary in ("kolorun", "kolo-allreduce-perf", "mpi-allreduce-perf"):
         if not os.access(os.path.join(BIN, binary), os.X_OK):
             sys.exit("run.py: %s not built in %s (mpi-allreduce-perf needs libopenmpi-dev)" % (binary, BIN))
@@ -116,8 +128,9 @@ def main():
     if any(sorted(rows) != sizes for runs in results.values() for rows in runs):
         sys.exit("run.py: the runs did not all report the same sizes")
     print("# kolo vs Open MPI all-reduce, %d ranks on one host, float32 sum, medians of %d "
-          "interleaved runs (%d timed iterations each)%s" % (o.ranks, o.runs, o.iters,
-                                                    ", both under chrt -f 10" if o.rt else ""))
+          "interleaved runs (%d timed iterations each), ranks bound: %s%s" % (
+              o.ranks, o.runs, o.iters, "rank r to CPU r" if o.bind == "core" else "no",
+              ", both under chrt -f 10" if o.rt else ""))
     print("# load average at start: %s, at end: %s; ratio = MPI time / kolo time (>= 1.00x: kolo "
           "at or ahead)" % (start_load, load()))
     header = "| size |"
