@@ -68,7 +68,8 @@ struct conn {
   int tls_ready;        /* the handshake is done */
   int tls_read_wants_write;
   int64_t last_out_ms, last_engine_ms, linger_until_ms;
-  int64_t start_until_ms; /* the TLS handshake and the first whole request must come by then */
+  int64_t start_until_ms;   /* the TLS handshake and the first whole request must come by then */
+  int64_t request_since_ms; /* when the request being read began (0 = between requests) */
   conn *prev, *next;
   char in[IN_CAP];
   char out[OUT_CAP];
@@ -205,8 +206,16 @@ static int read_client(conn *c, int *progress) {
     c->client_eof = 1;
     return 0;
   }
+  int was_idle = kolo_server_http_frame_idle(&c->frame);
+  uint64_t heads = c->frame.requests;
   if (kolo_server_http_frame_feed(&c->frame, c->in + c->in_len, (size_t)n) != 0) c->failed = 1;
   c->in_len += (size_t)n;
+  /* a request's clock starts at its first byte, and again at each new head: a body trickled
+   * a byte at a time keeps libmicrohttpd's idle timeout from ever firing, this does not */
+  if (kolo_server_http_frame_idle(&c->frame))
+    c->request_since_ms = 0;
+  else if (was_idle || c->frame.requests != heads)
+    c->request_since_ms = now_ms();
   return 0;
 }
 
@@ -510,14 +519,38 @@ static void accept_all(kolo_server_http_front *f) {
   }
 }
 
-/* Deadlines: a client that takes no answer bytes, an engine that says nothing after we
- * stopped forwarding to it, a linger past its moment. */
+/* A request begun (past any TLS handshake) and not whole by its deadline (its first byte, or
+ * the connection's start for the first one, plus the timeout): 1 if it is to get a 408. */
+static int request_late(const conn *c, int64_t now, int64_t limit) {
+  if (c->lingering || c->failed || c->request_since_ms == 0) return 0;
+  return now - c->request_since_ms > limit || (!c->engine_started && now >= c->start_until_ms);
+}
+
+/* Ends a late request the way a framing error does: what was cleared before it is answered,
+ * then kolo's JSON 408, then the close. */
+static void request_timeout(kolo_server_http_front *f, conn *c) {
+  kolo_server_http_frame_error *e = &c->frame.error;
+  e->status = 408;
+  e->code = "DEADLINE_EXCEEDED";
+  snprintf(e->message, sizeof e->message, "the request did not arrive whole within %d s",
+           f->cfg.timeout_s);
+  c->failed = 1;
+}
+
+/* Deadlines: a request that does not arrive whole in time, a client that takes no answer
+ * bytes, an engine that says nothing after we stopped forwarding to it, a linger past its
+ * moment. */
 static void sweep(kolo_server_http_front *f) {
   int64_t now = now_ms(), limit = (int64_t)f->cfg.timeout_s * 1000;
   watch(f, f->lfd, &f->lep, EPOLLIN); /* accepting again if an error paused it */
   conn *next;
   for (conn *c = f->conns; c; c = next) {
     next = c->next;
+    if (request_late(c, now, limit)) {
+      request_timeout(f, c);
+      if (step(f, c) != 0) conn_close(f, c);
+      continue;
+    }
     int drop = 0;
     if (c->lingering)
       drop = now >= c->linger_until_ms;
