@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -93,6 +94,12 @@ static void service_for(run *r, int ms) {
 }
 
 /* Stops the child (STOP, then signals), waits for it, returns what it heard. */
+static void remove_children_list(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/children", dir);
+  unlink(path);
+}
+
 static char *finish(run *r) {
   kolo_agent_proc_stop(r->proc, "test over", 200);
   int code = 0;
@@ -110,6 +117,7 @@ static char *finish(run *r) {
     fclose(f);
   }
   unlink(r->out);
+  remove_children_list(r->dir);
   rmdir(r->dir);
   return text;
 }
@@ -215,7 +223,51 @@ static void the_shared_memory_of_a_killed_process_is_removed_when_it_is_reaped(v
   unlink(path);
   kolo_agent_proc_destroy(r.proc);
   unlink(r.out);
+  remove_children_list(r.dir);
   rmdir(r.dir);
+}
+
+/* An agent SIGKILLed while its process formed a ring: the process dies by its
+ * death signal and nobody reaps it, so its rings stay. The next agent of the
+ * worker (same work dir) removes what a dead pid of its list left, keeps what a
+ * live one holds, and keeps only the live pid on the list. */
+static void an_agent_removes_the_shared_memory_an_earlier_agents_dead_child_left(void **state) {
+  (void)state;
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/kolo-agentproc-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  pid_t dead = fork();
+  assert_true(dead >= 0);
+  if (dead == 0) _exit(0);
+  assert_int_equal(waitpid(dead, NULL, 0), dead);
+  char orphan[64], held[64], path[300];
+  snprintf(orphan, sizeof orphan, "kolo-%d-00000000deadbeef", (int)dead);
+  snprintf(held, sizeof held, "kolo-%d-00000000deadbeef", (int)getpid());
+  const char *names[] = {orphan, held};
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "/dev/shm/%s", names[i]);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+  }
+  snprintf(path, sizeof path, "%s/children", dir);
+  FILE *list = fopen(path, "w");
+  assert_non_null(list);
+  fprintf(list, "%d\n%d\n", (int)dead, (int)getpid());
+  fclose(list);
+  kolo_agent_proc_sweep_orphans(dir);
+  assert_false(shm_exists(orphan));
+  assert_true(shm_exists(held));
+  list = fopen(path, "r");
+  assert_non_null(list);
+  int first = 0, second = 0;
+  assert_int_equal(fscanf(list, "%d %d", &first, &second), 1);
+  assert_int_equal(first, (int)getpid());
+  fclose(list);
+  snprintf(path, sizeof path, "/dev/shm/%s", held);
+  unlink(path);
+  remove_children_list(dir);
+  rmdir(dir);
 }
 
 int main(void) {
@@ -225,6 +277,7 @@ int main(void) {
       cmocka_unit_test(a_hello_of_an_unknown_version_is_refused_and_the_connection_closed),
       cmocka_unit_test(malformed_lines_are_dropped),
       cmocka_unit_test(the_shared_memory_of_a_killed_process_is_removed_when_it_is_reaped),
+      cmocka_unit_test(an_agent_removes_the_shared_memory_an_earlier_agents_dead_child_left),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -789,6 +789,7 @@ static kolo_status setup(agent *a) {
     KOLO_LOGE(LOG, "cannot create work dir %s: %s", a->work_dir, strerror(errno));
     return KOLO_ERR_IO;
   }
+  kolo_agent_proc_sweep_orphans(a->work_dir); /* an earlier agent's, if it was killed */
   KOLO_CHECK(setup_logs(a));
   if (kolo_etcd_access_connect(&o->etcd_access, NULL, &a->etcd) != KOLO_OK) {
     KOLO_LOGE(LOG, "etcd client: %s", kolo_etcd_last_error());
@@ -892,6 +893,7 @@ out:
   kolo_agent_health_stop(a.health);
   kolo_etcd_watch_stop(a.watch);
   kolo_agent_proc_destroy(a.proc);
+  if (a.work_dir[0]) kolo_agent_proc_sweep_orphans(a.work_dir);
   if (a.capture) kolo_agent_capture_end(a.capture, CAPTURE_DRAIN_MS, NULL, 0);
   kolo_agent_logserver_stop(a.logserver);
   kolo_agent_capture_destroy(a.capture);

@@ -32,6 +32,7 @@ struct kolo_agent_proc {
   int conn_fd;
   int hello;
   char socket_path[108];
+  char children_path[300]; /* <work_dir>/children: pids this worker started (sweep_orphans) */
   char *buffer;
   size_t filled;
   int stopping;
@@ -72,6 +73,51 @@ static void exec_child(const kolo_agent_spawn *spawn, pid_t agent_pid, const cha
   _exit(127);
 }
 
+/* The pids this worker's agents started, one per line in <work_dir>/children, so
+ * that an agent started after one that was SIGKILLed (whose child then died by
+ * its death signal, maybe while its ring formed) can remove the shared memory
+ * that child left: nobody reaped it here. Best effort: a write that fails only
+ * loses that cleanup. */
+static void note_child(const char *path, pid_t pid) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  char line[24];
+  int n = snprintf(line, sizeof line, "%d\n", (int)pid);
+  ssize_t ignored = write(fd, line, (size_t)n);
+  (void)ignored;
+  close(fd);
+}
+
+static void remove_shm_of(pid_t pid);
+
+#define MAX_CHILDREN 1024 /* a longer list is a damaged file: read no further */
+
+static void sweep_file(const char *path) {
+  char next[310];
+  FILE *in = fopen(path, "re");
+  if (in == NULL) return;
+  snprintf(next, sizeof next, "%s.next", path);
+  FILE *out = fopen(next, "we");
+  int pid = 0, count = 0;
+  while (count < MAX_CHILDREN && fscanf(in, "%d", &pid) == 1) {
+    count++;
+    if (pid <= 1) continue;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+      remove_shm_of((pid_t)pid); /* gone: nothing of a live process is named after it */
+    } else if (out != NULL) {
+      fprintf(out, "%d\n", pid); /* alive (or not ours to signal): look again later */
+    }
+  }
+  fclose(in);
+  if (out != NULL && fclose(out) == 0) rename(next, path);
+}
+
+void kolo_agent_proc_sweep_orphans(const char *work_dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/children", work_dir);
+  sweep_file(path);
+}
+
 kolo_status kolo_agent_proc_start(const kolo_agent_spawn *spawn, kolo_agent_proc **out) {
   if (spawn == NULL || spawn->argv == NULL || spawn->argv[0] == NULL || out == NULL)
     return KOLO_ERR_INVALID_ARG;
@@ -107,6 +153,8 @@ kolo_status kolo_agent_proc_start(const kolo_agent_spawn *spawn, kolo_agent_proc
   if (proc->pid < 0) goto fail;
   if (proc->pid == 0) exec_child(spawn, agent_pid, proc->socket_path);
   setpgid(proc->pid, proc->pid); /* also from here: no race with an early kill */
+  snprintf(proc->children_path, sizeof proc->children_path, "%s/children", spawn->work_dir);
+  note_child(proc->children_path, proc->pid);
   KOLO_LOGI(LOG, "started %s as pid %d", spawn->argv[0], (int)proc->pid);
   *out = proc;
   return KOLO_OK;
@@ -261,6 +309,7 @@ int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code) {
   /* whatever the process left in its group goes with it */
   kill(-proc->pid, SIGKILL);
   remove_shm_of(proc->pid);
+  if (proc->children_path[0]) sweep_file(proc->children_path); /* drops this pid */
   return 1;
 }
 

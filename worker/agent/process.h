@@ -61,6 +61,12 @@ void kolo_agent_proc_stop(kolo_agent_proc *proc, const char *reason, int grace_m
 /* Escalates a requested stop when its deadlines pass. */
 void kolo_agent_proc_tick(kolo_agent_proc *proc);
 
+/* Removes the shared memory left by processes started from work_dir (its
+ * "children" list, written at each start) that no longer exist, and drops them
+ * from the list: what a SIGKILLed agent's child left, since nobody reaped it.
+ * Called when an agent starts and when it ends. */
+void kolo_agent_proc_sweep_orphans(const char *work_dir);
+
 /* Kills the whole group (SIGKILL), reaps, removes the socket and the process's
  * shared memory (as kolo_agent_proc_reap), frees. */
 void kolo_agent_proc_destroy(kolo_agent_proc *proc);
