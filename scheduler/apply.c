@@ -356,9 +356,8 @@ out:
 /* Rank 0's last reported progress (coordination/job_status.h: the JobStatus.progress
  * fields it holds). */
 static kolo_job_progress rank0_progress(const kolo_sched_job *j) {
-  const char *rank0 = kolo_sched_member_id(j, 0);
-  return kolo_job_progress_from_report(
-      json_object_get(json_object_get(j->reports, rank0), "progress"));
+  const kolo_report *r = kolo_sched_job_report_of(j, kolo_sched_member_id(j, 0));
+  return kolo_job_progress_from_report(r ? r->progress : NULL);
 }
 
 kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,

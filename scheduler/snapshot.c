@@ -22,7 +22,11 @@ static void job_free(kolo_sched_job *j) {
   json_decref(j->status);
   for (size_t i = 0; i < j->n_rings; i++) kolo_ringspec_clear(&j->rings[i]);
   free(j->rings);
-  json_decref(j->reports);
+  for (size_t i = 0; i < j->n_reports; i++) {
+    free(j->reports[i].worker_id);
+    kolo_report_clear(&j->reports[i].r);
+  }
+  free(j->reports);
 }
 
 void kolo_sched_snapshot_free(kolo_sched_snapshot *snap) {
@@ -51,8 +55,7 @@ static kolo_sched_job *job_for(kolo_sched_snapshot *snap, const char *id, size_t
   kolo_sched_job *j = &snap->jobs[snap->n_jobs];
   memset(j, 0, sizeof *j);
   j->id = strndup(id, id_len);
-  j->reports = json_object();
-  if (j->id == NULL || j->reports == NULL) {
+  if (j->id == NULL) {
     job_free(j);
     return NULL;
   }
@@ -83,6 +86,32 @@ static void add_ring(kolo_sched_job *j, const char *key, const char *text, size_
 }
 
 /* Files one key under /kolo/v1/jobs/<id>/ into its job. */
+/* Keeps worker's report on j, decoded by its owner (coordination/report.h); one that
+ * does not decode is logged and left out. */
+static void add_report(kolo_sched_job *j, const char *worker, const char *text, size_t length) {
+  kolo_report r;
+  if (kolo_report_decode(text, length, &r) != KOLO_OK) {
+    KOLO_LOGW(LOG, "job %s: report of %s left out: %s", j->id, worker, kolo_etcd_last_error());
+    return;
+  }
+  kolo_sched_job_report *grown = realloc(j->reports, (j->n_reports + 1) * sizeof *grown);
+  char *id = strdup(worker);
+  if (grown == NULL || id == NULL) {
+    if (grown) j->reports = grown;
+    free(id);
+    kolo_report_clear(&r);
+    return;
+  }
+  j->reports = grown;
+  j->reports[j->n_reports++] = (kolo_sched_job_report){id, r};
+}
+
+const kolo_report *kolo_sched_job_report_of(const kolo_sched_job *j, const char *worker_id) {
+  for (size_t i = 0; worker_id && i < j->n_reports; i++)
+    if (strcmp(j->reports[i].worker_id, worker_id) == 0) return &j->reports[i].r;
+  return NULL;
+}
+
 static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
   const char *rest = (const char *)kv->key + strlen(KOLO_KEY_JOBS_PREFIX);
   const char *slash = strchr(rest, '/');
@@ -107,15 +136,7 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
   } else if (strncmp(part, "ring/", 5) == 0) {
     add_ring(j, (const char *)kv->key, text, length);
   } else if (strncmp(part, "reports/", 8) == 0) {
-    /* checked by its owner (coordination/report.h); one that does not decode is left out */
-    kolo_report checked;
-    if (kolo_report_decode(text, length, &checked) != KOLO_OK) {
-      KOLO_LOGW(LOG, "job %s: report of %s left out: %s", j->id, part + 8, kolo_etcd_last_error());
-      return;
-    }
-    kolo_report_clear(&checked);
-    json_t *report = json_loadb(text, length, 0, NULL);
-    if (report) json_object_set_new(j->reports, part + 8, report);
+    add_report(j, part + 8, text, length);
   }
 }
 
@@ -255,19 +276,21 @@ const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i) {
   return json_string_value(json_object_get(member, "worker_id")) ?: "";
 }
 
-static kolo_sched_report report_of(const json_t *r) {
+/* The decisions' view of a report (strings borrowed from it); none if r is NULL. */
+static kolo_sched_report report_of(const kolo_report *r) {
   kolo_sched_report out = {0};
-  out.present = json_is_object(r);
-  out.time_unix_ms = kolo_sched_int(r, "time_unix_ms");
-  out.exited = json_is_true(json_object_get(r, "exited"));
-  out.exit_code = (int)kolo_sched_int(r, "exit_code");
-  out.exit_epoch = kolo_sched_int(r, "exit_epoch");
-  out.failed_epoch = kolo_sched_int(r, "failed_epoch");
-  out.failed_rank =
-      json_is_integer(json_object_get(r, "failed_rank")) ? kolo_sched_int(r, "failed_rank") : -1;
-  out.formed_epoch = kolo_sched_int(r, "formed_epoch");
-  out.stderr_tail = json_string_value(json_object_get(r, "stderr_tail"));
-  out.failed_status = json_string_value(json_object_get(r, "failed_status"));
+  out.failed_rank = -1;
+  if (r == NULL) return out;
+  out.present = 1;
+  out.time_unix_ms = r->time_unix_ms;
+  out.exited = r->exited;
+  out.exit_code = (int)r->exit_code;
+  out.exit_epoch = r->exit_epoch;
+  out.failed_epoch = r->failed_epoch;
+  out.failed_rank = r->failed_rank;
+  out.formed_epoch = r->formed_epoch;
+  out.stderr_tail = r->stderr_tail;
+  out.failed_status = r->failed_status;
   return out;
 }
 
@@ -304,7 +327,7 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
     m->since_epoch = entry ? entry->since_epoch : 0;
     m->lease = w != NULL ? w->m.lease : 0;
     m->ring_lease = entry ? entry->lease : 0;
-    m->report = report_of(json_object_get(j->reports, m->worker_id));
+    m->report = report_of(kolo_sched_job_report_of(j, m->worker_id));
   }
   for (size_t k = 0; k < n_lost; k++) (*earlier)[view->n_earlier_lost++] = ring->lost[k].worker_id;
   view->phase = kolo_sched_phase_from(kolo_sched_job_phase(j));

@@ -17,6 +17,7 @@
 #include "coordination/assignment.h"
 #include "coordination/etcd.h"
 #include "coordination/membership.h"
+#include "coordination/report.h"
 #include "coordination/ringspec.h"
 #include "scheduler/decide.h"
 
@@ -35,6 +36,12 @@ typedef struct kolo_sched_assign {
   kolo_assignment a;
 } kolo_sched_assign;
 
+/* A member's report under reports/<worker_id>, decoded by its owner. */
+typedef struct kolo_sched_job_report {
+  char *worker_id;
+  kolo_report r;
+} kolo_sched_job_report;
+
 typedef struct kolo_sched_job {
   char *id;
   json_t *spec, *status;
@@ -42,7 +49,8 @@ typedef struct kolo_sched_job {
   uint64_t max_seq;     /* highest event number */
   kolo_ringspec *rings; /* the ring records that decode (ringspec.h), in epoch order */
   size_t n_rings;
-  json_t *reports; /* worker id -> report */
+  kolo_sched_job_report *reports; /* the reports that decode (coordination/report.h) */
+  size_t n_reports;
   int64_t created;
 } kolo_sched_job;
 
@@ -101,6 +109,8 @@ const char *kolo_sched_job_phase(const kolo_sched_job *j);
 int64_t kolo_sched_int(const json_t *object, const char *name);
 /* min_workers / max_workers: the status's, else the spec's, at least 1. */
 uint32_t kolo_sched_job_bound(const kolo_sched_job *j, const char *name);
+/* worker_id's report on j; NULL if there is none that decodes. */
+const kolo_report *kolo_sched_job_report_of(const kolo_sched_job *j, const char *worker_id);
 /* j's ring record of epoch; NULL if there is none that decodes. */
 const kolo_ringspec *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch);
 /* The worker id of status member i ("" if malformed). */
