@@ -8,11 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/codec.h"
 #include "common/checks.h"
 #include "common/log.h"
 #include "coordination/drain.h"
 #include "coordination/keys.h"
 #include "coordination/report.h"
+#include "kolo/v1/job.pb-c.h"
 
 #define LOG "sched"
 
@@ -112,6 +114,23 @@ const kolo_report *kolo_sched_job_report_of(const kolo_sched_job *j, const char 
   return NULL;
 }
 
+/* The JSON of j's spec or status if it decodes as its message (desc) through the one
+ * codec (fields a newer writer added are skipped), else NULL (logged): a job without a
+ * readable spec and status is not the scheduler's to touch. */
+static json_t *checked_json(const kolo_sched_job *j, const char *what, const char *text,
+                            size_t length, const ProtobufCMessageDescriptor *desc) {
+  json_t *json = json_loadb(text, length, 0, NULL);
+  ProtobufCMessage *msg = NULL;
+  kolo_codec_fault fault;
+  if (json && kolo_codec_decode(json, desc, KOLO_CODEC_IGNORE_UNKNOWN, &msg, &fault) != KOLO_OK) {
+    KOLO_LOGW(LOG, "job %s: its %s does not decode: %s", j->id, what, fault.message);
+    json_decref(json);
+    return NULL;
+  }
+  if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+  return json;
+}
+
 static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
   const char *rest = (const char *)kv->key + strlen(KOLO_KEY_JOBS_PREFIX);
   const char *slash = strchr(rest, '/');
@@ -127,10 +146,10 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
     if (kolo_keys_event_number(part + 7, &seq) && seq > j->max_seq) j->max_seq = seq;
   } else if (strcmp(part, "spec") == 0) {
     json_decref(j->spec);
-    j->spec = json_loadb(text, length, 0, NULL);
+    j->spec = checked_json(j, "spec", text, length, &kolo__v1__job_spec__descriptor);
   } else if (strcmp(part, "status") == 0) {
     json_decref(j->status);
-    j->status = json_loadb(text, length, 0, NULL);
+    j->status = checked_json(j, "status", text, length, &kolo__v1__job_status__descriptor);
     j->status_mod = kv->mod_revision;
     j->created = kolo_sched_int(j->status, "created_unix_ms");
   } else if (strncmp(part, "ring/", 5) == 0) {

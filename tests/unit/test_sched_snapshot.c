@@ -213,6 +213,26 @@ static void an_assignment_that_does_not_decode_is_no_job_and_keeps_the_worker_bu
   clear(&assigns);
 }
 
+/* A spec or status that does not decode as its message (job.proto) leaves its job out, as
+ * one that is not JSON did: the scheduler never writes over a status it cannot read. */
+static void a_job_whose_status_or_spec_does_not_decode_is_left_out(void **state) {
+  (void)state;
+  kolo_sched_snapshot snap = {0};
+  kvs none = {0}, jobs = {0};
+  add(&jobs, "/kolo/v1/jobs/p/spec", "{\"min_workers\":1}", 1);
+  add(&jobs, "/kolo/v1/jobs/p/status", "{\"phase\":\"WALKING\"}", 2);
+  add(&jobs, "/kolo/v1/jobs/q/spec", "{\"min_workers\":-1}", 3);
+  add(&jobs, "/kolo/v1/jobs/q/status", "{\"phase\":\"PENDING\"}", 4);
+  add(&jobs, "/kolo/v1/jobs/r/spec", "{\"min_workers\":1,\"from_a_newer_server\":true}", 5);
+  add(&jobs, "/kolo/v1/jobs/r/status", "{\"phase\":\"PENDING\"}", 6);
+  kolo_etcd_range_result a = range(&none), d = range(&none), j = range(&jobs);
+  assert_int_equal(kolo_sched_snapshot_fill(&snap, &a, &d, &j), KOLO_OK);
+  assert_int_equal(snap.n_jobs, 1);
+  assert_string_equal(snap.jobs[0].id, "r");
+  kolo_sched_snapshot_free(&snap);
+  clear(&jobs);
+}
+
 static void the_view_carries_records_reports_and_the_ring(void **state) {
   fixture *f = *state;
   kolo_sched_job_view view;
@@ -274,6 +294,7 @@ int main(void) {
       T(ring_records_are_read_through_their_codec),
       cmocka_unit_test(event_numbers_of_both_key_widths_count),
       cmocka_unit_test(an_assignment_that_does_not_decode_is_no_job_and_keeps_the_worker_busy),
+      cmocka_unit_test(a_job_whose_status_or_spec_does_not_decode_is_left_out),
       T(the_view_carries_records_reports_and_the_ring),
       T(an_assignment_is_valid_only_for_a_member_of_an_active_job),
   };
