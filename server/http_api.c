@@ -548,6 +548,7 @@ static void route(kolo_server_http *h, struct MHD_Connection *conn, const char *
 #define HTTP_MAX_URI_BYTES KOLO_SERVER_HTTP_MAX_URI_BYTES
 #define HTTP_MAX_HEADER_BYTES KOLO_SERVER_HTTP_MAX_HEADER_BYTES
 #define HTTP_CONNECTION_BUFFER (128 * 1024)
+#define HTTP_MAX_CONNECTIONS 4096 /* clients at once (the front end's limit) */
 
 static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
                                         const char *value) {
@@ -755,9 +756,15 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
     return KOLO_ERR_NO_MEMORY;
   }
   unsigned threads = (unsigned)(config->threads > 0 ? config->threads : 2);
+  /* libmicrohttpd must never reach its own connection limit (each pool thread gets limit /
+   * threads, filled by descriptor number): 0.9.75's MHD_stop_daemon then deadlocks in a pool
+   * thread that holds its own lock (measured: SIGTERM hung with ~4090 requests in flight, not
+   * with 3500). The front end's limit is the one clients meet; this leaves every thread room
+   * for all of them plus the ones libmicrohttpd has not yet cleaned up after a close. */
+  unsigned mhd_limit = (HTTP_MAX_CONNECTIONS + 1024) * threads;
   h->daemon = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, h, MHD_OPTION_THREAD_POOL_SIZE, threads,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
       (size_t)HTTP_CONNECTION_BUFFER, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
       MHD_OPTION_URI_LOG_CALLBACK, on_uri, h, MHD_OPTION_END);
@@ -768,7 +775,7 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
     return KOLO_ERR_ADDRESS;
   }
   kolo_server_http_front_config fc = {
-      addr, 4096, 60, hand_over, h, config->tls_cert_pem, config->tls_key_pem};
+      addr, HTTP_MAX_CONNECTIONS, 60, hand_over, h, config->tls_cert_pem, config->tls_key_pem};
   kolo_status rc = kolo_server_http_front_start(&fc, &h->front, bound_port);
   if (rc != KOLO_OK) {
     KOLO_LOGE(LOG, "cannot start the HTTP server on %s", config->listen);

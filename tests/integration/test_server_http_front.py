@@ -430,5 +430,35 @@ class OutOfDescriptorsTest(unittest.TestCase):
             etcd.stop()
 
 
+
+class FullFrontEndTest(unittest.TestCase):
+    def test_sigterm_with_the_front_end_full_of_requests_in_flight_exits_0(self):
+        """4096 clients each with a request in flight at libmicrohttpd (its body never comes),
+        a 4097th refused with kolo's 503, then SIGTERM: kolo-server must exit 0. libmicrohttpd's own limit used to be the front
+        end's (4096), and a pool thread at its limit deadlocked in MHD_stop_daemon."""
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 5000:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+        srv = Server("none", "--http-threads", "2")
+        conns = []
+        try:
+            for _ in range(4096):
+                conn = socket.create_connection(("127.0.0.1", srv.http_port), timeout=10)
+                conn.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+                conns.append(conn)
+            time.sleep(0.5)  # every one handed to libmicrohttpd
+            with socket.create_connection(("127.0.0.1", srv.http_port), timeout=10) as conn:  # past the limit
+                conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                answers = parse_responses(read_all(conn))
+            self.assertEqual(answers[0][0], 503)
+            self.assertEqual(json.loads(answers[0][2])["error"]["code"], "UNAVAILABLE")
+        finally:
+            code = srv.terminate(timeout=30)
+            for conn in conns:
+                conn.close()
+        self.assertEqual(code, 0)
+
+
 if __name__ == "__main__":
     main()
