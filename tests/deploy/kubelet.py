@@ -157,7 +157,9 @@ class Pod:
                 env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
         env.update(self.overrides)
         self.raw_env = env
-        return {k: self._local(v) for k, v in env.items()}
+        # PATH names this machine's directories (the build's bin/), not the pod's: localising
+        # it would rewrite a checkout under /tmp, which the pods mount as an emptyDir
+        return {k: v if k == "PATH" else self._local(v) for k, v in env.items()}
 
     def command(self):
         """command + args with $(VAR) expanded (from the pod's environment), then localised once."""
