@@ -280,6 +280,23 @@ static void libsvm_with_decreasing_indices_is_refused(void **state) {
   assert_null(ds);
 }
 
+/* Rows are made dense, so one huge index would cost its width per row: the fuzzer's
+ * "1 4444441:0" took 17 MB per row. Past 262144 features the file is refused. */
+static void libsvm_wider_than_the_dense_limit_is_refused(void **state) {
+  fixture *f = *state;
+  char p[512];
+  path_in(f, "wide.svm", p, sizeof p);
+  const char *wide = "1 1:1 4444441:0\n";
+  write_bytes(p, wide, strlen(wide), 0);
+  kolo_train_dataset *ds = NULL;
+  assert_int_equal(kolo_train_data_load_libsvm(p, 0, &ds), KOLO_ERR_PARSE);
+  assert_null(ds);
+  const char *widest = "1 1:1 262144:2\n";
+  write_bytes(p, widest, strlen(widest), 0);
+  assert_int_equal(kolo_train_data_load_libsvm(p, 0, &ds), KOLO_OK);
+  kolo_train_data_destroy(ds);
+}
+
 static void synthetic_set_is_a_function_of_the_seed(void **state) {
   (void)state;
   kolo_train_dataset *a, *b, *c, *d;
@@ -400,6 +417,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(libsvm_loads_sparse_rows_and_maps_minus_one_to_class_zero,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(libsvm_with_decreasing_indices_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(libsvm_wider_than_the_dense_limit_is_refused, setup,
+                                      teardown),
       cmocka_unit_test(synthetic_set_is_a_function_of_the_seed),
       cmocka_unit_test(split_holds_out_the_last_samples),
       cmocka_unit_test(shuffle_is_a_permutation_shared_by_seed_and_epoch),

@@ -14,6 +14,8 @@
 #include "worker/train/rng.h"
 
 #define LOG_TAG "train"
+/* LIBSVM rows are stored dense, so the widest index sets every row's size (1 MiB here) */
+#define LIBSVM_MAX_FEATURES 262144
 
 struct kolo_train_dataset {
   size_t count, features, classes;
@@ -474,6 +476,13 @@ kolo_status kolo_train_data_load_libsvm(const char *path, size_t features,
       goto out;
     }
     if (r.n && r.index[r.n - 1] > width) width = r.index[r.n - 1];
+    if (width > LIBSVM_MAX_FEATURES) {
+      /* rows are made dense: one index past this would cost its width in floats per row */
+      KOLO_LOGE(LOG_TAG, "%s:%zu: feature index %zu over the %d features kolo-train reads", path,
+                lineno, width, LIBSVM_MAX_FEATURES);
+      rc = KOLO_ERR_PARSE;
+      goto out;
+    }
   }
   if (features) {
     if (width > features) {
