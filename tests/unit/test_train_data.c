@@ -281,7 +281,7 @@ static void libsvm_with_decreasing_indices_is_refused(void **state) {
 }
 
 /* Rows are made dense, so one huge index would cost its width per row: the fuzzer's
- * "1 4444441:0" took 17 MB per row. Past 262144 features the file is refused. */
+ * "1 4444441:0" took 17 MB per row. Past 65536 features the file is refused. */
 static void libsvm_wider_than_the_dense_limit_is_refused(void **state) {
   fixture *f = *state;
   char p[512];
@@ -291,7 +291,7 @@ static void libsvm_wider_than_the_dense_limit_is_refused(void **state) {
   kolo_train_dataset *ds = NULL;
   assert_int_equal(kolo_train_data_load_libsvm(p, 0, &ds), KOLO_ERR_PARSE);
   assert_null(ds);
-  const char *widest = "1 1:1 262144:2\n";
+  const char *widest = "1 1:1 65536:2\n";
   write_bytes(p, widest, strlen(widest), 0);
   assert_int_equal(kolo_train_data_load_libsvm(p, 0, &ds), KOLO_OK);
   kolo_train_data_destroy(ds);

@@ -14,8 +14,8 @@
 #include "worker/train/rng.h"
 
 #define LOG_TAG "train"
-/* LIBSVM rows are stored dense, so the widest index sets every row's size (1 MiB here) */
-#define LIBSVM_MAX_FEATURES 262144
+/* LIBSVM rows are stored dense, so the widest index sets every row's size (256 KiB here) */
+#define LIBSVM_MAX_FEATURES 65536
 
 struct kolo_train_dataset {
   size_t count, features, classes;
