@@ -29,15 +29,6 @@ int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to) {
   }
 }
 
-kolo_status kolo_job_status_phase_of(const char *name, Kolo__V1__Phase *out) {
-  const ProtobufCEnumValue *v =
-      name ? protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__phase__descriptor, name)
-           : NULL;
-  if (v == NULL || v->value == KOLO__V1__PHASE__PHASE_UNSPECIFIED) return KOLO_ERR_INVALID_ARG;
-  *out = (Kolo__V1__Phase)v->value;
-  return KOLO_OK;
-}
-
 kolo_status kolo_job_status_read(const json_t *json, Kolo__V1__JobStatus **out, char *err,
                                  size_t err_len) {
   ProtobufCMessage *msg = NULL;

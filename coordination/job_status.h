@@ -25,8 +25,6 @@
 int kolo_job_status_final(Kolo__V1__Phase phase);
 /* Whether a status in from may move to to (the rule above; from == to is not a move). */
 int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to);
-/* "RUNNING" -> KOLO__V1__PHASE__RUNNING; KOLO_ERR_INVALID_ARG for any other word. */
-kolo_status kolo_job_status_phase_of(const char *name, Kolo__V1__Phase *out);
 
 /* ---- the record ---- */
 /* Decodes a status read from etcd (fields a newer writer added are skipped); a new

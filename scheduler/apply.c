@@ -60,24 +60,11 @@ static char *status_key(const kolo_sched_job *j) {
   return key_copy(kolo_keys_job(j->id, "status", key, sizeof key), key);
 }
 
-/* Starts a write of j: status compare, the status as a message to change with
- * coordination/job_status.h (NULL if it does not decode: logged, and the write fails). */
+/* Starts a write of j: status compare, a copy of the snapshot's status to change with
+ * coordination/job_status.h (NULL when out of memory: the write fails). */
 static Kolo__V1__JobStatus *begin_job_write(kolo_sched_txn *t, const kolo_sched_job *j) {
   kolo_sched_txn_compare(t, KOLO_ETCD_CMP_MOD, status_key(j), j->status_mod);
-  Kolo__V1__JobStatus *st = NULL;
-  char err[256];
-  if (kolo_job_status_read(j->status, &st, err, sizeof err) != KOLO_OK)
-    KOLO_LOGW(LOG, "job %s: %s", j->id, err);
-  return st;
-}
-
-/* phase by name (the decisions name them); KOLO__V1__PHASE__PHASE_UNSPECIFIED if unknown,
- * which no transition takes */
-static Kolo__V1__Phase phase_of(const char *name) {
-  Kolo__V1__Phase phase = KOLO__V1__PHASE__PHASE_UNSPECIFIED;
-  if (kolo_job_status_phase_of(name, &phase) != KOLO_OK)
-    KOLO_LOGE(LOG, "unknown phase '%s'", name ? name : "(null)");
-  return phase;
+  return (Kolo__V1__JobStatus *)kolo_codec_copy(&j->status->base);
 }
 
 static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch,
@@ -243,7 +230,7 @@ static kolo_status ring_record(const kolo_sched_job *j, const kolo_ringspec *old
   for (size_t i = 0; i < plan->n_lost; i++)
     lost[n_earlier + i] =
         (kolo_ringspec_lost){(char *)plan->lost_ids[i], (char *)plan->lost_why[i]};
-  int64_t timeout_ms = kolo_sched_int(j->spec, "collective_timeout_ms");
+  int64_t timeout_ms = j->spec->collective_timeout_ms;
   /* members go on with the old ring up to their next commit, then switch (no step redone) */
   kolo_ringspec ring = {.job = j->id,
                         .epoch = epoch,
@@ -281,7 +268,7 @@ static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_
                              Kolo__V1__Member **status_members, const kolo_sched_epoch_plan *plan,
                              const char *ring_key) {
   Kolo__V1__JobStatus *status = begin_job_write(t, j);
-  kolo_status moved = status ? kolo_job_status_epoch(status, phase_of(plan->phase), (uint64_t)epoch,
+  kolo_status moved = status ? kolo_job_status_epoch(status, plan->phase, (uint64_t)epoch,
                                                      status_members, n, plan->count_reconfiguration,
                                                      (uint32_t)plan->count_drains, wall_ms())
                              : KOLO_ERR_PARSE;
@@ -323,8 +310,8 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   for (size_t i = 0; i < snap->n_workers && n_new < plan->take; i++)
     if (kolo_sched_worker_idle(&snap->workers[i])) newcomers[n_new++] = snap->workers[i].m.id;
   n = kolo_sched_plan_ring(plan->keep, plan->n_keep, newcomers, n_new,
-                           kolo_sched_job_bound(j, "max_workers"), order);
-  int64_t epoch = kolo_sched_int(j->status, "epoch") + 1;
+                           kolo_sched_job_max_workers(j), order);
+  int64_t epoch = (int64_t)j->status->epoch + 1;
   const kolo_ringspec *old_ring = kolo_sched_job_ring(j, epoch - 1);
   rc = KOLO_ERR_NOT_FOUND;
   if (!all_registered(snap, j, order, n)) goto out;
@@ -361,17 +348,16 @@ static kolo_job_progress rank0_progress(const kolo_sched_job *j) {
 }
 
 kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,
-                               kolo_sched_job *j, const char *phase, const char *type,
+                               kolo_sched_job *j, Kolo__V1__Phase phase, const char *type,
                                const char *message) {
   kolo_sched_txn *t = kolo_sched_txn_create();
   if (t == NULL) return KOLO_ERR_NO_MEMORY;
   Kolo__V1__JobStatus *status = begin_job_write(t, j);
   /* the last progress rank 0 reported (the periodic copy is throttled) */
   kolo_job_progress progress = rank0_progress(j);
-  kolo_status moved =
-      status ? kolo_job_status_finish(status, phase_of(phase), message, &progress, wall_ms())
-             : KOLO_ERR_PARSE;
-  add_event(t, j, type, kolo_sched_int(j->status, "epoch"), message);
+  kolo_status moved = status ? kolo_job_status_finish(status, phase, message, &progress, wall_ms())
+                             : KOLO_ERR_NO_MEMORY;
+  add_event(t, j, type, (int64_t)j->status->epoch, message);
   finish_job_write(t, j, status, moved);
   for (size_t i = 0; i < snap->n_workers; i++) {
     kolo_sched_worker *w = &snap->workers[i];
@@ -383,46 +369,33 @@ kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot 
   return rc;
 }
 
-/* The status member entries in members (a JSON array of them, as the status holds),
- * decoded through the codec into a new array (an empty one for []). */
-static kolo_status members_of(const kolo_sched_job *j, const json_t *members,
-                              Kolo__V1__Member ***out, size_t *n) {
-  size_t count = json_array_size(members);
-  *n = 0;
-  *out = calloc(count + 1, sizeof **out);
+/* Copies of members[0..n) (a new array; an empty one for n == 0). */
+static kolo_status copy_members(const Kolo__V1__Member *const *members, size_t n,
+                                Kolo__V1__Member ***out) {
+  *out = calloc(n + 1, sizeof **out);
   if (*out == NULL) return KOLO_ERR_NO_MEMORY;
-  for (size_t i = 0; i < count; i++) {
-    ProtobufCMessage *m = NULL;
-    kolo_codec_fault fault;
-    kolo_status rc = kolo_codec_decode(json_array_get(members, i), &kolo__v1__member__descriptor,
-                                       KOLO_CODEC_IGNORE_UNKNOWN, &m, &fault);
-    if (rc != KOLO_OK) {
-      KOLO_LOGW(LOG, "job %s: status member %zu: %s", j->id, i, fault.message);
-      return rc;
-    }
-    (*out)[(*n)++] = (Kolo__V1__Member *)m;
+  for (size_t i = 0; i < n; i++) {
+    (*out)[i] = (Kolo__V1__Member *)kolo_codec_copy(&members[i]->base);
+    if ((*out)[i] == NULL) return KOLO_ERR_NO_MEMORY;
   }
   return KOLO_OK;
 }
 
-kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j, const char *phase,
-                                 json_t *members, const char *type, const char *message,
-                                 const char *const *removed, size_t n_removed,
-                                 int count_reconfiguration, size_t count_drains) {
+kolo_status kolo_sched_write_change(const kolo_sched_writer *wr, kolo_sched_job *j,
+                                    const kolo_sched_change *c) {
   kolo_sched_txn *t = kolo_sched_txn_create();
   if (t == NULL) return KOLO_ERR_NO_MEMORY;
   Kolo__V1__JobStatus *status = begin_job_write(t, j);
   Kolo__V1__Member **kept = NULL;
-  size_t n_kept = 0;
-  kolo_status moved = status ? KOLO_OK : KOLO_ERR_PARSE;
-  if (moved == KOLO_OK && members) moved = members_of(j, members, &kept, &n_kept);
+  kolo_status moved = status ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+  if (moved == KOLO_OK && c->set_members) moved = copy_members(c->members, c->n_members, &kept);
   if (moved == KOLO_OK)
-    moved = kolo_job_status_move(status, phase_of(phase), kept, n_kept, count_reconfiguration,
-                                 (uint32_t)count_drains, wall_ms());
-  if (moved != KOLO_OK) free_status_members(kept, n_kept);
-  if (type) add_event(t, j, type, kolo_sched_int(j->status, "epoch"), message);
+    moved = kolo_job_status_move(status, c->phase, kept, c->set_members ? c->n_members : 0,
+                                 c->count_reconfiguration, (uint32_t)c->count_drains, wall_ms());
+  if (moved != KOLO_OK) free_status_members(kept, c->n_members);
+  if (c->event_type) add_event(t, j, c->event_type, (int64_t)j->status->epoch, c->event_message);
   finish_job_write(t, j, status, moved);
-  delete_assignments(t, removed, n_removed);
+  delete_assignments(t, c->removed, c->n_removed);
   kolo_status rc = commit(wr, t);
   kolo_sched_txn_destroy(t);
   return rc;
@@ -431,7 +404,7 @@ kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j,
 void kolo_sched_copy_progress(const kolo_sched_writer *wr, kolo_sched_job *j) {
   kolo_job_progress progress = rank0_progress(j);
   if (progress.present == 0) return;
-  if (wall_ms() - kolo_sched_int(j->status, "updated_unix_ms") < PROGRESS_EVERY_MS) return;
+  if (wall_ms() - j->status->updated_unix_ms < PROGRESS_EVERY_MS) return;
   kolo_sched_txn *t = kolo_sched_txn_create();
   if (t == NULL) return;
   Kolo__V1__JobStatus *status = begin_job_write(t, j);

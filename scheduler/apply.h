@@ -6,6 +6,7 @@
 #define KOLO_SCHED_APPLY_H
 
 #include "coordination/etcd.h"
+#include "kolo/v1/job.pb-c.h"
 #include "scheduler/decide.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/snapshot.h"
@@ -24,7 +25,7 @@ typedef struct kolo_sched_epoch_plan {
   size_t take;                /* idle workers to add (the first idle ones) */
   const char *const *removed; /* workers whose assignment is deleted */
   size_t n_removed;
-  const char *phase;      /* the status's new phase */
+  Kolo__V1__Phase phase;  /* the status's new phase */
   const char *event_type; /* and its event */
   const char *event_message;
   int count_reconfiguration;   /* reconfigurations + 1 */
@@ -51,16 +52,25 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
 /* Ends j in phase (SUCCEEDED/FAILED) with event type and message, copies rank
  * 0's last progress into the status and deletes every member's assignment. */
 kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,
-                               kolo_sched_job *j, const char *phase, const char *type,
+                               kolo_sched_job *j, Kolo__V1__Phase phase, const char *type,
                                const char *message);
 
-/* A status change without a ring change: phase, members (optional), one event
- * (optional), removed assignments; reconfigurations + count_reconfiguration and
- * drains + count_drains. */
-kolo_status kolo_sched_set_phase(const kolo_sched_writer *wr, kolo_sched_job *j, const char *phase,
-                                 json_t *members, const char *type, const char *message,
-                                 const char *const *removed, size_t n_removed,
-                                 int count_reconfiguration, size_t count_drains);
+/* A status change without a ring change. */
+typedef struct kolo_sched_change {
+  Kolo__V1__Phase phase; /* the status's new phase (or the same one) */
+  int set_members;       /* replace the status's members with members[0..n_members) (copied) */
+  const Kolo__V1__Member *const *members;
+  size_t n_members;
+  const char *event_type; /* one event (NULL: none) ... */
+  const char *event_message;
+  const char *const *removed; /* workers whose assignment is deleted */
+  size_t n_removed;
+  int count_reconfiguration; /* reconfigurations + this */
+  size_t count_drains;       /* drains + this */
+} kolo_sched_change;
+
+kolo_status kolo_sched_write_change(const kolo_sched_writer *wr, kolo_sched_job *j,
+                                    const kolo_sched_change *change);
 
 /* Copies rank 0's reported progress into the status, at most once a second and
  * only when it changed. */

@@ -13,12 +13,8 @@
 
 #include "scheduler/plan.h"
 
-kolo_sched_phase kolo_sched_phase_from(const char *text) {
-  if (text == NULL) return KOLO_SCHED_PHASE_OTHER;
-  if (strcmp(text, "PENDING") == 0) return KOLO_SCHED_PHASE_PENDING;
-  if (strcmp(text, "RUNNING") == 0) return KOLO_SCHED_PHASE_RUNNING;
-  if (strcmp(text, "RECONFIGURING") == 0) return KOLO_SCHED_PHASE_RECONFIGURING;
-  return KOLO_SCHED_PHASE_OTHER;
+int kolo_sched_phase_active(Kolo__V1__Phase phase) {
+  return phase == KOLO__V1__PHASE__RUNNING || phase == KOLO__V1__PHASE__RECONFIGURING;
 }
 
 void kolo_sched_decision_clear(kolo_sched_decision *decision) {
@@ -199,7 +195,7 @@ static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *
     return;
   }
   size_t formed = count_formed(job);
-  if (job->phase == KOLO_SCHED_PHASE_RECONFIGURING) {
+  if (job->phase == KOLO__V1__PHASE__RECONFIGURING) {
     if (formed == n && n > 0) d->action = KOLO_SCHED_FORMED;
     return;
   }

@@ -2,10 +2,10 @@
  * the job (its phase, epoch, members with their worker record and last report,
  * the idle workers, the clock): has it finished, which members are lost and
  * why, and then re-form / hold / fail, resume, mark formed, shrink, grow or
- * copy progress. No I/O and no JSON: snapshot.c builds the view from etcd's
- * records, apply.c writes the decision. Sizes come from the view; nothing is
- * clamped. docs/ELASTIC.md gives the rules in prose; tests/unit/
- * test_sched_decide.c pins them down case by case. */
+ * copy progress. No I/O and no JSON (phases are job.proto's enum): snapshot.c builds the view from
+ * etcd's records, apply.c writes the decision. Sizes come from the view; nothing is clamped.
+ * docs/ELASTIC.md gives the rules in prose; tests/unit/ test_sched_decide.c pins them down case by
+ * case. */
 #ifndef KOLO_SCHED_DECIDE_H
 #define KOLO_SCHED_DECIDE_H
 
@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "kolo/status.h"
+#include "kolo/v1/job.pb-c.h"
 
 #define KOLO_SCHED_FAILED_SETTLE_MS 500 /* wait this long for every survivor's FAILED report */
 /* A rank named only in timeouts is alive as far as anyone knows (a dead or silent
@@ -28,15 +29,9 @@
  * do better, so the job fails at once instead of re-planning a lost worker. */
 #define KOLO_SCHED_EXIT_USAGE 2
 
-typedef enum kolo_sched_phase {
-  KOLO_SCHED_PHASE_OTHER, /* ended, unknown: not the scheduler's */
-  KOLO_SCHED_PHASE_PENDING,
-  KOLO_SCHED_PHASE_RUNNING,
-  KOLO_SCHED_PHASE_RECONFIGURING,
-} kolo_sched_phase;
-
-/* The phase named by text ("RUNNING", ...). */
-kolo_sched_phase kolo_sched_phase_from(const char *text);
+/* Whether a job in phase is the decisions' to judge (RUNNING or RECONFIGURING; a PENDING
+ * job is plan.h's, an ended one nobody's). Phases are job.proto's enum, never names. */
+int kolo_sched_phase_active(Kolo__V1__Phase phase);
 
 /* A member's last report (what its agent wrote under reports/<worker>). */
 typedef struct kolo_sched_report {
@@ -69,7 +64,7 @@ typedef struct kolo_sched_member {
 
 /* A RUNNING or RECONFIGURING job as the scheduler sees it in one pass. */
 typedef struct kolo_sched_job_view {
-  kolo_sched_phase phase;
+  Kolo__V1__Phase phase;            /* RUNNING or RECONFIGURING */
   int64_t epoch;                    /* the status's epoch */
   int has_ring;                     /* the ring record of that epoch was read */
   size_t ring_size;                 /* its members (0 without one) */

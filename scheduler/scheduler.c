@@ -91,13 +91,23 @@ static void loss_lists_free(loss_lists *l) {
 /* Holds the survivors below min_workers: status members shrink, the ring stays. */
 static kolo_status hold(kolo_sched *s, kolo_sched_job *j, const kolo_sched_decision *d,
                         const loss_lists *l, const char *message) {
-  json_t *kept = json_array(), *members = json_object_get(j->status, "members");
-  for (size_t i = 0; i < json_array_size(members); i++)
-    if (!kolo_sched_decision_lost(d, i)) json_array_append(kept, json_array_get(members, i));
-  kolo_status rc =
-      kolo_sched_set_phase(&s->writer, j, "RECONFIGURING", kept, kolo_sched_event_type(d->action),
-                           message, l->lost_ids, d->n_lost, d->n_lost > d->n_drained, d->n_drained);
-  json_decref(kept);
+  size_t n = j->status->n_members, n_kept = 0;
+  const Kolo__V1__Member **kept = calloc(n + 1, sizeof *kept);
+  if (kept == NULL) return KOLO_ERR_NO_MEMORY;
+  for (size_t i = 0; i < n; i++)
+    if (!kolo_sched_decision_lost(d, i)) kept[n_kept++] = j->status->members[i];
+  kolo_sched_change change = {.phase = KOLO__V1__PHASE__RECONFIGURING,
+                              .set_members = 1,
+                              .members = kept,
+                              .n_members = n_kept,
+                              .event_type = kolo_sched_event_type(d->action),
+                              .event_message = message,
+                              .removed = l->lost_ids,
+                              .n_removed = d->n_lost,
+                              .count_reconfiguration = d->n_lost > d->n_drained,
+                              .count_drains = d->n_drained};
+  kolo_status rc = kolo_sched_write_change(&s->writer, j, &change);
+  free(kept);
   return rc;
 }
 
@@ -117,17 +127,17 @@ static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j,
   kolo_sched_epoch_plan plan = {.keep = l.survivors,
                                 .n_keep = l.n_survivors,
                                 .take = d->take,
-                                .phase = "RECONFIGURING",
+                                .phase = KOLO__V1__PHASE__RECONFIGURING,
                                 .event_type = type,
                                 .event_message = message};
   switch (d->action) {
     case KOLO_SCHED_FINISH:
-      rc = kolo_sched_end_job(&s->writer, snap, j, "SUCCEEDED", type, message);
+      rc = kolo_sched_end_job(&s->writer, snap, j, KOLO__V1__PHASE__SUCCEEDED, type, message);
       break;
     case KOLO_SCHED_LOST_FAIL:
     case KOLO_SCHED_USAGE_FAIL:
     case KOLO_SCHED_STALLED_FAIL:
-      rc = kolo_sched_end_job(&s->writer, snap, j, "FAILED", type, message);
+      rc = kolo_sched_end_job(&s->writer, snap, j, KOLO__V1__PHASE__FAILED, type, message);
       break;
     case KOLO_SCHED_STALLED_REFORM:
       plan.count_reconfiguration = 1;
@@ -159,9 +169,12 @@ static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j,
       plan.n_removed = l.n_survivors - d->keep;
       rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
       break;
-    case KOLO_SCHED_FORMED:
-      rc = kolo_sched_set_phase(&s->writer, j, "RUNNING", NULL, type, message, NULL, 0, 0, 0);
+    case KOLO_SCHED_FORMED: {
+      kolo_sched_change change = {
+          .phase = KOLO__V1__PHASE__RUNNING, .event_type = type, .event_message = message};
+      rc = kolo_sched_write_change(&s->writer, j, &change);
       break;
+    }
     default:
       break;
   }
@@ -191,14 +204,15 @@ static int handle_active(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_jo
 /* Gang-schedules pending job j if the queue admits it now (plan.h). */
 static void start_pending(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_queue *queue,
                           kolo_sched_job *j, int *wrote) {
-  uint32_t min = kolo_sched_job_bound(j, "min_workers"),
-           max = kolo_sched_job_bound(j, "max_workers");
+  uint32_t min = kolo_sched_job_min_workers(j), max = kolo_sched_job_max_workers(j);
   size_t take = kolo_sched_queue_admit(queue, kolo_sched_count_idle(snap), min, max);
   if (take == 0) return;
   char message[128];
   snprintf(message, sizeof message, "gang of %zu workers (min %u, max %u)", take, min, max);
-  kolo_sched_epoch_plan plan = {
-      .take = take, .phase = "RUNNING", .event_type = "SCHEDULED", .event_message = message};
+  kolo_sched_epoch_plan plan = {.take = take,
+                                .phase = KOLO__V1__PHASE__RUNNING,
+                                .event_type = "SCHEDULED",
+                                .event_message = message};
   *wrote |= kolo_sched_write_epoch(&s->writer, snap, j, &plan) == KOLO_OK;
 }
 
@@ -257,11 +271,11 @@ static void pass(kolo_sched *s) {
   kolo_sched_queue queue = {.capacity = capacity(&snap), .held = 0};
   for (size_t i = 0; i < snap.n_jobs; i++) {
     kolo_sched_job *j = &snap.jobs[i];
-    kolo_sched_phase phase = kolo_sched_phase_from(kolo_sched_job_phase(j));
-    if (phase == KOLO_SCHED_PHASE_PENDING) {
+    Kolo__V1__Phase phase = kolo_sched_job_phase(j);
+    if (phase == KOLO__V1__PHASE__PENDING) {
       /* FIFO, with backfill past a job larger than the cluster (plan.h) */
       start_pending(s, &snap, &queue, j, &wrote);
-    } else if (phase == KOLO_SCHED_PHASE_RUNNING || phase == KOLO_SCHED_PHASE_RECONFIGURING) {
+    } else if (kolo_sched_phase_active(phase)) {
       wrote |= handle_active(s, &snap, j);
     }
   }

@@ -20,8 +20,8 @@
 
 static void job_free(kolo_sched_job *j) {
   free(j->id);
-  json_decref(j->spec);
-  json_decref(j->status);
+  if (j->spec) protobuf_c_message_free_unpacked(&j->spec->base, NULL);
+  if (j->status) protobuf_c_message_free_unpacked(&j->status->base, NULL);
   for (size_t i = 0; i < j->n_rings; i++) kolo_ringspec_clear(&j->rings[i]);
   free(j->rings);
   for (size_t i = 0; i < j->n_reports; i++) {
@@ -87,7 +87,6 @@ static void add_ring(kolo_sched_job *j, const char *key, const char *text, size_
   j->rings[j->n_rings++] = ring;
 }
 
-/* Files one key under /kolo/v1/jobs/<id>/ into its job. */
 /* Keeps worker's report on j, decoded by its owner (coordination/report.h); one that
  * does not decode is logged and left out. */
 static void add_report(kolo_sched_job *j, const char *worker, const char *text, size_t length) {
@@ -114,23 +113,19 @@ const kolo_report *kolo_sched_job_report_of(const kolo_sched_job *j, const char 
   return NULL;
 }
 
-/* The JSON of j's spec or status if it decodes as its message (desc) through the one
- * codec (fields a newer writer added are skipped), else NULL (logged): a job without a
- * readable spec and status is not the scheduler's to touch. */
-static json_t *checked_json(const kolo_sched_job *j, const char *what, const char *text,
-                            size_t length, const ProtobufCMessageDescriptor *desc) {
-  json_t *json = json_loadb(text, length, 0, NULL);
-  ProtobufCMessage *msg = NULL;
+/* j's spec or status (text) decoded as its message (desc) through the one codec (fields a
+ * newer writer added are skipped), else NULL (logged): a job without a readable spec and
+ * status is not the scheduler's to touch. *slot's old message is freed. */
+static void decode_into(const kolo_sched_job *j, const char *what, const char *text, size_t length,
+                        const ProtobufCMessageDescriptor *desc, ProtobufCMessage **slot) {
+  if (*slot) protobuf_c_message_free_unpacked(*slot, NULL);
+  *slot = NULL;
   kolo_codec_fault fault;
-  if (json && kolo_codec_decode(json, desc, KOLO_CODEC_IGNORE_UNKNOWN, &msg, &fault) != KOLO_OK) {
+  if (kolo_codec_read(text, length, desc, KOLO_CODEC_IGNORE_UNKNOWN, slot, &fault) != KOLO_OK)
     KOLO_LOGW(LOG, "job %s: its %s does not decode: %s", j->id, what, fault.message);
-    json_decref(json);
-    return NULL;
-  }
-  if (msg) protobuf_c_message_free_unpacked(msg, NULL);
-  return json;
 }
 
+/* Files one key under /kolo/v1/jobs/<id>/ into its job. */
 static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
   const char *rest = (const char *)kv->key + strlen(KOLO_KEY_JOBS_PREFIX);
   const char *slash = strchr(rest, '/');
@@ -145,13 +140,13 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
     uint64_t seq = 0;
     if (kolo_keys_event_number(part + 7, &seq) && seq > j->max_seq) j->max_seq = seq;
   } else if (strcmp(part, "spec") == 0) {
-    json_decref(j->spec);
-    j->spec = checked_json(j, "spec", text, length, &kolo__v1__job_spec__descriptor);
+    decode_into(j, "spec", text, length, &kolo__v1__job_spec__descriptor,
+                (ProtobufCMessage **)&j->spec);
   } else if (strcmp(part, "status") == 0) {
-    json_decref(j->status);
-    j->status = checked_json(j, "status", text, length, &kolo__v1__job_status__descriptor);
+    decode_into(j, "status", text, length, &kolo__v1__job_status__descriptor,
+                (ProtobufCMessage **)&j->status);
     j->status_mod = kv->mod_revision;
-    j->created = kolo_sched_int(j->status, "created_unix_ms");
+    j->created = j->status ? j->status->created_unix_ms : 0;
   } else if (strncmp(part, "ring/", 5) == 0) {
     add_ring(j, (const char *)kv->key, text, length);
   } else if (strncmp(part, "reports/", 8) == 0) {
@@ -212,7 +207,7 @@ kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
   /* jobs without a readable spec and status are not ours to touch */
   size_t kept = 0;
   for (size_t i = 0; i < snap->n_jobs; i++) {
-    if (json_is_object(snap->jobs[i].spec) && json_is_object(snap->jobs[i].status))
+    if (snap->jobs[i].spec != NULL && snap->jobs[i].status != NULL)
       snap->jobs[kept++] = snap->jobs[i];
     else
       job_free(&snap->jobs[i]);
@@ -270,18 +265,21 @@ size_t kolo_sched_count_idle(const kolo_sched_snapshot *snap) {
 
 /* ---- job fields ---- */
 
-const char *kolo_sched_job_phase(const kolo_sched_job *j) {
-  return json_string_value(json_object_get(j->status, "phase")) ?: "";
+Kolo__V1__Phase kolo_sched_job_phase(const kolo_sched_job *j) {
+  return j->status ? j->status->phase : KOLO__V1__PHASE__PHASE_UNSPECIFIED;
 }
 
-int64_t kolo_sched_int(const json_t *object, const char *name) {
-  return (int64_t)json_integer_value(json_object_get(object, name));
+static uint32_t bound(uint32_t from_status, uint32_t from_spec) {
+  uint32_t v = from_status ? from_status : from_spec;
+  return v > 0 ? v : 1;
 }
 
-uint32_t kolo_sched_job_bound(const kolo_sched_job *j, const char *name) {
-  int64_t v = kolo_sched_int(j->status, name);
-  if (v <= 0) v = kolo_sched_int(j->spec, name);
-  return v > 0 ? (uint32_t)v : 1;
+uint32_t kolo_sched_job_min_workers(const kolo_sched_job *j) {
+  return bound(j->status->min_workers, j->spec->min_workers);
+}
+
+uint32_t kolo_sched_job_max_workers(const kolo_sched_job *j) {
+  return bound(j->status->max_workers, j->spec->max_workers);
 }
 
 const kolo_ringspec *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch) {
@@ -291,8 +289,8 @@ const kolo_ringspec *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch)
 }
 
 const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i) {
-  json_t *member = json_array_get(json_object_get(j->status, "members"), i);
-  return json_string_value(json_object_get(member, "worker_id")) ?: "";
+  if (i >= j->status->n_members || j->status->members[i]->worker_id == NULL) return "";
+  return j->status->members[i]->worker_id;
 }
 
 /* The decisions' view of a report (strings borrowed from it); none if r is NULL. */
@@ -323,8 +321,8 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
                                       int64_t now_unix_ms, kolo_sched_job_view *view,
                                       kolo_sched_member **members, const char ***earlier) {
   memset(view, 0, sizeof *view);
-  size_t n = json_array_size(json_object_get(j->status, "members"));
-  view->epoch = kolo_sched_int(j->status, "epoch");
+  size_t n = j->status->n_members;
+  view->epoch = (int64_t)j->status->epoch;
   const kolo_ringspec *ring = kolo_sched_job_ring(j, view->epoch);
   size_t n_lost = ring ? ring->n_lost : 0;
   *members = calloc(n + 1, sizeof **members);
@@ -349,15 +347,15 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
     m->report = report_of(kolo_sched_job_report_of(j, m->worker_id));
   }
   for (size_t k = 0; k < n_lost; k++) (*earlier)[view->n_earlier_lost++] = ring->lost[k].worker_id;
-  view->phase = kolo_sched_phase_from(kolo_sched_job_phase(j));
+  view->phase = kolo_sched_job_phase(j);
   view->has_ring = ring != NULL;
   view->ring_size = ring ? ring->size : 0;
   view->members = *members;
   view->n_members = n;
-  view->min_workers = kolo_sched_job_bound(j, "min_workers");
-  view->max_workers = kolo_sched_job_bound(j, "max_workers");
-  view->reconfigurations = (uint32_t)kolo_sched_int(j->status, "reconfigurations");
-  view->max_reconfigurations = (uint32_t)kolo_sched_int(j->spec, "max_reconfigurations");
+  view->min_workers = kolo_sched_job_min_workers(j);
+  view->max_workers = kolo_sched_job_max_workers(j);
+  view->reconfigurations = j->status->reconfigurations;
+  view->max_reconfigurations = j->spec->max_reconfigurations;
   view->idle = kolo_sched_count_idle(snap);
   view->earlier_lost = *earlier;
   view->now_unix_ms = now_unix_ms;
@@ -369,10 +367,8 @@ int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *wor
   for (size_t i = 0; i < snap->n_jobs; i++) {
     const kolo_sched_job *j = &snap->jobs[i];
     if (strcmp(j->id, job_id) != 0) continue;
-    kolo_sched_phase phase = kolo_sched_phase_from(kolo_sched_job_phase(j));
-    if (phase != KOLO_SCHED_PHASE_RUNNING && phase != KOLO_SCHED_PHASE_RECONFIGURING) return 0;
-    size_t n = json_array_size(json_object_get(j->status, "members"));
-    for (size_t m = 0; m < n; m++)
+    if (!kolo_sched_phase_active(kolo_sched_job_phase(j))) return 0;
+    for (size_t m = 0; m < j->status->n_members; m++)
       if (strcmp(kolo_sched_member_id(j, m), worker_id) == 0) return 1;
     return 0;
   }

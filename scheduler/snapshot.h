@@ -3,14 +3,14 @@
  * drain/ and jobs/: in kolo-server a copy kept by the store's watch-fed view, or a
  * range straight from etcd): live worker records (with drains and assignments), and every job's
  * spec, status, rings and reports, jobs ordered oldest first. Ring records are read through their
- * codec (coordination/ringspec.h; one that does not decode is logged and left out); the other
- * records are kept as parsed JSON (the status is edited and written back whole); the typed view the
- * decisions need (decide.h) is built from them here, so the decisions never see JSON.
+ * codec (coordination/ringspec.h; one that does not decode is logged and left out), and so is
+ * every other record: assignments, drains, reports by their owners, a job's spec and status as
+ * kolo.v1.JobSpec / JobStatus through the one codec (codec/). The typed view the decisions need
+ * (decide.h) is built from those messages here, so neither the decisions nor apply.c see JSON.
  * kolo_sched_records_read is the only I/O; everything else is pure. */
 #ifndef KOLO_SCHED_SNAPSHOT_H
 #define KOLO_SCHED_SNAPSHOT_H
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +19,7 @@
 #include "coordination/membership.h"
 #include "coordination/report.h"
 #include "coordination/ringspec.h"
+#include "kolo/v1/job.pb-c.h"
 #include "scheduler/decide.h"
 
 typedef struct kolo_sched_worker {
@@ -44,7 +45,8 @@ typedef struct kolo_sched_job_report {
 
 typedef struct kolo_sched_job {
   char *id;
-  json_t *spec, *status;
+  Kolo__V1__JobSpec *spec;     /* decoded (fields a newer writer added are skipped) */
+  Kolo__V1__JobStatus *status; /* ditto; apply.c changes a copy with coordination/job_status.h */
   int64_t status_mod;
   uint64_t max_seq;     /* highest event number */
   kolo_ringspec *rings; /* the ring records that decode (ringspec.h), in epoch order */
@@ -105,15 +107,15 @@ int kolo_sched_worker_idle(const kolo_sched_worker *w);
 size_t kolo_sched_count_idle(const kolo_sched_snapshot *snap);
 
 /* ---- job fields ---- */
-const char *kolo_sched_job_phase(const kolo_sched_job *j);
-int64_t kolo_sched_int(const json_t *object, const char *name);
-/* min_workers / max_workers: the status's, else the spec's, at least 1. */
-uint32_t kolo_sched_job_bound(const kolo_sched_job *j, const char *name);
+Kolo__V1__Phase kolo_sched_job_phase(const kolo_sched_job *j);
+/* The effective bounds: the status's (ScaleJob changes them), else the spec's, at least 1. */
+uint32_t kolo_sched_job_min_workers(const kolo_sched_job *j);
+uint32_t kolo_sched_job_max_workers(const kolo_sched_job *j);
 /* worker_id's report on j; NULL if there is none that decodes. */
 const kolo_report *kolo_sched_job_report_of(const kolo_sched_job *j, const char *worker_id);
 /* j's ring record of epoch; NULL if there is none that decodes. */
 const kolo_ringspec *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch);
-/* The worker id of status member i ("" if malformed). */
+/* The worker id of status member i ("" if it has none). */
 const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i);
 
 /* The typed view of an active job. Fills *view and *members (an array of

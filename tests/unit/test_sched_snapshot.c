@@ -139,7 +139,24 @@ static void jobs_come_oldest_first_and_unreadable_ones_are_dropped(void **state)
   assert_string_equal(f->snap.jobs[1].id, "b");
   assert_int_equal(f->snap.jobs[1].max_seq, 7);
   assert_int_equal(f->snap.jobs[1].status_mod, 9);
-  assert_string_equal(kolo_sched_job_phase(&f->snap.jobs[0]), "PENDING");
+  assert_int_equal(kolo_sched_job_phase(&f->snap.jobs[0]), KOLO__V1__PHASE__PENDING);
+}
+
+/* A job's spec and status are kept as the messages they decode to (job.proto): the
+ * decisions' view and apply.c's writes read their fields, never JSON. */
+static void a_job_s_spec_and_status_are_kept_decoded(void **state) {
+  fixture *f = *state;
+  const kolo_sched_job *b = &f->snap.jobs[1];
+  assert_int_equal(kolo_sched_job_phase(b), KOLO__V1__PHASE__RUNNING);
+  assert_int_equal(b->status->epoch, 2);
+  assert_int_equal(b->status->reconfigurations, 1);
+  assert_int_equal(b->status->n_members, 2);
+  assert_string_equal(kolo_sched_member_id(b, 0), "w1");
+  assert_string_equal(kolo_sched_member_id(b, 1), "w2");
+  assert_string_equal(kolo_sched_member_id(b, 2), ""); /* past the end */
+  assert_int_equal(b->spec->max_reconfigurations, 3);
+  assert_int_equal(b->spec->max_workers, 4);
+  assert_int_equal(b->created, 200);
 }
 
 static void a_drained_or_assigned_worker_is_not_idle(void **state) {
@@ -155,10 +172,9 @@ static void a_drained_or_assigned_worker_is_not_idle(void **state) {
 
 static void bounds_prefer_the_status_over_the_spec(void **state) {
   fixture *f = *state;
-  assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[1], "max_workers"), 2);
-  assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[1], "min_workers"), 1);
-  assert_int_equal(kolo_sched_job_bound(&f->snap.jobs[0], "max_workers"),
-                   1); /* absent: at least 1 */
+  assert_int_equal(kolo_sched_job_max_workers(&f->snap.jobs[1]), 2);
+  assert_int_equal(kolo_sched_job_min_workers(&f->snap.jobs[1]), 1);
+  assert_int_equal(kolo_sched_job_max_workers(&f->snap.jobs[0]), 1); /* absent: at least 1 */
 }
 
 static void ring_records_are_read_through_their_codec(void **state) {
@@ -241,7 +257,7 @@ static void the_view_carries_records_reports_and_the_ring(void **state) {
   assert_int_equal(
       kolo_sched_job_view_build(&f->snap, &f->snap.jobs[1], 1000, &view, &members, &earlier),
       KOLO_OK);
-  assert_int_equal(view.phase, KOLO_SCHED_PHASE_RUNNING);
+  assert_int_equal(view.phase, KOLO__V1__PHASE__RUNNING);
   assert_int_equal(view.epoch, 2);
   assert_true(view.has_ring);
   assert_int_equal(view.ring_size, 2);
@@ -290,6 +306,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       T(jobs_come_oldest_first_and_unreadable_ones_are_dropped),
       T(a_drained_or_assigned_worker_is_not_idle),
+      T(a_job_s_spec_and_status_are_kept_decoded),
       T(bounds_prefer_the_status_over_the_spec),
       T(ring_records_are_read_through_their_codec),
       cmocka_unit_test(event_numbers_of_both_key_widths_count),
