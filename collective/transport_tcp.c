@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collective/copy_align.h"
 #include "collective/transport.h"
 #include "common/log.h"
 
@@ -22,8 +23,37 @@ struct kolo_transport_listener {
   int fd;
 };
 
+/* Most bytes one send/recv call moves through a bounce buffer (the buffer is
+ * this plus a page, so a start anywhere in its first page fits). */
+#define BOUNCE_BYTES (256 * 1024)
+/* calls smaller than this go straight even when the direction is shifted: the
+ * slow copy of a few KiB costs less than the detour */
+#define BOUNCE_MIN_BYTES 4096
+
+/* Calls are timed and chosen for per size class (16-64 KiB, to 256 KiB, to 1
+ * MiB, more), since a call's cost per KiB depends on its size: a choice made
+ * on 16 KiB calls says little about 64 KiB ones. */
+#define SIZE_CLASSES 4
+
+/* One direction's copy alignment (copy_align.h), per size class, and its
+ * bounce buffer, allocated the first time the direction is shifted. */
+typedef struct tcp_lane {
+  kolo_copy_align align[SIZE_CLASSES];
+  char *bounce;
+} tcp_lane;
+
+static kolo_copy_align *lane_align(tcp_lane *lane, size_t length) {
+  int size_class = 0;
+  for (size_t top = 64 * 1024; size_class < SIZE_CLASSES - 1 && length >= top; top *= 4) {
+    size_class++;
+  }
+  return &lane->align[size_class];
+}
+
 struct kolo_transport_conn {
   int fd;
+  int adaptive;     /* time large calls and choose (KOLO_TCP_ALIGN unset or 1) */
+  tcp_lane out, in; /* sends, receives */
 };
 
 /* Socket buffer size asked for data connections; the kernel may clamp it. 1 MiB
@@ -194,6 +224,13 @@ static kolo_status wrap_conn(int fd, kolo_transport_conn **out) {
     return KOLO_ERR_NO_MEMORY;
   }
   conn->fd = fd;
+  /* KOLO_TCP_ALIGN: unset or 1 = choose by timing, 0 = always straight,
+   * "shift" = always through the bounce buffer (for tests) */
+  const char *align = getenv("KOLO_TCP_ALIGN");
+  int forced = align != NULL && strcmp(align, "shift") == 0;
+  conn->adaptive = !forced && (align == NULL || strcmp(align, "0") != 0);
+  for (int c = 0; c < SIZE_CLASSES; c++)
+    conn->out.align[c].shifted = conn->in.align[c].shifted = forced;
   *out = conn;
   return KOLO_OK;
 }
@@ -276,14 +313,51 @@ static kolo_status tcp_connect(const char *address, int64_t deadline_ns,
   return last_error == ETIMEDOUT || last_error == 0 ? KOLO_ERR_TIMEOUT : KOLO_ERR_CONNECT;
 }
 
+/* Where a shifted call's bytes go in the lane's bounce buffer: the caller's
+ * page offset plus KOLO_COPY_ALIGN_SHIFT, so the kernel's copy distance moves
+ * by 32 bytes (out of the slow window if it was in it). NULL when the call goes
+ * straight (not shifted, small, or no memory for the bounce buffer). */
+static char *lane_bounce(tcp_lane *lane, const void *buffer, size_t length) {
+  if (length < BOUNCE_MIN_BYTES || !lane_align(lane, length)->shifted) return NULL;
+  if (lane->bounce == NULL) {
+    if (posix_memalign((void **)&lane->bounce, 4096, BOUNCE_BYTES + 4096) != 0) {
+      lane->bounce = NULL;
+      lane_align(lane, length)->shifted = 0;
+      return NULL;
+    }
+    memset(lane->bounce, 0, BOUNCE_BYTES + 4096); /* no page faults in the timed call */
+  }
+  uintptr_t offset = ((uintptr_t)buffer + KOLO_COPY_ALIGN_SHIFT) & 4095;
+  return lane->bounce + offset;
+}
+
+/* Feeds a call's timing (length asked, moved) to the chooser of its size
+ * class when it moved enough bytes. */
+static void lane_timed(tcp_lane *lane, size_t length, int64_t started_ns, size_t moved) {
+  if (moved < KOLO_COPY_ALIGN_MEASURE_BYTES) return;
+  int64_t spent = kolo_now_ns() - started_ns;
+  kolo_copy_align_next(lane_align(lane, length), spent * 1024 / (int64_t)moved);
+}
+
 static kolo_status tcp_send(kolo_transport_conn *conn, const void *buffer, size_t length,
                             size_t *moved) {
   *moved = 0;
   if (length == 0) return KOLO_OK;
+  int timed = conn->adaptive && length >= KOLO_COPY_ALIGN_MEASURE_BYTES;
+  const void *from = buffer;
+  size_t want = length;
+  char *bounce = lane_bounce(&conn->out, buffer, length);
+  int64_t started = timed ? kolo_now_ns() : 0;
+  if (bounce != NULL) {
+    want = length < BOUNCE_BYTES ? length : BOUNCE_BYTES;
+    memcpy(bounce, buffer, want);
+    from = bounce;
+  }
   for (;;) {
-    ssize_t n = send(conn->fd, buffer, length, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t n = send(conn->fd, from, want, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n >= 0) {
       *moved = (size_t)n;
+      if (timed) lane_timed(&conn->out, length, started, *moved);
       return KOLO_OK;
     }
     if (errno == EINTR) continue;
@@ -297,10 +371,17 @@ static kolo_status tcp_send(kolo_transport_conn *conn, const void *buffer, size_
 static kolo_status tcp_recv(kolo_transport_conn *conn, void *buffer, size_t length, size_t *moved) {
   *moved = 0;
   if (length == 0) return KOLO_OK;
+  int timed = conn->adaptive && length >= KOLO_COPY_ALIGN_MEASURE_BYTES;
+  char *bounce = lane_bounce(&conn->in, buffer, length);
+  int64_t started = timed ? kolo_now_ns() : 0;
+  void *into = bounce != NULL ? bounce : buffer;
+  size_t want = bounce != NULL && length > BOUNCE_BYTES ? BOUNCE_BYTES : length;
   for (;;) {
-    ssize_t n = recv(conn->fd, buffer, length, MSG_DONTWAIT);
+    ssize_t n = recv(conn->fd, into, want, MSG_DONTWAIT);
     if (n > 0) {
+      if (bounce != NULL) memcpy(buffer, bounce, (size_t)n);
       *moved = (size_t)n;
+      if (timed) lane_timed(&conn->in, length, started, *moved);
       return KOLO_OK;
     }
     if (n == 0) return KOLO_ERR_PEER_LOST;
@@ -327,6 +408,8 @@ static int tcp_listener_poll_fd(const kolo_transport_listener *listener) {
 static void tcp_close(kolo_transport_conn *conn) {
   if (conn == NULL) return;
   close(conn->fd);
+  free(conn->out.bounce);
+  free(conn->in.bounce);
   free(conn);
 }
 

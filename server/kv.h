@@ -57,8 +57,10 @@ typedef struct kolo_server_kv_ops {
   kolo_status (*range)(kolo_server_kv *kv, const char *prefix, kolo_server_kv_item **items,
                        size_t *count, int64_t *revision);
   /* All compares hold -> all puts (and deletes) applied atomically (*revision = new
-   * revision); otherwise KOLO_ERR_CONFLICT and nothing changes. A put under a lease that
-   * no longer exists fails as a whole (KOLO_ERR_NOT_FOUND with etcd). */
+   * revision; the current one if nothing changed, as etcd: a delete of an absent key or no
+   * puts); otherwise KOLO_ERR_CONFLICT, nothing changes and *revision = the current
+   * revision (etcd's header). A put under a lease that no longer exists fails as a whole
+   * (KOLO_ERR_NOT_FOUND with etcd). */
   kolo_status (*txn)(kolo_server_kv *kv, const kolo_server_kv_compare *compares, size_t n_compares,
                      const kolo_server_kv_put *puts, size_t n_puts, int64_t *revision);
   /* Delivers changes under prefix after start_revision to fn on a thread of the kv's

@@ -113,16 +113,20 @@ static kolo_status mem_txn(kolo_server_kv *kv, const kolo_server_kv_compare *com
                                                            : m->items[at].mod_revision;
     if (actual != compares[i].revision) {
       rc = KOLO_ERR_CONFLICT;
+      if (revision) *revision = m->revision; /* etcd's header revision */
       goto unlock;
     }
   }
   int64_t rev = m->revision + 1;
+  size_t changed = 0; /* like etcd, a txn that changes nothing makes no revision */
   for (size_t i = 0; i < n_puts; i++) {
     long at = find(m, puts[i].key);
     if (puts[i].value == NULL) {
       if (at >= 0) delete_at(m, (size_t)at, rev, &events[n_events], &n_events);
+      changed += at >= 0;
       continue;
     }
+    changed++;
     char *value = strdup(puts[i].value);
     if (value == NULL) {
       rc = KOLO_ERR_NO_MEMORY;
@@ -158,8 +162,8 @@ static kolo_status mem_txn(kolo_server_kv *kv, const kolo_server_kv_compare *com
         copy_item(&m->items[at], &events[n_events].item) == KOLO_OK)
       n_events++;
   }
-  m->revision = rev;
-  if (revision) *revision = rev;
+  if (changed) m->revision = rev;
+  if (revision) *revision = m->revision;
 unlock:
   pthread_mutex_unlock(&m->lock);
   if (rc == KOLO_OK && n_events && m->watch_fn)

@@ -8,7 +8,6 @@
 
 #include <curl/curl.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -21,6 +20,7 @@
 #include "common/log.h"
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
+#include "coordination/membership.h"
 #include "coordination/ringspec.h"
 #include "server/job_model.h"
 #include "server/service.h"
@@ -357,34 +357,47 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg) {
   return src->protocol_error ? 0 : n;
 }
 
-/* logs_url and logs_token of a worker from its etcd record; 0 if it has none. */
+/* The store's records under prefix as its watch-fed view holds them now (no etcd read). */
+static kolo_status view_records(kolo_server_logstream *s, const char *prefix,
+                                kolo_etcd_range_result *out) {
+  const char *prefixes[1] = {prefix};
+  return kolo_server_store_read_records(s->logs->cfg.store, prefixes, 1, 0, 0, out, NULL, NULL);
+}
+
+/* Whether url and token are fit to put in a request: http(s)://host:port of URL characters,
+ * and a token of letters and digits, each fitting its buffer. */
+static int endpoint_ok(const char *u, size_t url_len, const char *t, size_t token_len) {
+  return u && t && (strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0) &&
+         strlen(u) < url_len && strlen(t) < token_len &&
+         strspn(u, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:/[]-_") ==
+             strlen(u) &&
+         strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == strlen(t);
+}
+
+/* logs_url and logs_token of a worker from its record (the view's copy, decoded by
+ * coordination/membership.h); 0 if it has none. */
 static int worker_endpoint(kolo_server_logstream *s, const char *worker, char *url, size_t url_len,
                            char *token, size_t token_len) {
-  kolo_server_kv *kv = kolo_server_store_kv(s->logs->cfg.store);
   char key[256];
   if (kolo_keys_worker(worker, key, sizeof key) != KOLO_OK) return -1;
-  kolo_server_kv_item *items = NULL;
-  size_t n = 0;
-  int64_t revision = 0;
+  kolo_etcd_range_result r;
+  if (view_records(s, key, &r) != KOLO_OK) return -1;
   int found = 0;
-  if (kv->ops->range(kv, key, &items, &n, &revision) != KOLO_OK) return -1;
-  for (size_t i = 0; i < n && !found; i++) {
-    if (strcmp(items[i].key, key) != 0) continue;
-    json_t *record = json_loadb(items[i].value, items[i].value_len, 0, NULL);
-    const char *u = json_string_value(json_object_get(record, "logs_url"));
-    const char *t = json_string_value(json_object_get(record, "logs_token"));
-    if (u && t && (strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0) &&
-        strlen(u) < url_len && strlen(t) < token_len &&
-        strspn(u, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:/[]-_") ==
-            strlen(u) &&
-        strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == strlen(t)) {
-      snprintf(url, url_len, "%s", u);
-      snprintf(token, token_len, "%s", t);
+  for (size_t i = 0; i < r.count && !found; i++) {
+    if (strcmp((const char *)r.kvs[i].key, key) != 0) continue; /* w1 also finds w10 */
+    kolo_member m;
+    if (kolo_member_from_json((const char *)r.kvs[i].value, r.kvs[i].value_len, &m) != KOLO_OK) {
+      KOLO_LOGW(LOG, "%s: %s", key, kolo_etcd_last_error());
+      continue;
+    }
+    if (endpoint_ok(m.logs_url, url_len, m.logs_token, token_len)) {
+      snprintf(url, url_len, "%s", m.logs_url);
+      snprintf(token, token_len, "%s", m.logs_token);
       found = 1;
     }
-    json_decref(record);
+    kolo_member_clear(&m);
   }
-  kolo_server_kv_items_free(items, n);
+  kolo_etcd_range_result_free(&r);
   return found;
 }
 
@@ -510,25 +523,22 @@ static source *ensure_source(kolo_server_logstream *s, const char *worker) {
   return src;
 }
 
-/* Every worker that was ever in the job's rings. */
+/* Every worker that was ever in the job's rings (the view's copy of the ring records). */
 static void add_ring_members(kolo_server_logstream *s) {
-  kolo_server_kv *kv = kolo_server_store_kv(s->logs->cfg.store);
   char prefix[160];
   if (kolo_keys_job(s->job, "ring/", prefix, sizeof prefix) != KOLO_OK) return;
-  kolo_server_kv_item *items = NULL;
-  size_t n = 0;
-  int64_t revision = 0;
-  if (kv->ops->range(kv, prefix, &items, &n, &revision) != KOLO_OK) return;
-  for (size_t i = 0; i < n; i++) {
+  kolo_etcd_range_result r;
+  if (view_records(s, prefix, &r) != KOLO_OK) return;
+  for (size_t i = 0; i < r.count; i++) {
     kolo_ringspec ring;
-    if (kolo_ringspec_decode(items[i].value, items[i].value_len, &ring) != KOLO_OK) {
-      KOLO_LOGW(LOG, "%s: %s", items[i].key, kolo_etcd_last_error());
+    if (kolo_ringspec_decode((const char *)r.kvs[i].value, r.kvs[i].value_len, &ring) != KOLO_OK) {
+      KOLO_LOGW(LOG, "%s: %s", (const char *)r.kvs[i].key, kolo_etcd_last_error());
       continue;
     }
     for (size_t k = 0; k < ring.size; k++) ensure_source(s, ring.members[k].worker_id);
     kolo_ringspec_clear(&ring);
   }
-  kolo_server_kv_items_free(items, n);
+  kolo_etcd_range_result_free(&r);
 }
 
 static void refresh(kolo_server_logstream *s, int with_rings) {

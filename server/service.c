@@ -102,8 +102,9 @@ kolo_status kolo_server_service_call(kolo_server_store *store, kolo_server_metho
         return KOLO_ERR_INVALID_ARG;
       }
       rc = method == KOLO_SERVER_DRAIN_WORKER
-               ? kolo_server_store_drain_worker(store, id, (Kolo__V1__Worker **)resp)
-               : kolo_server_store_undrain_worker(store, id, (Kolo__V1__Worker **)resp);
+               ? kolo_server_store_drain_worker(store, id, (Kolo__V1__Worker **)resp, err, err_len)
+               : kolo_server_store_undrain_worker(store, id, (Kolo__V1__Worker **)resp, err,
+                                                  err_len);
       return not_found(rc, "worker", id, err, err_len);
     }
     case KOLO_SERVER_GET_DEMAND:

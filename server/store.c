@@ -20,7 +20,7 @@
 
 #define LOG "store"
 #define WRITE_ATTEMPTS 8
-#define CATCH_UP_MS 5000
+#define CATCH_UP_MS 5000 /* default of kolo_server_store_set_catch_up_ms */
 #define KOLO_CHECK_GOTO_RC(call) KOLO_CHECK_GOTO(call, rc, out)
 
 /* ---- the view ---- */
@@ -264,7 +264,7 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
   pthread_mutex_unlock(&s->sub_lock);
 }
 
-/* Waits until the view has applied revision (a write of ours), up to CATCH_UP_MS. */
+/* Waits until the view has applied revision (a write of ours), up to timeout_ms. */
 static kolo_status wait_revision(kolo_server_store *s, int64_t revision, int timeout_ms) {
   struct timespec deadline;
   clock_gettime(CLOCK_REALTIME, &deadline);
@@ -302,6 +302,7 @@ kolo_status kolo_server_store_create(kolo_server_kv *kv, kolo_server_store **out
   if (s == NULL) return KOLO_ERR_NO_MEMORY;
   s->kv = kv;
   s->next_handle = 1;
+  s->catch_up_ms = CATCH_UP_MS;
   pthread_rwlock_init(&s->lock, NULL);
   pthread_mutex_init(&s->rev_lock, NULL);
   pthread_cond_init(&s->rev_cond, NULL);
@@ -548,7 +549,7 @@ static kolo_status mutate(kolo_server_store *s, const char *id, mutate_fn fn, co
     if (rc == KOLO_OK) rc = write_status(s, job, first_new, status_rev, &revision);
     protobuf_c_message_free_unpacked(&job->base, NULL);
     if (rc == KOLO_OK) {
-      rc = wait_revision(s, revision, CATCH_UP_MS);
+      rc = wait_revision(s, revision, s->catch_up_ms);
       if (rc != KOLO_OK) return KOLO_ERR_UNAVAILABLE;
       return kolo_server_store_get(s, id, out);
     }
@@ -604,7 +605,7 @@ static kolo_status read_spec(kolo_server_store *s, const char *id, Kolo__V1__Job
     break;
   }
   kolo_server_kv_items_free(items, n);
-  if (rc == KOLO_OK) wait_revision(s, revision, CATCH_UP_MS);
+  if (rc == KOLO_OK) wait_revision(s, revision, s->catch_up_ms);
   return rc;
 }
 
@@ -642,7 +643,7 @@ kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *sp
   if (rc == KOLO_OK) {
     *created = 1;
     KOLO_LOGI(LOG, "job %s (%s) submitted at revision %" PRId64, id, spec->name, revision);
-    if (wait_revision(s, revision, CATCH_UP_MS) != KOLO_OK) {
+    if (wait_revision(s, revision, s->catch_up_ms) != KOLO_OK) {
       rc = KOLO_ERR_UNAVAILABLE;
       goto out;
     }
@@ -715,4 +716,12 @@ void kolo_server_store_unsubscribe(kolo_server_store *s, uint64_t handle) {
 
 kolo_server_kv *kolo_server_store_kv(kolo_server_store *s) {
   return s->kv;
+}
+
+void kolo_server_store_set_catch_up_ms(kolo_server_store *s, int ms) {
+  s->catch_up_ms = ms > 0 ? ms : CATCH_UP_MS;
+}
+
+int kolo_server_store_catch_up_ms(const kolo_server_store *s) {
+  return s->catch_up_ms;
 }

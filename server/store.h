@@ -69,18 +69,32 @@ kolo_status kolo_server_store_job_sizes(kolo_server_store *store, kolo_server_jo
 /* The demand for workers now (demand.h) from the view's jobs and the registered workers. */
 kolo_status kolo_server_store_get_demand(kolo_server_store *store, Kolo__V1__Demand **out);
 
-/* Workers registered under /kolo/v1/workers/ (read from kv; drained ones flagged). */
+/* ---- workers, drains, demand (workers.c) ----
+ * Served from the view's records (kolo_server_store_read_records): worker records, drain
+ * marks and assignments decoded by their owners (coordination/membership.h, drain.h,
+ * assignment.h); no etcd range per call. */
+
+/* Workers registered under /kolo/v1/workers/ as the view holds them (drained ones flagged). */
 kolo_status kolo_server_store_list_workers(kolo_server_store *store,
                                            Kolo__V1__ListWorkersResponse **out);
 /* Writes /kolo/v1/drain/<id> under the lease of the worker's current registration, so the
  * mark ends with it (coordination/drain.h); KOLO_ERR_NOT_FOUND if no such worker is
- * registered. *out: the worker as ListWorkers shows it now. */
+ * registered. *out: the worker as ListWorkers shows it once the view has applied the write
+ * (read-your-writes: a ListWorkers after it shows the drain). KOLO_ERR_UNAVAILABLE (err says
+ * so) if the view does not get there within the catch-up time: the mark may be written. */
 kolo_status kolo_server_store_drain_worker(kolo_server_store *store, const char *id,
-                                           Kolo__V1__Worker **out);
+                                           Kolo__V1__Worker **out, char *err, size_t err_len);
 /* Deletes /kolo/v1/drain/<id> (nothing to do if absent); KOLO_ERR_NOT_FOUND if no such
- * worker is registered (a mark it left is deleted all the same). */
+ * worker is registered (a mark it left is deleted all the same). Waits for the view like
+ * kolo_server_store_drain_worker. */
 kolo_status kolo_server_store_undrain_worker(kolo_server_store *store, const char *id,
-                                             Kolo__V1__Worker **out);
+                                             Kolo__V1__Worker **out, char *err, size_t err_len);
+
+/* How long a write (submit, cancel, scale, drain, undrain) waits for the view to apply it
+ * before it answers KOLO_ERR_UNAVAILABLE (default 5000 ms; <= 0 = the default). Set it
+ * before the store serves. */
+void kolo_server_store_set_catch_up_ms(kolo_server_store *store, int ms);
+int kolo_server_store_catch_up_ms(const kolo_server_store *store);
 
 /* ---- metrics history, rings, gauges (store_history.c) ---- */
 
@@ -172,7 +186,7 @@ void kolo_server_store_get_marks(kolo_server_store *store, const char *id,
 kolo_status kolo_server_store_jobs_json(kolo_server_store *store, uint64_t since, char **json,
                                         int *full, uint64_t *mark);
 
-/* The kv the store writes through (workers.c reads worker registrations with it). */
+/* The kv the store writes through (workers.c writes drain marks with it). */
 kolo_server_kv *kolo_server_store_kv(kolo_server_store *store);
 
 /* Revision the view has caught up with. */

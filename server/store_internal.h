@@ -50,6 +50,7 @@ struct kolo_server_store {
   pthread_mutex_t rev_lock;
   pthread_cond_t rev_cond;
   int64_t revision;         /* newest revision applied to the view */
+  int catch_up_ms;          /* how long a write waits for the view to show it */
   pthread_mutex_t sub_lock; /* subscribers; held while delivering */
   subscriber *subs;
   uint64_t next_handle;

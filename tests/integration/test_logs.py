@@ -86,6 +86,18 @@ class LogsTest(unittest.TestCase):
         by_rank = {m["rank"]: m["worker_id"] for m in job["status"]["members"]}
         self.assertEqual({l.rank: l.worker_id for l in lines}, by_rank)
 
+    def test_a_log_stream_reads_its_workers_and_rings_from_the_server_s_view_not_etcd(self):
+        def store_ranges():
+            code, text = self.http("/metrics", timeout=10)
+            m = re.search(r'^kolo_etcd_requests_total\{handle="store",kind="range"\} (\d+)$', text, re.M)
+            return int(m.group(1)) if m else 0
+        before = store_ranges()
+        lines = self.lines_of("done-1")
+        self.assertEqual(sorted({l.worker_id for l in lines}), ["w0", "w1"])
+        code, text = self.http("/v1/jobs/done-1/logs")
+        self.assertEqual(code, 200)
+        self.assertEqual(store_ranges(), before, "a log stream read etcd")
+
     def test_a_worker_on_a_second_address_serves_its_own_lines(self):
         record = json.loads(self.cluster.etcd_get("/kolo/v1/workers/w1"))
         self.assertTrue(record["logs_url"].startswith("http://127.0.0.2:"), record)

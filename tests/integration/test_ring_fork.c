@@ -286,6 +286,34 @@ static void two_ranks_over_tcp_agree_bit_for_bit(void **state) {
   unsetenv("KOLO_SHM");
 }
 
+/* The TCP transport's detour through its bounce buffer (32 bytes off the
+ * caller's alignment, chosen when the kernel's straight copy is slow) moves the
+ * same bytes: forced on both ranks, on one rank only, with a tiny socket buffer
+ * (partial sends and receives), and on a ring of three (receives straight into
+ * the caller's buffer). */
+static void the_tcp_bounce_buffer_detour_keeps_results_exact(void **state) {
+  (void)state;
+  setenv("KOLO_SHM", "0", 1);
+  setenv("KOLO_TCP_ALIGN", "shift", 1);
+  expected_transport = "tcp";
+  size_t counts[] = {8192 + 3, 262144, 1000003};
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    assert_int_equal(run_ranks(2, pair_results_agree, &counts[c]), 0);
+  }
+  static char straight[] = "KOLO_TCP_ALIGN=0";
+  rank_setting[1] = straight;
+  assert_int_equal(run_ranks(2, pair_results_agree, &counts[2]), 0);
+  rank_setting[1] = NULL;
+  setenv("KOLO_SOCKET_BUFFER_BYTES", "4096", 1);
+  assert_int_equal(run_ranks(2, pair_results_agree, &counts[1]), 0);
+  unsetenv("KOLO_SOCKET_BUFFER_BYTES");
+  size_t ring_count = 2000003;
+  assert_int_equal(run_ranks(3, allreduce_float_sum, &ring_count), 0);
+  expected_transport = NULL;
+  unsetenv("KOLO_TCP_ALIGN");
+  unsetenv("KOLO_SHM");
+}
+
 /* Two ranks over shared memory exchange small buffers the same way (the peer's
  * buffer reduced straight out of the ring): right, bit for bit the same on both
  * ranks and in place. Then the pair forced onto 4 MB buffers with a 64 KiB ring
@@ -578,6 +606,7 @@ int main(void) {
       cmocka_unit_test(other_collectives_work_for_every_ring_size),
       cmocka_unit_test(allreduce_is_right_over_tcp_without_shared_memory),
       cmocka_unit_test(two_ranks_over_tcp_agree_bit_for_bit),
+      cmocka_unit_test(the_tcp_bounce_buffer_detour_keeps_results_exact),
       cmocka_unit_test(two_ranks_over_shared_memory_agree_bit_for_bit),
       cmocka_unit_test(allreduce_is_right_through_a_small_wrapping_shared_memory_ring),
       cmocka_unit_test(reductions_from_a_misaligned_wrapping_shared_memory_ring_are_exact),

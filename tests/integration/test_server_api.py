@@ -225,8 +225,10 @@ class ApiTest(unittest.TestCase):
         req = urllib.request.Request(self.etcd.url + "/v3/kv/put", data=json.dumps({"key": key, "value": value}).encode(),
                                      method="POST")
         urllib.request.urlopen(req, timeout=5).read()
-        workers = self.client.call("ListWorkers", cpb.ListWorkersRequest()).workers
-        w = [w for w in workers if w.id == "w-test-1"]
+        # ListWorkers answers from the server's watch-fed view: a record written into etcd by
+        # someone else shows once the watch brought it (ms); the server's own writes show at once
+        listed = lambda i: [w for w in self.client.call("ListWorkers", cpb.ListWorkersRequest()).workers if w.id == i]
+        w = wait_for(lambda: listed("w-test-1"), 10, "the record in the server's view")
         self.assertEqual(len(w), 1)
         self.assertEqual((w[0].host, w[0].slots, w[0].draining), ("node-a", 2, False))
         drained = self.client.call("DrainWorker", cpb.DrainWorkerRequest(id="w-test-1"))
@@ -243,8 +245,8 @@ class ApiTest(unittest.TestCase):
             urllib.request.urlopen(urllib.request.Request(
                 self.etcd.url + "/v3/kv/put", data=json.dumps({"key": key2, "value": value2}).encode(),
                 method="POST"), timeout=5).read()
-            states = [w.state for w in self.client.call("ListWorkers", cpb.ListWorkersRequest()).workers
-                      if w.id == "w-case"]
+            states = wait_for(lambda: (lambda s: s if s == [shown] else None)([w.state for w in listed("w-case")]),
+                              10, "w-case %s in the server's view" % written)
             self.assertEqual(states, [shown])
         code, body = curl(self.server.http_port, "/v1/workers/w-test-1:drain", "POST")
         self.assertEqual((code, body["draining"]), (200, True))

@@ -3,7 +3,9 @@ itself (its /metrics: etcd_debugging_mvcc_watcher_total) and by kolo-server's ow
 counters on its /metrics (kolo_etcd_*). A leading kolo-server holds ONE etcd client and ONE
 watch (the store's, which also feeds the scheduler); its scheduler's passes read no etcd
 range, also through a whole job's life on a real kolo-worker; --etcd auto schedules the same
-way on its private etcd; --etcd none has no etcd client at all and still serves jobs."""
+way on its private etcd; --etcd none has no etcd client at all and still serves jobs.
+ListWorkers, DrainWorker/UndrainWorker, GET /v1/demand and /metrics read the store's records:
+no etcd range of the store's, and a drain shows in the very next ListWorkers."""
 import json
 import os
 import re
@@ -13,7 +15,7 @@ import unittest
 import urllib.request
 
 from kolo_cluster import Cluster, Worker
-from test_server_support import Client, Server, main, pb, spec, wait_for
+from test_server_support import Client, Server, curl, main, pb, spec, wait_for
 
 
 def page(url):
@@ -77,6 +79,42 @@ class EtcdUseTest(unittest.TestCase):
         self.assertGreaterEqual(value(after, "kolo_etcd_requests_total", '{handle="scheduler",kind="txn"}'), 2)
         self.assertEqual(value(page(self.cluster.etcd.url + "/metrics"), "etcd_debugging_mvcc_watcher_total"),
                          1 + 1, "the server's watch and the worker's")
+
+    def test_workers_drains_demand_and_metrics_read_no_etcd_range(self):
+        self.cluster = Cluster()
+        server = self.cluster.server
+        wait_for(lambda: leads(server), 20, "the server leads")
+        self.cluster.add_worker("w1")
+        self.cluster.add_worker("w2")
+
+        def store_ranges():
+            return value(server_metrics(server), "kolo_etcd_requests_total", '{handle="store",kind="range"}') or 0
+
+        before = store_ranges()
+        port = server.http_port
+        for _ in range(3):
+            code, body = curl(port, "/v1/workers")
+            self.assertEqual(code, 200)
+            self.assertEqual(sorted(w["id"] for w in body["workers"]), ["w1", "w2"])
+            code, body = curl(port, "/v1/demand")
+            self.assertEqual(code, 200, body)
+            self.assertEqual(body.get("workers_registered"), 2, body)
+        code, body = curl(port, "/v1/workers/w1:drain", "POST", "{}")
+        self.assertEqual(code, 200, body)
+        self.assertTrue(body.get("draining"), body)
+        # read-your-writes: the very next list shows it
+        code, body = curl(port, "/v1/workers")
+        self.assertEqual({w["id"]: w.get("state") for w in body["workers"]}, {"w1": "DRAINING", "w2": "IDLE"})
+        code, body = curl(port, "/v1/demand")
+        self.assertEqual(body.get("workers_draining"), 1, body)
+        code, body = curl(port, "/v1/workers/w1:undrain", "POST", "{}")
+        self.assertEqual(code, 200, body)
+        self.assertFalse(body.get("draining", False), body)
+        code, body = curl(port, "/v1/workers/nobody:drain", "POST", "{}")
+        self.assertEqual(code, 404, body)
+        metrics = server_metrics(server)
+        self.assertEqual(value(metrics, "kolo_workers_draining"), 0)
+        self.assertEqual(store_ranges(), before, "the store read etcd: " + server_metrics(server))
 
     def test_auto_schedules_on_its_private_etcd_and_none_has_no_etcd_client(self):
         data = tempfile.mkdtemp(prefix="kolo-auto-")

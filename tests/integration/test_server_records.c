@@ -4,7 +4,8 @@
  * after the first load and after puts, deletes and an expired lease arrive by the watch
  * (a reload is test_server_store's case); the scheduler schedules a job from them with no
  * etcd read or watch of its own, and waits for its own write before its next pass;
- * metrics history writes alone do not wake it. */
+ * metrics history writes alone do not wake it. ListWorkers, demand, drain and undrain
+ * (server/workers.c) read them too: no etcd range, and a drain shows in the next list. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -410,12 +411,69 @@ static void the_scheduler_schedules_from_the_records_without_reading_etcd(void *
   kolo_sched_stop(w.sched);
 }
 
+static uint64_t store_ranges(fixture *f) {
+  kolo_etcd_stats st;
+  kolo_etcd_stats_get(kolo_server_kv_etcd_handle(f->kv), 0, &st);
+  return st.requests[KOLO_ETCD_REQ_RANGE];
+}
+
+static int draining_in_list(fixture *f, const char *id) {
+  Kolo__V1__ListWorkersResponse *all = NULL;
+  assert_int_equal(kolo_server_store_list_workers(f->store, &all), KOLO_OK);
+  int draining = -1;
+  for (size_t i = 0; i < all->n_workers; i++)
+    if (strcmp(all->workers[i]->id, id) == 0) draining = all->workers[i]->draining;
+  protobuf_c_message_free_unpacked(&all->base, NULL);
+  return draining;
+}
+
+static void workers_drains_and_demand_make_no_etcd_range(void **state) {
+  fixture *f = *state;
+  int64_t lease = 0;
+  assert_int_equal(kolo_etcd_lease_grant(f->client, 30, &lease, NULL), KOLO_OK);
+  put(f, "/kolo/v1/workers/w1", WORKER("w1", "7001", "idle"), lease);
+  put(f, "/kolo/v1/workers/w2", WORKER("w2", "7002", "busy"), lease);
+  open_store(f);
+  uint64_t before = store_ranges(f);
+  assert_true(before >= 1); /* the first load */
+  assert_int_equal(draining_in_list(f, "w1"), 0);
+  Kolo__V1__Worker *w = NULL;
+  char err[256] = "";
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "w1", &w, err, sizeof err), KOLO_OK);
+  assert_true(w->draining);
+  protobuf_c_message_free_unpacked(&w->base, NULL);
+  assert_int_equal(draining_in_list(f, "w1"), 1); /* read-your-writes, with no read of etcd */
+  Kolo__V1__Demand *d = NULL;
+  assert_int_equal(kolo_server_store_get_demand(f->store, &d), KOLO_OK);
+  assert_int_equal(d->workers_registered, 2);
+  assert_int_equal(d->workers_draining, 1);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  assert_int_equal(kolo_server_store_undrain_worker(f->store, "w1", &w, err, sizeof err), KOLO_OK);
+  assert_false(w->draining);
+  protobuf_c_message_free_unpacked(&w->base, NULL);
+  assert_int_equal(draining_in_list(f, "w1"), 0);
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "nobody", &w, err, sizeof err),
+                   KOLO_ERR_NOT_FOUND);
+  assert_int_equal(store_ranges(f), before);
+  /* the mark really is in etcd, under the registration's lease */
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "w2", &w, err, sizeof err), KOLO_OK);
+  protobuf_c_message_free_unpacked(&w->base, NULL);
+  kolo_etcd_kv kv;
+  assert_int_equal(kolo_etcd_get(f->client, kolo_etcd_str("/kolo/v1/drain/w2"), &kv, NULL),
+                   KOLO_OK);
+  assert_int_equal(kv.lease, lease);
+  kolo_etcd_kv_clear(&kv);
+  assert_int_equal(store_ranges(f), before);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(the_records_equal_an_etcd_range_and_build_the_same_snapshot,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(the_scheduler_schedules_from_the_records_without_reading_etcd,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(workers_drains_and_demand_make_no_etcd_range, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

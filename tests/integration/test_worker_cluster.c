@@ -203,7 +203,12 @@ int cluster_start_worker(cluster *c, int index) {
   c->workers[index] = spawn(log, argv);
   int64_t deadline = cluster_now_ms() + 15000;
   while (!worker_registered(c, id)) {
-    if (cluster_now_ms() > deadline) return -1;
+    if (cluster_now_ms() > deadline) {
+      char why[64];
+      snprintf(why, sizeof why, "worker %s not registered within 15000 ms", id);
+      cluster_dump(c, NULL, why);
+      return -1;
+    }
     sleep_ms(100);
   }
   return 0;
@@ -226,7 +231,12 @@ int cluster_wait_worker(cluster *c, int index, int timeout_ms) {
       c->workers[index] = -1;
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
-    if (cluster_now_ms() > deadline) return -1;
+    if (cluster_now_ms() > deadline) {
+      char why[64];
+      snprintf(why, sizeof why, "worker w%d did not exit within %d ms", index, timeout_ms);
+      cluster_dump(c, NULL, why);
+      return -1;
+    }
     sleep_ms(50);
   }
   return -1;
@@ -318,8 +328,11 @@ json_t *cluster_wait_phase(cluster *c, const char *id, const char *phase, int mi
         json_integer_value(json_object_get(status, "epoch")) >= min_epoch)
       return job;
     if (final_phase(now) || cluster_now_ms() > deadline) {
-      fprintf(stderr, "job %s: wanted %s (epoch >= %d), is %s: %s\n", id, phase, min_epoch, now,
-              json_string_value(json_object_get(status, "error")) ?: "");
+      char why[256];
+      snprintf(why, sizeof why, "job %s: wanted %s (epoch >= %d) within %d ms, is %s: %s", id,
+               phase, min_epoch, timeout_ms, now,
+               json_string_value(json_object_get(status, "error")) ?: "");
+      cluster_dump(c, id, why);
       return job;
     }
     sleep_ms(50);
@@ -328,14 +341,19 @@ json_t *cluster_wait_phase(cluster *c, const char *id, const char *phase, int mi
 
 int cluster_wait_step(cluster *c, const char *id, int step, int timeout_ms) {
   int64_t deadline = cluster_now_ms() + timeout_ms;
+  json_int_t now = -1;
   while (cluster_now_ms() < deadline) {
     json_t *job = cluster_job(c, id);
-    json_int_t now = json_integer_value(
+    now = json_integer_value(
         json_object_get(json_object_get(json_object_get(job, "status"), "progress"), "step"));
     json_decref(job);
     if (now >= step) return 0;
     sleep_ms(50);
   }
+  char why[160];
+  snprintf(why, sizeof why, "job %s: rank 0 did not reach step %d within %d ms (last step %lld)",
+           id, step, timeout_ms, (long long)now);
+  cluster_dump(c, id, why);
   return -1;
 }
 
@@ -372,6 +390,65 @@ void cluster_print_job(json_t *job) {
             (long long)json_integer_value(json_object_get(event, "epoch")),
             json_string_value(json_object_get(event, "message")) ?: "");
   }
+}
+
+/* The last max_bytes of the file at path, to stderr. */
+static void print_tail(const char *path, long max_bytes) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  long from = size > max_bytes ? size - max_bytes : 0;
+  fseek(f, from, SEEK_SET);
+  fprintf(stderr, "---- %s (%ld bytes%s) ----\n", path, size, from > 0 ? ", its tail" : "");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stderr);
+  fclose(f);
+}
+
+/* Every regular file in dir whose name ends in suffix, in name order. */
+static void print_tails(const char *dir, const char *suffix, long max_bytes) {
+  struct dirent **names = NULL;
+  int n = scandir(dir, &names, NULL, alphasort);
+  for (int i = 0; i < n; i++) {
+    const char *name = names[i]->d_name;
+    size_t len = strlen(name), slen = strlen(suffix);
+    if (len > slen && strcmp(name + len - slen, suffix) == 0) {
+      char path[512];
+      snprintf(path, sizeof path, "%s/%s", dir, name);
+      print_tail(path, max_bytes);
+    }
+    free(names[i]);
+  }
+  free(names);
+}
+
+void cluster_dump(cluster *c, const char *id, const char *why) {
+  fprintf(stderr, "==== cluster %s: %s (at %lld ms)\n", c->dir, why, (long long)cluster_now_ms());
+  if (id) {
+    json_t *job = cluster_job(c, id);
+    if (job) {
+      json_t *progress = json_object_get(json_object_get(job, "status"), "progress");
+      char *text = progress ? json_dumps(progress, JSON_COMPACT) : NULL;
+      fprintf(stderr, "progress %s\n", text ? text : "(none)");
+      free(text);
+      cluster_print_job(job);
+    } else {
+      fprintf(stderr, "job %s: no answer from any server\n", id);
+    }
+    json_decref(job);
+  }
+  print_tails(c->dir, ".log", 6000); /* server<i>.log, w<i>.log */
+  if (id) {
+    for (int i = 0; i < CLUSTER_MAX_WORKERS; i++) {
+      char logs[384];
+      snprintf(logs, sizeof logs, "%s/w%d/logs/%s", c->dir, i, id);
+      print_tails(logs, ".log", 2000); /* the job's processes, one file per epoch and rank */
+    }
+  }
+  fprintf(stderr, "==== end of cluster dump\n");
+  c->keep = 1;
 }
 
 json_t *cluster_event(json_t *job, const char *type, int min_epoch) {
@@ -478,6 +555,8 @@ void cluster_stop(cluster *c) {
   for (int i = 0; i < CLUSTER_MAX_SERVERS; i++) cluster_kill_server(c, i);
   kolo_etcd_harness_destroy(c->etcd);
   c->etcd = NULL;
-  if (c->dir[0] && getenv("KOLO_KEEP") == NULL)
+  if (c->dir[0] && (c->keep || getenv("KOLO_KEEP") != NULL))
+    fprintf(stderr, "cluster files kept in %s\n", c->dir);
+  else if (c->dir[0])
     nftw(c->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

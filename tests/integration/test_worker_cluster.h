@@ -20,6 +20,7 @@ typedef struct cluster {
   pid_t servers[CLUSTER_MAX_SERVERS];
   int http_ports[CLUSTER_MAX_SERVERS];
   pid_t workers[CLUSTER_MAX_WORKERS];
+  int keep; /* a wait failed: cluster_stop keeps dir (its logs) and says where */
 } cluster;
 
 /* Starts etcd and n_servers kolo-server replicas (server 0 first, so it leads). */
@@ -89,9 +90,16 @@ json_t *cluster_report(cluster *c, const char *job, const char *worker);
 /* Prints the job's phase and events to stderr (for a failing test's log). */
 void cluster_print_job(json_t *job);
 
+/* For a wait that failed: prints why, the job id's phase and events (id may be
+ * NULL), the tails of the servers' and agents' logs and of the job's process
+ * logs, and marks the cluster kept (cluster_stop leaves its files). Every
+ * cluster_wait_* and cluster_start_worker calls it when it gives up. */
+void cluster_dump(cluster *c, const char *id, const char *why);
+
 int64_t cluster_now_ms(void);
 
-/* Kills everything, removes the directory. */
+/* Kills everything, removes the directory (unless KOLO_KEEP is set or a wait
+ * failed: then it prints where the files are). */
 void cluster_stop(cluster *c);
 
 #endif

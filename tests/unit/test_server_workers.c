@@ -1,27 +1,164 @@
 /* Unit tests for the ClusterService side of the store (server/workers.c) over the
  * in-memory kv: a drain mark goes under the lease of the worker's registration and drains
  * that registration only; undrain deletes it; a legacy mark drains nothing; demand counts
- * the view's jobs. The etcd-backed runs with real kolo-workers are in
- * tests/integration/test_server_drain.py. */
+ * the view's jobs. Behind a kv that holds its watch back (a view that lags): ListWorkers,
+ * demand, drain and undrain make no range; a drain waits for the view to show it, so the
+ * next ListWorkers does; a view that does not catch up in time answers UNAVAILABLE. The
+ * etcd-backed runs are in tests/integration/test_server_records.c (0 etcd ranges) and,
+ * with real kolo-workers, tests/integration/test_server_drain.py. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
 #include "codec/codec.h"
 #include "server/store.h"
 
+/* ---- a kv that counts ranges and can hold its watch back (the view lags) ---- */
+
+typedef struct held_batch {
+  kolo_server_kv_event *events;
+  size_t count;
+  int64_t revision;
+} held_batch;
+
+typedef struct lag_kv {
+  kolo_server_kv base;
+  kolo_server_kv *inner; /* the in-memory kv */
+  kolo_server_kv_watch_fn fn;
+  void *arg;
+  pthread_mutex_t lock; /* held while delivering, so batches keep their order */
+  int paused;
+  held_batch held[64];
+  size_t n_held;
+  int ranges;
+} lag_kv;
+
+static kolo_status lag_range(kolo_server_kv *kv, const char *prefix, kolo_server_kv_item **items,
+                             size_t *count, int64_t *revision) {
+  lag_kv *l = (lag_kv *)kv;
+  __atomic_add_fetch(&l->ranges, 1, __ATOMIC_SEQ_CST);
+  return l->inner->ops->range(l->inner, prefix, items, count, revision);
+}
+
+static kolo_status lag_txn(kolo_server_kv *kv, const kolo_server_kv_compare *compares, size_t nc,
+                           const kolo_server_kv_put *puts, size_t np, int64_t *revision) {
+  lag_kv *l = (lag_kv *)kv;
+  return l->inner->ops->txn(l->inner, compares, nc, puts, np, revision);
+}
+
+static void lag_on_watch(void *arg, const kolo_server_kv_event *events, size_t count,
+                         int64_t revision, int reset) {
+  lag_kv *l = arg;
+  pthread_mutex_lock(&l->lock);
+  if (!l->paused) {
+    l->fn(l->arg, events, count, revision, reset);
+  } else {
+    assert_true(l->n_held < 64);
+    held_batch *b = &l->held[l->n_held++];
+    b->events = calloc(count + 1, sizeof *b->events);
+    for (size_t i = 0; i < count; i++) {
+      b->events[i] = events[i];
+      b->events[i].item.key = strdup(events[i].item.key);
+      b->events[i].item.value = strdup(events[i].item.value ? events[i].item.value : "");
+    }
+    b->count = count;
+    b->revision = revision;
+  }
+  pthread_mutex_unlock(&l->lock);
+}
+
+static kolo_status lag_start_watch(kolo_server_kv *kv, const char *prefix, int64_t start_revision,
+                                   kolo_server_kv_watch_fn fn, void *arg) {
+  lag_kv *l = (lag_kv *)kv;
+  l->fn = fn;
+  l->arg = arg;
+  return l->inner->ops->start_watch(l->inner, prefix, start_revision, lag_on_watch, l);
+}
+
+static void lag_stop_watch(kolo_server_kv *kv) {
+  lag_kv *l = (lag_kv *)kv;
+  l->inner->ops->stop_watch(l->inner);
+}
+
+static int lag_healthy(kolo_server_kv *kv) {
+  (void)kv;
+  return 1;
+}
+
+static void free_batch(held_batch *b) {
+  for (size_t i = 0; i < b->count; i++) {
+    free(b->events[i].item.key);
+    free(b->events[i].item.value);
+  }
+  free(b->events);
+}
+
+static void lag_destroy(kolo_server_kv *kv) {
+  lag_kv *l = (lag_kv *)kv;
+  l->inner->ops->destroy(l->inner);
+  for (size_t i = 0; i < l->n_held; i++) free_batch(&l->held[i]);
+  pthread_mutex_destroy(&l->lock);
+  free(l);
+}
+
+static const kolo_server_kv_ops lag_ops = {lag_range,      lag_txn,     lag_start_watch,
+                                           lag_stop_watch, lag_healthy, lag_destroy};
+
+static void lag_pause(lag_kv *l) {
+  pthread_mutex_lock(&l->lock);
+  l->paused = 1;
+  pthread_mutex_unlock(&l->lock);
+}
+
+/* Delivers what was held back, in order, and lets the watch through again. */
+static void lag_resume(lag_kv *l) {
+  pthread_mutex_lock(&l->lock);
+  for (size_t i = 0; i < l->n_held; i++) {
+    l->fn(l->arg, l->held[i].events, l->held[i].count, l->held[i].revision, 0);
+    free_batch(&l->held[i]);
+  }
+  l->n_held = 0;
+  l->paused = 0;
+  pthread_mutex_unlock(&l->lock);
+}
+
+static void *resume_later(void *arg) {
+  struct timespec pause = {0, 300 * 1000000L};
+  nanosleep(&pause, NULL);
+  lag_resume(arg);
+  return NULL;
+}
+
+static int ranges(lag_kv *l) {
+  return __atomic_load_n(&l->ranges, __ATOMIC_SEQ_CST);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
 typedef struct fixture {
   kolo_server_kv *kv;
   kolo_server_store *store;
+  lag_kv *lag; /* = kv */
 } fixture;
 
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
-  assert_int_equal(kolo_server_kv_mem_create(&f->kv), KOLO_OK);
+  lag_kv *l = calloc(1, sizeof *l);
+  l->base.ops = &lag_ops;
+  pthread_mutex_init(&l->lock, NULL);
+  assert_int_equal(kolo_server_kv_mem_create(&l->inner), KOLO_OK);
+  f->lag = l;
+  f->kv = &l->base;
   assert_int_equal(kolo_server_store_create(f->kv, &f->store), KOLO_OK);
   *state = f;
   return 0;
@@ -89,7 +226,7 @@ static void a_drain_mark_is_written_under_the_registrations_lease(void **state) 
   register_worker(f, "w1", 4242);
   register_worker(f, "w10", 99); /* a prefix of another id must not be confused with it */
   Kolo__V1__Worker *w = NULL;
-  assert_int_equal(kolo_server_store_drain_worker(f->store, "w1", &w), KOLO_OK);
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "w1", &w, NULL, 0), KOLO_OK);
   assert_string_equal(w->id, "w1");
   assert_true(w->draining);
   assert_string_equal(w->state, "DRAINING");
@@ -108,7 +245,7 @@ static void the_next_registration_under_the_same_id_is_not_drained(void **state)
   fixture *f = *state;
   register_worker(f, "w1", 1001);
   Kolo__V1__Worker *w = NULL;
-  assert_int_equal(kolo_server_store_drain_worker(f->store, "w1", &w), KOLO_OK);
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "w1", &w, NULL, 0), KOLO_OK);
   protobuf_c_message_free_unpacked(&w->base, NULL);
   /* the pod comes back under its name: a new lease (here the old mark even survived, as it
    * would if written by an older server without a lease) */
@@ -135,10 +272,10 @@ static void undrain_deletes_the_mark_and_is_idempotent(void **state) {
   fixture *f = *state;
   register_worker(f, "w3", 5);
   Kolo__V1__Worker *w = NULL;
-  assert_int_equal(kolo_server_store_drain_worker(f->store, "w3", &w), KOLO_OK);
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "w3", &w, NULL, 0), KOLO_OK);
   protobuf_c_message_free_unpacked(&w->base, NULL);
   for (int round = 0; round < 2; round++) {
-    assert_int_equal(kolo_server_store_undrain_worker(f->store, "w3", &w), KOLO_OK);
+    assert_int_equal(kolo_server_store_undrain_worker(f->store, "w3", &w, NULL, 0), KOLO_OK);
     assert_false(w->draining);
     assert_string_equal(w->state, "IDLE");
     protobuf_c_message_free_unpacked(&w->base, NULL);
@@ -150,17 +287,22 @@ static void undrain_deletes_the_mark_and_is_idempotent(void **state) {
 static void unknown_workers_cannot_be_drained_or_undrained(void **state) {
   fixture *f = *state;
   Kolo__V1__Worker *w = NULL;
-  assert_int_equal(kolo_server_store_drain_worker(f->store, "nobody", &w), KOLO_ERR_NOT_FOUND);
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "nobody", &w, NULL, 0),
+                   KOLO_ERR_NOT_FOUND);
   assert_null(drain_mark(f, "nobody", NULL));
-  assert_int_equal(kolo_server_store_undrain_worker(f->store, "nobody", &w), KOLO_ERR_NOT_FOUND);
+  assert_int_equal(kolo_server_store_undrain_worker(f->store, "nobody", &w, NULL, 0),
+                   KOLO_ERR_NOT_FOUND);
   /* a mark left behind by a worker that is gone is still removed */
   kolo_server_kv_put left = {"/kolo/v1/drain/gone", "{\"draining\":true,\"lease\":3}", 0};
   int64_t rev;
   assert_int_equal(f->kv->ops->txn(f->kv, NULL, 0, &left, 1, &rev), KOLO_OK);
-  assert_int_equal(kolo_server_store_undrain_worker(f->store, "gone", &w), KOLO_ERR_NOT_FOUND);
+  assert_int_equal(kolo_server_store_undrain_worker(f->store, "gone", &w, NULL, 0),
+                   KOLO_ERR_NOT_FOUND);
   assert_null(drain_mark(f, "gone", NULL));
-  assert_int_equal(kolo_server_store_drain_worker(f->store, "a/b", &w), KOLO_ERR_INVALID_ARG);
-  assert_int_equal(kolo_server_store_undrain_worker(f->store, "..", &w), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "a/b", &w, NULL, 0),
+                   KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_server_store_undrain_worker(f->store, "..", &w, NULL, 0),
+                   KOLO_ERR_INVALID_ARG);
 }
 
 static void demand_counts_the_jobs_in_the_view(void **state) {
@@ -235,6 +377,119 @@ static void workers_are_read_through_the_worker_record_codec(void **state) {
   protobuf_c_message_free_unpacked(&all->base, NULL);
 }
 
+/* ListWorkers, demand, drain and undrain are served from the view: no range of the kv at
+ * all (an unknown worker costs one compare-only txn, still no range). */
+static void workers_drains_and_demand_read_no_range(void **state) {
+  fixture *f = *state;
+  register_worker(f, "w1", 11);
+  register_worker(f, "w2", 12);
+  int before = ranges(f->lag);
+  Kolo__V1__Worker *w = NULL;
+  assert_int_equal(listed_draining(f, "w1"), 0);
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "w1", &w, NULL, 0), KOLO_OK);
+  assert_true(w->draining);
+  protobuf_c_message_free_unpacked(&w->base, NULL);
+  assert_int_equal(listed_draining(f, "w1"), 1);
+  Kolo__V1__Demand *d = NULL;
+  assert_int_equal(kolo_server_store_get_demand(f->store, &d), KOLO_OK);
+  assert_int_equal(d->workers_registered, 2);
+  assert_int_equal(d->workers_draining, 1);
+  assert_int_equal(d->workers_idle, 1);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  assert_int_equal(kolo_server_store_undrain_worker(f->store, "w1", &w, NULL, 0), KOLO_OK);
+  assert_false(w->draining);
+  protobuf_c_message_free_unpacked(&w->base, NULL);
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "nobody", &w, NULL, 0),
+                   KOLO_ERR_NOT_FOUND);
+  assert_int_equal(ranges(f->lag), before);
+}
+
+/* Read-your-writes: a drain written while the view lags waits for the view to apply it, so
+ * its answer and the ListWorkers right after it show the drain. */
+static void a_drain_waits_for_the_view_so_the_next_list_shows_it(void **state) {
+  fixture *f = *state;
+  register_worker(f, "w1", 21);
+  lag_pause(f->lag);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, resume_later, f->lag), 0);
+  double start = now_s();
+  Kolo__V1__Worker *w = NULL;
+  char err[256] = "";
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "w1", &w, err, sizeof err), KOLO_OK);
+  double waited = now_s() - start;
+  assert_true(w->draining); /* answered from the view once it had the mark */
+  assert_string_equal(w->state, "DRAINING");
+  protobuf_c_message_free_unpacked(&w->base, NULL);
+  assert_int_equal(listed_draining(f, "w1"), 1);
+  assert_true(waited >= 0.25); /* it did wait for the held-back watch */
+  pthread_join(t, NULL);
+  /* the same for undrain */
+  lag_pause(f->lag);
+  assert_int_equal(pthread_create(&t, NULL, resume_later, f->lag), 0);
+  assert_int_equal(kolo_server_store_undrain_worker(f->store, "w1", &w, err, sizeof err), KOLO_OK);
+  assert_false(w->draining);
+  protobuf_c_message_free_unpacked(&w->base, NULL);
+  assert_int_equal(listed_draining(f, "w1"), 0);
+  pthread_join(t, NULL);
+}
+
+/* A worker registered while the view lags is not taken for unknown: etcd is asked (no
+ * range) and the drain waits for the view to show the registration. */
+static void a_worker_the_view_has_not_seen_yet_is_still_drained(void **state) {
+  fixture *f = *state;
+  lag_pause(f->lag);
+  register_worker(f, "w7", 77);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, resume_later, f->lag), 0);
+  int before = ranges(f->lag);
+  Kolo__V1__Worker *w = NULL;
+  char err[256] = "";
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "w7", &w, err, sizeof err), KOLO_OK);
+  assert_string_equal(w->id, "w7");
+  assert_true(w->draining);
+  protobuf_c_message_free_unpacked(&w->base, NULL);
+  assert_int_equal(ranges(f->lag), before);
+  pthread_join(t, NULL);
+  int64_t lease = 0;
+  char *mark = drain_mark(f, "w7", &lease);
+  assert_non_null(mark);
+  assert_int_equal(lease, 77);
+  free(mark);
+}
+
+/* A view that does not catch up within the catch-up time: UNAVAILABLE with a message that
+ * says so, never a stale answer; the view shows the drain once it catches up. */
+static void a_view_that_does_not_catch_up_answers_unavailable(void **state) {
+  fixture *f = *state;
+  register_worker(f, "w1", 31);
+  kolo_server_store_set_catch_up_ms(f->store, 200);
+  assert_int_equal(kolo_server_store_catch_up_ms(f->store), 200);
+  lag_pause(f->lag);
+  Kolo__V1__Worker *w = NULL;
+  char err[256] = "";
+  assert_int_equal(kolo_server_store_drain_worker(f->store, "w1", &w, err, sizeof err),
+                   KOLO_ERR_UNAVAILABLE);
+  assert_null(w);
+  assert_non_null(strstr(err, "drained worker w1"));
+  assert_non_null(strstr(err, "has not reached revision"));
+  assert_non_null(strstr(err, "within 200 ms"));
+  char *mark = drain_mark(f, "w1", NULL);
+  assert_non_null(mark); /* written all the same */
+  free(mark);
+  assert_int_equal(listed_draining(f, "w1"), 0); /* the lagging view */
+  lag_resume(f->lag);
+  assert_int_equal(listed_draining(f, "w1"), 1);
+  lag_pause(f->lag);
+  err[0] = '\0';
+  assert_int_equal(kolo_server_store_undrain_worker(f->store, "w1", &w, err, sizeof err),
+                   KOLO_ERR_UNAVAILABLE);
+  assert_non_null(strstr(err, "undrained worker w1"));
+  lag_resume(f->lag);
+  assert_int_equal(listed_draining(f, "w1"), 0);
+  kolo_server_store_set_catch_up_ms(f->store, 0);
+  assert_int_equal(kolo_server_store_catch_up_ms(f->store), 5000);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_drain_mark_is_written_under_the_registrations_lease, setup,
@@ -248,6 +503,13 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(demand_counts_the_jobs_in_the_view, setup, teardown),
       cmocka_unit_test_setup_teardown(workers_are_read_through_the_worker_record_codec, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(workers_drains_and_demand_read_no_range, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_drain_waits_for_the_view_so_the_next_list_shows_it, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_worker_the_view_has_not_seen_yet_is_still_drained, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_view_that_does_not_catch_up_answers_unavailable, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,138 @@
+/* Unit tests for kolo_copy_align_next (collective/copy_align.c): whether the
+ * TCP transport's next large call goes straight or through the bounce buffer
+ * 32 bytes off (out of AMD's slow `rep movsb` window). Both modes get timed
+ * twice before a choice, the shifted mode needs a clear win, one slow timing does not
+ * flip the choice, a mode that gets much dearer has the other re-timed at once,
+ * and the other mode is re-timed (one call) every KOLO_COPY_ALIGN_PROBE_EVERY
+ * calls. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "collective/copy_align.h"
+
+#define FAST 150  /* ns per KiB: a 64 KiB copy in the fast case */
+#define SLOW 1100 /* the same copy 1..31 bytes short of its source */
+
+/* Feeds n timings of the mode the chooser currently picks, cost(mode). */
+static void feed(kolo_copy_align *a, int n, int64_t straight, int64_t shifted) {
+  for (int i = 0; i < n; i++) kolo_copy_align_next(a, a->shifted ? shifted : straight);
+}
+
+/* A chooser past a connection's cold first calls. */
+static kolo_copy_align warm(void) {
+  kolo_copy_align a = {0};
+  for (int i = 0; i < KOLO_COPY_ALIGN_WARMUP_CALLS; i++) kolo_copy_align_next(&a, 50 * SLOW);
+  return a;
+}
+
+static void a_connections_first_calls_are_not_counted(void **state) {
+  (void)state;
+  kolo_copy_align a = {0};
+  for (int i = 0; i < KOLO_COPY_ALIGN_WARMUP_CALLS; i++) {
+    kolo_copy_align_next(&a, i == 0 ? 50 * SLOW : FAST);
+    assert_int_equal(a.shifted, 0);
+  }
+  assert_int_equal(a.cost[0], 0);
+  assert_int_equal(a.cost[1], 0);
+}
+
+static void both_modes_are_timed_twice_before_any_choice(void **state) {
+  (void)state;
+  kolo_copy_align a = warm();
+  kolo_copy_align_next(&a, SLOW); /* one slow call is no verdict */
+  assert_int_equal(a.shifted, 0);
+  kolo_copy_align_next(&a, FAST);
+  assert_int_equal(a.shifted, 1); /* never timed: try it */
+  kolo_copy_align_next(&a, SLOW);
+  assert_int_equal(a.shifted, 1); /* a probe is two calls */
+  kolo_copy_align_next(&a, SLOW);
+  assert_int_equal(a.shifted, 0); /* it was slower */
+}
+
+static void a_slow_straight_copy_moves_to_the_bounce_buffer_and_stays(void **state) {
+  (void)state;
+  kolo_copy_align a = warm();
+  feed(&a, 4, SLOW, FAST);
+  assert_int_equal(a.shifted, 1);
+  for (int i = 0; i < KOLO_COPY_ALIGN_PROBE_EVERY - 1; i++) {
+    kolo_copy_align_next(&a, FAST);
+    assert_int_equal(a.shifted, 1);
+  }
+}
+
+static void the_shifted_mode_must_win_clearly(void **state) {
+  (void)state;
+  kolo_copy_align a = warm();
+  feed(&a, 4, 1000, 800); /* only 1.25x: the extra memcpy is not worth it */
+  assert_int_equal(a.shifted, 0);
+  kolo_copy_align b = warm();
+  feed(&b, 4, 1000, 740); /* 1.35x */
+  assert_int_equal(b.shifted, 1);
+}
+
+static void one_preempted_call_does_not_flip_the_choice(void **state) {
+  (void)state;
+  kolo_copy_align a = warm();
+  feed(&a, 6, FAST, SLOW);
+  assert_int_equal(a.shifted, 0);
+  kolo_copy_align_next(&a, 20 * FAST); /* the straight call was descheduled once */
+  assert_int_equal(a.shifted, 0);
+  feed(&a, 3, FAST, SLOW);
+  assert_int_equal(a.shifted, 0);
+}
+
+static void a_mode_that_gets_dearer_has_the_other_timed_at_once(void **state) {
+  (void)state;
+  kolo_copy_align a = warm();
+  feed(&a, 6, FAST, SLOW); /* straight is right */
+  assert_int_equal(a.shifted, 0);
+  /* the kernel's fragment offset moved: straight is now the slow one */
+  kolo_copy_align_next(&a, SLOW);
+  assert_int_equal(a.shifted, 0); /* one slow timing: not yet */
+  kolo_copy_align_next(&a, SLOW);
+  assert_int_equal(a.shifted, 1); /* two: look at the other mode */
+  feed(&a, 10, SLOW, FAST);
+  assert_int_equal(a.shifted, 1);
+}
+
+static void the_other_mode_is_timed_again_every_probe_period(void **state) {
+  (void)state;
+  kolo_copy_align a = warm();
+  feed(&a, 4, FAST, SLOW);
+  assert_int_equal(a.shifted, 0);
+  int probes = 0;
+  for (int i = 0; i < 10 * (KOLO_COPY_ALIGN_PROBE_EVERY + 1); i++) {
+    int was = a.shifted;
+    kolo_copy_align_next(&a, a.shifted ? SLOW : FAST);
+    probes += !was && a.shifted;
+  }
+  assert_int_equal(probes, 10);
+  assert_int_equal(a.shifted, 0);
+}
+
+static void a_periodic_probe_finds_a_mode_that_became_cheaper(void **state) {
+  (void)state;
+  kolo_copy_align a = warm();
+  feed(&a, 4, SLOW, 2 * SLOW); /* both slow at first: straight */
+  assert_int_equal(a.shifted, 0);
+  feed(&a, KOLO_COPY_ALIGN_PROBE_EVERY + 1, SLOW, FAST);
+  assert_int_equal(a.shifted, 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(a_connections_first_calls_are_not_counted),
+      cmocka_unit_test(both_modes_are_timed_twice_before_any_choice),
+      cmocka_unit_test(a_slow_straight_copy_moves_to_the_bounce_buffer_and_stays),
+      cmocka_unit_test(the_shifted_mode_must_win_clearly),
+      cmocka_unit_test(one_preempted_call_does_not_flip_the_choice),
+      cmocka_unit_test(a_mode_that_gets_dearer_has_the_other_timed_at_once),
+      cmocka_unit_test(the_other_mode_is_timed_again_every_probe_period),
+      cmocka_unit_test(a_periodic_probe_finds_a_mode_that_became_cheaper),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
