@@ -32,13 +32,26 @@ static void sleep_ms(int ms) {
   nanosleep(&t, NULL);
 }
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+/* A free port on 127.0.0.1 that stays ours while *fd is open: the socket is bound
+ * with SO_REUSEADDR and never listens, so the worker's training process (whose
+ * listener sets SO_REUSEADDR too) can still listen there, while no other bind to
+ * port 0 (an agent's log server, kolo-server, a test beside this one) nor any
+ * connect() is given it. A port picked and closed was free for anyone until the
+ * process listened: w3's log server once took w2's, and w2 never formed a ring
+ * (EADDRINUSE, ten RING_STALLED re-plans, FAILED). Returns the port, or -1. */
+static int reserve_port(int *fd) {
+  *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (*fd < 0) return -1;
+  int one = 1;
   struct sockaddr_in address = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  bind(fd, (struct sockaddr *)&address, sizeof address);
   socklen_t length = sizeof address;
-  getsockname(fd, (struct sockaddr *)&address, &length);
-  close(fd);
+  if (setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      bind(*fd, (struct sockaddr *)&address, sizeof address) != 0 ||
+      getsockname(*fd, (struct sockaddr *)&address, &length) != 0) {
+    close(*fd);
+    *fd = -1;
+    return -1;
+  }
   return ntohs(address.sin_port);
 }
 
@@ -91,11 +104,16 @@ static json_t *http(int port, const char *method, const char *path, const char *
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   long code = 0;
   json_t *out = NULL;
-  if (curl_easy_perform(curl) == CURLE_OK) {
+  int64_t started = cluster_now_ms();
+  CURLcode rc = curl_easy_perform(curl);
+  if (rc == CURLE_OK) {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
     if (code >= 200 && code < 300 && b.data) out = json_loads(b.data, 0, NULL);
     if (code >= 300)
       fprintf(stderr, "HTTP %s %s: %ld %s\n", method, path, code, b.data ? b.data : "");
+  } else if (rc != CURLE_COULDNT_CONNECT) { /* a killed server refuses: the tests expect that */
+    fprintf(stderr, "HTTP %s %s on port %d: %s after %lld ms\n", method, path, port,
+            curl_easy_strerror(rc), (long long)(cluster_now_ms() - started));
   }
   free(b.data);
   curl_easy_cleanup(curl);
@@ -116,7 +134,7 @@ static int read_port_file(const char *path, int *http_port) {
 int cluster_start(cluster *c, int n_servers) {
   memset(c, 0, sizeof *c);
   for (int i = 0; i < CLUSTER_MAX_SERVERS; i++) c->servers[i] = -1;
-  for (int i = 0; i < CLUSTER_MAX_WORKERS; i++) c->workers[i] = -1;
+  for (int i = 0; i < CLUSTER_MAX_WORKERS; i++) c->workers[i] = c->port_fds[i] = -1;
   snprintf(c->dir, sizeof c->dir, "/tmp/kolo-wt-XXXXXX");
   if (mkdtemp(c->dir) == NULL) return -1;
   if (kolo_etcd_harness_start(NULL, &c->etcd) != KOLO_OK) return -1;
@@ -183,7 +201,10 @@ int cluster_start_worker(cluster *c, int index) {
   char program[512], id[16], advertise[64], work_dir[256], log[256];
   snprintf(program, sizeof program, "%s/kolo-worker", getenv("KOLO_BIN_DIR"));
   snprintf(id, sizeof id, "w%d", index);
-  snprintf(advertise, sizeof advertise, "127.0.0.1:%d", free_port());
+  if (c->port_fds[index] >= 0) close(c->port_fds[index]); /* a restarted worker: a new port */
+  int port = reserve_port(&c->port_fds[index]);
+  if (port < 0) return -1;
+  snprintf(advertise, sizeof advertise, "127.0.0.1:%d", port);
   snprintf(work_dir, sizeof work_dir, "%s/%s", c->dir, id);
   snprintf(log, sizeof log, "%s/%s.log", c->dir, id);
   char *argv[] = {program,
@@ -342,17 +363,22 @@ json_t *cluster_wait_phase(cluster *c, const char *id, const char *phase, int mi
 int cluster_wait_step(cluster *c, const char *id, int step, int timeout_ms) {
   int64_t deadline = cluster_now_ms() + timeout_ms;
   json_int_t now = -1;
+  int polls = 0, answered = 0;
   while (cluster_now_ms() < deadline) {
     json_t *job = cluster_job(c, id);
+    polls++;
+    answered += job != NULL;
     now = json_integer_value(
         json_object_get(json_object_get(json_object_get(job, "status"), "progress"), "step"));
     json_decref(job);
     if (now >= step) return 0;
     sleep_ms(50);
   }
-  char why[160];
-  snprintf(why, sizeof why, "job %s: rank 0 did not reach step %d within %d ms (last step %lld)",
-           id, step, timeout_ms, (long long)now);
+  char why[200];
+  snprintf(why, sizeof why,
+           "job %s: rank 0 did not reach step %d within %d ms (last step %lld; %d of %d polls "
+           "answered)",
+           id, step, timeout_ms, (long long)now, answered, polls);
   cluster_dump(c, id, why);
   return -1;
 }
@@ -551,6 +577,10 @@ void cluster_stop(cluster *c) {
       waitpid(c->workers[i], NULL, 0);
       c->workers[i] = -1;
     }
+  }
+  for (int i = 0; i < CLUSTER_MAX_WORKERS; i++) {
+    if (c->port_fds[i] >= 0) close(c->port_fds[i]);
+    c->port_fds[i] = -1;
   }
   for (int i = 0; i < CLUSTER_MAX_SERVERS; i++) cluster_kill_server(c, i);
   kolo_etcd_harness_destroy(c->etcd);
