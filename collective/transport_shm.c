@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "collective/copy_align.h"
 #include "collective/transport_shm.h"
 #include "common/log.h"
 
@@ -237,8 +238,8 @@ static kolo_status shm_send(kolo_transport_conn *handle, const void *buffer, siz
   if (n == 0) return KOLO_OK;
   size_t offset = (size_t)(conn->position % ring->capacity);
   size_t first = ring->capacity - offset < n ? ring->capacity - offset : n;
-  memcpy(ring->data + offset, buffer, first);
-  if (n > first) memcpy(ring->data, (const char *)buffer + first, n - first);
+  kolo_copy_bytes(ring->data + offset, buffer, first);
+  if (n > first) kolo_copy_bytes(ring->data, (const char *)buffer + first, n - first);
   conn->position += n;
   atomic_store(&ring->head, conn->position);
   if (atomic_load(&ring->reader_waiting) && atomic_exchange(&ring->reader_waiting, 0)) {
@@ -262,8 +263,8 @@ static kolo_status shm_recv(kolo_transport_conn *handle, void *buffer, size_t le
   if (n == 0) return conn->peer_closed ? KOLO_ERR_PEER_LOST : KOLO_OK;
   size_t offset = (size_t)(conn->position % ring->capacity);
   size_t first = ring->capacity - offset < n ? ring->capacity - offset : n;
-  memcpy(buffer, ring->data + offset, first);
-  if (n > first) memcpy((char *)buffer + first, ring->data, n - first);
+  kolo_copy_bytes(buffer, ring->data + offset, first);
+  if (n > first) kolo_copy_bytes((char *)buffer + first, ring->data, n - first);
   conn->position += n;
   atomic_store(&ring->tail, conn->position);
   if (atomic_load(&ring->writer_waiting) && atomic_exchange(&ring->writer_waiting, 0)) {
