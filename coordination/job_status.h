@@ -20,6 +20,7 @@
 
 #include "kolo/status.h"
 #include "kolo/v1/job.pb-c.h"
+#include "kolo/v1/records.pb-c.h"
 
 /* ---- phases ---- */
 int kolo_job_status_final(Kolo__V1__Phase phase);
@@ -61,7 +62,8 @@ kolo_status kolo_job_status_epoch(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase
                                   Kolo__V1__Member **members, size_t n, int count_reconfiguration,
                                   uint32_t count_drains, int64_t now_ms);
 
-/* The progress a training process reported (its report's "progress" object): the
+/* The progress a training process reported (its report's "progress", a kolo.v1.Struct: the
+ * typed value, read with codec.h's kolo_codec_struct_number): the
  * JobStatus.progress fields it holds, under their names or kolo-train's ("steps",
  * "samples_per_sec_total", "train_accuracy" as the accuracy). Step counts must be
  * non-negative numbers (a fraction is cut); other fields are ignored. */
@@ -79,7 +81,7 @@ typedef struct kolo_job_progress {
   uint64_t step, total_steps;
   double loss, samples_per_sec, accuracy, train_accuracy, test_accuracy;
 } kolo_job_progress;
-kolo_job_progress kolo_job_progress_from_report(const json_t *progress);
+kolo_job_progress kolo_job_progress_from_report(const Kolo__V1__Struct *progress);
 
 /* Overwrites the reported fields of st's progress (the others stay). Returns 1 if any
  * value changed (then updated_unix_ms = now_ms), 0 if not, -1 when out of memory. */
