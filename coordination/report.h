@@ -15,7 +15,6 @@
 #ifndef KOLO_COORD_REPORT_H
 #define KOLO_COORD_REPORT_H
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
