@@ -29,8 +29,8 @@ int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to) {
   }
 }
 
-kolo_status kolo_job_status_read(const char *text, size_t len, Kolo__V1__JobStatus **out,
-                                 char *err, size_t err_len) {
+kolo_status kolo_job_status_read(const char *text, size_t len, Kolo__V1__JobStatus **out, char *err,
+                                 size_t err_len) {
   ProtobufCMessage *msg = NULL;
   kolo_codec_fault fault;
   kolo_status rc = kolo_codec_read(text, len, &kolo__v1__job_status__descriptor,

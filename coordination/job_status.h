@@ -30,8 +30,8 @@ int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to);
 /* Decodes a status read from etcd (text: its JSON; fields a newer writer added are
  * skipped); a new message (protobuf_c_message_free_unpacked), or KOLO_ERR_PARSE (not JSON) /
  * KOLO_ERR_INVALID_ARG with err naming the field. The scheduler's snapshot reads it so. */
-kolo_status kolo_job_status_read(const char *text, size_t len, Kolo__V1__JobStatus **out,
-                                 char *err, size_t err_len);
+kolo_status kolo_job_status_read(const char *text, size_t len, Kolo__V1__JobStatus **out, char *err,
+                                 size_t err_len);
 /* The compact JSON stored in etcd (malloc'd; NULL when out of memory). */
 char *kolo_job_status_write(const Kolo__V1__JobStatus *st);
 
