@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checks.h"
+
 #define MEMBER_PTR(msg, offset) ((void *)((char *)(msg) + (offset)))
 
 /* A protobuf-c map field is a repeated "...Entry" message with fields key(1), value(2). */
@@ -51,6 +53,84 @@ static size_t scalar_size(ProtobufCType type) {
 }
 
 static const char hex_digits[] = "0123456789abcdef";
+
+/* ---- open-ended values (kolo.v1.Struct / Value / ListValue): codec.h ---- */
+
+static int is_open(const ProtobufCMessageDescriptor *d) {
+  return d == &kolo__v1__struct__descriptor || d == &kolo__v1__value__descriptor ||
+         d == &kolo__v1__list_value__descriptor;
+}
+
+static json_t *encode_open(const ProtobufCMessage *msg);
+
+static json_t *encode_number(double d) {
+  if (!isfinite(d)) return json_null();
+  if (d == floor(d) && fabs(d) < 9223372036854775808.0) return json_integer((json_int_t)d);
+  return json_real(d);
+}
+
+static json_t *encode_open_value(const Kolo__V1__Value *v) {
+  if (v == NULL) return json_null();
+  switch (v->kind_case) {
+    case KOLO__V1__VALUE__KIND_NUMBER_VALUE:
+      return encode_number(v->number_value);
+    case KOLO__V1__VALUE__KIND_STRING_VALUE:
+      return json_string(v->string_value ? v->string_value : ""); /* NULL if not UTF-8 */
+    case KOLO__V1__VALUE__KIND_BOOL_VALUE:
+      return json_boolean(v->bool_value);
+    case KOLO__V1__VALUE__KIND_STRUCT_VALUE:
+      return v->struct_value ? encode_open(&v->struct_value->base) : json_object();
+    case KOLO__V1__VALUE__KIND_LIST_VALUE:
+      return v->list_value ? encode_open(&v->list_value->base) : json_array();
+    default: /* NULL_VALUE, or nothing set */
+      return json_null();
+  }
+}
+
+/* A Struct as an object, a ListValue as an array, a Value as itself; NULL when out of
+ * memory or a string is not UTF-8 (the whole value fails: nothing is dropped silently). */
+static json_t *encode_open(const ProtobufCMessage *msg) {
+  if (msg->descriptor == &kolo__v1__value__descriptor)
+    return encode_open_value((const Kolo__V1__Value *)msg);
+  if (msg->descriptor == &kolo__v1__list_value__descriptor) {
+    const Kolo__V1__ListValue *l = (const Kolo__V1__ListValue *)msg;
+    json_t *out = json_array();
+    for (size_t i = 0; out && i < l->n_values; i++) {
+      json_t *item = encode_open_value(l->values[i]);
+      if (item == NULL || json_array_append_new(out, item) != 0) {
+        json_decref(out);
+        out = NULL;
+      }
+    }
+    return out;
+  }
+  const Kolo__V1__Struct *st = (const Kolo__V1__Struct *)msg;
+  json_t *out = json_object();
+  for (size_t i = 0; out && i < st->n_fields; i++) {
+    const Kolo__V1__Struct__FieldsEntry *e = st->fields[i];
+    json_t *item = encode_open_value(e->value);
+    if (item == NULL || json_object_set_new(out, e->key ? e->key : "", item) != 0) {
+      json_decref(out);
+      out = NULL;
+    }
+  }
+  return out;
+}
+
+const Kolo__V1__Value *kolo_codec_struct_get(const Kolo__V1__Struct *s, const char *key) {
+  for (size_t i = s && key ? s->n_fields : 0; i > 0; i--)
+    if (s->fields[i - 1]->key && strcmp(s->fields[i - 1]->key, key) == 0)
+      return s->fields[i - 1]->value;
+  return NULL;
+}
+
+int kolo_codec_struct_number(const Kolo__V1__Struct *s, const char *key, double *out) {
+  const Kolo__V1__Value *v = kolo_codec_struct_get(s, key);
+  if (v == NULL || v->kind_case != KOLO__V1__VALUE__KIND_NUMBER_VALUE || !isfinite(v->number_value))
+    return 0;
+  *out = v->number_value;
+  return 1;
+}
 
 /* Encodes one value (not repeated) stored at ptr. */
 static json_t *encode_value(const ProtobufCFieldDescriptor *field, const void *ptr) {
@@ -107,6 +187,7 @@ static json_t *encode_value(const ProtobufCFieldDescriptor *field, const void *p
     }
     case PROTOBUF_C_TYPE_MESSAGE: {
       const ProtobufCMessage *sub = *(ProtobufCMessage *const *)ptr;
+      if (sub == NULL && field->descriptor == &kolo__v1__value__descriptor) return json_null();
       return sub ? kolo_codec_to_json(sub) : json_object();
     }
   }
@@ -115,6 +196,7 @@ static json_t *encode_value(const ProtobufCFieldDescriptor *field, const void *p
 
 json_t *kolo_codec_to_json(const ProtobufCMessage *msg) {
   const ProtobufCMessageDescriptor *desc = msg->descriptor;
+  if (is_open(desc)) return encode_open(msg);
   json_t *obj = json_object();
   if (obj == NULL) return NULL;
   for (unsigned i = 0; i < desc->n_fields; i++) {
@@ -178,6 +260,10 @@ json_t *kolo_codec_to_json(const ProtobufCMessage *msg) {
 typedef struct decode_ctx {
   unsigned flags;          /* KOLO_CODEC_* */
   kolo_codec_fault *fault; /* never NULL */
+  /* the open-ended field being decoded: its path and what it used so far */
+  const ProtobufCFieldDescriptor *open_field;
+  char open_path[512];
+  size_t open_values, open_bytes;
 } decode_ctx;
 
 static kolo_status fail_as(decode_ctx *ctx, kolo_codec_fault_kind kind,
@@ -200,6 +286,9 @@ static kolo_status fail(decode_ctx *ctx, const ProtobufCFieldDescriptor *field, 
 static kolo_status decode_message(decode_ctx *ctx, const ProtobufCFieldDescriptor *field,
                                   const json_t *json, const ProtobufCMessageDescriptor *desc,
                                   const char *path, ProtobufCMessage **out);
+static kolo_status decode_open(decode_ctx *ctx, const ProtobufCFieldDescriptor *field,
+                               const json_t *json, const ProtobufCMessageDescriptor *desc,
+                               const char *path, ProtobufCMessage **out);
 
 /* Parses a decimal string: an optional '-' (signed only), then 1-20 digits, nothing else
  * (no spaces, no '+', no hex), within the type's range. */
@@ -356,9 +445,148 @@ static kolo_status decode_value(decode_ctx *ctx, const ProtobufCFieldDescriptor 
       return KOLO_OK;
     }
     case PROTOBUF_C_TYPE_MESSAGE:
+      if (is_open(field->descriptor))
+        return decode_open(ctx, field, v, field->descriptor, path, (ProtobufCMessage **)ptr);
       return decode_message(ctx, field, v, field->descriptor, path, (ProtobufCMessage **)ptr);
   }
   return fail(ctx, field, path, "unsupported field type");
+}
+
+/* ---- open-ended values ---- */
+
+static kolo_status limit(decode_ctx *ctx, const char *path, const char *what) {
+  return fail_as(ctx, KOLO_CODEC_FAULT_LIMIT, ctx->open_field, path, what);
+}
+
+/* Counts one value and n bytes of keys/strings against the field's budget. */
+static kolo_status spend(decode_ctx *ctx, size_t n) {
+  char what[128];
+  if (++ctx->open_values > KOLO_CODEC_OPEN_MAX_VALUES) {
+    snprintf(what, sizeof what, "more than %d values", KOLO_CODEC_OPEN_MAX_VALUES);
+    return limit(ctx, ctx->open_path, what);
+  }
+  ctx->open_bytes += n;
+  if (ctx->open_bytes > KOLO_CODEC_OPEN_MAX_BYTES) {
+    snprintf(what, sizeof what, "more than %d bytes of keys and strings",
+             KOLO_CODEC_OPEN_MAX_BYTES);
+    return limit(ctx, ctx->open_path, what);
+  }
+  return KOLO_OK;
+}
+
+static kolo_status open_value(decode_ctx *ctx, const json_t *v, const char *path, int depth,
+                              Kolo__V1__Value **out);
+
+static kolo_status open_nested(decode_ctx *ctx, const char *path, int depth) {
+  if (depth <= KOLO_CODEC_OPEN_MAX_DEPTH) return KOLO_OK;
+  char what[128];
+  snprintf(what, sizeof what, "nested deeper than %d levels", KOLO_CODEC_OPEN_MAX_DEPTH);
+  return limit(ctx, path, what);
+}
+
+static kolo_status open_struct(decode_ctx *ctx, const json_t *v, const char *path, int depth,
+                               Kolo__V1__Struct **out) {
+  KOLO_CHECK(open_nested(ctx, path, depth));
+  Kolo__V1__Struct *st = malloc(sizeof *st);
+  if (st == NULL) return KOLO_ERR_NO_MEMORY;
+  kolo__v1__struct__init(st);
+  *out = st;
+  size_t n = json_object_size(v);
+  st->fields = calloc(n ? n : 1, sizeof *st->fields);
+  if (st->fields == NULL) return KOLO_ERR_NO_MEMORY;
+  const char *key;
+  json_t *value;
+  char sub[512];
+  json_object_foreach((json_t *)v, key, value) {
+    Kolo__V1__Struct__FieldsEntry *e = malloc(sizeof *e);
+    if (e == NULL) return KOLO_ERR_NO_MEMORY;
+    kolo__v1__struct__fields_entry__init(e);
+    st->fields[st->n_fields++] = e;
+    e->key = strdup(key);
+    if (e->key == NULL) return KOLO_ERR_NO_MEMORY;
+    snprintf(sub, sizeof sub, "%.250s%s%.250s", path, path[0] ? "." : "", key);
+    KOLO_CHECK(spend(ctx, strlen(key)));
+    KOLO_CHECK(open_value(ctx, value, sub, depth, &e->value));
+  }
+  return KOLO_OK;
+}
+
+static kolo_status open_list(decode_ctx *ctx, const json_t *v, const char *path, int depth,
+                             Kolo__V1__ListValue **out) {
+  KOLO_CHECK(open_nested(ctx, path, depth));
+  Kolo__V1__ListValue *l = malloc(sizeof *l);
+  if (l == NULL) return KOLO_ERR_NO_MEMORY;
+  kolo__v1__list_value__init(l);
+  *out = l;
+  size_t n = json_array_size(v);
+  l->values = calloc(n ? n : 1, sizeof *l->values);
+  if (l->values == NULL) return KOLO_ERR_NO_MEMORY;
+  char sub[512];
+  for (size_t k = 0; k < n; k++) {
+    snprintf(sub, sizeof sub, "%.400s[%zu]", path, k);
+    l->n_values++; /* counted first: a half-built value is freed with the list */
+    KOLO_CHECK(open_value(ctx, json_array_get(v, k), sub, depth, &l->values[k]));
+  }
+  return KOLO_OK;
+}
+
+/* One JSON value as a Value; objects and arrays one level deeper than depth. */
+static kolo_status open_value(decode_ctx *ctx, const json_t *v, const char *path, int depth,
+                              Kolo__V1__Value **out) {
+  Kolo__V1__Value *value = malloc(sizeof *value);
+  if (value == NULL) return KOLO_ERR_NO_MEMORY;
+  kolo__v1__value__init(value);
+  *out = value;
+  KOLO_CHECK(spend(ctx, json_is_string(v) ? json_string_length(v) : 0));
+  switch (json_typeof(v)) {
+    case JSON_OBJECT:
+      value->kind_case = KOLO__V1__VALUE__KIND_STRUCT_VALUE;
+      value->struct_value = NULL;
+      return open_struct(ctx, v, path, depth + 1, &value->struct_value);
+    case JSON_ARRAY:
+      value->kind_case = KOLO__V1__VALUE__KIND_LIST_VALUE;
+      value->list_value = NULL;
+      return open_list(ctx, v, path, depth + 1, &value->list_value);
+    case JSON_STRING:
+      value->string_value = strdup(json_string_value(v));
+      if (value->string_value == NULL) return KOLO_ERR_NO_MEMORY;
+      value->kind_case = KOLO__V1__VALUE__KIND_STRING_VALUE;
+      return KOLO_OK;
+    case JSON_INTEGER:
+    case JSON_REAL:
+      value->kind_case = KOLO__V1__VALUE__KIND_NUMBER_VALUE;
+      value->number_value = json_number_value(v);
+      return KOLO_OK;
+    case JSON_TRUE:
+    case JSON_FALSE:
+      value->kind_case = KOLO__V1__VALUE__KIND_BOOL_VALUE;
+      value->bool_value = json_is_true(v);
+      return KOLO_OK;
+    default:
+      value->kind_case = KOLO__V1__VALUE__KIND_NULL_VALUE;
+      value->null_value = KOLO__V1__NULL_VALUE__NULL_VALUE;
+      return KOLO_OK;
+  }
+}
+
+/* An open-ended message (desc: Struct, Value or ListValue) held by field at path: a new
+ * budget for the field's whole value. A Struct must be an object, a ListValue an array. */
+static kolo_status decode_open(decode_ctx *ctx, const ProtobufCFieldDescriptor *field,
+                               const json_t *json, const ProtobufCMessageDescriptor *desc,
+                               const char *path, ProtobufCMessage **out) {
+  ctx->open_field = field;
+  snprintf(ctx->open_path, sizeof ctx->open_path, "%s", path);
+  ctx->open_values = ctx->open_bytes = 0;
+  if (desc == &kolo__v1__value__descriptor)
+    return open_value(ctx, json, path, 0, (Kolo__V1__Value **)out);
+  if (desc == &kolo__v1__list_value__descriptor) {
+    if (!json_is_array(json)) return fail(ctx, field, path, "expected an array");
+    KOLO_CHECK(spend(ctx, 0));
+    return open_list(ctx, json, path, 1, (Kolo__V1__ListValue **)out);
+  }
+  if (!json_is_object(json)) return fail(ctx, field, path, "expected a JSON object");
+  KOLO_CHECK(spend(ctx, 0));
+  return open_struct(ctx, json, path, 1, (Kolo__V1__Struct **)out);
 }
 
 static kolo_status decode_repeated(decode_ctx *ctx, const ProtobufCFieldDescriptor *field,
@@ -460,9 +688,10 @@ static kolo_status decode_message(decode_ctx *ctx, const ProtobufCFieldDescripto
 /* Decodes json into a new message; on failure *fault says why and nothing is kept. */
 static kolo_status decode_root(const json_t *json, const ProtobufCMessageDescriptor *desc,
                                unsigned flags, ProtobufCMessage **out, kolo_codec_fault *fault) {
-  decode_ctx ctx = {flags, fault};
+  decode_ctx ctx = {.flags = flags, .fault = fault};
   ProtobufCMessage *msg = NULL;
-  kolo_status rc = decode_message(&ctx, NULL, json, desc, "", &msg);
+  kolo_status rc = is_open(desc) ? decode_open(&ctx, NULL, json, desc, "", &msg)
+                                 : decode_message(&ctx, NULL, json, desc, "", &msg);
   if (rc != KOLO_OK) {
     if (rc == KOLO_ERR_NO_MEMORY) {
       fault->kind = KOLO_CODEC_FAULT_MEMORY;
@@ -532,7 +761,9 @@ kolo_status kolo_codec_parse(const char *text, size_t length,
 char *kolo_codec_dump(const ProtobufCMessage *msg, int pretty) {
   json_t *json = kolo_codec_to_json(msg);
   if (json == NULL) return NULL;
-  char *text = json_dumps(json, (pretty ? JSON_INDENT(2) : JSON_COMPACT) | JSON_PRESERVE_ORDER);
+  /* JSON_ENCODE_ANY: a kolo.v1.Value on its own may be a string or a number */
+  char *text = json_dumps(
+      json, (pretty ? JSON_INDENT(2) : JSON_COMPACT) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
   json_decref(json);
   return text;
 }

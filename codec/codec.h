@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "kolo/status.h"
+#include "kolo/v1/records.pb-c.h"
 
 /* Encodes msg as a new JSON object. Every scalar field is present (zero values too), so
  * scripts can rely on the keys; unset sub-messages and unset oneof members are left out,
@@ -56,6 +57,7 @@ typedef enum kolo_codec_fault_kind {
   KOLO_CODEC_FAULT_TYPE,   /* a value of the wrong JSON type or range for its field */
   KOLO_CODEC_FAULT_SHAPE,  /* an unknown field, a field given twice, two members of a oneof */
   KOLO_CODEC_FAULT_MEMORY, /* out of memory (KOLO_ERR_NO_MEMORY) */
+  KOLO_CODEC_FAULT_LIMIT,  /* an open-ended value past KOLO_CODEC_OPEN_MAX_* */
 } kolo_codec_fault_kind;
 
 typedef struct kolo_codec_fault {
@@ -68,8 +70,8 @@ typedef struct kolo_codec_fault {
 } kolo_codec_fault;
 
 /* Parses text and decodes it as a desc message with flags (KOLO_CODEC_*). KOLO_ERR_PARSE
- * for a syntax error (duplicate keys included), KOLO_ERR_INVALID_ARG for a TYPE or SHAPE
- * fault, KOLO_ERR_NO_MEMORY; *out is NULL on failure and *fault (may be NULL) says why. */
+ * for a syntax error (duplicate keys included), KOLO_ERR_INVALID_ARG for a TYPE, SHAPE or
+ * LIMIT fault, KOLO_ERR_NO_MEMORY; *out is NULL on failure and *fault (may be NULL) says why. */
 kolo_status kolo_codec_read(const char *text, size_t length, const ProtobufCMessageDescriptor *desc,
                             unsigned flags, ProtobufCMessage **out, kolo_codec_fault *fault);
 
@@ -85,5 +87,27 @@ ProtobufCMessage *kolo_codec_copy(const ProtobufCMessage *msg);
 
 /* Replaces a string field's value with a malloc'd copy of value (freeing the old one). */
 kolo_status kolo_codec_set_string(char **slot, const char *value);
+
+/* ---- open-ended values ----
+ * kolo.v1.Struct / Value / ListValue (records.proto: google.protobuf.Struct's shape) are
+ * mapped the way protobuf's JSON mapping maps google.protobuf.Struct: a Struct is a JSON
+ * object, a Value is the JSON value itself (null, number, string, bool, object, array), a
+ * ListValue an array; wherever such a message appears (a field, a map value, the root).
+ * Numbers are doubles: an integral one within int64 is written as a JSON integer ("40",
+ * never "40.0"), so a record that always held plain JSON keeps its bytes; integers beyond
+ * 2^53 lose precision, as in protobuf. Decoding bounds each open-ended field (one field's
+ * whole value, nested parts included): at most KOLO_CODEC_OPEN_MAX_DEPTH levels of
+ * objects/arrays, KOLO_CODEC_OPEN_MAX_VALUES values and KOLO_CODEC_OPEN_MAX_BYTES bytes of
+ * keys and strings; past one, a LIMIT fault naming the field ("progress: ..."). Encoding
+ * writes a non-finite number as null (JSON has none). */
+#define KOLO_CODEC_OPEN_MAX_DEPTH 32
+#define KOLO_CODEC_OPEN_MAX_VALUES 10000
+#define KOLO_CODEC_OPEN_MAX_BYTES (256 * 1024)
+
+/* The value under key in s (the last entry if a hand-built map repeats it); NULL if none
+ * or s is NULL. */
+const Kolo__V1__Value *kolo_codec_struct_get(const Kolo__V1__Struct *s, const char *key);
+/* 1 and *out if the value under key is a finite number, else 0. */
+int kolo_codec_struct_number(const Kolo__V1__Struct *s, const char *key, double *out);
 
 #endif

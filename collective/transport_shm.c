@@ -19,11 +19,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "collective/copy_align.h"
 #include "collective/transport_shm.h"
 #include "common/log.h"
 
 #define SHM_MAGIC 0x4b4f4c4f53484d31ull /* "KOLOSHM1" */
-#define DEFAULT_CAPACITY (1024u * 1024u)
+/* 2 MiB: the next operation's first chunk fits while the peer still drains the
+ * last one's (at 1 MiB a 1 MiB all-reduce filled the ring and the writer
+ * waited each time: bench/mpi/run.py --rt, shm, load 8-10, 1 MiB 375-430 us ->
+ * 127-158, 4 MiB 1327-1985 -> 784-1007; a 4 MiB ring read no better) */
+#define DEFAULT_CAPACITY (2u * 1024u * 1024u)
 
 typedef struct shm_ring {
   uint64_t magic;
@@ -97,7 +102,10 @@ kolo_status kolo_shm_offer_create(kolo_shm_offer **out) {
     return KOLO_ERR_UNSUPPORTED;
   }
   kolo_status status = KOLO_OK;
-  if (ftruncate(fd, (off_t)offer->mapped_bytes) != 0) {
+  /* the space is reserved now: a full /dev/shm means TCP, not a SIGBUS later */
+  if (ftruncate(fd, (off_t)offer->mapped_bytes) != 0 ||
+      posix_fallocate(fd, 0, (off_t)offer->mapped_bytes) != 0) {
+    KOLO_LOGD("shm", "cannot reserve %zu bytes for %s", offer->mapped_bytes, offer->name);
     status = KOLO_ERR_UNSUPPORTED;
   } else {
     void *map =
@@ -237,8 +245,8 @@ static kolo_status shm_send(kolo_transport_conn *handle, const void *buffer, siz
   if (n == 0) return KOLO_OK;
   size_t offset = (size_t)(conn->position % ring->capacity);
   size_t first = ring->capacity - offset < n ? ring->capacity - offset : n;
-  memcpy(ring->data + offset, buffer, first);
-  if (n > first) memcpy(ring->data, (const char *)buffer + first, n - first);
+  kolo_copy_bytes(ring->data + offset, buffer, first);
+  if (n > first) kolo_copy_bytes(ring->data, (const char *)buffer + first, n - first);
   conn->position += n;
   atomic_store(&ring->head, conn->position);
   if (atomic_load(&ring->reader_waiting) && atomic_exchange(&ring->reader_waiting, 0)) {
@@ -262,8 +270,8 @@ static kolo_status shm_recv(kolo_transport_conn *handle, void *buffer, size_t le
   if (n == 0) return conn->peer_closed ? KOLO_ERR_PEER_LOST : KOLO_OK;
   size_t offset = (size_t)(conn->position % ring->capacity);
   size_t first = ring->capacity - offset < n ? ring->capacity - offset : n;
-  memcpy(buffer, ring->data + offset, first);
-  if (n > first) memcpy((char *)buffer + first, ring->data, n - first);
+  kolo_copy_bytes(buffer, ring->data + offset, first);
+  if (n > first) kolo_copy_bytes((char *)buffer + first, ring->data, n - first);
   conn->position += n;
   atomic_store(&ring->tail, conn->position);
   if (atomic_load(&ring->writer_waiting) && atomic_exchange(&ring->writer_waiting, 0)) {

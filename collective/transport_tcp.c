@@ -350,7 +350,7 @@ static kolo_status tcp_send(kolo_transport_conn *conn, const void *buffer, size_
   int64_t started = timed ? kolo_now_ns() : 0;
   if (bounce != NULL) {
     want = length < BOUNCE_BYTES ? length : BOUNCE_BYTES;
-    memcpy(bounce, buffer, want);
+    kolo_copy_bytes(bounce, buffer, want);
     from = bounce;
   }
   for (;;) {
@@ -379,7 +379,7 @@ static kolo_status tcp_recv(kolo_transport_conn *conn, void *buffer, size_t leng
   for (;;) {
     ssize_t n = recv(conn->fd, into, want, MSG_DONTWAIT);
     if (n > 0) {
-      if (bounce != NULL) memcpy(buffer, bounce, (size_t)n);
+      if (bounce != NULL) kolo_copy_bytes(buffer, bounce, (size_t)n);
       *moved = (size_t)n;
       if (timed) lane_timed(&conn->in, length, started, *moved);
       return KOLO_OK;

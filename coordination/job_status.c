@@ -29,12 +29,12 @@ int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to) {
   }
 }
 
-kolo_status kolo_job_status_read(const json_t *json, Kolo__V1__JobStatus **out, char *err,
+kolo_status kolo_job_status_read(const char *text, size_t len, Kolo__V1__JobStatus **out, char *err,
                                  size_t err_len) {
   ProtobufCMessage *msg = NULL;
   kolo_codec_fault fault;
-  kolo_status rc = kolo_codec_decode(json, &kolo__v1__job_status__descriptor,
-                                     KOLO_CODEC_IGNORE_UNKNOWN, &msg, &fault);
+  kolo_status rc = kolo_codec_read(text, len, &kolo__v1__job_status__descriptor,
+                                   KOLO_CODEC_IGNORE_UNKNOWN, &msg, &fault);
   if (rc != KOLO_OK && err && err_len) snprintf(err, err_len, "job status: %s", fault.message);
   *out = (Kolo__V1__JobStatus *)msg;
   return rc;
@@ -107,29 +107,25 @@ kolo_status kolo_job_status_epoch(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase
 }
 
 /* A reported number under name, else under alias (may be NULL); 1 if there was one. */
-static int reported(const json_t *progress, const char *name, const char *alias, double *out) {
-  const json_t *v = json_object_get(progress, name);
-  if (!json_is_number(v) && alias) v = json_object_get(progress, alias);
-  if (!json_is_number(v) || !isfinite(json_number_value(v))) return 0;
-  *out = json_number_value(v);
-  return 1;
+static int reported(const Kolo__V1__Struct *progress, const char *name, const char *alias,
+                    double *out) {
+  return kolo_codec_struct_number(progress, name, out) ||
+         (alias && kolo_codec_struct_number(progress, alias, out));
 }
 
-/* A step count: a number 0..2^64 (fractions cut). */
-static int reported_count(const json_t *progress, const char *name, const char *alias,
+/* A step count: a number 0..2^64 (fractions cut; exact up to 2^53, as a double holds it). */
+static int reported_count(const Kolo__V1__Struct *progress, const char *name, const char *alias,
                           uint64_t *out) {
   double d;
   if (!reported(progress, name, alias, &d) || d < 0 || d >= 18446744073709551616.0) return 0;
-  *out = json_is_integer(json_object_get(progress, name))
-             ? (uint64_t)json_integer_value(json_object_get(progress, name))
-             : (uint64_t)d;
+  *out = (uint64_t)d;
   return 1;
 }
 
-kolo_job_progress kolo_job_progress_from_report(const json_t *progress) {
+kolo_job_progress kolo_job_progress_from_report(const Kolo__V1__Struct *progress) {
   kolo_job_progress p;
   memset(&p, 0, sizeof p);
-  if (!json_is_object(progress)) return p;
+  if (progress == NULL) return p;
   if (reported_count(progress, "step", "steps", &p.step)) p.present |= KOLO_JOB_PROGRESS_STEP;
   if (reported_count(progress, "total_steps", NULL, &p.total_steps))
     p.present |= KOLO_JOB_PROGRESS_TOTAL_STEPS;

@@ -14,12 +14,12 @@
 #ifndef KOLO_COORD_JOB_STATUS_H
 #define KOLO_COORD_JOB_STATUS_H
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "kolo/status.h"
 #include "kolo/v1/job.pb-c.h"
+#include "kolo/v1/records.pb-c.h"
 
 /* ---- phases ---- */
 int kolo_job_status_final(Kolo__V1__Phase phase);
@@ -27,10 +27,10 @@ int kolo_job_status_final(Kolo__V1__Phase phase);
 int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to);
 
 /* ---- the record ---- */
-/* Decodes a status read from etcd (fields a newer writer added are skipped); a new
- * message (protobuf_c_message_free_unpacked) or KOLO_ERR_INVALID_ARG with err naming
- * the field. */
-kolo_status kolo_job_status_read(const json_t *json, Kolo__V1__JobStatus **out, char *err,
+/* Decodes a status read from etcd (text: its JSON; fields a newer writer added are
+ * skipped); a new message (protobuf_c_message_free_unpacked), or KOLO_ERR_PARSE (not JSON) /
+ * KOLO_ERR_INVALID_ARG with err naming the field. The scheduler's snapshot reads it so. */
+kolo_status kolo_job_status_read(const char *text, size_t len, Kolo__V1__JobStatus **out, char *err,
                                  size_t err_len);
 /* The compact JSON stored in etcd (malloc'd; NULL when out of memory). */
 char *kolo_job_status_write(const Kolo__V1__JobStatus *st);
@@ -61,7 +61,8 @@ kolo_status kolo_job_status_epoch(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase
                                   Kolo__V1__Member **members, size_t n, int count_reconfiguration,
                                   uint32_t count_drains, int64_t now_ms);
 
-/* The progress a training process reported (its report's "progress" object): the
+/* The progress a training process reported (its report's "progress", a kolo.v1.Struct: the
+ * typed value, read with codec.h's kolo_codec_struct_number): the
  * JobStatus.progress fields it holds, under their names or kolo-train's ("steps",
  * "samples_per_sec_total", "train_accuracy" as the accuracy). Step counts must be
  * non-negative numbers (a fraction is cut); other fields are ignored. */
@@ -79,7 +80,7 @@ typedef struct kolo_job_progress {
   uint64_t step, total_steps;
   double loss, samples_per_sec, accuracy, train_accuracy, test_accuracy;
 } kolo_job_progress;
-kolo_job_progress kolo_job_progress_from_report(const json_t *progress);
+kolo_job_progress kolo_job_progress_from_report(const Kolo__V1__Struct *progress);
 
 /* Overwrites the reported fields of st's progress (the others stay). Returns 1 if any
  * value changed (then updated_unix_ms = now_ms), 0 if not, -1 when out of memory. */

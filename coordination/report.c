@@ -1,5 +1,5 @@
-/* Implementation of coordination/report.h: kolo.v1.AgentReport through the one codec, with
- * the process's "progress" object carried beside it. */
+/* Implementation of coordination/report.h: kolo.v1.AgentReport through the one codec, its
+ * "progress" a kolo.v1.Struct (the codec maps it to and from the plain JSON object). */
 #include "coordination/report.h"
 
 #include <stdlib.h>
@@ -15,7 +15,7 @@ void kolo_report_clear(kolo_report *r) {
   free(r->worker);
   free(r->failed_status);
   free(r->stderr_tail);
-  json_decref(r->progress);
+  if (r->progress) protobuf_c_message_free_unpacked(&r->progress->base, NULL);
   memset(r, 0, sizeof *r);
 }
 
@@ -24,8 +24,6 @@ kolo_status kolo_report_encode(const kolo_report *r, char **json) {
   if (!kolo_keys_name_valid(r->worker))
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "report: worker '%.64s' is not valid",
                           r->worker ? r->worker : "(null)");
-  if (r->progress != NULL && !json_is_object(r->progress))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "report: 'progress' is not an object");
   Kolo__V1__AgentReport m = KOLO__V1__AGENT_REPORT__INIT;
   m.worker = r->worker;
   m.has_epoch = m.has_formed_epoch = m.has_failed_epoch = m.has_failed_rank = 1;
@@ -41,13 +39,8 @@ kolo_status kolo_report_encode(const kolo_report *r, char **json) {
   m.time_unix_ms = r->time_unix_ms;
   m.pid = r->pid;
   m.stderr_tail = r->stderr_tail; /* NULL: left out */
-  json_t *o = kolo_codec_to_json(&m.base);
-  if (o && r->progress && json_object_set(o, "progress", r->progress) != 0) {
-    json_decref(o);
-    o = NULL;
-  }
-  *json = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-  json_decref(o);
+  m.progress = r->progress;       /* NULL: left out */
+  *json = kolo_codec_dump(&m.base, 0);
   return *json ? KOLO_OK
                : kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
                                 "report: cannot be encoded (out of memory, or not UTF-8)");
@@ -74,6 +67,8 @@ static kolo_status from_message(Kolo__V1__AgentReport *m, kolo_report *out) {
   out->time_unix_ms = m->time_unix_ms;
   out->pid = m->pid;
   out->stderr_tail = take(&m->stderr_tail);
+  out->progress = m->progress;
+  m->progress = NULL;
   return out->failed_status ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
 }
 
@@ -93,8 +88,6 @@ kolo_status kolo_report_decode(const char *text, size_t len, kolo_report *out) {
     json_decref(o);
     return kolo_etcd_fail(KOLO_ERR_PARSE, "report: 'progress' is not an object");
   }
-  if (progress) json_incref(progress);
-  json_object_del(o, "progress");
   ProtobufCMessage *msg = NULL;
   kolo_codec_fault fault;
   kolo_status rc =
@@ -102,13 +95,45 @@ kolo_status kolo_report_decode(const char *text, size_t len, kolo_report *out) {
                         KOLO_CODEC_IGNORE_UNKNOWN | KOLO_CODEC_INTEGERS_ONLY, &msg, &fault);
   json_decref(o);
   if (rc != KOLO_OK) {
-    json_decref(progress);
     if (rc == KOLO_ERR_NO_MEMORY) return kolo_etcd_fail(rc, "out of memory reading a report");
     return kolo_etcd_fail(KOLO_ERR_PARSE, "report: %s", fault.message);
   }
   rc = from_message((Kolo__V1__AgentReport *)msg, out);
   protobuf_c_message_free_unpacked(msg, NULL);
-  out->progress = progress;
   if (rc != KOLO_OK) kolo_report_clear(out);
+  return rc;
+}
+
+kolo_status kolo_report_progress_merge(Kolo__V1__Struct **progress, const char *text, size_t len) {
+  json_t *line = text ? json_loadb(text, len, 0, NULL) : NULL;
+  json_t *merged = *progress ? kolo_codec_to_json(&(*progress)->base) : json_object();
+  json_t *wrapper = json_object();
+  kolo_status rc = KOLO_ERR_NO_MEMORY;
+  if (!json_is_object(line)) {
+    rc = kolo_etcd_fail(KOLO_ERR_PARSE, "progress: a REPORT must be a JSON object");
+    goto out;
+  }
+  if (merged == NULL || wrapper == NULL || json_object_update(merged, line) != 0 ||
+      json_object_set(wrapper, "progress", merged) != 0) {
+    rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory merging a REPORT");
+    goto out;
+  }
+  /* checked as the report's reader will check it: the field named from "progress" */
+  ProtobufCMessage *msg = NULL;
+  kolo_codec_fault fault;
+  rc = kolo_codec_decode(wrapper, &kolo__v1__agent_report__descriptor, 0, &msg, &fault);
+  if (rc != KOLO_OK) {
+    rc = kolo_etcd_fail(rc, "%s", fault.message);
+    goto out;
+  }
+  Kolo__V1__AgentReport *m = (Kolo__V1__AgentReport *)msg;
+  if (*progress) protobuf_c_message_free_unpacked(&(*progress)->base, NULL);
+  *progress = m->progress;
+  m->progress = NULL;
+  protobuf_c_message_free_unpacked(msg, NULL);
+out:
+  json_decref(line);
+  json_decref(merged);
+  json_decref(wrapper);
   return rc;
 }

@@ -12,6 +12,7 @@
 #include "common/checks.h"
 #include "common/log.h"
 #include "coordination/drain.h"
+#include "coordination/job_status.h"
 #include "coordination/keys.h"
 #include "coordination/report.h"
 #include "kolo/v1/job.pb-c.h"
@@ -113,7 +114,7 @@ const kolo_report *kolo_sched_job_report_of(const kolo_sched_job *j, const char 
   return NULL;
 }
 
-/* j's spec or status (text) decoded as its message (desc) through the one codec (fields a
+/* j's spec (text) decoded as its message (desc) through the one codec (fields a
  * newer writer added are skipped), else NULL (logged): a job without a readable spec and
  * status is not the scheduler's to touch. *slot's old message is freed. */
 static void decode_into(const kolo_sched_job *j, const char *what, const char *text, size_t length,
@@ -143,8 +144,11 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
     decode_into(j, "spec", text, length, &kolo__v1__job_spec__descriptor,
                 (ProtobufCMessage **)&j->spec);
   } else if (strcmp(part, "status") == 0) {
-    decode_into(j, "status", text, length, &kolo__v1__job_status__descriptor,
-                (ProtobufCMessage **)&j->status);
+    /* through its owner (coordination/job_status.h) */
+    if (j->status) protobuf_c_message_free_unpacked(&j->status->base, NULL);
+    char err[512];
+    if (kolo_job_status_read(text, length, &j->status, err, sizeof err) != KOLO_OK)
+      KOLO_LOGW(LOG, "job %s: its %s", j->id, err);
     j->status_mod = kv->mod_revision;
     j->created = j->status ? j->status->created_unix_ms : 0;
   } else if (strncmp(part, "ring/", 5) == 0) {

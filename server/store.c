@@ -531,9 +531,21 @@ out:
 
 typedef kolo_status (*mutate_fn)(Kolo__V1__Job *job, const void *arg, char *err, size_t err_len);
 
+/* UNAVAILABLE after a write of job id at revision that the view has not shown in time (the
+ * write is in etcd: a retry of the same request finds it). */
+static kolo_status view_behind(kolo_server_store *s, const char *what, const char *id,
+                               int64_t revision, char *err, size_t err_len) {
+  if (err && err_len)
+    snprintf(err, err_len,
+             "%s job %.63s, but this server's view of etcd has not reached revision %" PRId64
+             " within %d ms; GetJob shows it once it has",
+             what, id, revision, s->catch_up_ms);
+  return KOLO_ERR_UNAVAILABLE;
+}
+
 /* Read-modify-write of one job's status with compares; retried while other writers win. */
-static kolo_status mutate(kolo_server_store *s, const char *id, mutate_fn fn, const void *arg,
-                          Kolo__V1__Job **out, char *err, size_t err_len) {
+static kolo_status mutate(kolo_server_store *s, const char *id, const char *what, mutate_fn fn,
+                          const void *arg, Kolo__V1__Job **out, char *err, size_t err_len) {
   kolo_status rc = KOLO_ERR_CONFLICT;
   for (int attempt = 0; attempt < WRITE_ATTEMPTS; attempt++) {
     Kolo__V1__Job *job = NULL;
@@ -550,7 +562,7 @@ static kolo_status mutate(kolo_server_store *s, const char *id, mutate_fn fn, co
     protobuf_c_message_free_unpacked(&job->base, NULL);
     if (rc == KOLO_OK) {
       rc = wait_revision(s, revision, s->catch_up_ms);
-      if (rc != KOLO_OK) return KOLO_ERR_UNAVAILABLE;
+      if (rc != KOLO_OK) return view_behind(s, what, id, revision, err, err_len);
       return kolo_server_store_get(s, id, out);
     }
     if (rc != KOLO_ERR_CONFLICT) return rc;
@@ -568,7 +580,7 @@ static kolo_status do_cancel(Kolo__V1__Job *job, const void *arg, char *err, siz
 
 kolo_status kolo_server_store_cancel(kolo_server_store *s, const char *id, const char *reason,
                                      Kolo__V1__Job **out, char *err, size_t err_len) {
-  return mutate(s, id, do_cancel, reason ? reason : "", out, err, err_len);
+  return mutate(s, id, "cancelled", do_cancel, reason ? reason : "", out, err, err_len);
 }
 
 typedef struct scale_arg {
@@ -584,7 +596,20 @@ kolo_status kolo_server_store_scale(kolo_server_store *s, const char *id, uint32
                                     uint32_t max_workers, Kolo__V1__Job **out, char *err,
                                     size_t err_len) {
   scale_arg a = {min_workers, max_workers};
-  return mutate(s, id, do_scale, &a, out, err, err_len);
+  return mutate(s, id, "scaled", do_scale, &a, out, err, err_len);
+}
+
+/* A copy of id's spec as the view holds it (KOLO_ERR_NOT_FOUND if it has none). */
+static kolo_status view_spec(kolo_server_store *s, const char *id, Kolo__V1__JobSpec **out) {
+  kolo_status rc = KOLO_ERR_NOT_FOUND;
+  pthread_rwlock_rdlock(&s->lock);
+  long at = kolo_server_store_find_entry(s, id);
+  if (at >= 0 && s->entries[at]->spec) {
+    *out = (Kolo__V1__JobSpec *)kolo_codec_copy(&s->entries[at]->spec->base);
+    rc = *out ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+  }
+  pthread_rwlock_unlock(&s->lock);
+  return rc;
 }
 
 /* The stored spec of id read from kv itself (the view may not have caught up yet). */
@@ -644,16 +669,21 @@ kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *sp
     *created = 1;
     KOLO_LOGI(LOG, "job %s (%s) submitted at revision %" PRId64, id, spec->name, revision);
     if (wait_revision(s, revision, s->catch_up_ms) != KOLO_OK) {
-      rc = KOLO_ERR_UNAVAILABLE;
+      rc = view_behind(s, "submitted", id, revision, err, err_len);
       goto out;
     }
     rc = kolo_server_store_get(s, id, out);
     goto out;
   }
   if (rc != KOLO_ERR_CONFLICT) goto out;
-  /* The id exists: the same spec is a retry and gets the job; another is a clash. */
+  /* The id exists: the same spec is a retry and gets the job; another is a clash. The view
+   * holds that spec once it has reached etcd's revision of the conflict; else (the revision
+   * is a key the view never sees, or the view is stuck) the spec is read from etcd. */
   Kolo__V1__JobSpec *existing = NULL;
-  rc = read_spec(s, id, &existing);
+  rc = KOLO_ERR_NOT_FOUND;
+  if (revision > 0 && wait_revision(s, revision, s->catch_up_ms) == KOLO_OK)
+    rc = view_spec(s, id, &existing);
+  if (rc == KOLO_ERR_NOT_FOUND) rc = read_spec(s, id, &existing);
   if (rc != KOLO_OK) goto out;
   kolo_server_job_normalize_spec(existing);
   int same = kolo_server_job_spec_equal(existing, job->spec);

@@ -16,10 +16,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
 CORPUS = os.path.join(HERE, "corpus")
 
-# the order of kolo_fuzz_messages in fuzz_common.h
+# the order of kolo_fuzz_messages in fuzz_common.h (fuzz_json_codec adds AgentReport, Struct)
 MESSAGES = ["JobSpec", "Job", "JobStatus", "Event", "Progress", "GetJobRequest", "ListJobsRequest",
             "ListJobsResponse", "CancelJobRequest", "ScaleJobRequest", "WatchJobRequest", "Worker",
-            "ListWorkersResponse", "DrainWorkerRequest"]
+            "ListWorkersResponse", "DrainWorkerRequest", "AgentReport", "Struct"]
 
 SPEC = {"name": "mnist", "id": "mnist-1", "mode": "SYNC", "min_workers": 2, "max_workers": 4,
         "builtin": {"model": "mlp", "dataset": "fashion-mnist", "learning_rate": 0.05, "epochs": 3,
@@ -74,6 +74,12 @@ def main():
         for i, v in enumerate(values):
             write("fuzz_json_codec", "%s-%d.json" % (name, i), bytes([MESSAGES.index(name)]) + json.dumps(v).encode())
     write("fuzz_json_codec", "bad-utf8", bytes([0]) + b'{"name":"\xff"}')
+    struct_seed = {"progress": {"step": 40, "loss": 0.25, "event": "synced", "ok": True, "none": None,
+                                "list": [1, -2, "x", False, None, [], {}], "nested": {"a": {"b": [{"c": 1.5}]}}}}
+    write("fuzz_json_codec", "AgentReport-0.json",
+          bytes([MESSAGES.index("AgentReport")]) + json.dumps(struct_seed).encode())
+    write("fuzz_json_codec", "Struct-0.json",
+          bytes([MESSAGES.index("Struct")]) + json.dumps(struct_seed["progress"]).encode())
     for i, (index, data) in enumerate(proto_seeds()):
         write("fuzz_pb_request", "%s-%d.pb" % (MESSAGES[index], i), bytes([index]) + data)
         write("fuzz_inflate", "gzip-%d" % i, gzip.compress(data))
@@ -109,6 +115,15 @@ def main():
               "time_unix_ms": 1700000000000, "pid": 42, "progress": {"step": 4, "event": "synced"},
               "stderr_tail": "boom"}
     write("fuzz_coord_records", "report", bytes([4]) + json.dumps(report).encode())
+    # progress is a kolo.v1.Struct: one past the depth limit, one past the value limit
+    deep = 0
+    for _ in range(40):
+        deep = {"x": deep}
+    write("fuzz_coord_records", "report-deep-progress",
+          bytes([4]) + json.dumps({"worker": "w1", "progress": deep}, separators=(",", ":")).encode())
+    huge = {"worker": "w1", "progress": {"l": [0] * 10001, "s": "x" * 64, "n": None, "b": [True, 1.5]}}
+    write("fuzz_coord_records", "report-huge-progress",
+          bytes([4]) + json.dumps(huge, separators=(",", ":")).encode())
     write("fuzz_train_files", "csv", bytes([0, 0]) + b"label,a,b\n1,0.5,0.25\n0,1,2\n")
     write("fuzz_train_files", "libsvm", bytes([1, 1]) + b"1 1:0.5 3:2\n-1 2:1\n0 1:1 2:2 3:3\n")
     images = struct.pack(">IIII", 0x803, 2, 2, 2) + bytes(range(8))

@@ -152,7 +152,7 @@ static void assert_same_snapshot(const kolo_sched_snapshot *a, const kolo_sched_
       assert_int_equal(x->reports[r].r.exit_code, y->reports[r].r.exit_code);
       assert_int_equal(x->reports[r].r.progress == NULL, y->reports[r].r.progress == NULL);
       if (x->reports[r].r.progress)
-        assert_true(json_equal(x->reports[r].r.progress, y->reports[r].r.progress));
+        assert_true(same_message(&x->reports[r].r.progress->base, &y->reports[r].r.progress->base));
     }
     assert_int_equal(x->n_rings, y->n_rings);
     for (size_t r = 0; r < x->n_rings; r++) {

@@ -320,6 +320,141 @@ static void a_record_that_is_not_json_or_not_an_object_is_a_fault_of_its_own_kin
   assert_string_equal(fault.field->name, "members");
 }
 
+/* ---- open-ended values (kolo.v1.Struct / Value / ListValue) ---- */
+
+/* Reads text as an AgentReport (its progress is a Struct) with the record flags. */
+static kolo_status read_report(const char *text, ProtobufCMessage **out, kolo_codec_fault *fault) {
+  return kolo_codec_read(text, strlen(text), &kolo__v1__agent_report__descriptor,
+                         KOLO_CODEC_IGNORE_UNKNOWN | KOLO_CODEC_INTEGERS_ONLY, out, fault);
+}
+
+/* A Struct maps to a plain JSON object like google.protobuf.Struct: every JSON kind inside
+ * reads and writes back to the same bytes (integers without a fraction, key order kept). */
+static void a_struct_is_plain_json_and_keeps_its_bytes(void **state) {
+  (void)state;
+  const char *text =
+      "{\"progress\":{\"step\":40,\"loss\":0.25,\"event\":\"synced\",\"ok\":true,\"none\":null,"
+      "\"list\":[1,-2,\"x\",false,null,[],{}],\"nested\":{\"a\":{\"b\":[{\"c\":1.5}]}},"
+      "\"big\":9007199254740992,\"neg\":-17,\"empty\":{}}}";
+  ProtobufCMessage *msg = NULL;
+  kolo_codec_fault fault;
+  assert_int_equal(read_report(text, &msg, &fault), KOLO_OK);
+  const Kolo__V1__AgentReport *r = (const Kolo__V1__AgentReport *)msg;
+  assert_non_null(r->progress);
+  assert_int_equal(r->progress->n_fields, 10);
+  double d = 0;
+  assert_true(kolo_codec_struct_number(r->progress, "step", &d) && d == 40);
+  assert_false(kolo_codec_struct_number(r->progress, "event", &d)); /* a string */
+  assert_false(kolo_codec_struct_number(r->progress, "missing", &d));
+  const Kolo__V1__Value *list = kolo_codec_struct_get(r->progress, "list");
+  assert_int_equal(list->kind_case, KOLO__V1__VALUE__KIND_LIST_VALUE);
+  assert_int_equal(list->list_value->n_values, 7);
+  assert_int_equal(list->list_value->values[4]->kind_case, KOLO__V1__VALUE__KIND_NULL_VALUE);
+  assert_int_equal(kolo_codec_struct_get(r->progress, "none")->kind_case,
+                   KOLO__V1__VALUE__KIND_NULL_VALUE);
+  char *back = kolo_codec_dump(msg, 0);
+  assert_string_equal(back, text);
+  free(back);
+  /* the binary form carries it too (a copy is a pack + unpack) */
+  ProtobufCMessage *copy = kolo_codec_copy(msg);
+  back = kolo_codec_dump(copy, 0);
+  assert_string_equal(back, text);
+  free(back);
+  protobuf_c_message_free_unpacked(copy, NULL);
+  protobuf_c_message_free_unpacked(msg, NULL);
+  /* numbers are doubles, as in protobuf: an integral real is written as an integer */
+  assert_int_equal(read_report("{\"progress\":{\"x\":1.0,\"y\":-0.5}}", &msg, &fault), KOLO_OK);
+  back = kolo_codec_dump(msg, 0);
+  assert_string_equal(back, "{\"progress\":{\"x\":1,\"y\":-0.5}}");
+  free(back);
+  protobuf_c_message_free_unpacked(msg, NULL);
+  /* the messages on their own: a Struct is an object, a ListValue an array, a Value anything */
+  assert_int_equal(
+      kolo_codec_read("[1,{\"a\":[]}]", 12, &kolo__v1__list_value__descriptor, 0, &msg, &fault),
+      KOLO_OK);
+  back = kolo_codec_dump(msg, 0);
+  assert_string_equal(back, "[1,{\"a\":[]}]");
+  free(back);
+  protobuf_c_message_free_unpacked(msg, NULL);
+  assert_int_equal(kolo_codec_read("[1]", 3, &kolo__v1__struct__descriptor, 0, &msg, &fault),
+                   KOLO_ERR_INVALID_ARG);
+  json_t *string = json_string("s");
+  assert_int_equal(kolo_codec_decode(string, &kolo__v1__value__descriptor, 0, &msg, &fault),
+                   KOLO_OK);
+  json_decref(string);
+  back = kolo_codec_dump(msg, 0);
+  assert_string_equal(back, "\"s\"");
+  free(back);
+  protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+static void a_struct_field_that_is_not_an_object_is_named(void **state) {
+  (void)state;
+  ProtobufCMessage *msg = NULL;
+  kolo_codec_fault fault;
+  assert_int_equal(read_report("{\"progress\":[1,2]}", &msg, &fault), KOLO_ERR_INVALID_ARG);
+  assert_null(msg);
+  assert_int_equal(fault.kind, KOLO_CODEC_FAULT_TYPE);
+  assert_string_equal(fault.path, "progress");
+  assert_non_null(strstr(fault.message, "progress: expected a JSON object"));
+}
+
+/* Depth, value count and string bytes of one open-ended field are bounded; the fault names
+ * the field (and, for depth, where it went too deep) and nothing is kept. */
+static void an_open_ended_value_past_its_limits_is_refused_naming_the_field(void **state) {
+  (void)state;
+  ProtobufCMessage *msg = NULL;
+  kolo_codec_fault fault;
+  /* depth: 32 levels read, 33 do not */
+  for (int levels = KOLO_CODEC_OPEN_MAX_DEPTH; levels <= KOLO_CODEC_OPEN_MAX_DEPTH + 1; levels++) {
+    char text[1024] = "{\"progress\":";
+    for (int i = 0; i < levels; i++) strcat(text, "{\"d\":");
+    strcat(text, "1");
+    for (int i = 0; i < levels; i++) strcat(text, "}");
+    strcat(text, "}");
+    kolo_status rc = read_report(text, &msg, &fault);
+    if (levels == KOLO_CODEC_OPEN_MAX_DEPTH) {
+      assert_int_equal(rc, KOLO_OK);
+      protobuf_c_message_free_unpacked(msg, NULL);
+      continue;
+    }
+    assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
+    assert_null(msg);
+    assert_int_equal(fault.kind, KOLO_CODEC_FAULT_LIMIT);
+    assert_non_null(strstr(fault.message, "progress.d.d"));
+    assert_non_null(strstr(fault.message, "nested deeper than 32 levels"));
+  }
+  /* arrays nest too */
+  char deep[256] = "{\"progress\":{\"l\":";
+  for (int i = 0; i < 40; i++) strcat(deep, "[");
+  for (int i = 0; i < 40; i++) strcat(deep, "]");
+  strcat(deep, "}}");
+  assert_int_equal(read_report(deep, &msg, &fault), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(fault.kind, KOLO_CODEC_FAULT_LIMIT);
+  assert_non_null(strstr(fault.message, "progress.l[0]"));
+  /* values: one list of more than the limit */
+  size_t n = KOLO_CODEC_OPEN_MAX_VALUES + 1;
+  char *many = malloc(32 + 2 * n);
+  char *end = many + sprintf(many, "{\"progress\":{\"l\":[");
+  for (size_t i = 0; i < n; i++) end += sprintf(end, i ? ",0" : "0");
+  strcpy(end, "]}}");
+  assert_int_equal(read_report(many, &msg, &fault), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(fault.kind, KOLO_CODEC_FAULT_LIMIT);
+  assert_string_equal(fault.path, "progress");
+  assert_non_null(strstr(fault.message, "progress: more than 10000 values"));
+  free(many);
+  /* bytes: one string past the limit */
+  size_t big = KOLO_CODEC_OPEN_MAX_BYTES + 1;
+  char *huge = malloc(big + 64);
+  size_t head = (size_t)sprintf(huge, "{\"progress\":{\"s\":\"");
+  memset(huge + head, 'x', big);
+  strcpy(huge + head + big, "\"}}");
+  assert_int_equal(read_report(huge, &msg, &fault), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(fault.kind, KOLO_CODEC_FAULT_LIMIT);
+  assert_non_null(strstr(fault.message, "progress: more than 262144 bytes of keys and strings"));
+  free(huge);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_full_spec_decodes_into_every_field),
@@ -336,6 +471,9 @@ int main(void) {
       cmocka_unit_test(integers_only_refuses_strings_and_reals_and_names_the_field),
       cmocka_unit_test(a_read_record_shows_which_fields_were_there),
       cmocka_unit_test(a_record_that_is_not_json_or_not_an_object_is_a_fault_of_its_own_kind),
+      cmocka_unit_test(a_struct_is_plain_json_and_keeps_its_bytes),
+      cmocka_unit_test(a_struct_field_that_is_not_an_object_is_named),
+      cmocka_unit_test(an_open_ended_value_past_its_limits_is_refused_naming_the_field),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

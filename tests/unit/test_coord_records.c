@@ -15,6 +15,7 @@
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
+#include "codec/codec.h"
 #include "coordination/report.h"
 #include "coordination/ringspec.h"
 
@@ -392,12 +393,16 @@ static void an_agent_report_carries_the_process_s_progress_as_is(void **state) {
   assert_int_equal(r.exit_code, 1);
   assert_int_equal(r.pid, 4242);
   assert_string_equal(r.stderr_tail, "boom");
-  assert_string_equal(json_string_value(json_object_get(r.progress, "event")), "synced");
+  const Kolo__V1__Value *event = kolo_codec_struct_get(r.progress, "event");
+  assert_non_null(event);
+  assert_string_equal(event->string_value, "synced");
   char *json = NULL;
   assert_int_equal(kolo_report_encode(&r, &json), KOLO_OK);
   kolo_report back;
   assert_int_equal(kolo_report_decode(json, strlen(json), &back), KOLO_OK);
-  assert_int_equal(json_integer_value(json_object_get(back.progress, "synced_step")), 30);
+  double synced_step = 0;
+  assert_true(kolo_codec_struct_number(back.progress, "synced_step", &synced_step));
+  assert_true(synced_step == 30);
   assert_int_equal(back.time_unix_ms, 1700000000000);
   assert_string_equal(back.stderr_tail, "boom");
   kolo_report_clear(&back);
@@ -426,6 +431,75 @@ static void an_agent_report_carries_the_process_s_progress_as_is(void **state) {
       fail_msg("case %zu: '%s' for %s", i, kolo_etcd_last_error(), bad[i][0]);
     assert_null(r.progress);
   }
+}
+
+/* The report's progress is a kolo.v1.Struct now, and the record's bytes are what the
+ * previous version wrote (the progress object appended after the message's fields). */
+static void a_report_with_progress_is_written_as_before(void **state) {
+  (void)state;
+  const char *old =
+      "{\"worker\":\"w1\",\"epoch\":3,\"formed_epoch\":3,\"failed_epoch\":0,"
+      "\"failed_rank\":-1,\"failed_status\":\"\",\"exited\":true,\"exit_code\":1,"
+      "\"exit_epoch\":3,\"time_unix_ms\":1700000000000,\"pid\":4242,"
+      "\"progress\":{\"step\":40,\"loss\":0.5,\"event\":\"synced\",\"list\":[1,null,{}]},"
+      "\"stderr_tail\":\"boom\"}";
+  const char *now =
+      "{\"worker\":\"w1\",\"epoch\":3,\"formed_epoch\":3,\"failed_epoch\":0,"
+      "\"failed_rank\":-1,\"failed_status\":\"\",\"exited\":true,\"exit_code\":1,"
+      "\"exit_epoch\":3,\"time_unix_ms\":1700000000000,\"pid\":4242,\"stderr_tail\":\"boom\","
+      "\"progress\":{\"step\":40,\"loss\":0.5,\"event\":\"synced\",\"list\":[1,null,{}]}}";
+  kolo_report r;
+  assert_int_equal(kolo_report_decode(old, strlen(old), &r), KOLO_OK);
+  char *json = NULL;
+  assert_int_equal(kolo_report_encode(&r, &json), KOLO_OK);
+  assert_string_equal(json, now);
+  free(json);
+  kolo_report_clear(&r);
+  assert_int_equal(kolo_report_decode(now, strlen(now), &r), KOLO_OK);
+  assert_int_equal(r.progress->n_fields, 4);
+  kolo_report_clear(&r);
+  /* too deep a progress: the report does not decode, the error names the field */
+  char deep[512] = "{\"worker\":\"w1\",\"progress\":";
+  for (int i = 0; i < 40; i++) strcat(deep, "{\"x\":");
+  strcat(deep, "0");
+  for (int i = 0; i < 41; i++) strcat(deep, "}");
+  assert_int_equal(kolo_report_decode(deep, strlen(deep), &r), KOLO_ERR_PARSE);
+  assert_non_null(strstr(kolo_etcd_last_error(), "progress.x.x"));
+  assert_non_null(strstr(kolo_etcd_last_error(), "nested deeper than"));
+  assert_null(r.progress);
+}
+
+/* The agent merges each REPORT line into the progress (newest value wins, earlier keys
+ * stay); a line that is not an object, or a merge past the limits, changes nothing. */
+static void report_lines_merge_into_the_progress_within_its_limits(void **state) {
+  (void)state;
+  Kolo__V1__Struct *p = NULL;
+  const char *first = "{\"step\":10,\"loss\":2.5}", *second = "{\"step\":20,\"event\":\"done\"}";
+  assert_int_equal(kolo_report_progress_merge(&p, first, strlen(first)), KOLO_OK);
+  assert_int_equal(kolo_report_progress_merge(&p, second, strlen(second)), KOLO_OK);
+  double d = 0;
+  assert_true(kolo_codec_struct_number(p, "step", &d) && d == 20);
+  assert_true(kolo_codec_struct_number(p, "loss", &d) && d == 2.5);
+  assert_string_equal(kolo_codec_struct_get(p, "event")->string_value, "done");
+  const char *not_object = "[1]", *garbage = "{\"step\":";
+  assert_int_equal(kolo_report_progress_merge(&p, not_object, strlen(not_object)), KOLO_ERR_PARSE);
+  assert_int_equal(kolo_report_progress_merge(&p, garbage, strlen(garbage)), KOLO_ERR_PARSE);
+  assert_non_null(strstr(kolo_etcd_last_error(), "progress"));
+  /* each line is small, but together they pass the value limit: the last one is refused */
+  kolo_status rc = KOLO_OK;
+  int lines = 0;
+  for (; lines < 20 && rc == KOLO_OK; lines++) {
+    char line[16 * 1024];
+    char *end = line + sprintf(line, "{\"l%d\":[", lines);
+    for (int i = 0; i < 1000; i++) end += sprintf(end, i ? ",%d" : "%d", i);
+    strcpy(end, "]}");
+    rc = kolo_report_progress_merge(&p, line, strlen(line));
+  }
+  assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
+  assert_int_equal(lines, 10); /* 9 lists of 1001 values + 3 fit, the 10th does not */
+  assert_non_null(strstr(kolo_etcd_last_error(), "progress: more than 10000 values"));
+  assert_int_equal(p->n_fields, 3 + 9); /* what was merged before stays */
+  protobuf_c_message_free_unpacked(&p->base, NULL);
 }
 
 static void a_worker_record_round_trips_and_has_the_documented_shape(void **state) {
@@ -577,6 +651,8 @@ int main(void) {
       cmocka_unit_test(an_assignment_round_trips_and_has_the_documented_shape),
       cmocka_unit_test(a_bad_assignment_is_refused_naming_the_field),
       cmocka_unit_test(an_agent_report_carries_the_process_s_progress_as_is),
+      cmocka_unit_test(a_report_with_progress_is_written_as_before),
+      cmocka_unit_test(report_lines_merge_into_the_progress_within_its_limits),
       cmocka_unit_test(a_worker_record_round_trips_and_has_the_documented_shape),
       cmocka_unit_test(a_worker_record_written_the_old_way_is_read),
       cmocka_unit_test(bad_worker_records_are_rejected),

@@ -4,11 +4,14 @@
  * twice before a choice, the shifted mode needs a clear win, one slow timing does not
  * flip the choice, a mode that gets much dearer has the other re-timed at once,
  * and the other mode is re-timed (one call) every KOLO_COPY_ALIGN_PROBE_EVERY
- * calls. */
+ * calls. kolo_copy_bytes copies exactly what memcpy would at every distance,
+ * size and tail, including the short distances it detours for. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -123,6 +126,44 @@ static void a_periodic_probe_finds_a_mode_that_became_cheaper(void **state) {
   assert_int_equal(a.shifted, 1);
 }
 
+static void short_distances_are_1_to_63_bytes_after_the_source_modulo_4096(void **state) {
+  (void)state;
+  static char page[3 * 4096];
+  char *src = page + 4096;
+  assert_false(kolo_copy_short_distance(src, src));
+  assert_true(kolo_copy_short_distance(src + 1, src));
+  assert_true(kolo_copy_short_distance(src + 63, src));
+  assert_false(kolo_copy_short_distance(src + 64, src));
+  assert_true(kolo_copy_short_distance(src + 4096 + 16, src));
+  assert_false(kolo_copy_short_distance(src + 4096, src));
+  assert_false(kolo_copy_short_distance(src - 16, src)); /* before the source: fine */
+}
+
+static void copy_bytes_copies_what_memcpy_copies_at_every_distance(void **state) {
+  (void)state;
+  size_t sizes[] = {0, 1, 63, 64, 1023, 1024, 1025, 4096 + 7, 65536, 65483};
+  size_t capacity = 65536 + 2 * 4096;
+  unsigned char *src = malloc(capacity), *got = malloc(capacity), *want = malloc(capacity);
+  assert_non_null(src);
+  assert_non_null(got);
+  assert_non_null(want);
+  for (size_t i = 0; i < capacity; i++) src[i] = (unsigned char)(i * 131 + 7);
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    for (size_t from = 0; from < 80; from += 13) {
+      for (size_t to = 0; to < 130; to += 3) { /* short distances and not */
+        memset(got, 0xAA, capacity);
+        memset(want, 0xAA, capacity);
+        kolo_copy_bytes(got + to, src + from, sizes[k]);
+        memcpy(want + to, src + from, sizes[k]);
+        assert_memory_equal(got, want, capacity); /* nothing before or after either */
+      }
+    }
+  }
+  free(src);
+  free(got);
+  free(want);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_connections_first_calls_are_not_counted),
@@ -133,6 +174,8 @@ int main(void) {
       cmocka_unit_test(a_mode_that_gets_dearer_has_the_other_timed_at_once),
       cmocka_unit_test(the_other_mode_is_timed_again_every_probe_period),
       cmocka_unit_test(a_periodic_probe_finds_a_mode_that_became_cheaper),
+      cmocka_unit_test(short_distances_are_1_to_63_bytes_after_the_source_modulo_4096),
+      cmocka_unit_test(copy_bytes_copies_what_memcpy_copies_at_every_distance),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

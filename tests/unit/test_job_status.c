@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "codec/codec.h"
 #include "coordination/job_status.h"
 
 static Kolo__V1__JobStatus *new_status(void) {
@@ -147,12 +148,19 @@ static void the_phase_machine_is_the_one_the_api_enforces(void **state) {
   assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__RUNNING, KOLO__V1__PHASE__RUNNING));
 }
 
+/* A report's progress as the report's reader holds it: a kolo.v1.Struct through the codec. */
+static Kolo__V1__Struct *progress_of(const char *text) {
+  ProtobufCMessage *msg = NULL;
+  assert_int_equal(
+      kolo_codec_read(text, strlen(text), &kolo__v1__struct__descriptor, 0, &msg, NULL), KOLO_OK);
+  return (Kolo__V1__Struct *)msg;
+}
+
 static void progress_is_read_from_a_report_under_either_name(void **state) {
   (void)state;
-  json_t *r = json_loads(
+  Kolo__V1__Struct *r = progress_of(
       "{\"steps\":40,\"total_steps\":100,\"loss\":0.25,\"samples_per_sec_total\":"
-      "512.5,\"train_accuracy\":0.75,\"test_accuracy\":\"0.9\",\"event\":\"x\"}",
-      0, NULL);
+      "512.5,\"train_accuracy\":0.75,\"test_accuracy\":\"0.9\",\"event\":\"x\"}");
   kolo_job_progress p = kolo_job_progress_from_report(r);
   assert_int_equal(p.step, 40);
   assert_int_equal(p.total_steps, 100);
@@ -161,14 +169,14 @@ static void progress_is_read_from_a_report_under_either_name(void **state) {
   assert_true(p.accuracy == 0.75); /* kolo-train's training accuracy stands in */
   assert_true(p.train_accuracy == 0.75);
   assert_int_equal(p.present & KOLO_JOB_PROGRESS_TEST_ACCURACY, 0); /* a string is no number */
-  json_decref(r);
-  r = json_loads("{\"step\":-3,\"steps\":7,\"total_steps\":12.7,\"accuracy\":0.5}", 0, NULL);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  r = progress_of("{\"step\":-3,\"steps\":7,\"total_steps\":12.7,\"accuracy\":0.5}");
   p = kolo_job_progress_from_report(r);
   assert_int_equal(p.present & KOLO_JOB_PROGRESS_STEP,
                    0); /* "step" wins over "steps", and is bad */
   assert_int_equal(p.total_steps, 12);
   assert_true(p.accuracy == 0.5);
-  json_decref(r);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
   p = kolo_job_progress_from_report(NULL);
   assert_int_equal(p.present, 0);
 }
@@ -226,19 +234,21 @@ static void a_status_round_trips_and_a_newer_writer_s_fields_are_skipped(void **
       strstr(text, "\"phase\":\"RUNNING\",\"epoch\":7,\"members\":[{\"worker_id\":\"a0\""));
   json_t *json = json_loads(text, 0, NULL);
   json_object_set_new(json, "from_the_future", json_true());
+  char *newer = json_dumps(json, JSON_COMPACT);
   Kolo__V1__JobStatus *back = NULL;
   char err[256];
-  assert_int_equal(kolo_job_status_read(json, &back, err, sizeof err), KOLO_OK);
+  assert_int_equal(kolo_job_status_read(newer, strlen(newer), &back, err, sizeof err), KOLO_OK);
+  free(newer);
   assert_int_equal(back->epoch, 7);
   assert_int_equal(back->reconfigurations, 1);
   assert_string_equal(back->members[1]->worker_id, "a1");
   json_decref(json);
-  json = json_loads("{\"phase\":\"WALKING\"}", 0, NULL);
+  const char *walking = "{\"phase\":\"WALKING\"}";
   Kolo__V1__JobStatus *bad = NULL;
-  assert_int_equal(kolo_job_status_read(json, &bad, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_job_status_read(walking, strlen(walking), &bad, err, sizeof err),
+                   KOLO_ERR_INVALID_ARG);
   assert_null(bad);
   assert_non_null(strstr(err, "phase: expected one of"));
-  json_decref(json);
   free(text);
   free_status(back);
   free_status(st);

@@ -1,7 +1,9 @@
 /* Unit tests for server/store.c over the in-memory kv (same revision rules as etcd; the
  * etcd-backed runs are in tests/integration): idempotent submit, compares on writes, the
  * watch-fed view, paging and filters, subscriptions, reload from the kv, and the raw
- * records the scheduler reads (kept, skipping the metrics history, rebuilt on a reload). */
+ * records the scheduler reads (kept, skipping the metrics history, rebuilt on a reload);
+ * over a kv whose watch lags (tests/unit/lag_kv.h), a write answers once the view shows it
+ * and UNAVAILABLE, saying so, when the view does not catch up in time. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 #include "server/job_model.h"
 #include "codec/codec.h"
 #include "server/store.h"
+#include "tests/unit/lag_kv.h"
 
 typedef struct fixture {
   kolo_server_kv *kv;
@@ -396,6 +399,72 @@ static void the_records_follow_the_kv_skip_metrics_and_reload_whole(void **state
   spy->base.ops->destroy(&spy->base);
 }
 
+static Kolo__V1__Phase phase_now(kolo_server_store *store, const char *id) {
+  Kolo__V1__Job *job = NULL;
+  if (kolo_server_store_get(store, id, &job) != KOLO_OK) return KOLO__V1__PHASE__PHASE_UNSPECIFIED;
+  Kolo__V1__Phase phase = job->status->phase;
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  return phase;
+}
+
+/* Read-your-writes for job writes: a repeated submit compares with the view's spec (no
+ * range); over a view that lags, a scale waits for the view and
+ * answers the new bounds; a view that does not catch up in time gives UNAVAILABLE with a
+ * message naming the revision, never the stale job; the view shows the write later. */
+static void a_write_answers_from_the_view_once_it_shows_the_write_or_unavailable(void **state) {
+  (void)state;
+  lag_kv *lag = lag_kv_create();
+  kolo_server_store *store = NULL;
+  assert_int_equal(kolo_server_store_create(&lag->base, &store), KOLO_OK);
+  char err[256] = "";
+  int created = 0;
+  Kolo__V1__Job *job = NULL;
+  Kolo__V1__JobSpec *spec = spec_from(SPEC("lag-1", ",\"max_workers\":2"));
+  assert_int_equal(kolo_server_store_submit(store, spec, &job, &created, err, sizeof err), KOLO_OK);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  int ranges_before = ranges(lag);
+  assert_int_equal(kolo_server_store_submit(store, spec, &job, &created, err, sizeof err), KOLO_OK);
+  assert_int_equal(created, 0); /* a retry: the existing spec compared from the view */
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  assert_int_equal(ranges(lag), ranges_before);
+  lag_pause(lag);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, resume_later, lag), 0);
+  assert_int_equal(kolo_server_store_scale(store, "lag-1", 1, 4, &job, err, sizeof err), KOLO_OK);
+  assert_int_equal(job->status->max_workers, 4); /* the view after the write, not before */
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  pthread_join(t, NULL);
+
+  kolo_server_store_set_catch_up_ms(store, 200);
+  lag_pause(lag);
+  err[0] = '\0';
+  job = NULL;
+  assert_int_equal(kolo_server_store_cancel(store, "lag-1", "bye", &job, err, sizeof err),
+                   KOLO_ERR_UNAVAILABLE);
+  assert_null(job);
+  assert_non_null(strstr(err, "cancelled job lag-1"));
+  assert_non_null(strstr(err, "has not reached revision"));
+  assert_int_equal(phase_now(store, "lag-1"), KOLO__V1__PHASE__PENDING); /* the lagging view */
+  err[0] = '\0';
+  assert_int_equal(kolo_server_store_submit(store, spec, &job, &created, err, sizeof err),
+                   KOLO_OK); /* the same spec again: the job as the view has it */
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+  spec = spec_from(SPEC("lag-2", ""));
+  err[0] = '\0';
+  job = NULL;
+  assert_int_equal(kolo_server_store_submit(store, spec, &job, &created, err, sizeof err),
+                   KOLO_ERR_UNAVAILABLE);
+  assert_null(job);
+  assert_non_null(strstr(err, "submitted job lag-2"));
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+  lag_resume(lag);
+  assert_int_equal(phase_now(store, "lag-1"), KOLO__V1__PHASE__CANCELLED);
+  assert_int_equal(phase_now(store, "lag-2"), KOLO__V1__PHASE__PENDING);
+  kolo_server_store_destroy(store);
+  lag->base.ops->destroy(&lag->base);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_submitted_job_is_pending_and_readable, setup, teardown),
@@ -413,6 +482,7 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(a_new_store_over_the_same_kv_sees_every_job, setup, teardown),
       cmocka_unit_test(the_records_follow_the_kv_skip_metrics_and_reload_whole),
+      cmocka_unit_test(a_write_answers_from_the_view_once_it_shows_the_write_or_unavailable),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

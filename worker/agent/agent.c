@@ -76,7 +76,7 @@ typedef struct agent {
   int64_t formed_epoch, failed_epoch, exit_epoch;
   int failed_rank, exited, exit_code;
   char failed_status[64];
-  json_t *progress;
+  Kolo__V1__Struct *progress; /* the process's REPORTs, merged (coordination/report.h) */
   int report_dirty;
   int64_t report_written_ms;
   int draining;
@@ -290,17 +290,13 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
       write_report(a); /* at once: the coordinator re-forms without waiting for the TTL */
       break;
     case KOLO_AGENT_REPORT: {
-      json_t *progress = json_loads(msg->text, 0, NULL);
-      if (json_is_object(progress)) {
-        /* merged: a final line (e.g. kolo-train's "done") keeps earlier fields */
-        if (a->progress == NULL) a->progress = json_object();
-        json_object_update(a->progress, progress);
+      /* merged: a final line (e.g. kolo-train's "done") keeps earlier fields */
+      if (kolo_report_progress_merge(&a->progress, msg->text, strlen(msg->text)) == KOLO_OK) {
         a->report_dirty = 1;
         if (mono_ms() - a->report_written_ms >= REPORT_EVERY_MS) write_report(a);
       } else {
-        KOLO_LOGW(LOG, "ignoring a REPORT that is not a JSON object");
+        KOLO_LOGW(LOG, "ignoring a REPORT: %s", kolo_etcd_last_error());
       }
-      json_decref(progress);
       break;
     }
     default:
@@ -545,7 +541,7 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   a->failed_rank = -1;
   a->failed_status[0] = '\0';
   a->exited = a->exit_code = 0;
-  json_decref(a->progress);
+  if (a->progress) protobuf_c_message_free_unpacked(&a->progress->base, NULL);
   a->progress = NULL;
   write_report(a);
   set_state(a, a->draining ? "draining" : "busy");
@@ -726,6 +722,12 @@ static kolo_status setup_logs(agent *a) {
 }
 
 /* Publishes what /readyz and /metrics show (health.h): cheap, done once per loop turn. */
+/* The reported number under key (0 if none, as the health page shows it). */
+static double progress_number(const Kolo__V1__Struct *progress, const char *key) {
+  double d = 0;
+  return kolo_codec_struct_number(progress, key, &d) ? d : 0;
+}
+
 static void publish_health(agent *a) {
   if (a->health == NULL) return;
   kolo_agent_health_state *h = &a->hs;
@@ -735,14 +737,14 @@ static void publish_health(agent *a) {
   snprintf(h->job, sizeof h->job, "%s", a->proc ? a->job : "");
   h->epoch = a->proc ? a->epoch : 0;
   h->process_running = a->proc != NULL;
-  h->has_progress = a->proc != NULL && json_is_object(a->progress);
+  h->has_progress = a->proc != NULL && a->progress != NULL;
   if (h->has_progress) {
-    h->step = json_number_value(json_object_get(a->progress, "step"));
-    if (!json_is_number(json_object_get(a->progress, "step")))
-      h->step = json_number_value(json_object_get(a->progress, "steps"));
-    h->total_steps = json_number_value(json_object_get(a->progress, "total_steps"));
-    h->loss = json_number_value(json_object_get(a->progress, "loss"));
-    h->samples_per_sec = json_number_value(json_object_get(a->progress, "samples_per_sec"));
+    h->step = progress_number(a->progress, "step");
+    if (!kolo_codec_struct_number(a->progress, "step", &h->step))
+      h->step = progress_number(a->progress, "steps");
+    h->total_steps = progress_number(a->progress, "total_steps");
+    h->loss = progress_number(a->progress, "loss");
+    h->samples_per_sec = progress_number(a->progress, "samples_per_sec");
   }
   kolo_agent_health_publish(a->health, h);
 }
@@ -920,7 +922,7 @@ out:
   if (a.etcd) kolo_etcd_destroy(a.etcd);
   free(a.assignment);
   free(a.ring_line);
-  json_decref(a.progress);
+  if (a.progress) protobuf_c_message_free_unpacked(&a.progress->base, NULL);
   if (sfd >= 0) close(sfd);
   if (a.wake[0] >= 0) close(a.wake[0]);
   if (a.wake[1] >= 0) close(a.wake[1]);
