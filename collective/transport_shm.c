@@ -24,7 +24,11 @@
 #include "common/log.h"
 
 #define SHM_MAGIC 0x4b4f4c4f53484d31ull /* "KOLOSHM1" */
-#define DEFAULT_CAPACITY (1024u * 1024u)
+/* 2 MiB: the next operation's first chunk fits while the peer still drains the
+ * last one's (at 1 MiB a 1 MiB all-reduce filled the ring and the writer
+ * waited each time: bench/mpi/run.py --rt, shm, load 8-10, 1 MiB 375-430 us ->
+ * 127-158, 4 MiB 1327-1985 -> 784-1007; a 4 MiB ring read no better) */
+#define DEFAULT_CAPACITY (2u * 1024u * 1024u)
 
 typedef struct shm_ring {
   uint64_t magic;
@@ -98,7 +102,10 @@ kolo_status kolo_shm_offer_create(kolo_shm_offer **out) {
     return KOLO_ERR_UNSUPPORTED;
   }
   kolo_status status = KOLO_OK;
-  if (ftruncate(fd, (off_t)offer->mapped_bytes) != 0) {
+  /* the space is reserved now: a full /dev/shm means TCP, not a SIGBUS later */
+  if (ftruncate(fd, (off_t)offer->mapped_bytes) != 0 ||
+      posix_fallocate(fd, 0, (off_t)offer->mapped_bytes) != 0) {
+    KOLO_LOGD("shm", "cannot reserve %zu bytes for %s", offer->mapped_bytes, offer->name);
     status = KOLO_ERR_UNSUPPORTED;
   } else {
     void *map =

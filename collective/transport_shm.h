@@ -17,7 +17,7 @@ extern const kolo_transport_ops kolo_transport_shm;
 /* Whether shared memory may be offered (KOLO_SHM=0 turns it off). */
 int kolo_shm_enabled(void);
 
-/* Connecting side: creates a ring (KOLO_SHM_BYTES, default 4 MiB) under a fresh
+/* Connecting side: creates a ring (KOLO_SHM_BYTES, default 2 MiB) under a fresh
  * name. KOLO_ERR_UNSUPPORTED when shared memory is unavailable. */
 kolo_status kolo_shm_offer_create(kolo_shm_offer **out);
 const char *kolo_shm_offer_name(const kolo_shm_offer *offer);

@@ -256,7 +256,8 @@ static int any_wants_workers(kolo_server_stream_hub *hub) {
   return want;
 }
 
-/* Reads the workers once for every stream when they changed (etcd I/O, no stream lock held). */
+/* Builds the workers list once for every stream when they changed (from the store's records,
+ * no stream lock held). */
 static void refresh_workers(kolo_server_stream_hub *hub) {
   kolo_server_store_marks m;
   kolo_server_store_get_marks(hub->store, NULL, &m);

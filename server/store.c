@@ -599,6 +599,19 @@ kolo_status kolo_server_store_scale(kolo_server_store *s, const char *id, uint32
   return mutate(s, id, "scaled", do_scale, &a, out, err, err_len);
 }
 
+/* A copy of id's spec as the view holds it (KOLO_ERR_NOT_FOUND if it has none). */
+static kolo_status view_spec(kolo_server_store *s, const char *id, Kolo__V1__JobSpec **out) {
+  kolo_status rc = KOLO_ERR_NOT_FOUND;
+  pthread_rwlock_rdlock(&s->lock);
+  long at = kolo_server_store_find_entry(s, id);
+  if (at >= 0 && s->entries[at]->spec) {
+    *out = (Kolo__V1__JobSpec *)kolo_codec_copy(&s->entries[at]->spec->base);
+    rc = *out ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+  }
+  pthread_rwlock_unlock(&s->lock);
+  return rc;
+}
+
 /* The stored spec of id read from kv itself (the view may not have caught up yet). */
 static kolo_status read_spec(kolo_server_store *s, const char *id, Kolo__V1__JobSpec **out) {
   char key[160];
@@ -663,9 +676,14 @@ kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *sp
     goto out;
   }
   if (rc != KOLO_ERR_CONFLICT) goto out;
-  /* The id exists: the same spec is a retry and gets the job; another is a clash. */
+  /* The id exists: the same spec is a retry and gets the job; another is a clash. The view
+   * holds that spec once it has reached etcd's revision of the conflict; else (the revision
+   * is a key the view never sees, or the view is stuck) the spec is read from etcd. */
   Kolo__V1__JobSpec *existing = NULL;
-  rc = read_spec(s, id, &existing);
+  rc = KOLO_ERR_NOT_FOUND;
+  if (revision > 0 && wait_revision(s, revision, s->catch_up_ms) == KOLO_OK)
+    rc = view_spec(s, id, &existing);
+  if (rc == KOLO_ERR_NOT_FOUND) rc = read_spec(s, id, &existing);
   if (rc != KOLO_OK) goto out;
   kolo_server_job_normalize_spec(existing);
   int same = kolo_server_job_spec_equal(existing, job->spec);

@@ -407,7 +407,8 @@ static Kolo__V1__Phase phase_now(kolo_server_store *store, const char *id) {
   return phase;
 }
 
-/* Read-your-writes for job writes: over a view that lags, a scale waits for the view and
+/* Read-your-writes for job writes: a repeated submit compares with the view's spec (no
+ * range); over a view that lags, a scale waits for the view and
  * answers the new bounds; a view that does not catch up in time gives UNAVAILABLE with a
  * message naming the revision, never the stale job; the view shows the write later. */
 static void a_write_answers_from_the_view_once_it_shows_the_write_or_unavailable(void **state) {
@@ -421,6 +422,11 @@ static void a_write_answers_from_the_view_once_it_shows_the_write_or_unavailable
   Kolo__V1__JobSpec *spec = spec_from(SPEC("lag-1", ",\"max_workers\":2"));
   assert_int_equal(kolo_server_store_submit(store, spec, &job, &created, err, sizeof err), KOLO_OK);
   protobuf_c_message_free_unpacked(&job->base, NULL);
+  int ranges_before = ranges(lag);
+  assert_int_equal(kolo_server_store_submit(store, spec, &job, &created, err, sizeof err), KOLO_OK);
+  assert_int_equal(created, 0); /* a retry: the existing spec compared from the view */
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  assert_int_equal(ranges(lag), ranges_before);
   lag_pause(lag);
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, resume_later, lag), 0);
