@@ -72,8 +72,10 @@ void kolo_copy_align_next(kolo_copy_align *align, int64_t ns_per_kib) {
       probe_other(align, other, KOLO_COPY_ALIGN_PROBE_CALLS);
       return;
     }
-    /* the periodic look: one call (the mode was timed before, warm) */
-    if (++align->since_probe >= KOLO_COPY_ALIGN_PROBE_EVERY) {
+    /* the periodic look: one call (the mode was timed before, warm); the
+     * shifted mode, which costs a memcpy, checks back sooner */
+    int every = mode ? KOLO_COPY_ALIGN_PROBE_EVERY_SHIFTED : KOLO_COPY_ALIGN_PROBE_EVERY;
+    if (++align->since_probe >= every) {
       probe_other(align, other, 1);
       return;
     }

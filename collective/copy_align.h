@@ -27,6 +27,9 @@
 /* after this many timed calls in one mode, time the other again (one call: a
  * look at the slow mode costs up to 16 times a fast copy) */
 #define KOLO_COPY_ALIGN_PROBE_EVERY 256
+/* the same while shifted: a detour chosen on noisy timings is undone sooner (at
+ * 4 MiB a quarter of the receives went through the bounce, 25% dearer) */
+#define KOLO_COPY_ALIGN_PROBE_EVERY_SHIFTED 32
 /* a connection's first timed calls are not counted (cold: its first skbs and
  * page faults made a straight 256 KiB send look 2.4x dearer than it is) */
 #define KOLO_COPY_ALIGN_WARMUP_CALLS 4
@@ -48,7 +51,8 @@ typedef struct kolo_copy_align {
  * align->shifted for the next call. Each mode is timed twice before it is
  * compared; the other mode is probed, two calls, when it was never timed or
  * when this mode's cost doubled (the kernel's fragment offset moved), and one
- * call every KOLO_COPY_ALIGN_PROBE_EVERY timed calls; otherwise the cheaper mode
+ * call every KOLO_COPY_ALIGN_PROBE_EVERY timed calls (_SHIFTED while shifted);
+ * otherwise the cheaper mode
  * wins, the shifted one (an extra memcpy) only when at least 4/3 cheaper. A
  * mode's cost is the smaller of its last two timings, so one preempted call
  * does not flip the choice. */

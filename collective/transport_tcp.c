@@ -25,7 +25,7 @@ struct kolo_transport_listener {
 
 /* Most bytes one send/recv call moves through a bounce buffer (the buffer is
  * this plus a page, so a start anywhere in its first page fits). */
-#define BOUNCE_BYTES (256 * 1024)
+#define BOUNCE_BYTES (1024 * 1024)
 /* calls smaller than this go straight even when the direction is shifted: the
  * slow copy of a few KiB costs less than the detour */
 #define BOUNCE_MIN_BYTES 4096

@@ -18,6 +18,8 @@
 #define KOLO_KEY_ASSIGN_PREFIX "/kolo/v1/assign/"   /* + <worker id> */
 #define KOLO_KEY_DRAIN_PREFIX "/kolo/v1/drain/"     /* + <worker id> (coordination/drain.h) */
 #define KOLO_KEY_METRICS_PREFIX "/kolo/v1/metrics/" /* + <job id>/<step> (server/recorder.c) */
+/* read (never written) by health probes: found or not found both mean etcd answers */
+#define KOLO_KEY_HEALTH "/kolo/v1/health"
 
 /* Whether name can be one path segment of a key: 1..128 characters of
  * [A-Za-z0-9._-], not "." or "..". Worker and job ids must be. */

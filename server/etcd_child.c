@@ -21,6 +21,7 @@
 
 #include "common/log.h"
 #include "coordination/etcd.h"
+#include "coordination/keys.h"
 
 #define LOG "etcd-child"
 
@@ -59,7 +60,7 @@ static int answers(const char *url) {
   if (kolo_etcd_create(&cfg, &client) != KOLO_OK) return 0;
   kolo_etcd_kv kv;
   memset(&kv, 0, sizeof kv);
-  kolo_status rc = kolo_etcd_get(client, kolo_etcd_str("/kolo/v1/health"), &kv, NULL);
+  kolo_status rc = kolo_etcd_get(client, kolo_etcd_str(KOLO_KEY_HEALTH), &kv, NULL);
   kolo_etcd_kv_clear(&kv);
   kolo_etcd_destroy(client);
   return rc == KOLO_OK || rc == KOLO_ERR_NOT_FOUND;

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "coordination/etcd.h"
+#include "coordination/keys.h"
 #include "server/kv.h"
 
 #define LOG "etcd"
@@ -137,7 +138,7 @@ static int etcd_healthy(kolo_server_kv *kv) {
   etcd_kv *e = (etcd_kv *)kv;
   kolo_etcd_kv out;
   memset(&out, 0, sizeof out);
-  kolo_status rc = kolo_etcd_get(e->client, kolo_etcd_str("/kolo/v1/health"), &out, NULL);
+  kolo_status rc = kolo_etcd_get(e->client, kolo_etcd_str(KOLO_KEY_HEALTH), &out, NULL);
   kolo_etcd_kv_clear(&out);
   return rc == KOLO_OK || rc == KOLO_ERR_NOT_FOUND;
 }

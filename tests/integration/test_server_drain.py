@@ -272,7 +272,10 @@ class DrainAndDemandTest(unittest.TestCase):
         self.assertTrue(self.listed(target).draining)
         time.sleep(1)
         self.assertNotIn(target, members(), "a drained worker was given work again")
-        self.assertEqual((j.status.reconfigurations, j.status.drains), (0, 1))
+        story = ["%s %s" % (e.type, e.message) for e in j.events]  # printed when a check fails
+        self.assertEqual((j.status.reconfigurations, j.status.drains), (0, 1), story)
+        self.assertTrue(os.path.exists(os.path.join(out, "reform")),
+                        "no rank wrote a REFORM line; events: %s; files: %s" % (story, os.listdir(out)))
         with open(os.path.join(out, "reform")) as f:
             at_drain = [int(l.split()[2]) for l in f if int(l.split()[1]) == drained[0].epoch]
         self.assertTrue(at_drain, "nobody formed the drain's epoch")

@@ -521,52 +521,67 @@ int cluster_results(cluster *c, const char *id, int steps) {
   return bad ? -1 : n;
 }
 
-static int scan_processes(const char *job, const char *worker, pid_t *first);
+static int scan_processes(cluster *c, const char *job, const char *worker, pid_t *first);
 
-int cluster_job_processes(const char *job, const char *worker) {
-  return scan_processes(job, worker, NULL);
+int cluster_job_processes(cluster *c, const char *job, const char *worker) {
+  return scan_processes(c, job, worker, NULL);
 }
 
-pid_t cluster_job_pid(const char *job, const char *worker) {
+pid_t cluster_job_pid(cluster *c, const char *job, const char *worker) {
   pid_t pid = -1;
-  return scan_processes(job, worker, &pid) > 0 ? pid : -1;
+  return scan_processes(c, job, worker, &pid) > 0 ? pid : -1;
 }
 
-static int scan_processes(const char *job, const char *worker, pid_t *first) {
-  char want_job[160], want_worker[160];
+/* Whether the process's environment (read whole, entry by entry) has all n entries. */
+static int environ_has(const char *pid, char *const *want, int n) {
+  char path[300];
+  snprintf(path, sizeof path, "/proc/%s/environ", pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  int found = 0, seen[4] = {0};
+  char *entry = NULL;
+  size_t cap = 0;
+  while (found < n && getdelim(&entry, &cap, '\0', f) > 0) {
+    for (int i = 0; i < n; i++) {
+      if (!seen[i] && strcmp(entry, want[i]) == 0) {
+        seen[i] = 1;
+        found++;
+      }
+    }
+  }
+  free(entry);
+  fclose(f);
+  return found == n;
+}
+
+/* Processes of THIS cluster only: the machine may run other clusters' jobs
+ * with the same job and worker ids at the same time (another test program
+ * beside this one, another checkout's tests), so a process also has to name
+ * this cluster's agent socket (<dir>/<worker>/agent.sock, set by the agent). */
+static int scan_processes(cluster *c, const char *job, const char *worker, pid_t *first) {
+  char want_job[160], want_worker[160], want_socket[400];
   snprintf(want_job, sizeof want_job, "KOLO_JOB_ID=%s", job);
   snprintf(want_worker, sizeof want_worker, "KOLO_WORKER_ID=%s", worker);
+  snprintf(want_socket, sizeof want_socket, "KOLO_AGENT_SOCKET=%s/%s/agent.sock", c->dir, worker);
+  char *const want[] = {want_job, want_worker, want_socket};
   DIR *proc = opendir("/proc");
   if (proc == NULL) return -1;
   int count = 0;
   struct dirent *entry;
   while ((entry = readdir(proc)) != NULL) {
     if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    char path[300], env[16384];
-    snprintf(path, sizeof path, "/proc/%s/environ", entry->d_name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) continue;
-    size_t n = fread(env, 1, sizeof env - 1, f);
-    fclose(f);
-    env[n] = '\0';
-    int has_job = 0, has_worker = 0;
-    for (size_t at = 0; at < n; at += strlen(env + at) + 1) {
-      if (strcmp(env + at, want_job) == 0) has_job = 1;
-      if (strcmp(env + at, want_worker) == 0) has_worker = 1;
-    }
-    if (has_job && has_worker) {
-      /* a zombie has no environment left to read; so this one runs */
-      if (first && count == 0) *first = (pid_t)atoi(entry->d_name);
-      count++;
-    }
+    /* a zombie has no environment left to read; so one that matches runs */
+    if (!environ_has(entry->d_name, want, 3)) continue;
+    if (first && count == 0) *first = (pid_t)atoi(entry->d_name);
+    count++;
   }
   closedir(proc);
   return count;
 }
 
-int cluster_wait_no_processes(const char *job, const char *worker, int timeout_ms) {
+int cluster_wait_no_processes(cluster *c, const char *job, const char *worker, int timeout_ms) {
   int64_t deadline = cluster_now_ms() + timeout_ms;
-  while (cluster_job_processes(job, worker) != 0) {
+  while (cluster_job_processes(c, job, worker) != 0) {
     if (cluster_now_ms() > deadline) return -1;
     sleep_ms(50);
   }

@@ -82,15 +82,16 @@ json_t *cluster_event(json_t *job, const char *type, int min_epoch);
  * returns the number of lines, or -1 if any line is wrong. */
 int cluster_results(cluster *c, const char *id, int steps);
 
-/* Live processes started for job by worker (found by their KOLO_JOB_ID and
- * KOLO_WORKER_ID environment in /proc). */
-int cluster_job_processes(const char *job, const char *worker);
+/* Live processes started for job by this cluster's worker (found by their
+ * KOLO_JOB_ID, KOLO_WORKER_ID and KOLO_AGENT_SOCKET environment in /proc: a
+ * job of the same name in another cluster on the machine is not counted). */
+int cluster_job_processes(cluster *c, const char *job, const char *worker);
 
-/* The pid of one such process, or -1. */
-pid_t cluster_job_pid(const char *job, const char *worker);
+/* The pid of one such process (the lowest), or -1. */
+pid_t cluster_job_pid(cluster *c, const char *job, const char *worker);
 
 /* Waits until no such process is left; 0 on success. */
-int cluster_wait_no_processes(const char *job, const char *worker, int timeout_ms);
+int cluster_wait_no_processes(cluster *c, const char *job, const char *worker, int timeout_ms);
 
 /* The report worker's agent wrote for job (/kolo/v1/jobs/<job>/reports/<worker>,
  * read from etcd), or NULL. Caller frees. */

@@ -96,11 +96,11 @@ static void a_killed_worker_is_left_behind_and_the_result_stays_exact(void **sta
   start_workers(c, 3);
   assert_int_equal(cluster_submit(c, "kill", 2, 3, 200, 20, ""), 0);
   assert_int_equal(cluster_wait_step(c, "kill", 10, 30000), 0);
-  assert_int_equal(cluster_job_processes("kill", "w2"), 1);
+  assert_int_equal(cluster_job_processes(c, "kill", "w2"), 1);
   int64_t killed_at = cluster_now_ms();
   cluster_signal_worker(c, 2, SIGKILL);
   /* no orphan: the process died with its agent */
-  assert_int_equal(cluster_wait_no_processes("kill", "w2", 3000), 0);
+  assert_int_equal(cluster_wait_no_processes(c, "kill", "w2", 3000), 0);
   json_t *job = cluster_wait_phase(c, "kill", "RUNNING", 2, 20000);
   assert_string_equal(phase(job), "RUNNING");
   assert_int_equal(status_int(job, "epoch"), 2);
@@ -136,7 +136,7 @@ static void a_stopped_worker_is_found_by_the_ring_beat_and_rejoins_when_it_wakes
   start_workers(c, 3);
   assert_int_equal(cluster_submit(c, "pause", 2, 3, 300, 20, ""), 0);
   assert_int_equal(cluster_wait_step(c, "pause", 10, 30000), 0);
-  pid_t process = cluster_job_pid("pause", "w2");
+  pid_t process = cluster_job_pid(c, "pause", "w2");
   assert_true(process > 0);
   int64_t stopped_at = cluster_now_ms();
   kill(process, SIGSTOP);
@@ -216,7 +216,7 @@ static void a_draining_worker_leaves_at_once_and_exits_zero(void **state) {
   int64_t asked_at = cluster_now_ms();
   cluster_signal_worker(c, 3, SIGTERM);
   assert_int_equal(cluster_wait_worker(c, 3, 10000), 0);
-  assert_int_equal(cluster_job_processes("drain", "w3"), 0);
+  assert_int_equal(cluster_job_processes(c, "drain", "w3"), 0);
   json_t *job = cluster_wait_phase(c, "drain", "RUNNING", 2, 20000);
   assert_int_equal(member_count(job), 2);
   /* a planned leave (issue #20): its own event, counted apart from losses */
@@ -241,7 +241,7 @@ static void a_crashed_process_is_reported_and_its_worker_rejoins(void **state) {
   start_workers(c, 3);
   assert_int_equal(cluster_submit(c, "crash", 2, 3, 250, 20, ""), 0);
   assert_int_equal(cluster_wait_step(c, "crash", 10, 30000), 0);
-  pid_t pid = cluster_job_pid("crash", "w3");
+  pid_t pid = cluster_job_pid(c, "crash", "w3");
   assert_true(pid > 0);
   kill(pid, SIGKILL); /* the process only: its agent lives on */
   json_t *job = cluster_wait_phase(c, "crash", "RUNNING", 2, 20000);

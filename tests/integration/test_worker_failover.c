@@ -193,7 +193,7 @@ static void a_short_etcd_outage_loses_no_training(void **state) {
   for (int i = 0; i < 3; i++) {
     char id[8];
     snprintf(id, sizeof id, "w%d", i + 1);
-    before[i] = cluster_job_pid("outage", id);
+    before[i] = cluster_job_pid(c, "outage", id);
     assert_true(before[i] > 0);
   }
   int64_t killed = cluster_now_ms();
@@ -207,7 +207,7 @@ static void a_short_etcd_outage_loses_no_training(void **state) {
   for (int i = 0; i < 3; i++) {
     char id[8];
     snprintf(id, sizeof id, "w%d", i + 1);
-    assert_int_equal(cluster_job_pid("outage", id), before[i]);
+    assert_int_equal(cluster_job_pid(c, "outage", id), before[i]);
   }
   json_t *job = cluster_wait_phase(c, "outage", "SUCCEEDED", 1, 60000);
   if (strcmp(phase(job), "SUCCEEDED") != 0) cluster_print_job(job);
@@ -249,7 +249,7 @@ static void cancel_stops_the_processes_and_scale_grows_the_ring(void **state) {
     char id[8];
     snprintf(id, sizeof id, "w%d", i);
     assert_int_equal(wait_worker_state(c, id, "idle", 20000), 0);
-    assert_int_equal(cluster_job_processes("cs", id), 0);
+    assert_int_equal(cluster_job_processes(c, "cs", id), 0);
   }
 }
 

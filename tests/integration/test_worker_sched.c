@@ -125,7 +125,7 @@ static void a_job_above_a_lowered_max_workers_drops_its_highest_rank(void **stat
   assert_false(has_member(job, highest)); /* the highest rank left */
   json_decref(job);
   /* the dropped worker's process stops and the worker is free again */
-  assert_int_equal(cluster_wait_no_processes("shrink", highest, 10000), 0);
+  assert_int_equal(cluster_wait_no_processes(c, "shrink", highest, 10000), 0);
   char buf[32];
   int64_t deadline = cluster_now_ms() + 10000;
   while (strcmp(cluster_worker_state(c, highest, buf, sizeof buf), "idle") != 0 &&
@@ -173,7 +173,7 @@ static void an_assignment_to_a_job_that_does_not_exist_is_swept(void **state) {
   int64_t deadline = cluster_now_ms() + 10000;
   while (etcd_has(c, "/kolo/v1/assign/w1") != 0 && cluster_now_ms() < deadline) sleep_ms(100);
   assert_int_equal(etcd_has(c, "/kolo/v1/assign/w1"), 0);
-  assert_int_equal(cluster_job_processes("ghost", "w1"), 0);
+  assert_int_equal(cluster_job_processes(c, "ghost", "w1"), 0);
   char buf[32];
   assert_string_equal(cluster_worker_state(c, "w1", buf, sizeof buf), "idle");
   /* and the worker still takes real work */
@@ -223,10 +223,10 @@ static int64_t wait_logged(const char *log, const char *word, int timeout_ms) {
 }
 
 /* Waits until the job's process on worker is gone; returns the wall time it was seen gone. */
-static int64_t wait_gone(const char *job, const char *worker, int timeout_ms) {
+static int64_t wait_gone(cluster *c, const char *job, const char *worker, int timeout_ms) {
   int64_t deadline = cluster_now_ms() + timeout_ms;
-  while (cluster_job_processes(job, worker) > 0 && cluster_now_ms() < deadline) sleep_ms(10);
-  return cluster_job_processes(job, worker) == 0 ? wall_ms() : -1;
+  while (cluster_job_processes(c, job, worker) > 0 && cluster_now_ms() < deadline) sleep_ms(10);
+  return cluster_job_processes(c, job, worker) == 0 ? wall_ms() : -1;
 }
 
 static void a_process_that_ignores_stop_gets_sigterm_then_sigkill(void **state) {
@@ -242,8 +242,8 @@ static void a_process_that_ignores_stop_gets_sigterm_then_sigkill(void **state) 
   assert_true(stop > 0);
   int64_t term = wait_logged(log, "TERM", 5000);
   assert_true(term > 0);
-  assert_int_equal(cluster_job_processes("stubborn", "w1"), 1); /* it survived SIGTERM */
-  int64_t gone = wait_gone("stubborn", "w1", 5000);
+  assert_int_equal(cluster_job_processes(c, "stubborn", "w1"), 1); /* it survived SIGTERM */
+  int64_t gone = wait_gone(c, "stubborn", "w1", 5000);
   assert_true(gone > 0);
   printf("STOP -> SIGTERM %lld ms, SIGTERM -> gone %lld ms (grace %d ms)\n",
          (long long)(term - stop), (long long)(gone - term), GRACE_MS);
@@ -271,7 +271,7 @@ static void a_draining_agent_nobody_unassigns_stops_its_process_at_the_cap(void 
          (long long)(stop - asked), (long long)(exited - asked), DRAIN_CAP_MS);
   assert_true(stop - asked >= DRAIN_CAP_MS - 100);
   assert_true(stop - asked < DRAIN_CAP_MS + 3000);
-  assert_int_equal(cluster_wait_no_processes("capped", "w1", 3000),
+  assert_int_equal(cluster_wait_no_processes(c, "capped", "w1", 3000),
                    0); /* killed, maybe not yet reaped */
 }
 

@@ -61,8 +61,14 @@ static void a_slow_straight_copy_moves_to_the_bounce_buffer_and_stays(void **sta
   kolo_copy_align a = warm();
   feed(&a, 4, SLOW, FAST);
   assert_int_equal(a.shifted, 1);
-  for (int i = 0; i < KOLO_COPY_ALIGN_PROBE_EVERY - 1; i++) {
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < KOLO_COPY_ALIGN_PROBE_EVERY_SHIFTED - 1; i++) {
+      kolo_copy_align_next(&a, FAST);
+      assert_int_equal(a.shifted, 1);
+    }
     kolo_copy_align_next(&a, FAST);
+    assert_int_equal(a.shifted, 0); /* the shifted mode checks back soon */
+    kolo_copy_align_next(&a, SLOW); /* straight is still slow */
     assert_int_equal(a.shifted, 1);
   }
 }
