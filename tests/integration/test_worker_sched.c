@@ -330,8 +330,8 @@ static void a_worker_holds_its_data_plane_port_between_jobs(void **state) {
   assert_string_equal(phase(job), "SUCCEEDED");
   json_decref(job);
   assert_int_equal(cluster_results(c, "held", 40), 2);
-  assert_int_equal(cluster_wait_no_processes("held", "w1", 5000), 0);
-  assert_int_equal(cluster_wait_no_processes("held", "w2", 5000), 0);
+  assert_int_equal(cluster_wait_no_processes(c, "held", "w1", 5000), 0);
+  assert_int_equal(cluster_wait_no_processes(c, "held", "w2", 5000), 0);
   for (int i = 1; i <= 2; i++)
     assert_int_equal(plain_bind_errno(cluster_worker_port(c, i)), EADDRINUSE);
 }
