@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "common/agent_proto.h"
+#include "tests/support/ports.h"
 
 #define MAX_PROCESSES 4
 
@@ -34,19 +35,10 @@ typedef struct test_agent {
   pid_t pids[MAX_PROCESSES];
   int conns[MAX_PROCESSES];
   int ports[MAX_PROCESSES];
+  int port_fds[MAX_PROCESSES]; /* each held while the test runs (tests/support/ports.h) */
   char pending[MAX_PROCESSES][4096];
   size_t filled[MAX_PROCESSES];
 } test_agent;
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in address = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  bind(fd, (struct sockaddr *)&address, sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(fd, (struct sockaddr *)&address, &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 static void agent_start(test_agent *agent) {
   memset(agent, 0, sizeof *agent);
@@ -59,7 +51,7 @@ static void agent_start(test_agent *agent) {
   strcpy(address.sun_path, agent->socket_path);
   assert_int_equal(bind(agent->listen_fd, (struct sockaddr *)&address, sizeof address), 0);
   assert_int_equal(listen(agent->listen_fd, 8), 0);
-  for (int i = 0; i < MAX_PROCESSES; i++) agent->conns[i] = -1;
+  for (int i = 0; i < MAX_PROCESSES; i++) agent->conns[i] = agent->port_fds[i] = -1;
 }
 
 /* Starts process index i (elastic_loop, or the program KOLO_ELASTIC_LOOP names in
@@ -82,7 +74,9 @@ static void agent_spawn(test_agent *agent, int index, const char *steps, const c
   assert_true(poll(&pfd, 1, 10000) == 1);
   agent->conns[index] = accept(agent->listen_fd, NULL, NULL);
   assert_true(agent->conns[index] >= 0);
-  agent->ports[index] = free_port();
+  if (agent->port_fds[index] >= 0) close(agent->port_fds[index]);
+  agent->ports[index] = kolo_test_hold_port(&agent->port_fds[index]);
+  assert_true(agent->ports[index] > 0);
 }
 
 /* Sends RING <epoch> to process only, as its rank in members (its agent was faster or
@@ -193,6 +187,8 @@ static void agent_stop(test_agent *agent) {
       waitpid(agent->pids[i], NULL, 0);
     }
   }
+  for (int i = 0; i < MAX_PROCESSES; i++)
+    if (agent->port_fds[i] >= 0) close(agent->port_fds[i]);
   close(agent->listen_fd);
   unlink(agent->socket_path);
   unlink(agent->result_path);

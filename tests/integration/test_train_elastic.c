@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "common/agent_proto.h"
+#include "tests/support/ports.h"
 
 #define PROCS 3
 /* Fashion-MNIST epochs per run */
@@ -47,6 +48,7 @@ typedef struct agent {
   pid_t pids[PROCS];
   int conns[PROCS];
   int ports[PROCS];
+  int port_fds[PROCS]; /* each held while the test runs (tests/support/ports.h) */
   char buffer[PROCS][65536];
   size_t filled[PROCS];
 } agent;
@@ -59,17 +61,6 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A port the kernel just handed out (bound and released). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  socklen_t len = sizeof a;
-  getsockname(fd, (struct sockaddr *)&a, &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 static void agent_start(agent *g) {
   memset(g, 0, sizeof *g);
   strcpy(g->dir, "/tmp/kolo-train-elastic-XXXXXX");
@@ -80,7 +71,7 @@ static void agent_start(agent *g) {
   strcpy(a.sun_path, g->socket_path);
   assert_int_equal(bind(g->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
   assert_int_equal(listen(g->listen_fd, 8), 0);
-  for (int i = 0; i < PROCS; i++) g->conns[i] = -1;
+  for (int i = 0; i < PROCS; i++) g->conns[i] = g->port_fds[i] = -1;
   snprintf(g->secret, sizeof g->secret, "elastic-%d-%ld", (int)getpid(),
            (long)(now_seconds() * 1e6));
   g->active = 1;
@@ -117,7 +108,9 @@ static void agent_spawn_lr(agent *g, int i, const char *lr) {
   assert_int_equal(poll(&p, 1, 20000), 1);
   g->conns[i] = accept4(g->listen_fd, NULL, NULL, SOCK_CLOEXEC);
   assert_true(g->conns[i] >= 0);
-  g->ports[i] = free_port();
+  if (g->port_fds[i] >= 0) close(g->port_fds[i]);
+  g->ports[i] = kolo_test_hold_port(&g->port_fds[i]);
+  assert_true(g->ports[i] > 0);
 }
 
 static void agent_spawn(agent *g, int i) {
@@ -271,6 +264,8 @@ static void agent_stop(agent *g) {
       waitpid(g->pids[i], NULL, 0);
     }
   }
+  for (int i = 0; i < PROCS; i++)
+    if (g->port_fds[i] >= 0) close(g->port_fds[i]);
   close(g->listen_fd);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g->dir);

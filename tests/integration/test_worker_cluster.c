@@ -20,6 +20,7 @@
 
 #include "coordination/etcd.h"
 #include "coordination/keys.h"
+#include "tests/support/ports.h"
 
 int64_t cluster_now_ms(void) {
   struct timespec t;
@@ -30,29 +31,6 @@ int64_t cluster_now_ms(void) {
 static void sleep_ms(int ms) {
   struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&t, NULL);
-}
-
-/* A free port on 127.0.0.1 that stays ours while *fd is open: the socket is bound
- * with SO_REUSEADDR and never listens, so the worker's training process (whose
- * listener sets SO_REUSEADDR too) can still listen there, while no other bind to
- * port 0 (an agent's log server, kolo-server, a test beside this one) nor any
- * connect() is given it. A port picked and closed was free for anyone until the
- * process listened: w3's log server once took w2's, and w2 never formed a ring
- * (EADDRINUSE, ten RING_STALLED re-plans, FAILED). Returns the port, or -1. */
-static int reserve_port(int *fd) {
-  *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (*fd < 0) return -1;
-  int one = 1;
-  struct sockaddr_in address = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t length = sizeof address;
-  if (setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-      bind(*fd, (struct sockaddr *)&address, sizeof address) != 0 ||
-      getsockname(*fd, (struct sockaddr *)&address, &length) != 0) {
-    close(*fd);
-    *fd = -1;
-    return -1;
-  }
-  return ntohs(address.sin_port);
 }
 
 static pid_t spawn(const char *log_path, char *const argv[]) {
@@ -202,7 +180,7 @@ int cluster_start_worker(cluster *c, int index) {
   snprintf(program, sizeof program, "%s/kolo-worker", getenv("KOLO_BIN_DIR"));
   snprintf(id, sizeof id, "w%d", index);
   if (c->port_fds[index] >= 0) close(c->port_fds[index]); /* a restarted worker: a new port */
-  int port = reserve_port(&c->port_fds[index]);
+  int port = kolo_test_hold_port(&c->port_fds[index]);
   if (port < 0) return -1;
   c->ports[index] = port;
   snprintf(advertise, sizeof advertise, "127.0.0.1:%d", port);

@@ -20,7 +20,8 @@ typedef struct cluster {
   pid_t servers[CLUSTER_MAX_SERVERS];
   int http_ports[CLUSTER_MAX_SERVERS];
   pid_t workers[CLUSTER_MAX_WORKERS];
-  int port_fds[CLUSTER_MAX_WORKERS]; /* each worker's data-plane port, held (see reserve_port) */
+  int port_fds[CLUSTER_MAX_WORKERS]; /* each worker's data-plane port, held (tests/support/ports.h)
+                                      */
   int ports[CLUSTER_MAX_WORKERS];    /* and its number */
   int keep; /* a wait failed: cluster_stop keeps dir (its logs) and says where */
 } cluster;

@@ -3,6 +3,7 @@
  * cleanup by PID and nftw. */
 #define _GNU_SOURCE
 #include "tests/support/etcd_harness.h"
+#include "tests/support/ports.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,6 +33,8 @@ struct kolo_etcd_harness {
   int tls_port; /* 0 without TLS */
   char tls_url[64];
   char *tls_files[3]; /* cert, key, CA */
+  int port_fds[3];    /* client, peer, TLS port: held (tests/support/ports.h), also while
+                         etcd is stopped or restarting, so nobody else is given them */
 };
 
 static long long now_ms(void) {
@@ -40,18 +43,12 @@ static long long now_ms(void) {
   return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-/* A port that was free a moment ago (bound to port 0, then released). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
+/* Lets go of the harness's holds on etcd's ports. */
+static void release_ports(kolo_etcd_harness *h) {
+  for (int i = 0; i < 3; i++) {
+    if (h->port_fds[i] >= 0) close(h->port_fds[i]);
+    h->port_fds[i] = -1;
+  }
 }
 
 /* One GET /health; 1 when etcd reports healthy. */
@@ -210,6 +207,7 @@ static kolo_status start(const char *const *extra_args, const char *const *tls_f
   kolo_etcd_harness *h = calloc(1, sizeof *h);
   if (h == NULL) return KOLO_ERR_NO_MEMORY;
   h->pid = -1;
+  h->port_fds[0] = h->port_fds[1] = h->port_fds[2] = -1;
   for (int i = 0; tls_files && i < 3; i++) {
     h->tls_files[i] = strdup(tls_files[i]);
     if (h->tls_files[i] == NULL) {
@@ -233,14 +231,15 @@ static kolo_status start(const char *const *extra_args, const char *const *tls_f
     return KOLO_ERR_SYSTEM;
   }
   kolo_status rc = KOLO_ERR_UNAVAILABLE;
-  /* Another process may grab a port between our probe and etcd's bind: retry. */
+  /* The ports are held (ports.h); a failed start still tries fresh ones. */
   for (int attempt = 0; attempt < 3 && rc != KOLO_OK; attempt++) {
-    h->client_port = free_port();
-    h->peer_port = free_port();
+    release_ports(h);
+    h->client_port = kolo_test_hold_port(&h->port_fds[0]);
+    h->peer_port = kolo_test_hold_port(&h->port_fds[1]);
     if (h->client_port <= 0 || h->peer_port <= 0 || h->client_port == h->peer_port) continue;
     snprintf(h->url, sizeof h->url, "http://127.0.0.1:%d", h->client_port);
     if (tls_files) {
-      h->tls_port = free_port();
+      h->tls_port = kolo_test_hold_port(&h->port_fds[2]);
       if (h->tls_port <= 0 || h->tls_port == h->client_port || h->tls_port == h->peer_port)
         continue;
       snprintf(h->tls_url, sizeof h->tls_url, "https://127.0.0.1:%d", h->tls_port);
@@ -316,6 +315,7 @@ kolo_status kolo_etcd_harness_restart(kolo_etcd_harness *h) {
 void kolo_etcd_harness_destroy(kolo_etcd_harness *h) {
   if (h == NULL) return;
   reap(h, SIGKILL, 0);
+  release_ports(h);
   const char *keep = getenv("KOLO_ETCD_KEEP");
   if (h->dir[0] && !(keep && strcmp(keep, "1") == 0))
     nftw(h->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
