@@ -250,6 +250,11 @@ class DrainAndDemandTest(unittest.TestCase):
         get = lambda: self.client.call("GetJob", pb.GetJobRequest(id="drained-job"))
         members = lambda: sorted(m.worker_id for m in get().status.members)
         wait_for(lambda: members() == sorted(ids) and get().status.phase == pb.RUNNING, 60, "the job on 3 workers", 0.1)
+        # RUNNING is written when the job is scheduled, before any ring formed; a drain then
+        # re-plans before the first ring, the survivors' first ring is the drain's epoch and
+        # nobody re-forms (no REFORM line): wait until the ring trains (rank 0's progress is
+        # copied once every member formed it)
+        wait_for(lambda: get().status.progress.step >= 5, 60, "the job's first ring to train", 0.1)
         target = ids[1]
         self.assertTrue(self.client.call("DrainWorker", cpb.DrainWorkerRequest(id=target)).draining)
         wait_for(lambda: target not in members(), 30, "the job to re-form without %s" % target, 0.1)

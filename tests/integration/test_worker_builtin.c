@@ -174,8 +174,9 @@ static json_t *grow_job(cluster *c, const char *id, int first) {
   assert_int_equal(cluster_start_worker(c, first + 2), 0);
   json_t *job = cluster_wait_phase(c, id, "SUCCEEDED", 2, 180000);
   json_t *status = status_of(job);
-  if (strcmp(json_string_value(json_object_get(status, "phase")) ?: "", "SUCCEEDED") != 0)
-    cluster_print_job(job);
+  if (strcmp(json_string_value(json_object_get(status, "phase")) ?: "", "SUCCEEDED") != 0 ||
+      json_integer_value(json_object_get(status, "epoch")) != 2)
+    cluster_dump(c, id, "the grown job did not end SUCCEEDED at epoch 2");
   assert_string_equal(json_string_value(json_object_get(status, "phase")), "SUCCEEDED");
   assert_int_equal(json_integer_value(json_object_get(status, "epoch")), 2);
   assert_int_equal(json_array_size(json_object_get(status, "members")), 3);

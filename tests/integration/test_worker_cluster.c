@@ -204,6 +204,7 @@ int cluster_start_worker(cluster *c, int index) {
   if (c->port_fds[index] >= 0) close(c->port_fds[index]); /* a restarted worker: a new port */
   int port = reserve_port(&c->port_fds[index]);
   if (port < 0) return -1;
+  c->ports[index] = port;
   snprintf(advertise, sizeof advertise, "127.0.0.1:%d", port);
   snprintf(work_dir, sizeof work_dir, "%s/%s", c->dir, id);
   snprintf(log, sizeof log, "%s/%s.log", c->dir, id);
@@ -233,6 +234,15 @@ int cluster_start_worker(cluster *c, int index) {
     sleep_ms(100);
   }
   return 0;
+}
+
+int cluster_worker_port(cluster *c, int index) {
+  return c->ports[index];
+}
+
+void cluster_release_port(cluster *c, int index) {
+  if (c->port_fds[index] >= 0) close(c->port_fds[index]);
+  c->port_fds[index] = -1;
 }
 
 void cluster_signal_worker(cluster *c, int index, int sig) {

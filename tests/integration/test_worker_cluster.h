@@ -21,6 +21,7 @@ typedef struct cluster {
   int http_ports[CLUSTER_MAX_SERVERS];
   pid_t workers[CLUSTER_MAX_WORKERS];
   int port_fds[CLUSTER_MAX_WORKERS]; /* each worker's data-plane port, held (see reserve_port) */
+  int ports[CLUSTER_MAX_WORKERS];    /* and its number */
   int keep; /* a wait failed: cluster_stop keeps dir (its logs) and says where */
 } cluster;
 
@@ -30,6 +31,13 @@ int cluster_start(cluster *c, int n_servers);
 /* Starts kolo-worker "w<index>" with a fresh data-plane port; waits until it is
  * registered. Returns 0 on success. */
 int cluster_start_worker(cluster *c, int index);
+
+/* The data-plane port of worker index (127.0.0.1), 0 if none was started there. */
+int cluster_worker_port(cluster *c, int index);
+
+/* Lets go of the harness's own hold on worker index's port (kept until
+ * cluster_stop otherwise), so that a test sees what the agent holds by itself. */
+void cluster_release_port(cluster *c, int index);
 
 /* Sends sig to worker index; for SIGKILL also reaps it. */
 void cluster_signal_worker(cluster *c, int index, int sig);

@@ -7,7 +7,9 @@
  * - a process that ignores STOP gets SIGTERM after --stop-grace-ms and SIGKILL after
  *   twice that (stubborn_process.py logs what it receives);
  * - a draining agent whose assignment nobody takes away (no scheduler running) stops
- *   its process after its drain cap (15 s) and exits 0. */
+ *   its process after its drain cap (15 s) and exits 0;
+ * - a worker holds its data-plane port while it lives (worker/agent/port.h), also
+ *   between jobs, when no ring listens there. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -16,10 +18,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 
 #include "coordination/etcd.h"
 #include "test_worker_cluster.h"
@@ -292,6 +300,42 @@ static void a_job_larger_than_the_cluster_lets_a_smaller_one_run_past_it(void **
   json_decref(job);
 }
 
+/* errno of a plain bind (no SO_REUSEADDR, as a program taking that port would do)
+ * to 127.0.0.1:port; 0 if it bound. */
+static int plain_bind_errno(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in address = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int error = bind(fd, (struct sockaddr *)&address, sizeof address) == 0 ? 0 : errno;
+  close(fd);
+  return error;
+}
+
+/* The data-plane port is listened on only while a ring runs; a port nobody holds
+ * between jobs could be given to any bind to port 0 on the host (CI once saw w3's
+ * log server take w2's port: w2 never formed a ring and the job FAILED). The agent
+ * holds it: with the harness's own hold let go, the port stays taken before,
+ * during and after a job that forms a ring on it. */
+static void a_worker_holds_its_data_plane_port_between_jobs(void **state) {
+  cluster *c = *state;
+  start_workers(c, 2);
+  for (int i = 1; i <= 2; i++) {
+    cluster_release_port(c, i);
+    assert_int_equal(plain_bind_errno(cluster_worker_port(c, i)), EADDRINUSE);
+  }
+  /* the training processes still listen there (SO_REUSEADDR beside the hold) */
+  assert_int_equal(cluster_submit(c, "held", 2, 2, 40, 5, ""), 0);
+  json_t *job = cluster_wait_phase(c, "held", "SUCCEEDED", 1, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  json_decref(job);
+  assert_int_equal(cluster_results(c, "held", 40), 2);
+  assert_int_equal(cluster_wait_no_processes(c, "held", "w1", 5000), 0);
+  assert_int_equal(cluster_wait_no_processes(c, "held", "w2", 5000), 0);
+  for (int i = 1; i <= 2; i++)
+    assert_int_equal(plain_bind_errno(cluster_worker_port(c, i)), EADDRINUSE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_job_above_a_lowered_max_workers_drops_its_highest_rank,
@@ -304,6 +348,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(
           a_draining_agent_nobody_unassigns_stops_its_process_at_the_cap, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_worker_holds_its_data_plane_port_between_jobs, setup,
+                                      teardown),
   };
   /* KOLO_TEST_FILTER=<glob> runs only the matching cases (to reproduce one) */
   const char *filter = getenv("KOLO_TEST_FILTER");

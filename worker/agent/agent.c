@@ -38,6 +38,7 @@
 #include "worker/agent/logserver.h"
 #include "worker/agent/logstore.h"
 #include "worker/agent/health.h"
+#include "worker/agent/port.h"
 #include "worker/agent/process.h"
 
 #define LOG "agent"
@@ -91,6 +92,7 @@ typedef struct agent {
   char stderr_tail[2048];     /* last stderr lines of a process that failed */
   kolo_agent_health *health;  /* --http-listen; NULL without */
   kolo_agent_health_state hs; /* its counters, and what publish_health last sent */
+  int port_fd; /* holds the data-plane port (port.h); -1 while another program has it */
 } agent;
 
 static int64_t mono_ms(void) {
@@ -299,6 +301,19 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
     }
     default:
       break; /* the codec lets only process -> agent verbs through */
+  }
+}
+
+/* Holds the data-plane port (port.h). At start a failure is logged (every job of
+ * this worker would fail to form its ring while another program has the port);
+ * later, while no process runs, it is tried again quietly each loop turn. */
+static void hold_port(agent *a, int quiet) {
+  if (a->port_fd >= 0) return;
+  char err[320];
+  if (kolo_agent_port_reserve(a->listen, &a->port_fd, err, sizeof err) == KOLO_OK) {
+    if (quiet) KOLO_LOGI(LOG, "data-plane port %s held again", a->listen);
+  } else if (!quiet) {
+    KOLO_LOGW(LOG, "%s: a ring cannot form on this worker while another program holds it", err);
   }
 }
 
@@ -752,6 +767,7 @@ static kolo_status setup(agent *a) {
   }
   snprintf(a->listen, sizeof a->listen, "%s", o->listen[0] ? o->listen : o->advertise);
   KOLO_CHECK(kolo_keys_assign(a->id, a->assign_key, sizeof a->assign_key));
+  hold_port(a, 0); /* before the log server binds a port of its own */
 
   /* the record */
   a->record.id = a->id;
@@ -815,6 +831,7 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
   memset(&a, 0, sizeof a);
   a.opts = opts;
   a.failed_rank = -1;
+  a.port_fd = -1;
   a.wake[0] = a.wake[1] = -1;
   pthread_mutex_init(&a.lock, NULL);
   kolo_status rc = KOLO_ERR_SYSTEM;
@@ -881,6 +898,7 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
         goto out;
       }
     }
+    if (a.proc == NULL) hold_port(&a, 1);
     if (a.reg != NULL) reconcile(&a); /* no process runs for an unregistered worker */
     kolo_agent_proc_tick(a.proc);
     if (a.report_dirty && mono_ms() - a.report_written_ms >= REPORT_EVERY_MS) write_report(&a);
@@ -908,6 +926,7 @@ out:
   if (sfd >= 0) close(sfd);
   if (a.wake[0] >= 0) close(a.wake[0]);
   if (a.wake[1] >= 0) close(a.wake[1]);
+  if (a.port_fd >= 0) close(a.port_fd);
   pthread_mutex_destroy(&a.lock);
   if (rc == KOLO_OK) KOLO_LOGI(LOG, "worker %s stopped", a.id);
   return rc;
