@@ -170,6 +170,7 @@ typedef struct kolo_ring_plan {
   int capacity; /* items each array holds */
   kolo_dtype dtype;
   kolo_op op;
+  size_t segment_bytes; /* staged reductions' segment; 0 = comm->segment_bytes (reset) */
 } kolo_ring_plan;
 
 /* Control message sent over the control connections when a communicator fails. */
@@ -292,6 +293,7 @@ struct kolo_comm {
   size_t pair_min_bytes;     /* 2 ranks over TCP: all-reduces of pair_min_bytes..pair_max_bytes */
   size_t pair_max_bytes;     /* exchange whole buffers (kolo_allreduce_choose) */
   size_t pair_shm_max_bytes; /* 2 ranks over shared memory: the pair up to this size */
+  size_t pair_segment_bytes; /* the pair exchange's segment (staging holds the larger one) */
   char *staging;
   size_t staging_bytes;
   char *scratch;

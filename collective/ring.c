@@ -92,6 +92,7 @@ void kolo_plan_reset(kolo_ring_plan *plan, kolo_dtype dtype, kolo_op op) {
   plan->recv_count = 0;
   plan->dtype = dtype;
   plan->op = op;
+  plan->segment_bytes = 0;
 }
 
 void kolo_plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int depends_on) {
@@ -238,6 +239,7 @@ static kolo_status allreduce_gather(kolo_comm *comm, const char *src, char *dst,
 static void plan_allreduce_pair(kolo_comm *comm, const char *src, char *dst, size_t bytes,
                                 kolo_op op) {
   kolo_ring_plan *plan = &comm->plan;
+  plan->segment_bytes = comm->pair_segment_bytes;
   kolo_plan_send(plan, src, bytes, -1);
   int index = kolo_plan_recv(plan, dst, src, bytes, op == KOLO_AVG);
   uintptr_t from = (uintptr_t)src, to = (uintptr_t)dst;
@@ -496,7 +498,9 @@ kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_byte
   const kolo_channel *to_next = kolo_direction_pick(&comm->next, op_bytes, comm->bulk_min_bytes);
   const kolo_channel *from_prev = kolo_direction_pick(&comm->prev, op_bytes, comm->bulk_min_bytes);
   size_t element = kolo_dtype_size(plan->dtype);
-  size_t segment = comm->segment_bytes / element * element;
+  size_t segment = plan->segment_bytes ? plan->segment_bytes : comm->segment_bytes;
+  if (segment > comm->staging_bytes) segment = comm->staging_bytes;
+  segment = segment / element * element;
   if (segment == 0) segment = element;
   int next = wrap_rank(comm->rank + 1, comm->size);
   int prev = wrap_rank(comm->rank - 1, comm->size);

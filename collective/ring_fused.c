@@ -101,6 +101,7 @@ static void plan_pieces(kolo_comm *comm, const kolo_piece *pieces, const size_t 
  * reduced in place waits, segment by segment, for its own send. */
 static void plan_pieces_pair(kolo_comm *comm, const kolo_piece *pieces, int count, kolo_op op) {
   kolo_ring_plan *plan = &comm->plan;
+  plan->segment_bytes = comm->pair_segment_bytes;
   for (int p = 0; p < count; p++) kolo_plan_send(plan, pieces[p].src, pieces[p].bytes, -1);
   for (int p = 0; p < count; p++) {
     const kolo_piece *piece = &pieces[p];
