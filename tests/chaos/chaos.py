@@ -49,10 +49,19 @@ def log(fmt, *args):
 START = time.monotonic()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(hold=None):
+    """A free port on 127.0.0.1; with hold (a list), kept bound there (SO_REUSEADDR, never
+    listening) so that nobody else is given it while its worker is down between a SIGKILL and
+    the restart on the same port (tests/support/ports.h; kolo-worker listens beside it)."""
+    s = socket.socket()
+    if hold is None:
+        with s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    hold.append(s)
+    return s.getsockname()[1]
 
 
 def children(pid):
@@ -99,6 +108,7 @@ class Chaos:
         self.servers = [self.start_server(), self.start_server()]
         self.workers = {}
         self.ports = {}
+        self.held = []  # the data-plane ports, for the run (free_port)
         self.health_ports = {}
         for i in range(4):
             self.start_worker("cw%d" % i)
@@ -116,7 +126,9 @@ class Chaos:
         return s
 
     def start_worker(self, worker_id):
-        port = self.ports.setdefault(worker_id, free_port())
+        if worker_id not in self.ports:
+            self.ports[worker_id] = free_port(self.held)
+        port = self.ports[worker_id]
         health = self.health_ports.setdefault(worker_id, free_port())  # its /metrics: the agent's own view
         self.workers[worker_id] = Worker(self.etcd.url, worker_id, "127.0.0.1", port, self.root,
                                          "--http-listen", "127.0.0.1:%d" % health)

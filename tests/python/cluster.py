@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -38,6 +39,7 @@ class Cluster:
         self.procs: List[subprocess.Popen] = []
         self.workers: Dict[str, subprocess.Popen] = {}
         self.logs: List[Any] = []
+        self.held: List[socket.socket] = []  # the workers' data-plane ports (kolotest.free_port)
         atexit.register(self.stop)
         self.etcd = subprocess.Popen([os.path.join(kolotest.TESTS, "test_server_etcd")], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
@@ -92,7 +94,7 @@ class Cluster:
 
     def start_worker(self, worker_id: str, env_extra: Optional[Dict[str, str]] = None) -> None:
         env = kolotest.env(env_extra)
-        advertise = "127.0.0.1:%d" % kolotest.free_port()
+        advertise = "127.0.0.1:%d" % kolotest.free_port(self.held)
         self.workers[worker_id] = self._spawn(worker_id, [
             os.path.join(kolotest.BIN, "kolo-worker"), "--etcd", self.etcd_url, "--advertise", advertise,
             "--id", worker_id, "--lease-ttl", TTL, "--work-dir", os.path.join(self.dir, worker_id),
@@ -155,6 +157,9 @@ class Cluster:
                 self.etcd.wait()
         for log in self.logs:
             log.close()
+        for s in self.held:
+            s.close()
+        self.held = []
         self.procs = []
         if os.environ.get("KOLO_KEEP_CLUSTER"):
             print("cluster files kept in %s" % self.dir)

@@ -76,10 +76,21 @@ def kolorun(np: int, script: str, *args: str, timeout: int = 240, extra_env: Opt
     return result
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(hold: Optional[List[socket.socket]] = None) -> int:
+    """A free port on 127.0.0.1. With hold, the port stays ours until the caller closes the
+    socket appended there: bound with SO_REUSEADDR and never listening, so no bind to port 0
+    nor connect() on the machine is given it, while kolo's listeners (SO_REUSEADDR: the TCP
+    transport, the rendezvous, kolo-worker) still listen there (tests/support/ports.h). A
+    port picked and closed is anyone's until its program listens."""
+    s = socket.socket()
+    if hold is None:
+        with s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    hold.append(s)
+    return s.getsockname()[1]
 
 
 class Ranks:
@@ -87,7 +98,8 @@ class Ranks:
     test can signal one rank and watch the others."""
 
     def __init__(self, np: int, script: str, *args: str, extra_env: Optional[Dict[str, str]] = None):
-        rendezvous = "127.0.0.1:%d" % free_port()
+        self.held: List[socket.socket] = []  # the rendezvous port until the ranks end
+        rendezvous = "127.0.0.1:%d" % free_port(self.held)
         self.procs: List[subprocess.Popen] = []
         for rank in range(np):
             rank_env = env(extra_env)
@@ -108,7 +120,13 @@ class Ranks:
                 raise AssertionError("rank pid %d did not finish in %ss:\n%s\n%s" % (proc.pid, timeout, stdout,
                                                                                     stderr))
             out.append(Result(proc.returncode, stdout, stderr))
+        self.release()
         return out
+
+    def release(self) -> None:
+        for s in self.held:
+            s.close()
+        self.held = []
 
     def signal(self, rank: int, sig: int = signal.SIGKILL) -> None:
         self.procs[rank].send_signal(sig)
@@ -118,6 +136,7 @@ class Ranks:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        self.release()
 
 
 def run_python(code: str, extra_env: Optional[Dict[str, str]] = None, timeout: int = 120) -> Result:
