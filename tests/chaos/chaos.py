@@ -25,7 +25,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,8 +32,10 @@ import urllib.request
 
 SRC = os.environ.get("KOLO_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, os.path.join(SRC, "tests", "integration"))
+sys.path.insert(0, os.path.join(SRC, "tests", "python"))
 
 from kolo_cluster import Worker  # noqa: E402
+from kolotest import free_port  # noqa: E402  (with hold: kept bound while a worker is down)
 from test_server_support import BIN, TESTS, Etcd, Server, curl, wait_for  # noqa: E402
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -47,21 +48,6 @@ def log(fmt, *args):
 
 
 START = time.monotonic()
-
-
-def free_port(hold=None):
-    """A free port on 127.0.0.1; with hold (a list), kept bound there (SO_REUSEADDR, never
-    listening) so that nobody else is given it while its worker is down between a SIGKILL and
-    the restart on the same port (tests/support/ports.h; kolo-worker listens beside it)."""
-    s = socket.socket()
-    if hold is None:
-        with s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", 0))
-    hold.append(s)
-    return s.getsockname()[1]
 
 
 def children(pid):
