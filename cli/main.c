@@ -12,6 +12,7 @@
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
 #include "codec/codec.h"
+#include "kolo/mode.h"
 #include "server/wire.h"
 
 #define EXIT_RPC 1
@@ -32,10 +33,13 @@ static void usage(FILE *out) {
           "\n"
           "commands:\n"
           "  submit JOB.json                 submit a job spec (JSON, as in docs/API.md)\n"
-          "  submit --name N --workers MIN[:MAX] [--id ID] [--mode SYNC|ASYNC]\n"
+          "  submit --name N --workers MIN[:MAX] [--id ID]\n"
+          "         [--mode SYNC|ASYNC|LOCAL_SGD|DILOCO] [--sync-every N] [--max-staleness N]\n"
+          "         [--outer-lr X] [--outer-momentum X] [--nesterov 0|1]\n"
+          "         [--compression none|fp16|int8] [--fragments N]  (docs/API.md: modes)\n"
           "         [--model M --dataset D --epochs N --steps N --batch N --lr X --hp K=V ...]\n"
           "         [--exec PROGRAM ARG ...]  [--label K=V ...] [--max-reconfigurations N]\n"
-          "         [--collective-timeout-ms N] [--checkpoint-dir DIR] [--average-every N]\n"
+          "         [--collective-timeout-ms N] [--checkpoint-dir DIR]\n"
           "  get ID                          one job with its events\n"
           "  list [--phase P] [--label K=V ...]\n"
           "  cancel ID [--reason TEXT]\n"
@@ -196,6 +200,62 @@ static int add_pair(const ProtobufCMessageDescriptor *entry_desc, void ***entrie
   return 1;
 }
 
+/* A double in [0, 1e6): 1, or 0 (not a number). */
+static int parse_double(const char *value, double *out) {
+  char *end;
+  *out = strtod(value, &end);
+  return *end == '\0' && end != value && *out >= 0 && *out < 1e6;
+}
+
+/* The training mode's flags (include/kolo/mode.h; the server checks the ranges): 1 when
+ * flag was one of them, 0 when not, EXIT_USAGE (message printed) for a bad value. */
+static int mode_flag(const char *flag, const char *value, Kolo__V1__JobSpec *spec) {
+  uint64_t n = 0;
+  double x = 0;
+  kolo_mode mode;
+  kolo_compression compression;
+  if (strcmp(flag, "--mode") == 0) {
+    if (kolo_mode_parse(value, &mode) != KOLO_OK)
+      return usage_error("--mode: SYNC, ASYNC, LOCAL_SGD or DILOCO, got '%s'", value);
+    spec->mode = (Kolo__V1__Mode)mode;
+  } else if (strcmp(flag, "--average-every") == 0 || strcmp(flag, "--sync-every") == 0) {
+    if (!parse_uint(value, &n) || n > UINT32_MAX)
+      return usage_error("--sync-every: expected a number, got '%s'", value);
+    spec->average_every = (uint32_t)n;
+  } else if (strcmp(flag, "--max-staleness") == 0) {
+    if (!parse_uint(value, &n) || n > UINT32_MAX)
+      return usage_error("--max-staleness: expected a number, got '%s'", value);
+    spec->max_staleness = (uint32_t)n;
+  } else if (strcmp(flag, "--outer-lr") == 0) {
+    if (!parse_double(value, &x))
+      return usage_error("--outer-lr: expected a number, got '%s'", value);
+    spec->outer_learning_rate_given_case =
+        KOLO__V1__JOB_SPEC__OUTER_LEARNING_RATE_GIVEN_OUTER_LEARNING_RATE;
+    spec->outer_learning_rate = x;
+  } else if (strcmp(flag, "--outer-momentum") == 0) {
+    if (!parse_double(value, &x))
+      return usage_error("--outer-momentum: expected a number, got '%s'", value);
+    spec->outer_momentum_given_case = KOLO__V1__JOB_SPEC__OUTER_MOMENTUM_GIVEN_OUTER_MOMENTUM;
+    spec->outer_momentum = x;
+  } else if (strcmp(flag, "--nesterov") == 0) {
+    if (strcmp(value, "0") != 0 && strcmp(value, "1") != 0)
+      return usage_error("--nesterov: 0 or 1, got '%s'", value);
+    spec->outer_nesterov_given_case = KOLO__V1__JOB_SPEC__OUTER_NESTEROV_GIVEN_OUTER_NESTEROV;
+    spec->outer_nesterov = value[0] == '1';
+  } else if (strcmp(flag, "--compression") == 0) {
+    if (kolo_compression_parse(value, &compression) != KOLO_OK)
+      return usage_error("--compression: none, fp16 or int8, got '%s'", value);
+    spec->compression = (Kolo__V1__Compression)compression;
+  } else if (strcmp(flag, "--fragments") == 0) {
+    if (!parse_uint(value, &n) || n > UINT32_MAX)
+      return usage_error("--fragments: expected a number, got '%s'", value);
+    spec->fragments = (uint32_t)n;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 /* Builds a JobSpec from flags. Returns EXIT_USAGE (message printed) or 0. */
 static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
   Kolo__V1__BuiltinProgram *b = NULL;
@@ -230,18 +290,17 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
       spec->program_case = KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN;
       spec->builtin = b;
     }
-    if (strcmp(flag, "--name") == 0) {
+    int handled = mode_flag(flag, value, spec);
+    if (handled == EXIT_USAGE) return EXIT_USAGE;
+    if (handled) {
+      continue;
+    } else if (strcmp(flag, "--name") == 0) {
       kolo_codec_set_string(&spec->name, value);
     } else if (strcmp(flag, "--id") == 0) {
       kolo_codec_set_string(&spec->id, value);
     } else if (strcmp(flag, "--workers") == 0) {
       if (!parse_workers(value, &spec->min_workers, &spec->max_workers))
         return usage_error("--workers: expected MIN or MIN:MAX (1..4096), got '%s'", value);
-    } else if (strcmp(flag, "--mode") == 0) {
-      const ProtobufCEnumValue *v =
-          protobuf_c_enum_descriptor_get_value_by_name(&kolo__v1__mode__descriptor, value);
-      if (v == NULL || v->value == 0) return usage_error("--mode: SYNC or ASYNC, got '%s'", value);
-      spec->mode = (Kolo__V1__Mode)v->value;
     } else if (strcmp(flag, "--model") == 0) {
       kolo_codec_set_string(&b->model, value);
     } else if (strcmp(flag, "--dataset") == 0) {
@@ -278,10 +337,6 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
       if (!parse_uint(value, &n) || n > UINT32_MAX)
         return usage_error("--collective-timeout-ms: expected a number, got '%s'", value);
       spec->collective_timeout_ms = (uint32_t)n;
-    } else if (strcmp(flag, "--average-every") == 0) {
-      if (!parse_uint(value, &n) || n > UINT32_MAX)
-        return usage_error("--average-every: expected a number, got '%s'", value);
-      spec->average_every = (uint32_t)n;
     } else if (strcmp(flag, "--checkpoint-dir") == 0) {
       kolo_codec_set_string(&spec->checkpoint_dir, value);
     } else {

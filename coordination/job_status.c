@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "codec/codec.h"
+#include "kolo/mode.h"
 
 int kolo_job_status_final(Kolo__V1__Phase phase) {
   return phase == KOLO__V1__PHASE__SUCCEEDED || phase == KOLO__V1__PHASE__FAILED ||
@@ -138,6 +139,19 @@ kolo_job_progress kolo_job_progress_from_report(const Kolo__V1__Struct *progress
     p.present |= KOLO_JOB_PROGRESS_TRAIN_ACCURACY;
   if (reported(progress, "test_accuracy", NULL, &p.test_accuracy))
     p.present |= KOLO_JOB_PROGRESS_TEST_ACCURACY;
+  if (reported_count(progress, "rounds", NULL, &p.rounds)) p.present |= KOLO_JOB_PROGRESS_ROUNDS;
+  if (reported_count(progress, "bytes_sent", NULL, &p.bytes_sent))
+    p.present |= KOLO_JOB_PROGRESS_BYTES_SENT;
+  if (reported(progress, "staleness", NULL, &p.staleness)) p.present |= KOLO_JOB_PROGRESS_STALENESS;
+  if (reported(progress, "blocked_seconds", NULL, &p.blocked_seconds))
+    p.present |= KOLO_JOB_PROGRESS_BLOCKED_SECONDS;
+  const Kolo__V1__Value *mode = kolo_codec_struct_get(progress, "mode");
+  kolo_mode parsed;
+  if (mode != NULL && mode->kind_case == KOLO__V1__VALUE__KIND_STRING_VALUE &&
+      kolo_mode_parse(mode->string_value, &parsed) == KOLO_OK) {
+    p.mode = kolo_mode_name(parsed);
+    p.present |= KOLO_JOB_PROGRESS_MODE;
+  }
   return p;
 }
 
@@ -166,6 +180,14 @@ int kolo_job_status_merge_progress(Kolo__V1__JobStatus *st, const kolo_job_progr
   MERGE(KOLO_JOB_PROGRESS_ACCURACY, accuracy);
   MERGE(KOLO_JOB_PROGRESS_TRAIN_ACCURACY, train_accuracy);
   MERGE(KOLO_JOB_PROGRESS_TEST_ACCURACY, test_accuracy);
+  MERGE(KOLO_JOB_PROGRESS_ROUNDS, rounds);
+  MERGE(KOLO_JOB_PROGRESS_BYTES_SENT, bytes_sent);
+  MERGE(KOLO_JOB_PROGRESS_STALENESS, staleness);
+  MERGE(KOLO_JOB_PROGRESS_BLOCKED_SECONDS, blocked_seconds);
+  if ((p->present & KOLO_JOB_PROGRESS_MODE) && strcmp(to->mode ? to->mode : "", p->mode) != 0) {
+    if (kolo_codec_set_string(&to->mode, p->mode) != KOLO_OK) return -1;
+    changed = 1;
+  }
   if (changed) st->updated_unix_ms = now_ms;
   return changed;
 }

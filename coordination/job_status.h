@@ -64,8 +64,10 @@ kolo_status kolo_job_status_epoch(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase
 /* The progress a training process reported (its report's "progress", a kolo.v1.Struct: the
  * typed value, read with codec.h's kolo_codec_struct_number): the
  * JobStatus.progress fields it holds, under their names or kolo-train's ("steps",
- * "samples_per_sec_total", "train_accuracy" as the accuracy). Step counts must be
- * non-negative numbers (a fraction is cut); other fields are ignored. */
+ * "samples_per_sec_total", "train_accuracy" as the accuracy), and the training mode's
+ * "rounds", "bytes_sent", "staleness", "blocked_seconds" and "mode" (a mode's name, any
+ * case; another text is ignored). Counts must be non-negative numbers (a fraction is cut);
+ * other fields are ignored. */
 enum {
   KOLO_JOB_PROGRESS_STEP = 1u << 0,
   KOLO_JOB_PROGRESS_TOTAL_STEPS = 1u << 1,
@@ -74,11 +76,19 @@ enum {
   KOLO_JOB_PROGRESS_ACCURACY = 1u << 4,
   KOLO_JOB_PROGRESS_TRAIN_ACCURACY = 1u << 5,
   KOLO_JOB_PROGRESS_TEST_ACCURACY = 1u << 6,
+  KOLO_JOB_PROGRESS_ROUNDS = 1u << 7,
+  KOLO_JOB_PROGRESS_BYTES_SENT = 1u << 8,
+  KOLO_JOB_PROGRESS_STALENESS = 1u << 9,
+  KOLO_JOB_PROGRESS_BLOCKED_SECONDS = 1u << 10,
+  KOLO_JOB_PROGRESS_MODE = 1u << 11,
 };
 typedef struct kolo_job_progress {
   unsigned present; /* KOLO_JOB_PROGRESS_* of the fields below that were reported */
   uint64_t step, total_steps;
   double loss, samples_per_sec, accuracy, train_accuracy, test_accuracy;
+  uint64_t rounds, bytes_sent;
+  double staleness, blocked_seconds;
+  const char *mode; /* a static name ("DILOCO"); NULL when not reported */
 } kolo_job_progress;
 kolo_job_progress kolo_job_progress_from_report(const Kolo__V1__Struct *progress);
 

@@ -29,6 +29,7 @@ typedef struct kolo_report {
   int64_t exit_code, exit_epoch, time_unix_ms, pid;
   Kolo__V1__Struct *progress; /* what the process reported (owned); NULL = none */
   char *stderr_tail;          /* NULL = none (written only then) */
+  char *permanent_error;      /* NULL = none: the job fails at once with it (records.proto) */
 } kolo_report;
 
 /* Frees the fields of r (not r) and zeroes it. NULL is fine. */

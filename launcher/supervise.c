@@ -5,6 +5,8 @@
 #define _GNU_SOURCE /* pipe2, F_SETPIPE_SZ */
 #include "launcher/supervise.h"
 
+#include "common/mode_env.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -136,6 +138,9 @@ static void exec_rank(const kolo_launcher_options *options, int rank, pid_t grou
   setenv("KOLO_SECRET", secret, 1);
   setenv("KOLO_EPOCH", "1", 1);
   if (options->host_given) setenv("KOLO_HOST", options->host, 1);
+  kolo_mode_env mode_env; /* --mode: every KOLO_MODE* variable; else the caller's pass through */
+  if (options->mode_given && kolo_mode_env_format(&options->mode, &mode_env) == KOLO_OK)
+    for (int i = 0; i < KOLO_MODE_ENV_COUNT; i++) putenv(mode_env.entries[i]);
   if (rank == 0) {
     int flags = fcntl(rendezvous_fd, F_GETFD);
     if (flags >= 0) fcntl(rendezvous_fd, F_SETFD, flags & ~FD_CLOEXEC);

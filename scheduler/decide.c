@@ -45,6 +45,16 @@ static void mark_drained(kolo_sched_decision *d, size_t i) {
   d->n_drained++;
 }
 
+/* A member whose agent judged its process's failure permanent: the job fails now. */
+static int decide_permanent(const kolo_sched_job_view *job, kolo_sched_decision *d) {
+  for (size_t i = 0; i < job->n_members; i++) {
+    const char *why = job->members[i].report.permanent_error;
+    if (why != NULL && why[0] != '\0') mark_lost(d, i, "its process failed permanently");
+  }
+  if (d->n_lost > 0) d->action = KOLO_SCHED_PERMANENT_FAIL;
+  return d->n_lost > 0;
+}
+
 /* Rank 0 exited 0: finish once every member exited or the grace passed. */
 static int decide_finished(const kolo_sched_job_view *job, kolo_sched_decision *d) {
   if (job->n_members == 0) return 0;
@@ -215,9 +225,9 @@ static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *
 
 kolo_status kolo_sched_decide(const kolo_sched_job_view *job, kolo_sched_decision *out) {
   memset(out, 0, sizeof *out);
-  if (decide_finished(job, out)) return KOLO_OK;
   out->lost = calloc(job->n_members + 1, sizeof *out->lost);
   if (out->lost == NULL) return KOLO_ERR_NO_MEMORY;
+  if (decide_permanent(job, out) || decide_finished(job, out)) return KOLO_OK;
   find_gone(job, out);
   if (find_named(job, out) != KOLO_OK) {
     kolo_sched_decision_clear(out);
@@ -241,6 +251,7 @@ const char *kolo_sched_event_type(kolo_sched_action action) {
       return "WORKER_LOST";
     case KOLO_SCHED_LOST_FAIL:
     case KOLO_SCHED_USAGE_FAIL:
+    case KOLO_SCHED_PERMANENT_FAIL:
       return "FAILED";
     case KOLO_SCHED_RESUME:
       return "RESUMING";
@@ -334,6 +345,16 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
           fprintf(out, "%s%s (rank %zu) %s", shown++ ? ", " : "",
                   job->members[d->lost[i].member].worker_id, d->lost[i].member, d->lost[i].why);
       break;
+    case KOLO_SCHED_PERMANENT_FAIL: {
+      /* every rank usually fails alike: the first reason once, then who */
+      const kolo_sched_member *first = &job->members[d->lost[0].member];
+      fprintf(out, "%s (%s, rank %zu", first->report.permanent_error, first->worker_id,
+              d->lost[0].member);
+      for (size_t i = 1; i < d->n_lost; i++)
+        fprintf(out, "%s%s", i == 1 ? "; also " : ", ", job->members[d->lost[i].member].worker_id);
+      fprintf(out, ")");
+      break;
+    }
     case KOLO_SCHED_LOST_REFORM:
       fprintf(out, "lost ");
       print_lost(out, job, d);

@@ -47,6 +47,9 @@ typedef struct kolo_sched_report {
                                 if none */
   const char *
       stderr_tail; /* borrowed: last stderr lines of a process that exited non-zero; NULL if none */
+  /* borrowed: the agent judged the process's failure permanent (it did not acknowledge the
+   * job's mode, ...): the job fails at once with this reason; NULL or "" if not */
+  const char *permanent_error;
 } kolo_sched_report;
 
 typedef struct kolo_sched_member {
@@ -101,6 +104,9 @@ typedef enum kolo_sched_action {
   KOLO_SCHED_STALLED_REFORM, /* next epoch, same members */
   KOLO_SCHED_STALLED_FAIL,   /* past max_reconfigurations: FAILED */
   KOLO_SCHED_USAGE_FAIL,     /* a member's process exited with KOLO_SCHED_EXIT_USAGE: FAILED now */
+  /* A member's report has a permanent_error (checked before everything else, finishing
+   * included: a process that ran another mode than asked must not make the job SUCCEED). */
+  KOLO_SCHED_PERMANENT_FAIL, /* FAILED now, the first such member's reason as the error */
 } kolo_sched_action;
 
 typedef struct kolo_sched_lost {

@@ -14,6 +14,10 @@ int kolo_server_history_point_of(const Kolo__V1__JobStatus *status, Kolo__V1__Me
   out->train_accuracy = p->train_accuracy;
   out->test_accuracy = p->test_accuracy;
   out->samples_per_sec = p->samples_per_sec;
+  out->rounds = p->rounds;
+  out->bytes_sent = p->bytes_sent;
+  out->staleness = p->staleness;
+  out->blocked_seconds = p->blocked_seconds;
   out->ring_size = (uint32_t)status->n_members;
   out->epoch = status->epoch;
   return 1;
@@ -28,7 +32,8 @@ static int same_values(const Kolo__V1__MetricPoint *a, const Kolo__V1__MetricPoi
   return a->loss == b->loss && a->accuracy == b->accuracy &&
          a->train_accuracy == b->train_accuracy && a->test_accuracy == b->test_accuracy &&
          a->samples_per_sec == b->samples_per_sec && a->ring_size == b->ring_size &&
-         a->epoch == b->epoch;
+         a->epoch == b->epoch && a->rounds == b->rounds && a->bytes_sent == b->bytes_sent &&
+         a->staleness == b->staleness && a->blocked_seconds == b->blocked_seconds;
 }
 
 /* The interior point to drop from series + next (n + 1 points; index n is next). */

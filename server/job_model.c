@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "codec/codec.h"
+#include "coordination/job_mode.h"
 #include "coordination/job_status.h"
 #include "worker/train/flags.h"
 
@@ -48,7 +49,7 @@ int kolo_server_job_id_valid(const char *id) {
 /* The kolo-train command line the agent builds for a builtin program (same
  * flags, same order as worker/agent/agent.c), one spec field per argument. */
 #define HYPER_MAX 100
-#define ARGS_MAX (HYPER_MAX + 16)
+#define ARGS_MAX (HYPER_MAX + 16 + KOLO_JOB_MODE_MAX_FLAGS)
 typedef struct train_args {
   int argc;
   char *argv[ARGS_MAX + 1];
@@ -88,10 +89,12 @@ static int build_train_args(const Kolo__V1__JobSpec *spec, train_args *a) {
     bad |= args_push(a, "builtin.steps", format_arg("--steps=%llu", (unsigned long long)b->steps));
   if (b->batch_size > 0)
     bad |= args_push(a, "builtin.batch_size", format_arg("--batch=%u", b->batch_size));
-  if (spec->mode == KOLO__V1__MODE__ASYNC) bad |= args_push(a, "mode", strdup("--mode=async"));
-  if (spec->average_every > 0)
-    bad |= args_push(a, "average_every",
-                     format_arg("--average-every=%u", (unsigned)spec->average_every));
+  kolo_mode_spec mode; /* validated before: the same flags as the agent's */
+  kolo_job_mode_flag flags[KOLO_JOB_MODE_MAX_FLAGS];
+  size_t n_flags = kolo_job_mode_spec(spec, &mode, NULL, 0) == KOLO_OK
+                       ? kolo_job_mode_train_flags(&mode, flags)
+                       : 0;
+  for (size_t i = 0; i < n_flags; i++) bad |= args_push(a, flags[i].field, strdup(flags[i].flag));
   if (spec->checkpoint_dir && spec->checkpoint_dir[0])
     bad |= args_push(a, "checkpoint_dir", format_arg("--checkpoint-dir=%s", spec->checkpoint_dir));
   for (size_t i = 0; i < b->n_hyper_parameters; i++) {
@@ -147,9 +150,12 @@ kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *e
     return bad(err, err_len, "name", "at most 128 printable characters");
   if (spec->id && spec->id[0] && !kolo_server_job_id_valid(spec->id))
     return bad(err, err_len, "id", "1-63 of a-z, 0-9 and '-', not starting with '-'");
-  if (spec->mode != KOLO__V1__MODE__MODE_UNSPECIFIED && spec->mode != KOLO__V1__MODE__SYNC &&
-      spec->mode != KOLO__V1__MODE__ASYNC)
-    return bad(err, err_len, "mode", "must be SYNC or ASYNC");
+  kolo_mode_spec mode; /* the mode and its parameters (coordination/job_mode.h) */
+  char why[256];
+  if (kolo_job_mode_spec(spec, &mode, why, sizeof why) != KOLO_OK) {
+    if (err && err_len) snprintf(err, err_len, "%s", why);
+    return KOLO_ERR_INVALID_ARG;
+  }
   if (spec->min_workers < 1) return bad(err, err_len, "min_workers", "must be at least 1");
   if (spec->min_workers > KOLO_SERVER_MAX_WORKERS)
     return bad(err, err_len, "min_workers", "at most 4096");
@@ -186,14 +192,17 @@ kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *e
           snprintf(field, sizeof field, "exec.env.%.60s", key);
           return bad(err, err_len, field, "bad variable name");
         }
+        if (strncmp(key, "KOLO_MODE", 9) == 0) {
+          snprintf(field, sizeof field, "exec.env.%.60s", key);
+          return bad(err, err_len, field,
+                     "set by kolo from the job's mode (give mode, average_every, ... instead)");
+        }
       }
       break;
     }
     default:
       return bad(err, err_len, "program", "set builtin or exec");
   }
-  if (spec->average_every != 0 && spec->mode != KOLO__V1__MODE__ASYNC)
-    return bad(err, err_len, "average_every", "only for mode ASYNC");
   if (spec->collective_timeout_ms > 3600000)
     return bad(err, err_len, "collective_timeout_ms", "at most 3600000 (one hour)");
   if (spec->max_reconfigurations > 1000000)

@@ -178,6 +178,10 @@ typedef enum gauge_kind {
   G_RING,
   G_EPOCH,
   G_RECONF,
+  G_ROUNDS,
+  G_BYTES,
+  G_STALENESS,
+  G_BLOCKED,
   G_COUNT
 } gauge_kind;
 
@@ -197,6 +201,14 @@ static double gauge_value(const kolo_server_job_gauge *g, gauge_kind k) {
       return (double)g->ring_size;
     case G_EPOCH:
       return (double)g->epoch;
+    case G_ROUNDS:
+      return (double)g->rounds;
+    case G_BYTES:
+      return (double)g->bytes_sent;
+    case G_STALENESS:
+      return g->staleness;
+    case G_BLOCKED:
+      return g->blocked_seconds;
     default:
       return (double)g->reconfigurations;
   }
@@ -213,6 +225,10 @@ char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t 
       {"kolo_job_ring_size", "gauge", "Workers in the job's current ring."},
       {"kolo_job_ring_epoch", "gauge", "The job's current ring epoch."},
       {"kolo_job_reconfigurations_total", "counter", "Times the job's ring re-formed."},
+      {"kolo_job_rounds_total", "counter", "Averaging rounds the job's training mode did."},
+      {"kolo_job_bytes_sent_total", "counter", "Bytes rank 0 sent to synchronise."},
+      {"kolo_job_staleness", "gauge", "ASYNC: averaging rounds outstanding, as observed."},
+      {"kolo_job_blocked_seconds_total", "counter", "Seconds rank 0 waited for other ranks."},
   };
   text t = {0};
   add(&t,
@@ -226,6 +242,16 @@ char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t 
       add_label(&t, jobs[i].id);
       add(&t, "\"} %.17g\n", gauge_value(&jobs[i], (gauge_kind)k));
     }
+  }
+  add(&t,
+      "# HELP kolo_job_mode The job's training mode (its spec's; the value is always 1).\n"
+      "# TYPE kolo_job_mode gauge\n");
+  for (size_t i = 0; i < n; i++) {
+    add(&t, "kolo_job_mode{job=\"");
+    add_label(&t, jobs[i].id);
+    add(&t, "\",mode=\"");
+    add_label(&t, jobs[i].mode);
+    add(&t, "\"} 1\n");
   }
   return t.buf;
 }

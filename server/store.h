@@ -129,6 +129,9 @@ typedef struct kolo_server_job_gauge {
   uint64_t step, total_steps, epoch;
   double loss, accuracy, samples_per_sec;
   uint32_t ring_size, reconfigurations;
+  uint64_t rounds, bytes_sent; /* the training mode's figures (JobStatus.progress) */
+  double staleness, blocked_seconds;
+  char mode[16]; /* the spec's mode ("SYNC" when unspecified) */
 } kolo_server_job_gauge;
 
 /* At most max jobs for /metrics (bounded label cardinality): jobs not yet finished first

@@ -14,6 +14,7 @@
 #include "server/history.h"
 #include "codec/codec.h"
 #include "server/store_internal.h"
+#include "kolo/mode.h"
 
 #define LOG "store"
 #define LIST_JSON_JOBS 1000
@@ -325,7 +326,13 @@ size_t kolo_server_store_job_gauges(kolo_server_store *s, kolo_server_job_gauge 
       g->loss = p->loss;
       g->accuracy = p->accuracy;
       g->samples_per_sec = p->samples_per_sec;
+      g->rounds = p->rounds;
+      g->bytes_sent = p->bytes_sent;
+      g->staleness = p->staleness;
+      g->blocked_seconds = p->blocked_seconds;
     }
+    int mode = e->spec ? (int)e->spec->mode : 0;
+    snprintf(g->mode, sizeof g->mode, "%s", mode ? kolo_mode_name((kolo_mode)mode) : "SYNC");
   }
   *left_out = known - written;
   pthread_rwlock_unlock(&s->lock);

@@ -162,7 +162,14 @@ function jobView(id) {
     svg.setAttribute("class", "chart");
     return svg;
   };
-  const charts = { loss: chart("loss"), accuracy: chart("accuracy"), throughput: chart("throughput") };
+  const charts = { loss: chart("loss"), accuracy: chart("accuracy"), throughput: chart("throughput"),
+    rounds: chart("rounds"), bytes: chart("bytes"), staleness: chart("staleness"), blocked: chart("blocked") };
+  // the training mode's curves (issue 26): shown once the program reports them
+  const modeFigures = [
+    h("figure", { hidden: true }, h("figcaption", {}, "Averaging rounds"), charts.rounds),
+    h("figure", { hidden: true }, h("figcaption", {}, "Bytes sent (rank 0)"), charts.bytes),
+    h("figure", { hidden: true }, h("figcaption", {}, "Staleness (rounds outstanding)"), charts.staleness),
+    h("figure", { hidden: true }, h("figcaption", {}, "Blocked waiting for others (s)"), charts.blocked)];
   const ringBody = h("tbody");
   const eventBody = h("tbody");
   const spec = h("pre", { class: "mono" });
@@ -173,7 +180,7 @@ function jobView(id) {
     h("section", { class: "charts" },
       h("figure", {}, h("figcaption", {}, "Loss"), charts.loss),
       h("figure", {}, h("figcaption", {}, "Accuracy"), charts.accuracy),
-      h("figure", {}, h("figcaption", {}, "Throughput (samples/s)"), charts.throughput)),
+      h("figure", {}, h("figcaption", {}, "Throughput (samples/s)"), charts.throughput), ...modeFigures),
     h("section", {}, h("h2", {}, "Ring members per epoch"),
       h("table", { id: "rings" }, h("thead", {}, h("tr", {}, h("th", {}, "Epoch"), h("th", {}, "Members (rank: worker @ host)"))), ringBody)),
     h("section", {}, h("h2", {}, "Events"),
@@ -229,6 +236,10 @@ function jobView(id) {
         ? [p.test_accuracy ? `test ${(100 * p.test_accuracy).toFixed(2)}%` : "", p.train_accuracy ? `train ${(100 * p.train_accuracy).toFixed(2)}%` : ""].filter(Boolean).join(" · ")
         : p.accuracy ? (100 * p.accuracy).toFixed(2) + "%" : "—"],
       ["Throughput", p.samples_per_sec ? formatNumber(p.samples_per_sec) + " samples/s" : "—"],
+      ["Mode", [job.spec.mode || "SYNC", p.mode && p.mode !== (job.spec.mode || "SYNC") ? `(program says ${p.mode})` : "",
+        p.rounds ? `${p.rounds} rounds` : "", p.bytes_sent ? `${formatNumber(p.bytes_sent)} bytes sent` : "",
+        p.staleness ? `staleness ${formatNumber(p.staleness)}` : "",
+        p.blocked_seconds ? `blocked ${formatNumber(p.blocked_seconds)} s` : ""].filter(Boolean).join(" · ")],
       ["Re-formed", (st.reconfigurations || 0) === 1 ? "once" : (st.reconfigurations || 0) + " times"],
       ["Created", clock(st.created_unix_ms)],
       ["Started", clock(st.started_unix_ms) || "—"],
@@ -261,6 +272,13 @@ function jobView(id) {
       ? [{ field: "test_accuracy", label: "test" }, { field: "train_accuracy", label: "train" }]
       : [{ field: "accuracy" }], { positive: true });
     drawChart(charts.throughput, points, "samples_per_sec", { positive: true, zero: true });
+    const modeCurves = [["rounds", charts.rounds], ["bytes_sent", charts.bytes],
+      ["staleness", charts.staleness], ["blocked_seconds", charts.blocked]];
+    modeCurves.forEach(([field, svg], i) => {
+      const shown = points.some((p) => p[field] > 0);
+      modeFigures[i].hidden = !shown;
+      if (shown) drawChart(svg, points, field, { positive: true, zero: true });
+    });
     ringBody.replaceChildren(...rings.slice().reverse().map((r) =>
       h("tr", { dataset: { epoch: r.epoch } }, h("td", {}, r.epoch),
         h("td", {}, (r.members || []).map((m) => `${m.rank}: ${m.worker_id} @ ${m.host || m.address}`).join(", ")))));

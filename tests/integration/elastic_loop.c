@@ -27,7 +27,9 @@
  * acknowledges it to the agent (kolo_elastic_acknowledge_mode) before its first step; with
  * a mode's name, it acknowledges that mode; unset, it acknowledges nothing, as a program
  * that knows nothing of modes (it computes the same sum in any mode: a test of the
- * acknowledgement's plumbing, not of a mode). */
+ * acknowledgement's plumbing, not of a mode). Having acknowledged, its progress reports carry
+ * the training mode's keys too: "mode", "rounds" (commits so far) and "bytes_sent" (what its
+ * all-reduces sent: 8 bytes per value and step, a stand-in for the observability plumbing). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,15 +54,17 @@ static void note_transport(kolo_elastic *elastic) {
   fclose(out);
 }
 
-/* KOLO_LOOP_ACKNOWLEDGE (see above). */
-static kolo_status acknowledge(kolo_elastic *elastic) {
+/* KOLO_LOOP_ACKNOWLEDGE (see above); *acknowledged is the mode told the agent (0: none). */
+static kolo_status acknowledge(kolo_elastic *elastic, kolo_mode *acknowledged) {
   const char *what = getenv("KOLO_LOOP_ACKNOWLEDGE");
+  *acknowledged = 0;
   if (what == NULL || what[0] == '\0') return KOLO_OK;
   kolo_mode_spec spec;
   char err[256] = "";
   kolo_status status = strcmp(what, "env") == 0 ? kolo_mode_from_env(&spec, err, sizeof err)
                                                 : kolo_mode_parse(what, &spec.mode);
   if (status == KOLO_OK) status = kolo_elastic_acknowledge_mode(elastic, spec.mode);
+  if (status == KOLO_OK) *acknowledged = spec.mode;
   if (status != KOLO_OK) fprintf(stderr, "elastic_loop: mode: %s %s\n", kolo_strerror(status), err);
   return status;
 }
@@ -97,7 +101,8 @@ int main(int argc, char **argv) {
   int64_t step = 0;
   kolo_elastic_register(elastic, &step, sizeof step);
   kolo_elastic_register(elastic, accumulator, length * sizeof *accumulator);
-  status = acknowledge(elastic);
+  kolo_mode mode = 0;
+  status = acknowledge(elastic, &mode);
   if (status == KOLO_OK) status = kolo_elastic_sync(elastic);
   if (status == KOLO_OK) note_transport(elastic);
   const char *reform_file = getenv("KOLO_REFORM_FILE");
@@ -144,9 +149,16 @@ int main(int argc, char **argv) {
     step++;
     if (step % commit_every == 0 || step == steps) {
       status = kolo_elastic_commit(elastic);
-      char report[128];
-      snprintf(report, sizeof report, "{\"step\":%lld,\"total_steps\":%lld}", (long long)step,
-               (long long)steps);
+      char report[256];
+      int used = snprintf(report, sizeof report, "{\"step\":%lld,\"total_steps\":%lld",
+                          (long long)step, (long long)steps);
+      if (mode != 0)
+        used +=
+            snprintf(report + used, sizeof report - (size_t)used,
+                     ",\"mode\":\"%s\",\"rounds\":%lld,\"bytes_sent\":%llu", kolo_mode_name(mode),
+                     (long long)((step + commit_every - 1) / commit_every),
+                     (unsigned long long)step * length * sizeof(double));
+      snprintf(report + used, sizeof report - (size_t)used, "}");
       kolo_elastic_report(elastic, report);
     }
     if (delay_ms > 0) {

@@ -282,6 +282,45 @@ static void output_lines_are_prefixed_and_partial_lines_held(void **state) {
   }
 }
 
+/* --mode gives every rank the whole KOLO_MODE* environment of the mode (its defaults, the
+ * options applied), which kolo_mode_from_env reads; a variable the caller had is replaced. */
+static void mode_options_give_every_rank_the_mode_environment(void **state) {
+  job *j = *state;
+  setenv("KOLO_MODE_MAX_STALENESS", "7", 1); /* the caller's own: not passed on under --mode */
+  const char *args[] = {
+      "-np",
+      "2",
+      "--mode",
+      "diloco",
+      "--outer-lr",
+      "0.5",
+      "--sync-every",
+      "20",
+      "/bin/sh",
+      "-c",
+      "echo mode=$KOLO_MODE lr=$KOLO_MODE_OUTER_LR m=$KOLO_MODE_OUTER_MOMENTUM "
+      "h=$KOLO_MODE_SYNC_EVERY s=$KOLO_MODE_MAX_STALENESS c=$KOLO_MODE_COMPRESSION",
+      NULL};
+  job_start(j, args);
+  unsetenv("KOLO_MODE_MAX_STALENESS");
+  job_finish(j, 30);
+  assert_int_equal(job_exit_code(j), 0);
+  for (int r = 0; r < 2; r++) {
+    char expect[128];
+    snprintf(expect, sizeof expect, "[%d] mode=DILOCO lr=0.5 m=0.9 h=20 s=0 c=none\n", r);
+    if (strstr(j->text[0], expect) == NULL) fail_msg("missing '%s' in:\n%s", expect, j->text[0]);
+  }
+}
+
+static void a_mode_option_the_mode_does_not_use_is_refused(void **state) {
+  job *j = *state;
+  const char *args[] = {"-np", "1", "--mode", "ASYNC", "--outer-lr", "0.5", "/bin/true", NULL};
+  job_start(j, args);
+  job_finish(j, 30);
+  assert_int_equal(job_exit_code(j), 2);
+  assert_non_null(strstr(j->text[1], "--outer-lr is not an option of mode ASYNC"));
+}
+
 static void a_failing_rank_stops_the_others_and_is_named(void **state) {
   job *j = *state;
   const char *args[] = {
@@ -477,6 +516,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(bad_usage_exits_2_with_a_one_line_reason, setup, teardown),
       cmocka_unit_test_setup_teardown(a_missing_program_fails_its_rank_with_127, setup, teardown),
       cmocka_unit_test_setup_teardown(ranks_do_not_outlive_a_killed_kolorun, setup, teardown),
+      cmocka_unit_test_setup_teardown(mode_options_give_every_rank_the_mode_environment, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_mode_option_the_mode_does_not_use_is_refused, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

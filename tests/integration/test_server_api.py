@@ -374,6 +374,29 @@ class ApiTest(unittest.TestCase):
         self.assertEqual(code, 0)
         self.assertIn("ID", out)
 
+    def test_the_cli_and_http_carry_the_training_mode_and_refuse_a_parameter_of_another_mode(self):
+        srv = self.server
+        code, out, err = kolo(srv, "--json", "submit", "--name", "dl", "--id", "mode-dl", "--workers", "2",
+                              "--mode", "diloco", "--sync-every", "50", "--outer-lr", "0.5", "--outer-momentum", "0",
+                              "--nesterov", "0", "--compression", "int8", "--fragments", "5",
+                              "--exec", "/bin/true")
+        self.assertEqual(code, 0, err)
+        spec = json.loads(out)["spec"]
+        self.assertEqual((spec["mode"], spec["average_every"], spec["outer_learning_rate"], spec["outer_momentum"],
+                          spec["outer_nesterov"], spec["compression"], spec["fragments"]),
+                         ("DILOCO", 50, 0.5, 0, False, "COMPRESSION_INT8", 5))
+        code, out, err = kolo(srv, "submit", "--name", "as", "--workers", "1", "--mode", "ASYNC",
+                              "--outer-momentum", "0.5", "--exec", "/bin/true")
+        self.assertEqual(code, 1)
+        self.assertIn("outer_momentum: only for mode DILOCO (mode is ASYNC)", err)
+        code, out, err = kolo(srv, "submit", "--name", "x", "--workers", "1", "--mode", "HOGWILD", "--exec", "/bin/true")
+        self.assertEqual(code, 2)
+        self.assertIn("--mode: SYNC, ASYNC, LOCAL_SGD or DILOCO, got 'HOGWILD'", err)
+        code, bad = curl(srv.http_port, "/v1/jobs", "POST", json.dumps({
+            "name": "h", "min_workers": 1, "mode": "DILOCO", "outer_momentum": 1, "exec": {"argv": ["/bin/true"]}}))
+        self.assertEqual((code, bad["error"]["code"]), (400, "INVALID_ARGUMENT"))
+        self.assertIn("outer_momentum: must be in [0, 1), got 1", bad["error"]["message"])
+
     def test_the_cli_exits_1_on_rpc_errors_and_2_on_bad_usage(self):
         code, out, err = kolo(self.server, "get", "nope")
         self.assertEqual(code, 1)

@@ -181,17 +181,45 @@ static void progress_is_read_from_a_report_under_either_name(void **state) {
   assert_int_equal(p.present, 0);
 }
 
+/* The training mode's report keys (issue 26) reach the status: rounds, bytes sent, staleness,
+ * blocked seconds, and the mode's canonical name (a text that is no mode is ignored). */
+static void the_training_modes_figures_reach_the_status(void **state) {
+  (void)state;
+  Kolo__V1__Struct *r = progress_of(
+      "{\"step\":5,\"rounds\":12,\"bytes_sent\":4096,\"staleness\":1.5,"
+      "\"blocked_seconds\":0.25,\"mode\":\"diloco\"}");
+  kolo_job_progress p = kolo_job_progress_from_report(r);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  assert_int_equal(p.rounds, 12);
+  assert_int_equal(p.bytes_sent, 4096);
+  assert_true(p.staleness == 1.5 && p.blocked_seconds == 0.25);
+  assert_string_equal(p.mode, "DILOCO");
+  Kolo__V1__JobStatus *st = new_status();
+  assert_int_equal(kolo_job_status_merge_progress(st, &p, 2000), 1);
+  assert_int_equal(st->progress->rounds, 12);
+  assert_int_equal(st->progress->bytes_sent, 4096);
+  assert_true(st->progress->staleness == 1.5 && st->progress->blocked_seconds == 0.25);
+  assert_string_equal(st->progress->mode, "DILOCO");
+  assert_int_equal(kolo_job_status_merge_progress(st, &p, 3000), 0); /* nothing new */
+  free_status(st);
+  r = progress_of("{\"rounds\":-1,\"mode\":\"hogwild\"}");
+  p = kolo_job_progress_from_report(r);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  assert_int_equal(p.present & (KOLO_JOB_PROGRESS_ROUNDS | KOLO_JOB_PROGRESS_MODE), 0);
+}
+
 static void merged_progress_overwrites_what_was_reported_and_says_if_it_changed(void **state) {
   (void)state;
   Kolo__V1__JobStatus *st = new_status();
-  kolo_job_progress p = {KOLO_JOB_PROGRESS_STEP | KOLO_JOB_PROGRESS_LOSS, 10, 0, 0.5, 0, 0, 0, 0};
+  kolo_job_progress p = {
+      .present = KOLO_JOB_PROGRESS_STEP | KOLO_JOB_PROGRESS_LOSS, .step = 10, .loss = 0.5};
   assert_int_equal(kolo_job_status_merge_progress(st, &p, 2000), 1);
   assert_int_equal(st->progress->step, 10);
   assert_true(st->progress->loss == 0.5);
   assert_int_equal(st->updated_unix_ms, 2000);
   assert_int_equal(kolo_job_status_merge_progress(st, &p, 3000), 0); /* the same: no write */
   assert_int_equal(st->updated_unix_ms, 2000);
-  kolo_job_progress q = {KOLO_JOB_PROGRESS_STEP, 11, 0, 9.0, 0, 0, 0, 0};
+  kolo_job_progress q = {.present = KOLO_JOB_PROGRESS_STEP, .step = 11, .loss = 9.0};
   assert_int_equal(kolo_job_status_merge_progress(st, &q, 4000), 1);
   assert_int_equal(st->progress->step, 11);
   assert_true(st->progress->loss == 0.5); /* not reported: kept */
@@ -204,7 +232,7 @@ static void a_job_ends_with_its_error_and_last_progress(void **state) {
   assert_int_equal(
       kolo_job_status_epoch(st, KOLO__V1__PHASE__RUNNING, 1, members(1, "a"), 1, 0, 0, 2000),
       KOLO_OK);
-  kolo_job_progress p = {KOLO_JOB_PROGRESS_STEP, 99, 0, 0, 0, 0, 0, 0};
+  kolo_job_progress p = {.present = KOLO_JOB_PROGRESS_STEP, .step = 99};
   assert_int_equal(kolo_job_status_finish(st, KOLO__V1__PHASE__RUNNING, "x", &p, 3000),
                    KOLO_ERR_INVALID_ARG);
   assert_int_equal(kolo_job_status_finish(st, KOLO__V1__PHASE__FAILED, "w1 exited 1", &p, 3000),
@@ -263,6 +291,7 @@ int main(void) {
       cmocka_unit_test(scaling_changes_the_bounds_only),
       cmocka_unit_test(the_phase_machine_is_the_one_the_api_enforces),
       cmocka_unit_test(progress_is_read_from_a_report_under_either_name),
+      cmocka_unit_test(the_training_modes_figures_reach_the_status),
       cmocka_unit_test(merged_progress_overwrites_what_was_reported_and_says_if_it_changed),
       cmocka_unit_test(a_job_ends_with_its_error_and_last_progress),
       cmocka_unit_test(a_status_round_trips_and_a_newer_writer_s_fields_are_skipped),

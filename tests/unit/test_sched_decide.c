@@ -363,6 +363,30 @@ static void a_usage_error_exit_fails_the_job_at_once(void **state) {
   assert_int_equal(decide(f), KOLO_SCHED_DRAIN_REFORM);
 }
 
+/* A permanent failure the agent judged (a process that did not acknowledge the job's mode)
+ * fails the job at once, before anything else, finishing included: a program that ran
+ * another mode than asked must not make the job SUCCEED. The reason is said once. */
+static void a_permanent_failure_fails_the_job_at_once_even_while_finishing(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->view.idle = 2;
+  const char *why = "the program did not acknowledge mode ASYNC (it would have run SYNC)";
+  f->members[1].report.permanent_error = why;
+  f->members[2].report.permanent_error = why;
+  for (size_t i = 0; i < 3; i++) f->members[i].report.exited = 1; /* rank 0 exited 0 */
+  assert_int_equal(decide(f), KOLO_SCHED_PERMANENT_FAIL);
+  assert_string_equal(kolo_sched_event_type(f->d.action), "FAILED");
+  assert_int_equal(f->d.n_lost, 2);
+  char *text = message(f);
+  assert_string_equal(text,
+                      "the program did not acknowledge mode ASYNC (it would have run SYNC) (w1, "
+                      "rank 1; also w2)");
+  free(text);
+  f->members[1].report.permanent_error = "";
+  f->members[2].report.permanent_error = NULL;
+  assert_int_equal(decide(f), KOLO_SCHED_FINISH);
+}
+
 static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none(
     void **state) {
   fixture *f = *state;
@@ -677,6 +701,7 @@ int main(void) {
       T(a_ring_that_cannot_form_is_re_formed_too),
       T(a_stall_past_max_reconfigurations_fails),
       T(a_real_loss_wins_over_a_stall),
+      T(a_permanent_failure_fails_the_job_at_once_even_while_finishing),
       cmocka_unit_test(a_ring_of_five_thousand_finds_a_loss_at_rank_4500),
       cmocka_unit_test(only_running_and_reconfiguring_jobs_are_judged),
   };

@@ -73,7 +73,14 @@ static void a_status_without_progress_is_no_point_and_one_with_progress_maps_eve
   progress.samples_per_sec = 900;
   progress.train_accuracy = 0.85;
   progress.test_accuracy = 0.75;
+  progress.rounds = 6; /* the training mode's figures (issue 26) */
+  progress.bytes_sent = 4096;
+  progress.staleness = 1.5;
+  progress.blocked_seconds = 0.25;
   assert_true(kolo_server_history_point_of(&st, &p));
+  assert_int_equal(p.rounds, 6);
+  assert_int_equal(p.bytes_sent, 4096);
+  assert_true(p.staleness == 1.5 && p.blocked_seconds == 0.25);
   assert_true(p.train_accuracy == 0.85 && p.test_accuracy == 0.75);
   assert_int_equal(p.step, 40);
   assert_int_equal(p.time_unix_ms, 1234);
@@ -398,6 +405,20 @@ static void gauges_put_running_jobs_first_and_stay_bounded(void **state) {
   assert_non_null(strstr(text, "kolo_job_step{job=\"g1\"} 7\n"));
   assert_non_null(strstr(text, "kolo_job_ring_size{job=\"g1\"} 3\n"));
   assert_non_null(strstr(text, "kolo_job_series_left_out 4\n"));
+  assert_non_null(strstr(text, "kolo_job_mode{job=\"g1\",mode=\"SYNC\"} 1\n"));
+  free(text);
+  /* the training mode's figures (issue 26) */
+  all[2].rounds = 12;
+  all[2].bytes_sent = 4096;
+  all[2].staleness = 1.5;
+  all[2].blocked_seconds = 0.25;
+  snprintf(all[2].mode, sizeof all[2].mode, "DILOCO");
+  text = kolo_server_metrics_render_jobs(all, n, 0);
+  assert_non_null(strstr(text, "kolo_job_rounds_total{job=\"g1\"} 12\n"));
+  assert_non_null(strstr(text, "kolo_job_bytes_sent_total{job=\"g1\"} 4096\n"));
+  assert_non_null(strstr(text, "kolo_job_staleness{job=\"g1\"} 1.5\n"));
+  assert_non_null(strstr(text, "kolo_job_blocked_seconds_total{job=\"g1\"} 0.25\n"));
+  assert_non_null(strstr(text, "kolo_job_mode{job=\"g1\",mode=\"DILOCO\"} 1\n"));
   free(text);
 }
 

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "server/job_model.h"
+#include "coordination/job_mode.h"
 #include "codec/codec.h"
 
 static Kolo__V1__JobSpec *spec_from(const char *text) {
@@ -54,7 +55,7 @@ static void each_bad_field_is_named(void **state) {
       "{\"name\":\"n\",\"min_workers\":1,\"exec\":{\"argv\":[\"a\"],\"env\":{\"A=B\":\"1\"}}}",
       "exec.env.A=B");
   expect_invalid("{" GOOD ",\"id\":\"Bad/Id\"}", "id");
-  expect_invalid("{" GOOD ",\"average_every\":4}", "average_every");
+  expect_invalid("{" GOOD ",\"average_every\":4}", "average_every: only for modes ASYNC");
   expect_invalid("{" GOOD ",\"labels\":{\"bad key\":\"v\"}}", "labels.bad key");
   expect_invalid("{" GOOD ",\"collective_timeout_ms\":99999999}", "collective_timeout_ms");
   /* 2^63 was stored as a negative number and hid the job from every read */
@@ -72,6 +73,77 @@ static void each_bad_field_is_named(void **state) {
       "}");
   assert_int_equal(kolo_server_job_validate_spec(edge, err, sizeof err), KOLO_OK);
   protobuf_c_message_free_unpacked(&edge->base, NULL);
+}
+
+static void expect_valid(const char *text) {
+  char err[256] = "";
+  Kolo__V1__JobSpec *spec = spec_from(text);
+  if (kolo_server_job_validate_spec(spec, err, sizeof err) != KOLO_OK)
+    fail_msg("%s: %s", text, err);
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+}
+
+/* The training mode's parameters (issue 26): each checked against the modes that use it,
+ * with its range, at submit; an exec job's env cannot set KOLO_MODE* itself. */
+#define X(more) "{\"name\":\"n\",\"min_workers\":1,\"exec\":{\"argv\":[\"p\"]}," more "}"
+static void the_modes_parameters_are_checked_naming_the_field_and_the_mode(void **state) {
+  (void)state;
+  expect_valid(
+      X("\"mode\":\"DILOCO\",\"average_every\":50,\"outer_learning_rate\":0.7,"
+        "\"outer_momentum\":0,\"outer_nesterov\":false,\"compression\":\"COMPRESSION_INT8\","
+        "\"fragments\":5"));
+  expect_valid(X("\"mode\":\"ASYNC\",\"average_every\":4,\"max_staleness\":3"));
+  expect_valid(
+      X("\"mode\":\"LOCAL_SGD\",\"average_every\":1,\"compression\":\"COMPRESSION_FP16\""));
+  expect_invalid(X("\"mode\":\"DILOCO\",\"outer_momentum\":1"),
+                 "outer_momentum: must be in [0, 1), got 1");
+  expect_invalid(X("\"mode\":\"DILOCO\",\"outer_learning_rate\":0"),
+                 "outer_learning_rate: must be in (0, 100], got 0");
+  expect_invalid(X("\"mode\":\"DILOCO\",\"average_every\":4,\"fragments\":5"),
+                 "fragments: must be in [1, 4]");
+  expect_invalid(X("\"mode\":\"ASYNC\",\"outer_momentum\":0.5"),
+                 "outer_momentum: only for mode DILOCO (mode is ASYNC)");
+  expect_invalid(
+      X("\"mode\":\"LOCAL_SGD\",\"outer_learning_rate\":0.5"),
+      "outer_learning_rate: only for mode DILOCO (mode is LOCAL_SGD; LOCAL_SGD is DILOCO");
+  expect_invalid(X("\"mode\":\"DILOCO\",\"max_staleness\":2"),
+                 "max_staleness: only for mode ASYNC (mode is DILOCO)");
+  expect_invalid(X("\"max_staleness\":2"), "max_staleness: only for mode ASYNC (mode is SYNC)");
+  expect_invalid(X("\"mode\":\"ASYNC\",\"compression\":\"COMPRESSION_FP16\""),
+                 "compression: only for modes LOCAL_SGD and DILOCO (mode is ASYNC)");
+  expect_invalid(X("\"fragments\":2"), "fragments: only for modes LOCAL_SGD and DILOCO");
+  expect_invalid(X("\"average_every\":4"),
+                 "average_every: only for modes ASYNC, LOCAL_SGD and DILOCO");
+  expect_invalid(X("\"mode\":\"ASYNC\",\"max_staleness\":1001"),
+                 "max_staleness: must be in [1, 1000]");
+  expect_invalid(
+      "{\"name\":\"n\",\"min_workers\":1,\"exec\":{\"argv\":[\"p\"],\"env\":{\"KOLO_MODE\":"
+      "\"ASYNC\"}}}",
+      "exec.env.KOLO_MODE: set by kolo");
+}
+
+/* A builtin job's mode reaches kolo-train as flags (only where a value differs from the
+ * mode's default, except --mode and --average-every); kolo-train's parser judges them. */
+static void a_builtin_jobs_mode_becomes_kolo_train_flags(void **state) {
+  (void)state;
+  expect_valid("{" GOOD ",\"mode\":\"ASYNC\",\"average_every\":4}");
+  kolo_mode_spec mode;
+  kolo_job_mode_flag flags[KOLO_JOB_MODE_MAX_FLAGS];
+  Kolo__V1__JobSpec *spec =
+      spec_from(X("\"mode\":\"DILOCO\",\"average_every\":40,\"outer_momentum\":0,"
+                  "\"outer_nesterov\":false,\"compression\":\"COMPRESSION_INT8\""));
+  assert_int_equal(kolo_job_mode_spec(spec, &mode, NULL, 0), KOLO_OK);
+  size_t n = kolo_job_mode_train_flags(&mode, flags);
+  const char *want[] = {"--mode=diloco", "--average-every=40", "--outer-momentum=0", "--nesterov=0",
+                        "--compression=int8"};
+  assert_int_equal(n, 5);
+  for (size_t i = 0; i < n; i++) assert_string_equal(flags[i].flag, want[i]);
+  assert_string_equal(flags[2].field, "outer_momentum");
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
+  spec = spec_from(X("\"mode\":\"SYNC\""));
+  assert_int_equal(kolo_job_mode_spec(spec, &mode, NULL, 0), KOLO_OK);
+  assert_int_equal(kolo_job_mode_train_flags(&mode, flags), 0);
+  protobuf_c_message_free_unpacked(&spec->base, NULL);
 }
 
 /* What kolo-train's own parser refuses is refused at submit, naming the spec field
@@ -219,6 +291,8 @@ int main(void) {
       cmocka_unit_test(a_minimal_builtin_spec_is_valid),
       cmocka_unit_test(each_bad_field_is_named),
       cmocka_unit_test(builtin_arguments_are_checked_by_kolo_trains_parser),
+      cmocka_unit_test(the_modes_parameters_are_checked_naming_the_field_and_the_mode),
+      cmocka_unit_test(a_builtin_jobs_mode_becomes_kolo_train_flags),
       cmocka_unit_test(specs_differing_only_in_map_order_are_equal_once_normalized),
       cmocka_unit_test(the_phase_machine_allows_only_forward_moves),
       cmocka_unit_test(cancelling_a_pending_job_records_an_event_and_a_second_cancel_is_refused),

@@ -39,6 +39,7 @@
 #include "worker/agent/capture.h"
 #include "worker/agent/logserver.h"
 #include "worker/agent/logstore.h"
+#include "worker/agent/mode_check.h"
 #include "worker/agent/health.h"
 #include "worker/agent/port.h"
 #include "worker/agent/process.h"
@@ -78,7 +79,9 @@ typedef struct agent {
   int64_t formed_epoch, failed_epoch, exit_epoch;
   int failed_rank, exited, exit_code;
   char failed_status[64];
-  Kolo__V1__Struct *progress; /* the process's REPORTs, merged (coordination/report.h) */
+  Kolo__V1__Struct *progress;       /* the process's REPORTs, merged (coordination/report.h) */
+  kolo_agent_mode_check mode_check; /* does the process run the job's mode (mode_check.h) */
+  char permanent_error[KOLO_AGENT_MODE_REASON]; /* "" = none: the job fails at once with it */
   int report_dirty;
   int64_t report_written_ms;
   int draining;
@@ -250,7 +253,8 @@ static void write_report(agent *a) {
                    .time_unix_ms = wall_ms(),
                    .pid = kolo_agent_proc_pid(a->proc),
                    .progress = a->progress,
-                   .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL};
+                   .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL,
+                   .permanent_error = a->permanent_error[0] ? a->permanent_error : NULL};
   char *text = NULL;
   if (kolo_report_encode(&r, &text) != KOLO_OK) {
     KOLO_LOGW(LOG, "no report for job '%s': %s", a->job, kolo_etcd_last_error());
@@ -268,6 +272,17 @@ static void write_report(agent *a) {
   a->hs.reports_written++;
   a->report_dirty = 0;
   a->report_written_ms = mono_ms();
+}
+
+/* The process failed the mode check: the report says so at once (the job fails without
+ * re-forming) and the process is stopped. */
+static void mode_failed(agent *a) {
+  snprintf(a->permanent_error, sizeof a->permanent_error, "%s", a->mode_check.failure);
+  KOLO_LOGE(LOG, "job %s: %s", a->job, a->permanent_error);
+  write_report(a);
+  if (a->proc)
+    kolo_agent_proc_stop(a->proc, "the job's training mode was not acknowledged",
+                         a->opts->stop_grace_ms);
 }
 
 static void on_msg(const kolo_agent_msg *msg, void *user) {
@@ -308,6 +323,10 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
     default:
       break; /* the codec lets only process -> agent verbs through */
   }
+  double step = 0;
+  int has_step = msg->verb == KOLO_AGENT_REPORT && a->progress != NULL &&
+                 kolo_codec_struct_number(a->progress, "step", &step);
+  if (kolo_agent_mode_check_msg(&a->mode_check, msg, has_step)) mode_failed(a);
 }
 
 /* Holds the data-plane port (port.h). At start a failure is logged (every job of
@@ -463,9 +482,12 @@ static int push_builtin_argv(agent *a, strv *argv, const Kolo__V1__BuiltinProgra
   if (builtin->epochs > 0) bad |= strv_push(argv, format("--epochs=%u", builtin->epochs));
   if (builtin->steps > 0) bad |= strv_push(argv, format("--steps=%" PRIu64, builtin->steps));
   if (builtin->batch_size > 0) bad |= strv_push(argv, format("--batch=%u", builtin->batch_size));
-  if (spec->mode == KOLO__V1__MODE__ASYNC) bad |= strv_push(argv, strdup("--mode=async"));
-  if (spec->average_every > 0)
-    bad |= strv_push(argv, format("--average-every=%u", spec->average_every));
+  kolo_mode_spec mode; /* the same flags as kolo-server checked (coordination/job_mode.h) */
+  kolo_job_mode_flag flags[KOLO_JOB_MODE_MAX_FLAGS];
+  size_t n_flags = kolo_job_mode_spec(spec, &mode, NULL, 0) == KOLO_OK
+                       ? kolo_job_mode_train_flags(&mode, flags)
+                       : 0;
+  for (size_t i = 0; i < n_flags; i++) bad |= strv_push(argv, strdup(flags[i].flag));
   const char *checkpoints = spec->checkpoint_dir;
   if (checkpoints && checkpoints[0])
     bad |= strv_push(argv, format("--checkpoint-dir=%s", checkpoints));
@@ -487,6 +509,7 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   char *line = ring_line_for(a, ring, &rank, &size);
   int64_t epoch = ring->epoch;
   const char *cwd = NULL;
+  a->permanent_error[0] = '\0'; /* a new process: nothing judged yet */
   if (spec == NULL || line == NULL) goto out;
   int bad = 0, user_timeout = 0, user_unbuffered = 0;
   if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_EXEC && spec->exec) {
@@ -513,10 +536,13 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   char why[256] = "";
   if (kolo_job_mode_spec(spec, &mode, why, sizeof why) != KOLO_OK ||
       kolo_mode_env_format(&mode, &mode_env) != KOLO_OK) {
-    KOLO_LOGE(LOG, "job %s: its mode cannot be run: %s", job, why);
+    snprintf(a->permanent_error, sizeof a->permanent_error, "the job's mode cannot be run: %s",
+             why);
+    KOLO_LOGE(LOG, "job %s: %s", job, a->permanent_error);
     goto out;
   }
   for (int i = 0; i < KOLO_MODE_ENV_COUNT; i++) bad |= strv_push(&env, strdup(mode_env.entries[i]));
+  kolo_agent_mode_check_start(&a->mode_check, mode.mode);
   bad |= strv_push(&env, format("KOLO_JOB_ID=%s", job));
   bad |= strv_push(&env, format("KOLO_WORKER_ID=%s", a->id));
   bad |= strv_push(&env, format("KOLO_RANK=%d", rank));
@@ -685,6 +711,10 @@ static void reap(agent *a) {
   a->proc = NULL;
   kolo_agent_capture_end(a->capture, CAPTURE_DRAIN_MS, a->stderr_tail, sizeof a->stderr_tail);
   if (code == 0) a->stderr_tail[0] = '\0';
+  if (kolo_agent_mode_check_exit(&a->mode_check, code)) {
+    snprintf(a->permanent_error, sizeof a->permanent_error, "%s", a->mode_check.failure);
+    KOLO_LOGE(LOG, "job %s: %s", a->job, a->permanent_error);
+  }
   a->exited = 1;
   a->exit_code = code;
   a->exit_epoch = a->epoch;
