@@ -75,6 +75,8 @@ typedef struct agent {
   /* the report */
   int64_t formed_epoch, failed_epoch, exit_epoch;
   int failed_rank, exited, exit_code;
+  int hello;           /* the process said HELLO */
+  char permanent[256]; /* why its failure is permanent (scheduler/decide.h); "" = not known */
   char failed_status[64];
   Kolo__V1__Struct *progress; /* the process's REPORTs, merged (coordination/report.h) */
   int report_dirty;
@@ -248,7 +250,9 @@ static void write_report(agent *a) {
                    .time_unix_ms = wall_ms(),
                    .pid = kolo_agent_proc_pid(a->proc),
                    .progress = a->progress,
-                   .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL};
+                   .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL,
+                   .hello = a->hello,
+                   .permanent = a->permanent[0] ? a->permanent : NULL};
   char *text = NULL;
   if (kolo_report_encode(&r, &text) != KOLO_OK) {
     KOLO_LOGW(LOG, "no report for job '%s': %s", a->job, kolo_etcd_last_error());
@@ -275,6 +279,10 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
       KOLO_LOGI(LOG, "process %lld says HELLO (agent protocol version %d)",
                 (long long)msg->hello.pid, msg->hello.version);
       a->sent_epoch = 0; /* (re)send the current ring */
+      if (!a->hello) {
+        a->hello = 1;
+        a->report_dirty = 1; /* the scheduler judges an early exit by it */
+      }
       break;
     case KOLO_AGENT_FORMED:
       a->formed_epoch = (int64_t)msg->formed.epoch;
@@ -541,6 +549,8 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   a->failed_rank = -1;
   a->failed_status[0] = '\0';
   a->exited = a->exit_code = 0;
+  a->hello = 0;
+  a->permanent[0] = '\0';
   if (a->progress) protobuf_c_message_free_unpacked(&a->progress->base, NULL);
   a->progress = NULL;
   write_report(a);
@@ -665,6 +675,8 @@ static void reap(agent *a) {
   KOLO_LOGI(LOG, "process of job %s exited with code %d", a->job, code);
   if (code != 0 && a->leave != 1) a->hs.processes_failed++; /* a leaver stops as asked */
   a->leave = 0;
+  a->hello = kolo_agent_proc_said_hello(a->proc);
+  snprintf(a->permanent, sizeof a->permanent, "%s", kolo_agent_proc_start_error(a->proc));
   kolo_agent_proc_destroy(a->proc);
   a->proc = NULL;
   kolo_agent_capture_end(a->capture, CAPTURE_DRAIN_MS, a->stderr_tail, sizeof a->stderr_tail);
