@@ -76,7 +76,7 @@ def fields(data: bytes):
 def event(data: bytes) -> dict:
     """tensorflow.Event: 1 wall_time (double), 2 step, 3 file_version, 5 summary; Summary:
     1 value; Summary.Value: 1 tag, 2 simple_value (float)."""
-    out = {"scalars": {}}
+    out = {"scalars": {}, "step": 0}  # proto3: a zero step is not written
     for number, value in fields(data):
         if number == 1:
             out["wall_time"] = struct.unpack("<d", value)[0]
