@@ -254,7 +254,12 @@ static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *
   }
   size_t formed = count_formed(job);
   if (job->phase == KOLO__V1__PHASE__RECONFIGURING) {
-    if (formed == n && n > 0) d->action = KOLO_SCHED_FORMED;
+    if (formed == n && n > 0) {
+      d->action = KOLO_SCHED_FORMED;
+      size_t fresh = 0;
+      for (size_t i = 0; i < n; i++) fresh += job->members[i].report.started_epoch == job->epoch;
+      d->restarted = job->epoch > 1 && fresh == n;
+    }
     return;
   }
   /* RUNNING; never move a ring that has not formed yet (its processes would
@@ -419,7 +424,7 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
     case KOLO_SCHED_LOST_HOLD:
       fprintf(out, "lost ");
       print_lost(out, job, d);
-      fprintf(out, "; %zu workers left, below min_workers %u: waiting for workers", survivors,
+      fprintf(out, "; below min_workers: waiting for workers: have %zu, need %u", survivors,
               job->min_workers);
       break;
     case KOLO_SCHED_DRAIN_REFORM:
@@ -429,7 +434,7 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
       break;
     case KOLO_SCHED_DRAIN_HOLD:
       print_left(out, job, d);
-      fprintf(out, " left (drained); %zu workers left, below min_workers %u: waiting for workers",
+      fprintf(out, " left (drained); below min_workers: waiting for workers: have %zu, need %u",
               survivors, job->min_workers);
       break;
     case KOLO_SCHED_STALLED_REFORM:
@@ -450,6 +455,10 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
       break;
     case KOLO_SCHED_FORMED:
       fprintf(out, "every member formed epoch %" PRId64 " (%zu workers)", job->epoch, n);
+      if (d->restarted)
+        fprintf(out, "; restarted from the beginning: no process of the earlier ring survived "
+                     "(a program that does not use kolo.elastic exits when a worker is lost, and "
+                     "the job starts it again)");
       break;
     case KOLO_SCHED_SHRINK:
       fprintf(out, "max_workers is %u: leaving %zu workers", job->max_workers, n - d->keep);

@@ -84,13 +84,23 @@ static void below_min_workers_the_job_waits_then_resumes_with_a_new_worker(void 
   assert_int_equal(status_int(job, "epoch"), 1);
   json_t *lost = cluster_event(job, "WORKER_LOST", 1);
   assert_non_null(lost);
-  assert_non_null(
-      strstr(json_string_value(json_object_get(lost, "message")), "waiting for workers"));
+  assert_non_null(strstr(json_string_value(json_object_get(lost, "message")),
+                         "waiting for workers: have 1, need 2"));
+  /* #29: the waiting state is in the status over HTTP (kolo get, watch and the dashboard
+   * show it as "waiting for workers: have 1, need 2 (since 3 s)") */
+  json_t *waiting = json_object_get(json_object_get(job, "status"), "waiting");
+  assert_non_null(waiting);
+  assert_int_equal(json_integer_value(json_object_get(waiting, "have")), 1);
+  assert_int_equal(json_integer_value(json_object_get(waiting, "need")), 2);
+  json_int_t since = json_integer_value(json_object_get(waiting, "since_unix_ms"));
+  printf("waiting since %lld ms ago\n", (long long)(time(NULL) * 1000LL - since));
+  assert_true(since > 0 && since <= time(NULL) * 1000LL - 2500);
   json_decref(job);
   assert_int_equal(cluster_start_worker(c, 3), 0);
   job = cluster_wait_phase(c, "wait", "RUNNING", 2, 20000);
   assert_int_equal(status_int(job, "epoch"), 2);
   assert_int_equal(member_count(job), 2);
+  assert_null(json_object_get(json_object_get(job, "status"), "waiting"));
   assert_non_null(cluster_event(job, "RESUMING", 2));
   json_decref(job);
   job = cluster_wait_phase(c, "wait", "SUCCEEDED", 2, 30000);

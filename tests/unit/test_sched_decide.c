@@ -196,7 +196,7 @@ static void a_drain_below_min_workers_holds_the_others(void **state) {
   assert_string_equal(kolo_sched_event_type(f->d.action), "WORKER_DRAINED");
   char *text = message(f);
   assert_string_equal(
-      text, "w1 left (drained); 1 workers left, below min_workers 2: waiting for workers");
+      text, "w1 left (drained); below min_workers: waiting for workers: have 1, need 2");
   free(text);
 }
 
@@ -294,7 +294,7 @@ static void a_loss_below_min_workers_holds_the_survivors(void **state) {
   char *text = message(f);
   assert_string_equal(
       text,
-      "lost w1 (its lease expired); 1 workers left, below min_workers 2: waiting for workers");
+      "lost w1 (its lease expired); below min_workers: waiting for workers: have 1, need 2");
   free(text);
 }
 
@@ -659,6 +659,27 @@ static void a_real_loss_wins_over_a_stall(void **state) {
   assert_int_equal(f->d.n_lost, 1);
 }
 
+/* #29: a re-formed ring where every process is new (none survived: a program without
+ * kolo.elastic exits when its ring fails) says the job restarted from the beginning. */
+static void a_ring_of_new_processes_only_says_it_restarted_from_the_beginning(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->view.phase = KOLO__V1__PHASE__RECONFIGURING;
+  for (size_t i = 0; i < 2; i++) f->members[i].report.started_epoch = 3;
+  assert_int_equal(decide(f), KOLO_SCHED_FORMED);
+  char *text = message(f);
+  assert_string_equal(text,
+                      "every member formed epoch 3 (2 workers); restarted from the beginning: no "
+                      "process of the earlier ring survived (a program that does not use "
+                      "kolo.elastic exits when a worker is lost, and the job starts it again)");
+  free(text);
+  f->members[0].report.started_epoch = 1; /* a survivor: an elastic re-form */
+  assert_int_equal(decide(f), KOLO_SCHED_FORMED);
+  text = message(f);
+  assert_string_equal(text, "every member formed epoch 3 (2 workers)");
+  free(text);
+}
+
 static void a_ring_above_max_workers_shrinks_to_its_lowest_ranks(void **state) {
   fixture *f = *state;
   healthy(f, 4);
@@ -766,6 +787,7 @@ int main(void) {
       T(a_loss_with_idle_workers_takes_them),
       T(a_loss_past_max_reconfigurations_fails_naming_everyone_lost),
       T(a_program_that_cannot_be_executed_fails_the_job_at_once),
+      T(a_ring_of_new_processes_only_says_it_restarted_from_the_beginning),
       T(an_exit_before_hello_fails_the_job_at_once),
       T(the_same_early_failure_on_every_rank_fails_the_job),
       T(a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none),
