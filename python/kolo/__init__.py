@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import pkgutil
-from typing import Any
+from typing import Any, Callable, Dict, List
 
 # kolo.v1 (protoc's Python stubs of proto/kolo/v1) may live in another sys.path entry
 __path__ = pkgutil.extend_path(__path__, __name__)  # noqa: F821
@@ -90,10 +90,16 @@ def is_homogeneous() -> bool:
     return RUNTIME.size() % max(RUNTIME.local_size(), 1) == 0
 
 
+# functions returning more REPORT keys (kolo.torch.modes registers its statistics)
+REPORT_EXTRAS: List[Callable[[], Dict[str, Any]]] = []
+
+
 def report(**progress: Any) -> None:
     """Sends progress (step, total_steps, loss, accuracy, samples_per_sec, ...)
     to the kolo agent, which shows it in the job's status; no-op outside a job."""
     RUNTIME.require()
+    for extra in REPORT_EXTRAS:  # e.g. kolo.torch.modes: rounds, bytes_sent, staleness, ...
+        progress = dict(extra(), **progress)
     RUNTIME.report(json.dumps(progress, separators=(",", ":"), allow_nan=False))
 
 
