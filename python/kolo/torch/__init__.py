@@ -25,7 +25,7 @@ from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, a
                   grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, join, poll,
                   reducescatter, reducescatter_async, synchronize)
 from .optimizer import DistributedOptimizer  # noqa: F401
-from .modes import BoundedAsync, DiLoCo, LocalSGD, Rounds  # noqa: F401
+from .modes import BoundedAsync, DiLoCo, LocalSGD, Rounds, join  # noqa: F401,F811 (join: ends a mode's rounds too)
 from . import elastic  # noqa: E402,F401
 
 # horovod's name for a failed collective

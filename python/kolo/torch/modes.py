@@ -30,6 +30,7 @@ import torch
 from .. import REPORT_EXTRAS, mode as _mode
 from .._runtime import RUNTIME
 from ._reduce import Reduction
+from .ops import join as _ops_join
 
 PACES = ("fastest", "fixed")
 SLACK = 0.05  # pace="fastest": a round may last this much longer than the fastest rank's H steps
@@ -410,4 +411,16 @@ class BoundedAsync(Rounds):
                          pace, slack)
 
 
-__all__ = ["Rounds", "LocalSGD", "DiLoCo", "BoundedAsync", "PACES", "active_reports"]
+__all__ = ["Rounds", "LocalSGD", "DiLoCo", "BoundedAsync", "PACES", "active_reports", "join"]
+
+
+def join(device: int = -1) -> int:
+    """horovod's join (kolo.torch.ops.join: this rank has no more batches; it
+    takes part with zeros in the others' all-reduces until every rank joined),
+    which in a non-SYNC mode first ends the rounds (Rounds.join: the last
+    steps averaged in, the same parameters on every rank). Returns the last
+    rank to join."""
+    for rounds in list(_ACTIVE):
+        if rounds.started:
+            rounds.join()
+    return _ops_join(device)
