@@ -94,6 +94,38 @@ def _parse_np(np: Any) -> Tuple[int, int]:
     raise TypeError("np must be an int or a (min_np, max_np) pair, not %r" % (np,))
 
 
+# the job spec's mode parameters (proto/kolo/v1/job.proto JobSpec) and their Python types
+MODE_PARAMS = {"average_every": int, "max_staleness": int, "outer_learning_rate": float, "outer_momentum": float,
+               "outer_nesterov": bool, "compression": str, "fragments": int}
+MODES = ("SYNC", "ASYNC", "LOCAL_SGD", "DILOCO")
+
+
+def _parse_mode(mode: Optional[str], params: Dict[str, Any]) -> Dict[str, Any]:
+    """The job spec's mode fields; ranges and which mode uses which parameter are
+    the service's to check (at submit, naming the field)."""
+    unknown = sorted(set(params) - set(MODE_PARAMS))
+    if unknown:
+        raise TypeError("Runner() got unknown argument(s) %s (mode parameters: %s)"
+                        % (", ".join(unknown), ", ".join(MODE_PARAMS)))
+    if mode is None:
+        if params:
+            raise ValueError("Runner(): %s given without a mode" % ", ".join(sorted(params)))
+        return {}
+    if not isinstance(mode, str) or mode.strip().upper().replace("-", "_") not in MODES:
+        raise ValueError("Runner(): mode must be one of %s, not %r" % (", ".join(MODES), mode))
+    out: Dict[str, Any] = {"mode": mode.strip().upper().replace("-", "_")}
+    for name, value in params.items():
+        if value is None:
+            continue
+        kind = MODE_PARAMS[name]
+        if kind is bool and not isinstance(value, bool) or kind is int and (isinstance(value, bool) or
+                                                                               not isinstance(value, int)) \
+                or kind is float and not isinstance(value, (int, float)) or kind is str and not isinstance(value, str):
+            raise TypeError("Runner(): %s must be %s, not %r" % (name, kind.__name__, value))
+        out[name] = value.upper() if kind is str else value
+    return out
+
+
 def _by_value(fn: Callable[..., Any]) -> None:
     """Ships fn's own module by value unless the workers can import it too (the
     standard library or an installed package): a notebook's or a test's functions."""
@@ -142,13 +174,21 @@ class Runner:
     processes; python: the interpreter on the workers; max_reconfigurations: of the
     job (0 = kolo's default); timeout: seconds for the whole run (None = no limit;
     the job is cancelled past it); stream: where rank 0's output goes (sys.stdout).
+
+    mode: the job's training mode, SYNC (default), ASYNC, LOCAL_SGD or DILOCO, with its
+    parameters named as in the job spec (average_every: steps between syncs, H;
+    max_staleness; outer_learning_rate, outer_momentum, outer_nesterov; compression:
+    none, fp16 or int8; fragments). kolo.torch's DistributedOptimizer in fn then trains
+    in that mode (docs/PYTHON.md); the service checks the values at submit.
     """
 
     def __init__(self, np: Union[int, Sequence[int]] = 1, server: Optional[str] = None, token: Optional[str] = None,
                  tls: Union[None, bool, str] = None, name: str = "kolo-runner", env: Optional[Mapping[str, str]] = None,
                  python: str = "/usr/bin/python3", max_reconfigurations: int = 0, timeout: Optional[float] = None,
-                 stream: Optional[TextIO] = None, labels: Optional[Mapping[str, str]] = None):
+                 stream: Optional[TextIO] = None, labels: Optional[Mapping[str, str]] = None,
+                 mode: Optional[str] = None, **mode_params: Any):
         self.min_np, self.max_np = _parse_np(np)
+        self.mode = _parse_mode(mode, mode_params)
         if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise TypeError("env must map strings to strings")
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
@@ -230,7 +270,7 @@ class Runner:
         env.update(KOLO_RUNNER_PARTS=str(len(parts)), KOLO_RUNNER_NONCE=nonce)
         return {"name": self.name, "id": "run-" + nonce, "min_workers": self.min_np, "max_workers": self.max_np,
                 "max_reconfigurations": self.max_reconfigurations, "labels": self.labels,
-                "exec": {"argv": [self.python, "-m", "kolo._runner_main"], "env": env}}
+                "exec": {"argv": [self.python, "-m", "kolo._runner_main"], "env": env}, **self.mode}
 
     def _run_cluster(self, payload: bytes) -> Any:
         from . import client as kc

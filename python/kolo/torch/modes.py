@@ -269,8 +269,10 @@ class Rounds:
             new = frag.start
         else:
             new = result
-        # new + the local progress since submission (exactly new when there was none)
-        _write(frag.params, new + (_flat(frag.params) - pending.snapshot))
+        if frag.pending or frag.steps_since:  # new + the local progress made since submission
+            _write(frag.params, new + (_flat(frag.params) - pending.snapshot))
+        else:  # no step since the last submission: exactly new (the same bits on every rank)
+            _write(frag.params, new)
         correction = new - pending.snapshot
         for later in frag.pending:  # they were taken before this correction
             later.snapshot += correction
@@ -333,20 +335,25 @@ class Rounds:
         self.last_exit = None
 
     def broadcast(self, root_rank: int = 0) -> None:
-        """Takes root_rank's state (after a ring change)."""
+        """Takes root_rank's state (after a ring change; a newcomer that has not
+        stepped yet receives the round start and momentum too)."""
         from ..objects import broadcast_object
         from .ops import broadcast_
         self.abandon()
         state = self.state_dict()
         tensors = {"start": state.pop("start"), "momentum": state.pop("momentum")}
+        state["present"] = {key: [v is not None for v in values] for key, values in tensors.items()}
         state = broadcast_object(state, root_rank, name="kolo.rounds.state")
         for key, values in tensors.items():
-            for i, value in enumerate(values):
-                if value is not None:
-                    broadcast_(value, root_rank, name="kolo.rounds.%s.%d" % (key, i))
+            for i, frag in enumerate(self.frags):
+                if not state["present"][key][i]:
+                    values[i] = None
+                    continue
+                if values[i] is None:
+                    values[i] = torch.zeros(sum(p.numel() for p in frag.params), dtype=torch.float32)
+                broadcast_(values[i], root_rank, name="kolo.rounds.%s.%d" % (key, i))
+        del state["present"]
         state.update(tensors)
-        if state["started"] and any(v is None for v in state["start"]) and self.outer:
-            raise RuntimeError("kolo: rank %d holds no round start to broadcast" % root_rank)
         self.load_state_dict(state)
 
     def abandon(self) -> None:
