@@ -12,7 +12,7 @@ read by libkolo (kolo_mode_from_env) when bench/async/worker.py builds
 hvd.DistributedOptimizer; the worker's code is the same in every mode.
 
 Usage: bench/async/run.py [--rates 100mbit,1gbit] [--repeats 3] [--steps 300]
-                          [--configs SYNC,DDP,...] [--slow] [--ranks 4]
+                          [--configs SYNC,DDP,...] [--slow [--slow-rates 100mbit]] [--ranks 4]
 Needs root (namespaces) and a build (KOLO_BIN_DIR, default build/bin)."""
 import argparse
 import json
@@ -110,7 +110,8 @@ def main():
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--target", type=float, default=0.80)
     parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--slow", action="store_true", help="also run with rank 3 at half speed")
+    parser.add_argument("--slow", action="store_true", help="also run with the last rank at half speed")
+    parser.add_argument("--slow-rates", default="100mbit", help="the rates at which --slow runs")
     parser.add_argument("--ranks", type=int, default=4)
     args = parser.parse_args()
     configs = args.configs.split(",")
@@ -124,7 +125,7 @@ def main():
             return 77
         try:
             base = {}
-            for slow in ([False, True] if args.slow else [False]):
+            for slow in ([False, True] if args.slow and rate in args.slow_rates.split(",") else [False]):
                 rows = {label: [] for label in configs}
                 for repeat in range(args.repeats):
                     for label in configs:  # interleaved

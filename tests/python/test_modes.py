@@ -3,7 +3,6 @@ kolorun, each against its definition replayed in one process
 (workers/modes_check.py), and the mode taken from the job's environment by
 the unchanged Horovod-style DistributedOptimizer."""
 import json
-import os
 import re
 
 import pytest

@@ -23,7 +23,7 @@ until every rank has joined, and all end with the same parameters."""
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
