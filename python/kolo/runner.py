@@ -36,7 +36,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, TextIO, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
 import cloudpickle
 
@@ -122,8 +122,35 @@ def _parse_mode(mode: Optional[str], params: Dict[str, Any]) -> Dict[str, Any]:
                                                                                not isinstance(value, int)) \
                 or kind is float and not isinstance(value, (int, float)) or kind is str and not isinstance(value, str):
             raise TypeError("Runner(): %s must be %s, not %r" % (name, kind.__name__, value))
-        out[name] = value.upper() if kind is str else value
+        if name == "compression":  # the spec's enum: COMPRESSION_NONE, _FP16, _INT8
+            if value.strip().lower() not in _COMPRESSIONS:
+                raise ValueError("Runner(): compression must be none, fp16 or int8, not %r" % (value,))
+            value = "COMPRESSION_" + value.strip().upper()
+        out[name] = value
     return out
+
+
+_COMPRESSIONS = ("none", "fp16", "int8")
+# kolorun's options for the spec's mode fields (np=-N runs)
+_KOLORUN_OPTIONS = {"average_every": "--sync-every", "max_staleness": "--max-staleness",
+                    "outer_learning_rate": "--outer-lr", "outer_momentum": "--outer-momentum",
+                    "outer_nesterov": "--nesterov", "compression": "--compression", "fragments": "--fragments"}
+
+
+def _kolorun_mode(mode: Dict[str, Any]) -> List[str]:
+    """The job spec's mode fields as kolorun options."""
+    if not mode:
+        return []
+    argv = ["--mode", mode["mode"]]
+    for name, value in mode.items():
+        if name == "mode":
+            continue
+        if name == "outer_nesterov":
+            value = int(value)
+        elif name == "compression":
+            value = value[len("COMPRESSION_"):].lower()
+        argv += [_KOLORUN_OPTIONS[name], str(value)]
+    return argv
 
 
 def _by_value(fn: Callable[..., Any]) -> None:
@@ -239,6 +266,7 @@ class Runner:
             argv = [_find_kolorun(), "-np", str(n)]
             if self.timeout:
                 argv += ["--timeout", str(int(self.timeout) or 1)]
+            argv += _kolorun_mode(self.mode)
             argv += ["--", self.python, "-m", "kolo._runner_main"]
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             tail = []
