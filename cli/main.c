@@ -38,8 +38,8 @@ static void usage(FILE *out) {
           "         [--model M --dataset D --epochs N --steps N --batch N --lr X --hp K=V ...]\n"
           "         [--exec PROGRAM ARG ...]  [--label K=V ...] [--max-reconfigurations N]\n"
           "         [--collective-timeout-ms N] [--checkpoint-dir DIR] [--average-every N]\n"
-          "         [--workdir DIR]  (relative paths in --exec, --checkpoint-dir and --workdir are\n"
-          "         this folder's: see docs/API.md)\n"
+          "         [--tensorboard-dir DIR] [--workdir DIR]  (relative paths in these and --exec\n"
+          "         are this folder's: see docs/API.md)\n"
           "  get ID                          one job with its events\n"
           "  list [--phase P] [--label K=V ...]\n"
           "  cancel ID [--reason TEXT]\n"
@@ -358,6 +358,11 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
       char *full = absolute(value); /* the submitter's folder, as --exec's paths */
       if (full == NULL) return usage_error("--checkpoint-dir: cannot resolve %s", value);
       kolo_codec_set_string(&spec->checkpoint_dir, full);
+      free(full);
+    } else if (strcmp(flag, "--tensorboard-dir") == 0) {
+      char *full = absolute(value);
+      if (full == NULL) return usage_error("--tensorboard-dir: cannot resolve %s", value);
+      kolo_codec_set_string(&spec->tensorboard_dir, full);
       free(full);
     } else if (strcmp(flag, "--workdir") == 0) {
       workdir = value;

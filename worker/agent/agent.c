@@ -498,7 +498,7 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   int64_t epoch = ring->epoch;
   const char *cwd = NULL;
   if (spec == NULL || line == NULL) goto out;
-  int bad = 0, user_timeout = 0, user_unbuffered = 0, user_checkpoints = 0;
+  int bad = 0, user_timeout = 0, user_unbuffered = 0, user_checkpoints = 0, user_tensorboard = 0;
   if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_EXEC && spec->exec) {
     const Kolo__V1__ExecProgram *exec = spec->exec;
     for (size_t i = 0; i < exec->n_argv; i++)
@@ -509,10 +509,14 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
       if (strcmp(name, "KOLO_TIMEOUT") == 0) user_timeout = 1;
       if (strcmp(name, "PYTHONUNBUFFERED") == 0) user_unbuffered = 1;
       if (strcmp(name, "KOLO_CHECKPOINT_DIR") == 0) user_checkpoints = 1;
+      if (strcmp(name, "KOLO_TENSORBOARD_DIR") == 0) user_tensorboard = 1;
     }
     /* the spec's checkpoint_dir, for kolo.torch's durable checkpoints (exec.env wins) */
     if (!user_checkpoints && spec->checkpoint_dir && spec->checkpoint_dir[0])
       bad |= strv_push(&env, format("KOLO_CHECKPOINT_DIR=%s", spec->checkpoint_dir));
+    /* the spec's tensorboard_dir, for kolo.report's event files (kolo/tensorboard.py) */
+    if (!user_tensorboard && spec->tensorboard_dir && spec->tensorboard_dir[0])
+      bad |= strv_push(&env, format("KOLO_TENSORBOARD_DIR=%s", spec->tensorboard_dir));
     cwd = exec->working_dir;
   } else if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN && spec->builtin) {
     bad |= push_builtin_argv(a, &argv, spec->builtin, spec);
