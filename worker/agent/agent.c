@@ -78,10 +78,14 @@ typedef struct agent {
   /* the report */
   int64_t formed_epoch, failed_epoch, exit_epoch;
   int failed_rank, exited, exit_code;
+  int hello;                              /* the process said HELLO */
+  int64_t first_formed_epoch;             /* the first epoch its process formed (0: none yet) */
+  char permanent[KOLO_AGENT_MODE_REASON]; /* why its failure is permanent (scheduler/decide.h:
+                                           * its start failed, it did not acknowledge its
+                                           * job's mode, ...); "" = not known */
   char failed_status[64];
   Kolo__V1__Struct *progress;       /* the process's REPORTs, merged (coordination/report.h) */
   kolo_agent_mode_check mode_check; /* does the process run the job's mode (mode_check.h) */
-  char permanent_error[KOLO_AGENT_MODE_REASON]; /* "" = none: the job fails at once with it */
   int report_dirty;
   int64_t report_written_ms;
   int draining;
@@ -254,7 +258,9 @@ static void write_report(agent *a) {
                    .pid = kolo_agent_proc_pid(a->proc),
                    .progress = a->progress,
                    .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL,
-                   .permanent_error = a->permanent_error[0] ? a->permanent_error : NULL};
+                   .hello = a->hello,
+                   .first_formed_epoch = a->first_formed_epoch,
+                   .permanent = a->permanent[0] ? a->permanent : NULL};
   char *text = NULL;
   if (kolo_report_encode(&r, &text) != KOLO_OK) {
     KOLO_LOGW(LOG, "no report for job '%s': %s", a->job, kolo_etcd_last_error());
@@ -277,8 +283,8 @@ static void write_report(agent *a) {
 /* The process failed the mode check: the report says so at once (the job fails without
  * re-forming) and the process is stopped. */
 static void mode_failed(agent *a) {
-  snprintf(a->permanent_error, sizeof a->permanent_error, "%s", a->mode_check.failure);
-  KOLO_LOGE(LOG, "job %s: %s", a->job, a->permanent_error);
+  snprintf(a->permanent, sizeof a->permanent, "%s", a->mode_check.failure);
+  KOLO_LOGE(LOG, "job %s: %s", a->job, a->permanent);
   write_report(a);
   if (a->proc)
     kolo_agent_proc_stop(a->proc, "the job's training mode was not acknowledged",
@@ -292,6 +298,10 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
       KOLO_LOGI(LOG, "process %lld says HELLO (agent protocol version %d)",
                 (long long)msg->hello.pid, msg->hello.version);
       a->sent_epoch = 0; /* (re)send the current ring */
+      if (!a->hello) {
+        a->hello = 1;
+        a->report_dirty = 1; /* the scheduler judges an early exit by it */
+      }
       break;
     case KOLO_AGENT_MODE:
       KOLO_LOGI(LOG, "process of job %s acknowledges mode %s", a->job,
@@ -299,6 +309,7 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
       break;
     case KOLO_AGENT_FORMED:
       a->formed_epoch = (int64_t)msg->formed.epoch;
+      if (a->first_formed_epoch == 0) a->first_formed_epoch = a->formed_epoch;
       KOLO_LOGI(LOG, "ring of epoch %lld formed", (long long)a->formed_epoch);
       write_report(a);
       break;
@@ -509,9 +520,9 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   char *line = ring_line_for(a, ring, &rank, &size);
   int64_t epoch = ring->epoch;
   const char *cwd = NULL;
-  a->permanent_error[0] = '\0'; /* a new process: nothing judged yet */
+  a->permanent[0] = '\0'; /* a new process: nothing judged yet */
   if (spec == NULL || line == NULL) goto out;
-  int bad = 0, user_timeout = 0, user_unbuffered = 0;
+  int bad = 0, user_timeout = 0, user_unbuffered = 0, user_checkpoints = 0, user_tensorboard = 0;
   if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_EXEC && spec->exec) {
     const Kolo__V1__ExecProgram *exec = spec->exec;
     for (size_t i = 0; i < exec->n_argv; i++)
@@ -521,7 +532,15 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
       bad |= strv_push(&env, format("%s=%s", name, exec->env[i]->value ?: ""));
       if (strcmp(name, "KOLO_TIMEOUT") == 0) user_timeout = 1;
       if (strcmp(name, "PYTHONUNBUFFERED") == 0) user_unbuffered = 1;
+      if (strcmp(name, "KOLO_CHECKPOINT_DIR") == 0) user_checkpoints = 1;
+      if (strcmp(name, "KOLO_TENSORBOARD_DIR") == 0) user_tensorboard = 1;
     }
+    /* the spec's checkpoint_dir, for kolo.torch's durable checkpoints (exec.env wins) */
+    if (!user_checkpoints && spec->checkpoint_dir && spec->checkpoint_dir[0])
+      bad |= strv_push(&env, format("KOLO_CHECKPOINT_DIR=%s", spec->checkpoint_dir));
+    /* the spec's tensorboard_dir, for kolo.report's event files (kolo/tensorboard.py) */
+    if (!user_tensorboard && spec->tensorboard_dir && spec->tensorboard_dir[0])
+      bad |= strv_push(&env, format("KOLO_TENSORBOARD_DIR=%s", spec->tensorboard_dir));
     cwd = exec->working_dir;
   } else if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN && spec->builtin) {
     bad |= push_builtin_argv(a, &argv, spec->builtin, spec);
@@ -536,9 +555,8 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   char why[256] = "";
   if (kolo_job_mode_spec(spec, &mode, why, sizeof why) != KOLO_OK ||
       kolo_mode_env_format(&mode, &mode_env) != KOLO_OK) {
-    snprintf(a->permanent_error, sizeof a->permanent_error, "the job's mode cannot be run: %s",
-             why);
-    KOLO_LOGE(LOG, "job %s: %s", job, a->permanent_error);
+    snprintf(a->permanent, sizeof a->permanent, "the job's mode cannot be run: %s", why);
+    KOLO_LOGE(LOG, "job %s: %s", job, a->permanent);
     goto out;
   }
   for (int i = 0; i < KOLO_MODE_ENV_COUNT; i++) bad |= strv_push(&env, strdup(mode_env.entries[i]));
@@ -583,6 +601,9 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   a->failed_rank = -1;
   a->failed_status[0] = '\0';
   a->exited = a->exit_code = 0;
+  a->hello = 0;
+  a->permanent[0] = '\0';
+  a->first_formed_epoch = 0;
   if (a->progress) protobuf_c_message_free_unpacked(&a->progress->base, NULL);
   a->progress = NULL;
   write_report(a);
@@ -707,13 +728,17 @@ static void reap(agent *a) {
   KOLO_LOGI(LOG, "process of job %s exited with code %d", a->job, code);
   if (code != 0 && a->leave != 1) a->hs.processes_failed++; /* a leaver stops as asked */
   a->leave = 0;
+  a->hello = kolo_agent_proc_said_hello(a->proc);
+  const char *start_error = kolo_agent_proc_start_error(a->proc);
+  if (start_error != NULL && start_error[0]) /* else: keep what the mode check found */
+    snprintf(a->permanent, sizeof a->permanent, "%s", start_error);
   kolo_agent_proc_destroy(a->proc);
   a->proc = NULL;
   kolo_agent_capture_end(a->capture, CAPTURE_DRAIN_MS, a->stderr_tail, sizeof a->stderr_tail);
   if (code == 0) a->stderr_tail[0] = '\0';
   if (kolo_agent_mode_check_exit(&a->mode_check, code)) {
-    snprintf(a->permanent_error, sizeof a->permanent_error, "%s", a->mode_check.failure);
-    KOLO_LOGE(LOG, "job %s: %s", a->job, a->permanent_error);
+    snprintf(a->permanent, sizeof a->permanent, "%s", a->mode_check.failure);
+    KOLO_LOGE(LOG, "job %s: %s", a->job, a->permanent);
   }
   a->exited = 1;
   a->exit_code = code;
