@@ -20,6 +20,9 @@ _DTYPES = {
     np.dtype(np.float16): _core.FLOAT16,
     np.dtype(np.float32): _core.FLOAT32,
     np.dtype(np.float64): _core.FLOAT64,
+    np.dtype(np.int8): _core.INT8,
+    np.dtype(np.int16): _core.INT16,
+    np.dtype(np.bool_): _core.BOOL,
 }
 _NUMPY = {code: dtype for dtype, code in _DTYPES.items()}
 
@@ -34,8 +37,8 @@ def as_array(value: Any, writable: bool = False) -> np.ndarray:
         except TypeError:
             raise TypeError("kolo: expected a numpy array or a buffer, not %s" % type(value).__name__) from None
     if array.dtype not in _DTYPES:
-        raise TypeError("kolo: dtype %s is not supported (uint8, int32, int64, float16, float32, float64)"
-                        % array.dtype)
+        raise TypeError("kolo: dtype %s is not supported (bool, uint8, int8, int16, int32, int64, float16, "
+                        "float32, float64)" % array.dtype)
     if writable and not array.flags.writeable:
         raise ValueError("kolo: an in-place operation needs writable memory")
     return array

@@ -17,8 +17,9 @@ import torch
 
 from .. import _core
 from .._runtime import RUNTIME
+from . import adasum, sparse
 from .compression import Compression, Compressor
-from .ops import Average, Sum, _allreduce_into, _check_tensor
+from .ops import Adasum, Average, Sum, _allreduce_into, _check_tensor
 
 
 def _named(optimizer: torch.optim.Optimizer,
@@ -105,6 +106,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # not computed here this step (a branch this rank did not take):
             # zeros still go in, since other ranks may have computed it
             p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:  # nn.Embedding(sparse=True): Horovod's sparse all-reduce (sparse.py)
+            return sparse.submit_gradient(p.grad, "allreduce." + self._kolo_names[p], self._kolo_op,
+                                          getattr(self, "_kolo_sparse_as_dense", False))
         grad = _check_tensor(p.grad)
         if not grad.is_contiguous():
             grad = p.grad = grad.contiguous()
@@ -129,6 +133,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         try:
             for p, (handle, ctx, compressed) in self._kolo_handles.items():
                 output = handle.wait()
+                if p.grad.is_sparse:
+                    p.grad = output
+                    continue
                 grad = self._kolo_compression.decompress(output, ctx)
                 if grad is not p.grad:
                     p.grad.copy_(grad)
@@ -189,6 +196,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         raise ValueError("kolo: this optimizer is already a DistributedOptimizer")
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise ValueError("kolo: backward_passes_per_step must be a positive int, not %r" % (backward_passes_per_step,))
+    if op == Adasum:  # Horovod's delta optimizer (adasum.py)
+        RUNTIME.require()
+        return adasum.wrap(optimizer, _named(optimizer, named_parameters))
     op = _core.check_op(op)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("kolo: gradient_predivide_factor needs op=Average")
@@ -209,4 +219,5 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     # the wrapped optimizer's own attributes (param_groups, state, defaults, hooks)
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._kolo_setup(names, compression, backward_passes_per_step, op, float(gradient_predivide_factor))
+    wrapped._kolo_sparse_as_dense = bool(sparse_as_dense)
     return wrapped
