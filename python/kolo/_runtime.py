@@ -80,6 +80,10 @@ class Runtime:
             if os.environ.get("KOLO_AGENT_SOCKET") or os.environ.get("KOLO_SIZE"):
                 handle = ctypes.c_void_p()
                 code = lib.kolo_elastic_create(ctypes.byref(handle))
+                # kolorun hands rank 0 its rendezvous socket as an inherited fd, which
+                # forming the ring consumes (closes): an init() after shutdown() listens
+                # on KOLO_RENDEZVOUS itself instead of taking whatever that fd is now
+                os.environ.pop("KOLO_RENDEZVOUS_FD", None)
                 if code != 0:
                     raise_for(code, "kolo.init (joining the ring: see the log line above)")
                 self.elastic = handle.value

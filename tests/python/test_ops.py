@@ -72,3 +72,19 @@ def test_nccl_built_is_the_nccl_version_libkolo_was_built_with_and_zero_without(
         pytest.skip("no readelf")
     result = kolotest.kolorun(1, kolotest.worker("api_parity.py"), timeout=120)
     assert result.values("NCCL_BUILT") == {0: str(_nccl_version_of_the_build())}, result
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_init_after_shutdown_forms_the_ring_again(ranks):
+    if ranks == 1:
+        result = kolotest.run_python(open(kolotest.worker("reinit.py")).read())
+        assert result.returncode == 0 and "OK 3" in result.stdout, result
+    else:
+        result = kolotest.kolorun(ranks, kolotest.worker("reinit.py"), timeout=120)
+        assert result.values("OK") == {r: "3" for r in range(ranks)}, result
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_sync_batch_norm_normalises_by_the_global_batch_as_batch_norm_on_all_of_it(ranks):
+    result = kolotest.kolorun(ranks, kolotest.worker("syncbn_check.py"), timeout=120)
+    assert len(result.values("OK")) == ranks, result

@@ -28,6 +28,7 @@ from .grouped import (grouped_allgather, grouped_allgather_async, grouped_reduce
                       grouped_reducescatter_async)
 from .optimizer import DistributedOptimizer  # noqa: F401
 from .sparse import sparse_allreduce_async  # noqa: F401
+from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 from . import elastic  # noqa: E402,F401
 
 from .basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,  # noqa: F401,E402
@@ -52,7 +53,7 @@ __all__ = [
     "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join", "synchronize", "poll", "global_process_set",
     "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "Compressor",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "elastic",
+    "DistributedOptimizer", "SyncBatchNorm", "elastic",
     "KoloError", "HorovodInternalError", "HostsUpdatedInterrupt", "DuplicateNameError", "ArgumentError", "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
     "MismatchError", "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError",
 ]
