@@ -108,7 +108,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse:  # nn.Embedding(sparse=True): Horovod's sparse all-reduce (sparse.py)
             return sparse.submit_gradient(p.grad, "allreduce." + self._kolo_names[p], self._kolo_op,
-                                          getattr(self, "_kolo_sparse_as_dense", False))
+                                          getattr(self, "_kolo_sparse_as_dense", False), self._kolo_compression)
         grad = _check_tensor(p.grad)
         if not grad.is_contiguous():
             grad = p.grad = grad.contiguous()

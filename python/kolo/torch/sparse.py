@@ -13,6 +13,7 @@ import torch
 from .. import _core
 from .._core import Handle
 from .._runtime import RUNTIME
+from .compression import Compression
 from .ops import Average, Sum, _allreduce_into, _check_process_set, allgather_async
 
 
@@ -47,13 +48,16 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: Optional[str] = None, op:
     return Handle(indices.requests + values.requests, finish, "sparse_allreduce %s" % base)
 
 
-def submit_gradient(grad: torch.Tensor, name: str, op: int, sparse_as_dense: bool) -> Tuple[Handle, None, None]:
+def submit_gradient(grad: torch.Tensor, name: str, op: int, sparse_as_dense: bool,
+                    compression: Any = Compression.none) -> Tuple[Handle, None, None]:
     """DistributedOptimizer's reduction of a sparse gradient: the handle's
-    output is the reduced gradient, sparse."""
+    output is the reduced gradient, sparse. Densified, it is compressed as
+    dense gradients are."""
     if sparse_as_dense:
-        dense = grad.to_dense().contiguous()
+        dense, ctx = compression.compress(grad.to_dense().contiguous())
         inner = _allreduce_into(dense, dense, _core.check_name(name), op, 1.0, 1.0)
-        return Handle(inner.requests, lambda: inner.wait().to_sparse(), "allreduce %s" % name), None, None
+        return Handle(inner.requests, lambda: compression.decompress(inner.wait(), ctx).to_sparse(),
+                      "allreduce %s" % name), None, None
     return sparse_allreduce_async(grad, name, op), None, None
 
 
