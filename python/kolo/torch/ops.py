@@ -59,6 +59,8 @@ def _check_process_set(process_set: Any) -> None:
 def _check_tensor(tensor: Any) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("kolo: expected a torch.Tensor, not %s" % type(tensor).__name__)
+    if tensor.dim() > _shapes.MAX_DIMS:
+        raise ValueError("kolo: tensors of more than %d dimensions are not supported" % _shapes.MAX_DIMS)
     if tensor.layout != torch.strided:
         raise TypeError("kolo: %s tensors are not supported (convert with .to_dense())" % tensor.layout)
     if tensor.dtype not in _DTYPES:
@@ -126,6 +128,20 @@ def _scale_(tensor: torch.Tensor, factor: float) -> torch.Tensor:
     return tensor.copy_((tensor.double() * factor).trunc())
 
 
+def _shape_checked(handle: Handle, raw: bytes, tensor: torch.Tensor, kind: str) -> Handle:
+    """handle, plus an exchange of the tensor's shape (`<name>.shape`, negotiated
+    with it): its output raises MismatchError, naming the tensor, on every rank
+    when ranks gave equally many elements in different shapes."""
+    shape_request, gathered = _shapes.submit(raw, tuple(tensor.shape), _DTYPES[tensor.dtype])
+    size, inner = RUNTIME.size(), handle.finish
+    what = "%s: tensor '%s'" % (kind, raw.decode(errors="replace"))
+
+    def finish() -> Any:
+        _shapes.check_equal(what, _shapes.decode(gathered, size))
+        return inner() if inner is not None else None
+    return Handle([shape_request] + handle.requests, finish, handle.what)
+
+
 def _from_bytes(data: Optional[bytearray], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if not data:
         return torch.empty(0, dtype=dtype, device=device)
@@ -169,7 +185,8 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name:
     op = _resolve_op(average, op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
     _view(tensor)
-    return _allreduce_into(tensor, tensor, _core.op_name("allreduce", name), op, prescale, postscale)
+    raw = _core.op_name("allreduce", name)
+    return _shape_checked(_allreduce_into(tensor, tensor, raw, op, prescale, postscale), raw, tensor, "allreduce")
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -189,7 +206,8 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: 
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
     source = tensor.detach().contiguous()
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
-    return _allreduce_into(source, output, _core.op_name("allreduce", name), op, prescale, postscale)
+    raw = _core.op_name("allreduce", name)
+    return _shape_checked(_allreduce_into(source, output, raw, op, prescale, postscale), raw, source, "allreduce")
 
 
 def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -226,8 +244,27 @@ def _grouped(tensors: Sequence[torch.Tensor], in_place: bool, average: Optional[
         sources.append(source)
         targets.append(target)
         by_dtype.setdefault(tensor.dtype, []).append((index, source, target))
+    return _group_shape_checked(_grouped_submit(group, sources, targets, by_dtype, op, prescale_factor,
+                                                postscale_factor), group, tensors)
+
+
+def _group_shape_checked(handle: Handle, group: bytes, tensors: List[torch.Tensor]) -> Handle:
+    """handle, plus one exchange of every member's shape digest (see _shape_checked)."""
+    shapes = [tuple(t.shape) for t in tensors]
+    shape_request, gathered = _shapes.submit_digests(group, shapes)
+    size, inner = RUNTIME.size(), handle.finish
+    names = ["%s.%d" % (group.decode(errors="replace"), i) for i in range(len(tensors))]
+
+    def finish() -> Any:
+        _shapes.check_digests("grouped_allreduce", gathered, size, shapes, names)
+        return inner() if inner is not None else None
+    return Handle([shape_request] + handle.requests, finish, handle.what)
+
+
+def _grouped_submit(group: bytes, sources: List[torch.Tensor], targets: List[torch.Tensor], by_dtype: dict,
+                    op: int, prescale_factor: float, postscale_factor: float) -> Handle:
     if _core.engine() and op != Adasum and all(
-            t.device.type == "cpu" and not _integer_scaled(t, prescale_factor, postscale_factor) for t in tensors):
+            t.device.type == "cpu" and not _integer_scaled(t, prescale_factor, postscale_factor) for t in sources):
         requests = []
         for dtype, members in by_dtype.items():
             suffix = b"" if len(by_dtype) == 1 else b"." + str(dtype).encode()
@@ -339,8 +376,9 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
     _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     root = _core.check_root(root_rank, RUNTIME.size())
-    request = _core.submit_broadcast(_core.op_name("broadcast", name), _view(tensor), root)
-    return Handle([request], lambda: tensor, "broadcast")
+    raw = _core.op_name("broadcast", name)
+    request = _core.submit_broadcast(raw, _view(tensor), root)
+    return _shape_checked(Handle([request], lambda: tensor, "broadcast"), raw, tensor, "broadcast")
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -389,9 +427,11 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
     output = torch.empty((rows[rank],) + tuple(source.shape[1:]), dtype=source.dtype, device=source.device)
     integer = _integer_scaled(source, prescale, postscale)
     divisor = size if integer and op == Average else 1
-    request = _core.submit_reducescatter(_core.op_name("reducescatter", name), _view(source), _view(output),
-                                         [n * row for n in rows], Sum if divisor > 1 else op)
-    return Handle([request], lambda: _scale_(output, postscale / divisor), "reducescatter")
+    raw = _core.op_name("reducescatter", name)
+    request = _core.submit_reducescatter(raw, _view(source), _view(output), [n * row for n in rows],
+                                         Sum if divisor > 1 else op)
+    return _shape_checked(Handle([request], lambda: _scale_(output, postscale / divisor), "reducescatter"), raw,
+                          source, "reducescatter")
 
 
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression: Compressor = Compression.none,

@@ -121,6 +121,25 @@ check("duplicate name error is a HorovodInternalError", isinstance(error, hvd.Ho
 check("the first request completes", hvd.synchronize(first), torch.ones(17))
 hvd.barrier()
 
+# ---- equal element counts in different shapes: an error naming the tensor, on every rank ----
+if size > 1:
+    odd = rank % 2 == 1
+    cases = [
+        ("allreduce", lambda: hvd.allreduce(torch.ones((3, 2) if odd else (2, 3)), name="transposed.weight")),
+        ("allreduce_", lambda: hvd.allreduce_(torch.ones((6,) if odd else (2, 3)), name="flat.weight")),
+        ("broadcast", lambda: hvd.broadcast(torch.ones((3, 2) if odd else (2, 3)), 0, name="broadcast.weight")),
+        ("reducescatter", lambda: hvd.reducescatter(torch.ones((size, 3, 2) if odd else (size, 2, 3)),
+                                                    name="scatter.weight")),
+        ("grouped_allreduce", lambda: hvd.grouped_allreduce([torch.ones(4), torch.ones((3, 2) if odd else (2, 3))],
+                                                            name="group.weight")),
+    ]
+    for kind, call in cases:
+        error = raises(kind + " of another shape", hvd.MismatchError, call)
+        named = "'group.weight.1'" if kind.startswith("grouped") else ".weight'"
+        check(kind + " mismatch names the tensor", named in str(error) and "shape" in str(error), True)
+        check(kind + " mismatch is a ValueError", isinstance(error, ValueError), True)
+    check("the ring is usable after the mismatches", hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(size)))
+
 print("PARITY %d" % checks)
 sys.stdout.flush()
 hvd.shutdown()
