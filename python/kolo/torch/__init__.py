@@ -19,8 +19,8 @@ from .. import (AbortedError, ForkedProcessError, JobStoppedError, KoloError, Ko
 from .compression import Compression, Compressor  # noqa: F401
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,  # noqa: F401
                         broadcast_parameters)
-from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce, allreduce_,  # noqa: F401
-                  allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
+from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async,  # noqa: F401
+                  allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
                   broadcast_async, broadcast_async_, global_process_set, grouped_allreduce,
                   grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, join, poll,
                   reducescatter, reducescatter_async, synchronize)
@@ -50,10 +50,12 @@ __all__ = [
     "grouped_allreduce_async", "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
     "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async", "alltoall",
     "alltoall_async", "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
-    "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join", "synchronize", "poll", "global_process_set",
+    "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join", "synchronize", "poll",
+    "global_process_set",
     "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "Compressor",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
     "DistributedOptimizer", "SyncBatchNorm", "elastic",
-    "KoloError", "HorovodInternalError", "HostsUpdatedInterrupt", "DuplicateNameError", "ArgumentError", "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
+    "KoloError", "HorovodInternalError", "HostsUpdatedInterrupt", "DuplicateNameError", "ArgumentError",
+    "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
     "MismatchError", "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError",
 ]

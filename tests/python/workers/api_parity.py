@@ -115,7 +115,8 @@ raises("reducescatter of a scalar", ValueError, lambda: hvd.reducescatter(torch.
 raises("non-finite factor", ValueError, lambda: hvd.allreduce(torch.ones(2), prescale_factor=float("nan")))
 tensor = torch.ones(17)
 first = hvd.allreduce_async(tensor, name="duplicate_name")
-error = raises("a name in flight submitted again", ValueError, lambda: hvd.allreduce_async(tensor, name="duplicate_name"))
+error = raises("a name in flight submitted again", ValueError,
+               lambda: hvd.allreduce_async(tensor, name="duplicate_name"))
 check("duplicate name error names the tensor", "duplicate_name" in str(error), True)
 check("duplicate name error is a HorovodInternalError", isinstance(error, hvd.HorovodInternalError), True)
 check("the first request completes", hvd.synchronize(first), torch.ones(17))
@@ -138,7 +139,8 @@ if size > 1:
         named = "'group.weight.1'" if kind.startswith("grouped") else ".weight'"
         check(kind + " mismatch names the tensor", named in str(error) and "shape" in str(error), True)
         check(kind + " mismatch is a ValueError", isinstance(error, ValueError), True)
-    check("the ring is usable after the mismatches", hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(size)))
+    check("the ring is usable after the mismatches", hvd.allreduce(torch.ones(2), op=hvd.Sum),
+          torch.full((2,), float(size)))
 
 print("PARITY %d" % checks)
 sys.stdout.flush()
