@@ -31,7 +31,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "collective/comm.h"
+#include "collective/face.h"
 #include "common/agent_proto.h"
 #include "common/checks.h"
 #include "common/clock.h"
