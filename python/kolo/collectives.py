@@ -113,7 +113,7 @@ def allgather_async(array: Any, name: Optional[str] = None) -> Handle:
     def build(data: np.ndarray) -> np.ndarray:
         records = _shapes.decode(gathered, size)
         _shapes.check_compatible(what, records)
-        return data.reshape((sum(s[0] for _, s in records),) + source.shape[1:])
+        return data.reshape((sum(_shapes.rows(records)),) + source.shape[1:])
 
     if _core.engine():
         counts = _core.size_array(size)
@@ -128,7 +128,7 @@ def allgather_async(array: Any, name: Optional[str] = None) -> Handle:
     def finish_two_stage() -> np.ndarray:
         records = _shapes.decode(gathered, size)
         _shapes.check_compatible(what, records)
-        total = sum(int(np.prod(s, dtype=np.int64)) for _, s in records)
+        total = sum(int(np.prod(record[1], dtype=np.int64)) for record in records if record is not None)
         output = np.empty(total, source.dtype)
         _core.submit_allgather(raw, _view(source), _view(output), None).result()
         return build(output)

@@ -58,7 +58,7 @@ def allreduce_into(source: torch.Tensor, target: torch.Tensor, name: bytes, pres
         raise ValueError("kolo: Adasum needs floating-point tensors, not %s" % source.dtype)
     flat = source.detach().reshape(1, -1).to(torch.float64) * prescale
     gathered = allgather_async(flat.to(source.dtype) if source.dtype != torch.float64 else flat,
-                               name.decode())
+                               name.decode() + ".adasum")
 
     def finish() -> torch.Tensor:
         rows = gathered.wait().to(torch.float64)

@@ -345,7 +345,7 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_se
     def shape_out() -> Tuple[int, ...]:
         records = _shapes.decode(gathered, size)
         _shapes.check_compatible(what, records)
-        return (sum(s[0] for _, s in records),) + rest
+        return (sum(_shapes.rows(records)),) + rest
 
     if _core.engine() and source.device.type == "cpu":
         data = _core.submit_allgather(raw, _view(source), None, _core.size_array(size))

@@ -69,6 +69,6 @@ for r in range(size):  # every rank's own step, as its own SGD would take it
 for i, p in enumerate(model.parameters()):
     want = start[i] + reference([d[i].flatten() for d in deltas]).reshape(p.shape)
     assert torch.allclose(p.detach(), want, atol=1e-12), (i, p, want)
-print("OK")
+print("OK %d" % size)
 sys.stdout.flush()
 hvd.shutdown()

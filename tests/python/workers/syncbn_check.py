@@ -45,6 +45,6 @@ for shape_tail, cls in (((3,), torch.nn.BatchNorm1d), ((3, 5), torch.nn.BatchNor
     sync.eval()
     reference.eval()
     assert torch.allclose(sync(full[mine]), reference(full)[mine], atol=1e-12)
-print("OK")
+print("OK %d" % size)
 sys.stdout.flush()
 hvd.shutdown()
