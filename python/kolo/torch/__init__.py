@@ -30,6 +30,7 @@ from .grouped import (grouped_allgather, grouped_allgather_async, grouped_reduce
 from .optimizer import DistributedOptimizer  # noqa: F401
 from .sparse import sparse_allreduce_async  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
+from .modes import BoundedAsync, DiLoCo, LocalSGD, Rounds, join  # noqa: F401,F811 (join: ends a mode's rounds too)
 from . import elastic  # noqa: E402,F401
 
 from .basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,  # noqa: F401,E402
@@ -55,8 +56,8 @@ __all__ = [
     "global_process_set",
     "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "Compressor",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "SyncBatchNorm", "elastic", "Checkpointer",
-    "KoloError", "HorovodInternalError", "HostsUpdatedInterrupt", "DuplicateNameError", "ArgumentError",
+    "DistributedOptimizer", "SyncBatchNorm", "elastic", "Checkpointer", "LocalSGD", "DiLoCo", "BoundedAsync",
+    "Rounds", "KoloError", "HorovodInternalError", "HostsUpdatedInterrupt", "DuplicateNameError", "ArgumentError",
     "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
     "MismatchError", "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError",
 ]
