@@ -187,15 +187,15 @@ uint16_t kolo_float_to_bfloat16(float value) {
   }
 
 /* bool: any non-zero byte is true; the result is 0 or 1 */
-#define KOLO_REDUCE_BOOL()                            \
-  switch (op) {                                       \
-    case KOLO_MIN:                                    \
-    case KOLO_PROD:                                   \
-      KOLO_REDUCE_LOOP(uint8_t, (uint8_t)(l && r));   \
-      break;                                          \
-    default:                                          \
-      KOLO_REDUCE_LOOP(uint8_t, (uint8_t)(l || r));   \
-      break;                                          \
+#define KOLO_REDUCE_BOOL()                          \
+  switch (op) {                                     \
+    case KOLO_MIN:                                  \
+    case KOLO_PROD:                                 \
+      KOLO_REDUCE_LOOP(uint8_t, (uint8_t)(l && r)); \
+      break;                                        \
+    default:                                        \
+      KOLO_REDUCE_LOOP(uint8_t, (uint8_t)(l || r)); \
+      break;                                        \
   }
 
 #define KOLO_REDUCE_FLOAT(type)              \

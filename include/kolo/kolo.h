@@ -25,8 +25,10 @@ typedef enum kolo_dtype {
   KOLO_FLOAT32 = 5,
   KOLO_FLOAT64 = 6,
   KOLO_INT8 = 7,
-  KOLO_INT16 = 8, /* NCCL has no int16: on the GPU it moves (broadcast, all-gather) but does not reduce */
-  KOLO_BOOL = 9,  /* one byte, 0 or 1; reduced as logic: sum, avg and max = any, min and prod = all */
+  KOLO_INT16 =
+      8, /* NCCL has no int16: on the GPU it moves (broadcast, all-gather) but does not reduce */
+  KOLO_BOOL =
+      9, /* one byte, 0 or 1; reduced as logic: sum, avg and max = any, min and prod = all */
   KOLO_DTYPE_COUNT = 10,
 } kolo_dtype;
 

@@ -90,8 +90,12 @@ static void int16_and_bool_reductions_the_gpu_cannot_do_are_refused(void **state
   d.dtype = KOLO_INT8;
   d.op = KOLO_SUM;
   assert_int_equal(check(&d, msg), KOLO_OK);
-  kolo_nccl_op_desc b = {.kind = KOLO_NCCL_BROADCAST, .send = arena, .recv = arena, .count = 10,
-                         .dtype = KOLO_INT16, .root = 0};
+  kolo_nccl_op_desc b = {.kind = KOLO_NCCL_BROADCAST,
+                         .send = arena,
+                         .recv = arena,
+                         .count = 10,
+                         .dtype = KOLO_INT16,
+                         .root = 0};
   assert_int_equal(check(&b, msg), KOLO_OK);
 }
 
