@@ -29,7 +29,13 @@ expect_error() {
 expect_error "unknown flag" "unknown or incomplete option" "$TRAIN" --bogus
 expect_error "bad model" "want mlp, lenet or logreg" "$TRAIN" --model resnet
 expect_error "bad batch" "batch must be" "$TRAIN" --batch 0
-expect_error "bad mode" "want sync or async" "$TRAIN" --mode sometimes
+expect_error "bad mode" "want sync, async, local_sgd or diloco" "$TRAIN" --mode sometimes
+expect_error "setting of another mode" "--outer-lr: only for --mode diloco, not async" \
+  "$TRAIN" --mode async --outer-lr 0.5
+expect_error "setting without its mode" "--max-staleness: only for --mode async, not sync" \
+  "$TRAIN" --max-staleness 2
+expect_error "bad outer momentum" "--outer-momentum must be in \[0, 1)" \
+  "$TRAIN" --mode diloco --outer-momentum 1.5
 expect_error "bad lr" "--lr" "$TRAIN" --lr -1
 expect_error "bad boolean" "not a boolean" "$TRAIN" --json=maybe
 expect_error "logreg with hidden layers" "no hidden layers" "$TRAIN" --model logreg --hidden 12

@@ -42,8 +42,17 @@ static void usage(FILE *f) {
           "  --optimizer sgd|adam       (default sgd)\n"
           "  --momentum X               SGD momentum (default 0.9)\n"
           "  --weight-decay X           L2 weight decay (default 0)\n"
-          "  --mode sync|async          gradient all-reduce per step, or model averaging\n"
-          "  --average-every K          ASYNC: steps between model averages (default 8)\n"
+          "  --mode M                   sync | async | local_sgd | diloco (default: KOLO_MODE, else\n"
+          "                             sync): how replicas are kept together (docs/TRAINER.md)\n"
+          "  --average-every K          ASYNC: steps between model averages; LOCAL_SGD/DILOCO:\n"
+          "                             inner steps H per round (default 8)\n"
+          "  --max-staleness N          ASYNC: averaging rounds a rank may have outstanding (1)\n"
+          "  --outer-lr X               DILOCO: outer learning rate (0.7; LOCAL_SGD: 1)\n"
+          "  --outer-momentum X         DILOCO: outer momentum in [0, 1) (0.9; LOCAL_SGD: 0)\n"
+          "  --nesterov 0|1             DILOCO: Nesterov outer momentum (1)\n"
+          "  --compression none|fp16|int8  LOCAL_SGD/DILOCO: outer gradient on the wire (none)\n"
+          "  --fragments F              LOCAL_SGD/DILOCO: fragments synced at staggered steps (1)\n"
+          "  --step-delay-ms MS         sleep after every step (a deliberately slow rank)\n"
           "  --seed N                   data order and initial weights (default 1)\n"
           "  --checkpoint-dir DIR       write checkpoints there; resume from the newest valid\n"
           "  --checkpoint-every M       steps between checkpoints (default: only at the end)\n"
@@ -55,6 +64,14 @@ static void usage(FILE *f) {
           "  --quiet                    only the final line\n"
           "Switches also take =true/=false; every flag also works as --flag=value.\n"
           "Distributed: run under kolorun (or kolo-worker); KOLO_SIZE etc. come from it.\n");
+}
+
+/* Without --mode: the mode of the environment (none: SYNC) with the settings
+ * the command line did not give, then the check of every setting against it.
+ * 0, or -1 with why. */
+static int resolve_mode(kolo_train_config *config, char *why, size_t why_len) {
+  if (config->mode_given & KOLO_TRAIN_GIVEN_MODE) return 0; /* checked by the parser */
+  return kolo_train_mode_resolve(config, why, why_len);
 }
 
 int main(int argc, char **argv) {
@@ -69,6 +86,10 @@ int main(int argc, char **argv) {
       return 0;
     }
     /* one line, last on stderr: it is what a failed job's message shows */
+    fprintf(stderr, "kolo-train: %s (usage: kolo-train --help)\n", flag_error.message);
+    return KOLO_TRAIN_EXIT_USAGE;
+  }
+  if (resolve_mode(&config, flag_error.message, sizeof flag_error.message) != 0) {
     fprintf(stderr, "kolo-train: %s (usage: kolo-train --help)\n", flag_error.message);
     return KOLO_TRAIN_EXIT_USAGE;
   }
@@ -137,7 +158,7 @@ int main(int argc, char **argv) {
            "\"samples_per_sec_worker\":%.1f,\"samples_per_sec_total\":%.1f}",
            (unsigned long long)r.steps, (unsigned long long)r.total_steps,
            (unsigned long long)r.epochs, (unsigned long long)r.resumed_step, size,
-           r.reconfigurations, config.mode == KOLO_TRAIN_ASYNC ? "async" : "sync", r.last_loss,
+           r.reconfigurations, kolo_train_mode_name(config.mode), r.last_loss,
            r.test_accuracy, r.test_accuracy, r.test_loss, r.seconds, r.samples_per_second_worker,
            r.samples_per_second_total);
 #ifndef KOLO_TRAIN_NO_COMM
