@@ -231,5 +231,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_slow_rank_holds_a_fast_one_to_max_staleness_rounds, setup,
                                       teardown),
   };
+  /* KOLO_TEST_FILTER=<glob> runs only the matching cases (to reproduce one) */
+  const char *filter = getenv("KOLO_TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -61,13 +61,8 @@ kolo_status kolo_train_rounds_create(const kolo_train_config *config, size_t par
   r->param_count = param_count;
   kolo_status rc = KOLO_ERR_NO_MEMORY;
   if (config->mode == KOLO_TRAIN_ASYNC) {
-    r->ring = calloc(config->max_staleness, sizeof *r->ring);
+    r->ring = calloc(config->max_staleness, sizeof *r->ring); /* buffers when first used */
     if (!r->ring) goto fail;
-    for (uint32_t k = 0; k < config->max_staleness; k++) {
-      r->ring[k].snapshot = malloc(param_count * sizeof(float));
-      r->ring[k].average = malloc(param_count * sizeof(float));
-      if (!r->ring[k].snapshot || !r->ring[k].average) goto fail;
-    }
   } else {
     size_t largest = (param_count + config->fragments - 1) / config->fragments + 1;
     r->delta = malloc(param_count * sizeof(float));
@@ -163,6 +158,9 @@ static kolo_status async_step(kolo_train_rounds *r, kolo_comm *comm, uint64_t st
     rc = complete_oldest(r, 1, params, &done);
   if (rc != KOLO_OK) return rc;
   round *o = &r->ring[(r->head + r->outstanding) % r->config.max_staleness];
+  if (!o->snapshot) o->snapshot = malloc(r->param_count * sizeof(float));
+  if (!o->average) o->average = malloc(r->param_count * sizeof(float));
+  if (!o->snapshot || !o->average) return KOLO_ERR_NO_MEMORY;
   memcpy(o->snapshot, params, r->param_count * sizeof(float));
   rc = kolo_allreduce_async(comm, o->snapshot, o->average, r->param_count, KOLO_FLOAT32, KOLO_AVG,
                             &o->request);
