@@ -5,7 +5,8 @@
  * every replica is the same model with the same outer state, so every
  * survivor's own last commit is the state the ring resumes from (same step,
  * same checksum) and that step ends a round; ASYNC resumes from the new rank
- * 0's commit. */
+ * 0's commit. Every process acknowledges its mode to the agent (DILOCO's
+ * from the job's KOLO_MODE* environment, without a --mode flag). */
 #define _GNU_SOURCE /* accept4 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,19 +33,24 @@ static int teardown(void **state) {
   return 0;
 }
 
-/* Runs the mode's flags with process 1 killed at step 40; checks the run. */
-static void check_kill(agent *a, const char *const *mode_args, int rounds_commit) {
+/* Runs the mode's flags (or, with env, the job's KOLO_MODE* environment)
+ * with process 1 killed at step 40; checks the run and that every process
+ * acknowledged mode (kolo_elastic_acknowledge_mode's MODE line). */
+static void check_kill(agent *a, const char *const *mode_args, const char *const *env,
+                       const char *mode, int rounds_commit) {
   g_extra_args = mode_args;
+  g_extra_env = env;
   grown run;
   run_job(a, 40, &run);
-  g_extra_args = NULL;
+  g_extra_args = g_extra_env = NULL;
+  for (int i = 0; i < PROCS; i++) assert_string_equal(run.mode[i], mode);
   const int left[2] = {0, 2};
   long long steps = 6 * ((6000 + 47) / 48); /* the global batch (3 x 16) is kept */
   long long step = json_number(run.synced[0], "synced_step");
   long long crc = json_number(run.synced[0], "synced_checksum");
-  printf("--mode %s: rank 0 left at step %lld, the ring resumed at %lld (checksum %lld), "
+  printf("%s: rank 0 left at step %lld, the ring resumed at %lld (checksum %lld), "
          "accuracy %.4f, %d reconfiguration\n",
-         mode_args[1], run.left_at, step, crc, run.accuracy, run.reconfigurations);
+         mode, run.left_at, step, crc, run.accuracy, run.reconfigurations);
   assert_int_equal(run.reconfigurations, 1);
   for (int k = 0; k < 2; k++) {
     int i = left[k];
@@ -74,18 +80,20 @@ static void check_kill(agent *a, const char *const *mode_args, int rounds_commit
 static void a_kill_in_async_mode_continues(void **state) {
   static const char *const args[] = {"--mode", "async", "--average-every", "4",
                                      "--max-staleness", "2", NULL};
-  check_kill(*state, args, 0);
+  check_kill(*state, args, NULL, "ASYNC", 0);
 }
 
 static void a_kill_in_local_sgd_mode_continues_from_a_round_end(void **state) {
   static const char *const args[] = {"--mode", "local_sgd", "--average-every", "8", NULL};
-  check_kill(*state, args, 1);
+  check_kill(*state, args, NULL, "LOCAL_SGD", 1);
 }
 
+/* DILOCO as a job asks for it: no --mode flag, the agent's KOLO_MODE* environment */
 static void a_kill_in_diloco_mode_continues_from_a_round_end(void **state) {
-  static const char *const args[] = {"--mode",        "diloco", "--average-every", "8",
-                                     "--compression", "int8",   NULL};
-  check_kill(*state, args, 1);
+  static const char *const env[] = {"KOLO_MODE=DILOCO", "KOLO_MODE_SYNC_EVERY=8",
+                                    "KOLO_MODE_COMPRESSION=int8", NULL};
+  static const char *const none[] = {NULL};
+  check_kill(*state, none, env, "DILOCO", 1);
 }
 
 int main(void) {

@@ -48,11 +48,14 @@ typedef struct agent {
   int port_fds[PROCS]; /* each held while the test runs (tests/support/ports.h) */
   char buffer[PROCS][65536];
   size_t filled[PROCS];
+  char mode[PROCS][32]; /* the mode each process acknowledged (its MODE line), "" = none */
 } agent;
 
 __attribute__((unused)) static const char *g_dataset = "synthetic";
 /* more kolo-train flags for every process (NULL-terminated; NULL = none) */
 __attribute__((unused)) static const char *const *g_extra_args = NULL;
+/* more environment for every process ("NAME=value", NULL-terminated; NULL = none) */
+__attribute__((unused)) static const char *const *g_extra_env = NULL;
 
 __attribute__((unused)) static double now_seconds(void) {
   struct timespec ts;
@@ -95,6 +98,7 @@ __attribute__((unused)) static void agent_spawn_lr(agent *g, int i, const char *
      * not the ring's; fail such a hang as fast as a ring timeout */
     setenv("KOLO_STALL_TIMEOUT", "20", 1);
     unsetenv("KOLO_SIZE");
+    for (size_t k = 0; g_extra_env && g_extra_env[k]; k++) putenv(strdup(g_extra_env[k]));
     int fashion = strcmp(g_dataset, "fashion") == 0;
     const char *argv[48] = {program, "--dataset", fashion ? "fashion-mnist" : "synthetic",
                             "--model", "mlp", "--hidden", fashion ? "128" : "32", "--epochs",
@@ -215,6 +219,8 @@ __attribute__((unused)) static void agent_wait_line(agent *g, int i, const char 
         match = at && atol(at + strlen(needle)) >= min;
       }
       if (match && copy) snprintf(copy, copy_len, "%s", g->buffer[i]);
+      if (strncmp(g->buffer[i], "MODE ", 5) == 0)
+        snprintf(g->mode[i], sizeof g->mode[i], "%s", g->buffer[i] + 5);
       size_t used = (size_t)(nl - g->buffer[i]) + 1;
       memmove(g->buffer[i], nl + 1, g->filled[i] - used);
       g->filled[i] -= used;
@@ -310,6 +316,7 @@ typedef struct grown {
   char synced[PROCS][1024]; /* each process's "synced" report at the re-form */
   long long left_at;        /* the step rank 0 was at when it left its first ring */
   int reconfigurations;     /* rank 0's count ("done" line) */
+  char mode[PROCS][32];     /* the mode each process acknowledged to the agent */
 } grown;
 
 /* The step at which process i first left its ring to re-form (its log line
@@ -366,6 +373,7 @@ __attribute__((unused)) static void run_job(agent *a, long kill_at, grown *out) 
   }
   if (out->exits[0] == 0) read_done(a, 0, &out->accuracy, &out->reconfigurations);
   out->left_at = kill_at > 0 ? reform_step(a, 0) : -1;
+  memcpy(out->mode, a->mode, sizeof out->mode);
   agent_stop(a);
 }
 

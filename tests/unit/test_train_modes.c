@@ -78,13 +78,13 @@ static void bad_values_and_settings_of_another_mode_are_refused_by_name(void **s
   (void)state;
   expect_error("--mode: 'fast' (want sync, async, local_sgd or diloco)", "--mode", "fast", NULL,
                NULL);
-  expect_error("--max-staleness must be 1..64", "--mode", "async", "--max-staleness", "0");
+  expect_error("--max-staleness must be 1..1000", "--mode", "async", "--max-staleness", "0");
   expect_error("--outer-momentum must be in [0, 1)", "--mode", "diloco", "--outer-momentum",
                "1");
-  expect_error("--outer-lr must be in (0, 10]", "--mode", "diloco", "--outer-lr", "11");
+  expect_error("--outer-lr must be in (0, 100]", "--mode", "diloco", "--outer-lr", "101");
   expect_error("--compression: 'int4' (want none, fp16 or int8)", "--mode", "diloco",
                "--compression", "int4");
-  expect_error("--fragments must be 1..64 and at most --average-every (2)", "--mode=diloco",
+  expect_error("--fragments must be 1..1024 and at most --average-every (2)", "--mode=diloco",
                "--average-every=2", "--fragments=3", NULL);
   expect_error("--max-staleness: only for --mode async, not diloco", "--mode", "diloco",
                "--max-staleness", "2");

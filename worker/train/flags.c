@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kolo/mode.h"
 #include "worker/train/model.h"
 
 /* getopt_long keeps its position in globals: one parse at a time. */
@@ -146,22 +147,23 @@ int kolo_train_mode_check(kolo_train_config *c, char *why, size_t why_len) {
   }
   if (c->average_every == 0) {
     snprintf(why, why_len, "--average-every must be >= 1");
-  } else if (c->max_staleness < 1 || c->max_staleness > 64) {
-    snprintf(why, why_len, "--max-staleness must be 1..64 (averaging rounds outstanding)");
-  } else if (!(c->outer_lr > 0.0f && c->outer_lr <= 10.0f)) {
-    snprintf(why, why_len, "--outer-lr must be in (0, 10]");
+  } else if (c->max_staleness < 1 || c->max_staleness > KOLO_MODE_MAX_STALENESS) {
+    snprintf(why, why_len, "--max-staleness must be 1..%u (averaging rounds outstanding)",
+             KOLO_MODE_MAX_STALENESS);
+  } else if (!(c->outer_lr > 0.0f && c->outer_lr <= (float)KOLO_MODE_MAX_OUTER_LR)) {
+    snprintf(why, why_len, "--outer-lr must be in (0, %g]", KOLO_MODE_MAX_OUTER_LR);
   } else if (!(c->outer_momentum >= 0.0f && c->outer_momentum < 1.0f)) {
     snprintf(why, why_len, "--outer-momentum must be in [0, 1)");
   } else if (c->nesterov != 0 && c->nesterov != 1) {
     snprintf(why, why_len, "--nesterov must be 0 or 1");
   } else if (kolo_train_compression_name(c->compression) == NULL) {
     snprintf(why, why_len, "--compression: unknown kind %d", (int)c->compression);
-  } else if (c->fragments < 1 || c->fragments > 64 ||
+  } else if (c->fragments < 1 || c->fragments > KOLO_MODE_MAX_FRAGMENTS ||
              (c->fragments > 1 && c->fragments > c->average_every)) {
     snprintf(why, why_len,
-             "--fragments must be 1..64 and at most --average-every (%llu): each fragment is "
+             "--fragments must be 1..%u and at most --average-every (%llu): each fragment is "
              "synced at its own step of the round",
-             (unsigned long long)c->average_every);
+             KOLO_MODE_MAX_FRAGMENTS, (unsigned long long)c->average_every);
   } else {
     return 0;
   }
@@ -309,8 +311,9 @@ static int parse_mode_setting(int opt, const char *s, kolo_train_config *c,
       c->mode_given |= KOLO_TRAIN_GIVEN_AVERAGE_EVERY;
       return 0;
     case OPT_MAX_STALENESS:
-      if (parse_u64(e, "--max-staleness", s, &v) || v < 1 || v > 64) {
-        fail(e, "--max-staleness must be 1..64 (averaging rounds outstanding)");
+      if (parse_u64(e, "--max-staleness", s, &v) || v < 1 || v > KOLO_MODE_MAX_STALENESS) {
+        fail(e, "--max-staleness must be 1..%u (averaging rounds outstanding)",
+             KOLO_MODE_MAX_STALENESS);
         return -1;
       }
       c->max_staleness = (uint32_t)v;
@@ -336,8 +339,8 @@ static int parse_mode_setting(int opt, const char *s, kolo_train_config *c,
       c->mode_given |= KOLO_TRAIN_GIVEN_COMPRESSION;
       return 0;
     default: /* OPT_FRAGMENTS */
-      if (parse_u64(e, "--fragments", s, &v) || v < 1 || v > 64) {
-        fail(e, "--fragments must be 1..64");
+      if (parse_u64(e, "--fragments", s, &v) || v < 1 || v > KOLO_MODE_MAX_FRAGMENTS) {
+        fail(e, "--fragments must be 1..%u", KOLO_MODE_MAX_FRAGMENTS);
         return -1;
       }
       c->fragments = (uint32_t)v;

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "kolo/elastic.h"
+#include "kolo/mode.h"
 #include "kolo/kolo.h"
 #include "worker/train/flags.h"
 #include "worker/train/trainer.h"
@@ -66,13 +67,73 @@ static void usage(FILE *f) {
           "Distributed: run under kolorun (or kolo-worker); KOLO_SIZE etc. come from it.\n");
 }
 
-/* Without --mode: the mode of the environment (none: SYNC) with the settings
- * the command line did not give, then the check of every setting against it.
- * 0, or -1 with why. */
+/* The mode's values are the C API's (include/kolo/mode.h), so a kolo_mode
+ * converts to and from kolo_train_mode as it is. */
+_Static_assert(KOLO_TRAIN_SYNC == (int)KOLO_MODE_SYNC && KOLO_TRAIN_ASYNC == (int)KOLO_MODE_ASYNC &&
+                   KOLO_TRAIN_LOCAL_SGD == (int)KOLO_MODE_LOCAL_SGD &&
+                   KOLO_TRAIN_DILOCO == (int)KOLO_MODE_DILOCO,
+               "kolo_train_mode is kolo_mode");
+_Static_assert(KOLO_TRAIN_COMPRESS_NONE == (int)KOLO_COMPRESSION_NONE &&
+                   KOLO_TRAIN_COMPRESS_FP16 == (int)KOLO_COMPRESSION_FP16 &&
+                   KOLO_TRAIN_COMPRESS_INT8 == (int)KOLO_COMPRESSION_INT8,
+               "kolo_train_compression is kolo_compression");
+
+/* Takes the settings the environment's mode uses from spec, except those the
+ * command line gave (a flag wins over the job's environment). */
+static void apply_mode_spec(kolo_train_config *c, const kolo_mode_spec *spec) {
+  unsigned given = c->mode_given, from_env = 0;
+  int outer = spec->mode == KOLO_MODE_LOCAL_SGD || spec->mode == KOLO_MODE_DILOCO;
+  c->mode = (kolo_train_mode)spec->mode;
+  if (spec->mode != KOLO_MODE_SYNC && !(given & KOLO_TRAIN_GIVEN_AVERAGE_EVERY)) {
+    c->average_every = spec->sync_every;
+    from_env |= KOLO_TRAIN_GIVEN_AVERAGE_EVERY;
+  }
+  if (spec->mode == KOLO_MODE_ASYNC && !(given & KOLO_TRAIN_GIVEN_MAX_STALENESS)) {
+    c->max_staleness = spec->max_staleness;
+    from_env |= KOLO_TRAIN_GIVEN_MAX_STALENESS;
+  }
+  if (spec->mode == KOLO_MODE_DILOCO) {
+    if (!(given & KOLO_TRAIN_GIVEN_OUTER_LR)) c->outer_lr = (float)spec->outer_lr;
+    if (!(given & KOLO_TRAIN_GIVEN_OUTER_MOMENTUM)) c->outer_momentum = (float)spec->outer_momentum;
+    if (!(given & KOLO_TRAIN_GIVEN_NESTEROV)) c->nesterov = spec->nesterov;
+    from_env |= KOLO_TRAIN_GIVEN_OUTER_LR | KOLO_TRAIN_GIVEN_OUTER_MOMENTUM |
+                KOLO_TRAIN_GIVEN_NESTEROV;
+  }
+  if (outer && !(given & KOLO_TRAIN_GIVEN_COMPRESSION)) {
+    c->compression = (kolo_train_compression)spec->compression;
+    from_env |= KOLO_TRAIN_GIVEN_COMPRESSION;
+  }
+  if (outer && !(given & KOLO_TRAIN_GIVEN_FRAGMENTS)) {
+    c->fragments = spec->fragments;
+    from_env |= KOLO_TRAIN_GIVEN_FRAGMENTS;
+  }
+  c->mode_given |= from_env;
+}
+
+/* Without --mode: the mode of the environment (KOLO_MODE*, read by
+ * kolo_mode_from_env; none: SYNC) with the settings the command line did not
+ * give, then the check of every setting against it. 0, or -1 with why. */
 static int resolve_mode(kolo_train_config *config, char *why, size_t why_len) {
   if (config->mode_given & KOLO_TRAIN_GIVEN_MODE) return 0; /* checked by the parser */
+  const char *env = getenv("KOLO_MODE");
+  if (env && *env) {
+    kolo_mode_spec spec;
+    char err[200] = "";
+    if (kolo_mode_from_env(&spec, err, sizeof err) != KOLO_OK) {
+      snprintf(why, why_len, "the job's mode (environment): %s", err);
+      return -1;
+    }
+    apply_mode_spec(config, &spec);
+  }
   return kolo_train_mode_resolve(config, why, why_len);
 }
+
+#ifndef KOLO_TRAIN_NO_COMM
+/* The job mode (include/kolo/mode.h) this run trains in, as the agent checks it. */
+static kolo_mode job_mode(const kolo_train_config *config) {
+  return (kolo_mode)config->mode; /* the same values (checked above) */
+}
+#endif
 
 int main(int argc, char **argv) {
   kolo_train_config config;
@@ -122,6 +183,13 @@ int main(int argc, char **argv) {
     if (rc != KOLO_OK) {
       fprintf(stderr, "kolo-train: cannot join the ring: %s\n", kolo_strerror(rc));
       return 1;
+    }
+    /* the agent fails a job whose process runs another mode than the spec's */
+    rc = kolo_elastic_acknowledge_mode(elastic, job_mode(&config));
+    if (rc != KOLO_OK) {
+      fprintf(stderr, "kolo-train: cannot acknowledge mode %s: %s\n",
+              kolo_mode_name(job_mode(&config)), kolo_strerror(rc));
+      goto out;
     }
     rc = kolo_train_trainer_create_elastic(&config, elastic, stdout, &trainer);
 #endif
