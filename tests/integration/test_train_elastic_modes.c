@@ -48,9 +48,10 @@ static void check_kill(agent *a, const char *const *mode_args, const char *const
   long long steps = 6 * ((6000 + 47) / 48); /* the global batch (3 x 16) is kept */
   long long step = json_number(run.synced[0], "synced_step");
   long long crc = json_number(run.synced[0], "synced_checksum");
-  printf("%s: rank 0 left at step %lld, the ring resumed at %lld (checksum %lld), "
-         "accuracy %.4f, %d reconfiguration\n",
-         mode, run.left_at, step, crc, run.accuracy, run.reconfigurations);
+  printf(
+      "%s: rank 0 left at step %lld, the ring resumed at %lld (checksum %lld), "
+      "accuracy %.4f, %d reconfiguration\n",
+      mode, run.left_at, step, crc, run.accuracy, run.reconfigurations);
   assert_int_equal(run.reconfigurations, 1);
   for (int k = 0; k < 2; k++) {
     int i = left[k];
@@ -68,8 +69,10 @@ static void check_kill(agent *a, const char *const *mode_args, const char *const
       const char *line = run.synced[left[k]];
       long long committed = json_number(line, "committed_step");
       /* its own last commit, or (killed between the ranks' commits of one step) the one before */
-      if (committed == step) assert_int_equal(json_number(line, "committed_checksum"), crc);
-      else assert_int_equal(committed, step - 16);
+      if (committed == step)
+        assert_int_equal(json_number(line, "committed_checksum"), crc);
+      else
+        assert_int_equal(committed, step - 16);
     }
   } else {
     assert_true(step % 10 == 0 && step + 10 >= run.left_at);
@@ -78,8 +81,8 @@ static void check_kill(agent *a, const char *const *mode_args, const char *const
 }
 
 static void a_kill_in_async_mode_continues(void **state) {
-  static const char *const args[] = {"--mode", "async", "--average-every", "4",
-                                     "--max-staleness", "2", NULL};
+  static const char *const args[] = {"--mode", "async", "--average-every", "4", "--max-staleness",
+                                     "2",      NULL};
   check_kill(*state, args, NULL, "ASYNC", 0);
 }
 

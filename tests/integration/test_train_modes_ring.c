@@ -101,7 +101,7 @@ static void diloco_with_outer_lr_1_and_no_momentum_is_local_sgd(void **state) {
     size_t n;
     base_config(f, &c, KOLO_TRAIN_LOCAL_SGD);
     c.average_every = 4;
-    c.steps = 26; /* ends inside a round: the last outer step closes it */
+    c.steps = 26;       /* ends inside a round: the last outer step closes it */
     if (variant == 1) { /* the trainer's own optimizer, whichever it is */
       c.optim.kind = KOLO_TRAIN_ADAM;
       c.optim.lr = 0.003f;
@@ -155,10 +155,11 @@ static void compressed_outer_gradients_stay_close_with_fewer_bytes(void **state)
     assert_int_equal(st[k].rounds, 6);
   }
   double fp16 = l2_rel_diff(w[0], w[1], n), int8 = l2_rel_diff(w[0], w[2], n);
-  printf("DILOCO 2 ranks: fp16 vs float32 %.3g, int8 vs float32 %.3g; bytes sent %llu / %llu / "
-         "%llu\n",
-         fp16, int8, (unsigned long long)st[0].bytes_sent, (unsigned long long)st[1].bytes_sent,
-         (unsigned long long)st[2].bytes_sent);
+  printf(
+      "DILOCO 2 ranks: fp16 vs float32 %.3g, int8 vs float32 %.3g; bytes sent %llu / %llu / "
+      "%llu\n",
+      fp16, int8, (unsigned long long)st[0].bytes_sent, (unsigned long long)st[1].bytes_sent,
+      (unsigned long long)st[2].bytes_sent);
   assert_true(fp16 > 0 && fp16 < 1e-3);
   assert_true(int8 > fp16 && int8 < 2e-2);
   /* 2 ranks: the float32 all-reduce sends the buffer once, fp16 half of it,
@@ -204,10 +205,11 @@ static void a_slow_rank_holds_a_fast_one_to_max_staleness_rounds(void **state) {
     c[1].step_delay_us = 4000;
     rank_job jobs[2];
     run_ring(2, c, jobs);
-    printf("ASYNC max_staleness %u, rank 1 slowed: outstanding at most %u (fast rank), %u (slow);"
-           " blocked %.3f s / %.3f s\n",
-           bound, jobs[0].stats.staleness, jobs[1].stats.staleness,
-           jobs[0].stats.blocked_seconds, jobs[1].stats.blocked_seconds);
+    printf(
+        "ASYNC max_staleness %u, rank 1 slowed: outstanding at most %u (fast rank), %u (slow);"
+        " blocked %.3f s / %.3f s\n",
+        bound, jobs[0].stats.staleness, jobs[1].stats.staleness, jobs[0].stats.blocked_seconds,
+        jobs[1].stats.blocked_seconds);
     assert_int_equal(jobs[0].stats.staleness, bound); /* reached, not passed */
     assert_true(jobs[1].stats.staleness <= bound);
     for (int r = 0; r < 2; r++) assert_int_equal(jobs[r].stats.rounds, 40); /* all folded in */
@@ -224,10 +226,10 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(diloco_with_outer_lr_1_and_no_momentum_is_local_sgd, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(compressed_outer_gradients_stay_close_with_fewer_bytes,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(fragments_sync_at_staggered_steps_and_end_as_one_model,
-                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(compressed_outer_gradients_stay_close_with_fewer_bytes, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(fragments_sync_at_staggered_steps_and_end_as_one_model, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(a_slow_rank_holds_a_fast_one_to_max_staleness_rounds, setup,
                                       teardown),
   };

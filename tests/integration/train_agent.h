@@ -100,10 +100,24 @@ __attribute__((unused)) static void agent_spawn_lr(agent *g, int i, const char *
     unsetenv("KOLO_SIZE");
     for (size_t k = 0; g_extra_env && g_extra_env[k]; k++) putenv(strdup(g_extra_env[k]));
     int fashion = strcmp(g_dataset, "fashion") == 0;
-    const char *argv[48] = {program, "--dataset", fashion ? "fashion-mnist" : "synthetic",
-                            "--model", "mlp", "--hidden", fashion ? "128" : "32", "--epochs",
-                            fashion ? FASHION_EPOCHS_TEXT : "6", "--batch", fashion ? "32" : "16",
-                            "--lr", lr, "--log-every", "10", "--commit-every", "10", "--json"};
+    const char *argv[48] = {program,
+                            "--dataset",
+                            fashion ? "fashion-mnist" : "synthetic",
+                            "--model",
+                            "mlp",
+                            "--hidden",
+                            fashion ? "128" : "32",
+                            "--epochs",
+                            fashion ? FASHION_EPOCHS_TEXT : "6",
+                            "--batch",
+                            fashion ? "32" : "16",
+                            "--lr",
+                            lr,
+                            "--log-every",
+                            "10",
+                            "--commit-every",
+                            "10",
+                            "--json"};
     size_t argc = 18;
     for (size_t k = 0; g_extra_args && g_extra_args[k] && argc < 47; k++)
       argv[argc++] = g_extra_args[k];
@@ -126,7 +140,8 @@ __attribute__((unused)) static void agent_spawn(agent *g, int i) {
 
 /* Sends RING <epoch> to each member (process indexes, in rank order), through
  * the agent protocol's codec. */
-__attribute__((unused)) static void agent_announce(agent *g, uint64_t epoch, const int *members, int size) {
+__attribute__((unused)) static void agent_announce(agent *g, uint64_t epoch, const int *members,
+                                                   int size) {
   char addresses[64][32];
   const char *peers[64];
   assert_true(size <= 64);
@@ -206,8 +221,9 @@ __attribute__((unused)) static void agent_pump(agent *g, int wait_ms) {
 /* Reads process i's lines until one starts with prefix and, if given,
  * contains needle with a number >= min after it (a needle followed by text
  * counts as 0); fails after timeout_s. The line is copied into copy (optional). */
-__attribute__((unused)) static void agent_wait_line(agent *g, int i, const char *prefix, const char *needle, long min,
-                            double timeout_s, char *copy, size_t copy_len) {
+__attribute__((unused)) static void agent_wait_line(agent *g, int i, const char *prefix,
+                                                    const char *needle, long min, double timeout_s,
+                                                    char *copy, size_t copy_len) {
   double start = now_seconds();
   for (;;) {
     char *nl;
@@ -239,8 +255,8 @@ __attribute__((unused)) static void agent_wait_line(agent *g, int i, const char 
   }
 }
 
-__attribute__((unused)) static void agent_wait(agent *g, int i, const char *prefix, const char *needle, long min,
-                       double timeout_s) {
+__attribute__((unused)) static void agent_wait(agent *g, int i, const char *prefix,
+                                               const char *needle, long min, double timeout_s) {
   agent_wait_line(g, i, prefix, needle, min, timeout_s, NULL, 0);
 }
 
@@ -282,7 +298,8 @@ __attribute__((unused)) static void agent_stop(agent *g) {
 }
 
 /* The "done" JSON line of process i's stdout: accuracy and reconfigurations. */
-__attribute__((unused)) static void read_done(agent *g, int i, double *accuracy, int *reconfigurations) {
+__attribute__((unused)) static void read_done(agent *g, int i, double *accuracy,
+                                              int *reconfigurations) {
   char path[160], line[1024];
   snprintf(path, sizeof path, "%s/out.%d", g->dir, i);
   FILE *f = fopen(path, "r");

@@ -62,7 +62,8 @@ typedef struct ring {
 } ring;
 
 /* Starts configs[0..size) as the ranks of one ring, one thread each. */
-__attribute__((unused)) static void start_ring(ring *g, int size, const kolo_train_config *configs, rank_job *jobs) {
+__attribute__((unused)) static void start_ring(ring *g, int size, const kolo_train_config *configs,
+                                               rank_job *jobs) {
   char(*addresses)[64] = g->addresses;
   const char **peers = g->peers;
   pthread_t *threads = g->threads;
@@ -94,7 +95,8 @@ __attribute__((unused)) static void join_ring(ring *g) {
 }
 
 /* Runs configs[0..size) as the ranks of one ring; jobs receive the results. */
-__attribute__((unused)) static void run_ring(int size, const kolo_train_config *configs, rank_job *jobs) {
+__attribute__((unused)) static void run_ring(int size, const kolo_train_config *configs,
+                                             rank_job *jobs) {
   ring g;
   start_ring(&g, size, configs, jobs);
   join_ring(&g);

@@ -54,8 +54,8 @@ static void every_mode_parses_with_its_defaults(void **state) {
   assert_int_equal(c.fragments, 2);
   assert_int_equal(parse(&c, &e, "--mode", "async", "--max-staleness", "3", NULL), 0);
   assert_int_equal(c.max_staleness, 3);
-  assert_int_equal(parse(&c, &e, "--mode", "diloco", "--outer-lr", "0.5", "--outer-momentum",
-                         "0", "--nesterov=0", NULL),
+  assert_int_equal(parse(&c, &e, "--mode", "diloco", "--outer-lr", "0.5", "--outer-momentum", "0",
+                         "--nesterov=0", NULL),
                    0);
   assert_true(c.outer_lr == 0.5f && c.outer_momentum == 0.0f && c.nesterov == 0);
   assert_int_equal(parse(&c, &e, NULL), 0);
@@ -79,8 +79,7 @@ static void bad_values_and_settings_of_another_mode_are_refused_by_name(void **s
   expect_error("--mode: 'fast' (want sync, async, local_sgd or diloco)", "--mode", "fast", NULL,
                NULL);
   expect_error("--max-staleness must be 1..1000", "--mode", "async", "--max-staleness", "0");
-  expect_error("--outer-momentum must be in [0, 1)", "--mode", "diloco", "--outer-momentum",
-               "1");
+  expect_error("--outer-momentum must be in [0, 1)", "--mode", "diloco", "--outer-momentum", "1");
   expect_error("--outer-lr must be in (0, 100]", "--mode", "diloco", "--outer-lr", "101");
   expect_error("--compression: 'int4' (want none, fp16 or int8)", "--mode", "diloco",
                "--compression", "int4");
@@ -90,10 +89,10 @@ static void bad_values_and_settings_of_another_mode_are_refused_by_name(void **s
                "--max-staleness", "2");
   expect_error("--outer-lr: only for --mode diloco, not local_sgd (outer lr 1, momentum 0)",
                "--mode", "local_sgd", "--outer-lr", "0.5");
-  expect_error("--compression: only for --mode local_sgd or diloco, not async", "--mode",
-               "async", "--compression", "fp16");
-  expect_error("--average-every: only for --mode async, local_sgd or diloco, not sync",
-               "--mode", "sync", "--average-every", "4");
+  expect_error("--compression: only for --mode local_sgd or diloco, not async", "--mode", "async",
+               "--compression", "fp16");
+  expect_error("--average-every: only for --mode async, local_sgd or diloco, not sync", "--mode",
+               "sync", "--average-every", "4");
   expect_error("--nesterov: only for --mode diloco, not sync", "--nesterov", "--mode", "sync",
                NULL);
   /* without --mode (the environment may name one) the parser leaves the check to
@@ -181,9 +180,8 @@ static void the_outer_state_travels_in_the_blob_and_modes_do_not_mix(void **stat
   (void)state;
   kolo_train_state *plain = NULL, *outer = NULL, *other = NULL;
   assert_int_equal(kolo_train_state_create("mlp:4-3", 0, 15, 15, &plain), KOLO_OK);
-  assert_int_equal(kolo_train_state_create_flags("mlp:4-3", 0, 15, 15, KOLO_TRAIN_STATE_OUTER,
-                                                 &outer),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_train_state_create_flags("mlp:4-3", 0, 15, 15, KOLO_TRAIN_STATE_OUTER, &outer), KOLO_OK);
   assert_null(kolo_train_state_round_start(plain));
   assert_int_equal(kolo_train_state_size(outer),
                    kolo_train_state_size(plain) + 2 * 15 * sizeof(float));
@@ -193,20 +191,19 @@ static void the_outer_state_travels_in_the_blob_and_modes_do_not_mix(void **stat
   assert_ptr_equal((char *)(m + 15),
                    (char *)kolo_train_state_data(outer) + kolo_train_state_size(outer));
   for (int i = 0; i < 15; i++) start[i] = (float)i, m[i] = -(float)i;
-  assert_int_equal(kolo_train_state_create_flags("mlp:4-3", 0, 15, 15, KOLO_TRAIN_STATE_OUTER,
-                                                 &other),
-                   KOLO_OK);
-  assert_int_equal(kolo_train_state_load(other, kolo_train_state_data(outer),
-                                         kolo_train_state_size(outer)),
-                   KOLO_OK);
+  assert_int_equal(
+      kolo_train_state_create_flags("mlp:4-3", 0, 15, 15, KOLO_TRAIN_STATE_OUTER, &other), KOLO_OK);
+  assert_int_equal(
+      kolo_train_state_load(other, kolo_train_state_data(outer), kolo_train_state_size(outer)),
+      KOLO_OK);
   assert_memory_equal(kolo_train_state_outer_momentum(other), m, 15 * sizeof(float));
   /* a LOCAL_SGD/DILOCO state is not a SYNC run's, nor the other way round */
-  assert_int_equal(kolo_train_state_load(plain, kolo_train_state_data(outer),
-                                         kolo_train_state_size(outer)),
-                   KOLO_ERR_INVALID_ARG);
-  assert_int_equal(kolo_train_state_load(outer, kolo_train_state_data(plain),
-                                         kolo_train_state_size(plain)),
-                   KOLO_ERR_INVALID_ARG);
+  assert_int_equal(
+      kolo_train_state_load(plain, kolo_train_state_data(outer), kolo_train_state_size(outer)),
+      KOLO_ERR_INVALID_ARG);
+  assert_int_equal(
+      kolo_train_state_load(outer, kolo_train_state_data(plain), kolo_train_state_size(plain)),
+      KOLO_ERR_INVALID_ARG);
   kolo_train_state_destroy(plain);
   kolo_train_state_destroy(outer);
   kolo_train_state_destroy(other);

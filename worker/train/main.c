@@ -43,16 +43,16 @@ static void usage(FILE *f) {
           "  --optimizer sgd|adam       (default sgd)\n"
           "  --momentum X               SGD momentum (default 0.9)\n"
           "  --weight-decay X           L2 weight decay (default 0)\n"
-          "  --mode M                   sync | async | local_sgd | diloco (default: KOLO_MODE, else\n"
-          "                             sync): how replicas are kept together (docs/TRAINER.md)\n"
-          "  --average-every K          ASYNC: steps between model averages; LOCAL_SGD/DILOCO:\n"
-          "                             inner steps H per round (default 8)\n"
-          "  --max-staleness N          ASYNC: averaging rounds a rank may have outstanding (1)\n"
-          "  --outer-lr X               DILOCO: outer learning rate (0.7; LOCAL_SGD: 1)\n"
-          "  --outer-momentum X         DILOCO: outer momentum in [0, 1) (0.9; LOCAL_SGD: 0)\n"
-          "  --nesterov 0|1             DILOCO: Nesterov outer momentum (1)\n"
-          "  --compression none|fp16|int8  LOCAL_SGD/DILOCO: outer gradient on the wire (none)\n"
-          "  --fragments F              LOCAL_SGD/DILOCO: fragments synced at staggered steps (1)\n"
+          "  --mode M                   sync|async|local_sgd|diloco (default KOLO_MODE or\n"
+          "                             sync): how replicas are kept together\n"
+          "  --average-every K          ASYNC: steps between model averages;\n"
+          "                             LOCAL_SGD/DILOCO: inner steps H (default 8)\n"
+          "  --max-staleness N          ASYNC: averaging rounds outstanding (default 1)\n"
+          "  --outer-lr X               DILOCO: outer learning rate (default 0.7)\n"
+          "  --outer-momentum X         DILOCO: outer momentum in [0, 1) (default 0.9)\n"
+          "  --nesterov 0|1             DILOCO: Nesterov outer momentum (default 1)\n"
+          "  --compression C            LOCAL_SGD/DILOCO: none|fp16|int8 (default none)\n"
+          "  --fragments F              LOCAL_SGD/DILOCO: staggered fragments (default 1)\n"
           "  --step-delay-ms MS         sleep after every step (a deliberately slow rank)\n"
           "  --seed N                   data order and initial weights (default 1)\n"
           "  --checkpoint-dir DIR       write checkpoints there; resume from the newest valid\n"
@@ -96,8 +96,8 @@ static void apply_mode_spec(kolo_train_config *c, const kolo_mode_spec *spec) {
     if (!(given & KOLO_TRAIN_GIVEN_OUTER_LR)) c->outer_lr = (float)spec->outer_lr;
     if (!(given & KOLO_TRAIN_GIVEN_OUTER_MOMENTUM)) c->outer_momentum = (float)spec->outer_momentum;
     if (!(given & KOLO_TRAIN_GIVEN_NESTEROV)) c->nesterov = spec->nesterov;
-    from_env |= KOLO_TRAIN_GIVEN_OUTER_LR | KOLO_TRAIN_GIVEN_OUTER_MOMENTUM |
-                KOLO_TRAIN_GIVEN_NESTEROV;
+    from_env |=
+        KOLO_TRAIN_GIVEN_OUTER_LR | KOLO_TRAIN_GIVEN_OUTER_MOMENTUM | KOLO_TRAIN_GIVEN_NESTEROV;
   }
   if (outer && !(given & KOLO_TRAIN_GIVEN_COMPRESSION)) {
     c->compression = (kolo_train_compression)spec->compression;
@@ -226,8 +226,8 @@ int main(int argc, char **argv) {
            "\"samples_per_sec_worker\":%.1f,\"samples_per_sec_total\":%.1f}",
            (unsigned long long)r.steps, (unsigned long long)r.total_steps,
            (unsigned long long)r.epochs, (unsigned long long)r.resumed_step, size,
-           r.reconfigurations, kolo_train_mode_name(config.mode), r.last_loss,
-           r.test_accuracy, r.test_accuracy, r.test_loss, r.seconds, r.samples_per_second_worker,
+           r.reconfigurations, kolo_train_mode_name(config.mode), r.last_loss, r.test_accuracy,
+           r.test_accuracy, r.test_loss, r.seconds, r.samples_per_second_worker,
            r.samples_per_second_total);
 #ifndef KOLO_TRAIN_NO_COMM
   if (elastic) kolo_elastic_report(elastic, done);

@@ -147,8 +147,7 @@ static kolo_status complete_oldest(kolo_train_rounds *r, int block, float *param
   return KOLO_OK;
 }
 
-static kolo_status async_step(kolo_train_rounds *r, kolo_comm *comm, uint64_t step,
-                              float *params) {
+static kolo_status async_step(kolo_train_rounds *r, kolo_comm *comm, uint64_t step, float *params) {
   int done = 1;
   kolo_status rc = KOLO_OK;
   while (rc == KOLO_OK && r->outstanding > 0 && done) rc = complete_oldest(r, 0, params, &done);
@@ -204,8 +203,7 @@ static kolo_status average_delta(kolo_train_rounds *r, kolo_comm *comm, size_t n
     if (rc == KOLO_OK) {
       memset(r->delta, 0, n * sizeof(float));
       for (int k = 0; k < size; k++)
-        kolo_train_int8_decode_add(r->gather + (size_t)k * bytes, n, 1.0f / (float)size,
-                                   r->delta);
+        kolo_train_int8_decode_add(r->gather + (size_t)k * bytes, n, 1.0f / (float)size, r->delta);
     }
     r->stats.bytes_sent += (uint64_t)(size - 1) * bytes;
   }
@@ -274,8 +272,7 @@ kolo_status kolo_train_rounds_finish(kolo_train_rounds *r, kolo_comm *comm, uint
   }
   /* every fragment not synced at this very step closes its round now */
   for (uint32_t f = 0; f < r->config.fragments && rc == KOLO_OK; f++) {
-    if (step % r->config.average_every != fragment_offset(r, f))
-      rc = outer_sync(r, comm, f, state);
+    if (step % r->config.average_every != fragment_offset(r, f)) rc = outer_sync(r, comm, f, state);
   }
   return rc;
 }

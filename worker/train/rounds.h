@@ -23,9 +23,9 @@
 typedef struct kolo_train_rounds kolo_train_rounds;
 
 typedef struct kolo_train_rounds_stats {
-  uint64_t rounds;        /* ASYNC: averages folded in; LOCAL_SGD/DILOCO: outer syncs (per fragment) */
-  uint64_t bytes_sent;    /* what this rank sent for them, by the ring algorithms' count */
-  uint32_t staleness;     /* ASYNC: the most rounds this rank had outstanding (<= max_staleness) */
+  uint64_t rounds;     /* ASYNC: averages folded in; LOCAL_SGD/DILOCO: outer syncs (per fragment) */
+  uint64_t bytes_sent; /* what this rank sent for them, by the ring algorithms' count */
+  uint32_t staleness;  /* ASYNC: the most rounds this rank had outstanding (<= max_staleness) */
   double blocked_seconds; /* time spent waiting for the others (blocking waits and syncs) */
 } kolo_train_rounds_stats;
 
@@ -43,8 +43,8 @@ void kolo_train_rounds_reset(kolo_train_state *state);
  * whatever the mode does at that step. comm NULL (or of size 1): no
  * communication (LOCAL_SGD/DILOCO still take their outer step on the
  * replica alone). An error leaves the rounds to kolo_train_rounds_drop. */
-kolo_status kolo_train_rounds_after_step(kolo_train_rounds *rounds, kolo_comm *comm,
-                                         uint64_t step, kolo_train_state *state);
+kolo_status kolo_train_rounds_after_step(kolo_train_rounds *rounds, kolo_comm *comm, uint64_t step,
+                                         kolo_train_state *state);
 
 /* Whether every replica is the same after step `step`: LOCAL_SGD/DILOCO with
  * one fragment at the end of a round. */

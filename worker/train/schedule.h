@@ -46,7 +46,7 @@ typedef struct kolo_train_schedule_input {
   /* the mode's settings (trainer.h; unused ones are their defaults) */
   uint32_t max_staleness, nesterov, compression, fragments;
   float outer_lr, outer_momentum;
-  const char *model;                     /* the model's description ("mlp:784-128-10") */
+  const char *model; /* the model's description ("mlp:784-128-10") */
 } kolo_train_schedule_input;
 
 /* The schedule a run starting on a ring of workers ranks derives. */

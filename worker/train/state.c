@@ -23,8 +23,8 @@ kolo_status kolo_train_state_create(const char *model, uint32_t optimizer, size_
   return kolo_train_state_create_flags(model, optimizer, param_count, optim_count, 0, out);
 }
 
-kolo_status kolo_train_state_create_flags(const char *model, uint32_t optimizer,
-                                          size_t param_count, size_t optim_count, uint32_t flags,
+kolo_status kolo_train_state_create_flags(const char *model, uint32_t optimizer, size_t param_count,
+                                          size_t optim_count, uint32_t flags,
                                           kolo_train_state **out) {
   if (!model || !out || strlen(model) >= sizeof(((kolo_train_state_header *)0)->model) ||
       (flags & ~KOLO_TRAIN_STATE_OUTER)) {
@@ -117,9 +117,8 @@ kolo_status kolo_train_state_load(kolo_train_state *s, const void *data, size_t 
   if (strcmp(in.model, mine->model) != 0 || in.optimizer != mine->optimizer ||
       in.param_count != mine->param_count || in.optim_count != mine->optim_count ||
       in.flags != mine->flags) {
-    KOLO_LOGE("train",
-              "state is for %s/%u (%llu params%s), this run is %s/%u (%llu params%s)", in.model,
-              in.optimizer, (unsigned long long)in.param_count,
+    KOLO_LOGE("train", "state is for %s/%u (%llu params%s), this run is %s/%u (%llu params%s)",
+              in.model, in.optimizer, (unsigned long long)in.param_count,
               in.flags & KOLO_TRAIN_STATE_OUTER ? ", outer optimizer" : "", mine->model,
               mine->optimizer, (unsigned long long)mine->param_count,
               mine->flags & KOLO_TRAIN_STATE_OUTER ? ", outer optimizer" : "");

@@ -37,8 +37,8 @@ typedef struct kolo_train_state kolo_train_state;
 kolo_status kolo_train_state_create(const char *model, uint32_t optimizer, size_t param_count,
                                     size_t optim_count, kolo_train_state **out);
 /* The same with flags (KOLO_TRAIN_STATE_OUTER: room for the outer state). */
-kolo_status kolo_train_state_create_flags(const char *model, uint32_t optimizer,
-                                          size_t param_count, size_t optim_count, uint32_t flags,
+kolo_status kolo_train_state_create_flags(const char *model, uint32_t optimizer, size_t param_count,
+                                          size_t optim_count, uint32_t flags,
                                           kolo_train_state **out);
 void kolo_train_state_destroy(kolo_train_state *state);
 

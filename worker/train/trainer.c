@@ -40,11 +40,11 @@ struct kolo_train_trainer {
   size_t *index; /* this rank's sample ids of a micro-batch */
   float *x;      /* gathered inputs (max(batch, EVAL_BATCH) samples) */
   int *y;
-  kolo_train_rounds *rounds; /* the non-SYNC modes' averaging (NULL in SYNC) */
+  kolo_train_rounds *rounds;          /* the non-SYNC modes' averaging (NULL in SYNC) */
   kolo_train_rounds_stats sync_stats; /* SYNC: its gradient all-reduces */
-  kolo_elastic *elastic; /* borrowed; NULL = a fixed ring or none */
-  int reforms;           /* rings re-formed during this run */
-  size_t global_batch;   /* samples per micro-batch over all ranks: schedule.global_batch */
+  kolo_elastic *elastic;              /* borrowed; NULL = a fixed ring or none */
+  int reforms;                        /* rings re-formed during this run */
+  size_t global_batch; /* samples per micro-batch over all ranks: schedule.global_batch */
   kolo_train_model_spec spec;
   size_t capacity;              /* samples the model and the batch buffers hold */
   kolo_train_schedule schedule; /* the ring's schedule (registered with the elastic state) */
@@ -743,7 +743,7 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
     size_t global_batch = t->global_batch;
     float *grads =
         kolo_train_model_grads(t->model); /* the model is rebuilt if a ring needs more room */
-    int local = t->rounds != NULL; /* every mode but SYNC steps on local gradients */
+    int local = t->rounds != NULL;        /* every mode but SYNC steps on local gradients */
     int epoch_ended = 0;
     uint64_t ended_epoch = h->epoch;
     for (size_t micro = 0; micro < c->accumulate; micro++) {
@@ -787,8 +787,8 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
       if (t->size > 1) { /* bytes by the ring's count: 2 (n - 1) / n of the buffer */
         t->sync_stats.blocked_seconds += now_seconds() - began;
         t->sync_stats.rounds++;
-        t->sync_stats.bytes_sent += (uint64_t)(2.0 * (t->size - 1) / t->size *
-                                               (double)(t->param_count * sizeof(float)));
+        t->sync_stats.bytes_sent +=
+            (uint64_t)(2.0 * (t->size - 1) / t->size * (double)(t->param_count * sizeof(float)));
       }
       if (rc != KOLO_OK) {
         rc = recover(t, rc);

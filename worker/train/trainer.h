@@ -59,15 +59,15 @@ typedef struct kolo_train_config {
   kolo_train_optim_config optim;
   int scale_lr; /* multiply the learning rate by the number of workers */
   kolo_train_mode mode;
-  uint64_t average_every;  /* ASYNC: steps between averages; LOCAL_SGD/DILOCO: inner steps H */
-  uint32_t max_staleness;  /* ASYNC: averaging rounds a rank may have outstanding (>= 1) */
-  float outer_lr;          /* LOCAL_SGD (1) / DILOCO: the outer optimizer's learning rate */
-  float outer_momentum;    /* LOCAL_SGD (0) / DILOCO: its momentum, in [0, 1) */
-  int nesterov;            /* DILOCO: Nesterov momentum (1) or heavy ball (0) */
+  uint64_t average_every; /* ASYNC: steps between averages; LOCAL_SGD/DILOCO: inner steps H */
+  uint32_t max_staleness; /* ASYNC: averaging rounds a rank may have outstanding (>= 1) */
+  float outer_lr;         /* LOCAL_SGD (1) / DILOCO: the outer optimizer's learning rate */
+  float outer_momentum;   /* LOCAL_SGD (0) / DILOCO: its momentum, in [0, 1) */
+  int nesterov;           /* DILOCO: Nesterov momentum (1) or heavy ball (0) */
   kolo_train_compression compression; /* LOCAL_SGD/DILOCO: the outer gradient on the wire */
-  uint32_t fragments;      /* LOCAL_SGD/DILOCO: model fragments synced at staggered steps */
-  unsigned mode_given;     /* KOLO_TRAIN_GIVEN_* bits: set by the flag parser */
-  uint32_t step_delay_us;  /* sleep after every step (a deliberately slow rank: tests, bench) */
+  uint32_t fragments;     /* LOCAL_SGD/DILOCO: model fragments synced at staggered steps */
+  unsigned mode_given;    /* KOLO_TRAIN_GIVEN_* bits: set by the flag parser */
+  uint32_t step_delay_us; /* sleep after every step (a deliberately slow rank: tests, bench) */
   uint64_t seed;
   const char *checkpoint_dir; /* NULL = no checkpoints */
   uint64_t checkpoint_every;  /* steps between checkpoints; 0 = only at the end */
