@@ -461,8 +461,9 @@ class Runner:
             _decode(marks.done[rank], rank, job_id)
         final = api.get(job_id)
         phase = kc.Client.phase(final)
-        raise RunnerError("kolo.Runner: job %s ended %s without a result from rank 0%s"
-                          % (job_id, phase, ": " + final.status.error if final.status.error else ""),
+        raise RunnerError("kolo.Runner: job %s ended %s without a result from rank 0%s\n(every rank's output: "
+                          "`kolo logs %s`, one rank: `kolo logs %s --rank N`)"
+                          % (job_id, phase, ": " + final.status.error if final.status.error else "", job_id, job_id),
                           job_id, phase, final.status.error)
 
 

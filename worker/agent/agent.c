@@ -78,7 +78,7 @@ typedef struct agent {
   int64_t formed_epoch, failed_epoch, exit_epoch;
   int failed_rank, exited, exit_code;
   int hello;           /* the process said HELLO */
-  int64_t started_epoch; /* the epoch its process was started at */
+  int64_t first_formed_epoch; /* the first epoch its process formed (0: none yet) */
   char permanent[256]; /* why its failure is permanent (scheduler/decide.h); "" = not known */
   char failed_status[64];
   Kolo__V1__Struct *progress; /* the process's REPORTs, merged (coordination/report.h) */
@@ -255,7 +255,7 @@ static void write_report(agent *a) {
                    .progress = a->progress,
                    .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL,
                    .hello = a->hello,
-                   .started_epoch = a->started_epoch,
+                   .first_formed_epoch = a->first_formed_epoch,
                    .permanent = a->permanent[0] ? a->permanent : NULL};
   char *text = NULL;
   if (kolo_report_encode(&r, &text) != KOLO_OK) {
@@ -294,6 +294,7 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
       break;
     case KOLO_AGENT_FORMED:
       a->formed_epoch = (int64_t)msg->formed.epoch;
+      if (a->first_formed_epoch == 0) a->first_formed_epoch = a->formed_epoch;
       KOLO_LOGI(LOG, "ring of epoch %lld formed", (long long)a->formed_epoch);
       write_report(a);
       break;
@@ -577,7 +578,7 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   a->exited = a->exit_code = 0;
   a->hello = 0;
   a->permanent[0] = '\0';
-  a->started_epoch = epoch;
+  a->first_formed_epoch = 0;
   if (a->progress) protobuf_c_message_free_unpacked(&a->progress->base, NULL);
   a->progress = NULL;
   write_report(a);
