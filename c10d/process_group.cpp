@@ -116,9 +116,11 @@ ProcessGroupKolo::~ProcessGroupKolo() {
   if (Py_IsInitialized() && PyGILState_Check()) {
     PyThreadState *state = PyEval_SaveThread();
     completer_.join();
+    callbacks_.stop();
     PyEval_RestoreThread(state);
   } else {
     completer_.join();
+    callbacks_.stop();
   }
   if (owned_) kolo_comm_destroy(comm_);
 }
@@ -134,7 +136,7 @@ void ProcessGroupKolo::complete_loop() {
       work = queue_.front();
       queue_.pop_front();
     }
-    work->settle();
+    work->settle(callbacks_);
   }
 }
 

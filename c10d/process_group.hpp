@@ -2,8 +2,8 @@
  * public C API (include/kolo/kolo.h, engine.h). Each collective is handed to kolo's
  * engine as a non-blocking request; a completion thread per process group waits for
  * the requests in submission order, copies results where a temporary was needed, and
- * completes the KoloWork (its wait() and its Future, which DDP's reducer and the comm
- * hooks chain on). Errors become exceptions carrying kolo's message, which names the
+ * completes the KoloWork's wait(); its Future (which DDP's reducer and the comm hooks
+ * chain on) is completed on a CallbackPool thread. Errors become exceptions carrying kolo's message, which names the
  * lost peer. The communicator is made in Python (kolo.torch.distributed: rendezvous
  * through the c10d store or a kolo job's ring) and handed over by address. */
 #pragma once
@@ -20,6 +20,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "c10d/callbacks.hpp"
 #include "kolo/engine.h"
 #include "kolo/kolo.h"
 
@@ -51,8 +52,9 @@ class KoloWork : public c10d::Work {
   std::vector<size_t> counts;        /* recv_counts arrays that must outlive the request */
   std::vector<at::Tensor> keep;      /* temporaries the requests read or write */
 
-  /* Called once by the completion thread: waits for the requests, completes. */
-  void settle();
+  /* Called once by the completion thread: waits for the requests, completes the
+   * Work, and hands the Future's completion (its callbacks) to callbacks. */
+  void settle(CallbackPool &callbacks);
 
  private:
   std::string what_;
@@ -117,6 +119,7 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   std::deque<c10::intrusive_ptr<KoloWork>> queue_;
   bool stopping_ = false;
   std::thread completer_;
+  CallbackPool callbacks_;
 };
 
 }  // namespace kolo_c10d

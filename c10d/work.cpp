@@ -1,7 +1,7 @@
 /* KoloWork: the c10d::Work of one kolo collective. The completion thread of its
  * process group calls settle(), which waits for the kolo requests, runs the copy-out
- * step on success and completes both the Work (wait()) and its Future (what DDP's
- * reducer and comm hooks chain on). Failures carry kolo's own message, which names
+ * step on success, completes the Work (wait()) and posts the completion of its Future
+ * (what DDP's reducer and comm hooks chain on) to the group's CallbackPool. Failures carry kolo's own message, which names
  * the lost rank ("peer lost: rank 2 (connection closed)"). */
 #include "c10d/process_group.hpp"
 
@@ -74,7 +74,7 @@ std::exception_ptr KoloWork::failure(kolo_status status, const char *message) co
   return std::make_exception_ptr(std::runtime_error(text));
 }
 
-void KoloWork::settle() {
+void KoloWork::settle(CallbackPool &callbacks) {
   kolo_status status = submit_status;
   std::string message;
   for (kolo_request *request : requests) {
@@ -101,10 +101,14 @@ void KoloWork::settle() {
   on_success = nullptr;
   keep.clear();
   finish(error);
-  if (error)
-    future_->setError(error);
-  else
-    future_->markCompleted(c10::IValue(outputs_));
+  c10::intrusive_ptr<c10::ivalue::Future> future = future_;
+  std::vector<at::Tensor> outputs = outputs_;
+  callbacks.post([future, error, outputs]() {
+    if (error)
+      future->setError(error);
+    else
+      future->markCompleted(c10::IValue(outputs));
+  });
 }
 
 }  // namespace kolo_c10d

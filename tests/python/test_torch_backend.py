@@ -1,11 +1,12 @@
 """torch.distributed backend "kolo" (kolo.torch.distributed, c10d/): every collective
 against gloo's results (and the single-process reference where gloo lacks a dtype or
 op) on 2 and 3 real ranks, for every dtype kolo reduces; the rendezvous from torchrun's
-env:// variables and from a kolo launch's KOLO_* variables.
+env:// variables and from a kolo launch's KOLO_* variables; DDP on it; a dead peer.
 Skipped when the extension is not built (CTest registers it only when it is)."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import time
@@ -96,3 +97,43 @@ def test_every_collective_matches_gloo_on_three_ranks_of_a_kolo_launch():
         ranks.kill()
     check_all_ok(results)
 
+
+def test_ddp_trains_the_same_weights_on_kolo_as_on_gloo_with_hooks_no_sync_static_graph_and_join():
+    ranks = kolotest.Ranks(2, kolotest.worker("c10d_ddp.py"))
+    try:
+        results = ranks.wait(timeout=300)
+    finally:
+        ranks.kill()
+    for rank, result in enumerate(results):
+        assert result.returncode == 0 and "OK" in result.stdout.splitlines(), "rank %d: %r" % (rank, result)
+        cases = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("CASE ")}
+        assert cases == {"buckets", "static_graph", "no_sync", "no_sync_local", "fp16_hook", "powersgd_hook",
+                         "join"}, result
+
+
+def test_a_sigkilled_rank_fails_the_survivors_pending_work_within_a_second():
+    ranks = TorchRanks(3, kolotest.worker("c10d_peer_lost.py"))
+    try:
+        deadline = time.monotonic() + 120
+        line = ""
+        while time.monotonic() < deadline:
+            line = ranks.procs[2].stdout.readline()
+            if line.strip() == "READY" or not line:
+                break
+        assert line.strip() == "READY", ranks.wait(10)
+        time.sleep(0.5)  # the survivors' all-reduce is pending
+        killed_at = time.time()
+        ranks.procs[2].kill()
+        results = ranks.wait(60)
+    finally:
+        ranks.kill()
+    for rank in (0, 1):
+        out = results[rank].stdout
+        failed = re.search(r"FAILED ([\d.]+)", out)
+        assert failed and results[rank].returncode == 0, results[rank]
+        assert float(failed.group(1)) - killed_at < 1.5, "failed %.3fs after the kill" % (
+            float(failed.group(1)) - killed_at)
+        message = re.search(r"MESSAGE (.*)", out).group(1)
+        assert "rank 2" in message and "KOLO_ERR_PEER_LOST" in message, out
+        assert "FUTURE kolo: allreduce failed" in out, out
+        assert "AGAIN kolo: allreduce failed" in out, out
