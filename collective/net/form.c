@@ -8,7 +8,7 @@
 #include <poll.h>
 #include <stdlib.h>
 
-#include "collective/comm.h"
+#include "collective/net/net.h"
 #include "common/checks.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -50,34 +50,34 @@ typedef struct formation {
   int bulk_given;
 } formation;
 
-static kolo_status dial_next(kolo_comm *comm, formation *f, int next, int64_t deadline) {
+static kolo_status dial_next(kolo_net *net, formation *f, int next, int64_t deadline) {
   static const int kinds[LINK_COUNT] = {KOLO_CONNECTION_DATA, KOLO_CONNECTION_CONTROL,
                                         KOLO_CONNECTION_BELL};
   kolo_status status = KOLO_OK;
   for (int i = 0; i < LINK_COUNT && status == KOLO_OK; i++) {
-    status = comm->transport->connect(comm->peers[next], deadline, &f->outgoing[i]);
+    status = net->transport->connect(net->peers[next], deadline, &f->outgoing[i]);
     if (status == KOLO_OK) {
-      status = kolo_handshake_send_hello(comm, f->outgoing[i], kinds[i],
+      status = kolo_handshake_send_hello(net, f->outgoing[i], kinds[i],
                                          i == LINK_BELL ? f->offer : NULL, deadline);
     }
   }
   if (status != KOLO_OK) {
-    KOLO_LOGE("kolo", "rank %d epoch %llu: cannot reach rank %d at %s: %s", comm->rank,
-              (unsigned long long)comm->epoch, next, comm->peers[next], kolo_strerror(status));
+    KOLO_LOGE("kolo", "rank %d epoch %llu: cannot reach rank %d at %s: %s", net->rank,
+              (unsigned long long)net->epoch, next, net->peers[next], kolo_strerror(status));
   }
   return status;
 }
 
 /* Reads the acks that arrived on our outgoing connections. */
-static kolo_status read_acks(kolo_comm *comm, formation *f, const struct pollfd *fds, int next,
+static kolo_status read_acks(kolo_net *net, formation *f, const struct pollfd *fds, int next,
                              int64_t deadline) {
   for (int i = 0; i < LINK_COUNT; i++) {
     if (fds[i].revents == 0) continue;
     int bulk_taken = 0;
-    kolo_status status = kolo_handshake_read_ack(comm, f->outgoing[i], &bulk_taken, deadline);
+    kolo_status status = kolo_handshake_read_ack(net, f->outgoing[i], &bulk_taken, deadline);
     if (status != KOLO_OK) {
-      KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", comm->rank,
-                (unsigned long long)comm->epoch, next, kolo_strerror(status));
+      KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", net->rank,
+                (unsigned long long)net->epoch, next, kolo_strerror(status));
       return status;
     }
     f->acked[i] = 1;
@@ -88,16 +88,15 @@ static kolo_status read_acks(kolo_comm *comm, formation *f, const struct pollfd 
 
 /* Accepts one connection and keeps it if it is the previous rank's, for a slot
  * still empty; anything else is closed and changes nothing. */
-static kolo_status accept_one(kolo_comm *comm, kolo_listener *listener, formation *f, int prev,
+static kolo_status accept_one(kolo_net *net, kolo_listener *listener, formation *f, int prev,
                               int64_t deadline) {
   kolo_transport_conn *conn = NULL;
-  kolo_status status =
-      comm->transport->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
+  kolo_status status = net->transport->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
   if (status == KOLO_ERR_TIMEOUT) return KOLO_OK;
   if (status != KOLO_OK) return status;
   int kind = 0;
   kolo_channel bulk = {0};
-  status = kolo_handshake_accept(comm, conn, prev, &kind, &bulk, deadline);
+  status = kolo_handshake_accept(net, conn, prev, &kind, &bulk, deadline);
   int slot = kind - KOLO_CONNECTION_DATA;
   if (status == KOLO_OK && slot >= 0 && slot < LINK_COUNT && f->incoming[slot] == NULL) {
     f->incoming[slot] = conn;
@@ -105,14 +104,14 @@ static kolo_status accept_one(kolo_comm *comm, kolo_listener *listener, formatio
   } else if (bulk.ops != NULL) {
     kolo_channel_close(&bulk); /* a duplicate that mapped a ring */
   } else {
-    comm->transport->close(conn); /* refused stranger or duplicate */
+    net->transport->close(conn); /* refused stranger or duplicate */
   }
   return KOLO_OK;
 }
 
-static kolo_status await_neighbours(kolo_comm *comm, kolo_listener *listener, formation *f,
-                                    int next, int prev, int64_t deadline) {
-  const kolo_transport_ops *tp = comm->transport;
+static kolo_status await_neighbours(kolo_net *net, kolo_listener *listener, formation *f, int next,
+                                    int prev, int64_t deadline) {
+  const kolo_transport_ops *tp = net->transport;
   for (;;) {
     int accepting = f->incoming[LINK_DATA] == NULL || f->incoming[LINK_CONTROL] == NULL ||
                     f->incoming[LINK_BELL] == NULL;
@@ -126,65 +125,65 @@ static kolo_status await_neighbours(kolo_comm *comm, kolo_listener *listener, fo
         .fd = accepting ? tp->listener_poll_fd(listener->listener) : -1, .events = POLLIN};
     int wait_ms = kolo_ms_until(deadline);
     if (wait_ms == 0) {
-      KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", comm->rank,
-                (unsigned long long)comm->epoch, accepting ? prev : next,
+      KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", net->rank,
+                (unsigned long long)net->epoch, accepting ? prev : next,
                 accepting ? "did not connect" : "did not answer");
       return KOLO_ERR_TIMEOUT;
     }
     if (poll(fds, LINK_COUNT + 1, wait_ms) <= 0) continue;
-    KOLO_CHECK(read_acks(comm, f, fds, next, deadline));
-    if (fds[LINK_COUNT].revents != 0) KOLO_CHECK(accept_one(comm, listener, f, prev, deadline));
+    KOLO_CHECK(read_acks(net, f, fds, next, deadline));
+    if (fds[LINK_COUNT].revents != 0) KOLO_CHECK(accept_one(net, listener, f, prev, deadline));
   }
 }
 
 /* Moves the formed connections into the communicator's directions and links. */
-static kolo_status adopt(kolo_comm *comm, formation *f, int next, int prev) {
-  comm->next.small = (kolo_channel){.ops = comm->transport, .conn = f->outgoing[LINK_DATA]};
-  comm->next.bulk = comm->next.small;
-  comm->prev.small = (kolo_channel){.ops = comm->transport, .conn = f->incoming[LINK_DATA]};
-  comm->prev.bulk = comm->prev.small;
-  comm->control[0] =
-      (kolo_control_link){.channel = {.ops = comm->transport, .conn = f->outgoing[LINK_CONTROL]},
+static kolo_status adopt(kolo_net *net, formation *f, int next, int prev) {
+  net->next.small = (kolo_channel){.ops = net->transport, .conn = f->outgoing[LINK_DATA]};
+  net->next.bulk = net->next.small;
+  net->prev.small = (kolo_channel){.ops = net->transport, .conn = f->incoming[LINK_DATA]};
+  net->prev.bulk = net->prev.small;
+  net->control[0] =
+      (kolo_control_link){.channel = {.ops = net->transport, .conn = f->outgoing[LINK_CONTROL]},
                           .peer_rank = next,
                           .open = 1};
-  comm->control[1] =
-      (kolo_control_link){.channel = {.ops = comm->transport, .conn = f->incoming[LINK_CONTROL]},
+  net->control[1] =
+      (kolo_control_link){.channel = {.ops = net->transport, .conn = f->incoming[LINK_CONTROL]},
                           .peer_rank = prev,
                           .open = 1};
   f->outgoing[LINK_DATA] = f->outgoing[LINK_CONTROL] = NULL;
   f->incoming[LINK_DATA] = f->incoming[LINK_CONTROL] = NULL;
   if (f->bulk_in.ops != NULL) {
-    comm->prev.bulk = f->bulk_in;
-    comm->prev.bulk_owned = 1;
+    net->prev.bulk = f->bulk_in;
+    net->prev.bulk_owned = 1;
     f->bulk_in = (kolo_channel){0};
     f->incoming[LINK_BELL] = NULL; /* owned by prev.bulk */
   }
   if (f->bulk_given) {
     kolo_bulk_offer *offer = f->offer;
     f->offer = NULL;
-    KOLO_CHECK(kolo_bulk_offer_accepted(offer, f->outgoing[LINK_BELL], &comm->next));
+    KOLO_CHECK(kolo_bulk_offer_accepted(offer, f->outgoing[LINK_BELL], &net->next));
     f->outgoing[LINK_BELL] = NULL;
   }
   return KOLO_OK;
 }
 
-kolo_status kolo_form_ring(kolo_comm *comm, kolo_listener *listener) {
-  int n = comm->size;
-  int next = (comm->rank + 1) % n, prev = (comm->rank + n - 1) % n;
-  int64_t deadline = kolo_deadline_after_ms(comm->timeout_ms);
+kolo_status kolo_form_ring(kolo_net *net, kolo_listener *listener) {
+  int n = net->size;
+  int next = (net->rank + 1) % n, prev = (net->rank + n - 1) % n;
+  int64_t deadline = kolo_deadline_after_ms(net->timeout_ms);
   formation f = {0};
   kolo_bulk_offer_create(&f.offer);
-  kolo_status status = dial_next(comm, &f, next, deadline);
-  if (status == KOLO_OK) status = await_neighbours(comm, listener, &f, next, prev, deadline);
-  if (status == KOLO_OK) status = adopt(comm, &f, next, prev);
+  kolo_status status = dial_next(net, &f, next, deadline);
+  if (status == KOLO_OK) status = await_neighbours(net, listener, &f, next, prev, deadline);
+  if (status == KOLO_OK) status = adopt(net, &f, next, prev);
   kolo_bulk_offer_destroy(f.offer); /* not taken (another host): TCP only */
   if (f.bulk_in.ops != NULL) {
     kolo_channel_close(&f.bulk_in);
     f.incoming[LINK_BELL] = NULL;
   }
   for (int i = 0; i < LINK_COUNT; i++) {
-    comm->transport->close(f.outgoing[i]);
-    comm->transport->close(f.incoming[i]);
+    net->transport->close(f.outgoing[i]);
+    net->transport->close(f.incoming[i]);
   }
   return status;
 }

@@ -8,7 +8,7 @@
 
 #include "common/checks.h"
 
-#include "collective/comm.h"
+#include "collective/net/net.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -112,43 +112,43 @@ kolo_status kolo_ack_decode(const uint8_t *ack, int *bulk_taken) {
 
 /* ---- the handshake (I/O) ---- */
 
-kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
+kolo_status kolo_handshake_send_hello(kolo_net *net, kolo_transport_conn *conn, int kind,
                                       const kolo_bulk_offer *offer, int64_t deadline_ns) {
   uint8_t bytes[KOLO_HELLO_MAX_BYTES];
   kolo_hello hello = {.kind = kind,
-                      .epoch = comm->epoch,
-                      .rank = comm->rank,
-                      .size = comm->size,
-                      .secret_length = (uint32_t)strlen(comm->secret),
+                      .epoch = net->epoch,
+                      .rank = net->rank,
+                      .size = net->size,
+                      .secret_length = (uint32_t)strlen(net->secret),
                       .nonce = kolo_bulk_offer_nonce(offer)};
   const char *offer_name = kolo_bulk_offer_name(offer);
   hello.name_length = (uint32_t)strlen(offer_name);
-  memcpy(hello.secret, comm->secret, hello.secret_length);
+  memcpy(hello.secret, net->secret, hello.secret_length);
   memcpy(hello.offer_name, offer_name, hello.name_length);
   size_t length = kolo_hello_encode(&hello, bytes);
-  return kolo_transport_send_all(comm->transport, conn, bytes, length, deadline_ns);
+  return kolo_transport_send_all(net->transport, conn, bytes, length, deadline_ns);
 }
 
-kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, int *bulk_taken,
+kolo_status kolo_handshake_read_ack(kolo_net *net, kolo_transport_conn *conn, int *bulk_taken,
                                     int64_t deadline_ns) {
   uint8_t ack[KOLO_ACK_BYTES];
-  kolo_status status = kolo_transport_recv_all(comm->transport, conn, ack, sizeof ack, deadline_ns);
+  kolo_status status = kolo_transport_recv_all(net->transport, conn, ack, sizeof ack, deadline_ns);
   if (status == KOLO_ERR_PEER_LOST) status = KOLO_ERR_CONNECT;
   if (status != KOLO_OK) return status;
   return kolo_ack_decode(ack, bulk_taken);
 }
 
 /* The hello after its fixed header: secret, offer header, offer name. */
-static kolo_status read_hello_tail(kolo_comm *comm, kolo_transport_conn *conn, kolo_hello *hello,
+static kolo_status read_hello_tail(kolo_net *net, kolo_transport_conn *conn, kolo_hello *hello,
                                    int64_t deadline) {
   uint8_t offer[KOLO_HELLO_OFFER_BYTES];
   kolo_status status =
-      kolo_transport_recv_all(comm->transport, conn, hello->secret, hello->secret_length, deadline);
+      kolo_transport_recv_all(net->transport, conn, hello->secret, hello->secret_length, deadline);
   if (status == KOLO_OK)
-    status = kolo_transport_recv_all(comm->transport, conn, offer, sizeof offer, deadline);
+    status = kolo_transport_recv_all(net->transport, conn, offer, sizeof offer, deadline);
   if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
   KOLO_CHECK(kolo_hello_decode_offer(offer, hello));
-  status = kolo_transport_recv_all(comm->transport, conn, hello->offer_name, hello->name_length,
+  status = kolo_transport_recv_all(net->transport, conn, hello->offer_name, hello->name_length,
                                    deadline);
   if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
   hello->offer_name[hello->name_length] = '\0';
@@ -156,23 +156,22 @@ static kolo_status read_hello_tail(kolo_comm *comm, kolo_transport_conn *conn, k
 }
 
 /* The verdict on a well-formed hello, logged when it is a refusal. */
-static kolo_status judge_hello(kolo_comm *comm, const kolo_hello *hello, int expected_rank) {
-  kolo_status verdict =
-      kolo_hello_judge(hello, comm->secret, comm->epoch, comm->size, expected_rank);
+static kolo_status judge_hello(kolo_net *net, const kolo_hello *hello, int expected_rank) {
+  kolo_status verdict = kolo_hello_judge(hello, net->secret, net->epoch, net->size, expected_rank);
   if (verdict == KOLO_ERR_AUTH)
     KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d: wrong secret",
-              comm->rank, (unsigned long long)comm->epoch, hello->rank);
+              net->rank, (unsigned long long)net->epoch, hello->rank);
   else if (verdict == KOLO_ERR_STALE_EPOCH)
     KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d of epoch %llu",
-              comm->rank, (unsigned long long)comm->epoch, hello->rank,
+              net->rank, (unsigned long long)net->epoch, hello->rank,
               (unsigned long long)hello->epoch);
   else if (verdict != KOLO_OK)
     KOLO_LOGW("kolo", "rank %d: refused a connection claiming rank %d of %d (want rank %d of %d)",
-              comm->rank, hello->rank, hello->size, expected_rank, comm->size);
+              net->rank, hello->rank, hello->size, expected_rank, net->size);
   return verdict;
 }
 
-kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
+kolo_status kolo_handshake_accept(kolo_net *net, kolo_transport_conn *conn, int expected_rank,
                                   int *kind, kolo_channel *bulk, int64_t deadline_ns) {
   *bulk = (kolo_channel){0};
   /* a stranger gets at most one second to introduce itself */
@@ -180,22 +179,22 @@ kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, in
   if (short_deadline > deadline_ns) short_deadline = deadline_ns;
   uint8_t header[KOLO_HELLO_HEADER_BYTES];
   kolo_status status =
-      kolo_transport_recv_all(comm->transport, conn, header, sizeof header, short_deadline);
+      kolo_transport_recv_all(net->transport, conn, header, sizeof header, short_deadline);
   if (status != KOLO_OK) return status == KOLO_ERR_TIMEOUT ? KOLO_ERR_PROTOCOL : status;
   kolo_hello hello;
   if (kolo_hello_decode_header(header, &hello) != KOLO_OK) {
-    KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", comm->rank);
+    KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", net->rank);
     return KOLO_ERR_PROTOCOL; /* not worth an answer */
   }
-  KOLO_CHECK(read_hello_tail(comm, conn, &hello, short_deadline));
+  KOLO_CHECK(read_hello_tail(net, conn, &hello, short_deadline));
   *kind = hello.kind;
-  kolo_status verdict = judge_hello(comm, &hello, expected_rank);
+  kolo_status verdict = judge_hello(net, &hello, expected_rank);
   int bulk_taken = 0;
   if (verdict == KOLO_OK && hello.kind == KOLO_CONNECTION_BELL && hello.offer_name[0] != '\0') {
     bulk_taken = kolo_bulk_accept(hello.offer_name, hello.nonce, conn, bulk) == KOLO_OK;
   }
   uint8_t ack[KOLO_ACK_BYTES];
   kolo_ack_encode(ack, verdict, bulk_taken);
-  kolo_transport_send_all(comm->transport, conn, ack, sizeof ack, short_deadline);
+  kolo_transport_send_all(net->transport, conn, ack, sizeof ack, short_deadline);
   return verdict;
 }
