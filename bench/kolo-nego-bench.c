@@ -19,8 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "collective/internal.h"
-#include "collective/negotiate.h"
+#include "collective/comm.h"
+#include "collective/engine/negotiate.h"
 #include "resnet50.h"
 
 #define RANKS 2

@@ -2,7 +2,7 @@
  * built from them, and the queue (queue.c) that runs it blocking or not. */
 #include <stdint.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 #include "common/checks.h"
 #include "common/log.h"
 

@@ -25,7 +25,8 @@
 #include <poll.h>
 #include <stdlib.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define NS_PER_MS 1000000LL

@@ -7,7 +7,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
+#include "common/env.h"
 #include "common/log.h"
 
 #define DEFAULT_SEGMENT_BYTES (256 * 1024)
@@ -44,26 +45,6 @@ static int64_t spin_ns_from_env(void) {
   long long parsed = strtoll(value, &end, 10);
   if (end == value || *end != '\0' || parsed < 0) return DEFAULT_SPIN_US * 1000LL;
   return (parsed > MAX_SPIN_US ? MAX_SPIN_US : parsed) * 1000LL;
-}
-
-size_t kolo_size_from_env(const char *name, size_t fallback) {
-  const char *value = getenv(name);
-  if (value == NULL || *value == '\0') return fallback;
-  char *end = NULL;
-  unsigned long long parsed = strtoull(value, &end, 10);
-  if (end == value || parsed == 0) return fallback;
-  if (*end == 'K' || *end == 'k') parsed *= 1024ULL;
-  if (*end == 'M' || *end == 'm') parsed *= 1024ULL * 1024ULL;
-  return (size_t)parsed;
-}
-
-int kolo_timeout_ms_from_env(void) {
-  const char *value = getenv("KOLO_TIMEOUT");
-  if (value == NULL || *value == '\0') return KOLO_DEFAULT_TIMEOUT_MS;
-  char *end = NULL;
-  double seconds = strtod(value, &end);
-  if (end == value || seconds <= 0) return KOLO_DEFAULT_TIMEOUT_MS;
-  return (int)(seconds * 1000.0);
 }
 
 static void free_comm(kolo_comm *comm) {

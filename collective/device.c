@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 #include "common/log.h"
 
 #ifdef KOLO_HAVE_NCCL

@@ -31,9 +31,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 #include "common/agent_proto.h"
 #include "common/checks.h"
+#include "common/clock.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "kolo/elastic.h"
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 #include "common/log.h"
 
 void kolo_control_send(kolo_comm *comm, const kolo_control_message *message, int skip_rank) {

@@ -16,9 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "collective/internal.h"
-#include "collective/timeline.h"
+#include "collective/comm.h"
+#include "collective/engine/timeline.h"
 #include "common/checks.h"
+#include "common/clock.h"
 
 void kolo_request_complete_locked(kolo_comm *comm, kolo_request *request, kolo_status status) {
   request->status = status;

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 #include "common/checks.h"
+#include "common/clock.h"
+#include "common/env.h"
 #include "common/log.h"
 
 #define RENDEZVOUS_MAGIC 0x4b524456u /* "KRDV" */

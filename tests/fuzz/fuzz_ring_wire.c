@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 
 #define RING_SECRET "fuzz-ring-secret"
 #define RING_EPOCH 7u

@@ -28,3 +28,11 @@ def test_dataloader_workers_forked_from_a_rank_leave_its_ring_alone():
     result = kolotest.kolorun(2, kolotest.worker("dataloader_fork.py"), timeout=180)
     # 2 epochs x 4 batches; every index 0..15 twice on each of the 2 ranks, summed over the ring
     assert result.values("OK") == {0: "8 480", 1: "8 480"}, result
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_every_differentiable_collective_has_horovods_gradient_and_the_single_process_one(ranks):
+    result = kolotest.kolorun(ranks, kolotest.worker("grads_check.py"), timeout=180)
+    counts = result.values("GRADS")
+    assert sorted(counts) == list(range(ranks)), result
+    assert len(set(counts.values())) == 1 and int(counts[0]) >= 20, counts

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 
 #define SMALL (32 * 1024)
 #define PAIR_MIN (32 * 1024)

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 
 #define MS 1000000LL
 

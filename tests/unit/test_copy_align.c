@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "collective/copy_align.h"
+#include "collective/net/copy_align.h"
 
 #define FAST 150  /* ns per KiB: a 64 KiB copy in the fast case */
 #define SLOW 1100 /* the same copy 1..31 bytes short of its source */

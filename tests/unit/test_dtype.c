@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 
 static void half_round_trips_every_finite_value(void **state) {
   (void)state;

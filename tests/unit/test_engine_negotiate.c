@@ -10,8 +10,8 @@
 
 #include <cmocka.h>
 
-#include "collective/internal.h"
-#include "collective/negotiate.h"
+#include "collective/comm.h"
+#include "collective/engine/negotiate.h"
 
 static kolo_nego_meta allreduce_meta(uint64_t count) {
   return (kolo_nego_meta){.kind = KOLO_REQUEST_ALLREDUCE,

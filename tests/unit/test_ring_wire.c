@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 
 static kolo_hello ring_hello(void) {
   kolo_hello h = {.kind = KOLO_CONNECTION_BELL,

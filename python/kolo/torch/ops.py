@@ -301,14 +301,17 @@ class _AllgatherFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str]) -> torch.Tensor:
         ctx.rows = tensor.shape[0] if tensor.dim() else 1
+        ctx.shape = tensor.shape
         return allgather_async(tensor, name).wait()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
-        reduced = allreduce_async(grad, None, None, Sum).wait()
+        # horovod.torch's definition: the output gradient averaged over ranks,
+        # then this rank's rows of it
+        reduced = allreduce_async(grad, None, None, Average).wait()
         rows = allgather_async(torch.tensor([ctx.rows], dtype=torch.int64)).wait()
         offset = int(rows[:RUNTIME.rank()].sum())
-        return reduced.narrow(0, offset, ctx.rows), None
+        return reduced.narrow(0, offset, ctx.rows).reshape(ctx.shape), None
 
 
 def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any = None) -> torch.Tensor:
@@ -353,7 +356,9 @@ class _BroadcastFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
-        reduced = allreduce_async(grad, None, None, Sum).wait()
+        # horovod.torch's definition: the gradient averaged over ranks, kept by
+        # the root only (the other ranks' inputs did not reach the output)
+        reduced = allreduce_async(grad, None, None, Average).wait()
         if RUNTIME.rank() != ctx.root_rank:
             reduced.zero_()
         return reduced, None, None

@@ -8,7 +8,8 @@
 
 #include "common/checks.h"
 
-#include "collective/internal.h"
+#include "collective/comm.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define HELLO_MAGIC 0x4b4f4c4fu /* "KOLO" */

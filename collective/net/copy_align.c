@@ -1,7 +1,7 @@
 /* The TCP transport's copy-alignment chooser (see copy_align.h): a pure
  * function over the timings of large send/recv calls in each mode; and
  * kolo_copy_bytes, a memcpy that stays out of AMD's slow `rep movsb` window. */
-#include "collective/copy_align.h"
+#include "collective/net/copy_align.h"
 
 #include <string.h>
 

@@ -70,12 +70,6 @@ kolo_status kolo_transport_send_all(const kolo_transport_ops *ops, kolo_transpor
 kolo_status kolo_transport_recv_all(const kolo_transport_ops *ops, kolo_transport_conn *conn,
                                     void *buffer, size_t length, int64_t deadline_ns);
 
-/* Monotonic clock in nanoseconds, and a deadline that far in the future. */
-int64_t kolo_now_ns(void);
-int64_t kolo_deadline_after_ms(int64_t milliseconds);
-/* Milliseconds left until deadline_ns, clamped to [0, INT32_MAX]. */
-int kolo_ms_until(int64_t deadline_ns);
-
 /* Splits "host:port" (IPv6 as "[::1]:port") into host and port buffers. */
 kolo_status kolo_split_address(const char *address, char *host, size_t host_length, char *port,
                                size_t port_length);

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/internal.h"
-#include "collective/negotiate.h"
+#include "collective/comm.h"
+#include "collective/engine/negotiate.h"
 #include "common/checks.h"
 
 /* snprintf for messages that may be cut short (names are long, messages bounded). */

@@ -19,8 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "collective/copy_align.h"
-#include "collective/transport_shm.h"
+#include "collective/net/copy_align.h"
+#include "collective/net/transport_shm.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define SHM_MAGIC 0x4b4f4c4f53484d31ull /* "KOLOSHM1" */

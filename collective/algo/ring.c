@@ -11,7 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 /* A hint to the CPU that this is a busy-wait loop. */

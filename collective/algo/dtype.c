@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 
 size_t kolo_dtype_size(kolo_dtype dtype) {
   switch (dtype) {

@@ -15,8 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "collective/copy_align.h"
-#include "collective/transport.h"
+#include "collective/net/copy_align.h"
+#include "collective/net/transport.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 struct kolo_transport_listener {
@@ -61,23 +62,6 @@ struct kolo_transport_conn {
  * and less data queued per socket keeps them in cache (4 and 16 MiB all-reduces
  * 10-25% faster in A/B runs, #16). */
 #define TCP_BUFFER_BYTES (1024 * 1024)
-
-int64_t kolo_now_ns(void) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
-}
-
-int64_t kolo_deadline_after_ms(int64_t milliseconds) {
-  return kolo_now_ns() + milliseconds * 1000000LL;
-}
-
-int kolo_ms_until(int64_t deadline_ns) {
-  int64_t left = deadline_ns - kolo_now_ns();
-  if (left <= 0) return 0;
-  left = (left + 999999) / 1000000;
-  return left > INT32_MAX ? INT32_MAX : (int)left;
-}
 
 kolo_status kolo_split_address(const char *address, char *host, size_t host_length, char *port,
                                size_t port_length) {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 #include "common/checks.h"
 #include "common/log.h"
 

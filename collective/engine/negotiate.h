@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collective/names.h"
+#include "collective/engine/names.h"
 #include "kolo/engine.h"
 
 /* What a rank says about a name; the unit of agreement. */

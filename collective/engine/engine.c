@@ -25,10 +25,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "collective/internal.h"
-#include "collective/negotiate.h"
-#include "collective/timeline.h"
+#include "collective/comm.h"
+#include "collective/engine/negotiate.h"
+#include "collective/engine/timeline.h"
 #include "common/checks.h"
+#include "common/clock.h"
+#include "common/env.h"
 #include "common/log.h"
 
 #define DEFAULT_CYCLE_MS 1.0

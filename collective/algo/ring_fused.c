@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 #include "common/checks.h"
 
 static int wrap_rank(int value, int size) {

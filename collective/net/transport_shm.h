@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "collective/transport.h"
+#include "collective/net/transport.h"
 
 #define KOLO_SHM_NAME_BYTES 64
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/channel.h"
-#include "collective/transport_shm.h"
+#include "collective/net/channel.h"
+#include "collective/net/transport_shm.h"
 
 _Static_assert(KOLO_SHM_NAME_BYTES <= KOLO_BULK_NAME_BYTES, "offer names fit the hello");
 

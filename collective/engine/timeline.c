@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/names.h"
-#include "collective/timeline.h"
-#include "collective/transport.h"
+#include "collective/engine/names.h"
+#include "collective/engine/timeline.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define FLUSH_NS (100 * 1000000LL)

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collective/transport.h"
+#include "collective/net/transport.h"
 
 typedef struct kolo_channel {
   const kolo_transport_ops *ops; /* NULL when the channel is not connected */

@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 #include "common/checks.h"
+#include "common/clock.h"
 
 #define FUSION_COPY_BYTES (64 * 1024)
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/names.h"
+#include "collective/engine/names.h"
 
 #define KEY_CLASS_BYTES 32
 #define KEY_CLASSES ((KOLO_NAME_MAX_KEY + KEY_CLASS_BYTES) / KEY_CLASS_BYTES)

@@ -8,8 +8,9 @@
 #include <poll.h>
 #include <stdlib.h>
 
-#include "collective/internal.h"
+#include "collective/comm.h"
 #include "common/checks.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 enum { LINK_DATA, LINK_CONTROL, LINK_BELL, LINK_COUNT };

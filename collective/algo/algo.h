@@ -1,0 +1,117 @@
+/* The algorithm floor of libkolo (collective/algo/): reductions over typed
+ * buffers (dtype.c), the ring plan (send and recv items over the ring's two
+ * directions) and its executor, and the algorithms compiled into plans: the
+ * ring, gather and pair all-reduces (ring.c), the fused all-reduce over pieces
+ * (ring_fused.c), the uneven reduce-scatter and all-to-all (ring_uneven.c). */
+#ifndef KOLO_COLLECTIVE_ALGO_ALGO_H
+#define KOLO_COLLECTIVE_ALGO_ALGO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/kolo.h"
+
+/* dst = a (op) b for count elements; dst may alias a or b; a and b may start at
+ * any byte (dst must be aligned to the element). AVG reduces as SUM. */
+void kolo_reduce(void *dst, const void *a, const void *b, size_t count, kolo_dtype dtype,
+                 kolo_op op);
+/* buffer /= divisor element-wise (the AVG finalisation). */
+void kolo_divide(void *buffer, size_t count, kolo_dtype dtype, int divisor);
+/* dst = src * factor (floating types; a plain copy for the others). dst may be src. */
+void kolo_scale(void *dst, const void *src, size_t count, kolo_dtype dtype, double factor);
+int kolo_dtype_is_floating(kolo_dtype dtype);
+/* Fills count elements with op's identity (what a joined rank contributes). */
+void kolo_fill_identity(void *buffer, size_t count, kolo_dtype dtype, kolo_op op);
+
+/* One contiguous transfer of a ring plan. A send item streams buffer to the next
+ * rank, but never past what recv item depends_on has processed (the pipeline).
+ * A recv item streams from the previous rank into buffer; with local set it
+ * stores local (op) incoming, segment by segment, else it copies. */
+typedef struct kolo_ring_item {
+  char *buffer;
+  const char *local;
+  size_t bytes;
+  int depends_on;   /* send items: recv item index gating this send, -1 = none */
+  int finalize_avg; /* recv items: divide each finished segment by the ring size */
+  int remote_first; /* recv items with local: the incoming data is the reduce's left operand */
+  int guards_send;  /* recv items with local: a segment is reduced into buffer only once this
+                     * send item (same offsets, e.g. in place) has sent it; -1 = none */
+} kolo_ring_item;
+
+typedef struct kolo_ring_plan {
+  kolo_ring_item *sends; /* capacity items (at least 2 * size) */
+  kolo_ring_item *recvs;
+  size_t *processed; /* per recv item: bytes final in buffer */
+  int send_count;
+  int recv_count;
+  int capacity; /* items each array holds */
+  kolo_dtype dtype;
+  kolo_op op;
+  size_t segment_bytes; /* staged reductions' segment; 0 = comm->segment_bytes (reset) */
+} kolo_ring_plan;
+
+
+/* The ring plan and its executor (ring.c), for the algorithm files. */
+/* Grows the plan's arrays to hold items send and recv items each. */
+kolo_status kolo_plan_reserve(kolo_ring_plan *plan, int items);
+void kolo_plan_reset(kolo_ring_plan *plan, kolo_dtype dtype, kolo_op op);
+/* First element of chunk index when count elements are split into parts chunks. */
+size_t kolo_chunk_start(size_t count, int parts, int index);
+void kolo_plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int depends_on);
+int kolo_plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t bytes,
+                   int finalize_avg);
+/* Ring all-gather of blocks already laid out in out (block b: bytes[b] at offsets[b]). */
+void kolo_plan_allgather_blocks(kolo_comm *comm, char *out, const size_t *offsets,
+                                const size_t *bytes);
+/* Grows a reusable 64-byte-aligned buffer to at least need bytes. */
+kolo_status kolo_ensure_buffer(char **buffer, size_t *have, size_t need);
+/* Runs comm->plan; op_bytes (the same on every rank) picks bulk or small channels. */
+kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes);
+/* recv = op over ranks of send (the small path or the ring, by size). */
+/* How a ring all-reduces. A pure function of what every rank knows alike (ring
+ * size, element count, bytes, the size settings, whether the links are shared
+ * memory), never of a rank's own buffers, so that every rank picks the same:
+ *   GATHER: at most small_bytes (or fewer elements than ranks): all-gather the
+ *           whole buffers, reduce locally in rank order (n-1 latency steps);
+ *   PAIR:   2 ranks over TCP, pair_min_bytes..pair_max_bytes, or over shared
+ *           memory up to pair_shm_max_bytes (the peer's buffer is reduced
+ *           straight out of the ring, so it beats the gather's copy): each sends its
+ *           whole buffer and reduces the other's as it streams in;
+ *   RING:   reduce-scatter + all-gather, pipelined per segment. */
+typedef enum {
+  KOLO_ALLREDUCE_GATHER,
+  KOLO_ALLREDUCE_PAIR,
+  KOLO_ALLREDUCE_RING
+} kolo_allreduce_algo;
+kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
+                                          size_t pair_min_bytes, size_t pair_max_bytes,
+                                          size_t pair_shm_max_bytes, int over_shm);
+
+/* The executor's next spin budget after a stall of waited_ns ended (spun out
+ * or slept through), given the current budget and the most it may spin
+ * (KOLO_SPIN_US): a stall within the most sets it to at least twice the wait,
+ * a longer one halves it; always within [max/16, max]. Pure (ring.c). */
+int64_t kolo_spin_budget_next(int64_t budget_ns, int64_t max_ns, int64_t waited_ns);
+
+/* Whether an operation of bytes runs over shared memory in either ring
+ * direction (the same answer on both ends of each link, so on every rank). */
+int kolo_bulk_is_shm(const kolo_comm *comm, size_t bytes);
+
+kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
+                                kolo_dtype dtype, kolo_op op, int engine_thread);
+/* ring_fused.c: one ring all-reduce over pieces that form a virtual
+ * concatenation (element-aligned; src may equal dst). Uses the ring for any
+ * size: callers send totals under the small-path threshold elsewhere. */
+typedef struct kolo_piece {
+  const char *src;
+  char *dst;
+  size_t bytes;
+} kolo_piece;
+kolo_status kolo_ring_allreduce_pieces(kolo_comm *comm, const kolo_piece *pieces, int count,
+                                       kolo_dtype dtype, kolo_op op, int engine_thread);
+/* ring_uneven.c: reduce-scatter with request->split_counts, all-to-all. */
+kolo_status kolo_ring_reducescatter_v(kolo_comm *comm, kolo_request *request, int engine_thread);
+kolo_status kolo_ring_alltoall(kolo_comm *comm, kolo_request *request, int engine_thread);
+
+
+#endif
