@@ -4,9 +4,13 @@
  * connect/accept deadlock every rank first dials and sends its hellos, then
  * accepts while it watches its own connections for acks, so a refusal (wrong
  * secret, stale epoch) ends the formation at once with that status; strangers
- * are refused and the accept loop goes on until the deadline. */
+ * are refused and the accept loop goes on until the deadline. Accepted connections
+ * are read concurrently (up to PENDING_MAX at once, each with a budget of
+ * STRANGER_BUDGET_MS to send a whole hello, the oldest dropped when full), so strangers
+ * that connect and say nothing cost the real neighbour nothing. */
 #include <poll.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "collective/comm.h"
 #include "common/checks.h"
@@ -14,6 +18,17 @@
 #include "common/log.h"
 
 enum { LINK_DATA, LINK_CONTROL, LINK_BELL, LINK_COUNT };
+
+#define PENDING_MAX 256         /* accepted connections whose hello is being read */
+#define STRANGER_BUDGET_MS 1000 /* to send a whole hello after being accepted */
+
+/* An accepted connection whose hello is not whole yet. */
+typedef struct pending {
+  kolo_transport_conn *conn;
+  int64_t until;
+  size_t have;
+  uint8_t hello[KOLO_HELLO_MAX_BYTES];
+} pending;
 
 kolo_status kolo_listener_create(const char *bind_address, kolo_listener **out) {
   if (bind_address == NULL || out == NULL) return KOLO_ERR_INVALID_ARG;
@@ -48,6 +63,8 @@ typedef struct formation {
   kolo_bulk_offer *offer;
   int acked[LINK_COUNT];
   int bulk_given;
+  pending *pending; /* PENDING_MAX slots; conn == NULL: free */
+  int n_pending;
 } formation;
 
 static kolo_status dial_next(kolo_comm *comm, formation *f, int next, int64_t deadline) {
@@ -86,18 +103,49 @@ static kolo_status read_acks(kolo_comm *comm, formation *f, const struct pollfd 
   return KOLO_OK;
 }
 
-/* Accepts one connection and keeps it if it is the previous rank's, for a slot
+static void drop_pending(kolo_comm *comm, formation *f, pending *p) {
+  comm->transport->close(p->conn);
+  p->conn = NULL;
+  f->n_pending--;
+}
+
+/* Accepts what waits on the listener into free pending slots (when full, the oldest
+ * stranger makes room: a real neighbour sends its hello at once and is never old). */
+static kolo_status accept_all(kolo_comm *comm, kolo_listener *listener, formation *f) {
+  for (;;) {
+    kolo_transport_conn *conn = NULL;
+    kolo_status status =
+        comm->transport->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
+    if (status == KOLO_ERR_TIMEOUT) return KOLO_OK;
+    if (status != KOLO_OK) return status;
+    pending *slot = NULL;
+    for (int i = 0; i < PENDING_MAX; i++) {
+      pending *p = &f->pending[i];
+      if (p->conn == NULL) {
+        slot = p;
+        break;
+      }
+      if (slot == NULL || p->until < slot->until) slot = p;
+    }
+    if (slot->conn != NULL) drop_pending(comm, f, slot);
+    slot->conn = conn;
+    slot->have = 0;
+    slot->until = kolo_deadline_after_ms(STRANGER_BUDGET_MS);
+    f->n_pending++;
+  }
+}
+
+/* A pending connection's hello is whole: keep it if it is the previous rank's, for a slot
  * still empty; anything else is closed and changes nothing. */
-static kolo_status accept_one(kolo_comm *comm, kolo_listener *listener, formation *f, int prev,
-                              int64_t deadline) {
-  kolo_transport_conn *conn = NULL;
-  kolo_status status =
-      comm->transport->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
-  if (status == KOLO_ERR_TIMEOUT) return KOLO_OK;
-  if (status != KOLO_OK) return status;
+static void answer_pending(kolo_comm *comm, formation *f, pending *p, int prev, int64_t deadline) {
+  kolo_transport_conn *conn = p->conn;
   int kind = 0;
   kolo_channel bulk = {0};
-  status = kolo_handshake_accept(comm, conn, prev, &kind, &bulk, deadline);
+  int64_t until = p->until < deadline ? p->until : deadline;
+  kolo_status status =
+      kolo_handshake_answer(comm, conn, p->hello, p->have, prev, &kind, &bulk, until);
+  p->conn = NULL;
+  f->n_pending--;
   int slot = kind - KOLO_CONNECTION_DATA;
   if (status == KOLO_OK && slot >= 0 && slot < LINK_COUNT && f->incoming[slot] == NULL) {
     f->incoming[slot] = conn;
@@ -107,33 +155,85 @@ static kolo_status accept_one(kolo_comm *comm, kolo_listener *listener, formatio
   } else {
     comm->transport->close(conn); /* refused stranger or duplicate */
   }
-  return KOLO_OK;
+}
+
+/* Reads what a pending connection sent, never past its hello; answers it once whole. */
+static void read_pending(kolo_comm *comm, formation *f, pending *p, int prev, int64_t deadline) {
+  for (;;) {
+    size_t need = kolo_hello_bytes_needed(p->hello, p->have);
+    if (need == 0) { /* not a kolo hello: not worth an answer */
+      KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", comm->rank);
+      drop_pending(comm, f, p);
+      return;
+    }
+    if (need == p->have) {
+      answer_pending(comm, f, p, prev, deadline);
+      return;
+    }
+    size_t moved = 0;
+    kolo_status status = comm->transport->recv(p->conn, p->hello + p->have, need - p->have, &moved);
+    if (status != KOLO_OK) { /* it went away */
+      drop_pending(comm, f, p);
+      return;
+    }
+    if (moved == 0) return; /* nothing more now */
+    p->have += moved;
+  }
+}
+
+/* Every pending connection that polled readable moves on; the ones past their budget go. */
+static void serve_pending(kolo_comm *comm, formation *f, const struct pollfd *fds, const int *slots,
+                          int n, int prev, int64_t deadline) {
+  for (int i = 0; i < n; i++)
+    if (fds[i].revents != 0 && f->pending[slots[i]].conn != NULL)
+      read_pending(comm, f, &f->pending[slots[i]], prev, deadline);
+  int64_t now = kolo_deadline_after_ms(0);
+  for (int i = 0; i < PENDING_MAX; i++)
+    if (f->pending[i].conn != NULL && f->pending[i].until <= now)
+      drop_pending(comm, f, &f->pending[i]);
+}
+
+/* The pollfds of one round: acks awaited, the listener, pending hellos (slots[] says whose);
+ * returns how many pending ones and lowers *wake to the first pending budget's end. */
+static int poll_set(kolo_comm *comm, kolo_listener *listener, formation *f, int accepting,
+                    struct pollfd *fds, int *slots, int64_t *wake) {
+  const kolo_transport_ops *tp = comm->transport;
+  for (int i = 0; i < LINK_COUNT; i++)
+    fds[i] =
+        (struct pollfd){.fd = f->acked[i] ? -1 : tp->poll_fd(f->outgoing[i]), .events = POLLIN};
+  fds[LINK_COUNT] = (struct pollfd){.fd = accepting ? tp->listener_poll_fd(listener->listener) : -1,
+                                    .events = POLLIN};
+  int n = 0;
+  for (int i = 0; accepting && i < PENDING_MAX; i++) {
+    if (f->pending[i].conn == NULL) continue;
+    slots[n] = i;
+    fds[LINK_COUNT + 1 + n++] =
+        (struct pollfd){.fd = tp->poll_fd(f->pending[i].conn), .events = POLLIN};
+    if (f->pending[i].until < *wake) *wake = f->pending[i].until;
+  }
+  return n;
 }
 
 static kolo_status await_neighbours(kolo_comm *comm, kolo_listener *listener, formation *f,
                                     int next, int prev, int64_t deadline) {
-  const kolo_transport_ops *tp = comm->transport;
+  struct pollfd fds[LINK_COUNT + 1 + PENDING_MAX];
+  int slots[PENDING_MAX];
   for (;;) {
     int accepting = f->incoming[LINK_DATA] == NULL || f->incoming[LINK_CONTROL] == NULL ||
                     f->incoming[LINK_BELL] == NULL;
     if (!accepting && f->acked[0] && f->acked[1] && f->acked[2]) return KOLO_OK;
-    struct pollfd fds[LINK_COUNT + 1];
-    for (int i = 0; i < LINK_COUNT; i++) {
-      fds[i] =
-          (struct pollfd){.fd = f->acked[i] ? -1 : tp->poll_fd(f->outgoing[i]), .events = POLLIN};
-    }
-    fds[LINK_COUNT] = (struct pollfd){
-        .fd = accepting ? tp->listener_poll_fd(listener->listener) : -1, .events = POLLIN};
-    int wait_ms = kolo_ms_until(deadline);
-    if (wait_ms == 0) {
+    int64_t wake = deadline;
+    int n = poll_set(comm, listener, f, accepting, fds, slots, &wake);
+    if (kolo_ms_until(deadline) == 0) {
       KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", comm->rank,
                 (unsigned long long)comm->epoch, accepting ? prev : next,
                 accepting ? "did not connect" : "did not answer");
       return KOLO_ERR_TIMEOUT;
     }
-    if (poll(fds, LINK_COUNT + 1, wait_ms) <= 0) continue;
-    KOLO_CHECK(read_acks(comm, f, fds, next, deadline));
-    if (fds[LINK_COUNT].revents != 0) KOLO_CHECK(accept_one(comm, listener, f, prev, deadline));
+    int ready = poll(fds, (nfds_t)(LINK_COUNT + 1 + n), kolo_ms_until(wake));
+    if (ready > 0) KOLO_CHECK(read_acks(comm, f, fds, next, deadline));
+    if (ready > 0 && fds[LINK_COUNT].revents != 0) KOLO_CHECK(accept_all(comm, listener, f));
+    serve_pending(comm, f, fds + LINK_COUNT + 1, slots, n, prev, deadline);
   }
 }
 
@@ -173,6 +273,8 @@ kolo_status kolo_form_ring(kolo_comm *comm, kolo_listener *listener) {
   int next = (comm->rank + 1) % n, prev = (comm->rank + n - 1) % n;
   int64_t deadline = kolo_deadline_after_ms(comm->timeout_ms);
   formation f = {0};
+  f.pending = calloc(PENDING_MAX, sizeof *f.pending);
+  if (f.pending == NULL) return KOLO_ERR_NO_MEMORY;
   kolo_bulk_offer_create(&f.offer);
   kolo_status status = dial_next(comm, &f, next, deadline);
   if (status == KOLO_OK) status = await_neighbours(comm, listener, &f, next, prev, deadline);
@@ -186,5 +288,8 @@ kolo_status kolo_form_ring(kolo_comm *comm, kolo_listener *listener) {
     comm->transport->close(f.outgoing[i]);
     comm->transport->close(f.incoming[i]);
   }
+  for (int i = 0; i < PENDING_MAX; i++)
+    if (f.pending[i].conn != NULL) comm->transport->close(f.pending[i].conn);
+  free(f.pending);
   return status;
 }

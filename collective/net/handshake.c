@@ -1,7 +1,8 @@
 /* The handshake every ring connection starts with. The connector sends a hello
  * (magic, protocol version, connection kind, epoch, rank, size, job secret, and
  * on the bell connection a bulk-transport offer: name and nonce); the acceptor
- * checks it and answers an ack with a verdict and whether it took the offer.
+ * (form.c reads hellos of many connections at once, kolo_hello_bytes_needed saying when
+ * one is whole) checks it and answers an ack with a verdict and whether it took the offer.
  * Strangers (wrong secret, other epoch, wrong rank) get a refusal and change
  * nothing; something that is not a kolo hello gets no answer at all. */
 #include <string.h>
@@ -138,23 +139,6 @@ kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, 
   return kolo_ack_decode(ack, bulk_taken);
 }
 
-/* The hello after its fixed header: secret, offer header, offer name. */
-static kolo_status read_hello_tail(kolo_comm *comm, kolo_transport_conn *conn, kolo_hello *hello,
-                                   int64_t deadline) {
-  uint8_t offer[KOLO_HELLO_OFFER_BYTES];
-  kolo_status status =
-      kolo_transport_recv_all(comm->transport, conn, hello->secret, hello->secret_length, deadline);
-  if (status == KOLO_OK)
-    status = kolo_transport_recv_all(comm->transport, conn, offer, sizeof offer, deadline);
-  if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
-  KOLO_CHECK(kolo_hello_decode_offer(offer, hello));
-  status = kolo_transport_recv_all(comm->transport, conn, hello->offer_name, hello->name_length,
-                                   deadline);
-  if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
-  hello->offer_name[hello->name_length] = '\0';
-  return KOLO_OK;
-}
-
 /* The verdict on a well-formed hello, logged when it is a refusal. */
 static kolo_status judge_hello(kolo_comm *comm, const kolo_hello *hello, int expected_rank) {
   kolo_status verdict =
@@ -172,22 +156,26 @@ static kolo_status judge_hello(kolo_comm *comm, const kolo_hello *hello, int exp
   return verdict;
 }
 
-kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
-                                  int *kind, kolo_channel *bulk, int64_t deadline_ns) {
+size_t kolo_hello_bytes_needed(const uint8_t *bytes, size_t have) {
+  kolo_hello h;
+  if (have < KOLO_HELLO_HEADER_BYTES) return KOLO_HELLO_HEADER_BYTES;
+  if (kolo_hello_decode_header(bytes, &h) != KOLO_OK) return 0;
+  size_t offer_at = KOLO_HELLO_HEADER_BYTES + h.secret_length;
+  if (have < offer_at + KOLO_HELLO_OFFER_BYTES) return offer_at + KOLO_HELLO_OFFER_BYTES;
+  if (kolo_hello_decode_offer(bytes + offer_at, &h) != KOLO_OK) return 0;
+  return offer_at + KOLO_HELLO_OFFER_BYTES + h.name_length;
+}
+
+kolo_status kolo_handshake_answer(kolo_comm *comm, kolo_transport_conn *conn, const uint8_t *bytes,
+                                  size_t length, int expected_rank, int *kind, kolo_channel *bulk,
+                                  int64_t deadline_ns) {
   *bulk = (kolo_channel){0};
-  /* a stranger gets at most one second to introduce itself */
-  int64_t short_deadline = kolo_deadline_after_ms(1000);
-  if (short_deadline > deadline_ns) short_deadline = deadline_ns;
-  uint8_t header[KOLO_HELLO_HEADER_BYTES];
-  kolo_status status =
-      kolo_transport_recv_all(comm->transport, conn, header, sizeof header, short_deadline);
-  if (status != KOLO_OK) return status == KOLO_ERR_TIMEOUT ? KOLO_ERR_PROTOCOL : status;
   kolo_hello hello;
-  if (kolo_hello_decode_header(header, &hello) != KOLO_OK) {
+  size_t used = 0;
+  if (kolo_hello_decode(bytes, length, &hello, &used) != KOLO_OK || used != length) {
     KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", comm->rank);
     return KOLO_ERR_PROTOCOL; /* not worth an answer */
   }
-  KOLO_CHECK(read_hello_tail(comm, conn, &hello, short_deadline));
   *kind = hello.kind;
   kolo_status verdict = judge_hello(comm, &hello, expected_rank);
   int bulk_taken = 0;
@@ -196,6 +184,6 @@ kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, in
   }
   uint8_t ack[KOLO_ACK_BYTES];
   kolo_ack_encode(ack, verdict, bulk_taken);
-  kolo_transport_send_all(comm->transport, conn, ack, sizeof ack, short_deadline);
+  kolo_transport_send_all(comm->transport, conn, ack, sizeof ack, deadline_ns);
   return verdict;
 }

@@ -88,11 +88,13 @@ kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn
 /* *bulk_taken: whether the peer took the offered bulk transport. */
 kolo_status kolo_handshake_read_ack(kolo_comm *comm, kolo_transport_conn *conn, int *bulk_taken,
                                     int64_t deadline_ns);
-/* Reads a hello, checks secret/epoch/rank, answers; *kind is the connection kind.
- * When the hello offers a bulk transport this host can open, *bulk is set to the
- * reader side, which owns conn from then on; else bulk->ops stays NULL. */
-kolo_status kolo_handshake_accept(kolo_comm *comm, kolo_transport_conn *conn, int expected_rank,
-                                  int *kind, kolo_channel *bulk, int64_t deadline_ns);
+/* Answers the whole hello in bytes (read by the caller: form.c reads many at once) after
+ * checking secret/epoch/rank; *kind is the connection kind. When the hello offers a bulk
+ * transport this host can open, *bulk is set to the reader side, which owns conn from then
+ * on; else bulk->ops stays NULL. Not a kolo hello: KOLO_ERR_PROTOCOL and no answer. */
+kolo_status kolo_handshake_answer(kolo_comm *comm, kolo_transport_conn *conn, const uint8_t *bytes,
+                                  size_t length, int expected_rank, int *kind, kolo_channel *bulk,
+                                  int64_t deadline_ns);
 
 /* The handshake's wire records as pure functions (handshake.c; fuzzed by
  * tests/fuzz/fuzz_ring_wire.c). A hello is a 28-byte header (magic, version << 16 |
@@ -125,6 +127,10 @@ kolo_status kolo_hello_decode_offer(const uint8_t *offer, kolo_hello *hello);
 /* A whole hello from length bytes, as the acceptor reads it piece by piece;
  * *used is its length. KOLO_ERR_PROTOCOL when bad or incomplete. */
 kolo_status kolo_hello_decode(const uint8_t *bytes, size_t length, kolo_hello *hello, size_t *used);
+/* How many bytes the hello starting at bytes (have of them read) is known to need so far:
+ * the header, then up to the offer header, then all of it (== have when it is whole); 0 when
+ * what was read is no kolo hello of this version. */
+size_t kolo_hello_bytes_needed(const uint8_t *bytes, size_t have);
 /* The verdict on a well-formed hello for a ring of (secret, epoch, size) expecting
  * expected_rank: KOLO_ERR_AUTH (wrong secret, compared in constant time),
  * KOLO_ERR_STALE_EPOCH, KOLO_ERR_PROTOCOL (rank, size or kind), or KOLO_OK. */
