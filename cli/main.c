@@ -414,15 +414,15 @@ int main(int argc, char **argv) {
     else if (strcmp(flag, "--tls-ca") == 0)
       g.tls_ca = value;
     else if (strcmp(flag, "--token") == 0) {
-      fprintf(stderr, "kolo: warning: --token shows the token to every local user (ps); use "
-                      "KOLO_TOKEN or --token-file\n");
+      fprintf(stderr,
+              "kolo: warning: --token shows the token to every local user (ps); use "
+              "KOLO_TOKEN or --token-file\n");
       g.token = value;
     } else if (strcmp(flag, "--token-file") == 0) {
       if (read_token_file(value, token_buf, sizeof token_buf) != 0)
         return usage_error("--token-file: cannot read one token from %s", value);
       g.token = token_buf;
-    }
-    else if (strcmp(flag, "--timeout") == 0) {
+    } else if (strcmp(flag, "--timeout") == 0) {
       uint64_t secs;
       if (!parse_uint(value, &secs) || secs == 0 || secs > 3600)
         return usage_error("--timeout: seconds, got '%s'", value);

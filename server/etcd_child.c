@@ -128,15 +128,15 @@ static void exec_etcd(const char *dir, const char *run, const char *log_path) {
   execlp(bin, bin, "--name", "kolo", "--data-dir", dir, "--listen-client-urls", client,
          "--advertise-client-urls", client, "--listen-peer-urls", peer,
          "--initial-advertise-peer-urls", peer, "--initial-cluster", "kolo=unix://" PEER_SOCKET,
-         "--force-new-cluster", "--auto-compaction-mode", "periodic",
-         "--auto-compaction-retention", "10m", "--quota-backend-bytes", "2147483648",
-         "--log-level", "warn", (char *)NULL);
+         "--force-new-cluster", "--auto-compaction-mode", "periodic", "--auto-compaction-retention",
+         "10m", "--quota-backend-bytes", "2147483648", "--log-level", "warn", (char *)NULL);
   _exit(127);
 }
 
 kolo_status kolo_server_etcd_child_start(const char *data_dir, int timeout_ms,
                                          kolo_server_etcd_child **out) {
-  char dir[PATH_MAX + 8], run[PATH_MAX], log_path[600], client_url[KOLO_SERVER_ETCD_CHILD_URL_BYTES];
+  char dir[PATH_MAX + 8], run[PATH_MAX], log_path[600],
+      client_url[KOLO_SERVER_ETCD_CHILD_URL_BYTES];
   kolo_status made = make_dirs(data_dir, dir, sizeof dir, run);
   if (made != KOLO_OK) return made;
   snprintf(log_path, sizeof log_path, "%s/etcd.log", data_dir);

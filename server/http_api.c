@@ -39,8 +39,8 @@ struct kolo_server_http {
   kolo_server_stream_hub *events; /* GET /v1/stream */
   pthread_mutex_t lock;           /* the open log streams */
   http_logs *streams;
-  size_t body_budget;             /* request body bytes held at once, all requests together */
-  size_t body_bytes;              /* held now (under lock) */
+  size_t body_budget; /* request body bytes held at once, all requests together */
+  size_t body_bytes;  /* held now (under lock) */
 };
 
 /* One GET /v1/jobs/<id>/logs answer: a log stream read by a content-reader callback that
@@ -609,8 +609,8 @@ static const char *header(struct MHD_Connection *conn, const char *name) {
 
 /* The door, before any body byte is read: the browser rules (http_guard.h), then the token,
  * so a client without it never has a body buffered. MHD_YES with *refused = 0: come in. */
-static enum MHD_Result check_door(kolo_server_http *h, struct MHD_Connection *conn,
-                                  const char *url, const char *method, int *refused) {
+static enum MHD_Result check_door(kolo_server_http *h, struct MHD_Connection *conn, const char *url,
+                                  const char *method, int *refused) {
   kolo_server_route m;
   kolo_server_route_match(method, url, &m);
   const char *length = header(conn, "Content-Length");

@@ -29,7 +29,7 @@ typedef struct kolo_server_http_config {
   kolo_server_store *store;
   kolo_server_metrics *metrics;
   kolo_server_health health;
-  kolo_server_logs *logs; /* GET /v1/jobs/<id>/logs */
+  kolo_server_logs *logs;    /* GET /v1/jobs/<id>/logs */
   const char *allowed_hosts; /* --http-allowed-hosts: more Host names answered (http_guard.h) */
 } kolo_server_http_config;
 

@@ -124,8 +124,8 @@ int kolo_server_http_guard_check(const kolo_server_http_guard_request *req, cons
     return refuse(out, 403, "PERMISSION_DENIED",
                   "a request from another web site is refused: Sec-Fetch-Site: ", site);
   if (req->origin && !same_origin(req->origin, req->host, allowed))
-    return refuse(out, 403, "PERMISSION_DENIED", "a request from another origin is refused: ",
-                  req->origin);
+    return refuse(out, 403, "PERMISSION_DENIED",
+                  "a request from another origin is refused: ", req->origin);
   if (req->content_type ? !json_type(req->content_type) : req->has_body)
     return refuse(out, 415, "INVALID_ARGUMENT",
                   "a request body must be sent as Content-Type: application/json, not ",

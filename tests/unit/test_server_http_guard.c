@@ -15,12 +15,33 @@
 static void hosts_are_ips_single_labels_localhost_and_the_listed_names(void **state) {
   (void)state;
   const char *list = "kolo.example.com, *.corp.example";
-  const char *yes[] = {NULL, "127.0.0.1", "127.0.0.1:7080", "[::1]:7080", "[fe80::1]", "localhost",
-                       "LOCALHOST:7080", "a.localhost", "kolo-server:7080", "kolo.example.com",
-                       "Kolo.Example.Com.:443", "a.corp.example", "b.a.corp.example"};
-  const char *no[] = {"evil.example", "evil.example:7080", "127.0.0.1.nip.io", "corp.example",
-                      "localhost.evil.example", "kolo.example.com.evil", "", ":7080", "a:b:c",
-                      "[::1", "[nope]:1", "x:70800", "x:7a", "127.0.0.1:"};
+  const char *yes[] = {NULL,
+                       "127.0.0.1",
+                       "127.0.0.1:7080",
+                       "[::1]:7080",
+                       "[fe80::1]",
+                       "localhost",
+                       "LOCALHOST:7080",
+                       "a.localhost",
+                       "kolo-server:7080",
+                       "kolo.example.com",
+                       "Kolo.Example.Com.:443",
+                       "a.corp.example",
+                       "b.a.corp.example"};
+  const char *no[] = {"evil.example",
+                      "evil.example:7080",
+                      "127.0.0.1.nip.io",
+                      "corp.example",
+                      "localhost.evil.example",
+                      "kolo.example.com.evil",
+                      "",
+                      ":7080",
+                      "a:b:c",
+                      "[::1",
+                      "[nope]:1",
+                      "x:70800",
+                      "x:7a",
+                      "127.0.0.1:"};
   for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
     assert_true(kolo_server_http_host_allowed(yes[i], list));
   for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
@@ -45,8 +66,8 @@ static void a_state_changing_request_must_come_from_its_own_origin(void **state)
   int st;
   const char *h = "127.0.0.1:7080", *json = "application/json";
   assert_true(check("POST", h, "http://127.0.0.1:7080", "same-origin", json, 1, &st));
-  assert_true(check("POST", h, NULL, NULL, json, 1, &st));           /* curl */
-  assert_true(check("POST", h, NULL, "none", NULL, 0, &st));          /* typed in */
+  assert_true(check("POST", h, NULL, NULL, json, 1, &st));   /* curl */
+  assert_true(check("POST", h, NULL, "none", NULL, 0, &st)); /* typed in */
   assert_true(check("POST", "kolo-svc:7080", "https://kolo.example.com", NULL, json, 1, &st));
   assert_false(check("POST", h, "http://evil.example", NULL, json, 1, &st));
   assert_int_equal(st, 403);
