@@ -8,9 +8,12 @@
  * are read concurrently (up to PENDING_MAX at once, each with a budget of
  * STRANGER_BUDGET_MS to send a whole hello, the oldest dropped when full), so strangers
  * that connect and say nothing cost the real neighbour nothing. */
+#include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "collective/comm.h"
 #include "common/checks.h"
@@ -30,12 +33,27 @@ typedef struct pending {
   uint8_t hello[KOLO_HELLO_MAX_BYTES];
 } pending;
 
+/* "fd:N": a dup of the inherited listening socket N (the worker agent's held port,
+ * worker/agent/port.h), so that closing this listener leaves N listening. */
+static kolo_status listen_on(const kolo_transport_ops *tp, const char *bind_address,
+                             kolo_transport_listener **out) {
+  if (strncmp(bind_address, "fd:", 3) != 0) return tp->listen(bind_address, out);
+  char *end = NULL;
+  long fd = strtol(bind_address + 3, &end, 10);
+  if (end == bind_address + 3 || *end != '\0' || fd < 0) return KOLO_ERR_INVALID_ARG;
+  int copy = fcntl((int)fd, F_DUPFD_CLOEXEC, 3);
+  if (copy < 0) return kolo_status_from_errno(errno);
+  kolo_status status = tp->listener_from_fd(copy, out);
+  if (status != KOLO_OK) close(copy);
+  return status;
+}
+
 kolo_status kolo_listener_create(const char *bind_address, kolo_listener **out) {
   if (bind_address == NULL || out == NULL) return KOLO_ERR_INVALID_ARG;
   kolo_listener *listener = calloc(1, sizeof *listener);
   if (listener == NULL) return KOLO_ERR_NO_MEMORY;
   listener->transport = &kolo_transport_tcp;
-  kolo_status status = listener->transport->listen(bind_address, &listener->listener);
+  kolo_status status = listen_on(listener->transport, bind_address, &listener->listener);
   if (status != KOLO_OK) {
     free(listener);
     return status;

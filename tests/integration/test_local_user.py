@@ -103,6 +103,20 @@ class LocalUserTest(unittest.TestCase):
             etcd.stop()
             shutil.rmtree(planted, ignore_errors=True)
 
+    def test_another_user_cannot_listen_on_a_workers_ring_port_between_jobs(self):
+        cluster = Cluster()
+        try:
+            w = cluster.add_worker("local-ring")
+            port = cluster.next_port  # the worker's --advertise port
+            squat = ("import socket; s = socket.socket(); "
+                     "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+                     "s.bind(('%s', %d)); s.listen(); print('listening')" % (w.host, port))
+            out = as_nobody("/usr/bin/python3", "-c", squat)
+            self.assertNotIn("listening", out.stdout, "nobody listens on the ring port: hellos go there")
+            self.assertIn("Address already in use", out.stderr)
+        finally:
+            self.assertEqual(cluster.stop(), 0)
+
     def test_job_output_on_a_worker_is_private_to_its_user(self):
         cluster = Cluster()
         try:

@@ -520,7 +520,8 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
                             cwd,
                             a->work_dir,
                             out_fd,
-                            err_fd};
+                            err_fd,
+                            a->port_fd};
   kolo_status started = bad ? KOLO_ERR_NO_MEMORY : kolo_agent_proc_start(&spawn, &a->proc);
   if (out_fd >= 0) close(out_fd);
   if (err_fd >= 0) close(err_fd);

@@ -68,6 +68,12 @@ static void exec_child(const kolo_agent_spawn *spawn, pid_t agent_pid, const cha
   }
   for (const char *const *e = spawn->env; e && *e; e++) putenv((char *)*e);
   setenv("KOLO_AGENT_SOCKET", socket_path, 1);
+  if (spawn->listen_fd > STDERR_FILENO &&
+      fcntl(spawn->listen_fd, F_SETFD, 0) == 0) { /* inherited */
+    char fd_text[16];
+    snprintf(fd_text, sizeof fd_text, "%d", spawn->listen_fd);
+    setenv("KOLO_LISTEN_FD", fd_text, 1);
+  }
   execvp(spawn->argv[0], (char *const *)spawn->argv);
   fprintf(stderr, "kolo-worker: cannot run %s: %s\n", spawn->argv[0], strerror(errno));
   _exit(127);
