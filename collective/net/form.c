@@ -25,12 +25,17 @@ enum { LINK_DATA, LINK_CONTROL, LINK_BELL, LINK_COUNT };
 #define PENDING_MAX 256         /* accepted connections whose hello is being read */
 #define STRANGER_BUDGET_MS 1000 /* to send a whole hello after being accepted */
 
-/* An accepted connection whose hello is not whole yet. */
+/* An accepted connection whose handshake is not done yet: its hello being read, or (once
+ * challenged) its proof. */
 typedef struct pending {
   kolo_transport_conn *conn;
   int64_t until;
   size_t have;
   uint8_t hello[KOLO_HELLO_MAX_BYTES];
+  int challenged, kind;
+  uint8_t expect[32];
+  size_t proof_have;
+  uint8_t proof[KOLO_HANDSHAKE_PROOF_BYTES];
 } pending;
 
 /* "fd:N": a dup of the inherited listening socket N (the worker agent's held port,
@@ -80,6 +85,9 @@ typedef struct formation {
   kolo_channel bulk_in; /* the bulk channel we mapped on the incoming bell, if any */
   kolo_bulk_offer *offer;
   int acked[LINK_COUNT];
+  int proved[LINK_COUNT]; /* our proof of the secret sent on outgoing[i] */
+  uint8_t hello[LINK_COUNT][KOLO_HELLO_MAX_BYTES];
+  size_t hello_length[LINK_COUNT];
   int bulk_given;
   pending *pending; /* PENDING_MAX slots; conn == NULL: free */
   int n_pending;
@@ -93,7 +101,8 @@ static kolo_status dial_next(kolo_comm *comm, formation *f, int next, int64_t de
     status = comm->transport->connect(comm->peers[next], deadline, &f->outgoing[i]);
     if (status == KOLO_OK) {
       status = kolo_handshake_send_hello(comm, f->outgoing[i], kinds[i],
-                                         i == LINK_BELL ? f->offer : NULL, deadline);
+                                         i == LINK_BELL ? f->offer : NULL, f->hello[i],
+                                         &f->hello_length[i], deadline);
     }
   }
   if (status != KOLO_OK) {
@@ -108,8 +117,11 @@ static kolo_status read_acks(kolo_comm *comm, formation *f, const struct pollfd 
                              int64_t deadline) {
   for (int i = 0; i < LINK_COUNT; i++) {
     if (fds[i].revents == 0) continue;
-    int bulk_taken = 0;
-    kolo_status status = kolo_handshake_read_ack(comm, f->outgoing[i], &bulk_taken, deadline);
+    int bulk_taken = 0, proved = f->proved[i];
+    kolo_status status =
+        kolo_handshake_read_reply(comm, f->outgoing[i], f->hello[i], f->hello_length[i],
+                                  &f->proved[i], &bulk_taken, deadline);
+    if (status == KOLO_OK && !proved) continue; /* our proof is sent: the ack comes next */
     if (status != KOLO_OK) {
       KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", comm->rank,
                 (unsigned long long)comm->epoch, next, kolo_strerror(status));
@@ -148,23 +160,23 @@ static kolo_status accept_all(kolo_comm *comm, kolo_listener *listener, formatio
     if (slot->conn != NULL) drop_pending(comm, f, slot);
     slot->conn = conn;
     slot->have = 0;
+    slot->challenged = 0;
     slot->until = kolo_deadline_after_ms(STRANGER_BUDGET_MS);
     f->n_pending++;
   }
 }
 
-/* A pending connection's hello is whole: keep it if it is the previous rank's, for a slot
+/* A pending connection's proof is whole: keep it if it is the previous rank's, for a slot
  * still empty; anything else is closed and changes nothing. */
-static void answer_pending(kolo_comm *comm, formation *f, pending *p, int prev, int64_t deadline) {
+static void finish_pending(kolo_comm *comm, formation *f, pending *p, int64_t deadline) {
   kolo_transport_conn *conn = p->conn;
-  int kind = 0;
   kolo_channel bulk = {0};
   int64_t until = p->until < deadline ? p->until : deadline;
   kolo_status status =
-      kolo_handshake_answer(comm, conn, p->hello, p->have, prev, &kind, &bulk, until);
+      kolo_handshake_finish(comm, conn, p->hello, p->have, p->proof, p->expect, &bulk, until);
   p->conn = NULL;
   f->n_pending--;
-  int slot = kind - KOLO_CONNECTION_DATA;
+  int slot = p->kind - KOLO_CONNECTION_DATA;
   if (status == KOLO_OK && slot >= 0 && slot < LINK_COUNT && f->incoming[slot] == NULL) {
     f->incoming[slot] = conn;
     if (bulk.ops != NULL) f->bulk_in = bulk; /* it owns conn from now on */
@@ -175,27 +187,46 @@ static void answer_pending(kolo_comm *comm, formation *f, pending *p, int prev, 
   }
 }
 
-/* Reads what a pending connection sent, never past its hello; answers it once whole. */
+/* Reads what a pending connection sent, never past its hello or its proof; challenges it once
+ * the hello is whole (a refusal closes it), finishes it once the proof is. */
 static void read_pending(kolo_comm *comm, formation *f, pending *p, int prev, int64_t deadline) {
   for (;;) {
-    size_t need = kolo_hello_bytes_needed(p->hello, p->have);
+    size_t need =
+        p->challenged ? KOLO_HANDSHAKE_PROOF_BYTES : kolo_hello_bytes_needed(p->hello, p->have);
+    size_t have = p->challenged ? p->proof_have : p->have;
     if (need == 0) { /* not a kolo hello: not worth an answer */
       KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", comm->rank);
       drop_pending(comm, f, p);
       return;
     }
-    if (need == p->have) {
-      answer_pending(comm, f, p, prev, deadline);
+    if (need == have && p->challenged) {
+      finish_pending(comm, f, p, deadline);
       return;
     }
+    if (need == have) {
+      int64_t until = p->until < deadline ? p->until : deadline;
+      if (kolo_handshake_challenge(comm, p->conn, p->hello, p->have, prev, &p->kind, p->expect,
+                                   until) != KOLO_OK) {
+        drop_pending(comm, f, p); /* refused (and told), or gone */
+        return;
+      }
+      p->challenged = 1;
+      p->proof_have = 0;
+      p->until = kolo_deadline_after_ms(STRANGER_BUDGET_MS);
+      continue;
+    }
+    uint8_t *into = p->challenged ? p->proof + have : p->hello + have;
     size_t moved = 0;
-    kolo_status status = comm->transport->recv(p->conn, p->hello + p->have, need - p->have, &moved);
+    kolo_status status = comm->transport->recv(p->conn, into, need - have, &moved);
     if (status != KOLO_OK) { /* it went away */
       drop_pending(comm, f, p);
       return;
     }
     if (moved == 0) return; /* nothing more now */
-    p->have += moved;
+    if (p->challenged)
+      p->proof_have += moved;
+    else
+      p->have += moved;
   }
 }
 
