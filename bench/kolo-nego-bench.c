@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "collective/comm.h"
+#include "collective/exec/exec.h"
 #include "collective/engine/negotiate.h"
 #include "resnet50.h"
 

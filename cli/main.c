@@ -1,12 +1,14 @@
 /* kolo: the command-line client of kolo-server's gRPC API. Human tables by default,
  * --json for scripts; exit 0 on success, 1 on an RPC error (status and message on one
  * line), 2 on bad usage. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/client.h"
 #include "kolo/v1/cluster.pb-c.h"
@@ -26,32 +28,35 @@ typedef struct globals {
 } globals;
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: kolo [--server HOST:PORT] [--tls-ca FILE] [--token-file FILE] [--json] "
-          "[--timeout S] COMMAND\n"
-          "\n"
-          "commands:\n"
-          "  submit JOB.json                 submit a job spec (JSON, as in docs/API.md)\n"
-          "  submit --name N --workers MIN[:MAX] [--id ID] [--mode SYNC|ASYNC]\n"
-          "         [--model M --dataset D --epochs N --steps N --batch N --lr X --hp K=V ...]\n"
-          "         [--exec PROGRAM ARG ...]  [--label K=V ...] [--max-reconfigurations N]\n"
-          "         [--collective-timeout-ms N] [--checkpoint-dir DIR] [--average-every N]\n"
-          "  get ID                          one job with its events\n"
-          "  list [--phase P] [--label K=V ...]\n"
-          "  cancel ID [--reason TEXT]\n"
-          "  scale ID MIN[:MAX]\n"
-          "  watch ID                        print the job each time it changes until it ends\n"
-          "  logs [-f] [--rank R ...] [--tail N] ID\n"
-          "                                  the job's output (\"[rank] line\"; bare lines with "
-          "one --rank);\n"
-          "                                  -f follows it until the job ends\n"
-          "  workers                         registered workers\n"
-          "  drain WORKER                    give a worker no new work; its job lets it go\n"
-          "  undrain WORKER                  take a drain back\n"
-          "  demand                          workers the jobs want (what to scale the pool to)\n"
-          "\n"
-          "environment: KOLO_SERVER (default 127.0.0.1:7070), KOLO_TOKEN (or --token-file; "
-          "--token T works but shows T in ps)\n");
+  fprintf(
+      out,
+      "usage: kolo [--server HOST:PORT] [--tls-ca FILE] [--token-file FILE] [--json] "
+      "[--timeout S] COMMAND\n"
+      "\n"
+      "commands:\n"
+      "  submit JOB.json                 submit a job spec (JSON, as in docs/API.md)\n"
+      "  submit --name N --workers MIN[:MAX] [--id ID] [--mode SYNC|ASYNC]\n"
+      "         [--model M --dataset D --epochs N --steps N --batch N --lr X --hp K=V ...]\n"
+      "         [--exec PROGRAM ARG ...]  [--label K=V ...] [--max-reconfigurations N]\n"
+      "         [--collective-timeout-ms N] [--checkpoint-dir DIR] [--average-every N]\n"
+      "         [--workdir DIR]  (relative paths in --exec, --checkpoint-dir and --workdir are\n"
+      "         this folder's: see docs/API.md)\n"
+      "  get ID                          one job with its events\n"
+      "  list [--phase P] [--label K=V ...]\n"
+      "  cancel ID [--reason TEXT]\n"
+      "  scale ID MIN[:MAX]\n"
+      "  watch ID                        print the job each time it changes until it ends\n"
+      "  logs [-f] [--rank R ...] [--tail N] ID\n"
+      "                                  the job's output (\"[rank] line\"; bare lines with "
+      "one --rank);\n"
+      "                                  -f follows it until the job ends\n"
+      "  workers                         registered workers\n"
+      "  drain WORKER                    give a worker no new work; its job lets it go\n"
+      "  undrain WORKER                  take a drain back\n"
+      "  demand                          workers the jobs want (what to scale the pool to)\n"
+      "\n"
+      "environment: KOLO_SERVER (default 127.0.0.1:7070), KOLO_TOKEN (or --token-file; "
+      "--token T works but shows T in ps)\n");
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -106,6 +111,21 @@ static void format_time(int64_t ms, char *out, size_t len) {
   strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &parts);
 }
 
+static int64_t wall_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* "waiting for workers: have 1, need 2 (since 12 s)" for a job held below min_workers; "" else. */
+static void format_waiting(const Kolo__V1__JobStatus *st, char *out, size_t len) {
+  out[0] = '\0';
+  if (st == NULL || st->waiting == NULL) return;
+  int64_t since = (wall_now_ms() - st->waiting->since_unix_ms) / 1000;
+  snprintf(out, len, "waiting for workers: have %u, need %u (since %lld s)", st->waiting->have,
+           st->waiting->need, (long long)(since > 0 ? since : 0));
+}
+
 static void print_job(const Kolo__V1__Job *job) {
   const Kolo__V1__JobStatus *st = job->status;
   const Kolo__V1__JobSpec *spec = job->spec;
@@ -127,11 +147,16 @@ static void print_job(const Kolo__V1__Job *job) {
   }
   if (st) {
     printf("WORKERS    %u-%u (%zu in the ring)\n", st->min_workers, st->max_workers, st->n_members);
+    char waiting[128];
+    format_waiting(st, waiting, sizeof waiting);
+    if (waiting[0]) printf("WAITING    %s\n", waiting);
     printf("EPOCH      %" PRIu64 " (%u reconfigurations)\n", st->epoch, st->reconfigurations);
-    if (st->progress)
-      printf("PROGRESS   step %" PRIu64 "/%" PRIu64 ", loss %.4g, %.1f samples/s\n",
-             st->progress->step, st->progress->total_steps, st->progress->loss,
-             st->progress->samples_per_sec);
+    if (st->progress) {
+      printf("PROGRESS   step %" PRIu64, st->progress->step);
+      if (st->progress->total_steps)
+        printf("/%" PRIu64, st->progress->total_steps); /* 0: unknown */
+      printf(", loss %.4g, %.1f samples/s\n", st->progress->loss, st->progress->samples_per_sec);
+    }
     for (size_t i = 0; i < st->n_members; i++)
       printf("  rank %-3u %s %s\n", st->members[i]->rank, st->members[i]->worker_id,
              st->members[i]->address);
@@ -197,9 +222,52 @@ static int add_pair(const ProtobufCMessageDescriptor *entry_desc, void ***entrie
   return 1;
 }
 
+/* path made absolute against the submitter's folder (malloc'd; NULL when out of memory or
+ * the folder is unknown). */
+static char *absolute(const char *path) {
+  if (path[0] == '/') return strdup(path);
+  char here[4096];
+  if (getcwd(here, sizeof here) == NULL) return NULL;
+  while (strncmp(path, "./", 2) == 0) path += 2;
+  char *out = NULL;
+  if (asprintf(&out, "%s/%s", here, path) < 0) return NULL;
+  return out;
+}
+
+/* Relative paths of an --exec job are the submitter's, not the worker's: a program path with
+ * a '/' ("./train.sh", "venv/bin/python") becomes absolute against this folder, and when an
+ * argument names a file here ("train.py") and no --workdir was given, the job runs in this
+ * folder (exec.working_dir). A program without a '/' ("python3") is looked up in the
+ * worker's PATH. Each change is said on stderr. Returns 0, or EXIT_USAGE. */
+static int resolve_exec_paths(Kolo__V1__ExecProgram *x) {
+  char *program = x->argv[0];
+  if (program[0] != '/' && strchr(program, '/') != NULL) {
+    char *full = absolute(program);
+    if (full == NULL) return usage_error("--exec: cannot resolve %s against this folder", program);
+    fprintf(stderr, "kolo: --exec: %s is %s (relative paths are this folder's)\n", program, full);
+    free(x->argv[0]);
+    x->argv[0] = full;
+  }
+  if (x->working_dir != NULL && x->working_dir[0] != '\0') return 0;
+  for (size_t k = 1; k < x->n_argv; k++) {
+    const char *arg = x->argv[k];
+    if (arg[0] == '/' || arg[0] == '-' || arg[0] == '\0' || access(arg, F_OK) != 0) continue;
+    char *here = absolute(".");
+    if (here == NULL) return usage_error("--exec: cannot tell this folder's path", NULL);
+    here[strlen(here) - 2] = '\0'; /* "<folder>/." */
+    fprintf(stderr,
+            "kolo: --exec: %s is a file here: the job runs in %s (give --workdir to choose)\n", arg,
+            here);
+    x->working_dir = here; /* it held protobuf-c's static "" (checked above): nothing to free */
+    break;
+  }
+  return 0;
+}
+
 /* Builds a JobSpec from flags. Returns EXIT_USAGE (message printed) or 0. */
 static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
   Kolo__V1__BuiltinProgram *b = NULL;
+  const char *workdir = NULL;
   for (int i = 0; i < argc; i++) {
     const char *flag = argv[i];
     if (strcmp(flag, "--exec") == 0) {
@@ -213,6 +281,12 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
         return usage_error("give builtin flags or --exec, not both", NULL);
       spec->program_case = KOLO__V1__JOB_SPEC__PROGRAM_EXEC;
       spec->exec = x;
+      if (workdir != NULL) {
+        x->working_dir = absolute(workdir); /* x is new: its "" is protobuf-c's static one */
+        if (x->working_dir == NULL) return usage_error("--workdir: cannot resolve %s", workdir);
+      }
+      int rc = resolve_exec_paths(x);
+      if (rc != 0) return rc;
       break;
     }
     const char *value = i + 1 < argc ? argv[i + 1] : NULL;
@@ -284,7 +358,12 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
         return usage_error("--average-every: expected a number, got '%s'", value);
       spec->average_every = (uint32_t)n;
     } else if (strcmp(flag, "--checkpoint-dir") == 0) {
-      kolo_codec_set_string(&spec->checkpoint_dir, value);
+      char *full = absolute(value); /* the submitter's folder, as --exec's paths */
+      if (full == NULL) return usage_error("--checkpoint-dir: cannot resolve %s", value);
+      kolo_codec_set_string(&spec->checkpoint_dir, full);
+      free(full);
+    } else if (strcmp(flag, "--workdir") == 0) {
+      workdir = value;
     } else {
       return usage_error("submit: unknown flag %s", flag);
     }
@@ -308,10 +387,13 @@ static int on_watch(void *arg, const ProtobufCMessage *msg) {
     char when[32];
     format_time(st ? st->updated_unix_ms : 0, when, sizeof when);
     const Kolo__V1__Event *last = job->n_events ? job->events[job->n_events - 1] : NULL;
-    printf("%s %s %-13s epoch=%" PRIu64 " step=%" PRIu64 " loss=%.4g %s\n", when, job->id,
+    char waiting[128];
+    format_waiting(st, waiting, sizeof waiting);
+    printf("%s %s %-13s epoch=%" PRIu64 " step=%" PRIu64 " loss=%.4g %s%s%s\n", when, job->id,
            st ? kolo_server_job_phase_name(st->phase) : "?", st ? st->epoch : 0,
            st && st->progress ? st->progress->step : 0,
-           st && st->progress ? st->progress->loss : 0.0, last ? last->message : "");
+           st && st->progress ? st->progress->loss : 0.0, waiting, waiting[0] ? " | " : "",
+           last ? last->message : "");
   }
   fflush(stdout);
   return 0;

@@ -2,7 +2,7 @@
  * built from them, and the queue (queue.c) that runs it blocking or not. */
 #include <stdint.h>
 
-#include "collective/comm.h"
+#include "collective/face.h"
 #include "common/checks.h"
 #include "common/log.h"
 
@@ -13,7 +13,8 @@ static kolo_status check_common(kolo_comm *comm, kolo_dtype dtype, size_t count,
     KOLO_LOGE("kolo", "unknown dtype %d", (int)dtype);
     return KOLO_ERR_INVALID_ARG;
   }
-  if (count > SIZE_MAX / 8 / (size_t)(comm->size > 0 ? comm->size : 1)) return KOLO_ERR_TOO_LARGE;
+  if (count > SIZE_MAX / 8 / (size_t)(comm->net.size > 0 ? comm->net.size : 1))
+    return KOLO_ERR_TOO_LARGE;
   if (count > 0 && (a == NULL || b == NULL)) {
     KOLO_LOGE("kolo", "NULL buffer with count %zu", count);
     return KOLO_ERR_INVALID_ARG;
@@ -62,8 +63,8 @@ static kolo_status prepare_allgather(kolo_comm *comm, const void *send, size_t s
 static kolo_status prepare_broadcast(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype,
                                      int root, kolo_request *request) {
   KOLO_CHECK(check_common(comm, dtype, count, buffer, buffer));
-  if (root < 0 || root >= comm->size) {
-    KOLO_LOGE("kolo", "broadcast root %d outside 0..%d", root, comm->size - 1);
+  if (root < 0 || root >= comm->net.size) {
+    KOLO_LOGE("kolo", "broadcast root %d outside 0..%d", root, comm->net.size - 1);
     return KOLO_ERR_INVALID_ARG;
   }
   *request = (kolo_request){.comm = comm,

@@ -1,13 +1,14 @@
 /* Communicators' lifetime: checking a ring spec, allocating a communicator and
  * its reusable buffers, forming the ring (form.c), starting the engine thread
- * (queue.c), the accessors, and destroying it (a goodbye to the neighbours when
+ * (queue.c), the accessors (the failure ones read the net floor's record), and
+ * destroying it (a goodbye to the neighbours when
  * nothing is pending, an abort when something is). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "collective/comm.h"
+#include "collective/face.h"
 #include "common/env.h"
 #include "common/log.h"
 
@@ -48,34 +49,34 @@ static int64_t spin_ns_from_env(void) {
 }
 
 static void free_comm(kolo_comm *comm) {
-  if (comm->peers != NULL) {
-    for (int i = 0; i < comm->size; i++) free(comm->peers[i]);
-    free(comm->peers);
+  if (comm->net.peers != NULL) {
+    for (int i = 0; i < comm->net.size; i++) free(comm->net.peers[i]);
+    free(comm->net.peers);
   }
-  free(comm->secret);
-  kolo_direction_close(&comm->next);
-  kolo_direction_close(&comm->prev);
-  kolo_channel_close(&comm->control[0].channel);
-  kolo_channel_close(&comm->control[1].channel);
-  if (comm->wake_fd >= 0) close(comm->wake_fd);
-  if (comm->fail_fd >= 0) close(comm->fail_fd);
-  kolo_engine_free(comm);
+  free(comm->net.secret);
+  kolo_direction_close(&comm->net.next);
+  kolo_direction_close(&comm->net.prev);
+  kolo_channel_close(&comm->net.control[0].channel);
+  kolo_channel_close(&comm->net.control[1].channel);
+  if (comm->net.wake_fd >= 0) close(comm->net.wake_fd);
+  if (comm->net.fail_fd >= 0) close(comm->net.fail_fd);
+  kolo_engine_free(&comm->nego);
   kolo_queue_free(comm);
-  free(comm->staging);
-  free(comm->scratch);
-  free(comm->fusion);
-  free(comm->matrix);
+  free(comm->ring.staging);
+  free(comm->ring.scratch);
+  free(comm->exec.fusion);
+  free(comm->ring.matrix);
   kolo_names_destroy(comm->in_flight);
-  free(comm->counts);
-  free(comm->block_offsets);
-  free(comm->block_bytes);
-  free(comm->plan.sends);
-  free(comm->plan.recvs);
-  free(comm->plan.processed);
-  pthread_mutex_destroy(&comm->mutex);
-  pthread_mutex_destroy(&comm->error_mutex);
-  pthread_cond_destroy(&comm->cond);
-  pthread_cond_destroy(&comm->exec_cond);
+  free(comm->ring.counts);
+  free(comm->ring.block_offsets);
+  free(comm->ring.block_bytes);
+  free(comm->ring.plan.sends);
+  free(comm->ring.plan.recvs);
+  free(comm->ring.plan.processed);
+  pthread_mutex_destroy(&comm->queue.mutex);
+  pthread_mutex_destroy(&comm->net.error_mutex);
+  pthread_cond_destroy(&comm->queue.cond);
+  pthread_cond_destroy(&comm->queue.exec_cond);
   free(comm);
 }
 
@@ -105,73 +106,89 @@ static kolo_status validate_spec(const kolo_ring_spec *spec) {
 
 /* The per-rank and per-plan arrays and the staging segment. */
 static kolo_status allocate_buffers(kolo_comm *comm) {
-  size_t n = (size_t)comm->size;
-  comm->peers = calloc(n, sizeof *comm->peers);
-  comm->counts = calloc(n, sizeof *comm->counts);
-  comm->block_offsets = calloc(n, sizeof *comm->block_offsets);
-  comm->block_bytes = calloc(n, sizeof *comm->block_bytes);
-  comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  comm->fail_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  size_t n = (size_t)comm->net.size;
+  comm->net.peers = calloc(n, sizeof *comm->net.peers);
+  comm->ring.counts = calloc(n, sizeof *comm->ring.counts);
+  comm->ring.block_offsets = calloc(n, sizeof *comm->ring.block_offsets);
+  comm->ring.block_bytes = calloc(n, sizeof *comm->ring.block_bytes);
+  comm->net.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  comm->net.fail_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (kolo_names_create(&comm->in_flight) != KOLO_OK) comm->in_flight = NULL;
-  if (comm->secret == NULL || comm->in_flight == NULL || comm->peers == NULL ||
-      comm->counts == NULL || comm->block_offsets == NULL || comm->block_bytes == NULL ||
-      kolo_plan_reserve(&comm->plan, 2 * comm->size) != KOLO_OK || comm->wake_fd < 0 ||
-      comm->fail_fd < 0) {
+  if (comm->net.secret == NULL || comm->in_flight == NULL || comm->net.peers == NULL ||
+      comm->ring.counts == NULL || comm->ring.block_offsets == NULL ||
+      comm->ring.block_bytes == NULL ||
+      kolo_plan_reserve(&comm->ring.plan, 2 * comm->net.size) != KOLO_OK || comm->net.wake_fd < 0 ||
+      comm->net.fail_fd < 0) {
     return KOLO_ERR_NO_MEMORY;
   }
-  size_t staging = comm->segment_bytes > comm->pair_segment_bytes ? comm->segment_bytes
-                                                                  : comm->pair_segment_bytes;
-  if (posix_memalign((void **)&comm->staging, 64, staging) != 0) {
-    comm->staging = NULL;
+  size_t staging = comm->ring.segment_bytes > comm->ring.pair_segment_bytes
+                       ? comm->ring.segment_bytes
+                       : comm->ring.pair_segment_bytes;
+  if (posix_memalign((void **)&comm->ring.staging, 64, staging) != 0) {
+    comm->ring.staging = NULL;
     return KOLO_ERR_NO_MEMORY;
   }
-  memset(comm->staging, 0, staging);
-  comm->staging_bytes = staging;
+  memset(comm->ring.staging, 0, staging);
+  comm->ring.staging_bytes = staging;
   return KOLO_OK;
+}
+
+/* The net floor's failure hook: GPU collectives in flight wait for the lost
+ * peer too, so a recorded failure aborts the NCCL communicator (non-blocking). */
+static void abort_device(void *context) {
+  kolo_device_abort(context);
 }
 
 static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   kolo_comm *comm = calloc(1, sizeof *comm);
   if (comm == NULL) return KOLO_ERR_NO_MEMORY;
-  comm->wake_fd = -1;
-  comm->fail_fd = -1;
-  pthread_mutex_init(&comm->mutex, NULL);
-  pthread_mutex_init(&comm->error_mutex, NULL);
-  pthread_cond_init(&comm->cond, NULL);
-  pthread_cond_init(&comm->exec_cond, NULL);
-  atomic_init(&comm->failed, 0);
-  atomic_init(&comm->outbox_pending, 0);
-  comm->epoch = spec->epoch;
-  comm->rank = spec->rank;
-  comm->size = spec->size;
-  comm->local_rank = spec->local_size > 0 ? spec->local_rank : spec->rank;
-  comm->local_size = spec->local_size > 0 ? spec->local_size : spec->size;
-  comm->timeout_ms = spec->timeout_ms > 0 ? spec->timeout_ms : kolo_timeout_ms_from_env();
+  comm->net.wake_fd = -1;
+  comm->net.fail_fd = -1;
+  pthread_mutex_init(&comm->queue.mutex, NULL);
+  pthread_mutex_init(&comm->net.error_mutex, NULL);
+  pthread_cond_init(&comm->queue.cond, NULL);
+  pthread_cond_init(&comm->queue.exec_cond, NULL);
+  atomic_init(&comm->net.failed, 0);
+  atomic_init(&comm->net.outbox_pending, 0);
+  comm->net.epoch = spec->epoch;
+  comm->net.rank = spec->rank;
+  comm->net.size = spec->size;
+  comm->net.local_rank = spec->local_size > 0 ? spec->local_rank : spec->rank;
+  comm->net.local_size = spec->local_size > 0 ? spec->local_size : spec->size;
+  comm->net.timeout_ms = spec->timeout_ms > 0 ? spec->timeout_ms : kolo_timeout_ms_from_env();
   /* a fixed ring judges silent neighbours only when asked to (beat.c) */
-  atomic_init(&comm->peer_timeout_ms, kolo_peer_timeout_ms_from_env(0));
-  comm->transport = &kolo_transport_tcp;
-  comm->bulk_min_bytes = kolo_size_from_env("KOLO_SHM_MIN_BYTES", DEFAULT_BULK_MIN_BYTES);
-  comm->failed_rank = -1;
-  comm->segment_bytes = kolo_size_from_env("KOLO_SEGMENT_BYTES", DEFAULT_SEGMENT_BYTES);
-  comm->small_bytes = kolo_size_from_env("KOLO_SMALL_BYTES", DEFAULT_SMALL_BYTES);
-  comm->pair_min_bytes = kolo_size_from_env("KOLO_PAIR_MIN_BYTES", DEFAULT_PAIR_MIN_BYTES);
-  comm->pair_max_bytes = kolo_size_from_env("KOLO_PAIR_MAX_BYTES", DEFAULT_PAIR_MAX_BYTES);
-  comm->pair_shm_max_bytes =
+  atomic_init(&comm->net.peer_timeout_ms, kolo_peer_timeout_ms_from_env(0));
+  comm->net.transport = &kolo_transport_tcp;
+  comm->net.bulk_min_bytes = kolo_size_from_env("KOLO_SHM_MIN_BYTES", DEFAULT_BULK_MIN_BYTES);
+  comm->net.failed_rank = -1;
+  comm->ring.net = &comm->net;
+  comm->exec.ring = &comm->ring;
+  comm->queue.net = &comm->net;
+  comm->nego.net = &comm->net;
+  comm->nego.queue = &comm->queue;
+  comm->nego.comm = comm;
+  comm->net.on_fail = abort_device;
+  comm->net.on_fail_context = comm;
+  comm->ring.segment_bytes = kolo_size_from_env("KOLO_SEGMENT_BYTES", DEFAULT_SEGMENT_BYTES);
+  comm->ring.small_bytes = kolo_size_from_env("KOLO_SMALL_BYTES", DEFAULT_SMALL_BYTES);
+  comm->ring.pair_min_bytes = kolo_size_from_env("KOLO_PAIR_MIN_BYTES", DEFAULT_PAIR_MIN_BYTES);
+  comm->ring.pair_max_bytes = kolo_size_from_env("KOLO_PAIR_MAX_BYTES", DEFAULT_PAIR_MAX_BYTES);
+  comm->ring.pair_shm_max_bytes =
       kolo_size_from_env("KOLO_PAIR_SHM_MAX_BYTES", DEFAULT_PAIR_SHM_MAX_BYTES);
-  comm->pair_segment_bytes =
+  comm->ring.pair_segment_bytes =
       kolo_size_from_env("KOLO_PAIR_SEGMENT_BYTES", DEFAULT_PAIR_SEGMENT_BYTES);
-  comm->spin_ns = spin_ns_from_env();
-  comm->spin_budget_ns = comm->spin_ns;
-  if (comm->segment_bytes < 64) comm->segment_bytes = 64;
-  if (comm->pair_segment_bytes < 64) comm->pair_segment_bytes = 64;
-  comm->secret = strdup(spec->secret ? spec->secret : "");
+  comm->ring.spin_ns = spin_ns_from_env();
+  comm->ring.spin_budget_ns = comm->ring.spin_ns;
+  if (comm->ring.segment_bytes < 64) comm->ring.segment_bytes = 64;
+  if (comm->ring.pair_segment_bytes < 64) comm->ring.pair_segment_bytes = 64;
+  comm->net.secret = strdup(spec->secret ? spec->secret : "");
   if (allocate_buffers(comm) != KOLO_OK) {
     free_comm(comm);
     return KOLO_ERR_NO_MEMORY;
   }
   for (int i = 0; i < spec->size && spec->peers != NULL; i++) {
-    comm->peers[i] = strdup(spec->peers[i] ? spec->peers[i] : "");
-    if (comm->peers[i] == NULL) {
+    comm->net.peers[i] = strdup(spec->peers[i] ? spec->peers[i] : "");
+    if (comm->net.peers[i] == NULL) {
       free_comm(comm);
       return KOLO_ERR_NO_MEMORY;
     }
@@ -184,26 +201,56 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   return KOLO_OK;
 }
 
+kolo_status kolo_comm_error(const kolo_comm *comm, int *failed_rank) {
+  if (comm == NULL) return KOLO_ERR_INVALID_ARG;
+  return kolo_net_error(&comm->net, failed_rank);
+}
+
+void kolo_comm_error_message(const kolo_comm *comm, char *buffer, size_t length) {
+  if (buffer != NULL && length > 0) buffer[0] = '\0';
+  if (comm != NULL) kolo_net_error_message(&comm->net, buffer, length);
+}
+
+void kolo_comm_abort(kolo_comm *comm) {
+  if (comm == NULL) return;
+  kolo_net_fail(&comm->net, KOLO_ERR_ABORTED, comm->net.rank, "aborted by rank %d", comm->net.rank);
+  kolo_device_abort(comm);
+}
+
+void kolo_comm_set_peer_timeout(kolo_comm *comm, int timeout_ms) {
+  kolo_net_set_peer_timeout(&comm->net, timeout_ms);
+}
+
+kolo_status kolo_engine_stats_get(const kolo_comm *comm, kolo_engine_stats *stats) {
+  if (comm == NULL || stats == NULL) return KOLO_ERR_INVALID_ARG;
+  kolo_comm *mutable_comm = (kolo_comm *)comm;
+  memset(stats, 0, sizeof *stats);
+  pthread_mutex_lock(&mutable_comm->queue.mutex);
+  kolo_engine_stats_locked(&comm->nego, stats);
+  pthread_mutex_unlock(&mutable_comm->queue.mutex);
+  return KOLO_OK;
+}
+
 kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener, kolo_comm **out) {
   kolo_comm *comm = NULL;
   kolo_status status = out == NULL ? KOLO_ERR_INVALID_ARG : validate_spec(spec);
   if (status != KOLO_OK) goto out;
   status = allocate_comm(spec, &comm);
   if (status != KOLO_OK) goto out;
-  if (comm->size > 1) {
+  if (comm->net.size > 1) {
     if (listener == NULL) {
-      status = kolo_listener_create(comm->peers[comm->rank], &listener);
+      status = kolo_listener_create(comm->net.peers[comm->net.rank], &listener);
       if (status != KOLO_OK) goto out;
     }
-    status = kolo_form_ring(comm, listener);
+    status = kolo_form_ring(&comm->net, listener);
     if (status != KOLO_OK) goto out;
   }
   status = kolo_queue_start(comm);
   if (status != KOLO_OK) goto out;
   KOLO_LOGD("kolo", "rank %d of %d joined the ring at epoch %llu (bulk out: %s, in: %s)",
-            comm->rank, comm->size, (unsigned long long)comm->epoch,
-            kolo_channel_is_bulk(&comm->next.bulk) ? "yes" : "no",
-            kolo_channel_is_bulk(&comm->prev.bulk) ? "yes" : "no");
+            comm->net.rank, comm->net.size, (unsigned long long)comm->net.epoch,
+            kolo_channel_is_bulk(&comm->net.next.bulk) ? "yes" : "no",
+            kolo_channel_is_bulk(&comm->net.prev.bulk) ? "yes" : "no");
   *out = comm;
   comm = NULL;
 out:
@@ -213,34 +260,34 @@ out:
 }
 
 int kolo_comm_rank(const kolo_comm *comm) {
-  return comm ? comm->rank : -1;
+  return comm ? comm->net.rank : -1;
 }
 int kolo_comm_size(const kolo_comm *comm) {
-  return comm ? comm->size : 0;
+  return comm ? comm->net.size : 0;
 }
 int kolo_comm_local_rank(const kolo_comm *comm) {
-  return comm ? comm->local_rank : -1;
+  return comm ? comm->net.local_rank : -1;
 }
 int kolo_comm_local_size(const kolo_comm *comm) {
-  return comm ? comm->local_size : 0;
+  return comm ? comm->net.local_size : 0;
 }
 uint64_t kolo_comm_epoch(const kolo_comm *comm) {
-  return comm ? comm->epoch : 0;
+  return comm ? comm->net.epoch : 0;
 }
 
 const char *kolo_comm_transport(const kolo_comm *comm, int peer) {
   if (comm == NULL || (peer != 0 && peer != 1)) return "none";
-  const kolo_channel *bulk = peer == 0 ? &comm->next.bulk : &comm->prev.bulk;
+  const kolo_channel *bulk = peer == 0 ? &comm->net.next.bulk : &comm->net.prev.bulk;
   return bulk->ops != NULL && bulk->ops->name != NULL ? bulk->ops->name : "none";
 }
 
 void kolo_comm_destroy(kolo_comm *comm) {
   if (comm == NULL) return;
   if (kolo_queue_pending(comm)) {
-    kolo_comm_fail(comm, KOLO_ERR_ABORTED, comm->rank, "communicator of rank %d destroyed",
-                   comm->rank);
-  } else if (!atomic_load(&comm->failed) && comm->size > 1) {
-    comm->say_goodbye = 1; /* the negotiator sends it as it stops */
+    kolo_net_fail(&comm->net, KOLO_ERR_ABORTED, comm->net.rank, "communicator of rank %d destroyed",
+                  comm->net.rank);
+  } else if (!atomic_load(&comm->net.failed) && comm->net.size > 1) {
+    comm->nego.say_goodbye = 1; /* the negotiator sends it as it stops */
   }
   kolo_queue_stop(comm);
   kolo_device_destroy(comm);

@@ -1,25 +1,27 @@
-/* Device-buffer dispatch: when a communicator is in CUDA mode
- * (kolo_comm_use_cuda), collectives on device memory go to the NCCL data plane
+/* Device-buffer dispatch: when a communicator is in CUDA mode (entered by
+ * cuda.c's kolo_comm_use_cuda through kolo_device_prepare and
+ * kolo_device_enter), collectives on device memory go to the NCCL data plane
  * (collective/nccl/) instead of the TCP ring. The NCCL communicator of an epoch
  * is created at the first device operation, from the ring spec's NCCL id or, when
  * the spec has none, from an id that rank 0 makes and broadcasts over the ring.
  *
  * Failure is coupled both ways. A failure the ring records (a neighbour's
  * control link closing, an abort, a ring change) aborts the NCCL communicator
- * at once (failure.c calls kolo_device_abort, which never blocks), so GPU
+ * at once (the net floor's on_fail hook calls kolo_device_abort, which never
+ * blocks), so GPU
  * collectives stuck on a dead peer end in milliseconds like CPU ones; creation
  * waiting for a dead peer is cancelled the same way. An error NCCL reports, or a
  * refusal that only this rank made (a host buffer, a bad stream), fails the
  * communicator, so kolo_comm_error says so, the neighbours learn it over the
  * control links and destroy sends no goodbye. GPU operations have their own
  * long no-progress deadline (KOLO_GPU_TIMEOUT), since dead peers are found by
- * the control links, not by waiting. Built without CUDA/NCCL, CUDA mode is
- * refused with KOLO_ERR_UNSUPPORTED. */
+ * the control links, not by waiting. This file calls nothing of the face above
+ * it (the queue, the API): they call it. */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/comm.h"
+#include "collective/face.h"
 #include "common/log.h"
 
 #ifdef KOLO_HAVE_NCCL
@@ -54,9 +56,10 @@ static int gpu_timeout_ms(void) {
 
 /* The device to use, or -1 with the reason logged. */
 static int pick_device(const kolo_comm *comm, int device, int count) {
-  if (device == KOLO_CUDA_LOCAL_DEVICE) return comm->local_rank % count;
+  if (device == KOLO_CUDA_LOCAL_DEVICE) return comm->net.local_rank % count;
   if (device >= count) {
-    KOLO_LOGE("kolo", "rank %d: CUDA device %d asked for, %d present", comm->rank, device, count);
+    KOLO_LOGE("kolo", "rank %d: CUDA device %d asked for, %d present", comm->net.rank, device,
+              count);
     return -1;
   }
   return device;
@@ -65,7 +68,7 @@ static int pick_device(const kolo_comm *comm, int device, int count) {
 /* This rank's own answer to kolo_comm_use_cuda, before the ring agrees. */
 static kolo_status local_cuda_check(kolo_comm *comm, int device, int *chosen) {
   if (device < 0 && device != KOLO_CUDA_LOCAL_DEVICE) {
-    KOLO_LOGE("kolo", "rank %d: CUDA device %d is not a device ordinal", comm->rank, device);
+    KOLO_LOGE("kolo", "rank %d: CUDA device %d is not a device ordinal", comm->net.rank, device);
     return KOLO_ERR_INVALID_ARG;
   }
   char reason[1100];
@@ -73,13 +76,13 @@ static kolo_status local_cuda_check(kolo_comm *comm, int device, int *chosen) {
     KOLO_LOGE("kolo",
               "rank %d: NCCL_COMM_BLOCKING=1 (from %s) would make NCCL's setup wait "
               "with no deadline; unset it to use CUDA buffers",
-              comm->rank, reason);
+              comm->net.rank, reason);
     return KOLO_ERR_INVALID_ARG;
   }
   int count = 0;
   kolo_status status = kolo_nccl_device_count(&count, reason, sizeof reason);
   if (status != KOLO_OK) {
-    KOLO_LOGE("kolo", "rank %d: CUDA buffers asked for, but %s (%s)", comm->rank,
+    KOLO_LOGE("kolo", "rank %d: CUDA buffers asked for, but %s (%s)", comm->net.rank,
               kolo_strerror(status), reason);
     return status;
   }
@@ -87,44 +90,29 @@ static kolo_status local_cuda_check(kolo_comm *comm, int device, int *chosen) {
   if (*chosen < 0) return KOLO_ERR_NO_DEVICE;
   kolo_device *current = device_of(comm);
   if (current != NULL && current->device != *chosen) {
-    KOLO_LOGE("kolo", "rank %d: already in CUDA mode on device %d (asked for %d)", comm->rank,
+    KOLO_LOGE("kolo", "rank %d: already in CUDA mode on device %d (asked for %d)", comm->net.rank,
               current->device, *chosen);
     return KOLO_ERR_STATE;
   }
   return KOLO_OK;
 }
 
-/* The ring agrees: every rank gets the highest status any rank had (so all
- * enter CUDA mode or none does), and rank 0's NCCL id unless the ring spec
- * carried one. Host collectives, at the point every rank calls this, so they
- * never interleave with the caller's other host collectives (which a first
- * device operation on another thread could not promise). */
-static kolo_status agree(kolo_comm *comm, kolo_status local, uint8_t id[KOLO_NCCL_ID_BYTES]) {
+kolo_status kolo_device_prepare(kolo_comm *comm, int device, int *chosen,
+                                uint8_t id[KOLO_NCCL_ID_BYTES]) {
+  kolo_status local = local_cuda_check(comm, device, chosen);
   if (comm->has_nccl_id)
     memcpy(id, comm->nccl_id, KOLO_NCCL_ID_BYTES);
   else
     memset(id, 0, KOLO_NCCL_ID_BYTES);
   /* the id must be made in rank 0's own process: NCCL's bootstrap listener lives there */
-  if (local == KOLO_OK && comm->rank == 0 && !comm->has_nccl_id) local = kolo_nccl_id_create(id);
-  int32_t worst = (int32_t)local;
-  if (comm->size > 1) {
-    kolo_status shared = kolo_allreduce(comm, &worst, &worst, 1, KOLO_INT32, KOLO_MAX);
-    if (shared != KOLO_OK) return shared;
-  }
-  if (worst != KOLO_OK) {
-    if (local == KOLO_OK)
-      KOLO_LOGE("kolo", "rank %d: another rank could not enter CUDA mode (%s)", comm->rank,
-                kolo_strerror((kolo_status)worst));
-    return (kolo_status)worst;
-  }
-  if (comm->size > 1 && !comm->has_nccl_id)
-    return kolo_broadcast(comm, id, KOLO_NCCL_ID_BYTES, KOLO_UINT8, 0);
-  return KOLO_OK;
+  if (local == KOLO_OK && comm->net.rank == 0 && !comm->has_nccl_id)
+    local = kolo_nccl_id_create(id);
+  return local;
 }
 
 static kolo_device *new_device(kolo_comm *comm, int chosen, const uint8_t *id) {
   kolo_device *dev = calloc(1, sizeof *dev);
-  size_t *counts = calloc((size_t)comm->size, sizeof *counts);
+  size_t *counts = calloc((size_t)comm->net.size, sizeof *counts);
   if (dev == NULL || counts == NULL) {
     free(dev);
     free(counts);
@@ -133,24 +121,19 @@ static kolo_device *new_device(kolo_comm *comm, int chosen, const uint8_t *id) {
   dev->device = chosen;
   memcpy(dev->id, id, KOLO_NCCL_ID_BYTES);
   dev->op_timeout_ms = gpu_timeout_ms();
-  if (dev->op_timeout_ms < comm->timeout_ms) dev->op_timeout_ms = comm->timeout_ms;
+  if (dev->op_timeout_ms < comm->net.timeout_ms) dev->op_timeout_ms = comm->net.timeout_ms;
   pthread_mutex_init(&dev->mutex, NULL);
   atomic_init(&dev->nccl, NULL);
   dev->counts = counts;
   return dev;
 }
 
-kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device) {
-  if (comm == NULL) return KOLO_ERR_INVALID_ARG;
-  int chosen = -1;
-  uint8_t id[KOLO_NCCL_ID_BYTES];
-  kolo_status status = agree(comm, local_cuda_check(comm, device, &chosen), id);
-  if (status != KOLO_OK) return status;
+kolo_status kolo_device_enter(kolo_comm *comm, int chosen, const uint8_t *id) {
   if (device_of(comm) != NULL) return KOLO_OK; /* again, on the same device */
   kolo_device *dev = new_device(comm, chosen, id);
   if (dev == NULL) {
-    kolo_comm_fail(comm, KOLO_ERR_NO_MEMORY, comm->rank, "rank %d: no memory for CUDA mode",
-                   comm->rank);
+    kolo_net_fail(&comm->net, KOLO_ERR_NO_MEMORY, comm->net.rank,
+                  "rank %d: no memory for CUDA mode", comm->net.rank);
     return KOLO_ERR_NO_MEMORY;
   }
   atomic_store(&comm->device, dev); /* published once: readers load it atomically */
@@ -181,25 +164,26 @@ kolo_status kolo_device_copy(void *dst, const void *src, size_t bytes) {
 
 /* Creation waits for the other ranks; a failure of the ring ends that wait. */
 static int ring_failed(void *user) {
-  return atomic_load(&((kolo_comm *)user)->failed);
+  return atomic_load(&((kolo_comm *)user)->net.failed);
 }
 
 /* Creates the epoch's NCCL communicator once; dev->mutex held. */
 static kolo_status ensure_nccl(kolo_comm *comm, kolo_device *dev) {
   if (atomic_load(&dev->nccl) != NULL) return KOLO_OK;
-  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
+  if (atomic_load(&comm->net.failed)) return kolo_net_error(&comm->net, NULL);
   kolo_status status;
   kolo_nccl_options options = {.device = dev->device,
-                               .timeout_ms = comm->timeout_ms,
+                               .timeout_ms = comm->net.timeout_ms,
                                .op_timeout_ms = dev->op_timeout_ms,
                                .cancelled = ring_failed,
                                .cancel_user = comm};
   kolo_nccl_comm *nccl = NULL;
-  status = kolo_nccl_comm_create_with(dev->id, comm->rank, comm->size, &options, &nccl);
-  if (status != KOLO_OK) return atomic_load(&comm->failed) ? kolo_comm_error(comm, NULL) : status;
+  status = kolo_nccl_comm_create_with(dev->id, comm->net.rank, comm->net.size, &options, &nccl);
+  if (status != KOLO_OK)
+    return atomic_load(&comm->net.failed) ? kolo_net_error(&comm->net, NULL) : status;
   atomic_store(&dev->nccl, nccl);
   /* a failure recorded meanwhile may have found no NCCL comm to abort */
-  if (atomic_load(&comm->failed)) kolo_nccl_comm_abort(nccl);
+  if (atomic_load(&comm->net.failed)) kolo_nccl_comm_abort(nccl);
   return KOLO_OK;
 }
 
@@ -211,7 +195,7 @@ static kolo_status submit_allgather(kolo_comm *comm, kolo_device *dev, kolo_nccl
   kolo_status status = kolo_nccl_exchange_counts(nccl, request->count, dev->counts);
   if (status != KOLO_OK) return status;
   size_t total = 0;
-  for (int r = 0; r < comm->size; r++) {
+  for (int r = 0; r < comm->net.size; r++) {
     total += dev->counts[r];
     if (request->recv_counts != NULL) request->recv_counts[r] = dev->counts[r];
   }
@@ -262,8 +246,8 @@ static kolo_status submit_locked(kolo_comm *comm, kolo_device *dev, const kolo_r
 kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request, void **nccl_request) {
   kolo_device *dev = device_of(comm);
   if (dev == NULL) return KOLO_ERR_STATE;
-  if (atomic_load(&comm->failed))
-    return kolo_comm_error(comm, NULL); /* a dead ring submits nothing */
+  if (atomic_load(&comm->net.failed))
+    return kolo_net_error(&comm->net, NULL); /* a dead ring submits nothing */
   kolo_nccl_request *handle = NULL;
   int shared_refusal = 0;
   pthread_mutex_lock(&dev->mutex);
@@ -273,13 +257,13 @@ kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request, voi
     *nccl_request = handle;
     return KOLO_OK;
   }
-  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
+  if (atomic_load(&comm->net.failed)) return kolo_net_error(&comm->net, NULL);
   /* The other ranks submitted this operation and wait for this one: a refusal
    * or failure made here alone must fail the ring, or they wait for their
    * deadline. (A capacity refusal is decided alike on every rank: not so.) */
   if (!shared_refusal)
-    kolo_comm_fail(comm, status, comm->rank, "rank %d could not run a GPU collective: %s",
-                   comm->rank, kolo_strerror(status));
+    kolo_net_fail(&comm->net, status, comm->net.rank, "rank %d could not run a GPU collective: %s",
+                  comm->net.rank, kolo_strerror(status));
   return status;
 }
 
@@ -287,22 +271,22 @@ kolo_status kolo_device_submit(kolo_comm *comm, const kolo_request *request, voi
  * dead rank (they see a SIGKILLed peer within milliseconds), then records
  * NCCL's verdict unless one came. Returns the communicator's error. */
 static kolo_status fail_from_nccl(kolo_comm *comm, kolo_device *dev, kolo_status status) {
-  if (!atomic_load(&comm->failed)) {
-    struct pollfd pfd = {.fd = comm->fail_fd, .events = POLLIN};
+  if (!atomic_load(&comm->net.failed)) {
+    struct pollfd pfd = {.fd = comm->net.fail_fd, .events = POLLIN};
     (void)poll(&pfd, 1, NAME_THE_PEER_MS);
   }
-  if (!atomic_load(&comm->failed)) {
+  if (!atomic_load(&comm->net.failed)) {
     char message[200] = "";
     kolo_nccl_comm *nccl = atomic_load(&dev->nccl);
     if (nccl != NULL) (void)kolo_nccl_comm_error(nccl, message, sizeof message);
-    kolo_comm_fail(comm, status, -1, "GPU collective failed: %s", message);
+    kolo_net_fail(&comm->net, status, -1, "GPU collective failed: %s", message);
   }
-  return kolo_comm_error(comm, NULL);
+  return kolo_net_error(&comm->net, NULL);
 }
 
 static kolo_status finish(kolo_comm *comm, kolo_status status) {
   if (status == KOLO_OK) return KOLO_OK;
-  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
+  if (atomic_load(&comm->net.failed)) return kolo_net_error(&comm->net, NULL);
   return fail_from_nccl(comm, device_of(comm), status);
 }
 
@@ -318,37 +302,12 @@ kolo_status kolo_device_test(kolo_comm *comm, void *nccl_request, int *done, kol
   return KOLO_OK;
 }
 
-/* A named device operation (engine.h) reaches NCCL only after negotiation:
- * waits on the host for that (not for NCCL); its handle, or NULL with *status
- * saying why there is none (a mismatch, a failure). */
-static void *negotiated_handle(kolo_request *request, kolo_status *status) {
-  kolo_comm *comm = request->comm;
-  pthread_mutex_lock(&comm->mutex);
-  kolo_request_wait_done_locked(comm, request);
-  void *handle = request->device_request;
-  *status = request->status;
-  pthread_mutex_unlock(&comm->mutex);
-  return handle;
+kolo_status kolo_device_stream_wait(void *device_request, void *cuda_stream) {
+  return kolo_nccl_stream_wait(device_request, cuda_stream);
 }
 
-kolo_status kolo_stream_wait(kolo_request *request, void *cuda_stream) {
-  if (request == NULL) return KOLO_ERR_INVALID_ARG;
-  void *handle = request->device_request;
-  kolo_status status = KOLO_ERR_INVALID_ARG;
-  if (request->negotiated && request->on_device) handle = negotiated_handle(request, &status);
-  if (handle == NULL) return status != KOLO_OK ? status : KOLO_ERR_INVALID_ARG;
-  return kolo_nccl_stream_wait(handle, cuda_stream);
-}
-
-void *kolo_request_cuda_event(kolo_request *request) {
-  if (request == NULL) return NULL;
-  void *handle = request->device_request;
-  if (request->negotiated) {
-    pthread_mutex_lock(&request->comm->mutex);
-    handle = request->done ? request->device_request : NULL; /* NULL until submitted */
-    pthread_mutex_unlock(&request->comm->mutex);
-  }
-  return handle != NULL ? kolo_nccl_request_event(handle) : NULL;
+void *kolo_device_event(void *device_request) {
+  return kolo_nccl_request_event(device_request);
 }
 
 kolo_status kolo_device_check_stream_call(kolo_comm *comm, const kolo_request *request) {
@@ -357,13 +316,13 @@ kolo_status kolo_device_check_stream_call(kolo_comm *comm, const kolo_request *r
     KOLO_LOGE("kolo",
               "rank %d: a stream-ordered collective needs CUDA mode "
               "(kolo_comm_use_cuda)",
-              comm->rank);
+              comm->net.rank);
     return KOLO_ERR_STATE;
   }
   if (kolo_device_wanted(comm, request->send, request->recv)) return KOLO_OK;
   /* host buffers on this rank while the others run it on their GPUs */
-  kolo_comm_fail(comm, KOLO_ERR_INVALID_ARG, comm->rank,
-                 "rank %d passed host buffers to a stream-ordered collective", comm->rank);
+  kolo_net_fail(&comm->net, KOLO_ERR_INVALID_ARG, comm->net.rank,
+                "rank %d passed host buffers to a stream-ordered collective", comm->net.rank);
   return KOLO_ERR_INVALID_ARG;
 }
 
@@ -378,7 +337,7 @@ void kolo_device_destroy(kolo_comm *comm) {
   kolo_device *dev = atomic_exchange(&comm->device, NULL);
   if (dev == NULL) return;
   kolo_nccl_comm *nccl = atomic_load(&dev->nccl);
-  if (nccl != NULL && atomic_load(&comm->failed)) kolo_nccl_comm_abort(nccl);
+  if (nccl != NULL && atomic_load(&comm->net.failed)) kolo_nccl_comm_abort(nccl);
   kolo_nccl_comm_destroy(nccl); /* finalizes a healthy one; joins a running abort */
   pthread_mutex_destroy(&dev->mutex);
   free(dev->counts);
@@ -386,13 +345,6 @@ void kolo_device_destroy(kolo_comm *comm) {
 }
 
 #else /* built without CUDA/NCCL */
-
-kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device) {
-  (void)device;
-  if (comm == NULL) return KOLO_ERR_INVALID_ARG;
-  KOLO_LOGE("kolo", "CUDA buffers asked for, but this libkolo was built without CUDA/NCCL");
-  return KOLO_ERR_UNSUPPORTED;
-}
 
 int kolo_device_mode(const kolo_comm *comm, int *device) {
   (void)comm;
@@ -430,16 +382,6 @@ kolo_status kolo_device_test(kolo_comm *comm, void *nccl_request, int *done, kol
   *done = 1;
   *status = KOLO_ERR_UNSUPPORTED;
   return KOLO_OK;
-}
-
-kolo_status kolo_stream_wait(kolo_request *request, void *cuda_stream) {
-  (void)request, (void)cuda_stream;
-  return KOLO_ERR_INVALID_ARG; /* no request runs on a device in this build */
-}
-
-void *kolo_request_cuda_event(kolo_request *request) {
-  (void)request;
-  return NULL;
 }
 
 kolo_status kolo_device_check_stream_call(kolo_comm *comm, const kolo_request *request) {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/comm.h"
+#include "collective/face.h"
 #include "common/checks.h"
 #include "common/log.h"
 
@@ -99,11 +99,11 @@ static void on_device(kolo_request *prototype, void *stream) {
 
 /* Queues prototype under its name: KOLO_ERR_EXISTS if that name is in flight here. */
 static kolo_status submit_named(kolo_comm *comm, kolo_request *prototype, kolo_request **out) {
-  pthread_mutex_lock(&comm->mutex);
+  pthread_mutex_lock(&comm->queue.mutex);
   kolo_status status = kolo_names_put(comm->in_flight, prototype->name, prototype);
-  pthread_mutex_unlock(&comm->mutex);
+  pthread_mutex_unlock(&comm->queue.mutex);
   if (status == KOLO_ERR_EXISTS) {
-    KOLO_LOGE("kolo", "rank %d: '%s' submitted again before its request completed", comm->rank,
+    KOLO_LOGE("kolo", "rank %d: '%s' submitted again before its request completed", comm->net.rank,
               prototype->name);
   }
   if (status != KOLO_OK) {
@@ -112,9 +112,9 @@ static kolo_status submit_named(kolo_comm *comm, kolo_request *prototype, kolo_r
   }
   status = kolo_queue_submit(comm, prototype, out);
   if (status != KOLO_OK) {
-    pthread_mutex_lock(&comm->mutex);
+    pthread_mutex_lock(&comm->queue.mutex);
     kolo_names_remove(comm->in_flight, prototype->name);
-    pthread_mutex_unlock(&comm->mutex);
+    pthread_mutex_unlock(&comm->queue.mutex);
     free(prototype->members == &prototype->single ? NULL : prototype->members);
   }
   return status;
@@ -281,8 +281,8 @@ static kolo_status broadcast_named(kolo_comm *comm, const char *name, void *buff
   KOLO_CHECK(check_buffer(name, buffer, count, "data"));
   int device = 0;
   KOLO_CHECK(placement(comm, name, buffer, buffer, stream_call, &device));
-  if (root < 0 || root >= comm->size) {
-    KOLO_LOGE("kolo", "'%s': broadcast root %d outside 0..%d", name, root, comm->size - 1);
+  if (root < 0 || root >= comm->net.size) {
+    KOLO_LOGE("kolo", "'%s': broadcast root %d outside 0..%d", name, root, comm->net.size - 1);
     return KOLO_ERR_INVALID_ARG;
   }
   kolo_request prototype;
@@ -324,24 +324,24 @@ static kolo_status reducescatter_named(kolo_comm *comm, const char *name, const 
   KOLO_CHECK(check_buffer(name, send, count, "send"));
   size_t mine = 0, total = 0;
   if (recv_counts == NULL) {
-    if (count % (size_t)comm->size != 0) {
+    if (count % (size_t)comm->net.size != 0) {
       KOLO_LOGE("kolo", "'%s': count %zu does not divide evenly over %d ranks", name, count,
-                comm->size);
+                comm->net.size);
       return KOLO_ERR_INVALID_ARG;
     }
-    mine = count / (size_t)comm->size;
+    mine = count / (size_t)comm->net.size;
   } else {
-    for (int r = 0; r < comm->size; r++) total += recv_counts[r];
+    for (int r = 0; r < comm->net.size; r++) total += recv_counts[r];
     if (total != count) {
       KOLO_LOGE("kolo", "'%s': recv_counts sum to %zu, count is %zu", name, total, count);
       return KOLO_ERR_INVALID_ARG;
     }
-    mine = recv_counts[comm->rank];
+    mine = recv_counts[comm->net.rank];
   }
   KOLO_CHECK(check_buffer(name, recv, mine, "recv"));
   int device = 0;
   KOLO_CHECK(placement(comm, name, send, recv, stream_call, &device));
-  if (device && recv_counts != NULL && !even_blocks(recv_counts, comm->size))
+  if (device && recv_counts != NULL && !even_blocks(recv_counts, comm->net.size))
     return unsupported_on_device(name, "a reduce-scatter with uneven blocks");
   kolo_request prototype;
   prototype_init(&prototype, comm, KOLO_REQUEST_REDUCESCATTER, name, dtype);
@@ -380,7 +380,7 @@ kolo_status kolo_alltoall_named(kolo_comm *comm, const char *name, const void *s
     return KOLO_ERR_INVALID_ARG;
   }
   size_t total = 0;
-  for (int r = 0; r < comm->size; r++) {
+  for (int r = 0; r < comm->net.size; r++) {
     if (send_counts[r] > SIZE_MAX / 16 - total) return KOLO_ERR_TOO_LARGE;
     total += send_counts[r];
   }

@@ -1,6 +1,6 @@
 /* Requests and the executor thread. A request is taken from the
  * communicator's pool and either runs on the data plane at once or goes to the
- * negotiator (engine.c) first:
+ * negotiator (engine/negotiator.c) first:
  *   - unnamed operations issued before this rank's first named one run in
  *     program order, as MPI's do: a blocking one inline on the caller's thread
  *     when nothing is queued (no hand-off on the latency path), a non-blocking
@@ -16,20 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "collective/comm.h"
+#include "collective/face.h"
 #include "collective/engine/timeline.h"
 #include "common/checks.h"
 #include "common/clock.h"
-
-void kolo_request_complete_locked(kolo_comm *comm, kolo_request *request, kolo_status status) {
-  request->status = status;
-  if (status != KOLO_OK && request->message[0] == '\0' && atomic_load(&comm->failed)) {
-    kolo_comm_error_message(comm, request->message, sizeof request->message);
-  }
-  if (request->negotiated && comm->outstanding > 0) comm->outstanding--;
-  request->done = 1;
-  pthread_cond_broadcast(&comm->cond);
-}
 
 /* Frees an engine-made request and what it owns (never handed to a caller). */
 static void free_internal(kolo_request *request) {
@@ -59,7 +49,7 @@ static const char *phase_name(kolo_request_kind kind) {
 /* The phases a finished request went through, on each of its tensors' rows. */
 static void record_phases(kolo_comm *comm, const kolo_request *request,
                           const kolo_fused_times *times, kolo_status status) {
-  kolo_timeline *timeline = kolo_engine_timeline(comm);
+  kolo_timeline *timeline = kolo_engine_timeline(&comm->nego);
   if (timeline == NULL || !(request->negotiated || request->internal)) return;
   const char *detail = status == KOLO_OK ? NULL : kolo_strerror(status);
   if (request->kind != KOLO_REQUEST_BATCH) {
@@ -102,7 +92,7 @@ static void execute_one(kolo_comm *comm, kolo_request *request) {
   kolo_status status = KOLO_ERR_ABORTED;
   kolo_fused_times times = {.start_ns = kolo_now_ns()};
   void *device = NULL;
-  if (!comm->stopping) {
+  if (!comm->queue.stopping) {
     /* a join was decided by every rank already: a peer that leaves after it
      * (training over, destroy) must not fail it (hvd.join() then exit) */
     if (request->kind == KOLO_REQUEST_JOIN)
@@ -110,80 +100,70 @@ static void execute_one(kolo_comm *comm, kolo_request *request) {
     else if (request->on_device)
       status = submit_device(comm, request, &device);
     else if (request->kind == KOLO_REQUEST_BATCH)
-      status = kolo_exec_batch(comm, request->batch, &times);
+      status = kolo_exec_batch(&comm->exec, request->batch, &times);
     else
-      status = kolo_ring_run(comm, request, 0);
+      status = kolo_exec_run(&comm->exec, request, 0);
   }
   times.end_ns = kolo_now_ns();
   record_phases(comm, request, &times, status);
-  pthread_mutex_lock(&comm->mutex);
-  comm->busy = 0;
+  pthread_mutex_lock(&comm->queue.mutex);
+  comm->queue.busy = 0;
   if (request->kind == KOLO_REQUEST_BATCH) {
     for (int i = 0; i < request->batch->owner_count; i++) {
-      kolo_request_complete_locked(comm, request->batch->owners[i], status);
+      kolo_request_complete_locked(&comm->queue, request->batch->owners[i], status);
     }
   }
   int internal = request->internal;
   request->device_request = device;
   /* once completed, a caller's request may vanish (a blocking call's is on its stack) */
-  if (!internal) kolo_request_complete_locked(comm, request, status);
-  pthread_cond_broadcast(&comm->cond);
-  pthread_mutex_unlock(&comm->mutex);
+  if (!internal) kolo_request_complete_locked(&comm->queue, request, status);
+  pthread_cond_broadcast(&comm->queue.cond);
+  pthread_mutex_unlock(&comm->queue.mutex);
   if (internal) free_internal(request);
 }
 
 static void *executor_main(void *argument) {
   kolo_comm *comm = argument;
-  pthread_mutex_lock(&comm->mutex);
+  pthread_mutex_lock(&comm->queue.mutex);
   for (;;) {
-    if (!comm->busy && comm->queue_head != NULL) {
-      kolo_request *request = comm->queue_head;
-      comm->queue_head = request->next;
-      if (comm->queue_head == NULL) comm->queue_tail = NULL;
-      comm->busy = 1;
-      pthread_mutex_unlock(&comm->mutex);
+    if (!comm->queue.busy && comm->queue.queue_head != NULL) {
+      kolo_request *request = comm->queue.queue_head;
+      comm->queue.queue_head = request->next;
+      if (comm->queue.queue_head == NULL) comm->queue.queue_tail = NULL;
+      comm->queue.busy = 1;
+      pthread_mutex_unlock(&comm->queue.mutex);
       execute_one(comm, request);
-      pthread_mutex_lock(&comm->mutex);
+      pthread_mutex_lock(&comm->queue.mutex);
       continue;
     }
-    if (comm->stopping && !comm->busy) break;
-    pthread_cond_wait(&comm->exec_cond, &comm->mutex);
+    if (comm->queue.stopping && !comm->queue.busy) break;
+    pthread_cond_wait(&comm->queue.exec_cond, &comm->queue.mutex);
   }
-  pthread_mutex_unlock(&comm->mutex);
+  pthread_mutex_unlock(&comm->queue.mutex);
   return NULL;
 }
 
 kolo_status kolo_queue_start(kolo_comm *comm) {
   if (pthread_create(&comm->executor, NULL, executor_main, comm) != 0) return KOLO_ERR_SYSTEM;
   comm->executor_started = 1;
-  kolo_status status = kolo_engine_start(comm);
+  kolo_status status = kolo_engine_start(&comm->nego);
   if (status != KOLO_OK) kolo_queue_stop(comm);
   return status;
 }
 
-void kolo_queue_push_locked(kolo_comm *comm, kolo_request *request) {
-  request->next = NULL;
-  if (comm->queue_tail)
-    comm->queue_tail->next = request;
-  else
-    comm->queue_head = request;
-  comm->queue_tail = request;
-  pthread_cond_signal(&comm->exec_cond);
-}
-
 int kolo_queue_pending(kolo_comm *comm) {
-  pthread_mutex_lock(&comm->mutex);
-  int pending = comm->busy || comm->queue_head != NULL || comm->outstanding > 0;
-  pthread_mutex_unlock(&comm->mutex);
+  pthread_mutex_lock(&comm->queue.mutex);
+  int pending = comm->queue.busy || comm->queue.queue_head != NULL || comm->queue.outstanding > 0;
+  pthread_mutex_unlock(&comm->queue.mutex);
   return pending;
 }
 
 void kolo_queue_stop(kolo_comm *comm) {
-  kolo_engine_stop(comm); /* first: it fails what it holds and hands nothing more over */
-  pthread_mutex_lock(&comm->mutex);
-  comm->stopping = 1;
-  pthread_cond_broadcast(&comm->exec_cond);
-  pthread_mutex_unlock(&comm->mutex);
+  kolo_engine_stop(&comm->nego); /* first: it fails what it holds and hands nothing more over */
+  pthread_mutex_lock(&comm->queue.mutex);
+  comm->queue.stopping = 1;
+  pthread_cond_broadcast(&comm->queue.exec_cond);
+  pthread_mutex_unlock(&comm->queue.mutex);
   if (comm->executor_started) pthread_join(comm->executor, NULL);
   comm->executor_started = 0;
 }
@@ -196,7 +176,7 @@ void kolo_queue_free(kolo_comm *comm) {
   }
 }
 
-static int device_request(const kolo_comm *comm, const kolo_request *request) {
+static int runs_on_device(const kolo_comm *comm, const kolo_request *request) {
   return request->kind != KOLO_REQUEST_BARRIER && request->name[0] == '\0' &&
          kolo_device_wanted(comm, request->send, request->recv);
 }
@@ -204,45 +184,46 @@ static int device_request(const kolo_comm *comm, const kolo_request *request) {
 /* An unnamed request in named mode: numbered and handed to the negotiator. */
 static void submit_negotiated_locked(kolo_comm *comm, kolo_request *request) {
   request->negotiated = 1;
-  request->seq = ++comm->unnamed_issued;
+  request->seq = ++comm->nego.unnamed_issued;
   request->submitted_ns = kolo_now_ns();
-  comm->outstanding++;
-  kolo_engine_submit_locked(comm, request);
+  comm->queue.outstanding++;
+  kolo_engine_submit_locked(&comm->nego, request);
 }
 
 kolo_status kolo_queue_run_blocking(kolo_comm *comm, kolo_request *request) {
-  if (device_request(comm, request)) {
+  if (runs_on_device(comm, request)) {
     void *device = NULL;
     KOLO_CHECK(kolo_device_submit(comm, request, &device));
     return kolo_device_wait(comm, device);
   }
-  pthread_mutex_lock(&comm->mutex);
-  if (comm->named_mode) {
+  pthread_mutex_lock(&comm->queue.mutex);
+  if (comm->nego.named_mode) {
     request->done = 0;
     submit_negotiated_locked(comm, request);
-    comm->hurry = 1;
-    kolo_engine_wake(comm);
-  } else if (!comm->busy && comm->queue_head == NULL) {
-    comm->busy = 1;
-    comm->unnamed_issued++;
-    pthread_mutex_unlock(&comm->mutex);
-    kolo_status status = kolo_ring_run(comm, request, 0);
-    pthread_mutex_lock(&comm->mutex);
-    comm->busy = 0;
+    comm->nego.hurry = 1;
+    kolo_net_wake(&comm->net);
+  } else if (!comm->queue.busy && comm->queue.queue_head == NULL) {
+    comm->queue.busy = 1;
+    comm->nego.unnamed_issued++;
+    pthread_mutex_unlock(&comm->queue.mutex);
+    kolo_status status = kolo_exec_run(&comm->exec, request, 0);
+    pthread_mutex_lock(&comm->queue.mutex);
+    comm->queue.busy = 0;
     /* the executor only needs waking for what was queued meanwhile (waking it
      * for nothing cost a futex call and a context switch per operation) */
-    if (comm->queue_head != NULL || comm->stopping) pthread_cond_signal(&comm->exec_cond);
-    pthread_cond_broadcast(&comm->cond);
-    pthread_mutex_unlock(&comm->mutex);
+    if (comm->queue.queue_head != NULL || comm->queue.stopping)
+      pthread_cond_signal(&comm->queue.exec_cond);
+    pthread_cond_broadcast(&comm->queue.cond);
+    pthread_mutex_unlock(&comm->queue.mutex);
     return status;
   } else {
     request->done = 0;
-    comm->unnamed_issued++;
-    kolo_queue_push_locked(comm, request);
+    comm->nego.unnamed_issued++;
+    kolo_queue_push_locked(&comm->queue, request);
   }
-  while (!request->done) pthread_cond_wait(&comm->cond, &comm->mutex);
+  while (!request->done) pthread_cond_wait(&comm->queue.cond, &comm->queue.mutex);
   kolo_status status = request->status;
-  pthread_mutex_unlock(&comm->mutex);
+  pthread_mutex_unlock(&comm->queue.mutex);
   return status;
 }
 
@@ -257,11 +238,11 @@ static kolo_request *take_pooled_locked(kolo_comm *comm) {
 
 kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, kolo_request **out) {
   void *device = NULL;
-  if (device_request(comm, prototype)) KOLO_CHECK(kolo_device_submit(comm, prototype, &device));
-  pthread_mutex_lock(&comm->mutex);
+  if (runs_on_device(comm, prototype)) KOLO_CHECK(kolo_device_submit(comm, prototype, &device));
+  pthread_mutex_lock(&comm->queue.mutex);
   kolo_request *request = take_pooled_locked(comm);
   if (request == NULL) {
-    pthread_mutex_unlock(&comm->mutex);
+    pthread_mutex_unlock(&comm->queue.mutex);
     return KOLO_ERR_NO_MEMORY;
   }
   *request = *prototype;
@@ -271,29 +252,29 @@ kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, ko
   request->next = NULL;
   request->device_request = device;
   /* the negotiator takes the whole inbox at once: wake it for the first only */
-  int wake = comm->inbox_head == NULL;
+  int wake = comm->nego.inbox_head == NULL;
   if (device != NULL) {
     wake = 0;
   } else if (request->name[0] != '\0') {
-    comm->named_mode = 1;
+    comm->nego.named_mode = 1;
     request->negotiated = 1;
     request->submitted_ns = kolo_now_ns();
-    comm->outstanding++;
-    kolo_engine_submit_locked(comm, request);
-  } else if (comm->named_mode) {
+    comm->queue.outstanding++;
+    kolo_engine_submit_locked(&comm->nego, request);
+  } else if (comm->nego.named_mode) {
     submit_negotiated_locked(comm, request);
   } else {
     wake = 0;
-    comm->unnamed_issued++;
-    kolo_queue_push_locked(comm, request);
+    comm->nego.unnamed_issued++;
+    kolo_queue_push_locked(&comm->queue, request);
   }
-  pthread_mutex_unlock(&comm->mutex);
-  if (wake) kolo_engine_wake(comm);
+  pthread_mutex_unlock(&comm->queue.mutex);
+  if (wake) kolo_net_wake(&comm->net);
   *out = request;
   return KOLO_OK;
 }
 
-/* Returns a request to the pool (under comm->mutex), with what it still owns; a
+/* Returns a request to the pool (under comm->queue.mutex), with what it still owns; a
  * named one's name may be submitted again from now on. */
 static void release_request(kolo_comm *comm, kolo_request *request) {
   if (request->name[0] != '\0') kolo_names_remove(comm->in_flight, request->name);
@@ -322,11 +303,11 @@ void kolo_free(void *memory) {
 }
 
 void kolo_request_wait_done_locked(kolo_comm *comm, kolo_request *request) {
-  if (!request->done && request->negotiated && !comm->hurry) {
-    comm->hurry = 1; /* someone waits: no point holding the cycle for more tensors */
-    kolo_engine_wake(comm);
+  if (!request->done && request->negotiated && !comm->nego.hurry) {
+    comm->nego.hurry = 1; /* someone waits: no point holding the cycle for more tensors */
+    kolo_net_wake(&comm->net);
   }
-  while (!request->done) pthread_cond_wait(&comm->cond, &comm->mutex);
+  while (!request->done) pthread_cond_wait(&comm->queue.cond, &comm->queue.mutex);
 }
 
 kolo_status kolo_wait(kolo_request *request) {
@@ -339,23 +320,23 @@ kolo_status kolo_wait_result(kolo_request *request, kolo_result *result) {
   if (!request->negotiated && request->device_request != NULL) {
     kolo_status device_status = kolo_device_wait(comm, request->device_request);
     fill_result(request, device_status, result);
-    pthread_mutex_lock(&comm->mutex);
+    pthread_mutex_lock(&comm->queue.mutex);
     release_request(comm, request);
-    pthread_mutex_unlock(&comm->mutex);
+    pthread_mutex_unlock(&comm->queue.mutex);
     return device_status;
   }
-  pthread_mutex_lock(&comm->mutex);
+  pthread_mutex_lock(&comm->queue.mutex);
   kolo_request_wait_done_locked(comm, request);
   kolo_status status = request->status;
   if (request->device_request != NULL) { /* a negotiated device operation NCCL runs */
-    pthread_mutex_unlock(&comm->mutex);
+    pthread_mutex_unlock(&comm->queue.mutex);
     status = kolo_device_wait(comm, request->device_request);
-    pthread_mutex_lock(&comm->mutex);
+    pthread_mutex_lock(&comm->queue.mutex);
     request->device_request = NULL;
   }
   fill_result(request, status, result);
   release_request(comm, request);
-  pthread_mutex_unlock(&comm->mutex);
+  pthread_mutex_unlock(&comm->queue.mutex);
   return status;
 }
 
@@ -376,11 +357,11 @@ static kolo_status test_submitted(kolo_comm *comm, kolo_request *request, int *d
   kolo_status device_status = KOLO_OK;
   kolo_status rc = kolo_device_test(comm, request->device_request, done, &device_status);
   if (rc != KOLO_OK || !*done) return rc;
-  pthread_mutex_lock(&comm->mutex);
+  pthread_mutex_lock(&comm->queue.mutex);
   request->device_request = NULL; /* freed by kolo_device_test */
   fill_result(request, device_status, result);
   release_request(comm, request);
-  pthread_mutex_unlock(&comm->mutex);
+  pthread_mutex_unlock(&comm->queue.mutex);
   return KOLO_OK;
 }
 
@@ -392,15 +373,15 @@ kolo_status kolo_test_result(kolo_request *request, int *done, kolo_result *resu
     kolo_device_test(comm, request->device_request, done, &device_status);
     if (*done) {
       fill_result(request, device_status, result);
-      pthread_mutex_lock(&comm->mutex);
+      pthread_mutex_lock(&comm->queue.mutex);
       release_request(comm, request);
-      pthread_mutex_unlock(&comm->mutex);
+      pthread_mutex_unlock(&comm->queue.mutex);
     }
     return KOLO_OK;
   }
-  pthread_mutex_lock(&comm->mutex);
+  pthread_mutex_lock(&comm->queue.mutex);
   if (request->done && request->device_request != NULL) {
-    pthread_mutex_unlock(&comm->mutex);
+    pthread_mutex_unlock(&comm->queue.mutex);
     return test_submitted(comm, request, done, result);
   }
   *done = request->done;
@@ -408,6 +389,6 @@ kolo_status kolo_test_result(kolo_request *request, int *done, kolo_result *resu
     fill_result(request, request->status, result);
     release_request(comm, request);
   }
-  pthread_mutex_unlock(&comm->mutex);
+  pthread_mutex_unlock(&comm->queue.mutex);
   return KOLO_OK;
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/comm.h"
+#include "collective/face.h"
 #include "common/checks.h"
 #include "common/clock.h"
 #include "common/env.h"

@@ -104,6 +104,8 @@ http_port="$(sed -n 's/^http_port=//p' "$work/ports")"
 export KOLO_SERVER="127.0.0.1:$grpc_port"
 api="http://127.0.0.1:$http_port"
 wait_for 30 curl -sf "$api/readyz"
+echo "== ports (free ones, picked for this run, so two users on one host do not collide):"
+echo "   etcd 127.0.0.1:$client_port (peer $peer_port), kolo-server gRPC 127.0.0.1:$grpc_port (KOLO_SERVER), HTTP 127.0.0.1:$http_port"
 echo "== dashboard: $api/  (open it in a browser to watch the job)"
 
 # the workers' Python processes import kolo from this checkout (setup.sh also installs a kolo.pth)
@@ -112,7 +114,9 @@ export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "${KOLO_LIBRARY:-}" ] && [ -e "$BIN/../lib/libkolo.so" ]; then export KOLO_LIBRARY="$(cd "$BIN/../lib" && pwd)/libkolo.so"; fi
 echo "== $workers kolo-workers"
 for i in $(seq "$workers"); do
-  "$BIN/kolo-worker" --etcd "$etcd_url" --advertise "127.0.0.1:$(free_port)" --id "worker-$i" \
+  worker_port="$(free_port)"
+  echo "   worker-$i: data plane 127.0.0.1:$worker_port"
+  "$BIN/kolo-worker" --etcd "$etcd_url" --advertise "127.0.0.1:$worker_port" --id "worker-$i" \
     --work-dir "$work/worker-$i" >"$work/worker-$i.log" 2>&1 &
   pids+=($!)
 done

@@ -1,7 +1,8 @@
 /* The algorithm floor of libkolo (collective/algo/): reductions over typed
  * buffers (dtype.c), the ring plan (send and recv items over the ring's two
- * directions) and its executor, and the algorithms compiled into plans: the
- * ring, gather and pair all-reduces (ring.c), the fused all-reduce over pieces
+ * directions) and its executor (plan.c), and the algorithms compiled into plans:
+ * the ring, gather and pair all-reduces, broadcast, reduce-scatter and
+ * all-gather (ring.c), the fused all-reduce over pieces
  * (ring_fused.c), the uneven reduce-scatter and all-to-all (ring_uneven.c). */
 #ifndef KOLO_COLLECTIVE_ALGO_ALGO_H
 #define KOLO_COLLECTIVE_ALGO_ALGO_H
@@ -9,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "collective/net/net.h"
 #include "kolo/kolo.h"
 
 /* dst = a (op) b for count elements; dst may alias a or b; a and b may start at
@@ -47,11 +49,39 @@ typedef struct kolo_ring_plan {
   int capacity; /* items each array holds */
   kolo_dtype dtype;
   kolo_op op;
-  size_t segment_bytes; /* staged reductions' segment; 0 = comm->segment_bytes (reset) */
+  size_t segment_bytes; /* staged reductions' segment; 0 = ring->segment_bytes (reset) */
 } kolo_ring_plan;
 
+/* The algorithm floor's part of a communicator: the ring it runs over (the net
+ * floor's), its size settings, and the buffers and plan reused across calls
+ * (only the one runner touches them). */
+typedef struct kolo_ring {
+  kolo_net *net;
+  size_t segment_bytes;
+  size_t small_bytes;
+  size_t pair_min_bytes;     /* 2 ranks over TCP: all-reduces of pair_min_bytes..pair_max_bytes */
+  size_t pair_max_bytes;     /* exchange whole buffers (kolo_allreduce_choose) */
+  size_t pair_shm_max_bytes; /* 2 ranks over shared memory: the pair up to this size */
+  size_t pair_segment_bytes; /* the pair exchange's segment (staging holds the larger one) */
+  int64_t spin_ns;           /* the most a stalled transfer busy-polls before sleeping in poll */
+  int64_t spin_budget_ns;    /* what it busy-polls now (the executor adapts it) */
+  char *staging;
+  size_t staging_bytes;
+  char *scratch;
+  size_t scratch_bytes;
+  char *matrix; /* all-to-all: every rank's send counts and capacity */
+  size_t matrix_bytes;
+  uint64_t *counts;      /* size entries: all-gather counts */
+  size_t *block_offsets; /* size entries */
+  size_t *block_bytes;   /* size entries */
+  kolo_ring_plan plan;
+} kolo_ring;
 
-/* The ring plan and its executor (ring.c), for the algorithm files. */
+static inline int kolo_wrap_rank(int value, int size) {
+  return ((value % size) + size) % size;
+}
+
+/* The ring plan and its executor (plan.c), for the algorithm files. */
 /* Grows the plan's arrays to hold items send and recv items each. */
 kolo_status kolo_plan_reserve(kolo_ring_plan *plan, int items);
 void kolo_plan_reset(kolo_ring_plan *plan, kolo_dtype dtype, kolo_op op);
@@ -61,12 +91,12 @@ void kolo_plan_send(kolo_ring_plan *plan, const void *buffer, size_t bytes, int 
 int kolo_plan_recv(kolo_ring_plan *plan, void *buffer, const void *local, size_t bytes,
                    int finalize_avg);
 /* Ring all-gather of blocks already laid out in out (block b: bytes[b] at offsets[b]). */
-void kolo_plan_allgather_blocks(kolo_comm *comm, char *out, const size_t *offsets,
+void kolo_plan_allgather_blocks(kolo_ring *ring, char *out, const size_t *offsets,
                                 const size_t *bytes);
 /* Grows a reusable 64-byte-aligned buffer to at least need bytes. */
 kolo_status kolo_ensure_buffer(char **buffer, size_t *have, size_t need);
-/* Runs comm->plan; op_bytes (the same on every rank) picks bulk or small channels. */
-kolo_status kolo_execute_plan(kolo_comm *comm, int engine_thread, size_t op_bytes);
+/* Runs ring->plan; op_bytes (the same on every rank) picks bulk or small channels. */
+kolo_status kolo_execute_plan(kolo_ring *ring, int engine_thread, size_t op_bytes);
 /* recv = op over ranks of send (the small path or the ring, by size). */
 /* How a ring all-reduces. A pure function of what every rank knows alike (ring
  * size, element count, bytes, the size settings, whether the links are shared
@@ -95,9 +125,9 @@ int64_t kolo_spin_budget_next(int64_t budget_ns, int64_t max_ns, int64_t waited_
 
 /* Whether an operation of bytes runs over shared memory in either ring
  * direction (the same answer on both ends of each link, so on every rank). */
-int kolo_bulk_is_shm(const kolo_comm *comm, size_t bytes);
+int kolo_bulk_is_shm(const kolo_ring *ring, size_t bytes);
 
-kolo_status kolo_ring_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
+kolo_status kolo_ring_allreduce(kolo_ring *ring, const void *send, void *recv, size_t count,
                                 kolo_dtype dtype, kolo_op op, int engine_thread);
 /* ring_fused.c: one ring all-reduce over pieces that form a virtual
  * concatenation (element-aligned; src may equal dst). Uses the ring for any
@@ -107,11 +137,41 @@ typedef struct kolo_piece {
   char *dst;
   size_t bytes;
 } kolo_piece;
-kolo_status kolo_ring_allreduce_pieces(kolo_comm *comm, const kolo_piece *pieces, int count,
+kolo_status kolo_ring_allreduce_pieces(kolo_ring *ring, const kolo_piece *pieces, int count,
                                        kolo_dtype dtype, kolo_op op, int engine_thread);
-/* ring_uneven.c: reduce-scatter with request->split_counts, all-to-all. */
-kolo_status kolo_ring_reducescatter_v(kolo_comm *comm, kolo_request *request, int engine_thread);
-kolo_status kolo_ring_alltoall(kolo_comm *comm, kolo_request *request, int engine_thread);
+/* Broadcast of bytes from root (a chain around the ring). */
+kolo_status kolo_ring_broadcast(kolo_ring *ring, void *buffer, size_t bytes, int root,
+                                kolo_dtype dtype, int engine_thread);
+/* Reduce-scatter of count elements per rank: rank r ends with block r of send
+ * reduced over the ranks. */
+kolo_status kolo_ring_reducescatter(kolo_ring *ring, const void *send, void *recv, size_t count,
+                                    kolo_dtype dtype, kolo_op op, int engine_thread);
+/* All-gather, phase 1: every rank's count into ring->counts, *total their sum. */
+kolo_status kolo_ring_allgather_counts(kolo_ring *ring, size_t count, int engine_thread,
+                                       size_t *total);
+/* All-gather, phase 2: the blocks of ring->counts elements (this rank's from
+ * send) into recv in rank order; total is phase 1's. */
+kolo_status kolo_ring_allgather_blocks(kolo_ring *ring, const void *send, void *recv,
+                                       kolo_dtype dtype, size_t total, int engine_thread);
 
+/* ring_uneven.c: reduce-scatter where rank r receives recv_counts[r] elements. */
+kolo_status kolo_ring_reducescatter_v(kolo_ring *ring, const void *send, void *recv,
+                                      const size_t *recv_counts, kolo_dtype dtype, kolo_op op,
+                                      int engine_thread);
+/* All-to-all, phase 1: row b of ring->matrix = rank b's n send counts and its
+ * receive capacity (UINT64_MAX when the engine allocates). */
+kolo_status kolo_ring_alltoall_counts(kolo_ring *ring, const size_t *split_counts,
+                                      uint64_t capacity, int engine_thread);
+/* Elements rank from sends rank to (after phase 1). */
+size_t kolo_alltoall_block(const kolo_ring *ring, int from, int to);
+/* The first rank whose receive total exceeds its capacity (*total, *capacity),
+ * or -1; *all_blocks: the elements of every block (the same verdict everywhere). */
+int kolo_alltoall_overflow(const kolo_ring *ring, uint64_t *all_blocks, uint64_t *total,
+                           uint64_t *capacity);
+/* All-to-all, phase 2: the blocks, rank o's for this rank into recv at
+ * out_offset[o] bytes. */
+kolo_status kolo_ring_alltoall_blocks(kolo_ring *ring, const void *send, void *recv,
+                                      kolo_dtype dtype, const size_t *out_offset,
+                                      uint64_t all_blocks, int engine_thread);
 
 #endif

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "collective/comm.h"
+#include "collective/algo/algo.h"
 
 size_t kolo_dtype_size(kolo_dtype dtype) {
   switch (dtype) {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/comm.h"
+#include "collective/algo/algo.h"
 #include "common/checks.h"
 
 static int wrap_rank(int value, int size) {
@@ -70,10 +70,10 @@ static int plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size
   return made;
 }
 
-static void plan_pieces(kolo_comm *comm, const kolo_piece *pieces, const size_t *offsets, int count,
+static void plan_pieces(kolo_ring *ring, const kolo_piece *pieces, const size_t *offsets, int count,
                         size_t elements, size_t element, kolo_op op, int *recv_first) {
-  kolo_ring_plan *plan = &comm->plan;
-  int n = comm->size, r = comm->rank;
+  kolo_ring_plan *plan = &ring->plan;
+  int n = ring->net->size, r = ring->net->rank;
 #define CHUNK_BEGIN(c) (kolo_chunk_start(elements, n, (c)) * element)
 #define CHUNK_END(c) (kolo_chunk_start(elements, n, (c) + 1) * element)
   for (int t = 0; t < n - 1; t++) { /* reduce-scatter */
@@ -99,46 +99,46 @@ static void plan_pieces(kolo_comm *comm, const kolo_piece *pieces, const size_t 
  * order (the same virtual byte stream as the ring's), and the peer's stream is
  * reduced into the pieces as it arrives, operands in rank order; a piece
  * reduced in place waits, segment by segment, for its own send. */
-static void plan_pieces_pair(kolo_comm *comm, const kolo_piece *pieces, int count, kolo_op op) {
-  kolo_ring_plan *plan = &comm->plan;
-  plan->segment_bytes = comm->pair_segment_bytes;
+static void plan_pieces_pair(kolo_ring *ring, const kolo_piece *pieces, int count, kolo_op op) {
+  kolo_ring_plan *plan = &ring->plan;
+  plan->segment_bytes = ring->pair_segment_bytes;
   for (int p = 0; p < count; p++) kolo_plan_send(plan, pieces[p].src, pieces[p].bytes, -1);
   for (int p = 0; p < count; p++) {
     const kolo_piece *piece = &pieces[p];
     int index = kolo_plan_recv(plan, piece->dst, piece->src, piece->bytes, op == KOLO_AVG);
     uintptr_t from = (uintptr_t)piece->src, to = (uintptr_t)piece->dst;
-    plan->recvs[index].remote_first = comm->rank == 1;
+    plan->recvs[index].remote_first = ring->net->rank == 1;
     plan->recvs[index].guards_send =
         (to < from + piece->bytes && from < to + piece->bytes) ? p : -1;
   }
 }
 
-kolo_status kolo_ring_allreduce_pieces(kolo_comm *comm, const kolo_piece *pieces, int count,
+kolo_status kolo_ring_allreduce_pieces(kolo_ring *ring, const kolo_piece *pieces, int count,
                                        kolo_dtype dtype, kolo_op op, int engine_thread) {
   size_t element = kolo_dtype_size(dtype), bytes = 0;
   size_t *offsets = malloc((size_t)(count > 0 ? count : 1) * sizeof *offsets);
-  int *recv_first = malloc((size_t)(2 * comm->size) * sizeof *recv_first);
+  int *recv_first = malloc((size_t)(2 * ring->net->size) * sizeof *recv_first);
   kolo_status status = offsets && recv_first ? KOLO_OK : KOLO_ERR_NO_MEMORY;
   for (int p = 0; p < count && status == KOLO_OK; p++) {
     offsets[p] = bytes;
     bytes += pieces[p].bytes;
   }
   /* each phase touches every piece at most once per chunk boundary it spans */
-  if (status == KOLO_OK) status = kolo_plan_reserve(&comm->plan, 2 * (count + comm->size) + 4);
-  if (status == KOLO_OK && comm->size == 1) {
+  if (status == KOLO_OK) status = kolo_plan_reserve(&ring->plan, 2 * (count + ring->net->size) + 4);
+  if (status == KOLO_OK && ring->net->size == 1) {
     for (int p = 0; p < count; p++) {
       if (pieces[p].dst != pieces[p].src) memmove(pieces[p].dst, pieces[p].src, pieces[p].bytes);
     }
   } else if (status == KOLO_OK && bytes > 0) {
-    kolo_plan_reset(&comm->plan, dtype, op);
-    if (kolo_allreduce_choose(comm->size, bytes / element, bytes, comm->small_bytes,
-                              comm->pair_min_bytes, comm->pair_max_bytes, comm->pair_shm_max_bytes,
-                              kolo_bulk_is_shm(comm, bytes)) == KOLO_ALLREDUCE_PAIR) {
-      plan_pieces_pair(comm, pieces, count, op);
+    kolo_plan_reset(&ring->plan, dtype, op);
+    if (kolo_allreduce_choose(ring->net->size, bytes / element, bytes, ring->small_bytes,
+                              ring->pair_min_bytes, ring->pair_max_bytes, ring->pair_shm_max_bytes,
+                              kolo_bulk_is_shm(ring, bytes)) == KOLO_ALLREDUCE_PAIR) {
+      plan_pieces_pair(ring, pieces, count, op);
     } else {
-      plan_pieces(comm, pieces, offsets, count, bytes / element, element, op, recv_first);
+      plan_pieces(ring, pieces, offsets, count, bytes / element, element, op, recv_first);
     }
-    status = kolo_execute_plan(comm, engine_thread, bytes);
+    status = kolo_execute_plan(ring, engine_thread, bytes);
   }
   free(offsets);
   free(recv_first);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/comm.h"
+#include "collective/exec/exec.h"
 #include "common/checks.h"
 #include "common/log.h"
 
@@ -18,14 +18,13 @@ void kolo_request_message(kolo_request *request, const char *fmt, ...) {
   va_end(args);
 }
 
-kolo_status kolo_output_allocate(kolo_request *request, size_t count) {
+kolo_status kolo_output_allocate(kolo_exec *ex, kolo_request *request, size_t count) {
   size_t bytes = count * kolo_dtype_size(request->dtype);
   void *output = malloc(bytes > 0 ? bytes : 1);
   if (output == NULL) {
-    kolo_comm *comm = request->comm;
-    kolo_comm_fail(comm, KOLO_ERR_NO_MEMORY, comm->rank,
-                   "rank %d: out of memory for the %zu-byte output of '%s'", comm->rank, bytes,
-                   request->name);
+    kolo_net_fail(ex->ring->net, KOLO_ERR_NO_MEMORY, ex->ring->net->rank,
+                  "rank %d: out of memory for the %zu-byte output of '%s'", ex->ring->net->rank,
+                  bytes, request->name);
     return KOLO_ERR_NO_MEMORY;
   }
   free(request->output);
@@ -35,17 +34,18 @@ kolo_status kolo_output_allocate(kolo_request *request, size_t count) {
   return KOLO_OK;
 }
 
-kolo_status kolo_exec_allreduce(kolo_comm *comm, kolo_request *request, int engine_thread) {
+kolo_status kolo_exec_allreduce(kolo_exec *ex, kolo_request *request, int engine_thread) {
   if (request->member_count == 0) { /* the unnamed API */
-    return kolo_ring_allreduce(comm, request->send, request->recv, request->count, request->dtype,
-                               request->op, engine_thread);
+    return kolo_ring_allreduce(ex->ring, request->send, request->recv, request->count,
+                               request->dtype, request->op, engine_thread);
   }
   kolo_fused_item stack_items[8] = {{0}};
   kolo_fused_item *items = stack_items;
   if (request->member_count > 8) {
     items = malloc((size_t)request->member_count * sizeof *items);
     if (items == NULL) {
-      kolo_comm_fail(comm, KOLO_ERR_NO_MEMORY, comm->rank, "rank %d: out of memory", comm->rank);
+      kolo_net_fail(ex->ring->net, KOLO_ERR_NO_MEMORY, ex->ring->net->rank,
+                    "rank %d: out of memory", ex->ring->net->rank);
       return KOLO_ERR_NO_MEMORY;
     }
   }
@@ -57,7 +57,7 @@ kolo_status kolo_exec_allreduce(kolo_comm *comm, kolo_request *request, int engi
                                  .prescale = request->prescale,
                                  .postscale = request->postscale};
   }
-  kolo_status status = kolo_exec_fused(comm, items, request->member_count, request->dtype,
+  kolo_status status = kolo_exec_fused(ex, items, request->member_count, request->dtype,
                                        request->op, engine_thread, NULL);
   if (items != stack_items) free(items);
   return status;
@@ -66,49 +66,46 @@ kolo_status kolo_exec_allreduce(kolo_comm *comm, kolo_request *request, int engi
 /* A join: the negotiation already decided it (every rank joined; last_rank
  * set), and it reaches the executor only to complete after everything it took
  * part in. */
-kolo_status kolo_exec_join(kolo_comm *comm, kolo_request *request, int engine_thread) {
-  (void)comm, (void)request, (void)engine_thread;
+kolo_status kolo_exec_join(kolo_exec *ex, kolo_request *request, int engine_thread) {
+  (void)ex, (void)request, (void)engine_thread;
   return KOLO_OK;
 }
 
 /* Every rank takes the reduce-scatter's recv counts from the rank that shares
  * them (an int64 broadcast of size entries): a joined rank has none of its own. */
-static kolo_status share_counts(kolo_comm *comm, const kolo_request *request, int root,
+static kolo_status share_counts(kolo_exec *ex, const kolo_request *request, int root,
                                 size_t *counts, int engine_thread) {
-  int n = comm->size;
+  int n = ex->ring->net->size;
   int64_t *shared = calloc((size_t)n, sizeof *shared);
   if (shared == NULL) return KOLO_ERR_NO_MEMORY;
-  for (int b = 0; b < n && comm->rank == root; b++) {
+  for (int b = 0; b < n && ex->ring->net->rank == root; b++) {
     shared[b] = (int64_t)(request->split_counts ? request->split_counts[b] : request->count);
   }
-  kolo_request share = {.comm = comm,
-                        .kind = KOLO_REQUEST_BROADCAST,
-                        .send = shared,
-                        .recv = shared,
-                        .count = (size_t)n,
-                        .dtype = KOLO_INT64,
-                        .root = root};
-  kolo_status status = kolo_ring_run(comm, &share, engine_thread);
+  kolo_net *net = ex->ring->net;
+  kolo_status status = atomic_load(&net->failed)
+                           ? kolo_net_error(net, NULL)
+                           : kolo_ring_broadcast(ex->ring, shared, (size_t)n * sizeof *shared, root,
+                                                 KOLO_INT64, engine_thread);
   for (int b = 0; b < n; b++) counts[b] = (size_t)shared[b];
   free(shared);
   return status;
 }
 
-kolo_status kolo_exec_reducescatter_joined(kolo_comm *comm, kolo_request *request,
+kolo_status kolo_exec_reducescatter_joined(kolo_exec *ex, kolo_request *request,
                                            int engine_thread) {
-  int n = comm->size;
+  int n = ex->ring->net->size;
   size_t *counts = calloc((size_t)n, sizeof *counts);
   char *identity = NULL, *block = NULL;
   kolo_status status = counts != NULL ? KOLO_OK : KOLO_ERR_NO_MEMORY;
   if (status == KOLO_OK)
-    status = share_counts(comm, request, request->counts_from - 1, counts, engine_thread);
+    status = share_counts(ex, request, request->counts_from - 1, counts, engine_thread);
   kolo_request run = *request;
   run.split_counts = counts;
   if (status == KOLO_OK && request->internal) { /* this rank joined */
     size_t element = kolo_dtype_size(request->dtype), total = 0;
     for (int b = 0; b < n; b++) total += counts[b];
     identity = malloc(total * element + 1);
-    block = malloc(counts[comm->rank] * element + 1);
+    block = malloc(counts[ex->ring->net->rank] * element + 1);
     if (identity == NULL || block == NULL)
       status = KOLO_ERR_NO_MEMORY;
     else
@@ -116,11 +113,14 @@ kolo_status kolo_exec_reducescatter_joined(kolo_comm *comm, kolo_request *reques
     run.send = identity;
     run.recv = block;
   }
-  if (status == KOLO_OK) status = kolo_ring_reducescatter_v(comm, &run, engine_thread);
+  if (status == KOLO_OK)
+    status = kolo_ring_reducescatter_v(ex->ring, run.send, run.recv, run.split_counts, run.dtype,
+                                       run.op, engine_thread);
   if (status == KOLO_ERR_NO_MEMORY &&
-      !atomic_load(&comm->failed)) { /* the peers are mid-collective */
-    kolo_comm_fail(comm, status, comm->rank, "rank %d: out of memory for reduce-scatter '%s'",
-                   comm->rank, request->name);
+      !atomic_load(&ex->ring->net->failed)) { /* the peers are mid-collective */
+    kolo_net_fail(ex->ring->net, status, ex->ring->net->rank,
+                  "rank %d: out of memory for reduce-scatter '%s'", ex->ring->net->rank,
+                  request->name);
   }
   free(identity);
   free(block);

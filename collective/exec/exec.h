@@ -1,13 +1,17 @@
 /* The execution floor of libkolo (collective/exec/): the request as the
  * executor runs it (kinds, named members, fused batches), the one dispatcher
- * from a request to its algorithm (kolo_ring_run), the named and joined forms
- * (exec.c) and fusion (fusion.c). */
+ * from a request to its algorithm (dispatch.c), the named and joined forms
+ * (exec.c), fusion (fusion.c), and the queue the executor runs in order, whose
+ * lock the engine shares (run_queue.c). */
 #ifndef KOLO_COLLECTIVE_EXEC_EXEC_H
 #define KOLO_COLLECTIVE_EXEC_EXEC_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "collective/algo/algo.h"
+#include "collective/net/net.h"
 #include "kolo/engine.h"
 #include "kolo/kolo.h"
 
@@ -101,7 +105,6 @@ typedef struct kolo_batch {
   size_t elements;
 } kolo_batch;
 
-
 /* One tensor of a fused all-reduce: send == NULL contributes op's identity (a
  * joined rank), recv == NULL discards the result. */
 typedef struct kolo_fused_item {
@@ -111,11 +114,38 @@ typedef struct kolo_fused_item {
   double prescale, postscale;
 } kolo_fused_item;
 
+/* The execution floor's part of a communicator: the ring it runs algorithms
+ * on, and the fusion buffer (grows to the largest fused size seen). */
+typedef struct kolo_exec {
+  kolo_ring *ring;
+  char *fusion;
+  size_t fusion_bytes;
+} kolo_exec;
 
-/* Runs one request to completion on the calling thread (engine or blocking
- * caller). engine_thread says whether the control links must be served too. */
-kolo_status kolo_ring_run(kolo_comm *comm, kolo_request *request, int engine_thread);
+/* The executor's queue: requests run in order by one runner (the executor
+ * thread, or a blocking caller inline when nothing is queued). The engine
+ * shares its mutex for its own fields; cond wakes waiters on a completion,
+ * exec_cond the executor. */
+typedef struct kolo_queue {
+  kolo_net *net;
+  pthread_mutex_t mutex;
+  pthread_cond_t cond;
+  pthread_cond_t exec_cond;
+  kolo_request *queue_head, *queue_tail;
+  int busy;
+  int stopping;
+  size_t outstanding; /* negotiated requests not completed */
+} kolo_queue;
 
+/* Queues engine-decided work for the executor (under queue->mutex). */
+void kolo_queue_push_locked(kolo_queue *queue, kolo_request *request);
+/* Completes a request (under queue->mutex): status, message, waiters woken. */
+void kolo_request_complete_locked(kolo_queue *queue, kolo_request *request, kolo_status status);
+
+/* Runs one request to completion on the calling thread (the executor or a
+ * blocking caller): the one dispatcher (dispatch.c). engine_thread says whether
+ * the control links must be served too. */
+kolo_status kolo_exec_run(kolo_exec *ex, kolo_request *request, int engine_thread);
 
 /* When a fused all-reduce's phases ended (for the timeline). */
 typedef struct kolo_fused_times {
@@ -123,29 +153,26 @@ typedef struct kolo_fused_times {
 } kolo_fused_times;
 
 /* exec.c: named requests. */
-kolo_status kolo_exec_allreduce(kolo_comm *comm, kolo_request *request, int engine_thread);
+kolo_status kolo_exec_allreduce(kolo_exec *ex, kolo_request *request, int engine_thread);
 /* count tensors of one dtype and op as one all-reduce through the fusion buffer
  * (one tensor alone runs in place). */
-kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int count,
+kolo_status kolo_exec_fused(kolo_exec *ex, const kolo_fused_item *items, int count,
                             kolo_dtype dtype, kolo_op op, int engine_thread,
                             kolo_fused_times *times);
-kolo_status kolo_exec_join(kolo_comm *comm, kolo_request *request, int engine_thread);
+kolo_status kolo_exec_join(kolo_exec *ex, kolo_request *request, int engine_thread);
 /* A reduce-scatter while ranks have joined (request->counts_from > 0): the
  * counts go from that rank to every rank, then the ring reduce-scatter-v runs
  * with them; a joined rank (request->internal) contributes op's identity and
  * drops its block. */
-kolo_status kolo_exec_reducescatter_joined(kolo_comm *comm, kolo_request *request,
-                                           int engine_thread);
+kolo_status kolo_exec_reducescatter_joined(kolo_exec *ex, kolo_request *request, int engine_thread);
 /* Allocates the request's engine output (count elements) and points recv at it;
  * fails the communicator when memory runs out (the peers are mid-collective). */
-kolo_status kolo_output_allocate(kolo_request *request, size_t count);
+kolo_status kolo_output_allocate(kolo_exec *ex, kolo_request *request, size_t count);
 void kolo_request_message(kolo_request *request, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-
 /* Runs a batch: the fused all-reduce of its slots (fusion.c). */
-kolo_status kolo_exec_batch(kolo_comm *comm, kolo_batch *batch, kolo_fused_times *times);
+kolo_status kolo_exec_batch(kolo_exec *ex, kolo_batch *batch, kolo_fused_times *times);
 void kolo_batch_free(kolo_batch *batch);
-
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/comm.h"
+#include "collective/exec/exec.h"
 #include "common/checks.h"
 #include "common/clock.h"
 
@@ -48,7 +48,7 @@ static void stage_out(const char *at, const kolo_fused_item *item, kolo_dtype dt
 
 /* The pieces of the virtual concatenation: runs of staged items share one
  * piece of the fusion buffer; each in-place item is a piece of its own. */
-static kolo_status build_pieces(kolo_comm *comm, const kolo_fused_item *items, int count,
+static kolo_status build_pieces(kolo_exec *ex, const kolo_fused_item *items, int count,
                                 kolo_dtype dtype, kolo_op op, kolo_piece *pieces,
                                 int *pieces_made) {
   size_t element = kolo_dtype_size(dtype), at = 0;
@@ -58,12 +58,12 @@ static kolo_status build_pieces(kolo_comm *comm, const kolo_fused_item *items, i
     size_t bytes = item->count * element;
     if (bytes == 0) continue;
     if (staged(item, element, 0)) {
-      stage_in(comm->fusion + at, item, dtype, op);
+      stage_in(ex->fusion + at, item, dtype, op);
       if (previous_staged)
         pieces[made - 1].bytes += bytes;
       else
         pieces[made++] =
-            (kolo_piece){.src = comm->fusion + at, .dst = comm->fusion + at, .bytes = bytes};
+            (kolo_piece){.src = ex->fusion + at, .dst = ex->fusion + at, .bytes = bytes};
       at += bytes;
       previous_staged = 1;
       continue;
@@ -80,7 +80,7 @@ static kolo_status build_pieces(kolo_comm *comm, const kolo_fused_item *items, i
   return KOLO_OK;
 }
 
-static void finish_items(kolo_comm *comm, const kolo_fused_item *items, int count, kolo_dtype dtype,
+static void finish_items(kolo_exec *ex, const kolo_fused_item *items, int count, kolo_dtype dtype,
                          int latency_path) {
   size_t element = kolo_dtype_size(dtype), at = 0;
   for (int i = 0; i < count; i++) {
@@ -88,7 +88,7 @@ static void finish_items(kolo_comm *comm, const kolo_fused_item *items, int coun
     size_t bytes = item->count * element;
     if (bytes == 0) continue;
     if (staged(item, element, latency_path)) {
-      stage_out(comm->fusion + at, item, dtype);
+      stage_out(ex->fusion + at, item, dtype);
       at += bytes;
     } else if (item->postscale != 1.0) {
       kolo_scale(item->recv, item->recv, item->count, dtype, item->postscale);
@@ -96,7 +96,7 @@ static void finish_items(kolo_comm *comm, const kolo_fused_item *items, int coun
   }
 }
 
-kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int count,
+kolo_status kolo_exec_fused(kolo_exec *ex, const kolo_fused_item *items, int count,
                             kolo_dtype dtype, kolo_op op, int engine_thread,
                             kolo_fused_times *times) {
   kolo_fused_times local;
@@ -104,41 +104,42 @@ kolo_status kolo_exec_fused(kolo_comm *comm, const kolo_fused_item *items, int c
   times->start_ns = kolo_now_ns();
   size_t element = kolo_dtype_size(dtype), elements = 0;
   for (int i = 0; i < count; i++) elements += items[i].count;
-  int latency_path = elements * element <= comm->small_bytes || elements < (size_t)comm->size;
+  int latency_path =
+      elements * element <= ex->ring->small_bytes || elements < (size_t)ex->ring->net->size;
   size_t staged_bytes = 0;
   for (int i = 0; i < count; i++) {
     if (staged(&items[i], element, latency_path)) staged_bytes += items[i].count * element;
   }
-  KOLO_CHECK(kolo_ensure_buffer(&comm->fusion, &comm->fusion_bytes, staged_bytes));
+  KOLO_CHECK(kolo_ensure_buffer(&ex->fusion, &ex->fusion_bytes, staged_bytes));
   if (latency_path) {
-    char *at = comm->fusion;
+    char *at = ex->fusion;
     for (int i = 0; i < count; i++) {
       stage_in(at, &items[i], dtype, op);
       at += items[i].count * element;
     }
     times->staged_ns = kolo_now_ns();
     KOLO_CHECK(
-        kolo_ring_allreduce(comm, comm->fusion, comm->fusion, elements, dtype, op, engine_thread));
+        kolo_ring_allreduce(ex->ring, ex->fusion, ex->fusion, elements, dtype, op, engine_thread));
   } else {
     kolo_piece *pieces = malloc((size_t)count * sizeof *pieces);
     if (pieces == NULL) return KOLO_ERR_NO_MEMORY;
     int made = 0;
-    kolo_status status = build_pieces(comm, items, count, dtype, op, pieces, &made);
+    kolo_status status = build_pieces(ex, items, count, dtype, op, pieces, &made);
     times->staged_ns = kolo_now_ns();
     if (status == KOLO_OK) {
-      status = kolo_ring_allreduce_pieces(comm, pieces, made, dtype, op, engine_thread);
+      status = kolo_ring_allreduce_pieces(ex->ring, pieces, made, dtype, op, engine_thread);
     }
     free(pieces);
     if (status != KOLO_OK) return status;
   }
   times->reduced_ns = kolo_now_ns();
-  finish_items(comm, items, count, dtype, latency_path);
+  finish_items(ex, items, count, dtype, latency_path);
   times->end_ns = kolo_now_ns();
   return KOLO_OK;
 }
 
-kolo_status kolo_exec_batch(kolo_comm *comm, kolo_batch *batch, kolo_fused_times *times) {
-  if (atomic_load(&comm->failed)) return kolo_comm_error(comm, NULL);
+kolo_status kolo_exec_batch(kolo_exec *ex, kolo_batch *batch, kolo_fused_times *times) {
+  if (atomic_load(&ex->ring->net->failed)) return kolo_net_error(ex->ring->net, NULL);
   kolo_fused_item *items =
       malloc((size_t)(batch->slot_count ? batch->slot_count : 1) * sizeof *items);
   if (items == NULL) return KOLO_ERR_NO_MEMORY;
@@ -156,7 +157,7 @@ kolo_status kolo_exec_batch(kolo_comm *comm, kolo_batch *batch, kolo_fused_times
                                  .postscale = slot->owner->postscale};
   }
   kolo_status status =
-      kolo_exec_fused(comm, items, batch->slot_count, batch->dtype, batch->op, 0, times);
+      kolo_exec_fused(ex, items, batch->slot_count, batch->dtype, batch->op, 0, times);
   free(items);
   return status;
 }

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "collective/comm.h"
+#include "collective/net/net.h"
 #include "common/checks.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -93,38 +93,37 @@ typedef struct formation {
   int n_pending;
 } formation;
 
-static kolo_status dial_next(kolo_comm *comm, formation *f, int next, int64_t deadline) {
+static kolo_status dial_next(kolo_net *net, formation *f, int next, int64_t deadline) {
   static const int kinds[LINK_COUNT] = {KOLO_CONNECTION_DATA, KOLO_CONNECTION_CONTROL,
                                         KOLO_CONNECTION_BELL};
   kolo_status status = KOLO_OK;
   for (int i = 0; i < LINK_COUNT && status == KOLO_OK; i++) {
-    status = comm->transport->connect(comm->peers[next], deadline, &f->outgoing[i]);
+    status = net->transport->connect(net->peers[next], deadline, &f->outgoing[i]);
     if (status == KOLO_OK) {
-      status = kolo_handshake_send_hello(comm, f->outgoing[i], kinds[i],
-                                         i == LINK_BELL ? f->offer : NULL, f->hello[i],
-                                         &f->hello_length[i], deadline);
+      status =
+          kolo_handshake_send_hello(net, f->outgoing[i], kinds[i], i == LINK_BELL ? f->offer : NULL,
+                                    f->hello[i], &f->hello_length[i], deadline);
     }
   }
   if (status != KOLO_OK) {
-    KOLO_LOGE("kolo", "rank %d epoch %llu: cannot reach rank %d at %s: %s", comm->rank,
-              (unsigned long long)comm->epoch, next, comm->peers[next], kolo_strerror(status));
+    KOLO_LOGE("kolo", "rank %d epoch %llu: cannot reach rank %d at %s: %s", net->rank,
+              (unsigned long long)net->epoch, next, net->peers[next], kolo_strerror(status));
   }
   return status;
 }
 
 /* Reads the acks that arrived on our outgoing connections. */
-static kolo_status read_acks(kolo_comm *comm, formation *f, const struct pollfd *fds, int next,
+static kolo_status read_acks(kolo_net *net, formation *f, const struct pollfd *fds, int next,
                              int64_t deadline) {
   for (int i = 0; i < LINK_COUNT; i++) {
     if (fds[i].revents == 0) continue;
     int bulk_taken = 0, proved = f->proved[i];
-    kolo_status status =
-        kolo_handshake_read_reply(comm, f->outgoing[i], f->hello[i], f->hello_length[i],
-                                  &f->proved[i], &bulk_taken, deadline);
+    kolo_status status = kolo_handshake_read_reply(
+        net, f->outgoing[i], f->hello[i], f->hello_length[i], &f->proved[i], &bulk_taken, deadline);
     if (status == KOLO_OK && !proved) continue; /* our proof is sent: the ack comes next */
     if (status != KOLO_OK) {
-      KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", comm->rank,
-                (unsigned long long)comm->epoch, next, kolo_strerror(status));
+      KOLO_LOGE("kolo", "rank %d epoch %llu: rank %d refused us: %s", net->rank,
+                (unsigned long long)net->epoch, next, kolo_strerror(status));
       return status;
     }
     f->acked[i] = 1;
@@ -133,19 +132,19 @@ static kolo_status read_acks(kolo_comm *comm, formation *f, const struct pollfd 
   return KOLO_OK;
 }
 
-static void drop_pending(kolo_comm *comm, formation *f, pending *p) {
-  comm->transport->close(p->conn);
+static void drop_pending(kolo_net *net, formation *f, pending *p) {
+  net->transport->close(p->conn);
   p->conn = NULL;
   f->n_pending--;
 }
 
 /* Accepts what waits on the listener into free pending slots (when full, the oldest
  * stranger makes room: a real neighbour sends its hello at once and is never old). */
-static kolo_status accept_all(kolo_comm *comm, kolo_listener *listener, formation *f) {
+static kolo_status accept_all(kolo_net *net, kolo_listener *listener, formation *f) {
   for (;;) {
     kolo_transport_conn *conn = NULL;
     kolo_status status =
-        comm->transport->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
+        net->transport->accept(listener->listener, kolo_deadline_after_ms(0), &conn);
     if (status == KOLO_ERR_TIMEOUT) return KOLO_OK;
     if (status != KOLO_OK) return status;
     pending *slot = NULL;
@@ -157,7 +156,7 @@ static kolo_status accept_all(kolo_comm *comm, kolo_listener *listener, formatio
       }
       if (slot == NULL || p->until < slot->until) slot = p;
     }
-    if (slot->conn != NULL) drop_pending(comm, f, slot);
+    if (slot->conn != NULL) drop_pending(net, f, slot);
     slot->conn = conn;
     slot->have = 0;
     slot->challenged = 0;
@@ -168,12 +167,12 @@ static kolo_status accept_all(kolo_comm *comm, kolo_listener *listener, formatio
 
 /* A pending connection's proof is whole: keep it if it is the previous rank's, for a slot
  * still empty; anything else is closed and changes nothing. */
-static void finish_pending(kolo_comm *comm, formation *f, pending *p, int64_t deadline) {
+static void finish_pending(kolo_net *net, formation *f, pending *p, int64_t deadline) {
   kolo_transport_conn *conn = p->conn;
   kolo_channel bulk = {0};
   int64_t until = p->until < deadline ? p->until : deadline;
   kolo_status status =
-      kolo_handshake_finish(comm, conn, p->hello, p->have, p->proof, p->expect, &bulk, until);
+      kolo_handshake_finish(net, conn, p->hello, p->have, p->proof, p->expect, &bulk, until);
   p->conn = NULL;
   f->n_pending--;
   int slot = p->kind - KOLO_CONNECTION_DATA;
@@ -183,31 +182,31 @@ static void finish_pending(kolo_comm *comm, formation *f, pending *p, int64_t de
   } else if (bulk.ops != NULL) {
     kolo_channel_close(&bulk); /* a duplicate that mapped a ring */
   } else {
-    comm->transport->close(conn); /* refused stranger or duplicate */
+    net->transport->close(conn); /* refused stranger or duplicate */
   }
 }
 
 /* Reads what a pending connection sent, never past its hello or its proof; challenges it once
  * the hello is whole (a refusal closes it), finishes it once the proof is. */
-static void read_pending(kolo_comm *comm, formation *f, pending *p, int prev, int64_t deadline) {
+static void read_pending(kolo_net *net, formation *f, pending *p, int prev, int64_t deadline) {
   for (;;) {
     size_t need =
         p->challenged ? KOLO_HANDSHAKE_PROOF_BYTES : kolo_hello_bytes_needed(p->hello, p->have);
     size_t have = p->challenged ? p->proof_have : p->have;
     if (need == 0) { /* not a kolo hello: not worth an answer */
-      KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", comm->rank);
-      drop_pending(comm, f, p);
+      KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", net->rank);
+      drop_pending(net, f, p);
       return;
     }
     if (need == have && p->challenged) {
-      finish_pending(comm, f, p, deadline);
+      finish_pending(net, f, p, deadline);
       return;
     }
     if (need == have) {
       int64_t until = p->until < deadline ? p->until : deadline;
-      if (kolo_handshake_challenge(comm, p->conn, p->hello, p->have, prev, &p->kind, p->expect,
+      if (kolo_handshake_challenge(net, p->conn, p->hello, p->have, prev, &p->kind, p->expect,
                                    until) != KOLO_OK) {
-        drop_pending(comm, f, p); /* refused (and told), or gone */
+        drop_pending(net, f, p); /* refused (and told), or gone */
         return;
       }
       p->challenged = 1;
@@ -217,9 +216,9 @@ static void read_pending(kolo_comm *comm, formation *f, pending *p, int prev, in
     }
     uint8_t *into = p->challenged ? p->proof + have : p->hello + have;
     size_t moved = 0;
-    kolo_status status = comm->transport->recv(p->conn, into, need - have, &moved);
+    kolo_status status = net->transport->recv(p->conn, into, need - have, &moved);
     if (status != KOLO_OK) { /* it went away */
-      drop_pending(comm, f, p);
+      drop_pending(net, f, p);
       return;
     }
     if (moved == 0) return; /* nothing more now */
@@ -231,22 +230,22 @@ static void read_pending(kolo_comm *comm, formation *f, pending *p, int prev, in
 }
 
 /* Every pending connection that polled readable moves on; the ones past their budget go. */
-static void serve_pending(kolo_comm *comm, formation *f, const struct pollfd *fds, const int *slots,
+static void serve_pending(kolo_net *net, formation *f, const struct pollfd *fds, const int *slots,
                           int n, int prev, int64_t deadline) {
   for (int i = 0; i < n; i++)
     if (fds[i].revents != 0 && f->pending[slots[i]].conn != NULL)
-      read_pending(comm, f, &f->pending[slots[i]], prev, deadline);
+      read_pending(net, f, &f->pending[slots[i]], prev, deadline);
   int64_t now = kolo_deadline_after_ms(0);
   for (int i = 0; i < PENDING_MAX; i++)
     if (f->pending[i].conn != NULL && f->pending[i].until <= now)
-      drop_pending(comm, f, &f->pending[i]);
+      drop_pending(net, f, &f->pending[i]);
 }
 
 /* The pollfds of one round: acks awaited, the listener, pending hellos (slots[] says whose);
  * returns how many pending ones and lowers *wake to the first pending budget's end. */
-static int poll_set(kolo_comm *comm, kolo_listener *listener, formation *f, int accepting,
+static int poll_set(kolo_net *net, kolo_listener *listener, formation *f, int accepting,
                     struct pollfd *fds, int *slots, int64_t *wake) {
-  const kolo_transport_ops *tp = comm->transport;
+  const kolo_transport_ops *tp = net->transport;
   for (int i = 0; i < LINK_COUNT; i++)
     fds[i] =
         (struct pollfd){.fd = f->acked[i] ? -1 : tp->poll_fd(f->outgoing[i]), .events = POLLIN};
@@ -263,8 +262,8 @@ static int poll_set(kolo_comm *comm, kolo_listener *listener, formation *f, int 
   return n;
 }
 
-static kolo_status await_neighbours(kolo_comm *comm, kolo_listener *listener, formation *f,
-                                    int next, int prev, int64_t deadline) {
+static kolo_status await_neighbours(kolo_net *net, kolo_listener *listener, formation *f, int next,
+                                    int prev, int64_t deadline) {
   struct pollfd fds[LINK_COUNT + 1 + PENDING_MAX];
   int slots[PENDING_MAX];
   for (;;) {
@@ -272,73 +271,73 @@ static kolo_status await_neighbours(kolo_comm *comm, kolo_listener *listener, fo
                     f->incoming[LINK_BELL] == NULL;
     if (!accepting && f->acked[0] && f->acked[1] && f->acked[2]) return KOLO_OK;
     int64_t wake = deadline;
-    int n = poll_set(comm, listener, f, accepting, fds, slots, &wake);
+    int n = poll_set(net, listener, f, accepting, fds, slots, &wake);
     if (kolo_ms_until(deadline) == 0) {
-      KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", comm->rank,
-                (unsigned long long)comm->epoch, accepting ? prev : next,
+      KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", net->rank,
+                (unsigned long long)net->epoch, accepting ? prev : next,
                 accepting ? "did not connect" : "did not answer");
       return KOLO_ERR_TIMEOUT;
     }
     int ready = poll(fds, (nfds_t)(LINK_COUNT + 1 + n), kolo_ms_until(wake));
-    if (ready > 0) KOLO_CHECK(read_acks(comm, f, fds, next, deadline));
-    if (ready > 0 && fds[LINK_COUNT].revents != 0) KOLO_CHECK(accept_all(comm, listener, f));
-    serve_pending(comm, f, fds + LINK_COUNT + 1, slots, n, prev, deadline);
+    if (ready > 0) KOLO_CHECK(read_acks(net, f, fds, next, deadline));
+    if (ready > 0 && fds[LINK_COUNT].revents != 0) KOLO_CHECK(accept_all(net, listener, f));
+    serve_pending(net, f, fds + LINK_COUNT + 1, slots, n, prev, deadline);
   }
 }
 
 /* Moves the formed connections into the communicator's directions and links. */
-static kolo_status adopt(kolo_comm *comm, formation *f, int next, int prev) {
-  comm->next.small = (kolo_channel){.ops = comm->transport, .conn = f->outgoing[LINK_DATA]};
-  comm->next.bulk = comm->next.small;
-  comm->prev.small = (kolo_channel){.ops = comm->transport, .conn = f->incoming[LINK_DATA]};
-  comm->prev.bulk = comm->prev.small;
-  comm->control[0] =
-      (kolo_control_link){.channel = {.ops = comm->transport, .conn = f->outgoing[LINK_CONTROL]},
+static kolo_status adopt(kolo_net *net, formation *f, int next, int prev) {
+  net->next.small = (kolo_channel){.ops = net->transport, .conn = f->outgoing[LINK_DATA]};
+  net->next.bulk = net->next.small;
+  net->prev.small = (kolo_channel){.ops = net->transport, .conn = f->incoming[LINK_DATA]};
+  net->prev.bulk = net->prev.small;
+  net->control[0] =
+      (kolo_control_link){.channel = {.ops = net->transport, .conn = f->outgoing[LINK_CONTROL]},
                           .peer_rank = next,
                           .open = 1};
-  comm->control[1] =
-      (kolo_control_link){.channel = {.ops = comm->transport, .conn = f->incoming[LINK_CONTROL]},
+  net->control[1] =
+      (kolo_control_link){.channel = {.ops = net->transport, .conn = f->incoming[LINK_CONTROL]},
                           .peer_rank = prev,
                           .open = 1};
   f->outgoing[LINK_DATA] = f->outgoing[LINK_CONTROL] = NULL;
   f->incoming[LINK_DATA] = f->incoming[LINK_CONTROL] = NULL;
   if (f->bulk_in.ops != NULL) {
-    comm->prev.bulk = f->bulk_in;
-    comm->prev.bulk_owned = 1;
+    net->prev.bulk = f->bulk_in;
+    net->prev.bulk_owned = 1;
     f->bulk_in = (kolo_channel){0};
     f->incoming[LINK_BELL] = NULL; /* owned by prev.bulk */
   }
   if (f->bulk_given) {
     kolo_bulk_offer *offer = f->offer;
     f->offer = NULL;
-    KOLO_CHECK(kolo_bulk_offer_accepted(offer, f->outgoing[LINK_BELL], &comm->next));
+    KOLO_CHECK(kolo_bulk_offer_accepted(offer, f->outgoing[LINK_BELL], &net->next));
     f->outgoing[LINK_BELL] = NULL;
   }
   return KOLO_OK;
 }
 
-kolo_status kolo_form_ring(kolo_comm *comm, kolo_listener *listener) {
-  int n = comm->size;
-  int next = (comm->rank + 1) % n, prev = (comm->rank + n - 1) % n;
-  int64_t deadline = kolo_deadline_after_ms(comm->timeout_ms);
+kolo_status kolo_form_ring(kolo_net *net, kolo_listener *listener) {
+  int n = net->size;
+  int next = (net->rank + 1) % n, prev = (net->rank + n - 1) % n;
+  int64_t deadline = kolo_deadline_after_ms(net->timeout_ms);
   formation f = {0};
   f.pending = calloc(PENDING_MAX, sizeof *f.pending);
   if (f.pending == NULL) return KOLO_ERR_NO_MEMORY;
   kolo_bulk_offer_create(&f.offer);
-  kolo_status status = dial_next(comm, &f, next, deadline);
-  if (status == KOLO_OK) status = await_neighbours(comm, listener, &f, next, prev, deadline);
-  if (status == KOLO_OK) status = adopt(comm, &f, next, prev);
+  kolo_status status = dial_next(net, &f, next, deadline);
+  if (status == KOLO_OK) status = await_neighbours(net, listener, &f, next, prev, deadline);
+  if (status == KOLO_OK) status = adopt(net, &f, next, prev);
   kolo_bulk_offer_destroy(f.offer); /* not taken (another host): TCP only */
   if (f.bulk_in.ops != NULL) {
     kolo_channel_close(&f.bulk_in);
     f.incoming[LINK_BELL] = NULL;
   }
   for (int i = 0; i < LINK_COUNT; i++) {
-    comm->transport->close(f.outgoing[i]);
-    comm->transport->close(f.incoming[i]);
+    net->transport->close(f.outgoing[i]);
+    net->transport->close(f.incoming[i]);
   }
   for (int i = 0; i < PENDING_MAX; i++)
-    if (f.pending[i].conn != NULL) comm->transport->close(f.pending[i].conn);
+    if (f.pending[i].conn != NULL) net->transport->close(f.pending[i].conn);
   free(f.pending);
   return status;
 }

@@ -16,7 +16,7 @@
 
 #include "common/checks.h"
 
-#include "collective/comm.h"
+#include "collective/net/net.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sha256.h"
@@ -129,13 +129,13 @@ void kolo_handshake_proof(const char *secret, int acceptor, const uint8_t *hello
 
 /* ---- the handshake (I/O) ---- */
 
-kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
+kolo_status kolo_handshake_send_hello(kolo_net *net, kolo_transport_conn *conn, int kind,
                                       const kolo_bulk_offer *offer, uint8_t *bytes, size_t *length,
                                       int64_t deadline_ns) {
   kolo_hello hello = {.kind = kind,
-                      .epoch = comm->epoch,
-                      .rank = comm->rank,
-                      .size = comm->size,
+                      .epoch = net->epoch,
+                      .rank = net->rank,
+                      .size = net->size,
                       .secret_length = KOLO_HANDSHAKE_NONCE_BYTES,
                       .nonce = kolo_bulk_offer_nonce(offer)};
   if (getrandom(hello.secret, KOLO_HANDSHAKE_NONCE_BYTES, 0) != KOLO_HANDSHAKE_NONCE_BYTES)
@@ -144,15 +144,15 @@ kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn
   hello.name_length = (uint32_t)strlen(offer_name);
   memcpy(hello.offer_name, offer_name, hello.name_length);
   *length = kolo_hello_encode(&hello, bytes);
-  return kolo_transport_send_all(comm->transport, conn, bytes, *length, deadline_ns);
+  return kolo_transport_send_all(net->transport, conn, bytes, *length, deadline_ns);
 }
 
-kolo_status kolo_handshake_read_reply(kolo_comm *comm, kolo_transport_conn *conn,
+kolo_status kolo_handshake_read_reply(kolo_net *net, kolo_transport_conn *conn,
                                       const uint8_t *hello, size_t hello_length, int *proved,
                                       int *bulk_taken, int64_t deadline_ns) {
   uint8_t reply[4 + KOLO_HANDSHAKE_NONCE_BYTES + KOLO_SHA256_BYTES];
   kolo_status status =
-      kolo_transport_recv_all(comm->transport, conn, reply, KOLO_ACK_BYTES, deadline_ns);
+      kolo_transport_recv_all(net->transport, conn, reply, KOLO_ACK_BYTES, deadline_ns);
   if (status == KOLO_ERR_PEER_LOST) status = KOLO_ERR_CONNECT;
   if (status != KOLO_OK) return status;
   if (*proved || kolo_get32(reply) != CHALLENGE_MAGIC) {
@@ -160,37 +160,37 @@ kolo_status kolo_handshake_read_reply(kolo_comm *comm, kolo_transport_conn *conn
     /* a success comes only after our proof: before it, an OK is a peer breaking protocol */
     return verdict == KOLO_OK && !*proved ? KOLO_ERR_PROTOCOL : verdict;
   }
-  status = kolo_transport_recv_all(comm->transport, conn, reply + KOLO_ACK_BYTES,
+  status = kolo_transport_recv_all(net->transport, conn, reply + KOLO_ACK_BYTES,
                                    sizeof reply - KOLO_ACK_BYTES, deadline_ns);
   if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
   const uint8_t *nonce = reply + 4, *theirs = reply + 4 + KOLO_HANDSHAKE_NONCE_BYTES;
   uint8_t expected[KOLO_SHA256_BYTES], proof[4 + KOLO_SHA256_BYTES];
-  kolo_handshake_proof(comm->secret, 1, hello, hello_length, nonce, expected);
+  kolo_handshake_proof(net->secret, 1, hello, hello_length, nonce, expected);
   if (!kolo_bytes_equal(expected, theirs, KOLO_SHA256_BYTES)) {
     KOLO_LOGW("kolo",
               "rank %d epoch %llu: the peer that answered does not know the ring's "
               "secret: nothing more is sent to it",
-              comm->rank, (unsigned long long)comm->epoch);
+              net->rank, (unsigned long long)net->epoch);
     return KOLO_ERR_AUTH;
   }
   kolo_put32(proof, PROOF_MAGIC);
-  kolo_handshake_proof(comm->secret, 0, hello, hello_length, nonce, proof + 4);
-  status = kolo_transport_send_all(comm->transport, conn, proof, sizeof proof, deadline_ns);
+  kolo_handshake_proof(net->secret, 0, hello, hello_length, nonce, proof + 4);
+  status = kolo_transport_send_all(net->transport, conn, proof, sizeof proof, deadline_ns);
   if (status != KOLO_OK) return status == KOLO_ERR_PEER_LOST ? KOLO_ERR_CONNECT : status;
   *proved = 1;
   return KOLO_OK;
 }
 
 /* The verdict on a well-formed hello, logged when it is a refusal. */
-static kolo_status judge_hello(kolo_comm *comm, const kolo_hello *hello, int expected_rank) {
-  kolo_status verdict = kolo_hello_judge(hello, comm->epoch, comm->size, expected_rank);
+static kolo_status judge_hello(kolo_net *net, const kolo_hello *hello, int expected_rank) {
+  kolo_status verdict = kolo_hello_judge(hello, net->epoch, net->size, expected_rank);
   if (verdict == KOLO_ERR_STALE_EPOCH)
     KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d of epoch %llu",
-              comm->rank, (unsigned long long)comm->epoch, hello->rank,
+              net->rank, (unsigned long long)net->epoch, hello->rank,
               (unsigned long long)hello->epoch);
   else if (verdict != KOLO_OK)
     KOLO_LOGW("kolo", "rank %d: refused a connection claiming rank %d of %d (want rank %d of %d)",
-              comm->rank, hello->rank, hello->size, expected_rank, comm->size);
+              net->rank, hello->rank, hello->size, expected_rank, net->size);
   return verdict;
 }
 
@@ -204,18 +204,17 @@ size_t kolo_hello_bytes_needed(const uint8_t *bytes, size_t have) {
   return offer_at + KOLO_HELLO_OFFER_BYTES + h.name_length;
 }
 
-kolo_status kolo_handshake_challenge(kolo_comm *comm, kolo_transport_conn *conn,
-                                     const uint8_t *bytes, size_t length, int expected_rank,
-                                     int *kind, uint8_t expect[KOLO_SHA256_BYTES],
-                                     int64_t deadline_ns) {
+kolo_status kolo_handshake_challenge(kolo_net *net, kolo_transport_conn *conn, const uint8_t *bytes,
+                                     size_t length, int expected_rank, int *kind,
+                                     uint8_t expect[KOLO_SHA256_BYTES], int64_t deadline_ns) {
   kolo_hello hello;
   size_t used = 0;
   if (kolo_hello_decode(bytes, length, &hello, &used) != KOLO_OK || used != length) {
-    KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", comm->rank);
+    KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", net->rank);
     return KOLO_ERR_PROTOCOL; /* not worth an answer */
   }
   *kind = hello.kind;
-  kolo_status verdict = judge_hello(comm, &hello, expected_rank);
+  kolo_status verdict = judge_hello(net, &hello, expected_rank);
   uint8_t challenge[4 + KOLO_HANDSHAKE_NONCE_BYTES + KOLO_SHA256_BYTES];
   if (verdict == KOLO_OK &&
       getrandom(challenge + 4, KOLO_HANDSHAKE_NONCE_BYTES, 0) != KOLO_HANDSHAKE_NONCE_BYTES)
@@ -223,18 +222,18 @@ kolo_status kolo_handshake_challenge(kolo_comm *comm, kolo_transport_conn *conn,
   if (verdict != KOLO_OK) {
     uint8_t ack[KOLO_ACK_BYTES];
     kolo_ack_encode(ack, verdict, 0);
-    kolo_transport_send_all(comm->transport, conn, ack, sizeof ack, deadline_ns);
+    kolo_transport_send_all(net->transport, conn, ack, sizeof ack, deadline_ns);
     return verdict;
   }
   const uint8_t *nonce = challenge + 4;
   kolo_put32(challenge, CHALLENGE_MAGIC);
-  kolo_handshake_proof(comm->secret, 1, bytes, length, nonce,
+  kolo_handshake_proof(net->secret, 1, bytes, length, nonce,
                        challenge + 4 + KOLO_HANDSHAKE_NONCE_BYTES);
-  kolo_handshake_proof(comm->secret, 0, bytes, length, nonce, expect);
-  return kolo_transport_send_all(comm->transport, conn, challenge, sizeof challenge, deadline_ns);
+  kolo_handshake_proof(net->secret, 0, bytes, length, nonce, expect);
+  return kolo_transport_send_all(net->transport, conn, challenge, sizeof challenge, deadline_ns);
 }
 
-kolo_status kolo_handshake_finish(kolo_comm *comm, kolo_transport_conn *conn,
+kolo_status kolo_handshake_finish(kolo_net *net, kolo_transport_conn *conn,
                                   const uint8_t *hello_bytes, size_t hello_length,
                                   const uint8_t *proof, const uint8_t *expect, kolo_channel *bulk,
                                   int64_t deadline_ns) {
@@ -249,12 +248,12 @@ kolo_status kolo_handshake_finish(kolo_comm *comm, kolo_transport_conn *conn,
     verdict = KOLO_ERR_AUTH;
   if (verdict == KOLO_ERR_AUTH)
     KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d: wrong secret",
-              comm->rank, (unsigned long long)comm->epoch, hello.rank);
+              net->rank, (unsigned long long)net->epoch, hello.rank);
   int bulk_taken = 0;
   if (verdict == KOLO_OK && hello.kind == KOLO_CONNECTION_BELL && hello.offer_name[0] != '\0')
     bulk_taken = kolo_bulk_accept(hello.offer_name, hello.nonce, conn, bulk) == KOLO_OK;
   uint8_t ack[KOLO_ACK_BYTES];
   kolo_ack_encode(ack, verdict, bulk_taken);
-  kolo_transport_send_all(comm->transport, conn, ack, sizeof ack, deadline_ns);
+  kolo_transport_send_all(net->transport, conn, ack, sizeof ack, deadline_ns);
   return verdict;
 }

@@ -7,6 +7,8 @@
 #ifndef KOLO_COLLECTIVE_NET_NET_H
 #define KOLO_COLLECTIVE_NET_NET_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,9 +76,118 @@ typedef struct kolo_control_link {
   int64_t gap_max_ns;    /* beat.c: the longest recent gap between beats (decaying) */
 } kolo_control_link;
 
+/* The net floor's part of a communicator: who this rank is in which ring, the
+ * ring's connections, the control links, and the failure record (fault.c: the
+ * first failure wins; on_fail hears of it at once, never blocking: the
+ * communicator points it at the device path, so this floor calls nothing
+ * above it). */
+typedef struct kolo_net {
+  uint64_t epoch;
+  int rank, size, local_rank, local_size;
+  int timeout_ms;
+  char **peers;
+  char *secret;
+  /* connection setup: listen, dial, handshakes, control links (TCP) */
+  const kolo_transport_ops *transport;
+  /* the ring's two directions (unconnected when size == 1): each has a small
+   * channel (TCP, lowest latency) and a bulk one (a shared-memory ring when the
+   * neighbour shares the host, else the same TCP channel) */
+  kolo_direction next;          /* we send data to rank + 1 */
+  kolo_direction prev;          /* we receive data from rank - 1 */
+  size_t bulk_min_bytes;        /* operations of at least this many bytes use the bulk channels */
+  kolo_control_link control[2]; /* [0] to rank + 1, [1] to rank - 1 */
+  atomic_int peer_timeout_ms;   /* beat.c: a neighbour silent this long is lost (0: never) */
+  int wake_fd;                  /* eventfd: wakes the negotiator (queue, abort, stop) */
+  int fail_fd;                  /* eventfd: readable forever once the communicator failed */
+  /* failure: first one wins */
+  atomic_int failed;
+  pthread_mutex_t error_mutex;
+  kolo_status error;
+  int failed_rank;
+  char error_message[256];
+  /* a failure for the neighbours, sent by the negotiator (the links' one writer) */
+  kolo_control_message outbox;
+  atomic_int outbox_pending;
+  void (*on_fail)(void *context); /* told of the first failure; may be NULL */
+  void *on_fail_context;
+} kolo_net;
+
+/* Records the first failure, wakes every waiter and tells the ring neighbours.
+ * Never blocks. Later failures are ignored. */
+void kolo_net_fail(kolo_net *net, kolo_status status, int failed_rank, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Like kolo_net_fail, without telling the neighbours: for a failure every rank
+ * decides by itself from the same negotiation (a stall), so each keeps the full
+ * message instead of a forwarded one. */
+void kolo_net_fail_local(kolo_net *net, kolo_status status, int failed_rank, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Reads what a control link has to say; marks failure on a message or EOF. */
+void kolo_control_service(kolo_net *net, kolo_control_link *link);
+
+/* What one 16-byte control-link message is (fault.c; pure, fuzzed): a beat, the
+ * header of a negotiation frame (only from the previous rank, at most
+ * KOLO_NEGO_MAX_FRAME bytes), a goodbye (status OK), a failure (a kolo status
+ * naming a failed rank -1..size-1 reported by an origin 0..size-1), or garbage. */
+typedef enum kolo_control_kind {
+  KOLO_CONTROL_GARBAGE = 0,
+  KOLO_CONTROL_BEAT,
+  KOLO_CONTROL_FRAME,
+  KOLO_CONTROL_GOODBYE,
+  KOLO_CONTROL_FAILURE,
+} kolo_control_kind;
+kolo_control_kind kolo_control_classify(const kolo_control_message *message, int from_prev,
+                                        int size);
+
+/* Sends a control message on both links (skipping the link to skip_rank);
+ * best effort, never blocks. Negotiator thread only. */
+void kolo_control_send(kolo_net *net, const kolo_control_message *message, int skip_rank);
+
+/* ---- the liveness beat (beat.c), run by the negotiator thread ---- */
+/* KOLO_PEER_TIMEOUT in ms (seconds in the environment, fractions allowed; 0 =
+ * never judge; at least three beat intervals), fallback_ms when unset or not a
+ * number. */
+int kolo_peer_timeout_ms_from_env(int fallback_ms);
+/* Sets the timeout the beat judges neighbours by (any thread; 0 = never). */
+void kolo_net_set_peer_timeout(kolo_net *net, int timeout_ms);
+/* Whether a link last heard at heard_ns is silent at now_ns (pure). */
+int kolo_beat_silent(int64_t heard_ns, int64_t now_ns, int timeout_ms);
+/* Starts the beat of a formed communicator (on the negotiator thread). */
+void kolo_beat_start(kolo_net *net);
+/* Something arrived on link; a beat arrived on it. */
+void kolo_beat_heard(kolo_control_link *link);
+void kolo_beat_received(kolo_control_link *link);
+/* The decaying maximum after a gap (pure): a longer gap replaces it, a shorter
+ * one pulls it down by 1/64 of the difference. */
+int64_t kolo_beat_gap_update(int64_t gap_max_ns, int64_t gap_ns);
+/* The timeout a link is judged by (pure): the configured one, stretched to
+ * KOLO_BEAT_SLACK x the longest recent gap, at most KOLO_BEAT_MAX_STRETCH x the
+ * configured one; 0 when judging is off. */
+int kolo_beat_timeout_ms(int timeout_ms, int64_t gap_max_ns);
+/* Sends the beats that are due; returns how long the caller may wait (ms)
+ * before the next beat or silence deadline, or -1 for no limit. Never blocks
+ * longer than the peer timeout. */
+int kolo_beat_tick(kolo_net *net);
+/* Fails the communicator (KOLO_ERR_PEER_LOST) for a link silent past the
+ * timeout, after reading what is pending on it. */
+void kolo_beat_check(kolo_net *net);
+/* The oldest complete negotiation frame a link delivered (the caller frees it), or NULL. */
+kolo_frame *kolo_control_take_frame(kolo_control_link *link);
+/* Frees a link's partial and queued frames. */
+void kolo_control_link_clear(kolo_control_link *link);
+
+/* The failure, or KOLO_OK (and *failed_rank -1) while none was recorded; the
+ * message of the first failure ("" when none). */
+kolo_status kolo_net_error(const kolo_net *net, int *failed_rank);
+void kolo_net_error_message(const kolo_net *net, char *buffer, size_t length);
+/* Rings the wake eventfd: the negotiator looks at the links and the outbox
+ * (new submissions, a failure to send, stop). Never blocks. */
+void kolo_net_wake(kolo_net *net);
+
 /* Forms the ring (form.c): dials rank + 1, accepts rank - 1, fills the
  * communicator's directions and control links. Blocks until the timeout. */
-kolo_status kolo_form_ring(kolo_comm *comm, kolo_listener *listener);
+kolo_status kolo_form_ring(kolo_net *net, kolo_listener *listener);
 
 /* Handshake of a fresh connection (connector side / acceptor side). */
 #define KOLO_CONNECTION_DATA 1
@@ -86,7 +197,7 @@ kolo_status kolo_form_ring(kolo_comm *comm, kolo_listener *listener);
 #define KOLO_HANDSHAKE_NONCE_BYTES 16
 /* Connector: sends the hello (offer: a bulk transport offered on this bell connection, or
  * NULL); its bytes (at most KOLO_HELLO_MAX_BYTES) are kept in bytes/length for the proofs. */
-kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn, int kind,
+kolo_status kolo_handshake_send_hello(kolo_net *net, kolo_transport_conn *conn, int kind,
                                       const kolo_bulk_offer *offer, uint8_t *bytes, size_t *length,
                                       int64_t deadline_ns);
 /* Connector: reads what the acceptor answered. Before our proof (*proved == 0): a refusal
@@ -94,21 +205,21 @@ kolo_status kolo_handshake_send_hello(kolo_comm *comm, kolo_transport_conn *conn
  * does not know the secret; nothing is sent to it then), and our proof sent: KOLO_OK with
  * *proved = 1, the ack still to come. After it: the ack's verdict; *bulk_taken says
  * whether the peer took the offered bulk transport. */
-kolo_status kolo_handshake_read_reply(kolo_comm *comm, kolo_transport_conn *conn,
+kolo_status kolo_handshake_read_reply(kolo_net *net, kolo_transport_conn *conn,
                                       const uint8_t *hello, size_t hello_length, int *proved,
                                       int *bulk_taken, int64_t deadline_ns);
 /* Acceptor: judges the whole hello in bytes (read by the caller: form.c reads many at once);
  * *kind is its connection kind. A refusal is acked and returned; KOLO_OK: the challenge was
  * sent and expect holds the proof the connector must answer (KOLO_HANDSHAKE_PROOF_BYTES
  * more bytes). Not a kolo hello: KOLO_ERR_PROTOCOL and no answer. */
-kolo_status kolo_handshake_challenge(kolo_comm *comm, kolo_transport_conn *conn,
-                                     const uint8_t *bytes, size_t length, int expected_rank,
-                                     int *kind, uint8_t expect[32], int64_t deadline_ns);
+kolo_status kolo_handshake_challenge(kolo_net *net, kolo_transport_conn *conn, const uint8_t *bytes,
+                                     size_t length, int expected_rank, int *kind,
+                                     uint8_t expect[32], int64_t deadline_ns);
 #define KOLO_HANDSHAKE_PROOF_BYTES (4 + 32)
 /* Acceptor: checks the connector's proof and acks. When the hello offers a bulk transport
  * this host can open, *bulk is set to the reader side, which owns conn from then on; else
  * bulk->ops stays NULL. */
-kolo_status kolo_handshake_finish(kolo_comm *comm, kolo_transport_conn *conn,
+kolo_status kolo_handshake_finish(kolo_net *net, kolo_transport_conn *conn,
                                   const uint8_t *hello_bytes, size_t hello_length,
                                   const uint8_t *proof, const uint8_t *expect, kolo_channel *bulk,
                                   int64_t deadline_ns);

@@ -434,7 +434,10 @@ static kolo_status transfer_all(const kolo_transport_ops *ops, kolo_transport_co
     if (moved > 0) continue;
     int wait_ms = kolo_ms_until(deadline_ns);
     if (wait_ms == 0) return KOLO_ERR_TIMEOUT;
-    struct pollfd pfd = {.fd = ops->poll_fd(conn), .events = sending ? POLLOUT : POLLIN};
+    /* a transport the kernel does not wake by itself (shared memory) is told we
+     * sleep, and may say progress is possible now */
+    if (ops->prepare_wait != NULL && !ops->prepare_wait(conn, sending)) continue;
+    struct pollfd pfd = {.fd = ops->poll_fd(conn), .events = ops->poll_events(conn, sending)};
     poll(&pfd, 1, wait_ms);
   }
   return KOLO_OK;

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import pkgutil
+import sys
 from typing import Any
 
 # kolo.v1 (protoc's Python stubs of proto/kolo/v1) may live in another sys.path entry
@@ -92,9 +94,14 @@ def is_homogeneous() -> bool:
 
 def report(**progress: Any) -> None:
     """Sends progress (step, total_steps, loss, accuracy, samples_per_sec, ...)
-    to the kolo agent, which shows it in the job's status; no-op outside a job."""
+    to the kolo agent, which shows it in the job's status (no-op outside a job); with
+    $KOLO_TENSORBOARD_DIR set (or kolo.tensorboard.open_writer called), rank 0 also
+    writes its numbers to a TensorBoard event file there (kolo/tensorboard.py)."""
     RUNTIME.require()
     RUNTIME.report(json.dumps(progress, separators=(",", ":"), allow_nan=False))
+    if os.environ.get("KOLO_TENSORBOARD_DIR") or "kolo.tensorboard" in sys.modules:
+        from . import tensorboard
+        tensorboard.on_report(progress, RUNTIME.rank())
 
 
 def engine_available() -> bool:

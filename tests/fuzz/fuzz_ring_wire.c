@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collective/comm.h"
+#include "collective/net/net.h"
 
 #define RING_EPOCH 7u
 

@@ -1,5 +1,6 @@
 """kolo.torch inside a kolo `exec` job: real etcd, kolo-server and kolo-workers;
-the training processes get their ring from the agent (KOLO_AGENT_SOCKET)."""
+the training processes get their ring from the agent (KOLO_AGENT_SOCKET) and the job's
+checkpoint_dir (KOLO_CHECKPOINT_DIR), where kolo.torch.Checkpointer writes rank 0's."""
 import json
 import os
 
@@ -14,7 +15,9 @@ def test_an_exec_job_of_two_workers_forms_one_ring_and_all_reduces():
         c.start_worker("w2")
         results = os.path.join(c.dir, "results")
         os.makedirs(results)
+        checkpoints = os.path.join(c.dir, "checkpoints")
         c.submit({"id": "pyjob", "name": "pyjob", "min_workers": 2, "max_workers": 2,
+                  "checkpoint_dir": checkpoints,
                   "exec": {"argv": [kolotest.PYTHON, kolotest.worker("job_allreduce.py")],
                            "env": {"RESULT_DIR": results}}})
         job = c.wait_phase("pyjob", ["SUCCEEDED", "FAILED", "CANCELLED"], 120)
@@ -22,5 +25,9 @@ def test_an_exec_job_of_two_workers_forms_one_ring_and_all_reduces():
         seen = [json.load(open(os.path.join(results, "rank%d.json" % r))) for r in range(2)]
         assert [s["rank"] for s in seen] == [0, 1]
         assert all(s["size"] == 2 and s["sum"] == 3.0 and s["agent"] for s in seen), seen
+        assert [s["checkpoint_dir"] for s in seen] == [checkpoints, checkpoints]
+        assert os.listdir(checkpoints) == ["checkpoint-000000000001.pt"]  # rank 0's alone
+        import torch
+        assert torch.load(os.path.join(checkpoints, "checkpoint-000000000001.pt"))["total"] == 3.0
     finally:
         c.stop()

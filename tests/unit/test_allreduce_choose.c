@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "collective/comm.h"
+#include "collective/algo/algo.h"
 
 #define SMALL (32 * 1024)
 #define PAIR_MIN (32 * 1024)

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "collective/comm.h"
+#include "collective/net/net.h"
 
 #define MS 1000000LL
 

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "collective/comm.h"
+#include "collective/algo/algo.h"
 
 static void half_round_trips_every_finite_value(void **state) {
   (void)state;

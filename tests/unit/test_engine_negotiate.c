@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "collective/comm.h"
+#include "collective/exec/exec.h"
 #include "collective/engine/negotiate.h"
 
 static kolo_nego_meta allreduce_meta(uint64_t count) {

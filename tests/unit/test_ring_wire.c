@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "collective/comm.h"
+#include "collective/net/net.h"
 
 static kolo_hello ring_hello(void) {
   kolo_hello h = {.kind = KOLO_CONNECTION_BELL,

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "collective/comm.h"
+#include "collective/algo/algo.h"
 
 #define US 1000LL
 #define MAX (100 * US)

@@ -25,10 +25,12 @@
 
 #include "common/checks.h"
 #include "common/log.h"
+#include "common/mode_env.h"
 #include "coordination/drain.h"
 #include "codec/codec.h"
 #include "coordination/assignment.h"
 #include "coordination/etcd.h"
+#include "coordination/job_mode.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
 #include "coordination/report.h"
@@ -75,6 +77,9 @@ typedef struct agent {
   /* the report */
   int64_t formed_epoch, failed_epoch, exit_epoch;
   int failed_rank, exited, exit_code;
+  int hello;             /* the process said HELLO */
+  int64_t started_epoch; /* the epoch its process was started at */
+  char permanent[256];   /* why its failure is permanent (scheduler/decide.h); "" = not known */
   char failed_status[64];
   Kolo__V1__Struct *progress; /* the process's REPORTs, merged (coordination/report.h) */
   int report_dirty;
@@ -248,7 +253,10 @@ static void write_report(agent *a) {
                    .time_unix_ms = wall_ms(),
                    .pid = kolo_agent_proc_pid(a->proc),
                    .progress = a->progress,
-                   .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL};
+                   .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL,
+                   .hello = a->hello,
+                   .started_epoch = a->started_epoch,
+                   .permanent = a->permanent[0] ? a->permanent : NULL};
   char *text = NULL;
   if (kolo_report_encode(&r, &text) != KOLO_OK) {
     KOLO_LOGW(LOG, "no report for job '%s': %s", a->job, kolo_etcd_last_error());
@@ -275,6 +283,14 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
       KOLO_LOGI(LOG, "process %lld says HELLO (agent protocol version %d)",
                 (long long)msg->hello.pid, msg->hello.version);
       a->sent_epoch = 0; /* (re)send the current ring */
+      if (!a->hello) {
+        a->hello = 1;
+        a->report_dirty = 1; /* the scheduler judges an early exit by it */
+      }
+      break;
+    case KOLO_AGENT_MODE:
+      KOLO_LOGI(LOG, "process of job %s acknowledges mode %s", a->job,
+                kolo_mode_name((kolo_mode)msg->mode.mode));
       break;
     case KOLO_AGENT_FORMED:
       a->formed_epoch = (int64_t)msg->formed.epoch;
@@ -482,7 +498,7 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   int64_t epoch = ring->epoch;
   const char *cwd = NULL;
   if (spec == NULL || line == NULL) goto out;
-  int bad = 0, user_timeout = 0, user_unbuffered = 0;
+  int bad = 0, user_timeout = 0, user_unbuffered = 0, user_checkpoints = 0;
   if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_EXEC && spec->exec) {
     const Kolo__V1__ExecProgram *exec = spec->exec;
     for (size_t i = 0; i < exec->n_argv; i++)
@@ -492,7 +508,11 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
       bad |= strv_push(&env, format("%s=%s", name, exec->env[i]->value ?: ""));
       if (strcmp(name, "KOLO_TIMEOUT") == 0) user_timeout = 1;
       if (strcmp(name, "PYTHONUNBUFFERED") == 0) user_unbuffered = 1;
+      if (strcmp(name, "KOLO_CHECKPOINT_DIR") == 0) user_checkpoints = 1;
     }
+    /* the spec's checkpoint_dir, for kolo.torch's durable checkpoints (exec.env wins) */
+    if (!user_checkpoints && spec->checkpoint_dir && spec->checkpoint_dir[0])
+      bad |= strv_push(&env, format("KOLO_CHECKPOINT_DIR=%s", spec->checkpoint_dir));
     cwd = exec->working_dir;
   } else if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN && spec->builtin) {
     bad |= push_builtin_argv(a, &argv, spec->builtin, spec);
@@ -501,6 +521,16 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
     KOLO_LOGE(LOG, "job %s has no program this agent can run", job);
     goto out;
   }
+  /* the job's mode, for every process (after the program's own env: ours win) */
+  kolo_mode_spec mode;
+  kolo_mode_env mode_env;
+  char why[256] = "";
+  if (kolo_job_mode_spec(spec, &mode, why, sizeof why) != KOLO_OK ||
+      kolo_mode_env_format(&mode, &mode_env) != KOLO_OK) {
+    KOLO_LOGE(LOG, "job %s: its mode cannot be run: %s", job, why);
+    goto out;
+  }
+  for (int i = 0; i < KOLO_MODE_ENV_COUNT; i++) bad |= strv_push(&env, strdup(mode_env.entries[i]));
   bad |= strv_push(&env, format("KOLO_JOB_ID=%s", job));
   bad |= strv_push(&env, format("KOLO_WORKER_ID=%s", a->id));
   bad |= strv_push(&env, format("KOLO_RANK=%d", rank));
@@ -542,6 +572,9 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   a->failed_rank = -1;
   a->failed_status[0] = '\0';
   a->exited = a->exit_code = 0;
+  a->hello = 0;
+  a->permanent[0] = '\0';
+  a->started_epoch = epoch;
   if (a->progress) protobuf_c_message_free_unpacked(&a->progress->base, NULL);
   a->progress = NULL;
   write_report(a);
@@ -666,6 +699,8 @@ static void reap(agent *a) {
   KOLO_LOGI(LOG, "process of job %s exited with code %d", a->job, code);
   if (code != 0 && a->leave != 1) a->hs.processes_failed++; /* a leaver stops as asked */
   a->leave = 0;
+  a->hello = kolo_agent_proc_said_hello(a->proc);
+  snprintf(a->permanent, sizeof a->permanent, "%s", kolo_agent_proc_start_error(a->proc));
   kolo_agent_proc_destroy(a->proc);
   a->proc = NULL;
   kolo_agent_capture_end(a->capture, CAPTURE_DRAIN_MS, a->stderr_tail, sizeof a->stderr_tail);

@@ -16,6 +16,7 @@ from .. import (AbortedError, ForkedProcessError, JobStoppedError, KoloError, Ko
                 NotInitializedError, PeerLostError, RingChangedError, StalledError, cross_rank, cross_size,
                 engine_available, engine_stats, init, is_homogeneous, is_initialized, library_path, local_rank, local_size,
                 rank, report, shutdown, size)
+from .checkpoint import Checkpointer  # noqa: F401
 from .compression import Compression, Compressor  # noqa: F401
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,  # noqa: F401
                         broadcast_parameters)
@@ -54,7 +55,7 @@ __all__ = [
     "alltoall_async", "barrier", "join", "synchronize", "poll", "global_process_set",
     "Average", "Sum", "Min", "Max", "Product", "Compression", "Compressor",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "elastic",
+    "DistributedOptimizer", "elastic", "Checkpointer",
     "KoloError", "HorovodInternalError", "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
     "MismatchError", "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError",
 ]

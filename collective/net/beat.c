@@ -25,7 +25,7 @@
 #include <poll.h>
 #include <stdlib.h>
 
-#include "collective/comm.h"
+#include "collective/net/net.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -49,11 +49,6 @@ int kolo_beat_silent(int64_t heard_ns, int64_t now_ns, int timeout_ms) {
   return timeout_ms > 0 && now_ns - heard_ns >= (int64_t)timeout_ms * NS_PER_MS;
 }
 
-int64_t kolo_beat_gap_update(int64_t gap_max_ns, int64_t gap_ns) {
-  if (gap_ns >= gap_max_ns) return gap_ns;
-  return gap_max_ns - (gap_max_ns - gap_ns) / 64;
-}
-
 int kolo_beat_timeout_ms(int timeout_ms, int64_t gap_max_ns) {
   if (timeout_ms <= 0) return 0;
   int64_t adaptive = KOLO_BEAT_SLACK * gap_max_ns / NS_PER_MS;
@@ -63,85 +58,72 @@ int kolo_beat_timeout_ms(int timeout_ms, int64_t gap_max_ns) {
 }
 
 /* The timeout link is judged by now. */
-static int link_timeout_ms(kolo_comm *comm, const kolo_control_link *link) {
-  return kolo_beat_timeout_ms(atomic_load(&comm->peer_timeout_ms), link->gap_max_ns);
+static int link_timeout_ms(kolo_net *net, const kolo_control_link *link) {
+  return kolo_beat_timeout_ms(atomic_load(&net->peer_timeout_ms), link->gap_max_ns);
 }
 
-void kolo_comm_set_peer_timeout(kolo_comm *comm, int timeout_ms) {
-  atomic_store(&comm->peer_timeout_ms, timeout_ms < 0 ? 0 : timeout_ms);
+void kolo_net_set_peer_timeout(kolo_net *net, int timeout_ms) {
+  atomic_store(&net->peer_timeout_ms, timeout_ms < 0 ? 0 : timeout_ms);
 }
 
-void kolo_beat_start(kolo_comm *comm) {
+void kolo_beat_start(kolo_net *net) {
   int64_t now = kolo_now_ns();
   for (int i = 0; i < 2; i++) {
     /* a neighbour may finish forming (and start beating) a little later */
-    comm->control[i].heard_ns = now + (int64_t)KOLO_DEFAULT_PEER_TIMEOUT_MS * NS_PER_MS;
-    comm->control[i].beat_due_ns = now;
-    comm->control[i].beat_heard_ns = 0;
-    comm->control[i].gap_max_ns = KOLO_BEAT_INTERVAL_MS * NS_PER_MS;
+    net->control[i].heard_ns = now + (int64_t)KOLO_DEFAULT_PEER_TIMEOUT_MS * NS_PER_MS;
+    net->control[i].beat_due_ns = now;
+    net->control[i].beat_heard_ns = 0;
+    net->control[i].gap_max_ns = KOLO_BEAT_INTERVAL_MS * NS_PER_MS;
   }
-}
-
-void kolo_beat_heard(kolo_control_link *link) {
-  int64_t now = kolo_now_ns();
-  if (now > link->heard_ns) link->heard_ns = now;
-}
-
-void kolo_beat_received(kolo_control_link *link) {
-  int64_t now = kolo_now_ns();
-  if (link->beat_heard_ns > 0)
-    link->gap_max_ns = kolo_beat_gap_update(link->gap_max_ns, now - link->beat_heard_ns);
-  link->beat_heard_ns = now;
 }
 
 /* Sends one beat on link (whole, or the link is lost: a half-written message
  * would corrupt the stream). */
-static void send_beat(kolo_comm *comm, kolo_control_link *link) {
+static void send_beat(kolo_net *net, kolo_control_link *link) {
   kolo_control_message beat = {
-      .magic = KOLO_BEAT_MAGIC, .failed_rank = comm->rank, .origin_rank = comm->rank};
+      .magic = KOLO_BEAT_MAGIC, .failed_rank = net->rank, .origin_rank = net->rank};
   int64_t deadline = kolo_deadline_after_ms(KOLO_DEFAULT_PEER_TIMEOUT_MS);
   if (kolo_channel_send_all(&link->channel, &beat, sizeof beat, deadline) != KOLO_OK) {
     link->open = 0;
-    kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, link->peer_rank,
-                   "peer lost: rank %d (it takes no beats)", link->peer_rank);
+    kolo_net_fail(net, KOLO_ERR_PEER_LOST, link->peer_rank,
+                  "peer lost: rank %d (it takes no beats)", link->peer_rank);
   }
 }
 
-int kolo_beat_tick(kolo_comm *comm) {
-  if (comm->size < 2 || atomic_load(&comm->failed)) return -1;
+int kolo_beat_tick(kolo_net *net) {
+  if (net->size < 2 || atomic_load(&net->failed)) return -1;
   int64_t now = kolo_now_ns(), next = INT64_MAX;
   for (int i = 0; i < 2; i++) {
-    kolo_control_link *link = &comm->control[i];
+    kolo_control_link *link = &net->control[i];
     if (!link->open) continue;
     if (now >= link->beat_due_ns) {
-      send_beat(comm, link);
+      send_beat(net, link);
       link->beat_due_ns = now + KOLO_BEAT_INTERVAL_MS * NS_PER_MS;
     }
     if (link->beat_due_ns < next) next = link->beat_due_ns;
-    int64_t silent_at = link->heard_ns + (int64_t)link_timeout_ms(comm, link) * NS_PER_MS;
-    if (atomic_load(&comm->peer_timeout_ms) > 0 && silent_at < next) next = silent_at;
+    int64_t silent_at = link->heard_ns + (int64_t)link_timeout_ms(net, link) * NS_PER_MS;
+    if (atomic_load(&net->peer_timeout_ms) > 0 && silent_at < next) next = silent_at;
   }
   if (next == INT64_MAX) return -1;
   return next <= now ? 0 : (int)((next - now + NS_PER_MS - 1) / NS_PER_MS);
 }
 
-void kolo_beat_check(kolo_comm *comm) {
-  if (comm->size < 2 || atomic_load(&comm->peer_timeout_ms) <= 0) return;
-  for (int i = 0; i < 2 && !atomic_load(&comm->failed); i++) {
-    kolo_control_link *link = &comm->control[i];
-    if (!link->open ||
-        !kolo_beat_silent(link->heard_ns, kolo_now_ns(), link_timeout_ms(comm, link)))
+void kolo_beat_check(kolo_net *net) {
+  if (net->size < 2 || atomic_load(&net->peer_timeout_ms) <= 0) return;
+  for (int i = 0; i < 2 && !atomic_load(&net->failed); i++) {
+    kolo_control_link *link = &net->control[i];
+    if (!link->open || !kolo_beat_silent(link->heard_ns, kolo_now_ns(), link_timeout_ms(net, link)))
       continue;
     /* what is waiting in the socket counts: read it before judging */
     struct pollfd pending = {.fd = kolo_channel_poll_fd(&link->channel), .events = POLLIN};
-    if (poll(&pending, 1, 0) > 0) kolo_control_service(comm, link);
-    int timeout = link_timeout_ms(comm, link);
+    if (poll(&pending, 1, 0) > 0) kolo_control_service(net, link);
+    int timeout = link_timeout_ms(net, link);
     if (!link->open || !kolo_beat_silent(link->heard_ns, kolo_now_ns(), timeout)) continue;
-    kolo_comm_fail(comm, KOLO_ERR_PEER_LOST, link->peer_rank,
-                   "peer lost: rank %d silent for %lld ms (timeout %d ms: KOLO_PEER_TIMEOUT %d ms, "
-                   "longest recent beat gap %lld ms)",
-                   link->peer_rank, (long long)((kolo_now_ns() - link->heard_ns) / NS_PER_MS),
-                   timeout, atomic_load(&comm->peer_timeout_ms),
-                   (long long)(link->gap_max_ns / NS_PER_MS));
+    kolo_net_fail(net, KOLO_ERR_PEER_LOST, link->peer_rank,
+                  "peer lost: rank %d silent for %lld ms (timeout %d ms: KOLO_PEER_TIMEOUT %d ms, "
+                  "longest recent beat gap %lld ms)",
+                  link->peer_rank, (long long)((kolo_now_ns() - link->heard_ns) / NS_PER_MS),
+                  timeout, atomic_load(&net->peer_timeout_ms),
+                  (long long)(link->gap_max_ns / NS_PER_MS));
   }
 }
