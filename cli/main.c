@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/client.h"
+#include "cli/paths.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
 #include "codec/codec.h"
@@ -28,35 +29,34 @@ typedef struct globals {
 } globals;
 
 static void usage(FILE *out) {
-  fprintf(
-      out,
-      "usage: kolo [--server HOST:PORT] [--tls-ca FILE] [--token-file FILE] [--json] "
-      "[--timeout S] COMMAND\n"
-      "\n"
-      "commands:\n"
-      "  submit JOB.json                 submit a job spec (JSON, as in docs/API.md)\n"
-      "  submit --name N --workers MIN[:MAX] [--id ID] [--mode SYNC|ASYNC]\n"
-      "         [--model M --dataset D --epochs N --steps N --batch N --lr X --hp K=V ...]\n"
-      "         [--exec PROGRAM ARG ...]  [--label K=V ...] [--max-reconfigurations N]\n"
-      "         [--collective-timeout-ms N] [--checkpoint-dir DIR] [--average-every N]\n"
-      "         [--workdir DIR]  (relative paths in --exec, --checkpoint-dir and --workdir are\n"
-      "         this folder's: see docs/API.md)\n"
-      "  get ID                          one job with its events\n"
-      "  list [--phase P] [--label K=V ...]\n"
-      "  cancel ID [--reason TEXT]\n"
-      "  scale ID MIN[:MAX]\n"
-      "  watch ID                        print the job each time it changes until it ends\n"
-      "  logs [-f] [--rank R ...] [--tail N] ID\n"
-      "                                  the job's output (\"[rank] line\"; bare lines with "
-      "one --rank);\n"
-      "                                  -f follows it until the job ends\n"
-      "  workers                         registered workers\n"
-      "  drain WORKER                    give a worker no new work; its job lets it go\n"
-      "  undrain WORKER                  take a drain back\n"
-      "  demand                          workers the jobs want (what to scale the pool to)\n"
-      "\n"
-      "environment: KOLO_SERVER (default 127.0.0.1:7070), KOLO_TOKEN (or --token-file; "
-      "--token T works but shows T in ps)\n");
+  fprintf(out,
+          "usage: kolo [--server HOST:PORT] [--tls-ca FILE] [--token-file FILE] [--json] "
+          "[--timeout S] COMMAND\n"
+          "\n"
+          "commands:\n"
+          "  submit JOB.json                 submit a job spec (JSON, as in docs/API.md)\n"
+          "  submit --name N --workers MIN[:MAX] [--id ID] [--mode SYNC|ASYNC]\n"
+          "         [--model M --dataset D --epochs N --steps N --batch N --lr X --hp K=V ...]\n"
+          "         [--exec PROGRAM ARG ...]  [--label K=V ...] [--max-reconfigurations N]\n"
+          "         [--collective-timeout-ms N] [--checkpoint-dir DIR] [--average-every N]\n"
+          "         [--tensorboard-dir DIR] [--workdir DIR]  (relative paths in these and --exec\n"
+          "         are this folder's: see docs/API.md)\n"
+          "  get ID                          one job with its events\n"
+          "  list [--phase P] [--label K=V ...]\n"
+          "  cancel ID [--reason TEXT]\n"
+          "  scale ID MIN[:MAX]\n"
+          "  watch ID                        print the job each time it changes until it ends\n"
+          "  logs [-f] [--rank R ...] [--tail N] ID\n"
+          "                                  the job's output (\"[rank] line\"; bare lines with "
+          "one --rank);\n"
+          "                                  -f follows it until the job ends\n"
+          "  workers                         registered workers\n"
+          "  drain WORKER                    give a worker no new work; its job lets it go\n"
+          "  undrain WORKER                  take a drain back\n"
+          "  demand                          workers the jobs want (what to scale the pool to)\n"
+          "\n"
+          "environment: KOLO_SERVER (default 127.0.0.1:7070), KOLO_TOKEN (or --token-file; "
+          "--token T works but shows T in ps)\n");
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -222,45 +222,29 @@ static int add_pair(const ProtobufCMessageDescriptor *entry_desc, void ***entrie
   return 1;
 }
 
-/* path made absolute against the submitter's folder (malloc'd; NULL when out of memory or
- * the folder is unknown). */
-static char *absolute(const char *path) {
-  if (path[0] == '/') return strdup(path);
-  char here[4096];
-  if (getcwd(here, sizeof here) == NULL) return NULL;
-  while (strncmp(path, "./", 2) == 0) path += 2;
-  char *out = NULL;
-  if (asprintf(&out, "%s/%s", here, path) < 0) return NULL;
-  return out;
+/* The --exec flag: the rest of the arguments are the program's argv (paths: paths.h). */
+static int exec_from_flags(int argc, char **argv, const char *workdir, Kolo__V1__JobSpec *spec) {
+  if (argc < 1) return usage_error("--exec needs a program", NULL);
+  if (spec->program_case != KOLO__V1__JOB_SPEC__PROGRAM__NOT_SET)
+    return usage_error("give builtin flags or --exec, not both", NULL);
+  Kolo__V1__ExecProgram *x = malloc(sizeof *x);
+  kolo__v1__exec_program__init(x);
+  x->n_argv = (size_t)argc;
+  x->argv = calloc(x->n_argv, sizeof *x->argv);
+  for (size_t k = 0; k < x->n_argv; k++) x->argv[k] = strdup(argv[k]);
+  spec->program_case = KOLO__V1__JOB_SPEC__PROGRAM_EXEC;
+  spec->exec = x;
+  char err[256];
+  if (kolo_cli_exec_paths(x, workdir, err, sizeof err) != 0) return usage_error("%s", err);
+  return 0;
 }
 
-/* Relative paths of an --exec job are the submitter's, not the worker's: a program path with
- * a '/' ("./train.sh", "venv/bin/python") becomes absolute against this folder, and when an
- * argument names a file here ("train.py") and no --workdir was given, the job runs in this
- * folder (exec.working_dir). A program without a '/' ("python3") is looked up in the
- * worker's PATH. Each change is said on stderr. Returns 0, or EXIT_USAGE. */
-static int resolve_exec_paths(Kolo__V1__ExecProgram *x) {
-  char *program = x->argv[0];
-  if (program[0] != '/' && strchr(program, '/') != NULL) {
-    char *full = absolute(program);
-    if (full == NULL) return usage_error("--exec: cannot resolve %s against this folder", program);
-    fprintf(stderr, "kolo: --exec: %s is %s (relative paths are this folder's)\n", program, full);
-    free(x->argv[0]);
-    x->argv[0] = full;
-  }
-  if (x->working_dir != NULL && x->working_dir[0] != '\0') return 0;
-  for (size_t k = 1; k < x->n_argv; k++) {
-    const char *arg = x->argv[k];
-    if (arg[0] == '/' || arg[0] == '-' || arg[0] == '\0' || access(arg, F_OK) != 0) continue;
-    char *here = absolute(".");
-    if (here == NULL) return usage_error("--exec: cannot tell this folder's path", NULL);
-    here[strlen(here) - 2] = '\0'; /* "<folder>/." */
-    fprintf(stderr,
-            "kolo: --exec: %s is a file here: the job runs in %s (give --workdir to choose)\n", arg,
-            here);
-    x->working_dir = here; /* it held protobuf-c's static "" (checked above): nothing to free */
-    break;
-  }
+/* A folder flag's value, made absolute against the submitter's folder, into *slot. */
+static int path_flag(char **slot, const char *flag, const char *value) {
+  char *full = kolo_cli_absolute(value);
+  if (full == NULL) return usage_error("%s: cannot resolve the path", flag);
+  kolo_codec_set_string(slot, full);
+  free(full);
   return 0;
 }
 
@@ -271,21 +255,7 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
   for (int i = 0; i < argc; i++) {
     const char *flag = argv[i];
     if (strcmp(flag, "--exec") == 0) {
-      if (i + 1 >= argc) return usage_error("--exec needs a program", NULL);
-      Kolo__V1__ExecProgram *x = malloc(sizeof *x);
-      kolo__v1__exec_program__init(x);
-      x->n_argv = (size_t)(argc - i - 1);
-      x->argv = calloc(x->n_argv, sizeof *x->argv);
-      for (size_t k = 0; k < x->n_argv; k++) x->argv[k] = strdup(argv[i + 1 + (int)k]);
-      if (spec->program_case != KOLO__V1__JOB_SPEC__PROGRAM__NOT_SET)
-        return usage_error("give builtin flags or --exec, not both", NULL);
-      spec->program_case = KOLO__V1__JOB_SPEC__PROGRAM_EXEC;
-      spec->exec = x;
-      if (workdir != NULL) {
-        x->working_dir = absolute(workdir); /* x is new: its "" is protobuf-c's static one */
-        if (x->working_dir == NULL) return usage_error("--workdir: cannot resolve %s", workdir);
-      }
-      int rc = resolve_exec_paths(x);
+      int rc = exec_from_flags(argc - i - 1, argv + i + 1, workdir, spec);
       if (rc != 0) return rc;
       break;
     }
@@ -357,11 +327,10 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
       if (!parse_uint(value, &n) || n > UINT32_MAX)
         return usage_error("--average-every: expected a number, got '%s'", value);
       spec->average_every = (uint32_t)n;
-    } else if (strcmp(flag, "--checkpoint-dir") == 0) {
-      char *full = absolute(value); /* the submitter's folder, as --exec's paths */
-      if (full == NULL) return usage_error("--checkpoint-dir: cannot resolve %s", value);
-      kolo_codec_set_string(&spec->checkpoint_dir, full);
-      free(full);
+    } else if (strcmp(flag, "--checkpoint-dir") == 0 || strcmp(flag, "--tensorboard-dir") == 0) {
+      int rc = path_flag(flag[2] == 'c' ? &spec->checkpoint_dir : &spec->tensorboard_dir, flag,
+                         value); /* the submitter's folder, as --exec's paths */
+      if (rc != 0) return rc;
     } else if (strcmp(flag, "--workdir") == 0) {
       workdir = value;
     } else {

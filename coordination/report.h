@@ -31,7 +31,7 @@ typedef struct kolo_report {
   char *stderr_tail;          /* NULL = none (written only then) */
   int hello;       /* the process said HELLO (a report without the field reads as 1) */
   char *permanent; /* why its failure can never succeed (agent's finding); NULL = none */
-  int64_t started_epoch; /* the epoch the agent started this process at (0: not known) */
+  int64_t first_formed_epoch; /* the first epoch its process formed (0: none, or not known) */
 } kolo_report;
 
 /* Frees the fields of r (not r) and zeroes it. NULL is fine. */

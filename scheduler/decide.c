@@ -257,7 +257,7 @@ static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *
     if (formed == n && n > 0) {
       d->action = KOLO_SCHED_FORMED;
       size_t fresh = 0;
-      for (size_t i = 0; i < n; i++) fresh += job->members[i].report.started_epoch == job->epoch;
+      for (size_t i = 0; i < n; i++) fresh += job->members[i].report.first_formed_epoch == job->epoch;
       d->restarted = job->epoch > 1 && fresh == n;
     }
     return;

@@ -64,7 +64,7 @@ typedef struct kolo_sched_report {
       stderr_tail; /* borrowed: last stderr lines of a process that exited non-zero; NULL if none */
   int hello;             /* the process said HELLO to its agent (reached kolo.init()) */
   const char *permanent; /* borrowed: the agent's reason its failure is permanent; NULL: none */
-  int64_t started_epoch; /* the epoch its process was started at (0: not known) */
+  int64_t first_formed_epoch; /* the first epoch its process formed (0: none, or not known) */
 } kolo_sched_report;
 
 typedef struct kolo_sched_member {
@@ -143,9 +143,10 @@ typedef struct kolo_sched_decision {
   int planned;
   int stalled; /* FAILED reports at this epoch name no missing member (see STALLED_*) */
   int early;   /* members exited early, others still run: waiting (NOTHING) to see them all */
-  /* FORMED after a re-form where no process of the earlier rings survived: every member's
-   * process was started at this epoch, so the program starts from its beginning (one that
-   * does not use kolo.elastic exits when its ring fails; the job starts it again). */
+  /* FORMED after a re-form where no process of an earlier formed ring survived: every
+   * member's process formed its first ring at this epoch, so the program starts from its
+   * beginning (one that does not use kolo.elastic exits when its ring fails; the job starts
+   * it again). */
   int restarted;
 } kolo_sched_decision;
 

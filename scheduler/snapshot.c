@@ -314,7 +314,7 @@ static kolo_sched_report report_of(const kolo_report *r) {
   out.failed_status = r->failed_status;
   out.hello = r->hello;
   out.permanent = r->permanent;
-  out.started_epoch = r->started_epoch;
+  out.first_formed_epoch = r->first_formed_epoch;
   return out;
 }
 

@@ -42,7 +42,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, TextIO, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
 import cloudpickle
 
@@ -105,6 +105,65 @@ def _parse_np(np: Any) -> Tuple[int, int]:
             raise ValueError("np=(min_np, max_np) needs 1 <= min_np <= max_np, got %r" % (tuple(np),))
         return low, high
     raise TypeError("np must be an int or a (min_np, max_np) pair, not %r" % (np,))
+
+
+# the job spec's mode parameters (proto/kolo/v1/job.proto JobSpec) and their Python types
+MODE_PARAMS = {"average_every": int, "max_staleness": int, "outer_learning_rate": float, "outer_momentum": float,
+               "outer_nesterov": bool, "compression": str, "fragments": int}
+MODES = ("SYNC", "ASYNC", "LOCAL_SGD", "DILOCO")
+
+
+def _parse_mode(mode: Optional[str], params: Dict[str, Any]) -> Dict[str, Any]:
+    """The job spec's mode fields; ranges and which mode uses which parameter are
+    the service's to check (at submit, naming the field)."""
+    unknown = sorted(set(params) - set(MODE_PARAMS))
+    if unknown:
+        raise TypeError("Runner() got unknown argument(s) %s (mode parameters: %s)"
+                        % (", ".join(unknown), ", ".join(MODE_PARAMS)))
+    if mode is None:
+        if params:
+            raise ValueError("Runner(): %s given without a mode" % ", ".join(sorted(params)))
+        return {}
+    if not isinstance(mode, str) or mode.strip().upper().replace("-", "_") not in MODES:
+        raise ValueError("Runner(): mode must be one of %s, not %r" % (", ".join(MODES), mode))
+    out: Dict[str, Any] = {"mode": mode.strip().upper().replace("-", "_")}
+    for name, value in params.items():
+        if value is None:
+            continue
+        kind = MODE_PARAMS[name]
+        if kind is bool and not isinstance(value, bool) or kind is int and (isinstance(value, bool) or
+                                                                               not isinstance(value, int)) \
+                or kind is float and not isinstance(value, (int, float)) or kind is str and not isinstance(value, str):
+            raise TypeError("Runner(): %s must be %s, not %r" % (name, kind.__name__, value))
+        if name == "compression":  # the spec's enum: COMPRESSION_NONE, _FP16, _INT8
+            if value.strip().lower() not in _COMPRESSIONS:
+                raise ValueError("Runner(): compression must be none, fp16 or int8, not %r" % (value,))
+            value = "COMPRESSION_" + value.strip().upper()
+        out[name] = value
+    return out
+
+
+_COMPRESSIONS = ("none", "fp16", "int8")
+# kolorun's options for the spec's mode fields (np=-N runs)
+_KOLORUN_OPTIONS = {"average_every": "--sync-every", "max_staleness": "--max-staleness",
+                    "outer_learning_rate": "--outer-lr", "outer_momentum": "--outer-momentum",
+                    "outer_nesterov": "--nesterov", "compression": "--compression", "fragments": "--fragments"}
+
+
+def _kolorun_mode(mode: Dict[str, Any]) -> List[str]:
+    """The job spec's mode fields as kolorun options."""
+    if not mode:
+        return []
+    argv = ["--mode", mode["mode"]]
+    for name, value in mode.items():
+        if name == "mode":
+            continue
+        if name == "outer_nesterov":
+            value = int(value)
+        elif name == "compression":
+            value = value[len("COMPRESSION_"):].lower()
+        argv += [_KOLORUN_OPTIONS[name], str(value)]
+    return argv
 
 
 def _by_value(fn: Callable[..., Any]) -> None:
@@ -226,14 +285,21 @@ class Runner:
     the job is cancelled past it); stream: where rank 0's output goes (sys.stdout);
     py_modules: more local modules to ship as source (modules, names, paths to .py
     files or package folders), besides those found from fn (docs/RUNNER.md).
+
+    mode: the job's training mode, SYNC (default), ASYNC, LOCAL_SGD or DILOCO, with its
+    parameters named as in the job spec (average_every: steps between syncs, H;
+    max_staleness; outer_learning_rate, outer_momentum, outer_nesterov; compression:
+    none, fp16 or int8; fragments). kolo.torch's DistributedOptimizer in fn then trains
+    in that mode (docs/PYTHON.md); the service checks the values at submit.
     """
 
     def __init__(self, np: Union[int, Sequence[int]] = 1, server: Optional[str] = None, token: Optional[str] = None,
                  tls: Union[None, bool, str] = None, name: str = "kolo-runner", env: Optional[Mapping[str, str]] = None,
                  python: str = "/usr/bin/python3", max_reconfigurations: int = 0, timeout: Optional[float] = None,
                  stream: Optional[TextIO] = None, labels: Optional[Mapping[str, str]] = None,
-                 py_modules: Sequence[Any] = ()):
+                 py_modules: Sequence[Any] = (), mode: Optional[str] = None, **mode_params: Any):
         self.min_np, self.max_np = _parse_np(np)
+        self.mode = _parse_mode(mode, mode_params)
         if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise TypeError("env must map strings to strings")
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
@@ -289,6 +355,7 @@ class Runner:
             argv = [_find_kolorun(), "-np", str(n)]
             if self.timeout:
                 argv += ["--timeout", str(int(self.timeout) or 1)]
+            argv += _kolorun_mode(self.mode)
             argv += ["--", self.python, "-m", "kolo._runner_main"]
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             tail = []
@@ -330,7 +397,7 @@ class Runner:
         env.update(KOLO_RUNNER_PARTS=str(len(parts)), KOLO_RUNNER_NONCE=nonce)
         return {"name": self.name, "id": "run-" + nonce, "min_workers": self.min_np, "max_workers": self.max_np,
                 "max_reconfigurations": self.max_reconfigurations, "labels": self.labels,
-                "exec": {"argv": [self.python, "-m", "kolo._runner_main"], "env": env}}
+                "exec": {"argv": [self.python, "-m", "kolo._runner_main"], "env": env}, **self.mode}
 
     def _run_cluster(self, payload: bytes) -> Any:
         from . import client as kc
@@ -394,8 +461,9 @@ class Runner:
             _decode(marks.done[rank], rank, job_id)
         final = api.get(job_id)
         phase = kc.Client.phase(final)
-        raise RunnerError("kolo.Runner: job %s ended %s without a result from rank 0%s"
-                          % (job_id, phase, ": " + final.status.error if final.status.error else ""),
+        raise RunnerError("kolo.Runner: job %s ended %s without a result from rank 0%s\n(every rank's output: "
+                          "`kolo logs %s`, one rank: `kolo logs %s --rank N`)"
+                          % (job_id, phase, ": " + final.status.error if final.status.error else "", job_id, job_id),
                           job_id, phase, final.status.error)
 
 

@@ -1,6 +1,7 @@
 """kolo.torch inside a kolo `exec` job: real etcd, kolo-server and kolo-workers;
-the training processes get their ring from the agent (KOLO_AGENT_SOCKET) and the job's
-checkpoint_dir (KOLO_CHECKPOINT_DIR), where kolo.torch.Checkpointer writes rank 0's."""
+the training processes get their ring from the agent (KOLO_AGENT_SOCKET), the job's
+checkpoint_dir (KOLO_CHECKPOINT_DIR), where kolo.torch.Checkpointer writes rank 0's, and its
+tensorboard_dir (KOLO_TENSORBOARD_DIR), where kolo.report writes rank 0's event file."""
 import json
 import os
 
@@ -16,8 +17,9 @@ def test_an_exec_job_of_two_workers_forms_one_ring_and_all_reduces():
         results = os.path.join(c.dir, "results")
         os.makedirs(results)
         checkpoints = os.path.join(c.dir, "checkpoints")
+        tensorboard = os.path.join(c.dir, "tensorboard")
         c.submit({"id": "pyjob", "name": "pyjob", "min_workers": 2, "max_workers": 2,
-                  "checkpoint_dir": checkpoints,
+                  "checkpoint_dir": checkpoints, "tensorboard_dir": tensorboard,
                   "exec": {"argv": [kolotest.PYTHON, kolotest.worker("job_allreduce.py")],
                            "env": {"RESULT_DIR": results}}})
         job = c.wait_phase("pyjob", ["SUCCEEDED", "FAILED", "CANCELLED"], 120)
@@ -29,5 +31,8 @@ def test_an_exec_job_of_two_workers_forms_one_ring_and_all_reduces():
         assert os.listdir(checkpoints) == ["checkpoint-000000000001.pt"]  # rank 0's alone
         import torch
         assert torch.load(os.path.join(checkpoints, "checkpoint-000000000001.pt"))["total"] == 3.0
+        # the spec's tensorboard_dir: rank 0's report became one event file there
+        events = os.listdir(tensorboard)
+        assert len(events) == 1 and events[0].startswith("events.out.tfevents."), events
     finally:
         c.stop()

@@ -126,6 +126,16 @@ def test_a_payload_near_the_limit_runs(c):
     assert Runner(np=1, server=c.grpc_target, stream=io.StringIO(), timeout=180).run(len, data) == len(data)
 
 
+def test_a_bad_interpreter_fails_the_run_at_once_with_the_reason(c):
+    started = time.monotonic()
+    runner = Runner(np=2, server=c.grpc_target, python="/nonexistent/bin/python3", stream=io.StringIO(), timeout=120)
+    with pytest.raises(RunnerError, match="could not be started: cannot execute /nonexistent/bin/python3") as e:
+        runner.run(len, b"x")
+    print("FAILED after %.1f s" % (time.monotonic() - started))
+    assert e.value.phase == "FAILED" and "kolo logs %s" % runner.job_id in str(e.value)
+    assert c.job(runner.job_id)["status"].get("reconfigurations", 0) == 0  # not re-planned as lost workers
+
+
 def test_np_minus_one_and_minus_two_run_without_a_server():
     assert Runner(np=-1).run(lambda a, b=1: a + b, 41) == 42
     out = io.StringIO()

@@ -665,7 +665,7 @@ static void a_ring_of_new_processes_only_says_it_restarted_from_the_beginning(vo
   fixture *f = *state;
   healthy(f, 2);
   f->view.phase = KOLO__V1__PHASE__RECONFIGURING;
-  for (size_t i = 0; i < 2; i++) f->members[i].report.started_epoch = 3;
+  for (size_t i = 0; i < 2; i++) f->members[i].report.first_formed_epoch = 3;
   assert_int_equal(decide(f), KOLO_SCHED_FORMED);
   char *text = message(f);
   assert_string_equal(text,
@@ -673,7 +673,7 @@ static void a_ring_of_new_processes_only_says_it_restarted_from_the_beginning(vo
                       "process of the earlier ring survived (a program that does not use "
                       "kolo.elastic exits when a worker is lost, and the job starts it again)");
   free(text);
-  f->members[0].report.started_epoch = 1; /* a survivor: an elastic re-form */
+  f->members[0].report.first_formed_epoch = 1; /* a survivor: an elastic re-form */
   assert_int_equal(decide(f), KOLO_SCHED_FORMED);
   text = message(f);
   assert_string_equal(text, "every member formed epoch 3 (2 workers)");

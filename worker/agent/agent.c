@@ -77,9 +77,9 @@ typedef struct agent {
   /* the report */
   int64_t formed_epoch, failed_epoch, exit_epoch;
   int failed_rank, exited, exit_code;
-  int hello;             /* the process said HELLO */
-  int64_t started_epoch; /* the epoch its process was started at */
-  char permanent[256];   /* why its failure is permanent (scheduler/decide.h); "" = not known */
+  int hello;           /* the process said HELLO */
+  int64_t first_formed_epoch; /* the first epoch its process formed (0: none yet) */
+  char permanent[256]; /* why its failure is permanent (scheduler/decide.h); "" = not known */
   char failed_status[64];
   Kolo__V1__Struct *progress; /* the process's REPORTs, merged (coordination/report.h) */
   int report_dirty;
@@ -255,7 +255,7 @@ static void write_report(agent *a) {
                    .progress = a->progress,
                    .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL,
                    .hello = a->hello,
-                   .started_epoch = a->started_epoch,
+                   .first_formed_epoch = a->first_formed_epoch,
                    .permanent = a->permanent[0] ? a->permanent : NULL};
   char *text = NULL;
   if (kolo_report_encode(&r, &text) != KOLO_OK) {
@@ -294,6 +294,7 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
       break;
     case KOLO_AGENT_FORMED:
       a->formed_epoch = (int64_t)msg->formed.epoch;
+      if (a->first_formed_epoch == 0) a->first_formed_epoch = a->formed_epoch;
       KOLO_LOGI(LOG, "ring of epoch %lld formed", (long long)a->formed_epoch);
       write_report(a);
       break;
@@ -498,7 +499,7 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   int64_t epoch = ring->epoch;
   const char *cwd = NULL;
   if (spec == NULL || line == NULL) goto out;
-  int bad = 0, user_timeout = 0, user_unbuffered = 0, user_checkpoints = 0;
+  int bad = 0, user_timeout = 0, user_unbuffered = 0, user_checkpoints = 0, user_tensorboard = 0;
   if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_EXEC && spec->exec) {
     const Kolo__V1__ExecProgram *exec = spec->exec;
     for (size_t i = 0; i < exec->n_argv; i++)
@@ -509,10 +510,14 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
       if (strcmp(name, "KOLO_TIMEOUT") == 0) user_timeout = 1;
       if (strcmp(name, "PYTHONUNBUFFERED") == 0) user_unbuffered = 1;
       if (strcmp(name, "KOLO_CHECKPOINT_DIR") == 0) user_checkpoints = 1;
+      if (strcmp(name, "KOLO_TENSORBOARD_DIR") == 0) user_tensorboard = 1;
     }
     /* the spec's checkpoint_dir, for kolo.torch's durable checkpoints (exec.env wins) */
     if (!user_checkpoints && spec->checkpoint_dir && spec->checkpoint_dir[0])
       bad |= strv_push(&env, format("KOLO_CHECKPOINT_DIR=%s", spec->checkpoint_dir));
+    /* the spec's tensorboard_dir, for kolo.report's event files (kolo/tensorboard.py) */
+    if (!user_tensorboard && spec->tensorboard_dir && spec->tensorboard_dir[0])
+      bad |= strv_push(&env, format("KOLO_TENSORBOARD_DIR=%s", spec->tensorboard_dir));
     cwd = exec->working_dir;
   } else if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN && spec->builtin) {
     bad |= push_builtin_argv(a, &argv, spec->builtin, spec);
@@ -574,7 +579,7 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   a->exited = a->exit_code = 0;
   a->hello = 0;
   a->permanent[0] = '\0';
-  a->started_epoch = epoch;
+  a->first_formed_epoch = 0;
   if (a->progress) protobuf_c_message_free_unpacked(&a->progress->base, NULL);
   a->progress = NULL;
   write_report(a);
