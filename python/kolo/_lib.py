@@ -109,6 +109,10 @@ _SIGNATURES = {
     "kolo_comm_error_message": (None, [_P, c_char_p, _SZ]),
     "kolo_comm_use_cuda": (c_int, [_P, c_int]),
     "kolo_comm_destroy": (None, [_P]),
+    "kolo_listener_create": (c_int, [c_char_p, _PP]),
+    "kolo_listener_address": (c_int, [_P, c_char_p, _SZ]),
+    "kolo_listener_destroy": (None, [_P]),
+    "kolo_broadcast": (c_int, [_P, _P, _SZ, c_int, c_int]),
     # non-blocking operations (kolo.h)
     "kolo_allreduce_async": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _PP]),
     "kolo_allgather_async": (c_int, [_P, _P, _SZ, _P, _SZ, _SZP, c_int, _PP]),

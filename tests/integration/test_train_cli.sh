@@ -29,7 +29,23 @@ expect_error() {
 expect_error "unknown flag" "unknown or incomplete option" "$TRAIN" --bogus
 expect_error "bad model" "want mlp, lenet or logreg" "$TRAIN" --model resnet
 expect_error "bad batch" "batch must be" "$TRAIN" --batch 0
-expect_error "bad mode" "want sync or async" "$TRAIN" --mode sometimes
+expect_error "bad mode" "want sync, async, local_sgd or diloco" "$TRAIN" --mode sometimes
+expect_error "setting of another mode" "--outer-lr: only for --mode diloco, not async" \
+  "$TRAIN" --mode async --outer-lr 0.5
+expect_error "setting without its mode" "--max-staleness: only for --mode async, not sync" \
+  "$TRAIN" --max-staleness 2
+expect_error "bad outer momentum" "--outer-momentum must be in \[0, 1)" \
+  "$TRAIN" --mode diloco --outer-momentum 1.5
+# without --mode the job's KOLO_MODE* environment names the mode (kolo_mode_from_env)
+expect_error "bad mode in the environment" "KOLO_MODE" env KOLO_MODE=sometimes "$TRAIN"
+expect_error "flag of another mode than the environment's" \
+  "--outer-lr: only for --mode diloco, not async" env KOLO_MODE=ASYNC "$TRAIN" --outer-lr 0.5
+if env KOLO_MODE=DILOCO KOLO_MODE_SYNC_EVERY=4 "$TRAIN" --steps 8 --no-eval --json --quiet \
+  >"$WORK/out" 2>&1 && grep -q '"event":"done".*"mode":"diloco"' "$WORK/out"; then
+  pass "the environment's mode"
+else
+  fail "KOLO_MODE=DILOCO did not run diloco:"; cat "$WORK/out"
+fi
 expect_error "bad lr" "--lr" "$TRAIN" --lr -1
 expect_error "bad boolean" "not a boolean" "$TRAIN" --json=maybe
 expect_error "logreg with hidden layers" "no hidden layers" "$TRAIN" --model logreg --hidden 12

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Training-throughput benchmark of kolo-train: samples/s for 1 worker and for 2
-# workers (kolorun, TCP ring on 127.0.0.1) in SYNC and ASYNC mode, and the
+# workers (kolorun, TCP ring on 127.0.0.1) in SYNC, ASYNC, LOCAL_SGD and DILOCO mode, and the
 # scaling efficiency = 2-worker total / (2 x 1-worker). Each figure is the
 # median of REPEAT runs. Usage:
 #   worker/train/bench_train.sh [--build DIR] [--models "mlp lenet"] [--steps N]
@@ -41,8 +41,9 @@ trap 'rm -f "$OUT"' EXIT
 run_one() {
   local np="$1" mode="$2" model="$3"
   local args=(--dataset "$DATASET" --model "$model" --hidden 256,128 --steps "$STEPS"
-              --batch "$BATCH" --mode "$mode" --average-every "$AVERAGE_EVERY" --no-eval
-              --json --quiet)
+              --batch "$BATCH" --mode "$mode" --no-eval --json --quiet)
+  # --average-every is for the modes that average models, not SYNC
+  [ "$mode" = sync ] || args+=(--average-every "$AVERAGE_EVERY")
   if [ "$np" -eq 1 ]; then
     "$TRAIN" "${args[@]}" >"$OUT"
   else
@@ -58,14 +59,14 @@ median_of() {
   printf '%s\n' "${values[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 
-printf '%-6s %-6s %12s %12s %12s %10s\n' model mode "1w samples/s" "2w total" "2w/worker" efficiency
+printf '%-6s %-9s %12s %12s %12s %10s\n' model mode "1w samples/s" "2w total" "2w/worker" efficiency
 for model in $MODELS; do
   one="$(median_of 1 sync "$model")"
-  for mode in sync async; do
+  for mode in sync async local_sgd diloco; do
     two="$(median_of 2 "$mode" "$model")"
     eff="$(awk -v a="$one" -v b="$two" 'BEGIN { printf "%.1f", 100 * b / (2 * a) }')"
     per="$(awk -v b="$two" 'BEGIN { printf "%.0f", b / 2 }')"
-    printf '%-6s %-6s %12.0f %12.0f %12s %9s%%\n' "$model" "$mode" "$one" "$two" "$per" "$eff"
+    printf '%-6s %-9s %12.0f %12.0f %12s %9s%%\n' "$model" "$mode" "$one" "$two" "$per" "$eff"
     if [ "$JSON" -eq 1 ]; then
       printf '{"model":"%s","mode":"%s","batch":%s,"steps":%s,"one_worker":%s,"two_workers":%s,"efficiency_pct":%s}\n' \
         "$model" "$mode" "$BATCH" "$STEPS" "$one" "$two" "$eff"

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kolo/mode.h"
 #include "worker/train/model.h"
 
 /* getopt_long keeps its position in globals: one parse at a time. */
@@ -41,22 +42,132 @@ void kolo_train_config_defaults(kolo_train_config *c) {
   kolo_train_optim_defaults(&c->optim);
   c->mode = KOLO_TRAIN_SYNC;
   c->average_every = 8;
+  c->max_staleness = 1;
+  c->outer_lr = 1.0f;
+  c->compression = KOLO_TRAIN_COMPRESS_NONE;
+  c->fragments = 1;
   c->seed = 1;
   c->eval = 1;
   c->log_every = 100;
   c->commit_every = 10;
 }
 
+static const char *const mode_names[] = {NULL, "sync", "async", "local_sgd", "diloco"};
+static const char *const compression_names[] = {"none", "fp16", "int8"};
+
 kolo_status kolo_train_mode_parse(const char *name, kolo_train_mode *mode) {
   if (!name || !mode) return KOLO_ERR_INVALID_ARG;
-  if (strcasecmp(name, "sync") == 0) {
-    *mode = KOLO_TRAIN_SYNC;
-  } else if (strcasecmp(name, "async") == 0) {
-    *mode = KOLO_TRAIN_ASYNC;
-  } else {
-    return KOLO_ERR_INVALID_ARG;
+  for (int m = KOLO_TRAIN_SYNC; m <= KOLO_TRAIN_DILOCO; m++) {
+    if (strcasecmp(name, mode_names[m]) == 0 ||
+        (m == KOLO_TRAIN_LOCAL_SGD && strcasecmp(name, "local-sgd") == 0)) {
+      *mode = (kolo_train_mode)m;
+      return KOLO_OK;
+    }
   }
-  return KOLO_OK;
+  return KOLO_ERR_INVALID_ARG;
+}
+
+const char *kolo_train_mode_name(kolo_train_mode mode) {
+  return mode >= KOLO_TRAIN_SYNC && mode <= KOLO_TRAIN_DILOCO ? mode_names[mode] : NULL;
+}
+
+kolo_status kolo_train_compression_parse(const char *name, kolo_train_compression *out) {
+  if (!name || !out) return KOLO_ERR_INVALID_ARG;
+  for (int k = 0; k <= KOLO_TRAIN_COMPRESS_INT8; k++) {
+    if (strcasecmp(name, compression_names[k]) == 0) {
+      *out = (kolo_train_compression)k;
+      return KOLO_OK;
+    }
+  }
+  return KOLO_ERR_INVALID_ARG;
+}
+
+const char *kolo_train_compression_name(kolo_train_compression compression) {
+  return compression <= KOLO_TRAIN_COMPRESS_INT8 ? compression_names[compression] : NULL;
+}
+
+/* The flag of each KOLO_TRAIN_GIVEN_* bit after the mode's, the modes that
+ * use it (bit per mode) and what to say about the others. */
+static const struct mode_setting {
+  unsigned bit;
+  const char *flag;
+  unsigned modes; /* 1 << kolo_train_mode */
+  const char *which;
+} mode_settings[] = {
+    {KOLO_TRAIN_GIVEN_AVERAGE_EVERY, "--average-every",
+     1u << KOLO_TRAIN_ASYNC | 1u << KOLO_TRAIN_LOCAL_SGD | 1u << KOLO_TRAIN_DILOCO,
+     "async, local_sgd or diloco"},
+    {KOLO_TRAIN_GIVEN_MAX_STALENESS, "--max-staleness", 1u << KOLO_TRAIN_ASYNC, "async"},
+    {KOLO_TRAIN_GIVEN_OUTER_LR, "--outer-lr", 1u << KOLO_TRAIN_DILOCO, "diloco"},
+    {KOLO_TRAIN_GIVEN_OUTER_MOMENTUM, "--outer-momentum", 1u << KOLO_TRAIN_DILOCO, "diloco"},
+    {KOLO_TRAIN_GIVEN_NESTEROV, "--nesterov", 1u << KOLO_TRAIN_DILOCO, "diloco"},
+    {KOLO_TRAIN_GIVEN_COMPRESSION, "--compression",
+     1u << KOLO_TRAIN_LOCAL_SGD | 1u << KOLO_TRAIN_DILOCO, "local_sgd or diloco"},
+    {KOLO_TRAIN_GIVEN_FRAGMENTS, "--fragments",
+     1u << KOLO_TRAIN_LOCAL_SGD | 1u << KOLO_TRAIN_DILOCO, "local_sgd or diloco"},
+};
+
+int kolo_train_mode_resolve(kolo_train_config *c, char *why, size_t why_len) {
+  const char *name = kolo_train_mode_name(c->mode);
+  if (name == NULL) return kolo_train_mode_check(c, why, why_len);
+  for (size_t i = 0; i < sizeof mode_settings / sizeof mode_settings[0]; i++) {
+    const struct mode_setting *m = &mode_settings[i];
+    if ((c->mode_given & m->bit) && !(m->modes & (1u << c->mode))) {
+      snprintf(why, why_len, "%s: only for --mode %s, not %s%s", m->flag, m->which, name,
+               c->mode == KOLO_TRAIN_LOCAL_SGD ? " (outer lr 1, momentum 0)" : "");
+      return -1;
+    }
+  }
+  unsigned given = c->mode_given;
+  if (!(given & KOLO_TRAIN_GIVEN_MAX_STALENESS)) c->max_staleness = 1;
+  int diloco = c->mode == KOLO_TRAIN_DILOCO;
+  if (!(given & KOLO_TRAIN_GIVEN_OUTER_LR)) c->outer_lr = diloco ? 0.7f : 1.0f;
+  if (!(given & KOLO_TRAIN_GIVEN_OUTER_MOMENTUM)) c->outer_momentum = diloco ? 0.9f : 0.0f;
+  if (!(given & KOLO_TRAIN_GIVEN_NESTEROV)) c->nesterov = diloco;
+  if (!(given & KOLO_TRAIN_GIVEN_COMPRESSION)) c->compression = KOLO_TRAIN_COMPRESS_NONE;
+  if (!(given & KOLO_TRAIN_GIVEN_FRAGMENTS)) c->fragments = 1;
+  return kolo_train_mode_check(c, why, why_len);
+}
+
+int kolo_train_mode_check(kolo_train_config *c, char *why, size_t why_len) {
+  if (kolo_train_mode_name(c->mode) == NULL) {
+    snprintf(why, why_len, "--mode: unknown mode %d", (int)c->mode);
+    return -1;
+  }
+  int outer = c->mode == KOLO_TRAIN_LOCAL_SGD || c->mode == KOLO_TRAIN_DILOCO;
+  if (c->mode != KOLO_TRAIN_ASYNC) c->max_staleness = 1;
+  if (c->mode != KOLO_TRAIN_DILOCO) { /* LOCAL_SGD is DILOCO with these */
+    c->outer_lr = 1.0f;
+    c->outer_momentum = 0.0f;
+    c->nesterov = 0;
+  }
+  if (!outer) {
+    c->compression = KOLO_TRAIN_COMPRESS_NONE;
+    c->fragments = 1;
+  }
+  if (c->average_every == 0) {
+    snprintf(why, why_len, "--average-every must be >= 1");
+  } else if (c->max_staleness < 1 || c->max_staleness > KOLO_MODE_MAX_STALENESS) {
+    snprintf(why, why_len, "--max-staleness must be 1..%u (averaging rounds outstanding)",
+             KOLO_MODE_MAX_STALENESS);
+  } else if (!(c->outer_lr > 0.0f && c->outer_lr <= (float)KOLO_MODE_MAX_OUTER_LR)) {
+    snprintf(why, why_len, "--outer-lr must be in (0, %g]", KOLO_MODE_MAX_OUTER_LR);
+  } else if (!(c->outer_momentum >= 0.0f && c->outer_momentum < 1.0f)) {
+    snprintf(why, why_len, "--outer-momentum must be in [0, 1)");
+  } else if (c->nesterov != 0 && c->nesterov != 1) {
+    snprintf(why, why_len, "--nesterov must be 0 or 1");
+  } else if (kolo_train_compression_name(c->compression) == NULL) {
+    snprintf(why, why_len, "--compression: unknown kind %d", (int)c->compression);
+  } else if (c->fragments < 1 || c->fragments > KOLO_MODE_MAX_FRAGMENTS ||
+             (c->fragments > 1 && c->fragments > c->average_every)) {
+    snprintf(why, why_len,
+             "--fragments must be 1..%u and at most --average-every (%llu): each fragment is "
+             "synced at its own step of the round",
+             KOLO_MODE_MAX_FRAGMENTS, (unsigned long long)c->average_every);
+  } else {
+    return 0;
+  }
+  return -1;
 }
 
 int kolo_train_dataset_name_valid(const char *name) {
@@ -129,6 +240,13 @@ enum {
   OPT_WEIGHT_DECAY,
   OPT_MODE,
   OPT_AVERAGE_EVERY,
+  OPT_MAX_STALENESS,
+  OPT_OUTER_LR,
+  OPT_OUTER_MOMENTUM,
+  OPT_NESTEROV,
+  OPT_COMPRESSION,
+  OPT_FRAGMENTS,
+  OPT_STEP_DELAY,
   OPT_SEED,
   OPT_CKPT_DIR,
   OPT_CKPT_EVERY,
@@ -159,6 +277,13 @@ static const struct option options[] = {
     {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
     {"mode", required_argument, NULL, OPT_MODE},
     {"average-every", required_argument, NULL, OPT_AVERAGE_EVERY},
+    {"max-staleness", required_argument, NULL, OPT_MAX_STALENESS},
+    {"outer-lr", required_argument, NULL, OPT_OUTER_LR},
+    {"outer-momentum", required_argument, NULL, OPT_OUTER_MOMENTUM},
+    {"nesterov", optional_argument, NULL, OPT_NESTEROV},
+    {"compression", required_argument, NULL, OPT_COMPRESSION},
+    {"fragments", required_argument, NULL, OPT_FRAGMENTS},
+    {"step-delay-ms", required_argument, NULL, OPT_STEP_DELAY},
     {"seed", required_argument, NULL, OPT_SEED},
     {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
@@ -172,6 +297,57 @@ static const struct option options[] = {
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
+
+/* One of the mode's settings (the mode is checked against them at the end). */
+static int parse_mode_setting(int opt, const char *s, kolo_train_config *c,
+                              kolo_train_flag_error *e) {
+  uint64_t v = 0;
+  switch (opt) {
+    case OPT_AVERAGE_EVERY:
+      if (parse_u64(e, "--average-every", s, &c->average_every) || c->average_every == 0) {
+        fail(e, "--average-every must be >= 1");
+        return -1;
+      }
+      c->mode_given |= KOLO_TRAIN_GIVEN_AVERAGE_EVERY;
+      return 0;
+    case OPT_MAX_STALENESS:
+      if (parse_u64(e, "--max-staleness", s, &v) || v < 1 || v > KOLO_MODE_MAX_STALENESS) {
+        fail(e, "--max-staleness must be 1..%u (averaging rounds outstanding)",
+             KOLO_MODE_MAX_STALENESS);
+        return -1;
+      }
+      c->max_staleness = (uint32_t)v;
+      c->mode_given |= KOLO_TRAIN_GIVEN_MAX_STALENESS;
+      return 0;
+    case OPT_OUTER_LR:
+      if (parse_float(e, "--outer-lr", s, &c->outer_lr, 1e-12f)) return -1;
+      c->mode_given |= KOLO_TRAIN_GIVEN_OUTER_LR;
+      return 0;
+    case OPT_OUTER_MOMENTUM:
+      if (parse_float(e, "--outer-momentum", s, &c->outer_momentum, 0.0f)) return -1;
+      c->mode_given |= KOLO_TRAIN_GIVEN_OUTER_MOMENTUM;
+      return 0;
+    case OPT_NESTEROV:
+      if (parse_bool(e, "--nesterov", s, &c->nesterov)) return -1;
+      c->mode_given |= KOLO_TRAIN_GIVEN_NESTEROV;
+      return 0;
+    case OPT_COMPRESSION:
+      if (kolo_train_compression_parse(s, &c->compression) != KOLO_OK) {
+        fail(e, "--compression: '%s' (want none, fp16 or int8)", s);
+        return -1;
+      }
+      c->mode_given |= KOLO_TRAIN_GIVEN_COMPRESSION;
+      return 0;
+    default: /* OPT_FRAGMENTS */
+      if (parse_u64(e, "--fragments", s, &v) || v < 1 || v > KOLO_MODE_MAX_FRAGMENTS) {
+        fail(e, "--fragments must be 1..%u", KOLO_MODE_MAX_FRAGMENTS);
+        return -1;
+      }
+      c->fragments = (uint32_t)v;
+      c->mode_given |= KOLO_TRAIN_GIVEN_FRAGMENTS;
+      return 0;
+  }
+}
 
 static int parse_locked(int argc, char **argv, kolo_train_config *c, uint64_t *threads,
                         kolo_train_flag_error *e) {
@@ -264,15 +440,26 @@ static int parse_locked(int argc, char **argv, kolo_train_config *c, uint64_t *t
         break;
       case OPT_MODE:
         if (kolo_train_mode_parse(optarg, &c->mode) != KOLO_OK) {
-          fail(e, "--mode: '%s' (want sync or async)", optarg);
+          fail(e, "--mode: '%s' (want sync, async, local_sgd or diloco)", optarg);
           return -1;
         }
+        c->mode_given |= KOLO_TRAIN_GIVEN_MODE;
         break;
       case OPT_AVERAGE_EVERY:
-        if (parse_u64(e, "--average-every", optarg, &c->average_every) || c->average_every == 0) {
-          fail(e, "--average-every must be >= 1");
+      case OPT_MAX_STALENESS:
+      case OPT_OUTER_LR:
+      case OPT_OUTER_MOMENTUM:
+      case OPT_NESTEROV:
+      case OPT_COMPRESSION:
+      case OPT_FRAGMENTS:
+        if (parse_mode_setting(opt, optarg, c, e)) return -1;
+        break;
+      case OPT_STEP_DELAY:
+        if (parse_u64(e, "--step-delay-ms", optarg, &v) || v > 60000) {
+          fail(e, "--step-delay-ms must be 0..60000");
           return -1;
         }
+        c->step_delay_us = (uint32_t)(v * 1000);
         break;
       case OPT_SEED:
         if (parse_u64(e, "--seed", optarg, &c->seed)) return -1;
@@ -332,6 +519,10 @@ static int parse_locked(int argc, char **argv, kolo_train_config *c, uint64_t *t
     fail(e, "one of --epochs or --steps must be > 0");
     return -1;
   }
+  /* without --mode the environment may still name one (main.c): checked then */
+  if ((c->mode_given & KOLO_TRAIN_GIVEN_MODE) &&
+      kolo_train_mode_resolve(c, e->message, sizeof e->message))
+    return -1;
   return 0;
 }
 

@@ -43,8 +43,17 @@ static void usage(FILE *f) {
           "  --optimizer sgd|adam       (default sgd)\n"
           "  --momentum X               SGD momentum (default 0.9)\n"
           "  --weight-decay X           L2 weight decay (default 0)\n"
-          "  --mode sync|async          gradient all-reduce per step, or model averaging\n"
-          "  --average-every K          ASYNC: steps between model averages (default 8)\n"
+          "  --mode M                   sync|async|local_sgd|diloco (default KOLO_MODE or\n"
+          "                             sync): how replicas are kept together\n"
+          "  --average-every K          ASYNC: steps between model averages;\n"
+          "                             LOCAL_SGD/DILOCO: inner steps H (default 8)\n"
+          "  --max-staleness N          ASYNC: averaging rounds outstanding (default 1)\n"
+          "  --outer-lr X               DILOCO: outer learning rate (default 0.7)\n"
+          "  --outer-momentum X         DILOCO: outer momentum in [0, 1) (default 0.9)\n"
+          "  --nesterov 0|1             DILOCO: Nesterov outer momentum (default 1)\n"
+          "  --compression C            LOCAL_SGD/DILOCO: none|fp16|int8 (default none)\n"
+          "  --fragments F              LOCAL_SGD/DILOCO: staggered fragments (default 1)\n"
+          "  --step-delay-ms MS         sleep after every step (a deliberately slow rank)\n"
           "  --seed N                   data order and initial weights (default 1)\n"
           "  --checkpoint-dir DIR       write checkpoints there; resume from the newest valid\n"
           "  --checkpoint-every M       steps between checkpoints (default: only at the end)\n"
@@ -58,10 +67,71 @@ static void usage(FILE *f) {
           "Distributed: run under kolorun (or kolo-worker); KOLO_SIZE etc. come from it.\n");
 }
 
+/* The mode's values are the C API's (include/kolo/mode.h), so a kolo_mode
+ * converts to and from kolo_train_mode as it is. */
+_Static_assert(KOLO_TRAIN_SYNC == (int)KOLO_MODE_SYNC && KOLO_TRAIN_ASYNC == (int)KOLO_MODE_ASYNC &&
+                   KOLO_TRAIN_LOCAL_SGD == (int)KOLO_MODE_LOCAL_SGD &&
+                   KOLO_TRAIN_DILOCO == (int)KOLO_MODE_DILOCO,
+               "kolo_train_mode is kolo_mode");
+_Static_assert(KOLO_TRAIN_COMPRESS_NONE == (int)KOLO_COMPRESSION_NONE &&
+                   KOLO_TRAIN_COMPRESS_FP16 == (int)KOLO_COMPRESSION_FP16 &&
+                   KOLO_TRAIN_COMPRESS_INT8 == (int)KOLO_COMPRESSION_INT8,
+               "kolo_train_compression is kolo_compression");
+
+/* Takes the settings the environment's mode uses from spec, except those the
+ * command line gave (a flag wins over the job's environment). */
+static void apply_mode_spec(kolo_train_config *c, const kolo_mode_spec *spec) {
+  unsigned given = c->mode_given, from_env = 0;
+  int outer = spec->mode == KOLO_MODE_LOCAL_SGD || spec->mode == KOLO_MODE_DILOCO;
+  c->mode = (kolo_train_mode)spec->mode;
+  if (spec->mode != KOLO_MODE_SYNC && !(given & KOLO_TRAIN_GIVEN_AVERAGE_EVERY)) {
+    c->average_every = spec->sync_every;
+    from_env |= KOLO_TRAIN_GIVEN_AVERAGE_EVERY;
+  }
+  if (spec->mode == KOLO_MODE_ASYNC && !(given & KOLO_TRAIN_GIVEN_MAX_STALENESS)) {
+    c->max_staleness = spec->max_staleness;
+    from_env |= KOLO_TRAIN_GIVEN_MAX_STALENESS;
+  }
+  if (spec->mode == KOLO_MODE_DILOCO) {
+    if (!(given & KOLO_TRAIN_GIVEN_OUTER_LR)) c->outer_lr = (float)spec->outer_lr;
+    if (!(given & KOLO_TRAIN_GIVEN_OUTER_MOMENTUM)) c->outer_momentum = (float)spec->outer_momentum;
+    if (!(given & KOLO_TRAIN_GIVEN_NESTEROV)) c->nesterov = spec->nesterov;
+    from_env |=
+        KOLO_TRAIN_GIVEN_OUTER_LR | KOLO_TRAIN_GIVEN_OUTER_MOMENTUM | KOLO_TRAIN_GIVEN_NESTEROV;
+  }
+  if (outer && !(given & KOLO_TRAIN_GIVEN_COMPRESSION)) {
+    c->compression = (kolo_train_compression)spec->compression;
+    from_env |= KOLO_TRAIN_GIVEN_COMPRESSION;
+  }
+  if (outer && !(given & KOLO_TRAIN_GIVEN_FRAGMENTS)) {
+    c->fragments = spec->fragments;
+    from_env |= KOLO_TRAIN_GIVEN_FRAGMENTS;
+  }
+  c->mode_given |= from_env;
+}
+
+/* Without --mode: the mode of the environment (KOLO_MODE*, read by
+ * kolo_mode_from_env; none: SYNC) with the settings the command line did not
+ * give, then the check of every setting against it. 0, or -1 with why. */
+static int resolve_mode(kolo_train_config *config, char *why, size_t why_len) {
+  if (config->mode_given & KOLO_TRAIN_GIVEN_MODE) return 0; /* checked by the parser */
+  const char *env = getenv("KOLO_MODE");
+  if (env && *env) {
+    kolo_mode_spec spec;
+    char err[200] = "";
+    if (kolo_mode_from_env(&spec, err, sizeof err) != KOLO_OK) {
+      snprintf(why, why_len, "the job's mode (environment): %s", err);
+      return -1;
+    }
+    apply_mode_spec(config, &spec);
+  }
+  return kolo_train_mode_resolve(config, why, why_len);
+}
+
 #ifndef KOLO_TRAIN_NO_COMM
 /* The job mode (include/kolo/mode.h) this run trains in, as the agent checks it. */
 static kolo_mode job_mode(const kolo_train_config *config) {
-  return config->mode == KOLO_TRAIN_ASYNC ? KOLO_MODE_ASYNC : KOLO_MODE_SYNC;
+  return (kolo_mode)config->mode; /* the same values (checked above) */
 }
 #endif
 
@@ -77,6 +147,10 @@ int main(int argc, char **argv) {
       return 0;
     }
     /* one line, last on stderr: it is what a failed job's message shows */
+    fprintf(stderr, "kolo-train: %s (usage: kolo-train --help)\n", flag_error.message);
+    return KOLO_TRAIN_EXIT_USAGE;
+  }
+  if (resolve_mode(&config, flag_error.message, sizeof flag_error.message) != 0) {
     fprintf(stderr, "kolo-train: %s (usage: kolo-train --help)\n", flag_error.message);
     return KOLO_TRAIN_EXIT_USAGE;
   }
@@ -152,8 +226,8 @@ int main(int argc, char **argv) {
            "\"samples_per_sec_worker\":%.1f,\"samples_per_sec_total\":%.1f}",
            (unsigned long long)r.steps, (unsigned long long)r.total_steps,
            (unsigned long long)r.epochs, (unsigned long long)r.resumed_step, size,
-           r.reconfigurations, config.mode == KOLO_TRAIN_ASYNC ? "async" : "sync", r.last_loss,
-           r.test_accuracy, r.test_accuracy, r.test_loss, r.seconds, r.samples_per_second_worker,
+           r.reconfigurations, kolo_train_mode_name(config.mode), r.last_loss, r.test_accuracy,
+           r.test_accuracy, r.test_loss, r.seconds, r.samples_per_second_worker,
            r.samples_per_second_total);
 #ifndef KOLO_TRAIN_NO_COMM
   if (elastic) kolo_elastic_report(elastic, done);

@@ -36,6 +36,12 @@ static uint64_t settings_of(const kolo_train_schedule_input *in) {
   MIX(h, (uint32_t)(in->scale_lr != 0));
   MIX(h, in->mode);
   MIX(h, in->average_every);
+  MIX(h, in->max_staleness);
+  MIX(h, in->outer_lr);
+  MIX(h, in->outer_momentum);
+  MIX(h, in->nesterov);
+  MIX(h, in->compression);
+  MIX(h, in->fragments);
   MIX(h, in->steps);
   MIX(h, in->epochs);
   const char *model = in->model ? in->model : "";

@@ -2,7 +2,7 @@
  * model together -- the global batch (the window of the permutation one
  * micro-batch takes), windows per optimizer step, where an epoch ends, the
  * learning rate and its scale, and a fingerprint of every other setting that
- * changes the optimisation (optimizer, limits, mode, per-worker batch, model,
+ * changes the optimisation (optimizer, limits, mode and its settings, per-worker batch, model,
  * state layout; the seed is in the state and comes from rank 0). It is derived
  * once, when the run starts, from the settings and the size of the first ring;
  * in an elastic run it is registered with the committed state, so a newcomer
@@ -43,7 +43,10 @@ typedef struct kolo_train_schedule_input {
   int scale_lr;
   uint32_t mode;
   uint64_t average_every, steps, epochs; /* (the seed travels in the state, from rank 0) */
-  const char *model;                     /* the model's description ("mlp:784-128-10") */
+  /* the mode's settings (trainer.h; unused ones are their defaults) */
+  uint32_t max_staleness, nesterov, compression, fragments;
+  float outer_lr, outer_momentum;
+  const char *model; /* the model's description ("mlp:784-128-10") */
 } kolo_train_schedule_input;
 
 /* The schedule a run starting on a ring of workers ranks derives. */

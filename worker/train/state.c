@@ -20,12 +20,20 @@ struct kolo_train_state {
 
 kolo_status kolo_train_state_create(const char *model, uint32_t optimizer, size_t param_count,
                                     size_t optim_count, kolo_train_state **out) {
-  if (!model || !out || strlen(model) >= sizeof(((kolo_train_state_header *)0)->model)) {
+  return kolo_train_state_create_flags(model, optimizer, param_count, optim_count, 0, out);
+}
+
+kolo_status kolo_train_state_create_flags(const char *model, uint32_t optimizer, size_t param_count,
+                                          size_t optim_count, uint32_t flags,
+                                          kolo_train_state **out) {
+  if (!model || !out || strlen(model) >= sizeof(((kolo_train_state_header *)0)->model) ||
+      (flags & ~KOLO_TRAIN_STATE_OUTER)) {
     return KOLO_ERR_INVALID_ARG;
   }
   kolo_train_state *s = calloc(1, sizeof *s);
   if (!s) return KOLO_ERR_NO_MEMORY;
-  s->size = sizeof(kolo_train_state_header) + (param_count + optim_count) * sizeof(float);
+  size_t outer = flags & KOLO_TRAIN_STATE_OUTER ? 2 * param_count : 0;
+  s->size = sizeof(kolo_train_state_header) + (param_count + optim_count + outer) * sizeof(float);
   s->blob = calloc(1, s->size);
   if (!s->blob) {
     free(s);
@@ -34,6 +42,7 @@ kolo_status kolo_train_state_create(const char *model, uint32_t optimizer, size_
   kolo_train_state_header *h = s->blob;
   strcpy(h->model, model);
   h->optimizer = optimizer;
+  h->flags = flags;
   h->param_count = param_count;
   h->optim_count = optim_count;
   *out = s;
@@ -56,6 +65,17 @@ float *kolo_train_state_params(kolo_train_state *s) {
 
 float *kolo_train_state_optim(kolo_train_state *s) {
   return kolo_train_state_params(s) + kolo_train_state_header_of(s)->param_count;
+}
+
+float *kolo_train_state_round_start(kolo_train_state *s) {
+  const kolo_train_state_header *h = kolo_train_state_header_of(s);
+  if (!(h->flags & KOLO_TRAIN_STATE_OUTER)) return NULL;
+  return kolo_train_state_optim(s) + h->optim_count;
+}
+
+float *kolo_train_state_outer_momentum(kolo_train_state *s) {
+  float *start = kolo_train_state_round_start(s);
+  return start ? start + kolo_train_state_header_of(s)->param_count : NULL;
 }
 
 void *kolo_train_state_data(kolo_train_state *s) {
@@ -95,10 +115,13 @@ kolo_status kolo_train_state_load(kolo_train_state *s, const void *data, size_t 
   const kolo_train_state_header *mine = s->blob;
   if (memchr(in.model, 0, sizeof in.model) == NULL) return KOLO_ERR_CORRUPT;
   if (strcmp(in.model, mine->model) != 0 || in.optimizer != mine->optimizer ||
-      in.param_count != mine->param_count || in.optim_count != mine->optim_count) {
-    KOLO_LOGE("train", "state is for %s/%u (%llu params), this run is %s/%u (%llu params)",
-              in.model, in.optimizer, (unsigned long long)in.param_count, mine->model,
-              mine->optimizer, (unsigned long long)mine->param_count);
+      in.param_count != mine->param_count || in.optim_count != mine->optim_count ||
+      in.flags != mine->flags) {
+    KOLO_LOGE("train", "state is for %s/%u (%llu params%s), this run is %s/%u (%llu params%s)",
+              in.model, in.optimizer, (unsigned long long)in.param_count,
+              in.flags & KOLO_TRAIN_STATE_OUTER ? ", outer optimizer" : "", mine->model,
+              mine->optimizer, (unsigned long long)mine->param_count,
+              mine->flags & KOLO_TRAIN_STATE_OUTER ? ", outer optimizer" : "");
     return KOLO_ERR_INVALID_ARG;
   }
   if (size != s->size) return KOLO_ERR_CORRUPT;

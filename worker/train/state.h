@@ -12,11 +12,15 @@
 
 /* The blob starts with this header (fixed-width fields, host byte order --
  * little-endian on every machine kolo targets), then param_count floats of
- * parameters, then optim_count floats of optimizer state. */
+ * parameters, then optim_count floats of optimizer state, then, with
+ * KOLO_TRAIN_STATE_OUTER in flags, the outer optimizer's state of LOCAL_SGD
+ * and DILOCO: param_count floats of the round's start parameters and
+ * param_count floats of outer momentum. */
+#define KOLO_TRAIN_STATE_OUTER 1u
 typedef struct kolo_train_state_header {
   char model[96];     /* model description ("mlp:784-256-10"); a restore must match */
   uint32_t optimizer; /* kolo_train_optim_kind */
-  uint32_t flags;     /* reserved, 0 */
+  uint32_t flags;     /* KOLO_TRAIN_STATE_OUTER or 0 */
   uint64_t param_count;
   uint64_t optim_count;
   uint64_t step;         /* optimizer steps completed */
@@ -32,11 +36,18 @@ typedef struct kolo_train_state kolo_train_state;
  * optim_count floats of state. */
 kolo_status kolo_train_state_create(const char *model, uint32_t optimizer, size_t param_count,
                                     size_t optim_count, kolo_train_state **out);
+/* The same with flags (KOLO_TRAIN_STATE_OUTER: room for the outer state). */
+kolo_status kolo_train_state_create_flags(const char *model, uint32_t optimizer, size_t param_count,
+                                          size_t optim_count, uint32_t flags,
+                                          kolo_train_state **out);
 void kolo_train_state_destroy(kolo_train_state *state);
 
 kolo_train_state_header *kolo_train_state_header_of(kolo_train_state *state);
 float *kolo_train_state_params(kolo_train_state *state);
 float *kolo_train_state_optim(kolo_train_state *state);
+/* The round's start parameters and the outer momentum; NULL without KOLO_TRAIN_STATE_OUTER. */
+float *kolo_train_state_round_start(kolo_train_state *state);
+float *kolo_train_state_outer_momentum(kolo_train_state *state);
 
 /* The flat serialisation: the blob itself (valid as long as the state). */
 void *kolo_train_state_data(kolo_train_state *state);
@@ -49,7 +60,7 @@ size_t kolo_train_state_size(const kolo_train_state *state);
 uint32_t kolo_train_state_checksum(const kolo_train_state *state);
 
 /* Replaces the state with a serialisation after checking that it describes
- * the same model, optimizer and sizes; KOLO_ERR_INVALID_ARG / KOLO_ERR_CORRUPT
+ * the same model, optimizer, sizes and flags; KOLO_ERR_INVALID_ARG / KOLO_ERR_CORRUPT
  * otherwise, leaving the state untouched. */
 kolo_status kolo_train_state_load(kolo_train_state *state, const void *data, size_t size);
 

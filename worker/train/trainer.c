@@ -1,8 +1,10 @@
 /* kolo_train_trainer: the training loop. Data position is an offset into the
  * epoch's shared permutation; each micro-batch takes a global window of
  * batch * size samples and this rank its strided share (shard.h). SYNC averages
- * the fused gradient buffer every step; ASYNC averages model snapshots in the
- * background every k steps and folds the result in (see docs/TRAINER.md). */
+ * the fused gradient buffer every step; the other modes step on local
+ * gradients and keep the replicas together through rounds.h (ASYNC: background
+ * model averages; LOCAL_SGD/DILOCO: outer steps every H steps). See
+ * docs/TRAINER.md. */
 #include "worker/train/trainer.h"
 
 #include <math.h>
@@ -10,11 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "kolo/engine.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/model.h"
+#include "worker/train/rounds.h"
 #include "worker/train/schedule.h"
 #include "worker/train/shard.h"
 
@@ -36,13 +40,11 @@ struct kolo_train_trainer {
   size_t *index; /* this rank's sample ids of a micro-batch */
   float *x;      /* gathered inputs (max(batch, EVAL_BATCH) samples) */
   int *y;
-  float *snapshot;       /* ASYNC: model snapshot being averaged */
-  float *average;        /* ASYNC: the average arriving */
-  kolo_request *pending; /* ASYNC: the average in flight, or NULL */
-  uint64_t pending_step; /* ASYNC: step at which the pending snapshot was taken */
-  kolo_elastic *elastic; /* borrowed; NULL = a fixed ring or none */
-  int reforms;           /* rings re-formed during this run */
-  size_t global_batch;   /* samples per micro-batch over all ranks: schedule.global_batch */
+  kolo_train_rounds *rounds;          /* the non-SYNC modes' averaging (NULL in SYNC) */
+  kolo_train_rounds_stats sync_stats; /* SYNC: its gradient all-reduces */
+  kolo_elastic *elastic;              /* borrowed; NULL = a fixed ring or none */
+  int reforms;                        /* rings re-formed during this run */
+  size_t global_batch; /* samples per micro-batch over all ranks: schedule.global_batch */
   kolo_train_model_spec spec;
   size_t capacity;              /* samples the model and the batch buffers hold */
   kolo_train_schedule schedule; /* the ring's schedule (registered with the elastic state) */
@@ -147,6 +149,12 @@ static void derive_schedule(kolo_train_trainer *t) {
                                   .scale_lr = c->scale_lr,
                                   .mode = (uint32_t)c->mode,
                                   .average_every = c->average_every,
+                                  .max_staleness = c->max_staleness,
+                                  .nesterov = (uint32_t)c->nesterov,
+                                  .compression = (uint32_t)c->compression,
+                                  .fragments = c->fragments,
+                                  .outer_lr = c->outer_lr,
+                                  .outer_momentum = c->outer_momentum,
                                   .steps = c->steps,
                                   .epochs = c->epochs,
                                   .model = kolo_train_model_describe(t->model)};
@@ -312,12 +320,19 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
       !(config->optim.lr > 0.0f)) {
     return KOLO_ERR_INVALID_ARG;
   }
+  kolo_train_config resolved = *config;
+  char why[256];
+  if (kolo_train_mode_check(&resolved, why, sizeof why) != 0) {
+    KOLO_LOGE(LOG_TAG, "%s", why);
+    return KOLO_ERR_INVALID_ARG;
+  }
+  config = &resolved;
 #ifdef KOLO_TRAIN_NO_COMM
   if (comm) return KOLO_ERR_UNSUPPORTED;
 #endif
   kolo_train_trainer *t = calloc(1, sizeof *t);
   if (!t) return KOLO_ERR_NO_MEMORY;
-  t->config = *config;
+  t->config = resolved;
   t->comm = comm;
   t->out = out;
   t->rank = 0;
@@ -364,8 +379,12 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
   }
   t->param_count = kolo_train_model_param_count(t->model);
   t->optim_count = kolo_train_optim_state_count(config->optim.kind, t->param_count);
-  rc = kolo_train_state_create(kolo_train_model_describe(t->model), config->optim.kind,
-                               t->param_count, t->optim_count, &t->state);
+  int outer = config->mode == KOLO_TRAIN_LOCAL_SGD || config->mode == KOLO_TRAIN_DILOCO;
+  rc = kolo_train_state_create_flags(kolo_train_model_describe(t->model), config->optim.kind,
+                                     t->param_count, t->optim_count,
+                                     outer ? KOLO_TRAIN_STATE_OUTER : 0, &t->state);
+  if (rc == KOLO_OK && config->mode != KOLO_TRAIN_SYNC)
+    rc = kolo_train_rounds_create(config, t->param_count, &t->rounds);
   if (rc != KOLO_OK) goto fail;
   kolo_train_model_bind(t->model, kolo_train_state_params(t->state));
   derive_schedule(t);
@@ -378,14 +397,6 @@ kolo_status kolo_train_trainer_create(const kolo_train_config *config, kolo_comm
   if (!t->perm || !t->index || !t->x || !t->y) {
     rc = KOLO_ERR_NO_MEMORY;
     goto fail;
-  }
-  if (config->mode == KOLO_TRAIN_ASYNC) {
-    t->snapshot = malloc(t->param_count * sizeof(float));
-    t->average = malloc(t->param_count * sizeof(float));
-    if (!t->snapshot || !t->average) {
-      rc = KOLO_ERR_NO_MEMORY;
-      goto fail;
-    }
   }
   *trainer = t;
   return KOLO_OK;
@@ -422,11 +433,7 @@ kolo_status kolo_train_trainer_create_elastic(const kolo_train_config *config,
 
 void kolo_train_trainer_destroy(kolo_train_trainer *t) {
   if (!t) return;
-#ifndef KOLO_TRAIN_NO_COMM
-  if (t->pending) {
-    kolo_wait(t->pending); /* buffers must outlive the request */
-  }
-#endif
+  kolo_train_rounds_destroy(t->rounds); /* buffers must outlive the requests */
   kolo_train_model_destroy(t->model);
   kolo_train_state_destroy(t->state);
   kolo_train_data_destroy(t->own_train);
@@ -435,13 +442,20 @@ void kolo_train_trainer_destroy(kolo_train_trainer *t) {
   free(t->index);
   free(t->x);
   free(t->y);
-  free(t->snapshot);
-  free(t->average);
   free(t);
 }
 
 kolo_train_state *kolo_train_trainer_state(kolo_train_trainer *t) {
   return t->state;
+}
+
+void kolo_train_trainer_mode_stats(const kolo_train_trainer *t, kolo_train_rounds_stats *out) {
+  memset(out, 0, sizeof *out);
+  if (t->rounds) {
+    kolo_train_rounds_stats_of(t->rounds, out);
+  } else {
+    *out = t->sync_stats;
+  }
 }
 
 /* ---- evaluation ---- */
@@ -467,58 +481,6 @@ static kolo_status evaluate(kolo_train_trainer *t, double *accuracy, double *los
   *accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
   *loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
   return KOLO_OK;
-}
-
-/* ---- ASYNC model averaging ---- */
-
-#ifndef KOLO_TRAIN_NO_COMM
-/* Folds a completed average in: w <- w + (avg - snapshot), keeping the local
- * progress made since the snapshot on top of the averaged model. */
-static void fold_average(kolo_train_trainer *t) {
-  float *w = kolo_train_state_params(t->state);
-  for (size_t i = 0; i < t->param_count; i++) w[i] += t->average[i] - t->snapshot[i];
-}
-#endif
-
-/* Polls (block = 0) or waits for (block = 1) the pending average; folds it in when done. */
-static kolo_status async_complete(kolo_train_trainer *t, int block) {
-#ifndef KOLO_TRAIN_NO_COMM
-  if (!t->pending) return KOLO_OK;
-  kolo_status rc = KOLO_OK;
-  if (block) {
-    rc = kolo_wait(t->pending);
-    t->pending = NULL;
-  } else {
-    int done = 0;
-    kolo_status st = KOLO_OK;
-    rc = kolo_test(t->pending, &done, &st);
-    if (rc != KOLO_OK) {
-      t->pending = NULL;
-      return rc;
-    }
-    if (!done) return KOLO_OK;
-    t->pending = NULL;
-    rc = st;
-  }
-  if (rc != KOLO_OK) return rc;
-  fold_average(t);
-#else
-  (void)t, (void)block;
-#endif
-  return KOLO_OK;
-}
-
-/* Starts averaging a snapshot of the current model in the background. */
-static kolo_status async_start(kolo_train_trainer *t) {
-#ifndef KOLO_TRAIN_NO_COMM
-  memcpy(t->snapshot, kolo_train_state_params(t->state), t->param_count * sizeof(float));
-  t->pending_step = kolo_train_state_header_of(t->state)->step;
-  return kolo_allreduce_async(t->comm, t->snapshot, t->average, t->param_count, KOLO_FLOAT32,
-                              KOLO_AVG, &t->pending);
-#else
-  (void)t;
-  return KOLO_OK;
-#endif
 }
 
 /* ---- the loop ---- */
@@ -563,14 +525,19 @@ static uint64_t total_steps(const kolo_train_trainer *t) {
 static void report_progress(kolo_train_trainer *t, double loss, double accuracy, double local_rate,
                             double total_rate, double lr) {
   const kolo_train_state_header *h = kolo_train_state_header_of(t->state);
-  char json[512];
+  kolo_train_rounds_stats st;
+  kolo_train_trainer_mode_stats(t, &st);
+  char json[768];
   snprintf(
       json, sizeof json,
       "{\"event\":\"progress\",\"step\":%llu,\"total_steps\":%llu,\"epoch\":%llu,\"loss\":%.6f,"
       "\"train_accuracy\":%.6f,\"lr\":%.6g,\"samples_per_sec_worker\":%.1f,"
-      "\"samples_per_sec_total\":%.1f,\"workers\":%d,\"rank\":%d}",
+      "\"samples_per_sec_total\":%.1f,\"workers\":%d,\"rank\":%d,\"mode\":\"%s\","
+      "\"rounds\":%llu,\"bytes_sent\":%llu,\"staleness\":%u,\"blocked_seconds\":%.3f}",
       (unsigned long long)h->step, (unsigned long long)total_steps(t), (unsigned long long)h->epoch,
-      loss, accuracy, lr, local_rate, total_rate, t->size, t->rank);
+      loss, accuracy, lr, local_rate, total_rate, t->size, t->rank,
+      kolo_train_mode_name(t->config.mode), (unsigned long long)st.rounds,
+      (unsigned long long)st.bytes_sent, (unsigned)st.staleness, st.blocked_seconds);
   report_to_agent(t, json);
   if (!t->out || t->rank != 0 || t->config.quiet) return;
   if (t->config.json) {
@@ -608,6 +575,7 @@ static void report_eval(kolo_train_trainer *t, uint64_t epoch, double accuracy, 
 static kolo_status initial_state(kolo_train_trainer *t, kolo_train_result *r) {
   kolo_train_state_header *h = kolo_train_state_header_of(t->state);
   kolo_train_model_init_params(t->model, t->config.seed);
+  kolo_train_rounds_reset(t->state); /* the first round starts here */
   h->seed = t->config.seed;
   if (t->config.checkpoint_dir && t->rank == 0) {
     char path[4096];
@@ -649,10 +617,7 @@ static int recoverable(kolo_status rc) {
 static kolo_status recover(kolo_train_trainer *t, kolo_status failure) {
 #ifndef KOLO_TRAIN_NO_COMM
   if (!t->elastic || !recoverable(failure)) return failure;
-  if (t->pending) {
-    kolo_wait(t->pending); /* on the failed communicator: completes at once */
-    t->pending = NULL;
-  }
+  if (t->rounds) kolo_train_rounds_drop(t->rounds); /* on the failed communicator: at once */
   kolo_status rc = failure;
   /* the schedule trained with (it never changes in a run), or derived if none yet */
   kolo_train_schedule mine = t->agreed ? t->schedule : t->own;
@@ -698,6 +663,18 @@ static const char *stop_reason(kolo_train_trainer *t) {
   return NULL;
 }
 
+/* Whether to commit after this step: every commit_every steps; LOCAL_SGD and
+ * DILOCO with one fragment only where the replicas are one model (a round's
+ * end), at the first such step commit_every or more steps after the last
+ * commit, so a re-formed ring resumes from a state every rank had. */
+static int commit_due(kolo_train_trainer *t) {
+  uint64_t step = kolo_train_state_header_of(t->state)->step, every = t->config.commit_every;
+  if (every == 0) return 0;
+  if (t->rounds && t->config.fragments == 1 && t->config.mode != KOLO_TRAIN_ASYNC)
+    return kolo_train_rounds_synced_at(t->rounds, step) && step >= t->committed_step + every;
+  return step % every == 0;
+}
+
 /* Commits the state to the elastic context (in memory, no communication). */
 static kolo_status commit_state(kolo_train_trainer *t) {
 #ifndef KOLO_TRAIN_NO_COMM
@@ -712,13 +689,13 @@ static kolo_status commit_state(kolo_train_trainer *t) {
   return KOLO_OK;
 }
 
-/* The end of training: ASYNC replicas are averaged into one model, then the
- * final evaluation (unless the last epoch-end one is of these weights). */
+/* The end of training: the replicas of the other modes become one model (an
+ * ASYNC average, LOCAL_SGD/DILOCO's last outer steps), then the final
+ * evaluation (unless the last epoch-end one is of these weights). */
 static kolo_status finish(kolo_train_trainer *t, int have_eval, kolo_train_result *result) {
-  float *params = kolo_train_state_params(t->state);
-  if (t->config.mode == KOLO_TRAIN_ASYNC && t->comm && t->size > 1) {
-    kolo_status rc = async_complete(t, 1);
-    if (rc == KOLO_OK) rc = comm_average(t, params, t->param_count);
+  if (t->rounds) {
+    kolo_status rc = kolo_train_rounds_finish(t->rounds, t->comm,
+                                              kolo_train_state_header_of(t->state)->step, t->state);
     if (rc != KOLO_OK) return rc;
     have_eval = 0;
   }
@@ -766,7 +743,7 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
     size_t global_batch = t->global_batch;
     float *grads =
         kolo_train_model_grads(t->model); /* the model is rebuilt if a ring needs more room */
-    int async = c->mode == KOLO_TRAIN_ASYNC && t->comm && t->size > 1;
+    int local = t->rounds != NULL;        /* every mode but SYNC steps on local gradients */
     int epoch_ended = 0;
     uint64_t ended_epoch = h->epoch;
     for (size_t micro = 0; micro < c->accumulate; micro++) {
@@ -782,7 +759,7 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
        * window even when ranks' shares differ (size * grad / window, averaged
        * over size ranks); otherwise the mean over this rank's samples */
       float scale = 0.0f;
-      if (got && !async && t->size > 1) {
+      if (got && !local && t->size > 1) {
         scale = (float)t->size / (float)(window * c->accumulate);
       } else if (got) {
         scale = 1.0f / (float)(got * c->accumulate);
@@ -804,8 +781,15 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
       next_epoch(t);
       epoch_ended = 1;
     }
-    if (!async) {
+    if (!local) {
+      double began = now_seconds();
       rc = comm_average_gradients(t, grads);
+      if (t->size > 1) { /* bytes by the ring's count: 2 (n - 1) / n of the buffer */
+        t->sync_stats.blocked_seconds += now_seconds() - began;
+        t->sync_stats.rounds++;
+        t->sync_stats.bytes_sent +=
+            (uint64_t)(2.0 * (t->size - 1) / t->size * (double)(t->param_count * sizeof(float)));
+      }
       if (rc != KOLO_OK) {
         rc = recover(t, rc);
         if (rc != KOLO_OK) goto out;
@@ -816,12 +800,9 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
     double lr = kolo_train_optim_lr(&t->config.optim, h->step);
     kolo_train_optim_step(&t->config.optim, h->step, params, grads, optim, t->param_count);
     h->step++;
-    if (async) {
-      rc = async_complete(t, 0);
-      if (rc == KOLO_OK && h->step % c->average_every == 0) {
-        rc = async_complete(t, 1); /* at most one round in flight */
-        if (rc == KOLO_OK) rc = async_start(t);
-      }
+    if (c->step_delay_us) usleep(c->step_delay_us); /* a deliberately slow rank */
+    if (local) {
+      rc = kolo_train_rounds_after_step(t->rounds, t->comm, h->step, t->state);
       if (rc != KOLO_OK) {
         rc = recover(t, rc);
         if (rc != KOLO_OK) goto out;
@@ -852,10 +833,10 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *t, kolo_train_result *res
         report_eval(t, ended_epoch, acc, l);
         result->test_accuracy = acc;
         result->test_loss = l;
-        have_eval = !async;
+        have_eval = !local;
       }
     }
-    if (c->commit_every && h->step % c->commit_every == 0) {
+    if (commit_due(t)) {
       rc = commit_state(t);
       if (rc != KOLO_OK) {
         rc = recover(t, rc);

@@ -18,10 +18,32 @@
 #include "worker/train/optim.h"
 #include "worker/train/state.h"
 
+/* The values are kolo_mode's (include/kolo/mode.h; checked in trainer.c). */
 typedef enum kolo_train_mode {
-  KOLO_TRAIN_SYNC = 0,
-  KOLO_TRAIN_ASYNC = 1,
+  KOLO_TRAIN_SYNC = 1,      /* gradients averaged every step */
+  KOLO_TRAIN_ASYNC = 2,     /* background model averages, bounded staleness */
+  KOLO_TRAIN_LOCAL_SGD = 3, /* H local steps, then the models averaged */
+  KOLO_TRAIN_DILOCO = 4,    /* H local steps, then an outer Nesterov step on the average */
 } kolo_train_mode;
+
+/* How LOCAL_SGD/DILOCO send the outer gradient (kolo_compression's values). */
+typedef enum kolo_train_compression {
+  KOLO_TRAIN_COMPRESS_NONE = 0, /* float32 all-reduce */
+  KOLO_TRAIN_COMPRESS_FP16 = 1, /* float16 all-reduce */
+  KOLO_TRAIN_COMPRESS_INT8 = 2, /* int8 with a float32 scale per chunk, all-gathered */
+} kolo_train_compression;
+
+/* Which mode settings a command line gave (kolo_train_config.mode_given). */
+enum {
+  KOLO_TRAIN_GIVEN_MODE = 1u << 0,
+  KOLO_TRAIN_GIVEN_AVERAGE_EVERY = 1u << 1,
+  KOLO_TRAIN_GIVEN_MAX_STALENESS = 1u << 2,
+  KOLO_TRAIN_GIVEN_OUTER_LR = 1u << 3,
+  KOLO_TRAIN_GIVEN_OUTER_MOMENTUM = 1u << 4,
+  KOLO_TRAIN_GIVEN_NESTEROV = 1u << 5,
+  KOLO_TRAIN_GIVEN_COMPRESSION = 1u << 6,
+  KOLO_TRAIN_GIVEN_FRAGMENTS = 1u << 7,
+};
 
 typedef struct kolo_train_config {
   const char *model;        /* "mlp" or "lenet" */
@@ -37,7 +59,15 @@ typedef struct kolo_train_config {
   kolo_train_optim_config optim;
   int scale_lr; /* multiply the learning rate by the number of workers */
   kolo_train_mode mode;
-  uint64_t average_every; /* ASYNC: steps between model averages */
+  uint64_t average_every; /* ASYNC: steps between averages; LOCAL_SGD/DILOCO: inner steps H */
+  uint32_t max_staleness; /* ASYNC: averaging rounds a rank may have outstanding (>= 1) */
+  float outer_lr;         /* LOCAL_SGD (1) / DILOCO: the outer optimizer's learning rate */
+  float outer_momentum;   /* LOCAL_SGD (0) / DILOCO: its momentum, in [0, 1) */
+  int nesterov;           /* DILOCO: Nesterov momentum (1) or heavy ball (0) */
+  kolo_train_compression compression; /* LOCAL_SGD/DILOCO: the outer gradient on the wire */
+  uint32_t fragments;     /* LOCAL_SGD/DILOCO: model fragments synced at staggered steps */
+  unsigned mode_given;    /* KOLO_TRAIN_GIVEN_* bits: set by the flag parser */
+  uint32_t step_delay_us; /* sleep after every step (a deliberately slow rank: tests, bench) */
   uint64_t seed;
   const char *checkpoint_dir; /* NULL = no checkpoints */
   uint64_t checkpoint_every;  /* steps between checkpoints; 0 = only at the end */
@@ -55,7 +85,27 @@ typedef struct kolo_train_config {
  * momentum 0.9; SYNC; average every 8; seed 1; eval on; log every 100 steps. */
 void kolo_train_config_defaults(kolo_train_config *config);
 
+/* "sync", "async", "local_sgd" (or "local-sgd"), "diloco"; any case. */
 kolo_status kolo_train_mode_parse(const char *name, kolo_train_mode *mode);
+const char *kolo_train_mode_name(kolo_train_mode mode); /* "sync", ...; NULL if unknown */
+/* "none", "fp16", "int8"; any case. */
+kolo_status kolo_train_compression_parse(const char *name, kolo_train_compression *out);
+const char *kolo_train_compression_name(kolo_train_compression compression);
+
+/* Gives the mode's settings not in config->mode_given their defaults for
+ * config->mode (ASYNC: max_staleness 1; LOCAL_SGD: outer lr 1, momentum 0, no
+ * Nesterov; DILOCO: outer lr 0.7, momentum 0.9, Nesterov; compression none,
+ * 1 fragment), then checks them: values in range, and no setting given for a
+ * mode that does not use it. Returns 0, or -1 with a one-line reason in why
+ * naming the flag and the mode ("--outer-lr: only for --mode diloco, not
+ * local_sgd (outer lr 1, momentum 0)"). */
+int kolo_train_mode_resolve(kolo_train_config *config, char *why, size_t why_len);
+
+/* What kolo_train_trainer_create does with a config: the settings config->mode
+ * does not use are set to their neutral values (LOCAL_SGD: outer lr 1,
+ * momentum 0, no Nesterov; not ASYNC: max_staleness 1; not LOCAL_SGD/DILOCO:
+ * no compression, 1 fragment), the others are checked. 0, or -1 and why. */
+int kolo_train_mode_check(kolo_train_config *config, char *why, size_t why_len);
 
 typedef struct kolo_train_result {
   uint64_t steps;       /* optimizer steps completed (including resumed ones) */
@@ -95,6 +145,13 @@ kolo_status kolo_train_trainer_run(kolo_train_trainer *trainer, kolo_train_resul
 
 /* The training state (weights, optimizer state, step, data position). */
 kolo_train_state *kolo_train_trainer_state(kolo_train_trainer *trainer);
+
+/* The mode's figures so far (rounds.h; SYNC: one round per step, its
+ * all-reduce's bytes and time). rounds counts this process's rounds (an
+ * elastic run restarts nothing: rounds repeated after a re-form count again). */
+struct kolo_train_rounds_stats;
+void kolo_train_trainer_mode_stats(const kolo_train_trainer *trainer,
+                                   struct kolo_train_rounds_stats *out);
 
 /* Whether this build can use a communicator (linked with libkolo). */
 int kolo_train_has_comm(void);
