@@ -31,8 +31,8 @@ typedef struct globals {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: kolo [--server HOST:PORT] [--tls-ca FILE] [--token T] [--json] [--timeout S] "
-          "COMMAND\n"
+          "usage: kolo [--server HOST:PORT] [--tls-ca FILE] [--token-file FILE] [--json] "
+          "[--timeout S] COMMAND\n"
           "\n"
           "commands:\n"
           "  submit JOB.json                 submit a job spec (JSON, as in docs/API.md)\n"
@@ -59,7 +59,8 @@ static void usage(FILE *out) {
           "  undrain WORKER                  take a drain back\n"
           "  demand                          workers the jobs want (what to scale the pool to)\n"
           "\n"
-          "environment: KOLO_SERVER (default 127.0.0.1:7070), KOLO_TOKEN\n");
+          "environment: KOLO_SERVER (default 127.0.0.1:7070), KOLO_TOKEN (or --token-file; "
+          "--token T works but shows T in ps)\n");
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -483,7 +484,22 @@ static int logs_from_args(int nargs, char **args, Kolo__V1__StreamLogsRequest *r
   return 0;
 }
 
+/* The first line of path, surrounding whitespace trimmed, into buf; -1 if unreadable or empty. */
+static int read_token_file(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "re");
+  if (f == NULL) return -1;
+  char *line = fgets(buf, (int)cap, f);
+  fclose(f);
+  if (line == NULL) return -1;
+  size_t start = strspn(buf, " \t\r\n"), end = strlen(buf);
+  while (end > start && strchr(" \t\r\n", buf[end - 1])) end--;
+  memmove(buf, buf + start, end - start);
+  buf[end - start] = '\0';
+  return buf[0] ? 0 : -1;
+}
+
 int main(int argc, char **argv) {
+  char token_buf[4100];
   globals g = {getenv("KOLO_SERVER") ? getenv("KOLO_SERVER") : "127.0.0.1:7070", NULL,
                getenv("KOLO_TOKEN"), 0, 10000};
   int i = 1;
@@ -503,9 +519,16 @@ int main(int argc, char **argv) {
       g.server = value;
     else if (strcmp(flag, "--tls-ca") == 0)
       g.tls_ca = value;
-    else if (strcmp(flag, "--token") == 0)
+    else if (strcmp(flag, "--token") == 0) {
+      fprintf(stderr,
+              "kolo: warning: --token shows the token to every local user (ps); use "
+              "KOLO_TOKEN or --token-file\n");
       g.token = value;
-    else if (strcmp(flag, "--timeout") == 0) {
+    } else if (strcmp(flag, "--token-file") == 0) {
+      if (read_token_file(value, token_buf, sizeof token_buf) != 0)
+        return usage_error("--token-file: cannot read one token from %s", value);
+      g.token = token_buf;
+    } else if (strcmp(flag, "--timeout") == 0) {
       uint64_t secs;
       if (!parse_uint(value, &secs) || secs == 0 || secs > 3600)
         return usage_error("--timeout: seconds, got '%s'", value);

@@ -255,6 +255,17 @@ static int worth_retrying(kolo_status status) {
  * make the scheduler re-form a ring whose members are all alive: a reconfiguration
  * for nothing). One ahead of us means our ring is already replaced: our agent brings
  * the newer one, which ends the retries, as a stop or a LEAVE does. */
+/* Where the ring listens: the agent's held listener when it handed us one (KOLO_LISTEN_FD,
+ * worker/agent/port.h: the port stays the agent's between epochs, so no one else can listen
+ * there), else the ring's address. */
+static const char *listen_address(const kolo_agent_ring *r) {
+  static __thread char fd_address[32];
+  const char *fd = getenv("KOLO_LISTEN_FD");
+  if (fd == NULL || fd[0] == '\0') return r->listen_address;
+  snprintf(fd_address, sizeof fd_address, "fd:%s", fd);
+  return fd_address;
+}
+
 static kolo_status create_comm(kolo_elastic *elastic, const kolo_agent_ring *r, kolo_comm **out) {
   int64_t deadline =
       kolo_deadline_after_ms(r->timeout_ms > 0 ? r->timeout_ms : kolo_timeout_ms_from_env());
@@ -262,7 +273,7 @@ static kolo_status create_comm(kolo_elastic *elastic, const kolo_agent_ring *r, 
     kolo_listener *listener = NULL;
     int left = kolo_ms_until(deadline);
     kolo_status status = KOLO_OK;
-    if (r->size > 1) status = kolo_listener_create(r->listen_address, &listener);
+    if (r->size > 1) status = kolo_listener_create(listen_address(r), &listener);
     if (status == KOLO_OK) {
       kolo_ring_spec spec = {.epoch = r->epoch,
                              .rank = r->rank,

@@ -86,11 +86,13 @@ kolo_status kolo_etcd_access_set_endpoints(kolo_etcd_access *a, const char *text
         return KOLO_ERR_INVALID_ARG;
       }
       int http = n > 7 && strncmp(p, "http://", 7) == 0,
-          https = n > 8 && strncmp(p, "https://", 8) == 0;
-      if (n > KOLO_ETCD_ENDPOINT_MAX || (!http && !https)) {
+          https = n > 8 && strncmp(p, "https://", 8) == 0,
+          unix_socket = n > 8 && strncmp(p, "unix:///", 8) == 0; /* --etcd auto's socket */
+      if (n > KOLO_ETCD_ENDPOINT_MAX || (!http && !https && !unix_socket)) {
         if (err && err_len)
           snprintf(err, err_len,
-                   "--etcd: '%.*s' is not an http:// or https:// URL of at most %d bytes",
+                   "--etcd: '%.*s' is not an http://, https:// or unix:/// URL of at most %d "
+                   "bytes",
                    (int)(n > 200 ? 200 : n), p, KOLO_ETCD_ENDPOINT_MAX);
         return KOLO_ERR_INVALID_ARG;
       }

@@ -121,9 +121,10 @@ kolo_status kolo_etcd_create(const kolo_etcd_config *config, kolo_etcd **out) {
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "etcd client needs at least one endpoint");
   for (size_t i = 0; i < config->endpoint_count; i++) {
     const char *e = config->endpoints[i];
-    if (e == NULL || (strncmp(e, "http://", 7) != 0 && strncmp(e, "https://", 8) != 0))
+    if (e == NULL || (strncmp(e, "http://", 7) != 0 && strncmp(e, "https://", 8) != 0 &&
+                      strncmp(e, "unix:///", 8) != 0))
       return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                            "etcd endpoint '%s' is not an http:// or https:// URL",
+                            "etcd endpoint '%s' is not an http://, https:// or unix:/// URL",
                             e ? e : "(null)");
   }
   if ((config->user == NULL) != (config->password == NULL))
@@ -430,6 +431,15 @@ static int failed_before_sending(CURLcode code, CURL *h) {
 }
 
 /* Applies the TLS settings of the client to a handle. */
+void kolo_etcd_set_url(void *handle, const char *endpoint, const char *path) {
+  char url[1024];
+  int unix_socket = strncmp(endpoint, "unix://", 7) == 0;
+  snprintf(url, sizeof url, "%s/v3/%s", unix_socket ? "http://localhost" : endpoint, path);
+  curl_easy_setopt(handle, CURLOPT_URL, url);
+  /* a pooled handle keeps its options: the socket path is set or cleared every time */
+  curl_easy_setopt(handle, CURLOPT_UNIX_SOCKET_PATH, unix_socket ? endpoint + 7 : NULL);
+}
+
 void kolo_etcd_apply_tls(const kolo_etcd *client, void *handle) {
   const kolo_etcd_core *c = client->core;
   CURL *h = handle;
@@ -517,15 +527,13 @@ again:;
       rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "curl_easy_init failed");
       break;
     }
-    char url[1024];
-    snprintf(url, sizeof url, "%s/v3/%s", endpoint, path);
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
     headers = curl_slist_append(headers, "Expect:");
     if (auth[0]) headers = curl_slist_append(headers, auth);
     reply_buffer b = {0};
     char curl_error[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_error);
-    curl_easy_setopt(h, CURLOPT_URL, url);
+    kolo_etcd_set_url(h, endpoint, path);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, text);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(text));

@@ -86,6 +86,11 @@ kolo_status kolo_etcd_auth_header(kolo_etcd *client, char *buf, size_t size, int
 /* Drops the token so that the next request authenticates again. */
 void kolo_etcd_auth_invalidate(kolo_etcd *client);
 
+/* Points a CURL easy handle at <endpoint>/v3/<path>: an http(s):// endpoint as it is, a
+ * unix:///abs/path endpoint (a private etcd's unix socket) through that socket with
+ * http://localhost as the URL. */
+void kolo_etcd_set_url(void *curl_handle, const char *endpoint, const char *path);
+
 /* Applies the client's TLS files (CA, cert, key) to a CURL easy handle. */
 void kolo_etcd_apply_tls(const kolo_etcd *client, void *curl_handle);
 

@@ -195,12 +195,10 @@ static void run_stream(kolo_etcd_watch *w) {
     goto out;
   }
   const char *endpoint = kolo_etcd_endpoint(c, w->endpoint);
-  char url[1024];
-  snprintf(url, sizeof url, "%s/v3/watch", endpoint);
   headers = curl_slist_append(headers, "Content-Type: application/json");
   headers = curl_slist_append(headers, "Expect:");
   if (auth[0]) headers = curl_slist_append(headers, auth);
-  curl_easy_setopt(h, CURLOPT_URL, url);
+  kolo_etcd_set_url(h, endpoint, "watch");
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, text);
   curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(text));

@@ -20,6 +20,7 @@
 #include "kolo/v1/job.pb-c.h"
 #include "server/http_frame.h"
 #include "server/http_front.h"
+#include "server/http_guard.h"
 #include "server/http_route.h"
 #include "server/http_stream.h"
 #include "codec/codec.h"
@@ -38,6 +39,8 @@ struct kolo_server_http {
   kolo_server_stream_hub *events; /* GET /v1/stream */
   pthread_mutex_t lock;           /* the open log streams */
   http_logs *streams;
+  size_t body_budget; /* request body bytes held at once, all requests together */
+  size_t body_bytes;  /* held now (under lock) */
 };
 
 /* One GET /v1/jobs/<id>/logs answer: a log stream read by a content-reader callback that
@@ -59,6 +62,7 @@ typedef struct request {
   size_t len, cap;
   size_t uri_bytes; /* the raw request URI's length */
   int too_large;
+  int too_busy;   /* the server's body budget was spent: its body was dropped */
   int called;     /* on_request has seen this request once */
   int nul_escape; /* the raw URL holds %00: unescaped, it would cut the path or a value short */
   struct timespec started;
@@ -572,6 +576,7 @@ static enum MHD_Result queue_json_error(struct MHD_Connection *conn, unsigned st
   }
   MHD_add_response_header(resp, "Content-Type", "application/json");
   MHD_add_response_header(resp, "Connection", "close");
+  if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
   enum MHD_Result ret = MHD_queue_response(conn, status, resp);
   MHD_destroy_response(resp);
   return ret;
@@ -598,6 +603,69 @@ static enum MHD_Result check_request_size(struct MHD_Connection *conn, const req
   return MHD_YES;
 }
 
+static const char *header(struct MHD_Connection *conn, const char *name) {
+  return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+/* The door, before any body byte is read: the browser rules (http_guard.h), then the token,
+ * so a client without it never has a body buffered. MHD_YES with *refused = 0: come in. */
+static enum MHD_Result check_door(kolo_server_http *h, struct MHD_Connection *conn, const char *url,
+                                  const char *method, int *refused) {
+  kolo_server_route m;
+  kolo_server_route_match(method, url, &m);
+  const char *length = header(conn, "Content-Length");
+  kolo_server_http_guard_request g = {method,
+                                      header(conn, "Host"),
+                                      header(conn, "Origin"),
+                                      header(conn, "Sec-Fetch-Site"),
+                                      header(conn, "Content-Type"),
+                                      (length && strspn(length, "0") != strlen(length)) ||
+                                          header(conn, "Transfer-Encoding") != NULL};
+  kolo_server_http_guard_refusal no;
+  int probe = m.kind == KOLO_ROUTE_HEALTHZ || m.kind == KOLO_ROUTE_READYZ;
+  *refused = 1;
+  if (!kolo_server_http_guard_check(&g, h->cfg.allowed_hosts, !probe, &no)) {
+    KOLO_LOGD(LOG, "refused %s %s: %s", method, url, no.message);
+    return queue_json_error(conn, (unsigned)no.status, no.code, no.message);
+  }
+  if (h->cfg.token && !kolo_server_route_public(m.kind)) {
+    const char *auth = header(conn, "Authorization");
+    if (!kolo_server_bearer_matches(auth, auth ? strlen(auth) : 0, h->cfg.token))
+      return queue_json_error(conn, 401, "UNAUTHENTICATED", "missing or wrong bearer token");
+  }
+  *refused = 0;
+  return MHD_YES;
+}
+
+/* Takes n more body bytes into req, within the server's budget (else the body is dropped
+ * and the request answered 503). MHD_NO: out of memory. */
+static enum MHD_Result take_body(kolo_server_http *h, request *req, const char *data, size_t n) {
+  if (req->too_large || req->too_busy) return MHD_YES; /* dropped as it comes */
+  if (req->len + n > h->cfg.max_message_bytes) {
+    req->too_large = 1;
+    return MHD_YES;
+  }
+  pthread_mutex_lock(&h->lock);
+  int fits = h->body_bytes + n <= h->body_budget;
+  if (fits) h->body_bytes += n;
+  pthread_mutex_unlock(&h->lock);
+  if (!fits) {
+    req->too_busy = 1;
+    return MHD_YES;
+  }
+  if (req->len + n + 1 > req->cap) {
+    size_t cap = (req->len + n + 1) * 2;
+    if (cap > h->cfg.max_message_bytes + 1) cap = h->cfg.max_message_bytes + 1;
+    char *grown = realloc(req->body, cap);
+    if (grown == NULL) return MHD_NO;
+    req->body = grown;
+    req->cap = cap;
+  }
+  memcpy(req->body + req->len, data, n);
+  req->len += n;
+  return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
@@ -609,25 +677,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->called = 1;
     int refused = 0;
     enum MHD_Result checked = check_request_size(conn, req, &refused);
+    if (!refused) checked = check_door(h, conn, url, method, &refused);
     return refused ? checked : MHD_YES;
   }
   if (*upload_data_size > 0) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
-    if (req->too_large || req->len + n > h->cfg.max_message_bytes) {
-      req->too_large = 1;
-      return MHD_YES;
-    }
-    if (req->len + n + 1 > req->cap) {
-      size_t cap = (req->len + n + 1) * 2;
-      char *grown = realloc(req->body, cap);
-      if (grown == NULL) return MHD_NO;
-      req->body = grown;
-      req->cap = cap;
-    }
-    memcpy(req->body + req->len, upload_data, n);
-    req->len += n;
-    return MHD_YES;
+    return take_body(h, req, upload_data, n);
+  }
+  if (req->too_busy) {
+    pthread_mutex_lock(&h->lock);
+    h->body_bytes -= req->len; /* what it held goes back to the others now */
+    pthread_mutex_unlock(&h->lock);
+    req->len = 0;
+    return queue_json_error(conn, 503, "UNAVAILABLE",
+                            "the server holds too many request bodies now; try again later");
   }
   reply r = {500, NULL, "application/json", KOLO_SERVER_METRIC_OTHER, 13, NULL, NULL, NULL, NULL};
   route(h, conn, url, method, req, &r);
@@ -681,11 +745,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)cls;
+  kolo_server_http *h = cls;
   (void)conn;
   (void)toe;
   request *req = *con_cls;
   if (req == NULL) return;
+  pthread_mutex_lock(&h->lock);
+  h->body_bytes -= req->len;
+  pthread_mutex_unlock(&h->lock);
   free(req->body);
   free(req);
   *con_cls = NULL;
@@ -745,6 +812,8 @@ kolo_status kolo_server_http_start(const kolo_server_http_config *config, kolo_s
   h->cfg = *config;
   pthread_mutex_init(&h->lock, NULL);
   if (h->cfg.max_message_bytes == 0) h->cfg.max_message_bytes = 4u << 20;
+  h->body_budget = KOLO_SERVER_HTTP_BODY_BUDGET;
+  if (h->body_budget < 2 * h->cfg.max_message_bytes) h->body_budget = 2 * h->cfg.max_message_bytes;
   /* kolo's front end listens, terminates TLS and frames; libmicrohttpd gets plain HTTP on
    * socketpairs, in its poll() loop, not epoll: 0.9.75's edge-triggered epoll stops reading
    * after a short read, so an end of stream that arrived with the last bytes (the front

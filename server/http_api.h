@@ -29,8 +29,13 @@ typedef struct kolo_server_http_config {
   kolo_server_store *store;
   kolo_server_metrics *metrics;
   kolo_server_health health;
-  kolo_server_logs *logs; /* GET /v1/jobs/<id>/logs */
+  kolo_server_logs *logs;    /* GET /v1/jobs/<id>/logs */
+  const char *allowed_hosts; /* --http-allowed-hosts: more Host names answered (http_guard.h) */
 } kolo_server_http_config;
+
+/* Request bodies held at once by all requests together (at least twice the largest message):
+ * past it a body is dropped as it comes and its request answered 503. */
+#define KOLO_SERVER_HTTP_BODY_BUDGET ((size_t)32 << 20)
 
 typedef struct kolo_server_http kolo_server_http;
 

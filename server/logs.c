@@ -705,7 +705,7 @@ kolo_status kolo_server_logstream_open(kolo_server_logs *logs,
   if (full) {
     snprintf(err, err_len, "too many log streams at once (%d); try again later",
              logs->cfg.max_streams);
-    return KOLO_ERR_TOO_LARGE;
+    return KOLO_ERR_UNAVAILABLE; /* as too many event streams: HTTP 503, gRPC UNAVAILABLE */
   }
   kolo_server_logstream *s = calloc(1, sizeof *s);
   if (s == NULL) goto no_memory;

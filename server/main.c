@@ -253,7 +253,7 @@ int main(int argc, char **argv) {
   }
   const char *endpoints = s.opts.etcd;
   /* one etcd access for every client of this binary (parsed with the options); the
-   * private etcd child is plain HTTP on its own URL */
+   * private etcd child is plain HTTP on its own unix socket (etcd_child.h) */
   const kolo_etcd_access *access = &s.opts.etcd_access;
   if (strcmp(s.opts.etcd, "none") == 0) {
     rc = kolo_server_kv_mem_create(&s.kv);
@@ -350,7 +350,8 @@ int main(int argc, char **argv) {
                                   s.store,
                                   s.metrics,
                                   {&s, backend_ok, leader_of},
-                                  s.logs};
+                                  s.logs,
+                                  s.opts.http_allowed_hosts};
     rc = kolo_server_http_start(&hc, &s.http, &http_port);
     if (rc != KOLO_OK) {
       KOLO_LOGE(LOG, "HTTP on %s: %s", s.opts.http_listen, kolo_strerror(rc));

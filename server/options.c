@@ -46,6 +46,9 @@ static const setting settings[] = {
     TEXT_OPT(grpc_listen, "grpc-listen",
              "gRPC address (default 127.0.0.1:7070; port 0 = any free port)"),
     TEXT_OPT(http_listen, "http-listen", "HTTP address (default 127.0.0.1:7080; 'off' disables)"),
+    TEXT_OPT(http_allowed_hosts, "http-allowed-hosts",
+             "host names the HTTP API answers to besides IP addresses, localhost and names "
+             "without a dot (comma-separated; *.example.com for subdomains; * = any)"),
     {"max-message-bytes", SIZE, offsetof(kolo_server_options, max_message_bytes), 0,
      "largest request accepted, bytes (default 4194304)"},
     TEXT_OPT(tls_cert, "tls-cert", "PEM certificate: serve gRPC and HTTP over TLS"),

@@ -14,7 +14,8 @@ typedef struct kolo_server_options {
   kolo_etcd_access etcd_access; /* --etcd-ca/-cert/-key/-user/-password-file (password loaded) */
   char data_dir[512];           /* where --etcd auto keeps its data */
   char grpc_listen[256];
-  char http_listen[256]; /* "off" disables HTTP */
+  char http_listen[256];         /* "off" disables HTTP */
+  char http_allowed_hosts[1024]; /* Host names answered besides IPs and single labels */
   size_t max_message_bytes;
   char tls_cert[512];
   char tls_key[512];

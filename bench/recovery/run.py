@@ -47,7 +47,8 @@ def now_ms():
 
 def http(port, method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=3) as r:
         return json.load(r)
 

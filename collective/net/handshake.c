@@ -1,9 +1,17 @@
-/* The handshake every ring connection starts with. The connector sends a hello
- * (magic, protocol version, connection kind, epoch, rank, size, job secret, and
- * on the bell connection a bulk-transport offer: name and nonce); the acceptor
- * checks it and answers an ack with a verdict and whether it took the offer.
- * Strangers (wrong secret, other epoch, wrong rank) get a refusal and change
- * nothing; something that is not a kolo hello gets no answer at all. */
+/* The handshake every ring connection starts with (protocol version 3: a challenge and a
+ * response, so that the ring's secret never crosses the wire). The connector sends a hello
+ * (magic, protocol version, connection kind, epoch, rank, size, a fresh 16-byte nonce where
+ * version 2 sent the secret, and on the bell connection a bulk-transport offer: name and
+ * nonce). The acceptor (form.c reads hellos of many connections at once, kolo_hello_bytes_
+ * needed saying when one is whole) refuses a stale epoch, a wrong rank, size or kind with an
+ * ack at once; else it proves that it knows the secret: a challenge (magic, its own nonce,
+ * HMAC-SHA-256(secret, "kolo-ring-acceptor" | hello | nonce)). The connector checks that
+ * proof (a squatter on the port cannot make it: KOLO_ERR_AUTH, and nothing more is sent),
+ * then proves itself: HMAC-SHA-256(secret, "kolo-ring-connector" | hello | nonce); the
+ * acceptor checks it and answers the ack (verdict, whether it took the offer). Strangers get
+ * a refusal and change nothing; something that is not a kolo hello gets no answer at all.
+ * Version 2 peers (the secret in the hello) are refused as not kolo: every rank of a ring
+ * must run the same protocol version. */
 #include <string.h>
 
 #include "common/checks.h"
@@ -11,10 +19,16 @@
 #include "collective/net/net.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/sha256.h"
 
-#define HELLO_MAGIC 0x4b4f4c4fu /* "KOLO" */
-#define ACK_MAGIC 0x4b41434bu   /* "KACK" */
-#define PROTOCOL_VERSION 2      /* 2: control links carry liveness beats */
+#include <sys/random.h>
+
+#define HELLO_MAGIC 0x4b4f4c4fu     /* "KOLO" */
+#define ACK_MAGIC 0x4b41434bu       /* "KACK" */
+#define CHALLENGE_MAGIC 0x4b43484cu /* "KCHL" */
+#define PROOF_MAGIC 0x4b505246u     /* "KPRF" */
+/* 2: control links carry liveness beats; 3: a challenge and a response instead of the secret */
+#define PROTOCOL_VERSION 3
 
 /* ---- the wire records (pure) ---- */
 
@@ -73,19 +87,13 @@ kolo_status kolo_hello_decode(const uint8_t *bytes, size_t length, kolo_hello *h
   return KOLO_OK;
 }
 
-static int secrets_equal(const char *a, size_t a_length, const char *b, size_t b_length) {
-  unsigned difference = (unsigned)(a_length ^ b_length);
-  for (size_t i = 0; i < a_length && i < b_length; i++) difference |= (unsigned)(a[i] ^ b[i]);
-  return difference == 0;
-}
-
-kolo_status kolo_hello_judge(const kolo_hello *h, const char *secret, uint64_t epoch, int size,
-                             int expected_rank) {
+kolo_status kolo_hello_judge(const kolo_hello *h, uint64_t epoch, int size, int expected_rank) {
   /* The epoch first: every epoch has its own secret (the scheduler draws one per ring), so a
    * neighbour still at another epoch also has another secret, and must be told STALE_EPOCH
-   * (worth dialling again: elastic.c's create_comm) rather than AUTH (a stranger: fail). */
+   * (worth dialling again: elastic.c's create_comm) rather than AUTH (a stranger: fail). The
+   * secret is proven afterwards (kolo_handshake_proof). */
   if (h->epoch != epoch) return KOLO_ERR_STALE_EPOCH;
-  if (!secrets_equal(h->secret, h->secret_length, secret, strlen(secret))) return KOLO_ERR_AUTH;
+  if (h->secret_length != KOLO_HANDSHAKE_NONCE_BYTES) return KOLO_ERR_PROTOCOL;
   if (h->size != size || h->rank != expected_rank ||
       (h->kind != KOLO_CONNECTION_DATA && h->kind != KOLO_CONNECTION_CONTROL &&
        h->kind != KOLO_CONNECTION_BELL))
@@ -110,58 +118,73 @@ kolo_status kolo_ack_decode(const uint8_t *ack, int *bulk_taken) {
   return (kolo_status)verdict;
 }
 
+void kolo_handshake_proof(const char *secret, int acceptor, const uint8_t *hello,
+                          size_t hello_length, const uint8_t *nonce,
+                          uint8_t out[KOLO_SHA256_BYTES]) {
+  const char *label = acceptor ? "kolo-ring-acceptor" : "kolo-ring-connector";
+  const void *parts[3] = {label, hello, nonce};
+  size_t lengths[3] = {strlen(label) + 1, hello_length, KOLO_HANDSHAKE_NONCE_BYTES};
+  kolo_hmac_sha256(secret, strlen(secret), parts, lengths, 3, out);
+}
+
 /* ---- the handshake (I/O) ---- */
 
 kolo_status kolo_handshake_send_hello(kolo_net *net, kolo_transport_conn *conn, int kind,
-                                      const kolo_bulk_offer *offer, int64_t deadline_ns) {
-  uint8_t bytes[KOLO_HELLO_MAX_BYTES];
+                                      const kolo_bulk_offer *offer, uint8_t *bytes, size_t *length,
+                                      int64_t deadline_ns) {
   kolo_hello hello = {.kind = kind,
                       .epoch = net->epoch,
                       .rank = net->rank,
                       .size = net->size,
-                      .secret_length = (uint32_t)strlen(net->secret),
+                      .secret_length = KOLO_HANDSHAKE_NONCE_BYTES,
                       .nonce = kolo_bulk_offer_nonce(offer)};
+  if (getrandom(hello.secret, KOLO_HANDSHAKE_NONCE_BYTES, 0) != KOLO_HANDSHAKE_NONCE_BYTES)
+    return KOLO_ERR_SYSTEM;
   const char *offer_name = kolo_bulk_offer_name(offer);
   hello.name_length = (uint32_t)strlen(offer_name);
-  memcpy(hello.secret, net->secret, hello.secret_length);
   memcpy(hello.offer_name, offer_name, hello.name_length);
-  size_t length = kolo_hello_encode(&hello, bytes);
-  return kolo_transport_send_all(net->transport, conn, bytes, length, deadline_ns);
+  *length = kolo_hello_encode(&hello, bytes);
+  return kolo_transport_send_all(net->transport, conn, bytes, *length, deadline_ns);
 }
 
-kolo_status kolo_handshake_read_ack(kolo_net *net, kolo_transport_conn *conn, int *bulk_taken,
-                                    int64_t deadline_ns) {
-  uint8_t ack[KOLO_ACK_BYTES];
-  kolo_status status = kolo_transport_recv_all(net->transport, conn, ack, sizeof ack, deadline_ns);
+kolo_status kolo_handshake_read_reply(kolo_net *net, kolo_transport_conn *conn,
+                                      const uint8_t *hello, size_t hello_length, int *proved,
+                                      int *bulk_taken, int64_t deadline_ns) {
+  uint8_t reply[4 + KOLO_HANDSHAKE_NONCE_BYTES + KOLO_SHA256_BYTES];
+  kolo_status status =
+      kolo_transport_recv_all(net->transport, conn, reply, KOLO_ACK_BYTES, deadline_ns);
   if (status == KOLO_ERR_PEER_LOST) status = KOLO_ERR_CONNECT;
   if (status != KOLO_OK) return status;
-  return kolo_ack_decode(ack, bulk_taken);
-}
-
-/* The hello after its fixed header: secret, offer header, offer name. */
-static kolo_status read_hello_tail(kolo_net *net, kolo_transport_conn *conn, kolo_hello *hello,
-                                   int64_t deadline) {
-  uint8_t offer[KOLO_HELLO_OFFER_BYTES];
-  kolo_status status =
-      kolo_transport_recv_all(net->transport, conn, hello->secret, hello->secret_length, deadline);
-  if (status == KOLO_OK)
-    status = kolo_transport_recv_all(net->transport, conn, offer, sizeof offer, deadline);
+  if (*proved || kolo_get32(reply) != CHALLENGE_MAGIC) {
+    kolo_status verdict = kolo_ack_decode(reply, bulk_taken);
+    /* a success comes only after our proof: before it, an OK is a peer breaking protocol */
+    return verdict == KOLO_OK && !*proved ? KOLO_ERR_PROTOCOL : verdict;
+  }
+  status = kolo_transport_recv_all(net->transport, conn, reply + KOLO_ACK_BYTES,
+                                   sizeof reply - KOLO_ACK_BYTES, deadline_ns);
   if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
-  KOLO_CHECK(kolo_hello_decode_offer(offer, hello));
-  status = kolo_transport_recv_all(net->transport, conn, hello->offer_name, hello->name_length,
-                                   deadline);
-  if (status != KOLO_OK) return KOLO_ERR_PROTOCOL;
-  hello->offer_name[hello->name_length] = '\0';
+  const uint8_t *nonce = reply + 4, *theirs = reply + 4 + KOLO_HANDSHAKE_NONCE_BYTES;
+  uint8_t expected[KOLO_SHA256_BYTES], proof[4 + KOLO_SHA256_BYTES];
+  kolo_handshake_proof(net->secret, 1, hello, hello_length, nonce, expected);
+  if (!kolo_bytes_equal(expected, theirs, KOLO_SHA256_BYTES)) {
+    KOLO_LOGW("kolo",
+              "rank %d epoch %llu: the peer that answered does not know the ring's "
+              "secret: nothing more is sent to it",
+              net->rank, (unsigned long long)net->epoch);
+    return KOLO_ERR_AUTH;
+  }
+  kolo_put32(proof, PROOF_MAGIC);
+  kolo_handshake_proof(net->secret, 0, hello, hello_length, nonce, proof + 4);
+  status = kolo_transport_send_all(net->transport, conn, proof, sizeof proof, deadline_ns);
+  if (status != KOLO_OK) return status == KOLO_ERR_PEER_LOST ? KOLO_ERR_CONNECT : status;
+  *proved = 1;
   return KOLO_OK;
 }
 
 /* The verdict on a well-formed hello, logged when it is a refusal. */
 static kolo_status judge_hello(kolo_net *net, const kolo_hello *hello, int expected_rank) {
-  kolo_status verdict = kolo_hello_judge(hello, net->secret, net->epoch, net->size, expected_rank);
-  if (verdict == KOLO_ERR_AUTH)
-    KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d: wrong secret",
-              net->rank, (unsigned long long)net->epoch, hello->rank);
-  else if (verdict == KOLO_ERR_STALE_EPOCH)
+  kolo_status verdict = kolo_hello_judge(hello, net->epoch, net->size, expected_rank);
+  if (verdict == KOLO_ERR_STALE_EPOCH)
     KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d of epoch %llu",
               net->rank, (unsigned long long)net->epoch, hello->rank,
               (unsigned long long)hello->epoch);
@@ -171,30 +194,66 @@ static kolo_status judge_hello(kolo_net *net, const kolo_hello *hello, int expec
   return verdict;
 }
 
-kolo_status kolo_handshake_accept(kolo_net *net, kolo_transport_conn *conn, int expected_rank,
-                                  int *kind, kolo_channel *bulk, int64_t deadline_ns) {
-  *bulk = (kolo_channel){0};
-  /* a stranger gets at most one second to introduce itself */
-  int64_t short_deadline = kolo_deadline_after_ms(1000);
-  if (short_deadline > deadline_ns) short_deadline = deadline_ns;
-  uint8_t header[KOLO_HELLO_HEADER_BYTES];
-  kolo_status status =
-      kolo_transport_recv_all(net->transport, conn, header, sizeof header, short_deadline);
-  if (status != KOLO_OK) return status == KOLO_ERR_TIMEOUT ? KOLO_ERR_PROTOCOL : status;
+size_t kolo_hello_bytes_needed(const uint8_t *bytes, size_t have) {
+  kolo_hello h;
+  if (have < KOLO_HELLO_HEADER_BYTES) return KOLO_HELLO_HEADER_BYTES;
+  if (kolo_hello_decode_header(bytes, &h) != KOLO_OK) return 0;
+  size_t offer_at = KOLO_HELLO_HEADER_BYTES + h.secret_length;
+  if (have < offer_at + KOLO_HELLO_OFFER_BYTES) return offer_at + KOLO_HELLO_OFFER_BYTES;
+  if (kolo_hello_decode_offer(bytes + offer_at, &h) != KOLO_OK) return 0;
+  return offer_at + KOLO_HELLO_OFFER_BYTES + h.name_length;
+}
+
+kolo_status kolo_handshake_challenge(kolo_net *net, kolo_transport_conn *conn, const uint8_t *bytes,
+                                     size_t length, int expected_rank, int *kind,
+                                     uint8_t expect[KOLO_SHA256_BYTES], int64_t deadline_ns) {
   kolo_hello hello;
-  if (kolo_hello_decode_header(header, &hello) != KOLO_OK) {
+  size_t used = 0;
+  if (kolo_hello_decode(bytes, length, &hello, &used) != KOLO_OK || used != length) {
     KOLO_LOGW("kolo", "rank %d: refused a connection: not a kolo hello", net->rank);
     return KOLO_ERR_PROTOCOL; /* not worth an answer */
   }
-  KOLO_CHECK(read_hello_tail(net, conn, &hello, short_deadline));
   *kind = hello.kind;
   kolo_status verdict = judge_hello(net, &hello, expected_rank);
-  int bulk_taken = 0;
-  if (verdict == KOLO_OK && hello.kind == KOLO_CONNECTION_BELL && hello.offer_name[0] != '\0') {
-    bulk_taken = kolo_bulk_accept(hello.offer_name, hello.nonce, conn, bulk) == KOLO_OK;
+  uint8_t challenge[4 + KOLO_HANDSHAKE_NONCE_BYTES + KOLO_SHA256_BYTES];
+  if (verdict == KOLO_OK &&
+      getrandom(challenge + 4, KOLO_HANDSHAKE_NONCE_BYTES, 0) != KOLO_HANDSHAKE_NONCE_BYTES)
+    verdict = KOLO_ERR_SYSTEM;
+  if (verdict != KOLO_OK) {
+    uint8_t ack[KOLO_ACK_BYTES];
+    kolo_ack_encode(ack, verdict, 0);
+    kolo_transport_send_all(net->transport, conn, ack, sizeof ack, deadline_ns);
+    return verdict;
   }
+  const uint8_t *nonce = challenge + 4;
+  kolo_put32(challenge, CHALLENGE_MAGIC);
+  kolo_handshake_proof(net->secret, 1, bytes, length, nonce,
+                       challenge + 4 + KOLO_HANDSHAKE_NONCE_BYTES);
+  kolo_handshake_proof(net->secret, 0, bytes, length, nonce, expect);
+  return kolo_transport_send_all(net->transport, conn, challenge, sizeof challenge, deadline_ns);
+}
+
+kolo_status kolo_handshake_finish(kolo_net *net, kolo_transport_conn *conn,
+                                  const uint8_t *hello_bytes, size_t hello_length,
+                                  const uint8_t *proof, const uint8_t *expect, kolo_channel *bulk,
+                                  int64_t deadline_ns) {
+  *bulk = (kolo_channel){0};
+  kolo_hello hello;
+  size_t used = 0;
+  kolo_status verdict = KOLO_OK;
+  if (kolo_hello_decode(hello_bytes, hello_length, &hello, &used) != KOLO_OK ||
+      kolo_get32(proof) != PROOF_MAGIC)
+    verdict = KOLO_ERR_PROTOCOL;
+  else if (!kolo_bytes_equal(proof + 4, expect, KOLO_SHA256_BYTES))
+    verdict = KOLO_ERR_AUTH;
+  if (verdict == KOLO_ERR_AUTH)
+    KOLO_LOGW("kolo", "rank %d epoch %llu: refused a connection from rank %d: wrong secret",
+              net->rank, (unsigned long long)net->epoch, hello.rank);
+  int bulk_taken = 0;
+  if (verdict == KOLO_OK && hello.kind == KOLO_CONNECTION_BELL && hello.offer_name[0] != '\0')
+    bulk_taken = kolo_bulk_accept(hello.offer_name, hello.nonce, conn, bulk) == KOLO_OK;
   uint8_t ack[KOLO_ACK_BYTES];
   kolo_ack_encode(ack, verdict, bulk_taken);
-  kolo_transport_send_all(net->transport, conn, ack, sizeof ack, short_deadline);
+  kolo_transport_send_all(net->transport, conn, ack, sizeof ack, deadline_ns);
   return verdict;
 }

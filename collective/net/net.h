@@ -193,22 +193,47 @@ kolo_status kolo_form_ring(kolo_net *net, kolo_listener *listener);
 #define KOLO_CONNECTION_DATA 1
 #define KOLO_CONNECTION_CONTROL 2
 #define KOLO_CONNECTION_BELL 3 /* doorbell of a shared-memory ring */
-/* offer: a bulk transport offered on this (bell) connection, or NULL. */
+/* The handshake (handshake.c, protocol version 3: the secret is proven, never sent). */
+#define KOLO_HANDSHAKE_NONCE_BYTES 16
+/* Connector: sends the hello (offer: a bulk transport offered on this bell connection, or
+ * NULL); its bytes (at most KOLO_HELLO_MAX_BYTES) are kept in bytes/length for the proofs. */
 kolo_status kolo_handshake_send_hello(kolo_net *net, kolo_transport_conn *conn, int kind,
-                                      const kolo_bulk_offer *offer, int64_t deadline_ns);
-/* *bulk_taken: whether the peer took the offered bulk transport. */
-kolo_status kolo_handshake_read_ack(kolo_net *net, kolo_transport_conn *conn, int *bulk_taken,
-                                    int64_t deadline_ns);
-/* Reads a hello, checks secret/epoch/rank, answers; *kind is the connection kind.
- * When the hello offers a bulk transport this host can open, *bulk is set to the
- * reader side, which owns conn from then on; else bulk->ops stays NULL. */
-kolo_status kolo_handshake_accept(kolo_net *net, kolo_transport_conn *conn, int expected_rank,
-                                  int *kind, kolo_channel *bulk, int64_t deadline_ns);
+                                      const kolo_bulk_offer *offer, uint8_t *bytes, size_t *length,
+                                      int64_t deadline_ns);
+/* Connector: reads what the acceptor answered. Before our proof (*proved == 0): a refusal
+ * (its verdict), or a challenge whose proof is checked (KOLO_ERR_AUTH when the acceptor
+ * does not know the secret; nothing is sent to it then), and our proof sent: KOLO_OK with
+ * *proved = 1, the ack still to come. After it: the ack's verdict; *bulk_taken says
+ * whether the peer took the offered bulk transport. */
+kolo_status kolo_handshake_read_reply(kolo_net *net, kolo_transport_conn *conn,
+                                      const uint8_t *hello, size_t hello_length, int *proved,
+                                      int *bulk_taken, int64_t deadline_ns);
+/* Acceptor: judges the whole hello in bytes (read by the caller: form.c reads many at once);
+ * *kind is its connection kind. A refusal is acked and returned; KOLO_OK: the challenge was
+ * sent and expect holds the proof the connector must answer (KOLO_HANDSHAKE_PROOF_BYTES
+ * more bytes). Not a kolo hello: KOLO_ERR_PROTOCOL and no answer. */
+kolo_status kolo_handshake_challenge(kolo_net *net, kolo_transport_conn *conn, const uint8_t *bytes,
+                                     size_t length, int expected_rank, int *kind,
+                                     uint8_t expect[32], int64_t deadline_ns);
+#define KOLO_HANDSHAKE_PROOF_BYTES (4 + 32)
+/* Acceptor: checks the connector's proof and acks. When the hello offers a bulk transport
+ * this host can open, *bulk is set to the reader side, which owns conn from then on; else
+ * bulk->ops stays NULL. */
+kolo_status kolo_handshake_finish(kolo_net *net, kolo_transport_conn *conn,
+                                  const uint8_t *hello_bytes, size_t hello_length,
+                                  const uint8_t *proof, const uint8_t *expect, kolo_channel *bulk,
+                                  int64_t deadline_ns);
+/* HMAC-SHA-256(secret, label | hello | nonce), label "kolo-ring-acceptor" (acceptor = 1) or
+ * "kolo-ring-connector" (with its NUL): each side's proof of the secret. */
+void kolo_handshake_proof(const char *secret, int acceptor, const uint8_t *hello,
+                          size_t hello_length, const uint8_t *nonce, uint8_t out[32]);
 
 /* The handshake's wire records as pure functions (handshake.c; fuzzed by
  * tests/fuzz/fuzz_ring_wire.c). A hello is a 28-byte header (magic, version << 16 |
- * kind, epoch, rank, size, secret length), the secret, a 12-byte offer header
- * (name length, nonce) and the offer's name; an ack is magic, verdict, bulk taken. */
+ * kind, epoch, rank, size, nonce length), the connector's nonce (version 2: the secret,
+ * whose fields kolo_hello still names it by), a 12-byte offer header (name length, nonce)
+ * and the offer's name; a challenge is magic "KCHL", the acceptor's nonce and its proof; a
+ * proof is magic "KPRF" and the connector's proof; an ack is magic, verdict, bulk taken. */
 #define KOLO_HELLO_HEADER_BYTES 28
 #define KOLO_HELLO_OFFER_BYTES 12
 #define KOLO_HELLO_MAX_BYTES \
@@ -236,11 +261,14 @@ kolo_status kolo_hello_decode_offer(const uint8_t *offer, kolo_hello *hello);
 /* A whole hello from length bytes, as the acceptor reads it piece by piece;
  * *used is its length. KOLO_ERR_PROTOCOL when bad or incomplete. */
 kolo_status kolo_hello_decode(const uint8_t *bytes, size_t length, kolo_hello *hello, size_t *used);
-/* The verdict on a well-formed hello for a ring of (secret, epoch, size) expecting
- * expected_rank: KOLO_ERR_AUTH (wrong secret, compared in constant time),
- * KOLO_ERR_STALE_EPOCH, KOLO_ERR_PROTOCOL (rank, size or kind), or KOLO_OK. */
-kolo_status kolo_hello_judge(const kolo_hello *hello, const char *secret, uint64_t epoch, int size,
-                             int expected_rank);
+/* How many bytes the hello starting at bytes (have of them read) is known to need so far:
+ * the header, then up to the offer header, then all of it (== have when it is whole); 0 when
+ * what was read is no kolo hello of this version. */
+size_t kolo_hello_bytes_needed(const uint8_t *bytes, size_t have);
+/* The verdict on a well-formed hello for a ring of (epoch, size) expecting expected_rank,
+ * before any proof: KOLO_ERR_STALE_EPOCH, KOLO_ERR_PROTOCOL (rank, size, kind, or a nonce
+ * that is not KOLO_HANDSHAKE_NONCE_BYTES long), or KOLO_OK. */
+kolo_status kolo_hello_judge(const kolo_hello *hello, uint64_t epoch, int size, int expected_rank);
 void kolo_ack_encode(uint8_t *ack, kolo_status verdict, int bulk_taken);
 /* The acceptor's verdict; KOLO_ERR_PROTOCOL for a wrong magic or a verdict that
  * is no kolo status. */

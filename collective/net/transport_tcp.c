@@ -146,7 +146,9 @@ static kolo_status tcp_listen(const char *address, kolo_transport_listener **out
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     int size = socket_buffer_bytes();
     if (size > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0) break;
+    /* a deep backlog (the kernel caps it at somaxconn): strangers queued before formation
+     * begins must leave room for the real neighbours' connections (form.c drains them) */
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0) break;
     last_errno = errno;
     close(fd);
     fd = -1;

@@ -100,7 +100,7 @@ case "$job" in
       curl -sf "http://127.0.0.1:720$i/readyz" | grep -q '"ready":true' || { tail -20 "/tmp/w$i.log"; fail "w$i not ready within 10 s"; }
     done
     step "workers ready (registered in etcd)"
-    kolo --server 127.0.0.1:7070 --token "$token" submit /smoke/smoke-job.json || fail "kolo submit failed"
+    KOLO_TOKEN="$token" kolo --server 127.0.0.1:7070 submit /smoke/smoke-job.json || fail "kolo submit failed"
     for _ in $(seq 1 120); do
       jobs_json="$(curl -sf -H "Authorization: Bearer $token" http://127.0.0.1:8080/v1/jobs)"
       grep -q '"SUCCEEDED"' <<<"$jobs_json" && break

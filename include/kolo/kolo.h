@@ -74,7 +74,8 @@ typedef struct kolo_ring_spec {
 } kolo_ring_spec;
 
 /* Binds a data-plane listener on "host:port" (port 0 picks a free one) before
- * the ring is known, so its address can be published. Does not block. */
+ * the ring is known, so its address can be published. Does not block. "fd:N" takes
+ * a copy of the listening socket N instead (a kolo-worker's held port, KOLO_LISTEN_FD). */
 kolo_status kolo_listener_create(const char *bind_address, kolo_listener **out);
 /* Writes the bound "host:port" into buffer. */
 kolo_status kolo_listener_address(const kolo_listener *listener, char *buffer, size_t length);

@@ -62,7 +62,8 @@ render_and_validate() {
     { cat "$work/install.txt"; fail "helm install --dry-run=client failed"; }
   sed -n '/^NOTES:/,$p' "$work/install.txt" >"$work/notes.txt"
   grep -q "port-forward service/$release-kolo-coordinator" "$work/notes.txt" || fail "NOTES do not say how to port-forward"
-  grep -q -- "--server 127.0.0.1:[0-9]* --token" "$work/notes.txt" || fail "NOTES do not show a submit with the CLI"
+  grep -q -- "--server 127.0.0.1:[0-9]*.* submit job.json" "$work/notes.txt" || fail "NOTES do not show a submit with the CLI"
+  if grep -q -- "--token " "$work/notes.txt"; then fail "NOTES pass the token as a flag (ps shows it)"; fi
   grep -q 'curl .*Authorization: Bearer $KOLO_TOKEN.*/v1/jobs' "$work/notes.txt" || fail "NOTES do not show a curl query of the jobs with the token"
   grep -q 'curl .*Authorization: Bearer $KOLO_TOKEN.*/metrics' "$work/notes.txt" || fail "NOTES curl /metrics without the token (401)"
   if grep -E 'curl [^|]*/metrics' "$work/notes.txt" | grep -vq Authorization; then fail "NOTES curl /metrics without the token"; fi

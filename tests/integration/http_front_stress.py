@@ -176,9 +176,9 @@ async def drop_mid_request(i):
     if kind == 0:
         w.write(b"GET /v1/jo")
     elif kind == 1:
-        w.write(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + b"{" * 5000)
+        w.write(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n" + b"{" * 5000)
     elif kind == 2:
-        w.write(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc")
+        w.write(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc")
     else:
         w.write(GET + b"GET /v1/jobs HTTP/1.1\r\nHo")
     await w.drain()

@@ -123,7 +123,7 @@ class EtcdUseTest(unittest.TestCase):
         auto = none = None
         try:
             auto = Server("auto", "--data-dir", data)
-            url = re.search(r"etcd=(http://\S+)", auto.read_log()).group(1)
+            url = re.search(r"etcd=(unix://\S+)", auto.read_log()).group(1)
             wait_for(lambda: leads(auto), 20, "the auto server leads")
             worker = Worker(url, "wa", "127.0.0.1", 17000 + os.getpid() % 500 * 40 + 39, root)
             client = Client(auto.grpc_target)

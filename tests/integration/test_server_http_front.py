@@ -133,25 +133,25 @@ class FrontEndTest(unittest.TestCase):
 
     BAD = [
         # (what, request bytes, status, code, message part)
-        ("malformed Content-Length", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n{}", 400,
+        ("malformed Content-Length", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 12abc\r\n\r\n{}", 400,
          "INVALID_ARGUMENT", "Content-Length"),
-        ("negative Content-Length", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", 400,
+        ("negative Content-Length", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: -5\r\n\r\n", 400,
          "INVALID_ARGUMENT", "Content-Length"),
-        ("Content-Length past 64 bits", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: "
+        ("Content-Length past 64 bits", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
          b"123456789012345678901234567890\r\n\r\n", 413, "RESOURCE_EXHAUSTED", "Content-Length"),
-        ("two Content-Lengths", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n"
+        ("two Content-Lengths", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\n"
          b"\r\n{}", 400, "INVALID_ARGUMENT", "more than one Content-Length"),
-        ("Content-Length and chunked", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+        ("Content-Length and chunked", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
          b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 400, "INVALID_ARGUMENT", "both"),
-        ("malformed chunk size", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        ("malformed chunk size", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
          b"xyz\r\n{}\r\n0\r\n\r\n", 400, "INVALID_ARGUMENT", "chunk size"),
-        ("chunk longer than its size", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        ("chunk longer than its size", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
          b"2\r\n{}}}\r\n0\r\n\r\n", 400, "INVALID_ARGUMENT", "chunk data longer"),
-        ("chunk size past 64 bits", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        ("chunk size past 64 bits", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
          b"fffffffffffffffffffff\r\n", 413, "RESOURCE_EXHAUSTED", "chunk size"),
-        ("bad trailer", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        ("bad trailer", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
          b"2\r\n{}\r\n0\r\nno colon here\r\n\r\n", 400, "INVALID_ARGUMENT", "header name"),
-        ("unsupported Transfer-Encoding", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+        ("unsupported Transfer-Encoding", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip\r\n\r\n",
          501, "UNIMPLEMENTED", "Transfer-Encoding"),
         ("HTTP/2.0", b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505, "UNIMPLEMENTED", "HTTP/2.0"),
         ("HTTP/0.9 version", b"GET /healthz HTTP/0.9\r\n\r\n", 505, "UNIMPLEMENTED", "not supported"),
@@ -199,7 +199,7 @@ class FrontEndTest(unittest.TestCase):
         body = json.dumps({"id": "chunky-bad", "name": "x", "min_workers": 1,
                            "builtin": {"model": "mlp", "dataset": {"synthetic": {"samples": 10}}}}).encode()
         half = len(body) // 2
-        data = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+        data = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
                 b"%x\r\n" % half + body[:half] + b"\r\nzz\r\n")
         answers = self.exchange(data)
         self.assertJsonError(answers[-1], 400, "INVALID_ARGUMENT", "chunk size")
@@ -214,7 +214,7 @@ class FrontEndTest(unittest.TestCase):
             while got.count(b'{"status":"ok"}') < 2:
                 got += conn.recv(65536)
             # the connection stays open: one more request on it, a chunked POST this time
-            conn.sendall(b"POST /v1/jobs:list HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            conn.sendall(b"POST /v1/jobs:list HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
                          b"1\r\n{\r\n1;ext=1\r\n}\r\n0\r\nX-Trailer: t\r\n\r\n"
                          b"GET /v1/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             answers = parse_responses(got + read_all(conn))
@@ -232,11 +232,11 @@ class FrontEndTest(unittest.TestCase):
         answers = self.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", pieces=1)
         self.assertEqual(json.loads(answers[0][2]), {"status": "ok"})
         big = b"[" + b"1," * (1 << 20) + b"1]"  # 2 MiB of JSON that is no job spec
-        answers = self.exchange(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        answers = self.exchange(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
                                 b"Content-Length: %d\r\n\r\n" % len(big) + big)
         self.assertJsonError(answers[0], 400, "INVALID_ARGUMENT")
         over = b" " * (5 << 20)  # past --max-message-bytes (4 MiB): kolo's own 413
-        answers = self.exchange(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        answers = self.exchange(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
                                 b"Content-Length: %d\r\n\r\n" % len(over) + over)
         self.assertJsonError(answers[0], 413, None, "byte limit")
 
@@ -270,7 +270,7 @@ class FrontEndTest(unittest.TestCase):
         def flood():
             chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
             try:
-                conn.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+                conn.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
                 while not stop.is_set():
                     conn.sendall(chunk)
             except OSError:
@@ -391,7 +391,7 @@ class OutOfDescriptorsTest(unittest.TestCase):
                     conn = socket.create_connection(("127.0.0.1", srv.http_port), timeout=10)
                     conns.append(conn)
                     # a request whose body never comes: it stays in flight at libmicrohttpd
-                    conn.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+                    conn.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n")
                     conn.settimeout(0.3)
                     try:
                         data = conn.recv(65536)
@@ -445,7 +445,7 @@ class FullFrontEndTest(unittest.TestCase):
         try:
             for _ in range(4096):
                 conn = socket.create_connection(("127.0.0.1", srv.http_port), timeout=10)
-                conn.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+                conn.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n")
                 conns.append(conn)
             time.sleep(0.5)  # every one handed to libmicrohttpd
             with socket.create_connection(("127.0.0.1", srv.http_port), timeout=10) as conn:  # past the limit

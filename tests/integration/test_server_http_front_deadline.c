@@ -189,7 +189,9 @@ static void assert_408_json(const char *answer, size_t len, int closed) {
 static void a_body_trickled_past_the_deadline_gets_a_json_408_and_the_close(void **state) {
   fixture *fx = *state;
   int fd = dial(fx->port);
-  send_all(fd, "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n");
+  send_all(fd,
+           "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+           "1000\r\n\r\n");
   char answer[4096];
   int closed;
   double t0 = now_s();
@@ -234,7 +236,9 @@ static void a_first_head_trickled_past_the_deadline_gets_a_json_408(void **state
 static void a_request_whole_in_time_is_forwarded_and_its_connection_kept_open(void **state) {
   fixture *fx = *state;
   int fd = dial(fx->port);
-  static const char head[] = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n";
+  static const char head[] =
+      "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+      "5\r\n\r\n";
   send_all(fd, head);
   for (int i = 0; i < 5; i++) { /* the body over a second: well inside the deadline */
     struct timespec pause = {0, 200 * 1000 * 1000};

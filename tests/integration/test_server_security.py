@@ -74,8 +74,16 @@ class SecurityTest(unittest.TestCase):
         self.assertIn("UNAUTHENTICATED", err)
         code, out, err = kolo(self.token_server, "--token", TOKEN, "list")
         self.assertEqual(code, 0, err)
+        self.assertIn("warning: --token shows the token to every local user", err)  # ps shows argv
         code, out, err = kolo(self.token_server, "list", env_extra={"KOLO_TOKEN": TOKEN})
-        self.assertEqual(code, 0, err)
+        self.assertEqual((code, err), (0, ""))
+        token_file = os.path.join(self.dir, "cli-token")
+        with open(token_file, "w") as f:
+            f.write("  %s\n" % TOKEN)
+        code, out, err = kolo(self.token_server, "--token-file", token_file, "list")
+        self.assertEqual((code, err), (0, ""))
+        code, _, err = kolo(self.token_server, "--token-file", os.path.join(self.dir, "none"), "list")
+        self.assertEqual(code, 2, err)
 
     def test_grpc_over_tls_works_with_the_ca_and_plaintext_fails(self):
         with open(self.cert, "rb") as f:

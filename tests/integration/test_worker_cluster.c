@@ -75,6 +75,8 @@ static json_t *http(int port, const char *method, const char *path, const char *
   buffer b = {0};
   curl_easy_setopt(curl, CURLOPT_URL, url);
   curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+  struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   if (body) curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
@@ -94,6 +96,7 @@ static json_t *http(int port, const char *method, const char *path, const char *
             curl_easy_strerror(rc), (long long)(cluster_now_ms() - started));
   }
   free(b.data);
+  curl_slist_free_all(headers);
   curl_easy_cleanup(curl);
   return out;
 }

@@ -23,10 +23,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def get(port, path):
-    """(status, body) of GET http://127.0.0.1:port/path with curl; (0, "") when nothing answers."""
-    out = subprocess.run(["curl", "-s", "--max-time", "3", "-o", "-", "-w", "\n%{http_code}",
-                          "http://127.0.0.1:%d%s" % (port, path)], capture_output=True, text=True, timeout=10)
+def get(port, path, source=None):
+    """(status, body) of GET http://127.0.0.1:port/path with curl (from source, an address
+    of this host, if given); (0, "") when nothing answers."""
+    out = subprocess.run(["curl", "-s", "--max-time", "3", "-o", "-", "-w", "\n%{http_code}"] +
+                         (["--interface", source] if source else []) +
+                         ["http://127.0.0.1:%d%s" % (port, path)], capture_output=True, text=True, timeout=10)
     body, _, code = out.stdout.rpartition("\n")
     return int(code or 0), body
 
@@ -114,6 +116,30 @@ class WorkerHealthTest(unittest.TestCase):
             if w.proc.poll() is None:
                 self.assertEqual(get(port, "/readyz")[0], 503)
         finally:
+            w.stop(signal.SIGKILL)
+
+    def test_idle_strangers_leave_the_probes_and_the_log_server_room(self):
+        # issue #30: 70 idle connections from anyone used to take all 64 slots of each port
+        port, logs_port = free_port(), free_port()
+        w = Worker(self.etcd.url, "health-3", port, "--logs-listen", "127.0.0.1:%d" % logs_port)
+        idle = []
+        try:
+            wait_for(lambda: get(port, "/healthz")[0] == 200, 15, "liveness")
+            for target, count in ((port, 100), (logs_port, 70)):
+                for _ in range(count):
+                    idle.append(socket.create_connection(("127.0.0.1", target), timeout=5))
+            time.sleep(0.5)
+            self.assertEqual(get(port, "/healthz")[0], 200)  # 100 from one address: room left
+            for target, count in ((port, 200), (logs_port, 100)):
+                for _ in range(count):
+                    idle.append(socket.create_connection(("127.0.0.1", target), timeout=5))
+            time.sleep(0.5)
+            # another address (the kubelet's, a kolo-server's) is answered whatever one holds
+            self.assertEqual(get(port, "/healthz", "127.0.0.2")[0], 200)
+            self.assertEqual(get(logs_port, "/v1/logs/x", "127.0.0.2")[0], 401)  # answered: no token
+        finally:
+            for s in idle:
+                s.close()
             w.stop(signal.SIGKILL)
 
     def test_a_bad_or_busy_listen_address_stops_the_worker_with_a_reason(self):

@@ -3,6 +3,7 @@
  * no kolo status is a protocol error (it was passed on as a made-up status); a
  * control message is classified by its fields, and a failure naming an unknown
  * status or a rank outside the ring is garbage. */
+#define _GNU_SOURCE /* memmem */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,8 +20,8 @@ static kolo_hello ring_hello(void) {
                   .rank = 1,
                   .size = 3,
                   .nonce = 0x0102030405060708ull};
-  h.secret_length = 6;
-  memcpy(h.secret, "s3cret", 6);
+  h.secret_length = KOLO_HANDSHAKE_NONCE_BYTES; /* the connector's nonce (version 3) */
+  memcpy(h.secret, "0123456789abcdef", KOLO_HANDSHAKE_NONCE_BYTES);
   h.name_length = 3;
   memcpy(h.offer_name, "shm", 4);
   return h;
@@ -31,20 +32,43 @@ static void a_hello_round_trips_and_is_judged_against_the_ring(void **state) {
   kolo_hello h = ring_hello(), back;
   uint8_t bytes[KOLO_HELLO_MAX_BYTES];
   size_t length = kolo_hello_encode(&h, bytes), used = 0;
-  assert_int_equal(length, KOLO_HELLO_HEADER_BYTES + 6 + KOLO_HELLO_OFFER_BYTES + 3);
+  assert_int_equal(length, KOLO_HELLO_HEADER_BYTES + 16 + KOLO_HELLO_OFFER_BYTES + 3);
   assert_int_equal(kolo_hello_decode(bytes, length, &back, &used), KOLO_OK);
   assert_int_equal(used, length);
   assert_string_equal(back.offer_name, "shm");
   assert_true(back.nonce == h.nonce && back.epoch == 9 && back.rank == 1 && back.size == 3);
-  assert_int_equal(kolo_hello_judge(&back, "s3cret", 9, 3, 1), KOLO_OK);
-  assert_int_equal(kolo_hello_judge(&back, "s3creT", 9, 3, 1), KOLO_ERR_AUTH);
-  assert_int_equal(kolo_hello_judge(&back, "s3cret", 8, 3, 1), KOLO_ERR_STALE_EPOCH);
-  /* a neighbour at another epoch has that epoch's secret: stale, not a stranger */
-  assert_int_equal(kolo_hello_judge(&back, "other-epoch-secret", 8, 3, 1), KOLO_ERR_STALE_EPOCH);
-  assert_int_equal(kolo_hello_judge(&back, "s3cret", 9, 3, 2), KOLO_ERR_PROTOCOL);
+  /* the hello carries no secret: it is proven afterwards */
+  assert_null(memmem(bytes, length, "s3cret", 6));
+  assert_int_equal(kolo_hello_judge(&back, 9, 3, 1), KOLO_OK);
+  assert_int_equal(kolo_hello_judge(&back, 8, 3, 1), KOLO_ERR_STALE_EPOCH);
+  assert_int_equal(kolo_hello_judge(&back, 9, 3, 2), KOLO_ERR_PROTOCOL);
+  kolo_hello short_nonce = back;
+  short_nonce.secret_length = 6;
+  assert_int_equal(kolo_hello_judge(&short_nonce, 9, 3, 1), KOLO_ERR_PROTOCOL);
   assert_int_equal(kolo_hello_decode(bytes, length - 1, &back, &used), KOLO_ERR_PROTOCOL);
   bytes[5] = 9; /* another protocol version */
   assert_int_equal(kolo_hello_decode(bytes, length, &back, &used), KOLO_ERR_PROTOCOL);
+}
+
+/* Each side's proof depends on the secret, the side, the hello and the nonce: a squatter
+ * without the secret cannot make the acceptor's, and one side's is never the other's. */
+static void the_proofs_bind_the_secret_the_side_the_hello_and_the_nonce(void **state) {
+  (void)state;
+  kolo_hello h = ring_hello();
+  uint8_t hello[KOLO_HELLO_MAX_BYTES], a[32], b[32];
+  size_t length = kolo_hello_encode(&h, hello);
+  const uint8_t nonce[KOLO_HANDSHAKE_NONCE_BYTES] = "fedcba987654321", other[16] = "x";
+  kolo_handshake_proof("s3cret", 1, hello, length, nonce, a);
+  kolo_handshake_proof("s3cret", 1, hello, length, nonce, b);
+  assert_memory_equal(a, b, 32);
+  kolo_handshake_proof("s3creT", 1, hello, length, nonce, b);
+  assert_memory_not_equal(a, b, 32);
+  kolo_handshake_proof("s3cret", 0, hello, length, nonce, b);
+  assert_memory_not_equal(a, b, 32);
+  kolo_handshake_proof("s3cret", 1, hello, length, other, b);
+  assert_memory_not_equal(a, b, 32);
+  kolo_handshake_proof("s3cret", 1, hello, length - 1, nonce, b);
+  assert_memory_not_equal(a, b, 32);
 }
 
 static void an_ack_with_a_made_up_verdict_is_a_protocol_error(void **state) {
@@ -90,6 +114,7 @@ static void control_messages_are_classified_by_their_fields(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_hello_round_trips_and_is_judged_against_the_ring),
+      cmocka_unit_test(the_proofs_bind_the_secret_the_side_the_hello_and_the_nonce),
       cmocka_unit_test(an_ack_with_a_made_up_verdict_is_a_protocol_error),
       cmocka_unit_test(control_messages_are_classified_by_their_fields),
   };

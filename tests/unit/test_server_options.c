@@ -87,7 +87,8 @@ static void etcd_endpoints_are_parsed_once_with_the_options(void **state) {
   assert_string_equal(o.etcd_access.endpoints[1], "https://b:2/");
   char *bare[] = {"kolo-server", "--etcd", "127.0.0.1:2379", NULL};
   assert_int_equal(kolo_server_options_parse(3, bare, &o, err, sizeof err), KOLO_ERR_INVALID_ARG);
-  assert_non_null(strstr(err, "--etcd: '127.0.0.1:2379' is not an http:// or https:// URL"));
+  assert_non_null(
+      strstr(err, "--etcd: '127.0.0.1:2379' is not an http://, https:// or unix:/// URL"));
   char *empty[] = {"kolo-server", "--etcd", ",", NULL};
   assert_int_equal(kolo_server_options_parse(3, empty, &o, err, sizeof err), KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(err, "--etcd: no endpoint"));

@@ -2,6 +2,7 @@
  * the exact state; truncated, bit-flipped or foreign checkpoints are refused
  * without touching the state; restore picks the newest valid one; old ones are pruned. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -197,6 +200,35 @@ static void only_the_newest_checkpoints_are_kept(void **state) {
   assert_int_equal(count_files(f->dir, "ckpt-000000000001"), 0);
 }
 
+/* A temp file of pid (with mtime age_s seconds ago) in f->dir. */
+static void temp_file(fixture *f, long pid, int age_s) {
+  char p[1024];
+  snprintf(p, sizeof p, "%s/ckpt-000000000009.kolo.tmp.%ld", f->dir, pid);
+  FILE *out = fopen(p, "w");
+  assert_non_null(out);
+  fputs("half a checkpoint", out);
+  fclose(out);
+  struct timespec times[2] = {{time(NULL) - age_s, 0}, {time(NULL) - age_s, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, p, times, 0), 0);
+}
+
+static void a_killed_writers_temp_files_are_removed_at_start(void **state) {
+  fixture *f = *state;
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  waitpid(gone, NULL, 0);
+  temp_file(f, (long)gone, 3600);        /* a killed writer's: removed */
+  temp_file(f, (long)getpid(), 3600);    /* a live writer's: kept */
+  temp_file(f, (long)gone + 1000000, 0); /* just written (another host's?): kept */
+  assert_int_equal(count_files(f->dir, ".tmp."), 3);
+  assert_int_equal(kolo_train_checkpoint_restore_latest(f->dir, f->state, NULL, 0),
+                   KOLO_ERR_NOT_FOUND);
+  assert_int_equal(count_files(f->dir, ".tmp."), 2);
+  char gone_name[64];
+  snprintf(gone_name, sizeof gone_name, ".tmp.%ld", (long)gone);
+  assert_int_equal(count_files(f->dir, gone_name), 0);
+}
+
 static void state_load_refuses_a_wrong_size(void **state) {
   fixture *f = *state;
   size_t size = kolo_train_state_size(f->state);
@@ -238,6 +270,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(empty_or_missing_directory_has_no_checkpoint, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(only_the_newest_checkpoints_are_kept, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_killed_writers_temp_files_are_removed_at_start, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(state_load_refuses_a_wrong_size, setup, teardown),
       cmocka_unit_test_setup_teardown(the_state_checksum_tells_every_byte_apart, setup, teardown),
   };

@@ -580,7 +580,8 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
                             cwd,
                             a->work_dir,
                             out_fd,
-                            err_fd};
+                            err_fd,
+                            a->port_fd};
   kolo_status started = bad ? KOLO_ERR_NO_MEMORY : kolo_agent_proc_start(&spawn, &a->proc);
   if (out_fd >= 0) close(out_fd);
   if (err_fd >= 0) close(err_fd);
@@ -748,6 +749,29 @@ static void reap(agent *a) {
   write_report(a);
 }
 
+/* The work dir holds the job output, the agent socket and the children file, all written by
+ * this (often root) process: made 0700, or taken if it is this user's and no one else may
+ * write it. The default one, in /tmp, must moreover not be a link (another user could have
+ * made /tmp/kolo-worker-<id> first, with a `logs` link to a folder of this user's) and is
+ * made private if it is not. */
+static kolo_status private_work_dir(const char *dir, int is_default) {
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    KOLO_LOGE(LOG, "cannot create work dir %s: %s", dir, strerror(errno));
+    return KOLO_ERR_IO;
+  }
+  struct stat st;
+  if ((is_default ? lstat(dir, &st) : stat(dir, &st)) != 0 || !S_ISDIR(st.st_mode) ||
+      st.st_uid != geteuid() || (!is_default && (st.st_mode & 022) != 0)) {
+    KOLO_LOGE(LOG,
+              "work dir %s is not a directory of this user that no one else may write (made by "
+              "another user?): remove it or give --work-dir",
+              dir);
+    return KOLO_ERR_STATE;
+  }
+  if (is_default && (st.st_mode & 077) != 0 && chmod(dir, 0700) != 0) return KOLO_ERR_IO;
+  return KOLO_OK;
+}
+
 /* The log store, the capture thread and the log server; fills the record's logs fields. */
 static kolo_status setup_logs(agent *a) {
   const kolo_agent_options *o = a->opts;
@@ -874,10 +898,7 @@ static kolo_status setup(agent *a) {
     snprintf(a->work_dir, sizeof a->work_dir, "%s", o->work_dir);
   else
     snprintf(a->work_dir, sizeof a->work_dir, "/tmp/kolo-worker-%.200s", a->id);
-  if (mkdir(a->work_dir, 0755) != 0 && errno != EEXIST) {
-    KOLO_LOGE(LOG, "cannot create work dir %s: %s", a->work_dir, strerror(errno));
-    return KOLO_ERR_IO;
-  }
+  KOLO_CHECK(private_work_dir(a->work_dir, o->work_dir[0] == '\0'));
   kolo_agent_proc_sweep_orphans(a->work_dir); /* an earlier agent's, if it was killed */
   KOLO_CHECK(setup_logs(a));
   if (kolo_etcd_access_connect(&o->etcd_access, NULL, &a->etcd) != KOLO_OK) {

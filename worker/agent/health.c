@@ -15,6 +15,10 @@
 #include "common/log.h"
 
 #define LOG "agent"
+/* Connections at once (one poll loop: an idle one costs a descriptor and a few KiB), and from
+ * one address: strangers holding idle connections from one address leave the probes room. */
+#define HEALTH_CONNECTIONS 1024
+#define HEALTH_PER_CLIENT 128
 
 struct kolo_agent_health {
   struct MHD_Daemon *daemon;
@@ -190,11 +194,12 @@ kolo_status kolo_agent_health_start(const char *listen, kolo_agent_health **out,
   kolo_agent_health *h = calloc(1, sizeof *h);
   if (h == NULL) return KOLO_ERR_NO_MEMORY;
   pthread_mutex_init(&h->lock, NULL);
-  h->daemon =
-      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                       on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT,
-                       (unsigned)10, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+  h->daemon = MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request,
+      h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)HEALTH_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HEALTH_PER_CLIENT,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+      MHD_OPTION_END);
   if (h->daemon == NULL) {
     pthread_mutex_destroy(&h->lock);
     free(h);

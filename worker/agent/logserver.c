@@ -284,6 +284,7 @@ kolo_status kolo_agent_logserver_start(const kolo_agent_logserver_config *cfg,
       MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL,
       NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)KOLO_AGENT_LOGSERVER_CONNECTIONS,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)KOLO_AGENT_LOGSERVER_PER_CLIENT,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
       MHD_OPTION_END);
   if (srv->daemon == NULL) {

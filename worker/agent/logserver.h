@@ -1,6 +1,8 @@
 /* The agent's log server: kolo-server replicas (never users directly) fetch a job's
  * output from the worker that holds it over plain HTTP (libmicrohttpd, one thread per
- * connection, at most KOLO_AGENT_LOGSERVER_CONNECTIONS), authenticated by the random
+ * connection, at most KOLO_AGENT_LOGSERVER_CONNECTIONS, of them at most
+ * KOLO_AGENT_LOGSERVER_PER_CLIENT from one address, so strangers holding idle connections
+ * from one address leave the servers room), authenticated by the random
  * bearer token the agent publishes in its etcd record next to the server's URL.
  *
  *   GET /v1/logs/<job>?rank=R[&rank=R2...]&tail=N&follow=1&after=SEQ:OFFSET
@@ -19,7 +21,9 @@
 #include "kolo/status.h"
 #include "worker/agent/logstore.h"
 
-#define KOLO_AGENT_LOGSERVER_CONNECTIONS 64
+#define KOLO_AGENT_LOGSERVER_CONNECTIONS 256
+/* a kolo-server follows at most --max-log-streams (64) streams, one connection each */
+#define KOLO_AGENT_LOGSERVER_PER_CLIENT 64
 
 typedef struct kolo_agent_logserver_config {
   const char *listen; /* host:port (IPv4 or a name resolving to one); port 0 picks one */

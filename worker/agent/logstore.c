@@ -173,9 +173,16 @@ kolo_status kolo_agent_logstore_open(const kolo_agent_logstore_config *cfg,
       cfg->file_bytes < 1024 || cfg->job_bytes < 2 * cfg->file_bytes ||
       cfg->total_bytes < cfg->job_bytes || cfg->retention_s < 0)
     return KOLO_ERR_INVALID_ARG;
-  if (mkdir(cfg->dir, 0755) != 0 && errno != EEXIST) {
+  if (mkdir(cfg->dir, 0700) != 0 && errno != EEXIST) {
     KOLO_LOGE(LOG, "cannot create the log directory %s: %s", cfg->dir, strerror(errno));
     return KOLO_ERR_IO;
+  }
+  /* job output is private: this user's folder, 0700 (one made 0755 by an older kolo too) */
+  struct stat st;
+  if (stat(cfg->dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+      ((st.st_mode & 077) != 0 && chmod(cfg->dir, 0700) != 0)) {
+    KOLO_LOGE(LOG, "the log directory %s is not a private directory of this user", cfg->dir);
+    return KOLO_ERR_STATE;
   }
   DIR *d = opendir(cfg->dir);
   if (d == NULL) {
@@ -260,7 +267,7 @@ static kolo_status open_segment(kolo_agent_logstore *s, job_logs *j, int64_t epo
   j->rank = rank;
   char path[4096];
   segment_path(s, j->id, &seg, path, sizeof path);
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     KOLO_LOGW(LOG, "cannot create %s: %s (this output is not kept)", path, strerror(errno));
     return KOLO_ERR_IO;
@@ -283,7 +290,9 @@ kolo_status kolo_agent_logstore_begin(kolo_agent_logstore *s, const char *job, i
   if (j == NULL) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", s->dir, job);
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    struct stat st;
+    if ((mkdir(path, 0700) != 0 && errno != EEXIST) || lstat(path, &st) != 0 ||
+        !S_ISDIR(st.st_mode)) { /* never through a link */
       KOLO_LOGW(LOG, "cannot create %s: %s (this output is not kept)", path, strerror(errno));
       rc = KOLO_ERR_IO;
       goto out;
@@ -482,7 +491,7 @@ static kolo_status compute_tail(kolo_agent_logreader *r, const segment *segs, si
     if (st->need == 0) continue;
     char path[4096];
     segment_path(r->store, r->job, seg, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     uint64_t pos = 0, found = fd >= 0 ? tail_in_file(fd, seg->bytes, st->need, &pos, block) : 0;
     if (fd >= 0) close(fd);
     st->seq = seg->seq;
@@ -558,7 +567,7 @@ static int read_line(kolo_agent_logreader *r, const segment *seg, int live,
     if (r->fd >= 0) close(r->fd);
     char path[4096];
     segment_path(r->store, r->job, seg, path, sizeof path);
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     r->fd_seq = seg->seq;
     r->buf_len = 0;
     if (r->fd < 0) return -1;

@@ -45,7 +45,7 @@ kolo_status kolo_agent_port_reserve(const char *address, int *fd, char *err, siz
     int s = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
     int one = 1;
     if (s >= 0 && setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-        bind(s, ai->ai_addr, ai->ai_addrlen) == 0) {
+        bind(s, ai->ai_addr, ai->ai_addrlen) == 0 && listen(s, 4096) == 0) {
       *fd = s;
       break;
     }

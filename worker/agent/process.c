@@ -83,6 +83,12 @@ static void exec_child(const kolo_agent_spawn *spawn, pid_t agent_pid, const cha
   if (chdir(cwd) != 0) start_failed(exec_fd, "cannot enter the folder", cwd);
   for (const char *const *e = spawn->env; e && *e; e++) putenv((char *)*e);
   setenv("KOLO_AGENT_SOCKET", socket_path, 1);
+  if (spawn->listen_fd > STDERR_FILENO &&
+      fcntl(spawn->listen_fd, F_SETFD, 0) == 0) { /* inherited */
+    char fd_text[16];
+    snprintf(fd_text, sizeof fd_text, "%d", spawn->listen_fd);
+    setenv("KOLO_LISTEN_FD", fd_text, 1);
+  }
   execvp(spawn->argv[0], (char *const *)spawn->argv);
   start_failed(exec_fd, "cannot execute", spawn->argv[0]);
 }

@@ -20,6 +20,8 @@ typedef struct kolo_agent_spawn {
   const char *work_dir;    /* holds the socket */
   int stdout_fd,
       stderr_fd; /* the child's stdout and stderr (the capture's pipes); -1 = /dev/null */
+  int listen_fd; /* the held data-plane listener (port.h), inherited as KOLO_LISTEN_FD; <= 2: none
+                  */
 } kolo_agent_spawn;
 
 /* What the process said, one parsed message at a time (lines that do not parse

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -137,7 +139,7 @@ kolo_status kolo_train_checkpoint_write(const char *dir, kolo_train_state *state
   snprintf(final_path, sizeof final_path, "%s/ckpt-%012llu.kolo", dir, step);
   snprintf(tmp_path, sizeof tmp_path, "%s.tmp.%ld", final_path, (long)getpid());
   kolo_status rc = KOLO_OK;
-  int fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     KOLO_LOGE(LOG_TAG, "checkpoint %s: %s", tmp_path, strerror(errno));
     return KOLO_ERR_IO;
@@ -230,9 +232,33 @@ out:
   return rc;
 }
 
+/* Temp files "ckpt-<step>.kolo.tmp.<pid>" left by a writer killed mid-write (51-63 MiB each)
+ * are removed when no process <pid> runs here and the file has not changed for
+ * STALE_TEMP_S (so a live writer on another host sharing the directory keeps its own). */
+#define STALE_TEMP_S 60
+static void remove_stale_temps(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  time_t now = time(NULL);
+  while (d && (e = readdir(d)) != NULL) {
+    const char *tmp = strstr(e->d_name, ".kolo.tmp.");
+    char *end = NULL;
+    long pid = tmp && strncmp(e->d_name, "ckpt-", 5) == 0 ? strtol(tmp + 10, &end, 10) : 0;
+    if (pid <= 0 || *end != '\0' || (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;
+    char full[4400];
+    struct stat st;
+    snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+    if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= STALE_TEMP_S &&
+        unlink(full) == 0)
+      KOLO_LOGI(LOG_TAG, "removed %s, left by a writer that is gone", full);
+  }
+  if (d) closedir(d);
+}
+
 kolo_status kolo_train_checkpoint_restore_latest(const char *dir, kolo_train_state *state,
                                                  char *path, size_t path_length) {
   if (!dir || !state) return KOLO_ERR_INVALID_ARG;
+  remove_stale_temps(dir);
   char **names = NULL;
   size_t count = 0;
   kolo_status rc = list_checkpoints(dir, &names, &count);
