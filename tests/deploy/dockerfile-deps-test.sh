@@ -17,8 +17,9 @@ fail() { echo "FAIL $*"; status=1; }
 setup_pkgs="$(sed -n '/^PACKAGES=(/,/^)/p' "$setup" | sed 's/#.*//; s/PACKAGES=(//; s/)//' | tr -s ' \t' '\n' | grep -v '^$' | sort -u)"
 [ -n "$setup_pkgs" ] || fail "no PACKAGES list found in $setup"
 # Test-only toolchains (clang's sanitizer runtime for the fuzzers, Open MPI as the benchmark
-# peer) build nothing the image ships.
-test_only='^(libclang-rt-[0-9]+-dev|libopenmpi-dev)$'
+# peer) build nothing the image ships; nor do libtorch-dev and pybind11-dev, which build the
+# optional torch.distributed backend (c10d/, KOLO_WITH_TORCH=AUTO): the image has no torch.
+test_only='^(libclang-rt-[0-9]+-dev|libopenmpi-dev|libtorch-dev|pybind11-dev)$'
 build_needed="$(grep -E -- '-dev$|compiler$|^(build-essential|cmake|pkg-config|git|ca-certificates)$' <<<"$setup_pkgs" |
   grep -Ev -- "$test_only" || true)"
 
