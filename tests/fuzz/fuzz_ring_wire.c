@@ -1,5 +1,5 @@
-/* libFuzzer target: the ring's wire records from a peer (collective/handshake.c,
- * failure.c): a connection's hello as the acceptor reads it, its ack as the
+/* libFuzzer target: the ring's wire records from a peer (collective/net/handshake.c,
+ * net/fault.c): a connection's hello as the acceptor reads it, its ack as the
  * connector reads it, and 16-byte control-link messages. First byte: which.
  * Properties: no crash or leak; a hello that decodes re-encodes to exactly the
  * bytes it was read from; the verdict on it is OK only for the ring's own secret,

@@ -1,4 +1,4 @@
-/* Unit tests for kolo_allreduce_choose (collective/ring.c): which all-reduce a
+/* Unit tests for kolo_allreduce_choose (collective/algo/ring.c): which all-reduce a
  * ring runs. Every rank must pick the same from the same inputs; the pair
  * exchange is for two ranks: over TCP within its size range, over shared
  * memory for small buffers. */

@@ -1,4 +1,4 @@
-/* The liveness beat's pure rules (collective/beat.c): when a link is silent,
+/* The liveness beat's pure rules (collective/net/beat.c): when a link is silent,
  * how the longest recent beat gap decays, how the timeout stretches on a
  * loaded machine and never past its cap, and KOLO_PEER_TIMEOUT parsing. */
 #include <setjmp.h>

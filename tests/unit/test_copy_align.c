@@ -1,4 +1,4 @@
-/* Unit tests for kolo_copy_align_next (collective/copy_align.c): whether the
+/* Unit tests for kolo_copy_align_next (collective/net/copy_align.c): whether the
  * TCP transport's next large call goes straight or through the bounce buffer
  * 32 bytes off (out of AMD's slow `rep movsb` window). Both modes get timed
  * twice before a choice, the shifted mode needs a clear win, one slow timing does not

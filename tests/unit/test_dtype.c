@@ -1,4 +1,4 @@
-/* Unit tests for collective/dtype.c: float16/bfloat16 conversion rounds to
+/* Unit tests for collective/algo/dtype.c: float16/bfloat16 conversion rounds to
  * nearest even and keeps specials; the reduction kernels compute each op. */
 #include <math.h>
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* Unit tests for collective/negotiate.c: the message codec round-trips and
+/* Unit tests for collective/engine/negotiate.c and nego_codec.c: the message codec round-trips and
  * refuses malformed input, and the replicated table decides readiness, order,
  * mismatches, the response cache, joins, unnamed agreement and stalls. */
 #include <setjmp.h>

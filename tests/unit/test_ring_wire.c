@@ -1,4 +1,4 @@
-/* The ring's wire records as pure functions (collective/handshake.c, failure.c):
+/* The ring's wire records as pure functions (collective/net/handshake.c, net/fault.c):
  * a hello round-trips and is judged against the ring; an ack whose verdict is
  * no kolo status is a protocol error (it was passed on as a made-up status); a
  * control message is classified by its fields, and a failure naming an unknown

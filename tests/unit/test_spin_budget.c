@@ -1,4 +1,4 @@
-/* Unit tests for kolo_spin_budget_next (collective/ring.c): how long the
+/* Unit tests for kolo_spin_budget_next (collective/algo/plan.c): how long the
  * executor busy-polls a stalled transfer before it sleeps in poll. A stall
  * that a longer spin would have covered raises the budget (also after a sleep,
  * so it can never stay stuck at the floor); only a stall longer than the most
