@@ -5,7 +5,7 @@
  * CUDA mode hands its mode to the next one, and state buffers in device memory
  * are committed to host copies with CUDA copies.
  *
- * The lines themselves (HELLO, RING, FORMED, FAILED, REPORT, STOP, LEAVE,
+ * The lines themselves (HELLO, RING, FORMED, FAILED, REPORT, MODE, STOP, LEAVE,
  * REFUSED) are defined, parsed and formatted by common/agent_proto.h only.
  * A "planned" ring (a member was drained: nobody failed) does not abort the current
  * communicator: the process goes on to its next commit, where kolo_elastic_commit
@@ -38,6 +38,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "kolo/elastic.h"
+#include "kolo/mode.h"
 
 #define MAX_LINE KOLO_AGENT_MAX_LINE
 #define MAX_BUFFERS 256
@@ -564,6 +565,14 @@ kolo_status kolo_elastic_report(kolo_elastic *elastic, const char *json) {
   status = send_line(elastic, line);
   free(line);
   return status;
+}
+
+/* MODE <name> (agent protocol version 3): the job's mode check is the agent's. */
+kolo_status kolo_elastic_acknowledge_mode(kolo_elastic *elastic, kolo_mode mode) {
+  if (elastic == NULL || mode < KOLO_MODE_SYNC || mode > KOLO_MODE_DILOCO)
+    return KOLO_ERR_INVALID_ARG;
+  if (elastic->agent_fd < 0) return KOLO_OK;
+  return send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_MODE, .mode = {(int)mode}});
 }
 
 int kolo_elastic_should_stop(kolo_elastic *elastic) {

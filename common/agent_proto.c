@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kolo/mode.h"
+
 static const struct {
   kolo_agent_verb verb;
   const char *name;
@@ -20,6 +22,7 @@ static const struct {
     {KOLO_AGENT_FORMED, "FORMED", KOLO_AGENT_TO_AGENT},
     {KOLO_AGENT_FAILED, "FAILED", KOLO_AGENT_TO_AGENT},
     {KOLO_AGENT_REPORT, "REPORT", KOLO_AGENT_TO_AGENT},
+    {KOLO_AGENT_MODE, "MODE", KOLO_AGENT_TO_AGENT},
     {KOLO_AGENT_RING, "RING", KOLO_AGENT_TO_PROCESS},
     {KOLO_AGENT_STOP, "STOP", KOLO_AGENT_TO_PROCESS},
     {KOLO_AGENT_LEAVE, "LEAVE", KOLO_AGENT_TO_PROCESS},
@@ -188,6 +191,16 @@ static kolo_status parse_report(parser *p, kolo_agent_msg *m) {
   return KOLO_OK;
 }
 
+static kolo_status parse_mode(parser *p, kolo_agent_msg *m) {
+  const char *name;
+  TRY(token(p, "mode", &name));
+  kolo_mode mode;
+  if (kolo_mode_parse(name, &mode) != KOLO_OK || strcmp(name, kolo_mode_name(mode)) != 0)
+    return fail(p, "field 'mode' is not a mode (SYNC, ASYNC, LOCAL_SGD or DILOCO): '%.40s'", name);
+  m->mode.mode = (int)mode;
+  return end_of_line(p);
+}
+
 static kolo_status parse_ring(parser *p, kolo_agent_msg *m) {
   kolo_agent_ring *r = &m->ring;
   TRY(epoch_field(p, &r->epoch));
@@ -238,6 +251,8 @@ static kolo_status parse_body(parser *p, kolo_agent_msg *m) {
       return parse_failed(p, m);
     case KOLO_AGENT_REPORT:
       return parse_report(p, m);
+    case KOLO_AGENT_MODE:
+      return parse_mode(p, m);
     case KOLO_AGENT_RING:
       return parse_ring(p, m);
     case KOLO_AGENT_STOP:
@@ -327,6 +342,8 @@ int kolo_agent_msg_equal(const kolo_agent_msg *a, const kolo_agent_msg *b) {
       return a->failed.epoch == b->failed.epoch &&
              same_string(a->failed.status, b->failed.status) &&
              a->failed.failed_rank == b->failed.failed_rank;
+    case KOLO_AGENT_MODE:
+      return a->mode.mode == b->mode.mode;
     case KOLO_AGENT_RING:
       return same_ring(&a->ring, &b->ring);
     case KOLO_AGENT_REFUSED:
@@ -395,6 +412,9 @@ static void format_body(out_buffer *b, const kolo_agent_msg *m) {
     case KOLO_AGENT_FAILED:
       append(b, " %" PRIu64 " %s %d", m->failed.epoch, or_empty(m->failed.status),
              m->failed.failed_rank);
+      break;
+    case KOLO_AGENT_MODE:
+      append(b, " %s", kolo_mode_name((kolo_mode)m->mode.mode));
       break;
     case KOLO_AGENT_RING: {
       const kolo_agent_ring *r = &m->ring;

@@ -7,6 +7,7 @@
  *                     FORMED <epoch> <rank> <size>
  *                     FAILED <epoch> <status_name> <failed_rank|-1>
  *                     REPORT <json object>
+ *                     MODE <mode>            (version 3: SYNC, ASYNC, LOCAL_SGD or DILOCO)
  *   agent -> process  RING <epoch> <rank> <size> <local_rank> <local_size>
  *                          <timeout_ms> <secret|-> <listen_address> <address_0> ...
  *                          <address_size-1> [planned]
@@ -14,12 +15,14 @@
  *                     LEAVE <reason>
  *                     REFUSED <min_version> <max_version> <reason>
  *
- * Versions: 2 is this codec's. Version 1 is the protocol before versions
+ * Versions: 3 is this codec's. Version 1 is the protocol before versions
  * existed: its HELLO is "HELLO <pid>" and every other line is the same, so an
- * agent accepts it as version 1. An agent answers a HELLO whose version it
- * does not speak with REFUSED (the versions it speaks and why) and closes the
- * connection; libkolo then fails kolo_elastic_create with KOLO_ERR_PROTOCOL and
- * both sides log the two versions.
+ * agent accepts it as version 1. Version 3 added MODE, the process's
+ * acknowledgement of the training mode it runs (include/kolo/mode.h); a process
+ * of version 1 or 2 acknowledges nothing (it runs SYNC as far as the agent knows). An agent answers
+ * a HELLO whose version it does not speak with REFUSED (the versions it speaks and why) and closes
+ * the connection; libkolo then fails kolo_elastic_create with KOLO_ERR_PROTOCOL and both sides log
+ * the two versions.
  *
  * Parsing is strict: exact field counts, decimal numbers without signs or
  * spaces checked against their ranges, bounded tokens, a verb only in its own
@@ -34,7 +37,7 @@
 
 #include "kolo/status.h"
 
-#define KOLO_AGENT_PROTOCOL_VERSION 2     /* what this codec speaks */
+#define KOLO_AGENT_PROTOCOL_VERSION 3     /* what this codec speaks */
 #define KOLO_AGENT_PROTOCOL_MIN_VERSION 1 /* the oldest an agent accepts (unversioned HELLO) */
 #define KOLO_AGENT_PROTOCOL_MAX_VERSION 65535
 #define KOLO_AGENT_MAX_LINE (64 * 1024) /* bytes of one line, its newline included */
@@ -49,6 +52,7 @@ typedef enum kolo_agent_verb {
   KOLO_AGENT_FORMED,
   KOLO_AGENT_FAILED,
   KOLO_AGENT_REPORT,
+  KOLO_AGENT_MODE, /* version 3 */
   /* agent -> process */
   KOLO_AGENT_RING,
   KOLO_AGENT_STOP,
@@ -90,6 +94,9 @@ typedef struct kolo_agent_msg {
     const char *status; /* a status name: [A-Z0-9_], 1..KOLO_AGENT_MAX_TOKEN bytes */
     int failed_rank;    /* -1 (none) .. KOLO_AGENT_MAX_RING - 1 */
   } failed;
+  struct {
+    int mode; /* a kolo_mode (include/kolo/mode.h); its name on the wire */
+  } mode;
   kolo_agent_ring ring;
   struct {
     int min_version, max_version; /* what the refusing agent speaks */

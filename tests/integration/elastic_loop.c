@@ -22,7 +22,12 @@
  * With KOLO_GATE_FILE set, the loop holds at the last commit before the end
  * (step STEPS - COMMIT_EVERY) until that file exists, committing every 20 ms
  * meanwhile, so ring changes are still taken up there (a planned ring, a LEAVE):
- * a test can keep a job running as long as it needs, however slow the machine. */
+ * a test can keep a job running as long as it needs, however slow the machine.
+ * With KOLO_LOOP_ACKNOWLEDGE=env, the loop reads the job's mode (kolo_mode_from_env) and
+ * acknowledges it to the agent (kolo_elastic_acknowledge_mode) before its first step; with
+ * a mode's name, it acknowledges that mode; unset, it acknowledges nothing, as a program
+ * that knows nothing of modes (it computes the same sum in any mode: a test of the
+ * acknowledgement's plumbing, not of a mode). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +36,7 @@
 #include <unistd.h>
 
 #include "kolo/elastic.h"
+#include "kolo/mode.h"
 
 /* With KOLO_TRANSPORT_FILE set, appends "TRANSPORT <epoch> <rank> <host> <next> <prev>":
  * which bulk transport this rank's ring connections use (tests across hosts). */
@@ -44,6 +50,19 @@ static void note_transport(kolo_elastic *elastic) {
   fprintf(out, "TRANSPORT %llu %d %s %s %s\n", (unsigned long long)kolo_comm_epoch(comm),
           kolo_comm_rank(comm), host, kolo_comm_transport(comm, 0), kolo_comm_transport(comm, 1));
   fclose(out);
+}
+
+/* KOLO_LOOP_ACKNOWLEDGE (see above). */
+static kolo_status acknowledge(kolo_elastic *elastic) {
+  const char *what = getenv("KOLO_LOOP_ACKNOWLEDGE");
+  if (what == NULL || what[0] == '\0') return KOLO_OK;
+  kolo_mode_spec spec;
+  char err[256] = "";
+  kolo_status status = strcmp(what, "env") == 0 ? kolo_mode_from_env(&spec, err, sizeof err)
+                                                : kolo_mode_parse(what, &spec.mode);
+  if (status == KOLO_OK) status = kolo_elastic_acknowledge_mode(elastic, spec.mode);
+  if (status != KOLO_OK) fprintf(stderr, "elastic_loop: mode: %s %s\n", kolo_strerror(status), err);
+  return status;
 }
 
 static double step_value(int64_t step, size_t index) {
@@ -78,7 +97,8 @@ int main(int argc, char **argv) {
   int64_t step = 0;
   kolo_elastic_register(elastic, &step, sizeof step);
   kolo_elastic_register(elastic, accumulator, length * sizeof *accumulator);
-  status = kolo_elastic_sync(elastic);
+  status = acknowledge(elastic);
+  if (status == KOLO_OK) status = kolo_elastic_sync(elastic);
   if (status == KOLO_OK) note_transport(elastic);
   const char *reform_file = getenv("KOLO_REFORM_FILE");
   const char *stall_until = getenv("KOLO_LOOP_STALL_UNTIL"),

@@ -125,11 +125,11 @@ static char *finish(run *r) {
 static void a_hello_of_this_version_is_accepted_and_handed_on_parsed(void **state) {
   (void)state;
   run r;
-  start(&r, "HELLO PID 2\nREPORT {\"step\":1}\n");
+  start(&r, "HELLO PID 3\nREPORT {\"step\":1}\n");
   service_for(&r, 3000);
   assert_true(kolo_agent_proc_connected(r.proc));
   assert_int_equal(r.heard.hellos, 1);
-  assert_int_equal(r.heard.version, 2);
+  assert_int_equal(r.heard.version, 3);
   assert_int_equal(r.heard.pid, (long long)kolo_agent_proc_pid(r.proc));
   assert_int_equal(r.heard.reports, 1);
   char *text = finish(&r);
@@ -157,7 +157,7 @@ static void a_hello_of_an_unknown_version_is_refused_and_the_connection_closed(v
   assert_int_equal(r.heard.reports, 0); /* nothing after a refused HELLO */
   char *text = finish(&r);
   assert_string_equal(text,
-                      "REFUSED 1 2 agent protocol version 99 is not spoken by this kolo-worker\n");
+                      "REFUSED 1 3 agent protocol version 99 is not spoken by this kolo-worker\n");
 }
 
 static void malformed_lines_are_dropped(void **state) {

@@ -334,6 +334,27 @@ static void a_refused_hello_fails_the_process_with_a_protocol_error(void **state
   agent_stop(&agent);
 }
 
+/* A process acknowledges the mode its environment names (include/kolo/mode.h): MODE
+ * DILOCO reaches the agent after the ring formed, before the first progress REPORT. */
+static void a_process_acknowledges_the_mode_its_environment_names(void **state) {
+  (void)state;
+  test_agent agent;
+  agent_start(&agent);
+  setenv("KOLO_MODE", "diloco", 1); /* inherited by the process; case-insensitive */
+  setenv("KOLO_LOOP_ACKNOWLEDGE", "env", 1);
+  agent_spawn(&agent, 0, "20", "0");
+  unsetenv("KOLO_MODE");
+  unsetenv("KOLO_LOOP_ACKNOWLEDGE");
+  agent_wait_line(&agent, 0, "HELLO", 10000);
+  agent_announce(&agent, 1, (int[]){0}, 1);
+  agent_wait_line(&agent, 0, "FORMED 1 0 1", 20000);
+  assert_int_equal(agent_wait_line(&agent, 0, "MODE DILOCO", 20000), 0);
+  assert_true(agent_wait_line(&agent, 0, "REPORT", 20000) > 0);
+  assert_int_equal(agent_wait_exit(&agent, 0), 0);
+  agent.pids[0] = 0;
+  agent_stop(&agent);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -341,6 +362,7 @@ int main(void) {
       cmocka_unit_test(a_joining_process_gets_the_state_and_the_result_stays_exact),
       cmocka_unit_test(a_refused_hello_fails_the_process_with_a_protocol_error),
       cmocka_unit_test(a_neighbour_still_forming_an_older_epoch_fails_nobody),
+      cmocka_unit_test(a_process_acknowledges_the_mode_its_environment_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "common/agent_proto.h"
+#include "kolo/mode.h"
 
 static kolo_status parse(const char *line, kolo_agent_direction d, kolo_agent_msg *m, char *error) {
   return kolo_agent_msg_parse(line, strlen(line), d, m, error, 256);
@@ -56,7 +57,11 @@ static void every_message_round_trips(void **state) {
   (void)state;
   round_trip(
       &(kolo_agent_msg){.verb = KOLO_AGENT_HELLO, .hello = {4242, KOLO_AGENT_PROTOCOL_VERSION}},
-      "HELLO 4242 2\n");
+      "HELLO 4242 3\n");
+  round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_MODE, .mode = {KOLO_MODE_DILOCO}},
+             "MODE DILOCO\n");
+  round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_MODE, .mode = {KOLO_MODE_LOCAL_SGD}},
+             "MODE LOCAL_SGD\n");
   round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_FORMED, .formed = {7, 1, 3}}, "FORMED 7 1 3\n");
   round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_FAILED, .failed = {7, "KOLO_ERR_PEER_LOST", -1}},
              "FAILED 7 KOLO_ERR_PEER_LOST -1\n");
@@ -115,9 +120,11 @@ static void an_unversioned_hello_is_version_one_and_supported(void **state) {
   assert_int_equal(m.hello.version, 1);
   assert_true(kolo_agent_version_supported(m.hello.version));
   kolo_agent_msg_clear(&m);
-  assert_int_equal(parse("HELLO 17 3", KOLO_AGENT_TO_AGENT, &m, error), KOLO_OK);
-  assert_int_equal(m.hello.version, 3);
-  assert_false(kolo_agent_version_supported(3)); /* parses, but this agent does not speak it */
+  assert_int_equal(parse("HELLO 17 4", KOLO_AGENT_TO_AGENT, &m, error), KOLO_OK);
+  assert_int_equal(m.hello.version, 4);
+  assert_false(kolo_agent_version_supported(4)); /* parses, but this agent does not speak it */
+  assert_true(kolo_agent_version_supported(2));  /* before MODE: still accepted */
+  assert_true(kolo_agent_version_supported(3));
   assert_true(kolo_agent_version_supported(KOLO_AGENT_PROTOCOL_VERSION));
   assert_false(kolo_agent_version_supported(0));
   kolo_agent_msg_clear(&m);
@@ -212,6 +219,26 @@ static void a_verb_is_refused_in_the_wrong_direction(void **state) {
   to_agent("STOP now");
 }
 
+/* MODE (version 3) names one mode in its canonical spelling, process -> agent only. */
+static void a_mode_line_names_exactly_one_known_mode(void **state) {
+  (void)state;
+  kolo_agent_msg m;
+  char error[256];
+  assert_int_equal(parse("MODE ASYNC", KOLO_AGENT_TO_AGENT, &m, error), KOLO_OK);
+  assert_int_equal(m.verb, KOLO_AGENT_MODE);
+  assert_int_equal(m.mode.mode, KOLO_MODE_ASYNC);
+  kolo_agent_msg_clear(&m);
+  refused("MODE", KOLO_AGENT_TO_AGENT, "missing field 'mode'");
+  refused("MODE HOGWILD", KOLO_AGENT_TO_AGENT, "field 'mode' is not a mode");
+  refused("MODE async", KOLO_AGENT_TO_AGENT, "field 'mode' is not a mode");
+  refused("MODE SYNC ASYNC", KOLO_AGENT_TO_AGENT, "unexpected text after the last field");
+  refused("MODE SYNC", KOLO_AGENT_TO_PROCESS, "MODE: sent by the process, not the agent");
+  char *line = NULL;
+  kolo_agent_msg bad = {.verb = KOLO_AGENT_MODE, .mode = {9}};
+  assert_int_equal(kolo_agent_msg_format(&bad, &line, error, sizeof error), KOLO_ERR_INVALID_ARG);
+  assert_null(line);
+}
+
 static void format_refuses_what_would_not_read_back(void **state) {
   (void)state;
   char *line = (char *)1, error[256];
@@ -251,6 +278,7 @@ int main(void) {
       cmocka_unit_test(spacing_control_bytes_and_lengths_are_strict),
       cmocka_unit_test(a_verb_is_refused_in_the_wrong_direction),
       cmocka_unit_test(format_refuses_what_would_not_read_back),
+      cmocka_unit_test(a_mode_line_names_exactly_one_known_mode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,10 +25,12 @@
 
 #include "common/checks.h"
 #include "common/log.h"
+#include "common/mode_env.h"
 #include "coordination/drain.h"
 #include "codec/codec.h"
 #include "coordination/assignment.h"
 #include "coordination/etcd.h"
+#include "coordination/job_mode.h"
 #include "coordination/keys.h"
 #include "coordination/membership.h"
 #include "coordination/report.h"
@@ -276,6 +278,10 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
                 (long long)msg->hello.pid, msg->hello.version);
       a->sent_epoch = 0; /* (re)send the current ring */
       break;
+    case KOLO_AGENT_MODE:
+      KOLO_LOGI(LOG, "process of job %s acknowledges mode %s", a->job,
+                kolo_mode_name((kolo_mode)msg->mode.mode));
+      break;
     case KOLO_AGENT_FORMED:
       a->formed_epoch = (int64_t)msg->formed.epoch;
       KOLO_LOGI(LOG, "ring of epoch %lld formed", (long long)a->formed_epoch);
@@ -501,6 +507,16 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
     KOLO_LOGE(LOG, "job %s has no program this agent can run", job);
     goto out;
   }
+  /* the job's mode, for every process (after the program's own env: ours win) */
+  kolo_mode_spec mode;
+  kolo_mode_env mode_env;
+  char why[256] = "";
+  if (kolo_job_mode_spec(spec, &mode, why, sizeof why) != KOLO_OK ||
+      kolo_mode_env_format(&mode, &mode_env) != KOLO_OK) {
+    KOLO_LOGE(LOG, "job %s: its mode cannot be run: %s", job, why);
+    goto out;
+  }
+  for (int i = 0; i < KOLO_MODE_ENV_COUNT; i++) bad |= strv_push(&env, strdup(mode_env.entries[i]));
   bad |= strv_push(&env, format("KOLO_JOB_ID=%s", job));
   bad |= strv_push(&env, format("KOLO_WORKER_ID=%s", a->id));
   bad |= strv_push(&env, format("KOLO_RANK=%d", rank));

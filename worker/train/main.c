@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "kolo/elastic.h"
+#include "kolo/mode.h"
 #include "kolo/kolo.h"
 #include "worker/train/flags.h"
 #include "worker/train/trainer.h"
@@ -57,6 +58,13 @@ static void usage(FILE *f) {
           "Distributed: run under kolorun (or kolo-worker); KOLO_SIZE etc. come from it.\n");
 }
 
+#ifndef KOLO_TRAIN_NO_COMM
+/* The job mode (include/kolo/mode.h) this run trains in, as the agent checks it. */
+static kolo_mode job_mode(const kolo_train_config *config) {
+  return config->mode == KOLO_TRAIN_ASYNC ? KOLO_MODE_ASYNC : KOLO_MODE_SYNC;
+}
+#endif
+
 int main(int argc, char **argv) {
   kolo_train_config config;
   kolo_train_config_defaults(&config);
@@ -101,6 +109,13 @@ int main(int argc, char **argv) {
     if (rc != KOLO_OK) {
       fprintf(stderr, "kolo-train: cannot join the ring: %s\n", kolo_strerror(rc));
       return 1;
+    }
+    /* the agent fails a job whose process runs another mode than the spec's */
+    rc = kolo_elastic_acknowledge_mode(elastic, job_mode(&config));
+    if (rc != KOLO_OK) {
+      fprintf(stderr, "kolo-train: cannot acknowledge mode %s: %s\n",
+              kolo_mode_name(job_mode(&config)), kolo_strerror(rc));
+      goto out;
     }
     rc = kolo_train_trainer_create_elastic(&config, elastic, stdout, &trainer);
 #endif
