@@ -1,14 +1,17 @@
 /* kolo: the command-line client of kolo-server's gRPC API. Human tables by default,
  * --json for scripts; exit 0 on success, 1 on an RPC error (status and message on one
  * line), 2 on bad usage. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/client.h"
+#include "cli/paths.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
 #include "codec/codec.h"
@@ -36,6 +39,8 @@ static void usage(FILE *out) {
           "         [--model M --dataset D --epochs N --steps N --batch N --lr X --hp K=V ...]\n"
           "         [--exec PROGRAM ARG ...]  [--label K=V ...] [--max-reconfigurations N]\n"
           "         [--collective-timeout-ms N] [--checkpoint-dir DIR] [--average-every N]\n"
+          "         [--tensorboard-dir DIR] [--workdir DIR]  (relative paths in these and --exec\n"
+          "         are this folder's: see docs/API.md)\n"
           "  get ID                          one job with its events\n"
           "  list [--phase P] [--label K=V ...]\n"
           "  cancel ID [--reason TEXT]\n"
@@ -105,6 +110,21 @@ static void format_time(int64_t ms, char *out, size_t len) {
   strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &parts);
 }
 
+static int64_t wall_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* "waiting for workers: have 1, need 2 (since 12 s)" for a job held below min_workers; "" else. */
+static void format_waiting(const Kolo__V1__JobStatus *st, char *out, size_t len) {
+  out[0] = '\0';
+  if (st == NULL || st->waiting == NULL) return;
+  int64_t since = (wall_now_ms() - st->waiting->since_unix_ms) / 1000;
+  snprintf(out, len, "waiting for workers: have %u, need %u (since %lld s)", st->waiting->have,
+           st->waiting->need, (long long)(since > 0 ? since : 0));
+}
+
 static void print_job(const Kolo__V1__Job *job) {
   const Kolo__V1__JobStatus *st = job->status;
   const Kolo__V1__JobSpec *spec = job->spec;
@@ -126,11 +146,15 @@ static void print_job(const Kolo__V1__Job *job) {
   }
   if (st) {
     printf("WORKERS    %u-%u (%zu in the ring)\n", st->min_workers, st->max_workers, st->n_members);
+    char waiting[128];
+    format_waiting(st, waiting, sizeof waiting);
+    if (waiting[0]) printf("WAITING    %s\n", waiting);
     printf("EPOCH      %" PRIu64 " (%u reconfigurations)\n", st->epoch, st->reconfigurations);
-    if (st->progress)
-      printf("PROGRESS   step %" PRIu64 "/%" PRIu64 ", loss %.4g, %.1f samples/s\n",
-             st->progress->step, st->progress->total_steps, st->progress->loss,
-             st->progress->samples_per_sec);
+    if (st->progress) {
+      printf("PROGRESS   step %" PRIu64, st->progress->step);
+      if (st->progress->total_steps) printf("/%" PRIu64, st->progress->total_steps); /* 0: unknown */
+      printf(", loss %.4g, %.1f samples/s\n", st->progress->loss, st->progress->samples_per_sec);
+    }
     for (size_t i = 0; i < st->n_members; i++)
       printf("  rank %-3u %s %s\n", st->members[i]->rank, st->members[i]->worker_id,
              st->members[i]->address);
@@ -196,22 +220,41 @@ static int add_pair(const ProtobufCMessageDescriptor *entry_desc, void ***entrie
   return 1;
 }
 
+/* The --exec flag: the rest of the arguments are the program's argv (paths: paths.h). */
+static int exec_from_flags(int argc, char **argv, const char *workdir, Kolo__V1__JobSpec *spec) {
+  if (argc < 1) return usage_error("--exec needs a program", NULL);
+  if (spec->program_case != KOLO__V1__JOB_SPEC__PROGRAM__NOT_SET)
+    return usage_error("give builtin flags or --exec, not both", NULL);
+  Kolo__V1__ExecProgram *x = malloc(sizeof *x);
+  kolo__v1__exec_program__init(x);
+  x->n_argv = (size_t)argc;
+  x->argv = calloc(x->n_argv, sizeof *x->argv);
+  for (size_t k = 0; k < x->n_argv; k++) x->argv[k] = strdup(argv[k]);
+  spec->program_case = KOLO__V1__JOB_SPEC__PROGRAM_EXEC;
+  spec->exec = x;
+  char err[256];
+  if (kolo_cli_exec_paths(x, workdir, err, sizeof err) != 0) return usage_error("%s", err);
+  return 0;
+}
+
+/* A folder flag's value, made absolute against the submitter's folder, into *slot. */
+static int path_flag(char **slot, const char *flag, const char *value) {
+  char *full = kolo_cli_absolute(value);
+  if (full == NULL) return usage_error("%s: cannot resolve the path", flag);
+  kolo_codec_set_string(slot, full);
+  free(full);
+  return 0;
+}
+
 /* Builds a JobSpec from flags. Returns EXIT_USAGE (message printed) or 0. */
 static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
   Kolo__V1__BuiltinProgram *b = NULL;
+  const char *workdir = NULL;
   for (int i = 0; i < argc; i++) {
     const char *flag = argv[i];
     if (strcmp(flag, "--exec") == 0) {
-      if (i + 1 >= argc) return usage_error("--exec needs a program", NULL);
-      Kolo__V1__ExecProgram *x = malloc(sizeof *x);
-      kolo__v1__exec_program__init(x);
-      x->n_argv = (size_t)(argc - i - 1);
-      x->argv = calloc(x->n_argv, sizeof *x->argv);
-      for (size_t k = 0; k < x->n_argv; k++) x->argv[k] = strdup(argv[i + 1 + (int)k]);
-      if (spec->program_case != KOLO__V1__JOB_SPEC__PROGRAM__NOT_SET)
-        return usage_error("give builtin flags or --exec, not both", NULL);
-      spec->program_case = KOLO__V1__JOB_SPEC__PROGRAM_EXEC;
-      spec->exec = x;
+      int rc = exec_from_flags(argc - i - 1, argv + i + 1, workdir, spec);
+      if (rc != 0) return rc;
       break;
     }
     const char *value = i + 1 < argc ? argv[i + 1] : NULL;
@@ -282,8 +325,12 @@ static int spec_from_flags(int argc, char **argv, Kolo__V1__JobSpec *spec) {
       if (!parse_uint(value, &n) || n > UINT32_MAX)
         return usage_error("--average-every: expected a number, got '%s'", value);
       spec->average_every = (uint32_t)n;
-    } else if (strcmp(flag, "--checkpoint-dir") == 0) {
-      kolo_codec_set_string(&spec->checkpoint_dir, value);
+    } else if (strcmp(flag, "--checkpoint-dir") == 0 || strcmp(flag, "--tensorboard-dir") == 0) {
+      int rc = path_flag(flag[2] == 'c' ? &spec->checkpoint_dir : &spec->tensorboard_dir, flag,
+                         value); /* the submitter's folder, as --exec's paths */
+      if (rc != 0) return rc;
+    } else if (strcmp(flag, "--workdir") == 0) {
+      workdir = value;
     } else {
       return usage_error("submit: unknown flag %s", flag);
     }
@@ -307,10 +354,13 @@ static int on_watch(void *arg, const ProtobufCMessage *msg) {
     char when[32];
     format_time(st ? st->updated_unix_ms : 0, when, sizeof when);
     const Kolo__V1__Event *last = job->n_events ? job->events[job->n_events - 1] : NULL;
-    printf("%s %s %-13s epoch=%" PRIu64 " step=%" PRIu64 " loss=%.4g %s\n", when, job->id,
+    char waiting[128];
+    format_waiting(st, waiting, sizeof waiting);
+    printf("%s %s %-13s epoch=%" PRIu64 " step=%" PRIu64 " loss=%.4g %s%s%s\n", when, job->id,
            st ? kolo_server_job_phase_name(st->phase) : "?", st ? st->epoch : 0,
            st && st->progress ? st->progress->step : 0,
-           st && st->progress ? st->progress->loss : 0.0, last ? last->message : "");
+           st && st->progress ? st->progress->loss : 0.0, waiting, waiting[0] ? " | " : "",
+           last ? last->message : "");
   }
   fflush(stdout);
   return 0;

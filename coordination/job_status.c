@@ -53,12 +53,34 @@ void kolo_job_status_submitted(Kolo__V1__JobStatus *st, uint32_t min_workers, ui
   st->max_workers = max_workers;
 }
 
+static kolo_status note_waiting(Kolo__V1__JobStatus *st, int64_t now_ms);
+
 kolo_status kolo_job_status_cancel(Kolo__V1__JobStatus *st, const char *message, int64_t now_ms) {
   if (!kolo_job_status_allowed(st->phase, KOLO__V1__PHASE__CANCELLED)) return KOLO_ERR_STATE;
   if (kolo_codec_set_string(&st->error, message) != KOLO_OK) return KOLO_ERR_NO_MEMORY;
   st->phase = KOLO__V1__PHASE__CANCELLED;
   st->finished_unix_ms = now_ms;
   st->updated_unix_ms = now_ms;
+  return note_waiting(st, now_ms);
+}
+
+/* RECONFIGURING with fewer members than min_workers: the survivors wait for workers
+ * (st->waiting, its "since" kept from when the wait began); anything else clears it. */
+static kolo_status note_waiting(Kolo__V1__JobStatus *st, int64_t now_ms) {
+  uint32_t need = st->min_workers ? st->min_workers : 1;
+  if (st->phase != KOLO__V1__PHASE__RECONFIGURING || st->n_members >= need) {
+    if (st->waiting) protobuf_c_message_free_unpacked(&st->waiting->base, NULL);
+    st->waiting = NULL;
+    return KOLO_OK;
+  }
+  if (st->waiting == NULL) {
+    st->waiting = malloc(sizeof *st->waiting);
+    if (st->waiting == NULL) return KOLO_ERR_NO_MEMORY;
+    kolo__v1__waiting_for_workers__init(st->waiting);
+    st->waiting->since_unix_ms = now_ms;
+  }
+  st->waiting->have = (uint32_t)st->n_members;
+  st->waiting->need = need;
   return KOLO_OK;
 }
 
@@ -68,7 +90,7 @@ kolo_status kolo_job_status_scale(Kolo__V1__JobStatus *st, uint32_t min_workers,
   st->min_workers = min_workers;
   st->max_workers = max_workers;
   st->updated_unix_ms = now_ms;
-  return KOLO_OK;
+  return note_waiting(st, now_ms);
 }
 
 static void free_members(Kolo__V1__Member **members, size_t n) {
@@ -92,7 +114,7 @@ kolo_status kolo_job_status_move(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase,
   if (count_reconfiguration) st->reconfigurations++;
   st->drains += count_drains;
   st->updated_unix_ms = now_ms;
-  return KOLO_OK;
+  return note_waiting(st, now_ms);
 }
 
 kolo_status kolo_job_status_epoch(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase, uint64_t epoch,
@@ -183,5 +205,5 @@ kolo_status kolo_job_status_finish(Kolo__V1__JobStatus *st, Kolo__V1__Phase phas
   st->phase = phase;
   st->finished_unix_ms = now_ms;
   st->updated_unix_ms = now_ms;
-  return KOLO_OK;
+  return note_waiting(st, now_ms);
 }

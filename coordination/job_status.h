@@ -49,7 +49,8 @@ kolo_status kolo_job_status_scale(Kolo__V1__JobStatus *st, uint32_t min_workers,
 
 /* A change of phase (or none: the same phase), and of members when members is not NULL
  * (st takes members[0..n) and the array; the old ones are freed), reconfigurations +
- * count_reconfiguration, drains + count_drains. KOLO_ERR_STATE if st is final,
+ * count_reconfiguration, drains + count_drains; `waiting` set while RECONFIGURING below
+ * min_workers (since kept from the first such move), cleared otherwise (so by scale too). KOLO_ERR_STATE if st is final,
  * KOLO_ERR_INVALID_ARG for no phase; st is unchanged then and members stay the caller's. */
 kolo_status kolo_job_status_move(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase,
                                  Kolo__V1__Member **members, size_t n, int count_reconfiguration,

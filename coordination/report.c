@@ -15,6 +15,7 @@ void kolo_report_clear(kolo_report *r) {
   free(r->worker);
   free(r->failed_status);
   free(r->stderr_tail);
+  free(r->permanent);
   if (r->progress) protobuf_c_message_free_unpacked(&r->progress->base, NULL);
   memset(r, 0, sizeof *r);
 }
@@ -40,6 +41,11 @@ kolo_status kolo_report_encode(const kolo_report *r, char **json) {
   m.pid = r->pid;
   m.stderr_tail = r->stderr_tail; /* NULL: left out */
   m.progress = r->progress;       /* NULL: left out */
+  m.has_hello = !r->hello; /* written only when false: absent reads as said (older agents) */
+  m.hello = r->hello != 0;
+  m.permanent = r->permanent && r->permanent[0] ? r->permanent : NULL; /* NULL: left out */
+  m.has_first_formed_epoch = r->first_formed_epoch != 0;
+  m.first_formed_epoch = r->first_formed_epoch;
   *json = kolo_codec_dump(&m.base, 0);
   return *json ? KOLO_OK
                : kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
@@ -67,6 +73,9 @@ static kolo_status from_message(Kolo__V1__AgentReport *m, kolo_report *out) {
   out->time_unix_ms = m->time_unix_ms;
   out->pid = m->pid;
   out->stderr_tail = take(&m->stderr_tail);
+  out->hello = m->has_hello ? m->hello : 1; /* an older agent: assume it did */
+  out->permanent = m->permanent && m->permanent[0] ? take(&m->permanent) : NULL;
+  out->first_formed_epoch = m->first_formed_epoch;
   out->progress = m->progress;
   m->progress = NULL;
   return out->failed_status ? KOLO_OK : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");

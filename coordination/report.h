@@ -29,6 +29,9 @@ typedef struct kolo_report {
   int64_t exit_code, exit_epoch, time_unix_ms, pid;
   Kolo__V1__Struct *progress; /* what the process reported (owned); NULL = none */
   char *stderr_tail;          /* NULL = none (written only then) */
+  int hello;       /* the process said HELLO (a report without the field reads as 1) */
+  char *permanent; /* why its failure can never succeed (agent's finding); NULL = none */
+  int64_t first_formed_epoch; /* the first epoch its process formed (0: none, or not known) */
 } kolo_report;
 
 /* Frees the fields of r (not r) and zeroes it. NULL is fine. */

@@ -60,6 +60,28 @@ static int decide_finished(const kolo_sched_job_view *job, kolo_sched_decision *
   return 1; /* finishing (or about to): nothing else applies */
 }
 
+/* Whether a member's failure is permanent by its own report (decide.h's rules but the
+ * every-rank one); if so, why. */
+static int permanent_why(const kolo_sched_member *m, char *why, size_t size) {
+  const kolo_sched_report *r = &m->report;
+  if (r->exited && (r->exit_code == 0 || r->exit_epoch < m->since_epoch)) return 0;
+  if (r->permanent && r->permanent[0]) {
+    snprintf(why, size, "%s", r->permanent);
+    return 1;
+  }
+  if (!r->exited) return 0;
+  if (r->exit_code == KOLO_SCHED_EXIT_USAGE) {
+    snprintf(why, size, "its process exited with code %d (a usage error)", r->exit_code);
+    return 1;
+  }
+  if (!r->hello && r->exit_code > 0 && r->exit_code < 128) {
+    snprintf(why, size, "its process exited with code %d before it reached kolo.init()",
+             r->exit_code);
+    return 1;
+  }
+  return 0;
+}
+
 /* Members lost by their own facts: no record, a new registration, draining, a failed process. */
 static void find_gone(const kolo_sched_job_view *job, kolo_sched_decision *d) {
   for (size_t i = 0; i < job->n_members; i++) {
@@ -73,19 +95,55 @@ static void find_gone(const kolo_sched_job_view *job, kolo_sched_decision *d) {
       continue;
     }
     if (m->draining) mark_drained(d, i);
+    if (kolo_sched_decision_lost(d, i)) continue; /* draining: it leaves as planned */
     const kolo_sched_report *r = &m->report;
-    if (r->exited && r->exit_code != 0 && r->exit_epoch >= m->since_epoch) {
-      char why[96];
-      int usage = r->exit_code == KOLO_SCHED_EXIT_USAGE;
-      snprintf(why, sizeof why,
-               usage ? "its process exited with code %d (a usage error)"
-                     : "its process exited with code %d",
-               r->exit_code);
-      if (kolo_sched_decision_lost(d, i)) continue; /* draining: it leaves as planned */
+    char why[256];
+    if (permanent_why(m, why, sizeof why)) {
       mark_lost(d, i, why);
-      d->lost[d->n_lost - 1].usage = usage;
+      d->lost[d->n_lost - 1].permanent = 1;
+    } else if (r->exited && r->exit_code != 0 && r->exit_epoch >= m->since_epoch) {
+      snprintf(why, sizeof why, "its process exited with code %d", r->exit_code);
+      mark_lost(d, i, why);
     }
   }
+}
+
+/* Exited by itself (not a signal) in its current stay, before its process formed any ring. */
+static int early_exit(const kolo_sched_member *m) {
+  const kolo_sched_report *r = &m->report;
+  return r->exited && r->exit_code > 0 && r->exit_code < 128 && r->exit_epoch >= m->since_epoch &&
+         r->formed_epoch == 0;
+}
+
+/* decide.h's every-rank rule: every member exited early with one code -> all permanent;
+ * only early exits lost so far and others still running -> wait for them a while. */
+static void find_early(const kolo_sched_job_view *job, kolo_sched_decision *d) {
+  size_t n = job->n_members, early = 0, first = 0;
+  int same = 1;
+  int64_t oldest = job->now_unix_ms;
+  for (size_t i = 0; i < n; i++) {
+    const kolo_sched_member *m = &job->members[i];
+    if (!early_exit(m)) continue;
+    if (early++ == 0) first = i;
+    same &= m->report.exit_code == job->members[first].report.exit_code;
+    if (m->report.time_unix_ms < oldest) oldest = m->report.time_unix_ms;
+  }
+  if (early == 0) return;
+  if (early == n && same) {
+    for (size_t k = 0; k < d->n_lost; k++) {
+      kolo_sched_lost *l = &d->lost[k];
+      if (l->drained || l->permanent) continue;
+      l->permanent = 1;
+      snprintf(l->why, sizeof l->why,
+               "its process exited with code %d before any ring formed, as on every rank",
+               job->members[l->member].report.exit_code);
+    }
+    return;
+  }
+  for (size_t k = 0; k < d->n_lost; k++) /* anything else lost: no reason to wait */
+    if (d->lost[k].permanent || d->lost[k].drained || !early_exit(&job->members[d->lost[k].member]))
+      return;
+  if (early < n && job->now_unix_ms - oldest < KOLO_SCHED_EARLY_SETTLE_MS) d->early = 1;
 }
 
 /* FAILED reports of this epoch: a reporter is alive; a rank it names that did
@@ -147,8 +205,8 @@ static kolo_status find_named(const kolo_sched_job_view *job, kolo_sched_decisio
 static void decide_loss(const kolo_sched_job_view *job, kolo_sched_decision *d) {
   size_t survivors = job->n_members - d->n_lost;
   for (size_t i = 0; i < d->n_lost; i++)
-    if (d->lost[i].usage) { /* the arguments are wrong on every worker: re-planning cannot help */
-      d->action = KOLO_SCHED_USAGE_FAIL;
+    if (d->lost[i].permanent) { /* no other worker or epoch would do better */
+      d->action = KOLO_SCHED_PERMANENT_FAIL;
       return;
     }
   d->limit = job->max_reconfigurations ? job->max_reconfigurations
@@ -196,7 +254,12 @@ static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *
   }
   size_t formed = count_formed(job);
   if (job->phase == KOLO__V1__PHASE__RECONFIGURING) {
-    if (formed == n && n > 0) d->action = KOLO_SCHED_FORMED;
+    if (formed == n && n > 0) {
+      d->action = KOLO_SCHED_FORMED;
+      size_t fresh = 0;
+      for (size_t i = 0; i < n; i++) fresh += job->members[i].report.first_formed_epoch == job->epoch;
+      d->restarted = job->epoch > 1 && fresh == n;
+    }
     return;
   }
   /* RUNNING; never move a ring that has not formed yet (its processes would
@@ -223,7 +286,10 @@ kolo_status kolo_sched_decide(const kolo_sched_job_view *job, kolo_sched_decisio
     kolo_sched_decision_clear(out);
     return KOLO_ERR_NO_MEMORY;
   }
-  if (out->n_lost > 0)
+  find_early(job, out);
+  if (out->early)
+    out->action = KOLO_SCHED_NOTHING; /* the next pass sees the other ranks' exits */
+  else if (out->n_lost > 0)
     decide_loss(job, out);
   else if (out->stalled)
     decide_stall(job, out);
@@ -240,7 +306,7 @@ const char *kolo_sched_event_type(kolo_sched_action action) {
     case KOLO_SCHED_LOST_HOLD:
       return "WORKER_LOST";
     case KOLO_SCHED_LOST_FAIL:
-    case KOLO_SCHED_USAGE_FAIL:
+    case KOLO_SCHED_PERMANENT_FAIL:
       return "FAILED";
     case KOLO_SCHED_RESUME:
       return "RESUMING";
@@ -275,6 +341,24 @@ static void print_lost(FILE *out, const kolo_sched_job_view *job, const kolo_sch
             d->lost[i].why);
 }
 
+/* "the program cannot succeed, retrying would not help: w1 (rank 1) its process exited with
+ * code 2 (a usage error); w2 (rank 2) ..." (at most KOLO_SCHED_TAIL_WORKERS named). */
+static void print_permanent(FILE *out, const kolo_sched_job_view *job,
+                            const kolo_sched_decision *d) {
+  size_t shown = 0, more = 0;
+  fprintf(out, "the program cannot succeed, retrying would not help: ");
+  for (size_t i = 0; i < d->n_lost; i++) {
+    if (!d->lost[i].permanent) continue;
+    if (shown == KOLO_SCHED_TAIL_WORKERS) {
+      more++;
+      continue;
+    }
+    fprintf(out, "%s%s (rank %zu) %s", shown++ ? "; " : "",
+            job->members[d->lost[i].member].worker_id, d->lost[i].member, d->lost[i].why);
+  }
+  if (more) fprintf(out, "; and %zu more", more);
+}
+
 /* "w1 (KOLO_ERR_TIMEOUT naming rank 2), w2 (...)": this epoch's FAILED reports. */
 static void print_reports(FILE *out, const kolo_sched_job_view *job) {
   size_t shown = 0;
@@ -288,14 +372,16 @@ static void print_reports(FILE *out, const kolo_sched_job_view *job) {
   }
 }
 
-/* Below the first line: the stderr tails of lost members whose process failed. */
+/* Below the first line: the stderr tails of lost members whose process failed (of a
+ * permanent failure, only the first permanently failed rank's: the others say the same). */
 static void print_tails(FILE *out, const kolo_sched_job_view *job, const kolo_sched_decision *d) {
-  size_t shown = 0;
-  for (size_t i = 0; i < d->n_lost && shown < KOLO_SCHED_TAIL_WORKERS; i++) {
+  size_t shown = 0, most = KOLO_SCHED_TAIL_WORKERS;
+  if (d->action == KOLO_SCHED_PERMANENT_FAIL) most = 1;
+  for (size_t i = 0; i < d->n_lost && shown < most; i++) {
     const kolo_sched_member *m = &job->members[d->lost[i].member];
     const char *tail = m->report.stderr_tail;
     if (d->lost[i].drained || !m->report.exited || m->report.exit_code == 0 || tail == NULL ||
-        tail[0] == '\0')
+        tail[0] == '\0' || (d->action == KOLO_SCHED_PERMANENT_FAIL && !d->lost[i].permanent))
       continue;
     size_t len = strlen(tail);
     if (len > KOLO_SCHED_TAIL_BYTES) {
@@ -327,12 +413,8 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
       for (size_t i = 0; i < job->n_earlier_lost; i++)
         fprintf(out, "%s%s", i ? ", " : "; earlier: ", job->earlier_lost[i]);
       break;
-    case KOLO_SCHED_USAGE_FAIL:
-      fprintf(out, "the program exited with a usage error: ");
-      for (size_t i = 0, shown = 0; i < d->n_lost; i++)
-        if (d->lost[i].usage)
-          fprintf(out, "%s%s (rank %zu) %s", shown++ ? ", " : "",
-                  job->members[d->lost[i].member].worker_id, d->lost[i].member, d->lost[i].why);
+    case KOLO_SCHED_PERMANENT_FAIL:
+      print_permanent(out, job, d);
       break;
     case KOLO_SCHED_LOST_REFORM:
       fprintf(out, "lost ");
@@ -342,7 +424,7 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
     case KOLO_SCHED_LOST_HOLD:
       fprintf(out, "lost ");
       print_lost(out, job, d);
-      fprintf(out, "; %zu workers left, below min_workers %u: waiting for workers", survivors,
+      fprintf(out, "; below min_workers: waiting for workers: have %zu, need %u", survivors,
               job->min_workers);
       break;
     case KOLO_SCHED_DRAIN_REFORM:
@@ -352,7 +434,7 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
       break;
     case KOLO_SCHED_DRAIN_HOLD:
       print_left(out, job, d);
-      fprintf(out, " left (drained); %zu workers left, below min_workers %u: waiting for workers",
+      fprintf(out, " left (drained); below min_workers: waiting for workers: have %zu, need %u",
               survivors, job->min_workers);
       break;
     case KOLO_SCHED_STALLED_REFORM:
@@ -373,6 +455,10 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
       break;
     case KOLO_SCHED_FORMED:
       fprintf(out, "every member formed epoch %" PRId64 " (%zu workers)", job->epoch, n);
+      if (d->restarted)
+        fprintf(out, "; restarted from the beginning: no process of the earlier ring survived "
+                     "(a program that does not use kolo.elastic exits when a worker is lost, and "
+                     "the job starts it again)");
       break;
     case KOLO_SCHED_SHRINK:
       fprintf(out, "max_workers is %u: leaving %zu workers", job->max_workers, n - d->keep);
@@ -384,7 +470,7 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
       break;
   }
   if (d->action == KOLO_SCHED_LOST_FAIL || d->action == KOLO_SCHED_LOST_REFORM ||
-      d->action == KOLO_SCHED_LOST_HOLD || d->action == KOLO_SCHED_USAGE_FAIL)
+      d->action == KOLO_SCHED_LOST_HOLD || d->action == KOLO_SCHED_PERMANENT_FAIL)
     print_tails(out, job, d);
   if (fclose(out) != 0) {
     free(text);

@@ -24,10 +24,25 @@
 #define KOLO_SCHED_FINISH_GRACE_MS                              \
   10000 /* after rank 0 exited 0, wait this long for the others \
          */
-/* A process exiting with this code refused its arguments (kolo-train's
- * KOLO_TRAIN_EXIT_USAGE, getopt tools, Python's argparse): no other worker would
- * do better, so the job fails at once instead of re-planning a lost worker. */
+/* Permanent failures: a failure that no other worker and no other epoch would
+ * change fails the job at once (KOLO_SCHED_PERMANENT_FAIL, with the first such
+ * rank's stderr tail) instead of being re-planned as a lost worker until
+ * max_reconfigurations. A member's failure is permanent when, in its current stay:
+ *  - its agent says why (the report's `permanent`: the program could not be
+ *    executed, ...; an agent finding is one more reason, nothing else to add here);
+ *  - its process exited with KOLO_SCHED_EXIT_USAGE: it refused its arguments
+ *    (kolo-train's KOLO_TRAIN_EXIT_USAGE, getopt tools, Python's argparse);
+ *  - its process exited by itself (a code 1..127, not a signal) before it said HELLO
+ *    to its agent: it failed before kolo.init() (an import error, a script that
+ *    does not exist, a function that cannot be unpickled), which no ring changes;
+ *  - every member's process exited by itself with the same code and none formed a
+ *    ring: the same early failure on every rank. A member that exited that way
+ *    while others still run is waited for up to KOLO_SCHED_EARLY_SETTLE_MS, so the
+ *    others' exits can be seen together.
+ * A process killed by a signal (code >= 128: SIGKILL, the OOM killer) is a real
+ * loss, whenever it happens. */
 #define KOLO_SCHED_EXIT_USAGE 2
+#define KOLO_SCHED_EARLY_SETTLE_MS 1500
 
 /* Whether a job in phase is the decisions' to judge (RUNNING or RECONFIGURING; a PENDING
  * job is plan.h's, an ended one nobody's). Phases are job.proto's enum, never names. */
@@ -47,6 +62,9 @@ typedef struct kolo_sched_report {
                                 if none */
   const char *
       stderr_tail; /* borrowed: last stderr lines of a process that exited non-zero; NULL if none */
+  int hello;             /* the process said HELLO to its agent (reached kolo.init()) */
+  const char *permanent; /* borrowed: the agent's reason its failure is permanent; NULL: none */
+  int64_t first_formed_epoch; /* the first epoch its process formed (0: none, or not known) */
 } kolo_sched_report;
 
 typedef struct kolo_sched_member {
@@ -100,14 +118,14 @@ typedef enum kolo_sched_action {
    * count against max_reconfigurations like a loss. */
   KOLO_SCHED_STALLED_REFORM, /* next epoch, same members */
   KOLO_SCHED_STALLED_FAIL,   /* past max_reconfigurations: FAILED */
-  KOLO_SCHED_USAGE_FAIL,     /* a member's process exited with KOLO_SCHED_EXIT_USAGE: FAILED now */
+  KOLO_SCHED_PERMANENT_FAIL, /* a member failed permanently (see above): FAILED now */
 } kolo_sched_action;
 
 typedef struct kolo_sched_lost {
   size_t member; /* index into the view's members */
-  char why[96];  /* "its lease expired", "it is draining", ... */
+  char why[256]; /* "its lease expired", "it is draining", ... */
   int drained;   /* a planned leave (the member is draining), not a loss */
-  int usage;     /* its process exited with KOLO_SCHED_EXIT_USAGE */
+  int permanent; /* its failure is permanent (see above) */
 } kolo_sched_lost;
 
 typedef struct kolo_sched_decision {
@@ -124,6 +142,12 @@ typedef struct kolo_sched_decision {
    * newcomer could not wait for the others' commit within the ring timeout). */
   int planned;
   int stalled; /* FAILED reports at this epoch name no missing member (see STALLED_*) */
+  int early;   /* members exited early, others still run: waiting (NOTHING) to see them all */
+  /* FORMED after a re-form where no process of an earlier formed ring survived: every
+   * member's process formed its first ring at this epoch, so the program starts from its
+   * beginning (one that does not use kolo.elastic exits when its ring fails; the job starts
+   * it again). */
+  int restarted;
 } kolo_sched_decision;
 
 /* Decides what to do with one active job. *out is filled (free with
@@ -143,8 +167,9 @@ const char *kolo_sched_event_type(kolo_sched_action action);
 /* The event message for a decision (malloc'd; NULL when out of memory or for an
  * action without an event). Names every lost worker with its reason on the first line;
  * a lost member whose process failed adds the last lines of its stderr below (at most
- * KOLO_SCHED_TAIL_WORKERS members, KOLO_SCHED_TAIL_BYTES each), so the job's FAILED
- * error says what went wrong. */
+ * KOLO_SCHED_TAIL_WORKERS members, KOLO_SCHED_TAIL_BYTES each; a permanent failure
+ * shows only the first permanently failed rank's), so the job's FAILED error says what
+ * went wrong. */
 #define KOLO_SCHED_TAIL_WORKERS 3
 #define KOLO_SCHED_TAIL_BYTES 1536
 char *kolo_sched_decision_message(const kolo_sched_job_view *job,

@@ -135,7 +135,7 @@ static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j,
       rc = kolo_sched_end_job(&s->writer, snap, j, KOLO__V1__PHASE__SUCCEEDED, type, message);
       break;
     case KOLO_SCHED_LOST_FAIL:
-    case KOLO_SCHED_USAGE_FAIL:
+    case KOLO_SCHED_PERMANENT_FAIL:
     case KOLO_SCHED_STALLED_FAIL:
       rc = kolo_sched_end_job(&s->writer, snap, j, KOLO__V1__PHASE__FAILED, type, message);
       break;

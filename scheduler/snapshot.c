@@ -312,6 +312,9 @@ static kolo_sched_report report_of(const kolo_report *r) {
   out.formed_epoch = r->formed_epoch;
   out.stderr_tail = r->stderr_tail;
   out.failed_status = r->failed_status;
+  out.hello = r->hello;
+  out.permanent = r->permanent;
+  out.first_formed_epoch = r->first_formed_epoch;
   return out;
 }
 

@@ -9,7 +9,10 @@
 # --pytorch runs the same training as a PyTorch script instead of the built-in trainer:
 # examples/pytorch/elastic_fashion_mnist.py (kolo.torch, Horovod's API) as an `exec` job
 # under Debian's /usr/bin/python3, elastic (it survives a lost worker in place).
+# --mode M trains in mode M (sync, async, local_sgd or diloco; the job spec's mode with
+# its default parameters): the same script, unchanged, e.g. --pytorch --mode diloco.
 # Options: --workers N (default 2), --epochs N (default 3), --model mlp|lenet, --pytorch,
+#          --mode sync|async|local_sgd|diloco (default sync),
 #          --min-accuracy X (default 0.85), --keep (keep the work dir),
 #          --keep-up (after the job, keep etcd, kolo-server and the workers running for the
 #          dashboard, the CLI and curl until Ctrl-C; the dashboard is on 127.0.0.1:7080 when
@@ -26,9 +29,10 @@ min_accuracy=0.85
 keep=0
 keep_up=0
 pytorch=0
+mode=SYNC
 BIN=""
 usage() {
-  echo "usage: scripts/quickstart.sh [--workers N] [--epochs N] [--model mlp|lenet] [--min-accuracy X] [--pytorch] [--keep] [--keep-up] [--bin DIR]" >&2
+  echo "usage: scripts/quickstart.sh [--workers N] [--epochs N] [--model mlp|lenet] [--min-accuracy X] [--pytorch] [--mode M] [--keep] [--keep-up] [--bin DIR]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -40,11 +44,13 @@ while [ $# -gt 0 ]; do
     --keep) keep=1; shift ;;
     --keep-up) keep_up=1; shift ;;
     --pytorch) pytorch=1; shift ;;
+    --mode) mode="$(printf '%s' "${2:?}" | tr 'a-z-' 'A-Z_')"; shift 2 ;;
     --bin) BIN="${2:?}"; shift 2 ;;
     *) usage ;;
   esac
 done
 case "$model" in mlp|lenet) ;; *) usage ;; esac
+case "$mode" in SYNC|ASYNC|LOCAL_SGD|DILOCO) ;; *) usage ;; esac
 
 if [ -z "$BIN" ]; then
   "$ROOT/scripts/setup.sh"
@@ -104,6 +110,8 @@ http_port="$(sed -n 's/^http_port=//p' "$work/ports")"
 export KOLO_SERVER="127.0.0.1:$grpc_port"
 api="http://127.0.0.1:$http_port"
 wait_for 30 curl -sf "$api/readyz"
+echo "== ports (free ones, picked for this run, so two users on one host do not collide):"
+echo "   etcd 127.0.0.1:$client_port (peer $peer_port), kolo-server gRPC 127.0.0.1:$grpc_port (KOLO_SERVER), HTTP 127.0.0.1:$http_port"
 echo "== dashboard: $api/  (open it in a browser to watch the job)"
 
 # the workers' Python processes import kolo from this checkout (setup.sh also installs a kolo.pth)
@@ -112,7 +120,9 @@ export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "${KOLO_LIBRARY:-}" ] && [ -e "$BIN/../lib/libkolo.so" ]; then export KOLO_LIBRARY="$(cd "$BIN/../lib" && pwd)/libkolo.so"; fi
 echo "== $workers kolo-workers"
 for i in $(seq "$workers"); do
-  "$BIN/kolo-worker" --etcd "$etcd_url" --advertise "127.0.0.1:$(free_port)" --id "worker-$i" \
+  worker_port="$(free_port)"
+  echo "   worker-$i: data plane 127.0.0.1:$worker_port"
+  "$BIN/kolo-worker" --etcd "$etcd_url" --advertise "127.0.0.1:$worker_port" --id "worker-$i" \
     --work-dir "$work/worker-$i" >"$work/worker-$i.log" 2>&1 &
   pids+=($!)
 done
@@ -121,13 +131,13 @@ wait_for 30 sh -c "[ \"\$('$BIN/kolo' --json workers | grep -o '\"id\"' | wc -l)
 if [ "$pytorch" -eq 1 ]; then
   # the example's models: mlp, or its LeNet-like "net"
   if [ "$model" = mlp ]; then torch_model=mlp; else torch_model=net; fi
-  echo "== submitting a PyTorch $model job on Fashion-MNIST: examples/pytorch/elastic_fashion_mnist.py as an exec job ($workers workers, $epochs epochs)"
-  submit=(--name "fashion-mnist-torch-$model" --workers "$workers:$workers" --exec /usr/bin/python3
+  echo "== submitting a PyTorch $model job in mode $mode on Fashion-MNIST: examples/pytorch/elastic_fashion_mnist.py as an exec job ($workers workers, $epochs epochs)"
+  submit=(--name "fashion-mnist-torch-$model" --workers "$workers:$workers" --mode "$mode" --exec /usr/bin/python3
           "$ROOT/examples/pytorch/elastic_fashion_mnist.py" --model "$torch_model" --epochs "$epochs" --batch-size 32)
 else
   if [ "$model" = mlp ]; then model_flags=(--model mlp --hp hidden=128 --lr 0.02); else model_flags=(--model lenet --lr 0.02); fi
-  echo "== submitting a SYNC $model job on Fashion-MNIST ($workers workers, $epochs epochs)"
-  submit=(--name "fashion-mnist-$model" --workers "$workers:$workers" --mode SYNC "${model_flags[@]}"
+  echo "== submitting a $mode $model job on Fashion-MNIST ($workers workers, $epochs epochs)"
+  submit=(--name "fashion-mnist-$model" --workers "$workers:$workers" --mode "$mode" "${model_flags[@]}"
           --dataset fashion-mnist --epochs "$epochs" --batch 32 --checkpoint-dir "$work/checkpoints")
 fi
 job="$("$BIN/kolo" --json submit "${submit[@]}" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
@@ -154,6 +164,7 @@ if p:
     if p.get("loss"): parts.append("loss %.4f" % p["loss"])
     if p.get("accuracy"): parts.append("test accuracy %.2f%%" % (100 * p["accuracy"]))
     if p.get("samples_per_sec"): parts.append("%.0f samples/s" % p["samples_per_sec"])
+    if p.get("rounds"): parts.append("%s rounds" % p["rounds"])
 print("  ".join(parts))
 print(st.get("phase", ""), file=sys.stderr)' 2>"$work/phase")"
   phase="$(cat "$work/phase")"

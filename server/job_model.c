@@ -201,6 +201,9 @@ kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *e
   if (spec->checkpoint_dir &&
       (strlen(spec->checkpoint_dir) > 4096 || !printable(spec->checkpoint_dir)))
     return bad(err, err_len, "checkpoint_dir", "at most 4096 printable characters");
+  if (spec->tensorboard_dir &&
+      (strlen(spec->tensorboard_dir) > 4096 || !printable(spec->tensorboard_dir)))
+    return bad(err, err_len, "tensorboard_dir", "at most 4096 printable characters");
   for (size_t i = 0; i < spec->n_labels; i++) {
     if (!label_key_valid(spec->labels[i]->key)) {
       snprintf(field, sizeof field, "labels.%.60s", spec->labels[i]->key);

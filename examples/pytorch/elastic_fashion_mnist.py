@@ -5,6 +5,11 @@ and are broadcast from the new rank 0, the learning rate is rescaled to the new
 number of ranks, and training resumes.
 
     kolo submit --name efmnist --workers 2:4 --exec python3 examples/pytorch/elastic_fashion_mnist.py
+
+The same script trains in whichever mode the job asks for (--mode diloco
+--average-every 50, ...): hvd.DistributedOptimizer reads it from the job, and
+hvd.join() at the end of training ends the mode's rounds (every rank then holds
+the same model). See docs/PYTHON.md.
 """
 import argparse
 import os
@@ -28,10 +33,18 @@ parser.add_argument("--batches-per-commit", type=int, default=20)
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--data-dir", default=fashion.DATA_DIR)
 parser.add_argument("--sleep-ms", type=int, default=0, help="pause per batch (to watch a ring change)")
+parser.add_argument("--markers", default="", help="directory for start-/end-<worker>-<pid> files (tests)")
+
+
+def marker(directory: str, kind: str) -> None:
+    if directory:
+        open(os.path.join(directory, "%s-%s-%d" % (kind, os.environ.get("KOLO_WORKER_ID", "none"), os.getpid())),
+             "w").close()
 
 
 def main() -> None:
     args = parser.parse_args()
+    marker(args.markers, "start")
     hvd.init()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -75,6 +88,7 @@ def main() -> None:
                 print("epoch %d done (%d ranks, loss %.4f)" % (state.epoch, hvd.size(), loss.item()), flush=True)
             state.epoch += 1
             state.commit()
+        hvd.join()  # a non-SYNC mode: the last round, the same model on every rank
 
     train(state)
 
@@ -91,6 +105,7 @@ def main() -> None:
                                                                  hvd.elastic.reconfigurations()), flush=True)
     hvd.report(step=total, total_steps=total, accuracy=accuracy)
     hvd.shutdown()
+    marker(args.markers, "end")
 
 
 if __name__ == "__main__":

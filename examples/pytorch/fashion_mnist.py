@@ -37,6 +37,9 @@ parser.add_argument("--gradient-predivide-factor", type=float, default=1.0)
 parser.add_argument("--data-dir", default=fashion.DATA_DIR)
 parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
 parser.add_argument("--limit-batches", type=int, default=0, help="stop each epoch after this many batches")
+parser.add_argument("--checkpoint-dir", default=None,
+                    help="checkpoint every epoch here and resume from the newest (default: the job's "
+                         "checkpoint_dir, $KOLO_CHECKPOINT_DIR; none: no checkpoints)")
 
 
 def main() -> None:
@@ -59,6 +62,12 @@ def main() -> None:
     model = fashion.model(args.model)
     # the learning rate grows with the ranks: the global batch is batch-size x ranks
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum)
+    # rank 0 writes a checkpoint after each epoch (asynchronously, atomically, the last 2 kept);
+    # a restarted job (a lost worker restarts a script without kolo.elastic) resumes from it
+    checkpoints = hvd.Checkpointer(args.checkpoint_dir, keep=2)
+    first_epoch = max(1, checkpoints.restore(model, optimizer))
+    if first_epoch > 1 and hvd.rank() == 0:
+        print("Resuming after epoch {} from {}".format(first_epoch - 1, checkpoints.folder), flush=True)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
@@ -105,9 +114,11 @@ def main() -> None:
         return accuracy
 
     accuracy = 0.0
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(first_epoch, args.epochs + 1):
         train(epoch)
         accuracy = test()
+        checkpoints.save(epoch, model=model, optimizer=optimizer)
+    checkpoints.close()
     hvd.report(step=args.epochs * len(train_loader), total_steps=args.epochs * len(train_loader),
                accuracy=accuracy)
     hvd.shutdown()

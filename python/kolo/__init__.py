@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import pkgutil
-from typing import Any
+import sys
+from typing import Any, Callable, Dict, List
 
 # kolo.v1 (protoc's Python stubs of proto/kolo/v1) may live in another sys.path entry
 __path__ = pkgutil.extend_path(__path__, __name__)  # noqa: F821
@@ -90,11 +92,22 @@ def is_homogeneous() -> bool:
     return RUNTIME.size() % max(RUNTIME.local_size(), 1) == 0
 
 
+# functions returning more REPORT keys (kolo.torch.modes registers its statistics)
+REPORT_EXTRAS: List[Callable[[], Dict[str, Any]]] = []
+
+
 def report(**progress: Any) -> None:
     """Sends progress (step, total_steps, loss, accuracy, samples_per_sec, ...)
-    to the kolo agent, which shows it in the job's status; no-op outside a job."""
+    to the kolo agent, which shows it in the job's status (no-op outside a job); with
+    $KOLO_TENSORBOARD_DIR set (or kolo.tensorboard.open_writer called), rank 0 also
+    writes its numbers to a TensorBoard event file there (kolo/tensorboard.py)."""
     RUNTIME.require()
+    for extra in REPORT_EXTRAS:  # e.g. kolo.torch.modes: rounds, bytes_sent, staleness, ...
+        progress = dict(extra(), **progress)
     RUNTIME.report(json.dumps(progress, separators=(",", ":"), allow_nan=False))
+    if os.environ.get("KOLO_TENSORBOARD_DIR") or "kolo.tensorboard" in sys.modules:
+        from . import tensorboard
+        tensorboard.on_report(progress, RUNTIME.rank())
 
 
 def engine_available() -> bool:

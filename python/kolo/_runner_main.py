@@ -1,10 +1,15 @@
 """The process side of kolo.Runner: `python3 -m kolo._runner_main` in each rank of
-the job. Loads the cloudpickled (fn, args, kwargs) from the job's environment
+the job. Loads the payload (_runner_ship.py: the cloudpickled (fn, args, kwargs) and
+the source of the local modules it needs) from the job's environment
 (KOLO_RUNNER_PAYLOAD_0.., base64) or a file (KOLO_RUNNER_PAYLOAD_FILE, local runs),
 calls fn under kolo.init(), and on rank 0 hands back the result: as marked lines
-in its output (the Runner reads rank 0's log through the service) or into
+in its output (the Runner reads the job's log through the service) or into
 KOLO_RUNNER_RESULT_FILE. An exception in fn is the result too (with its
-traceback), and the process exits 1."""
+traceback), and the process exits 1; a rank other than 0 hands back its exception
+the same way under ERROR_MARK (or into KOLO_RUNNER_RESULT_FILE.<rank>), so the
+Runner can raise the first real error of any rank, not the abort it caused on
+rank 0. A payload that does not load (a module missing on the workers) is handed
+back as the error of its rank (KOLO_RANK) before kolo.init()."""
 from __future__ import annotations
 
 import base64
@@ -16,6 +21,7 @@ from typing import Any, Dict
 import cloudpickle
 
 MARK = "@kolo-result:"
+ERROR_MARK = "@kolo-error:"  # + nonce + ":" + rank: a rank other than 0 raised
 LINE_CHARS = 12000  # base64 per marked line (the agent cuts lines at 16 KiB)
 MAX_RESULT_BYTES = 8 << 20
 
@@ -31,6 +37,17 @@ def load_payload() -> bytes:
     return base64.b64decode("".join(os.environ["KOLO_RUNNER_PAYLOAD_%d" % i] for i in range(parts)))
 
 
+def _ring_failure(error: BaseException) -> bool:
+    """Whether error is a consequence of another rank's failure (a ring that aborted, a
+    peer gone), not a failure of this rank's own."""
+    try:
+        from kolo import errors
+    except Exception:  # noqa: BLE001 - kolo did not import: not a ring failure
+        return False
+    return isinstance(error, (errors.PeerLostError, errors.AbortedError, errors.RingChangedError,
+                              errors.JobStoppedError, errors.KoloTimeoutError, errors.StalledError))
+
+
 def error_result(error: BaseException) -> Dict[str, Any]:
     tb = traceback.format_exc()
     try:
@@ -38,7 +55,8 @@ def error_result(error: BaseException) -> Dict[str, Any]:
         cloudpickle.loads(exc)
     except Exception:  # noqa: BLE001 - some exceptions do not pickle; the traceback still goes back
         exc = None
-    return {"ok": False, "exc": exc, "type": type(error).__name__, "message": str(error), "traceback": tb}
+    return {"ok": False, "exc": exc, "type": type(error).__name__, "message": str(error), "traceback": tb,
+            "ring_failure": _ring_failure(error)}
 
 
 def encode(result: Dict[str, Any]) -> bytes:
@@ -55,15 +73,19 @@ def encode(result: Dict[str, Any]) -> bytes:
     return data
 
 
-def hand_back(data: bytes) -> None:
+def hand_back(data: bytes, rank: int = 0) -> None:
+    """Rank 0's result (or another rank's error) to the Runner."""
     path = os.environ.get("KOLO_RUNNER_RESULT_FILE")
     if path:
+        if rank:
+            path += ".%d" % rank
         with open(path + ".tmp", "wb") as f:
             f.write(data)
         os.replace(path + ".tmp", path)
         return
     text = base64.b64encode(data).decode()
-    mark = MARK + os.environ.get("KOLO_RUNNER_NONCE", "")
+    nonce = os.environ.get("KOLO_RUNNER_NONCE", "")
+    mark = MARK + nonce if rank == 0 else "%s%s:%d" % (ERROR_MARK, nonce, rank)
     parts = [text[i:i + LINE_CHARS] for i in range(0, len(text), LINE_CHARS)] or [""]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -73,7 +95,13 @@ def hand_back(data: bytes) -> None:
 
 
 def main() -> int:
-    fn, args, kwargs = cloudpickle.loads(load_payload())
+    from kolo._runner_ship import unpack
+    try:
+        fn, args, kwargs = cloudpickle.loads(unpack(load_payload()))
+    except BaseException as error:  # noqa: BLE001 - e.g. a module the workers do not have
+        traceback.print_exc()
+        hand_back(encode(error_result(error)), int(os.environ.get("KOLO_RANK", "0") or 0))
+        return 1
     import kolo
     kolo.init()
     try:
@@ -82,8 +110,8 @@ def main() -> int:
         traceback.print_exc()
         result = error_result(error)
     rank = kolo.rank() if kolo.is_initialized() else 0
-    if rank == 0:
-        hand_back(encode(result))
+    if rank == 0 or not result["ok"]:
+        hand_back(encode(result), rank)
     try:
         kolo.shutdown()
     except Exception:  # noqa: BLE001 - the result is out; a ring gone at exit changes nothing

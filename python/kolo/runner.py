@@ -18,31 +18,44 @@ cause. np=(min_np, max_np) runs an elastic job (write fn with kolo.elastic to ke
 state across a lost worker); np=-1 runs fn in this process and np=-N in N local
 processes (kolorun), with no server, for debugging.
 
-How the function and the result travel: the pickled (fn, args, kwargs) goes in the
-job spec (exec.env, base64, in pieces of 96 KiB; at most MAX_PAYLOAD_BYTES = 512 KiB,
-ValueError past it: load big data inside fn instead of capturing it); rank 0
-writes the pickled return value (at most 8 MiB) as marked lines into its own
-output, which the Runner reads back through the server's StreamLogs (so it works
-wherever the workers are, with no shared filesystem), hiding those lines.
+How the function and the result travel: the pickled (fn, args, kwargs), with the
+source of the local modules it needs (_runner_ship.py; py_modules= names more),
+compressed, goes in the job spec (exec.env, base64, in pieces of 96 KiB; at most
+MAX_PAYLOAD_BYTES, ValueError past it: load big data inside fn instead of capturing
+it); rank 0 writes the pickled return value (at most 8 MiB) as marked lines into its
+own output, and any other rank whose fn raised writes its exception the same way;
+the Runner reads them back through the server's StreamLogs (so it works wherever
+the workers are, with no shared filesystem), hiding those lines, and raises the
+first real error of any rank (not the abort it caused elsewhere).
 """
 from __future__ import annotations
 
 import base64
 import io
 import os
+import queue
 import secrets
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, TextIO, Tuple, Union
+import threading
+import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
 import cloudpickle
 
-from ._runner_main import MARK
+from . import _runner_ship
+from ._runner_main import ERROR_MARK, MARK
 
-MAX_PAYLOAD_BYTES = 512 << 10
+# The compressed payload rides base64 (4/3 larger) in the job spec, and a spec of more
+# than about 1 MiB is refused when it is stored (RESOURCE_EXHAUSTED, measured on etcd 3.4);
+# 720 KiB is 960 KiB in base64, leaving room for the rest of the spec.
+MAX_PAYLOAD_BYTES = 720 << 10
+# After rank 0's ring failure (an abort, a lost peer): how long to wait for the real
+# error of the rank that caused it.
+ERROR_GRACE_S = 5.0
 # what local ranks keep of the caller's KOLO_* environment (not its ring: kolorun makes theirs)
 _KEEP = ("KOLO_LIBRARY", "KOLO_BIN_DIR", "KOLO_TIMEOUT", "KOLO_LOG_LEVEL", "KOLO_SHM")
 ENV_PART_CHARS = 96 << 10
@@ -94,6 +107,65 @@ def _parse_np(np: Any) -> Tuple[int, int]:
     raise TypeError("np must be an int or a (min_np, max_np) pair, not %r" % (np,))
 
 
+# the job spec's mode parameters (proto/kolo/v1/job.proto JobSpec) and their Python types
+MODE_PARAMS = {"average_every": int, "max_staleness": int, "outer_learning_rate": float, "outer_momentum": float,
+               "outer_nesterov": bool, "compression": str, "fragments": int}
+MODES = ("SYNC", "ASYNC", "LOCAL_SGD", "DILOCO")
+
+
+def _parse_mode(mode: Optional[str], params: Dict[str, Any]) -> Dict[str, Any]:
+    """The job spec's mode fields; ranges and which mode uses which parameter are
+    the service's to check (at submit, naming the field)."""
+    unknown = sorted(set(params) - set(MODE_PARAMS))
+    if unknown:
+        raise TypeError("Runner() got unknown argument(s) %s (mode parameters: %s)"
+                        % (", ".join(unknown), ", ".join(MODE_PARAMS)))
+    if mode is None:
+        if params:
+            raise ValueError("Runner(): %s given without a mode" % ", ".join(sorted(params)))
+        return {}
+    if not isinstance(mode, str) or mode.strip().upper().replace("-", "_") not in MODES:
+        raise ValueError("Runner(): mode must be one of %s, not %r" % (", ".join(MODES), mode))
+    out: Dict[str, Any] = {"mode": mode.strip().upper().replace("-", "_")}
+    for name, value in params.items():
+        if value is None:
+            continue
+        kind = MODE_PARAMS[name]
+        if kind is bool and not isinstance(value, bool) or kind is int and (isinstance(value, bool) or
+                                                                               not isinstance(value, int)) \
+                or kind is float and not isinstance(value, (int, float)) or kind is str and not isinstance(value, str):
+            raise TypeError("Runner(): %s must be %s, not %r" % (name, kind.__name__, value))
+        if name == "compression":  # the spec's enum: COMPRESSION_NONE, _FP16, _INT8
+            if value.strip().lower() not in _COMPRESSIONS:
+                raise ValueError("Runner(): compression must be none, fp16 or int8, not %r" % (value,))
+            value = "COMPRESSION_" + value.strip().upper()
+        out[name] = value
+    return out
+
+
+_COMPRESSIONS = ("none", "fp16", "int8")
+# kolorun's options for the spec's mode fields (np=-N runs)
+_KOLORUN_OPTIONS = {"average_every": "--sync-every", "max_staleness": "--max-staleness",
+                    "outer_learning_rate": "--outer-lr", "outer_momentum": "--outer-momentum",
+                    "outer_nesterov": "--nesterov", "compression": "--compression", "fragments": "--fragments"}
+
+
+def _kolorun_mode(mode: Dict[str, Any]) -> List[str]:
+    """The job spec's mode fields as kolorun options."""
+    if not mode:
+        return []
+    argv = ["--mode", mode["mode"]]
+    for name, value in mode.items():
+        if name == "mode":
+            continue
+        if name == "outer_nesterov":
+            value = int(value)
+        elif name == "compression":
+            value = value[len("COMPRESSION_"):].lower()
+        argv += [_KOLORUN_OPTIONS[name], str(value)]
+    return argv
+
+
 def _by_value(fn: Callable[..., Any]) -> None:
     """Ships fn's own module by value unless the workers can import it too (the
     standard library or an installed package): a notebook's or a test's functions."""
@@ -115,12 +187,21 @@ def _find_kolorun() -> str:
     raise FileNotFoundError("np=-N needs kolorun: build kolo, put kolorun on PATH or set KOLO_BIN_DIR")
 
 
-def _decode(data: bytes) -> Any:
-    """Returns fn's value or raises its exception (with the remote traceback)."""
-    result: Dict[str, Any] = cloudpickle.loads(data)
+def _where(rank: int, job_id: str) -> str:
+    if not job_id:
+        return "raised on rank %d" % rank
+    return ("raised on rank %d of job %s; every rank's output: `kolo logs %s --rank N` (rank %d: "
+            "`kolo logs %s --rank %d`)" % (rank, job_id, job_id, rank, job_id, rank))
+
+
+def _decode(data: Union[bytes, Dict[str, Any]], rank: int = 0, job_id: str = "") -> Any:
+    """Returns fn's value or raises its exception (with the remote traceback, the rank
+    that raised it and where the ranks' logs are)."""
+    result: Dict[str, Any] = cloudpickle.loads(data) if isinstance(data, bytes) else data
     if result.get("ok"):
         return result.get("value")
-    tb = RemoteTraceback(result.get("traceback", ""))
+    where = _where(rank, job_id)
+    tb = RemoteTraceback("(%s)\n%s" % (where, result.get("traceback", "")))
     exc = None
     if result.get("exc") is not None:
         try:
@@ -130,7 +211,67 @@ def _decode(data: bytes) -> Any:
     if not isinstance(exc, BaseException):
         exc = RemoteError("%s: %s\n\nremote traceback:\n%s" % (result.get("type"), result.get("message"),
                                                              result.get("traceback", "")))
+    try:
+        exc.kolo_rank = rank  # type: ignore[attr-defined]
+        if hasattr(exc, "add_note"):
+            exc.add_note("kolo.Runner: " + where)
+    except Exception:  # noqa: BLE001 - an exception type that takes no attributes
+        pass
     raise exc from tb
+
+
+class _Marks:
+    """Collects the marked lines of one run: rank 0's result, other ranks' errors."""
+
+    def __init__(self, nonce: str):
+        self.result_mark = MARK + nonce + " "
+        self.error_mark = ERROR_MARK + nonce + ":"
+        self.parts: Dict[int, Dict[int, str]] = {}
+        self.done: Dict[int, Dict[str, Any]] = {}  # rank -> decoded result, in arrival order
+
+    def marked(self, text: str) -> bool:
+        return text.startswith(self.result_mark) or text.startswith(self.error_mark)
+
+    def take(self, text: str) -> Optional[int]:
+        """Records a marked line; the rank whose result it completed, else None."""
+        if text.startswith(self.result_mark):
+            rank, rest = 0, text[len(self.result_mark):]
+        else:
+            head, _, rest = text[len(self.error_mark):].partition(" ")
+            rank = int(head)
+        index, _, chunk = rest.partition(" ")
+        number, _, count = index.partition("/")
+        parts = self.parts.setdefault(rank, {})
+        parts[int(number)] = chunk
+        if len(parts) < int(count):
+            return None
+        data = base64.b64decode("".join(parts[i] for i in range(1, int(count) + 1)))
+        self.done[rank] = cloudpickle.loads(data)
+        return rank
+
+    def first_real_error(self) -> Optional[int]:
+        """The first rank whose error is its own (not a ring failure caused elsewhere)."""
+        for rank, result in self.done.items():
+            if not result.get("ok") and not result.get("ring_failure"):
+                return rank
+        return None
+
+
+def _follow(lines: Iterable[Any]) -> "queue.Queue[Any]":
+    """Reads a log stream on a thread of its own (so the reader can wait with a deadline);
+    the queue ends with None, or an exception the stream raised."""
+    q: "queue.Queue[Any]" = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for line in lines:
+                q.put(line)
+            q.put(None)
+        except BaseException as error:  # noqa: BLE001 - handed to the reader
+            q.put(error)
+
+    threading.Thread(target=pump, name="kolo-runner-logs", daemon=True).start()
+    return q
 
 
 class Runner:
@@ -141,14 +282,24 @@ class Runner:
     $KOLO_SERVER, $KOLO_TOKEN). name: the job's name; env: extra environment of the
     processes; python: the interpreter on the workers; max_reconfigurations: of the
     job (0 = kolo's default); timeout: seconds for the whole run (None = no limit;
-    the job is cancelled past it); stream: where rank 0's output goes (sys.stdout).
+    the job is cancelled past it); stream: where rank 0's output goes (sys.stdout);
+    py_modules: more local modules to ship as source (modules, names, paths to .py
+    files or package folders), besides those found from fn (docs/RUNNER.md).
+
+    mode: the job's training mode, SYNC (default), ASYNC, LOCAL_SGD or DILOCO, with its
+    parameters named as in the job spec (average_every: steps between syncs, H;
+    max_staleness; outer_learning_rate, outer_momentum, outer_nesterov; compression:
+    none, fp16 or int8; fragments). kolo.torch's DistributedOptimizer in fn then trains
+    in that mode (docs/PYTHON.md); the service checks the values at submit.
     """
 
     def __init__(self, np: Union[int, Sequence[int]] = 1, server: Optional[str] = None, token: Optional[str] = None,
                  tls: Union[None, bool, str] = None, name: str = "kolo-runner", env: Optional[Mapping[str, str]] = None,
                  python: str = "/usr/bin/python3", max_reconfigurations: int = 0, timeout: Optional[float] = None,
-                 stream: Optional[TextIO] = None, labels: Optional[Mapping[str, str]] = None):
+                 stream: Optional[TextIO] = None, labels: Optional[Mapping[str, str]] = None,
+                 py_modules: Sequence[Any] = (), mode: Optional[str] = None, **mode_params: Any):
         self.min_np, self.max_np = _parse_np(np)
+        self.mode = _parse_mode(mode, mode_params)
         if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise TypeError("env must map strings to strings")
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
@@ -164,6 +315,9 @@ class Runner:
         self.timeout = timeout
         self.stream = stream
         self.labels = dict(labels or {})
+        if isinstance(py_modules, (str, bytes)):
+            raise TypeError("py_modules takes a list of modules, names or paths, not one string")
+        self.py_modules = list(py_modules)
         self.job_id: Optional[str] = None  # the last run's job
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -175,8 +329,10 @@ class Runner:
             kolo.init()
             return fn(*args, **kwargs)
         _by_value(fn)
+        modules = _runner_ship.local_modules((fn, args, kwargs), self.py_modules,
+                                             by_value=[getattr(fn, "__module__", "") or ""])
         try:
-            payload = cloudpickle.dumps((fn, args, kwargs))
+            payload = _runner_ship.pack(cloudpickle.dumps((fn, args, kwargs)), modules)
         except Exception as error:  # noqa: BLE001
             raise TypeError("fn and its arguments must pickle with cloudpickle: %s" % error) from error
         if self.min_np < -1:
@@ -199,6 +355,7 @@ class Runner:
             argv = [_find_kolorun(), "-np", str(n)]
             if self.timeout:
                 argv += ["--timeout", str(int(self.timeout) or 1)]
+            argv += _kolorun_mode(self.mode)
             argv += ["--", self.python, "-m", "kolo._runner_main"]
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             tail = []
@@ -210,9 +367,17 @@ class Runner:
                     tail = (tail + [line])[-20:]
             finally:
                 code = proc.wait()
-            if os.path.exists(result_file):
-                with open(result_file, "rb") as f:
-                    return _decode(f.read())
+            results: Dict[int, Dict[str, Any]] = {}
+            for rank in range(n):
+                path = result_file + (".%d" % rank if rank else "")
+                if os.path.exists(path):
+                    with open(path, "rb") as f:
+                        results[rank] = cloudpickle.loads(f.read())
+            real = [r for r, v in results.items() if not v.get("ok") and not v.get("ring_failure")]
+            if real:
+                return _decode(results[real[0]], real[0])
+            if 0 in results:
+                return _decode(results[0])
             raise RunnerError("kolorun -np %d exited %d without a result from rank 0:\n%s" % (n, code, "".join(tail)),
                               phase="FAILED", error="".join(tail))
 
@@ -220,8 +385,10 @@ class Runner:
 
     def _spec(self, payload: bytes, nonce: str) -> Dict[str, Any]:
         if len(payload) > MAX_PAYLOAD_BYTES:
-            raise ValueError("fn and its arguments are %d bytes pickled, over the Runner's limit of %d bytes (they "
-                             "travel in the job spec): load big data inside fn instead of passing it"
+            raise ValueError("fn, its arguments and shipped modules are %d bytes pickled and compressed, over the "
+                             "Runner's limit of %d bytes (kolo.runner.MAX_PAYLOAD_BYTES: they travel in the job spec, "
+                             "which etcd stores): load big data inside fn (from a path or URL every worker can read) "
+                             "instead of capturing it in fn or passing it as an argument"
                              % (len(payload), MAX_PAYLOAD_BYTES))
         text = base64.b64encode(payload).decode()
         parts = [text[i:i + ENV_PART_CHARS] for i in range(0, len(text), ENV_PART_CHARS)]
@@ -230,59 +397,74 @@ class Runner:
         env.update(KOLO_RUNNER_PARTS=str(len(parts)), KOLO_RUNNER_NONCE=nonce)
         return {"name": self.name, "id": "run-" + nonce, "min_workers": self.min_np, "max_workers": self.max_np,
                 "max_reconfigurations": self.max_reconfigurations, "labels": self.labels,
-                "exec": {"argv": [self.python, "-m", "kolo._runner_main"], "env": env}}
+                "exec": {"argv": [self.python, "-m", "kolo._runner_main"], "env": env}, **self.mode}
 
     def _run_cluster(self, payload: bytes) -> Any:
         from . import client as kc
         nonce = secrets.token_hex(8)
         spec = self._spec(payload, nonce)
-        out = self.stream or sys.stdout
-        mark = MARK + nonce + " "
         with kc.Client(self.server, token=self.token, tls=self.tls) as api:
             job = api.submit(spec)
             self.job_id = job.id
-            parts: Dict[int, str] = {}
-            total = 0
             try:
-                for line in api.logs(job.id, ranks=[0], follow=True, timeout=self.timeout):
-                    if line.notice:
-                        print("kolo: " + line.text, file=sys.stderr)
-                        continue
-                    if not line.text.startswith(mark):
-                        out.write(line.text + "\n")
-                        out.flush()
-                        continue
-                    index, _, chunk = line.text[len(mark):].partition(" ")
-                    number, _, count = index.partition("/")
-                    parts[int(number)] = chunk
-                    total = int(count)
-                    if len(parts) == total:
-                        break
+                return self._read(api, job.id, _Marks(nonce))
             except kc.DeadlineExceededError:
                 api.cancel(job.id, reason="kolo.Runner: timed out after %s s" % self.timeout)
                 raise TimeoutError("kolo.Runner: job %s took longer than %s s (cancelled)" % (job.id, self.timeout))
-            except BaseException:
-                try:
-                    api.cancel(job.id, reason="kolo.Runner: interrupted")
+            except BaseException as error:
+                reason = "kolo.Runner: fn raised" if getattr(error, "kolo_rank", None) is not None else \
+                    "kolo.Runner: interrupted"
+                try:  # the others must not wait for a new rank 0
+                    if kc.Client.phase(api.get(job.id)) not in kc.FINAL_PHASES:
+                        api.cancel(job.id, reason=reason)
                 except kc.ClientError:
                     pass
                 raise
-            if total and len(parts) == total:
-                data = base64.b64decode("".join(parts[i] for i in range(1, total + 1)))
-                try:
-                    return _decode(data)
-                except BaseException:
-                    try:  # fn raised on rank 0: the others must not wait for a new rank 0
-                        if kc.Client.phase(api.get(job.id)) not in kc.FINAL_PHASES:
-                            api.cancel(job.id, reason="kolo.Runner: fn raised on rank 0")
-                    except kc.ClientError:
-                        pass
-                    raise
-            final = api.get(job.id)
-            phase = kc.Client.phase(final)
-            raise RunnerError("kolo.Runner: job %s ended %s without a result from rank 0%s"
-                              % (job.id, phase, ": " + final.status.error if final.status.error else ""),
-                              job.id, phase, final.status.error)
+
+    def _read(self, api: Any, job_id: str, marks: _Marks) -> Any:
+        """Follows every rank's log: prints rank 0's lines, returns rank 0's value or raises
+        the first real error of any rank (rank 0's own ring failure only when no other
+        rank's error arrives within ERROR_GRACE_S)."""
+        from . import client as kc
+        out = self.stream or sys.stdout
+        lines = _follow(api.logs(job_id, follow=True, timeout=self.timeout))
+        grace_end: Optional[float] = None
+        while True:
+            try:
+                item = lines.get(timeout=None if grace_end is None else max(0.0, grace_end - time.monotonic()))
+            except queue.Empty:
+                break
+            if item is None:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            if item.notice:
+                print("kolo: " + item.text, file=sys.stderr)
+                continue
+            if not marks.marked(item.text):
+                if item.rank == 0:
+                    out.write(item.text + "\n")
+                    out.flush()
+                continue
+            rank = marks.take(item.text)
+            if rank is None:
+                continue
+            if marks.done[rank].get("ok"):
+                return _decode(marks.done[rank], rank, job_id)
+            real = marks.first_real_error()
+            if real is not None:
+                _decode(marks.done[real], real, job_id)
+            if rank == 0 and grace_end is None:
+                grace_end = time.monotonic() + ERROR_GRACE_S
+        if marks.done:
+            rank = 0 if 0 in marks.done else next(iter(marks.done))
+            _decode(marks.done[rank], rank, job_id)
+        final = api.get(job_id)
+        phase = kc.Client.phase(final)
+        raise RunnerError("kolo.Runner: job %s ended %s without a result from rank 0%s\n(every rank's output: "
+                          "`kolo logs %s`, one rank: `kolo logs %s --rank N`)"
+                          % (job_id, phase, ": " + final.status.error if final.status.error else "", job_id, job_id),
+                          job_id, phase, final.status.error)
 
 
 __all__ = ["Runner", "RunnerError", "RemoteError", "RemoteTraceback", "MAX_PAYLOAD_BYTES"]

@@ -60,9 +60,19 @@ export function etaSeconds(status, points) {
   return rate > 0 ? (p.total_steps - p.step) / rate : null;
 }
 
+// "waiting for workers: have 1, need 2 (since 12 s)" for a job held below min_workers, else "".
+export function waitingText(status) {
+  const w = status.waiting;
+  if (!w) return "";
+  const since = Math.max(0, Math.floor((Date.now() - Number(w.since_unix_ms || Date.now())) / 1000));
+  return `waiting for workers: have ${w.have || 0}, need ${w.need || 0} (since ${since} s)`;
+}
+
 function progressCell(status, points) {
   const p = status.progress || {};
   const cell = h("div", { class: "progress" });
+  const waiting = waitingText(status);
+  if (waiting) cell.append(h("span", { class: "waiting" }, waiting));
   if (p.total_steps > 0) {
     const pct = Math.min(100, (100 * (p.step || 0)) / p.total_steps);
     const fill = h("span", {});
@@ -222,6 +232,7 @@ function jobView(id) {
     const rows = [
       ["Phase", badge(st.phase)],
       ["Workers", `${(st.members || []).length} in ring epoch ${st.epoch || 0} (min ${st.min_workers}, max ${st.max_workers})`],
+      ...(st.waiting ? [["Waiting", h("span", { class: "waiting" }, waitingText(st))]] : []),
       ["Progress", cell],
       ["ETA", eta || "—"],
       ["Loss", p.loss ? formatNumber(p.loss) : "—"],

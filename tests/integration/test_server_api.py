@@ -4,6 +4,7 @@ oversize input, unknown methods and ids, and WatchJob semantics."""
 import base64
 import json
 import os
+import subprocess
 import tempfile
 import threading
 import time
@@ -12,7 +13,7 @@ import urllib.request
 
 import grpc
 
-from test_server_support import (Client, Etcd, Server, cpb, curl, kolo, main, pb, spec, wait_for)
+from test_server_support import (BIN, Client, Etcd, Server, cpb, curl, kolo, main, pb, spec, wait_for)
 
 MAX_BYTES = 65536
 
@@ -373,6 +374,33 @@ class ApiTest(unittest.TestCase):
         code, out, _ = kolo(srv, "workers")
         self.assertEqual(code, 0)
         self.assertIn("ID", out)
+
+    def test_the_cli_resolves_relative_exec_paths_against_the_submitter_s_folder(self):
+        # #29: a relative program path, a script next to the submitter and a relative
+        # checkpoint folder mean the submitter's folder, not the worker's
+        here = tempfile.mkdtemp(prefix="kolo-cli-")
+        open(os.path.join(here, "train.py"), "w").close()
+
+        def submit(job_id, *args):
+            out = subprocess.run([os.path.join(BIN, "kolo"), "--server", self.server.grpc_target, "--json", "submit",
+                                  "--name", "rel", "--id", job_id, "--workers", "1"] + list(args),
+                                 capture_output=True, text=True, cwd=here, timeout=20)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            return json.loads(out.stdout)["spec"], out.stderr
+
+        spec, err = submit("rel-1", "--checkpoint-dir", "ckpt", "--exec", "./venv/bin/python3", "train.py", "--lr", "1")
+        self.assertEqual(spec["exec"]["argv"], [os.path.join(here, "venv/bin/python3"), "train.py", "--lr", "1"])
+        self.assertEqual(spec["exec"]["working_dir"], here)
+        self.assertEqual(spec["checkpoint_dir"], os.path.join(here, "ckpt"))
+        self.assertIn("./venv/bin/python3 is %s/venv/bin/python3" % here, err)
+        self.assertIn("train.py is a file here: the job runs in %s" % here, err)
+        spec, err = submit("rel-2", "--exec", "python3", "-c", "pass")  # PATH, nothing local
+        self.assertEqual((spec["exec"]["argv"], spec["exec"].get("working_dir", "")), (["python3", "-c", "pass"], ""))
+        self.assertEqual(err, "")
+        spec, _ = submit("rel-3", "--workdir", "/srv/job", "--exec", "python3", "train.py")
+        self.assertEqual(spec["exec"]["working_dir"], "/srv/job")
+        for job_id in ("rel-1", "rel-2", "rel-3"):
+            kolo(self.server, "cancel", job_id)
 
     def test_the_cli_exits_1_on_rpc_errors_and_2_on_bad_usage(self):
         code, out, err = kolo(self.server, "get", "nope")

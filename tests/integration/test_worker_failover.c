@@ -84,13 +84,23 @@ static void below_min_workers_the_job_waits_then_resumes_with_a_new_worker(void 
   assert_int_equal(status_int(job, "epoch"), 1);
   json_t *lost = cluster_event(job, "WORKER_LOST", 1);
   assert_non_null(lost);
-  assert_non_null(
-      strstr(json_string_value(json_object_get(lost, "message")), "waiting for workers"));
+  assert_non_null(strstr(json_string_value(json_object_get(lost, "message")),
+                         "waiting for workers: have 1, need 2"));
+  /* #29: the waiting state is in the status over HTTP (kolo get, watch and the dashboard
+   * show it as "waiting for workers: have 1, need 2 (since 3 s)") */
+  json_t *waiting = json_object_get(json_object_get(job, "status"), "waiting");
+  assert_non_null(waiting);
+  assert_int_equal(json_integer_value(json_object_get(waiting, "have")), 1);
+  assert_int_equal(json_integer_value(json_object_get(waiting, "need")), 2);
+  json_int_t since = json_integer_value(json_object_get(waiting, "since_unix_ms"));
+  printf("waiting since %lld ms ago\n", (long long)(time(NULL) * 1000LL - since));
+  assert_true(since > 0 && since <= time(NULL) * 1000LL - 2500);
   json_decref(job);
   assert_int_equal(cluster_start_worker(c, 3), 0);
   job = cluster_wait_phase(c, "wait", "RUNNING", 2, 20000);
   assert_int_equal(status_int(job, "epoch"), 2);
   assert_int_equal(member_count(job), 2);
+  assert_null(json_object_get(json_object_get(job, "status"), "waiting"));
   assert_non_null(cluster_event(job, "RESUMING", 2));
   json_decref(job);
   job = cluster_wait_phase(c, "wait", "SUCCEEDED", 2, 30000);
@@ -284,7 +294,7 @@ static void a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers(void **
   assert_string_equal(phase(job), "FAILED");
   const char *error = json_string_value(json_object_get(json_object_get(job, "status"), "error"));
   printf("error: %s\n", error);
-  assert_non_null(strstr(error, "exited with a usage error"));
+  assert_non_null(strstr(error, "the program cannot succeed"));
   assert_non_null(strstr(error, "exited with code 2 (a usage error)"));
   assert_non_null(strstr(error, "bad flag --colour")); /* the process's own stderr line */
   assert_int_equal(status_int(job, "reconfigurations"), 0);
@@ -296,6 +306,56 @@ static void a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers(void **
     snprintf(id, sizeof id, "w%d", i);
     assert_int_equal(wait_worker_state(c, id, "idle", 20000), 0);
   }
+}
+
+/* Submits an exec job of argv_json on 2 of 3 workers and waits for it to fail; returns the
+ * job (its error printed with the seconds it took). */
+static json_t *submit_and_fail(cluster *c, const char *id, const char *argv_json) {
+  char body[1024];
+  snprintf(body, sizeof body,
+           "{\"id\":\"%s\",\"name\":\"%s\",\"min_workers\":2,\"max_workers\":2,"
+           "\"exec\":{\"argv\":%s}}",
+           id, id, argv_json);
+  int64_t started = cluster_now_ms();
+  json_t *job = cluster_post(c, "/v1/jobs", body);
+  assert_non_null(job);
+  json_decref(job);
+  job = cluster_wait_phase(c, id, "FAILED", 1, 20000);
+  assert_string_equal(phase(job), "FAILED");
+  printf("%s: FAILED after %.1f s: %s\n", id, (double)(cluster_now_ms() - started) / 1000,
+         json_string_value(json_object_get(json_object_get(job, "status"), "error")));
+  assert_int_equal(status_int(job, "reconfigurations"), 0);
+  assert_int_equal(status_int(job, "epoch"), 1);
+  assert_null(cluster_event(job, "WORKER_LOST", 0));
+  return job;
+}
+
+/* #29: failures that can never succeed fail the job at once with the first rank's
+ * reason: a program that cannot be executed (a wrong interpreter path, exit 127), and
+ * a process that exits by itself before it reaches kolo.init() (an import error);
+ * before, each was re-planned as lost workers until max_reconfigurations. */
+static void a_program_that_cannot_run_fails_the_job_at_once_with_its_reason(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  json_t *job = submit_and_fail(c, "badpython", "[\"/nonexistent/bin/python3\",\"train.py\"]");
+  const char *error = json_string_value(json_object_get(json_object_get(job, "status"), "error"));
+  assert_non_null(strstr(error, "the program cannot succeed"));
+  assert_non_null(strstr(error, "its program could not be started: cannot execute "
+                                "/nonexistent/bin/python3: No such file or directory"));
+  assert_non_null(strstr(error, "stderr, last lines:\nkolo-worker: its program could not be"));
+  json_decref(job);
+  for (int i = 1; i <= 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "w%d", i);
+    assert_int_equal(wait_worker_state(c, id, "idle", 20000), 0);
+  }
+  job = submit_and_fail(c, "noimport",
+                        "[\"/bin/sh\",\"-c\",\"echo \\\"ModuleNotFoundError: No module named "
+                        "'helpers'\\\" >&2; exit 1\"]");
+  error = json_string_value(json_object_get(json_object_get(job, "status"), "error"));
+  assert_non_null(strstr(error, "exited with code 1 before it reached kolo.init()"));
+  assert_non_null(strstr(error, "ModuleNotFoundError: No module named 'helpers'"));
+  json_decref(job);
 }
 
 int main(void) {
@@ -313,6 +373,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(a_usage_error_exit_fails_the_job_at_once_not_as_lost_workers,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          a_program_that_cannot_run_fails_the_job_at_once_with_its_reason, setup, teardown),
       cmocka_unit_test_setup_teardown(
           the_leader_server_dies_and_the_standby_finishes_the_job_undisturbed, setup_two_servers,
           teardown),

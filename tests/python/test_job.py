@@ -1,5 +1,7 @@
 """kolo.torch inside a kolo `exec` job: real etcd, kolo-server and kolo-workers;
-the training processes get their ring from the agent (KOLO_AGENT_SOCKET)."""
+the training processes get their ring from the agent (KOLO_AGENT_SOCKET), the job's
+checkpoint_dir (KOLO_CHECKPOINT_DIR), where kolo.torch.Checkpointer writes rank 0's, and its
+tensorboard_dir (KOLO_TENSORBOARD_DIR), where kolo.report writes rank 0's event file."""
 import json
 import os
 
@@ -14,7 +16,10 @@ def test_an_exec_job_of_two_workers_forms_one_ring_and_all_reduces():
         c.start_worker("w2")
         results = os.path.join(c.dir, "results")
         os.makedirs(results)
+        checkpoints = os.path.join(c.dir, "checkpoints")
+        tensorboard = os.path.join(c.dir, "tensorboard")
         c.submit({"id": "pyjob", "name": "pyjob", "min_workers": 2, "max_workers": 2,
+                  "checkpoint_dir": checkpoints, "tensorboard_dir": tensorboard,
                   "exec": {"argv": [kolotest.PYTHON, kolotest.worker("job_allreduce.py")],
                            "env": {"RESULT_DIR": results}}})
         job = c.wait_phase("pyjob", ["SUCCEEDED", "FAILED", "CANCELLED"], 120)
@@ -22,5 +27,12 @@ def test_an_exec_job_of_two_workers_forms_one_ring_and_all_reduces():
         seen = [json.load(open(os.path.join(results, "rank%d.json" % r))) for r in range(2)]
         assert [s["rank"] for s in seen] == [0, 1]
         assert all(s["size"] == 2 and s["sum"] == 3.0 and s["agent"] for s in seen), seen
+        assert [s["checkpoint_dir"] for s in seen] == [checkpoints, checkpoints]
+        assert os.listdir(checkpoints) == ["checkpoint-000000000001.pt"]  # rank 0's alone
+        import torch
+        assert torch.load(os.path.join(checkpoints, "checkpoint-000000000001.pt"))["total"] == 3.0
+        # the spec's tensorboard_dir: rank 0's report became one event file there
+        events = os.listdir(tensorboard)
+        assert len(events) == 1 and events[0].startswith("events.out.tfevents."), events
     finally:
         c.stop()

@@ -1,10 +1,15 @@
 """kolo.Runner end to end: real etcd, kolo-server and three kolo-workers; the
 function travels pickled through the job spec and its result back through rank
 0's log. run(fn, x=3) on 2 workers returns rank 0's value and streams its prints;
-an exception in fn surfaces with its remote traceback; np=-1 and np=-2 need no
-server; a function from an exec'd namespace (no file behind it, as in Jupyter)
-runs too; an elastic run survives a SIGKILLed worker; bad arguments are refused."""
+an exception in fn surfaces with its remote traceback, also when only rank 1 raised
+(that rank's error, not the abort it caused on rank 0); local helper modules ship with
+the function; np=-1 and np=-2 need no server; a function from an exec'd namespace (no
+file behind it, as in Jupyter) runs too; an elastic run survives a SIGKILLed worker;
+bad arguments are refused, a payload past the limit with the remedy."""
+import importlib
 import io
+import os
+import sys
 import threading
 import time
 
@@ -56,6 +61,79 @@ def test_an_exception_in_fn_is_raised_here_with_the_remote_traceback(c):
     assert "in fails" in e.value.__cause__.text and "ValueError" in e.value.__cause__.text
     job = c.wait_phase(runner.job_id, ["CANCELLED", "FAILED"], 60)
     assert job["status"]["phase"] in ("CANCELLED", "FAILED")
+
+
+def fails_on_rank_one():
+    import numpy as np
+
+    import kolo
+    if kolo.rank() == 1:
+        raise ValueError("rank one cannot go on")
+    kolo.allreduce(np.ones(1), op=kolo.Sum)  # fails on rank 0 once rank 1 is gone
+    return "not reached"
+
+
+def test_an_exception_on_rank_one_only_is_raised_as_that_rank_s_error(c):
+    runner = Runner(np=2, server=c.grpc_target, stream=io.StringIO(), timeout=180)
+    with pytest.raises(ValueError, match="rank one cannot go on") as e:
+        runner.run(fails_on_rank_one)
+    assert e.value.kolo_rank == 1
+    notes = "\n".join(getattr(e.value, "__notes__", []))
+    assert "raised on rank 1 of job %s" % runner.job_id in notes
+    assert "kolo logs %s --rank 1" % runner.job_id in notes
+    assert "in fails_on_rank_one" in e.value.__cause__.text
+    # the same with local ranks (kolorun): rank 1's file, not rank 0's abort
+    with pytest.raises(ValueError, match="rank one cannot go on"):
+        Runner(np=-2, stream=io.StringIO(), timeout=120).run(fails_on_rank_one)
+
+
+HELPER = "def triple(x):\n    return 3 * x\n"
+
+
+def test_local_helper_modules_ship_with_the_function(c, tmp_path):
+    (tmp_path / "kolo_runner_helper.py").write_text(HELPER)
+    (tmp_path / "kolo_runner_pkg").mkdir()
+    (tmp_path / "kolo_runner_pkg" / "__init__.py").write_text("from .inner import OFFSET\n")
+    (tmp_path / "kolo_runner_pkg" / "inner.py").write_text("OFFSET = 100\n")
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / "kolo_runner_hidden.py").write_text("VALUE = 7\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        helper = importlib.import_module("kolo_runner_helper")
+
+        def uses_helpers(x):  # a module it holds, a package it imports in its body
+            import kolo_runner_pkg
+            return helper.triple(x) + kolo_runner_pkg.OFFSET
+
+        runner = Runner(np=2, server=c.grpc_target, stream=io.StringIO(), timeout=180)
+        assert runner.run(uses_helpers, 5) == 115
+
+        def imports_by_name():  # nothing names the module: py_modules= ships it
+            return importlib.import_module("kolo_runner_" + "hidden").VALUE
+
+        with pytest.raises(ModuleNotFoundError, match="kolo_runner_hidden"):
+            runner.run(imports_by_name)
+        assert Runner(np=1, server=c.grpc_target, stream=io.StringIO(), timeout=180,
+                      py_modules=[str(tmp_path / "hidden" / "kolo_runner_hidden.py")]).run(imports_by_name) == 7
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("kolo_runner_helper", "kolo_runner_pkg", "kolo_runner_pkg.inner"):
+            sys.modules.pop(name, None)
+
+
+def test_a_payload_near_the_limit_runs(c):
+    data = os.urandom(MAX_PAYLOAD_BYTES - (32 << 10))  # random: compression does not shrink it
+    assert Runner(np=1, server=c.grpc_target, stream=io.StringIO(), timeout=180).run(len, data) == len(data)
+
+
+def test_a_bad_interpreter_fails_the_run_at_once_with_the_reason(c):
+    started = time.monotonic()
+    runner = Runner(np=2, server=c.grpc_target, python="/nonexistent/bin/python3", stream=io.StringIO(), timeout=120)
+    with pytest.raises(RunnerError, match="could not be started: cannot execute /nonexistent/bin/python3") as e:
+        runner.run(len, b"x")
+    print("FAILED after %.1f s" % (time.monotonic() - started))
+    assert e.value.phase == "FAILED" and "kolo logs %s" % runner.job_id in str(e.value)
+    assert c.job(runner.job_id)["status"].get("reconfigurations", 0) == 0  # not re-planned as lost workers
 
 
 def test_np_minus_one_and_minus_two_run_without_a_server():
@@ -124,8 +202,8 @@ def test_bad_arguments_are_refused_before_anything_runs(c):
             Runner(np=bad)
     with pytest.raises(TypeError):
         Runner(np=1).run("not a function")
-    with pytest.raises(ValueError, match="over the Runner's limit"):
-        Runner(np=1, server=c.grpc_target).run(len, b"x" * (MAX_PAYLOAD_BYTES + 1))
+    with pytest.raises(ValueError, match="over the Runner's limit .* load big data inside fn"):
+        Runner(np=1, server=c.grpc_target).run(len, os.urandom(MAX_PAYLOAD_BYTES + 1))
     with pytest.raises(TypeError):
         Runner(np=1, env={"A": 1})
     assert isinstance(RunnerError("x"), RuntimeError) and kolo.Runner is Runner

@@ -457,6 +457,18 @@ static void a_report_with_progress_is_written_as_before(void **state) {
   kolo_report_clear(&r);
   assert_int_equal(kolo_report_decode(now, strlen(now), &r), KOLO_OK);
   assert_int_equal(r.progress->n_fields, 4);
+  assert_int_equal(r.hello, 1); /* absent: an older agent, read as said */
+  assert_null(r.permanent);
+  /* #29: a process that never said HELLO, and the agent's permanent reason, round-trip */
+  r.hello = 0;
+  r.permanent = strdup("its program could not be started: cannot execute x: No such file");
+  assert_int_equal(kolo_report_encode(&r, &json), KOLO_OK);
+  assert_non_null(strstr(json, "\"hello\":false,\"permanent\":\"its program could not be"));
+  kolo_report_clear(&r);
+  assert_int_equal(kolo_report_decode(json, strlen(json), &r), KOLO_OK);
+  assert_int_equal(r.hello, 0);
+  assert_string_equal(r.permanent, "its program could not be started: cannot execute x: No such file");
+  free(json);
   kolo_report_clear(&r);
   /* too deep a progress: the report does not decode, the error names the field */
   char deep[512] = "{\"worker\":\"w1\",\"progress\":";

@@ -101,6 +101,51 @@ static void a_move_keeps_members_unless_given_and_refuses_no_phase(void **state)
   free_status(st);
 }
 
+/* #29: a job held below min_workers says so (have, need, since when) until it resumes, is
+ * scaled down to what it has, or ends. */
+static void a_job_below_min_workers_says_it_waits_and_since_when(void **state) {
+  (void)state;
+  Kolo__V1__JobStatus *st = new_status(); /* min_workers 2 */
+  assert_int_equal(
+      kolo_job_status_epoch(st, KOLO__V1__PHASE__RUNNING, 1, members(2, "a"), 2, 0, 0, 2000),
+      KOLO_OK);
+  assert_null(st->waiting);
+  assert_int_equal(
+      kolo_job_status_move(st, KOLO__V1__PHASE__RECONFIGURING, members(1, "a"), 1, 1, 0, 3000),
+      KOLO_OK);
+  assert_non_null(st->waiting);
+  assert_int_equal(st->waiting->have, 1);
+  assert_int_equal(st->waiting->need, 2);
+  assert_int_equal(st->waiting->since_unix_ms, 3000);
+  /* its JSON, as HTTP clients and the dashboard read it */
+  char *json = kolo_job_status_write(st);
+  printf("%s\n", json);
+  assert_non_null(strstr(json, "\"waiting\":{\"have\":1,\"need\":2,\"since_unix_ms\":3000}"));
+  free(json);
+  /* scaled up while waiting: the same wait, a new need */
+  assert_int_equal(kolo_job_status_scale(st, 3, 4, 4000), KOLO_OK);
+  assert_int_equal(st->waiting->need, 3);
+  assert_int_equal(st->waiting->since_unix_ms, 3000);
+  /* resumed with enough workers: no longer waiting */
+  assert_int_equal(
+      kolo_job_status_epoch(st, KOLO__V1__PHASE__RECONFIGURING, 2, members(3, "b"), 3, 0, 0, 5000),
+      KOLO_OK);
+  assert_null(st->waiting);
+  /* waiting again, then scaled down to what it has */
+  assert_int_equal(
+      kolo_job_status_move(st, KOLO__V1__PHASE__RECONFIGURING, members(1, "b"), 1, 1, 0, 6000),
+      KOLO_OK);
+  assert_int_equal(st->waiting->since_unix_ms, 6000);
+  assert_int_equal(kolo_job_status_scale(st, 1, 4, 7000), KOLO_OK);
+  assert_null(st->waiting);
+  /* and a job that fails while waiting is not waiting any more */
+  assert_int_equal(kolo_job_status_scale(st, 2, 4, 8000), KOLO_OK);
+  assert_non_null(st->waiting);
+  assert_int_equal(kolo_job_status_finish(st, KOLO__V1__PHASE__FAILED, "gone", NULL, 9000), KOLO_OK);
+  assert_null(st->waiting);
+  free_status(st);
+}
+
 static void a_final_status_never_changes_whoever_asks(void **state) {
   (void)state;
   Kolo__V1__JobStatus *st = new_status();
@@ -259,6 +304,7 @@ int main(void) {
       cmocka_unit_test(a_submitted_job_is_pending_with_the_spec_s_bounds),
       cmocka_unit_test(an_epoch_sets_phase_members_and_counts_and_starts_the_clock_once),
       cmocka_unit_test(a_move_keeps_members_unless_given_and_refuses_no_phase),
+      cmocka_unit_test(a_job_below_min_workers_says_it_waits_and_since_when),
       cmocka_unit_test(a_final_status_never_changes_whoever_asks),
       cmocka_unit_test(scaling_changes_the_bounds_only),
       cmocka_unit_test(the_phase_machine_is_the_one_the_api_enforces),

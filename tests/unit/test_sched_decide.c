@@ -34,7 +34,7 @@ static void healthy(fixture *f, size_t n) {
     m->registered = 1;
     m->since_epoch = 1;
     m->report = (kolo_sched_report){
-        .present = 1, .time_unix_ms = NOW - 100, .formed_epoch = 3, .failed_rank = -1};
+        .present = 1, .time_unix_ms = NOW - 100, .formed_epoch = 3, .failed_rank = -1, .hello = 1};
   }
   f->view = (kolo_sched_job_view){.phase = KOLO__V1__PHASE__RUNNING,
                                   .epoch = 3,
@@ -196,7 +196,7 @@ static void a_drain_below_min_workers_holds_the_others(void **state) {
   assert_string_equal(kolo_sched_event_type(f->d.action), "WORKER_DRAINED");
   char *text = message(f);
   assert_string_equal(
-      text, "w1 left (drained); 1 workers left, below min_workers 2: waiting for workers");
+      text, "w1 left (drained); below min_workers: waiting for workers: have 1, need 2");
   free(text);
 }
 
@@ -294,7 +294,7 @@ static void a_loss_below_min_workers_holds_the_survivors(void **state) {
   char *text = message(f);
   assert_string_equal(
       text,
-      "lost w1 (its lease expired); 1 workers left, below min_workers 2: waiting for workers");
+      "lost w1 (its lease expired); below min_workers: waiting for workers: have 1, need 2");
   free(text);
 }
 
@@ -338,20 +338,20 @@ static void a_usage_error_exit_fails_the_job_at_once(void **state) {
   f->members[1].report.exited = 1;
   f->members[1].report.exit_code = KOLO_SCHED_EXIT_USAGE;
   f->members[1].report.exit_epoch = 3;
-  assert_int_equal(decide(f), KOLO_SCHED_USAGE_FAIL);
+  assert_int_equal(decide(f), KOLO_SCHED_PERMANENT_FAIL);
   assert_string_equal(kolo_sched_event_type(f->d.action), "FAILED");
   char *text = message(f);
   assert_string_equal(text,
-                      "the program exited with a usage error: w1 (rank 1) its process exited with "
-                      "code 2 (a usage error)");
+                      "the program cannot succeed, retrying would not help: w1 (rank 1) its "
+                      "process exited with code 2 (a usage error)");
   free(text);
   /* with the agent's stderr tail, the message shows the program's own reason */
   f->members[1].report.stderr_tail =
       "kolo-train: --batch must be 1..65536 (usage: kolo-train --help)";
   text = message(f);
   assert_string_equal(text,
-                      "the program exited with a usage error: w1 (rank 1) its process exited with "
-                      "code 2 (a usage error)\n"
+                      "the program cannot succeed, retrying would not help: w1 (rank 1) its "
+                      "process exited with code 2 (a usage error)\n"
                       "w1 (rank 1) stderr, last lines:\nkolo-train: --batch must be 1..65536 "
                       "(usage: kolo-train --help)");
   free(text);
@@ -361,6 +361,108 @@ static void a_usage_error_exit_fails_the_job_at_once(void **state) {
   f->members[1].report.exit_code = KOLO_SCHED_EXIT_USAGE;
   f->members[1].draining = 1;
   assert_int_equal(decide(f), KOLO_SCHED_DRAIN_REFORM);
+}
+
+/* #29: a program that cannot be executed (the agent's finding: exit 127, the reason on
+ * its exec pipe) fails the job at once with the first rank's stderr tail only; a process
+ * killed by a signal before it said HELLO is a real loss and re-forms. */
+static void a_program_that_cannot_be_executed_fails_the_job_at_once(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->view.phase = KOLO__V1__PHASE__RECONFIGURING;
+  f->view.idle = 2;
+  f->view.max_workers = 4;
+  for (size_t i = 0; i < 3; i++) {
+    kolo_sched_report *r = &f->members[i].report;
+    *r = (kolo_sched_report){.present = 1, .time_unix_ms = NOW - 10, .failed_rank = -1};
+  }
+  kolo_sched_report *r = &f->members[1].report;
+  r->exited = 1;
+  r->exit_code = 127;
+  r->exit_epoch = 3;
+  r->permanent = "its program could not be started: cannot execute python9: No such file";
+  r->stderr_tail = "kolo-worker: its program could not be started: cannot execute python9";
+  f->members[2].report = *r;
+  f->members[2].report.stderr_tail = "the same on rank 2: not shown";
+  assert_int_equal(decide(f), KOLO_SCHED_PERMANENT_FAIL);
+  char *text = message(f);
+  assert_string_equal(text,
+                      "the program cannot succeed, retrying would not help: w1 (rank 1) its "
+                      "program could not be started: cannot execute python9: No such file; "
+                      "w2 (rank 2) its program could not be started: cannot execute python9: "
+                      "No such file\n"
+                      "w1 (rank 1) stderr, last lines:\n"
+                      "kolo-worker: its program could not be started: cannot execute python9");
+  free(text);
+  /* killed (SIGKILL, the OOM killer) before HELLO: a loss, re-formed */
+  f->members[2].report = (kolo_sched_report){.present = 1, .failed_rank = -1};
+  *r = (kolo_sched_report){
+      .present = 1, .exited = 1, .exit_code = 137, .exit_epoch = 3, .failed_rank = -1};
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+  /* an exit of an earlier stay is not this process's: nothing permanent about it */
+  r->exit_code = 127;
+  r->permanent = "its program could not be started: cannot execute python9: No such file";
+  f->members[1].since_epoch = 4;
+  assert_int_not_equal(decide(f), KOLO_SCHED_PERMANENT_FAIL);
+}
+
+/* #29: a process that exits by itself before it said HELLO failed before kolo.init()
+ * (an import error, an unpicklable function): permanent. */
+static void an_exit_before_hello_fails_the_job_at_once(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->view.idle = 3;
+  f->view.max_workers = 4;
+  kolo_sched_report *r = &f->members[0].report;
+  *r = (kolo_sched_report){
+      .present = 1, .exited = 1, .exit_code = 1, .exit_epoch = 3, .failed_rank = -1};
+  r->stderr_tail = "ModuleNotFoundError: No module named 'helpers'";
+  assert_int_equal(decide(f), KOLO_SCHED_PERMANENT_FAIL);
+  char *text = message(f);
+  assert_string_equal(text,
+                      "the program cannot succeed, retrying would not help: w0 (rank 0) its "
+                      "process exited with code 1 before it reached kolo.init()\n"
+                      "w0 (rank 0) stderr, last lines:\n"
+                      "ModuleNotFoundError: No module named 'helpers'");
+  free(text);
+  r->hello = 1; /* after HELLO, the same exit of a formed ring is a loss */
+  r->formed_epoch = 3;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
+}
+
+/* #29: the same early exit on every rank before any ring formed is permanent; one rank's
+ * early exit waits a moment for the others, then is an ordinary loss. */
+static void the_same_early_failure_on_every_rank_fails_the_job(void **state) {
+  fixture *f = *state;
+  healthy(f, 3);
+  f->view.phase = KOLO__V1__PHASE__RECONFIGURING;
+  f->view.idle = 1;
+  f->view.max_workers = 4;
+  for (size_t i = 0; i < 3; i++)
+    f->members[i].report = (kolo_sched_report){.present = 1,
+                                               .time_unix_ms = NOW - 10,
+                                               .hello = 1,
+                                               .exited = 1,
+                                               .exit_code = 3,
+                                               .exit_epoch = 3,
+                                               .failed_rank = -1,
+                                               .stderr_tail = "RuntimeError: bad config"};
+  assert_int_equal(decide(f), KOLO_SCHED_PERMANENT_FAIL);
+  char *text = message(f);
+  assert_non_null(strstr(text, "w0 (rank 0) its process exited with code 3 before any ring "
+                               "formed, as on every rank; w1 (rank 1)"));
+  assert_non_null(strstr(text, "\nw0 (rank 0) stderr, last lines:\nRuntimeError: bad config"));
+  assert_null(strstr(text, "w1 (rank 1) stderr"));
+  free(text);
+  /* different codes: not the same failure */
+  f->members[2].report.exit_code = 4;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_HOLD);
+  /* one rank exited early, the others run: wait for them a moment, then a loss */
+  f->members[2].report = (kolo_sched_report){.present = 1, .hello = 1, .failed_rank = -1};
+  f->members[1].report = f->members[2].report;
+  assert_int_equal(decide(f), KOLO_SCHED_NOTHING);
+  f->members[0].report.time_unix_ms = NOW - KOLO_SCHED_EARLY_SETTLE_MS;
+  assert_int_equal(decide(f), KOLO_SCHED_LOST_REFORM);
 }
 
 static void a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none(
@@ -557,6 +659,27 @@ static void a_real_loss_wins_over_a_stall(void **state) {
   assert_int_equal(f->d.n_lost, 1);
 }
 
+/* #29: a re-formed ring where every process is new (none survived: a program without
+ * kolo.elastic exits when its ring fails) says the job restarted from the beginning. */
+static void a_ring_of_new_processes_only_says_it_restarted_from_the_beginning(void **state) {
+  fixture *f = *state;
+  healthy(f, 2);
+  f->view.phase = KOLO__V1__PHASE__RECONFIGURING;
+  for (size_t i = 0; i < 2; i++) f->members[i].report.first_formed_epoch = 3;
+  assert_int_equal(decide(f), KOLO_SCHED_FORMED);
+  char *text = message(f);
+  assert_string_equal(text,
+                      "every member formed epoch 3 (2 workers); restarted from the beginning: no "
+                      "process of the earlier ring survived (a program that does not use "
+                      "kolo.elastic exits when a worker is lost, and the job starts it again)");
+  free(text);
+  f->members[0].report.first_formed_epoch = 1; /* a survivor: an elastic re-form */
+  assert_int_equal(decide(f), KOLO_SCHED_FORMED);
+  text = message(f);
+  assert_string_equal(text, "every member formed epoch 3 (2 workers)");
+  free(text);
+}
+
 static void a_ring_above_max_workers_shrinks_to_its_lowest_ranks(void **state) {
   fixture *f = *state;
   healthy(f, 4);
@@ -663,6 +786,10 @@ int main(void) {
       T(a_loss_below_min_workers_holds_the_survivors),
       T(a_loss_with_idle_workers_takes_them),
       T(a_loss_past_max_reconfigurations_fails_naming_everyone_lost),
+      T(a_program_that_cannot_be_executed_fails_the_job_at_once),
+      T(a_ring_of_new_processes_only_says_it_restarted_from_the_beginning),
+      T(an_exit_before_hello_fails_the_job_at_once),
+      T(the_same_early_failure_on_every_rank_fails_the_job),
       T(a_failed_process_s_stderr_tail_follows_the_reason_and_a_lease_loss_has_none),
       T(zero_max_reconfigurations_fails_at_the_default),
       T(a_usage_error_exit_fails_the_job_at_once),

@@ -77,6 +77,9 @@ typedef struct agent {
   /* the report */
   int64_t formed_epoch, failed_epoch, exit_epoch;
   int failed_rank, exited, exit_code;
+  int hello;           /* the process said HELLO */
+  int64_t first_formed_epoch; /* the first epoch its process formed (0: none yet) */
+  char permanent[256]; /* why its failure is permanent (scheduler/decide.h); "" = not known */
   char failed_status[64];
   Kolo__V1__Struct *progress; /* the process's REPORTs, merged (coordination/report.h) */
   int report_dirty;
@@ -250,7 +253,10 @@ static void write_report(agent *a) {
                    .time_unix_ms = wall_ms(),
                    .pid = kolo_agent_proc_pid(a->proc),
                    .progress = a->progress,
-                   .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL};
+                   .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL,
+                   .hello = a->hello,
+                   .first_formed_epoch = a->first_formed_epoch,
+                   .permanent = a->permanent[0] ? a->permanent : NULL};
   char *text = NULL;
   if (kolo_report_encode(&r, &text) != KOLO_OK) {
     KOLO_LOGW(LOG, "no report for job '%s': %s", a->job, kolo_etcd_last_error());
@@ -277,6 +283,10 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
       KOLO_LOGI(LOG, "process %lld says HELLO (agent protocol version %d)",
                 (long long)msg->hello.pid, msg->hello.version);
       a->sent_epoch = 0; /* (re)send the current ring */
+      if (!a->hello) {
+        a->hello = 1;
+        a->report_dirty = 1; /* the scheduler judges an early exit by it */
+      }
       break;
     case KOLO_AGENT_MODE:
       KOLO_LOGI(LOG, "process of job %s acknowledges mode %s", a->job,
@@ -284,6 +294,7 @@ static void on_msg(const kolo_agent_msg *msg, void *user) {
       break;
     case KOLO_AGENT_FORMED:
       a->formed_epoch = (int64_t)msg->formed.epoch;
+      if (a->first_formed_epoch == 0) a->first_formed_epoch = a->formed_epoch;
       KOLO_LOGI(LOG, "ring of epoch %lld formed", (long long)a->formed_epoch);
       write_report(a);
       break;
@@ -488,7 +499,7 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   int64_t epoch = ring->epoch;
   const char *cwd = NULL;
   if (spec == NULL || line == NULL) goto out;
-  int bad = 0, user_timeout = 0, user_unbuffered = 0;
+  int bad = 0, user_timeout = 0, user_unbuffered = 0, user_checkpoints = 0, user_tensorboard = 0;
   if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_EXEC && spec->exec) {
     const Kolo__V1__ExecProgram *exec = spec->exec;
     for (size_t i = 0; i < exec->n_argv; i++)
@@ -498,7 +509,15 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
       bad |= strv_push(&env, format("%s=%s", name, exec->env[i]->value ?: ""));
       if (strcmp(name, "KOLO_TIMEOUT") == 0) user_timeout = 1;
       if (strcmp(name, "PYTHONUNBUFFERED") == 0) user_unbuffered = 1;
+      if (strcmp(name, "KOLO_CHECKPOINT_DIR") == 0) user_checkpoints = 1;
+      if (strcmp(name, "KOLO_TENSORBOARD_DIR") == 0) user_tensorboard = 1;
     }
+    /* the spec's checkpoint_dir, for kolo.torch's durable checkpoints (exec.env wins) */
+    if (!user_checkpoints && spec->checkpoint_dir && spec->checkpoint_dir[0])
+      bad |= strv_push(&env, format("KOLO_CHECKPOINT_DIR=%s", spec->checkpoint_dir));
+    /* the spec's tensorboard_dir, for kolo.report's event files (kolo/tensorboard.py) */
+    if (!user_tensorboard && spec->tensorboard_dir && spec->tensorboard_dir[0])
+      bad |= strv_push(&env, format("KOLO_TENSORBOARD_DIR=%s", spec->tensorboard_dir));
     cwd = exec->working_dir;
   } else if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN && spec->builtin) {
     bad |= push_builtin_argv(a, &argv, spec->builtin, spec);
@@ -557,6 +576,9 @@ static void start_process(agent *a, const char *job, const kolo_ringspec *ring) 
   a->failed_rank = -1;
   a->failed_status[0] = '\0';
   a->exited = a->exit_code = 0;
+  a->hello = 0;
+  a->permanent[0] = '\0';
+  a->first_formed_epoch = 0;
   if (a->progress) protobuf_c_message_free_unpacked(&a->progress->base, NULL);
   a->progress = NULL;
   write_report(a);
@@ -681,6 +703,8 @@ static void reap(agent *a) {
   KOLO_LOGI(LOG, "process of job %s exited with code %d", a->job, code);
   if (code != 0 && a->leave != 1) a->hs.processes_failed++; /* a leaver stops as asked */
   a->leave = 0;
+  a->hello = kolo_agent_proc_said_hello(a->proc);
+  snprintf(a->permanent, sizeof a->permanent, "%s", kolo_agent_proc_start_error(a->proc));
   kolo_agent_proc_destroy(a->proc);
   a->proc = NULL;
   kolo_agent_capture_end(a->capture, CAPTURE_DRAIN_MS, a->stderr_tail, sizeof a->stderr_tail);

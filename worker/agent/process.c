@@ -31,6 +31,9 @@ struct kolo_agent_proc {
   int listen_fd;
   int conn_fd;
   int hello;
+  int ever_hello; /* it said HELLO at least once */
+  int exec_fd;    /* read end of a close-on-exec pipe: the child's words if exec failed */
+  char start_error[256];
   char socket_path[108];
   char children_path[300]; /* <work_dir>/children: pids this worker started (sweep_orphans) */
   char *buffer;
@@ -45,8 +48,23 @@ static int64_t now_ms(void) {
   return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+/* The child could not become the program: say why on stderr (the job's log) and on
+ * the close-on-exec pipe (the agent's report), then exit 127. */
+static void start_failed(int exec_fd, const char *what, const char *name) {
+  char text[256];
+  int n = snprintf(text, sizeof text, "its program could not be started: %s %s: %s", what, name,
+                   strerror(errno));
+  fprintf(stderr, "kolo-worker: %s\n", text);
+  if (n > 0) {
+    ssize_t ignored = write(exec_fd, text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
+    (void)ignored;
+  }
+  _exit(127);
+}
+
 /* The child side of fork: never returns. */
-static void exec_child(const kolo_agent_spawn *spawn, pid_t agent_pid, const char *socket_path) {
+static void exec_child(const kolo_agent_spawn *spawn, pid_t agent_pid, const char *socket_path,
+                       int exec_fd) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != agent_pid) _exit(126); /* the agent died before the prctl */
@@ -62,15 +80,11 @@ static void exec_child(const kolo_agent_spawn *spawn, pid_t agent_pid, const cha
   if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
   if (null_fd > STDERR_FILENO) close(null_fd);
   const char *cwd = spawn->cwd && spawn->cwd[0] ? spawn->cwd : spawn->work_dir;
-  if (chdir(cwd) != 0) {
-    fprintf(stderr, "kolo-worker: cannot enter %s: %s\n", cwd, strerror(errno));
-    _exit(127);
-  }
+  if (chdir(cwd) != 0) start_failed(exec_fd, "cannot enter the folder", cwd);
   for (const char *const *e = spawn->env; e && *e; e++) putenv((char *)*e);
   setenv("KOLO_AGENT_SOCKET", socket_path, 1);
   execvp(spawn->argv[0], (char *const *)spawn->argv);
-  fprintf(stderr, "kolo-worker: cannot run %s: %s\n", spawn->argv[0], strerror(errno));
-  _exit(127);
+  start_failed(exec_fd, "cannot execute", spawn->argv[0]);
 }
 
 /* The pids this worker's agents started, one per line in <work_dir>/children, so
@@ -126,6 +140,7 @@ kolo_status kolo_agent_proc_start(const kolo_agent_spawn *spawn, kolo_agent_proc
   proc->conn_fd = -1;
   proc->listen_fd = -1;
   proc->pid = -1;
+  proc->exec_fd = -1;
   proc->buffer = malloc(MAX_LINE);
   kolo_status status = KOLO_ERR_NO_MEMORY;
   if (proc->buffer == NULL) goto fail;
@@ -148,10 +163,14 @@ kolo_status kolo_agent_proc_start(const kolo_agent_spawn *spawn, kolo_agent_proc
     KOLO_LOGE(LOG, "cannot listen on %s: %s", proc->socket_path, strerror(errno));
     goto fail;
   }
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) goto fail;
   pid_t agent_pid = getpid();
   proc->pid = fork();
+  if (proc->pid == 0) exec_child(spawn, agent_pid, proc->socket_path, exec_pipe[1]);
+  close(exec_pipe[1]);
+  proc->exec_fd = exec_pipe[0];
   if (proc->pid < 0) goto fail;
-  if (proc->pid == 0) exec_child(spawn, agent_pid, proc->socket_path);
   setpgid(proc->pid, proc->pid); /* also from here: no race with an early kill */
   snprintf(proc->children_path, sizeof proc->children_path, "%s/children", spawn->work_dir);
   note_child(proc->children_path, proc->pid);
@@ -180,7 +199,7 @@ static void drop_connection(kolo_agent_proc *proc) {
 /* A HELLO: the version decides whether the process may speak; 0 = refused. */
 static int accept_hello(kolo_agent_proc *proc, const kolo_agent_msg *msg) {
   if (kolo_agent_version_supported(msg->hello.version)) {
-    proc->hello = 1;
+    proc->hello = proc->ever_hello = 1;
     return 1;
   }
   char reason[128];
@@ -306,11 +325,22 @@ int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code) {
   if (r != proc->pid) return 0;
   proc->reaped = 1;
   *code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+  /* the child wrote before it exited: the pipe holds its words, or EOF after an exec */
+  ssize_t n = read(proc->exec_fd, proc->start_error, sizeof proc->start_error - 1);
+  proc->start_error[n > 0 ? n : 0] = '\0';
   /* whatever the process left in its group goes with it */
   kill(-proc->pid, SIGKILL);
   remove_shm_of(proc->pid);
   if (proc->children_path[0]) sweep_file(proc->children_path); /* drops this pid */
   return 1;
+}
+
+const char *kolo_agent_proc_start_error(const kolo_agent_proc *proc) {
+  return proc ? proc->start_error : "";
+}
+
+int kolo_agent_proc_said_hello(const kolo_agent_proc *proc) {
+  return proc != NULL && proc->ever_hello;
 }
 
 pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc) {
@@ -353,6 +383,7 @@ void kolo_agent_proc_destroy(kolo_agent_proc *proc) {
     remove_shm_of(proc->pid);
   }
   if (proc->conn_fd >= 0) close(proc->conn_fd);
+  if (proc->exec_fd >= 0) close(proc->exec_fd);
   if (proc->listen_fd >= 0) {
     close(proc->listen_fd);
     unlink(proc->socket_path);

@@ -52,6 +52,13 @@ kolo_status kolo_agent_proc_send_msg(kolo_agent_proc *proc, const kolo_agent_msg
  * libkolo's rings) removed. */
 int kolo_agent_proc_reap(kolo_agent_proc *proc, int *code);
 
+/* After a reap: why the child could not become the program ("its program could not be
+ * started: cannot execute python9: No such file or directory"), "" when it did. */
+const char *kolo_agent_proc_start_error(const kolo_agent_proc *proc);
+
+/* Whether the process ever said HELLO (accepted), whatever its connection is now. */
+int kolo_agent_proc_said_hello(const kolo_agent_proc *proc);
+
 pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc);
 
 /* Asks the process to stop: STOP line now, SIGTERM to the group after grace_ms,

@@ -16,6 +16,7 @@ from .. import (AbortedError, ForkedProcessError, JobStoppedError, KoloError, Ko
                 NotInitializedError, PeerLostError, RingChangedError, StalledError, cross_rank, cross_size,
                 engine_available, engine_stats, init, is_homogeneous, is_initialized, library_path, local_rank, local_size,
                 rank, report, shutdown, size)
+from .checkpoint import Checkpointer  # noqa: F401
 from .compression import Compression, Compressor  # noqa: F401
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,  # noqa: F401
                         broadcast_parameters)
@@ -25,6 +26,7 @@ from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, a
                   grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, join, poll,
                   reducescatter, reducescatter_async, synchronize)
 from .optimizer import DistributedOptimizer  # noqa: F401
+from .modes import BoundedAsync, DiLoCo, LocalSGD, Rounds, join  # noqa: F401,F811 (join: ends a mode's rounds too)
 from . import elastic  # noqa: E402,F401
 
 # horovod's name for a failed collective
@@ -54,7 +56,7 @@ __all__ = [
     "alltoall_async", "barrier", "join", "synchronize", "poll", "global_process_set",
     "Average", "Sum", "Min", "Max", "Product", "Compression", "Compressor",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "elastic",
+    "DistributedOptimizer", "elastic", "Checkpointer", "LocalSGD", "DiLoCo", "BoundedAsync", "Rounds",
     "KoloError", "HorovodInternalError", "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
     "MismatchError", "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError",
 ]

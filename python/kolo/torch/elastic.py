@@ -26,7 +26,10 @@ from .functions import broadcast_optimizer_state, broadcast_parameters
 
 class TorchState(ObjectState):
     """model and optimizer (either may be None) plus keyword values. commit()
-    copies them in memory; restore() rolls back; sync() takes rank 0's."""
+    copies them in memory; restore() rolls back; sync() takes rank 0's. In a
+    non-SYNC mode (kolo.torch.modes) the optimizer's rounds are part of the
+    state too: the round's start parameters, the outer optimizer's momentum
+    and the round counters."""
 
     def __init__(self, model: Optional[torch.nn.Module] = None, optimizer: Optional[torch.optim.Optimizer] = None,
                  **values: Any) -> None:
@@ -40,16 +43,24 @@ class TorchState(ObjectState):
         self._samplers: List["ElasticSampler"] = [v for v in values.values() if isinstance(v, ElasticSampler)]
         self._saved_model: Optional[Dict[str, torch.Tensor]] = None
         self._saved_optimizer: Optional[Dict[str, Any]] = None
+        self._saved_rounds: Optional[Dict[str, Any]] = None
         super().__init__(**{k: v for k, v in values.items() if not isinstance(v, ElasticSampler)})
         for key, value in values.items():
             if isinstance(value, ElasticSampler):
                 setattr(self, key, value)
+
+    def _rounds(self) -> Any:
+        """The kolo.torch.modes.Rounds driving the optimizer (a non-SYNC mode), if any."""
+        return getattr(self.optimizer, "_kolo_rounds", None) if self.optimizer is not None else None
 
     def save(self) -> None:
         if self.model is not None:
             self._saved_model = copy.deepcopy(self.model.state_dict())
         if self.optimizer is not None:
             self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+        rounds = self._rounds()
+        if rounds is not None:  # a non-SYNC mode: round start, outer momentum, counters
+            self._saved_rounds = rounds.state_dict()
         for sampler in self._samplers:
             sampler.save()
         super().save()
@@ -61,6 +72,9 @@ class TorchState(ObjectState):
             self.model.load_state_dict(self._saved_model)
         if self.optimizer is not None and self._saved_optimizer is not None:
             self.optimizer.load_state_dict(self._saved_optimizer)
+        rounds = self._rounds()
+        if rounds is not None and self._saved_rounds is not None:
+            rounds.load_state_dict(self._saved_rounds)
         for sampler in self._samplers:
             sampler.restore()
         super().restore()
@@ -72,6 +86,9 @@ class TorchState(ObjectState):
             broadcast_parameters(self.model.state_dict(), root_rank=0)
         if self.optimizer is not None:
             broadcast_optimizer_state(self.optimizer, root_rank=0)
+        rounds = self._rounds()
+        if rounds is not None:
+            rounds.broadcast(0)
         for sampler in self._samplers:
             sampler.sync()
         super().sync()

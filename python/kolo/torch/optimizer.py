@@ -19,6 +19,8 @@ from .. import _core
 from .._runtime import RUNTIME
 from .compression import Compression, Compressor
 from .ops import Average, Sum, _allreduce_into, _check_tensor
+from .mode_optimizer import job_mode, mode_optimizer
+from ..mode import acknowledge, available
 
 
 def _named(optimizer: torch.optim.Optimizer,
@@ -181,7 +183,13 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     """Wraps optimizer (horovod.torch.DistributedOptimizer's arguments): its
     gradients are averaged (op) over the ring before each step. The result is an
     instance of the optimizer's own class, with synchronize() and
-    skip_synchronize() added."""
+    skip_synchronize() added.
+
+    In a job whose mode (kolo.mode.from_env(): the job spec, or kolorun --mode)
+    is ASYNC, LOCAL_SGD or DILOCO, the optimizer steps on local gradients and
+    the model is synced in that mode's rounds instead (kolo.torch.modes; the
+    gradient arguments do not apply); synchronize() then ends the training on
+    this rank (Rounds.join). The mode is acknowledged to the kolo agent."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("kolo: DistributedOptimizer needs a torch.optim.Optimizer, not %s"
                         % type(optimizer).__name__)
@@ -204,6 +212,13 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         raise TypeError("kolo: compression must be kolo.torch.Compression.none, .fp16 or a Compressor")
     RUNTIME.require()
     names = _named(optimizer, named_parameters)
+    spec = job_mode()
+    if spec.mode != "SYNC":
+        # the job asked for ASYNC, LOCAL_SGD or DILOCO: no gradient all-reduce at all;
+        # the optimizer steps locally and kolo.torch.modes syncs the model in rounds
+        return mode_optimizer(optimizer, spec)
+    if available() is None:
+        acknowledge("SYNC")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     wrapped = cls.__new__(cls)
     # the wrapped optimizer's own attributes (param_groups, state, defaults, hooks)

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""kolo's training modes against SYNC and PyTorch DDP (gloo) between hosts that
+are network namespaces (tests/support/netns.sh), one rank per host, each link
+limited by tc: time to a target test accuracy on Fashion-MNIST, final accuracy,
+bytes each rank sent (its eth0's tx_bytes: everything on the wire), and the
+steps per second of the ranks that are not slowed, for kolo SYNC, DDP, ASYNC,
+LOCAL_SGD, DILOCO and DILOCO with int8 outer gradients; runs interleaved,
+medians over --repeats; then (--slow) the same with rank 3 at half speed.
+
+The mode reaches each rank as a kolo job's would: the KOLO_MODE* environment,
+read by libkolo (kolo_mode_from_env) when bench/async/worker.py builds
+hvd.DistributedOptimizer; the worker's code is the same in every mode.
+
+Usage: bench/async/run.py [--rates 100mbit,1gbit] [--repeats 3] [--steps 300]
+                          [--configs SYNC,DDP,...] [--slow [--slow-rates 100mbit]] [--ranks 4]
+Needs root (namespaces) and a build (KOLO_BIN_DIR, default build/bin)."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from netns import HostSet, NamespacesUnavailable  # noqa: E402
+
+WORKER = os.path.join(ROOT, "bench", "async", "worker.py")
+PYTHON = "/usr/bin/python3"
+
+# label -> (KOLO_MODE* environment, worker arguments)
+CONFIGS = {
+    "SYNC": ({}, []),
+    "DDP": ({}, ["--ddp"]),
+    "ASYNC": ({"KOLO_MODE": "ASYNC", "KOLO_MODE_SYNC_EVERY": "10", "KOLO_MODE_MAX_STALENESS": "1"}, []),
+    "LOCAL_SGD": ({"KOLO_MODE": "LOCAL_SGD", "KOLO_MODE_SYNC_EVERY": "30"}, []),
+    "DILOCO": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "30"}, []),
+    "DILOCO_INT8": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "30", "KOLO_MODE_COMPRESSION": "int8"}, []),
+}
+
+
+def run_once(hosts, n, label, args, slow):
+    mode_env, extra = CONFIGS[label]
+    procs = []
+    for rank in range(n):
+        env = ["env", "KOLO_RANK=%d" % rank, "KOLO_SIZE=%d" % n, "KOLO_LOCAL_RANK=0", "KOLO_LOCAL_SIZE=1",
+               "KOLO_HOST=%s" % hosts.addresses[rank], "KOLO_RENDEZVOUS=%s:29500" % hosts.addresses[0],
+               "KOLO_SECRET=bench", "KOLO_TIMEOUT=300", "BENCH_MASTER=%s" % hosts.addresses[0],
+               "BENCH_LABEL=%s" % label, "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1",
+               "PYTHONPATH=%s" % os.path.join(ROOT, "python")] + ["%s=%s" % kv for kv in mode_env.items()]
+        argv = [PYTHON, WORKER, "--steps", str(args.steps), "--target", str(args.target)] + extra
+        if slow:
+            argv += ["--slow-rank", str(n - 1)]
+        procs.append(subprocess.Popen(hosts.command(rank, env + argv), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=1800)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError("%s failed:\n%s" % (label, "\n".join(o[-3000:] for o in outputs)))
+    results = []
+    for text in outputs:
+        line = [ln for ln in text.splitlines() if ln.startswith("RESULT ")][-1]
+        results.append(json.loads(line[len("RESULT "):]))
+    return sorted(results, key=lambda r: r["rank"])
+
+
+def summary(results, slow):
+    rank0 = results[0]
+    fast = [r for r in results if not (slow and r["rank"] == len(results) - 1)]
+    return {"reached_s": rank0["reached_s"], "final": rank0["final"],
+            "mbytes": statistics.mean(r["tx_bytes"] for r in results) / 1e6,
+            "steps_per_s": statistics.mean(r["steps_per_s"] for r in fast),
+            "blocked_s": statistics.mean(r.get("blocked_seconds", 0.0) for r in fast),
+            "staleness": max(r.get("staleness", 0) for r in results)}
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(value, pattern):
+    return "-" if value is None else pattern % value
+
+
+def table(rate, slow, rows, configs, base):
+    print("\n### %s, 4 hosts x 1 rank%s\n" % (rate, ", rank 3 at half speed" if slow else ""))
+    print("| mode | time to target (s) | final accuracy | MB sent per rank | steps/s (unslowed ranks) |"
+          " of undisturbed | blocked s | staleness |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label in configs:
+        runs = rows[label]
+        reached = [r["reached_s"] for r in runs]
+        speed = median([r["steps_per_s"] for r in runs])
+        ref = base.get(label) if base else None
+        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            label, fmt(median(reached), "%.1f") + ("" if all(v is not None for v in reached) else
+                                                   " (%d/%d reached)" % (sum(v is not None for v in reached),
+                                                                         len(reached))),
+            fmt(median([r["final"] for r in runs]), "%.4f"), fmt(median([r["mbytes"] for r in runs]), "%.1f"),
+            fmt(speed, "%.2f"), fmt(100 * speed / ref if ref and speed else None, "%.0f%%"),
+            fmt(median([r["blocked_s"] for r in runs]), "%.1f"), fmt(median([r["staleness"] for r in runs]), "%d")))
+    sys.stdout.flush()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rates", default="100mbit,1gbit")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--target", type=float, default=0.80)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--slow", action="store_true", help="also run with the last rank at half speed")
+    parser.add_argument("--slow-rates", default="100mbit", help="the rates at which --slow runs")
+    parser.add_argument("--ranks", type=int, default=4)
+    args = parser.parse_args()
+    configs = args.configs.split(",")
+    print("bench/async: %d steps of batch 64 per rank, target %.2f, medians of %d, configs %s"
+          % (args.steps, args.target, args.repeats, ", ".join(configs)), flush=True)
+    for rate in args.rates.split(","):
+        try:
+            hosts = HostSet(args.ranks, rate)
+        except NamespacesUnavailable as error:
+            print("SKIP: %s" % error)
+            return 77
+        try:
+            base = {}
+            for slow in ([False, True] if args.slow and rate in args.slow_rates.split(",") else [False]):
+                rows = {label: [] for label in configs}
+                for repeat in range(args.repeats):
+                    for label in configs:  # interleaved
+                        began = time.monotonic()
+                        results = run_once(hosts, args.ranks, label, args, slow)
+                        rows[label].append(summary(results, slow))
+                        print("# %s %s%s run %d: %s (%.0f s)" % (rate, label, " slow" if slow else "", repeat + 1,
+                                                                json.dumps(rows[label][-1]),
+                                                                time.monotonic() - began), flush=True)
+                table(rate, slow, rows, configs, base if slow else None)
+                if not slow:
+                    base = {label: median([r["steps_per_s"] for r in rows[label]]) for label in configs}
+        finally:
+            hosts.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
