@@ -344,7 +344,15 @@ void kolo_device_destroy(kolo_comm *comm) {
   free(dev);
 }
 
+int kolo_nccl_version(void) {
+  return kolo_nccl_build_version();
+}
+
 #else /* built without CUDA/NCCL */
+
+int kolo_nccl_version(void) {
+  return 0;
+}
 
 int kolo_device_mode(const kolo_comm *comm, int *device) {
   (void)comm;

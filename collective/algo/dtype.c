@@ -15,7 +15,11 @@
 size_t kolo_dtype_size(kolo_dtype dtype) {
   switch (dtype) {
     case KOLO_UINT8:
+    case KOLO_INT8:
+    case KOLO_BOOL:
       return 1;
+    case KOLO_INT16:
+      return 2;
     case KOLO_INT32:
       return 4;
     case KOLO_INT64:
@@ -49,6 +53,12 @@ const char *kolo_dtype_name(kolo_dtype dtype) {
       return "float32";
     case KOLO_FLOAT64:
       return "float64";
+    case KOLO_INT8:
+      return "int8";
+    case KOLO_INT16:
+      return "int16";
+    case KOLO_BOOL:
+      return "bool";
     default:
       return "unknown";
   }
@@ -174,6 +184,18 @@ uint16_t kolo_float_to_bfloat16(float value) {
       break;                                               \
     default:                                               \
       break;                                               \
+  }
+
+/* bool: any non-zero byte is true; the result is 0 or 1 */
+#define KOLO_REDUCE_BOOL()                            \
+  switch (op) {                                       \
+    case KOLO_MIN:                                    \
+    case KOLO_PROD:                                   \
+      KOLO_REDUCE_LOOP(uint8_t, (uint8_t)(l && r));   \
+      break;                                          \
+    default:                                          \
+      KOLO_REDUCE_LOOP(uint8_t, (uint8_t)(l || r));   \
+      break;                                          \
   }
 
 #define KOLO_REDUCE_FLOAT(type)              \
@@ -318,6 +340,15 @@ void kolo_reduce(void *dst, const void *a, const void *b, size_t count, kolo_dty
     case KOLO_INT64:
       KOLO_REDUCE_INTEGER(int64_t, uint64_t);
       break;
+    case KOLO_INT8:
+      KOLO_REDUCE_INTEGER(int8_t, uint32_t);
+      break;
+    case KOLO_INT16:
+      KOLO_REDUCE_INTEGER(int16_t, uint32_t);
+      break;
+    case KOLO_BOOL:
+      KOLO_REDUCE_BOOL();
+      break;
     case KOLO_FLOAT32:
       KOLO_REDUCE_FLOAT(float);
       break;
@@ -351,6 +382,16 @@ void kolo_divide(void *buffer, size_t count, kolo_dtype dtype, int divisor) {
     case KOLO_INT64: {
       int64_t *v = buffer;
       for (size_t i = 0; i < count; i++) v[i] = v[i] / divisor;
+      break;
+    }
+    case KOLO_INT8: {
+      int8_t *v = buffer;
+      for (size_t i = 0; i < count; i++) v[i] = (int8_t)(v[i] / divisor);
+      break;
+    }
+    case KOLO_INT16: {
+      int16_t *v = buffer;
+      for (size_t i = 0; i < count; i++) v[i] = (int16_t)(v[i] / divisor);
       break;
     }
     case KOLO_FLOAT32: {
@@ -429,6 +470,19 @@ static void identity_element(kolo_dtype dtype, kolo_op op, unsigned char *out) {
     case KOLO_UINT8:
       out[0] = one ? 1 : highest ? 0xff : 0;
       break;
+    case KOLO_BOOL:
+      out[0] = one || highest ? 1 : 0;
+      break;
+    case KOLO_INT8: {
+      int8_t v = one ? 1 : highest ? INT8_MAX : lowest ? INT8_MIN : 0;
+      memcpy(out, &v, sizeof v);
+      break;
+    }
+    case KOLO_INT16: {
+      int16_t v = one ? 1 : highest ? INT16_MAX : lowest ? INT16_MIN : 0;
+      memcpy(out, &v, sizeof v);
+      break;
+    }
     case KOLO_INT32: {
       int32_t v = one ? 1 : highest ? INT32_MAX : lowest ? INT32_MIN : 0;
       memcpy(out, &v, sizeof v);

@@ -49,6 +49,9 @@ kolo_status kolo_nccl_device_count(int *count, char *message, size_t length);
  * into buffer, for logs and benchmark headers. Needs no GPU; never fails. */
 void kolo_nccl_versions(char *buffer, size_t length);
 
+/* NCCL_VERSION_CODE of the nccl.h kolo_nccl was compiled against. */
+int kolo_nccl_build_version(void);
+
 /* 1 when ptr is device memory (or managed memory) that NCCL can use, 0 for host
  * memory (pageable or pinned), NULL, or when there is no GPU. Never fails, never
  * blocks; about a microsecond once CUDA is up. Caution: on a machine with a GPU

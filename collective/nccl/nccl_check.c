@@ -77,6 +77,14 @@ static kolo_status check_kind(int rank, int size, const kolo_nccl_op_desc *d, si
         snprintf(message, length, "unknown reduction op %d", (int)d->op);
         return KOLO_ERR_INVALID_ARG;
       }
+      if (d->dtype == KOLO_INT16) {
+        snprintf(message, length, "int16 does not reduce on the GPU (NCCL has no int16)");
+        return KOLO_ERR_UNSUPPORTED;
+      }
+      if (d->dtype == KOLO_BOOL && d->op != KOLO_MIN && d->op != KOLO_MAX) {
+        snprintf(message, length, "bool reduces on the GPU with min (all) or max (any) only");
+        return KOLO_ERR_UNSUPPORTED;
+      }
       break;
     case KOLO_NCCL_BROADCAST:
       if (d->root < 0 || d->root >= size) {

@@ -285,6 +285,10 @@ kolo_status kolo_nccl_copy(void *dst, const void *src, size_t bytes) {
   return copy_bytes(dst, src, bytes, cudaMemcpyDefault, "copy");
 }
 
+int kolo_nccl_build_version(void) {
+  return NCCL_VERSION_CODE;
+}
+
 void kolo_nccl_versions(char *buffer, size_t length) {
   if (buffer == NULL || length == 0) return;
   int nccl = 0, runtime = 0, driver = 0;

@@ -121,6 +121,15 @@ kolo_status kolo_nccl_dtype_to_nccl(kolo_dtype dtype, ncclDataType_t *out) {
     case KOLO_FLOAT64:
       *out = ncclFloat64;
       return KOLO_OK;
+    case KOLO_INT8:
+      *out = ncclInt8;
+      return KOLO_OK;
+    case KOLO_INT16:
+      *out = ncclFloat16; /* NCCL has no int16: a 2-byte carrier for moving data; never reduced */
+      return KOLO_OK;
+    case KOLO_BOOL:
+      *out = ncclUint8; /* 0 or 1: min and max are all and any; other reductions refused */
+      return KOLO_OK;
     default:
       return KOLO_ERR_INVALID_ARG;
   }
@@ -151,9 +160,12 @@ kolo_status kolo_nccl_op_to_nccl(kolo_op op, ncclRedOp_t *out) {
 size_t kolo_nccl_dtype_size(kolo_dtype dtype) {
   switch (dtype) {
     case KOLO_UINT8:
+    case KOLO_INT8:
+    case KOLO_BOOL:
       return 1;
     case KOLO_FLOAT16:
     case KOLO_BFLOAT16:
+    case KOLO_INT16:
       return 2;
     case KOLO_INT32:
     case KOLO_FLOAT32:

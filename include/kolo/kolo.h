@@ -24,7 +24,10 @@ typedef enum kolo_dtype {
   KOLO_BFLOAT16 = 4, /* bfloat16; reduced in float32, rounded back (nearest even) */
   KOLO_FLOAT32 = 5,
   KOLO_FLOAT64 = 6,
-  KOLO_DTYPE_COUNT = 7,
+  KOLO_INT8 = 7,
+  KOLO_INT16 = 8, /* NCCL has no int16: on the GPU it moves (broadcast, all-gather) but does not reduce */
+  KOLO_BOOL = 9,  /* one byte, 0 or 1; reduced as logic: sum, avg and max = any, min and prod = all */
+  KOLO_DTYPE_COUNT = 10,
 } kolo_dtype;
 
 typedef enum kolo_op {
@@ -134,6 +137,10 @@ kolo_status kolo_comm_error(const kolo_comm *comm, int *failed_rank);
  * KOLO_ERR_STATE if already in CUDA mode on another device; KOLO_ERR_UNSUPPORTED
  * when libkolo was built without CUDA/NCCL. */
 kolo_status kolo_comm_use_cuda(kolo_comm *comm, int device);
+
+/* NCCL_VERSION_CODE of the NCCL this libkolo was built with (e.g. 22809 for
+ * 2.28.9), 0 when it was built without CUDA/NCCL (then CUDA mode is refused). */
+int kolo_nccl_version(void);
 
 /* Human-readable description of the last failure ("peer lost: rank 2 (connection
  * closed)"); "" when none. Thread-safe; the buffer is copied into. */

@@ -20,15 +20,16 @@ from .errors import KoloError
 lib = _lib.lib
 engine = _lib.have_engine
 
-# kolo_dtype
-UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(7)
-DTYPE_NAMES = ["uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
-DTYPE_SIZES = [1, 4, 8, 2, 2, 4, 8]
+# kolo_dtype (include/kolo/kolo.h; tests/python/workers/api_parity.py checks these
+# against libkolo's kolo_dtype_size)
+UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, INT8, INT16, BOOL = range(10)
+DTYPE_NAMES = ["uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "int8", "int16", "bool"]
+DTYPE_SIZES = [1, 4, 8, 2, 2, 4, 8, 1, 2, 1]
 FLOATING = {FLOAT16, BFLOAT16, FLOAT32, FLOAT64}
 
 # kolo_op
 SUM, AVG, MIN, MAX, PROD = range(5)
-OP_NAMES = ["Sum", "Average", "Min", "Max", "Product"]
+OP_NAMES = ["Sum", "Average", "Min", "Max", "Product", "Adasum"]  # Adasum: kolo.torch only (adasum.py)
 
 NAME_MAX = 255
 
@@ -68,6 +69,17 @@ def check_op(op: Any) -> int:
     if not isinstance(op, int) or isinstance(op, bool) or op not in range(5):
         raise ValueError("kolo: unknown reduction op %r (use kolo.Average, Sum, Min, Max or Product)" % (op,))
     return op
+
+
+def op_for_dtype(op: int, dtype: int) -> int:
+    """The op libkolo runs for op on dtype: bool reduces as logic (Sum and Max
+    are "any", Min and Product "all", which is what the GPU path can do too);
+    an average of bools means nothing and is refused."""
+    if dtype != BOOL:
+        return op
+    if op == AVG:
+        raise ValueError("kolo: bool tensors reduce with Sum or Max (any) and Min or Product (all), not Average")
+    return {SUM: MAX, PROD: MIN}.get(op, op)
 
 
 def check_name(name: Optional[str]) -> Optional[bytes]:
@@ -247,6 +259,7 @@ def submit_allreduce(name: bytes, send: View, recv: View, op: int, prescale: flo
                      postscale: float = 1.0, runtime: Runtime = RUNTIME) -> Request:
     """recv = op over ranks of (send * prescale) * postscale. Scales other than 1
     need the engine (callers scale themselves otherwise)."""
+    op = op_for_dtype(op, send.dtype)
     comm = runtime.require()
     request = Request("allreduce %s" % name.decode(errors="replace"), (send.keep, recv.keep), runtime)
     stream = _check_streams(send, recv)
@@ -272,6 +285,8 @@ def submit_grouped_allreduce(group: bytes, names: List[bytes], sends: List[View]
                              runtime: Runtime = RUNTIME) -> List[Request]:
     """All members of one dtype, negotiated and fused as one unit (engine); one
     request per member otherwise."""
+    if sends:
+        op = op_for_dtype(op, sends[0].dtype)
     if not engine() or any(v.on_device for v in sends):
         return [submit_allreduce(n, s, r, op, prescale, postscale, runtime)
                 for n, s, r in zip(names, sends, recvs)]
@@ -334,6 +349,7 @@ def submit_broadcast(name: bytes, buffer: View, root: int, runtime: Runtime = RU
 def submit_reducescatter(name: bytes, send: View, recv: View, counts: List[int], op: int,
                          runtime: Runtime = RUNTIME) -> Request:
     """counts[r] elements of the reduction go to rank r (send holds their sum)."""
+    op = op_for_dtype(op, send.dtype)
     comm = runtime.require()
     c_counts = (ctypes.c_size_t * len(counts))(*counts)
     request = Request("reducescatter %s" % name.decode(errors="replace"), (send.keep, recv.keep, c_counts), runtime)

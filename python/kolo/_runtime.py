@@ -68,6 +68,7 @@ class Runtime:
         self.inflight: Dict[int, object] = {}
         self.cuda_device: Optional[int] = None
         self.exit_hook = False
+        self.left_job = False  # shutdown() left a kolo job's ring: this process cannot join it again
         self.pid = 0  # the process that joined the ring (a forked child must not touch it)
 
     # ---- life cycle ----
@@ -77,9 +78,18 @@ class Runtime:
         with self.lock:
             if self.comm is not None:
                 return
+            if self.left_job and os.environ.get("KOLO_AGENT_SOCKET"):
+                raise KoloError("kolo.init after shutdown() in a kolo job: this process left the job's ring when it "
+                                "shut down (its neighbours and the kolo agent saw it go), and a job's process joins "
+                                "its ring once; keep one init() ... shutdown() per process (kolorun and a process "
+                                "alone may init() again)", "KOLO_ERR_STATE", 19)
             if os.environ.get("KOLO_AGENT_SOCKET") or os.environ.get("KOLO_SIZE"):
                 handle = ctypes.c_void_p()
                 code = lib.kolo_elastic_create(ctypes.byref(handle))
+                # kolorun hands rank 0 its rendezvous socket as an inherited fd, which
+                # forming the ring consumes (closes): an init() after shutdown() listens
+                # on KOLO_RENDEZVOUS itself instead of taking whatever that fd is now
+                os.environ.pop("KOLO_RENDEZVOUS_FD", None)
                 if code != 0:
                     raise_for(code, "kolo.init (joining the ring: see the log line above)")
                 self.elastic = handle.value
@@ -106,6 +116,7 @@ class Runtime:
             self.drain()
             if self.elastic is not None:
                 lib.kolo_elastic_destroy(self.elastic)
+                self.left_job = bool(os.environ.get("KOLO_AGENT_SOCKET"))
             elif self.owned_comm:
                 lib.kolo_comm_destroy(self.comm)
             self.elastic = None

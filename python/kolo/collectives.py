@@ -20,6 +20,9 @@ _DTYPES = {
     np.dtype(np.float16): _core.FLOAT16,
     np.dtype(np.float32): _core.FLOAT32,
     np.dtype(np.float64): _core.FLOAT64,
+    np.dtype(np.int8): _core.INT8,
+    np.dtype(np.int16): _core.INT16,
+    np.dtype(np.bool_): _core.BOOL,
 }
 _NUMPY = {code: dtype for dtype, code in _DTYPES.items()}
 
@@ -34,8 +37,8 @@ def as_array(value: Any, writable: bool = False) -> np.ndarray:
         except TypeError:
             raise TypeError("kolo: expected a numpy array or a buffer, not %s" % type(value).__name__) from None
     if array.dtype not in _DTYPES:
-        raise TypeError("kolo: dtype %s is not supported (uint8, int32, int64, float16, float32, float64)"
-                        % array.dtype)
+        raise TypeError("kolo: dtype %s is not supported (bool, uint8, int8, int16, int32, int64, float16, "
+                        "float32, float64)" % array.dtype)
     if writable and not array.flags.writeable:
         raise ValueError("kolo: an in-place operation needs writable memory")
     return array
@@ -110,7 +113,7 @@ def allgather_async(array: Any, name: Optional[str] = None) -> Handle:
     def build(data: np.ndarray) -> np.ndarray:
         records = _shapes.decode(gathered, size)
         _shapes.check_compatible(what, records)
-        return data.reshape((sum(s[0] for _, s in records),) + source.shape[1:])
+        return data.reshape((sum(_shapes.rows(records)),) + source.shape[1:])
 
     if _core.engine():
         counts = _core.size_array(size)
@@ -125,7 +128,7 @@ def allgather_async(array: Any, name: Optional[str] = None) -> Handle:
     def finish_two_stage() -> np.ndarray:
         records = _shapes.decode(gathered, size)
         _shapes.check_compatible(what, records)
-        total = sum(int(np.prod(s, dtype=np.int64)) for _, s in records)
+        total = sum(int(np.prod(record[1], dtype=np.int64)) for record in records if record is not None)
         output = np.empty(total, source.dtype)
         _core.submit_allgather(raw, _view(source), _view(output), None).result()
         return build(output)

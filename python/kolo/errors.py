@@ -64,7 +64,18 @@ class ForkedProcessError(KoloError):
                          "cannot use the ring; only the process that joined it may" % what, "KOLO_ERR_STATE", 19)
 
 
+class DuplicateNameError(KoloError, ValueError):
+    """An operation was submitted under a name that is still in flight on this
+    rank (a ValueError, as Horovod raises for a duplicate name)."""
+
+
+class ArgumentError(KoloError, ValueError):
+    """libkolo refused an argument (a ValueError, as Horovod's argument errors)."""
+
+
 _BY_STATUS = {
+    "KOLO_ERR_EXISTS": DuplicateNameError,
+    "KOLO_ERR_INVALID_ARG": ArgumentError,
     "KOLO_ERR_PEER_LOST": PeerLostError,
     "KOLO_ERR_TIMEOUT": KoloTimeoutError,
     "KOLO_ERR_ABORTED": AbortedError,

@@ -41,6 +41,7 @@ static inline int cv_is_float(kolo_dtype dtype) {
 /* Input element i of rank for (dtype, op); salt varies the data between cases. */
 static inline double cv_input(int rank, size_t i, kolo_dtype dtype, kolo_op op, uint64_t salt) {
   uint64_t h = cv_mix(salt * 0x100000001b3ull ^ ((uint64_t)rank << 40) ^ (uint64_t)i);
+  if (dtype == KOLO_BOOL) return h % 4 == 0; /* mostly false, so "any" is often false too */
   if (op == KOLO_PROD) {
     /* factors 1 and +-2 (and +-0.5 for floats), a 2 on at most ceil(n/4) ranks per
      * element, and a rare 0: exact in every dtype, no overflow up to 8 ranks */
@@ -54,6 +55,10 @@ static inline double cv_input(int rank, size_t i, kolo_dtype dtype, kolo_op op, 
   switch (dtype) {
     case KOLO_UINT8:
       return wide ? (double)(h % 256) : (double)(h % 16);
+    case KOLO_INT8:
+      return wide ? (double)(int8_t)(uint8_t)h : (double)((int)(h % 31) - 15);
+    case KOLO_INT16:
+      return wide ? (double)(int16_t)(uint16_t)h : (double)((int)(h % 8001) - 4000);
     case KOLO_INT32:
       return wide ? (double)(int32_t)(uint32_t)h : (double)((int64_t)(h % 2000001) - 1000000);
     case KOLO_INT64:
@@ -71,7 +76,14 @@ static inline double cv_input(int rank, size_t i, kolo_dtype dtype, kolo_op op, 
 static inline void cv_store(kolo_dtype dtype, void *buffer, size_t i, double v) {
   switch (dtype) {
     case KOLO_UINT8:
+    case KOLO_BOOL:
       ((uint8_t *)buffer)[i] = (uint8_t)v;
+      break;
+    case KOLO_INT8:
+      ((int8_t *)buffer)[i] = (int8_t)v;
+      break;
+    case KOLO_INT16:
+      ((int16_t *)buffer)[i] = (int16_t)v;
       break;
     case KOLO_INT32:
       ((int32_t *)buffer)[i] = (int32_t)v;
@@ -99,7 +111,12 @@ static inline void cv_store(kolo_dtype dtype, void *buffer, size_t i, double v) 
 static inline double cv_load(kolo_dtype dtype, const void *buffer, size_t i) {
   switch (dtype) {
     case KOLO_UINT8:
+    case KOLO_BOOL:
       return ((const uint8_t *)buffer)[i];
+    case KOLO_INT8:
+      return ((const int8_t *)buffer)[i];
+    case KOLO_INT16:
+      return ((const int16_t *)buffer)[i];
     case KOLO_INT32:
       return ((const int32_t *)buffer)[i];
     case KOLO_INT64:

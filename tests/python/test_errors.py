@@ -156,3 +156,21 @@ print("OK")
 """
     result = kolotest.run_python(code)
     assert result.returncode == 0 and "OK" in result.stdout and "CUDA KOLO_ERR_" in result.stdout, result
+
+
+def test_init_after_shutdown_in_a_kolo_job_fails_at_once_saying_why():
+    # the state a job's process is in after shutdown() (pure logic: no agent is reached)
+    code = """
+import time
+import kolo
+from kolo._runtime import RUNTIME
+RUNTIME.left_job = True
+started = time.monotonic()
+try:
+    kolo.init()
+except kolo.KoloError as error:
+    print("RAISED %.2f %s" % (time.monotonic() - started, error))
+"""
+    result = kolotest.run_python(code, {"KOLO_AGENT_SOCKET": "/nonexistent/agent.sock"})
+    assert result.returncode == 0 and "RAISED" in result.stdout, result
+    assert "after shutdown() in a kolo job" in result.stdout and float(result.stdout.split()[1]) < 1.0, result

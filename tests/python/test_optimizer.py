@@ -55,3 +55,17 @@ def test_a_horovod_script_runs_after_changing_only_its_import_line(tmp_path):
         assert len(digests) == 2 and digests[0] == digests[1], result  # replicas stayed identical
         losses = [float(m) for m in re.findall(r"EPOCH \d+ loss (\S+) accuracy", result.stdout)]
         assert len(losses) == 2 and losses[-1] < losses[0], result  # it trains
+
+
+@pytest.mark.parametrize("mode,ranks", [("sparse", 2), ("sparse", 3), ("dense", 2)])
+def test_an_embedding_with_sparse_gradients_trains_as_one_process_on_the_whole_batch(mode, ranks):
+    """Without sparse_as_dense the sparse gradients are all-gathered as indices and
+    values (Horovod's sparse_allreduce_async); with it they are densified."""
+    result = kolotest.kolorun(ranks, kolotest.worker("sparse_train.py"), mode, timeout=180)
+    assert result.values("OK") == {r: "4" for r in range(ranks)}, result
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_adasum_combines_tensors_and_optimizer_steps_pairwise_as_horovod(ranks):
+    result = kolotest.kolorun(ranks, kolotest.worker("adasum_check.py"), timeout=180)
+    assert len(result.values("OK")) == ranks, result

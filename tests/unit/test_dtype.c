@@ -133,6 +133,47 @@ static void divide_averages_each_type(void **state) {
   assert_int_equal(i[1], -3);
 }
 
+/* bool is logic (sum, avg, max = any; min, prod = all); int8 and int16 reduce
+ * and divide like the other signed integers (wrapping, truncating division). */
+static void int8_int16_and_bool_reduce_as_their_types(void **state) {
+  (void)state;
+  uint8_t a[4] = {0, 1, 0, 1}, b[4] = {0, 0, 1, 1}, out[4];
+  const kolo_op any_ops[] = {KOLO_SUM, KOLO_AVG, KOLO_MAX}, all_ops[] = {KOLO_MIN, KOLO_PROD};
+  for (size_t k = 0; k < 3; k++) {
+    kolo_reduce(out, a, b, 4, KOLO_BOOL, any_ops[k]);
+    assert_true(out[0] == 0 && out[1] == 1 && out[2] == 1 && out[3] == 1);
+  }
+  for (size_t k = 0; k < 2; k++) {
+    kolo_reduce(out, a, b, 4, KOLO_BOOL, all_ops[k]);
+    assert_true(out[0] == 0 && out[1] == 0 && out[2] == 0 && out[3] == 1);
+  }
+  int8_t x[3] = {100, -7, -128}, y[3] = {100, 3, 1};
+  int8_t r8[3];
+  kolo_reduce(r8, x, y, 3, KOLO_INT8, KOLO_SUM);
+  assert_true(r8[0] == (int8_t)-56 && r8[1] == -4 && r8[2] == -127);
+  kolo_reduce(r8, x, y, 3, KOLO_INT8, KOLO_MIN);
+  assert_true(r8[0] == 100 && r8[1] == -7 && r8[2] == -128);
+  int8_t d8[2] = {7, -7};
+  kolo_divide(d8, 2, KOLO_INT8, 2);
+  assert_true(d8[0] == 3 && d8[1] == -3);
+  int16_t p[2] = {300, -2}, q[2] = {-200, 1000}, r16[2];
+  kolo_reduce(r16, p, q, 2, KOLO_INT16, KOLO_PROD);
+  assert_true(r16[0] == (int16_t)(300 * -200) && r16[1] == -2000);
+  kolo_reduce(r16, p, q, 2, KOLO_INT16, KOLO_MAX);
+  assert_true(r16[0] == 300 && r16[1] == 1000);
+  int16_t lowest;
+  kolo_fill_identity(&lowest, 1, KOLO_INT16, KOLO_MAX);
+  assert_int_equal(lowest, INT16_MIN);
+  uint8_t truth;
+  kolo_fill_identity(&truth, 1, KOLO_BOOL, KOLO_MIN);
+  assert_int_equal(truth, 1);
+  assert_int_equal(kolo_dtype_size(KOLO_INT8), 1);
+  assert_int_equal(kolo_dtype_size(KOLO_INT16), 2);
+  assert_int_equal(kolo_dtype_size(KOLO_BOOL), 1);
+  assert_string_equal(kolo_dtype_name(KOLO_BOOL), "bool");
+  assert_string_equal(kolo_dtype_name(KOLO_INT16), "int16");
+}
+
 static void dtype_and_op_names_are_known(void **state) {
   (void)state;
   assert_string_equal(kolo_dtype_name(KOLO_BFLOAT16), "bfloat16");
@@ -148,6 +189,7 @@ int main(void) {
       cmocka_unit_test(half_conversion_rounds_to_nearest_even),
       cmocka_unit_test(bfloat16_conversion_rounds_to_nearest_even),
       cmocka_unit_test(reduce_computes_every_op_on_int32),
+      cmocka_unit_test(int8_int16_and_bool_reduce_as_their_types),
       cmocka_unit_test(reduce_of_float16_works_in_float32),
       cmocka_unit_test(float16_reduction_matches_the_scalar_definition),
       cmocka_unit_test(integer_sums_wrap_instead_of_overflowing),

@@ -73,6 +73,28 @@ static void an_unknown_dtype_op_or_kind_is_refused(void **state) {
   assert_non_null(strstr(msg, "kind"));
 }
 
+/* NCCL has no int16 (it moves as a 2-byte carrier, never reduces) and bool is
+ * 0/1 bytes, whose NCCL sum would not be "any": both refused with a reason. */
+static void int16_and_bool_reductions_the_gpu_cannot_do_are_refused(void **state) {
+  (void)state;
+  char msg[256];
+  kolo_nccl_op_desc d = allreduce(arena, arena + 4096, 10);
+  d.dtype = KOLO_INT16;
+  assert_int_equal(check(&d, msg), KOLO_ERR_UNSUPPORTED);
+  assert_non_null(strstr(msg, "int16"));
+  d.dtype = KOLO_BOOL;
+  assert_int_equal(check(&d, msg), KOLO_ERR_UNSUPPORTED);
+  assert_non_null(strstr(msg, "bool"));
+  d.op = KOLO_MAX;
+  assert_int_equal(check(&d, msg), KOLO_OK);
+  d.dtype = KOLO_INT8;
+  d.op = KOLO_SUM;
+  assert_int_equal(check(&d, msg), KOLO_OK);
+  kolo_nccl_op_desc b = {.kind = KOLO_NCCL_BROADCAST, .send = arena, .recv = arena, .count = 10,
+                         .dtype = KOLO_INT16, .root = 0};
+  assert_int_equal(check(&b, msg), KOLO_OK);
+}
+
 static void a_host_buffer_is_refused_with_its_name(void **state) {
   (void)state;
   char msg[256];
@@ -257,6 +279,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_valid_allreduce_passes_out_of_place_and_in_place),
       cmocka_unit_test(an_unknown_dtype_op_or_kind_is_refused),
+      cmocka_unit_test(int16_and_bool_reductions_the_gpu_cannot_do_are_refused),
       cmocka_unit_test(a_host_buffer_is_refused_with_its_name),
       cmocka_unit_test(empty_operations_need_no_buffers),
       cmocka_unit_test(a_broadcast_root_outside_the_ring_is_refused),

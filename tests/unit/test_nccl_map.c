@@ -93,7 +93,9 @@ static void every_kolo_dtype_maps_to_the_matching_nccl_type(void **state) {
       {KOLO_UINT8, ncclUint8, 1},       {KOLO_INT32, ncclInt32, 4},
       {KOLO_INT64, ncclInt64, 8},       {KOLO_FLOAT16, ncclFloat16, 2},
       {KOLO_BFLOAT16, ncclBfloat16, 2}, {KOLO_FLOAT32, ncclFloat32, 4},
-      {KOLO_FLOAT64, ncclFloat64, 8},
+      {KOLO_FLOAT64, ncclFloat64, 8},   {KOLO_INT8, ncclInt8, 1},
+      {KOLO_INT16, ncclFloat16, 2}, /* a carrier: NCCL has no int16 */
+      {KOLO_BOOL, ncclUint8, 1},
   };
   assert_int_equal(sizeof table / sizeof table[0], KOLO_DTYPE_COUNT);
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

@@ -20,43 +20,44 @@ from .checkpoint import Checkpointer  # noqa: F401
 from .compression import Compression, Compressor  # noqa: F401
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,  # noqa: F401
                         broadcast_parameters)
-from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce, allreduce_,  # noqa: F401
-                  allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
+from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async,  # noqa: F401
+                  allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
                   broadcast_async, broadcast_async_, global_process_set, grouped_allreduce,
                   grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, join, poll,
                   reducescatter, reducescatter_async, synchronize)
+from .grouped import (grouped_allgather, grouped_allgather_async, grouped_reducescatter,  # noqa: F401
+                      grouped_reducescatter_async)
 from .optimizer import DistributedOptimizer  # noqa: F401
+from .sparse import sparse_allreduce_async  # noqa: F401
+from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 from .modes import BoundedAsync, DiLoCo, LocalSGD, Rounds, join  # noqa: F401,F811 (join: ends a mode's rounds too)
 from . import elastic  # noqa: E402,F401
 
-# horovod's name for a failed collective
+from .basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,  # noqa: F401,E402
+                     mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
+from ..elastic import RingChangedInterrupt  # noqa: E402
+from ..errors import ArgumentError, DuplicateNameError  # noqa: E402,F401
+
+# horovod's names: a failed collective (every kolo failure), and the interrupt
+# elastic training raises when the ring is about to change
 HorovodInternalError = KoloError
-
-
-def mpi_threads_supported() -> bool:
-    """horovod compatibility: kolo has no MPI; every thread may call kolo."""
-    return True
-
-
-def gloo_enabled() -> bool:
-    return False
-
-
-def mpi_enabled() -> bool:
-    return False
+HostsUpdatedInterrupt = RingChangedInterrupt
 
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "is_homogeneous", "report", "engine_available", "engine_stats", "library_path", "mpi_threads_supported", "gloo_enabled",
-    "mpi_enabled",
+    "mpi_enabled", "mpi_built", "gloo_built", "nccl_built", "ccl_built", "cuda_built", "rocm_built", "ddl_built",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
     "grouped_allreduce_async", "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
     "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async", "alltoall",
-    "alltoall_async", "barrier", "join", "synchronize", "poll", "global_process_set",
-    "Average", "Sum", "Min", "Max", "Product", "Compression", "Compressor",
+    "alltoall_async", "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
+    "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join", "synchronize", "poll",
+    "global_process_set",
+    "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "Compressor",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "elastic", "Checkpointer", "LocalSGD", "DiLoCo", "BoundedAsync", "Rounds",
-    "KoloError", "HorovodInternalError", "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
+    "DistributedOptimizer", "SyncBatchNorm", "elastic", "Checkpointer", "LocalSGD", "DiLoCo", "BoundedAsync",
+    "Rounds", "KoloError", "HorovodInternalError", "HostsUpdatedInterrupt", "DuplicateNameError", "ArgumentError",
+    "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
     "MismatchError", "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError",
 ]

@@ -1,8 +1,9 @@
 """kolo.torch's collectives on torch tensors, with horovod.torch's names and
 arguments. A tensor goes to libkolo by pointer (data_ptr); the `_` forms work in
 place and need a contiguous tensor; the out-of-place forms return new tensors
-and are differentiable where Horovod's are (allreduce, allgather, broadcast).
-CUDA tensors put the ring in CUDA mode (NCCL) on first use."""
+and are differentiable where Horovod's are (allreduce, grouped_allreduce,
+allgather, broadcast, reducescatter, alltoall; their autograd functions live in
+autograd.py). CUDA tensors put the ring in CUDA mode (NCCL) on first use."""
 from __future__ import annotations
 
 import math
@@ -13,6 +14,7 @@ import torch
 from .. import _core, _shapes
 from .._core import Handle, View
 from .._runtime import RUNTIME
+from . import adasum as _adasum
 from .compression import Compression, Compressor
 
 Average = _core.AVG
@@ -20,6 +22,7 @@ Sum = _core.SUM
 Min = _core.MIN
 Max = _core.MAX
 Product = _core.PROD
+Adasum = _adasum.ADASUM  # Python-side (adasum.py), never handed to libkolo
 
 _DTYPES = {
     torch.uint8: _core.UINT8,
@@ -29,6 +32,9 @@ _DTYPES = {
     torch.bfloat16: _core.BFLOAT16,
     torch.float32: _core.FLOAT32,
     torch.float64: _core.FLOAT64,
+    torch.int8: _core.INT8,
+    torch.int16: _core.INT16,
+    torch.bool: _core.BOOL,
 }
 _TORCH = {code: dtype for dtype, code in _DTYPES.items()}
 
@@ -53,11 +59,13 @@ def _check_process_set(process_set: Any) -> None:
 def _check_tensor(tensor: Any) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("kolo: expected a torch.Tensor, not %s" % type(tensor).__name__)
+    if tensor.dim() > _shapes.MAX_DIMS:
+        raise ValueError("kolo: tensors of more than %d dimensions are not supported" % _shapes.MAX_DIMS)
     if tensor.layout != torch.strided:
         raise TypeError("kolo: %s tensors are not supported (convert with .to_dense())" % tensor.layout)
     if tensor.dtype not in _DTYPES:
-        raise TypeError("kolo: dtype %s is not supported (uint8, int32, int64, float16, bfloat16, float32, "
-                        "float64)" % tensor.dtype)
+        raise TypeError("kolo: dtype %s is not supported (bool, uint8, int8, int16, int32, int64, float16, "
+                        "bfloat16, float32, float64)" % tensor.dtype)
     if tensor.device.type not in ("cpu", "cuda"):
         raise TypeError("kolo: tensors on %s are not supported (cpu or cuda)" % tensor.device)
     return tensor
@@ -85,14 +93,53 @@ def _resolve_op(average: Optional[bool], op: Optional[int]) -> int:
         raise ValueError("kolo: give op or the deprecated average, not both")
     if op is None:
         return Sum if average is False else Average
+    if isinstance(op, int) and not isinstance(op, bool) and op == Adasum:
+        return Adasum
     return _core.check_op(op)
 
 
 def _check_scales(tensor: torch.Tensor, prescale: float, postscale: float) -> Tuple[float, float]:
-    prescale, postscale = float(prescale), float(postscale)
-    if (prescale != 1.0 or postscale != 1.0) and not tensor.dtype.is_floating_point:
-        raise ValueError("kolo: prescale/postscale factors need a floating-point tensor, not %s" % tensor.dtype)
+    try:
+        prescale, postscale = float(prescale), float(postscale)
+    except (TypeError, ValueError):
+        raise ValueError("kolo: prescale/postscale factors must be numbers, not %r, %r"
+                         % (prescale, postscale)) from None
+    if not (math.isfinite(prescale) and math.isfinite(postscale)):
+        raise ValueError("kolo: prescale/postscale factors must be finite, not %s, %s" % (prescale, postscale))
+    if tensor.dtype == torch.bool and (prescale != 1.0 or postscale != 1.0):
+        raise ValueError("kolo: bool tensors take no prescale/postscale factors")
     return prescale, postscale
+
+
+def _integer_scaled(tensor: torch.Tensor, prescale: float, postscale: float) -> bool:
+    """Integer tensors with factors are scaled here, as Horovod does it (the
+    factor times each element in double precision, truncated to the type);
+    libkolo scales floating-point tensors only."""
+    return not tensor.dtype.is_floating_point and (prescale != 1.0 or postscale != 1.0)
+
+
+def _scale_(tensor: torch.Tensor, factor: float) -> torch.Tensor:
+    """tensor *= factor in place; integers as Horovod's ScaleBuffer: the
+    product in double, truncated toward zero."""
+    if factor == 1.0:
+        return tensor
+    if tensor.dtype.is_floating_point:
+        return tensor.mul_(factor)
+    return tensor.copy_((tensor.double() * factor).trunc())
+
+
+def _shape_checked(handle: Handle, raw: bytes, tensor: torch.Tensor, kind: str) -> Handle:
+    """handle, plus an exchange of the tensor's shape (`<name>.shape`, negotiated
+    with it): its output raises MismatchError, naming the tensor, on every rank
+    when ranks gave equally many elements in different shapes."""
+    shape_request, gathered = _shapes.submit(raw, tuple(tensor.shape), _DTYPES[tensor.dtype])
+    size, inner = RUNTIME.size(), handle.finish
+    what = "%s: tensor '%s'" % (kind, raw.decode(errors="replace"))
+
+    def finish() -> Any:
+        _shapes.check_equal(what, _shapes.decode(gathered, size))
+        return inner() if inner is not None else None
+    return Handle([shape_request] + handle.requests, finish, handle.what)
 
 
 def _from_bytes(data: Optional[bytearray], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -107,21 +154,24 @@ def _from_bytes(data: Optional[bytearray], dtype: torch.dtype, device: torch.dev
 def _allreduce_into(source: torch.Tensor, target: torch.Tensor, name: bytes, op: int, prescale: float,
                     postscale: float) -> Handle:
     """target = op(source * prescale) * postscale; source may be target. The
-    engine scales host tensors itself; CUDA tensors (and an engine-less libkolo)
-    are scaled here, on the tensor's stream, before and after."""
-    if _core.engine() and source.device.type == "cpu":
+    engine scales host floating-point tensors itself; CUDA tensors, integer
+    tensors (Horovod's integer scaling: an Average is a Sum times
+    postscale / size, truncated) and an engine-less libkolo are scaled here,
+    on the tensor's stream, before and after."""
+    if op == Adasum:
+        return _adasum.allreduce_into(source, target, name, prescale, postscale)
+    integer = _integer_scaled(source, prescale, postscale)
+    if _core.engine() and source.device.type == "cpu" and not integer:
         request = _core.submit_allreduce(name, _view(source), _view(target), op, prescale, postscale)
         return Handle([request], lambda: target, "allreduce")
     if source is not target:
         target.copy_(source)
-    if prescale != 1.0:
-        target.mul_(prescale)
-    request = _core.submit_allreduce(name, _view(target), _view(target), op)
+    _scale_(target, prescale)
+    divisor = RUNTIME.size() if integer and op == Average else 1
+    request = _core.submit_allreduce(name, _view(target), _view(target), Sum if divisor > 1 else op)
 
     def finish() -> torch.Tensor:
-        if postscale != 1.0:
-            target.mul_(postscale)
-        return target
+        return _scale_(target, postscale / divisor)
     return Handle([request], finish, "allreduce")
 
 
@@ -135,7 +185,8 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name:
     op = _resolve_op(average, op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
     _view(tensor)
-    return _allreduce_into(tensor, tensor, _core.op_name("allreduce", name), op, prescale, postscale)
+    raw = _core.op_name("allreduce", name)
+    return _shape_checked(_allreduce_into(tensor, tensor, raw, op, prescale, postscale), raw, tensor, "allreduce")
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -155,22 +206,8 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: 
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
     source = tensor.detach().contiguous()
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
-    return _allreduce_into(source, output, _core.op_name("allreduce", name), op, prescale, postscale)
-
-
-class _AllreduceFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale: float,
-                postscale: float) -> torch.Tensor:
-        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
-        return allreduce_async(tensor, None, name, op, prescale, postscale).wait()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
-        if ctx.op not in (Sum, Average):
-            raise RuntimeError("kolo: allreduce with op %s has no gradient" % _core.OP_NAMES[ctx.op])
-        reduced = allreduce_async(grad, None, None, ctx.op, ctx.prescale, ctx.postscale).wait()
-        return reduced, None, None, None, None
+    raw = _core.op_name("allreduce", name)
+    return _shape_checked(_allreduce_into(source, output, raw, op, prescale, postscale), raw, source, "allreduce")
 
 
 def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -183,7 +220,7 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     op = _resolve_op(average, op)
     compressed, ctx = compression.compress(tensor)
     if compressed.requires_grad and torch.is_grad_enabled():
-        reduced = _AllreduceFunction.apply(compressed, name, op, prescale_factor, postscale_factor)
+        reduced = autograd.Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
     else:
         reduced = allreduce_async(compressed, None, name, op, prescale_factor, postscale_factor).wait()
     return compression.decompress(reduced, ctx)
@@ -199,15 +236,35 @@ def _grouped(tensors: Sequence[torch.Tensor], in_place: bool, average: Optional[
     sources: List[torch.Tensor] = []
     targets: List[torch.Tensor] = []
     by_dtype: dict = {}
+    prescale_factor, postscale_factor = _check_scales(tensors[0], prescale_factor, postscale_factor)
     for index, tensor in enumerate(tensors):
-        _check_scales(tensor, prescale_factor, postscale_factor)
         source = tensor if in_place else tensor.detach().contiguous()
         target = tensor if in_place else torch.empty_like(source, memory_format=torch.contiguous_format)
         _view(target)
         sources.append(source)
         targets.append(target)
         by_dtype.setdefault(tensor.dtype, []).append((index, source, target))
-    if _core.engine() and all(t.device.type == "cpu" for t in tensors):
+    return _group_shape_checked(_grouped_submit(group, sources, targets, by_dtype, op, prescale_factor,
+                                                postscale_factor), group, tensors)
+
+
+def _group_shape_checked(handle: Handle, group: bytes, tensors: List[torch.Tensor]) -> Handle:
+    """handle, plus one exchange of every member's shape digest (see _shape_checked)."""
+    shapes = [tuple(t.shape) for t in tensors]
+    shape_request, gathered = _shapes.submit_digests(group, shapes)
+    size, inner = RUNTIME.size(), handle.finish
+    names = ["%s.%d" % (group.decode(errors="replace"), i) for i in range(len(tensors))]
+
+    def finish() -> Any:
+        _shapes.check_digests("grouped_allreduce", gathered, size, shapes, names)
+        return inner() if inner is not None else None
+    return Handle([shape_request] + handle.requests, finish, handle.what)
+
+
+def _grouped_submit(group: bytes, sources: List[torch.Tensor], targets: List[torch.Tensor], by_dtype: dict,
+                    op: int, prescale_factor: float, postscale_factor: float) -> Handle:
+    if _core.engine() and op != Adasum and all(
+            t.device.type == "cpu" and not _integer_scaled(t, prescale_factor, postscale_factor) for t in sources):
         requests = []
         for dtype, members in by_dtype.items():
             suffix = b"" if len(by_dtype) == 1 else b"." + str(dtype).encode()
@@ -241,11 +298,16 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
                       compression: Compressor = Compression.none, op: Optional[int] = None,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                       process_set: Any = None) -> List[torch.Tensor]:
-    """All-reduces a list of tensors into new tensors, as one unit."""
+    """All-reduces a list of tensors into new tensors, as one unit;
+    differentiable for Sum and Average (each gradient all-reduced the same way)."""
     _check_process_set(process_set)
     compressed = [compression.compress(t) for t in tensors]
-    reduced = _grouped([c for c, _ in compressed], False, average, name, op, prescale_factor,
-                       postscale_factor).wait()
+    inputs = [c for c, _ in compressed]
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+        op = _resolve_op(average, op)
+        reduced = list(autograd.GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, *inputs))
+    else:
+        reduced = _grouped(inputs, False, average, name, op, prescale_factor, postscale_factor).wait()
     return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
 
 
@@ -283,7 +345,7 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_se
     def shape_out() -> Tuple[int, ...]:
         records = _shapes.decode(gathered, size)
         _shapes.check_compatible(what, records)
-        return (sum(s[0] for _, s in records),) + rest
+        return (sum(_shapes.rows(records)),) + rest
 
     if _core.engine() and source.device.type == "cpu":
         data = _core.submit_allgather(raw, _view(source), None, _core.size_array(size))
@@ -297,29 +359,12 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_se
     return Handle([shape_request], two_stage, what)
 
 
-class _AllgatherFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str]) -> torch.Tensor:
-        ctx.rows = tensor.shape[0] if tensor.dim() else 1
-        ctx.shape = tensor.shape
-        return allgather_async(tensor, name).wait()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
-        # horovod.torch's definition: the output gradient averaged over ranks,
-        # then this rank's rows of it
-        reduced = allreduce_async(grad, None, None, Average).wait()
-        rows = allgather_async(torch.tensor([ctx.rows], dtype=torch.int64)).wait()
-        offset = int(rows[:RUNTIME.rank()].sum())
-        return reduced.narrow(0, offset, ctx.rows).reshape(ctx.shape), None
-
-
 def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any = None) -> torch.Tensor:
     """Concatenates every rank's tensor along the first dimension; differentiable."""
     _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
-        return _AllgatherFunction.apply(tensor, name)
+        return autograd.Allgather.apply(tensor, name)
     return allgather_async(tensor, name).wait()
 
 
@@ -331,8 +376,9 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
     _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     root = _core.check_root(root_rank, RUNTIME.size())
-    request = _core.submit_broadcast(_core.op_name("broadcast", name), _view(tensor), root)
-    return Handle([request], lambda: tensor, "broadcast")
+    raw = _core.op_name("broadcast", name)
+    request = _core.submit_broadcast(raw, _view(tensor), root)
+    return _shape_checked(Handle([request], lambda: tensor, "broadcast"), raw, tensor, "broadcast")
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -348,57 +394,60 @@ def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = 
                             process_set)
 
 
-class _BroadcastFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: Optional[str]) -> torch.Tensor:
-        ctx.root_rank = root_rank
-        return broadcast_async(tensor, root_rank, name).wait()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
-        # horovod.torch's definition: the gradient averaged over ranks, kept by
-        # the root only (the other ranks' inputs did not reach the output)
-        reduced = allreduce_async(grad, None, None, Average).wait()
-        if RUNTIME.rank() != ctx.root_rank:
-            reduced.zero_()
-        return reduced, None, None
-
-
 def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
               process_set: Any = None) -> torch.Tensor:
     """root_rank's tensor on every rank, as a new tensor; differentiable."""
     _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
-        return _BroadcastFunction.apply(tensor, root_rank, name)
+        return autograd.Broadcast.apply(tensor, root_rank, name)
     return broadcast_async(tensor, root_rank, name).wait()
 
 
 # ---- reduce-scatter ----
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
-                        process_set: Any = None) -> Handle:
-    """Starts a reduction over ranks of which rank r keeps its share of the first
-    dimension (the first d0 % size ranks get one row more)."""
+                        process_set: Any = None, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> Handle:
+    """Starts a reduction over ranks, op(tensor * prescale) * postscale, of which
+    rank r keeps its share of the first dimension (the first d0 % size ranks get
+    one row more)."""
     _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     op = _core.check_op(op)
-    source = tensor.detach().contiguous()
-    if source.dim() == 0:
+    prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
+    if tensor.dim() == 0:
         raise ValueError("kolo: reducescatter needs a tensor of at least one dimension")
+    source = tensor.detach().contiguous()
+    if prescale != 1.0:
+        source = _scale_(source.clone(), prescale)
     size, rank = RUNTIME.size(), RUNTIME.rank()
     rows = _core.split_counts(source.shape[0], size)
     row = math.prod(source.shape[1:])
     output = torch.empty((rows[rank],) + tuple(source.shape[1:]), dtype=source.dtype, device=source.device)
-    request = _core.submit_reducescatter(_core.op_name("reducescatter", name), _view(source), _view(output),
-                                         [n * row for n in rows], op)
-    return Handle([request], lambda: output, "reducescatter")
+    integer = _integer_scaled(source, prescale, postscale)
+    divisor = size if integer and op == Average else 1
+    raw = _core.op_name("reducescatter", name)
+    request = _core.submit_reducescatter(raw, _view(source), _view(output), [n * row for n in rows],
+                                         Sum if divisor > 1 else op)
+    return _shape_checked(Handle([request], lambda: _scale_(output, postscale / divisor), "reducescatter"), raw,
+                          source, "reducescatter")
 
 
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression: Compressor = Compression.none,
-                  op: int = Average, process_set: Any = None) -> torch.Tensor:
-    compressed, ctx = compression.compress(tensor)
-    return compression.decompress(reducescatter_async(compressed, name, op, process_set).wait(), ctx)
+                  op: int = Average, process_set: Any = None, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> torch.Tensor:
+    """op(tensor * prescale) * postscale over ranks, rank r keeping its share of
+    the first dimension; differentiable for Sum and Average (Horovod's gradient:
+    the output gradients all-gathered, times size for Sum, times the factors)."""
+    _check_process_set(process_set)
+    compressed, ctx = compression.compress(_check_tensor(tensor))
+    if compressed.requires_grad and torch.is_grad_enabled():
+        reduced = autograd.Reducescatter.apply(compressed, name, _core.check_op(op), prescale_factor,
+                                               postscale_factor)
+    else:
+        reduced = reducescatter_async(compressed, name, op, process_set, prescale_factor, postscale_factor).wait()
+    return compression.decompress(reduced, ctx)
 
 
 # ---- all-to-all ----
@@ -457,8 +506,14 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
              process_set: Any = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Sends splits[r] rows of the first dimension to rank r (even split by
     default) and returns what every rank sent here, in rank order; with splits
-    given, also the received splits (as horovod.torch)."""
-    output, received = alltoall_async(tensor, splits, name, process_set).wait()
+    given, also the received splits (as horovod.torch). Differentiable: the
+    gradient goes back by an all-to-all with the received splits."""
+    _check_process_set(process_set)
+    tensor = _check_tensor(tensor)
+    if tensor.requires_grad and torch.is_grad_enabled():
+        output, received = autograd.Alltoall.apply(tensor, splits, name)
+    else:
+        output, received = alltoall_async(tensor, splits, name, process_set).wait()
     return output if splits is None else (output, received)
 
 
@@ -492,3 +547,6 @@ def poll(handle: Handle) -> bool:
 
 def torch_dtype(code: int) -> torch.dtype:
     return _TORCH[code]
+
+
+from . import autograd  # noqa: E402  (autograd's functions call the collectives above)

@@ -17,8 +17,9 @@ import torch
 
 from .. import _core
 from .._runtime import RUNTIME
+from . import adasum, sparse
 from .compression import Compression, Compressor
-from .ops import Average, Sum, _allreduce_into, _check_tensor
+from .ops import Adasum, Average, Sum, _allreduce_into, _check_tensor
 from .mode_optimizer import job_mode, mode_optimizer
 from ..mode import acknowledge, available
 
@@ -107,6 +108,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # not computed here this step (a branch this rank did not take):
             # zeros still go in, since other ranks may have computed it
             p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:  # nn.Embedding(sparse=True): Horovod's sparse all-reduce (sparse.py)
+            return sparse.submit_gradient(p.grad, "allreduce." + self._kolo_names[p], self._kolo_op,
+                                          getattr(self, "_kolo_sparse_as_dense", False), self._kolo_compression)
         grad = _check_tensor(p.grad)
         if not grad.is_contiguous():
             grad = p.grad = grad.contiguous()
@@ -131,6 +135,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         try:
             for p, (handle, ctx, compressed) in self._kolo_handles.items():
                 output = handle.wait()
+                if p.grad.is_sparse:
+                    p.grad = output
+                    continue
                 grad = self._kolo_compression.decompress(output, ctx)
                 if grad is not p.grad:
                     p.grad.copy_(grad)
@@ -197,7 +204,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         raise ValueError("kolo: this optimizer is already a DistributedOptimizer")
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise ValueError("kolo: backward_passes_per_step must be a positive int, not %r" % (backward_passes_per_step,))
-    op = _core.check_op(op)
+    op = Adasum if op == Adasum else _core.check_op(op)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("kolo: gradient_predivide_factor needs op=Average")
     if not gradient_predivide_factor > 0:
@@ -219,9 +226,12 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         return mode_optimizer(optimizer, spec)
     if available() is None:
         acknowledge("SYNC")
+    if op == Adasum:  # Horovod's delta optimizer (adasum.py)
+        return adasum.wrap(optimizer, names)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     wrapped = cls.__new__(cls)
     # the wrapped optimizer's own attributes (param_groups, state, defaults, hooks)
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._kolo_setup(names, compression, backward_passes_per_step, op, float(gradient_predivide_factor))
+    wrapped._kolo_sparse_as_dense = bool(sparse_as_dense)
     return wrapped

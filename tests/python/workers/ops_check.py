@@ -9,7 +9,8 @@ import torch
 import kolo
 import kolo.torch as hvd
 
-DTYPES = [torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64]
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64]
 OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
 SIZES = [1, 7, 33, 100_003]  # the last one is over the shared-memory threshold in bytes for 4-byte types
 
@@ -66,6 +67,13 @@ def check(what, got, want):
 for dtype in DTYPES:
     for n in SIZES:
         for op_name, op in OPS.items():
+            if dtype == torch.bool and op_name == "Average":  # bools reduce as any/all; no average
+                try:
+                    hvd.allreduce(data(rank, n, dtype), op=op)
+                except ValueError:
+                    checks += 1
+                    continue
+                raise AssertionError("a bool Average was accepted")
             want = reference(op_name, n, dtype)
             tensor = data(rank, n, dtype, op_name)
             check("allreduce %s %s n=%d" % (op_name, dtype, n), hvd.allreduce(tensor, op=op), want)
@@ -172,7 +180,7 @@ if kolo.engine_available():
 checks += 3
 
 # ---- the framework-free module on numpy arrays and raw buffers ----
-for np_dtype in (np.uint8, np.int32, np.int64, np.float16, np.float32, np.float64):
+for np_dtype in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64):
     array = (np.arange(1000) * 3 + rank * 5) % 11
     array = array.astype(np_dtype)
     want = sum(((np.arange(1000) * 3 + r * 5) % 11).astype(np.float64) for r in range(size)).astype(np_dtype)
