@@ -28,11 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "collective/face.h"
 #include "common/agent_proto.h"
+#include "common/agent_socket.h"
 #include "common/checks.h"
 #include "common/clock.h"
 #include "common/env.h"
@@ -376,24 +376,6 @@ static kolo_status form_next_ring(kolo_elastic *elastic, int *no_ring) {
   return status;
 }
 
-static kolo_status connect_agent(const char *path, int *out) {
-  struct sockaddr_un address;
-  memset(&address, 0, sizeof address);
-  address.sun_family = AF_UNIX;
-  if (strlen(path) >= sizeof address.sun_path) return KOLO_ERR_ADDRESS;
-  strcpy(address.sun_path, path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return kolo_status_from_errno(errno);
-  if (connect(fd, (struct sockaddr *)&address, sizeof address) != 0) {
-    int error = errno;
-    close(fd);
-    KOLO_LOGE("elastic", "cannot reach the agent at %s: %s", path, strerror(error));
-    return KOLO_ERR_CONNECT;
-  }
-  *out = fd;
-  return KOLO_OK;
-}
-
 kolo_status kolo_elastic_create(kolo_elastic **out) {
   if (out == NULL) return KOLO_ERR_INVALID_ARG;
   kolo_elastic *elastic = calloc(1, sizeof *elastic);
@@ -410,7 +392,7 @@ kolo_status kolo_elastic_create(kolo_elastic **out) {
     *out = elastic;
     return KOLO_OK;
   }
-  KOLO_CHECK_GOTO(connect_agent(agent, &elastic->agent_fd), status, fail);
+  KOLO_CHECK_GOTO(kolo_agent_connect(agent, &elastic->agent_fd), status, fail);
   KOLO_CHECK_GOTO(
       send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_HELLO,
                                           .hello = {getpid(), KOLO_AGENT_PROTOCOL_VERSION}}),
