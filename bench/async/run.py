@@ -69,6 +69,7 @@ def summary(results, slow):
     fast = [r for r in results if not (slow and r["rank"] == len(results) - 1)]
     return {"reached_s": rank0["reached_s"], "final": rank0["final"],
             "mbytes": statistics.mean(r["tx_bytes"] for r in results) / 1e6,
+            "loop_kb_per_step": statistics.mean(r["loop_tx_bytes"] / r["steps"] for r in results) / 1e3,
             "steps_per_s": statistics.mean(r["steps_per_s"] for r in fast),
             "blocked_s": statistics.mean(r.get("blocked_seconds", 0.0) for r in fast),
             "staleness": max(r.get("staleness", 0) for r in results)}
@@ -85,19 +86,20 @@ def fmt(value, pattern):
 
 def table(rate, slow, rows, configs, base):
     print("\n### %s, 4 hosts x 1 rank%s\n" % (rate, ", rank 3 at half speed" if slow else ""))
-    print("| mode | time to target (s) | final accuracy | MB sent per rank | steps/s (unslowed ranks) |"
-          " of undisturbed | blocked s | staleness |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| mode | time to target (s) | final accuracy | MB sent per rank | kB per step in the loop |"
+          " steps/s (unslowed ranks) | of undisturbed | blocked s | staleness |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label in configs:
         runs = rows[label]
         reached = [r["reached_s"] for r in runs]
         speed = median([r["steps_per_s"] for r in runs])
         ref = base.get(label) if base else None
-        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             label, fmt(median(reached), "%.1f") + ("" if all(v is not None for v in reached) else
                                                    " (%d/%d reached)" % (sum(v is not None for v in reached),
                                                                          len(reached))),
             fmt(median([r["final"] for r in runs]), "%.4f"), fmt(median([r["mbytes"] for r in runs]), "%.1f"),
+            fmt(median([r["loop_kb_per_step"] for r in runs]), "%.1f"),
             fmt(speed, "%.2f"), fmt(100 * speed / ref if ref and speed else None, "%.0f%%"),
             fmt(median([r["blocked_s"] for r in runs]), "%.1f"), fmt(median([r["staleness"] for r in runs]), "%d")))
     sys.stdout.flush()
