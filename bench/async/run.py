@@ -12,7 +12,8 @@ read by libkolo (kolo_mode_from_env) when bench/async/worker.py builds
 hvd.DistributedOptimizer; the worker's code is the same in every mode.
 
 Usage: bench/async/run.py [--rates 100mbit,1gbit] [--repeats 3] [--steps 300]
-                          [--configs SYNC,DDP,...] [--slow [--slow-rates 100mbit]] [--ranks 4]
+                          [--configs SYNC,DDP,...] [--slow [--slow-rates 100mbit] [--slow-configs ...]]
+                          [--ranks 4]
 Needs root (namespaces) and a build (KOLO_BIN_DIR, default build/bin)."""
 import argparse
 import json
@@ -114,6 +115,7 @@ def main():
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--slow", action="store_true", help="also run with the last rank at half speed")
     parser.add_argument("--slow-rates", default="100mbit", help="the rates at which --slow runs")
+    parser.add_argument("--slow-configs", default="", help="the configs --slow runs (default: --configs)")
     parser.add_argument("--ranks", type=int, default=4)
     args = parser.parse_args()
     configs = args.configs.split(",")
@@ -128,16 +130,17 @@ def main():
         try:
             base = {}
             for slow in ([False, True] if args.slow and rate in args.slow_rates.split(",") else [False]):
-                rows = {label: [] for label in configs}
+                these = args.slow_configs.split(",") if slow and args.slow_configs else configs
+                rows = {label: [] for label in these}
                 for repeat in range(args.repeats):
-                    for label in configs:  # interleaved
+                    for label in these:  # interleaved
                         began = time.monotonic()
                         results = run_once(hosts, args.ranks, label, args, slow)
                         rows[label].append(summary(results, slow))
                         print("# %s %s%s run %d: %s (%.0f s)" % (rate, label, " slow" if slow else "", repeat + 1,
                                                                 json.dumps(rows[label][-1]),
                                                                 time.monotonic() - began), flush=True)
-                table(rate, slow, rows, configs, base if slow else None)
+                table(rate, slow, rows, these, base if slow else None)
                 if not slow:
                     base = {label: median([r["steps_per_s"] for r in rows[label]]) for label in configs}
         finally:
