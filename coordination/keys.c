@@ -87,6 +87,10 @@ int kolo_keys_event_number(const char *segment, uint64_t *n) {
   return 1;
 }
 
+uint64_t kolo_keys_event_evicted(uint64_t seq) {
+  return seq > KOLO_EVENTS_KEPT + 1 ? seq - KOLO_EVENTS_KEPT : 0;
+}
+
 kolo_status kolo_keys_report(const char *job, const char *worker, char *buf, size_t size) {
   kolo_status rc = check_name("job id", job);
   if (rc == KOLO_OK) rc = check_name("worker id", worker);

@@ -53,6 +53,13 @@ kolo_status kolo_keys_event(const char *job_id, int64_t n, char *buf, size_t siz
  * decimal digits, nothing else. 0 if it is not one. */
 int kolo_keys_event_number(const char *segment, uint64_t *n);
 
+/* A job's event log is bounded (#30): it keeps its first event (SUBMITTED) and its last
+ * KOLO_EVENTS_KEPT. Whoever writes event seq deletes event kolo_keys_event_evicted(seq) in the
+ * same txn (0: none), and the server's view drops the same ones, so etcd, memory and GetJob
+ * stay bounded however often a job is scaled or re-formed. */
+#define KOLO_EVENTS_KEPT 100
+uint64_t kolo_keys_event_evicted(uint64_t seq);
+
 /* "/kolo/v1/jobs/<job>/reports/<worker>": what worker's agent reports about the job. */
 kolo_status kolo_keys_report(const char *job_id, const char *worker_id, char *buf, size_t size);
 

@@ -80,6 +80,9 @@ static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, in
   event.epoch = epoch < 0 ? 0 : (uint64_t)epoch;
   kolo_sched_txn_compare(t, KOLO_ETCD_CMP_CREATE, key ? strdup(key) : NULL, 0);
   kolo_sched_txn_put(t, key, kolo_codec_dump(&event.base, 0)); /* NULL breaks the txn */
+  uint64_t evicted = kolo_keys_event_evicted(seq);
+  if (evicted)
+    kolo_sched_txn_delete(t, key_copy(kolo_keys_event(j->id, (int64_t)evicted, buf, sizeof buf), buf));
   KOLO_LOGI(LOG, "job %s: %s (epoch %" PRId64 "): %s", j->id, type, epoch, message);
 }
 

@@ -124,6 +124,12 @@ static kolo_status entry_put_event(entry *e, Kolo__V1__Event *ev) {
   memmove(&e->events[pos + 1], &e->events[pos], (e->n_events - pos) * sizeof *e->events);
   e->events[pos] = ev;
   e->n_events++;
+  /* the bounded log (coordination/keys.h): the first event and the last KOLO_EVENTS_KEPT */
+  while (e->n_events > KOLO_EVENTS_KEPT + 1) {
+    protobuf_c_message_free_unpacked(&e->events[1]->base, NULL);
+    memmove(&e->events[1], &e->events[2], (e->n_events - 2) * sizeof *e->events);
+    e->n_events--;
+  }
   return KOLO_OK;
 }
 
@@ -500,10 +506,10 @@ static kolo_status snapshot(kolo_server_store *s, const char *id, Kolo__V1__Job 
 static kolo_status write_status(kolo_server_store *s, const Kolo__V1__Job *job, size_t first_new,
                                 int64_t status_rev, int64_t *revision) {
   kolo_status rc = KOLO_ERR_NO_MEMORY;
-  size_t n_new = job->n_events - first_new;
+  size_t n_new = job->n_events - first_new, n_puts = n_new + 1;
   kolo_server_kv_compare *cmps = calloc(n_new + 1, sizeof *cmps);
-  kolo_server_kv_put *puts = calloc(n_new + 1, sizeof *puts);
-  char(*keys)[160] = calloc(n_new + 1, sizeof *keys);
+  kolo_server_kv_put *puts = calloc(2 * n_new + 1, sizeof *puts);
+  char(*keys)[160] = calloc(2 * n_new + 1, sizeof *keys);
   char **values = calloc(n_new + 1, sizeof *values);
   if (!cmps || !puts || !keys || !values) goto out;
   if (job_key(keys[0], sizeof keys[0], job->id, "status") != KOLO_OK) goto out;
@@ -518,8 +524,13 @@ static kolo_status write_status(kolo_server_store *s, const Kolo__V1__Job *job, 
     values[i + 1] = kolo_codec_dump(&ev->base, 0);
     if (values[i + 1] == NULL) goto out;
     puts[i + 1] = (kolo_server_kv_put){keys[i + 1], values[i + 1], 0};
+    uint64_t evicted = kolo_keys_event_evicted(ev->seq); /* the bounded log (keys.h) */
+    if (evicted == 0) continue;
+    if (event_key(keys[n_puts], sizeof keys[n_puts], job->id, evicted) != KOLO_OK) goto out;
+    puts[n_puts] = (kolo_server_kv_put){keys[n_puts], NULL, 0};
+    n_puts++;
   }
-  rc = s->kv->ops->txn(s->kv, cmps, n_new + 1, puts, n_new + 1, revision);
+  rc = s->kv->ops->txn(s->kv, cmps, n_new + 1, puts, n_puts, revision);
 out:
   for (size_t i = 0; values && i < n_new + 1; i++) free(values[i]);
   free(values);

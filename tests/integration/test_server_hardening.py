@@ -3,15 +3,28 @@ integers at their limits, NUL bytes in strings and URLs, bytes that are not UTF-
 gzip-compressed request that expands far past the message limit. Each answer must be a clear
 error naming the field, and nothing may be stored, changed or lost (issue #12 items 1-4).
 Real etcd, a real kolo-server on 127.0.0.1 port 0, Python grpcio and curl as clients."""
+import base64
 import grpc
 import json
 import socket
 import subprocess
 import unittest
+import urllib.request
 
 from test_server_support import Client, Etcd, Server, curl, kolo, main, pb, spec
 
 STEPS_MAX = 1 << 53
+EVENTS_KEPT = 100  # KOLO_EVENTS_KEPT (coordination/keys.h, docs/API.md)
+
+
+def etcd_count(url, prefix):
+    """How many keys etcd holds under prefix (its JSON gateway, count_only)."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
+                       "range_end": base64.b64encode(end.encode()).decode(), "count_only": True}).encode()
+    req = urllib.request.Request(url + "/v3/kv/range", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=10) as answer:
+        return int(json.load(answer).get("count", 0))
 
 
 def varint(v):
@@ -106,10 +119,31 @@ class HardeningTest(unittest.TestCase):
         rest = list(stream)
         self.assertEqual(stream.code(), grpc.StatusCode.OK)
         self.assertEqual(rest[-1].status.phase, pb.CANCELLED)
-        self.assertEqual(len(rest[-1].events), changes + 2)  # SUBMITTED, the SCALEDs, CANCELLED
+        # SUBMITTED, then the last EVENTS_KEPT of the SCALEDs and CANCELLED (#30: bounded log)
+        self.assertEqual([e.seq for e in rest[-1].events],
+                         [1] + list(range(changes + 3 - EVENTS_KEPT, changes + 3)))
         self.assertLess(len(rest), changes + 1)  # intermediate versions were coalesced
         if not sanitized(self.srv.proc.pid):
             self.assertLess(grown_mb, 25)
+
+    def test_a_job_scaled_thousands_of_times_keeps_a_bounded_event_log_in_etcd_and_getjob(self):
+        """#30 item 10: 2,000 ScaleJob calls made 2,001 events, a 224 KB GetJob and a whole-log
+        re-encode on every change. The log keeps the first event and the last EVENTS_KEPT, in
+        etcd (the writer deletes the evicted key in the same txn) and in the server's view."""
+        self.client.call("SubmitJob", spec("many-scales"))
+        changes = 600
+        for i in range(changes):
+            self.client.call("ScaleJob", pb.ScaleJobRequest(id="many-scales", min_workers=1, max_workers=2 + i % 2))
+        job = self.client.call("GetJob", pb.GetJobRequest(id="many-scales"))
+        seqs = [e.seq for e in job.events]
+        self.assertEqual(seqs, [1] + list(range(changes + 2 - EVENTS_KEPT, changes + 2)))
+        self.assertEqual(job.events[0].type, "SUBMITTED")
+        self.assertEqual(job.events[-1].type, "SCALED")
+        self.assertLess(job.ByteSize(), 40000)
+        self.assertEqual(etcd_count(self.etcd.url, "/kolo/v1/jobs/many-scales/events/"), EVENTS_KEPT + 1)
+        code, body = curl(self.srv.http_port, "/v1/jobs/many-scales")
+        self.assertEqual(code, 200)
+        self.assertEqual(len(body["events"]), EVENTS_KEPT + 1)
 
     def test_head_is_get_without_a_body_and_a_wrong_method_is_405_with_allow(self):
         """#12 item 7: HEAD answered 404 on every route, and a wrong method on a known route

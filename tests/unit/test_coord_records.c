@@ -634,6 +634,12 @@ static void keys_follow_the_documented_layout(void **state) {
   assert_string_equal(key, "/kolo/v1/metrics/j/00000000000000000012");
   assert_int_equal(kolo_keys_drain("w1", key, sizeof key), KOLO_OK);
   assert_string_equal(key, "/kolo/v1/drain/w1");
+  /* the bounded event log (#30): event 1 and the last KOLO_EVENTS_KEPT stay; writing seq
+   * evicts seq - KEPT once that is past the first */
+  assert_int_equal(kolo_keys_event_evicted(1), 0);
+  assert_int_equal(kolo_keys_event_evicted(KOLO_EVENTS_KEPT + 1), 0);
+  assert_int_equal(kolo_keys_event_evicted(KOLO_EVENTS_KEPT + 2), 2);
+  assert_int_equal(kolo_keys_event_evicted(5000), 5000 - KOLO_EVENTS_KEPT);
   /* event numbers: what both key widths say (10 digits from older writers), nothing else */
   uint64_t n = 0;
   assert_true(kolo_keys_event_number("00000000000000000007", &n));
