@@ -59,8 +59,10 @@ static int forced_algo_from_env(void) {
   const char *value = getenv("KOLO_ALLREDUCE_ALGO");
   int algo = kolo_allreduce_algo_parse(value);
   if (algo == -2) {
-    KOLO_LOGW("kolo", "KOLO_ALLREDUCE_ALGO=%s is none of auto, ring, gather, pair, doubling, "
-              "two_level: auto", value);
+    KOLO_LOGW("kolo",
+              "KOLO_ALLREDUCE_ALGO=%s is none of auto, ring, gather, pair, doubling, "
+              "two_level: auto",
+              value);
     return -1;
   }
   return algo;

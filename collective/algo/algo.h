@@ -63,12 +63,12 @@ typedef struct kolo_ring {
   size_t pair_max_bytes;     /* exchange whole buffers (kolo_allreduce_choose) */
   size_t pair_shm_max_bytes; /* 2 ranks over shared memory: the pair up to this size */
   size_t pair_segment_bytes; /* the pair exchange's segment (staging holds the larger one) */
-  size_t doubling_max_bytes;  /* kolo_allreduce_limits */
+  size_t doubling_max_bytes; /* kolo_allreduce_limits */
   size_t two_level_min_bytes;
-  int forced_algo; /* KOLO_ALLREDUCE_ALGO, -1: auto */
-  unsigned algos_used; /* kolo_ring_select: bit per algorithm run so far */
-  int64_t spin_ns;           /* the most a stalled transfer busy-polls before sleeping in poll */
-  int64_t spin_budget_ns;    /* what it busy-polls now (the executor adapts it) */
+  int forced_algo;        /* KOLO_ALLREDUCE_ALGO, -1: auto */
+  unsigned algos_used;    /* kolo_ring_select: bit per algorithm run so far */
+  int64_t spin_ns;        /* the most a stalled transfer busy-polls before sleeping in poll */
+  int64_t spin_budget_ns; /* what it busy-polls now (the executor adapts it) */
   char *staging;
   size_t staging_bytes;
   char *scratch;
@@ -177,8 +177,7 @@ enum { KOLO_FROM_SRC, KOLO_FROM_DST, KOLO_REDUCE_INTO_DST, KOLO_COPY_INTO_DST, K
  * KOLO_REDUCE_INTO_DST: dst = src (op) incoming; KOLO_REDUCE_DST: dst = dst (op)
  * incoming. Returns the items made. */
 int kolo_plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size_t *offsets,
-                    int count, size_t begin, size_t end, int mode, int depends_first,
-                    int finalize);
+                    int count, size_t begin, size_t end, int mode, int depends_first, int finalize);
 /* doubling.c, two_level.c: the all-reduce of pieces (a virtual concatenation; a
  * single buffer is one piece) by recursive doubling, or in two levels. */
 kolo_status kolo_allreduce_doubling(kolo_ring *ring, const kolo_piece *pieces, int count,

@@ -85,17 +85,18 @@ static void plan_pieces(kolo_ring *ring, const kolo_piece *pieces, const size_t 
   for (int t = 0; t < n - 1; t++) { /* reduce-scatter */
     int sc = wrap_rank(r - t, n), rc = wrap_rank(r - t - 1, n);
     kolo_plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(sc), CHUNK_END(sc),
-               t == 0 ? FROM_SRC : FROM_DST, t == 0 ? -1 : recv_first[t - 1], 0);
+                    t == 0 ? FROM_SRC : FROM_DST, t == 0 ? -1 : recv_first[t - 1], 0);
     recv_first[t] = plan->recv_count;
-    kolo_plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(rc), CHUNK_END(rc), REDUCE_INTO_DST, -1,
-               op == KOLO_AVG && t == n - 2);
+    kolo_plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(rc), CHUNK_END(rc), REDUCE_INTO_DST,
+                    -1, op == KOLO_AVG && t == n - 2);
   }
   for (int u = 0; u < n - 1; u++) { /* all-gather */
     int sc = wrap_rank(r + 1 - u, n), rc = wrap_rank(r - u, n);
     kolo_plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(sc), CHUNK_END(sc), FROM_DST,
-               recv_first[n - 2 + u], 0);
+                    recv_first[n - 2 + u], 0);
     recv_first[n - 1 + u] = plan->recv_count;
-    kolo_plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(rc), CHUNK_END(rc), COPY_INTO_DST, -1, 0);
+    kolo_plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(rc), CHUNK_END(rc), COPY_INTO_DST, -1,
+                    0);
   }
 #undef CHUNK_BEGIN
 #undef CHUNK_END

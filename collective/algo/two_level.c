@@ -57,9 +57,8 @@ static void plan_subring(kolo_ring_plan *plan, const subring *s, int reduce_mode
 static kolo_status run_in_host(kolo_ring *ring, int engine_thread, size_t bytes) {
   const kolo_net *net = ring->net;
   int per = net->shape.per_host, l = net->shape.local, first = net->rank - l;
-  const kolo_channel *to = l < per - 1
-                               ? kolo_direction_pick(&net->next, bytes, net->bulk_min_bytes)
-                               : &net->mesh[first];
+  const kolo_channel *to =
+      l < per - 1 ? kolo_direction_pick(&net->next, bytes, net->bulk_min_bytes) : &net->mesh[first];
   const kolo_channel *from = l > 0 ? kolo_direction_pick(&net->prev, bytes, net->bulk_min_bytes)
                                    : &net->mesh[first + per - 1];
   return kolo_execute_plan_over(ring, engine_thread, to, first + (l + 1) % per, from,
@@ -91,8 +90,9 @@ kolo_status kolo_allreduce_two_level(kolo_ring *ring, const kolo_piece *pieces, 
   subring in_host = {pieces, offsets, count, element, 0, elements, per, l};
   int shard = (l + 1) % per;
   size_t shard_base = kolo_chunk_start(elements, per, shard);
-  subring across = {pieces,     offsets, count, element, shard_base,
-                    kolo_chunk_start(elements, per, shard + 1) - shard_base,
+  subring across = {pieces,     offsets,
+                    count,      element,
+                    shard_base, kolo_chunk_start(elements, per, shard + 1) - shard_base,
                     hosts,      net->shape.host};
   if (status == KOLO_OK) { /* (1) reduce-scatter inside the host */
     kolo_plan_reset(&ring->plan, dtype, op);

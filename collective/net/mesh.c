@@ -17,7 +17,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define STRANGER_BUDGET_MS 1000 /* an accepted connection's time to say its hello, then its proof */
+#define STRANGER_BUDGET_MS 1000 /* an accepted connection's time to say its hello, then its proof \
+                                 */
 
 /* The host part of "host:port" ("[v6]:port" too): its length. */
 static size_t host_length(const char *address) {
@@ -122,7 +123,7 @@ static kolo_status all_formed(kolo_net *net, int64_t deadline) {
 typedef struct link {
   kolo_transport_conn *conn;
   int64_t until; /* accepted: to send its whole hello, then its proof (a stranger's budget) */
-  int peer; /* dialled: the peer; accepted: -1 until its hello is judged */
+  int peer;      /* dialled: the peer; accepted: -1 until its hello is judged */
   int proved, challenged;
   size_t have, proof_have;
   uint8_t hello[KOLO_HELLO_MAX_BYTES];
@@ -152,8 +153,8 @@ static void drop_link(mesh_build *b, link *l) {
 /* A reply arrived on a dialled link: the challenge (answered with our proof) or the ack. */
 static kolo_status serve_dialled(mesh_build *b, link *l) {
   int proved = l->proved, bulk = 0;
-  kolo_status status = kolo_handshake_read_reply(b->net, l->conn, l->hello, l->have, &l->proved,
-                                                 &bulk, b->deadline);
+  kolo_status status =
+      kolo_handshake_read_reply(b->net, l->conn, l->hello, l->have, &l->proved, &bulk, b->deadline);
   if (status == KOLO_OK && proved) adopt_link(b, l);
   if (status != KOLO_OK)
     KOLO_LOGE("kolo", "rank %d epoch %llu: mesh link to rank %d refused: %s", b->net->rank,
@@ -166,8 +167,8 @@ static kolo_status serve_dialled(mesh_build *b, link *l) {
 static void serve_accepted(mesh_build *b, link *l) {
   kolo_net *net = b->net;
   for (;;) {
-    size_t need = l->challenged ? KOLO_HANDSHAKE_PROOF_BYTES
-                                : kolo_hello_bytes_needed(l->hello, l->have);
+    size_t need =
+        l->challenged ? KOLO_HANDSHAKE_PROOF_BYTES : kolo_hello_bytes_needed(l->hello, l->have);
     size_t have = l->challenged ? l->proof_have : l->have;
     if (need == 0) {
       drop_link(b, l);
@@ -261,7 +262,8 @@ static kolo_status await_links(mesh_build *b, kolo_listener *listener, struct po
   const kolo_transport_ops *tp = b->net->transport;
   while (b->missing > 0) {
     int count = 0;
-    fds[count++] = (struct pollfd){.fd = tp->listener_poll_fd(listener->listener), .events = POLLIN};
+    fds[count++] =
+        (struct pollfd){.fd = tp->listener_poll_fd(listener->listener), .events = POLLIN};
     for (int i = 0; i < b->n_dialled; i++)
       fds[count++] = (struct pollfd){
           .fd = b->dialled[i].conn ? tp->poll_fd(b->dialled[i].conn) : -1, .events = POLLIN};

@@ -26,10 +26,10 @@
 #define DETECTION_ASSERT_S 3.0 /* target 1 s; wide margin for a loaded machine */
 
 typedef struct scenario {
-  const char *algo;  /* KOLO_ALLREDUCE_ALGO */
-  int hosts[4];      /* ranks per host, 0-terminated */
+  const char *algo; /* KOLO_ALLREDUCE_ALGO */
+  int hosts[4];     /* ranks per host, 0-terminated */
   int victim;
-  size_t count;      /* floats per all-reduce while the victim is killed */
+  size_t count; /* floats per all-reduce while the victim is killed */
 } scenario;
 
 static int64_t now_ns(void) {

@@ -119,7 +119,8 @@ static void mesh_links_are_symmetric_and_cover_every_partner(void **state) {
     for (int a = 0; a < n; a++) {
       int links = 0;
       for (int b = 0; b < n; b++) {
-        assert_int_equal(kolo_mesh_wants(&shapes[s], n, a, b), kolo_mesh_wants(&shapes[s], n, b, a));
+        assert_int_equal(kolo_mesh_wants(&shapes[s], n, a, b),
+                         kolo_mesh_wants(&shapes[s], n, b, a));
         links += kolo_mesh_wants(&shapes[s], n, a, b);
       }
       assert_true(links >= 1 && links <= 3 + 4); /* log2(8) partners, fold, 2 across, wrap */
@@ -177,8 +178,7 @@ static void an_override_is_taken_only_where_the_shape_allows_it(void **state) {
     assert_int_equal(kolo_allreduce_algo_parse(kolo_allreduce_algo_name((kolo_allreduce_algo)a)),
                      a);
   assert_int_equal(pick(8, 4, 2, 4 * KIB, KOLO_ALLREDUCE_TWO_LEVEL), KOLO_ALLREDUCE_TWO_LEVEL);
-  assert_int_equal(pick(8, 4, 2, 64 * KIB * KIB, KOLO_ALLREDUCE_DOUBLING),
-                   KOLO_ALLREDUCE_DOUBLING);
+  assert_int_equal(pick(8, 4, 2, 64 * KIB * KIB, KOLO_ALLREDUCE_DOUBLING), KOLO_ALLREDUCE_DOUBLING);
   assert_int_equal(pick(8, 4, 2, 4 * KIB, KOLO_ALLREDUCE_RING), KOLO_ALLREDUCE_RING);
   /* not allowed: two levels on uneven hosts or fewer elements than ranks, doubling
    * without the mesh, the pair on more than two ranks: the automatic choice */
