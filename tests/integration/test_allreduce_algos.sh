@@ -7,7 +7,8 @@
 # 0, 1, n-1, n+1, 17, 1031, 65537 and ~1M, in place and not) against its serial
 # reference and checks the same bits on every rank. Then every rank must have
 # run the algorithm asked for (each logs an algorithm's first use at debug level).
-# Usage: test_allreduce_algos.sh ALGO HOSTS [ALGO_EXPECTED...]. Needs KOLO_BIN_DIR
+# Usage: test_allreduce_algos.sh ALGO HOSTS [EXPECTED...]: EXPECTED names an algorithm every
+# rank must have run (default: ALGO), or -NAME one no rank may have run. Needs KOLO_BIN_DIR
 # and KOLO_TEST_DIR (set by CTest).
 set -euo pipefail
 algo="$1"
@@ -43,8 +44,12 @@ fail() {
 [ "$rc" -eq 0 ] || fail "kolorun exited $rc"
 grep -q "collective_check: $n ranks, .* 0 failures" "$out/stdout" || fail "no passing summary"
 for want in "${expected[@]}"; do
-  ran=$(grep -c "first all-reduce by $want " "$out/stderr" || true)
-  [ "$ran" -eq "$n" ] || fail "$ran of $n ranks ran $want"
+  ran=$(grep -c "first all-reduce by ${want#-} " "$out/stderr" || true)
+  if [ "${want:0:1}" = "-" ]; then
+    [ "$ran" -eq 0 ] || fail "$ran ranks ran ${want#-}"
+  else
+    [ "$ran" -eq "$n" ] || fail "$ran of $n ranks ran $want"
+  fi
 done
 cat "$out/stdout"
 echo "PASS: $algo on hosts $hosts (${expected[*]} on all $n ranks)"
