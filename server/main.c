@@ -143,6 +143,31 @@ static void add_handle(char **text, const char *name, const kolo_etcd *h, int wh
   *text = more;
 }
 
+/* Appends a Prometheus histogram (and the max as a gauge) to *text. */
+static void add_timing(char **text, const char *name, const char *help,
+                       const kolo_sched_timing *t) {
+  char *more = NULL;
+  if (asprintf(&more, "%s# HELP %s %s\n# TYPE %s histogram\n", *text, name, help, name) < 0) return;
+  free(*text);
+  *text = more;
+  for (int i = 0; i <= KOLO_SCHED_PASS_BUCKET_COUNT; i++) {
+    char le[32];
+    if (i < KOLO_SCHED_PASS_BUCKET_COUNT)
+      snprintf(le, sizeof le, "%g", kolo_sched_pass_bucket_bounds[i]);
+    else
+      snprintf(le, sizeof le, "+Inf");
+    if (asprintf(&more, "%s%s_bucket{le=\"%s\"} %" PRIu64 "\n", *text, name, le, t->buckets[i]) < 0)
+      return;
+    free(*text);
+    *text = more;
+  }
+  if (asprintf(&more, "%s%s_sum %.9f\n%s_count %" PRIu64 "\n# TYPE %s_max gauge\n%s_max %.9f\n",
+               *text, name, t->sum_s, name, t->count, name, name, t->max_s) < 0)
+    return;
+  free(*text);
+  *text = more;
+}
+
 static char *etcd_metrics(void *arg) {
   server *s = arg;
   if (s->etcd == NULL) return NULL;
@@ -175,6 +200,12 @@ static char *etcd_metrics(void *arg) {
       free(text);
       text = more;
     }
+    kolo_sched_timing pass, snapshot;
+    kolo_sched_pass_timing(s->sched, &pass, &snapshot);
+    add_timing(&text, "kolo_scheduler_pass_seconds",
+               "Scheduler passes (read, snapshot, decisions, writes).", &pass);
+    add_timing(&text, "kolo_scheduler_snapshot_seconds",
+               "The snapshot part of each pass (read the records, decode them).", &snapshot);
   }
   pthread_mutex_unlock(&s->sched_lock);
   return text;

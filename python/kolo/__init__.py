@@ -59,13 +59,13 @@ def is_initialized() -> bool:
 
 
 def rank() -> int:
-    """This process's rank in the ring, 0 <= rank < size."""
-    return RUNTIME.rank()
+    """This process's rank in the ring, 0 <= rank < size (in a process set's collectives too)."""
+    return RUNTIME.global_rank()
 
 
 def size() -> int:
     """Number of ranks in the ring (it may change in an elastic job)."""
-    return RUNTIME.size()
+    return RUNTIME.global_size()
 
 
 def local_rank() -> int:

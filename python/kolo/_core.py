@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import _lib
-from ._runtime import RUNTIME, Runtime
+from ._runtime import RUNTIME, Runtime, current_scope, in_scope
 from .errors import KoloError
 
 lib = _lib.lib
@@ -100,21 +100,23 @@ def check_root(root: Any, size: int) -> int:
 
 
 class Names:
-    """Automatic names ('allreduce.noname.7'), counted per kind and reset at every
-    ring change, so every rank of a ring gives its n-th unnamed call the same name."""
+    """Automatic names ('allreduce.noname.7'), counted per kind and communicator (the
+    ring, each process set) and reset at every ring change, so every rank of a ring
+    or set gives its n-th unnamed call the same name."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.generation = -1
-        self.counters: Dict[str, int] = {}
+        self.counters: Dict[Any, int] = {}
 
     def next(self, kind: str, runtime: Runtime) -> bytes:
+        key = (runtime.resolved().names_key(), kind)
         with self.lock:
             if self.generation != runtime.generation:
                 self.generation = runtime.generation
                 self.counters = {}
-            n = self.counters.get(kind, 0)
-            self.counters[kind] = n + 1
+            n = self.counters.get(key, 0)
+            self.counters[key] = n + 1
         return ("%s.noname.%d" % (kind, n)).encode()
 
 
@@ -133,7 +135,7 @@ class Request:
     def __init__(self, what: str, keep: Any, runtime: Runtime = RUNTIME) -> None:
         self.what = what
         self.keep = keep
-        self.runtime = runtime
+        self.runtime = runtime.resolved()  # the process set it runs on, for its errors
         self.handle = ctypes.c_void_p()
         self.lock = threading.Lock()
         self.done = False
@@ -226,6 +228,7 @@ class Handle:
         self.lock = threading.Lock()
         self.finished = False
         self.value: Any = None
+        self.scope = current_scope()  # finish() runs on the process set the operation was started on
 
     def poll(self) -> bool:
         return all(request.poll() for request in self.requests)
@@ -239,7 +242,8 @@ class Handle:
             for request in self.requests:
                 if request.error is not None:
                     raise request.error
-            self.value = self.finish() if self.finish is not None else None
+            with in_scope(self.scope):
+                self.value = self.finish() if self.finish is not None else None
             self.finished = True
             self.requests = []
             self.finish = None

@@ -18,10 +18,12 @@ Which ring init() joins:
 from __future__ import annotations
 
 import atexit
+import contextlib
+import contextvars
 import ctypes
 import os
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import _lib
 from .errors import ForkedProcessError, JobStoppedError, KoloError, NotInitializedError, PeerLostError, error_class
@@ -56,8 +58,30 @@ def raise_for(code: int, what: str, comm: Optional[int] = None, message: str = "
     raise error_class(name)(text, name, code, rank)
 
 
+# The process set (kolo/process_sets.py) the current thread's collectives run on: a
+# SetRuntime, or None for the whole ring. RUNTIME's rank(), size(), require(), check()
+# and use_cuda() answer for it, so every collective runs on a set unchanged.
+_SCOPE: "contextvars.ContextVar[Any]" = contextvars.ContextVar("kolo_process_set", default=None)
+
+
+def current_scope() -> Any:
+    """The SetRuntime collectives of this thread run on now (None: the whole ring)."""
+    return _SCOPE.get()
+
+
+@contextlib.contextmanager
+def in_scope(scope: Any) -> Iterator[None]:
+    """Runs the block's collectives on scope (a SetRuntime; None: the whole ring)."""
+    token = _SCOPE.set(scope)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
 class Runtime:
-    """The process's ring membership. One instance lives in kolo._runtime.RUNTIME."""
+    """The process's ring membership. One instance lives in kolo._runtime.RUNTIME.
+    Inside in_scope(set) its collective-facing queries answer for that process set."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -70,6 +94,22 @@ class Runtime:
         self.exit_hook = False
         self.left_job = False  # shutdown() left a kolo job's ring: this process cannot join it again
         self.pid = 0  # the process that joined the ring (a forked child must not touch it)
+        # told "shutdown" before the ring is left, "reform" before and "reformed" after a re-form
+        # (kolo/process_sets.py destroys and re-creates the sets' communicators)
+        self.hooks: List[Callable[[str], None]] = []
+
+    def _notify(self, event: str) -> None:
+        for hook in list(self.hooks):
+            hook(event)
+
+    def resolved(self) -> Any:
+        """What collectives run on now: the scoped process set, or this ring."""
+        scoped = _SCOPE.get()
+        return scoped if scoped is not None else self
+
+    def names_key(self) -> Tuple[Any, ...]:
+        """Automatic names are counted per communicator (kolo/_core.py's Names)."""
+        return ("ring",)
 
     # ---- life cycle ----
 
@@ -114,6 +154,7 @@ class Runtime:
             if self.comm is None:
                 return
             self.drain()
+            self._notify("shutdown")
             if self.elastic is not None:
                 lib.kolo_elastic_destroy(self.elastic)
                 self.left_job = bool(os.environ.get("KOLO_AGENT_SOCKET"))
@@ -144,7 +185,10 @@ class Runtime:
             raise ForkedProcessError(what)
 
     def require(self, what: str = "kolo") -> int:
-        """The communicator, for an operation on the ring."""
+        """The communicator, for an operation on the ring (or the scoped process set)."""
+        scoped = _SCOPE.get()
+        if scoped is not None:
+            return scoped.require(what)
         self.own(what)
         comm = self.comm
         if comm is None:
@@ -163,9 +207,18 @@ class Runtime:
         return self.comm is not None
 
     def rank(self) -> int:
-        return lib.kolo_comm_rank(self._query())
+        scoped = _SCOPE.get()
+        return scoped.rank() if scoped is not None else lib.kolo_comm_rank(self._query())
 
     def size(self) -> int:
+        scoped = _SCOPE.get()
+        return scoped.size() if scoped is not None else lib.kolo_comm_size(self._query())
+
+    def global_rank(self) -> int:
+        """This process's rank in the whole ring, inside a process set's scope too."""
+        return lib.kolo_comm_rank(self._query())
+
+    def global_size(self) -> int:
         return lib.kolo_comm_size(self._query())
 
     def local_rank(self) -> int:
@@ -189,6 +242,9 @@ class Runtime:
 
     def check(self, code: int, what: str, message: str = "") -> None:
         """Raises for a non-zero status of an operation on the current ring."""
+        scoped = _SCOPE.get()
+        if scoped is not None and code != 0:
+            scoped.check(code, what, message)
         if code != 0:
             raise_for(code, what, self.comm, message, self.stop_requested())
 
@@ -221,6 +277,7 @@ class Runtime:
                 # requests still in flight finish at once; a planned re-form (at a commit,
                 # nothing in flight) leaves the old ring to close without a failure
                 lib.kolo_comm_abort(old)
+            self._notify("reform")
             self.drain()
             code = lib.kolo_elastic_reform(elastic)
             self.comm = lib.kolo_elastic_comm(elastic)
@@ -229,6 +286,7 @@ class Runtime:
             if code != 0:
                 raise_for(code, "kolo.elastic: re-forming the ring", None, "",
                           bool(lib.kolo_elastic_should_stop(elastic)))
+            self._notify("reformed")
 
     def report(self, json_text: str) -> None:
         self.own("kolo.report")
@@ -242,6 +300,9 @@ class Runtime:
 
     def use_cuda(self, device: int) -> None:
         """Puts the communicator in CUDA mode for device (once per ring)."""
+        scoped = _SCOPE.get()
+        if scoped is not None:
+            return scoped.use_cuda(device)
         with self.lock:
             if self.cuda_device == device:
                 return
@@ -261,4 +322,4 @@ def check_status(code: int, what: str) -> None:
         raise_for(code, what)
 
 
-__all__ = ["RUNTIME", "Runtime", "raise_for", "check_status", "KoloError"]
+__all__ = ["RUNTIME", "Runtime", "raise_for", "check_status", "KoloError", "current_scope", "in_scope"]

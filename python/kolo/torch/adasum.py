@@ -28,6 +28,7 @@ import torch
 
 from .. import _core
 from .._core import Handle
+from .._runtime import in_scope
 
 ADASUM = 5  # not a libkolo op: kolo.torch routes it here before anything reaches libkolo
 _TINY = math.sqrt(sys.float_info.min)
@@ -71,8 +72,9 @@ def allreduce_into(source: torch.Tensor, target: torch.Tensor, name: bytes, pres
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     """Mixed into the wrapped optimizer's own class by DistributedOptimizer(op=Adasum)."""
 
-    def _kolo_adasum_setup(self, names: Dict[torch.Tensor, str]) -> None:
+    def _kolo_adasum_setup(self, names: Dict[torch.Tensor, str], scope: Any) -> None:
         self._kolo_names = names
+        self._kolo_scope = scope  # the process_set's communicator (None: the ring)
 
     def synchronize(self) -> None:
         """Nothing to wait for: the parameter changes are combined in step() (Horovod's too)."""
@@ -92,7 +94,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         starts = [p.detach().clone() for p in params]
         loss = super(self.__class__, self).step(closure)
         handles = []
-        with torch.no_grad():
+        with torch.no_grad(), in_scope(self._kolo_scope):
             for p, start in zip(params, starts):
                 delta = (p - start).contiguous()
                 name = _core.check_name("allreduce." + self._kolo_names[p])
@@ -103,11 +105,11 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         return loss
 
 
-def wrap(optimizer: torch.optim.Optimizer, names: Dict[torch.Tensor, str]) -> torch.optim.Optimizer:
+def wrap(optimizer: torch.optim.Optimizer, names: Dict[torch.Tensor, str], scope: Any = None) -> torch.optim.Optimizer:
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
-    wrapped._kolo_adasum_setup(names)
+    wrapped._kolo_adasum_setup(names, scope)
     return wrapped
 
 

@@ -18,12 +18,13 @@ The backward collectives are unnamed: every rank runs the same backward graph,
 so they are submitted in the same order everywhere."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+import functools
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
 from .. import _core
-from .._runtime import RUNTIME
+from .._runtime import RUNTIME, current_scope, in_scope
 from . import ops
 
 
@@ -31,6 +32,15 @@ def _differentiable(op: int, what: str) -> None:
     if op not in (ops.Sum, ops.Average):
         raise RuntimeError("kolo: %s with op %s has no gradient (only Sum and Average are differentiable)"
                            % (what, _core.OP_NAMES[op]))
+
+
+def _scoped(backward: Callable[..., Any]) -> Callable[..., Any]:
+    """Runs a backward pass on the process set its forward ran on (ctx.scope)."""
+    @functools.wraps(backward)
+    def run(ctx: Any, *grads: Any) -> Any:
+        with in_scope(getattr(ctx, "scope", None)):
+            return backward(ctx, *grads)
+    return run
 
 
 def _offsets(rows: List[int]) -> List[Tuple[int, int]]:
@@ -46,10 +56,12 @@ class Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale: float,
                 postscale: float) -> torch.Tensor:
+        ctx.scope = current_scope()
         ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
         return ops.allreduce_async(tensor, None, name, op, prescale, postscale).wait()
 
     @staticmethod
+    @_scoped
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
         _differentiable(ctx.op, "allreduce")
         reduced = ops.allreduce_async(grad, None, None, ctx.op, ctx.prescale, ctx.postscale).wait()
@@ -60,10 +72,12 @@ class GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: Optional[str], op: int, prescale: float, postscale: float,
                 *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        ctx.scope = current_scope()
         ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
         return tuple(ops.grouped_allreduce_async(list(tensors), None, name, op, prescale, postscale).wait())
 
     @staticmethod
+    @_scoped
     def backward(ctx: Any, *grads: torch.Tensor) -> Tuple[Any, ...]:
         _differentiable(ctx.op, "grouped_allreduce")
         reduced = ops.grouped_allreduce_async(list(grads), None, None, ctx.op, ctx.prescale, ctx.postscale).wait()
@@ -73,10 +87,12 @@ class GroupedAllreduce(torch.autograd.Function):
 class Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str]) -> torch.Tensor:
+        ctx.scope = current_scope()
         ctx.shape = tensor.shape
         return ops.allgather_async(tensor, name).wait()
 
     @staticmethod
+    @_scoped
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
         rows = ctx.shape[0] if len(ctx.shape) else 1
         reduced = ops.allreduce_async(grad, None, None, ops.Average).wait()
@@ -87,11 +103,13 @@ class Allgather(torch.autograd.Function):
 class GroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: Optional[str], *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        ctx.scope = current_scope()
         from .grouped import grouped_allgather_async
         ctx.shapes = [t.shape for t in tensors]
         return tuple(grouped_allgather_async(list(tensors), name).wait())
 
     @staticmethod
+    @_scoped
     def backward(ctx: Any, *grads: torch.Tensor) -> Tuple[Any, ...]:
         reduced = ops.grouped_allreduce_async(list(grads), None, None, ops.Average).wait()
         blocks = _offsets([s[0] if len(s) else 1 for s in ctx.shapes])
@@ -102,13 +120,15 @@ class GroupedAllgather(torch.autograd.Function):
 class Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: Optional[str]) -> torch.Tensor:
+        ctx.scope = current_scope()
         ctx.root_rank = root_rank
         return ops.broadcast_async(tensor, root_rank, name).wait()
 
     @staticmethod
+    @_scoped
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
         reduced = ops.allreduce_async(grad, None, None, ops.Average).wait()
-        if RUNTIME.rank() != ctx.root_rank:
+        if RUNTIME.global_rank() != ctx.root_rank:  # root_rank: a rank of the ring, as Horovod's
             reduced.zero_()
         return reduced, None, None
 
@@ -122,10 +142,12 @@ class Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale: float,
                 postscale: float) -> torch.Tensor:
+        ctx.scope = current_scope()
         ctx.op, ctx.prescale, ctx.postscale = op, float(prescale), float(postscale)
         return ops.reducescatter_async(tensor, name, op, None, prescale, postscale).wait()
 
     @staticmethod
+    @_scoped
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
         _differentiable(ctx.op, "reducescatter")
         return ops.allgather_async(_scatter_grad(ctx, grad)).wait(), None, None, None, None
@@ -135,11 +157,13 @@ class GroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: Optional[str], op: int, prescale: float, postscale: float,
                 *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        ctx.scope = current_scope()
         from .grouped import grouped_reducescatter_async
         ctx.op, ctx.prescale, ctx.postscale = op, float(prescale), float(postscale)
         return tuple(grouped_reducescatter_async(list(tensors), name, op, None, prescale, postscale).wait())
 
     @staticmethod
+    @_scoped
     def backward(ctx: Any, *grads: torch.Tensor) -> Tuple[Any, ...]:
         from .grouped import grouped_allgather_async
         _differentiable(ctx.op, "grouped_reducescatter")
@@ -150,12 +174,14 @@ class GroupedReducescatter(torch.autograd.Function):
 class Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: Optional[str]) -> Tuple[torch.Tensor, ...]:
+        ctx.scope = current_scope()
         output, received = ops.alltoall_async(tensor, splits, name).wait()
         ctx.received = received
         ctx.mark_non_differentiable(received)
         return output, received
 
     @staticmethod
+    @_scoped
     def backward(ctx: Any, grad: torch.Tensor, _received: Any) -> Tuple[Any, ...]:
         back, _ = ops.alltoall_async(grad.contiguous(), ctx.received).wait()
         return back, None, None

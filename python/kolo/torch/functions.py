@@ -11,6 +11,7 @@ import torch
 
 from .. import _core, objects
 from .._runtime import RUNTIME
+from ..process_sets import entered, root_in_set
 from .ops import _check_tensor, broadcast_async_
 
 Params = Union[Mapping[str, torch.Tensor], Iterable[Tuple[str, torch.Tensor]]]
@@ -28,7 +29,7 @@ def broadcast_parameters(params: Params, root_rank: int = 0, process_set: Any = 
     else:
         raise ValueError("kolo: broadcast_parameters needs a state_dict or named_parameters(), not %s"
                          % type(params).__name__)
-    _core.check_root(root_rank, RUNTIME.size())
+    _core.check_root(root_rank, RUNTIME.global_size())
     handles = []
     for name, tensor in items:
         if tensor is None:
@@ -57,24 +58,28 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
                         % type(optimizer).__name__)
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("kolo: cannot broadcast torch.optim.LBFGS state")
-    _core.check_root(root_rank, RUNTIME.size())
-    state = optimizer.state_dict() if RUNTIME.rank() == root_rank else None
-    data = objects.broadcast_object(_serialise(state) if state is not None else None, root_rank,
-                                    name="broadcast_optimizer_state")
-    if RUNTIME.rank() != root_rank:
-        loaded = torch.load(io.BytesIO(data))
-        optimizer.load_state_dict(loaded)
+    _core.check_root(root_rank, RUNTIME.global_size())
+    with entered(process_set):  # within a set, root_rank (a ring rank) becomes the set's rank
+        root = root_in_set(root_rank)
+        state = optimizer.state_dict() if RUNTIME.rank() == root else None
+        data = objects.broadcast_object(_serialise(state) if state is not None else None, root,
+                                        name="broadcast_optimizer_state")
+        if RUNTIME.rank() != root:
+            loaded = torch.load(io.BytesIO(data))
+            optimizer.load_state_dict(loaded)
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None, process_set: Any = None) -> Any:
-    """root_rank's obj (anything cloudpickle can serialise) on every rank."""
-    _core.check_root(root_rank, RUNTIME.size())
-    return objects.broadcast_object(obj, root_rank, name)
+    """root_rank's obj (anything cloudpickle can serialise) on every rank (of process_set)."""
+    _core.check_root(root_rank, RUNTIME.global_size())
+    with entered(process_set):
+        return objects.broadcast_object(obj, root_in_set(root_rank), name)
 
 
 def allgather_object(obj: Any, name: Optional[str] = None, process_set: Any = None) -> List[Any]:
-    """Every rank's obj, in rank order."""
-    return objects.allgather_object(obj, name)
+    """Every rank's obj (of process_set), in rank order."""
+    with entered(process_set):
+        return objects.allgather_object(obj, name)
 
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object"]

@@ -421,7 +421,7 @@ class BoundedAsync(Rounds):
 __all__ = ["Rounds", "LocalSGD", "DiLoCo", "BoundedAsync", "PACES", "active_reports", "join"]
 
 
-def join(device: int = -1) -> int:
+def join(device: int = -1, process_set: Any = None) -> int:
     """horovod's join (kolo.torch.ops.join: this rank has no more batches; it
     takes part with zeros in the others' all-reduces until every rank joined),
     which in a non-SYNC mode first ends the rounds (Rounds.join: the last
@@ -430,4 +430,4 @@ def join(device: int = -1) -> int:
     for rounds in list(_ACTIVE):
         if rounds.started:
             rounds.join()
-    return _ops_join(device)
+    return _ops_join(device, process_set)

@@ -6,14 +6,17 @@ allgather, broadcast, reducescatter, alltoall; their autograd functions live in
 autograd.py). CUDA tensors put the ring in CUDA mode (NCCL) on first use."""
 from __future__ import annotations
 
+import functools
+import inspect
 import math
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import torch
 
 from .. import _core, _shapes
 from .._core import Handle, View
-from .._runtime import RUNTIME
+from .._runtime import RUNTIME, current_scope
+from ..process_sets import ProcessSet, entered, global_process_set, root_in_set  # noqa: F401
 from . import adasum as _adasum
 from .compression import Compression, Compressor
 
@@ -39,19 +42,24 @@ _DTYPES = {
 _TORCH = {code: dtype for dtype, code in _DTYPES.items()}
 
 
-class _ProcessSet:
-    """kolo has one process set, the whole ring (horovod's global_process_set)."""
-
-    def __repr__(self) -> str:
-        return "kolo.torch.global_process_set"
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-global_process_set = _ProcessSet()
+def on_process_set(function: _F) -> _F:
+    """Runs function's collectives on its process_set argument (kolo/process_sets.py):
+    a set's own communicator, where RUNTIME's rank() and size() are the set's.
+    None (the default) keeps the caller's: the whole ring, or the set an outer call
+    entered. A non-member, or a set not added, raises ValueError before anything is sent."""
+    index = list(inspect.signature(function).parameters).index("process_set")
 
-
-def _check_process_set(process_set: Any) -> None:
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError("kolo: process sets other than the global one are not supported")
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        process_set = kwargs.get("process_set", args[index] if len(args) > index else None)
+        if process_set is None:
+            return function(*args, **kwargs)
+        with entered(process_set):
+            return function(*args, **kwargs)
+    return wrapper  # type: ignore[return-value]
 
 
 # ---- tensors to views ----
@@ -175,12 +183,12 @@ def _allreduce_into(source: torch.Tensor, target: torch.Tensor, name: bytes, op:
     return Handle([request], finish, "allreduce")
 
 
+@on_process_set
 def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
                      op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set: Any = None) -> Handle:
     """Starts an in-place all-reduce (default op Average); synchronize(handle)
     returns the tensor."""
-    _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     op = _resolve_op(average, op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
@@ -189,6 +197,7 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name:
     return _shape_checked(_allreduce_into(tensor, tensor, raw, op, prescale, postscale), raw, tensor, "allreduce")
 
 
+@on_process_set
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
                op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: Any = None) -> torch.Tensor:
@@ -196,11 +205,11 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
     return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set).wait()
 
 
+@on_process_set
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
                     op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set: Any = None) -> Handle:
     """Starts an all-reduce into a new tensor (the input is not modified)."""
-    _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     op = _resolve_op(average, op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
@@ -210,12 +219,12 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: 
     return _shape_checked(_allreduce_into(source, output, raw, op, prescale, postscale), raw, source, "allreduce")
 
 
+@on_process_set
 def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
               compression: Compressor = Compression.none, op: Optional[int] = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0, process_set: Any = None) -> torch.Tensor:
     """All-reduces tensor over every rank into a new tensor (default op Average);
     differentiable for Sum and Average."""
-    _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     op = _resolve_op(average, op)
     compressed, ctx = compression.compress(tensor)
@@ -286,21 +295,21 @@ def _grouped_submit(group: bytes, sources: List[torch.Tensor], targets: List[tor
     return Handle(requests, finish, "grouped_allreduce")
 
 
+@on_process_set
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
                             name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
                             postscale_factor: float = 1.0, process_set: Any = None) -> Handle:
     """Starts an all-reduce of a list of tensors as one negotiated, fused unit."""
-    _check_process_set(process_set)
     return _grouped(tensors, False, average, name, op, prescale_factor, postscale_factor)
 
 
+@on_process_set
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
                       compression: Compressor = Compression.none, op: Optional[int] = None,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                       process_set: Any = None) -> List[torch.Tensor]:
     """All-reduces a list of tensors into new tensors, as one unit;
     differentiable for Sum and Average (each gradient all-reduced the same way)."""
-    _check_process_set(process_set)
     compressed = [compression.compress(t) for t in tensors]
     inputs = [c for c, _ in compressed]
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
@@ -311,26 +320,26 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
 
 
+@on_process_set
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
                              name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
                              postscale_factor: float = 1.0, process_set: Any = None) -> Handle:
-    _check_process_set(process_set)
     return _grouped(tensors, True, average, name, op, prescale_factor, postscale_factor)
 
 
+@on_process_set
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
                        op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        process_set: Any = None) -> List[torch.Tensor]:
-    _check_process_set(process_set)
     return _grouped(tensors, True, average, name, op, prescale_factor, postscale_factor).wait()
 
 
 # ---- all-gather ----
 
+@on_process_set
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any = None) -> Handle:
     """Starts a concatenation of every rank's tensor along the first dimension
     (which may differ by rank; the others must match)."""
-    _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     source = tensor.detach().contiguous()
     if source.dim() == 0:
@@ -359,9 +368,9 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_se
     return Handle([shape_request], two_stage, what)
 
 
+@on_process_set
 def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any = None) -> torch.Tensor:
     """Concatenates every rank's tensor along the first dimension; differentiable."""
-    _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         return autograd.Allgather.apply(tensor, name)
@@ -370,22 +379,24 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any
 
 # ---- broadcast ----
 
+@on_process_set
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                      process_set: Any = None) -> Handle:
     """Starts an in-place broadcast of root_rank's tensor."""
-    _check_process_set(process_set)
     tensor = _check_tensor(tensor)
-    root = _core.check_root(root_rank, RUNTIME.size())
+    root = _core.check_root(root_in_set(root_rank), RUNTIME.size())
     raw = _core.op_name("broadcast", name)
     request = _core.submit_broadcast(raw, _view(tensor), root)
     return _shape_checked(Handle([request], lambda: tensor, "broadcast"), raw, tensor, "broadcast")
 
 
+@on_process_set
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                process_set: Any = None) -> torch.Tensor:
     return broadcast_async_(tensor, root_rank, name, process_set).wait()
 
 
+@on_process_set
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                     process_set: Any = None) -> Handle:
     """Starts a broadcast into a new tensor (the input is not modified)."""
@@ -394,10 +405,10 @@ def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = 
                             process_set)
 
 
+@on_process_set
 def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
               process_set: Any = None) -> torch.Tensor:
     """root_rank's tensor on every rank, as a new tensor; differentiable."""
-    _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         return autograd.Broadcast.apply(tensor, root_rank, name)
@@ -406,13 +417,13 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 
 # ---- reduce-scatter ----
 
+@on_process_set
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
                         process_set: Any = None, prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> Handle:
     """Starts a reduction over ranks, op(tensor * prescale) * postscale, of which
     rank r keeps its share of the first dimension (the first d0 % size ranks get
     one row more)."""
-    _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     op = _core.check_op(op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
@@ -434,13 +445,13 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
                           source, "reducescatter")
 
 
+@on_process_set
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression: Compressor = Compression.none,
                   op: int = Average, process_set: Any = None, prescale_factor: float = 1.0,
                   postscale_factor: float = 1.0) -> torch.Tensor:
     """op(tensor * prescale) * postscale over ranks, rank r keeping its share of
     the first dimension; differentiable for Sum and Average (Horovod's gradient:
     the output gradients all-gathered, times size for Sum, times the factors)."""
-    _check_process_set(process_set)
     compressed, ctx = compression.compress(_check_tensor(tensor))
     if compressed.requires_grad and torch.is_grad_enabled():
         reduced = autograd.Reducescatter.apply(compressed, name, _core.check_op(op), prescale_factor,
@@ -470,10 +481,10 @@ def _split_rows(first_dim: int, size: int, splits: Any) -> List[int]:
     return rows
 
 
+@on_process_set
 def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
                    process_set: Any = None) -> Handle:
     """Starts an all-to-all; synchronize(handle) returns (output, received_splits)."""
-    _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     source = tensor.detach().contiguous()
     if source.dim() == 0:
@@ -502,13 +513,13 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     return Handle([shape_request, request], finish, what)
 
 
+@on_process_set
 def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
              process_set: Any = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Sends splits[r] rows of the first dimension to rank r (even split by
     default) and returns what every rank sent here, in rank order; with splits
     given, also the received splits (as horovod.torch). Differentiable: the
     gradient goes back by an all-to-all with the received splits."""
-    _check_process_set(process_set)
     tensor = _check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         output, received = autograd.Alltoall.apply(tensor, splits, name)
@@ -519,16 +530,20 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
 
 # ---- synchronisation ----
 
+@on_process_set
 def barrier(process_set: Any = None) -> None:
-    """Returns once every rank has entered the barrier."""
-    _check_process_set(process_set)
+    """Returns once every rank (of process_set) has entered the barrier."""
     _core.submit_barrier().result()
 
 
-def join(device: int = -1) -> int:
+@on_process_set
+def join(device: int = -1, process_set: Any = None) -> int:
     """This rank has no more batches: it keeps taking part (with zeros) in the
-    others' all-reduces until every rank has joined. Returns the last rank to join."""
-    return _core.submit_join().result().last_rank
+    others' all-reduces until every rank (of process_set) has joined. Returns the
+    last rank to join, as a rank of the ring."""
+    last = _core.submit_join().result().last_rank
+    scope = current_scope()
+    return scope.ranks[last] if scope is not None and last >= 0 else last
 
 
 def synchronize(handle: Handle) -> Any:

@@ -16,7 +16,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 from .. import _core
-from .._runtime import RUNTIME
+from .._runtime import RUNTIME, in_scope
+from ..process_sets import process_set_scope
 from . import adasum, sparse
 from .compression import Compression, Compressor
 from .ops import Adasum, Average, Sum, _allreduce_into, _check_tensor
@@ -104,6 +105,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return self._kolo_op, 1.0, 1.0
 
     def _kolo_submit(self, p: torch.Tensor) -> Tuple[Any, Any, torch.Tensor]:
+        with in_scope(getattr(self, "_kolo_scope", None)):  # the process_set's communicator
+            return self._kolo_submit_here(p)
+
+    def _kolo_submit_here(self, p: torch.Tensor) -> Tuple[Any, Any, torch.Tensor]:
         if p.grad is None:
             # not computed here this step (a branch this rank did not take):
             # zeros still go in, since other ranks may have computed it
@@ -211,9 +216,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         raise ValueError("kolo: gradient_predivide_factor must be positive")
     if groups is not None or num_groups:
         warnings.warn("kolo: groups/num_groups are ignored; libkolo's engine fuses gradients itself")
-    if process_set is not None:
-        from .ops import _check_process_set
-        _check_process_set(process_set)
+    scope = process_set_scope(process_set)  # ValueError for a set this rank is not in
     if not (isinstance(compression, type) and issubclass(compression, Compressor)) and \
             not isinstance(compression, Compressor):
         raise TypeError("kolo: compression must be kolo.torch.Compression.none, .fp16 or a Compressor")
@@ -227,11 +230,12 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     if available() is None:
         acknowledge("SYNC")
     if op == Adasum:  # Horovod's delta optimizer (adasum.py)
-        return adasum.wrap(optimizer, names)
+        return adasum.wrap(optimizer, names, scope)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     wrapped = cls.__new__(cls)
     # the wrapped optimizer's own attributes (param_groups, state, defaults, hooks)
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._kolo_setup(names, compression, backward_passes_per_step, op, float(gradient_predivide_factor))
     wrapped._kolo_sparse_as_dense = bool(sparse_as_dense)
+    wrapped._kolo_scope = scope
     return wrapped

@@ -14,7 +14,7 @@ from .. import _core
 from .._core import Handle
 from .._runtime import RUNTIME
 from .compression import Compression
-from .ops import Average, Sum, _allreduce_into, _check_process_set, allgather_async
+from .ops import Average, Sum, _allreduce_into, on_process_set, allgather_async
 
 
 def _check_sparse(tensor: Any) -> torch.Tensor:
@@ -24,13 +24,13 @@ def _check_sparse(tensor: Any) -> torch.Tensor:
     return tensor
 
 
+@on_process_set
 def sparse_allreduce_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
                            process_set: Any = None) -> Handle:
     """Starts the all-gather of a sparse tensor's indices and values over the
     ranks (Horovod's sparse all-reduce); synchronize(handle) returns a sparse
     tensor of the same size holding every rank's entries (values divided by
     the number of ranks for Average), uncoalesced."""
-    _check_process_set(process_set)
     tensor = _check_sparse(tensor)
     if op not in (Sum, Average):
         raise ValueError("kolo: sparse tensors reduce with Sum or Average, not %s"
