@@ -2,7 +2,7 @@
 job: when a worker dies or joins, the surviving processes stay alive, the ring
 re-forms, the model, optimizer and data position roll back to the last commit
 and are broadcast from the new rank 0, the learning rate is rescaled to the new
-number of ranks, and training resumes.
+number of ranks (hvd.lr_scale()), and training resumes.
 
     kolo submit --name efmnist --workers 2:4 --exec python3 examples/pytorch/elastic_fashion_mnist.py
 
@@ -27,7 +27,8 @@ parser = argparse.ArgumentParser(description="kolo.torch elastic Fashion-MNIST e
 parser.add_argument("--model", default="mlp", choices=["net", "mlp"])
 parser.add_argument("--batch-size", type=int, default=32, help="input batch size per rank")
 parser.add_argument("--epochs", type=int, default=2)
-parser.add_argument("--lr", type=float, default=0.01, help="learning rate of one rank (scaled by the ranks)")
+parser.add_argument("--lr", type=float, default=0.01,
+                    help="learning rate of one rank (times hvd.lr_scale(): the ranks in SYNC, else 1)")
 parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--batches-per-commit", type=int, default=20)
 parser.add_argument("--seed", type=int, default=42)
@@ -52,7 +53,7 @@ def main() -> None:
     test_dataset = fashion.dataset(False, args.data_dir)
 
     model = fashion.model(args.model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.lr_scale(), momentum=args.momentum)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     sampler = hvd.elastic.ElasticSampler(train_dataset, shuffle=True, seed=args.seed)
     loader = torch.utils.data.DataLoader(train_dataset, batch_size=args.batch_size, sampler=sampler)
@@ -60,9 +61,9 @@ def main() -> None:
 
     def on_reset() -> None:
         for group in optimizer.param_groups:
-            group["lr"] = args.lr * hvd.size()
+            group["lr"] = args.lr * hvd.lr_scale()
         if hvd.rank() == 0:
-            print("ring changed: %d ranks, lr %.4f" % (hvd.size(), args.lr * hvd.size()), flush=True)
+            print("ring changed: %d ranks, lr %.4f" % (hvd.size(), args.lr * hvd.lr_scale()), flush=True)
 
     state.register_reset_callbacks([on_reset])
     total = args.epochs * len(train_dataset) // args.batch_size  # batches at one rank, for progress
