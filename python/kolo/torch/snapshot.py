@@ -61,6 +61,12 @@ class _Slot:
 
 
 Pair = Tuple[torch.Tensor, torch.Tensor]  # (live tensor, its buffer in a slot)
+# below this many bytes of parameters and optimizer state a commit copies on the training
+# thread: handing a job to the thread and the GIL back costs more (~0.15 ms measured)
+OVERLAP_MIN_BYTES = 1 << 20
+# the model's state_dict() entries are found through a cached list of its modules'
+# tables (state_dict() itself costs ~20 us per module), checked again this often
+ENTRIES_CHECK_EVERY = 64
 
 
 class _Job:
@@ -118,7 +124,8 @@ class Snapshot:
     at once and hands the parameters and the optimizer's state, which only the
     optimizer's next step() changes, to a background thread; wait() (call it
     before anything changes them: TorchState wraps optimizer.step) returns once
-    they are copied. The slot is whole only then."""
+    they are copied. The slot is whole only then. A state under overlap_min_bytes
+    (default 1 MiB) is copied at once all the same."""
 
     def __init__(self, model: Optional[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer],
                  overlap: bool = False) -> None:
@@ -128,6 +135,9 @@ class Snapshot:
         self._current: Optional[int] = None  # index of the last whole commit
         self._serial = 0
         self._copier: Optional[_Copier] = _Copier() if overlap else None
+        self.overlap_min_bytes = OVERLAP_MIN_BYTES
+        self._entries: Optional[List[Tuple[str, Dict[str, Any], str]]] = None
+        self._entries_age = 0
         self._in_flight: Optional[Tuple[int, _Job, int]] = None  # (slot, copy job, its serial)
 
     @property
@@ -139,9 +149,41 @@ class Snapshot:
         assert self.optimizer is not None
         return [p for group in self.optimizer.param_groups for p in group["params"]]
 
+    def _model_entries(self) -> Optional[List[Tuple[str, Dict[str, Any], str]]]:
+        """(state_dict key, the module's _parameters or _buffers dict, name) for every
+        entry of the model's state_dict(), or None when state_dict() holds anything
+        else (extra state, hooks): then the commit calls state_dict() itself."""
+        assert self.model is not None
+        every = self.model.state_dict(keep_vars=True)
+        entries = []
+        for prefix, module in self.model.named_modules(remove_duplicate=True):
+            prefix = prefix + "." if prefix else ""
+            for name, tensor in module._parameters.items():
+                if tensor is not None:
+                    entries.append((prefix + name, module._parameters, name))
+            for name, tensor in module._buffers.items():
+                if tensor is not None and name not in module._non_persistent_buffers_set:
+                    entries.append((prefix + name, module._buffers, name))
+        if [key for key, _, _ in entries] != list(every) or any(
+                every[key] is not table[name] for key, table, name in entries):
+            return None
+        return entries
+
+    def _live_model(self) -> Dict[str, torch.Tensor]:
+        """The model's state_dict() tensors, through the cached entries (rebuilt and
+        checked against state_dict() every ENTRIES_CHECK_EVERY commits)."""
+        assert self.model is not None
+        if self._entries_age <= 0:
+            self._entries = self._model_entries()
+            self._entries_age = ENTRIES_CHECK_EVERY
+        self._entries_age -= 1
+        if self._entries is None:
+            return self.model.state_dict()
+        return {key: table[name] for key, table, name in self._entries}
+
     def _plan_model(self, slot: _Slot, later: Set[int], now: List[Pair], deferred: List[Pair]) -> None:
         assert self.model is not None
-        live = self.model.state_dict()
+        live = self._live_model()
         if live.keys() != slot.model.keys():
             slot.model = {key: slot.model.get(key) for key in live}  # type: ignore[misc]
         for key, tensor in live.items():
@@ -195,6 +237,8 @@ class Snapshot:
             self._plan_model(slot, later, now, deferred)
         if self.optimizer is not None:
             self._plan_optimizer(slot, params, deferred)
+        if background and sum(t.numel() * t.element_size() for t, _ in deferred) < self.overlap_min_bytes:
+            background = False  # small: copying here costs less than waking the thread
         if not background:
             now, deferred = now + deferred, []
         with torch.no_grad():
