@@ -1,7 +1,7 @@
 """Elastic data-parallel Fashion-MNIST with kolo.torch.elastic, run as a kolo
 job: when a worker dies or joins, the surviving processes stay alive, the ring
 re-forms, the model, optimizer and data position roll back to the last commit
-(one after every batch by default: a failure costs at most the batch in flight)
+(every --batches-per-commit batches; with 1 a failure costs at most the batch in flight)
 and are broadcast from the new rank 0, the learning rate is rescaled to the new
 number of ranks (hvd.lr_scale()), and training resumes.
 
@@ -31,7 +31,7 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--lr", type=float, default=0.01,
                     help="learning rate of one rank (times hvd.lr_scale(): the ranks in SYNC, else 1)")
 parser.add_argument("--momentum", type=float, default=0.9)
-parser.add_argument("--batches-per-commit", type=int, default=1,
+parser.add_argument("--batches-per-commit", type=int, default=20,
                     help="commit every N batches (1: a failure costs at most the batch in flight)")
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--data-dir", default=fashion.DATA_DIR)
@@ -83,7 +83,7 @@ def main() -> None:
                 optimizer.step()
                 sampler.record_batch(batch_idx, args.batch_size)
                 state.batches += 1
-                state.step_done()  # commits every --batches-per-commit batches (default: every one)
+                state.step_done()  # commits every --batches-per-commit batches
                 if state.batches % 20 == 0:
                     hvd.report(step=state.batches * hvd.size(), total_steps=total, loss=loss.item())
                 if args.sleep_ms:
