@@ -107,8 +107,10 @@ static kolo_status leader_fence(void *arg, char *key, size_t len, int64_t *revis
 static kolo_status read_records(void *arg, int64_t min_revision, int timeout_ms,
                                 kolo_sched_records *out) {
   kolo_etcd_range_result sets[4];
-  kolo_status rc = kolo_server_store_read_records(arg, kolo_sched_record_prefixes, 4, min_revision,
-                                                  timeout_ms, sets, &out->revision, &out->reloads);
+  /* ended jobs left out: a pass's cost does not grow with them (store.h) */
+  kolo_status rc =
+      kolo_server_store_read_live_records(arg, kolo_sched_record_prefixes, 4, min_revision,
+                                          timeout_ms, sets, &out->revision, &out->reloads);
   out->workers = sets[0];
   out->assigns = sets[1];
   out->drains = sets[2];
