@@ -1,5 +1,6 @@
 /* The partition fence's decision (worker/agent/fence.h): a process is paused once no lease
- * renewal was acknowledged for the TTL less a margin, not before, and continues as soon as one is. */
+ * renewal was acknowledged for the TTL less a margin, not before, and continues as soon as one is.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -65,7 +65,7 @@ typedef struct agent {
   char *assignment;       /* newest assignment value, NULL when none */
   int assignment_refused; /* that value does not decode and was logged once */
   int lease_lost;
-  int fenced;               /* the process is paused: the lease may have expired (fence.h) */
+  int fenced; /* the process is paused: the lease may have expired (fence.h) */
   int64_t fenced_at_ms;
   int64_t register_at_ms;   /* unregistered (etcd said the lease is gone): next attempt */
   int64_t register_wait_ms; /* and the back-off before the one after */
@@ -838,25 +838,28 @@ static void fence(agent *a) {
   }
   int64_t now = mono_ms(), renewed = kolo_membership_renewed_ms(a->reg); /* CLOCK_MONOTONIC both */
   switch (kolo_agent_fence_decide(now, renewed, a->opts->lease_ttl_s * 1000LL, a->fenced)) {
-  case KOLO_AGENT_FENCE_PAUSE:
-    KOLO_LOGW(LOG,
-              "no renewal of the lease acknowledged for %" PRId64 " ms (TTL %d s): etcd may have "
-              "expired it and the job may be running elsewhere, so the process (pid %d) is paused "
-              "until etcd answers",
-              now - renewed, a->opts->lease_ttl_s, (int)kolo_agent_proc_pid(a->proc));
-    kolo_agent_proc_pause(a->proc, 1);
-    a->fenced = 1;
-    a->fenced_at_ms = now;
-    a->hs.fences++;
-    break;
-  case KOLO_AGENT_FENCE_RESUME:
-    KOLO_LOGI(LOG, "etcd renewed the lease again: the process continues after %" PRId64 " ms paused",
-              now - a->fenced_at_ms);
-    kolo_agent_proc_pause(a->proc, 0);
-    a->fenced = 0;
-    break;
-  case KOLO_AGENT_FENCE_KEEP:
-    break;
+    case KOLO_AGENT_FENCE_PAUSE:
+      KOLO_LOGW(
+          LOG,
+          "no renewal of the lease acknowledged for %" PRId64
+          " ms (TTL %d s): etcd may have "
+          "expired it and the job may be running elsewhere, so the process (pid %d) is paused "
+          "until etcd answers",
+          now - renewed, a->opts->lease_ttl_s, (int)kolo_agent_proc_pid(a->proc));
+      kolo_agent_proc_pause(a->proc, 1);
+      a->fenced = 1;
+      a->fenced_at_ms = now;
+      a->hs.fences++;
+      break;
+    case KOLO_AGENT_FENCE_RESUME:
+      KOLO_LOGI(LOG,
+                "etcd renewed the lease again: the process continues after %" PRId64 " ms paused",
+                now - a->fenced_at_ms);
+      kolo_agent_proc_pause(a->proc, 0);
+      a->fenced = 0;
+      break;
+    case KOLO_AGENT_FENCE_KEEP:
+      break;
   }
 }
 
