@@ -39,7 +39,37 @@ struct kolo_sched {
   /* the scheduler thread's own: */
   int64_t caught_up; /* the last write revision a read was seen to include */
   uint64_t reloads;  /* the records' reload count at the last read */
+  kolo_sched_timing pass_timing, snapshot_timing; /* under lock */
 };
+
+const double kolo_sched_pass_bucket_bounds[KOLO_SCHED_PASS_BUCKET_COUNT] = {
+    0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10};
+
+static double mono_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void timing_add(kolo_sched *s, kolo_sched_timing *t, double seconds) {
+  pthread_mutex_lock(&s->lock);
+  t->count++;
+  t->sum_s += seconds;
+  if (seconds > t->max_s) t->max_s = seconds;
+  for (int i = 0; i < KOLO_SCHED_PASS_BUCKET_COUNT; i++)
+    t->buckets[i] += seconds <= kolo_sched_pass_bucket_bounds[i];
+  t->buckets[KOLO_SCHED_PASS_BUCKET_COUNT]++;
+  pthread_mutex_unlock(&s->lock);
+}
+
+void kolo_sched_pass_timing(const kolo_sched *sched, kolo_sched_timing *pass,
+                            kolo_sched_timing *snapshot) {
+  kolo_sched *s = (kolo_sched *)sched;
+  pthread_mutex_lock(&s->lock);
+  if (pass) *pass = s->pass_timing;
+  if (snapshot) *snapshot = s->snapshot_timing;
+  pthread_mutex_unlock(&s->lock);
+}
 
 static int64_t wall_ms(void) {
   struct timespec t;
@@ -256,11 +286,15 @@ static int read_records(kolo_sched *s, kolo_sched_records *r) {
 
 /* One pass over the whole cluster. */
 static void pass(kolo_sched *s) {
+  double started = mono_s();
   kolo_sched_records records;
   if (!read_records(s, &records)) return;
+  /* the time waiting for the copy to show this scheduler's last write is not the pass's work */
+  started += (double)records.waited_us * 1e-6;
   kolo_sched_snapshot snap;
   kolo_status built = kolo_sched_snapshot_build(&snap, &records);
   kolo_sched_records_free(&records);
+  timing_add(s, &s->snapshot_timing, mono_s() - started);
   if (built != KOLO_OK) {
     KOLO_LOGW(LOG, "cannot build the cluster's snapshot: %s", kolo_strerror(built));
     kolo_sched_snapshot_free(&snap);
@@ -281,6 +315,7 @@ static void pass(kolo_sched *s) {
   }
   if (!wrote) kolo_sched_sweep(&s->writer, &snap);
   kolo_sched_snapshot_free(&snap);
+  timing_add(s, &s->pass_timing, mono_s() - started);
 }
 
 /* ---- the thread ---- */

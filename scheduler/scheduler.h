@@ -50,6 +50,20 @@ void kolo_sched_stop(kolo_sched *sched);
  * copy that read serves, except metrics history alone). Never blocks. */
 void kolo_sched_notify(kolo_sched *sched);
 
+/* How long passes took, as a Prometheus histogram: the whole pass (read, snapshot,
+ * decisions and their writes) and its snapshot alone (read + decode). Upper bounds of
+ * the buckets in seconds: KOLO_SCHED_PASS_BUCKETS; counts are cumulative as Prometheus
+ * wants them (the last bucket, +Inf, equals count). */
+#define KOLO_SCHED_PASS_BUCKET_COUNT 15
+extern const double kolo_sched_pass_bucket_bounds[KOLO_SCHED_PASS_BUCKET_COUNT];
+typedef struct kolo_sched_timing {
+  uint64_t count;
+  double sum_s, max_s;
+  uint64_t buckets[KOLO_SCHED_PASS_BUCKET_COUNT + 1]; /* the last is +Inf */
+} kolo_sched_timing;
+void kolo_sched_pass_timing(const kolo_sched *sched, kolo_sched_timing *pass,
+                            kolo_sched_timing *snapshot);
+
 /* Passes run so far, and the scheduler's etcd handle (its counters: the etcd
  * requests the scheduler made, kolo_etcd_stats_get). */
 uint64_t kolo_sched_passes(const kolo_sched *sched);

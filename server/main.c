@@ -107,8 +107,10 @@ static kolo_status leader_fence(void *arg, char *key, size_t len, int64_t *revis
 static kolo_status read_records(void *arg, int64_t min_revision, int timeout_ms,
                                 kolo_sched_records *out) {
   kolo_etcd_range_result sets[4];
-  kolo_status rc = kolo_server_store_read_records(arg, kolo_sched_record_prefixes, 4, min_revision,
-                                                  timeout_ms, sets, &out->revision, &out->reloads);
+  /* ended jobs left out: a pass's cost does not grow with them (store.h) */
+  kolo_status rc = kolo_server_store_read_live_records(
+      arg, kolo_sched_record_prefixes, 4, min_revision, timeout_ms, sets, &out->revision,
+      &out->reloads, &out->waited_us);
   out->workers = sets[0];
   out->assigns = sets[1];
   out->drains = sets[2];
@@ -138,6 +140,31 @@ static void add_handle(char **text, const char *name, const kolo_etcd *h, int wh
   char *more = NULL;
   if (asprintf(&more, "%skolo_etcd_watches{handle=\"%s\"} %d\n", *text, name, st.watches_running) <
       0)
+    return;
+  free(*text);
+  *text = more;
+}
+
+/* Appends a Prometheus histogram (and the max as a gauge) to *text. */
+static void add_timing(char **text, const char *name, const char *help,
+                       const kolo_sched_timing *t) {
+  char *more = NULL;
+  if (asprintf(&more, "%s# HELP %s %s\n# TYPE %s histogram\n", *text, name, help, name) < 0) return;
+  free(*text);
+  *text = more;
+  for (int i = 0; i <= KOLO_SCHED_PASS_BUCKET_COUNT; i++) {
+    char le[32];
+    if (i < KOLO_SCHED_PASS_BUCKET_COUNT)
+      snprintf(le, sizeof le, "%g", kolo_sched_pass_bucket_bounds[i]);
+    else
+      snprintf(le, sizeof le, "+Inf");
+    if (asprintf(&more, "%s%s_bucket{le=\"%s\"} %" PRIu64 "\n", *text, name, le, t->buckets[i]) < 0)
+      return;
+    free(*text);
+    *text = more;
+  }
+  if (asprintf(&more, "%s%s_sum %.9f\n%s_count %" PRIu64 "\n# TYPE %s_max gauge\n%s_max %.9f\n",
+               *text, name, t->sum_s, name, t->count, name, name, t->max_s) < 0)
     return;
   free(*text);
   *text = more;
@@ -175,6 +202,14 @@ static char *etcd_metrics(void *arg) {
       free(text);
       text = more;
     }
+    kolo_sched_timing pass, snapshot;
+    kolo_sched_pass_timing(s->sched, &pass, &snapshot);
+    add_timing(&text, "kolo_scheduler_pass_seconds",
+               "Scheduler passes: copy and decode the records, decide, write (not the wait for the "
+               "view to show the last write).",
+               &pass);
+    add_timing(&text, "kolo_scheduler_snapshot_seconds",
+               "The snapshot part of each pass: copy the records, decode them.", &snapshot);
   }
   pthread_mutex_unlock(&s->sched_lock);
   return text;

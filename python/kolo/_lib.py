@@ -1,5 +1,5 @@
 """The ctypes binding to libkolo: finds the shared library, declares the C
-signatures of include/kolo/kolo.h, elastic.h and engine.h, and nothing else.
+signatures of include/kolo/kolo.h, elastic.h, engine.h and process_set.h, and nothing else.
 
 ctypes releases the GIL for the whole of every foreign call, so Python threads
 keep running while kolo waits on the ring or moves data. Tensor memory is passed
@@ -164,6 +164,15 @@ _STREAM_SIGNATURES = {
 }
 
 
+class SplitOptions(ctypes.Structure):
+    """kolo_split_options (process_set.h)."""
+    _fields_ = [("ranks", POINTER(c_int)), ("n_ranks", c_int), ("id", c_int), ("timeout_ms", c_int)]
+
+
+# process_set.h: declared when this libkolo has process sets
+_SET_SIGNATURES = {"kolo_comm_split": (c_int, [_P, POINTER(SplitOptions), _PP])}
+
+
 def _declare(library: ctypes.CDLL, signatures: dict, required: bool) -> bool:
     complete = True
     for name, (restype, argtypes) in signatures.items():
@@ -188,6 +197,7 @@ class _Library:
         self.engine = False
         self.streams = False
         self.stats = False
+        self.sets = False
 
     def load(self) -> ctypes.CDLL:
         if self._cdll is None:
@@ -197,6 +207,7 @@ class _Library:
             self.engine = engine and os.environ.get("KOLO_PY_ENGINE", "1") != "0"
             self.streams = _declare(cdll, _STREAM_SIGNATURES, False)
             self.stats = _declare(cdll, _STATS_SIGNATURES, False)
+            self.sets = _declare(cdll, _SET_SIGNATURES, False)
             self._cdll = cdll
         return self._cdll
 

@@ -36,22 +36,12 @@ class ProcessSetLostError(KoloError):
     """A re-formed ring lacks a rank of a registered process set."""
 
 
-class SplitOptions(ctypes.Structure):
-    """kolo_split_options (include/kolo/process_set.h)."""
-    _fields_ = [("ranks", ctypes.POINTER(ctypes.c_int)), ("n_ranks", ctypes.c_int), ("id", ctypes.c_int),
-                ("timeout_ms", ctypes.c_int)]
-
-
 def _split_function() -> Any:
-    cdll = lib.load()
-    try:
-        function = cdll.kolo_comm_split
-    except AttributeError:
+    lib.load()
+    if not lib.sets:
         raise KoloError("kolo: this libkolo has no process sets (kolo_comm_split); rebuild kolo",
-                        "KOLO_ERR_UNSUPPORTED", 18) from None
-    function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_void_p, ctypes.POINTER(SplitOptions), ctypes.POINTER(ctypes.c_void_p)]
-    return function
+                        "KOLO_ERR_UNSUPPORTED", 18)
+    return lib.kolo_comm_split
 
 
 class SetRuntime:
@@ -99,9 +89,19 @@ class SetRuntime:
         return len(self.ranks)
 
     def check(self, code: int, what: str, message: str = "") -> None:
-        if code != 0:
+        """Raises for a failed operation on the set; the error's rank is a ring rank (libkolo
+        names the set's rank), and its message says which set and which ring rank."""
+        if code == 0:
+            return
+        try:
             raise_for(code, "%s (process set %d)" % (what, self.set_id), self.comm, message,
                       self.parent.stop_requested())
+        except KoloError as error:
+            if error.rank is not None and 0 <= error.rank < len(self.ranks):
+                error.rank = self.ranks[error.rank]
+                error.args = ("%s [rank %d of the set is rank %d of the ring]"
+                              % (error.args[0], self.ranks.index(error.rank), error.rank),)
+            raise
 
     def use_cuda(self, device: int) -> None:
         if self.cuda_device == device:
@@ -182,7 +182,7 @@ class _Registry:
         runtime.hooks.append(self._on_ring_event)
 
     def _split(self, set_id: int, ranks: List[int]) -> Optional[SetRuntime]:
-        options = SplitOptions((ctypes.c_int * len(ranks))(*ranks), len(ranks), set_id, 0)
+        options = _lib.SplitOptions((ctypes.c_int * len(ranks))(*ranks), len(ranks), set_id, 0)
         comm = ctypes.c_void_p()
         code = _split_function()(self.runtime.require("kolo: add_process_set"), ctypes.byref(options),
                                  ctypes.byref(comm))

@@ -1,6 +1,10 @@
 """Horovod's process sets in kolo.torch (kolo/process_sets.py over kolo_comm_split):
 one case per behaviour, on 2 and 3 real ranks under kolorun, each checked in the
 worker against a single-process reference (tests/python/workers/process_sets.py)."""
+import re
+import signal
+import time
+
 import pytest
 
 import kolotest
@@ -56,3 +60,28 @@ def test_gradients_through_a_sets_allgather_and_broadcast_are_horovods(ranks):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_sets_are_made_again_after_a_re_form_or_the_re_form_fails_naming_a_set_that_lost_a_rank(ranks):
     _run(ranks, "reform")
+
+
+def test_a_killed_member_fails_the_sets_collectives_with_its_ring_rank_within_a_second():
+    ranks = kolotest.Ranks(3, kolotest.worker("process_set_peer_lost.py"))
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = ranks.procs[2].stdout.readline()
+            if line.strip() == "READY" or not line:
+                break
+        assert line.strip() == "READY", ranks.wait(10)
+        killed_at = time.time()
+        ranks.signal(2, signal.SIGKILL)
+        results = ranks.wait(60)
+    finally:
+        ranks.kill()
+    out = results[0].stdout
+    lost = re.search(r"LOST (\w+) (\S+) ([\d.]+)", out)
+    assert lost and lost.group(1) == "PeerLostError" and lost.group(2) == "2", results[0]
+    # measured well under 0.1 s here; the issue's bound is a second, with the same slack
+    # as test_python_errors' killed rank for a loaded CI machine
+    print("detected %.3f s after the kill" % (float(lost.group(3)) - killed_at))
+    assert float(lost.group(3)) - killed_at < 1.5, "detected %.3fs after the kill" % (float(lost.group(3)) - killed_at)
+    assert "rank 1 of the set is rank 2 of the ring" in out, out
+    assert "RING PeerLostError" in results[1].stdout, results[1]
