@@ -309,6 +309,10 @@ kolo_status kolo_etcd_keepalive_start_mode(kolo_etcd *client, int64_t lease_id, 
  * callback (if any) has returned. */
 int kolo_etcd_keepalive_alive(const kolo_etcd_keepalive *keepalive);
 
+/* When etcd last acknowledged a renewal (CLOCK_MONOTONIC ms; the start
+ * of the keep-alive before the first). */
+int64_t kolo_etcd_keepalive_renewed_ms(const kolo_etcd_keepalive *keepalive);
+
 /* Stops the thread (promptly: an in-flight renewal is cancelled) and frees it.
  * Does not revoke the lease. NULL is ignored. */
 void kolo_etcd_keepalive_stop(kolo_etcd_keepalive *keepalive);

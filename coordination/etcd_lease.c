@@ -90,6 +90,7 @@ struct kolo_etcd_keepalive {
   pthread_cond_t wake;
   atomic_int stopping;
   atomic_int alive;
+  _Atomic int64_t renewed_ms; /* monotonic time of the last acknowledged renewal */
 };
 
 /* Sleeps up to ms unless stop is requested; returns whether to stop. */
@@ -107,7 +108,7 @@ static void *keepalive_main(void *arg) {
   kolo_etcd_keepalive *k = arg;
   int64_t interval = k->ttl_ms / 3;
   if (interval < 500) interval = 500;
-  int64_t last_ok = kolo_etcd_now_ms(); /* the lease was fresh when we were started */
+  int64_t last_ok = atomic_load(&k->renewed_ms); /* the lease was fresh when we were started */
   int64_t wait = interval, last_warning = 0;
   int failures = 0;
   char reason[512] = "";
@@ -134,6 +135,7 @@ static void *keepalive_main(void *arg) {
         KOLO_LOGI(COMPONENT, "lease %" PRIx64 " renewed again after %" PRId64 " ms without etcd",
                   (uint64_t)k->lease_id, kolo_etcd_now_ms() - last_ok);
       last_ok = kolo_etcd_now_ms();
+      atomic_store(&k->renewed_ms, last_ok);
       wait = interval;
       failures = 0;
       continue;
@@ -186,6 +188,7 @@ kolo_status kolo_etcd_keepalive_start_mode(kolo_etcd *c, int64_t lease_id, int64
   k->user = user;
   atomic_init(&k->stopping, 0);
   atomic_init(&k->alive, 1);
+  atomic_init(&k->renewed_ms, kolo_etcd_now_ms());
   pthread_mutex_init(&k->lock, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -206,6 +209,10 @@ kolo_status kolo_etcd_keepalive_start_mode(kolo_etcd *c, int64_t lease_id, int64
 
 int kolo_etcd_keepalive_alive(const kolo_etcd_keepalive *k) {
   return atomic_load(&k->alive);
+}
+
+int64_t kolo_etcd_keepalive_renewed_ms(const kolo_etcd_keepalive *k) {
+  return atomic_load(&k->renewed_ms);
 }
 
 void kolo_etcd_keepalive_stop(kolo_etcd_keepalive *k) {

@@ -366,6 +366,10 @@ int kolo_membership_alive(const kolo_membership *r) {
   return kolo_etcd_keepalive_alive(r->keepalive);
 }
 
+int64_t kolo_membership_renewed_ms(const kolo_membership *r) {
+  return kolo_etcd_keepalive_renewed_ms(r->keepalive);
+}
+
 kolo_status kolo_membership_deregister(kolo_membership *r) {
   if (r == NULL) return KOLO_OK;
   kolo_etcd_keepalive_stop(r->keepalive);

@@ -90,6 +90,9 @@ int64_t kolo_membership_lease(const kolo_membership *reg);
 /* Whether the keep-alive still holds the lease. */
 int kolo_membership_alive(const kolo_membership *reg);
 
+/* When etcd last acknowledged a renewal of the lease (CLOCK_MONOTONIC ms). */
+int64_t kolo_membership_renewed_ms(const kolo_membership *reg);
+
 /* Stops the keep-alive, revokes the lease (which deletes the record) and frees
  * reg, also when the revoke fails (the record then expires within the TTL).
  * Blocks for at most the request deadline. */

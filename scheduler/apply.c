@@ -82,7 +82,8 @@ static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, in
   kolo_sched_txn_put(t, key, kolo_codec_dump(&event.base, 0)); /* NULL breaks the txn */
   uint64_t evicted = kolo_keys_event_evicted(seq);
   if (evicted)
-    kolo_sched_txn_delete(t, key_copy(kolo_keys_event(j->id, (int64_t)evicted, buf, sizeof buf), buf));
+    kolo_sched_txn_delete(t,
+                          key_copy(kolo_keys_event(j->id, (int64_t)evicted, buf, sizeof buf), buf));
   KOLO_LOGI(LOG, "job %s: %s (epoch %" PRId64 "): %s", j->id, type, epoch, message);
 }
 

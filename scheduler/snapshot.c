@@ -186,10 +186,30 @@ static kolo_status add_assign(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv)
   return KOLO_OK;
 }
 
+static int assign_cmp(const void *a, const void *b) {
+  return strcmp(((const kolo_sched_assign *)a)->worker_id,
+                ((const kolo_sched_assign *)b)->worker_id);
+}
+
+static int worker_cmp(const void *a, const void *b) {
+  return strcmp(((const kolo_sched_worker *)a)->m.id, ((const kolo_sched_worker *)b)->m.id);
+}
+
+/* Binary search (the assignments are sorted by worker id: kolo_sched_snapshot_fill). */
 static const kolo_sched_assign *find_assign(const kolo_sched_snapshot *snap, const char *id) {
-  for (size_t i = 0; i < snap->n_assigns; i++)
-    if (strcmp(snap->assigns[i].worker_id, id) == 0) return &snap->assigns[i];
-  return NULL;
+  kolo_sched_assign key = {.worker_id = (char *)id};
+  return snap->n_assigns ? bsearch(&key, snap->assigns, snap->n_assigns, sizeof key, assign_cmp)
+                         : NULL;
+}
+
+/* Sorts base by cmp unless it is sorted already (what etcd's ranges give). */
+static void ensure_sorted(void *base, size_t n, size_t size,
+                          int (*cmp)(const void *, const void *)) {
+  for (size_t i = 1; i < n; i++)
+    if (cmp((char *)base + (i - 1) * size, (char *)base + i * size) > 0) {
+      qsort(base, n, size, cmp);
+      return;
+    }
 }
 
 kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
@@ -200,6 +220,8 @@ kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
   snap->workers = calloc(snap->n_members + 1, sizeof *snap->workers);
   if (snap->assigns == NULL || snap->workers == NULL) return KOLO_ERR_NO_MEMORY;
   for (size_t i = 0; i < assigns->count; i++) KOLO_CHECK(add_assign(snap, &assigns->kvs[i]));
+  /* lookups by worker id are binary searches: a pass is O(w log w), not O(w^2) (#35) */
+  ensure_sorted(snap->assigns, snap->n_assigns, sizeof *snap->assigns, assign_cmp);
   for (size_t i = 0; i < snap->n_members; i++) {
     kolo_sched_worker *w = &snap->workers[snap->n_workers++];
     w->m = snap->members[i];
@@ -207,6 +229,7 @@ kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
     const kolo_sched_assign *a = find_assign(snap, w->m.id);
     w->assign_job = a ? a->a.job : NULL;
   }
+  ensure_sorted(snap->workers, snap->n_workers, sizeof *snap->workers, worker_cmp);
   for (size_t i = 0; i < jobs->count; i++) add_job_key(snap, &jobs->kvs[i]);
   /* jobs without a readable spec and status are not ours to touch */
   size_t kept = 0;
@@ -252,9 +275,9 @@ kolo_status kolo_sched_snapshot_build(kolo_sched_snapshot *snap, const kolo_sche
 }
 
 kolo_sched_worker *kolo_sched_find_worker(kolo_sched_snapshot *snap, const char *id) {
-  for (size_t i = 0; i < snap->n_workers; i++)
-    if (strcmp(snap->workers[i].m.id, id) == 0) return &snap->workers[i];
-  return NULL;
+  kolo_sched_worker key = {.m = {.id = (char *)id}};
+  return snap->n_workers ? bsearch(&key, snap->workers, snap->n_workers, sizeof key, worker_cmp)
+                         : NULL;
 }
 
 int kolo_sched_worker_idle(const kolo_sched_worker *w) {

@@ -4,6 +4,7 @@
  * its passes from it (kolo_server_store_read_records) instead of re-reading etcd, and is
  * told of each batch that may matter to it (kolo_server_store_set_records_fn). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -107,14 +108,18 @@ void kolo_server_store_set_records_fn(kolo_server_store *s, kolo_server_store_re
   pthread_mutex_unlock(&s->sub_lock);
 }
 
-/* Copies the records under prefix (they are adjacent: sorted by key) into *out. */
-static kolo_status copy_prefix(const kolo_server_store *s, const char *prefix,
-                               kolo_etcd_range_result *out) {
+/* The records under prefix: [*first, *end) (they are adjacent: sorted by key). */
+static void find_group(const kolo_server_store *s, const char *prefix, size_t *first, size_t *end) {
   long at = find_record(s, prefix);
-  size_t first = at >= 0 ? (size_t)at : (size_t)(-at - 1), plen = strlen(prefix), end = first;
-  while (end < s->n_records && strncmp(s->records[end].key, prefix, plen) == 0) end++;
-  out->kvs = calloc(end - first + 1, sizeof *out->kvs);
-  if (out->kvs == NULL) return KOLO_ERR_NO_MEMORY;
+  size_t plen = strlen(prefix);
+  *first = at >= 0 ? (size_t)at : (size_t)(-at - 1);
+  *end = *first;
+  while (*end < s->n_records && strncmp(s->records[*end].key, prefix, plen) == 0) (*end)++;
+}
+
+/* Appends records [first, end) to out (room for them allocated by the caller). */
+static kolo_status copy_range(const kolo_server_store *s, size_t first, size_t end,
+                              kolo_etcd_range_result *out) {
   for (size_t i = first; i < end; i++) {
     const kolo_server_kv_item *r = &s->records[i];
     kolo_etcd_kv *kv = &out->kvs[out->count];
@@ -138,6 +143,48 @@ static kolo_status copy_prefix(const kolo_server_store *s, const char *prefix,
   return KOLO_OK;
 }
 
+/* Copies the records under prefix into *out. */
+static kolo_status copy_prefix(const kolo_server_store *s, const char *prefix,
+                               kolo_etcd_range_result *out) {
+  size_t first, end;
+  find_group(s, prefix, &first, &end);
+  out->kvs = calloc(end - first + 1, sizeof *out->kvs);
+  if (out->kvs == NULL) return KOLO_ERR_NO_MEMORY;
+  return copy_range(s, first, end, out);
+}
+
+/* Whether the view holds job e as ended (SUCCEEDED, FAILED, CANCELLED): nothing of it
+ * changes any more, so nothing under it is the scheduler's. */
+static int job_ended(const entry *e) {
+  if (e->status == NULL) return 0;
+  Kolo__V1__Phase p = e->status->phase;
+  return p == KOLO__V1__PHASE__SUCCEEDED || p == KOLO__V1__PHASE__FAILED ||
+         p == KOLO__V1__PHASE__CANCELLED;
+}
+
+/* Copies the records of every job the view does not hold as ended, job by job (each job's
+ * keys adjacent, as a prefix range returns them): its cost grows with the live jobs' records
+ * and the number of jobs, not with the ended jobs' records (#32, #35). */
+static kolo_status copy_live_jobs(const kolo_server_store *s, kolo_etcd_range_result *out) {
+  size_t(*groups)[2] = calloc(s->count + 1, sizeof *groups), n_groups = 0, total = 0;
+  if (groups == NULL) return KOLO_ERR_NO_MEMORY;
+  char prefix[512];
+  for (size_t i = 0; i < s->count; i++) {
+    if (job_ended(s->entries[i])) continue;
+    snprintf(prefix, sizeof prefix, "%s%s/", KOLO_KEY_JOBS_PREFIX, s->entries[i]->id);
+    find_group(s, prefix, &groups[n_groups][0], &groups[n_groups][1]);
+    total += groups[n_groups][1] - groups[n_groups][0];
+    n_groups++;
+  }
+  kolo_status rc = KOLO_ERR_NO_MEMORY;
+  out->kvs = calloc(total + 1, sizeof *out->kvs);
+  if (out->kvs != NULL) rc = KOLO_OK;
+  for (size_t g = 0; rc == KOLO_OK && g < n_groups; g++)
+    rc = copy_range(s, groups[g][0], groups[g][1], out);
+  free(groups);
+  return rc;
+}
+
 /* Waits until the view has applied revision or timeout_ms passed (KOLO_ERR_TIMEOUT). */
 static kolo_status wait_applied(kolo_server_store *s, int64_t revision, int timeout_ms) {
   struct timespec deadline;
@@ -159,15 +206,26 @@ static kolo_status wait_applied(kolo_server_store *s, int64_t revision, int time
   return rc;
 }
 
-kolo_status kolo_server_store_read_records(kolo_server_store *s, const char *const *prefixes,
-                                           size_t n, int64_t min_revision, int timeout_ms,
-                                           kolo_etcd_range_result *out, int64_t *revision,
-                                           uint64_t *reloads) {
+static int64_t mono_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+static kolo_status read_records(kolo_server_store *s, const char *const *prefixes, size_t n,
+                                int64_t min_revision, int timeout_ms, int live_jobs,
+                                kolo_etcd_range_result *out, int64_t *revision, uint64_t *reloads,
+                                int64_t *waited_us) {
   memset(out, 0, n * sizeof *out);
+  int64_t started = mono_us();
   kolo_status rc = min_revision > 0 ? wait_applied(s, min_revision, timeout_ms) : KOLO_OK;
+  if (waited_us) *waited_us = mono_us() - started;
   pthread_rwlock_rdlock(&s->lock);
   if (reloads) *reloads = s->reloads;
-  for (size_t i = 0; rc == KOLO_OK && i < n; i++) rc = copy_prefix(s, prefixes[i], &out[i]);
+  for (size_t i = 0; rc == KOLO_OK && i < n; i++)
+    rc = live_jobs && strcmp(prefixes[i], KOLO_KEY_JOBS_PREFIX) == 0
+             ? copy_live_jobs(s, &out[i])
+             : copy_prefix(s, prefixes[i], &out[i]);
   /* the data under the read lock is at least at this revision (it is set after each batch) */
   int64_t at = kolo_server_store_revision(s);
   pthread_rwlock_unlock(&s->lock);
@@ -176,4 +234,19 @@ kolo_status kolo_server_store_read_records(kolo_server_store *s, const char *con
   if (rc != KOLO_OK)
     for (size_t i = 0; i < n; i++) kolo_etcd_range_result_free(&out[i]);
   return rc;
+}
+
+kolo_status kolo_server_store_read_records(kolo_server_store *s, const char *const *prefixes,
+                                           size_t n, int64_t min_revision, int timeout_ms,
+                                           kolo_etcd_range_result *out, int64_t *revision,
+                                           uint64_t *reloads) {
+  return read_records(s, prefixes, n, min_revision, timeout_ms, 0, out, revision, reloads, NULL);
+}
+
+kolo_status kolo_server_store_read_live_records(kolo_server_store *s, const char *const *prefixes,
+                                                size_t n, int64_t min_revision, int timeout_ms,
+                                                kolo_etcd_range_result *out, int64_t *revision,
+                                                uint64_t *reloads, int64_t *waited_us) {
+  return read_records(s, prefixes, n, min_revision, timeout_ms, 1, out, revision, reloads,
+                      waited_us);
 }

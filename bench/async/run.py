@@ -12,7 +12,8 @@ read by libkolo (kolo_mode_from_env) when bench/async/worker.py builds
 hvd.DistributedOptimizer; the worker's code is the same in every mode.
 
 Usage: bench/async/run.py [--rates 100mbit,1gbit] [--repeats 3] [--steps 300]
-                          [--configs SYNC,DDP,...] [--slow [--slow-rates 100mbit]] [--ranks 4]
+                          [--configs SYNC,DDP,...] [--slow [--slow-rates 100mbit] [--slow-configs ...]]
+                          [--ranks 4]
 Needs root (namespaces) and a build (KOLO_BIN_DIR, default build/bin)."""
 import argparse
 import json
@@ -69,6 +70,7 @@ def summary(results, slow):
     fast = [r for r in results if not (slow and r["rank"] == len(results) - 1)]
     return {"reached_s": rank0["reached_s"], "final": rank0["final"],
             "mbytes": statistics.mean(r["tx_bytes"] for r in results) / 1e6,
+            "loop_kb_per_step": statistics.mean(r["loop_tx_bytes"] / r["steps"] for r in results) / 1e3,
             "steps_per_s": statistics.mean(r["steps_per_s"] for r in fast),
             "blocked_s": statistics.mean(r.get("blocked_seconds", 0.0) for r in fast),
             "staleness": max(r.get("staleness", 0) for r in results)}
@@ -85,19 +87,20 @@ def fmt(value, pattern):
 
 def table(rate, slow, rows, configs, base):
     print("\n### %s, 4 hosts x 1 rank%s\n" % (rate, ", rank 3 at half speed" if slow else ""))
-    print("| mode | time to target (s) | final accuracy | MB sent per rank | steps/s (unslowed ranks) |"
-          " of undisturbed | blocked s | staleness |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| mode | time to target (s) | final accuracy | MB sent per rank | kB per step in the loop |"
+          " steps/s (unslowed ranks) | of undisturbed | blocked s | staleness |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label in configs:
         runs = rows[label]
         reached = [r["reached_s"] for r in runs]
         speed = median([r["steps_per_s"] for r in runs])
         ref = base.get(label) if base else None
-        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             label, fmt(median(reached), "%.1f") + ("" if all(v is not None for v in reached) else
                                                    " (%d/%d reached)" % (sum(v is not None for v in reached),
                                                                          len(reached))),
             fmt(median([r["final"] for r in runs]), "%.4f"), fmt(median([r["mbytes"] for r in runs]), "%.1f"),
+            fmt(median([r["loop_kb_per_step"] for r in runs]), "%.1f"),
             fmt(speed, "%.2f"), fmt(100 * speed / ref if ref and speed else None, "%.0f%%"),
             fmt(median([r["blocked_s"] for r in runs]), "%.1f"), fmt(median([r["staleness"] for r in runs]), "%d")))
     sys.stdout.flush()
@@ -112,6 +115,7 @@ def main():
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--slow", action="store_true", help="also run with the last rank at half speed")
     parser.add_argument("--slow-rates", default="100mbit", help="the rates at which --slow runs")
+    parser.add_argument("--slow-configs", default="", help="the configs --slow runs (default: --configs)")
     parser.add_argument("--ranks", type=int, default=4)
     args = parser.parse_args()
     configs = args.configs.split(",")
@@ -126,16 +130,17 @@ def main():
         try:
             base = {}
             for slow in ([False, True] if args.slow and rate in args.slow_rates.split(",") else [False]):
-                rows = {label: [] for label in configs}
+                these = args.slow_configs.split(",") if slow and args.slow_configs else configs
+                rows = {label: [] for label in these}
                 for repeat in range(args.repeats):
-                    for label in configs:  # interleaved
+                    for label in these:  # interleaved
                         began = time.monotonic()
                         results = run_once(hosts, args.ranks, label, args, slow)
                         rows[label].append(summary(results, slow))
                         print("# %s %s%s run %d: %s (%.0f s)" % (rate, label, " slow" if slow else "", repeat + 1,
                                                                 json.dumps(rows[label][-1]),
                                                                 time.monotonic() - began), flush=True)
-                table(rate, slow, rows, configs, base if slow else None)
+                table(rate, slow, rows, these, base if slow else None)
                 if not slow:
                     base = {label: median([r["steps_per_s"] for r in rows[label]]) for label in configs}
         finally:

@@ -71,7 +71,7 @@ def main():
         rank, size = hvd.rank(), hvd.size()
         net = model = mlp()
         mode = os.environ.get("BENCH_LABEL", "SYNC")
-        optimizer = torch.optim.SGD(net.parameters(), lr=args.lr * size, momentum=0.9)
+        optimizer = torch.optim.SGD(net.parameters(), lr=args.lr * hvd.lr_scale(), momentum=0.9)  # x 1 unless SYNC
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=net.named_parameters())
         rounds = getattr(optimizer, "_kolo_rounds", None)
         hvd.broadcast_parameters(net.state_dict(), root_rank=0)
@@ -102,6 +102,7 @@ def main():
                 reached = elapsed
             paused += time.monotonic() - e0
     train_s = time.monotonic() - began - paused
+    loop_bytes = tx_bytes() - start_bytes  # the rounds only: before the last join and the evaluation
     if rounds is not None:
         optimizer.synchronize()  # join: every rank ends with the same model
     final = None
@@ -110,6 +111,7 @@ def main():
             final = float((net(test.tensors[0]).argmax(1) == test.tensors[1]).float().mean())
     out = {"rank": rank, "mode": mode, "steps": args.steps, "train_s": round(train_s, 3),
            "steps_per_s": round(args.steps / train_s, 3), "tx_bytes": tx_bytes() - start_bytes,
+           "loop_tx_bytes": loop_bytes,
            "reached_s": reached, "final": final, "curve": curve}
     if rounds is not None:
         out.update(rounds.report())

@@ -8,6 +8,8 @@
  *   drain      a busy worker is drained (SIGTERM: it leaves its job at its next step, exits)
  *   join N     N new workers register
  *   churn K D R  from now on kill every K ms, drain every D ms, replace after R ms (0: off)
+ *   hold 1|0   1: no agent idles (one without a job leaves at once) and none rejoins, so a
+ *              real job's re-form can be measured without simulated newcomers; 0: as before
  *   stats      one JSON line on stdout: agents, busy
  *   quit       every agent deregisters; the fleet exits (also on stdin's end, SIGTERM)
  * A lost or drained worker is replaced by a new one --rejoin-ms later (0: never).
@@ -48,6 +50,7 @@ struct fleet {
   int workers, threads, hosts, form_ms, step_ms, report_ms, detect_ms, rejoin_ms;
   int kill_every_ms, drain_every_ms, duration_s;
   int64_t next_kill, next_drain; /* the main thread's */
+  int hold;                      /* no agent idles, rejoins wait (the main thread's) */
   int64_t lease_ttl_s, steps;
   pthread_mutex_t lock; /* slots, their fleet-side fields, the events file */
   slot **slots;
@@ -253,7 +256,14 @@ static int command(fleet *f, char *line) {
   if (strcmp(line, "kill") == 0) churn(f, 1);
   if (strcmp(line, "drain") == 0) churn(f, 0);
   if (strcmp(line, "stats") == 0) stats(f);
-  int k, d, r;
+  int k, d, r, h;
+  if (sscanf(line, "hold %d", &h) == 1) { /* every agent, and no rejoin meanwhile */
+    f->hold = h;
+    pthread_mutex_lock(&f->lock);
+    for (size_t i = 0; i < f->n_slots; i++)
+      if (f->slots[i]->agent && !f->slots[i]->gone) kolo_fleet_agent_hold(f->slots[i]->agent, h);
+    pthread_mutex_unlock(&f->lock);
+  }
   if (sscanf(line, "churn %d %d %d", &k, &d, &r) == 3) { /* new rates from now on */
     f->kill_every_ms = k;
     f->drain_every_ms = d;
@@ -385,7 +395,7 @@ static void run(fleet *f) {
     pthread_mutex_lock(&f->lock);
     size_t due = 0;
     for (size_t i = 0; i < f->n_rejoin;)
-      if (f->rejoin_due[i] <= now) {
+      if (f->rejoin_due[i] <= now && !f->hold) {
         f->rejoin_due[i] = f->rejoin_due[--f->n_rejoin];
         due++;
       } else {

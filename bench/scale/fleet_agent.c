@@ -35,6 +35,7 @@ struct kolo_fleet_agent {
   int changed;      /* a new value since the last reconcile */
   int lease_lost;
   int pend_drain, pend_kill;             /* posted by other threads, applied by tick */
+  int hold;                              /* set by kolo_fleet_agent_hold */
   int64_t pend_fail_at, pend_fail_epoch; /* a neighbour's loss (peer_lost) */
   int pend_fail_rank;
   char pend_fail_job[129];
@@ -275,6 +276,7 @@ static void reconcile(kolo_fleet_agent *a, int64_t now) {
     if (!a->running) {
       if (a->job[0]) event(a, "idle", a->epoch, 0);
       a->job[0] = '\0';
+      if (a->hold) a->draining = 1; /* held: never idle, it leaves (kolo_fleet_agent_hold) */
       set_state(a, a->draining ? "draining" : "idle");
     }
     goto out;
@@ -353,6 +355,8 @@ int kolo_fleet_agent_tick(kolo_fleet_agent *a, int64_t now) {
     kill_now(a);
     return 0;
   }
+  if (a->hold && !a->running && !a->draining && a->state && strcmp(a->state, "idle") == 0)
+    drain = 1;
   if (drain && !a->draining) {
     a->draining = 1;
     set_state(a, "draining");
@@ -390,6 +394,12 @@ int kolo_fleet_agent_tick(kolo_fleet_agent *a, int64_t now) {
 void kolo_fleet_agent_drain(kolo_fleet_agent *a) {
   pthread_mutex_lock(&a->lock);
   a->pend_drain = 1;
+  pthread_mutex_unlock(&a->lock);
+}
+
+void kolo_fleet_agent_hold(kolo_fleet_agent *a, int on) {
+  pthread_mutex_lock(&a->lock);
+  a->hold = on;
   pthread_mutex_unlock(&a->lock);
 }
 

@@ -59,6 +59,9 @@ int kolo_fleet_agent_tick(kolo_fleet_agent *a, int64_t now_ms);
  *   process runs in that ring it reports FAILED (KOLO_ERR_PEER_LOST, naming rank) at at_ms. */
 void kolo_fleet_agent_drain(kolo_fleet_agent *a);
 void kolo_fleet_agent_kill(kolo_fleet_agent *a);
+/* hold (on = 1): the agent is never idle: when it has no process and no assignment it is
+ * drained and leaves (so the scheduler sees no idle simulated worker); 0: as usual. */
+void kolo_fleet_agent_hold(kolo_fleet_agent *a, int on);
 void kolo_fleet_agent_peer_lost(kolo_fleet_agent *a, const char *job, int64_t epoch, int rank,
                                 int64_t at_ms);
 

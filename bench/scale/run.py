@@ -130,8 +130,9 @@ def hist_quantile(before, after, name, q):
 class Plane:
     """etcd + two kolo-servers in a temp dir."""
 
-    def __init__(self, build, tmp, compaction):
+    def __init__(self, build, tmp, compaction, server_bin=None):
         self.build, self.tmp, self.procs = build, tmp, []
+        self.server_bin = server_bin or os.path.join(build, "bin/kolo-server")
         client, peer = free_port(), free_port()
         self.etcd_url = "http://127.0.0.1:%d" % client
         self.etcd = self.spawn(["etcd", "--name", "s", "--data-dir", os.path.join(tmp, "etcd"),
@@ -152,7 +153,7 @@ class Plane:
 
     def start_server(self, name):
         ports = os.path.join(self.tmp, name + ".ports")
-        p = self.spawn([os.path.join(self.build, "bin/kolo-server"), "--etcd", self.etcd_url, "--grpc-listen",
+        p = self.spawn([self.server_bin, "--etcd", self.etcd_url, "--grpc-listen",
                         "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--port-file", ports, "--leader-ttl", "2",
                         "--name", "scale-" + name, "--data-dir", os.path.join(self.tmp, "data-" + name)],
                        "server-%s.log" % name)
@@ -258,6 +259,76 @@ def submit(client, pb, job_id, size, steps):
     return (time.monotonic() - t) * 1000
 
 
+class RealJob:
+    """4 real kolo-workers (ids sorting before the fleet's) running bench/recovery's
+    recovery_loop as an elastic exec job (min 2, max 4) in the middle of the fleet."""
+
+    def __init__(self, args, plane, tmp):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("recovery", os.path.join(ROOT, "bench/recovery/run.py"))
+        self.rec = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.rec)
+        self.plane, self.tmp, self.args = plane, tmp, args
+        self.program = os.path.join(tmp, "recovery_loop")
+        subprocess.check_call(["cc", "-O2", "-I", os.path.join(ROOT, "include"),
+                               os.path.join(ROOT, "bench/recovery/recovery_loop.c"),
+                               "-L", os.path.join(args.build, "lib"), "-lkolo",
+                               "-Wl,-rpath," + os.path.join(args.build, "lib"), "-o", self.program])
+        self.steps = os.path.join(tmp, "steps")
+        os.makedirs(self.steps)
+        self.workers, self.next_id, self.job = {}, 1, "real-job"
+        for _ in range(4):
+            self.start_worker()
+
+    def start_worker(self):
+        wid = "a-real-%d" % self.next_id
+        self.next_id += 1
+        self.workers[wid] = self.plane.spawn([os.path.join(self.args.build, "bin/kolo-worker"), "--etcd",
+                                              self.plane.etcd_url, "--advertise", "127.0.0.1:%d" % free_port(),
+                                              "--id", wid, "--lease-ttl", str(self.args.lease_ttl),
+                                              "--work-dir", os.path.join(self.tmp, wid)], wid + ".log")
+        return wid
+
+    def submit(self, client, pb):
+        spec = pb.JobSpec(id=self.job, name="real", min_workers=2, max_workers=4, max_reconfigurations=100000,
+                          mode=pb.SYNC)
+        spec.exec.argv.extend([self.program, "100000000", "1024", "10"])
+        spec.exec.env["KOLO_STEP_DIR"] = self.steps
+        client.call("SubmitJob", spec, timeout=30)
+
+    def status(self, client, pb):
+        return client.call("GetJob", pb.GetJobRequest(id=self.job), timeout=30)
+
+    def kill_round(self, client, pb, fleet):
+        """SIGKILL of a non-zero rank's worker -> first step of rank 0 on the new ring (fleet held:
+        no simulated worker idles, so the ring re-forms with the real survivors only)."""
+        wait("a real ring of 3 or more", lambda: (lambda j: j if pb.Phase.Name(j.status.phase) == "RUNNING" and len(
+            j.status.members) >= 3 else None)(self.status(client, pb)), 30)
+        fleet.send("hold 1")
+        time.sleep(3)
+        j = self.status(client, pb)
+        rank0, victim = j.status.members[0].worker_id, j.status.members[1].worker_id
+        epoch = j.status.epoch
+        wait("rank 0 stepping", lambda: any(e == epoch for e, _, _ in self.rec.read_steps(
+            os.path.join(self.steps, rank0 + ".steps"))), 60)
+        pids = self.rec.job_processes(self.job, victim)
+        t0 = int(time.time() * 1000)
+        self.workers[victim].kill()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.workers[victim].wait()
+        new = wait("a new ring", lambda: (lambda j: j if j.status.epoch > epoch else None)(self.status(client, pb)), 60)
+        members = [m.worker_id for m in new.status.members]
+        t_step = wait("a step on the new ring", lambda: next((at for e, _, at in self.rec.read_steps(
+            os.path.join(self.steps, rank0 + ".steps")) if e > epoch), None), 60)
+        fleet.send("hold 0")
+        return {"kill_to_step_ms": t_step - t0, "members": members,
+                "only_real": all(m.startswith("a-real-") for m in members)}
+
+
 def run_size(args, n):
     from fleet_support import Fleet
     from test_server_support import Client, pb
@@ -265,7 +336,7 @@ def run_size(args, n):
     plane = fleet = client = sampler = None
     result = {"workers": n}
     try:
-        plane = Plane(args.build, tmp, args.compaction)
+        plane = Plane(args.build, tmp, args.compaction, args.server_bin)
         client = Client(plane.leader()["grpc"])
         rss0 = [rss_kib(s["proc"].pid) for s in plane.servers]
         # 1. idle
@@ -286,6 +357,11 @@ def run_size(args, n):
         result["rss_kib_before_workers"] = rss0
         result["rss_kib_idle_workers"] = rss1
         result["rss_bytes_per_idle_worker"] = [round((b - a) * 1024 / n) for a, b in zip(rss0, rss1)]
+        real = None
+        if args.real_job:
+            real = RealJob(args, plane, tmp)
+            time.sleep(2)
+            real.submit(client, pb)
         # 2. churn
         jobs, submit_ms, live = [], [], set()
         n_jobs = max(2, n * args.jobs_per_100 // 100)
@@ -303,8 +379,17 @@ def run_size(args, n):
         fleet.send("churn %d %d %d" % (args.kill_every_ms, args.drain_every_ms, args.rejoin_ms))
         finished = failed = 0
         next_id = n_jobs
-        end = time.monotonic() + args.churn_s
+        start = time.monotonic()
+        end = start + args.churn_s
+        real_rounds, real_at = [], [start + args.churn_s * f for f in (0.35, 0.7)] if real else []
         while time.monotonic() < end:
+            if real_at and time.monotonic() >= real_at[0]:
+                real_at.pop(0)
+                try:
+                    real_rounds.append(real.kill_round(client, pb, fleet))
+                except Exception as e:
+                    real_rounds.append({"error": str(e)})
+                    fleet.send("hold 0")
             for job in list(live):
                 phase = pb.Phase.Name(client.call("GetJob", pb.GetJobRequest(id=job), timeout=30).status.phase)
                 if phase in ("SUCCEEDED", "FAILED", "CANCELLED"):
@@ -343,6 +428,7 @@ def run_size(args, n):
             "db": sampler.samples[::max(1, len(sampler.samples) // 20)],
             "load_average": os.getloadavg()[0],
         })
+        result["real_job"] = real_rounds
         events = fleet.events()
         lr = loss_to_ring(events)
         result["kills"] = sum(1 for e in events if e["ev"] == "kill")
@@ -405,7 +491,7 @@ def run_finished(args, counts):
     plane = fleet = None
     rows = []
     try:
-        plane = Plane(args.build, tmp, args.compaction)
+        plane = Plane(args.build, tmp, args.compaction, args.server_bin)
         fleet = Fleet(os.path.join(args.build, "bin"), plane.etcd_url, 20, "--threads", "2",
                       "--step-ms", "20", lease_ttl=args.lease_ttl)
         from test_server_support import Client, pb
@@ -457,6 +543,8 @@ def main():
     ap.add_argument("--drain-every-ms", type=int, default=10000)
     ap.add_argument("--rejoin-ms", type=int, default=2000)
     ap.add_argument("--compaction", type=int, default=20000, help="etcd --auto-compaction-retention (revisions)")
+    ap.add_argument("--real-job", action="store_true", help="a real elastic job in the middle, killed twice")
+    ap.add_argument("--server-bin", default=None, help="another kolo-server (e.g. before a change)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--out", default="")
     args = ap.parse_args()

@@ -33,7 +33,7 @@ from .errors import AbortedError, JobStoppedError, KoloError, KoloTimeoutError, 
 
 # statuses after which the job goes on with a re-formed ring
 RECOVERABLE = (PeerLostError, AbortedError, KoloTimeoutError, RingChangedError)
-_RECOVERABLE_STATUS = {"KOLO_ERR_PEER_LOST", "KOLO_ERR_ABORTED", "KOLO_ERR_TIMEOUT", "KOLO_ERR_RING_CHANGED",
+RECOVERABLE_STATUS = {"KOLO_ERR_PEER_LOST", "KOLO_ERR_ABORTED", "KOLO_ERR_TIMEOUT", "KOLO_ERR_RING_CHANGED",
                        "KOLO_ERR_CONNECT", "KOLO_ERR_PROTOCOL", "KOLO_ERR_STALE_EPOCH"}
 
 
@@ -46,7 +46,7 @@ def recoverable(error: BaseException) -> bool:
     """Whether run() re-forms the ring after this error (and not re-raises it)."""
     if isinstance(error, JobStoppedError) or not isinstance(error, KoloError):
         return False
-    return isinstance(error, RECOVERABLE) or error.status in _RECOVERABLE_STATUS
+    return isinstance(error, RECOVERABLE) or error.status in RECOVERABLE_STATUS
 
 
 def has_agent() -> bool:

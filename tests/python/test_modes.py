@@ -53,6 +53,8 @@ def test_the_unchanged_horovod_script_trains_in_the_mode_of_the_environment():
             assert report["sync_every"] == int(extra["KOLO_MODE_SYNC_EVERY"]), report
         if mode == "DILOCO":
             assert report["compression"] == "int8", report
+        # Horovod's lr x ranks where a step averages the ranks' gradients; a local step is one rank's
+        assert report["lr_scale"] == (2 if mode == "SYNC" else 1), report
 
 
 def test_a_malformed_mode_in_the_environment_is_a_clear_error():

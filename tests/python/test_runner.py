@@ -18,6 +18,7 @@ import pytest
 
 import cluster
 import kolo
+import kolo.mode
 from kolo.runner import MAX_PAYLOAD_BYTES, RemoteTraceback, Runner, RunnerError
 
 
@@ -207,3 +208,49 @@ def test_bad_arguments_are_refused_before_anything_runs(c):
     with pytest.raises(TypeError):
         Runner(np=1, env={"A": 1})
     assert isinstance(RunnerError("x"), RuntimeError) and kolo.Runner is Runner
+
+
+def the_mode():
+    import kolo
+    import kolo.mode
+    kolo.init()
+    spec = kolo.mode.from_env()  # what kolo.torch's DistributedOptimizer reads
+    kolo.mode.acknowledge(spec.mode)
+    return spec.as_dict()
+
+
+def test_the_runner_passes_the_mode_and_its_parameters_into_the_job(c):
+    runner = Runner(np=2, server=c.grpc_target, stream=io.StringIO(), timeout=180, mode="diloco", average_every=7,
+                    outer_momentum=0.5, compression="int8")
+    got = runner.run(the_mode)
+    assert (got["mode"], got["sync_every"], got["outer_momentum"], got["compression"]) == ("DILOCO", 7, 0.5, "int8")
+    assert got["outer_lr"] == kolo.mode.default("DILOCO").outer_lr  # the others keep libkolo's defaults
+    assert c.job(runner.job_id)["spec"]["mode"] == "DILOCO"
+
+
+def test_a_mode_parameter_out_of_range_is_refused_at_submit_naming_it(c):
+    runner = Runner(np=2, server=c.grpc_target, stream=io.StringIO(), timeout=180, mode="DILOCO",
+                    outer_momentum=1.5)
+    with pytest.raises(Exception, match="outer_momentum"):
+        runner.run(the_mode)
+
+
+def test_bad_mode_arguments_are_refused_before_anything_is_submitted():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        Runner(np=2, mode="fast")
+    with pytest.raises(TypeError, match="unknown argument"):
+        Runner(np=2, mode="DILOCO", outer_lr=0.5)
+    with pytest.raises(ValueError, match="without a mode"):
+        Runner(np=2, average_every=3)
+    with pytest.raises(TypeError, match="average_every must be int"):
+        Runner(np=2, mode="ASYNC", average_every=2.5)
+
+
+def test_a_local_run_passes_the_mode_to_kolorun():
+    got = Runner(np=-2, stream=io.StringIO(), timeout=120, mode="local-sgd", average_every=5).run(the_mode)
+    assert (got["mode"], got["sync_every"]) == ("LOCAL_SGD", 5), got
+
+
+def test_an_unknown_compression_is_refused_before_anything_is_submitted():
+    with pytest.raises(ValueError, match="compression must be none, fp16 or int8"):
+        Runner(np=2, mode="DILOCO", compression="int4")

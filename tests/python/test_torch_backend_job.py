@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from typing import List
 
 import pytest
@@ -17,6 +18,7 @@ import kolotest
 
 BUILD = os.environ.get("KOLO_BUILD_DIR", os.path.join(kolotest.SRC, "build"))
 SCRIPT = os.path.join(kolotest.SRC, "examples", "pytorch", "ddp_train.py")
+ELASTIC = os.path.join(kolotest.SRC, "examples", "pytorch", "ddp_elastic.py")
 
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(BUILD, "lib", "_kolo_c10d.so")),
                                 reason="the kolo c10d extension is not built")
@@ -60,3 +62,38 @@ def test_the_same_ddp_script_runs_under_torchrun_and_as_a_kolo_exec_job(tmp_path
     for ours, theirs in zip(job_ranks, torchrun_ranks):
         assert abs(ours["checksum"] - theirs["checksum"]) < 1e-6, (job_ranks, torchrun_ranks)
     assert job_ranks[0]["checksum"] == job_ranks[1]["checksum"]
+
+
+def test_an_elastic_ddp_job_goes_on_in_the_same_processes_after_a_worker_is_killed():
+    """examples/pytorch/ddp_elastic.py (kolo.torch.distributed.elastic_run) as a job of three
+    workers, one SIGKILLed mid-run: the two survivors re-form, build a new DDP on the new
+    ring and finish every step in the processes they started in, with identical weights."""
+    c = cluster.Cluster()
+    try:
+        for worker in ("w1", "w2", "w3"):
+            c.start_worker(worker)
+        results = os.path.join(c.dir, "results")
+        os.makedirs(results)
+        steps = 150
+        c.submit({"id": "ddp-elastic", "name": "ddp-elastic", "min_workers": 2, "max_workers": 3,
+                  "exec": {"argv": [kolotest.PYTHON, ELASTIC, "--steps", str(steps), "--step-sleep", "0.05"],
+                           "env": {"RESULT_DIR": results, "OMP_NUM_THREADS": "1",
+                                   "PYTHONPATH": kolotest.sys_path_entry()}}})
+
+        def started() -> List[str]:
+            return [n for n in os.listdir(results) if n.startswith("started-")]
+        cluster.wait_for(lambda: len(started()) == 3, 120, "three processes started")
+        cluster.wait_for(lambda: (c.job("ddp-elastic") or {}).get("status", {}).get("phase") == "RUNNING", 120,
+                         "the ring formed")
+        time.sleep(2)  # some steps on three ranks
+        c.kill_worker("w3")
+        job = c.wait_phase("ddp-elastic", ["SUCCEEDED", "FAILED", "CANCELLED"], 240)
+        assert job["status"]["phase"] == "SUCCEEDED", (json.dumps(job)[:2000], c.logs_tail())
+        ranks = read(results)
+        first = set(started())
+    finally:
+        c.stop()
+    assert len(first) == 3, first  # no process was started again
+    assert all(r["size"] == 2 and r["steps"] == steps and r["reforms"] >= 1 for r in ranks), ranks
+    assert {"started-%d" % r["pid"] for r in ranks} <= first, (ranks, first)
+    assert ranks[0]["checksum"] == ranks[1]["checksum"], ranks

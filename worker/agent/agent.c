@@ -40,6 +40,7 @@
 #include "worker/agent/logserver.h"
 #include "worker/agent/logstore.h"
 #include "worker/agent/mode_check.h"
+#include "worker/agent/fence.h"
 #include "worker/agent/health.h"
 #include "worker/agent/port.h"
 #include "worker/agent/process.h"
@@ -64,6 +65,8 @@ typedef struct agent {
   char *assignment;       /* newest assignment value, NULL when none */
   int assignment_refused; /* that value does not decode and was logged once */
   int lease_lost;
+  int fenced; /* the process is paused: the lease may have expired (fence.h) */
+  int64_t fenced_at_ms;
   int64_t register_at_ms;   /* unregistered (etcd said the lease is gone): next attempt */
   int64_t register_wait_ms; /* and the back-off before the one after */
 
@@ -205,6 +208,7 @@ static kolo_status register_worker(agent *a) {
  * stops (its ring moved on without it) and we come back as a new worker. */
 static void lose_registration(agent *a) {
   a->hs.leases_lost++;
+  a->fenced = 0; /* a paused process is killed below (SIGKILL needs no SIGCONT) */
   if (a->proc) { /* never restart it for the assignment it had */
     snprintf(a->done_job, sizeof a->done_job, "%s", a->job);
     a->done_epoch = a->epoch;
@@ -823,6 +827,50 @@ static double progress_number(const Kolo__V1__Struct *progress, const char *key)
   return kolo_codec_struct_number(progress, key, &d) ? d : 0;
 }
 
+/* The partition fence (fence.h): while no renewal of the lease has been acknowledged for a
+ * TTL, the process is paused, so it cannot run beside a copy the scheduler started elsewhere;
+ * it continues when etcd renews the lease again, and dies with lose_registration when etcd
+ * says the lease is gone. */
+static void fence(agent *a) {
+  if (!a->opts->partition_fence || a->proc == NULL || a->reg == NULL) {
+    a->fenced = 0;
+    return;
+  }
+  int64_t now = mono_ms(), renewed = kolo_membership_renewed_ms(a->reg); /* CLOCK_MONOTONIC both */
+  switch (kolo_agent_fence_decide(now, renewed, a->opts->lease_ttl_s * 1000LL, a->fenced)) {
+    case KOLO_AGENT_FENCE_PAUSE:
+      KOLO_LOGW(
+          LOG,
+          "no renewal of the lease acknowledged for %" PRId64
+          " ms (TTL %d s): etcd may have "
+          "expired it and the job may be running elsewhere, so the process (pid %d) is paused "
+          "until etcd answers",
+          now - renewed, a->opts->lease_ttl_s, (int)kolo_agent_proc_pid(a->proc));
+      kolo_agent_proc_pause(a->proc, 1);
+      a->fenced = 1;
+      a->fenced_at_ms = now;
+      a->hs.fences++;
+      break;
+    case KOLO_AGENT_FENCE_RESUME:
+      KOLO_LOGI(LOG,
+                "etcd renewed the lease again: the process continues after %" PRId64 " ms paused",
+                now - a->fenced_at_ms);
+      kolo_agent_proc_pause(a->proc, 0);
+      a->fenced = 0;
+      break;
+    case KOLO_AGENT_FENCE_KEEP:
+      break;
+  }
+}
+
+/* At most wait_ms, less when the fence's deadline comes sooner (so it pauses on time). */
+static int fence_wait_ms(const agent *a, int wait_ms) {
+  if (!a->opts->partition_fence || a->proc == NULL || a->reg == NULL || a->fenced) return wait_ms;
+  int64_t left = kolo_membership_renewed_ms(a->reg) +
+                 kolo_agent_fence_after_ms(a->opts->lease_ttl_s * 1000LL) - mono_ms();
+  return left < 0 ? 0 : left < wait_ms ? (int)left : wait_ms;
+}
+
 static void publish_health(agent *a) {
   if (a->health == NULL) return;
   kolo_agent_health_state *h = &a->hs;
@@ -832,6 +880,7 @@ static void publish_health(agent *a) {
   snprintf(h->job, sizeof h->job, "%s", a->proc ? a->job : "");
   h->epoch = a->proc ? a->epoch : 0;
   h->process_running = a->proc != NULL;
+  h->fenced = a->fenced;
   h->has_progress = a->proc != NULL && a->progress != NULL;
   if (h->has_progress) {
     h->step = progress_number(a->progress, "step");
@@ -956,7 +1005,7 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
     fds[1] = (struct pollfd){.fd = a.wake[0], .events = POLLIN};
     for (int i = 0; i < n_proc; i++)
       fds[2 + i] = (struct pollfd){.fd = proc_fds[i], .events = POLLIN};
-    poll(fds, (nfds_t)(2 + n_proc), 250);
+    poll(fds, (nfds_t)(2 + n_proc), fence_wait_ms(&a, 250));
     struct signalfd_siginfo info;
     while (read(sfd, &info, sizeof info) == (ssize_t)sizeof info) {
       if ((info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT) && !a.draining) {
@@ -992,6 +1041,7 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
     }
     if (a.proc == NULL) hold_port(&a, 1);
     if (a.reg != NULL) reconcile(&a); /* no process runs for an unregistered worker */
+    fence(&a);
     kolo_agent_proc_tick(a.proc);
     if (a.report_dirty && mono_ms() - a.report_written_ms >= REPORT_EVERY_MS) write_report(&a);
     if (a.draining) {

@@ -24,6 +24,9 @@ void kolo_agent_options_usage(FILE *out) {
           "  --gpus N             GPUs of this worker (default 0)\n"
           "  --train-bin PATH     kolo-train for builtin jobs (default: next to kolo-worker)\n"
           "  --stop-grace-ms MS   STOP -> SIGTERM -> SIGKILL spacing (default 2000)\n"
+          "  --partition-fence    pause the process once no lease renewal was acknowledged\n"
+          "                       for a TTL, so a worker cut off from etcd never runs a job\n"
+          "                       beside its restarted copy (docs/ELASTIC.md)\n"
           "  --http-listen H:P    serve /healthz, /readyz (200 while registered) and /metrics\n"
           "  --logs-listen H:P    where kolo-server fetches job logs (default: the --advertise "
           "host, a free port)\n"
@@ -101,6 +104,7 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
                                                {"log-retention", required_argument, NULL, 'R'},
                                                {"http-listen", required_argument, NULL, 'H'},
                                                {"help", no_argument, NULL, 'h'},
+                                               {"partition-fence", no_argument, NULL, 6},
                                                {"etcd-ca", required_argument, NULL, 1},
                                                {"etcd-cert", required_argument, NULL, 2},
                                                {"etcd-key", required_argument, NULL, 3},
@@ -114,6 +118,9 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
     int rc = 0;
     char *end = NULL;
     switch (c) {
+      case 6:
+        opts->partition_fence = 1;
+        break;
       case 'e':
         rc = copy(opts->etcd, sizeof opts->etcd, optarg, "--etcd", err, err_len);
         break;

@@ -353,6 +353,11 @@ pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc) {
   return proc ? proc->pid : -1;
 }
 
+void kolo_agent_proc_pause(kolo_agent_proc *proc, int pause) {
+  if (proc == NULL || proc->pid <= 0 || proc->reaped) return;
+  kill(-proc->pid, pause ? SIGSTOP : SIGCONT);
+}
+
 void kolo_agent_proc_stop(kolo_agent_proc *proc, const char *reason, int grace_ms) {
   if (proc == NULL || proc->stopping) return;
   proc->stopping = 1;
@@ -376,6 +381,7 @@ void kolo_agent_proc_tick(kolo_agent_proc *proc) {
     proc->kill_at_ms = 0;
   } else if (proc->term_at_ms && now >= proc->term_at_ms) {
     kill(-proc->pid, SIGTERM);
+    kill(-proc->pid, SIGCONT); /* a paused process (the fence) must run to take it */
     proc->term_at_ms = 0;
   }
 }

@@ -65,6 +65,9 @@ pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc);
 
 /* Asks the process to stop: STOP line now, SIGTERM to the group after grace_ms,
  * SIGKILL after 2 * grace_ms (kolo_agent_proc_tick escalates). */
+/* Pauses (SIGSTOP) or continues (SIGCONT) the process's whole group (the partition fence). */
+void kolo_agent_proc_pause(kolo_agent_proc *proc, int pause);
+
 void kolo_agent_proc_stop(kolo_agent_proc *proc, const char *reason, int grace_ms);
 
 /* Escalates a requested stop when its deadlines pass. */

@@ -33,6 +33,7 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
 from .grouped import (grouped_allgather, grouped_allgather_async, grouped_reducescatter,  # noqa: F401
                       grouped_reducescatter_async)
 from .optimizer import DistributedOptimizer  # noqa: F401
+from .mode_optimizer import lr_scale  # noqa: F401
 from .sparse import sparse_allreduce_async  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 from .modes import BoundedAsync, DiLoCo, LocalSGD, Rounds, join  # noqa: F401,F811 (join: ends a mode's rounds too)
@@ -74,7 +75,7 @@ __all__ = [
     "global_process_set", "ProcessSet", "ProcessSetLostError", "add_process_set", "remove_process_set",
     "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "Compressor",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "SyncBatchNorm", "elastic", "Checkpointer", "LocalSGD", "DiLoCo", "BoundedAsync",
+    "DistributedOptimizer", "SyncBatchNorm", "elastic", "Checkpointer", "LocalSGD", "DiLoCo", "BoundedAsync", "lr_scale",
     "Rounds", "KoloError", "HorovodInternalError", "HostsUpdatedInterrupt", "DuplicateNameError", "ArgumentError",
     "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
     "MismatchError", "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError",

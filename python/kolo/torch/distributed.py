@@ -47,6 +47,7 @@ _UINT8 = 0  # kolo_dtype KOLO_UINT8
 _lock = threading.Lock()
 _extension: Optional[ModuleType] = None
 _job_comm: Optional[int] = None  # the kolo job's ring, handed to the default group once
+_exported: set = set()  # torchrun variables this module set from the kolo ring (kept current)
 
 
 def extension_path() -> str:
@@ -201,8 +202,13 @@ def kolo_rendezvous(url: str = "kolo://", timeout: datetime.timedelta = dist.def
         address = _broadcast_text(comm, "")
         host, port = address.rsplit(":", 1)
         store = dist.TCPStore(host, int(port), size, False, timeout)
-    os.environ.setdefault("MASTER_ADDR", address.rsplit(":", 1)[0])
-    os.environ.setdefault("MASTER_PORT", address.rsplit(":", 1)[1])
+    # what torchrun would have set, from this ring (again after a re-form: elastic_run)
+    host, port = address.rsplit(":", 1)
+    for name, value in (("MASTER_ADDR", host), ("MASTER_PORT", port), ("RANK", str(rank)),
+                        ("WORLD_SIZE", str(size))):
+        if name not in os.environ or name in _exported:
+            os.environ[name] = value
+            _exported.add(name)
     with _lock:
         _job_comm = comm
     yield (store, rank, size)
@@ -215,7 +221,7 @@ _env_handler = _rendezvous._rendezvous_handlers["env"]
 def _env_or_kolo(url: str, timeout: datetime.timedelta = dist.default_pg_timeout,
                  **kwargs: Any) -> Iterator[Tuple[Any, int, int]]:
     """env:// as torch has it, except in a kolo job without MASTER_ADDR: the job's ring."""
-    if in_kolo_job() and "MASTER_ADDR" not in os.environ:
+    if in_kolo_job() and ("MASTER_ADDR" not in os.environ or "MASTER_ADDR" in _exported):
         return kolo_rendezvous(url, timeout, **kwargs)
     return _env_handler(url, timeout=timeout, **kwargs)
 
@@ -227,6 +233,7 @@ def _export_job_environment() -> None:
                                   ("LOCAL_RANK", "KOLO_LOCAL_RANK"), ("LOCAL_WORLD_SIZE", "KOLO_LOCAL_SIZE")):
         if kolo_name in os.environ and torch_name not in os.environ:
             os.environ[torch_name] = os.environ[kolo_name]
+            _exported.add(torch_name)
     if "KOLO_RANK" in os.environ and "KOLO_LOCAL_RANK" not in os.environ:
         os.environ.setdefault("LOCAL_RANK", "0")
 
@@ -243,3 +250,6 @@ def register() -> None:
 
 
 register()
+
+from .ddp_elastic import ring_failure  # noqa: E402
+from .ddp_elastic import run as elastic_run  # noqa: E402  (after the backend is registered)

@@ -2,7 +2,8 @@
 modes: it trains in whatever mode the environment (a kolo job's KOLO_MODE*)
 asks for, on different data on each rank, then prints 'MODE {json}': the mode
 it ran, its rounds, whether the replicas differed after the first step (no
-gradient all-reduce: not SYNC) and whether they are equal at the end."""
+gradient all-reduce: not SYNC), whether they are equal at the end, and
+hvd.lr_scale() (the learning rate's factor in that mode)."""
 import json
 
 import torch
@@ -37,6 +38,6 @@ if rounds is not None:
     optimizer.synchronize()  # every rank ends with the same model
     report = {"mode": rounds.spec.mode, "rounds": rounds.stats["rounds"], "sync_every": rounds.spec.sync_every,
               "compression": rounds.spec.compression}
-report.update(first_step_equal=first_step_equal, end_equal=replicas_equal())
+report.update(first_step_equal=first_step_equal, end_equal=replicas_equal(), lr_scale=hvd.lr_scale())
 print("MODE " + json.dumps(report), flush=True)
 hvd.shutdown()
