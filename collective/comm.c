@@ -33,6 +33,11 @@
  * neighbours): every size, since the shared-memory ring's fast path makes no
  * system call and beats TCP from the smallest message on (KOLO_SHM_MIN_BYTES) */
 #define DEFAULT_BULK_MIN_BYTES 0
+/* recursive doubling (log2 n steps, whole buffers) up to this size where it has
+ * fewer steps than the gather; the two-level all-reduce above this size on
+ * rings of several hosts with as many ranks each (kolo_allreduce_select) */
+#define DEFAULT_DOUBLING_MAX_BYTES (32 * 1024)
+#define DEFAULT_TWO_LEVEL_MIN_BYTES (32 * 1024)
 /* how long the executor re-tries a stalled transfer before it sleeps in poll */
 #define DEFAULT_SPIN_US 100
 #define MAX_SPIN_US 100000
@@ -48,12 +53,28 @@ static int64_t spin_ns_from_env(void) {
   return (parsed > MAX_SPIN_US ? MAX_SPIN_US : parsed) * 1000LL;
 }
 
+/* KOLO_ALLREDUCE_ALGO: the all-reduce to run where the ring's shape allows it
+ * (kolo_allreduce_select); auto (-1) when unset, "auto", or not a name (logged). */
+static int forced_algo_from_env(void) {
+  const char *value = getenv("KOLO_ALLREDUCE_ALGO");
+  int algo = kolo_allreduce_algo_parse(value);
+  if (algo == -2) {
+    KOLO_LOGW("kolo",
+              "KOLO_ALLREDUCE_ALGO=%s is none of auto, ring, gather, pair, doubling, "
+              "two_level: auto",
+              value);
+    return -1;
+  }
+  return algo;
+}
+
 static void free_comm(kolo_comm *comm) {
   if (comm->net.peers != NULL) {
     for (int i = 0; i < comm->net.size; i++) free(comm->net.peers[i]);
     free(comm->net.peers);
   }
   free(comm->net.secret);
+  kolo_mesh_close(&comm->net);
   kolo_direction_close(&comm->net.next);
   kolo_direction_close(&comm->net.prev);
   kolo_channel_close(&comm->net.control[0].channel);
@@ -177,6 +198,11 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
       kolo_size_from_env("KOLO_PAIR_SHM_MAX_BYTES", DEFAULT_PAIR_SHM_MAX_BYTES);
   comm->ring.pair_segment_bytes =
       kolo_size_from_env("KOLO_PAIR_SEGMENT_BYTES", DEFAULT_PAIR_SEGMENT_BYTES);
+  comm->ring.doubling_max_bytes =
+      kolo_size_from_env("KOLO_DOUBLING_MAX_BYTES", DEFAULT_DOUBLING_MAX_BYTES);
+  comm->ring.two_level_min_bytes =
+      kolo_size_from_env("KOLO_TWO_LEVEL_MIN_BYTES", DEFAULT_TWO_LEVEL_MIN_BYTES);
+  comm->ring.forced_algo = forced_algo_from_env();
   comm->ring.spin_ns = spin_ns_from_env();
   comm->ring.spin_budget_ns = comm->ring.spin_ns;
   if (comm->ring.segment_bytes < 64) comm->ring.segment_bytes = 64;
@@ -243,6 +269,7 @@ kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener
       if (status != KOLO_OK) goto out;
     }
     status = kolo_form_ring(&comm->net, listener);
+    if (status == KOLO_OK) status = kolo_form_mesh(&comm->net, listener);
     if (status != KOLO_OK) goto out;
   }
   status = kolo_queue_start(comm);

@@ -76,6 +76,7 @@ typedef struct kolo_sched_records {
   kolo_etcd_range_result jobs;    /* KOLO_KEY_JOBS_PREFIX */
   int64_t revision;               /* a revision the records are at least at */
   uint64_t reloads;               /* a watch-fed copy: times it was rebuilt whole */
+  int64_t waited_us;              /* how long the read waited for the copy to catch up (not work) */
 } kolo_sched_records;
 
 /* The prefixes of kolo_sched_records' sets, in field order. */

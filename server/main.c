@@ -108,9 +108,9 @@ static kolo_status read_records(void *arg, int64_t min_revision, int timeout_ms,
                                 kolo_sched_records *out) {
   kolo_etcd_range_result sets[4];
   /* ended jobs left out: a pass's cost does not grow with them (store.h) */
-  kolo_status rc =
-      kolo_server_store_read_live_records(arg, kolo_sched_record_prefixes, 4, min_revision,
-                                          timeout_ms, sets, &out->revision, &out->reloads);
+  kolo_status rc = kolo_server_store_read_live_records(
+      arg, kolo_sched_record_prefixes, 4, min_revision, timeout_ms, sets, &out->revision,
+      &out->reloads, &out->waited_us);
   out->workers = sets[0];
   out->assigns = sets[1];
   out->drains = sets[2];
@@ -205,9 +205,11 @@ static char *etcd_metrics(void *arg) {
     kolo_sched_timing pass, snapshot;
     kolo_sched_pass_timing(s->sched, &pass, &snapshot);
     add_timing(&text, "kolo_scheduler_pass_seconds",
-               "Scheduler passes (read, snapshot, decisions, writes).", &pass);
+               "Scheduler passes: copy and decode the records, decide, write (not the wait for the "
+               "view to show the last write).",
+               &pass);
     add_timing(&text, "kolo_scheduler_snapshot_seconds",
-               "The snapshot part of each pass (read the records, decode them).", &snapshot);
+               "The snapshot part of each pass: copy the records, decode them.", &snapshot);
   }
   pthread_mutex_unlock(&s->sched_lock);
   return text;

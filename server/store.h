@@ -174,12 +174,13 @@ kolo_status kolo_server_store_read_records(kolo_server_store *store, const char 
 /* The same, except that under KOLO_KEY_JOBS_PREFIX only the keys of jobs the view does not
  * hold as ended (SUCCEEDED, FAILED, CANCELLED) are copied: what the scheduler reads for a pass
  * (nothing of an ended job is its to decide; an assignment to a job it does not see is
- * stale, as one to an ended job), so a pass's cost does not grow with the jobs that ended. */
+ * stale, as one to an ended job), so a pass's cost does not grow with the jobs that ended.
+ * *waited_us (optional): how long it waited for min_revision. */
 kolo_status kolo_server_store_read_live_records(kolo_server_store *store,
                                                 const char *const *prefixes, size_t n,
                                                 int64_t min_revision, int timeout_ms,
                                                 kolo_etcd_range_result *out, int64_t *revision,
-                                                uint64_t *reloads);
+                                                uint64_t *reloads, int64_t *waited_us);
 
 /* Counters that grow whenever what they cover changes (compare with what you saw last). */
 typedef struct kolo_server_store_marks {

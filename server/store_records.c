@@ -206,11 +206,20 @@ static kolo_status wait_applied(kolo_server_store *s, int64_t revision, int time
   return rc;
 }
 
+static int64_t mono_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
 static kolo_status read_records(kolo_server_store *s, const char *const *prefixes, size_t n,
                                 int64_t min_revision, int timeout_ms, int live_jobs,
-                                kolo_etcd_range_result *out, int64_t *revision, uint64_t *reloads) {
+                                kolo_etcd_range_result *out, int64_t *revision, uint64_t *reloads,
+                                int64_t *waited_us) {
   memset(out, 0, n * sizeof *out);
+  int64_t started = mono_us();
   kolo_status rc = min_revision > 0 ? wait_applied(s, min_revision, timeout_ms) : KOLO_OK;
+  if (waited_us) *waited_us = mono_us() - started;
   pthread_rwlock_rdlock(&s->lock);
   if (reloads) *reloads = s->reloads;
   for (size_t i = 0; rc == KOLO_OK && i < n; i++)
@@ -231,12 +240,13 @@ kolo_status kolo_server_store_read_records(kolo_server_store *s, const char *con
                                            size_t n, int64_t min_revision, int timeout_ms,
                                            kolo_etcd_range_result *out, int64_t *revision,
                                            uint64_t *reloads) {
-  return read_records(s, prefixes, n, min_revision, timeout_ms, 0, out, revision, reloads);
+  return read_records(s, prefixes, n, min_revision, timeout_ms, 0, out, revision, reloads, NULL);
 }
 
 kolo_status kolo_server_store_read_live_records(kolo_server_store *s, const char *const *prefixes,
                                                 size_t n, int64_t min_revision, int timeout_ms,
                                                 kolo_etcd_range_result *out, int64_t *revision,
-                                                uint64_t *reloads) {
-  return read_records(s, prefixes, n, min_revision, timeout_ms, 1, out, revision, reloads);
+                                                uint64_t *reloads, int64_t *waited_us) {
+  return read_records(s, prefixes, n, min_revision, timeout_ms, 1, out, revision, reloads,
+                      waited_us);
 }

@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """All-reduce between hosts that are network namespaces (tests/support/netns.sh), with
-each link limited by tc: kolo (kolo-allreduce-perf, one rank per host, TCP between hosts)
-and Open MPI (mpi-allreduce-perf over its TCP BTL, started through netns.sh as its rsh
-agent) side by side, interleaved, medians of several runs; busbw against the link rate.
+each link limited by tc: kolo (kolo-allreduce-perf: its flat ring, its two-level all-reduce,
+its recursive doubling and its automatic choice), Open MPI (mpi-allreduce-perf; tcp between
+hosts, vader inside; netns.sh as its rsh agent) and PyTorch's gloo (gloo_perf.py), on shapes
+of HOSTS x RANKS per host, interleaved (one run of every system, then the next run), medians
+of several runs; busbw against the link rate, and each system's time.
 
-Usage: bench/netns/run.py [--runs N] [--ranks 2,4] [--rates 10gbit,1gbit]
-                          [--sizes 4K:64M:4] [--iters N]
+Usage: bench/netns/run.py [--runs N] [--shapes 4x2,2x4,8x1] [--rates 10gbit,1gbit]
+                          [--sizes 4K:64M:4] [--iters N] [--systems flat,two_level,...]
+                          [--mpi-tuned 1]
 Binaries from $KOLO_BIN_DIR (default build/bin). Needs root. Prints one table per
-(ranks, rate): size, kolo busbw, MPI busbw, kolo/link, kolo/MPI."""
+(shape, rate): size, then each system's busbw (GB/s) and time (us), kolo's best against
+the link and against the better of Open MPI and gloo."""
 import argparse
 import os
 import statistics
@@ -33,12 +37,12 @@ def rate_gbytes(rate):
 
 
 def parse_rows(text):
-    """size -> busbw (GB/s) from nccl-tests-style rows (kolo's or the MPI peer's)."""
+    """size -> (busbw GB/s, time us) from nccl-tests-style rows (kolo's, MPI's, gloo's)."""
     rows = {}
     for line in text.splitlines():
         words = line.split()
         if len(words) >= 8 and not line.lstrip().startswith("#") and words[0].isdigit():
-            rows[int(words[0])] = float(words[6])
+            rows[int(words[0])] = (float(words[6]), float(words[4]))
     return rows
 
 
@@ -47,14 +51,26 @@ def sweep_args(sizes, iters):
     return ["-b", low, "-e", high, "-f", factor, "-w", "3", "-n", str(iters)]
 
 
-def run_kolo(hosts, n, args):
-    """One rank per host; rank 0 holds the rendezvous; returns rank 0's output."""
+KOLO_SYSTEMS = {  # name -> extra environment of every rank
+    "flat": ["KOLO_MESH=0"],  # kolo before the mesh: gather / pair / flat ring
+    "two_level": ["KOLO_ALLREDUCE_ALGO=two_level"],
+    "doubling": ["KOLO_ALLREDUCE_ALGO=doubling"],
+    "auto": [],
+}
+
+
+def run_kolo(hosts, shape, args, extra_env):
+    """per ranks on each of shape's hosts (rank r on host r // per); rank 0 holds the
+    rendezvous; returns rank 0's output."""
+    n_hosts, per = shape
+    n = n_hosts * per
     procs = []
     for rank in range(n):
-        env = ["env", "KOLO_RANK=%d" % rank, "KOLO_SIZE=%d" % n, "KOLO_LOCAL_RANK=0", "KOLO_LOCAL_SIZE=1",
-               "KOLO_HOST=%s" % hosts.addresses[rank], "KOLO_RENDEZVOUS=%s:29500" % hosts.addresses[0],
-               "KOLO_SECRET=bench", "KOLO_TIMEOUT=120"]
-        procs.append(subprocess.Popen(hosts.command(rank, env + [os.path.join(BIN, "kolo-allreduce-perf")] + args),
+        host = rank // per
+        env = ["env", "KOLO_RANK=%d" % rank, "KOLO_SIZE=%d" % n, "KOLO_LOCAL_RANK=%d" % (rank % per),
+               "KOLO_LOCAL_SIZE=%d" % per, "KOLO_HOST=%s" % hosts.addresses[host],
+               "KOLO_RENDEZVOUS=%s:29500" % hosts.addresses[0], "KOLO_SECRET=bench", "KOLO_TIMEOUT=120"]
+        procs.append(subprocess.Popen(hosts.command(host, env + extra_env + [os.path.join(BIN, "kolo-allreduce-perf")] + args),
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     if any(p.returncode for p in procs):
@@ -62,16 +78,42 @@ def run_kolo(hosts, n, args):
     return outputs[0]
 
 
-def run_mpi(hosts, n, args, agent):
-    host_list = ",".join(hosts.addresses[:n])
-    command = ["env", "KOLO_NETNS_OWNER=%d" % hosts.owner, "mpirun", "--allow-run-as-root", "-np", str(n),
-               "--host", host_list, "--mca", "plm_rsh_agent", agent, "--mca", "btl", "tcp,self",
-               "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
+# Open MPI across namespaces: its TCP BTL on the namespace's link only, vader between the
+# ranks of one host, no binding (more ranks than the 2 cores). --mpi-tuned adds what the
+# comparison needs to be fair here (docs/PERFORMANCE.md): ranks that wait yield the CPU
+# (mpi_yield_when_idle) instead of spinning over the kernel's network work.
+MPI_TUNED = ["--mca", "mpi_yield_when_idle", "1"]
+
+
+def run_mpi(hosts, shape, args, agent, tuned):
+    n_hosts, per = shape
+    host_list = ",".join("%s:%d" % (a, per) for a in hosts.addresses[:n_hosts])
+    command = ["env", "KOLO_NETNS_OWNER=%d" % hosts.owner, "mpirun", "--allow-run-as-root", "-np", str(n_hosts * per),
+               "--host", host_list, "--bind-to", "none", "--mca", "plm_rsh_agent", agent,
+               "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "eth0",
+               "--mca", "oob_tcp_if_include", "eth0"] + (MPI_TUNED if tuned else []) + [
                os.path.join(BIN, "mpi-allreduce-perf")] + args
     out = subprocess.run(hosts.command(0, command), capture_output=True, text=True, timeout=900)
     if out.returncode:
         raise RuntimeError("mpirun failed:\n" + out.stdout + out.stderr)
     return out.stdout
+
+
+def run_gloo(hosts, shape, args):
+    n_hosts, per = shape
+    n = n_hosts * per
+    script = os.path.join(ROOT, "bench", "netns", "gloo_perf.py")
+    procs = []
+    for rank in range(n):
+        host = rank // per
+        env = ["env", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"]
+        procs.append(subprocess.Popen(hosts.command(host, env + ["/usr/bin/python3", script, str(rank), str(n),
+                                                                 "%s:29501" % hosts.addresses[0]] + args),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError("gloo run failed:\n" + "\n".join(outputs))
+    return outputs[0]
 
 
 def write_agent(directory):
@@ -84,48 +126,72 @@ def write_agent(directory):
     return path
 
 
+def run_system(system, hosts, shape, args, agent, tuned):
+    if system in KOLO_SYSTEMS:
+        return run_kolo(hosts, shape, args, KOLO_SYSTEMS[system])
+    if system == "mpi":
+        return run_mpi(hosts, shape, args, agent, tuned)
+    return run_gloo(hosts, shape, args)
+
+
+def table(shape, rate, systems, runs, n_runs):
+    link = rate_gbytes(rate)
+    n_hosts, per = shape
+    print("\n## %d hosts x %d ranks, links %s (%.3f GB/s each way), medians of %d runs"
+          % (n_hosts, per, rate, link, n_runs))
+    print("| size | " + " | ".join("%s GB/s (us)" % s for s in systems) + " | best kolo / link | best kolo / best other |")
+    print("|---|" + "---|" * (len(systems) + 2))
+    for size in sorted(runs[systems[0]][0]):
+        med = {}
+        for s in systems:
+            values = [r[size] for r in runs[s] if size in r]
+            med[s] = (statistics.median(v[0] for v in values), statistics.median(v[1] for v in values))
+        kolo = max((med[s][0] for s in systems if s in KOLO_SYSTEMS), default=0)
+        other = max((med[s][0] for s in systems if s not in KOLO_SYSTEMS), default=0)
+        cells = ["%.3f (%.0f)" % med[s] for s in systems]
+        print("| %s | %s | %.2f | %s |" % (human(size), " | ".join(cells), kolo / link,
+                                           "%.2fx" % (kolo / other) if other else "-"))
+    sys.stdout.flush()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--ranks", default="2,4")
+    p.add_argument("--shapes", default="4x2,2x4,8x1")
     p.add_argument("--rates", default="10gbit,1gbit")
     p.add_argument("--sizes", default="4K:64M:4")
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--systems", default="flat,two_level,doubling,auto,mpi,gloo")
+    p.add_argument("--mpi-tuned", type=int, default=1)
     o = p.parse_args()
     for binary in ("kolo-allreduce-perf", "mpi-allreduce-perf"):
         if not os.access(os.path.join(BIN, binary), os.X_OK):
             sys.exit("run.py: %s not built in %s" % (binary, BIN))
     args = sweep_args(o.sizes, o.iters)
+    systems = o.systems.split(",")
     with open("/proc/loadavg") as f:
         print("# load average at start: %s" % " ".join(f.read().split()[:3]))
     with tempfile.TemporaryDirectory() as tmp:
         agent = write_agent(tmp)
-        for n in [int(x) for x in o.ranks.split(",")]:
+        for shape_text in o.shapes.split(","):
+            shape = tuple(int(x) for x in shape_text.split("x"))
             for rate in o.rates.split(","):
                 try:
-                    hosts = HostSet(n, rate)
+                    hosts = HostSet(shape[0], rate)
                 except NamespacesUnavailable as e:
                     sys.exit("run.py: %s" % e)
-                kolo_runs, mpi_runs = [], []
+                runs = {s: [] for s in systems}
                 try:
-                    for run in range(o.runs):  # interleaved: kolo, MPI, kolo, MPI, ...
-                        kolo_runs.append(parse_rows(run_kolo(hosts, n, args)))
-                        mpi_runs.append(parse_rows(run_mpi(hosts, n, args, agent)))
-                        print("# %d ranks at %s: run %d/%d done" % (n, rate, run + 1, o.runs), file=sys.stderr)
+                    for run in range(o.runs):  # interleaved: every system once, then again
+                        for s in systems:
+                            runs[s].append(parse_rows(run_system(s, hosts, shape, args, agent, o.mpi_tuned)))
+                        print("# %s at %s: run %d/%d done" % (shape_text, rate, run + 1, o.runs), file=sys.stderr)
                 finally:
                     hosts.close()
-                sizes = set(kolo_runs[0])
-                if not sizes or any(set(r) != sizes for r in kolo_runs + mpi_runs):
-                    sys.exit("run.py: the runs did not all report the same sizes: %s" % (kolo_runs + mpi_runs))
-                link = rate_gbytes(rate)
-                print("\n## %d ranks (one per host), links %s (%.3f GB/s each way), medians of %d runs"
-                      % (n, rate, link, o.runs))
-                print("| size | kolo busbw GB/s | Open MPI busbw GB/s | kolo / link | kolo / MPI |")
-                print("|---|---|---|---|---|")
-                for size in sorted(kolo_runs[0]):
-                    k = statistics.median(r[size] for r in kolo_runs if size in r)
-                    m = statistics.median(r[size] for r in mpi_runs if size in r)
-                    print("| %s | %.3f | %.3f | %.2f | %.2fx |" % (human(size), k, m, k / link, k / m if m else 0))
+                sizes = set(runs[systems[0]][0])
+                if not sizes or any(set(r) != sizes for s in systems for r in runs[s]):
+                    sys.exit("run.py: the runs did not all report the same sizes: %s" % runs)
+                table(shape, rate, systems, runs, o.runs)
     with open("/proc/loadavg") as f:
         print("\n# load average at end: %s" % " ".join(f.read().split()[:3]))
 

@@ -173,7 +173,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--sizes", default="16,64,128,256")
-    ap.add_argument("--step-ms", type=int, default=200)
+    ap.add_argument("--step-ms", type=int, default=50)
     args = ap.parse_args()
     rows = []
     for n in [int(x) for x in args.sizes.split(",")]:

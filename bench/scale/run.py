@@ -260,8 +260,8 @@ def submit(client, pb, job_id, size, steps):
 
 
 class RealJob:
-    """3 real kolo-workers (ids sorting before the fleet's) running bench/recovery's
-    recovery_loop as an elastic exec job (min 2, max 3) in the middle of the fleet."""
+    """4 real kolo-workers (ids sorting before the fleet's) running bench/recovery's
+    recovery_loop as an elastic exec job (min 2, max 4) in the middle of the fleet."""
 
     def __init__(self, args, plane, tmp):
         import importlib.util
@@ -277,7 +277,7 @@ class RealJob:
         self.steps = os.path.join(tmp, "steps")
         os.makedirs(self.steps)
         self.workers, self.next_id, self.job = {}, 1, "real-job"
-        for _ in range(3):
+        for _ in range(4):
             self.start_worker()
 
     def start_worker(self):
@@ -290,7 +290,7 @@ class RealJob:
         return wid
 
     def submit(self, client, pb):
-        spec = pb.JobSpec(id=self.job, name="real", min_workers=2, max_workers=3, max_reconfigurations=100000,
+        spec = pb.JobSpec(id=self.job, name="real", min_workers=2, max_workers=4, max_reconfigurations=100000,
                           mode=pb.SYNC)
         spec.exec.argv.extend([self.program, "100000000", "1024", "10"])
         spec.exec.env["KOLO_STEP_DIR"] = self.steps
@@ -302,8 +302,8 @@ class RealJob:
     def kill_round(self, client, pb, fleet):
         """SIGKILL of a non-zero rank's worker -> first step of rank 0 on the new ring (fleet held:
         no simulated worker idles, so the ring re-forms with the real survivors only)."""
-        wait("a real ring of 3", lambda: (lambda j: j if pb.Phase.Name(j.status.phase) == "RUNNING" and len(
-            j.status.members) == 3 else None)(self.status(client, pb)), 120)
+        wait("a real ring of 3 or more", lambda: (lambda j: j if pb.Phase.Name(j.status.phase) == "RUNNING" and len(
+            j.status.members) >= 3 else None)(self.status(client, pb)), 30)
         fleet.send("hold 1")
         time.sleep(3)
         j = self.status(client, pb)
@@ -325,7 +325,6 @@ class RealJob:
         t_step = wait("a step on the new ring", lambda: next((at for e, _, at in self.rec.read_steps(
             os.path.join(self.steps, rank0 + ".steps")) if e > epoch), None), 60)
         fleet.send("hold 0")
-        self.start_worker()  # it grows back to 3 for the next round
         return {"kill_to_step_ms": t_step - t0, "members": members,
                 "only_real": all(m.startswith("a-real-") for m in members)}
 

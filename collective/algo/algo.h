@@ -63,8 +63,12 @@ typedef struct kolo_ring {
   size_t pair_max_bytes;     /* exchange whole buffers (kolo_allreduce_choose) */
   size_t pair_shm_max_bytes; /* 2 ranks over shared memory: the pair up to this size */
   size_t pair_segment_bytes; /* the pair exchange's segment (staging holds the larger one) */
-  int64_t spin_ns;           /* the most a stalled transfer busy-polls before sleeping in poll */
-  int64_t spin_budget_ns;    /* what it busy-polls now (the executor adapts it) */
+  size_t doubling_max_bytes; /* kolo_allreduce_limits */
+  size_t two_level_min_bytes;
+  int forced_algo;        /* KOLO_ALLREDUCE_ALGO, -1: auto */
+  unsigned algos_used;    /* kolo_ring_select: bit per algorithm run so far */
+  int64_t spin_ns;        /* the most a stalled transfer busy-polls before sleeping in poll */
+  int64_t spin_budget_ns; /* what it busy-polls now (the executor adapts it) */
   char *staging;
   size_t staging_bytes;
   char *scratch;
@@ -80,6 +84,13 @@ typedef struct kolo_ring {
 static inline int kolo_wrap_rank(int value, int size) {
   return ((value % size) + size) % size;
 }
+
+/* A piece of a virtual concatenation (element-aligned; src may equal dst). */
+typedef struct kolo_piece {
+  const char *src;
+  char *dst;
+  size_t bytes;
+} kolo_piece;
 
 /* The ring plan and its executor (plan.c), for the algorithm files. */
 /* Grows the plan's arrays to hold items send and recv items each. */
@@ -97,6 +108,10 @@ void kolo_plan_allgather_blocks(kolo_ring *ring, char *out, const size_t *offset
 kolo_status kolo_ensure_buffer(char **buffer, size_t *have, size_t need);
 /* Runs ring->plan; op_bytes (the same on every rank) picks bulk or small channels. */
 kolo_status kolo_execute_plan(kolo_ring *ring, int engine_thread, size_t op_bytes);
+/* Runs ring->plan with its sends to rank to_rank over to and its recvs from
+ * rank from_rank over from (the same channel for an exchange over a mesh link). */
+kolo_status kolo_execute_plan_over(kolo_ring *ring, int engine_thread, const kolo_channel *to,
+                                   int to_rank, const kolo_channel *from, int from_rank);
 /* recv = op over ranks of send (the small path or the ring, by size). */
 /* How a ring all-reduces. A pure function of what every rank knows alike (ring
  * size, element count, bytes, the size settings, whether the links are shared
@@ -111,11 +126,64 @@ kolo_status kolo_execute_plan(kolo_ring *ring, int engine_thread, size_t op_byte
 typedef enum {
   KOLO_ALLREDUCE_GATHER,
   KOLO_ALLREDUCE_PAIR,
-  KOLO_ALLREDUCE_RING
+  KOLO_ALLREDUCE_RING,
+  KOLO_ALLREDUCE_DOUBLING,  /* recursive doubling over mesh links (doubling.c) */
+  KOLO_ALLREDUCE_TWO_LEVEL, /* in-host reduce-scatter, cross-host rings, in-host all-gather */
+  KOLO_ALLREDUCE_ALGO_COUNT
 } kolo_allreduce_algo;
 kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
                                           size_t pair_min_bytes, size_t pair_max_bytes,
                                           size_t pair_shm_max_bytes, int over_shm);
+
+/* ---- selection (select.c): what every rank computes alike ---- */
+/* The ring as the selection sees it (the same on every rank). */
+typedef struct kolo_allreduce_shape {
+  int size;     /* ranks */
+  int hosts;    /* runs of consecutive ranks on one host (kolo_shape) */
+  int per_host; /* ranks on every host when all have as many, else 0 */
+  int mesh;     /* whether the mesh links were formed (KOLO_MESH) */
+  int over_shm; /* kolo_bulk_is_shm for this size */
+} kolo_allreduce_shape;
+/* The size settings (environment, read alike on every rank). */
+typedef struct kolo_allreduce_limits {
+  size_t small_bytes, pair_min_bytes, pair_max_bytes, pair_shm_max_bytes;
+  size_t doubling_max_bytes;  /* KOLO_DOUBLING_MAX_BYTES: recursive doubling up to this */
+  size_t two_level_min_bytes; /* KOLO_TWO_LEVEL_MIN_BYTES: two-level above this */
+  int forced;                 /* KOLO_ALLREDUCE_ALGO: an algorithm, or -1 (auto) */
+} kolo_allreduce_limits;
+/* The all-reduce for count elements of bytes (pure). A forced algorithm is
+ * taken where the shape allows it (else the automatic choice): DOUBLING needs
+ * the mesh and 3+ ranks, TWO_LEVEL the mesh, 2+ hosts of as many ranks (2+),
+ * and at least one element per rank, PAIR 2 ranks, RING one element per rank.
+ * Automatic: DOUBLING up to doubling_max_bytes where its steps (log2 p, +2
+ * for the fold of a size that is no power of two) are fewer than the gather's
+ * n-1; TWO_LEVEL above two_level_min_bytes; otherwise kolo_allreduce_choose. */
+kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
+                                          const kolo_allreduce_limits *limits, size_t count,
+                                          size_t bytes);
+/* Latency steps of recursive doubling on size ranks. */
+int kolo_doubling_steps(int size);
+/* "auto" (-1), "ring", "gather", "pair", "doubling", "two_level"; -2 for anything else. */
+int kolo_allreduce_algo_parse(const char *name);
+const char *kolo_allreduce_algo_name(kolo_allreduce_algo algo);
+/* The selection for this ring and operation (what kolo_ring_allreduce runs). */
+/* (logs each algorithm's first use on this communicator at debug level) */
+kolo_allreduce_algo kolo_ring_select(kolo_ring *ring, size_t count, size_t bytes);
+
+/* ---- pieces (ring_fused.c), shared by the fused, doubling and two-level plans ---- */
+enum { KOLO_FROM_SRC, KOLO_FROM_DST, KOLO_REDUCE_INTO_DST, KOLO_COPY_INTO_DST, KOLO_REDUCE_DST };
+/* One plan item per piece overlapping virtual bytes [begin, end) (one empty item for an
+ * empty range); sends depend on recv item depends_first + j for their j-th overlap.
+ * KOLO_REDUCE_INTO_DST: dst = src (op) incoming; KOLO_REDUCE_DST: dst = dst (op)
+ * incoming. Returns the items made. */
+int kolo_plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size_t *offsets,
+                    int count, size_t begin, size_t end, int mode, int depends_first, int finalize);
+/* doubling.c, two_level.c: the all-reduce of pieces (a virtual concatenation; a
+ * single buffer is one piece) by recursive doubling, or in two levels. */
+kolo_status kolo_allreduce_doubling(kolo_ring *ring, const kolo_piece *pieces, int count,
+                                    kolo_dtype dtype, kolo_op op, int engine_thread);
+kolo_status kolo_allreduce_two_level(kolo_ring *ring, const kolo_piece *pieces, int count,
+                                     kolo_dtype dtype, kolo_op op, int engine_thread);
 
 /* The executor's next spin budget after a stall of waited_ns ended (spun out
  * or slept through), given the current budget and the most it may spin
@@ -132,11 +200,6 @@ kolo_status kolo_ring_allreduce(kolo_ring *ring, const void *send, void *recv, s
 /* ring_fused.c: one ring all-reduce over pieces that form a virtual
  * concatenation (element-aligned; src may equal dst). Uses the ring for any
  * size: callers send totals under the small-path threshold elsewhere. */
-typedef struct kolo_piece {
-  const char *src;
-  char *dst;
-  size_t bytes;
-} kolo_piece;
 kolo_status kolo_ring_allreduce_pieces(kolo_ring *ring, const kolo_piece *pieces, int count,
                                        kolo_dtype dtype, kolo_op op, int engine_thread);
 /* Broadcast of bytes from root (a chain around the ring). */

@@ -408,16 +408,25 @@ static kolo_status sleep_in_poll(plan_run *run, int reduce_waits, int64_t last_p
 }
 
 kolo_status kolo_execute_plan(kolo_ring *ring, int engine_thread, size_t op_bytes) {
+  return kolo_execute_plan_over(
+      ring, engine_thread,
+      kolo_direction_pick(&ring->net->next, op_bytes, ring->net->bulk_min_bytes),
+      kolo_wrap_rank(ring->net->rank + 1, ring->net->size),
+      kolo_direction_pick(&ring->net->prev, op_bytes, ring->net->bulk_min_bytes),
+      kolo_wrap_rank(ring->net->rank - 1, ring->net->size));
+}
+
+kolo_status kolo_execute_plan_over(kolo_ring *ring, int engine_thread, const kolo_channel *to,
+                                   int to_rank, const kolo_channel *from, int from_rank) {
   kolo_ring_plan *plan = &ring->plan;
-  plan_run run = {
-      .ring = ring,
-      .plan = plan,
-      .to_next = kolo_direction_pick(&ring->net->next, op_bytes, ring->net->bulk_min_bytes),
-      .from_prev = kolo_direction_pick(&ring->net->prev, op_bytes, ring->net->bulk_min_bytes),
-      .element = kolo_dtype_size(plan->dtype),
-      .next = kolo_wrap_rank(ring->net->rank + 1, ring->net->size),
-      .prev = kolo_wrap_rank(ring->net->rank - 1, ring->net->size),
-      .engine_thread = engine_thread};
+  plan_run run = {.ring = ring,
+                  .plan = plan,
+                  .to_next = to,
+                  .from_prev = from,
+                  .element = kolo_dtype_size(plan->dtype),
+                  .next = to_rank,
+                  .prev = from_rank,
+                  .engine_thread = engine_thread};
   size_t segment = plan->segment_bytes ? plan->segment_bytes : ring->segment_bytes;
   if (segment > ring->staging_bytes) segment = ring->staging_bytes;
   segment = segment / run.element * run.element;

@@ -130,15 +130,18 @@ kolo_status kolo_ring_allreduce(kolo_ring *ring, const void *send, void *recv, s
     return KOLO_OK;
   }
   kolo_plan_reset(&ring->plan, dtype, op);
-  switch (kolo_allreduce_choose(n, count, bytes, ring->small_bytes, ring->pair_min_bytes,
-                                ring->pair_max_bytes, ring->pair_shm_max_bytes,
-                                kolo_bulk_is_shm(ring, bytes))) {
+  kolo_piece whole = {.src = src, .dst = dst, .bytes = bytes};
+  switch (kolo_ring_select(ring, count, bytes)) {
+    case KOLO_ALLREDUCE_DOUBLING:
+      return kolo_allreduce_doubling(ring, &whole, 1, dtype, op, engine_thread);
+    case KOLO_ALLREDUCE_TWO_LEVEL:
+      return kolo_allreduce_two_level(ring, &whole, 1, dtype, op, engine_thread);
     case KOLO_ALLREDUCE_GATHER:
       return allreduce_gather(ring, src, dst, count, dtype, op, engine_thread);
     case KOLO_ALLREDUCE_PAIR:
       plan_allreduce_pair(ring, src, dst, bytes, op);
       break;
-    case KOLO_ALLREDUCE_RING:
+    default:
       plan_allreduce_ring(ring, src, dst, count, element, op);
       break;
   }

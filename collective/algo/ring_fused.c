@@ -16,7 +16,12 @@ static int wrap_rank(int value, int size) {
   return ((value % size) + size) % size;
 }
 
-enum { FROM_SRC, FROM_DST, REDUCE_INTO_DST, COPY_INTO_DST };
+enum {
+  FROM_SRC = KOLO_FROM_SRC,
+  FROM_DST = KOLO_FROM_DST,
+  REDUCE_INTO_DST = KOLO_REDUCE_INTO_DST,
+  COPY_INTO_DST = KOLO_COPY_INTO_DST
+};
 
 /* The first piece that ends after byte begin (offsets: each piece's start). */
 static int first_piece(const size_t *offsets, const kolo_piece *pieces, int count, size_t begin) {
@@ -31,11 +36,9 @@ static int first_piece(const size_t *offsets, const kolo_piece *pieces, int coun
   return low;
 }
 
-/* One item per piece overlapping virtual bytes [begin, end); sends depend on
- * recv item depends_first + j for their j-th overlap. Returns the items made. */
-static int plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size_t *offsets,
-                      int count, size_t begin, size_t end, int mode, int depends_first,
-                      int finalize) {
+int kolo_plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size_t *offsets,
+                    int count, size_t begin, size_t end, int mode, int depends_first,
+                    int finalize) {
   int made = 0;
   if (begin >= end) {
     /* an empty chunk still takes one (empty) item so that steps line up */
@@ -61,6 +64,9 @@ static int plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size
       case REDUCE_INTO_DST:
         kolo_plan_recv(plan, piece->dst + from, piece->src + from, to - from, finalize);
         break;
+      case KOLO_REDUCE_DST:
+        kolo_plan_recv(plan, piece->dst + from, piece->dst + from, to - from, finalize);
+        break;
       default:
         kolo_plan_recv(plan, piece->dst + from, NULL, to - from, 0);
         break;
@@ -78,18 +84,19 @@ static void plan_pieces(kolo_ring *ring, const kolo_piece *pieces, const size_t 
 #define CHUNK_END(c) (kolo_chunk_start(elements, n, (c) + 1) * element)
   for (int t = 0; t < n - 1; t++) { /* reduce-scatter */
     int sc = wrap_rank(r - t, n), rc = wrap_rank(r - t - 1, n);
-    plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(sc), CHUNK_END(sc),
-               t == 0 ? FROM_SRC : FROM_DST, t == 0 ? -1 : recv_first[t - 1], 0);
+    kolo_plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(sc), CHUNK_END(sc),
+                    t == 0 ? FROM_SRC : FROM_DST, t == 0 ? -1 : recv_first[t - 1], 0);
     recv_first[t] = plan->recv_count;
-    plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(rc), CHUNK_END(rc), REDUCE_INTO_DST, -1,
-               op == KOLO_AVG && t == n - 2);
+    kolo_plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(rc), CHUNK_END(rc), REDUCE_INTO_DST,
+                    -1, op == KOLO_AVG && t == n - 2);
   }
   for (int u = 0; u < n - 1; u++) { /* all-gather */
     int sc = wrap_rank(r + 1 - u, n), rc = wrap_rank(r - u, n);
-    plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(sc), CHUNK_END(sc), FROM_DST,
-               recv_first[n - 2 + u], 0);
+    kolo_plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(sc), CHUNK_END(sc), FROM_DST,
+                    recv_first[n - 2 + u], 0);
     recv_first[n - 1 + u] = plan->recv_count;
-    plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(rc), CHUNK_END(rc), COPY_INTO_DST, -1, 0);
+    kolo_plan_range(plan, pieces, offsets, count, CHUNK_BEGIN(rc), CHUNK_END(rc), COPY_INTO_DST, -1,
+                    0);
   }
 #undef CHUNK_BEGIN
 #undef CHUNK_END
@@ -131,14 +138,18 @@ kolo_status kolo_ring_allreduce_pieces(kolo_ring *ring, const kolo_piece *pieces
     }
   } else if (status == KOLO_OK && bytes > 0) {
     kolo_plan_reset(&ring->plan, dtype, op);
-    if (kolo_allreduce_choose(ring->net->size, bytes / element, bytes, ring->small_bytes,
-                              ring->pair_min_bytes, ring->pair_max_bytes, ring->pair_shm_max_bytes,
-                              kolo_bulk_is_shm(ring, bytes)) == KOLO_ALLREDUCE_PAIR) {
-      plan_pieces_pair(ring, pieces, count, op);
+    kolo_allreduce_algo algo = kolo_ring_select(ring, bytes / element, bytes);
+    if (algo == KOLO_ALLREDUCE_DOUBLING) {
+      status = kolo_allreduce_doubling(ring, pieces, count, dtype, op, engine_thread);
+    } else if (algo == KOLO_ALLREDUCE_TWO_LEVEL) {
+      status = kolo_allreduce_two_level(ring, pieces, count, dtype, op, engine_thread);
     } else {
-      plan_pieces(ring, pieces, offsets, count, bytes / element, element, op, recv_first);
+      if (algo == KOLO_ALLREDUCE_PAIR)
+        plan_pieces_pair(ring, pieces, count, op);
+      else
+        plan_pieces(ring, pieces, offsets, count, bytes / element, element, op, recv_first);
+      status = kolo_execute_plan(ring, engine_thread, bytes);
     }
-    status = kolo_execute_plan(ring, engine_thread, bytes);
   }
   free(offsets);
   free(recv_first);

@@ -96,7 +96,7 @@ kolo_status kolo_hello_judge(const kolo_hello *h, uint64_t epoch, int size, int 
   if (h->secret_length != KOLO_HANDSHAKE_NONCE_BYTES) return KOLO_ERR_PROTOCOL;
   if (h->size != size || h->rank != expected_rank ||
       (h->kind != KOLO_CONNECTION_DATA && h->kind != KOLO_CONNECTION_CONTROL &&
-       h->kind != KOLO_CONNECTION_BELL))
+       h->kind != KOLO_CONNECTION_BELL && h->kind != KOLO_CONNECTION_MESH))
     return KOLO_ERR_PROTOCOL;
   return KOLO_OK;
 }

@@ -76,6 +76,15 @@ typedef struct kolo_control_link {
   int64_t gap_max_ns;    /* beat.c: the longest recent gap between beats (decaying) */
 } kolo_control_link;
 
+/* The ring's shape as every rank sees it alike (mesh.c): hosts are the runs of
+ * consecutive ranks whose addresses name the same host. */
+typedef struct kolo_shape {
+  int hosts;    /* runs of consecutive ranks on one host */
+  int per_host; /* ranks on every host when all hosts have as many, else 0 */
+  int host;     /* this rank's run */
+  int local;    /* this rank's place in its run */
+} kolo_shape;
+
 /* The net floor's part of a communicator: who this rank is in which ring, the
  * ring's connections, the control links, and the failure record (fault.c: the
  * first failure wins; on_fail hears of it at once, never blocking: the
@@ -110,6 +119,11 @@ typedef struct kolo_net {
   atomic_int outbox_pending;
   void (*on_fail)(void *context); /* told of the first failure; may be NULL */
   void *on_fail_context;
+  /* mesh.c: the ring's shape (hosts from the peers' addresses) and the links
+   * beyond the ring neighbours that its algorithms need (one bidirectional TCP
+   * connection per pair, mesh[peer]; ops NULL where there is none) */
+  kolo_shape shape;
+  kolo_channel *mesh;
 } kolo_net;
 
 /* Records the first failure, wakes every waiter and tells the ring neighbours.
@@ -189,10 +203,34 @@ void kolo_net_wake(kolo_net *net);
  * communicator's directions and control links. Blocks until the timeout. */
 kolo_status kolo_form_ring(kolo_net *net, kolo_listener *listener);
 
+/* ---- the mesh (mesh.c): links beyond the ring neighbours ---- */
+/* The shape of a ring of size ranks with these addresses ("host:port"), seen
+ * from rank (pure). */
+kolo_shape kolo_shape_from_peers(char *const *peers, int size, int rank);
+/* Recursive doubling's partners (pure): n ranks fold onto p = the largest power
+ * of two <= n; ranks below 2(n-p) pair up (even r gives to r+1, which takes
+ * part as new rank r/2; even r returns -1), the others are new rank r-(n-p). */
+int kolo_doubling_pow2(int size);
+int kolo_doubling_newrank(int size, int rank);
+int kolo_doubling_oldrank(int size, int newrank);
+/* Whether ranks a and b need a mesh link (pure, symmetric): recursive
+ * doubling's partners and folds (size >= 3), and with an even shape of at
+ * least 2 hosts x 2 ranks, the two-level all-reduce's cross-host rings (rank
+ * +- per_host) and each host's wrap (its last rank to its first). */
+int kolo_mesh_wants(const kolo_shape *shape, int size, int a, int b);
+/* Forms the mesh after kolo_form_ring: waits until every rank formed its ring
+ * links (a pass over the data links), then the lower rank of each pair dials
+ * the higher on the listener, behind the usual handshake. Blocks until the
+ * timeout; no links and KOLO_OK when none are wanted (KOLO_MESH=0: none). */
+kolo_status kolo_form_mesh(kolo_net *net, kolo_listener *listener);
+/* Closes and frees the mesh links. */
+void kolo_mesh_close(kolo_net *net);
+
 /* Handshake of a fresh connection (connector side / acceptor side). */
 #define KOLO_CONNECTION_DATA 1
 #define KOLO_CONNECTION_CONTROL 2
 #define KOLO_CONNECTION_BELL 3 /* doorbell of a shared-memory ring */
+#define KOLO_CONNECTION_MESH 4 /* a mesh link (mesh.c) */
 /* The handshake (handshake.c, protocol version 3: the secret is proven, never sent). */
 #define KOLO_HANDSHAKE_NONCE_BYTES 16
 /* Connector: sends the hello (offer: a bulk transport offered on this bell connection, or

@@ -1,6 +1,7 @@
 """Elastic data-parallel Fashion-MNIST with kolo.torch.elastic, run as a kolo
 job: when a worker dies or joins, the surviving processes stay alive, the ring
 re-forms, the model, optimizer and data position roll back to the last commit
+(every --batches-per-commit batches; with 1 a failure costs at most the batch in flight)
 and are broadcast from the new rank 0, the learning rate is rescaled to the new
 number of ranks (hvd.lr_scale()), and training resumes.
 
@@ -30,7 +31,8 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--lr", type=float, default=0.01,
                     help="learning rate of one rank (times hvd.lr_scale(): the ranks in SYNC, else 1)")
 parser.add_argument("--momentum", type=float, default=0.9)
-parser.add_argument("--batches-per-commit", type=int, default=20)
+parser.add_argument("--batches-per-commit", type=int, default=20,
+                    help="commit every N batches (1: a failure costs at most the batch in flight)")
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--data-dir", default=fashion.DATA_DIR)
 parser.add_argument("--sleep-ms", type=int, default=0, help="pause per batch (to watch a ring change)")
@@ -57,7 +59,8 @@ def main() -> None:
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     sampler = hvd.elastic.ElasticSampler(train_dataset, shuffle=True, seed=args.seed)
     loader = torch.utils.data.DataLoader(train_dataset, batch_size=args.batch_size, sampler=sampler)
-    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=1, batches=0)
+    state = hvd.elastic.TorchState(model, optimizer, commit_every=args.batches_per_commit, sampler=sampler,
+                                   epoch=1, batches=0)
 
     def on_reset() -> None:
         for group in optimizer.param_groups:
@@ -80,8 +83,8 @@ def main() -> None:
                 optimizer.step()
                 sampler.record_batch(batch_idx, args.batch_size)
                 state.batches += 1
-                if state.batches % args.batches_per_commit == 0:
-                    state.commit()
+                state.step_done()  # commits every --batches-per-commit batches
+                if state.batches % 20 == 0:
                     hvd.report(step=state.batches * hvd.size(), total_steps=total, loss=loss.item())
                 if args.sleep_ms:
                     time.sleep(args.sleep_ms / 1000.0)

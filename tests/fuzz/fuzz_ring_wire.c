@@ -40,7 +40,7 @@ static void fuzz_hello(const uint8_t *data, size_t size, int expected_rank, int 
   int fits = hello.secret_length == KOLO_HANDSHAKE_NONCE_BYTES && hello.epoch == RING_EPOCH &&
              hello.size == ring_size && hello.rank == expected_rank &&
              (hello.kind == KOLO_CONNECTION_DATA || hello.kind == KOLO_CONNECTION_CONTROL ||
-              hello.kind == KOLO_CONNECTION_BELL);
+              hello.kind == KOLO_CONNECTION_BELL || hello.kind == KOLO_CONNECTION_MESH);
   check((verdict == KOLO_OK) == fits, "a hello is accepted exactly when it fits the ring");
   if (hello.epoch != RING_EPOCH)
     check(verdict == KOLO_ERR_STALE_EPOCH, "another epoch is refused as stale");

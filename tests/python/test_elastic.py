@@ -144,3 +144,29 @@ def test_a_newcomer_slower_than_the_ring_timeout_leaves_the_survivors_running():
         assert sorted(e.split("-")[0] for e in ends) == ["w1", "w2", "w3"] and set(ends) == set(starts), ends
     finally:
         c.stop()
+
+
+def test_a_process_set_is_made_again_after_a_member_is_sigkilled_and_its_collectives_stay_exact():
+    # the set of ranks 0 and 1: rank 1 is killed, and the next ring's ranks 0 and 1 (both
+    # survivors) make the set again (docs/PYTHON.md, "Process sets")
+    c = cluster.Cluster()
+    try:
+        for w in ("w1", "w2", "w3"):
+            c.start_worker(w)
+        results = os.path.join(c.dir, "set")
+        os.makedirs(results)
+        c.submit({"id": "sets", "name": "sets", "min_workers": 2, "max_workers": 3,
+                  "exec": {"argv": [kolotest.PYTHON, kolotest.worker("elastic_train.py"), str(STEPS), str(COMMIT),
+                                    str(DELAY_MS), results],
+                           "env": {"OMP_NUM_THREADS": "1", "ELASTIC_TRAIN_PROCESS_SET": "1"}}})
+        wait_step(c, "sets", 15)
+        victim = [m["worker_id"] for m in c.job("sets")["status"]["members"] if m["rank"] == 1][0]
+        c.kill_worker(victim)
+        job = c.wait_phase("sets", ["SUCCEEDED", "FAILED", "CANCELLED"], 240)
+        assert job["status"]["phase"] == "SUCCEEDED", (json.dumps(job)[:3000], c.logs_tail())
+        result = json.load(open(os.path.join(results, "result.json")))
+        assert result["steps"] == STEPS and result["reconfigurations"] == 1, result
+        assert result["accumulator"] == result["expected"], result
+        assert result["set_accumulator"] == result["expected"] and result["set_id"] == 1, result
+    finally:
+        c.stop()

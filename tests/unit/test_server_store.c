@@ -421,7 +421,7 @@ static void the_live_read_leaves_out_the_keys_of_ended_jobs(void **state) {
   assert_int_equal(kolo_server_store_read_records(f->store, prefixes, 2, at, 1000, all, NULL, NULL),
                    KOLO_OK);
   assert_int_equal(
-      kolo_server_store_read_live_records(f->store, prefixes, 2, at, 1000, live, NULL, NULL),
+      kolo_server_store_read_live_records(f->store, prefixes, 2, at, 1000, live, NULL, NULL, NULL),
       KOLO_OK);
   assert_int_equal(live[0].count, 1);
   assert_int_equal(all[0].count, 1);

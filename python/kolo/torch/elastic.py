@@ -13,26 +13,46 @@ processed in the epoch.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import random
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 
 from ..elastic import ObjectState, RingChangedInterrupt, State, reconfigurations, run
 from .._runtime import RUNTIME
-from .functions import broadcast_optimizer_state, broadcast_parameters
+from .functions import broadcast_parameters
+from .snapshot import Snapshot
+from .state_sync import broadcast_optimizer_state_in_place
+
+
+class _Commit(NamedTuple):
+    """One whole commit of a TorchState: its snapshot slot, values, rounds, samplers."""
+    slot: int
+    values: Dict[str, Any]
+    rounds: Optional[Dict[str, Any]]
+    samplers: List[Tuple[int, int]]
 
 
 class TorchState(ObjectState):
     """model and optimizer (either may be None) plus keyword values. commit()
-    copies them in memory; restore() rolls back; sync() takes rank 0's. In a
-    non-SYNC mode (kolo.torch.modes) the optimizer's rounds are part of the
-    state too: the round's start parameters, the outer optimizer's momentum
-    and the round counters."""
+    copies them in memory (kolo.torch.snapshot: in-place copies into two
+    preallocated slots, cheap enough for every step); restore() rolls back to
+    the last whole commit; sync() takes rank 0's. step_done() commits every
+    commit_every-th call (default 1: every step, so a failure loses at most the
+    step in flight). In a non-SYNC mode (kolo.torch.modes) the optimizer's
+    rounds are part of the state too: the round's start parameters, the outer
+    optimizer's momentum and the round counters."""
 
     def __init__(self, model: Optional[torch.nn.Module] = None, optimizer: Optional[torch.optim.Optimizer] = None,
-                 **values: Any) -> None:
+                 *, commit_every: int = 1, overlap: Optional[bool] = None, **values: Any) -> None:
+        if not isinstance(commit_every, int) or isinstance(commit_every, bool) or commit_every < 1:
+            raise ValueError("kolo: TorchState's commit_every must be an int >= 1, not %r" % (commit_every,))
+        clash = sorted(key for key in values if hasattr(TorchState, key))
+        if clash:
+            raise ValueError("kolo: TorchState values may not be named %s (TorchState's own attributes)"
+                             % ", ".join(clash))
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError("kolo: TorchState's model must be a torch.nn.Module, not %s" % type(model).__name__)
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
@@ -40,58 +60,96 @@ class TorchState(ObjectState):
                             % type(optimizer).__name__)
         self.model = model
         self.optimizer = optimizer
+        self.commit_every = commit_every
+        self._steps_since_commit = 0
+        if overlap is None:  # a SYNC optimizer: only its step() changes the parameters
+            overlap = optimizer is not None and getattr(optimizer, "_kolo_rounds", None) is None
+        self._overlap = False  # the first commit (at construction) copies everything at once
+        self._snapshot = Snapshot(model, optimizer, overlap=bool(overlap))
+        if overlap and optimizer is not None:
+            _fence_step(optimizer, self._snapshot)
         self._samplers: List["ElasticSampler"] = [v for v in values.values() if isinstance(v, ElasticSampler)]
-        self._saved_model: Optional[Dict[str, torch.Tensor]] = None
-        self._saved_optimizer: Optional[Dict[str, Any]] = None
-        self._saved_rounds: Optional[Dict[str, Any]] = None
         super().__init__(**{k: v for k, v in values.items() if not isinstance(v, ElasticSampler)})
         for key, value in values.items():
             if isinstance(value, ElasticSampler):
                 setattr(self, key, value)
+        self._overlap = bool(overlap)
 
     def _rounds(self) -> Any:
         """The kolo.torch.modes.Rounds driving the optimizer (a non-SYNC mode), if any."""
         return getattr(self.optimizer, "_kolo_rounds", None) if self.optimizer is not None else None
 
+    def step_done(self) -> None:
+        """Marks one training step done: commits at every commit_every-th call
+        (default: every step). Raises RingChangedInterrupt as commit() does."""
+        self._steps_since_commit += 1
+        if self._steps_since_commit >= self.commit_every:
+            self.commit()
+        else:
+            self.check_host_updates()
+
     def save(self) -> None:
-        if self.model is not None:
-            self._saved_model = copy.deepcopy(self.model.state_dict())
-        if self.optimizer is not None:
-            self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+        """The commit: everything that can fail (copying the values, the tensors
+        into the slot that is not current) comes first; then one assignment makes
+        the new commit current, so a commit interrupted part-way (an exception, a
+        signal) leaves the previous one whole and current, never a mix of two."""
+        values = copy.deepcopy(self._values())
         rounds = self._rounds()
-        if rounds is not None:  # a non-SYNC mode: round start, outer momentum, counters
-            self._saved_rounds = rounds.state_dict()
-        for sampler in self._samplers:
-            sampler.save()
-        super().save()
+        saved_rounds = rounds.state_dict() if rounds is not None else None  # a non-SYNC mode
+        samplers = [(sampler.epoch, sampler.processed_num) for sampler in self._samplers]
+        slot = self._snapshot.write(keep=getattr(self, "_commit", None) and self._commit.slot, overlap=self._overlap)
+        self._commit = _Commit(slot, values, saved_rounds, samplers)  # the commit point
+        self._steps_since_commit = 0
 
     def restore(self) -> None:
         if self.optimizer is not None and hasattr(self.optimizer, "kolo_abandon"):
             self.optimizer.kolo_abandon()
-        if self.model is not None and self._saved_model is not None:
-            self.model.load_state_dict(self._saved_model)
-        if self.optimizer is not None and self._saved_optimizer is not None:
-            self.optimizer.load_state_dict(self._saved_optimizer)
+        commit = self._commit
+        self._snapshot.put_back(commit.slot)
         rounds = self._rounds()
-        if rounds is not None and self._saved_rounds is not None:
-            rounds.load_state_dict(self._saved_rounds)
-        for sampler in self._samplers:
+        if rounds is not None and commit.rounds is not None:
+            rounds.load_state_dict(commit.rounds)
+        for sampler, saved in zip(self._samplers, commit.samplers):
+            sampler._saved = saved
             sampler.restore()
-        super().restore()
+        for key, value in copy.deepcopy(commit.values).items():
+            setattr(self, key, value)
+        self._steps_since_commit = 0
+
+    def wait_commit(self) -> None:
+        """Returns once the last commit's background copy is done. optimizer.step(),
+        commit(), restore() and sync() wait by themselves; call it before changing
+        the parameters or the optimizer's state in place by other means between a
+        commit and the next optimizer.step() (or make the state with overlap=False)."""
+        self._snapshot.wait()
 
     def sync(self) -> None:
+        self._snapshot.wait()
         if self.optimizer is not None and hasattr(self.optimizer, "kolo_abandon"):
             self.optimizer.kolo_abandon()
         if self.model is not None:
             broadcast_parameters(self.model.state_dict(), root_rank=0)
-        if self.optimizer is not None:
-            broadcast_optimizer_state(self.optimizer, root_rank=0)
+        if self.optimizer is not None:  # each tensor in place, no pickled state dict
+            broadcast_optimizer_state_in_place(self.optimizer, root_rank=0)
         rounds = self._rounds()
         if rounds is not None:
             rounds.broadcast(0)
         for sampler in self._samplers:
             sampler.sync()
         super().sync()
+
+
+def _fence_step(optimizer: torch.optim.Optimizer, snapshot: Snapshot) -> None:
+    """Makes optimizer.step() wait for the commit copy in flight first (it is
+    about to change what is being copied)."""
+    original = optimizer.step
+
+    @functools.wraps(original)
+    def step(*args: Any, **kwargs: Any) -> Any:
+        snapshot.wait()
+        return original(*args, **kwargs)
+
+    optimizer.step = step  # type: ignore[method-assign]
 
 
 class ElasticSampler(torch.utils.data.Sampler):
