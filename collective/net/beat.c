@@ -20,8 +20,12 @@
  * timeout adapts per link, like an accrual detector: it is the larger of the
  * configured timeout and KOLO_BEAT_SLACK times the longest recent gap between
  * beats (a maximum that decays by 1/64 per beat, a half-life of about 4 s),
- * and at most KOLO_BEAT_MAX_STRETCH times the configured one. On a quiet
- * machine beats come every 100 ms and the timeout is the configured one. */
+ * and at most KOLO_BEAT_MAX_STRETCH times the configured one.
+ * The gaps are the larger of those seen between the peer's beats and those
+ * between this rank's own beats (how late its negotiator thread got a CPU: a
+ * loaded host stretches the timeout before a neighbour's beat is ever late).
+ * On a quiet machine beats come every 100 ms and the timeout is the configured
+ * one. */
 #include <poll.h>
 #include <stdlib.h>
 
@@ -57,9 +61,14 @@ int kolo_beat_timeout_ms(int timeout_ms, int64_t gap_max_ns) {
   return adaptive > timeout_ms ? (int)adaptive : timeout_ms;
 }
 
+int64_t kolo_beat_jitter_ns(int64_t link_gap_max_ns, int64_t own_gap_max_ns) {
+  return link_gap_max_ns > own_gap_max_ns ? link_gap_max_ns : own_gap_max_ns;
+}
+
 /* The timeout link is judged by now. */
 static int link_timeout_ms(kolo_net *net, const kolo_control_link *link) {
-  return kolo_beat_timeout_ms(atomic_load(&net->peer_timeout_ms), link->gap_max_ns);
+  return kolo_beat_timeout_ms(atomic_load(&net->peer_timeout_ms),
+                              kolo_beat_jitter_ns(link->gap_max_ns, net->own_gap_max_ns));
 }
 
 void kolo_net_set_peer_timeout(kolo_net *net, int timeout_ms) {
@@ -75,6 +84,7 @@ void kolo_beat_start(kolo_net *net) {
     net->control[i].beat_heard_ns = 0;
     net->control[i].gap_max_ns = KOLO_BEAT_INTERVAL_MS * NS_PER_MS;
   }
+  net->own_gap_max_ns = KOLO_BEAT_INTERVAL_MS * NS_PER_MS;
 }
 
 /* Sends one beat on link (whole, or the link is lost: a half-written message
@@ -97,6 +107,10 @@ int kolo_beat_tick(kolo_net *net) {
     kolo_control_link *link = &net->control[i];
     if (!link->open) continue;
     if (now >= link->beat_due_ns) {
+      /* this beat's gap since the last one: the interval plus how late this thread runs */
+      if (i == 0 || !net->control[0].open)
+        net->own_gap_max_ns = kolo_beat_gap_update(
+            net->own_gap_max_ns, KOLO_BEAT_INTERVAL_MS * NS_PER_MS + (now - link->beat_due_ns));
       send_beat(net, link);
       link->beat_due_ns = now + KOLO_BEAT_INTERVAL_MS * NS_PER_MS;
     }

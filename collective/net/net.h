@@ -106,6 +106,7 @@ typedef struct kolo_net {
   size_t bulk_min_bytes;        /* operations of at least this many bytes use the bulk channels */
   kolo_control_link control[2]; /* [0] to rank + 1, [1] to rank - 1 */
   atomic_int peer_timeout_ms;   /* beat.c: a neighbour silent this long is lost (0: never) */
+  int64_t own_gap_max_ns;       /* beat.c: longest recent gap between this rank's own beats */
   int wake_fd;                  /* eventfd: wakes the negotiator (queue, abort, stop) */
   int fail_fd;                  /* eventfd: readable forever once the communicator failed */
   /* failure: first one wins */
@@ -179,6 +180,11 @@ int64_t kolo_beat_gap_update(int64_t gap_max_ns, int64_t gap_ns);
  * KOLO_BEAT_SLACK x the longest recent gap, at most KOLO_BEAT_MAX_STRETCH x the
  * configured one; 0 when judging is off. */
 int kolo_beat_timeout_ms(int timeout_ms, int64_t gap_max_ns);
+/* The jitter a link is judged by (pure): the longer of the gaps seen between its
+ * peer's beats and between this rank's own (how late this host let the negotiator
+ * thread run: the same load delays a neighbour on it, before any of its beats
+ * arrived late). */
+int64_t kolo_beat_jitter_ns(int64_t link_gap_max_ns, int64_t own_gap_max_ns);
 /* Sends the beats that are due; returns how long the caller may wait (ms)
  * before the next beat or silence deadline, or -1 for no limit. Never blocks
  * longer than the peer timeout. */

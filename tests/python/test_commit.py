@@ -3,7 +3,8 @@ PyTorch models and optimizers, in one process: a failure between two steps loses
 nothing, one in the middle of a step loses that step only, one during a commit
 (a signal raising at a random point of it, thousands of times) restores a whole
 commit and never a mix of two, and a commit after the first allocates nothing.
-(The same commit across a real ring, a SIGKILLed worker and the re-form:
+A joiner's state after sync() equals the survivors' bit for bit (3 ranks under
+kolorun). (The same commit across a real ring, a SIGKILLed worker and the re-form:
 test_elastic.py, which commits every step.)"""
 import os
 import sys
@@ -210,3 +211,11 @@ def test_a_failure_during_a_commit_never_mixes_two_commits(overlap):
         outcomes["committed" if state.step == step else "rolled back"] += 1
         step = state.step
     assert outcomes["committed"] >= 2 and outcomes["rolled back"] >= lines // 2, outcomes
+
+
+def test_a_joiners_state_after_sync_equals_the_survivors_bit_for_bit():
+    # two survivors that trained three Adam steps and a newcomer with another model and
+    # no optimizer state: after TorchState.sync() every tensor is rank 0's, byte for byte
+    result = kolotest.kolorun(3, kolotest.worker("joiner_state.py"), timeout=240)
+    for rank in range(3):
+        assert any(line.startswith("SAME ") and int(line.split()[1]) >= 20 for line in result.lines(rank)), result

@@ -41,6 +41,18 @@ static void the_timeout_stretches_with_late_beats_up_to_its_cap(void **state) {
   assert_int_equal(kolo_beat_timeout_ms(0, 5000 * MS), 0);      /* off stays off */
 }
 
+static void this_hosts_own_late_beats_stretch_a_links_timeout_before_the_peer_is_late(
+    void **state) {
+  (void)state;
+  /* the peer's beats are regular so far, but this rank's own came 300 ms apart */
+  int64_t jitter = kolo_beat_jitter_ns(100 * MS, 300 * MS);
+  assert_int_equal(jitter, 300 * MS);
+  assert_int_equal(kolo_beat_timeout_ms(500, jitter), 1200);
+  assert_int_equal(kolo_beat_jitter_ns(400 * MS, 100 * MS), 400 * MS); /* the peer's, when longer */
+  /* quiet on both sides: the configured timeout */
+  assert_int_equal(kolo_beat_timeout_ms(500, kolo_beat_jitter_ns(100 * MS, 101 * MS)), 500);
+}
+
 static void the_peer_timeout_comes_from_the_environment_in_seconds(void **state) {
   (void)state;
   unsetenv("KOLO_PEER_TIMEOUT");
@@ -66,6 +78,7 @@ int main(void) {
       cmocka_unit_test(a_link_is_silent_once_the_timeout_passed),
       cmocka_unit_test(a_longer_gap_replaces_the_maximum_and_shorter_ones_pull_it_down_slowly),
       cmocka_unit_test(the_timeout_stretches_with_late_beats_up_to_its_cap),
+      cmocka_unit_test(this_hosts_own_late_beats_stretch_a_links_timeout_before_the_peer_is_late),
       cmocka_unit_test(the_peer_timeout_comes_from_the_environment_in_seconds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

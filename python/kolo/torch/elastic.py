@@ -22,8 +22,9 @@ import torch
 
 from ..elastic import ObjectState, RingChangedInterrupt, State, reconfigurations, run
 from .._runtime import RUNTIME
-from .functions import broadcast_optimizer_state, broadcast_parameters
+from .functions import broadcast_parameters
 from .snapshot import Snapshot
+from .state_sync import broadcast_optimizer_state_in_place
 
 
 class _Commit(NamedTuple):
@@ -128,8 +129,8 @@ class TorchState(ObjectState):
             self.optimizer.kolo_abandon()
         if self.model is not None:
             broadcast_parameters(self.model.state_dict(), root_rank=0)
-        if self.optimizer is not None:
-            broadcast_optimizer_state(self.optimizer, root_rank=0)
+        if self.optimizer is not None:  # each tensor in place, no pickled state dict
+            broadcast_optimizer_state_in_place(self.optimizer, root_rank=0)
         rounds = self._rounds()
         if rounds is not None:
             rounds.broadcast(0)

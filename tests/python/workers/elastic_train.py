@@ -8,7 +8,10 @@ argv: STEPS COMMIT_EVERY DELAY_MS RESULT_DIR. Every process writes
 RESULT_DIR/start-<worker>-<pid> when it starts; rank 0 of the final ring writes
 RESULT_DIR/result.json; every survivor writes RESULT_DIR/end-<worker>-<pid>.
 ELASTIC_TRAIN_INIT_DELAY_S (from the worker's environment) makes the process wait
-that long before kolo.init(): a newcomer slower than the ring's timeout."""
+that long before kolo.init(): a newcomer slower than the ring's timeout.
+ELASTIC_TRAIN_PROCESS_SET=1 adds the process set of ranks 0 and 1, on which every step
+also all-reduces its value (the set is made again at each re-form); result.json then
+holds set_accumulator, exact only if the set's collectives ran right on every ring."""
 import json
 import os
 import sys
@@ -25,6 +28,7 @@ torch.manual_seed(0)
 torch.set_num_threads(1)
 time.sleep(float(os.environ.get("ELASTIC_TRAIN_INIT_DELAY_S", "0")))
 hvd.init()
+pair = hvd.add_process_set([0, 1]) if os.environ.get("ELASTIC_TRAIN_PROCESS_SET") == "1" else None
 
 GLOBAL_BATCH = 24
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
@@ -42,7 +46,7 @@ def on_reset():
     sizes.append(hvd.size())
 
 
-state = hvd.elastic.TorchState(model, optimizer, step=0, accumulator=0.0)
+state = hvd.elastic.TorchState(model, optimizer, step=0, accumulator=0.0, set_accumulator=0.0)
 state.register_reset_callbacks([on_reset])
 
 
@@ -60,6 +64,10 @@ def train(state):
         optimizer.step()
         value = hvd.allreduce(torch.tensor([step_value(state.step)], dtype=torch.float64), name="value")
         state.accumulator += value.item()
+        if pair is not None:  # the set's members all-reduce; the others add the same value themselves
+            on_set = torch.tensor([step_value(state.step) * (1 + hvd.rank())], dtype=torch.float64)
+            state.set_accumulator += (hvd.allreduce(on_set, op=hvd.Sum, name="set_value", process_set=pair).item() / 3
+                                      if pair.included() else step_value(state.step))
         state.step += 1
         executed[0] += 1
         if state.step % commit_every == 0 or state.step == steps:
@@ -76,6 +84,7 @@ if hvd.rank() == 0:
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump({"steps": state.step, "accumulator": state.accumulator, "expected": expected, "size": hvd.size(),
                    "resets": sizes, "reconfigurations": hvd.elastic.reconfigurations(), "replica_gap": digest, "executed": executed[0],
+                   "set_accumulator": state.set_accumulator, "set_id": pair.process_set_id if pair else None,
                    "worker": worker, "pid": os.getpid()}, f)
 open(os.path.join(out, "end-%s-%d" % (worker, os.getpid())), "w").close()
 hvd.shutdown()
