@@ -40,12 +40,18 @@ def test_a_killed_worker_leaves_the_mode_training_on_in_the_same_processes_to_85
                          "env": {"OMP_NUM_THREADS": "1"}}}
         spec.update(MODES[mode])
         c.submit(spec)
-        cluster.wait_for(lambda: c.job(job_id).get("status", {}).get("progress", {}).get("step", 0) >= 300, 300,
-                         "300 batches of job %s" % job_id)
-        members = c.job(job_id)["status"]["members"]
+        over = ["SUCCEEDED", "FAILED", "CANCELLED"]
+
+        def trained_300_batches_or_over():
+            status = c.job(job_id).get("status", {})
+            return status.get("progress", {}).get("step", 0) >= 300 or status.get("phase") in over
+        cluster.wait_for(trained_300_batches_or_over, 300, "300 batches of job %s" % job_id)
+        status = c.job(job_id)["status"]
+        assert status["phase"] not in over, (status, c.logs_tail())  # e.g. the mode was not acknowledged
+        members = status["members"]
         victim = [m["worker_id"] for m in members if m["rank"] == 2][0]
         c.kill_worker(victim)
-        job = c.wait_phase(job_id, ["SUCCEEDED", "FAILED", "CANCELLED"], 600)
+        job = c.wait_phase(job_id, over, 600)
         status = job["status"]
         assert status["phase"] == "SUCCEEDED", (json.dumps(job)[:3000], c.logs_tail())
         assert status["reconfigurations"] >= 1, status
