@@ -17,8 +17,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define STRANGER_BUDGET_MS 1000 /* an accepted connection's time to say its hello, then its proof \
-                                 */
+/* an accepted connection's time to say its hello, then its proof */
+#define STRANGER_BUDGET_MS 1000
 
 /* The host part of "host:port" ("[v6]:port" too): its length. */
 static size_t host_length(const char *address) {

@@ -9,8 +9,9 @@
 #include "worker/train/outer.h"
 
 typedef struct round {
-  float *snapshot;       /* the model when the round started */
+  float *snapshot;       /* the model when the round started (the all-reduce's send buffer) */
   float *average;        /* the average arriving */
+  float *applied;        /* corrections of older rounds folded in after snapshot was taken */
   kolo_request *request; /* in flight, or NULL */
 } round;
 
@@ -81,6 +82,7 @@ void kolo_train_rounds_destroy(kolo_train_rounds *r) {
   kolo_train_rounds_drop(r);
   for (uint32_t k = 0; r->ring && k < r->config.max_staleness; k++) {
     free(r->ring[k].snapshot);
+    free(r->ring[k].applied);
     free(r->ring[k].average);
   }
   free(r->ring);
@@ -122,8 +124,13 @@ int kolo_train_rounds_synced_at(const kolo_train_rounds *r, uint64_t step) {
 
 #ifndef KOLO_TRAIN_NO_COMM
 /* Completes the oldest round (block = 1 waits for it) and folds it in:
- * w <- w + (average - snapshot), the average plus the local progress made
- * since. *done = 0 when it is still running (block = 0). */
+ * w <- w + c with c = average - snapshot - applied, the average plus the local progress
+ * made since. applied holds the corrections of older rounds folded in after this round's
+ * snapshot was taken: the snapshot (and so the average) does not have them, w does, so
+ * without taking them out a rank would keep its own deviation of the older round (with
+ * max_staleness >= 2 and short rounds that made the model diverge). c is added to the
+ * applied of every round still outstanding, for the same reason. *done = 0 when it is
+ * still running (block = 0). */
 static kolo_status complete_oldest(kolo_train_rounds *r, int block, float *params, int *done) {
   round *o = &r->ring[r->head];
   kolo_status rc = KOLO_OK;
@@ -142,7 +149,12 @@ static kolo_status complete_oldest(kolo_train_rounds *r, int block, float *param
   r->head = (r->head + 1) % r->config.max_staleness;
   r->outstanding--;
   if (rc != KOLO_OK) return rc;
-  for (size_t i = 0; i < r->param_count; i++) params[i] += o->average[i] - o->snapshot[i];
+  for (size_t i = 0; i < r->param_count; i++) {
+    float c = o->average[i] - o->snapshot[i] - o->applied[i];
+    params[i] += c;
+    for (uint32_t k = 0; k < r->outstanding; k++)
+      r->ring[(r->head + k) % r->config.max_staleness].applied[i] += c;
+  }
   r->stats.rounds++;
   return KOLO_OK;
 }
@@ -159,7 +171,9 @@ static kolo_status async_step(kolo_train_rounds *r, kolo_comm *comm, uint64_t st
   round *o = &r->ring[(r->head + r->outstanding) % r->config.max_staleness];
   if (!o->snapshot) o->snapshot = malloc(r->param_count * sizeof(float));
   if (!o->average) o->average = malloc(r->param_count * sizeof(float));
-  if (!o->snapshot || !o->average) return KOLO_ERR_NO_MEMORY;
+  if (!o->applied) o->applied = malloc(r->param_count * sizeof(float));
+  if (!o->snapshot || !o->average || !o->applied) return KOLO_ERR_NO_MEMORY;
+  memset(o->applied, 0, r->param_count * sizeof(float));
   memcpy(o->snapshot, params, r->param_count * sizeof(float));
   rc = kolo_allreduce_async(comm, o->snapshot, o->average, r->param_count, KOLO_FLOAT32, KOLO_AVG,
                             &o->request);
