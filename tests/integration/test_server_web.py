@@ -12,6 +12,12 @@ import unittest
 
 from test_server_support import Server, curl, main, wait_for
 
+
+def sanitized(pid):
+    """Whether the process runs under AddressSanitizer (memory bounds hold in the release build)."""
+    with open("/proc/%d/maps" % pid) as f:
+        return "libasan" in f.read()
+
 TOKEN = "web-door-token"
 EXEC_SPEC = json.dumps({"id": "web-pwn", "name": "pwn", "min_workers": 1,
                         "exec": {"argv": ["/bin/sh", "-c", "touch /tmp/pwned"], "env": {"SECRET": "s"}}})
@@ -151,7 +157,8 @@ class WebDoorTest(unittest.TestCase):
             s.sendall(b"}")
             answers.append(s.recv(64))
             s.close()
-        self.assertLess(grown, 48, "kolo-server grew by %.0f MiB holding bodies" % grown)
+        if not sanitized(srv.proc.pid):  # ASan's quarantine and redzones make RSS meaningless
+            self.assertLess(grown, 48, "kolo-server grew by %.0f MiB holding bodies" % grown)
         self.assertTrue(any(a.startswith(b"HTTP/1.1 503") for a in answers), answers)
         wait_for(lambda: curl(srv.http_port, "/v1/jobs", "POST", json.dumps(
             {"id": "web-after", "name": "n", "min_workers": 1, "exec": {"argv": ["true"]}}))[0] == 200, 10, "a submit after the flood")
