@@ -5,6 +5,8 @@
 #include <stdlib.h>
 
 #include "codec/codec.h"
+#include "coordination/etcd.h"
+#include "coordination/keys.h"
 #include "kolo/v1/records.pb-c.h"
 
 char *kolo_drain_mark_json(int64_t lease, int64_t time_unix_ms) {
@@ -26,4 +28,15 @@ int kolo_drain_mark_applies(const char *value, size_t len, int64_t lease) {
   int applies = mark->has_draining && mark->draining && mark->has_lease && mark->lease == lease;
   protobuf_c_message_free_unpacked(msg, NULL);
   return applies;
+}
+
+int kolo_drain_marked(kolo_etcd *etcd, const char *worker_id, int64_t lease) {
+  char key[256];
+  kolo_etcd_kv kv = {0};
+  if (kolo_keys_drain(worker_id, key, sizeof key) != KOLO_OK ||
+      kolo_etcd_get(etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK)
+    return 0;
+  int mine = kolo_drain_mark_applies((const char *)kv.value, kv.value_len, lease);
+  kolo_etcd_kv_clear(&kv);
+  return mine;
 }

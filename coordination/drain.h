@@ -22,4 +22,11 @@ char *kolo_drain_mark_json(int64_t lease, int64_t time_unix_ms);
  * without a lease, another incarnation's lease) drains nothing. */
 int kolo_drain_mark_applies(const char *value, size_t len, int64_t lease);
 
+typedef struct kolo_etcd kolo_etcd;
+
+/* Whether worker_id's drain mark in etcd applies to the registration holding lease (reads
+ * the mark; 0 when there is none, it cannot be read, or it names another lease). The one
+ * reader for kolo-worker's agent and bench/scale's simulated agents. */
+int kolo_drain_marked(kolo_etcd *etcd, const char *worker_id, int64_t lease);
+
 #endif

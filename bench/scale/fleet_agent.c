@@ -217,15 +217,7 @@ static int get_ring(kolo_fleet_agent *a, const char *key, kolo_ringspec *ring) {
 
 /* agent.c drain_marked: an operator's DrainWorker names this registration. */
 static int drain_marked(kolo_fleet_agent *a) {
-  char key[256];
-  kolo_etcd_kv kv = {0};
-  if (a->reg == NULL || kolo_keys_drain(a->id, key, sizeof key) != KOLO_OK ||
-      kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK)
-    return 0;
-  int mine =
-      kolo_drain_mark_applies((const char *)kv.value, kv.value_len, kolo_membership_lease(a->reg));
-  kolo_etcd_kv_clear(&kv);
-  return mine;
+  return a->reg != NULL && kolo_drain_marked(a->etcd, a->id, kolo_membership_lease(a->reg));
 }
 
 /* The assignment names (job, epoch) at ring_key: start, move to the newer ring, or nothing. */

@@ -41,15 +41,7 @@ static void hold_port(agent *a, int quiet) {
 
 /* Whether this registration of the worker is drained (its mark names our lease). */
 static int drain_marked(agent *a) {
-  char key[256];
-  kolo_etcd_kv kv = {0};
-  if (a->reg == NULL || kolo_keys_drain(a->id, key, sizeof key) != KOLO_OK ||
-      kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK)
-    return 0;
-  int mine =
-      kolo_drain_mark_applies((const char *)kv.value, kv.value_len, kolo_membership_lease(a->reg));
-  kolo_etcd_kv_clear(&kv);
-  return mine;
+  return a->reg != NULL && kolo_drain_marked(a->etcd, a->id, kolo_membership_lease(a->reg));
 }
 
 /* The job let this worker go: if the worker is drained (SIGTERM, or a drain mark), the
