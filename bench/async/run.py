@@ -43,6 +43,8 @@ CONFIGS = {
 
 def run_once(hosts, n, label, args, slow):
     mode_env, extra = CONFIGS[label]
+    if mode_env.get("KOLO_MODE") in ("LOCAL_SGD", "DILOCO"):
+        mode_env = dict(mode_env, KOLO_MODE_SYNC_EVERY=str(args.inner_steps))
     procs = []
     for rank in range(n):
         env = ["env", "KOLO_RANK=%d" % rank, "KOLO_SIZE=%d" % n, "KOLO_LOCAL_RANK=0", "KOLO_LOCAL_SIZE=1",
@@ -85,23 +87,26 @@ def fmt(value, pattern):
     return "-" if value is None else pattern % value
 
 
-def table(rate, slow, rows, configs, base):
+def table(rate, slow, rows, configs, base, finals=None):
     print("\n### %s, 4 hosts x 1 rank%s\n" % (rate, ", rank 3 at half speed" if slow else ""))
     print("| mode | time to target (s) | final accuracy | MB sent per rank | kB per step in the loop |"
-          " steps/s (unslowed ranks) | of undisturbed | blocked s | staleness |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          " steps/s (unslowed ranks) | of undisturbed | accuracy vs undisturbed | blocked s | staleness |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label in configs:
         runs = rows[label]
         reached = [r["reached_s"] for r in runs]
         speed = median([r["steps_per_s"] for r in runs])
         ref = base.get(label) if base else None
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        final = median([r["final"] for r in runs])
+        ref_final = finals.get(label) if finals else None
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             label, fmt(median(reached), "%.1f") + ("" if all(v is not None for v in reached) else
                                                    " (%d/%d reached)" % (sum(v is not None for v in reached),
                                                                          len(reached))),
             fmt(median([r["final"] for r in runs]), "%.4f"), fmt(median([r["mbytes"] for r in runs]), "%.1f"),
             fmt(median([r["loop_kb_per_step"] for r in runs]), "%.1f"),
             fmt(speed, "%.2f"), fmt(100 * speed / ref if ref and speed else None, "%.0f%%"),
+            fmt(100 * (final - ref_final) if final is not None and ref_final is not None else None, "%+.1f pt"),
             fmt(median([r["blocked_s"] for r in runs]), "%.1f"), fmt(median([r["staleness"] for r in runs]), "%d")))
     sys.stdout.flush()
 
@@ -117,10 +122,11 @@ def main():
     parser.add_argument("--slow-rates", default="100mbit", help="the rates at which --slow runs")
     parser.add_argument("--slow-configs", default="", help="the configs --slow runs (default: --configs)")
     parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--inner-steps", type=int, default=30, help="H of LOCAL_SGD and DILOCO (steps per round)")
     args = parser.parse_args()
     configs = args.configs.split(",")
-    print("bench/async: %d steps of batch 64 per rank, target %.2f, medians of %d, configs %s"
-          % (args.steps, args.target, args.repeats, ", ".join(configs)), flush=True)
+    print("bench/async: %d steps of batch 64 per rank, target %.2f, medians of %d, configs %s, H %d"
+          % (args.steps, args.target, args.repeats, ", ".join(configs), args.inner_steps), flush=True)
     for rate in args.rates.split(","):
         try:
             hosts = HostSet(args.ranks, rate)
@@ -128,7 +134,7 @@ def main():
             print("SKIP: %s" % error)
             return 77
         try:
-            base = {}
+            base, finals = {}, {}
             for slow in ([False, True] if args.slow and rate in args.slow_rates.split(",") else [False]):
                 these = args.slow_configs.split(",") if slow and args.slow_configs else configs
                 rows = {label: [] for label in these}
@@ -140,9 +146,10 @@ def main():
                         print("# %s %s%s run %d: %s (%.0f s)" % (rate, label, " slow" if slow else "", repeat + 1,
                                                                 json.dumps(rows[label][-1]),
                                                                 time.monotonic() - began), flush=True)
-                table(rate, slow, rows, these, base if slow else None)
+                table(rate, slow, rows, these, base if slow else None, finals if slow else None)
                 if not slow:
                     base = {label: median([r["steps_per_s"] for r in rows[label]]) for label in configs}
+                    finals = {label: median([r["final"] for r in rows[label]]) for label in configs}
         finally:
             hosts.close()
     return 0
