@@ -258,11 +258,19 @@ kolo_status kolo_engine_stats_get(const kolo_comm *comm, kolo_engine_stats *stat
 }
 
 kolo_status kolo_comm_create(const kolo_ring_spec *spec, kolo_listener *listener, kolo_comm **out) {
+  return kolo_comm_create_superseded(spec, listener, NULL, NULL, out);
+}
+
+kolo_status kolo_comm_create_superseded(const kolo_ring_spec *spec, kolo_listener *listener,
+                                        int (*superseded)(void *context, uint64_t epoch),
+                                        void *context, kolo_comm **out) {
   kolo_comm *comm = NULL;
   kolo_status status = out == NULL ? KOLO_ERR_INVALID_ARG : validate_spec(spec);
   if (status != KOLO_OK) goto out;
   status = allocate_comm(spec, &comm);
   if (status != KOLO_OK) goto out;
+  comm->net.superseded = superseded;
+  comm->net.superseded_context = context;
   if (comm->net.size > 1) {
     if (listener == NULL) {
       status = kolo_listener_create(comm->net.peers[comm->net.rank], &listener);

@@ -230,7 +230,8 @@ static void *reader_main(void *argument) {
 }
 
 /* Whether a ring newer than epoch was announced, or the process must stop. */
-static int superseded(kolo_elastic *elastic, uint64_t epoch) {
+static int superseded(void *context, uint64_t epoch) {
+  kolo_elastic *elastic = context;
   pthread_mutex_lock(&elastic->mutex);
   int yes = elastic->stop_requested || elastic->leave_requested ||
             (elastic->pending != NULL && elastic->pending->epoch > epoch);
@@ -247,14 +248,13 @@ static int worth_retrying(kolo_status status) {
          status == KOLO_ERR_PEER_LOST;
 }
 
-/* Forms ring r. A neighbour at another epoch refuses us (KOLO_ERR_STALE_EPOCH), or
- * drops our connection when its own formation of that epoch fails. One behind us (on,
- * or forming, a ring it has not left yet: two ring changes close together, such as a
- * drain and a join, or two drains) is brought our ring by its agent and comes over,
- * so we dial again within the ring's timeout rather than fail this epoch (which would
- * make the scheduler re-form a ring whose members are all alive: a reconfiguration
- * for nothing). One ahead of us means our ring is already replaced: our agent brings
- * the newer one, which ends the retries, as a stop or a LEAVE does. */
+/* Forms ring r. A neighbour at another epoch refuses us (KOLO_ERR_STALE_EPOCH), or drops our
+ * connection when its own formation of that epoch fails. One behind us (on, or forming, a ring
+ * it has not left yet: two ring changes close together, such as a drain and a join, or two
+ * drains) is brought our ring by its agent and comes over, so we dial again within the ring's
+ * timeout rather than fail this epoch (a re-form of a ring whose members all live, for nothing).
+ * One ahead of us means our ring is replaced: our agent brings the newer one, which ends the
+ * retries and the formation under way (form.c asks superseded() every 100 ms), as STOP does. */
 /* Where the ring listens: the agent's held listener when it handed us one (KOLO_LISTEN_FD,
  * worker/agent/port.h: the port stays the agent's between epochs, so no one else can listen
  * there), else the ring's address. */
@@ -283,7 +283,7 @@ static kolo_status create_comm(kolo_elastic *elastic, const kolo_agent_ring *r, 
                              .peers = r->peers,
                              .secret = r->secret,
                              .timeout_ms = left > 0 ? left : 1};
-      status = kolo_comm_create(&spec, listener, out); /* takes the listener */
+      status = kolo_comm_create_superseded(&spec, listener, superseded, elastic, out);
     }
     if (!worth_retrying(status) || kolo_ms_until(deadline) < STALE_RETRY_MS ||
         superseded(elastic, r->epoch))

@@ -47,6 +47,12 @@ struct kolo_comm {
   _Atomic(kolo_device *) device;
 };
 
+/* kolo_comm_create whose ring formation gives up with KOLO_ERR_ABORTED as soon as
+ * superseded(context, epoch) says the epoch is replaced (checked every 100 ms). */
+kolo_status kolo_comm_create_superseded(const kolo_ring_spec *spec, kolo_listener *listener,
+                                        int (*superseded)(void *context, uint64_t epoch),
+                                        void *context, kolo_comm **out);
+
 /* Sets the timeout the beat judges neighbours by (any thread; 0 = never). */
 void kolo_comm_set_peer_timeout(kolo_comm *comm, int timeout_ms);
 

@@ -24,6 +24,7 @@ enum { LINK_DATA, LINK_CONTROL, LINK_BELL, LINK_COUNT };
 
 #define PENDING_MAX 256         /* accepted connections whose hello is being read */
 #define STRANGER_BUDGET_MS 1000 /* to send a whole hello after being accepted */
+#define SUPERSEDED_CHECK_MS 100 /* how often a formation asks whether its epoch is replaced */
 
 /* An accepted connection whose handshake is not done yet: its hello being read, or (once
  * challenged) its proof. */
@@ -93,12 +94,34 @@ typedef struct formation {
   int n_pending;
 } formation;
 
+/* Whether the formation's epoch is replaced (net->superseded says so; logged). */
+static int superseded_now(kolo_net *net) {
+  if (net->superseded == NULL || !net->superseded(net->superseded_context, net->epoch)) return 0;
+  KOLO_LOGI("kolo", "rank %d epoch %llu: formation given up: a newer ring is announced", net->rank,
+            (unsigned long long)net->epoch);
+  return 1;
+}
+
+/* Connects to the next rank by the deadline (the transport retries a refusal), in slices
+ * of SUPERSEDED_CHECK_MS when the epoch may be superseded meanwhile. */
+static kolo_status connect_next(kolo_net *net, int next, int64_t deadline,
+                                kolo_transport_conn **out) {
+  for (;;) {
+    int64_t slice = kolo_deadline_after_ms(SUPERSEDED_CHECK_MS);
+    int64_t until = net->superseded != NULL && slice < deadline ? slice : deadline;
+    kolo_status status = net->transport->connect(net->peers[next], until, out);
+    if (until == deadline || (status != KOLO_ERR_CONNECT && status != KOLO_ERR_TIMEOUT))
+      return status;
+    if (superseded_now(net)) return KOLO_ERR_ABORTED;
+  }
+}
+
 static kolo_status dial_next(kolo_net *net, formation *f, int next, int64_t deadline) {
   static const int kinds[LINK_COUNT] = {KOLO_CONNECTION_DATA, KOLO_CONNECTION_CONTROL,
                                         KOLO_CONNECTION_BELL};
   kolo_status status = KOLO_OK;
   for (int i = 0; i < LINK_COUNT && status == KOLO_OK; i++) {
-    status = net->transport->connect(net->peers[next], deadline, &f->outgoing[i]);
+    status = connect_next(net, next, deadline, &f->outgoing[i]);
     if (status == KOLO_OK) {
       status =
           kolo_handshake_send_hello(net, f->outgoing[i], kinds[i], i == LINK_BELL ? f->offer : NULL,
@@ -272,6 +295,9 @@ static kolo_status await_neighbours(kolo_net *net, kolo_listener *listener, form
     if (!accepting && f->acked[0] && f->acked[1] && f->acked[2]) return KOLO_OK;
     int64_t wake = deadline;
     int n = poll_set(net, listener, f, accepting, fds, slots, &wake);
+    if (superseded_now(net)) return KOLO_ERR_ABORTED;
+    if (net->superseded != NULL && kolo_deadline_after_ms(SUPERSEDED_CHECK_MS) < wake)
+      wake = kolo_deadline_after_ms(SUPERSEDED_CHECK_MS);
     if (kolo_ms_until(deadline) == 0) {
       KOLO_LOGE("kolo", "rank %d epoch %llu: ring not formed in time (rank %d %s)", net->rank,
                 (unsigned long long)net->epoch, accepting ? prev : next,

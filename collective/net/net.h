@@ -94,6 +94,10 @@ typedef struct kolo_net {
   uint64_t epoch;
   int rank, size, local_rank, local_size;
   int timeout_ms;
+  /* form.c: the formation gives up (KOLO_ERR_ABORTED) once this says its epoch is
+   * superseded (an elastic process's agent announced a newer ring); NULL: never */
+  int (*superseded)(void *context, uint64_t epoch);
+  void *superseded_context;
   char **peers;
   char *secret;
   /* connection setup: listen, dial, handshakes, control links (TCP) */

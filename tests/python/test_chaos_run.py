@@ -21,7 +21,7 @@ def run_chaos():
     command = [kolotest.PYTHON, os.path.join(kolotest.SRC, "bench", "chaos", "run.py"), "--only", "kolo",
                "--chaos-only", "--seed", str(SEED), "--duration", str(DURATION_S), "--interval", "15",
                "--start-timeout", str(START_S), "--end-timeout", str(END_S),
-               "--build", os.path.dirname(kolotest.BIN)]
+               "--build", os.path.dirname(kolotest.BIN)] + (["--keep"] if os.environ.get("KOLO_KEEP_CLUSTER") else [])
     proc = subprocess.run(command, capture_output=True, text=True, env=kolotest.env(),
                           timeout=START_S + DURATION_S + END_S + 120)
     lines = proc.stdout.strip().splitlines()
