@@ -29,6 +29,7 @@ typedef struct fixture {
 
 /* A RUNNING job of n members at epoch 3, every member formed it, under the ring's lease. */
 static void healthy(fixture *f, size_t n) {
+  kolo_sched_decision_clear(&f->d); /* an earlier decision of the same case */
   memset(f, 0, sizeof *f);
   for (size_t i = 0; i < n; i++) {
     kolo_sched_member *m = &f->members[i];
