@@ -11,7 +11,7 @@ The mode reaches each rank as a kolo job's would: the KOLO_MODE* environment,
 read by libkolo (kolo_mode_from_env) when bench/async/worker.py builds
 hvd.DistributedOptimizer; the worker's code is the same in every mode.
 
-Usage: bench/async/run.py [--rates 100mbit,1gbit] [--repeats 3] [--steps 300]
+Usage: bench/async/run.py [--rates 100mbit,1gbit] [--repeats 3] [--steps 300] [--lr-decay] [--inner-steps H]
                           [--configs SYNC,DDP,...] [--slow [--slow-rates 100mbit] [--slow-configs ...]]
                           [--ranks 4]
 Needs root (namespaces) and a build (KOLO_BIN_DIR, default build/bin)."""
@@ -38,12 +38,14 @@ CONFIGS = {
     "LOCAL_SGD": ({"KOLO_MODE": "LOCAL_SGD", "KOLO_MODE_SYNC_EVERY": "30"}, []),
     "DILOCO": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "30"}, []),
     "DILOCO_INT8": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "30", "KOLO_MODE_COMPRESSION": "int8"}, []),
+    # H fixed at 60 (not --inner-steps): the bytes target's config
+    "DILOCO_INT8_H60": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "60", "KOLO_MODE_COMPRESSION": "int8"}, []),
 }
 
 
 def run_once(hosts, n, label, args, slow):
     mode_env, extra = CONFIGS[label]
-    if mode_env.get("KOLO_MODE") in ("LOCAL_SGD", "DILOCO"):
+    if label in ("LOCAL_SGD", "DILOCO", "DILOCO_INT8"):
         mode_env = dict(mode_env, KOLO_MODE_SYNC_EVERY=str(args.inner_steps))
     procs = []
     for rank in range(n):
@@ -55,6 +57,8 @@ def run_once(hosts, n, label, args, slow):
         argv = [PYTHON, WORKER, "--steps", str(args.steps), "--target", str(args.target)] + extra
         if slow:
             argv += ["--slow-rank", str(n - 1)]
+        if args.lr_decay:
+            argv += ["--lr-decay"]
         procs.append(subprocess.Popen(hosts.command(rank, env + argv), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=1800)[0] for p in procs]
@@ -122,11 +126,13 @@ def main():
     parser.add_argument("--slow-rates", default="100mbit", help="the rates at which --slow runs")
     parser.add_argument("--slow-configs", default="", help="the configs --slow runs (default: --configs)")
     parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--lr-decay", action="store_true", help="every config's learning rate falls linearly to 0")
     parser.add_argument("--inner-steps", type=int, default=30, help="H of LOCAL_SGD and DILOCO (steps per round)")
     args = parser.parse_args()
     configs = args.configs.split(",")
-    print("bench/async: %d steps of batch 64 per rank, target %.2f, medians of %d, configs %s, H %d"
-          % (args.steps, args.target, args.repeats, ", ".join(configs), args.inner_steps), flush=True)
+    print("bench/async: %d steps of batch 64 per rank, target %.2f, medians of %d, configs %s, H %d%s"
+          % (args.steps, args.target, args.repeats, ", ".join(configs), args.inner_steps,
+             ", lr decayed linearly to 0" if args.lr_decay else ""), flush=True)
     for rate in args.rates.split(","):
         try:
             hosts = HostSet(args.ranks, rate)
