@@ -146,7 +146,7 @@ _SIGNATURES = {
 class EngineStats(ctypes.Structure):
     """kolo_engine_stats (engine.h)."""
     _fields_ = [(name, c_uint64) for name in ("cycles", "negotiation_ns", "negotiation_bytes", "announced",
-                                                "cached", "batches", "fused_tensors")]
+                                                "cached", "batches", "fused_tensors", "negotiation_work_ns")]
 
 
 # engine.h: declared when this libkolo has the engine
