@@ -5,7 +5,8 @@ limited by tc: time to a target test accuracy on Fashion-MNIST, final accuracy,
 bytes each rank sent (its eth0's tx_bytes: everything on the wire), and the
 steps per second of the ranks that are not slowed, for kolo SYNC, DDP, ASYNC,
 LOCAL_SGD, DILOCO and DILOCO with int8 outer gradients; runs interleaved,
-medians over --repeats; then (--slow) the same with rank 3 at half speed.
+medians over --repeats; with --slow every run is followed by the same with
+rank 3 at half speed (its forward and backward doubled: worker.py).
 
 The mode reaches each rank as a kolo job's would: the KOLO_MODE* environment,
 read by libkolo (kolo_mode_from_env) when bench/async/worker.py builds
@@ -115,6 +116,31 @@ def table(rate, slow, rows, configs, base, finals=None):
     sys.stdout.flush()
 
 
+def measure(hosts, rate, configs, args):
+    """Every repeat runs every config once, undisturbed and then (--slow) with
+    the last rank slowed, so the slow/undisturbed ratios compare runs taken
+    minutes apart on a machine whose load drifts."""
+    slowed = args.slow and rate in args.slow_rates.split(",")
+    slow_configs = (args.slow_configs.split(",") if args.slow_configs else configs) if slowed else []
+    rows = {(label, False): [] for label in configs}
+    rows.update({(label, True): [] for label in slow_configs})
+    for repeat in range(args.repeats):
+        for label in configs:  # interleaved
+            for slow in ([False, True] if label in slow_configs else [False]):
+                began = time.monotonic()
+                results = run_once(hosts, args.ranks, label, args, slow)
+                rows[(label, slow)].append(summary(results, slow))
+                print("# %s %s%s run %d: %s (%.0f s)" % (rate, label, " slow" if slow else "", repeat + 1,
+                                                        json.dumps(rows[(label, slow)][-1]),
+                                                        time.monotonic() - began), flush=True)
+    undisturbed = {label: rows[(label, False)] for label in configs}
+    table(rate, False, undisturbed, configs, None)
+    if slow_configs:
+        base = {label: median([r["steps_per_s"] for r in undisturbed[label]]) for label in configs}
+        finals = {label: median([r["final"] for r in undisturbed[label]]) for label in configs}
+        table(rate, True, {label: rows[(label, True)] for label in slow_configs}, slow_configs, base, finals)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rates", default="100mbit,1gbit")
@@ -140,22 +166,7 @@ def main():
             print("SKIP: %s" % error)
             return 77
         try:
-            base, finals = {}, {}
-            for slow in ([False, True] if args.slow and rate in args.slow_rates.split(",") else [False]):
-                these = args.slow_configs.split(",") if slow and args.slow_configs else configs
-                rows = {label: [] for label in these}
-                for repeat in range(args.repeats):
-                    for label in these:  # interleaved
-                        began = time.monotonic()
-                        results = run_once(hosts, args.ranks, label, args, slow)
-                        rows[label].append(summary(results, slow))
-                        print("# %s %s%s run %d: %s (%.0f s)" % (rate, label, " slow" if slow else "", repeat + 1,
-                                                                json.dumps(rows[label][-1]),
-                                                                time.monotonic() - began), flush=True)
-                table(rate, slow, rows, these, base if slow else None, finals if slow else None)
-                if not slow:
-                    base = {label: median([r["steps_per_s"] for r in rows[label]]) for label in configs}
-                    finals = {label: median([r["final"] for r in rows[label]]) for label in configs}
+            measure(hosts, rate, configs, args)
         finally:
             hosts.close()
     return 0
