@@ -143,10 +143,11 @@ _SIGNATURES = {
     "kolo_elastic_destroy": (None, [_P]),
 }
 
+
 class EngineStats(ctypes.Structure):
     """kolo_engine_stats (engine.h)."""
     _fields_ = [(name, c_uint64) for name in ("cycles", "negotiation_ns", "negotiation_bytes", "announced",
-                                                "cached", "batches", "fused_tensors", "negotiation_work_ns")]
+                                              "cached", "batches", "fused_tensors", "negotiation_work_ns")]
 
 
 # engine.h: declared when this libkolo has the engine
@@ -276,4 +277,3 @@ def new_request() -> c_void_p:
 
 def as_pointer(value: Optional[int]) -> c_void_p:
     return c_void_p(value) if value else c_void_p()
-
