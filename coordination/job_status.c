@@ -129,6 +129,12 @@ kolo_status kolo_job_status_epoch(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase
   return KOLO_OK;
 }
 
+kolo_status kolo_job_status_count_false_losses(Kolo__V1__JobStatus *st, uint32_t n) {
+  if (kolo_job_status_final(st->phase)) return KOLO_ERR_STATE;
+  st->false_losses = n > UINT32_MAX - st->false_losses ? UINT32_MAX : st->false_losses + n;
+  return KOLO_OK;
+}
+
 /* A reported number under name, else under alias (may be NULL); 1 if there was one. */
 static int reported(const Kolo__V1__Struct *progress, const char *name, const char *alias,
                     double *out) {

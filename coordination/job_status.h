@@ -63,6 +63,11 @@ kolo_status kolo_job_status_epoch(Kolo__V1__JobStatus *st, Kolo__V1__Phase phase
                                   Kolo__V1__Member **members, size_t n, int count_reconfiguration,
                                   uint32_t count_drains, int64_t now_ms);
 
+/* A re-form that a false loss caused (scheduler/false_loss.h): false_losses + n (the
+ * epoch itself is written by kolo_job_status_epoch, in the same change). Saturates.
+ * KOLO_ERR_STATE if st is final. */
+kolo_status kolo_job_status_count_false_losses(Kolo__V1__JobStatus *st, uint32_t n);
+
 /* The progress a training process reported (its report's "progress", a kolo.v1.Struct: the
  * typed value, read with codec.h's kolo_codec_struct_number): the
  * JobStatus.progress fields it holds, under their names or kolo-train's ("steps",

@@ -277,6 +277,8 @@ static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_
                                                      (uint32_t)plan->count_drains, wall_ms())
                              : KOLO_ERR_PARSE;
   if (moved != KOLO_OK) free_status_members(status_members, n); /* still ours */
+  if (moved == KOLO_OK && plan->count_false_loss > 0)
+    moved = kolo_job_status_count_false_losses(status, (uint32_t)plan->count_false_loss);
   add_event(t, j, plan->event_type, epoch, plan->event_message);
   if (strcmp(plan->event_type, "SCHEDULED") != 0 || n > 0) {
     char *message = planned_message(epoch, order, n);

@@ -29,6 +29,7 @@ typedef struct kolo_sched_epoch_plan {
   const char *event_type; /* and its event */
   const char *event_message;
   int count_reconfiguration;   /* reconfigurations + 1 */
+  int count_false_loss;        /* false_losses + this (scheduler/false_loss.h) */
   size_t count_drains;         /* drains + this many (planned leaves of drained members) */
   int planned;                 /* the ring says "planned": members switch at their next commit */
   const char *const *lost_ids; /* appended to the ring's lost list, with why */

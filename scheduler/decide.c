@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler/false_loss.h"
 #include "scheduler/plan.h"
 
 int kolo_sched_phase_active(Kolo__V1__Phase phase) {
@@ -314,6 +315,7 @@ kolo_status kolo_sched_decide(const kolo_sched_job_view *job, kolo_sched_decisio
     decide_stall(job, out);
   else
     decide_healthy(job, out);
+  out->false_loss = kolo_sched_false_loss(job, out); /* a stalled re-form's, else 0 */
   return KOLO_OK;
 }
 
@@ -460,6 +462,7 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
       fprintf(out, "epoch %" PRId64 " cannot make progress with every member alive: ", job->epoch);
       print_reports(out, job);
       fprintf(out, "; re-forming the same %zu workers", n);
+      kolo_sched_print_false_loss(out, job, d);
       break;
     case KOLO_SCHED_STALLED_FAIL:
       fprintf(out,

@@ -151,6 +151,9 @@ typedef struct kolo_sched_decision {
    * beginning (one that does not use kolo.elastic exits when its ring fails; the job starts
    * it again). */
   int restarted;
+  /* STALLED_REFORM of a ring broken by a false loss: a member declared lost
+   * (KOLO_ERR_PEER_LOST) is alive in the same process (scheduler/false_loss.h); 1 or 0 */
+  int false_loss;
 } kolo_sched_decision;
 
 /* Decides what to do with one active job. *out is filled (free with

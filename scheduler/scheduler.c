@@ -171,6 +171,7 @@ static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j,
       break;
     case KOLO_SCHED_STALLED_REFORM:
       plan.count_reconfiguration = 1;
+      plan.count_false_loss = d->false_loss;
       rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
       break;
     case KOLO_SCHED_LOST_HOLD:

@@ -178,6 +178,7 @@ typedef enum gauge_kind {
   G_RING,
   G_EPOCH,
   G_RECONF,
+  G_FALSE_LOSSES,
   G_ROUNDS,
   G_BYTES,
   G_STALENESS,
@@ -201,6 +202,8 @@ static double gauge_value(const kolo_server_job_gauge *g, gauge_kind k) {
       return (double)g->ring_size;
     case G_EPOCH:
       return (double)g->epoch;
+    case G_FALSE_LOSSES:
+      return (double)g->false_losses;
     case G_ROUNDS:
       return (double)g->rounds;
     case G_BYTES:
@@ -225,6 +228,8 @@ char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t 
       {"kolo_job_ring_size", "gauge", "Workers in the job's current ring."},
       {"kolo_job_ring_epoch", "gauge", "The job's current ring epoch."},
       {"kolo_job_reconfigurations_total", "counter", "Times the job's ring re-formed."},
+      {"kolo_job_false_losses_total", "counter",
+       "Re-forms for a member declared lost while alive (docs/ELASTIC.md)."},
       {"kolo_job_rounds_total", "counter", "Averaging rounds the job's training mode did."},
       {"kolo_job_bytes_sent_total", "counter", "Bytes rank 0 sent to synchronise."},
       {"kolo_job_staleness", "gauge", "ASYNC: averaging rounds outstanding, as observed."},

@@ -42,9 +42,9 @@ char *kolo_server_metrics_render(kolo_server_metrics *m, const uint64_t phase_co
                                  const Kolo__V1__Demand *demand, int is_leader);
 
 /* Per-job gauges (label job="<id>") as Prometheus text (malloc'd): step, total steps, loss,
- * accuracy, samples/s, ring size, ring epoch, reconfigurations, the training mode's rounds,
- * bytes sent, staleness and blocked seconds, kolo_job_mode{job,mode} 1, and how many jobs
- * were left out beyond the bound. */
+ * accuracy, samples/s, ring size, ring epoch, reconfigurations, false losses, the training
+ * mode's rounds, bytes sent, staleness and blocked seconds, kolo_job_mode{job,mode} 1, and
+ * how many jobs were left out beyond the bound. */
 char *kolo_server_metrics_render_jobs(const kolo_server_job_gauge *jobs, size_t n, size_t left_out);
 
 #endif

@@ -128,7 +128,7 @@ typedef struct kolo_server_job_gauge {
   Kolo__V1__Phase phase;
   uint64_t step, total_steps, epoch;
   double loss, accuracy, samples_per_sec;
-  uint32_t ring_size, reconfigurations;
+  uint32_t ring_size, reconfigurations, false_losses;
   uint64_t rounds, bytes_sent; /* the training mode's figures (JobStatus.progress) */
   double staleness, blocked_seconds;
   char mode[16]; /* the spec's mode ("SYNC" when unspecified) */

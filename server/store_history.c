@@ -320,6 +320,7 @@ size_t kolo_server_store_job_gauges(kolo_server_store *s, kolo_server_job_gauge 
     g->epoch = e->status->epoch;
     g->ring_size = (uint32_t)e->status->n_members;
     g->reconfigurations = e->status->reconfigurations;
+    g->false_losses = e->status->false_losses;
     if (p) {
       g->step = p->step;
       g->total_steps = p->total_steps;

@@ -5,13 +5,14 @@ limited by tc: time to a target test accuracy on Fashion-MNIST, final accuracy,
 bytes each rank sent (its eth0's tx_bytes: everything on the wire), and the
 steps per second of the ranks that are not slowed, for kolo SYNC, DDP, ASYNC,
 LOCAL_SGD, DILOCO and DILOCO with int8 outer gradients; runs interleaved,
-medians over --repeats; then (--slow) the same with rank 3 at half speed.
+medians over --repeats; with --slow every run is followed by the same with
+rank 3 at half speed (its forward and backward doubled: worker.py).
 
 The mode reaches each rank as a kolo job's would: the KOLO_MODE* environment,
 read by libkolo (kolo_mode_from_env) when bench/async/worker.py builds
 hvd.DistributedOptimizer; the worker's code is the same in every mode.
 
-Usage: bench/async/run.py [--rates 100mbit,1gbit] [--repeats 3] [--steps 300]
+Usage: bench/async/run.py [--rates 100mbit,1gbit] [--repeats 3] [--steps 300] [--lr-decay] [--inner-steps H]
                           [--configs SYNC,DDP,...] [--slow [--slow-rates 100mbit] [--slow-configs ...]]
                           [--ranks 4]
 Needs root (namespaces) and a build (KOLO_BIN_DIR, default build/bin)."""
@@ -38,12 +39,14 @@ CONFIGS = {
     "LOCAL_SGD": ({"KOLO_MODE": "LOCAL_SGD", "KOLO_MODE_SYNC_EVERY": "30"}, []),
     "DILOCO": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "30"}, []),
     "DILOCO_INT8": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "30", "KOLO_MODE_COMPRESSION": "int8"}, []),
+    # H fixed at 60 (not --inner-steps): the bytes target's config
+    "DILOCO_INT8_H60": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "60", "KOLO_MODE_COMPRESSION": "int8"}, []),
 }
 
 
 def run_once(hosts, n, label, args, slow):
     mode_env, extra = CONFIGS[label]
-    if mode_env.get("KOLO_MODE") in ("LOCAL_SGD", "DILOCO"):
+    if label in ("LOCAL_SGD", "DILOCO", "DILOCO_INT8"):
         mode_env = dict(mode_env, KOLO_MODE_SYNC_EVERY=str(args.inner_steps))
     procs = []
     for rank in range(n):
@@ -55,6 +58,8 @@ def run_once(hosts, n, label, args, slow):
         argv = [PYTHON, WORKER, "--steps", str(args.steps), "--target", str(args.target)] + extra
         if slow:
             argv += ["--slow-rank", str(n - 1)]
+        if args.lr_decay:
+            argv += ["--lr-decay"]
         procs.append(subprocess.Popen(hosts.command(rank, env + argv), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=1800)[0] for p in procs]
@@ -111,6 +116,31 @@ def table(rate, slow, rows, configs, base, finals=None):
     sys.stdout.flush()
 
 
+def measure(hosts, rate, configs, args):
+    """Every repeat runs every config once, undisturbed and then (--slow) with
+    the last rank slowed, so the slow/undisturbed ratios compare runs taken
+    minutes apart on a machine whose load drifts."""
+    slowed = args.slow and rate in args.slow_rates.split(",")
+    slow_configs = (args.slow_configs.split(",") if args.slow_configs else configs) if slowed else []
+    rows = {(label, False): [] for label in configs}
+    rows.update({(label, True): [] for label in slow_configs})
+    for repeat in range(args.repeats):
+        for label in configs:  # interleaved
+            for slow in ([False, True] if label in slow_configs else [False]):
+                began = time.monotonic()
+                results = run_once(hosts, args.ranks, label, args, slow)
+                rows[(label, slow)].append(summary(results, slow))
+                print("# %s %s%s run %d: %s (%.0f s)" % (rate, label, " slow" if slow else "", repeat + 1,
+                                                        json.dumps(rows[(label, slow)][-1]),
+                                                        time.monotonic() - began), flush=True)
+    undisturbed = {label: rows[(label, False)] for label in configs}
+    table(rate, False, undisturbed, configs, None)
+    if slow_configs:
+        base = {label: median([r["steps_per_s"] for r in undisturbed[label]]) for label in configs}
+        finals = {label: median([r["final"] for r in undisturbed[label]]) for label in configs}
+        table(rate, True, {label: rows[(label, True)] for label in slow_configs}, slow_configs, base, finals)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rates", default="100mbit,1gbit")
@@ -122,11 +152,13 @@ def main():
     parser.add_argument("--slow-rates", default="100mbit", help="the rates at which --slow runs")
     parser.add_argument("--slow-configs", default="", help="the configs --slow runs (default: --configs)")
     parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--lr-decay", action="store_true", help="every config's learning rate falls linearly to 0")
     parser.add_argument("--inner-steps", type=int, default=30, help="H of LOCAL_SGD and DILOCO (steps per round)")
     args = parser.parse_args()
     configs = args.configs.split(",")
-    print("bench/async: %d steps of batch 64 per rank, target %.2f, medians of %d, configs %s, H %d"
-          % (args.steps, args.target, args.repeats, ", ".join(configs), args.inner_steps), flush=True)
+    print("bench/async: %d steps of batch 64 per rank, target %.2f, medians of %d, configs %s, H %d%s"
+          % (args.steps, args.target, args.repeats, ", ".join(configs), args.inner_steps,
+             ", lr decayed linearly to 0" if args.lr_decay else ""), flush=True)
     for rate in args.rates.split(","):
         try:
             hosts = HostSet(args.ranks, rate)
@@ -134,22 +166,7 @@ def main():
             print("SKIP: %s" % error)
             return 77
         try:
-            base, finals = {}, {}
-            for slow in ([False, True] if args.slow and rate in args.slow_rates.split(",") else [False]):
-                these = args.slow_configs.split(",") if slow and args.slow_configs else configs
-                rows = {label: [] for label in these}
-                for repeat in range(args.repeats):
-                    for label in these:  # interleaved
-                        began = time.monotonic()
-                        results = run_once(hosts, args.ranks, label, args, slow)
-                        rows[label].append(summary(results, slow))
-                        print("# %s %s%s run %d: %s (%.0f s)" % (rate, label, " slow" if slow else "", repeat + 1,
-                                                                json.dumps(rows[label][-1]),
-                                                                time.monotonic() - began), flush=True)
-                table(rate, slow, rows, these, base if slow else None, finals if slow else None)
-                if not slow:
-                    base = {label: median([r["steps_per_s"] for r in rows[label]]) for label in configs}
-                    finals = {label: median([r["final"] for r in rows[label]]) for label in configs}
+            measure(hosts, rate, configs, args)
         finally:
             hosts.close()
     return 0

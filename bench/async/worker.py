@@ -7,8 +7,10 @@ PyTorch DDP (gloo) with --ddp.
 
 Rank 0 evaluates its replica on the first EVAL_N test images every
 --eval-every steps (the clock is paused meanwhile) and records when it first
-reaches --target. --slow-rank R makes rank R half speed: after each step it
-sleeps as long as the step took (the documented slowdown knob). Every rank
+reaches --target. --slow-rank R makes rank R's compute half speed: after each step it
+sleeps as long as that step's forward and backward took (the documented
+slowdown knob; the time optimizer.step() spends waiting for others is not
+doubled). Every rank
 prints one JSON line: steps, seconds, its own network bytes sent (tx_bytes of
 the namespace's eth0) and, on rank 0, the accuracy curve."""
 import argparse
@@ -34,6 +36,7 @@ parser.add_argument("--eval-n", type=int, default=2000)
 parser.add_argument("--target", type=float, default=0.80)
 parser.add_argument("--slow-rank", type=int, default=-1)
 parser.add_argument("--seed", type=int, default=1)
+parser.add_argument("--lr-decay", action="store_true", help="the learning rate falls linearly to 0 at the last step")
 
 
 def tx_bytes():
@@ -81,17 +84,21 @@ def main():
     start_bytes = tx_bytes()
     began = time.monotonic()
     compute = 0.0
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
     for step in range(args.steps):
         t0 = time.monotonic()
         index = torch.randint(0, x.shape[0], (args.batch,), generator=g)
         optimizer.zero_grad()
         loss = F.cross_entropy(model(x[index]), y[index])
         loss.backward()
+        computed = time.monotonic() - t0
         optimizer.step()
-        took = time.monotonic() - t0
-        compute += took
+        compute += time.monotonic() - t0
+        if args.lr_decay:  # for the next step: base x (1 - done / steps)
+            for group, base in zip(optimizer.param_groups, base_lrs):
+                group["lr"] = base * (1.0 - (step + 1) / args.steps)
         if rank == args.slow_rank:
-            time.sleep(took)  # half speed
+            time.sleep(computed)  # half compute speed
         if rank == 0 and (step + 1) % args.eval_every == 0:
             e0 = time.monotonic()
             with torch.no_grad():

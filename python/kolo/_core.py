@@ -269,8 +269,8 @@ def submit_allreduce(name: bytes, send: View, recv: View, op: int, prescale: flo
     stream = _check_streams(send, recv)
     if stream is not None:
         if prescale != 1.0 or postscale != 1.0:
-            raise KoloError("kolo: scaled all-reduce of CUDA buffers: scale on the stream first", "KOLO_ERR_UNSUPPORTED",
-                            18)
+            raise KoloError("kolo: scaled all-reduce of CUDA buffers: scale on the stream first",
+                            "KOLO_ERR_UNSUPPORTED", 18)
         code = lib.kolo_allreduce_on_stream(comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op, stream,
                                             ctypes.byref(request.handle))
     elif engine():

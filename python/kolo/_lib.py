@@ -6,35 +6,44 @@ keep running while kolo waits on the ring or moves data. Tensor memory is passed
 by pointer; no PyTorch header is compiled against, so one build works with any
 torch version.
 
-Where libkolo is looked for, first match wins:
-  1. $KOLO_LIBRARY (a path to libkolo.so);
-  2. libkolo.so next to this package (an installed copy);
-  3. the build trees of the source checkout this package lives in
-     (<repo>/build/lib, then <repo>/build-*/lib);
-  4. the system loader (libkolo.so.0 on the library path).
+Where libkolo is looked for, first match wins (the way a packaged library is found):
+  1. $KOLO_LIBRARY (a path to libkolo.so; an error if it names no file);
+  2. next to this package: kolo/lib/libkolo.so, then kolo/libkolo.so (a copy installed
+     or put in the wheel with the package);
+  3. the system loader: libkolo.so.0, then libkolo.so (LD_LIBRARY_PATH, ld.so.cache,
+     /usr/lib...; ctypes.util.find_library("kolo") names it in the error);
+  4. development fallback, only when this package is a source checkout's python/kolo
+     (<checkout>/include/kolo/kolo.h exists): <checkout>/build/lib/libkolo.so.
 """
 from __future__ import annotations
 
 import ctypes
-import glob
+import ctypes.util
 import os
 from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint8, c_uint64, c_void_p
 from typing import List, Optional
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
+SYSTEM_NAMES = ("libkolo.so.0", "libkolo.so")
+
+
+def package_paths() -> List[str]:
+    """libkolo next to this package (an installed copy)."""
+    return [os.path.join(_HERE, "lib", "libkolo.so"), os.path.join(_HERE, "libkolo.so")]
+
+
+def checkout_paths() -> List[str]:
+    """The development fallback: the build/ of the source checkout this package is in, if any."""
+    if not os.path.exists(os.path.join(_REPO, "include", "kolo", "kolo.h")):
+        return []
+    return [os.path.join(_REPO, "build", "lib", "libkolo.so")]
 
 
 def candidate_paths() -> List[str]:
-    """Every place libkolo is looked for, in order."""
-    paths = []
+    """Every place libkolo is looked for, in order (system names as given to dlopen)."""
     explicit = os.environ.get("KOLO_LIBRARY")
-    if explicit:
-        paths.append(explicit)
-    paths.append(os.path.join(_HERE, "libkolo.so"))
-    paths.append(os.path.join(_REPO, "build", "lib", "libkolo.so"))
-    paths.extend(sorted(glob.glob(os.path.join(_REPO, "build-*", "lib", "libkolo.so"))))
-    return paths
+    return ([explicit] if explicit else []) + package_paths() + list(SYSTEM_NAMES) + checkout_paths()
 
 
 def _load() -> ctypes.CDLL:
@@ -43,19 +52,21 @@ def _load() -> ctypes.CDLL:
         if not os.path.exists(explicit):
             raise ImportError("KOLO_LIBRARY=%s: no such file" % explicit)
         return ctypes.CDLL(explicit)
-    for path in candidate_paths():
+    for path in package_paths():
         if os.path.exists(path):
             return ctypes.CDLL(path)
-    try:
-        return ctypes.CDLL("libkolo.so.0")
-    except OSError:
-        pass
+    for name in SYSTEM_NAMES:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            pass
+    for path in checkout_paths():
+        if os.path.exists(path):
+            return ctypes.CDLL(path)
     raise ImportError(
-        "libkolo.so not found (looked in %s and the system library path); build kolo "
-        "(cmake -S . -B build && cmake --build build) or set KOLO_LIBRARY"
-        % ", ".join(candidate_paths()))
-
-
+        "libkolo.so not found (looked in %s; find_library('kolo'): %s); build kolo "
+        "(cmake -S . -B build && cmake --build build), install it, or set KOLO_LIBRARY"
+        % (", ".join(candidate_paths()), ctypes.util.find_library("kolo")))
 
 
 class RingSpec(ctypes.Structure):
@@ -132,10 +143,11 @@ _SIGNATURES = {
     "kolo_elastic_destroy": (None, [_P]),
 }
 
+
 class EngineStats(ctypes.Structure):
     """kolo_engine_stats (engine.h)."""
     _fields_ = [(name, c_uint64) for name in ("cycles", "negotiation_ns", "negotiation_bytes", "announced",
-                                                "cached", "batches", "fused_tensors")]
+                                              "cached", "batches", "fused_tensors", "negotiation_work_ns")]
 
 
 # engine.h: declared when this libkolo has the engine
@@ -265,4 +277,3 @@ def new_request() -> c_void_p:
 
 def as_pointer(value: Optional[int]) -> c_void_p:
     return c_void_p(value) if value else c_void_p()
-

@@ -19,7 +19,7 @@ name and the server's message.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Union
 
 import grpc
 from google.protobuf import json_format
@@ -226,7 +226,7 @@ class Client:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise TypeError("%s must be a non-negative int, not %r" % (name, value))
         return self._call("ScaleJob", job_pb2.ScaleJobRequest(id=self._check_id(job_id), min_workers=min_workers,
-                                                               max_workers=max_workers))
+                                                              max_workers=max_workers))
 
     def watch(self, job_id: str, timeout: Optional[float] = None) -> Iterator["job_pb2.Job"]:
         """The job now, then again after each change; ends after it reaches a final phase."""

@@ -34,7 +34,7 @@ from .errors import AbortedError, JobStoppedError, KoloError, KoloTimeoutError, 
 # statuses after which the job goes on with a re-formed ring
 RECOVERABLE = (PeerLostError, AbortedError, KoloTimeoutError, RingChangedError)
 RECOVERABLE_STATUS = {"KOLO_ERR_PEER_LOST", "KOLO_ERR_ABORTED", "KOLO_ERR_TIMEOUT", "KOLO_ERR_RING_CHANGED",
-                       "KOLO_ERR_CONNECT", "KOLO_ERR_PROTOCOL", "KOLO_ERR_STALE_EPOCH"}
+                      "KOLO_ERR_CONNECT", "KOLO_ERR_PROTOCOL", "KOLO_ERR_STALE_EPOCH"}
 
 
 class RingChangedInterrupt(Exception):
@@ -163,4 +163,3 @@ def reform() -> None:
 def reconfigurations() -> int:
     """How many times this process's ring has been re-formed."""
     return RUNTIME.reconfigurations()
-

@@ -31,7 +31,6 @@ first real error of any rank (not the abort it caused elsewhere).
 from __future__ import annotations
 
 import base64
-import io
 import os
 import queue
 import secrets
@@ -99,7 +98,7 @@ def _parse_np(np: Any) -> Tuple[int, int]:
             raise ValueError("np must not be 0 (np > 0: workers, np = -1: this process, np = -N: N local processes)")
         return np, np
     if isinstance(np, (tuple, list)) and len(np) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                             for v in np):
+                                                              for v in np):
         low, high = np
         if low < 1 or high < low:
             raise ValueError("np=(min_np, max_np) needs 1 <= min_np <= max_np, got %r" % (tuple(np),))
@@ -132,7 +131,7 @@ def _parse_mode(mode: Optional[str], params: Dict[str, Any]) -> Dict[str, Any]:
             continue
         kind = MODE_PARAMS[name]
         if kind is bool and not isinstance(value, bool) or kind is int and (isinstance(value, bool) or
-                                                                               not isinstance(value, int)) \
+                                                                            not isinstance(value, int)) \
                 or kind is float and not isinstance(value, (int, float)) or kind is str and not isinstance(value, str):
             raise TypeError("Runner(): %s must be %s, not %r" % (name, kind.__name__, value))
         if name == "compression":  # the spec's enum: COMPRESSION_NONE, _FP16, _INT8
@@ -210,7 +209,7 @@ def _decode(data: Union[bytes, Dict[str, Any]], rank: int = 0, job_id: str = "")
             exc = None
     if not isinstance(exc, BaseException):
         exc = RemoteError("%s: %s\n\nremote traceback:\n%s" % (result.get("type"), result.get("message"),
-                                                             result.get("traceback", "")))
+                                                               result.get("traceback", "")))
     try:
         exc.kolo_rank = rank  # type: ignore[attr-defined]
         if hasattr(exc, "add_note"):

@@ -173,6 +173,26 @@ static void a_final_status_never_changes_whoever_asks(void **state) {
   free_status(st);
 }
 
+static void false_losses_count_up_saturate_and_stay_once_final(void **state) {
+  (void)state;
+  Kolo__V1__JobStatus *st = new_status();
+  assert_int_equal(st->false_losses, 0);
+  assert_int_equal(kolo_job_status_count_false_losses(st, 1), KOLO_OK);
+  assert_int_equal(kolo_job_status_count_false_losses(st, 2), KOLO_OK);
+  assert_int_equal(st->false_losses, 3);
+  char *json = kolo_job_status_write(st);
+  assert_non_null(strstr(json, "\"false_losses\":3"));
+  free(json);
+  st->false_losses = UINT32_MAX - 1;
+  assert_int_equal(kolo_job_status_count_false_losses(st, 5), KOLO_OK);
+  assert_int_equal(st->false_losses, UINT32_MAX);
+  st->false_losses = 3;
+  assert_int_equal(kolo_job_status_cancel(st, "cancelled", 1500), KOLO_OK);
+  assert_int_equal(kolo_job_status_count_false_losses(st, 1), KOLO_ERR_STATE);
+  assert_int_equal(st->false_losses, 3);
+  free_status(st);
+}
+
 static void scaling_changes_the_bounds_only(void **state) {
   (void)state;
   Kolo__V1__JobStatus *st = new_status();
@@ -335,6 +355,7 @@ int main(void) {
       cmocka_unit_test(a_move_keeps_members_unless_given_and_refuses_no_phase),
       cmocka_unit_test(a_job_below_min_workers_says_it_waits_and_since_when),
       cmocka_unit_test(a_final_status_never_changes_whoever_asks),
+      cmocka_unit_test(false_losses_count_up_saturate_and_stay_once_final),
       cmocka_unit_test(scaling_changes_the_bounds_only),
       cmocka_unit_test(the_phase_machine_is_the_one_the_api_enforces),
       cmocka_unit_test(progress_is_read_from_a_report_under_either_name),

@@ -233,7 +233,7 @@ static void progress(fixture *f, const char *id, uint64_t step, uint64_t epoch, 
   snprintf(key, sizeof key, "/kolo/v1/jobs/%s/status", id);
   snprintf(value, sizeof value,
            "{\"phase\":\"%s\",\"epoch\":%llu,\"members\":[%s],\"created_unix_ms\":1,\"updated_unix_"
-           "ms\":%llu,"
+           "ms\":%llu,\"reconfigurations\":3,\"false_losses\":2,"
            "\"progress\":{\"step\":%llu,\"total_steps\":1000,\"loss\":%g,\"accuracy\":0.5,"
            "\"samples_per_sec\":100}}",
            phase, (unsigned long long)epoch, list, (unsigned long long)(1000 + step),
@@ -401,7 +401,12 @@ static void gauges_put_running_jobs_first_and_stay_bounded(void **state) {
   assert_string_equal(all[2].id, "g1");
   assert_int_equal(all[2].step, 7);
   assert_int_equal(all[2].ring_size, 3);
+  assert_int_equal(all[2].reconfigurations, 3);
+  assert_int_equal(all[2].false_losses, 2);
   char *text = kolo_server_metrics_render_jobs(all, n, 4);
+  assert_non_null(strstr(text, "# TYPE kolo_job_false_losses_total counter\n"));
+  assert_non_null(strstr(text, "kolo_job_false_losses_total{job=\"g1\"} 2\n"));
+  assert_non_null(strstr(text, "kolo_job_reconfigurations_total{job=\"g1\"} 3\n"));
   assert_non_null(strstr(text, "kolo_job_step{job=\"g1\"} 7\n"));
   assert_non_null(strstr(text, "kolo_job_ring_size{job=\"g1\"} 3\n"));
   assert_non_null(strstr(text, "kolo_job_series_left_out 4\n"));

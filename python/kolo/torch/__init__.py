@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import (AbortedError, ForkedProcessError, JobStoppedError, KoloError, KoloTimeoutError, MismatchError,  # noqa: F401
-                NotInitializedError, PeerLostError, RingChangedError, StalledError, cross_rank, cross_size,
-                engine_available, engine_stats, is_homogeneous, is_initialized, library_path, local_rank, local_size,
-                rank, report, shutdown, size)
+from .. import (AbortedError, ForkedProcessError, JobStoppedError, KoloError, KoloTimeoutError,  # noqa: F401
+                MismatchError, NotInitializedError, PeerLostError, RingChangedError, StalledError, cross_rank,
+                cross_size, engine_available, engine_stats, is_homogeneous, is_initialized, library_path, local_rank,
+                local_size, rank, report, shutdown, size)
 from .. import init as _kolo_init
 from ..process_sets import (ProcessSet, ProcessSetLostError, add_process_set,  # noqa: F401
                             init_process_sets as _init_process_sets, remove_process_set)
@@ -26,7 +26,8 @@ from .compression import Compression, Compressor  # noqa: F401
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,  # noqa: F401
                         broadcast_parameters)
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async,  # noqa: F401
-                  allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
+                  allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
+                  broadcast, broadcast_,
                   broadcast_async, broadcast_async_, global_process_set, grouped_allreduce,
                   grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, join, poll,
                   reducescatter, reducescatter_async, synchronize)
@@ -43,6 +44,7 @@ from .basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,
                      mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from ..elastic import RingChangedInterrupt  # noqa: E402
 from ..errors import ArgumentError, DuplicateNameError  # noqa: E402,F401
+
 
 def init(comm: Any = None, process_sets: Any = None) -> None:
     """Joins the ring (kolo.init) and adds process_sets (Horovod's static process sets:
@@ -65,8 +67,9 @@ HostsUpdatedInterrupt = RingChangedInterrupt
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
-    "is_homogeneous", "report", "engine_available", "engine_stats", "library_path", "mpi_threads_supported", "gloo_enabled",
-    "mpi_enabled", "mpi_built", "gloo_built", "nccl_built", "ccl_built", "cuda_built", "rocm_built", "ddl_built",
+    "is_homogeneous", "report", "engine_available", "engine_stats", "library_path", "mpi_threads_supported",
+    "gloo_enabled", "mpi_enabled", "mpi_built", "gloo_built", "nccl_built", "ccl_built", "cuda_built", "rocm_built",
+    "ddl_built",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
     "grouped_allreduce_async", "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
     "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async", "alltoall",
@@ -75,8 +78,9 @@ __all__ = [
     "global_process_set", "ProcessSet", "ProcessSetLostError", "add_process_set", "remove_process_set",
     "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "Compressor",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "SyncBatchNorm", "elastic", "Checkpointer", "LocalSGD", "DiLoCo", "BoundedAsync", "lr_scale",
-    "Rounds", "KoloError", "HorovodInternalError", "HostsUpdatedInterrupt", "DuplicateNameError", "ArgumentError",
+    "DistributedOptimizer", "SyncBatchNorm", "elastic", "Checkpointer", "LocalSGD", "DiLoCo", "BoundedAsync",
+    "lr_scale", "Rounds", "KoloError", "HorovodInternalError", "HostsUpdatedInterrupt", "DuplicateNameError",
+    "ArgumentError",
     "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError",
     "MismatchError", "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError",
 ]

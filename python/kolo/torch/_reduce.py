@@ -5,10 +5,14 @@ Every rank contributes (vector, weight, step_time, done): the result is
 sum(weight_i * vector_i) / sum(weight_i), the smallest step_time (the fastest
 rank's pace) and how many ranks are done (kolo.torch.modes' join). The vector
 travels as float32 (an all-reduce), float16 (an all-reduce of half the bytes)
-or int8 with one float32 scale per CHUNK elements (four times fewer bytes: an
-all-to-all of the quantized shards, each rank sums its shard in float32 and
-re-quantizes it, then an all-gather; the same scheme as a ring all-reduce, with
-int8 on the wire). Progress is made in poll() (never blocks) or wait()."""
+or int8 with one float32 scale per CHUNK elements (four times fewer bytes: a
+ring all-reduce with int8 on the wire. Its reduce-scatter is n-1 hops, each an
+all-to-all in which a rank sends one quantized shard to its right neighbour
+only, who adds its own part in float32 and re-quantizes the partial sum for the
+next hop; then an all-gather of the summed shards. A single all-to-all of every
+shard would cost n(n-1)/2 shards per rank on kolo's ring, which forwards each
+block hop by hop, against these n-1). Progress is made in poll() (never blocks)
+or wait()."""
 from __future__ import annotations
 
 from typing import Any, List, Optional
@@ -52,7 +56,7 @@ class Reduction:
     """One weighted average in flight, named name (the same on every rank)."""
 
     def __init__(self, vector: torch.Tensor, weight: float, step_time: float, done: bool, name: str,
-                 compression: str, size: int) -> None:
+                 compression: str, size: int, rank: int) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError("kolo: compression must be one of %s, not %r" % (", ".join(COMPRESSIONS), compression))
         self.name = name
@@ -83,9 +87,11 @@ class Reduction:
             self._shard = -(-max(self.count, 1) // (size * CHUNK)) * CHUNK
             padded = torch.zeros(size * self._shard, dtype=torch.float32)
             padded[:self.count] = weighted
-            send = torch.cat([quantize(part) for part in padded.split(self._shard)])
-            self._stage = [alltoall_async(send, name=name + ".a2a")]
-            self.bytes_sent += ring_bytes("alltoall", send.numel() // size, size)
+            self._parts = padded.split(self._shard)
+            self._rank = rank
+            self._hop = 0
+            self._partial = self._parts[rank]  # the shard sent on the first hop is this rank's own
+            self._stage = [self._send_hop()] if size > 1 else [self._gather(self._partial)]
         self._phase = 0
 
     def _advance(self, block: bool) -> bool:
@@ -97,13 +103,14 @@ class Reduction:
             outputs = [h.wait() for h in self._stage]
             if self.compression == "int8" and self._phase == 0:
                 received = outputs[0][0] if isinstance(outputs[0], tuple) else outputs[0]
-                per_rank = received.numel() // self.size
-                total = sum(dequantize(received[r * per_rank:(r + 1) * per_rank], self._shard)
-                            for r in range(self.size))
-                send = quantize(total)
-                self._stage = [allgather_async(send, name=self.name + ".ag")]
-                self.bytes_sent += ring_bytes("allgather", send.numel(), self.size)
-                self._phase = 1
+                self._hop += 1
+                # the left neighbour's partial sum of shard rank - hop, plus this rank's part of it
+                self._partial = dequantize(received, self._shard) + self._parts[(self._rank - self._hop) % self.size]
+                if self._hop < self.size - 1:
+                    self._stage = [self._send_hop()]
+                else:  # the whole sum of shard rank + 1
+                    self._stage = [self._gather(self._partial)]
+                    self._phase = 1
                 continue
             for h in self._handles:
                 h.wait()
@@ -113,12 +120,29 @@ class Reduction:
             if self.compression == "int8":
                 gathered = outputs[0]
                 per_rank = gathered.numel() // self.size
-                summed = torch.cat([dequantize(gathered[r * per_rank:(r + 1) * per_rank], self._shard)
-                                    for r in range(self.size)])[:self.count]
+                shards = [dequantize(gathered[r * per_rank:(r + 1) * per_rank], self._shard) for r in range(self.size)]
+                # rank q summed shard q + 1 (q itself on one rank)
+                order = [shards[(s - 1) % self.size] for s in range(self.size)] if self.size > 1 else shards
+                summed = torch.cat(order)[:self.count]
             else:
                 summed = self._buffer.to(torch.float32)
             self.result = summed / self.weight_sum if self.weight_sum > 0 else summed
         return True
+
+    def _send_hop(self) -> Any:
+        """Starts one reduce-scatter hop: this rank's partial sum, quantized, to
+        its right neighbour only."""
+        send = quantize(self._partial)
+        splits = [0] * self.size
+        splits[(self._rank + 1) % self.size] = send.numel()
+        self.bytes_sent += send.numel()
+        return alltoall_async(send, splits=splits, name="%s.rs%d" % (self.name, self._hop))
+
+    def _gather(self, total: torch.Tensor) -> Any:
+        """Starts the all-gather of this rank's summed shard, quantized."""
+        send = quantize(total)
+        self.bytes_sent += ring_bytes("allgather", send.numel(), self.size)
+        return allgather_async(send, name=self.name + ".ag")
 
     def poll(self) -> bool:
         """Never blocks; True once the average is ready."""

@@ -36,8 +36,8 @@ import torch.distributed as dist
 # the module (torch.distributed.rendezvous is also the name of a function there)
 _rendezvous = importlib.import_module("torch.distributed.rendezvous")
 
-from .. import _lib
-from .._runtime import RUNTIME, raise_for
+from .. import _lib  # noqa: E402
+from .._runtime import RUNTIME, raise_for  # noqa: E402
 
 BACKEND = "kolo"
 EXTENSION = "_kolo_c10d.so"
@@ -251,5 +251,5 @@ def register() -> None:
 
 register()
 
-from .ddp_elastic import ring_failure  # noqa: E402
-from .ddp_elastic import run as elastic_run  # noqa: E402  (after the backend is registered)
+from .ddp_elastic import ring_failure  # noqa: E402,F401  (re-exported)
+from .ddp_elastic import run as elastic_run  # noqa: E402,F401  (re-exported, after the backend is registered)

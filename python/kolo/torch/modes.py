@@ -225,7 +225,7 @@ class Rounds:
         step_time = self.round_compute / self.round_steps if self.round_steps else 0.0
         name = "kolo.rounds.f%d.%d" % (frag.index, frag.seq % _NAME_CYCLE)
         reduction = Reduction(payload, frag.steps_since, step_time, self.joining, name, self.spec.compression,
-                              RUNTIME.size())
+                              RUNTIME.size(), RUNTIME.rank())
         frag.pending.append(_Pending(reduction, current, frag.seq))
         frag.seq += 1
         frag.steps_since = 0
