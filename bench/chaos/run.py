@@ -161,7 +161,7 @@ class KoloCluster:
                     "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--port-file", port_file, "--leader-ttl", "2",
                     "--data-dir", os.path.join(tmp, "server-data")], "server.log")
         wait("server ports", lambda: "http_port=" in open(port_file).read(), 60)
-        self.port = int(dict(l.strip().split("=") for l in open(port_file) if "=" in l)["http_port"])
+        self.port = int(dict(line.strip().split("=") for line in open(port_file) if "=" in line)["http_port"])
         wait("a leading server", lambda: http(self.port, "GET", "/readyz").get("is_leader"), 60)
 
     def spawn(self, argv, log):
@@ -492,7 +492,8 @@ def table(args, schedule, results):
         c, u = r["chaos"], r.get("undisturbed", {})
         print("| %s | %d | %d / %.2f | %d | %s / %.1f | %s | %s / %s | %s | %s (%d of %d) |" % (
             r["backend"] + ("" if r["backend"] == "kolo" else " (ckpt every %d)" % args.ckpt_every),
-            sum(1 for f in r["faults"] if f["victims"]), c["redone_max"], c["redone_mean"], c["steps"], fmt(u.get("wall_s"), "%.1f"),
+            sum(1 for f in r["faults"] if f["victims"]), c["redone_max"], c["redone_mean"], c["steps"],
+            fmt(u.get("wall_s"), "%.1f"),
             c["wall_s"], fmt(r.get("goodput") and 100 * r["goodput"], "%.1f%%"),
             fmt(u.get("accuracy") and 100 * u["accuracy"], "%.2f%%"),
             fmt(c.get("accuracy") and 100 * c["accuracy"], "%.2f%%"), fmt(c.get("epoch_changes")),

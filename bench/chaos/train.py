@@ -77,7 +77,8 @@ class Batches:
     def get(self, step: int, rank: int, size: int):
         epoch, index = divmod(step, self.per_epoch)
         if epoch not in self.perms:
-            self.perms = {epoch: torch.randperm(len(self.y), generator=torch.Generator().manual_seed(self.seed + epoch))}
+            generator = torch.Generator().manual_seed(self.seed + epoch)
+            self.perms = {epoch: torch.randperm(len(self.y), generator=generator)}
         chosen = self.perms[epoch][index * self.global_batch:(index + 1) * self.global_batch]
         share = chosen[rank * self.global_batch // size:(rank + 1) * self.global_batch // size]
         return self.x[share], self.y[share]
