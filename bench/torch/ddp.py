@@ -61,9 +61,10 @@ def run_one(build, backend, model, hook, ranks, steps, warmup, timeout=900):
 def first_error(text):
     """The line of a failed run's output that says what went wrong."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in lines:
-        if "what():" in ln or "Error" in ln:
-            return ln[:200]
+    for marker in ("what():", "Error"):  # a C++ exception's own words first
+        for ln in lines:
+            if marker in ln:
+                return ln[:200]
     return lines[0][:200] if lines else "failed"
 
 
