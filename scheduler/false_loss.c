@@ -39,7 +39,7 @@ int kolo_sched_false_loss(const kolo_sched_job_view *job, const kolo_sched_decis
 
 void kolo_sched_print_false_loss(FILE *out, const kolo_sched_job_view *job,
                                  const kolo_sched_decision *d) {
-  if (!kolo_sched_false_loss(job, d)) return;
+  if (!d->false_loss) return; /* kolo_sched_decide worked it out */
   size_t shown = 0;
   fprintf(out, "; a false loss: ");
   for (size_t i = 0; i < job->n_members; i++)

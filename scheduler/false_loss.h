@@ -41,7 +41,7 @@ int kolo_sched_false_loss(const kolo_sched_job_view *job, const kolo_sched_decis
 
 /* Appends "; a false loss: w1 (rank 1) was declared lost (KOLO_ERR_PEER_LOST) while alive
  * in the same process" (every falsely lost member) to a decision's message when
- * kolo_sched_false_loss says so; nothing otherwise. */
+ * d->false_loss (set by kolo_sched_decide) says so; nothing otherwise. */
 void kolo_sched_print_false_loss(FILE *out, const kolo_sched_job_view *job,
                                  const kolo_sched_decision *d);
 

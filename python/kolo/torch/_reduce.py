@@ -121,9 +121,8 @@ class Reduction:
                 gathered = outputs[0]
                 per_rank = gathered.numel() // self.size
                 shards = [dequantize(gathered[r * per_rank:(r + 1) * per_rank], self._shard) for r in range(self.size)]
-                # rank q summed shard q + 1 (q itself on one rank)
-                order = [shards[(s - 1) % self.size] for s in range(self.size)] if self.size > 1 else shards
-                summed = torch.cat(order)[:self.count]
+                # rank q summed shard q + 1 (mod size)
+                summed = torch.cat([shards[(s - 1) % self.size] for s in range(self.size)])[:self.count]
             else:
                 summed = self._buffer.to(torch.float32)
             self.result = summed / self.weight_sum if self.weight_sum > 0 else summed
