@@ -1,7 +1,9 @@
 """The process side of kolo.Runner: `python3 -m kolo._runner_main` in each rank of
 the job. Loads the payload (_runner_ship.py: the cloudpickled (fn, args, kwargs) and
 the source of the local modules it needs) from the job's environment
-(KOLO_RUNNER_PAYLOAD_0.., base64) or a file (KOLO_RUNNER_PAYLOAD_FILE, local runs),
+(KOLO_RUNNER_PAYLOAD_0.., base64), or a file: the job's blob, fetched and checked by
+the worker (KOLO_JOB_BLOB, payloads over kolo.runner.INLINE_PAYLOAD_BYTES), or
+KOLO_RUNNER_PAYLOAD_FILE (local runs),
 calls fn under kolo.init(), and on rank 0 hands back the result: as marked lines
 in its output (the Runner reads the job's log through the service) or into
 KOLO_RUNNER_RESULT_FILE. An exception in fn is the result too (with its
@@ -27,7 +29,7 @@ MAX_RESULT_BYTES = 8 << 20
 
 
 def load_payload() -> bytes:
-    path = os.environ.get("KOLO_RUNNER_PAYLOAD_FILE")
+    path = os.environ.get("KOLO_RUNNER_PAYLOAD_FILE") or os.environ.get("KOLO_JOB_BLOB")
     if path:
         with open(path, "rb") as f:
             return f.read()

@@ -18,6 +18,7 @@ name and the server's message.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Union
 
@@ -99,6 +100,9 @@ class LogLine(NamedTuple):
     notice: bool  # a line from kolo about a worker's logs, not from the process
 
 
+# PutJobBlob's piece size (coordination/keys.h: KOLO_BLOB_CHUNK_BYTES)
+BLOB_CHUNK_BYTES = 256 << 10
+
 _METHODS = {
     "SubmitJob": ("JobService", job_pb2.Job),
     "GetJob": ("JobService", job_pb2.Job),
@@ -107,6 +111,7 @@ _METHODS = {
     "ScaleJob": ("JobService", job_pb2.Job),
     "WatchJob": ("JobService", job_pb2.Job),
     "StreamLogs": ("JobService", job_pb2.LogChunk),
+    "PutJobBlob": ("JobService", job_pb2.PutJobBlobResponse),
     "ListWorkers": ("ClusterService", cluster_pb2.ListWorkersResponse),
     "DrainWorker": ("ClusterService", cluster_pb2.Worker),
     "UndrainWorker": ("ClusterService", cluster_pb2.Worker),
@@ -193,6 +198,23 @@ class Client:
         else:
             raise TypeError("spec must be a dict or a kolo.v1.JobSpec, not %s" % type(spec).__name__)
         return self._call("SubmitJob", message)
+
+    def put_blob(self, job_id: str, data: bytes) -> Dict[str, Any]:
+        """Uploads data as the blob of job_id, a job not submitted yet, in pieces of
+        BLOB_CHUNK_BYTES (PutJobBlob); returns the ExecProgram.blob to put in its spec
+        ({"size": ..., "sha256": ...}). The server checks the digest once it has every piece."""
+        self._check_id(job_id)
+        if not isinstance(data, (bytes, bytearray, memoryview)) or not len(data):
+            raise TypeError("data must be non-empty bytes")
+        view = memoryview(data).cast("B")
+        digest = hashlib.sha256(view).hexdigest()
+        offset, done = 0, False
+        while not done:
+            piece = bytes(view[offset:offset + BLOB_CHUNK_BYTES])
+            reply = self._call("PutJobBlob", job_pb2.PutJobBlobRequest(
+                id=job_id, offset=offset, data=piece, size=len(view), sha256=digest))
+            offset, done = reply.received, reply.complete
+        return {"size": len(view), "sha256": digest}
 
     def get(self, job_id: str) -> "job_pb2.Job":
         """The job with its status and whole event log."""

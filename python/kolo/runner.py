@@ -48,10 +48,12 @@ import cloudpickle
 from . import _runner_ship
 from ._runner_main import ERROR_MARK, MARK
 
-# The compressed payload rides base64 (4/3 larger) in the job spec, and a spec of more
-# than about 1 MiB is refused when it is stored (RESOURCE_EXHAUSTED, measured on etcd 3.4);
-# 720 KiB is 960 KiB in base64, leaving room for the rest of the spec.
-MAX_PAYLOAD_BYTES = 720 << 10
+# A compressed payload up to INLINE_PAYLOAD_BYTES rides base64 in the job spec (exec.env); a
+# bigger one is uploaded to kolo-server first as the job's blob (PutJobBlob: etcd, in chunks
+# outside the spec) and each worker fetches it before it starts the process. MAX_PAYLOAD_BYTES
+# is kolo-server's default --max-blob-bytes; a server may set another (its error says so).
+INLINE_PAYLOAD_BYTES = 256 << 10
+MAX_PAYLOAD_BYTES = 64 << 20
 # After rank 0's ring failure (an abort, a lost peer): how long to wait for the real
 # error of the rank that caused it.
 ERROR_GRACE_S = 5.0
@@ -382,28 +384,45 @@ class Runner:
 
     # ---- np > 0: a kolo job ----
 
-    def _spec(self, payload: bytes, nonce: str) -> Dict[str, Any]:
+    @staticmethod
+    def _check_size(payload: bytes) -> None:
         if len(payload) > MAX_PAYLOAD_BYTES:
             raise ValueError("fn, its arguments and shipped modules are %d bytes pickled and compressed, over the "
-                             "Runner's limit of %d bytes (kolo.runner.MAX_PAYLOAD_BYTES: they travel in the job spec, "
-                             "which etcd stores): load big data inside fn (from a path or URL every worker can read) "
-                             "instead of capturing it in fn or passing it as an argument"
-                             % (len(payload), MAX_PAYLOAD_BYTES))
-        text = base64.b64encode(payload).decode()
-        parts = [text[i:i + ENV_PART_CHARS] for i in range(0, len(text), ENV_PART_CHARS)]
+                             "Runner's limit of %d bytes (kolo.runner.MAX_PAYLOAD_BYTES, kolo-server's default "
+                             "--max-blob-bytes: they are uploaded to kolo-server, which stores them in etcd): load big "
+                             "data inside fn (from a path or URL every worker can read) instead of capturing it in fn "
+                             "or passing it as an argument" % (len(payload), MAX_PAYLOAD_BYTES))
+
+    def _spec(self, payload: bytes, nonce: str, blob: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        exec_: Dict[str, Any] = {"argv": [self.python, "-m", "kolo._runner_main"]}
         env = dict(self.env)
-        env.update({"KOLO_RUNNER_PAYLOAD_%d" % i: part for i, part in enumerate(parts)})
-        env.update(KOLO_RUNNER_PARTS=str(len(parts)), KOLO_RUNNER_NONCE=nonce)
+        if blob is None:
+            text = base64.b64encode(payload).decode()
+            parts = [text[i:i + ENV_PART_CHARS] for i in range(0, len(text), ENV_PART_CHARS)]
+            env.update({"KOLO_RUNNER_PAYLOAD_%d" % i: part for i, part in enumerate(parts)})
+            env.update(KOLO_RUNNER_PARTS=str(len(parts)))
+        else:
+            exec_["blob"] = blob  # the worker fetches it and names its file in KOLO_JOB_BLOB
+        env.update(KOLO_RUNNER_NONCE=nonce)
+        exec_["env"] = env
         return {"name": self.name, "id": "run-" + nonce, "min_workers": self.min_np, "max_workers": self.max_np,
-                "max_reconfigurations": self.max_reconfigurations, "labels": self.labels,
-                "exec": {"argv": [self.python, "-m", "kolo._runner_main"], "env": env}, **self.mode}
+                "max_reconfigurations": self.max_reconfigurations, "labels": self.labels, "exec": exec_, **self.mode}
 
     def _run_cluster(self, payload: bytes) -> Any:
         from . import client as kc
         nonce = secrets.token_hex(8)
-        spec = self._spec(payload, nonce)
+        self._check_size(payload)
         with kc.Client(self.server, token=self.token, tls=self.tls) as api:
-            job = api.submit(spec)
+            blob = None
+            if len(payload) > INLINE_PAYLOAD_BYTES:
+                try:
+                    blob = api.put_blob("run-" + nonce, payload)
+                except kc.ResourceExhaustedError as error:
+                    raise ValueError("kolo.Runner: the payload (fn, its arguments and shipped modules: %d bytes "
+                                     "pickled and compressed) is over the server's limit: %s. Load big data inside "
+                                     "fn (from a path or URL every worker can read) instead of capturing it in fn "
+                                     "or passing it as an argument" % (len(payload), error.message)) from None
+            job = api.submit(self._spec(payload, nonce, blob))
             self.job_id = job.id
             try:
                 return self._read(api, job.id, _Marks(nonce))
@@ -466,4 +485,4 @@ class Runner:
                           job_id, phase, final.status.error)
 
 
-__all__ = ["Runner", "RunnerError", "RemoteError", "RemoteTraceback", "MAX_PAYLOAD_BYTES"]
+__all__ = ["Runner", "RunnerError", "RemoteError", "RemoteTraceback", "MAX_PAYLOAD_BYTES", "INLINE_PAYLOAD_BYTES"]
