@@ -33,11 +33,15 @@ def package_paths() -> List[str]:
     return [os.path.join(_HERE, "lib", "libkolo.so"), os.path.join(_HERE, "libkolo.so")]
 
 
+def checkout_root() -> Optional[str]:
+    """The source checkout this package is the python/kolo of (it has include/kolo/kolo.h), if any."""
+    return _REPO if os.path.exists(os.path.join(_REPO, "include", "kolo", "kolo.h")) else None
+
+
 def checkout_paths() -> List[str]:
     """The development fallback: the build/ of the source checkout this package is in, if any."""
-    if not os.path.exists(os.path.join(_REPO, "include", "kolo", "kolo.h")):
-        return []
-    return [os.path.join(_REPO, "build", "lib", "libkolo.so")]
+    root = checkout_root()
+    return [os.path.join(root, "build", "lib", "libkolo.so")] if root else []
 
 
 def candidate_paths() -> List[str]:
