@@ -146,7 +146,8 @@ kolo_status kolo_mode_spec_validate(const kolo_mode_spec *s, char *err, size_t e
                 s->max_staleness);
   if (s->mode == KOLO_MODE_SYNC && s->max_staleness != 0)
     return fail(err, err_len,
-                "max_staleness: only modes ASYNC, LOCAL_SGD and DILOCO have one (mode is %s)", mode);
+                "max_staleness: only modes ASYNC, LOCAL_SGD and DILOCO have one (mode is %s)",
+                mode);
   kolo_status status = validate_outer(s, err, err_len);
   if (status != KOLO_OK) return status;
   if (s->compression < KOLO_COMPRESSION_NONE || s->compression > KOLO_COMPRESSION_INT8)

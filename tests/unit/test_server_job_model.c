@@ -111,9 +111,10 @@ static void the_modes_parameters_are_checked_naming_the_field_and_the_mode(void 
                  "max_staleness: must be in [0, 1000], got 1001");
   expect_invalid(X("\"max_staleness\":2"),
                  "max_staleness: only for modes ASYNC, LOCAL_SGD and DILOCO (mode is SYNC)");
-  expect_invalid("{\"name\":\"n\",\"min_workers\":1,\"mode\":\"DILOCO\",\"max_staleness\":1,"
-                 "\"builtin\":{\"model\":\"mlp\",\"epochs\":1}}",
-                 "max_staleness: the built-in trainer's LOCAL_SGD/DILOCO rounds wait");
+  expect_invalid(
+      "{\"name\":\"n\",\"min_workers\":1,\"mode\":\"DILOCO\",\"max_staleness\":1,"
+      "\"builtin\":{\"model\":\"mlp\",\"epochs\":1}}",
+      "max_staleness: the built-in trainer's LOCAL_SGD/DILOCO rounds wait");
   expect_invalid(X("\"mode\":\"ASYNC\",\"compression\":\"COMPRESSION_FP16\""),
                  "compression: only for modes LOCAL_SGD and DILOCO (mode is ASYNC)");
   expect_invalid(X("\"fragments\":2"), "fragments: only for modes LOCAL_SGD and DILOCO");
