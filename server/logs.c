@@ -462,6 +462,28 @@ static void start_source(kolo_server_logstream *s, source *src) {
   curl_multi_add_handle(s->multi, src->easy);
 }
 
+/* Why a transfer failed, in kolo's words (a user reading `kolo logs` never sees libcurl's,
+ * which name neither the worker nor what to do). */
+static void transfer_failure(CURLcode res, char *why, size_t len) {
+  switch (res) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+      snprintf(why, len, "nothing answers at its log address (the worker stopped or moved?)");
+      break;
+    case CURLE_OPERATION_TIMEDOUT:
+      snprintf(why, len, "it sent nothing for 15 s");
+      break;
+    case CURLE_GOT_NOTHING:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+      snprintf(why, len, "the connection closed before the end of its log (the worker stopped?)");
+      break;
+    default:
+      snprintf(why, len, "the transfer failed (curl code %d)", (int)res);
+  }
+}
+
 static void finish_source(kolo_server_logstream *s, source *src, CURLcode res) {
   long code = 0;
   curl_easy_getinfo(src->easy, CURLINFO_RESPONSE_CODE, &code);
@@ -486,7 +508,7 @@ static void finish_source(kolo_server_logstream *s, source *src, CURLcode res) {
   if (src->protocol_error)
     snprintf(why, sizeof why, "malformed answer");
   else if (res != CURLE_OK)
-    snprintf(why, sizeof why, "%s", curl_easy_strerror(res));
+    transfer_failure(res, why, sizeof why);
   else if (code != 200)
     snprintf(why, sizeof why, "HTTP %ld", code);
   else

@@ -4,7 +4,8 @@ are network namespaces (tests/support/netns.sh), one rank per host, each link
 limited by tc: time to a target test accuracy on Fashion-MNIST, final accuracy,
 bytes each rank sent (its eth0's tx_bytes: everything on the wire), and the
 steps per second of the ranks that are not slowed, for kolo SYNC, DDP, ASYNC,
-LOCAL_SGD, DILOCO and DILOCO with int8 outer gradients; runs interleaved,
+LOCAL_SGD, DILOCO and DILOCO with int8 outer gradients (each also _OVERLAP: the
+round's average folded in one round late, KOLO_MODE_MAX_STALENESS=1); runs interleaved,
 medians over --repeats; with --slow every run is followed by the same with
 rank 3 at half speed (its forward and backward doubled: worker.py).
 
@@ -41,12 +42,19 @@ CONFIGS = {
     "DILOCO_INT8": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "30", "KOLO_MODE_COMPRESSION": "int8"}, []),
     # H fixed at 60 (not --inner-steps): the bytes target's config
     "DILOCO_INT8_H60": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "60", "KOLO_MODE_COMPRESSION": "int8"}, []),
+    # the round's average overlapped with the next round (folded in one round late)
+    "LOCAL_SGD_OVERLAP": ({"KOLO_MODE": "LOCAL_SGD", "KOLO_MODE_SYNC_EVERY": "30", "KOLO_MODE_MAX_STALENESS": "1"}, []),
+    "DILOCO_OVERLAP": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "30", "KOLO_MODE_MAX_STALENESS": "1"}, []),
+    "DILOCO_INT8_OVERLAP": ({"KOLO_MODE": "DILOCO", "KOLO_MODE_SYNC_EVERY": "30", "KOLO_MODE_COMPRESSION": "int8",
+                             "KOLO_MODE_MAX_STALENESS": "1"}, []),
 }
+# the configs whose H is --inner-steps
+INNER_STEPS = ("LOCAL_SGD", "DILOCO", "DILOCO_INT8", "LOCAL_SGD_OVERLAP", "DILOCO_OVERLAP", "DILOCO_INT8_OVERLAP")
 
 
 def run_once(hosts, n, label, args, slow):
     mode_env, extra = CONFIGS[label]
-    if label in ("LOCAL_SGD", "DILOCO", "DILOCO_INT8"):
+    if label in INNER_STEPS:
         mode_env = dict(mode_env, KOLO_MODE_SYNC_EVERY=str(args.inner_steps))
     procs = []
     for rank in range(n):

@@ -23,6 +23,8 @@ import os
 from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint8, c_uint64, c_void_p
 from typing import List, Optional
 
+from . import _abi
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
 SYSTEM_NAMES = ("libkolo.so.0", "libkolo.so")
@@ -33,11 +35,15 @@ def package_paths() -> List[str]:
     return [os.path.join(_HERE, "lib", "libkolo.so"), os.path.join(_HERE, "libkolo.so")]
 
 
+def checkout_root() -> Optional[str]:
+    """The source checkout this package is the python/kolo of (it has include/kolo/kolo.h), if any."""
+    return _REPO if os.path.exists(os.path.join(_REPO, "include", "kolo", "kolo.h")) else None
+
+
 def checkout_paths() -> List[str]:
     """The development fallback: the build/ of the source checkout this package is in, if any."""
-    if not os.path.exists(os.path.join(_REPO, "include", "kolo", "kolo.h")):
-        return []
-    return [os.path.join(_REPO, "build", "lib", "libkolo.so")]
+    root = checkout_root()
+    return [os.path.join(root, "build", "lib", "libkolo.so")] if root else []
 
 
 def candidate_paths() -> List[str]:
@@ -84,7 +90,7 @@ class RingSpec(ctypes.Structure):
     ]
 
 
-RESULT_MESSAGE_BYTES = 512
+RESULT_MESSAGE_BYTES = _abi.KOLO_RESULT_MESSAGE_BYTES
 
 
 class Result(ctypes.Structure):

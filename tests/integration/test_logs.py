@@ -164,6 +164,22 @@ class LogsTest(unittest.TestCase):
         self.assertEqual((code, text.splitlines()), (200, expected(0, 3)))
         self.assertEqual(self.cluster.job("follow-2")["status"]["phase"], "SUCCEEDED")
 
+    def test_kolo_logs_f_and_curl_n_end_cleanly_when_the_job_ends(self):
+        # issue 29: no notice, no libcurl text, exit 0, when the job ends while they follow
+        self.cluster.submit(lines_job("follow-cli", lines=10))
+        curl_n = subprocess.Popen(["curl", "-sSN", "--max-time", "120",
+                                   "http://127.0.0.1:%d/v1/jobs/follow-cli/logs?follow=1" % self.server.http_port],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        code, out, err = kolo(self.server, "logs", "-f", "follow-cli", timeout=120)
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual(sorted(out.splitlines()),
+                         sorted(["[0] " + l for l in expected(0, 10)] + ["[1] " + l for l in expected(1, 10)]))
+        self.assertEqual(self.cluster.job("follow-cli")["status"]["phase"], "SUCCEEDED")
+        text, curl_err = curl_n.communicate(timeout=120)
+        self.assertEqual((curl_n.returncode, curl_err), (0, b""), "curl -N: the chunked stream ended properly")
+        self.assertEqual(len(text.decode().splitlines()), 22)
+        self.assertNotIn("[kolo]", text.decode())
+
     def test_without_follow_a_running_job_gives_what_exists_now(self):
         self.cluster.submit(lines_job("running-1", lines=60))
         wait_for(lambda: any(not l.notice for l in self.lines_of("running-1")), 30, "first lines")
@@ -284,6 +300,10 @@ class LogsTest(unittest.TestCase):
         self.assertLess(time.monotonic() - started, 20)
         notices = [l.text.decode() for l in lines if l.notice]
         self.assertTrue(any("w1" in n for n in notices), notices)
+        # in kolo's words, never libcurl's ("Couldn't connect to server")
+        for n in notices:
+            self.assertRegex(n, r"^(worker w1 is not registered now|the logs of worker w1 are not reachable: "
+                                r"(nothing answers at its log address|the connection closed before|it sent nothing))")
         self.assertEqual([l.text.decode() for l in lines if not l.notice], expected(1 - dead_rank))
         code, text = self.http("/v1/jobs/done-1/logs")
         self.assertIn("[kolo] ", text)

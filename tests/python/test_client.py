@@ -3,6 +3,7 @@ errors as exceptions carrying the gRPC status and message, bad Python arguments,
 and the token and TLS options (a second kolo-server with --token-file and a
 self-signed certificate made by openssl)."""
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -157,18 +158,26 @@ def test_a_token_and_tls_are_used_like_the_cli(c, tmp_path):
         server.wait()
 
 
-def test_without_a_build_the_messages_are_generated_once_into_a_cache(tmp_path):
-    # a checkout with python/ and proto/ but no build/: kolo.client runs protoc itself
+def test_a_checkout_without_a_build_names_the_fix_and_with_one_imports_its_messages(tmp_path):
+    # a checkout (python/, proto/, include/) with no build/: kolo.client generates nothing at
+    # import time, it raises ImportError naming the build; once <checkout>/build/python/kolo/v1
+    # exists (CMake's kolo_python_proto), it imports from there
     src = kolotest.SRC
     checkout = tmp_path / "checkout"
     os.makedirs(checkout)
-    subprocess.run(["cp", "-r", os.path.join(src, "python"), os.path.join(src, "proto"), str(checkout)], check=True)
+    subprocess.run(["cp", "-r"] + [os.path.join(src, d) for d in ("python", "proto", "include")] + [str(checkout)],
+                   check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("KOLO_BUILD_DIR", "PYTHONPATH")}
-    env.update(PYTHONPATH=str(checkout / "python"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env.update(PYTHONPATH=str(checkout / "python"), XDG_CACHE_HOME=str(tmp_path / "cache"), HOME=str(tmp_path))
     code = "import kolo.client as c; print(c.job_pb2.__file__); print(c.job_pb2.StreamLogsRequest(follow=True))"
-    for _ in range(2):
-        out = subprocess.run([kolotest.PYTHON, "-c", code], env=env, cwd=str(tmp_path), capture_output=True,
-                             text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        assert out.stdout.startswith(str(tmp_path / "cache" / "kolo")), out.stdout
-        assert "follow: true" in out.stdout
+    out = subprocess.run([kolotest.PYTHON, "-c", code], env=env, cwd=str(tmp_path), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode != 0 and "ImportError" in out.stderr and "cmake --build build" in out.stderr, out.stderr
+    assert not os.path.exists(tmp_path / "cache") and not os.path.exists(tmp_path / ".cache")
+    generated = os.path.join(os.environ["KOLO_BUILD_DIR"], "python", "kolo", "v1")
+    shutil.copytree(generated, str(checkout / "build" / "python" / "kolo" / "v1"))
+    out = subprocess.run([kolotest.PYTHON, "-c", code], env=env, cwd=str(tmp_path), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(str(checkout / "build" / "python" / "kolo" / "v1")), out.stdout
+    assert "follow: true" in out.stdout

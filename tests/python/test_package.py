@@ -31,6 +31,10 @@ assert (kolo.rank(), kolo.size()) == (0, 1)
 total = kolo.allreduce(numpy.arange(5, dtype=numpy.float32), op=kolo.Sum, name="smoke")
 assert total.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0], total
 kolo.shutdown()
+import kolo.client
+assert kolo.client.job_pb2.__file__.startswith(os.environ["EXPECT_ROOT"]), kolo.client.job_pb2.__file__
+assert kolo.client.job_pb2.JobSpec(name="x").SerializeToString() == b"\\n\\x01x", "JobSpec.name is field 1"
+assert not os.path.exists(os.path.join(os.environ["HOME"], ".cache", "kolo")), "generated at import time"
 print("SMOKE OK")
 """
 
@@ -67,19 +71,21 @@ def smoke(tmp: str, root: str, library: str, explicit: bool) -> None:
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
-    """A copy of python/ (setuptools builds in the source folder: not in the checkout)."""
+    """A copy of python/ and proto/ side by side, as in a checkout (setuptools builds in the
+    source folder: not in the checkout's)."""
     if not LIBRARY or not os.path.exists(LIBRARY):
         pytest.skip("KOLO_LIBRARY (the build's libkolo.so) not set")
     assert VERSION, "KOLO_VERSION (CMake's PROJECT_VERSION) not set"
     tmp = str(tmp_path_factory.mktemp("package"))
-    shutil.copytree(os.path.join(SOURCE, "python"), os.path.join(tmp, "src"),
+    shutil.copytree(os.path.join(SOURCE, "python"), os.path.join(tmp, "python"),
                     ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", "lib", "v1"))
+    shutil.copytree(os.path.join(SOURCE, "proto"), os.path.join(tmp, "proto"))
     return tmp
 
 
 def test_pip_install_to_a_target_imports_and_runs_a_one_rank_allreduce(tree):
     site = os.path.join(tree, "site")
-    run([PYTHON, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", site, "./src"],
+    run([PYTHON, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", site, "./python"],
         environment(tree, None, None, preload=False), tree)
     assert os.path.exists(os.path.join(site, "kolo", "py.typed"))
     assert os.path.exists(os.path.join(site, "kolo", "torch", "__init__.py"))
@@ -88,14 +94,15 @@ def test_pip_install_to_a_target_imports_and_runs_a_one_rank_allreduce(tree):
 
 def test_the_wheel_holds_the_package_and_finds_libkolo_next_to_it(tree):
     dist = os.path.join(tree, "dist")
-    run([PYTHON, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, "./src"],
+    run([PYTHON, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, "./python"],
         environment(tree, None, None, preload=False), tree)
     wheels = [name for name in os.listdir(dist) if name.endswith(".whl")]
     assert wheels == ["kolo-%s-py3-none-any.whl" % VERSION], wheels
     with zipfile.ZipFile(os.path.join(dist, wheels[0])) as wheel:
         names = set(wheel.namelist())
         metadata = wheel.read("kolo-%s.dist-info/METADATA" % VERSION).decode()
-    assert {"kolo/__init__.py", "kolo/_lib.py", "kolo/py.typed", "kolo/torch/__init__.py"} <= names
+    assert {"kolo/__init__.py", "kolo/_lib.py", "kolo/py.typed", "kolo/torch/__init__.py", "kolo/v1/__init__.py",
+            "kolo/v1/job_pb2.py", "kolo/v1/cluster_pb2.py"} <= names
     assert "Version: %s\n" % VERSION in metadata
     site = os.path.join(tree, "wheel-site")
     run([PYTHON, "-m", "pip", "install", "--no-deps", "--target", site, os.path.join(dist, wheels[0])],
@@ -112,6 +119,26 @@ def test_the_wheel_holds_the_package_and_finds_libkolo_next_to_it(tree):
     beside = os.path.join(site, "kolo", "lib", "libkolo.so")
     shutil.copy(LIBRARY, beside)
     smoke(tree, site, beside, explicit=False)
+
+
+def test_a_copy_built_without_the_messages_names_the_fix_and_generates_nothing_at_import(tree):
+    # python/ alone (no proto/ beside it): the build fails naming the fix, unless told to skip kolo.v1
+    bare = os.path.join(tree, "bare")
+    shutil.copytree(os.path.join(tree, "python"), os.path.join(bare, "python"),
+                    ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    site = os.path.join(bare, "site")
+    env = environment(bare, None, None, preload=False)
+    argv = [PYTHON, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", site, "./python"]
+    failed = subprocess.run(argv, env=env, cwd=bare, capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0 and "KOLO_SKIP_PROTO" in failed.stdout + failed.stderr, failed
+    env["KOLO_SKIP_PROTO"] = "1"
+    run(argv, env, bare)
+    assert not os.path.exists(os.path.join(site, "kolo", "v1"))
+    env = environment(bare, site, None, preload=True)
+    code = "try:\n    import kolo.client\nexcept ImportError as e:\n    print('MISSING', e)\n"
+    result = run([PYTHON, "-s", "-c", code], env, bare)
+    assert "MISSING" in result.stdout and "protobuf-compiler" in result.stdout, result.stdout
+    assert not os.path.exists(os.path.join(env["HOME"], ".cache", "kolo")), "generated at import time"
 
 
 def test_the_package_in_the_checkout_finds_the_build_when_nothing_else_names_libkolo(tree):
