@@ -69,8 +69,8 @@ static void find_holders(const uint64_t *all, int count, int n, uint8_t *holds) 
                  2 * sizeof *all) == 0;
 }
 
-static kolo_status sync_from_sources(kolo_comm *comm, const kolo_state_buffer *buffers,
-                                     int count, uint8_t *received) {
+static kolo_status sync_from_sources(kolo_comm *comm, const kolo_state_buffer *buffers, int count,
+                                     uint8_t *received) {
   int n = kolo_comm_size(comm), rank = kolo_comm_rank(comm);
   size_t words = (size_t)count * 2;
   uint64_t *mine = malloc(words * sizeof *mine), *all = malloc(words * (size_t)n * sizeof *all);
