@@ -141,8 +141,13 @@ kolo_status kolo_mode_spec_validate(const kolo_mode_spec *s, char *err, size_t e
       (s->max_staleness < 1 || s->max_staleness > KOLO_MODE_MAX_STALENESS))
     return fail(err, err_len, "max_staleness: must be in [1, %u], got %u", KOLO_MODE_MAX_STALENESS,
                 s->max_staleness);
-  if (s->mode != KOLO_MODE_ASYNC && s->max_staleness != 0)
-    return fail(err, err_len, "max_staleness: only mode ASYNC has one (mode is %s)", mode);
+  if (rounds && s->max_staleness > KOLO_MODE_MAX_STALENESS)
+    return fail(err, err_len, "max_staleness: must be in [0, %u], got %u", KOLO_MODE_MAX_STALENESS,
+                s->max_staleness);
+  if (s->mode == KOLO_MODE_SYNC && s->max_staleness != 0)
+    return fail(err, err_len,
+                "max_staleness: only modes ASYNC, LOCAL_SGD and DILOCO have one (mode is %s)",
+                mode);
   kolo_status status = validate_outer(s, err, err_len);
   if (status != KOLO_OK) return status;
   if (s->compression < KOLO_COMPRESSION_NONE || s->compression > KOLO_COMPRESSION_INT8)
@@ -234,7 +239,7 @@ static int env_used(kolo_mode mode, int i) {
     case ENV_SYNC_EVERY:
       return mode != KOLO_MODE_SYNC;
     case ENV_MAX_STALENESS:
-      return mode == KOLO_MODE_ASYNC;
+      return mode != KOLO_MODE_SYNC;
     case ENV_OUTER_LR:
     case ENV_OUTER_MOMENTUM:
     case ENV_NESTEROV:

@@ -72,7 +72,8 @@ static kolo_status apply(const Kolo__V1__JobSpec *spec, kolo_mode_spec *s, char 
     s->sync_every = spec->average_every;
   }
   if (spec->max_staleness != 0) {
-    if (mode != KOLO_MODE_ASYNC) return not_for(err, err_len, "max_staleness", "mode ASYNC", mode);
+    if (mode == KOLO_MODE_SYNC)
+      return not_for(err, err_len, "max_staleness", "modes ASYNC, LOCAL_SGD and DILOCO", mode);
     s->max_staleness = spec->max_staleness;
   }
   kolo_status status = apply_outer(spec, s, err, err_len);

@@ -76,7 +76,7 @@ static const struct {
   unsigned modes; /* bit per kolo_mode */
 } mode_options[] = {
     {"--sync-every", 1u << KOLO_MODE_ASYNC | 1u << KOLO_MODE_LOCAL_SGD | 1u << KOLO_MODE_DILOCO},
-    {"--max-staleness", 1u << KOLO_MODE_ASYNC},
+    {"--max-staleness", 1u << KOLO_MODE_ASYNC | 1u << KOLO_MODE_LOCAL_SGD | 1u << KOLO_MODE_DILOCO},
     {"--outer-lr", 1u << KOLO_MODE_DILOCO},
     {"--outer-momentum", 1u << KOLO_MODE_DILOCO},
     {"--nesterov", 1u << KOLO_MODE_DILOCO},

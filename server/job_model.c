@@ -170,6 +170,10 @@ kolo_status kolo_server_job_validate_spec(const Kolo__V1__JobSpec *spec, char *e
         return bad(err, err_len, "builtin.model", "required");
       if (b->epochs == 0 && b->steps == 0)
         return bad(err, err_len, "builtin.epochs", "set epochs or steps (one must be > 0)");
+      if (mode.mode != KOLO_MODE_ASYNC && mode.max_staleness != 0)
+        return bad(err, err_len, "max_staleness",
+                   "the built-in trainer's LOCAL_SGD/DILOCO rounds wait for each average (0); "
+                   "an overlapped average is kolo.torch's (an exec job)");
       if (b->steps > KOLO_SERVER_MAX_STEPS)
         return bad(err, err_len, "builtin.steps", "at most 2^53 (9007199254740992)");
       if (!(b->learning_rate >= 0.0 && b->learning_rate < 1e6))

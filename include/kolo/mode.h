@@ -50,7 +50,8 @@ typedef enum kolo_compression {
 typedef struct kolo_mode_spec {
   kolo_mode mode;
   uint32_t sync_every;    /* ASYNC: steps between averages; LOCAL_SGD/DILOCO: inner steps H */
-  uint32_t max_staleness; /* ASYNC: averaging rounds a rank may have outstanding (>= 1) */
+  uint32_t max_staleness; /* ASYNC: averaging rounds a rank may have outstanding (>= 1);
+                           * LOCAL_SGD/DILOCO: rounds an average is applied late (0: at once) */
   double outer_lr;        /* LOCAL_SGD (always 1) / DILOCO */
   double outer_momentum;  /* LOCAL_SGD (always 0) / DILOCO, in [0, 1) */
   int nesterov;           /* 0 or 1 */
@@ -71,12 +72,15 @@ typedef struct kolo_mode_spec {
  *   DILOCO     sync_every 50, outer_lr 0.7, outer_momentum 0.9, nesterov 1 (the DiLoCo paper's
  *              outer optimizer)
  * and for every mode compression none, fragments 1; a parameter the mode does not use
- * holds the value that means "off" (max_staleness 0 outside ASYNC, outer_lr 1 and
+ * holds the value that means "off" (max_staleness 0 outside ASYNC: LOCAL_SGD/DILOCO wait for
+ * each round's average; k >= 1 folds round r's average in at the end of round r + k, so the
+ * average travels while the next k rounds compute), outer_lr 1 and
  * momentum 0 outside DILOCO). KOLO_ERR_INVALID_ARG for an unknown mode or a NULL out. */
 kolo_status kolo_mode_spec_default(kolo_mode mode, kolo_mode_spec *out);
 
 /* Checks spec against its mode: sync_every 1..KOLO_MODE_MAX_SYNC_EVERY (SYNC: 1), ASYNC's
- * max_staleness 1..KOLO_MODE_MAX_STALENESS, DILOCO's outer_lr in (0, KOLO_MODE_MAX_OUTER_LR]
+ * max_staleness 1..KOLO_MODE_MAX_STALENESS (LOCAL_SGD/DILOCO's 0..KOLO_MODE_MAX_STALENESS,
+ * SYNC's 0), DILOCO's outer_lr in (0, KOLO_MODE_MAX_OUTER_LR]
  * and outer_momentum in [0, 1), nesterov 0|1, LOCAL_SGD's outer optimizer at 1 / 0, a known
  * compression, fragments 1..min(KOLO_MODE_MAX_FRAGMENTS, sync_every) (SYNC / ASYNC: 1). KOLO_OK,
  * or KOLO_ERR_INVALID_ARG with a message naming the parameter in err (may be NULL). */

@@ -13,25 +13,29 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from . import _lib
+from . import _abi, _lib
 from ._runtime import RUNTIME, Runtime, current_scope, in_scope
 from .errors import KoloError
 
 lib = _lib.lib
 engine = _lib.have_engine
 
-# kolo_dtype (include/kolo/kolo.h; tests/python/workers/api_parity.py checks these
-# against libkolo's kolo_dtype_size)
-UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, INT8, INT16, BOOL = range(10)
-DTYPE_NAMES = ["uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "int8", "int16", "bool"]
-DTYPE_SIZES = [1, 4, 8, 2, 2, 4, 8, 1, 2, 1]
+# kolo_dtype and kolo_op (include/kolo/kolo.h, through the generated _abi; the sizes are
+# checked against libkolo's kolo_dtype_size by tests/python/workers/api_parity.py)
+UINT8, INT32, INT64 = _abi.KOLO_UINT8, _abi.KOLO_INT32, _abi.KOLO_INT64
+FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = _abi.KOLO_FLOAT16, _abi.KOLO_BFLOAT16, _abi.KOLO_FLOAT32, _abi.KOLO_FLOAT64
+INT8, INT16, BOOL = _abi.KOLO_INT8, _abi.KOLO_INT16, _abi.KOLO_BOOL
+DTYPE_NAMES = {UINT8: "uint8", INT32: "int32", INT64: "int64", FLOAT16: "float16", BFLOAT16: "bfloat16",
+               FLOAT32: "float32", FLOAT64: "float64", INT8: "int8", INT16: "int16", BOOL: "bool"}
+DTYPE_SIZES = {UINT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4, FLOAT64: 8, INT8: 1, INT16: 2,
+               BOOL: 1}
 FLOATING = {FLOAT16, BFLOAT16, FLOAT32, FLOAT64}
 
-# kolo_op
-SUM, AVG, MIN, MAX, PROD = range(5)
-OP_NAMES = ["Sum", "Average", "Min", "Max", "Product", "Adasum"]  # Adasum: kolo.torch only (adasum.py)
+SUM, AVG, MIN, MAX, PROD = _abi.KOLO_SUM, _abi.KOLO_AVG, _abi.KOLO_MIN, _abi.KOLO_MAX, _abi.KOLO_PROD
+ADASUM = _abi.KOLO_OP_COUNT  # kolo.torch's own op (adasum.py), numbered after libkolo's
+OP_NAMES = {SUM: "Sum", AVG: "Average", MIN: "Min", MAX: "Max", PROD: "Product", ADASUM: "Adasum"}
 
-NAME_MAX = 255
+NAME_MAX = _abi.KOLO_NAME_MAX
 
 
 @dataclass
@@ -61,12 +65,12 @@ def _check_streams(*views: "View") -> Optional[ctypes.c_void_p]:
         return None
     if not _lib.have_streams():
         raise KoloError("kolo: this libkolo has no stream-ordered CUDA calls; rebuild it with CUDA",
-                        "KOLO_ERR_UNSUPPORTED", 18)
+                        "KOLO_ERR_UNSUPPORTED")
     return ctypes.c_void_p(views[0].stream or None)
 
 
 def check_op(op: Any) -> int:
-    if not isinstance(op, int) or isinstance(op, bool) or op not in range(5):
+    if not isinstance(op, int) or isinstance(op, bool) or op not in range(_abi.KOLO_OP_COUNT):
         raise ValueError("kolo: unknown reduction op %r (use kolo.Average, Sum, Min, Max or Product)" % (op,))
     return op
 
@@ -270,7 +274,7 @@ def submit_allreduce(name: bytes, send: View, recv: View, op: int, prescale: flo
     if stream is not None:
         if prescale != 1.0 or postscale != 1.0:
             raise KoloError("kolo: scaled all-reduce of CUDA buffers: scale on the stream first",
-                            "KOLO_ERR_UNSUPPORTED", 18)
+                            "KOLO_ERR_UNSUPPORTED")
         code = lib.kolo_allreduce_on_stream(comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op, stream,
                                             ctypes.byref(request.handle))
     elif engine():
@@ -278,7 +282,7 @@ def submit_allreduce(name: bytes, send: View, recv: View, op: int, prescale: flo
                                         op, float(prescale), float(postscale), ctypes.byref(request.handle))
     else:
         if prescale != 1.0 or postscale != 1.0:
-            raise KoloError("kolo: scaled all-reduce needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+            raise KoloError("kolo: scaled all-reduce needs the engine", "KOLO_ERR_UNSUPPORTED")
         code = lib.kolo_allreduce_async(comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op,
                                         ctypes.byref(request.handle))
     return request.submitted(code)
@@ -319,7 +323,7 @@ def submit_allgather(name: bytes, send: View, recv: Optional[View], recv_counts:
     stream = _check_streams(send, recv) if recv is not None else _check_streams(send)
     if stream is not None:
         if recv is None:
-            raise KoloError("kolo: allgather of CUDA buffers needs a receive buffer", "KOLO_ERR_UNSUPPORTED", 18)
+            raise KoloError("kolo: allgather of CUDA buffers needs a receive buffer", "KOLO_ERR_UNSUPPORTED")
         code = lib.kolo_allgather_on_stream(comm, _ptr(send.ptr), send.count, _ptr(recv.ptr), recv.count,
                                             recv_counts, send.dtype, stream, ctypes.byref(request.handle))
     elif engine():
@@ -328,7 +332,7 @@ def submit_allgather(name: bytes, send: View, recv: Optional[View], recv_counts:
                                         ctypes.byref(request.handle))
     else:
         if recv is None:
-            raise KoloError("kolo: allgather without a receive buffer needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+            raise KoloError("kolo: allgather without a receive buffer needs the engine", "KOLO_ERR_UNSUPPORTED")
         code = lib.kolo_allgather_async(comm, _ptr(send.ptr), send.count, _ptr(recv.ptr), recv.count,
                                         recv_counts, send.dtype, ctypes.byref(request.handle))
     return request.submitted(code)
@@ -360,7 +364,7 @@ def submit_reducescatter(name: bytes, send: View, recv: View, counts: List[int],
     stream = _check_streams(send, recv)
     if stream is not None:
         if len(set(counts)) != 1:
-            raise KoloError("kolo: reducescatter of CUDA buffers needs equal blocks", "KOLO_ERR_UNSUPPORTED", 18)
+            raise KoloError("kolo: reducescatter of CUDA buffers needs equal blocks", "KOLO_ERR_UNSUPPORTED")
         code = lib.kolo_reducescatter_on_stream(comm, _ptr(send.ptr), _ptr(recv.ptr), counts[0], send.dtype, op,
                                                 stream, ctypes.byref(request.handle))
     elif engine():
@@ -368,7 +372,7 @@ def submit_reducescatter(name: bytes, send: View, recv: View, counts: List[int],
                                             send.dtype, op, ctypes.byref(request.handle))
     else:
         if len(set(counts)) != 1:
-            raise KoloError("kolo: reducescatter with unequal blocks needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+            raise KoloError("kolo: reducescatter with unequal blocks needs the engine", "KOLO_ERR_UNSUPPORTED")
         code = lib.kolo_reducescatter_async(comm, _ptr(send.ptr), _ptr(recv.ptr), counts[0], send.dtype, op,
                                             ctypes.byref(request.handle))
     return request.submitted(code)
@@ -379,10 +383,10 @@ def submit_alltoall(name: bytes, send: View, send_counts: List[int], recv_counts
     """Engine only: send_counts[r] elements go to rank r; the output is allocated."""
     comm = runtime.require()
     if not engine():
-        raise KoloError("kolo: alltoall needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+        raise KoloError("kolo: alltoall needs the engine", "KOLO_ERR_UNSUPPORTED")
     if send.on_device:
         raise KoloError("kolo: alltoall of CUDA buffers is staged through host memory by the caller",
-                        "KOLO_ERR_UNSUPPORTED", 18)
+                        "KOLO_ERR_UNSUPPORTED")
     c_send_counts = (ctypes.c_size_t * len(send_counts))(*send_counts)
     request = Request("alltoall %s" % name.decode(errors="replace"), (send.keep, c_send_counts, recv_counts),
                       runtime)
@@ -401,7 +405,7 @@ def submit_barrier(runtime: Runtime = RUNTIME) -> Request:
 def submit_join(runtime: Runtime = RUNTIME) -> Request:
     comm = runtime.require()
     if not engine():
-        raise KoloError("kolo: join needs the engine", "KOLO_ERR_UNSUPPORTED", 18)
+        raise KoloError("kolo: join needs the engine", "KOLO_ERR_UNSUPPORTED")
     request = Request("join", None, runtime)
     return request.submitted(lib.kolo_join_async(comm, ctypes.byref(request.handle)))
 

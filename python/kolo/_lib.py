@@ -23,6 +23,8 @@ import os
 from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint8, c_uint64, c_void_p
 from typing import List, Optional
 
+from . import _abi
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
 SYSTEM_NAMES = ("libkolo.so.0", "libkolo.so")
@@ -88,7 +90,7 @@ class RingSpec(ctypes.Structure):
     ]
 
 
-RESULT_MESSAGE_BYTES = 512
+RESULT_MESSAGE_BYTES = _abi.KOLO_RESULT_MESSAGE_BYTES
 
 
 class Result(ctypes.Structure):

@@ -25,7 +25,7 @@ import os
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from . import _lib
+from . import _abi, _lib
 from .errors import ForkedProcessError, JobStoppedError, KoloError, NotInitializedError, PeerLostError, error_class
 
 lib = _lib.lib
@@ -35,7 +35,7 @@ def raise_for(code: int, what: str, comm: Optional[int] = None, message: str = "
               stop_requested: bool = False) -> None:
     """Raises the KoloError subclass for a non-zero status, with the communicator's
     own reason (which names the lost rank) when there is one."""
-    if code == 0:
+    if code == _abi.KOLO_OK:
         return
     name = _lib.status_name(code)
     rank = None
@@ -122,7 +122,7 @@ class Runtime:
                 raise KoloError("kolo.init after shutdown() in a kolo job: this process left the job's ring when it "
                                 "shut down (its neighbours and the kolo agent saw it go), and a job's process joins "
                                 "its ring once; keep one init() ... shutdown() per process (kolorun and a process "
-                                "alone may init() again)", "KOLO_ERR_STATE", 19)
+                                "alone may init() again)", "KOLO_ERR_STATE")
             if os.environ.get("KOLO_AGENT_SOCKET") or os.environ.get("KOLO_SIZE"):
                 handle = ctypes.c_void_p()
                 code = lib.kolo_elastic_create(ctypes.byref(handle))
@@ -258,7 +258,7 @@ class Runtime:
             return False
         self.own("kolo.elastic: commit")
         code = lib.kolo_elastic_commit(self.elastic)
-        if code == 25:  # KOLO_ERR_RING_CHANGED
+        if code == _abi.KOLO_ERR_RING_CHANGED:
             return True
         if code != 0:
             raise_for(code, "kolo.elastic: commit", None, "", bool(lib.kolo_elastic_should_stop(self.elastic)))
@@ -271,7 +271,7 @@ class Runtime:
             elastic = self.elastic
             if elastic is None:
                 raise PeerLostError("the ring failed and this process has no kolo agent to re-form it",
-                                    "KOLO_ERR_UNSUPPORTED", 18)
+                                    "KOLO_ERR_UNSUPPORTED")
             old = self.comm
             if old and self.inflight:
                 # requests still in flight finish at once; a planned re-form (at a commit,

@@ -75,7 +75,7 @@ def check_equal(what: str, records: List[Optional[Tuple[int, Tuple[int, ...]]]])
         if tuple(shape) != tuple(shape0):
             raise MismatchError("%s: shape %s on rank %d but %s on rank %d (the same number of elements, "
                                 "another shape)" % (what, list(shape0), first, list(shape), rank),
-                                "KOLO_ERR_MISMATCH", 30)
+                                "KOLO_ERR_MISMATCH")
 
 
 def _digest(shape: Sequence[int]) -> int:
@@ -99,7 +99,7 @@ def check_digests(what: str, gathered: Gathered, size: int, shapes: Sequence[Seq
             if digest != first:
                 raise MismatchError("%s: tensor '%s' has another shape on rank %d than on rank %d, with the same "
                                     "number of elements (this rank's: %s)"
-                                    % (what, names[i], rank, present[0][0], list(shapes[i])), "KOLO_ERR_MISMATCH", 30)
+                                    % (what, names[i], rank, present[0][0], list(shapes[i])), "KOLO_ERR_MISMATCH")
 
 
 def check_compatible(what: str, records: List[Optional[Tuple[int, Tuple[int, ...]]]]) -> None:
@@ -112,7 +112,7 @@ def check_compatible(what: str, records: List[Optional[Tuple[int, Tuple[int, ...
         if dtype != dtype0:
             raise MismatchError("%s: dtype %s on rank %d but %s on rank %d" %
                                 (what, _core.DTYPE_NAMES[dtype0], first, _core.DTYPE_NAMES[dtype], rank),
-                                "KOLO_ERR_MISMATCH", 30)
+                                "KOLO_ERR_MISMATCH")
         if len(shape) != len(shape0) or tuple(shape[1:]) != tuple(shape0[1:]):
             raise MismatchError("%s: shape %s on rank %d but %s on rank %d (only the first dimension may differ)"
-                                % (what, list(shape0), first, list(shape), rank), "KOLO_ERR_MISMATCH", 30)
+                                % (what, list(shape0), first, list(shape), rank), "KOLO_ERR_MISMATCH")

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from typing import Optional
 
+from . import _abi
+
 
 class KoloError(RuntimeError):
     """A kolo operation failed. `status` is the C status name
-    ('KOLO_ERR_PEER_LOST'), `code` its number, `rank` the rank it names (or None)."""
+    ('KOLO_ERR_PEER_LOST'), `code` its number (by default the status's, from include/kolo/status.h),
+    `rank` the rank it names (or None)."""
 
-    def __init__(self, message: str, status: str = "KOLO_ERR_INTERNAL", code: int = 28,
+    def __init__(self, message: str, status: str = "KOLO_ERR_INTERNAL", code: Optional[int] = None,
                  rank: Optional[int] = None):
         super().__init__(message)
         self.status = status
-        self.code = code
+        self.code = _abi.STATUS.get(status, _abi.KOLO_ERR_INTERNAL) if code is None else code
         self.rank = rank
 
 
@@ -51,7 +54,7 @@ class NotInitializedError(KoloError, ValueError):
 
     def __init__(self, what: str = "kolo"):
         super().__init__("%s has not been initialized; call kolo.init() first" % what,
-                         "KOLO_ERR_STATE", 19)
+                         "KOLO_ERR_STATE")
 
 
 class ForkedProcessError(KoloError):
@@ -61,7 +64,7 @@ class ForkedProcessError(KoloError):
 
     def __init__(self, what: str):
         super().__init__("%s: this process (a fork of the one that called kolo.init(), e.g. a DataLoader worker) "
-                         "cannot use the ring; only the process that joined it may" % what, "KOLO_ERR_STATE", 19)
+                         "cannot use the ring; only the process that joined it may" % what, "KOLO_ERR_STATE")
 
 
 class DuplicateNameError(KoloError, ValueError):

@@ -14,12 +14,15 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint32, c_voi
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Optional
 
-from . import _lib
+from . import _abi, _lib
 from ._runtime import RUNTIME, check_status
 
-MODES = {1: "SYNC", 2: "ASYNC", 3: "LOCAL_SGD", 4: "DILOCO"}
+# kolo_mode and kolo_compression (include/kolo/mode.h, through the generated _abi)
+MODES = {_abi.KOLO_MODE_SYNC: "SYNC", _abi.KOLO_MODE_ASYNC: "ASYNC", _abi.KOLO_MODE_LOCAL_SGD: "LOCAL_SGD",
+         _abi.KOLO_MODE_DILOCO: "DILOCO"}
 _MODE_CODES = {name: code for code, name in MODES.items()}
-COMPRESSIONS = {0: "none", 1: "fp16", 2: "int8"}
+COMPRESSIONS = {_abi.KOLO_COMPRESSION_NONE: "none", _abi.KOLO_COMPRESSION_FP16: "fp16",
+                _abi.KOLO_COMPRESSION_INT8: "int8"}
 _COMPRESSION_CODES = {name: code for code, name in COMPRESSIONS.items()}
 
 

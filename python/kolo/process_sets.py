@@ -25,7 +25,7 @@ import ctypes
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from . import _lib
+from . import _abi, _lib
 from ._runtime import RUNTIME, Runtime, current_scope, in_scope, raise_for
 from .errors import KoloError
 
@@ -40,7 +40,7 @@ def _split_function() -> Any:
     lib.load()
     if not lib.sets:
         raise KoloError("kolo: this libkolo has no process sets (kolo_comm_split); rebuild kolo",
-                        "KOLO_ERR_UNSUPPORTED", 18)
+                        "KOLO_ERR_UNSUPPORTED")
     return lib.kolo_comm_split
 
 
@@ -91,7 +91,7 @@ class SetRuntime:
     def check(self, code: int, what: str, message: str = "") -> None:
         """Raises for a failed operation on the set; the error's rank is a ring rank (libkolo
         names the set's rank), and its message says which set and which ring rank."""
-        if code == 0:
+        if code == _abi.KOLO_OK:
             return
         try:
             raise_for(code, "%s (process set %d)" % (what, self.set_id), self.comm, message,
@@ -269,7 +269,7 @@ class _Registry:
                 "kolo.elastic: the ring re-formed with %d ranks, so process set(s) %s cannot survive (a "
                 "model-parallel split needs every member); use process sets of ranks below the job's "
                 "min_workers, or re-add them in the training function" % (size, ", ".join(
-                    "%d (ranks %s)" % item for item in lost)), "KOLO_ERR_PEER_LOST", 5)
+                    "%d (ranks %s)" % item for item in lost)), "KOLO_ERR_PEER_LOST")
         for set_id, (process_set, _) in sorted(self.sets.items()):
             self.sets[set_id] = (process_set, self._split(set_id, process_set.ranks))
 

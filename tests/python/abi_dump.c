@@ -6,6 +6,7 @@
 
 #include "kolo/engine.h"
 #include "kolo/kolo.h"
+#include "kolo/log.h"
 #include "kolo/mode.h"
 #include "kolo/process_set.h"
 #include "kolo/status.h"
@@ -45,9 +46,19 @@ static void print_enums(void) {
   ENUM(KOLO_COMPRESSION_NONE);
   ENUM(KOLO_COMPRESSION_FP16);
   ENUM(KOLO_COMPRESSION_INT8);
+  ENUM(KOLO_LOG_ERROR);
+  ENUM(KOLO_LOG_WARN);
+  ENUM(KOLO_LOG_INFO);
+  ENUM(KOLO_LOG_DEBUG);
   CONST(KOLO_NAME_MAX);
   CONST(KOLO_RESULT_MESSAGE_BYTES);
   CONST(KOLO_NCCL_ID_BYTES);
+  CONST(KOLO_DEFAULT_TIMEOUT_MS);
+  CONST(KOLO_CUDA_LOCAL_DEVICE);
+  CONST(KOLO_PROCESS_SET_ID_MAX);
+  CONST(KOLO_MODE_MAX_SYNC_EVERY);
+  CONST(KOLO_MODE_MAX_STALENESS);
+  CONST(KOLO_MODE_MAX_FRAGMENTS);
 }
 
 static void print_structs(void) {

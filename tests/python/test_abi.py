@@ -1,22 +1,26 @@
-"""python/kolo's copy of libkolo's ABI against the C headers: every enum value Python names
-(dtypes, reduction ops, status codes, modes, compressions), the constants it repeats, and
-every ctypes.Structure it mirrors (sizeof, field names in order, offsets and sizes), as
-printed by kolo_abi_dump (tests/python/abi_dump.c, compiled against include/kolo in the
-build). A value changed in include/kolo without the Python side fails here."""
+"""python/kolo's view of libkolo's ABI against the C headers. Enum values and integer
+constants are never written by hand in python/kolo: they come from kolo/_abi.py, which
+scripts/gen-python-abi.py generates from include/kolo/*.h; here it must be current (a header
+changed without regenerating fails) and equal, value by value, to the headers as compiled
+(kolo_abi_dump, tests/python/abi_dump.c); no status number is spelled by hand. Every
+ctypes.Structure python/kolo mirrors is checked too (sizeof, field names in order, offsets
+and sizes)."""
 import ctypes
 import glob
 import inspect
 import os
 import re
 import subprocess
+import sys
 from typing import Dict, Tuple
 
 import pytest
 
-from kolo import _core, _lib, errors, mode
+from kolo import _abi, _core, _lib, errors, mode
 
 PACKAGE = os.path.dirname(inspect.getfile(_core))
 DUMP = os.path.join(os.environ.get("KOLO_TEST_DIR", ""), "kolo_abi_dump")
+SOURCE = os.environ.get("KOLO_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 
 # each Python mirror and the C struct it stands for
 STRUCTS = {
@@ -53,9 +57,25 @@ def abi() -> Abi:
     return Abi(subprocess.run([DUMP], check=True, capture_output=True, text=True, timeout=60).stdout)
 
 
+def test_the_generated_abi_module_is_current_with_include_kolo():
+    script = os.path.join(SOURCE, "scripts", "gen-python-abi.py")
+    result = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_generated_value_equals_the_compiled_headers(abi):
+    generated = {name: value for name, value in vars(_abi).items() if name.startswith("KOLO_")}
+    assert sorted(set(generated) - set(abi.values)) == [], "generated but not printed by kolo_abi_dump"
+    assert sorted(set(abi.values) - set(generated)) == [], "in the headers but not generated"
+    wrong = sorted((name, value, abi.values[name]) for name, value in generated.items() if abi.values[name] != value)
+    assert wrong == []
+    assert _abi.STATUS == {name: value for name, value in generated.items() if name == "KOLO_OK"
+                           or name.startswith("KOLO_ERR_")}
+
+
 def test_dtype_values_and_count_match_kolo_h(abi):
-    for name in _core.DTYPE_NAMES:
-        assert getattr(_core, name.upper()) == abi.values["KOLO_" + name.upper()], name
+    for value, name in _core.DTYPE_NAMES.items():
+        assert getattr(_core, name.upper()) == value == abi.values["KOLO_" + name.upper()], name
     assert len(_core.DTYPE_NAMES) == len(_core.DTYPE_SIZES) == abi.values["KOLO_DTYPE_COUNT"]
 
 
@@ -71,33 +91,35 @@ def test_mode_and_compression_values_match_mode_h(abi):
                                  for name in mode.COMPRESSIONS.values()}
 
 
-def test_constants_python_repeats_match_the_headers(abi):
+def test_constants_python_uses_match_the_headers(abi):
     assert _core.NAME_MAX == abi.values["KOLO_NAME_MAX"]
     assert _lib.RESULT_MESSAGE_BYTES == abi.values["KOLO_RESULT_MESSAGE_BYTES"]
 
 
-def status_pairs() -> Tuple[set, set]:
-    """Every status name python/kolo spells, and every (name, number) it pairs by hand:
-    KoloError("...", "KOLO_ERR_X", 18), `code == 25  # KOLO_ERR_X`, and KoloError's default."""
+def status_spellings() -> Tuple[set, set]:
+    """Every status name python/kolo spells, and every number it pairs with one by hand:
+    KoloError("...", "KOLO_ERR_X", 18) or `code == 25  # KOLO_ERR_X` (there should be none:
+    KoloError takes the number from _abi.STATUS, comparisons use _abi's names)."""
     names, pairs = set(), set()
     for path in glob.glob(os.path.join(PACKAGE, "**", "*.py"), recursive=True):
+        if os.path.basename(path) == "_abi.py":
+            continue
         with open(path) as f:
             text = f.read()
         names.update(re.findall(r"[\"'](KOLO_(?:OK|ERR_[A-Z_]+))[\"']", text))
         pairs.update((n, int(v), path) for n, v in re.findall(r"[\"'](KOLO_(?:OK|ERR_[A-Z_]+))[\"'],\s*(\d+)", text))
         pairs.update((n, int(v), path) for v, n in re.findall(r"\b(\d+)\)?:?\s*#\s*(KOLO_(?:OK|ERR_[A-Z_]+))", text))
-    parameters = inspect.signature(errors.KoloError.__init__).parameters
-    pairs.add((parameters["status"].default, parameters["code"].default, "errors.py KoloError"))
     return names, pairs
 
 
-def test_status_names_and_codes_python_spells_match_status_h(abi):
-    names, pairs = status_pairs()
-    assert len(pairs) >= 5, pairs  # the scan sees the hand-written pairs
+def test_python_spells_only_status_names_of_status_h_and_no_status_number(abi):
+    names, pairs = status_spellings()
+    assert len(names) >= 5, names  # the scan sees the names python/kolo uses
     assert sorted(n for n in names if n not in abi.values) == []
-    wrong = sorted((name, code, abi.values.get(name), where) for name, code, where in pairs
-                   if abi.values.get(name) != code)
-    assert wrong == []
+    assert sorted(pairs) == []
+    for name in names:
+        assert errors.KoloError("x", name).code == abi.values[name], name
+    assert errors.KoloError("x").code == abi.values["KOLO_ERR_INTERNAL"]
 
 
 @pytest.mark.parametrize("c_name", sorted(STRUCTS))

@@ -17,7 +17,7 @@ def test_every_mode_matches_its_single_process_definition(np):
     result = kolotest.kolorun(np, CHECK, timeout=300)
     for rank in range(np):
         done = [line[3:] for line in result.lines(rank) if line.startswith("OK ")]
-        assert len(done) == 8, (rank, done, result)
+        assert len(done) == 9, (rank, done, result)
 
 
 def test_a_rank_runs_at_most_max_staleness_averages_ahead_of_a_slow_one():

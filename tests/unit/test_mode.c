@@ -103,7 +103,13 @@ static void validation_names_the_parameter(void **state) {
   invalid(&spec, "sync_every: mode SYNC syncs every step");
   kolo_mode_spec_default(KOLO_MODE_SYNC, &spec);
   spec.max_staleness = 3;
-  invalid(&spec, "max_staleness: only mode ASYNC");
+  invalid(&spec, "max_staleness: only modes ASYNC, LOCAL_SGD and DILOCO");
+  kolo_mode_spec_default(KOLO_MODE_DILOCO, &spec); /* an overlapped average: k rounds late */
+  assert_int_equal(spec.max_staleness, 0);
+  spec.max_staleness = 1;
+  assert_int_equal(kolo_mode_spec_validate(&spec, NULL, 0), KOLO_OK);
+  spec.max_staleness = 1001;
+  invalid(&spec, "max_staleness: must be in [0, 1000]");
 }
 
 static void no_environment_is_sync(void **state) {

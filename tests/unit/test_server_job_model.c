@@ -106,9 +106,15 @@ static void the_modes_parameters_are_checked_naming_the_field_and_the_mode(void 
   expect_invalid(
       X("\"mode\":\"LOCAL_SGD\",\"outer_learning_rate\":0.5"),
       "outer_learning_rate: only for mode DILOCO (mode is LOCAL_SGD; LOCAL_SGD is DILOCO");
-  expect_invalid(X("\"mode\":\"DILOCO\",\"max_staleness\":2"),
-                 "max_staleness: only for mode ASYNC (mode is DILOCO)");
-  expect_invalid(X("\"max_staleness\":2"), "max_staleness: only for mode ASYNC (mode is SYNC)");
+  expect_valid(X("\"mode\":\"DILOCO\",\"max_staleness\":2")); /* folded 2 rounds late */
+  expect_invalid(X("\"mode\":\"LOCAL_SGD\",\"max_staleness\":1001"),
+                 "max_staleness: must be in [0, 1000], got 1001");
+  expect_invalid(X("\"max_staleness\":2"),
+                 "max_staleness: only for modes ASYNC, LOCAL_SGD and DILOCO (mode is SYNC)");
+  expect_invalid(
+      "{\"name\":\"n\",\"min_workers\":1,\"mode\":\"DILOCO\",\"max_staleness\":1,"
+      "\"builtin\":{\"model\":\"mlp\",\"epochs\":1}}",
+      "max_staleness: the built-in trainer's LOCAL_SGD/DILOCO rounds wait");
   expect_invalid(X("\"mode\":\"ASYNC\",\"compression\":\"COMPRESSION_FP16\""),
                  "compression: only for modes LOCAL_SGD and DILOCO (mode is ASYNC)");
   expect_invalid(X("\"fragments\":2"), "fragments: only for modes LOCAL_SGD and DILOCO");

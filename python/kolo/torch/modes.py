@@ -12,6 +12,14 @@ and fold it in when it completes: params += result - params_at_submission,
 keeping the local progress made meanwhile, with at most `outstanding` syncs of
 a fragment in flight (the staleness bound; a rank blocks only there).
 
+Overlapped rounds: LOCAL_SGD/DILOCO with max_staleness = k >= 1 start round
+r's average and go on training; it is folded in at the end of round r + k,
+just before that round's own average starts (never earlier, so the result
+does not depend on when the transfer finished: the same run gives the same
+bits), and a rank waits only if it has not arrived by then. The outer step is
+then k rounds late (the delayed outer step of Streaming DiLoCo); the pseudo-
+gradient of a round is exactly the local progress made in it.
+
 Stragglers: with pace="fastest" (the default) a round ends after H steps or
 once the rank has computed for H steps of the fastest rank (times 1 + slack),
 whichever comes first; every average is weighted by the steps each rank did.
@@ -136,7 +144,12 @@ class Rounds:
         self.outer = spec.mode == "DILOCO" or (spec.mode == "LOCAL_SGD" and
                                                (spec.compression != "none" or spec.fragments > 1))
         # syncs of one fragment allowed in flight while this rank steps on
-        self.outstanding = spec.max_staleness if spec.mode == "ASYNC" else (1 if spec.fragments > 1 else 0)
+        if spec.mode == "ASYNC":
+            self.outstanding = spec.max_staleness
+        else:
+            self.outstanding = max(spec.max_staleness, 1 if spec.fragments > 1 else 0)
+        # overlapped rounds fold a sync in at a fixed step (their k-th next sync), never when it lands
+        self.fold_late = spec.mode != "ASYNC" and spec.max_staleness > 0
         self.started = False
         self.round_steps = 0
         self.round_compute = 0.0
@@ -233,7 +246,15 @@ class Rounds:
             self._fold(frag, block=True)
 
     def _poll(self) -> None:
+        """Moves every sync in flight on (int8's ring hops advance only here or
+        in a wait); folds the completed ones in, except in overlapped rounds,
+        which fold at a fixed step (_sync)."""
         for frag in self.frags:
+            if self.fold_late:
+                for pending in frag.pending:
+                    if not pending.reduction.poll():
+                        break
+                continue
             while frag.pending and frag.pending[0].reduction.poll():
                 self._fold(frag, block=False)
 
@@ -379,6 +400,8 @@ def _spec(mode: str, **params: Any) -> _mode.ModeSpec:
 class LocalSGD(Rounds):
     """Local SGD: sync_every (H) steps of optimizer on this rank's data, then
     the parameters are averaged (weighted by the steps each rank did).
+    max_staleness=k >= 1 overlaps the average with the next k rounds (it is
+    folded in k rounds late; see the module doc).
 
         with kolo.torch.LocalSGD(model, optimizer, sync_every=8):
             for data, target in loader:
@@ -387,24 +410,27 @@ class LocalSGD(Rounds):
 
     def __init__(self, model: Any, optimizer: torch.optim.Optimizer, sync_every: Optional[int] = None,
                  compression: Optional[str] = None, fragments: Optional[int] = None, pace: str = "fastest",
-                 slack: float = SLACK) -> None:
+                 slack: float = SLACK, max_staleness: Optional[int] = None) -> None:
         super().__init__(model, optimizer, _spec("LOCAL_SGD", sync_every=sync_every, compression=compression,
-                                                 fragments=fragments), pace, slack)
+                                                 fragments=fragments, max_staleness=max_staleness), pace, slack)
 
 
 class DiLoCo(Rounds):
     """DiLoCo: H inner steps of optimizer, then the pseudo-gradient (round
     start minus the average) goes to an outer SGD with (Nesterov) momentum;
-    optional fp16/int8 outer gradients and streaming fragments. Defaults are
-    libkolo's (kolo_mode_spec_default)."""
+    optional fp16/int8 outer gradients, streaming fragments, and an average
+    overlapped with the next max_staleness rounds (the outer step applied that
+    many rounds late). Defaults are libkolo's (kolo_mode_spec_default)."""
 
     def __init__(self, model: Any, optimizer: torch.optim.Optimizer, sync_every: Optional[int] = None,
                  outer_lr: Optional[float] = None, outer_momentum: Optional[float] = None,
                  nesterov: Optional[bool] = None, compression: Optional[str] = None,
-                 fragments: Optional[int] = None, pace: str = "fastest", slack: float = SLACK) -> None:
+                 fragments: Optional[int] = None, pace: str = "fastest", slack: float = SLACK,
+                 max_staleness: Optional[int] = None) -> None:
         super().__init__(model, optimizer, _spec("DILOCO", sync_every=sync_every, outer_lr=outer_lr,
                                                  outer_momentum=outer_momentum, nesterov=nesterov,
-                                                 compression=compression, fragments=fragments), pace, slack)
+                                                 compression=compression, fragments=fragments,
+                                                 max_staleness=max_staleness), pace, slack)
 
 
 class BoundedAsync(Rounds):

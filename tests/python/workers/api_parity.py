@@ -102,8 +102,8 @@ check("cuda_built follows nccl_built", hvd.cuda_built(), hvd.nccl_built() > 0)
 
 # ---- the dtypes kolo's Python knows are libkolo's (kolo_dtype_size), no more, no fewer ----
 from kolo import _core, _lib  # noqa: E402
-check("dtype sizes as libkolo's", [_lib.lib.kolo_dtype_size(i) for i in range(len(_core.DTYPE_SIZES) + 1)],
-      _core.DTYPE_SIZES + [0])
+check("dtype sizes as libkolo's", {i: _lib.lib.kolo_dtype_size(i) for i in range(len(_core.DTYPE_SIZES) + 1)},
+      {**_core.DTYPE_SIZES, len(_core.DTYPE_SIZES): 0})
 print("NCCL_BUILT %d" % hvd.nccl_built())
 
 # ---- exception classes a Horovod script catches ----

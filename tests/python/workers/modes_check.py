@@ -69,6 +69,39 @@ def reference(steps, h, outer_lr, momentum, nesterov):
     return flat(nets[0])
 
 
+def reference_overlapped(steps, h, outer_lr, momentum, nesterov):
+    """LOCAL_SGD/DILOCO with max_staleness 1 replayed here: round r's average
+    is folded in at the end of round r + 1 (the outer step one round late,
+    each rank keeping the progress it made meanwhile), and the last one at
+    the join."""
+    start = flat(model())
+    buf = torch.zeros_like(start)
+    nets = [model() for _ in range(SIZE)]
+    opts = [torch.optim.SGD(n.parameters(), lr=LR) for n in nets]
+    pending, snaps = None, None
+
+    def outer(start, buf, delta):
+        if momentum:
+            buf = momentum * buf + delta
+            update = delta + momentum * buf if nesterov else buf
+        else:
+            update = delta
+        return start - outer_lr * update, buf
+
+    for step in range(steps):
+        for r in range(SIZE):
+            inner(nets[r], opts[r], r, step)
+        if (step + 1) % h == 0:
+            if pending is not None:
+                start, buf = outer(start, buf, pending)
+                for n, snap in zip(nets, snaps):
+                    modes._write(list(n.parameters()), start + (flat(n) - snap))
+            pending = sum(start - flat(n) for n in nets) / SIZE
+            snaps = [flat(n) for n in nets]
+    start, buf = outer(start, buf, pending)
+    return start
+
+
 def run(rounds_class, steps, **kw):
     net = model()
     opt = torch.optim.SGD(net.parameters(), lr=LR)
@@ -107,6 +140,27 @@ def check_diloco_matches_its_definition():
     plain = reference(8, 2, 0.7, 0.9, False)
     got, _ = run(hvd.DiLoCo, 8, sync_every=2, outer_lr=0.7, outer_momentum=0.9, nesterov=False)
     assert torch.allclose(got, plain, atol=1e-5), float((got - plain).abs().max())
+
+
+def check_overlapped_rounds_fold_the_average_one_round_late():
+    local, stats = run(hvd.LocalSGD, 9, sync_every=3, max_staleness=1)
+    assert stats["staleness"] == 1, stats
+    diloco, _ = run(hvd.DiLoCo, 9, sync_every=3, outer_lr=1.0, outer_momentum=0.0, nesterov=False,
+                    max_staleness=1)
+    assert torch.allclose(local, diloco, atol=1e-6), float((local - diloco).abs().max())
+    expected = reference_overlapped(9, 3, 1.0, 0.0, False)
+    assert torch.allclose(local, expected, atol=1e-5), float((local - expected).abs().max())
+    blocking = reference(9, 3, 1.0, 0.0, False)
+    assert not torch.allclose(local, blocking, atol=1e-4)  # late is not the same as at once
+    got, _ = run(hvd.DiLoCo, 8, sync_every=2, outer_lr=0.7, outer_momentum=0.9, nesterov=True, max_staleness=1)
+    expected = reference_overlapped(8, 2, 0.7, 0.9, True)
+    assert torch.allclose(got, expected, atol=1e-5), float((got - expected).abs().max())
+    same_everywhere(got, "overlapped")
+    # int8's ring hops move on at every step (polled) while the next round computes
+    got, _ = run(hvd.DiLoCo, 8, sync_every=2, outer_lr=0.7, outer_momentum=0.9, nesterov=True, max_staleness=1,
+                 compression="int8")
+    assert float((got - expected).abs().max()) < 2e-2, float((got - expected).abs().max())
+    same_everywhere(got, "overlapped int8")
 
 
 def check_compressed_outer_gradients_stay_close():
