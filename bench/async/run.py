@@ -88,6 +88,9 @@ def summary(results, slow):
             "loop_kb_per_step": statistics.mean(r["loop_tx_bytes"] / r["steps"] for r in results) / 1e3,
             "steps_per_s": statistics.mean(r["steps_per_s"] for r in fast),
             "blocked_s": statistics.mean(r.get("blocked_seconds", 0.0) for r in fast),
+            # the share of the loop the unslowed ranks spent waiting for others (the straggler's cost,
+            # apart from the CPU a sleeping rank frees for the others on a shared machine)
+            "loop_blocked_pct": statistics.mean(100.0 * r.get("loop_blocked_s", 0.0) / r["train_s"] for r in fast),
             "staleness": max(r.get("staleness", 0) for r in results)}
 
 
@@ -103,8 +106,9 @@ def fmt(value, pattern):
 def table(rate, slow, rows, configs, base, finals=None):
     print("\n### %s, 4 hosts x 1 rank%s\n" % (rate, ", rank 3 at half speed" if slow else ""))
     print("| mode | time to target (s) | final accuracy | MB sent per rank | kB per step in the loop |"
-          " steps/s (unslowed ranks) | of undisturbed | accuracy vs undisturbed | blocked s | staleness |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          " steps/s (unslowed ranks) | of undisturbed | accuracy vs undisturbed | blocked s |"
+          " loop blocked | staleness |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label in configs:
         runs = rows[label]
         reached = [r["reached_s"] for r in runs]
@@ -112,7 +116,7 @@ def table(rate, slow, rows, configs, base, finals=None):
         ref = base.get(label) if base else None
         final = median([r["final"] for r in runs])
         ref_final = finals.get(label) if finals else None
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             label, fmt(median(reached), "%.1f") + ("" if all(v is not None for v in reached) else
                                                    " (%d/%d reached)" % (sum(v is not None for v in reached),
                                                                          len(reached))),
@@ -120,7 +124,9 @@ def table(rate, slow, rows, configs, base, finals=None):
             fmt(median([r["loop_kb_per_step"] for r in runs]), "%.1f"),
             fmt(speed, "%.2f"), fmt(100 * speed / ref if ref and speed else None, "%.0f%%"),
             fmt(100 * (final - ref_final) if final is not None and ref_final is not None else None, "%+.1f pt"),
-            fmt(median([r["blocked_s"] for r in runs]), "%.1f"), fmt(median([r["staleness"] for r in runs]), "%d")))
+            fmt(median([r["blocked_s"] for r in runs]), "%.1f"),
+            fmt(median([r.get("loop_blocked_pct") for r in runs]), "%.1f%%"),
+            fmt(median([r["staleness"] for r in runs]), "%d")))
     sys.stdout.flush()
 
 

@@ -109,6 +109,7 @@ def main():
                 reached = elapsed
             paused += time.monotonic() - e0
     train_s = time.monotonic() - began - paused
+    loop_blocked = rounds.stats["blocked_seconds"] if rounds is not None else 0.0  # waits in the loop, not the join
     loop_bytes = tx_bytes() - start_bytes  # the rounds only: before the last join and the evaluation
     if rounds is not None:
         optimizer.synchronize()  # join: every rank ends with the same model
@@ -118,7 +119,7 @@ def main():
             final = float((net(test.tensors[0]).argmax(1) == test.tensors[1]).float().mean())
     out = {"rank": rank, "mode": mode, "steps": args.steps, "train_s": round(train_s, 3),
            "steps_per_s": round(args.steps / train_s, 3), "tx_bytes": tx_bytes() - start_bytes,
-           "loop_tx_bytes": loop_bytes,
+           "loop_tx_bytes": loop_bytes, "loop_blocked_s": round(loop_blocked, 3),
            "reached_s": reached, "final": final, "curve": curve}
     if rounds is not None:
         out.update(rounds.report())

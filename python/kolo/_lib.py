@@ -150,6 +150,7 @@ _SIGNATURES = {
     "kolo_elastic_should_stop": (c_int, [_P]),
     "kolo_elastic_reconfigurations": (c_int, [_P]),
     "kolo_elastic_destroy": (None, [_P]),
+    "kolo_sync_buffers": (c_int, [_P, _PP, _SZP, c_int, POINTER(c_uint8)]),
 }
 
 

@@ -22,9 +22,8 @@ import torch
 
 from ..elastic import ObjectState, RingChangedInterrupt, State, reconfigurations, run
 from .._runtime import RUNTIME
-from .functions import broadcast_parameters
 from .snapshot import Snapshot
-from .state_sync import broadcast_optimizer_state_in_place
+from .state_sync import optimizer_tensors_to_sync, sync_in_place
 
 
 class _Commit(NamedTuple):
@@ -137,10 +136,13 @@ class TorchState(ObjectState):
         self._snapshot.wait()
         if self.optimizer is not None and hasattr(self.optimizer, "kolo_abandon"):
             self.optimizer.kolo_abandon()
+        tensors: List[Tuple[str, torch.Tensor]] = []
         if self.model is not None:
-            broadcast_parameters(self.model.state_dict(), root_rank=0)
+            tensors += [("model.%s" % name, tensor) for name, tensor in sorted(self.model.state_dict().items())
+                        if tensor is not None]
         if self.optimizer is not None:  # each tensor in place, no pickled state dict
-            broadcast_optimizer_state_in_place(self.optimizer, root_rank=0)
+            tensors += optimizer_tensors_to_sync(self.optimizer, root_rank=0)
+        sync_in_place(tensors)  # only to the ranks whose bytes differ, from the nearest holder
         rounds = self._rounds()
         if rounds is not None:
             rounds.broadcast(0)

@@ -225,8 +225,7 @@ class Rounds:
         self.stats["steps"] += 1
         for frag in self.frags:
             frag.steps_since += 1
-        if not self.fold_late:
-            self._poll()
+        self._poll()
         progress = self.round_steps / self.spec.sync_every
         if self.pace == "fastest" and self.budget > 0:
             progress = max(progress, self.round_compute / self.budget)
@@ -267,7 +266,15 @@ class Rounds:
             self._fold(frag, block=True)
 
     def _poll(self) -> None:
+        """Moves every sync in flight on (int8's ring hops advance only here or
+        in a wait); folds the completed ones in, except in overlapped rounds,
+        which fold at a fixed step (_sync)."""
         for frag in self.frags:
+            if self.fold_late:
+                for pending in frag.pending:
+                    if not pending.reduction.poll():
+                        break
+                continue
             while frag.pending and frag.pending[0].reduction.poll():
                 self._fold(frag, block=False)
 

@@ -9,15 +9,21 @@ hyper-parameters), every rank makes its state match that layout (allocating what
 lacks: a newcomer's optimizer has no state before its first step), then every tensor is
 broadcast in place from rank 0 with the engine's asynchronous broadcasts (no pickling,
 no copy through Python bytes), so the joiner's state equals rank 0's bit for bit.
+
+TorchState.sync() sends the model's and the optimizer's host tensors through
+sync_in_place (issue 28): one kolo_sync_buffers call in which each rank digests its
+tensors and only the ranks whose bytes differ from rank 0's receive them, each from the
+nearest rank before it that holds rank 0's bytes (docs/ELASTIC.md, "Training state").
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Dict, List, Tuple
 
 import torch
 
 from ..objects import broadcast_object
-from .._runtime import RUNTIME
+from .._runtime import RUNTIME, lib
 from .ops import broadcast_async_
 
 Layout = Dict[str, Any]
@@ -83,6 +89,34 @@ def _match(optimizer: torch.optim.Optimizer, layout: Layout) -> List[Tuple[str, 
     return tensors
 
 
+def optimizer_tensors_to_sync(optimizer: torch.optim.Optimizer, root_rank: int = 0) -> List[Tuple[str, torch.Tensor]]:
+    """Takes root_rank's optimizer layout (one small object) and returns the state's
+    tensors, allocated where missing, whose values must then become root_rank's."""
+    layout = broadcast_object(_layout(optimizer) if RUNTIME.rank() == root_rank else None, root_rank,
+                              name="kolo.state_sync.layout")
+    return _match(optimizer, layout)
+
+
+def sync_in_place(tensors: List[Tuple[str, torch.Tensor]]) -> None:
+    """Makes every tensor rank 0's. The host tensors go in one kolo_sync_buffers call:
+    each rank digests them, and a tensor goes only to the ranks whose bytes differ
+    from rank 0's (a newcomer, a survivor on another commit), each from the nearest
+    rank before it that holds rank 0's bytes, not from rank 0 around the whole ring;
+    KOLO_STATE_SYNC=root takes the old broadcast. Device tensors are broadcast from
+    rank 0 in place."""
+    host = [t for _, t in tensors if t.device.type == "cpu" and t.is_contiguous()]
+    others = [(n, t) for n, t in tensors if not (t.device.type == "cpu" and t.is_contiguous())]
+    handles = [broadcast_async_(t, 0, name="kolo.state_sync.%s" % n) for n, t in others]
+    for handle in handles:  # done before the host call, so every rank runs them in one order
+        handle.wait()
+    if host:
+        count = len(host)
+        buffers = (ctypes.c_void_p * count)(*[t.data_ptr() if t.numel() else None for t in host])
+        sizes = (ctypes.c_size_t * count)(*[t.numel() * t.element_size() for t in host])
+        comm = RUNTIME.require()
+        RUNTIME.check(lib.kolo_sync_buffers(comm, buffers, sizes, count, None), "kolo: TorchState.sync")
+
+
 def broadcast_optimizer_state_in_place(optimizer: torch.optim.Optimizer, root_rank: int = 0) -> None:
     """Makes every rank's optimizer state equal to root_rank's: the layout as one small
     object, then each tensor broadcast in place."""
@@ -95,4 +129,4 @@ def broadcast_optimizer_state_in_place(optimizer: torch.optim.Optimizer, root_ra
         handle.wait()
 
 
-__all__ = ["broadcast_optimizer_state_in_place"]
+__all__ = ["broadcast_optimizer_state_in_place", "optimizer_tensors_to_sync", "sync_in_place"]
