@@ -5,7 +5,8 @@
  * byte only: the first, one in the middle of a digest block, or the last), the
  * other ranks hold rank 0's bytes. Every subset of ranks 1..n-1 is a case, with
  * buffers of 0, 1, 13, 4101 and 3 MiB + 7 bytes (several executor segments), over
- * the sources path and again with KOLO_STATE_SYNC=root (the old path). Exits 0 only
+ * the sources path (and kolo_sync_buffers: only the differing ranks receive), and
+ * again with KOLO_STATE_SYNC=root (the old path). Exits 0 only
  * if every rank passed; prints "FAIL" lines naming the case otherwise. */
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +67,31 @@ static int run_cases(kolo_elastic *elastic, unsigned char **buffers, const char 
   return failures;
 }
 
+/* kolo_sync_buffers on the same buffers: the bytes, and which ranks received (exactly
+ * those that differed, for every buffer with bytes). */
+static int run_buffers(kolo_comm *comm, unsigned char **buffers) {
+  int n = kolo_comm_size(comm), rank = kolo_comm_rank(comm), failures = 0;
+  void *pointers[BUFFERS];
+  uint8_t received[BUFFERS];
+  for (int c = 0; c < (1 << (n - 1)); c++) {
+    int differs = rank > 0 && ((c >> (rank - 1)) & 1);
+    for (int b = 0; b < BUFFERS; b++) {
+      fill(buffers[b], c, b, differs, rank);
+      pointers[b] = buffers[b];
+    }
+    if (kolo_sync_buffers(comm, pointers, SIZES, BUFFERS, received) != KOLO_OK) return failures + 1;
+    for (int b = 0; b < BUFFERS; b++) {
+      failures += check(buffers[b], c, b, "buffer", "kolo_sync_buffers", rank);
+      if (received[b] != (differs && SIZES[b] > 0)) {
+        printf("FAIL rank %d, kolo_sync_buffers, case %d, buffer %d: received %d\n", rank, c, b,
+               received[b]);
+        failures++;
+      }
+    }
+  }
+  return failures;
+}
+
 int main(void) {
   kolo_elastic *elastic = NULL;
   kolo_status status = kolo_elastic_create(&elastic);
@@ -80,6 +106,7 @@ int main(void) {
       return 1;
   }
   int failures = run_cases(elastic, buffers, "sources");
+  failures += run_buffers(kolo_elastic_comm(elastic), buffers);
   setenv("KOLO_STATE_SYNC", "root", 1);
   failures += run_cases(elastic, buffers, "root");
   /* every rank's verdict on every rank: one that failed fails them all */
