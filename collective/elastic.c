@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "collective/face.h"
+#include "collective/state_sync.h"
 #include "common/agent_proto.h"
 #include "common/agent_socket.h"
 #include "common/checks.h"
@@ -51,12 +52,7 @@ typedef struct ring_announcement {
   int planned; /* switch at the next commit instead of aborting the current ring */
 } ring_announcement;
 
-typedef struct state_buffer {
-  void *buffer;
-  void *committed; /* host memory, whatever the buffer is */
-  size_t bytes;
-  int on_device; /* CUDA device memory: copied with CUDA copies, never memcpy */
-} state_buffer;
+typedef kolo_state_buffer state_buffer; /* collective/state_sync.h */
 
 struct kolo_elastic {
   int agent_fd; /* -1 without an agent */
@@ -491,18 +487,22 @@ kolo_status kolo_elastic_commit(kolo_elastic *elastic) {
 }
 
 kolo_status kolo_elastic_restore(kolo_elastic *elastic) {
-  if (elastic == NULL) return KOLO_ERR_INVALID_ARG;
-  return copy_all(elastic, 0);
+  return elastic == NULL ? KOLO_ERR_INVALID_ARG : copy_all(elastic, 0);
+}
+
+/* Rank 0's state (state_sync.h), committed; restored (a re-form): only what changed. */
+static kolo_status sync_state(kolo_elastic *elastic, int restored) {
+  int count = elastic->buffer_count, device = 0;
+  uint8_t got[MAX_BUFFERS]; /* the buffers this rank received */
+  for (int i = 0; i < count; i++) device |= state_on_device(elastic, &elastic->buffers[i]);
+  KOLO_CHECK(kolo_state_sync(kolo_elastic_comm(elastic), elastic->buffers, count, device, got));
+  for (int i = 0; i < count; i++)
+    if (!restored || got[i]) KOLO_CHECK(copy_state(elastic, &elastic->buffers[i], 1));
+  return KOLO_OK;
 }
 
 kolo_status kolo_elastic_sync(kolo_elastic *elastic) {
-  if (elastic == NULL) return KOLO_ERR_INVALID_ARG;
-  kolo_comm *comm = kolo_elastic_comm(elastic);
-  for (int i = 0; i < elastic->buffer_count; i++) {
-    state_buffer *state = &elastic->buffers[i];
-    KOLO_CHECK(kolo_broadcast(comm, state->buffer, state->bytes, KOLO_UINT8, 0));
-  }
-  return copy_all(elastic, 1);
+  return elastic == NULL ? KOLO_ERR_INVALID_ARG : sync_state(elastic, 0);
 }
 
 /* Tells the agent how the current ring failed, if it did. A peer's abort names
@@ -529,8 +529,8 @@ kolo_status kolo_elastic_reform(kolo_elastic *elastic) {
     int no_ring = 0;
     kolo_status status = form_next_ring(elastic, &no_ring);
     if (status == KOLO_OK) {
-      kolo_elastic_restore(elastic);
-      status = kolo_elastic_sync(elastic);
+      status = kolo_elastic_restore(elastic);
+      if (status == KOLO_OK) status = sync_state(elastic, 1);
       if (status != KOLO_OK) report_ring_failure(elastic); /* formed, then failed in the sync */
     }
     if (status == KOLO_OK) break;

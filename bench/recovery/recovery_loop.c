@@ -6,6 +6,10 @@
  * (one file per worker, appended across processes), else to stdout. Built by
  * run.py against libkolo.
  *
+ * KOLO_STATE_MB=N adds N MiB of state (bench/elastic/joiner.py: what a newcomer
+ * must receive), registered and committed with the step; each step changes one
+ * word of it, so a newcomer's fresh copy differs from the survivors'.
+ *
  * Usage: recovery_loop STEPS LENGTH STEP_DELAY_MS */
 #include <stdint.h>
 #include <stdio.h>
@@ -46,6 +50,11 @@ int main(int argc, char **argv) {
   double *vector = calloc(length ? length : 1, sizeof *vector);
   int64_t step = 0;
   kolo_elastic_register(elastic, &step, sizeof step);
+  const char *state_mb = getenv("KOLO_STATE_MB");
+  size_t state_words = state_mb ? (size_t)atoll(state_mb) * 1024 * 1024 / sizeof(uint64_t) : 0;
+  uint64_t *state = malloc(state_words ? state_words * sizeof *state : 1);
+  for (size_t i = 0; i < state_words; i++) state[i] = i * 0x9E3779B97F4A7C15ull;
+  if (state_words) kolo_elastic_register(elastic, state, state_words * sizeof *state);
   status = kolo_elastic_sync(elastic);
   while (step < steps && !kolo_elastic_should_stop(elastic)) {
     if (status != KOLO_OK) {
@@ -58,6 +67,7 @@ int main(int argc, char **argv) {
         kolo_allreduce(kolo_elastic_comm(elastic), vector, vector, length, KOLO_FLOAT64, KOLO_SUM);
     if (status != KOLO_OK) continue;
     step++;
+    if (state_words) state[(size_t)step % state_words] += (uint64_t)step;
     status = kolo_elastic_commit(elastic);
     fprintf(out, "STEP %llu %lld %lld\n",
             (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)), (long long)step,
@@ -69,6 +79,7 @@ int main(int argc, char **argv) {
     }
   }
   free(vector);
+  free(state);
   if (out != stdout) fclose(out);
   kolo_elastic_destroy(elastic);
   return step == steps ? 0 : 1;

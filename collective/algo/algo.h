@@ -205,6 +205,16 @@ kolo_status kolo_ring_allreduce_pieces(kolo_ring *ring, const kolo_piece *pieces
 /* Broadcast of bytes from root (a chain around the ring). */
 kolo_status kolo_ring_broadcast(kolo_ring *ring, void *buffer, size_t bytes, int root,
                                 kolo_dtype dtype, int engine_thread);
+/* The elastic state's broadcast from several sources (state_sync.c): holds[r]
+ * says rank r holds the source's bytes already (rank 0, the source, always
+ * does). Every rank that does not receives them from its previous rank, so each
+ * run of such ranks is fed by the nearest holder before it, all runs at once,
+ * and a holder whose next rank holds too sends nothing. Pure: this rank's role,
+ * KOLO_SOURCES_RECV (from rank - 1) | KOLO_SOURCES_SEND (to rank + 1). */
+enum { KOLO_SOURCES_RECV = 1, KOLO_SOURCES_SEND = 2 };
+int kolo_sources_role(const uint8_t *holds, int size, int rank);
+kolo_status kolo_ring_broadcast_sources(kolo_ring *ring, void *buffer, size_t bytes,
+                                        const uint8_t *holds, kolo_dtype dtype, int engine_thread);
 /* Reduce-scatter of count elements per rank: rank r ends with block r of send
  * reduced over the ranks. */
 kolo_status kolo_ring_reducescatter(kolo_ring *ring, const void *send, void *recv, size_t count,

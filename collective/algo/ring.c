@@ -1,8 +1,8 @@
 /* The ring algorithms over plain buffers (never a request). Each collective is
  * compiled into a plan of send and recv items (reduce-scatter then all-gather
  * for all-reduce, or the pair exchange, or a gather for small buffers; a chain
- * for broadcast; a shifted reduce-scatter; a ring all-gather of per-rank
- * blocks), and the executor (plan.c) streams the plan over the ring. */
+ * for broadcast, chains from several sources for the elastic state; a shifted reduce-scatter; a
+ * ring all-gather of per-rank blocks), and the executor (plan.c) streams the plan over the ring. */
 #include <stdint.h>
 #include <string.h>
 
@@ -161,6 +161,25 @@ kolo_status kolo_ring_broadcast(kolo_ring *ring, void *buffer, size_t bytes, int
     int index = kolo_plan_recv(plan, buffer, NULL, bytes, 0);
     if (position < n - 1) kolo_plan_send(plan, buffer, bytes, index);
   }
+  return kolo_execute_plan(ring, engine_thread, bytes);
+}
+
+int kolo_sources_role(const uint8_t *holds, int size, int rank) {
+  if (size <= 1) return 0;
+  int role = holds[rank] ? 0 : KOLO_SOURCES_RECV;
+  if (!holds[kolo_wrap_rank(rank + 1, size)]) role |= KOLO_SOURCES_SEND;
+  return role;
+}
+
+kolo_status kolo_ring_broadcast_sources(kolo_ring *ring, void *buffer, size_t bytes,
+                                        const uint8_t *holds, kolo_dtype dtype, int engine_thread) {
+  int n = ring->net->size;
+  if (n == 1 || bytes == 0) return KOLO_OK;
+  kolo_ring_plan *plan = &ring->plan;
+  kolo_plan_reset(plan, dtype, KOLO_SUM);
+  int role = kolo_sources_role(holds, n, ring->net->rank), index = -1;
+  if (role & KOLO_SOURCES_RECV) index = kolo_plan_recv(plan, buffer, NULL, bytes, 0);
+  if (role & KOLO_SOURCES_SEND) kolo_plan_send(plan, buffer, bytes, index);
   return kolo_execute_plan(ring, engine_thread, bytes);
 }
 

@@ -64,6 +64,10 @@ kolo_status kolo_exec_run(kolo_exec *ex, kolo_request *request, int engine_threa
     case KOLO_REQUEST_ALLGATHER:
       return run_allgather(ex, request, engine_thread);
     case KOLO_REQUEST_BROADCAST:
+      if (request->holds != NULL)
+        return kolo_ring_broadcast_sources(ring, request->recv,
+                                           request->count * kolo_dtype_size(request->dtype),
+                                           request->holds, request->dtype, engine_thread);
       return kolo_ring_broadcast(ring, request->recv,
                                  request->count * kolo_dtype_size(request->dtype), request->root,
                                  request->dtype, engine_thread);

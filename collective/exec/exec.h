@@ -47,6 +47,8 @@ struct kolo_request {
   kolo_dtype dtype;
   kolo_op op;
   int root;
+  const uint8_t *holds; /* broadcast: NULL (from root), or per rank whether it holds the
+                         * bytes already (kolo_ring_broadcast_sources; the same everywhere) */
   kolo_status status;
   int done;             /* guarded by comm->mutex */
   int pooled;           /* lives in the comm's pool (async) rather than on a caller's stack */

@@ -53,9 +53,22 @@ kolo_status kolo_elastic_commit(kolo_elastic *elastic);
 /* Copies the committed state back into the registered buffers. */
 kolo_status kolo_elastic_restore(kolo_elastic *elastic);
 
-/* Broadcasts the registered buffers from rank 0 to all ranks, then commits.
+/* Makes the registered buffers rank 0's on every rank, then commits (only the
+ * ranks whose buffers differ receive them: kolo_sync_buffers).
  * Call once after create so new members start from the ring's state. */
 kolo_status kolo_elastic_sync(kolo_elastic *elastic);
+
+/* kolo_elastic_sync's transfer for buffers a caller keeps itself (kolo.torch's
+ * TorchState.sync): makes count host buffers equal to rank 0's on every rank of
+ * comm. Each rank digests its buffers (128 bits each) and the ring all-gathers
+ * the digests; a buffer goes only to the ranks whose digest differs from rank
+ * 0's, each fed by the nearest rank before it that holds rank 0's bytes, so it
+ * is not sent from rank 0 around the whole ring, and one every rank holds moves
+ * nowhere. KOLO_STATE_SYNC=root broadcasts every buffer from rank 0 instead.
+ * received (count entries, or NULL): whether this rank's buffer i was
+ * overwritten. Collective: the same count and sizes on every rank. */
+kolo_status kolo_sync_buffers(kolo_comm *comm, void *const *buffers, const size_t *bytes, int count,
+                              uint8_t *received);
 
 /* After a collective failed (peer lost, aborted by a ring change) or commit said
  * KOLO_ERR_RING_CHANGED: waits for the agent's next ring (newer epoch), forms it,
