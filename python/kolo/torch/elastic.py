@@ -22,6 +22,7 @@ import torch
 
 from ..elastic import ObjectState, RingChangedInterrupt, State, reconfigurations, run
 from .._runtime import RUNTIME
+from .modes import rounds_of
 from .snapshot import Snapshot
 from .state_sync import optimizer_tensors_to_sync, sync_in_place
 
@@ -72,7 +73,7 @@ class TorchState(ObjectState):
         self.commit_every = commit_every
         self._steps_since_commit = 0
         if overlap is None:  # a SYNC optimizer: only its step() changes the parameters
-            overlap = optimizer is not None and getattr(optimizer, "_kolo_rounds", None) is None
+            overlap = optimizer is not None and rounds_of(optimizer) is None
         self._overlap = False  # the first commit (at construction) copies everything at once
         self._snapshot = Snapshot(model, optimizer, overlap=bool(overlap))
         if overlap and optimizer is not None:
@@ -86,7 +87,7 @@ class TorchState(ObjectState):
 
     def _rounds(self) -> Any:
         """The kolo.torch.modes.Rounds driving the optimizer (a non-SYNC mode), if any."""
-        return getattr(self.optimizer, "_kolo_rounds", None) if self.optimizer is not None else None
+        return rounds_of(self.optimizer)
 
     def step_done(self) -> None:
         """Marks one training step done: commits at every commit_every-th call
@@ -138,8 +139,11 @@ class TorchState(ObjectState):
             self.optimizer.kolo_abandon()
         tensors: List[Tuple[str, torch.Tensor]] = []
         if self.model is not None:
-            tensors += [("model.%s" % name, tensor) for name, tensor in sorted(self.model.state_dict().items())
-                        if tensor is not None]
+            tensors += [
+                ("model.%s" % name, tensor)
+                for name, tensor in sorted(self.model.state_dict().items())
+                if tensor is not None
+            ]
         if self.optimizer is not None:  # each tensor in place, no pickled state dict
             tensors += optimizer_tensors_to_sync(self.optimizer, root_rank=0)
         sync_in_place(tensors)  # only to the ranks whose bytes differ, from the nearest holder

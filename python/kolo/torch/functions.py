@@ -12,7 +12,7 @@ import torch
 from .. import _core, objects
 from .._runtime import RUNTIME
 from ..process_sets import entered, root_in_set
-from .ops import _check_tensor, broadcast_async_
+from .ops import check_tensor, broadcast_async_
 
 Params = Union[Mapping[str, torch.Tensor], Iterable[Tuple[str, torch.Tensor]]]
 
@@ -35,7 +35,7 @@ def broadcast_parameters(params: Params, root_rank: int = 0, process_set: Any = 
     for name, tensor in items:
         if tensor is None:
             continue
-        tensor = _check_tensor(tensor)
+        tensor = check_tensor(tensor)
         target = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
         handles.append(
             broadcast_async_(target, root_rank, name="broadcast_parameters.%s" % name, process_set=process_set)

@@ -12,13 +12,13 @@ from .. import _core
 from .._core import Handle
 from . import autograd
 from .compression import Compression, Compressor
-from .ops import Average, on_process_set, _check_tensor, allgather_async, reducescatter_async
+from .ops import Average, on_process_set, check_tensor, allgather_async, reducescatter_async
 
 
 def _members(tensors: Sequence[torch.Tensor], kind: str) -> List[torch.Tensor]:
     if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
         raise TypeError("kolo: %s needs a list of tensors, not %s" % (kind, type(tensors).__name__))
-    return [_check_tensor(t) for t in tensors]
+    return [check_tensor(t) for t in tensors]
 
 
 def _combine(handles: List[Handle], what: str) -> Handle:

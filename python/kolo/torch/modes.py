@@ -171,7 +171,7 @@ class Rounds:
         self._last_done = 0  # ranks that had joined, as of the last sync folded
         self.stats = {"rounds": 0, "bytes_sent": 0, "staleness": 0, "blocked_seconds": 0.0, "steps": 0}
         self._patched = False
-        optimizer._kolo_rounds = self  # kolo.torch.elastic.TorchState finds it there
+        optimizer._kolo_rounds = self  # kolo.torch.elastic.TorchState finds it there (rounds_of)
         _ACTIVE.append(self)
 
     @staticmethod
@@ -525,7 +525,12 @@ class BoundedAsync(Rounds):
         )
 
 
-__all__ = ["Rounds", "LocalSGD", "DiLoCo", "BoundedAsync", "PACES", "active_reports", "join"]
+__all__ = ["Rounds", "LocalSGD", "DiLoCo", "BoundedAsync", "PACES", "active_reports", "join", "rounds_of"]
+
+
+def rounds_of(optimizer: Any) -> Optional["Rounds"]:
+    """The Rounds driving optimizer (one DistributedOptimizer returned in a non-SYNC mode), or None."""
+    return getattr(optimizer, "_kolo_rounds", None) if optimizer is not None else None
 
 
 def join(device: int = -1, process_set: Any = None) -> int:

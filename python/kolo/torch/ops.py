@@ -66,7 +66,7 @@ def on_process_set(function: _F) -> _F:
 # ---- tensors to views ----
 
 
-def _check_tensor(tensor: Any) -> torch.Tensor:
+def check_tensor(tensor: Any) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("kolo: expected a torch.Tensor, not %s" % type(tensor).__name__)
     if tensor.dim() > _shapes.MAX_DIMS:
@@ -166,7 +166,7 @@ def _from_bytes(data: Optional[bytearray], dtype: torch.dtype, device: torch.dev
 # ---- all-reduce ----
 
 
-def _allreduce_into(
+def allreduce_into(
     source: torch.Tensor, target: torch.Tensor, name: bytes, op: int, prescale: float, postscale: float
 ) -> Handle:
     """target = op(source * prescale) * postscale; source may be target. The
@@ -204,12 +204,12 @@ def allreduce_async_(
 ) -> Handle:
     """Starts an in-place all-reduce (default op Average); synchronize(handle)
     returns the tensor."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     op = _resolve_op(average, op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
     _view(tensor)
     raw = _core.op_name("allreduce", name)
-    return _shape_checked(_allreduce_into(tensor, tensor, raw, op, prescale, postscale), raw, tensor, "allreduce")
+    return _shape_checked(allreduce_into(tensor, tensor, raw, op, prescale, postscale), raw, tensor, "allreduce")
 
 
 @on_process_set
@@ -237,13 +237,13 @@ def allreduce_async(
     process_set: Any = None,
 ) -> Handle:
     """Starts an all-reduce into a new tensor (the input is not modified)."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     op = _resolve_op(average, op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
     source = tensor.detach().contiguous()
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
     raw = _core.op_name("allreduce", name)
-    return _shape_checked(_allreduce_into(source, output, raw, op, prescale, postscale), raw, source, "allreduce")
+    return _shape_checked(allreduce_into(source, output, raw, op, prescale, postscale), raw, source, "allreduce")
 
 
 @on_process_set
@@ -259,7 +259,7 @@ def allreduce(
 ) -> torch.Tensor:
     """All-reduces tensor over every rank into a new tensor (default op Average);
     differentiable for Sum and Average."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     op = _resolve_op(average, op)
     compressed, ctx = compression.compress(tensor)
     if compressed.requires_grad and torch.is_grad_enabled():
@@ -278,7 +278,7 @@ def _grouped(
     prescale_factor: float,
     postscale_factor: float,
 ) -> Handle:
-    tensors = [_check_tensor(t) for t in tensors]
+    tensors = [check_tensor(t) for t in tensors]
     op = _resolve_op(average, op)
     if not tensors:
         return Handle([], lambda: [], "grouped_allreduce")
@@ -344,7 +344,7 @@ def _grouped_submit(
     handles: List[Handle] = []
     for index, (source, target) in enumerate(zip(sources, targets)):
         handles.append(
-            _allreduce_into(source, target, group + b".%d" % index, op, float(prescale_factor), float(postscale_factor))
+            allreduce_into(source, target, group + b".%d" % index, op, float(prescale_factor), float(postscale_factor))
         )
     requests = [r for h in handles for r in h.requests]
 
@@ -426,7 +426,7 @@ def grouped_allreduce_(
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any = None) -> Handle:
     """Starts a concatenation of every rank's tensor along the first dimension
     (which may differ by rank; the others must match)."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     source = tensor.detach().contiguous()
     if source.dim() == 0:
         source = source.reshape(1)
@@ -461,7 +461,7 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_se
 @on_process_set
 def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any = None) -> torch.Tensor:
     """Concatenates every rank's tensor along the first dimension; differentiable."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         return autograd.Allgather.apply(tensor, name)
     return allgather_async(tensor, name).wait()
@@ -475,7 +475,7 @@ def broadcast_async_(
     tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set: Any = None
 ) -> Handle:
     """Starts an in-place broadcast of root_rank's tensor."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     root = _core.check_root(root_in_set(root_rank), RUNTIME.size())
     raw = _core.op_name("broadcast", name)
     request = _core.submit_broadcast(raw, _view(tensor), root)
@@ -494,7 +494,7 @@ def broadcast_async(
     tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set: Any = None
 ) -> Handle:
     """Starts a broadcast into a new tensor (the input is not modified)."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name, process_set)
 
 
@@ -503,7 +503,7 @@ def broadcast(
     tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set: Any = None
 ) -> torch.Tensor:
     """root_rank's tensor on every rank, as a new tensor; differentiable."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         return autograd.Broadcast.apply(tensor, root_rank, name)
     return broadcast_async(tensor, root_rank, name).wait()
@@ -524,7 +524,7 @@ def reducescatter_async(
     """Starts a reduction over ranks, op(tensor * prescale) * postscale, of which
     rank r keeps its share of the first dimension (the first d0 % size ranks get
     one row more)."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     op = _core.check_op(op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
     if tensor.dim() == 0:
@@ -560,7 +560,7 @@ def reducescatter(
     """op(tensor * prescale) * postscale over ranks, rank r keeping its share of
     the first dimension; differentiable for Sum and Average (Horovod's gradient:
     the output gradients all-gathered, times size for Sum, times the factors)."""
-    compressed, ctx = compression.compress(_check_tensor(tensor))
+    compressed, ctx = compression.compress(check_tensor(tensor))
     if compressed.requires_grad and torch.is_grad_enabled():
         reduced = autograd.Reducescatter.apply(compressed, name, _core.check_op(op), prescale_factor, postscale_factor)
     else:
@@ -597,7 +597,7 @@ def alltoall_async(
     tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None, process_set: Any = None
 ) -> Handle:
     """Starts an all-to-all; synchronize(handle) returns (output, received_splits)."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     source = tensor.detach().contiguous()
     if source.dim() == 0:
         raise ValueError("kolo: alltoall needs a tensor of at least one dimension")
@@ -635,7 +635,7 @@ def alltoall(
     default) and returns what every rank sent here, in rank order; with splits
     given, also the received splits (as horovod.torch). Differentiable: the
     gradient goes back by an all-to-all with the received splits."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         output, received = autograd.Alltoall.apply(tensor, splits, name)
     else:

@@ -20,7 +20,7 @@ from .._runtime import RUNTIME, in_scope
 from ..process_sets import process_set_scope
 from . import adasum, sparse
 from .compression import Compression, Compressor
-from .ops import Adasum, Average, Sum, _allreduce_into, _check_tensor
+from .ops import Adasum, Average, Sum, allreduce_into, check_tensor
 from .mode_optimizer import job_mode, mode_optimizer
 from ..mode import acknowledge, available
 
@@ -134,7 +134,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 getattr(self, "_kolo_sparse_as_dense", False),
                 self._kolo_compression,
             )
-        grad = _check_tensor(p.grad)
+        grad = check_tensor(p.grad)
         if not grad.is_contiguous():
             grad = p.grad = grad.contiguous()
         compressed, ctx = self._kolo_compression.compress(grad)
@@ -142,7 +142,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not compressed.dtype.is_floating_point:
             prescale = postscale = 1.0
         name = _core.check_name("allreduce." + self._kolo_names[p])
-        handle = _allreduce_into(compressed, compressed, name, op, prescale, postscale)
+        handle = allreduce_into(compressed, compressed, name, op, prescale, postscale)
         return handle, ctx, compressed
 
     # ---- synchronisation ----

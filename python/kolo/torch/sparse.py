@@ -14,7 +14,7 @@ from .. import _core
 from .._core import Handle
 from .._runtime import RUNTIME
 from .compression import Compression
-from .ops import Average, Sum, _allreduce_into, on_process_set, allgather_async
+from .ops import Average, Sum, allreduce_into, on_process_set, allgather_async
 
 
 def _check_sparse(tensor: Any) -> torch.Tensor:
@@ -59,7 +59,7 @@ def submit_gradient(
     dense gradients are."""
     if sparse_as_dense:
         dense, ctx = compression.compress(grad.to_dense().contiguous())
-        inner = _allreduce_into(dense, dense, _core.check_name(name), op, 1.0, 1.0)
+        inner = allreduce_into(dense, dense, _core.check_name(name), op, 1.0, 1.0)
         return (
             Handle(
                 inner.requests, lambda: compression.decompress(inner.wait(), ctx).to_sparse(), "allreduce %s" % name

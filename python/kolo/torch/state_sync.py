@@ -92,8 +92,9 @@ def _match(optimizer: torch.optim.Optimizer, layout: Layout) -> List[Tuple[str, 
 def optimizer_tensors_to_sync(optimizer: torch.optim.Optimizer, root_rank: int = 0) -> List[Tuple[str, torch.Tensor]]:
     """Takes root_rank's optimizer layout (one small object) and returns the state's
     tensors, allocated where missing, whose values must then become root_rank's."""
-    layout = broadcast_object(_layout(optimizer) if RUNTIME.rank() == root_rank else None, root_rank,
-                              name="kolo.state_sync.layout")
+    layout = broadcast_object(
+        _layout(optimizer) if RUNTIME.rank() == root_rank else None, root_rank, name="kolo.state_sync.layout"
+    )
     return _match(optimizer, layout)
 
 
