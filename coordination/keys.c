@@ -55,6 +55,19 @@ kolo_status kolo_keys_job(const char *job, const char *leaf, char *buf, size_t s
              : fit(snprintf(buf, size, KOLO_KEY_JOBS_PREFIX "%s/%s", job, leaf ? leaf : ""), size);
 }
 
+kolo_status kolo_keys_blob_meta(const char *job, char *buf, size_t size) {
+  kolo_status rc = check_name("job id", job);
+  return rc != KOLO_OK ? rc : fit(snprintf(buf, size, KOLO_KEY_BLOBS_META_PREFIX "%s", job), size);
+}
+
+kolo_status kolo_keys_blob_chunk(const char *job, uint64_t chunk, char *buf, size_t size) {
+  kolo_status rc = check_name("job id", job);
+  return rc != KOLO_OK
+             ? rc
+             : fit(snprintf(buf, size, KOLO_KEY_BLOBS_DATA_PREFIX "%s/%08" PRIu64, job, chunk),
+                   size);
+}
+
 kolo_status kolo_keys_ring(const char *job, int64_t epoch, char *buf, size_t size) {
   kolo_status rc = check_name("job id", job);
   if (rc == KOLO_OK && epoch < 0)

@@ -18,6 +18,15 @@
 #define KOLO_KEY_ASSIGN_PREFIX "/kolo/v1/assign/"   /* + <worker id> */
 #define KOLO_KEY_DRAIN_PREFIX "/kolo/v1/drain/"     /* + <worker id> (coordination/drain.h) */
 #define KOLO_KEY_METRICS_PREFIX "/kolo/v1/metrics/" /* + <job id>/<step> (server/recorder.c) */
+/* Job blobs (kolo.v1 PutJobBlob, server/blob.h): "/kolo/blobs/meta/<job>" (JSON: size,
+ * sha256, received, complete, created_unix_ms) and "/kolo/blobs/data/<job>/<chunk>" (raw
+ * bytes, KOLO_BLOB_CHUNK_BYTES each, the chunk number zero-padded to 8 digits). Outside
+ * /kolo/v1/ on purpose: every kolo-server replica watches /kolo/v1/ and keeps it in memory. */
+#define KOLO_KEY_BLOBS_META_PREFIX "/kolo/blobs/meta/"
+#define KOLO_KEY_BLOBS_DATA_PREFIX "/kolo/blobs/data/"
+/* 256 KiB: a chunk is 342 KiB in base64 through etcd's JSON gateway, far under its 1.5 MiB
+ * request limit. */
+#define KOLO_BLOB_CHUNK_BYTES (256u * 1024u)
 /* read (never written) by health probes: found or not found both mean etcd answers */
 #define KOLO_KEY_HEALTH "/kolo/v1/health"
 
@@ -37,6 +46,10 @@ kolo_status kolo_keys_drain(const char *worker_id, char *buf, size_t size);
 
 /* "/kolo/v1/jobs/<job>/<leaf>" for leaf "spec", "status", "events/", "ring/", "reports/". */
 kolo_status kolo_keys_job(const char *job_id, const char *leaf, char *buf, size_t size);
+
+/* "/kolo/blobs/meta/<job>" and "/kolo/blobs/data/<job>/<chunk, 8 digits>". */
+kolo_status kolo_keys_blob_meta(const char *job_id, char *buf, size_t size);
+kolo_status kolo_keys_blob_chunk(const char *job_id, uint64_t chunk, char *buf, size_t size);
 
 /* "/kolo/v1/jobs/<job>/ring/<epoch>", the epoch zero-padded to 20 digits so that
  * key order is epoch order (the newest ring is the last key under ring/). */

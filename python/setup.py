@@ -49,11 +49,13 @@ class BuildWithProto(build_py):
             return
         source, command = proto_dir(), generator()
         if source is None or command is None:
-            raise SystemExit("kolo: kolo.v1 (kolo.client's protobuf messages) cannot be generated: %s. "
-                             "Install protobuf-compiler (apt) or grpcio-tools, build from a checkout "
-                             "(proto/ beside python/) or set KOLO_PROTO_DIR; KOLO_SKIP_PROTO=1 builds "
-                             "without kolo.client's messages" % ("no protoc and no grpc_tools" if command is None
-                                                                 else "no proto/kolo/v1/job.proto"))
+            raise SystemExit(
+                "kolo: kolo.v1 (kolo.client's protobuf messages) cannot be generated: %s. "
+                "Install protobuf-compiler (apt) or grpcio-tools, build from a checkout "
+                "(proto/ beside python/) or set KOLO_PROTO_DIR; KOLO_SKIP_PROTO=1 builds "
+                "without kolo.client's messages"
+                % ("no protoc and no grpc_tools" if command is None else "no proto/kolo/v1/job.proto")
+            )
         out = os.path.join(self.build_lib, "kolo", "v1")
         os.makedirs(out, exist_ok=True)
         files = ["kolo/v1/%s.proto" % name for name in PROTOS]

@@ -12,7 +12,7 @@ PACKAGES=(
   dataset-fashion-mnist
   python3-grpcio python3-protobuf
   python3-torch python3-torchvision python3-numpy python3-pytest python3-cloudpickle
-  python3-pip python3-setuptools python3-wheel flake8
+  python3-pip python3-setuptools python3-wheel flake8 black
   libtorch-dev pybind11-dev
   wrk valgrind iproute2 procps psmisc openssl iptables util-linux
   openmpi-bin libopenmpi-dev

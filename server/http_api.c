@@ -434,20 +434,24 @@ static void route_get_job(kolo_server_http *h, const char *id, reply *r) {
  * wins over one in the body). */
 static void route_body(kolo_server_http *h, request *req, const kolo_server_route *m, reply *r) {
   char err[512];
-  int submit = m->kind == KOLO_ROUTE_SUBMIT_JOB, cancel = m->kind == KOLO_ROUTE_CANCEL_JOB;
+  int submit = m->kind == KOLO_ROUTE_SUBMIT_JOB, cancel = m->kind == KOLO_ROUTE_CANCEL_JOB,
+      blob = m->kind == KOLO_ROUTE_PUT_JOB_BLOB;
   const ProtobufCMessageDescriptor *desc = submit   ? &kolo__v1__job_spec__descriptor
                                            : cancel ? &kolo__v1__cancel_job_request__descriptor
+                                           : blob   ? &kolo__v1__put_job_blob_request__descriptor
                                                     : &kolo__v1__scale_job_request__descriptor;
   kolo_server_method method = submit   ? KOLO_SERVER_SUBMIT_JOB
                               : cancel ? KOLO_SERVER_CANCEL_JOB
+                              : blob   ? KOLO_SERVER_PUT_JOB_BLOB
                                        : KOLO_SERVER_SCALE_JOB;
   ProtobufCMessage *msg = NULL;
   r->method = method;
   kolo_status rc = decode_body(req, desc, &msg, err, sizeof err);
   if (rc != KOLO_OK) return reply_error(r, rc, err);
   if (!submit) {
-    char **id_slot =
-        cancel ? &((Kolo__V1__CancelJobRequest *)msg)->id : &((Kolo__V1__ScaleJobRequest *)msg)->id;
+    char **id_slot = cancel ? &((Kolo__V1__CancelJobRequest *)msg)->id
+                     : blob ? &((Kolo__V1__PutJobBlobRequest *)msg)->id
+                            : &((Kolo__V1__ScaleJobRequest *)msg)->id;
     kolo_codec_set_string(id_slot, m->id);
   }
   call_service(h, r, method, msg);
@@ -503,6 +507,7 @@ static void route_api(kolo_server_http *h, struct MHD_Connection *conn, const ch
     }
     case KOLO_ROUTE_SUBMIT_JOB:
     case KOLO_ROUTE_CANCEL_JOB:
+    case KOLO_ROUTE_PUT_JOB_BLOB:
     case KOLO_ROUTE_SCALE_JOB:
       return route_body(h, req, m, r);
     case KOLO_ROUTE_GET_JOB:

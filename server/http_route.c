@@ -43,7 +43,9 @@ const char *kolo_server_route_methods(const char *url) {
     if (suffix[0] == '\0' || strcmp(suffix, "/logs") == 0 || strcmp(suffix, "/events") == 0 ||
         strcmp(suffix, "/metrics") == 0)
       return "GET, HEAD";
-    if (strcmp(suffix, ":cancel") == 0 || strcmp(suffix, ":scale") == 0) return "POST";
+    if (strcmp(suffix, ":cancel") == 0 || strcmp(suffix, ":scale") == 0 ||
+        strcmp(suffix, "/blob") == 0)
+      return "POST";
   }
   return NULL;
 }
@@ -81,6 +83,7 @@ static kolo_server_route_kind job_route(const char *url, int get, int post, char
   if (get && strcmp(suffix, "/metrics") == 0) return KOLO_ROUTE_JOB_METRICS;
   if (post && strcmp(suffix, ":cancel") == 0) return KOLO_ROUTE_CANCEL_JOB;
   if (post && strcmp(suffix, ":scale") == 0) return KOLO_ROUTE_SCALE_JOB;
+  if (post && strcmp(suffix, "/blob") == 0) return KOLO_ROUTE_PUT_JOB_BLOB;
   return KOLO_ROUTE_NONE;
 }
 

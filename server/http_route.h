@@ -34,6 +34,7 @@ typedef enum kolo_server_route_kind {
   KOLO_ROUTE_JOB_EVENTS,     /* GET /v1/jobs/<id>/events */
   KOLO_ROUTE_JOB_METRICS,    /* GET /v1/jobs/<id>/metrics */
   KOLO_ROUTE_CANCEL_JOB,     /* POST /v1/jobs/<id>:cancel */
+  KOLO_ROUTE_PUT_JOB_BLOB,   /* POST /v1/jobs/<id>/blob (a PutJobBlobRequest) */
   KOLO_ROUTE_SCALE_JOB,      /* POST /v1/jobs/<id>:scale */
 } kolo_server_route_kind;
 

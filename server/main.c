@@ -16,6 +16,7 @@
 #include "server/grpc_api.h"
 #include "server/http_api.h"
 #include "server/kv.h"
+#include "server/blob.h"
 #include "server/leader.h"
 #include "server/logs.h"
 #include "server/metrics.h"
@@ -45,7 +46,8 @@ typedef struct server {
   kolo_sched *sched; /* scheduling runs while this replica leads */
   /* guards sched for /metrics, which is served until after the scheduler stops */
   pthread_mutex_t sched_lock;
-  kolo_server_recorder *recorder; /* metrics history, written while this replica leads */
+  kolo_server_recorder *recorder;  /* metrics history, written while this replica leads */
+  kolo_server_blob_sweeper *blobs; /* deletes the blobs of ended jobs (every replica) */
 } server;
 
 /* Reads a whole (small) file; NULL with errno on failure. */
@@ -224,6 +226,7 @@ static void teardown(server *s) {
   pthread_mutex_unlock(&s->sched_lock);
   kolo_sched_stop(sched);
   kolo_server_recorder_stop(s->recorder);
+  kolo_server_blob_sweeper_stop(s->blobs);
   if (s->grpc) kolo_server_grpc_stop(s->grpc, s->opts.grace_ms);
   kolo_server_http_stop(s->http);
   kolo_server_logs_destroy(s->logs); /* every stream was closed with its call */
@@ -361,6 +364,8 @@ int main(int argc, char **argv) {
                                         s.opts.metrics_interval_ms,
                                         0};
   if (kolo_server_recorder_start(&rc_cfg, &s.recorder) != KOLO_OK) goto out;
+  kolo_server_blob_set_limit(s.opts.max_blob_bytes);
+  if (kolo_server_blob_sweeper_start(s.store, 0, &s.blobs) != KOLO_OK) goto out;
   if (kolo_server_metrics_create(&s.metrics) != KOLO_OK) goto out;
   kolo_server_metrics_set_extra(s.metrics, etcd_metrics, &s);
   kolo_server_logs_config lc = {s.store, s.opts.max_log_streams, 0, 0};

@@ -51,6 +51,8 @@ static const setting settings[] = {
              "without a dot (comma-separated; *.example.com for subdomains; * = any)"),
     {"max-message-bytes", SIZE, offsetof(kolo_server_options, max_message_bytes), 0,
      "largest request accepted, bytes (default 4194304)"},
+    {"max-blob-bytes", SIZE, offsetof(kolo_server_options, max_blob_bytes), 0,
+     "largest job blob (kolo.Runner payload) accepted by PutJobBlob, bytes (default 67108864)"},
     TEXT_OPT(tls_cert, "tls-cert", "PEM certificate: serve gRPC and HTTP over TLS"),
     TEXT_OPT(tls_key, "tls-key", "PEM private key for --tls-cert"),
     TEXT_OPT(token_file, "token-file", "file holding a bearer token every request must carry"),
@@ -157,6 +159,7 @@ kolo_status kolo_server_options_parse(int argc, char **argv, kolo_server_options
   snprintf(o->grpc_listen, sizeof o->grpc_listen, "127.0.0.1:7070");
   snprintf(o->http_listen, sizeof o->http_listen, "127.0.0.1:7080");
   o->max_message_bytes = 4u << 20;
+  o->max_blob_bytes = 64u << 20;
   o->threads = 4;
   o->http_threads = 2;
   o->grace_ms = 5000;

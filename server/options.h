@@ -17,6 +17,7 @@ typedef struct kolo_server_options {
   char http_listen[256];         /* "off" disables HTTP */
   char http_allowed_hosts[1024]; /* Host names answered besides IPs and single labels */
   size_t max_message_bytes;
+  size_t max_blob_bytes; /* PutJobBlob: the largest blob (server/blob.h) */
   char tls_cert[512];
   char tls_key[512];
   char token_file[512];

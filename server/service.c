@@ -8,6 +8,7 @@
 #include "coordination/keys.h"
 #include "kolo/v1/cluster.pb-c.h"
 #include "kolo/v1/job.pb-c.h"
+#include "server/blob.h"
 #include "server/job_model.h"
 #include "codec/codec.h"
 
@@ -47,12 +48,16 @@ kolo_status kolo_server_service_call(kolo_server_store *store, kolo_server_metho
       Kolo__V1__JobSpec *spec = (Kolo__V1__JobSpec *)kolo_codec_copy(req);
       if (spec == NULL) return KOLO_ERR_NO_MEMORY;
       rc = kolo_server_job_validate_spec(spec, err, err_len);
+      if (rc == KOLO_OK) rc = kolo_server_blob_check(store, spec, err, err_len);
       int created = 0;
       if (rc == KOLO_OK)
         rc = kolo_server_store_submit(store, spec, (Kolo__V1__Job **)resp, &created, err, err_len);
       protobuf_c_message_free_unpacked(&spec->base, NULL);
       return rc;
     }
+    case KOLO_SERVER_PUT_JOB_BLOB:
+      return kolo_server_blob_put(store, (const Kolo__V1__PutJobBlobRequest *)req,
+                                  (Kolo__V1__PutJobBlobResponse **)resp, err, err_len);
     case KOLO_SERVER_GET_JOB: {
       const Kolo__V1__GetJobRequest *r = (const Kolo__V1__GetJobRequest *)req;
       KOLO_CHECK_ID(r->id);

@@ -29,6 +29,8 @@ const kolo_server_method_info kolo_server_methods[KOLO_SERVER_METHOD_COUNT] = {
      &kolo__v1__get_job_metrics_request__descriptor, &kolo__v1__job_metrics__descriptor, 0},
     {"/kolo.v1.JobService/StreamLogs", "StreamLogs", &kolo__v1__stream_logs_request__descriptor,
      &kolo__v1__log_chunk__descriptor, 1},
+    {"/kolo.v1.JobService/PutJobBlob", "PutJobBlob", &kolo__v1__put_job_blob_request__descriptor,
+     &kolo__v1__put_job_blob_response__descriptor, 0},
 };
 
 const char *kolo_server_grpc_code_name(int code) {

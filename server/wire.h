@@ -22,6 +22,7 @@ typedef enum kolo_server_method {
   KOLO_SERVER_GET_DEMAND,
   KOLO_SERVER_GET_JOB_METRICS,
   KOLO_SERVER_STREAM_LOGS, /* streamed by the transports themselves (server/logs.h) */
+  KOLO_SERVER_PUT_JOB_BLOB,
   KOLO_SERVER_METHOD_COUNT
 } kolo_server_method;
 

@@ -24,12 +24,39 @@ __path__ = pkgutil.extend_path(__path__, __name__)  # noqa: F821
 from . import _core, _lib  # noqa: E402
 from ._core import Handle  # noqa: E402
 from ._runtime import RUNTIME  # noqa: E402
-from .collectives import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,  # noqa: E402
-                          allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
-                          broadcast_async, broadcast_async_, grouped_allreduce, join, poll, reducescatter,
-                          reducescatter_async, synchronize)
-from .errors import (AbortedError, ForkedProcessError, JobStoppedError, KoloError, KoloTimeoutError,  # noqa: E402
-                     MismatchError, NotInitializedError, PeerLostError, RingChangedError, StalledError)
+from .collectives import (
+    allgather,
+    allgather_async,
+    allreduce,
+    allreduce_,
+    allreduce_async,  # noqa: E402
+    allreduce_async_,
+    alltoall,
+    alltoall_async,
+    barrier,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allreduce,
+    join,
+    poll,
+    reducescatter,
+    reducescatter_async,
+    synchronize,
+)
+from .errors import (
+    AbortedError,
+    ForkedProcessError,
+    JobStoppedError,
+    KoloError,
+    KoloTimeoutError,  # noqa: E402
+    MismatchError,
+    NotInitializedError,
+    PeerLostError,
+    RingChangedError,
+    StalledError,
+)
 from .objects import allgather_object, broadcast_object  # noqa: E402
 from . import elastic  # noqa: E402,F401
 
@@ -107,6 +134,7 @@ def report(**progress: Any) -> None:
     RUNTIME.report(json.dumps(progress, separators=(",", ":"), allow_nan=False))
     if os.environ.get("KOLO_TENSORBOARD_DIR") or "kolo.tensorboard" in sys.modules:
         from . import tensorboard
+
         tensorboard.on_report(progress, RUNTIME.rank())
 
 
@@ -137,18 +165,64 @@ def __getattr__(name: str) -> Any:
     """kolo.Runner (kolo/runner.py) is imported on first use: `import kolo` stays light."""
     if name in ("Runner", "RunnerError"):
         from . import runner
+
         return getattr(runner, name)
     raise AttributeError("module 'kolo' has no attribute %r" % name)
 
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
-    "cross_size", "is_homogeneous", "report", "engine_available", "engine_stats", "library_path",
-    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "allgather",
-    "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter",
-    "reducescatter_async", "alltoall", "alltoall_async", "barrier", "join", "synchronize", "poll", "Handle",
-    "broadcast_object", "allgather_object",
-    "Sum", "Average", "Min", "Max", "Product",
-    "KoloError", "PeerLostError", "KoloTimeoutError", "AbortedError", "RingChangedError", "MismatchError",
-    "StalledError", "JobStoppedError", "NotInitializedError", "ForkedProcessError", "elastic", "Runner", "RunnerError",
+    "init",
+    "shutdown",
+    "is_initialized",
+    "rank",
+    "size",
+    "local_rank",
+    "local_size",
+    "cross_rank",
+    "cross_size",
+    "is_homogeneous",
+    "report",
+    "engine_available",
+    "engine_stats",
+    "library_path",
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce",
+    "allgather",
+    "allgather_async",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "reducescatter",
+    "reducescatter_async",
+    "alltoall",
+    "alltoall_async",
+    "barrier",
+    "join",
+    "synchronize",
+    "poll",
+    "Handle",
+    "broadcast_object",
+    "allgather_object",
+    "Sum",
+    "Average",
+    "Min",
+    "Max",
+    "Product",
+    "KoloError",
+    "PeerLostError",
+    "KoloTimeoutError",
+    "AbortedError",
+    "RingChangedError",
+    "MismatchError",
+    "StalledError",
+    "JobStoppedError",
+    "NotInitializedError",
+    "ForkedProcessError",
+    "elastic",
+    "Runner",
+    "RunnerError",
 ]

@@ -25,10 +25,30 @@ engine = _lib.have_engine
 UINT8, INT32, INT64 = _abi.KOLO_UINT8, _abi.KOLO_INT32, _abi.KOLO_INT64
 FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = _abi.KOLO_FLOAT16, _abi.KOLO_BFLOAT16, _abi.KOLO_FLOAT32, _abi.KOLO_FLOAT64
 INT8, INT16, BOOL = _abi.KOLO_INT8, _abi.KOLO_INT16, _abi.KOLO_BOOL
-DTYPE_NAMES = {UINT8: "uint8", INT32: "int32", INT64: "int64", FLOAT16: "float16", BFLOAT16: "bfloat16",
-               FLOAT32: "float32", FLOAT64: "float64", INT8: "int8", INT16: "int16", BOOL: "bool"}
-DTYPE_SIZES = {UINT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4, FLOAT64: 8, INT8: 1, INT16: 2,
-               BOOL: 1}
+DTYPE_NAMES = {
+    UINT8: "uint8",
+    INT32: "int32",
+    INT64: "int64",
+    FLOAT16: "float16",
+    BFLOAT16: "bfloat16",
+    FLOAT32: "float32",
+    FLOAT64: "float64",
+    INT8: "int8",
+    INT16: "int16",
+    BOOL: "bool",
+}
+DTYPE_SIZES = {
+    UINT8: 1,
+    INT32: 4,
+    INT64: 8,
+    FLOAT16: 2,
+    BFLOAT16: 2,
+    FLOAT32: 4,
+    FLOAT64: 8,
+    INT8: 1,
+    INT16: 2,
+    BOOL: 1,
+}
 FLOATING = {FLOAT16, BFLOAT16, FLOAT32, FLOAT64}
 
 SUM, AVG, MIN, MAX, PROD = _abi.KOLO_SUM, _abi.KOLO_AVG, _abi.KOLO_MIN, _abi.KOLO_MAX, _abi.KOLO_PROD
@@ -44,6 +64,7 @@ class View:
     is None for host memory; for CUDA device memory it is the cudaStream_t (as an
     int, 0 = the legacy default stream) whose earlier work writes the data: such
     views go to libkolo's stream-ordered calls (NCCL), unnamed and unscaled."""
+
     ptr: int
     count: int
     dtype: int
@@ -64,8 +85,9 @@ def _check_streams(*views: "View") -> Optional[ctypes.c_void_p]:
     if not views[0].on_device:
         return None
     if not _lib.have_streams():
-        raise KoloError("kolo: this libkolo has no stream-ordered CUDA calls; rebuild it with CUDA",
-                        "KOLO_ERR_UNSUPPORTED")
+        raise KoloError(
+            "kolo: this libkolo has no stream-ordered CUDA calls; rebuild it with CUDA", "KOLO_ERR_UNSUPPORTED"
+        )
     return ctypes.c_void_p(views[0].stream or None)
 
 
@@ -224,8 +246,7 @@ class Handle:
     builds the output once they are done. kolo.synchronize(handle) waits and
     returns the output; kolo.poll(handle) tells whether it is ready."""
 
-    def __init__(self, requests: Sequence[Request], finish: Optional[Callable[[], Any]] = None,
-                 what: str = "") -> None:
+    def __init__(self, requests: Sequence[Request], finish: Optional[Callable[[], Any]] = None, what: str = "") -> None:
         self.requests = list(requests)
         self.finish = finish
         self.what = what
@@ -259,12 +280,20 @@ class Handle:
 
 # ---- submitting operations ----
 
+
 def _ptr(value: int) -> ctypes.c_void_p:
     return ctypes.c_void_p(value or None)
 
 
-def submit_allreduce(name: bytes, send: View, recv: View, op: int, prescale: float = 1.0,
-                     postscale: float = 1.0, runtime: Runtime = RUNTIME) -> Request:
+def submit_allreduce(
+    name: bytes,
+    send: View,
+    recv: View,
+    op: int,
+    prescale: float = 1.0,
+    postscale: float = 1.0,
+    runtime: Runtime = RUNTIME,
+) -> Request:
     """recv = op over ranks of (send * prescale) * postscale. Scales other than 1
     need the engine (callers scale themselves otherwise)."""
     op = op_for_dtype(op, send.dtype)
@@ -273,31 +302,50 @@ def submit_allreduce(name: bytes, send: View, recv: View, op: int, prescale: flo
     stream = _check_streams(send, recv)
     if stream is not None:
         if prescale != 1.0 or postscale != 1.0:
-            raise KoloError("kolo: scaled all-reduce of CUDA buffers: scale on the stream first",
-                            "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_allreduce_on_stream(comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op, stream,
-                                            ctypes.byref(request.handle))
+            raise KoloError(
+                "kolo: scaled all-reduce of CUDA buffers: scale on the stream first", "KOLO_ERR_UNSUPPORTED"
+            )
+        code = lib.kolo_allreduce_on_stream(
+            comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op, stream, ctypes.byref(request.handle)
+        )
     elif engine():
-        code = lib.kolo_allreduce_named(comm, name, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype,
-                                        op, float(prescale), float(postscale), ctypes.byref(request.handle))
+        code = lib.kolo_allreduce_named(
+            comm,
+            name,
+            _ptr(send.ptr),
+            _ptr(recv.ptr),
+            send.count,
+            send.dtype,
+            op,
+            float(prescale),
+            float(postscale),
+            ctypes.byref(request.handle),
+        )
     else:
         if prescale != 1.0 or postscale != 1.0:
             raise KoloError("kolo: scaled all-reduce needs the engine", "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_allreduce_async(comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op,
-                                        ctypes.byref(request.handle))
+        code = lib.kolo_allreduce_async(
+            comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op, ctypes.byref(request.handle)
+        )
     return request.submitted(code)
 
 
-def submit_grouped_allreduce(group: bytes, names: List[bytes], sends: List[View], recvs: List[View],
-                             op: int, prescale: float = 1.0, postscale: float = 1.0,
-                             runtime: Runtime = RUNTIME) -> List[Request]:
+def submit_grouped_allreduce(
+    group: bytes,
+    names: List[bytes],
+    sends: List[View],
+    recvs: List[View],
+    op: int,
+    prescale: float = 1.0,
+    postscale: float = 1.0,
+    runtime: Runtime = RUNTIME,
+) -> List[Request]:
     """All members of one dtype, negotiated and fused as one unit (engine); one
     request per member otherwise."""
     if sends:
         op = op_for_dtype(op, sends[0].dtype)
     if not engine() or any(v.on_device for v in sends):
-        return [submit_allreduce(n, s, r, op, prescale, postscale, runtime)
-                for n, s, r in zip(names, sends, recvs)]
+        return [submit_allreduce(n, s, r, op, prescale, postscale, runtime) for n, s, r in zip(names, sends, recvs)]
     comm = runtime.require()
     n = len(sends)
     c_names = (ctypes.c_char_p * n)(*names)
@@ -306,35 +354,73 @@ def submit_grouped_allreduce(group: bytes, names: List[bytes], sends: List[View]
     c_counts = (ctypes.c_size_t * n)(*[s.count for s in sends])
     keep = ([s.keep for s in sends], [r.keep for r in recvs], c_names, c_sends, c_recvs, c_counts)
     request = Request("grouped allreduce %s" % group.decode(errors="replace"), keep, runtime)
-    code = lib.kolo_grouped_allreduce_named(comm, group, n, c_names, c_sends, c_recvs, c_counts,
-                                            sends[0].dtype, op, float(prescale), float(postscale),
-                                            ctypes.byref(request.handle))
+    code = lib.kolo_grouped_allreduce_named(
+        comm,
+        group,
+        n,
+        c_names,
+        c_sends,
+        c_recvs,
+        c_counts,
+        sends[0].dtype,
+        op,
+        float(prescale),
+        float(postscale),
+        ctypes.byref(request.handle),
+    )
     return [request.submitted(code)]
 
 
-def submit_allgather(name: bytes, send: View, recv: Optional[View], recv_counts: Any,
-                     runtime: Runtime = RUNTIME) -> Request:
+def submit_allgather(
+    name: bytes, send: View, recv: Optional[View], recv_counts: Any, runtime: Runtime = RUNTIME
+) -> Request:
     """recv None: the engine allocates the output (Request.output). recv_counts:
     a ctypes size_t array of size entries, or None."""
     comm = runtime.require()
-    request = Request("allgather %s" % name.decode(errors="replace"),
-                      (send.keep, recv.keep if recv else None, recv_counts), runtime)
+    request = Request(
+        "allgather %s" % name.decode(errors="replace"), (send.keep, recv.keep if recv else None, recv_counts), runtime
+    )
     request.output_dtype = send.dtype
     stream = _check_streams(send, recv) if recv is not None else _check_streams(send)
     if stream is not None:
         if recv is None:
             raise KoloError("kolo: allgather of CUDA buffers needs a receive buffer", "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_allgather_on_stream(comm, _ptr(send.ptr), send.count, _ptr(recv.ptr), recv.count,
-                                            recv_counts, send.dtype, stream, ctypes.byref(request.handle))
+        code = lib.kolo_allgather_on_stream(
+            comm,
+            _ptr(send.ptr),
+            send.count,
+            _ptr(recv.ptr),
+            recv.count,
+            recv_counts,
+            send.dtype,
+            stream,
+            ctypes.byref(request.handle),
+        )
     elif engine():
-        code = lib.kolo_allgather_named(comm, name, _ptr(send.ptr), send.count, _ptr(recv.ptr if recv else 0),
-                                        recv.count if recv else 0, recv_counts, send.dtype,
-                                        ctypes.byref(request.handle))
+        code = lib.kolo_allgather_named(
+            comm,
+            name,
+            _ptr(send.ptr),
+            send.count,
+            _ptr(recv.ptr if recv else 0),
+            recv.count if recv else 0,
+            recv_counts,
+            send.dtype,
+            ctypes.byref(request.handle),
+        )
     else:
         if recv is None:
             raise KoloError("kolo: allgather without a receive buffer needs the engine", "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_allgather_async(comm, _ptr(send.ptr), send.count, _ptr(recv.ptr), recv.count,
-                                        recv_counts, send.dtype, ctypes.byref(request.handle))
+        code = lib.kolo_allgather_async(
+            comm,
+            _ptr(send.ptr),
+            send.count,
+            _ptr(recv.ptr),
+            recv.count,
+            recv_counts,
+            send.dtype,
+            ctypes.byref(request.handle),
+        )
     return request.submitted(code)
 
 
@@ -343,19 +429,23 @@ def submit_broadcast(name: bytes, buffer: View, root: int, runtime: Runtime = RU
     request = Request("broadcast %s" % name.decode(errors="replace"), buffer.keep, runtime)
     stream = _check_streams(buffer)
     if stream is not None:
-        code = lib.kolo_broadcast_on_stream(comm, _ptr(buffer.ptr), buffer.count, buffer.dtype, root, stream,
-                                            ctypes.byref(request.handle))
+        code = lib.kolo_broadcast_on_stream(
+            comm, _ptr(buffer.ptr), buffer.count, buffer.dtype, root, stream, ctypes.byref(request.handle)
+        )
     elif engine():
-        code = lib.kolo_broadcast_named(comm, name, _ptr(buffer.ptr), buffer.count, buffer.dtype, root,
-                                        ctypes.byref(request.handle))
+        code = lib.kolo_broadcast_named(
+            comm, name, _ptr(buffer.ptr), buffer.count, buffer.dtype, root, ctypes.byref(request.handle)
+        )
     else:
-        code = lib.kolo_broadcast_async(comm, _ptr(buffer.ptr), buffer.count, buffer.dtype, root,
-                                        ctypes.byref(request.handle))
+        code = lib.kolo_broadcast_async(
+            comm, _ptr(buffer.ptr), buffer.count, buffer.dtype, root, ctypes.byref(request.handle)
+        )
     return request.submitted(code)
 
 
-def submit_reducescatter(name: bytes, send: View, recv: View, counts: List[int], op: int,
-                         runtime: Runtime = RUNTIME) -> Request:
+def submit_reducescatter(
+    name: bytes, send: View, recv: View, counts: List[int], op: int, runtime: Runtime = RUNTIME
+) -> Request:
     """counts[r] elements of the reduction go to rank r (send holds their sum)."""
     op = op_for_dtype(op, send.dtype)
     comm = runtime.require()
@@ -365,34 +455,47 @@ def submit_reducescatter(name: bytes, send: View, recv: View, counts: List[int],
     if stream is not None:
         if len(set(counts)) != 1:
             raise KoloError("kolo: reducescatter of CUDA buffers needs equal blocks", "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_reducescatter_on_stream(comm, _ptr(send.ptr), _ptr(recv.ptr), counts[0], send.dtype, op,
-                                                stream, ctypes.byref(request.handle))
+        code = lib.kolo_reducescatter_on_stream(
+            comm, _ptr(send.ptr), _ptr(recv.ptr), counts[0], send.dtype, op, stream, ctypes.byref(request.handle)
+        )
     elif engine():
-        code = lib.kolo_reducescatter_named(comm, name, _ptr(send.ptr), _ptr(recv.ptr), send.count, c_counts,
-                                            send.dtype, op, ctypes.byref(request.handle))
+        code = lib.kolo_reducescatter_named(
+            comm,
+            name,
+            _ptr(send.ptr),
+            _ptr(recv.ptr),
+            send.count,
+            c_counts,
+            send.dtype,
+            op,
+            ctypes.byref(request.handle),
+        )
     else:
         if len(set(counts)) != 1:
             raise KoloError("kolo: reducescatter with unequal blocks needs the engine", "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_reducescatter_async(comm, _ptr(send.ptr), _ptr(recv.ptr), counts[0], send.dtype, op,
-                                            ctypes.byref(request.handle))
+        code = lib.kolo_reducescatter_async(
+            comm, _ptr(send.ptr), _ptr(recv.ptr), counts[0], send.dtype, op, ctypes.byref(request.handle)
+        )
     return request.submitted(code)
 
 
-def submit_alltoall(name: bytes, send: View, send_counts: List[int], recv_counts: Any,
-                    runtime: Runtime = RUNTIME) -> Request:
+def submit_alltoall(
+    name: bytes, send: View, send_counts: List[int], recv_counts: Any, runtime: Runtime = RUNTIME
+) -> Request:
     """Engine only: send_counts[r] elements go to rank r; the output is allocated."""
     comm = runtime.require()
     if not engine():
         raise KoloError("kolo: alltoall needs the engine", "KOLO_ERR_UNSUPPORTED")
     if send.on_device:
-        raise KoloError("kolo: alltoall of CUDA buffers is staged through host memory by the caller",
-                        "KOLO_ERR_UNSUPPORTED")
+        raise KoloError(
+            "kolo: alltoall of CUDA buffers is staged through host memory by the caller", "KOLO_ERR_UNSUPPORTED"
+        )
     c_send_counts = (ctypes.c_size_t * len(send_counts))(*send_counts)
-    request = Request("alltoall %s" % name.decode(errors="replace"), (send.keep, c_send_counts, recv_counts),
-                      runtime)
+    request = Request("alltoall %s" % name.decode(errors="replace"), (send.keep, c_send_counts, recv_counts), runtime)
     request.output_dtype = send.dtype
-    code = lib.kolo_alltoall_named(comm, name, _ptr(send.ptr), c_send_counts, None, 0, recv_counts, send.dtype,
-                                   ctypes.byref(request.handle))
+    code = lib.kolo_alltoall_named(
+        comm, name, _ptr(send.ptr), c_send_counts, None, 0, recv_counts, send.dtype, ctypes.byref(request.handle)
+    )
     return request.submitted(code)
 
 

@@ -72,11 +72,13 @@ def _load() -> ctypes.CDLL:
     raise ImportError(
         "libkolo.so not found (looked in %s; find_library('kolo'): %s); build kolo "
         "(cmake -S . -B build && cmake --build build), install it, or set KOLO_LIBRARY"
-        % (", ".join(candidate_paths()), ctypes.util.find_library("kolo")))
+        % (", ".join(candidate_paths()), ctypes.util.find_library("kolo"))
+    )
 
 
 class RingSpec(ctypes.Structure):
     """kolo_ring_spec (kolo.h)."""
+
     _fields_ = [
         ("epoch", c_uint64),
         ("rank", c_int),
@@ -95,6 +97,7 @@ RESULT_MESSAGE_BYTES = _abi.KOLO_RESULT_MESSAGE_BYTES
 
 class Result(ctypes.Structure):
     """kolo_result (engine.h)."""
+
     _fields_ = [
         ("status", c_int),
         ("message", ctypes.c_char * RESULT_MESSAGE_BYTES),
@@ -153,8 +156,20 @@ _SIGNATURES = {
 
 class EngineStats(ctypes.Structure):
     """kolo_engine_stats (engine.h)."""
-    _fields_ = [(name, c_uint64) for name in ("cycles", "negotiation_ns", "negotiation_bytes", "announced",
-                                              "cached", "batches", "fused_tensors", "negotiation_work_ns")]
+
+    _fields_ = [
+        (name, c_uint64)
+        for name in (
+            "cycles",
+            "negotiation_ns",
+            "negotiation_bytes",
+            "announced",
+            "cached",
+            "batches",
+            "fused_tensors",
+            "negotiation_work_ns",
+        )
+    ]
 
 
 # engine.h: declared when this libkolo has the engine
@@ -163,8 +178,10 @@ _ENGINE_SIGNATURES = {
     "kolo_wait_result": (c_int, [_P, POINTER(Result)]),
     "kolo_test_result": (c_int, [_P, POINTER(c_int), POINTER(Result)]),
     "kolo_allreduce_named": (c_int, [_P, c_char_p, _P, _P, _SZ, c_int, c_int, c_double, c_double, _PP]),
-    "kolo_grouped_allreduce_named": (c_int, [_P, c_char_p, c_int, POINTER(c_char_p), _PP, _PP, _SZP,
-                                             c_int, c_int, c_double, c_double, _PP]),
+    "kolo_grouped_allreduce_named": (
+        c_int,
+        [_P, c_char_p, c_int, POINTER(c_char_p), _PP, _PP, _SZP, c_int, c_int, c_double, c_double, _PP],
+    ),
     "kolo_allgather_named": (c_int, [_P, c_char_p, _P, _SZ, _P, _SZ, _SZP, c_int, _PP]),
     "kolo_broadcast_named": (c_int, [_P, c_char_p, _P, _SZ, c_int, c_int, _PP]),
     "kolo_reducescatter_named": (c_int, [_P, c_char_p, _P, _P, _SZ, _SZP, c_int, c_int, _PP]),
@@ -185,6 +202,7 @@ _STREAM_SIGNATURES = {
 
 class SplitOptions(ctypes.Structure):
     """kolo_split_options (process_set.h)."""
+
     _fields_ = [("ranks", POINTER(c_int)), ("n_ranks", c_int), ("id", c_int), ("timeout_ms", c_int)]
 
 

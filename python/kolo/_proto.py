@@ -20,10 +20,12 @@ import kolo
 
 from ._lib import checkout_root
 
-FIX = ("kolo.client needs kolo.v1, protoc's Python output for proto/kolo/v1, which is generated at build "
-       "time: in a checkout build kolo (`cmake --build build` writes build/python/kolo/v1; set KOLO_BUILD_DIR "
-       "for another build folder); for an installed copy install protobuf-compiler (apt) and reinstall "
-       "(`pip install ./python` generates kolo/v1 into the package). Looked in: %s")
+FIX = (
+    "kolo.client needs kolo.v1, protoc's Python output for proto/kolo/v1, which is generated at build "
+    "time: in a checkout build kolo (`cmake --build build` writes build/python/kolo/v1; set KOLO_BUILD_DIR "
+    "for another build folder); for an installed copy install protobuf-compiler (apt) and reinstall "
+    "(`pip install ./python` generates kolo/v1 into the package). Looked in: %s"
+)
 
 
 def _import() -> Tuple[ModuleType, ModuleType]:

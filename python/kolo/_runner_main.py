@@ -1,7 +1,9 @@
 """The process side of kolo.Runner: `python3 -m kolo._runner_main` in each rank of
 the job. Loads the payload (_runner_ship.py: the cloudpickled (fn, args, kwargs) and
 the source of the local modules it needs) from the job's environment
-(KOLO_RUNNER_PAYLOAD_0.., base64) or a file (KOLO_RUNNER_PAYLOAD_FILE, local runs),
+(KOLO_RUNNER_PAYLOAD_0.., base64), or a file: the job's blob, fetched and checked by
+the worker (KOLO_JOB_BLOB, payloads over kolo.runner.INLINE_PAYLOAD_BYTES), or
+KOLO_RUNNER_PAYLOAD_FILE (local runs),
 calls fn under kolo.init(), and on rank 0 hands back the result: as marked lines
 in its output (the Runner reads the job's log through the service) or into
 KOLO_RUNNER_RESULT_FILE. An exception in fn is the result too (with its
@@ -27,7 +29,7 @@ MAX_RESULT_BYTES = 8 << 20
 
 
 def load_payload() -> bytes:
-    path = os.environ.get("KOLO_RUNNER_PAYLOAD_FILE")
+    path = os.environ.get("KOLO_RUNNER_PAYLOAD_FILE") or os.environ.get("KOLO_JOB_BLOB")
     if path:
         with open(path, "rb") as f:
             return f.read()
@@ -44,8 +46,17 @@ def _ring_failure(error: BaseException) -> bool:
         from kolo import errors
     except Exception:  # noqa: BLE001 - kolo did not import: not a ring failure
         return False
-    return isinstance(error, (errors.PeerLostError, errors.AbortedError, errors.RingChangedError,
-                              errors.JobStoppedError, errors.KoloTimeoutError, errors.StalledError))
+    return isinstance(
+        error,
+        (
+            errors.PeerLostError,
+            errors.AbortedError,
+            errors.RingChangedError,
+            errors.JobStoppedError,
+            errors.KoloTimeoutError,
+            errors.StalledError,
+        ),
+    )
 
 
 def error_result(error: BaseException) -> Dict[str, Any]:
@@ -55,21 +66,40 @@ def error_result(error: BaseException) -> Dict[str, Any]:
         cloudpickle.loads(exc)
     except Exception:  # noqa: BLE001 - some exceptions do not pickle; the traceback still goes back
         exc = None
-    return {"ok": False, "exc": exc, "type": type(error).__name__, "message": str(error), "traceback": tb,
-            "ring_failure": _ring_failure(error)}
+    return {
+        "ok": False,
+        "exc": exc,
+        "type": type(error).__name__,
+        "message": str(error),
+        "traceback": tb,
+        "ring_failure": _ring_failure(error),
+    }
 
 
 def encode(result: Dict[str, Any]) -> bytes:
     try:
         data = cloudpickle.dumps(result)
     except Exception as error:  # noqa: BLE001
-        data = cloudpickle.dumps({"ok": False, "exc": None, "type": type(error).__name__,
-                                  "message": "the return value of fn does not pickle: %s" % error,
-                                  "traceback": traceback.format_exc()})
+        data = cloudpickle.dumps(
+            {
+                "ok": False,
+                "exc": None,
+                "type": type(error).__name__,
+                "message": "the return value of fn does not pickle: %s" % error,
+                "traceback": traceback.format_exc(),
+            }
+        )
     if len(data) > MAX_RESULT_BYTES:
-        data = cloudpickle.dumps({"ok": False, "exc": None, "type": "ValueError",
-                                  "message": "the return value of fn is %d bytes pickled, over the Runner's limit "
-                                             "of %d bytes" % (len(data), MAX_RESULT_BYTES), "traceback": ""})
+        data = cloudpickle.dumps(
+            {
+                "ok": False,
+                "exc": None,
+                "type": "ValueError",
+                "message": "the return value of fn is %d bytes pickled, over the Runner's limit "
+                "of %d bytes" % (len(data), MAX_RESULT_BYTES),
+                "traceback": "",
+            }
+        )
     return data
 
 
@@ -86,7 +116,7 @@ def hand_back(data: bytes, rank: int = 0) -> None:
     text = base64.b64encode(data).decode()
     nonce = os.environ.get("KOLO_RUNNER_NONCE", "")
     mark = MARK + nonce if rank == 0 else "%s%s:%d" % (ERROR_MARK, nonce, rank)
-    parts = [text[i:i + LINE_CHARS] for i in range(0, len(text), LINE_CHARS)] or [""]
+    parts = [text[i : i + LINE_CHARS] for i in range(0, len(text), LINE_CHARS)] or [""]
     sys.stdout.flush()
     sys.stderr.flush()
     for i, part in enumerate(parts):
@@ -96,6 +126,7 @@ def hand_back(data: bytes, rank: int = 0) -> None:
 
 def main() -> int:
     from kolo._runner_ship import unpack
+
     try:
         fn, args, kwargs = cloudpickle.loads(unpack(load_payload()))
     except BaseException as error:  # noqa: BLE001 - e.g. a module the workers do not have
@@ -103,6 +134,7 @@ def main() -> int:
         hand_back(encode(error_result(error)), int(os.environ.get("KOLO_RANK", "0") or 0))
         return 1
     import kolo
+
     kolo.init()
     try:
         result: Dict[str, Any] = {"ok": True, "value": fn(*args, **kwargs)}

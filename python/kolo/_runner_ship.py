@@ -83,8 +83,12 @@ class _Finder:
         self._seen: Set[int] = set()
 
     def add_module(self, module: Optional[types.ModuleType]) -> None:
-        if module is None or not is_local(module) or module.__name__ in self.modules or \
-                module.__name__ in self.by_value:
+        if (
+            module is None
+            or not is_local(module)
+            or module.__name__ in self.modules
+            or module.__name__ in self.by_value
+        ):
             return
         self.modules[module.__name__] = module
         for value in list(vars(module).values()):  # what the module itself uses
@@ -167,8 +171,7 @@ def _explicit(item: Any) -> types.ModuleType:
             path = os.path.join(path, "__init__.py")
         if not os.path.isfile(path):
             raise FileNotFoundError("py_modules: %s is not a .py file or a package folder" % item)
-        name = os.path.basename(os.path.dirname(path)) if path.endswith("__init__.py") else \
-            os.path.basename(path)[:-3]
+        name = os.path.basename(os.path.dirname(path)) if path.endswith("__init__.py") else os.path.basename(path)[:-3]
         stand_in = types.ModuleType(name)
         stand_in.__file__ = path
         return stand_in
@@ -180,8 +183,9 @@ def _explicit(item: Any) -> types.ModuleType:
     raise TypeError("py_modules takes modules, module names or paths, not %r" % (item,))
 
 
-def local_modules(call: Iterable[Any], explicit: Iterable[Any] = (),
-                  by_value: Iterable[str] = ()) -> Dict[str, types.ModuleType]:
+def local_modules(
+    call: Iterable[Any], explicit: Iterable[Any] = (), by_value: Iterable[str] = ()
+) -> Dict[str, types.ModuleType]:
     """The local modules the objects of a call need, with those named explicitly; modules
     named in by_value travel inside the pickle (cloudpickle's register_pickle_by_value)
     and are looked into only for what the call uses."""
@@ -211,7 +215,8 @@ def unpack(payload: bytes, folder_prefix: str = "kolo-runner-modules-") -> bytes
     if not payload.startswith(MAGIC):
         return payload
     import tempfile
-    content = pickle.loads(zlib.decompress(payload[len(MAGIC):]))
+
+    content = pickle.loads(zlib.decompress(payload[len(MAGIC) :]))
     files: Dict[str, bytes] = content["files"]
     if files:
         folder = tempfile.mkdtemp(prefix=folder_prefix)

@@ -31,8 +31,9 @@ from .errors import ForkedProcessError, JobStoppedError, KoloError, NotInitializ
 lib = _lib.lib
 
 
-def raise_for(code: int, what: str, comm: Optional[int] = None, message: str = "",
-              stop_requested: bool = False) -> None:
+def raise_for(
+    code: int, what: str, comm: Optional[int] = None, message: str = "", stop_requested: bool = False
+) -> None:
     """Raises the KoloError subclass for a non-zero status, with the communicator's
     own reason (which names the lost rank) when there is one."""
     if code == _abi.KOLO_OK:
@@ -50,8 +51,7 @@ def raise_for(code: int, what: str, comm: Optional[int] = None, message: str = "
                 name = _lib.status_name(failed_code)
                 code = failed_code
     if stop_requested:
-        raise JobStoppedError("%s: the kolo agent asked this process to stop" % what,
-                              "KOLO_ERR_ABORTED", code, rank)
+        raise JobStoppedError("%s: the kolo agent asked this process to stop" % what, "KOLO_ERR_ABORTED", code, rank)
     text = "%s failed: %s (%s)" % (what, message or _lib.strerror(code), name)
     if name == "KOLO_ERR_PEER_LOST" and rank is not None and "rank" not in text:
         text += "; lost rank %d" % rank
@@ -119,10 +119,13 @@ class Runtime:
             if self.comm is not None:
                 return
             if self.left_job and os.environ.get("KOLO_AGENT_SOCKET"):
-                raise KoloError("kolo.init after shutdown() in a kolo job: this process left the job's ring when it "
-                                "shut down (its neighbours and the kolo agent saw it go), and a job's process joins "
-                                "its ring once; keep one init() ... shutdown() per process (kolorun and a process "
-                                "alone may init() again)", "KOLO_ERR_STATE")
+                raise KoloError(
+                    "kolo.init after shutdown() in a kolo job: this process left the job's ring when it "
+                    "shut down (its neighbours and the kolo agent saw it go), and a job's process joins "
+                    "its ring once; keep one init() ... shutdown() per process (kolorun and a process "
+                    "alone may init() again)",
+                    "KOLO_ERR_STATE",
+                )
             if os.environ.get("KOLO_AGENT_SOCKET") or os.environ.get("KOLO_SIZE"):
                 handle = ctypes.c_void_p()
                 code = lib.kolo_elastic_create(ctypes.byref(handle))
@@ -137,8 +140,9 @@ class Runtime:
             else:
                 spec = _lib.RingSpec(epoch=1, rank=0, size=1, local_rank=0, local_size=1)
                 comm = ctypes.c_void_p()
-                raise_for(lib.kolo_comm_create(ctypes.byref(spec), None, ctypes.byref(comm)),
-                          "kolo.init (a ring of one)")
+                raise_for(
+                    lib.kolo_comm_create(ctypes.byref(spec), None, ctypes.byref(comm)), "kolo.init (a ring of one)"
+                )
                 self.comm = comm.value
                 self.owned_comm = True
             self.pid = os.getpid()
@@ -270,8 +274,9 @@ class Runtime:
         with self.lock:
             elastic = self.elastic
             if elastic is None:
-                raise PeerLostError("the ring failed and this process has no kolo agent to re-form it",
-                                    "KOLO_ERR_UNSUPPORTED")
+                raise PeerLostError(
+                    "the ring failed and this process has no kolo agent to re-form it", "KOLO_ERR_UNSUPPORTED"
+                )
             old = self.comm
             if old and self.inflight:
                 # requests still in flight finish at once; a planned re-form (at a commit,
@@ -284,8 +289,9 @@ class Runtime:
             self.generation += 1
             self.cuda_device = None
             if code != 0:
-                raise_for(code, "kolo.elastic: re-forming the ring", None, "",
-                          bool(lib.kolo_elastic_should_stop(elastic)))
+                raise_for(
+                    code, "kolo.elastic: re-forming the ring", None, "", bool(lib.kolo_elastic_should_stop(elastic))
+                )
             self._notify("reformed")
 
     def report(self, json_text: str) -> None:
@@ -307,8 +313,10 @@ class Runtime:
             if self.cuda_device == device:
                 return
             if self.cuda_device is not None:
-                raise ValueError("kolo: this rank already uses CUDA device %d, not %d (one GPU per rank)"
-                                 % (self.cuda_device, device))
+                raise ValueError(
+                    "kolo: this rank already uses CUDA device %d, not %d (one GPU per rank)"
+                    % (self.cuda_device, device)
+                )
             self.check(lib.kolo_comm_use_cuda(self.require("kolo: CUDA mode"), device), "kolo: CUDA mode")
             self.cuda_device = device
 

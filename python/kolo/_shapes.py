@@ -37,13 +37,12 @@ def _by_rank(gathered: Gathered, size: int) -> List[Optional[List[int]]]:
     out: List[Optional[List[int]]] = []
     offset = 0
     for r in range(size):
-        out.append(list(values[offset:offset + counts[r]]) if counts[r] else None)
+        out.append(list(values[offset : offset + counts[r]]) if counts[r] else None)
         offset += counts[r]
     return out
 
 
-def submit(name: bytes, shape: Sequence[int], dtype: int,
-           runtime: Runtime = RUNTIME) -> Tuple[_core.Request, Gathered]:
+def submit(name: bytes, shape: Sequence[int], dtype: int, runtime: Runtime = RUNTIME) -> Tuple[_core.Request, Gathered]:
     """Starts the exchange of this rank's (dtype, shape) record; returns the
     request and what decode() reads every rank's record from."""
     if len(shape) > MAX_DIMS:
@@ -55,7 +54,7 @@ def decode(gathered: Gathered, size: int) -> List[Optional[Tuple[int, Tuple[int,
     """[(dtype, shape)] by rank; None for a rank that joined."""
     out: List[Optional[Tuple[int, Tuple[int, ...]]]] = []
     for record in _by_rank(gathered, size):
-        out.append(None if record is None else (record[1], tuple(record[2:2 + record[0]])))
+        out.append(None if record is None else (record[1], tuple(record[2 : 2 + record[0]])))
     return out
 
 
@@ -73,33 +72,39 @@ def check_equal(what: str, records: List[Optional[Tuple[int, Tuple[int, ...]]]])
     first, shape0 = present[0]
     for rank, shape in present[1:]:
         if tuple(shape) != tuple(shape0):
-            raise MismatchError("%s: shape %s on rank %d but %s on rank %d (the same number of elements, "
-                                "another shape)" % (what, list(shape0), first, list(shape), rank),
-                                "KOLO_ERR_MISMATCH")
+            raise MismatchError(
+                "%s: shape %s on rank %d but %s on rank %d (the same number of elements, "
+                "another shape)" % (what, list(shape0), first, list(shape), rank),
+                "KOLO_ERR_MISMATCH",
+            )
 
 
 def _digest(shape: Sequence[int]) -> int:
     return zlib.crc32(struct.pack("<%dq" % (len(shape) + 1), len(shape), *shape))
 
 
-def submit_digests(name: bytes, shapes: Sequence[Sequence[int]],
-                   runtime: Runtime = RUNTIME) -> Tuple[_core.Request, Gathered]:
+def submit_digests(
+    name: bytes, shapes: Sequence[Sequence[int]], runtime: Runtime = RUNTIME
+) -> Tuple[_core.Request, Gathered]:
     """A group's shape exchange: one digest (CRC-32 of ndim and dims) per member,
     every rank's in one all-gather (`<name>.shape`)."""
     return _exchange(name, [_digest(s) for s in shapes], runtime)
 
 
-def check_digests(what: str, gathered: Gathered, size: int, shapes: Sequence[Sequence[int]],
-                  names: Sequence[str]) -> None:
+def check_digests(
+    what: str, gathered: Gathered, size: int, shapes: Sequence[Sequence[int]], names: Sequence[str]
+) -> None:
     """Raises MismatchError (on every rank) naming the first member whose shape
     on some rank differs from the first rank's (joined ranks aside)."""
     present = [(rank, digests) for rank, digests in enumerate(_by_rank(gathered, size)) if digests is not None]
     for rank, digests in present[1:]:
         for i, (digest, first) in enumerate(zip(digests, present[0][1])):
             if digest != first:
-                raise MismatchError("%s: tensor '%s' has another shape on rank %d than on rank %d, with the same "
-                                    "number of elements (this rank's: %s)"
-                                    % (what, names[i], rank, present[0][0], list(shapes[i])), "KOLO_ERR_MISMATCH")
+                raise MismatchError(
+                    "%s: tensor '%s' has another shape on rank %d than on rank %d, with the same "
+                    "number of elements (this rank's: %s)" % (what, names[i], rank, present[0][0], list(shapes[i])),
+                    "KOLO_ERR_MISMATCH",
+                )
 
 
 def check_compatible(what: str, records: List[Optional[Tuple[int, Tuple[int, ...]]]]) -> None:
@@ -110,9 +115,14 @@ def check_compatible(what: str, records: List[Optional[Tuple[int, Tuple[int, ...
     first, (dtype0, shape0) = present[0]
     for rank, (dtype, shape) in present:
         if dtype != dtype0:
-            raise MismatchError("%s: dtype %s on rank %d but %s on rank %d" %
-                                (what, _core.DTYPE_NAMES[dtype0], first, _core.DTYPE_NAMES[dtype], rank),
-                                "KOLO_ERR_MISMATCH")
+            raise MismatchError(
+                "%s: dtype %s on rank %d but %s on rank %d"
+                % (what, _core.DTYPE_NAMES[dtype0], first, _core.DTYPE_NAMES[dtype], rank),
+                "KOLO_ERR_MISMATCH",
+            )
         if len(shape) != len(shape0) or tuple(shape[1:]) != tuple(shape0[1:]):
-            raise MismatchError("%s: shape %s on rank %d but %s on rank %d (only the first dimension may differ)"
-                                % (what, list(shape0), first, list(shape), rank), "KOLO_ERR_MISMATCH")
+            raise MismatchError(
+                "%s: shape %s on rank %d but %s on rank %d (only the first dimension may differ)"
+                % (what, list(shape0), first, list(shape), rank),
+                "KOLO_ERR_MISMATCH",
+            )

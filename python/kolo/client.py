@@ -18,6 +18,7 @@ name and the server's message.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Union
 
@@ -76,9 +77,13 @@ class DeadlineExceededError(ClientError, TimeoutError):
 
 
 _ERRORS = {
-    "NOT_FOUND": NotFoundError, "INVALID_ARGUMENT": InvalidArgumentError, "ALREADY_EXISTS": AlreadyExistsError,
-    "FAILED_PRECONDITION": FailedPreconditionError, "UNAUTHENTICATED": UnauthenticatedError,
-    "UNAVAILABLE": UnavailableError, "RESOURCE_EXHAUSTED": ResourceExhaustedError,
+    "NOT_FOUND": NotFoundError,
+    "INVALID_ARGUMENT": InvalidArgumentError,
+    "ALREADY_EXISTS": AlreadyExistsError,
+    "FAILED_PRECONDITION": FailedPreconditionError,
+    "UNAUTHENTICATED": UnauthenticatedError,
+    "UNAVAILABLE": UnavailableError,
+    "RESOURCE_EXHAUSTED": ResourceExhaustedError,
     "DEADLINE_EXCEEDED": DeadlineExceededError,
 }
 
@@ -91,6 +96,7 @@ def _error(error: grpc.RpcError, method: str) -> ClientError:
 
 class LogLine(NamedTuple):
     """One line of a job's output (kolo.v1.LogLine, text decoded as UTF-8)."""
+
     rank: int
     epoch: int
     worker_id: str
@@ -98,6 +104,9 @@ class LogLine(NamedTuple):
     raw: bytes
     notice: bool  # a line from kolo about a worker's logs, not from the process
 
+
+# PutJobBlob's piece size (coordination/keys.h: KOLO_BLOB_CHUNK_BYTES)
+BLOB_CHUNK_BYTES = 256 << 10
 
 _METHODS = {
     "SubmitJob": ("JobService", job_pb2.Job),
@@ -107,6 +116,7 @@ _METHODS = {
     "ScaleJob": ("JobService", job_pb2.Job),
     "WatchJob": ("JobService", job_pb2.Job),
     "StreamLogs": ("JobService", job_pb2.LogChunk),
+    "PutJobBlob": ("JobService", job_pb2.PutJobBlobResponse),
     "ListWorkers": ("ClusterService", cluster_pb2.ListWorkersResponse),
     "DrainWorker": ("ClusterService", cluster_pb2.Worker),
     "UndrainWorker": ("ClusterService", cluster_pb2.Worker),
@@ -128,8 +138,13 @@ class Client:
     timeout: seconds for each unary call (streams have none unless given).
     """
 
-    def __init__(self, address: Optional[str] = None, token: Optional[str] = None,
-                 tls: Union[None, bool, str] = None, timeout: float = 30.0):
+    def __init__(
+        self,
+        address: Optional[str] = None,
+        token: Optional[str] = None,
+        tls: Union[None, bool, str] = None,
+        timeout: float = 30.0,
+    ):
         self.address = address or os.environ.get("KOLO_SERVER") or DEFAULT_ADDRESS
         token = token if token is not None else os.environ.get("KOLO_TOKEN")
         if tls is not None and not isinstance(tls, (bool, str)):
@@ -153,8 +168,9 @@ class Client:
             service, reply = _METHODS[method]
             path = "/kolo.v1.%s/%s" % (service, method)
             factory = self._channel.unary_stream if stream else self._channel.unary_unary
-            self._stubs[method] = factory(path, request_serializer=lambda m: m.SerializeToString(),
-                                          response_deserializer=reply.FromString)
+            self._stubs[method] = factory(
+                path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=reply.FromString
+            )
         return self._stubs[method]
 
     def _call(self, method: str, request: Any) -> Any:
@@ -194,6 +210,25 @@ class Client:
             raise TypeError("spec must be a dict or a kolo.v1.JobSpec, not %s" % type(spec).__name__)
         return self._call("SubmitJob", message)
 
+    def put_blob(self, job_id: str, data: bytes) -> Dict[str, Any]:
+        """Uploads data as the blob of job_id, a job not submitted yet, in pieces of
+        BLOB_CHUNK_BYTES (PutJobBlob); returns the ExecProgram.blob to put in its spec
+        ({"size": ..., "sha256": ...}). The server checks the digest once it has every piece."""
+        self._check_id(job_id)
+        if not isinstance(data, (bytes, bytearray, memoryview)) or not len(data):
+            raise TypeError("data must be non-empty bytes")
+        view = memoryview(data).cast("B")
+        digest = hashlib.sha256(view).hexdigest()
+        offset, done = 0, False
+        while not done:
+            piece = bytes(view[offset : offset + BLOB_CHUNK_BYTES])
+            reply = self._call(
+                "PutJobBlob",
+                job_pb2.PutJobBlobRequest(id=job_id, offset=offset, data=piece, size=len(view), sha256=digest),
+            )
+            offset, done = reply.received, reply.complete
+        return {"size": len(view), "sha256": digest}
+
     def get(self, job_id: str) -> "job_pb2.Job":
         """The job with its status and whole event log."""
         return self._call("GetJob", job_pb2.GetJobRequest(id=self._check_id(job_id)))
@@ -225,15 +260,23 @@ class Client:
         for name, value in (("min_workers", min_workers), ("max_workers", max_workers)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise TypeError("%s must be a non-negative int, not %r" % (name, value))
-        return self._call("ScaleJob", job_pb2.ScaleJobRequest(id=self._check_id(job_id), min_workers=min_workers,
-                                                              max_workers=max_workers))
+        return self._call(
+            "ScaleJob",
+            job_pb2.ScaleJobRequest(id=self._check_id(job_id), min_workers=min_workers, max_workers=max_workers),
+        )
 
     def watch(self, job_id: str, timeout: Optional[float] = None) -> Iterator["job_pb2.Job"]:
         """The job now, then again after each change; ends after it reaches a final phase."""
         return self._stream("WatchJob", job_pb2.WatchJobRequest(id=self._check_id(job_id)), timeout)
 
-    def logs(self, job_id: str, ranks: Optional[Iterable[int]] = None, tail: int = 0, follow: bool = False,
-             timeout: Optional[float] = None) -> Iterator[LogLine]:
+    def logs(
+        self,
+        job_id: str,
+        ranks: Optional[Iterable[int]] = None,
+        tail: int = 0,
+        follow: bool = False,
+        timeout: Optional[float] = None,
+    ) -> Iterator[LogLine]:
         """The job's output as LogLines: only these ranks (None = all), only the last
         `tail` lines of each rank (0 = all), and with follow=True until the job ends."""
         rank_list = list(ranks) if ranks is not None else []
@@ -244,8 +287,9 @@ class Client:
         request = job_pb2.StreamLogsRequest(id=self._check_id(job_id), ranks=rank_list, tail=tail, follow=bool(follow))
         for chunk in self._stream("StreamLogs", request, timeout):
             for line in chunk.lines:
-                yield LogLine(line.rank, line.epoch, line.worker_id, line.text.decode("utf-8", "replace"),
-                              line.text, line.notice)
+                yield LogLine(
+                    line.rank, line.epoch, line.worker_id, line.text.decode("utf-8", "replace"), line.text, line.notice
+                )
 
     # ---- ClusterService ----
 
@@ -259,8 +303,7 @@ class Client:
 
     def undrain(self, worker_id: str) -> "cluster_pb2.Worker":
         """Takes a drain back."""
-        return self._call("UndrainWorker",
-                          cluster_pb2.UndrainWorkerRequest(id=self._check_id(worker_id, "worker_id")))
+        return self._call("UndrainWorker", cluster_pb2.UndrainWorkerRequest(id=self._check_id(worker_id, "worker_id")))
 
     # ---- helpers ----
 
@@ -287,6 +330,19 @@ class Client:
         self.close()
 
 
-__all__ = ["Client", "ClientError", "NotFoundError", "InvalidArgumentError", "AlreadyExistsError",
-           "FailedPreconditionError", "UnauthenticatedError", "UnavailableError", "ResourceExhaustedError",
-           "DeadlineExceededError", "LogLine", "job_pb2", "cluster_pb2", "FINAL_PHASES"]
+__all__ = [
+    "Client",
+    "ClientError",
+    "NotFoundError",
+    "InvalidArgumentError",
+    "AlreadyExistsError",
+    "FailedPreconditionError",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "ResourceExhaustedError",
+    "DeadlineExceededError",
+    "LogLine",
+    "job_pb2",
+    "cluster_pb2",
+    "FINAL_PHASES",
+]

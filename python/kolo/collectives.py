@@ -37,8 +37,10 @@ def as_array(value: Any, writable: bool = False) -> np.ndarray:
         except TypeError:
             raise TypeError("kolo: expected a numpy array or a buffer, not %s" % type(value).__name__) from None
     if array.dtype not in _DTYPES:
-        raise TypeError("kolo: dtype %s is not supported (bool, uint8, int8, int16, int32, int64, float16, "
-                        "float32, float64)" % array.dtype)
+        raise TypeError(
+            "kolo: dtype %s is not supported (bool, uint8, int8, int16, int32, int64, float16, "
+            "float32, float64)" % array.dtype
+        )
     if writable and not array.flags.writeable:
         raise ValueError("kolo: an in-place operation needs writable memory")
     return array
@@ -55,6 +57,7 @@ def _contiguous(value: Any) -> np.ndarray:
 
 
 # ---- all-reduce ----
+
 
 def allreduce_async_(array: Any, op: int = _core.AVG, name: Optional[str] = None) -> Handle:
     """Starts an in-place all-reduce; synchronize(handle) returns the array."""
@@ -92,12 +95,14 @@ def grouped_allreduce(arrays: Sequence[Any], op: int = _core.AVG, name: Optional
     outputs = [np.empty_like(s) for s in sources]
     group = _core.op_name("grouped_allreduce", name)
     names = [group + b".%d" % i for i in range(len(sources))]
-    requests = _core.submit_grouped_allreduce(group, names, [_view(s) for s in sources],
-                                              [_view(o) for o in outputs], _core.check_op(op))
+    requests = _core.submit_grouped_allreduce(
+        group, names, [_view(s) for s in sources], [_view(o) for o in outputs], _core.check_op(op)
+    )
     return Handle(requests, lambda: outputs, "grouped_allreduce").wait()
 
 
 # ---- all-gather ----
+
 
 def allgather_async(array: Any, name: Optional[str] = None) -> Handle:
     """Concatenates every rank's array along the first dimension (which may
@@ -120,9 +125,13 @@ def allgather_async(array: Any, name: Optional[str] = None) -> Handle:
         data_request = _core.submit_allgather(raw, _view(source), None, counts)
 
         def finish() -> np.ndarray:
-            flat = np.frombuffer(data_request.output, dtype=source.dtype) if data_request.output else \
-                np.empty(0, source.dtype)
+            flat = (
+                np.frombuffer(data_request.output, dtype=source.dtype)
+                if data_request.output
+                else np.empty(0, source.dtype)
+            )
             return build(flat)
+
         return Handle([shape_request, data_request], finish, what)
 
     def finish_two_stage() -> np.ndarray:
@@ -132,6 +141,7 @@ def allgather_async(array: Any, name: Optional[str] = None) -> Handle:
         output = np.empty(total, source.dtype)
         _core.submit_allgather(raw, _view(source), _view(output), None).result()
         return build(output)
+
     return Handle([shape_request], finish_two_stage, what)
 
 
@@ -140,6 +150,7 @@ def allgather(array: Any, name: Optional[str] = None) -> np.ndarray:
 
 
 # ---- broadcast ----
+
 
 def broadcast_async_(array: Any, root_rank: int, name: Optional[str] = None) -> Handle:
     target = as_array(array, writable=True)
@@ -162,6 +173,7 @@ def broadcast(array: Any, root_rank: int, name: Optional[str] = None) -> np.ndar
 
 # ---- reduce-scatter, all-to-all ----
 
+
 def reducescatter_async(array: Any, op: int = _core.AVG, name: Optional[str] = None) -> Handle:
     """Reduces over ranks and gives rank r its share of the first dimension
     (the first d0 % size ranks get one row more)."""
@@ -172,8 +184,9 @@ def reducescatter_async(array: Any, op: int = _core.AVG, name: Optional[str] = N
     rows = _core.split_counts(source.shape[0], size)
     row = int(np.prod(source.shape[1:], dtype=np.int64))
     output = np.empty((rows[rank],) + source.shape[1:], source.dtype)
-    request = _core.submit_reducescatter(_core.op_name("reducescatter", name), _view(source), _view(output),
-                                         [n * row for n in rows], _core.check_op(op))
+    request = _core.submit_reducescatter(
+        _core.op_name("reducescatter", name), _view(source), _view(output), [n * row for n in rows], _core.check_op(op)
+    )
     return Handle([request], lambda: output, "reducescatter")
 
 
@@ -200,6 +213,7 @@ def alltoall_async(array: Any, splits: Optional[Sequence[int]] = None, name: Opt
         _shapes.check_compatible(what, _shapes.decode(gathered, size))
         flat = np.frombuffer(request.output, dtype=source.dtype) if request.output else np.empty(0, source.dtype)
         return flat.reshape((-1,) + source.shape[1:]) if row else flat.reshape((0,) + source.shape[1:])
+
     return Handle([shape_request, request], finish, what)
 
 
@@ -210,17 +224,21 @@ def alltoall(array: Any, splits: Optional[Sequence[int]] = None, name: Optional[
 def _split_rows(first_dim: int, size: int, splits: Optional[Sequence[int]]) -> List[int]:
     if splits is None:
         if first_dim % size:
-            raise ValueError("kolo: alltoall without splits needs the first dimension (%d) divisible by the "
-                             "number of ranks (%d)" % (first_dim, size))
+            raise ValueError(
+                "kolo: alltoall without splits needs the first dimension (%d) divisible by the "
+                "number of ranks (%d)" % (first_dim, size)
+            )
         return [first_dim // size] * size
     rows = [int(s) for s in splits]
     if len(rows) != size or any(s < 0 for s in rows) or sum(rows) != first_dim:
-        raise ValueError("kolo: alltoall splits %s must be %d non-negative counts summing to %d"
-                         % (list(rows), size, first_dim))
+        raise ValueError(
+            "kolo: alltoall splits %s must be %d non-negative counts summing to %d" % (list(rows), size, first_dim)
+        )
     return rows
 
 
 # ---- synchronisation ----
+
 
 def barrier() -> None:
     _core.submit_barrier().result()
@@ -249,7 +267,25 @@ def numpy_dtype(code: int) -> np.dtype:
     return _NUMPY[code]
 
 
-__all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
-           "allgather", "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-           "reducescatter", "reducescatter_async", "alltoall", "alltoall_async", "barrier", "join",
-           "synchronize", "poll", "as_array"]
+__all__ = [
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce",
+    "allgather",
+    "allgather_async",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "reducescatter",
+    "reducescatter_async",
+    "alltoall",
+    "alltoall_async",
+    "barrier",
+    "join",
+    "synchronize",
+    "poll",
+    "as_array",
+]

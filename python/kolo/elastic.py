@@ -33,8 +33,15 @@ from .errors import AbortedError, JobStoppedError, KoloError, KoloTimeoutError, 
 
 # statuses after which the job goes on with a re-formed ring
 RECOVERABLE = (PeerLostError, AbortedError, KoloTimeoutError, RingChangedError)
-RECOVERABLE_STATUS = {"KOLO_ERR_PEER_LOST", "KOLO_ERR_ABORTED", "KOLO_ERR_TIMEOUT", "KOLO_ERR_RING_CHANGED",
-                      "KOLO_ERR_CONNECT", "KOLO_ERR_PROTOCOL", "KOLO_ERR_STALE_EPOCH"}
+RECOVERABLE_STATUS = {
+    "KOLO_ERR_PEER_LOST",
+    "KOLO_ERR_ABORTED",
+    "KOLO_ERR_TIMEOUT",
+    "KOLO_ERR_RING_CHANGED",
+    "KOLO_ERR_CONNECT",
+    "KOLO_ERR_PROTOCOL",
+    "KOLO_ERR_STALE_EPOCH",
+}
 
 
 class RingChangedInterrupt(Exception):
@@ -129,8 +136,9 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(state, State):
-            raise TypeError("kolo.elastic.run: the first argument must be a kolo.elastic State, not %s"
-                            % type(state).__name__)
+            raise TypeError(
+                "kolo.elastic.run: the first argument must be a kolo.elastic State, not %s" % type(state).__name__
+            )
         RUNTIME.require()
         try:
             while True:
@@ -152,6 +160,7 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
             # (its worker is drained): nothing of the job is left for it to do
             RUNTIME.shutdown()
             raise SystemExit(0)
+
     return wrapper
 
 

@@ -13,8 +13,9 @@ class KoloError(RuntimeError):
     ('KOLO_ERR_PEER_LOST'), `code` its number (by default the status's, from include/kolo/status.h),
     `rank` the rank it names (or None)."""
 
-    def __init__(self, message: str, status: str = "KOLO_ERR_INTERNAL", code: Optional[int] = None,
-                 rank: Optional[int] = None):
+    def __init__(
+        self, message: str, status: str = "KOLO_ERR_INTERNAL", code: Optional[int] = None, rank: Optional[int] = None
+    ):
         super().__init__(message)
         self.status = status
         self.code = _abi.STATUS.get(status, _abi.KOLO_ERR_INTERNAL) if code is None else code
@@ -53,8 +54,7 @@ class NotInitializedError(KoloError, ValueError):
     """A kolo call before kolo.init() (or after shutdown())."""
 
     def __init__(self, what: str = "kolo"):
-        super().__init__("%s has not been initialized; call kolo.init() first" % what,
-                         "KOLO_ERR_STATE")
+        super().__init__("%s has not been initialized; call kolo.init() first" % what, "KOLO_ERR_STATE")
 
 
 class ForkedProcessError(KoloError):
@@ -63,8 +63,11 @@ class ForkedProcessError(KoloError):
     rank(), size() and the other queries still answer with the parent's values."""
 
     def __init__(self, what: str):
-        super().__init__("%s: this process (a fork of the one that called kolo.init(), e.g. a DataLoader worker) "
-                         "cannot use the ring; only the process that joined it may" % what, "KOLO_ERR_STATE")
+        super().__init__(
+            "%s: this process (a fork of the one that called kolo.init(), e.g. a DataLoader worker) "
+            "cannot use the ring; only the process that joined it may" % what,
+            "KOLO_ERR_STATE",
+        )
 
 
 class DuplicateNameError(KoloError, ValueError):

@@ -18,19 +18,34 @@ from . import _abi, _lib
 from ._runtime import RUNTIME, check_status
 
 # kolo_mode and kolo_compression (include/kolo/mode.h, through the generated _abi)
-MODES = {_abi.KOLO_MODE_SYNC: "SYNC", _abi.KOLO_MODE_ASYNC: "ASYNC", _abi.KOLO_MODE_LOCAL_SGD: "LOCAL_SGD",
-         _abi.KOLO_MODE_DILOCO: "DILOCO"}
+MODES = {
+    _abi.KOLO_MODE_SYNC: "SYNC",
+    _abi.KOLO_MODE_ASYNC: "ASYNC",
+    _abi.KOLO_MODE_LOCAL_SGD: "LOCAL_SGD",
+    _abi.KOLO_MODE_DILOCO: "DILOCO",
+}
 _MODE_CODES = {name: code for code, name in MODES.items()}
-COMPRESSIONS = {_abi.KOLO_COMPRESSION_NONE: "none", _abi.KOLO_COMPRESSION_FP16: "fp16",
-                _abi.KOLO_COMPRESSION_INT8: "int8"}
+COMPRESSIONS = {
+    _abi.KOLO_COMPRESSION_NONE: "none",
+    _abi.KOLO_COMPRESSION_FP16: "fp16",
+    _abi.KOLO_COMPRESSION_INT8: "int8",
+}
 _COMPRESSION_CODES = {name: code for code, name in COMPRESSIONS.items()}
 
 
 class _Spec(ctypes.Structure):
     """kolo_mode_spec (include/kolo/mode.h)."""
-    _fields_ = [("mode", c_int), ("sync_every", c_uint32), ("max_staleness", c_uint32), ("outer_lr", c_double),
-                ("outer_momentum", c_double), ("nesterov", c_int), ("compression", c_int),
-                ("fragments", c_uint32)]
+
+    _fields_ = [
+        ("mode", c_int),
+        ("sync_every", c_uint32),
+        ("max_staleness", c_uint32),
+        ("outer_lr", c_double),
+        ("outer_momentum", c_double),
+        ("nesterov", c_int),
+        ("compression", c_int),
+        ("fragments", c_uint32),
+    ]
 
 
 _SIGNATURES = {
@@ -57,6 +72,7 @@ def _c() -> Any:
 class ModeSpec:
     """A training mode and its parameters (kolo_mode_spec): mode is 'SYNC',
     'ASYNC', 'LOCAL_SGD' or 'DILOCO'; compression 'none', 'fp16' or 'int8'."""
+
     mode: str
     sync_every: int
     max_staleness: int
@@ -67,14 +83,29 @@ class ModeSpec:
     fragments: int
 
     def _to_c(self) -> _Spec:
-        return _Spec(_MODE_CODES[self.mode], self.sync_every, self.max_staleness, self.outer_lr, self.outer_momentum,
-                     int(self.nesterov), _COMPRESSION_CODES[self.compression], self.fragments)
+        return _Spec(
+            _MODE_CODES[self.mode],
+            self.sync_every,
+            self.max_staleness,
+            self.outer_lr,
+            self.outer_momentum,
+            int(self.nesterov),
+            _COMPRESSION_CODES[self.compression],
+            self.fragments,
+        )
 
     @staticmethod
     def _from_c(spec: _Spec) -> "ModeSpec":
-        return ModeSpec(MODES[spec.mode], int(spec.sync_every), int(spec.max_staleness), float(spec.outer_lr),
-                        float(spec.outer_momentum), bool(spec.nesterov), COMPRESSIONS[spec.compression],
-                        int(spec.fragments))
+        return ModeSpec(
+            MODES[spec.mode],
+            int(spec.sync_every),
+            int(spec.max_staleness),
+            float(spec.outer_lr),
+            float(spec.outer_momentum),
+            bool(spec.nesterov),
+            COMPRESSIONS[spec.compression],
+            int(spec.fragments),
+        )
 
     def as_dict(self) -> Dict[str, Any]:
         return dict(self.__dict__)

@@ -47,6 +47,6 @@ def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
     data = collectives.allgather(payload, name=base + ".data")
     out, offset = [], 0
     for length in lengths.tolist():
-        out.append(pickle.loads(data[offset:offset + length].tobytes()))
+        out.append(pickle.loads(data[offset : offset + length].tobytes()))
         offset += length
     return out

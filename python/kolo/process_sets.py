@@ -39,8 +39,9 @@ class ProcessSetLostError(KoloError):
 def _split_function() -> Any:
     lib.load()
     if not lib.sets:
-        raise KoloError("kolo: this libkolo has no process sets (kolo_comm_split); rebuild kolo",
-                        "KOLO_ERR_UNSUPPORTED")
+        raise KoloError(
+            "kolo: this libkolo has no process sets (kolo_comm_split); rebuild kolo", "KOLO_ERR_UNSUPPORTED"
+        )
     return lib.kolo_comm_split
 
 
@@ -78,8 +79,9 @@ class SetRuntime:
         self.own(what)
         comm = self.comm
         if comm is None:
-            raise ValueError("kolo: process set %d was removed or lost its ring (a re-form); add it again"
-                             % self.set_id)
+            raise ValueError(
+                "kolo: process set %d was removed or lost its ring (a re-form); add it again" % self.set_id
+            )
         return comm
 
     def rank(self) -> int:
@@ -94,21 +96,25 @@ class SetRuntime:
         if code == _abi.KOLO_OK:
             return
         try:
-            raise_for(code, "%s (process set %d)" % (what, self.set_id), self.comm, message,
-                      self.parent.stop_requested())
+            raise_for(
+                code, "%s (process set %d)" % (what, self.set_id), self.comm, message, self.parent.stop_requested()
+            )
         except KoloError as error:
             if error.rank is not None and 0 <= error.rank < len(self.ranks):
                 error.rank = self.ranks[error.rank]
-                error.args = ("%s [rank %d of the set is rank %d of the ring]"
-                              % (error.args[0], self.ranks.index(error.rank), error.rank),)
+                error.args = (
+                    "%s [rank %d of the set is rank %d of the ring]"
+                    % (error.args[0], self.ranks.index(error.rank), error.rank),
+                )
             raise
 
     def use_cuda(self, device: int) -> None:
         if self.cuda_device == device:
             return
         if self.cuda_device is not None:
-            raise ValueError("kolo: this rank already uses CUDA device %d, not %d (one GPU per rank)"
-                             % (self.cuda_device, device))
+            raise ValueError(
+                "kolo: this rank already uses CUDA device %d, not %d (one GPU per rank)" % (self.cuda_device, device)
+            )
         self.check(lib.kolo_comm_use_cuda(self.require("kolo: CUDA mode"), device), "kolo: CUDA mode")
         self.cuda_device = device
 
@@ -153,8 +159,10 @@ class ProcessSet:
         if self.process_set_id == 0:
             return RUNTIME.global_rank()
         if not self.included():
-            raise ValueError("kolo: rank %d is not part of process set %d (ranks %s)"
-                             % (RUNTIME.global_rank(), self.process_set_id, self.ranks))
+            raise ValueError(
+                "kolo: rank %d is not part of process set %d (ranks %s)"
+                % (RUNTIME.global_rank(), self.process_set_id, self.ranks)
+            )
         return self.ranks.index(RUNTIME.global_rank())
 
     def included(self) -> Optional[bool]:
@@ -184,8 +192,9 @@ class _Registry:
     def _split(self, set_id: int, ranks: List[int]) -> Optional[SetRuntime]:
         options = _lib.SplitOptions((ctypes.c_int * len(ranks))(*ranks), len(ranks), set_id, 0)
         comm = ctypes.c_void_p()
-        code = _split_function()(self.runtime.require("kolo: add_process_set"), ctypes.byref(options),
-                                 ctypes.byref(comm))
+        code = _split_function()(
+            self.runtime.require("kolo: add_process_set"), ctypes.byref(options), ctypes.byref(comm)
+        )
         if code != 0:
             self.runtime.check(code, "kolo: add_process_set %s" % ranks)
         return SetRuntime(self.runtime, comm.value, set_id, ranks) if comm.value else None
@@ -196,14 +205,17 @@ class _Registry:
         ranks = process_set.ranks
         size = self.runtime.global_size()
         if not ranks or ranks[0] < 0 or ranks[-1] >= size or len(set(ranks)) != len(ranks):
-            raise ValueError("kolo: process set ranks %s must be distinct ranks of the ring (0..%d)"
-                             % (ranks, size - 1))
+            raise ValueError(
+                "kolo: process set ranks %s must be distinct ranks of the ring (0..%d)" % (ranks, size - 1)
+            )
         with self.lock:
             if process_set.process_set_id is not None:
                 raise ValueError("kolo: %r was added already" % process_set)
             if ranks == list(range(size)) or any(ps.ranks == ranks for ps, _ in self.sets.values()):
-                raise ValueError("kolo: attempted to add a duplicate process set: %s (a set with these ranks "
-                                 "exists%s)" % (ranks, ", the global one" if ranks == list(range(size)) else ""))
+                raise ValueError(
+                    "kolo: attempted to add a duplicate process set: %s (a set with these ranks "
+                    "exists%s)" % (ranks, ", the global one" if ranks == list(range(size)) else "")
+                )
             set_id = next(i for i in range(1, len(self.sets) + 2) if i not in self.sets)
             member = self._split(set_id, ranks)
             self.sets[set_id] = (process_set, member)
@@ -234,11 +246,15 @@ class _Registry:
         with self.lock:
             entry = self.sets.get(process_set.process_set_id) if process_set.process_set_id else None
         if entry is None:
-            raise ValueError("kolo: %r is not added (hvd.add_process_set or hvd.init(process_sets=...)) "
-                             "or was removed" % process_set)
+            raise ValueError(
+                "kolo: %r is not added (hvd.add_process_set or hvd.init(process_sets=...)) "
+                "or was removed" % process_set
+            )
         if entry[1] is None:
-            raise ValueError("kolo: rank %d is not a member of process set %d (ranks %s)"
-                             % (self.runtime.global_rank(), process_set.process_set_id, process_set.ranks))
+            raise ValueError(
+                "kolo: rank %d is not a member of process set %d (ranks %s)"
+                % (self.runtime.global_rank(), process_set.process_set_id, process_set.ranks)
+            )
         return entry[1]
 
     def _on_ring_event(self, event: str) -> None:
@@ -268,8 +284,10 @@ class _Registry:
             raise ProcessSetLostError(
                 "kolo.elastic: the ring re-formed with %d ranks, so process set(s) %s cannot survive (a "
                 "model-parallel split needs every member); use process sets of ranks below the job's "
-                "min_workers, or re-add them in the training function" % (size, ", ".join(
-                    "%d (ranks %s)" % item for item in lost)), "KOLO_ERR_PEER_LOST")
+                "min_workers, or re-add them in the training function"
+                % (size, ", ".join("%d (ranks %s)" % item for item in lost)),
+                "KOLO_ERR_PEER_LOST",
+            )
         for set_id, (process_set, _) in sorted(self.sets.items()):
             self.sets[set_id] = (process_set, self._split(set_id, process_set.ranks))
 
@@ -311,8 +329,9 @@ def root_in_set(root_rank: Any) -> int:
     if scope is None:
         return root_rank
     if root_rank not in scope.ranks:
-        raise ValueError("kolo: root_rank %r is not a member of process set %d (ranks %s)"
-                         % (root_rank, scope.set_id, scope.ranks))
+        raise ValueError(
+            "kolo: root_rank %r is not a member of process set %d (ranks %s)" % (root_rank, scope.set_id, scope.ranks)
+        )
     return scope.ranks.index(root_rank)
 
 
@@ -334,5 +353,14 @@ def init_process_sets(process_sets: Any) -> None:
         add_process_set(process_set)
 
 
-__all__ = ["ProcessSet", "ProcessSetLostError", "global_process_set", "add_process_set", "remove_process_set",
-           "entered", "root_in_set", "init_process_sets", "process_set_scope"]
+__all__ = [
+    "ProcessSet",
+    "ProcessSetLostError",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
+    "entered",
+    "root_in_set",
+    "init_process_sets",
+    "process_set_scope",
+]

@@ -48,10 +48,12 @@ import cloudpickle
 from . import _runner_ship
 from ._runner_main import ERROR_MARK, MARK
 
-# The compressed payload rides base64 (4/3 larger) in the job spec, and a spec of more
-# than about 1 MiB is refused when it is stored (RESOURCE_EXHAUSTED, measured on etcd 3.4);
-# 720 KiB is 960 KiB in base64, leaving room for the rest of the spec.
-MAX_PAYLOAD_BYTES = 720 << 10
+# A compressed payload up to INLINE_PAYLOAD_BYTES rides base64 in the job spec (exec.env); a
+# bigger one is uploaded to kolo-server first as the job's blob (PutJobBlob: etcd, in chunks
+# outside the spec) and each worker fetches it before it starts the process. MAX_PAYLOAD_BYTES
+# is kolo-server's default --max-blob-bytes; a server may set another (its error says so).
+INLINE_PAYLOAD_BYTES = 256 << 10
+MAX_PAYLOAD_BYTES = 64 << 20
 # After rank 0's ring failure (an abort, a lost peer): how long to wait for the real
 # error of the rank that caused it.
 ERROR_GRACE_S = 5.0
@@ -97,8 +99,11 @@ def _parse_np(np: Any) -> Tuple[int, int]:
         if np == 0:
             raise ValueError("np must not be 0 (np > 0: workers, np = -1: this process, np = -N: N local processes)")
         return np, np
-    if isinstance(np, (tuple, list)) and len(np) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                              for v in np):
+    if (
+        isinstance(np, (tuple, list))
+        and len(np) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in np)
+    ):
         low, high = np
         if low < 1 or high < low:
             raise ValueError("np=(min_np, max_np) needs 1 <= min_np <= max_np, got %r" % (tuple(np),))
@@ -107,8 +112,15 @@ def _parse_np(np: Any) -> Tuple[int, int]:
 
 
 # the job spec's mode parameters (proto/kolo/v1/job.proto JobSpec) and their Python types
-MODE_PARAMS = {"average_every": int, "max_staleness": int, "outer_learning_rate": float, "outer_momentum": float,
-               "outer_nesterov": bool, "compression": str, "fragments": int}
+MODE_PARAMS = {
+    "average_every": int,
+    "max_staleness": int,
+    "outer_learning_rate": float,
+    "outer_momentum": float,
+    "outer_nesterov": bool,
+    "compression": str,
+    "fragments": int,
+}
 MODES = ("SYNC", "ASYNC", "LOCAL_SGD", "DILOCO")
 
 
@@ -117,8 +129,9 @@ def _parse_mode(mode: Optional[str], params: Dict[str, Any]) -> Dict[str, Any]:
     the service's to check (at submit, naming the field)."""
     unknown = sorted(set(params) - set(MODE_PARAMS))
     if unknown:
-        raise TypeError("Runner() got unknown argument(s) %s (mode parameters: %s)"
-                        % (", ".join(unknown), ", ".join(MODE_PARAMS)))
+        raise TypeError(
+            "Runner() got unknown argument(s) %s (mode parameters: %s)" % (", ".join(unknown), ", ".join(MODE_PARAMS))
+        )
     if mode is None:
         if params:
             raise ValueError("Runner(): %s given without a mode" % ", ".join(sorted(params)))
@@ -130,9 +143,16 @@ def _parse_mode(mode: Optional[str], params: Dict[str, Any]) -> Dict[str, Any]:
         if value is None:
             continue
         kind = MODE_PARAMS[name]
-        if kind is bool and not isinstance(value, bool) or kind is int and (isinstance(value, bool) or
-                                                                            not isinstance(value, int)) \
-                or kind is float and not isinstance(value, (int, float)) or kind is str and not isinstance(value, str):
+        if (
+            kind is bool
+            and not isinstance(value, bool)
+            or kind is int
+            and (isinstance(value, bool) or not isinstance(value, int))
+            or kind is float
+            and not isinstance(value, (int, float))
+            or kind is str
+            and not isinstance(value, str)
+        ):
             raise TypeError("Runner(): %s must be %s, not %r" % (name, kind.__name__, value))
         if name == "compression":  # the spec's enum: COMPRESSION_NONE, _FP16, _INT8
             if value.strip().lower() not in _COMPRESSIONS:
@@ -144,9 +164,15 @@ def _parse_mode(mode: Optional[str], params: Dict[str, Any]) -> Dict[str, Any]:
 
 _COMPRESSIONS = ("none", "fp16", "int8")
 # kolorun's options for the spec's mode fields (np=-N runs)
-_KOLORUN_OPTIONS = {"average_every": "--sync-every", "max_staleness": "--max-staleness",
-                    "outer_learning_rate": "--outer-lr", "outer_momentum": "--outer-momentum",
-                    "outer_nesterov": "--nesterov", "compression": "--compression", "fragments": "--fragments"}
+_KOLORUN_OPTIONS = {
+    "average_every": "--sync-every",
+    "max_staleness": "--max-staleness",
+    "outer_learning_rate": "--outer-lr",
+    "outer_momentum": "--outer-momentum",
+    "outer_nesterov": "--nesterov",
+    "compression": "--compression",
+    "fragments": "--fragments",
+}
 
 
 def _kolorun_mode(mode: Dict[str, Any]) -> List[str]:
@@ -160,7 +186,7 @@ def _kolorun_mode(mode: Dict[str, Any]) -> List[str]:
         if name == "outer_nesterov":
             value = int(value)
         elif name == "compression":
-            value = value[len("COMPRESSION_"):].lower()
+            value = value[len("COMPRESSION_") :].lower()
         argv += [_KOLORUN_OPTIONS[name], str(value)]
     return argv
 
@@ -179,8 +205,11 @@ def _by_value(fn: Callable[..., Any]) -> None:
 
 
 def _find_kolorun() -> str:
-    for candidate in (os.environ.get("KOLO_BIN_DIR") and os.path.join(os.environ["KOLO_BIN_DIR"], "kolorun"),
-                      shutil.which("kolorun"), os.path.join(_CHECKOUT, "build", "bin", "kolorun")):
+    for candidate in (
+        os.environ.get("KOLO_BIN_DIR") and os.path.join(os.environ["KOLO_BIN_DIR"], "kolorun"),
+        shutil.which("kolorun"),
+        os.path.join(_CHECKOUT, "build", "bin", "kolorun"),
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     raise FileNotFoundError("np=-N needs kolorun: build kolo, put kolorun on PATH or set KOLO_BIN_DIR")
@@ -189,8 +218,10 @@ def _find_kolorun() -> str:
 def _where(rank: int, job_id: str) -> str:
     if not job_id:
         return "raised on rank %d" % rank
-    return ("raised on rank %d of job %s; every rank's output: `kolo logs %s --rank N` (rank %d: "
-            "`kolo logs %s --rank %d`)" % (rank, job_id, job_id, rank, job_id, rank))
+    return (
+        "raised on rank %d of job %s; every rank's output: `kolo logs %s --rank N` (rank %d: "
+        "`kolo logs %s --rank %d`)" % (rank, job_id, job_id, rank, job_id, rank)
+    )
 
 
 def _decode(data: Union[bytes, Dict[str, Any]], rank: int = 0, job_id: str = "") -> Any:
@@ -208,8 +239,9 @@ def _decode(data: Union[bytes, Dict[str, Any]], rank: int = 0, job_id: str = "")
         except Exception:  # noqa: BLE001 - e.g. a class this process cannot import
             exc = None
     if not isinstance(exc, BaseException):
-        exc = RemoteError("%s: %s\n\nremote traceback:\n%s" % (result.get("type"), result.get("message"),
-                                                               result.get("traceback", "")))
+        exc = RemoteError(
+            "%s: %s\n\nremote traceback:\n%s" % (result.get("type"), result.get("message"), result.get("traceback", ""))
+        )
     try:
         exc.kolo_rank = rank  # type: ignore[attr-defined]
         if hasattr(exc, "add_note"):
@@ -234,9 +266,9 @@ class _Marks:
     def take(self, text: str) -> Optional[int]:
         """Records a marked line; the rank whose result it completed, else None."""
         if text.startswith(self.result_mark):
-            rank, rest = 0, text[len(self.result_mark):]
+            rank, rest = 0, text[len(self.result_mark) :]
         else:
-            head, _, rest = text[len(self.error_mark):].partition(" ")
+            head, _, rest = text[len(self.error_mark) :].partition(" ")
             rank = int(head)
         index, _, chunk = rest.partition(" ")
         number, _, count = index.partition("/")
@@ -292,11 +324,23 @@ class Runner:
     in that mode (docs/PYTHON.md); the service checks the values at submit.
     """
 
-    def __init__(self, np: Union[int, Sequence[int]] = 1, server: Optional[str] = None, token: Optional[str] = None,
-                 tls: Union[None, bool, str] = None, name: str = "kolo-runner", env: Optional[Mapping[str, str]] = None,
-                 python: str = "/usr/bin/python3", max_reconfigurations: int = 0, timeout: Optional[float] = None,
-                 stream: Optional[TextIO] = None, labels: Optional[Mapping[str, str]] = None,
-                 py_modules: Sequence[Any] = (), mode: Optional[str] = None, **mode_params: Any):
+    def __init__(
+        self,
+        np: Union[int, Sequence[int]] = 1,
+        server: Optional[str] = None,
+        token: Optional[str] = None,
+        tls: Union[None, bool, str] = None,
+        name: str = "kolo-runner",
+        env: Optional[Mapping[str, str]] = None,
+        python: str = "/usr/bin/python3",
+        max_reconfigurations: int = 0,
+        timeout: Optional[float] = None,
+        stream: Optional[TextIO] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        py_modules: Sequence[Any] = (),
+        mode: Optional[str] = None,
+        **mode_params: Any,
+    ):
         self.min_np, self.max_np = _parse_np(np)
         self.mode = _parse_mode(mode, mode_params)
         if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
@@ -325,11 +369,13 @@ class Runner:
             raise TypeError("fn must be callable, not %s" % type(fn).__name__)
         if self.min_np == -1:
             import kolo
+
             kolo.init()
             return fn(*args, **kwargs)
         _by_value(fn)
-        modules = _runner_ship.local_modules((fn, args, kwargs), self.py_modules,
-                                             by_value=[getattr(fn, "__module__", "") or ""])
+        modules = _runner_ship.local_modules(
+            (fn, args, kwargs), self.py_modules, by_value=[getattr(fn, "__module__", "") or ""]
+        )
         try:
             payload = _runner_ship.pack(cloudpickle.dumps((fn, args, kwargs)), modules)
         except Exception as error:  # noqa: BLE001
@@ -347,8 +393,12 @@ class Runner:
             with open(payload_file, "wb") as f:
                 f.write(payload)
             env = {k: v for k, v in os.environ.items() if not k.startswith("KOLO_") or k in _KEEP}
-            env.update(KOLO_RUNNER_PAYLOAD_FILE=payload_file, KOLO_RUNNER_RESULT_FILE=result_file,
-                       PYTHONUNBUFFERED="1", **self.env)
+            env.update(
+                KOLO_RUNNER_PAYLOAD_FILE=payload_file,
+                KOLO_RUNNER_RESULT_FILE=result_file,
+                PYTHONUNBUFFERED="1",
+                **self.env,
+            )
             path = [p for p in sys.path if p and os.path.isdir(os.path.join(p, "kolo"))]
             env["PYTHONPATH"] = os.pathsep.join(path + [env.get("PYTHONPATH", "")])
             argv = [_find_kolorun(), "-np", str(n)]
@@ -377,33 +427,66 @@ class Runner:
                 return _decode(results[real[0]], real[0])
             if 0 in results:
                 return _decode(results[0])
-            raise RunnerError("kolorun -np %d exited %d without a result from rank 0:\n%s" % (n, code, "".join(tail)),
-                              phase="FAILED", error="".join(tail))
+            raise RunnerError(
+                "kolorun -np %d exited %d without a result from rank 0:\n%s" % (n, code, "".join(tail)),
+                phase="FAILED",
+                error="".join(tail),
+            )
 
     # ---- np > 0: a kolo job ----
 
-    def _spec(self, payload: bytes, nonce: str) -> Dict[str, Any]:
+    @staticmethod
+    def _check_size(payload: bytes) -> None:
         if len(payload) > MAX_PAYLOAD_BYTES:
-            raise ValueError("fn, its arguments and shipped modules are %d bytes pickled and compressed, over the "
-                             "Runner's limit of %d bytes (kolo.runner.MAX_PAYLOAD_BYTES: they travel in the job spec, "
-                             "which etcd stores): load big data inside fn (from a path or URL every worker can read) "
-                             "instead of capturing it in fn or passing it as an argument"
-                             % (len(payload), MAX_PAYLOAD_BYTES))
-        text = base64.b64encode(payload).decode()
-        parts = [text[i:i + ENV_PART_CHARS] for i in range(0, len(text), ENV_PART_CHARS)]
+            raise ValueError(
+                "fn, its arguments and shipped modules are %d bytes pickled and compressed, over the "
+                "Runner's limit of %d bytes (kolo.runner.MAX_PAYLOAD_BYTES, kolo-server's default "
+                "--max-blob-bytes: they are uploaded to kolo-server, which stores them in etcd): load big "
+                "data inside fn (from a path or URL every worker can read) instead of capturing it in fn "
+                "or passing it as an argument" % (len(payload), MAX_PAYLOAD_BYTES)
+            )
+
+    def _spec(self, payload: bytes, nonce: str, blob: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        exec_: Dict[str, Any] = {"argv": [self.python, "-m", "kolo._runner_main"]}
         env = dict(self.env)
-        env.update({"KOLO_RUNNER_PAYLOAD_%d" % i: part for i, part in enumerate(parts)})
-        env.update(KOLO_RUNNER_PARTS=str(len(parts)), KOLO_RUNNER_NONCE=nonce)
-        return {"name": self.name, "id": "run-" + nonce, "min_workers": self.min_np, "max_workers": self.max_np,
-                "max_reconfigurations": self.max_reconfigurations, "labels": self.labels,
-                "exec": {"argv": [self.python, "-m", "kolo._runner_main"], "env": env}, **self.mode}
+        if blob is None:
+            text = base64.b64encode(payload).decode()
+            parts = [text[i : i + ENV_PART_CHARS] for i in range(0, len(text), ENV_PART_CHARS)]
+            env.update({"KOLO_RUNNER_PAYLOAD_%d" % i: part for i, part in enumerate(parts)})
+            env.update(KOLO_RUNNER_PARTS=str(len(parts)))
+        else:
+            exec_["blob"] = blob  # the worker fetches it and names its file in KOLO_JOB_BLOB
+        env.update(KOLO_RUNNER_NONCE=nonce)
+        exec_["env"] = env
+        return {
+            "name": self.name,
+            "id": "run-" + nonce,
+            "min_workers": self.min_np,
+            "max_workers": self.max_np,
+            "max_reconfigurations": self.max_reconfigurations,
+            "labels": self.labels,
+            "exec": exec_,
+            **self.mode,
+        }
 
     def _run_cluster(self, payload: bytes) -> Any:
         from . import client as kc
+
         nonce = secrets.token_hex(8)
-        spec = self._spec(payload, nonce)
+        self._check_size(payload)
         with kc.Client(self.server, token=self.token, tls=self.tls) as api:
-            job = api.submit(spec)
+            blob = None
+            if len(payload) > INLINE_PAYLOAD_BYTES:
+                try:
+                    blob = api.put_blob("run-" + nonce, payload)
+                except kc.ResourceExhaustedError as error:
+                    raise ValueError(
+                        "kolo.Runner: the payload (fn, its arguments and shipped modules: %d bytes "
+                        "pickled and compressed) is over the server's limit: %s. Load big data inside "
+                        "fn (from a path or URL every worker can read) instead of capturing it in fn "
+                        "or passing it as an argument" % (len(payload), error.message)
+                    ) from None
+            job = api.submit(self._spec(payload, nonce, blob))
             self.job_id = job.id
             try:
                 return self._read(api, job.id, _Marks(nonce))
@@ -411,8 +494,11 @@ class Runner:
                 api.cancel(job.id, reason="kolo.Runner: timed out after %s s" % self.timeout)
                 raise TimeoutError("kolo.Runner: job %s took longer than %s s (cancelled)" % (job.id, self.timeout))
             except BaseException as error:
-                reason = "kolo.Runner: fn raised" if getattr(error, "kolo_rank", None) is not None else \
-                    "kolo.Runner: interrupted"
+                reason = (
+                    "kolo.Runner: fn raised"
+                    if getattr(error, "kolo_rank", None) is not None
+                    else "kolo.Runner: interrupted"
+                )
                 try:  # the others must not wait for a new rank 0
                     if kc.Client.phase(api.get(job.id)) not in kc.FINAL_PHASES:
                         api.cancel(job.id, reason=reason)
@@ -425,6 +511,7 @@ class Runner:
         the first real error of any rank (rank 0's own ring failure only when no other
         rank's error arrives within ERROR_GRACE_S)."""
         from . import client as kc
+
         out = self.stream or sys.stdout
         lines = _follow(api.logs(job_id, follow=True, timeout=self.timeout))
         grace_end: Optional[float] = None
@@ -460,10 +547,14 @@ class Runner:
             _decode(marks.done[rank], rank, job_id)
         final = api.get(job_id)
         phase = kc.Client.phase(final)
-        raise RunnerError("kolo.Runner: job %s ended %s without a result from rank 0%s\n(every rank's output: "
-                          "`kolo logs %s`, one rank: `kolo logs %s --rank N`)"
-                          % (job_id, phase, ": " + final.status.error if final.status.error else "", job_id, job_id),
-                          job_id, phase, final.status.error)
+        raise RunnerError(
+            "kolo.Runner: job %s ended %s without a result from rank 0%s\n(every rank's output: "
+            "`kolo logs %s`, one rank: `kolo logs %s --rank N`)"
+            % (job_id, phase, ": " + final.status.error if final.status.error else "", job_id, job_id),
+            job_id,
+            phase,
+            final.status.error,
+        )
 
 
-__all__ = ["Runner", "RunnerError", "RemoteError", "RemoteTraceback", "MAX_PAYLOAD_BYTES"]
+__all__ = ["Runner", "RunnerError", "RemoteError", "RemoteTraceback", "MAX_PAYLOAD_BYTES", "INLINE_PAYLOAD_BYTES"]

@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover - older python3-protobuf
     def _message_class(descriptor: Any) -> Any:
         return _mf.MessageFactory().GetPrototype(descriptor)
 
+
 ENV = "KOLO_TENSORBOARD_DIR"
 FILE_VERSION = "brain.Event:2"
 STEP_KEYS = ("step", "global_step")
@@ -75,26 +76,34 @@ def tfrecord(data: bytes) -> bytes:
 
 def _messages() -> Any:
     """The Event and Summary classes, from descriptors with TensorFlow's field numbers."""
-    f = descriptor_pb2.FileDescriptorProto(name="kolo_tensorboard_event.proto", package="tensorflow",
-                                           syntax="proto3")
+    f = descriptor_pb2.FileDescriptorProto(name="kolo_tensorboard_event.proto", package="tensorflow", syntax="proto3")
     T = descriptor_pb2.FieldDescriptorProto
     value = f.message_type.add(name="SummaryValue")
     value.field.add(name="tag", number=1, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
     value.field.add(name="simple_value", number=2, type=T.TYPE_FLOAT, label=T.LABEL_OPTIONAL)
     summary = f.message_type.add(name="Summary")
-    summary.field.add(name="value", number=1, type=T.TYPE_MESSAGE, label=T.LABEL_REPEATED,
-                      type_name=".tensorflow.SummaryValue")
+    summary.field.add(
+        name="value", number=1, type=T.TYPE_MESSAGE, label=T.LABEL_REPEATED, type_name=".tensorflow.SummaryValue"
+    )
     event = f.message_type.add(name="Event")
     event.field.add(name="wall_time", number=1, type=T.TYPE_DOUBLE, label=T.LABEL_OPTIONAL)
     event.field.add(name="step", number=2, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL)
     event.field.add(name="file_version", number=3, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL, oneof_index=0)
-    event.field.add(name="summary", number=5, type=T.TYPE_MESSAGE, label=T.LABEL_OPTIONAL,
-                    type_name=".tensorflow.Summary", oneof_index=0)
+    event.field.add(
+        name="summary",
+        number=5,
+        type=T.TYPE_MESSAGE,
+        label=T.LABEL_OPTIONAL,
+        type_name=".tensorflow.Summary",
+        oneof_index=0,
+    )
     event.oneof_decl.add(name="what")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(f)
-    return (_message_class(pool.FindMessageTypeByName("tensorflow.Event")),
-            _message_class(pool.FindMessageTypeByName("tensorflow.Summary")))
+    return (
+        _message_class(pool.FindMessageTypeByName("tensorflow.Event")),
+        _message_class(pool.FindMessageTypeByName("tensorflow.Summary")),
+    )
 
 
 class EventWriter:
@@ -115,13 +124,20 @@ class EventWriter:
             self._file.write(tfrecord(event.SerializeToString()))
             self._file.flush()
 
-    def add_scalars(self, values: Mapping[str, Any], step: Optional[int] = None,
-                    wall_time: Optional[float] = None) -> int:
+    def add_scalars(
+        self, values: Mapping[str, Any], step: Optional[int] = None, wall_time: Optional[float] = None
+    ) -> int:
         """Writes one event with every finite number of values as a scalar (bools and
         the step itself left out); returns how many scalars it held."""
         if step is None:
-            step = next((int(values[k]) for k in STEP_KEYS if isinstance(values.get(k), (int, float))
-                         and not isinstance(values.get(k), bool)), self._step)
+            step = next(
+                (
+                    int(values[k])
+                    for k in STEP_KEYS
+                    if isinstance(values.get(k), (int, float)) and not isinstance(values.get(k), bool)
+                ),
+                self._step,
+            )
         self._step = step + 1
         summary = self.Summary()
         for tag, value in values.items():
@@ -131,8 +147,9 @@ class EventWriter:
                 continue
             summary.value.add(tag=str(tag), simple_value=float(value))
         if summary.value:
-            self._write(self.Event(wall_time=time.time() if wall_time is None else wall_time, step=step,
-                                   summary=summary))
+            self._write(
+                self.Event(wall_time=time.time() if wall_time is None else wall_time, step=step, summary=summary)
+            )
         return len(summary.value)
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ import pytest
 import cluster
 import kolo
 import kolo.mode
-from kolo.runner import MAX_PAYLOAD_BYTES, RemoteTraceback, Runner, RunnerError
+from kolo.runner import INLINE_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES, RemoteTraceback, Runner, RunnerError
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +122,9 @@ def test_local_helper_modules_ship_with_the_function(c, tmp_path):
             sys.modules.pop(name, None)
 
 
-def test_a_payload_near_the_limit_runs(c):
-    data = os.urandom(MAX_PAYLOAD_BYTES - (32 << 10))  # random: compression does not shrink it
+def test_a_payload_near_the_inline_limit_runs_in_the_spec(c):
+    # bigger ones go as the job's blob: tests/python/test_runner_blob.py
+    data = os.urandom(INLINE_PAYLOAD_BYTES - (32 << 10))  # random: compression does not shrink it
     assert Runner(np=1, server=c.grpc_target, stream=io.StringIO(), timeout=180).run(len, data) == len(data)
 
 

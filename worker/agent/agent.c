@@ -4,6 +4,7 @@
  * the latest assignment matters, events in between may be skipped). */
 #define _GNU_SOURCE
 #include "worker/agent/agent_internal.h"
+#include "worker/agent/blob.h"
 
 /* Watch thread: keep the newest assignment value and wake the loop. */
 static void on_assignment(const kolo_etcd_watch_update *update, void *user) {
@@ -139,6 +140,8 @@ static void reap(agent *a) {
     snprintf(a->permanent, sizeof a->permanent, "%s", start_error);
   kolo_agent_proc_destroy(a->proc);
   a->proc = NULL;
+  char blob[1024]; /* the job's blob, fetched for this process (worker/agent/blob.h) */
+  if (kolo_agent_blob_path(a->work_dir, a->job, blob, sizeof blob) == KOLO_OK) unlink(blob);
   kolo_agent_capture_end(a->capture, CAPTURE_DRAIN_MS, a->stderr_tail, sizeof a->stderr_tail);
   if (code == 0) a->stderr_tail[0] = '\0';
   if (kolo_agent_mode_check_exit(&a->mode_check, code)) {

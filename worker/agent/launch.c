@@ -3,6 +3,7 @@
  * environment (KOLO_AGENT_SOCKET, the job's mode, logs and checkpoints). */
 #define _GNU_SOURCE
 #include "worker/agent/agent_internal.h"
+#include "worker/agent/blob.h"
 
 typedef struct strv {
   char **items;
@@ -159,6 +160,28 @@ static int push_builtin_argv(agent *a, strv *argv, const Kolo__V1__BuiltinProgra
   return bad;
 }
 
+/* Fetches the job's blob (worker/agent/blob.h) and names it in env as KOLO_JOB_BLOB; a blob
+ * that cannot be had fails the job for good (a->permanent says why). */
+static kolo_status push_blob(agent *a, const char *job, const Kolo__V1__BlobRef *ref, strv *env) {
+  char path[1024], why[KOLO_AGENT_MODE_REASON - 64];
+  kolo_status rc = kolo_agent_blob_path(a->work_dir, job, path, sizeof path);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (rc == KOLO_OK)
+    rc = kolo_agent_blob_fetch(a->etcd, job, ref, path, why, sizeof why);
+  else
+    snprintf(why, sizeof why, "the blob's path is too long");
+  if (rc != KOLO_OK) {
+    snprintf(a->permanent, sizeof a->permanent, "%s", why);
+    KOLO_LOGE(LOG, "job %s: %s", job, a->permanent);
+    return rc;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  KOLO_LOGI(LOG, "job %s: fetched its blob (%" PRIu64 " bytes) into %s in %ld ms", job, ref->size,
+            path, (long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
+  return strv_push(env, format("KOLO_JOB_BLOB=%s", path)) ? KOLO_ERR_NO_MEMORY : KOLO_OK;
+}
+
 /* Starts the process for job at ring. */
 void kolo_agent_start_process(agent *a, const char *job, const kolo_ringspec *ring) {
   char key[512];
@@ -191,6 +214,7 @@ void kolo_agent_start_process(agent *a, const char *job, const kolo_ringspec *ri
     if (!user_tensorboard && spec->tensorboard_dir && spec->tensorboard_dir[0])
       bad |= strv_push(&env, format("KOLO_TENSORBOARD_DIR=%s", spec->tensorboard_dir));
     cwd = exec->working_dir;
+    if (exec->blob && push_blob(a, job, exec->blob, &env) != KOLO_OK) goto out;
   } else if (spec->program_case == KOLO__V1__JOB_SPEC__PROGRAM_BUILTIN && spec->builtin) {
     bad |= push_builtin_argv(a, &argv, spec->builtin, spec);
   }

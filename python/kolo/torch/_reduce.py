@@ -37,7 +37,7 @@ def quantize(x: torch.Tensor) -> torch.Tensor:
 def dequantize(data: torch.Tensor, count: int) -> torch.Tensor:
     """The inverse of quantize for count elements."""
     q = data[:count].view(torch.int8).to(torch.float32).reshape(-1, CHUNK)
-    scale = data[count:count + 4 * (count // CHUNK)].view(torch.float32)
+    scale = data[count : count + 4 * (count // CHUNK)].view(torch.float32)
     return (q * scale.unsqueeze(1)).reshape(-1)
 
 
@@ -55,8 +55,17 @@ def ring_bytes(kind: str, nbytes: int, size: int) -> int:
 class Reduction:
     """One weighted average in flight, named name (the same on every rank)."""
 
-    def __init__(self, vector: torch.Tensor, weight: float, step_time: float, done: bool, name: str,
-                 compression: str, size: int, rank: int) -> None:
+    def __init__(
+        self,
+        vector: torch.Tensor,
+        weight: float,
+        step_time: float,
+        done: bool,
+        name: str,
+        compression: str,
+        size: int,
+        rank: int,
+    ) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError("kolo: compression must be one of %s, not %r" % (", ".join(COMPRESSIONS), compression))
         self.name = name
@@ -71,8 +80,10 @@ class Reduction:
         # weight sum and done count (Sum), step time (Min): small, float64
         self._meta = torch.tensor([float(weight), 1.0 if done else 0.0], dtype=torch.float64)
         self._pace = torch.tensor([float(step_time) if step_time > 0 else float("inf")], dtype=torch.float64)
-        self._handles: List[Any] = [allreduce_async_(self._meta, name=name + ".w", op=Sum),
-                                    allreduce_async_(self._pace, name=name + ".t", op=Min)]
+        self._handles: List[Any] = [
+            allreduce_async_(self._meta, name=name + ".w", op=Sum),
+            allreduce_async_(self._pace, name=name + ".t", op=Min),
+        ]
         weighted = vector.detach().to(torch.float32) * float(weight)
         if compression == "none":
             self._buffer = weighted.contiguous()
@@ -86,7 +97,7 @@ class Reduction:
             # pad to size shards of a whole number of chunks
             self._shard = -(-max(self.count, 1) // (size * CHUNK)) * CHUNK
             padded = torch.zeros(size * self._shard, dtype=torch.float32)
-            padded[:self.count] = weighted
+            padded[: self.count] = weighted
             self._parts = padded.split(self._shard)
             self._rank = rank
             self._hop = 0
@@ -120,9 +131,11 @@ class Reduction:
             if self.compression == "int8":
                 gathered = outputs[0]
                 per_rank = gathered.numel() // self.size
-                shards = [dequantize(gathered[r * per_rank:(r + 1) * per_rank], self._shard) for r in range(self.size)]
+                shards = [
+                    dequantize(gathered[r * per_rank : (r + 1) * per_rank], self._shard) for r in range(self.size)
+                ]
                 # rank q summed shard q + 1 (mod size)
-                summed = torch.cat([shards[(s - 1) % self.size] for s in range(self.size)])[:self.count]
+                summed = torch.cat([shards[(s - 1) % self.size] for s in range(self.size)])[: self.count]
             else:
                 summed = self._buffer.to(torch.float32)
             self.result = summed / self.weight_sum if self.weight_sum > 0 else summed

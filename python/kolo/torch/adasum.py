@@ -46,26 +46,31 @@ def pair(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def tree(vectors: List[torch.Tensor]) -> torch.Tensor:
     """The rank-ordered vectors combined pairwise, level by level."""
     while len(vectors) > 1:
-        vectors = [pair(vectors[i], vectors[i + 1]) if i + 1 < len(vectors) else vectors[i]
-                   for i in range(0, len(vectors), 2)]
+        vectors = [
+            pair(vectors[i], vectors[i + 1]) if i + 1 < len(vectors) else vectors[i] for i in range(0, len(vectors), 2)
+        ]
     return vectors[0]
 
 
-def allreduce_into(source: torch.Tensor, target: torch.Tensor, name: bytes, prescale: float,
-                   postscale: float) -> Handle:
+def allreduce_into(
+    source: torch.Tensor, target: torch.Tensor, name: bytes, prescale: float, postscale: float
+) -> Handle:
     """target = Adasum over ranks of source * prescale, times postscale."""
     from .ops import allgather_async  # ops imports this module
+
     if not source.dtype.is_floating_point:
         raise ValueError("kolo: Adasum needs floating-point tensors, not %s" % source.dtype)
     flat = source.detach().reshape(1, -1).to(torch.float64) * prescale
-    gathered = allgather_async(flat.to(source.dtype) if source.dtype != torch.float64 else flat,
-                               name.decode() + ".adasum")
+    gathered = allgather_async(
+        flat.to(source.dtype) if source.dtype != torch.float64 else flat, name.decode() + ".adasum"
+    )
 
     def finish() -> torch.Tensor:
         rows = gathered.wait().to(torch.float64)
         combined = tree(list(rows)) * postscale
         target.copy_(combined.reshape(target.shape).to(target.dtype))
         return target
+
     return Handle(gathered.requests, finish, "adasum %s" % name.decode(errors="replace"))
 
 

@@ -30,16 +30,19 @@ from . import ops
 
 def _differentiable(op: int, what: str) -> None:
     if op not in (ops.Sum, ops.Average):
-        raise RuntimeError("kolo: %s with op %s has no gradient (only Sum and Average are differentiable)"
-                           % (what, _core.OP_NAMES[op]))
+        raise RuntimeError(
+            "kolo: %s with op %s has no gradient (only Sum and Average are differentiable)" % (what, _core.OP_NAMES[op])
+        )
 
 
 def _scoped(backward: Callable[..., Any]) -> Callable[..., Any]:
     """Runs a backward pass on the process set its forward ran on (ctx.scope)."""
+
     @functools.wraps(backward)
     def run(ctx: Any, *grads: Any) -> Any:
         with in_scope(getattr(ctx, "scope", None)):
             return backward(ctx, *grads)
+
     return run
 
 
@@ -54,8 +57,9 @@ def _offsets(rows: List[int]) -> List[Tuple[int, int]]:
 
 class Allreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale: float,
-                postscale: float) -> torch.Tensor:
+    def forward(
+        ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale: float, postscale: float
+    ) -> torch.Tensor:
         ctx.scope = current_scope()
         ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
         return ops.allreduce_async(tensor, None, name, op, prescale, postscale).wait()
@@ -70,8 +74,9 @@ class Allreduce(torch.autograd.Function):
 
 class GroupedAllreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, name: Optional[str], op: int, prescale: float, postscale: float,
-                *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+    def forward(
+        ctx: Any, name: Optional[str], op: int, prescale: float, postscale: float, *tensors: torch.Tensor
+    ) -> Tuple[torch.Tensor, ...]:
         ctx.scope = current_scope()
         ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
         return tuple(ops.grouped_allreduce_async(list(tensors), None, name, op, prescale, postscale).wait())
@@ -96,7 +101,7 @@ class Allgather(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Any, ...]:
         rows = ctx.shape[0] if len(ctx.shape) else 1
         reduced = ops.allreduce_async(grad, None, None, ops.Average).wait()
-        (offset, rows), = _offsets([rows])
+        ((offset, rows),) = _offsets([rows])
         return reduced.narrow(0, offset, rows).reshape(ctx.shape), None
 
 
@@ -105,6 +110,7 @@ class GroupedAllgather(torch.autograd.Function):
     def forward(ctx: Any, name: Optional[str], *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         ctx.scope = current_scope()
         from .grouped import grouped_allgather_async
+
         ctx.shapes = [t.shape for t in tensors]
         return tuple(grouped_allgather_async(list(tensors), name).wait())
 
@@ -113,8 +119,9 @@ class GroupedAllgather(torch.autograd.Function):
     def backward(ctx: Any, *grads: torch.Tensor) -> Tuple[Any, ...]:
         reduced = ops.grouped_allreduce_async(list(grads), None, None, ops.Average).wait()
         blocks = _offsets([s[0] if len(s) else 1 for s in ctx.shapes])
-        return (None,) + tuple(r.narrow(0, offset, rows).reshape(shape)
-                               for r, (offset, rows), shape in zip(reduced, blocks, ctx.shapes))
+        return (None,) + tuple(
+            r.narrow(0, offset, rows).reshape(shape) for r, (offset, rows), shape in zip(reduced, blocks, ctx.shapes)
+        )
 
 
 class Broadcast(torch.autograd.Function):
@@ -140,8 +147,9 @@ def _scatter_grad(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
 
 class Reducescatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale: float,
-                postscale: float) -> torch.Tensor:
+    def forward(
+        ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale: float, postscale: float
+    ) -> torch.Tensor:
         ctx.scope = current_scope()
         ctx.op, ctx.prescale, ctx.postscale = op, float(prescale), float(postscale)
         return ops.reducescatter_async(tensor, name, op, None, prescale, postscale).wait()
@@ -155,10 +163,12 @@ class Reducescatter(torch.autograd.Function):
 
 class GroupedReducescatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, name: Optional[str], op: int, prescale: float, postscale: float,
-                *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+    def forward(
+        ctx: Any, name: Optional[str], op: int, prescale: float, postscale: float, *tensors: torch.Tensor
+    ) -> Tuple[torch.Tensor, ...]:
         ctx.scope = current_scope()
         from .grouped import grouped_reducescatter_async
+
         ctx.op, ctx.prescale, ctx.postscale = op, float(prescale), float(postscale)
         return tuple(grouped_reducescatter_async(list(tensors), name, op, None, prescale, postscale).wait())
 
@@ -166,6 +176,7 @@ class GroupedReducescatter(torch.autograd.Function):
     @_scoped
     def backward(ctx: Any, *grads: torch.Tensor) -> Tuple[Any, ...]:
         from .grouped import grouped_allgather_async
+
         _differentiable(ctx.op, "grouped_reducescatter")
         gathered = grouped_allgather_async([_scatter_grad(ctx, g) for g in grads]).wait()
         return (None, None, None, None) + tuple(gathered)
@@ -187,5 +198,13 @@ class Alltoall(torch.autograd.Function):
         return back, None, None
 
 
-__all__ = ["Allreduce", "GroupedAllreduce", "Allgather", "GroupedAllgather", "Broadcast", "Reducescatter",
-           "GroupedReducescatter", "Alltoall"]
+__all__ = [
+    "Allreduce",
+    "GroupedAllreduce",
+    "Allgather",
+    "GroupedAllgather",
+    "Broadcast",
+    "Reducescatter",
+    "GroupedReducescatter",
+    "Alltoall",
+]

@@ -62,5 +62,15 @@ def mpi_threads_supported() -> bool:
     return False
 
 
-__all__ = ["nccl_built", "cuda_built", "rocm_built", "mpi_built", "gloo_built", "ccl_built", "ddl_built",
-           "mpi_enabled", "gloo_enabled", "mpi_threads_supported"]
+__all__ = [
+    "nccl_built",
+    "cuda_built",
+    "rocm_built",
+    "mpi_built",
+    "gloo_built",
+    "ccl_built",
+    "ddl_built",
+    "mpi_enabled",
+    "gloo_enabled",
+    "mpi_threads_supported",
+]

@@ -34,6 +34,7 @@ _NAME = re.compile(r"^checkpoint-(\d+)\.pt$")
 
 def _to_cpu(value: Any) -> Any:
     import torch
+
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
@@ -61,6 +62,7 @@ class Checkpointer:
 
     def _rank(self) -> int:
         from .. import is_initialized, rank
+
         return rank() if is_initialized() else 0
 
     def steps(self) -> List[int]:
@@ -84,12 +86,14 @@ class Checkpointer:
         for key, value in state.items():
             value = value.state_dict() if hasattr(value, "state_dict") else value
             snapshot[key] = _to_cpu(value)
-        self._thread = threading.Thread(target=self._write, args=(int(step), snapshot),
-                                        name="kolo-checkpoint", daemon=True)
+        self._thread = threading.Thread(
+            target=self._write, args=(int(step), snapshot), name="kolo-checkpoint", daemon=True
+        )
         self._thread.start()
 
     def _write(self, step: int, snapshot: Dict[str, Any]) -> None:
         import torch
+
         try:
             assert self.folder is not None
             os.makedirs(self.folder, exist_ok=True)
@@ -105,7 +109,7 @@ class Checkpointer:
                 os.fsync(folder)
             finally:
                 os.close(folder)
-            for old in self.steps()[:-self.keep]:
+            for old in self.steps()[: -self.keep]:
                 try:
                     os.remove(self.path(old))
                 except FileNotFoundError:
@@ -128,6 +132,7 @@ class Checkpointer:
     def load_latest(self) -> Optional[Dict[str, Any]]:
         """The newest checkpoint that loads (on this rank's filesystem), or None."""
         import torch
+
         for step in reversed(self.steps()):
             try:
                 return torch.load(self.path(step), map_location="cpu", weights_only=False)
@@ -140,6 +145,7 @@ class Checkpointer:
         reads, then broadcasts); returns the step after it, 0 when there is none."""
         from .. import is_initialized, size
         from .functions import broadcast_object
+
         state = self.load_latest() if self.enabled and self._rank() == 0 else None
         if is_initialized() and size() > 1:
             state = broadcast_object(state, root_rank=0)

@@ -50,5 +50,6 @@ class FP16Compressor(Compressor):
 
 class Compression:
     """Compression.none and Compression.fp16."""
+
     none = NoneCompressor
     fp16 = FP16Compressor

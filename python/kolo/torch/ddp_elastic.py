@@ -67,11 +67,14 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(state: elastic.State, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(state, elastic.State):
-            raise TypeError("kolo.torch.distributed.elastic_run: the first argument must be a kolo.elastic "
-                            "State, not %s" % type(state).__name__)
+            raise TypeError(
+                "kolo.torch.distributed.elastic_run: the first argument must be a kolo.elastic "
+                "State, not %s" % type(state).__name__
+            )
         if not dist.is_initialized() or dist.get_backend() != "kolo":
-            raise RuntimeError("kolo.torch.distributed.elastic_run: call "
-                               "torch.distributed.init_process_group(backend=\"kolo\") first")
+            raise RuntimeError(
+                "kolo.torch.distributed.elastic_run: call " 'torch.distributed.init_process_group(backend="kolo") first'
+            )
         try:
             while True:
                 try:

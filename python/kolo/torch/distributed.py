@@ -69,7 +69,8 @@ def extension() -> ModuleType:
             if not os.path.exists(path):
                 raise ImportError(
                     "kolo's torch.distributed backend is not built (%s missing): install "
-                    "libtorch-dev and pybind11-dev (scripts/setup.sh) and rebuild kolo" % path)
+                    "libtorch-dev and pybind11-dev (scripts/setup.sh) and rebuild kolo" % path
+                )
             loader = importlib.machinery.ExtensionFileLoader("_kolo_c10d", path)
             spec = importlib.util.spec_from_file_location("_kolo_c10d", path, loader=loader)
             module = importlib.util.module_from_spec(spec)
@@ -107,8 +108,10 @@ def _local_host() -> str:
 def _listen(host: str) -> Tuple[int, str]:
     listener = ctypes.c_void_p()
     lib = _lib.lib
-    raise_for(lib.kolo_listener_create(("%s:0" % host).encode(), ctypes.byref(listener)),
-              "kolo backend: listening on %s" % host)
+    raise_for(
+        lib.kolo_listener_create(("%s:0" % host).encode(), ctypes.byref(listener)),
+        "kolo backend: listening on %s" % host,
+    )
     buffer = ctypes.create_string_buffer(_ADDRESS_BYTES)
     code = lib.kolo_listener_address(listener, buffer, _ADDRESS_BYTES)
     if code != 0:
@@ -140,12 +143,22 @@ def store_rendezvous(store: Any, rank: int, size: int, timeout: datetime.timedel
     local_rank, local_size = _locality(peers, rank)
     encoded = [peer.encode() for peer in peers]
     array = (ctypes.c_char_p * size)(*encoded)
-    spec = _lib.RingSpec(epoch=1, rank=rank, size=size, local_rank=local_rank, local_size=local_size,
-                         peers=array, secret=secret, timeout_ms=_timeout_ms(timeout))
+    spec = _lib.RingSpec(
+        epoch=1,
+        rank=rank,
+        size=size,
+        local_rank=local_rank,
+        local_size=local_size,
+        peers=array,
+        secret=secret,
+        timeout_ms=_timeout_ms(timeout),
+    )
     comm = ctypes.c_void_p()
     # kolo_comm_create owns the listener from here on, also when it fails
-    raise_for(_lib.lib.kolo_comm_create(ctypes.byref(spec), ctypes.c_void_p(listener), ctypes.byref(comm)),
-              "kolo backend: forming the ring of %d ranks (rank %d, peers %s)" % (size, rank, ", ".join(peers)))
+    raise_for(
+        _lib.lib.kolo_comm_create(ctypes.byref(spec), ctypes.c_void_p(listener), ctypes.byref(comm)),
+        "kolo backend: forming the ring of %d ranks (rank %d, peers %s)" % (size, rank, ", ".join(peers)),
+    )
     return comm.value
 
 
@@ -155,8 +168,11 @@ def _create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> An
     module = extension()
     comm, owned = None, True
     with _lock:
-        if _job_comm is not None and _lib.lib.kolo_comm_rank(_job_comm) == rank \
-                and _lib.lib.kolo_comm_size(_job_comm) == size:
+        if (
+            _job_comm is not None
+            and _lib.lib.kolo_comm_rank(_job_comm) == rank
+            and _lib.lib.kolo_comm_size(_job_comm) == size
+        ):
             comm, owned, _job_comm = _job_comm, False, None
     if comm is None:
         comm = store_rendezvous(store, rank, size, timeout)
@@ -171,8 +187,11 @@ def _create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> An
 def _broadcast_text(comm: int, text: str) -> str:
     """Rank 0's text on every rank of comm (at most 255 bytes)."""
     buffer = ctypes.create_string_buffer(text.encode(), _ADDRESS_BYTES)
-    raise_for(_lib.lib.kolo_broadcast(comm, buffer, _ADDRESS_BYTES, _UINT8, 0),
-              "kolo backend: broadcasting the store's address", comm)
+    raise_for(
+        _lib.lib.kolo_broadcast(comm, buffer, _ADDRESS_BYTES, _UINT8, 0),
+        "kolo backend: broadcasting the store's address",
+        comm,
+    )
     return buffer.value.decode()
 
 
@@ -184,8 +203,9 @@ def _store_host(comm: int) -> str:
     return socket.gethostbyname(socket.gethostname())
 
 
-def kolo_rendezvous(url: str = "kolo://", timeout: datetime.timedelta = dist.default_pg_timeout,
-                    **kwargs: Any) -> Iterator[Tuple[Any, int, int]]:
+def kolo_rendezvous(
+    url: str = "kolo://", timeout: datetime.timedelta = dist.default_pg_timeout, **kwargs: Any
+) -> Iterator[Tuple[Any, int, int]]:
     """A c10d rendezvous handler on the kolo job's ring (kolo.init()): yields
     (TCPStore, rank, size). The default process group then runs on that ring."""
     global _job_comm
@@ -204,8 +224,7 @@ def kolo_rendezvous(url: str = "kolo://", timeout: datetime.timedelta = dist.def
         store = dist.TCPStore(host, int(port), size, False, timeout)
     # what torchrun would have set, from this ring (again after a re-form: elastic_run)
     host, port = address.rsplit(":", 1)
-    for name, value in (("MASTER_ADDR", host), ("MASTER_PORT", port), ("RANK", str(rank)),
-                        ("WORLD_SIZE", str(size))):
+    for name, value in (("MASTER_ADDR", host), ("MASTER_PORT", port), ("RANK", str(rank)), ("WORLD_SIZE", str(size))):
         if name not in os.environ or name in _exported:
             os.environ[name] = value
             _exported.add(name)
@@ -218,8 +237,9 @@ def kolo_rendezvous(url: str = "kolo://", timeout: datetime.timedelta = dist.def
 _env_handler = _rendezvous._rendezvous_handlers["env"]
 
 
-def _env_or_kolo(url: str, timeout: datetime.timedelta = dist.default_pg_timeout,
-                 **kwargs: Any) -> Iterator[Tuple[Any, int, int]]:
+def _env_or_kolo(
+    url: str, timeout: datetime.timedelta = dist.default_pg_timeout, **kwargs: Any
+) -> Iterator[Tuple[Any, int, int]]:
     """env:// as torch has it, except in a kolo job without MASTER_ADDR: the job's ring."""
     if in_kolo_job() and ("MASTER_ADDR" not in os.environ or "MASTER_ADDR" in _exported):
         return kolo_rendezvous(url, timeout, **kwargs)
@@ -229,8 +249,12 @@ def _env_or_kolo(url: str, timeout: datetime.timedelta = dist.default_pg_timeout
 def _export_job_environment() -> None:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE from a kolo launch, for scripts
     that read torchrun's variables; variables already set are kept."""
-    for torch_name, kolo_name in (("RANK", "KOLO_RANK"), ("WORLD_SIZE", "KOLO_SIZE"),
-                                  ("LOCAL_RANK", "KOLO_LOCAL_RANK"), ("LOCAL_WORLD_SIZE", "KOLO_LOCAL_SIZE")):
+    for torch_name, kolo_name in (
+        ("RANK", "KOLO_RANK"),
+        ("WORLD_SIZE", "KOLO_SIZE"),
+        ("LOCAL_RANK", "KOLO_LOCAL_RANK"),
+        ("LOCAL_WORLD_SIZE", "KOLO_LOCAL_SIZE"),
+    ):
         if kolo_name in os.environ and torch_name not in os.environ:
             os.environ[torch_name] = os.environ[kolo_name]
             _exported.add(torch_name)

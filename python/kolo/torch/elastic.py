@@ -22,12 +22,14 @@ import torch
 
 from ..elastic import ObjectState, RingChangedInterrupt, State, reconfigurations, run
 from .._runtime import RUNTIME
+from .modes import rounds_of
 from .snapshot import Snapshot
 from .state_sync import optimizer_tensors_to_sync, sync_in_place
 
 
 class _Commit(NamedTuple):
     """One whole commit of a TorchState: its snapshot slot, values, rounds, samplers."""
+
     slot: int
     values: Dict[str, Any]
     rounds: Optional[Dict[str, Any]]
@@ -44,25 +46,34 @@ class TorchState(ObjectState):
     rounds are part of the state too: the round's start parameters, the outer
     optimizer's momentum and the round counters."""
 
-    def __init__(self, model: Optional[torch.nn.Module] = None, optimizer: Optional[torch.optim.Optimizer] = None,
-                 *, commit_every: int = 1, overlap: Optional[bool] = None, **values: Any) -> None:
+    def __init__(
+        self,
+        model: Optional[torch.nn.Module] = None,
+        optimizer: Optional[torch.optim.Optimizer] = None,
+        *,
+        commit_every: int = 1,
+        overlap: Optional[bool] = None,
+        **values: Any,
+    ) -> None:
         if not isinstance(commit_every, int) or isinstance(commit_every, bool) or commit_every < 1:
             raise ValueError("kolo: TorchState's commit_every must be an int >= 1, not %r" % (commit_every,))
         clash = sorted(key for key in values if hasattr(TorchState, key))
         if clash:
-            raise ValueError("kolo: TorchState values may not be named %s (TorchState's own attributes)"
-                             % ", ".join(clash))
+            raise ValueError(
+                "kolo: TorchState values may not be named %s (TorchState's own attributes)" % ", ".join(clash)
+            )
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError("kolo: TorchState's model must be a torch.nn.Module, not %s" % type(model).__name__)
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError("kolo: TorchState's optimizer must be a torch.optim.Optimizer, not %s"
-                            % type(optimizer).__name__)
+            raise TypeError(
+                "kolo: TorchState's optimizer must be a torch.optim.Optimizer, not %s" % type(optimizer).__name__
+            )
         self.model = model
         self.optimizer = optimizer
         self.commit_every = commit_every
         self._steps_since_commit = 0
         if overlap is None:  # a SYNC optimizer: only its step() changes the parameters
-            overlap = optimizer is not None and getattr(optimizer, "_kolo_rounds", None) is None
+            overlap = optimizer is not None and rounds_of(optimizer) is None
         self._overlap = False  # the first commit (at construction) copies everything at once
         self._snapshot = Snapshot(model, optimizer, overlap=bool(overlap))
         if overlap and optimizer is not None:
@@ -76,7 +87,7 @@ class TorchState(ObjectState):
 
     def _rounds(self) -> Any:
         """The kolo.torch.modes.Rounds driving the optimizer (a non-SYNC mode), if any."""
-        return getattr(self.optimizer, "_kolo_rounds", None) if self.optimizer is not None else None
+        return rounds_of(self.optimizer)
 
     def step_done(self) -> None:
         """Marks one training step done: commits at every commit_every-th call
@@ -128,8 +139,11 @@ class TorchState(ObjectState):
             self.optimizer.kolo_abandon()
         tensors: List[Tuple[str, torch.Tensor]] = []
         if self.model is not None:
-            tensors += [("model.%s" % name, tensor) for name, tensor in sorted(self.model.state_dict().items())
-                        if tensor is not None]
+            tensors += [
+                ("model.%s" % name, tensor)
+                for name, tensor in sorted(self.model.state_dict().items())
+                if tensor is not None
+            ]
         if self.optimizer is not None:  # each tensor in place, no pickled state dict
             tensors += optimizer_tensors_to_sync(self.optimizer, root_rank=0)
         sync_in_place(tensors)  # only to the ranks whose bytes differ, from the nearest holder
@@ -198,8 +212,8 @@ class ElasticSampler(torch.utils.data.Sampler):
 
     def sync(self) -> None:
         from ..objects import broadcast_object
-        self.epoch, self.processed_num = broadcast_object((self.epoch, self.processed_num), 0,
-                                                          name="elastic.sampler")
+
+        self.epoch, self.processed_num = broadcast_object((self.epoch, self.processed_num), 0, name="elastic.sampler")
         self.save()
         self.reset()
 
@@ -211,10 +225,10 @@ class ElasticSampler(torch.utils.data.Sampler):
         indices = list(range(len(self.dataset)))
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(indices)
-        remaining = indices[self.processed_num:]
+        remaining = indices[self.processed_num :]
         self.num_samples = int(math.ceil(len(remaining) / self.num_replicas)) if remaining else 0
-        padded = remaining + remaining[:self.num_samples * self.num_replicas - len(remaining)]
-        self.indices = padded[self.rank:len(padded):self.num_replicas]
+        padded = remaining + remaining[: self.num_samples * self.num_replicas - len(remaining)]
+        self.indices = padded[self.rank : len(padded) : self.num_replicas]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices)
@@ -223,5 +237,4 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self.num_samples
 
 
-__all__ = ["TorchState", "ElasticSampler", "ObjectState", "State", "run", "RingChangedInterrupt",
-           "reconfigurations"]
+__all__ = ["TorchState", "ElasticSampler", "ObjectState", "State", "run", "RingChangedInterrupt", "reconfigurations"]

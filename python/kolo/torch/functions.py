@@ -12,7 +12,7 @@ import torch
 from .. import _core, objects
 from .._runtime import RUNTIME
 from ..process_sets import entered, root_in_set
-from .ops import _check_tensor, broadcast_async_
+from .ops import check_tensor, broadcast_async_
 
 Params = Union[Mapping[str, torch.Tensor], Iterable[Tuple[str, torch.Tensor]]]
 
@@ -27,17 +27,19 @@ def broadcast_parameters(params: Params, root_rank: int = 0, process_set: Any = 
         if any(not isinstance(item, tuple) or len(item) != 2 for item in items):
             raise ValueError("kolo: broadcast_parameters needs a state_dict or a list of (name, tensor) pairs")
     else:
-        raise ValueError("kolo: broadcast_parameters needs a state_dict or named_parameters(), not %s"
-                         % type(params).__name__)
+        raise ValueError(
+            "kolo: broadcast_parameters needs a state_dict or named_parameters(), not %s" % type(params).__name__
+        )
     _core.check_root(root_rank, RUNTIME.global_size())
     handles = []
     for name, tensor in items:
         if tensor is None:
             continue
-        tensor = _check_tensor(tensor)
+        tensor = check_tensor(tensor)
         target = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
-        handles.append(broadcast_async_(target, root_rank, name="broadcast_parameters.%s" % name,
-                                        process_set=process_set))
+        handles.append(
+            broadcast_async_(target, root_rank, name="broadcast_parameters.%s" % name, process_set=process_set)
+        )
     for handle in handles:
         handle.wait()
 
@@ -48,22 +50,23 @@ def _serialise(value: Any) -> bytes:
     return buffer.getvalue()
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0,
-                              process_set: Any = None) -> None:
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0, process_set: Any = None) -> None:
     """Makes every rank's optimizer state (per-parameter buffers such as momentum,
     and every param group's hyper-parameters) equal to root_rank's; ranks whose
     optimizer has not stepped yet get the state created."""
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("kolo: broadcast_optimizer_state needs a torch.optim.Optimizer, not %s"
-                        % type(optimizer).__name__)
+        raise TypeError(
+            "kolo: broadcast_optimizer_state needs a torch.optim.Optimizer, not %s" % type(optimizer).__name__
+        )
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("kolo: cannot broadcast torch.optim.LBFGS state")
     _core.check_root(root_rank, RUNTIME.global_size())
     with entered(process_set):  # within a set, root_rank (a ring rank) becomes the set's rank
         root = root_in_set(root_rank)
         state = optimizer.state_dict() if RUNTIME.rank() == root else None
-        data = objects.broadcast_object(_serialise(state) if state is not None else None, root,
-                                        name="broadcast_optimizer_state")
+        data = objects.broadcast_object(
+            _serialise(state) if state is not None else None, root, name="broadcast_optimizer_state"
+        )
         if RUNTIME.rank() != root:
             loaded = torch.load(io.BytesIO(data))
             optimizer.load_state_dict(loaded)

@@ -70,4 +70,5 @@ def lr_scale() -> int:
     with the defaults. Measured (docs/PERFORMANCE.md): with the lr scaled by 4
     ranks LOCAL_SGD ends 14 points lower and DILOCO diverges."""
     from .. import size
+
     return size() if job_mode().mode == "SYNC" else 1

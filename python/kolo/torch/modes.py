@@ -67,22 +67,26 @@ def _write(params: List[torch.Tensor], flat: torch.Tensor) -> None:
     with torch.no_grad():
         for p in params:
             n = p.numel()
-            p.copy_(flat[offset:offset + n].view_as(p))
+            p.copy_(flat[offset : offset + n].view_as(p))
             offset += n
 
 
 def _split(params: List[torch.Tensor], fragments: int) -> List[List[torch.Tensor]]:
     """params in `fragments` contiguous groups of about equal size (in order)."""
     if fragments > len(params):
-        raise ValueError("kolo: fragments (%d) must not exceed the number of parameter tensors (%d)"
-                         % (fragments, len(params)))
+        raise ValueError(
+            "kolo: fragments (%d) must not exceed the number of parameter tensors (%d)" % (fragments, len(params))
+        )
     total = sum(p.numel() for p in params)
     groups: List[List[torch.Tensor]] = [[]]
     seen = 0
     for i, p in enumerate(params):
         left_groups = fragments - len(groups)
-        if groups[-1] and left_groups > 0 and (len(params) - i <= left_groups or
-                                               seen >= total * len(groups) / fragments):
+        if (
+            groups[-1]
+            and left_groups > 0
+            and (len(params) - i <= left_groups or seen >= total * len(groups) / fragments)
+        ):
             groups.append([])
         groups[-1].append(p)
         seen += p.numel()
@@ -114,8 +118,14 @@ class Rounds:
     """A mode applied to an optimizer (see the module doc). Use the subclasses
     LocalSGD, DiLoCo, BoundedAsync, or Rounds.from_spec(kolo.mode.ModeSpec)."""
 
-    def __init__(self, params: Any, optimizer: torch.optim.Optimizer, spec: _mode.ModeSpec,
-                 pace: str = "fastest", slack: float = SLACK) -> None:
+    def __init__(
+        self,
+        params: Any,
+        optimizer: torch.optim.Optimizer,
+        spec: _mode.ModeSpec,
+        pace: str = "fastest",
+        slack: float = SLACK,
+    ) -> None:
         if spec.mode == "SYNC":
             raise ValueError("kolo: SYNC needs no Rounds: use kolo.torch.DistributedOptimizer")
         if pace not in PACES:
@@ -141,8 +151,9 @@ class Rounds:
         self.params = params
         self.frags = [_Fragment(i, group) for i, group in enumerate(_split(params, spec.fragments))]
         # outer kind: the pseudo-gradient goes to an outer SGD; else the parameters are averaged
-        self.outer = spec.mode == "DILOCO" or (spec.mode == "LOCAL_SGD" and
-                                               (spec.compression != "none" or spec.fragments > 1))
+        self.outer = spec.mode == "DILOCO" or (
+            spec.mode == "LOCAL_SGD" and (spec.compression != "none" or spec.fragments > 1)
+        )
         # syncs of one fragment allowed in flight while this rank steps on
         if spec.mode == "ASYNC":
             self.outstanding = spec.max_staleness
@@ -160,7 +171,7 @@ class Rounds:
         self._last_done = 0  # ranks that had joined, as of the last sync folded
         self.stats = {"rounds": 0, "bytes_sent": 0, "staleness": 0, "blocked_seconds": 0.0, "steps": 0}
         self._patched = False
-        optimizer._kolo_rounds = self  # kolo.torch.elastic.TorchState finds it there
+        optimizer._kolo_rounds = self  # kolo.torch.elastic.TorchState finds it there (rounds_of)
         _ACTIVE.append(self)
 
     @staticmethod
@@ -179,6 +190,7 @@ class Rounds:
                 result = inner(*args, **kwargs)
                 self.after_step()
                 return result
+
             self.optimizer.step = step  # type: ignore[assignment]
             self._patched = True
         _mode.acknowledge(self.spec.mode)
@@ -237,8 +249,16 @@ class Rounds:
         payload = frag.start - current if self.outer else current
         step_time = self.round_compute / self.round_steps if self.round_steps else 0.0
         name = "kolo.rounds.f%d.%d" % (frag.index, frag.seq % _NAME_CYCLE)
-        reduction = Reduction(payload, frag.steps_since, step_time, self.joining, name, self.spec.compression,
-                              RUNTIME.size(), RUNTIME.rank())
+        reduction = Reduction(
+            payload,
+            frag.steps_since,
+            step_time,
+            self.joining,
+            name,
+            self.spec.compression,
+            RUNTIME.size(),
+            RUNTIME.rank(),
+        )
         frag.pending.append(_Pending(reduction, current, frag.seq))
         frag.seq += 1
         frag.steps_since = 0
@@ -336,19 +356,26 @@ class Rounds:
 
     def state_dict(self) -> Dict[str, Any]:
         """The round's start parameters, the outer momentum and the counters."""
-        return {"started": self.started, "round_steps": self.round_steps, "next_frag": self.next_frag,
-                "budget": self.budget, "stats": dict(self.stats),
-                "seq": [f.seq for f in self.frags], "steps_since": [f.steps_since for f in self.frags],
-                "start": [None if f.start is None else f.start.clone() for f in self.frags],
-                "momentum": [None if f.momentum is None else f.momentum.clone() for f in self.frags]}
+        return {
+            "started": self.started,
+            "round_steps": self.round_steps,
+            "next_frag": self.next_frag,
+            "budget": self.budget,
+            "stats": dict(self.stats),
+            "seq": [f.seq for f in self.frags],
+            "steps_since": [f.steps_since for f in self.frags],
+            "start": [None if f.start is None else f.start.clone() for f in self.frags],
+            "momentum": [None if f.momentum is None else f.momentum.clone() for f in self.frags],
+        }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.abandon()
         self.started = state["started"]
         self.round_steps, self.next_frag, self.budget = state["round_steps"], state["next_frag"], state["budget"]
         self.stats = dict(state["stats"])
-        for f, seq, since, start, momentum in zip(self.frags, state["seq"], state["steps_since"], state["start"],
-                                                  state["momentum"]):
+        for f, seq, since, start, momentum in zip(
+            self.frags, state["seq"], state["steps_since"], state["start"], state["momentum"]
+        ):
             f.seq, f.steps_since = seq, since
             f.start = None if start is None else start.clone()
             f.momentum = None if momentum is None else momentum.clone()
@@ -360,6 +387,7 @@ class Rounds:
         stepped yet receives the round start and momentum too)."""
         from ..objects import broadcast_object
         from .ops import broadcast_
+
         self.abandon()
         state = self.state_dict()
         tensors = {"start": state.pop("start"), "momentum": state.pop("momentum")}
@@ -384,8 +412,13 @@ class Rounds:
 
     def report(self) -> Dict[str, Any]:
         """The REPORT keys of this mode (kolo.report adds them)."""
-        return {"mode": self.spec.mode, "rounds": self.stats["rounds"], "bytes_sent": self.stats["bytes_sent"],
-                "staleness": self.stats["staleness"], "blocked_seconds": round(self.stats["blocked_seconds"], 3)}
+        return {
+            "mode": self.spec.mode,
+            "rounds": self.stats["rounds"],
+            "bytes_sent": self.stats["bytes_sent"],
+            "staleness": self.stats["staleness"],
+            "blocked_seconds": round(self.stats["blocked_seconds"], 3),
+        }
 
     def close(self) -> None:
         """Stops reporting this object's statistics."""
@@ -408,11 +441,30 @@ class LocalSGD(Rounds):
                 ...; optimizer.step()
     """
 
-    def __init__(self, model: Any, optimizer: torch.optim.Optimizer, sync_every: Optional[int] = None,
-                 compression: Optional[str] = None, fragments: Optional[int] = None, pace: str = "fastest",
-                 slack: float = SLACK, max_staleness: Optional[int] = None) -> None:
-        super().__init__(model, optimizer, _spec("LOCAL_SGD", sync_every=sync_every, compression=compression,
-                                                 fragments=fragments, max_staleness=max_staleness), pace, slack)
+    def __init__(
+        self,
+        model: Any,
+        optimizer: torch.optim.Optimizer,
+        sync_every: Optional[int] = None,
+        compression: Optional[str] = None,
+        fragments: Optional[int] = None,
+        pace: str = "fastest",
+        slack: float = SLACK,
+        max_staleness: Optional[int] = None,
+    ) -> None:
+        super().__init__(
+            model,
+            optimizer,
+            _spec(
+                "LOCAL_SGD",
+                sync_every=sync_every,
+                compression=compression,
+                fragments=fragments,
+                max_staleness=max_staleness,
+            ),
+            pace,
+            slack,
+        )
 
 
 class DiLoCo(Rounds):
@@ -422,15 +474,36 @@ class DiLoCo(Rounds):
     overlapped with the next max_staleness rounds (the outer step applied that
     many rounds late). Defaults are libkolo's (kolo_mode_spec_default)."""
 
-    def __init__(self, model: Any, optimizer: torch.optim.Optimizer, sync_every: Optional[int] = None,
-                 outer_lr: Optional[float] = None, outer_momentum: Optional[float] = None,
-                 nesterov: Optional[bool] = None, compression: Optional[str] = None,
-                 fragments: Optional[int] = None, pace: str = "fastest", slack: float = SLACK,
-                 max_staleness: Optional[int] = None) -> None:
-        super().__init__(model, optimizer, _spec("DILOCO", sync_every=sync_every, outer_lr=outer_lr,
-                                                 outer_momentum=outer_momentum, nesterov=nesterov,
-                                                 compression=compression, fragments=fragments,
-                                                 max_staleness=max_staleness), pace, slack)
+    def __init__(
+        self,
+        model: Any,
+        optimizer: torch.optim.Optimizer,
+        sync_every: Optional[int] = None,
+        outer_lr: Optional[float] = None,
+        outer_momentum: Optional[float] = None,
+        nesterov: Optional[bool] = None,
+        compression: Optional[str] = None,
+        fragments: Optional[int] = None,
+        pace: str = "fastest",
+        slack: float = SLACK,
+        max_staleness: Optional[int] = None,
+    ) -> None:
+        super().__init__(
+            model,
+            optimizer,
+            _spec(
+                "DILOCO",
+                sync_every=sync_every,
+                outer_lr=outer_lr,
+                outer_momentum=outer_momentum,
+                nesterov=nesterov,
+                compression=compression,
+                fragments=fragments,
+                max_staleness=max_staleness,
+            ),
+            pace,
+            slack,
+        )
 
 
 class BoundedAsync(Rounds):
@@ -438,13 +511,26 @@ class BoundedAsync(Rounds):
     are averaged in the background and folded in when the average completes; a
     rank blocks only to keep at most max_staleness averages in flight."""
 
-    def __init__(self, model: Any, optimizer: torch.optim.Optimizer, sync_every: Optional[int] = None,
-                 max_staleness: Optional[int] = None, pace: str = "fastest", slack: float = SLACK) -> None:
-        super().__init__(model, optimizer, _spec("ASYNC", sync_every=sync_every, max_staleness=max_staleness),
-                         pace, slack)
+    def __init__(
+        self,
+        model: Any,
+        optimizer: torch.optim.Optimizer,
+        sync_every: Optional[int] = None,
+        max_staleness: Optional[int] = None,
+        pace: str = "fastest",
+        slack: float = SLACK,
+    ) -> None:
+        super().__init__(
+            model, optimizer, _spec("ASYNC", sync_every=sync_every, max_staleness=max_staleness), pace, slack
+        )
 
 
-__all__ = ["Rounds", "LocalSGD", "DiLoCo", "BoundedAsync", "PACES", "active_reports", "join"]
+__all__ = ["Rounds", "LocalSGD", "DiLoCo", "BoundedAsync", "PACES", "active_reports", "join", "rounds_of"]
+
+
+def rounds_of(optimizer: Any) -> Optional["Rounds"]:
+    """The Rounds driving optimizer (one DistributedOptimizer returned in a non-SYNC mode), or None."""
+    return getattr(optimizer, "_kolo_rounds", None) if optimizer is not None else None
 
 
 def join(device: int = -1, process_set: Any = None) -> int:

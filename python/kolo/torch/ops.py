@@ -59,12 +59,14 @@ def on_process_set(function: _F) -> _F:
             return function(*args, **kwargs)
         with entered(process_set):
             return function(*args, **kwargs)
+
     return wrapper  # type: ignore[return-value]
 
 
 # ---- tensors to views ----
 
-def _check_tensor(tensor: Any) -> torch.Tensor:
+
+def check_tensor(tensor: Any) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("kolo: expected a torch.Tensor, not %s" % type(tensor).__name__)
     if tensor.dim() > _shapes.MAX_DIMS:
@@ -72,8 +74,10 @@ def _check_tensor(tensor: Any) -> torch.Tensor:
     if tensor.layout != torch.strided:
         raise TypeError("kolo: %s tensors are not supported (convert with .to_dense())" % tensor.layout)
     if tensor.dtype not in _DTYPES:
-        raise TypeError("kolo: dtype %s is not supported (bool, uint8, int8, int16, int32, int64, float16, "
-                        "bfloat16, float32, float64)" % tensor.dtype)
+        raise TypeError(
+            "kolo: dtype %s is not supported (bool, uint8, int8, int16, int32, int64, float16, "
+            "bfloat16, float32, float64)" % tensor.dtype
+        )
     if tensor.device.type not in ("cpu", "cuda"):
         raise TypeError("kolo: tensors on %s are not supported (cpu or cuda)" % tensor.device)
     return tensor
@@ -110,8 +114,9 @@ def _check_scales(tensor: torch.Tensor, prescale: float, postscale: float) -> Tu
     try:
         prescale, postscale = float(prescale), float(postscale)
     except (TypeError, ValueError):
-        raise ValueError("kolo: prescale/postscale factors must be numbers, not %r, %r"
-                         % (prescale, postscale)) from None
+        raise ValueError(
+            "kolo: prescale/postscale factors must be numbers, not %r, %r" % (prescale, postscale)
+        ) from None
     if not (math.isfinite(prescale) and math.isfinite(postscale)):
         raise ValueError("kolo: prescale/postscale factors must be finite, not %s, %s" % (prescale, postscale))
     if tensor.dtype == torch.bool and (prescale != 1.0 or postscale != 1.0):
@@ -147,6 +152,7 @@ def _shape_checked(handle: Handle, raw: bytes, tensor: torch.Tensor, kind: str) 
     def finish() -> Any:
         _shapes.check_equal(what, _shapes.decode(gathered, size))
         return inner() if inner is not None else None
+
     return Handle([shape_request] + handle.requests, finish, handle.what)
 
 
@@ -159,8 +165,10 @@ def _from_bytes(data: Optional[bytearray], dtype: torch.dtype, device: torch.dev
 
 # ---- all-reduce ----
 
-def _allreduce_into(source: torch.Tensor, target: torch.Tensor, name: bytes, op: int, prescale: float,
-                    postscale: float) -> Handle:
+
+def allreduce_into(
+    source: torch.Tensor, target: torch.Tensor, name: bytes, op: int, prescale: float, postscale: float
+) -> Handle:
     """target = op(source * prescale) * postscale; source may be target. The
     engine scales host floating-point tensors itself; CUDA tensors, integer
     tensors (Horovod's integer scaling: an Average is a Sum times
@@ -180,52 +188,78 @@ def _allreduce_into(source: torch.Tensor, target: torch.Tensor, name: bytes, op:
 
     def finish() -> torch.Tensor:
         return _scale_(target, postscale / divisor)
+
     return Handle([request], finish, "allreduce")
 
 
 @on_process_set
-def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
-                     op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                     process_set: Any = None) -> Handle:
+def allreduce_async_(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> Handle:
     """Starts an in-place all-reduce (default op Average); synchronize(handle)
     returns the tensor."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     op = _resolve_op(average, op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
     _view(tensor)
     raw = _core.op_name("allreduce", name)
-    return _shape_checked(_allreduce_into(tensor, tensor, raw, op, prescale, postscale), raw, tensor, "allreduce")
+    return _shape_checked(allreduce_into(tensor, tensor, raw, op, prescale, postscale), raw, tensor, "allreduce")
 
 
 @on_process_set
-def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
-               op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-               process_set: Any = None) -> torch.Tensor:
+def allreduce_(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> torch.Tensor:
     """In-place all-reduce; returns the tensor."""
     return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set).wait()
 
 
 @on_process_set
-def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
-                    op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                    process_set: Any = None) -> Handle:
+def allreduce_async(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> Handle:
     """Starts an all-reduce into a new tensor (the input is not modified)."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     op = _resolve_op(average, op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
     source = tensor.detach().contiguous()
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
     raw = _core.op_name("allreduce", name)
-    return _shape_checked(_allreduce_into(source, output, raw, op, prescale, postscale), raw, source, "allreduce")
+    return _shape_checked(allreduce_into(source, output, raw, op, prescale, postscale), raw, source, "allreduce")
 
 
 @on_process_set
-def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
-              compression: Compressor = Compression.none, op: Optional[int] = None,
-              prescale_factor: float = 1.0, postscale_factor: float = 1.0, process_set: Any = None) -> torch.Tensor:
+def allreduce(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    compression: Compressor = Compression.none,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> torch.Tensor:
     """All-reduces tensor over every rank into a new tensor (default op Average);
     differentiable for Sum and Average."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     op = _resolve_op(average, op)
     compressed, ctx = compression.compress(tensor)
     if compressed.requires_grad and torch.is_grad_enabled():
@@ -235,9 +269,16 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     return compression.decompress(reduced, ctx)
 
 
-def _grouped(tensors: Sequence[torch.Tensor], in_place: bool, average: Optional[bool], name: Optional[str],
-             op: Optional[int], prescale_factor: float, postscale_factor: float) -> Handle:
-    tensors = [_check_tensor(t) for t in tensors]
+def _grouped(
+    tensors: Sequence[torch.Tensor],
+    in_place: bool,
+    average: Optional[bool],
+    name: Optional[str],
+    op: Optional[int],
+    prescale_factor: float,
+    postscale_factor: float,
+) -> Handle:
+    tensors = [check_tensor(t) for t in tensors]
     op = _resolve_op(average, op)
     if not tensors:
         return Handle([], lambda: [], "grouped_allreduce")
@@ -253,8 +294,9 @@ def _grouped(tensors: Sequence[torch.Tensor], in_place: bool, average: Optional[
         sources.append(source)
         targets.append(target)
         by_dtype.setdefault(tensor.dtype, []).append((index, source, target))
-    return _group_shape_checked(_grouped_submit(group, sources, targets, by_dtype, op, prescale_factor,
-                                                postscale_factor), group, tensors)
+    return _group_shape_checked(
+        _grouped_submit(group, sources, targets, by_dtype, op, prescale_factor, postscale_factor), group, tensors
+    )
 
 
 def _group_shape_checked(handle: Handle, group: bytes, tensors: List[torch.Tensor]) -> Handle:
@@ -267,47 +309,78 @@ def _group_shape_checked(handle: Handle, group: bytes, tensors: List[torch.Tenso
     def finish() -> Any:
         _shapes.check_digests("grouped_allreduce", gathered, size, shapes, names)
         return inner() if inner is not None else None
+
     return Handle([shape_request] + handle.requests, finish, handle.what)
 
 
-def _grouped_submit(group: bytes, sources: List[torch.Tensor], targets: List[torch.Tensor], by_dtype: dict,
-                    op: int, prescale_factor: float, postscale_factor: float) -> Handle:
-    if _core.engine() and op != Adasum and all(
-            t.device.type == "cpu" and not _integer_scaled(t, prescale_factor, postscale_factor) for t in sources):
+def _grouped_submit(
+    group: bytes,
+    sources: List[torch.Tensor],
+    targets: List[torch.Tensor],
+    by_dtype: dict,
+    op: int,
+    prescale_factor: float,
+    postscale_factor: float,
+) -> Handle:
+    if (
+        _core.engine()
+        and op != Adasum
+        and all(t.device.type == "cpu" and not _integer_scaled(t, prescale_factor, postscale_factor) for t in sources)
+    ):
         requests = []
         for dtype, members in by_dtype.items():
             suffix = b"" if len(by_dtype) == 1 else b"." + str(dtype).encode()
             names = [group + b".%d" % index for index, _, _ in members]
-            requests += _core.submit_grouped_allreduce(group + suffix, names, [_view(s) for _, s, _ in members],
-                                                       [_view(t) for _, _, t in members], op,
-                                                       float(prescale_factor), float(postscale_factor))
+            requests += _core.submit_grouped_allreduce(
+                group + suffix,
+                names,
+                [_view(s) for _, s, _ in members],
+                [_view(t) for _, _, t in members],
+                op,
+                float(prescale_factor),
+                float(postscale_factor),
+            )
         return Handle(requests, lambda: targets, "grouped_allreduce")
     handles: List[Handle] = []
     for index, (source, target) in enumerate(zip(sources, targets)):
-        handles.append(_allreduce_into(source, target, group + b".%d" % index, op, float(prescale_factor),
-                                       float(postscale_factor)))
+        handles.append(
+            allreduce_into(source, target, group + b".%d" % index, op, float(prescale_factor), float(postscale_factor))
+        )
     requests = [r for h in handles for r in h.requests]
 
     def finish() -> List[torch.Tensor]:
         for h in handles:
             h.wait()
         return targets
+
     return Handle(requests, finish, "grouped_allreduce")
 
 
 @on_process_set
-def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
-                            name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
-                            postscale_factor: float = 1.0, process_set: Any = None) -> Handle:
+def grouped_allreduce_async(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> Handle:
     """Starts an all-reduce of a list of tensors as one negotiated, fused unit."""
     return _grouped(tensors, False, average, name, op, prescale_factor, postscale_factor)
 
 
 @on_process_set
-def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
-                      compression: Compressor = Compression.none, op: Optional[int] = None,
-                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      process_set: Any = None) -> List[torch.Tensor]:
+def grouped_allreduce(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    compression: Compressor = Compression.none,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> List[torch.Tensor]:
     """All-reduces a list of tensors into new tensors, as one unit;
     differentiable for Sum and Average (each gradient all-reduced the same way)."""
     compressed = [compression.compress(t) for t in tensors]
@@ -321,26 +394,39 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
 
 
 @on_process_set
-def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
-                             name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
-                             postscale_factor: float = 1.0, process_set: Any = None) -> Handle:
+def grouped_allreduce_async_(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> Handle:
     return _grouped(tensors, True, average, name, op, prescale_factor, postscale_factor)
 
 
 @on_process_set
-def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
-                       op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                       process_set: Any = None) -> List[torch.Tensor]:
+def grouped_allreduce_(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> List[torch.Tensor]:
     return _grouped(tensors, True, average, name, op, prescale_factor, postscale_factor).wait()
 
 
 # ---- all-gather ----
 
+
 @on_process_set
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any = None) -> Handle:
     """Starts a concatenation of every rank's tensor along the first dimension
     (which may differ by rank; the others must match)."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     source = tensor.detach().contiguous()
     if source.dim() == 0:
         source = source.reshape(1)
@@ -358,20 +444,24 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_se
 
     if _core.engine() and source.device.type == "cpu":
         data = _core.submit_allgather(raw, _view(source), None, _core.size_array(size))
-        return Handle([shape_request, data],
-                      lambda: _from_bytes(data.output, source.dtype, source.device).reshape(shape_out()), what)
+        return Handle(
+            [shape_request, data],
+            lambda: _from_bytes(data.output, source.dtype, source.device).reshape(shape_out()),
+            what,
+        )
 
     def two_stage() -> torch.Tensor:
         output = torch.empty(shape_out(), dtype=source.dtype, device=source.device)
         _core.submit_allgather(raw, _view(source), _view(output), None).result()
         return output
+
     return Handle([shape_request], two_stage, what)
 
 
 @on_process_set
 def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any = None) -> torch.Tensor:
     """Concatenates every rank's tensor along the first dimension; differentiable."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         return autograd.Allgather.apply(tensor, name)
     return allgather_async(tensor, name).wait()
@@ -379,11 +469,13 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any
 
 # ---- broadcast ----
 
+
 @on_process_set
-def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-                     process_set: Any = None) -> Handle:
+def broadcast_async_(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set: Any = None
+) -> Handle:
     """Starts an in-place broadcast of root_rank's tensor."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     root = _core.check_root(root_in_set(root_rank), RUNTIME.size())
     raw = _core.op_name("broadcast", name)
     request = _core.submit_broadcast(raw, _view(tensor), root)
@@ -391,25 +483,27 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
 
 
 @on_process_set
-def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-               process_set: Any = None) -> torch.Tensor:
+def broadcast_(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set: Any = None
+) -> torch.Tensor:
     return broadcast_async_(tensor, root_rank, name, process_set).wait()
 
 
 @on_process_set
-def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-                    process_set: Any = None) -> Handle:
+def broadcast_async(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set: Any = None
+) -> Handle:
     """Starts a broadcast into a new tensor (the input is not modified)."""
-    tensor = _check_tensor(tensor)
-    return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name,
-                            process_set)
+    tensor = check_tensor(tensor)
+    return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name, process_set)
 
 
 @on_process_set
-def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-              process_set: Any = None) -> torch.Tensor:
+def broadcast(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set: Any = None
+) -> torch.Tensor:
     """root_rank's tensor on every rank, as a new tensor; differentiable."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         return autograd.Broadcast.apply(tensor, root_rank, name)
     return broadcast_async(tensor, root_rank, name).wait()
@@ -417,14 +511,20 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 
 # ---- reduce-scatter ----
 
+
 @on_process_set
-def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
-                        process_set: Any = None, prescale_factor: float = 1.0,
-                        postscale_factor: float = 1.0) -> Handle:
+def reducescatter_async(
+    tensor: torch.Tensor,
+    name: Optional[str] = None,
+    op: int = Average,
+    process_set: Any = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Handle:
     """Starts a reduction over ranks, op(tensor * prescale) * postscale, of which
     rank r keeps its share of the first dimension (the first d0 % size ranks get
     one row more)."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     op = _core.check_op(op)
     prescale, postscale = _check_scales(tensor, prescale_factor, postscale_factor)
     if tensor.dim() == 0:
@@ -439,23 +539,30 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
     integer = _integer_scaled(source, prescale, postscale)
     divisor = size if integer and op == Average else 1
     raw = _core.op_name("reducescatter", name)
-    request = _core.submit_reducescatter(raw, _view(source), _view(output), [n * row for n in rows],
-                                         Sum if divisor > 1 else op)
-    return _shape_checked(Handle([request], lambda: _scale_(output, postscale / divisor), "reducescatter"), raw,
-                          source, "reducescatter")
+    request = _core.submit_reducescatter(
+        raw, _view(source), _view(output), [n * row for n in rows], Sum if divisor > 1 else op
+    )
+    return _shape_checked(
+        Handle([request], lambda: _scale_(output, postscale / divisor), "reducescatter"), raw, source, "reducescatter"
+    )
 
 
 @on_process_set
-def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression: Compressor = Compression.none,
-                  op: int = Average, process_set: Any = None, prescale_factor: float = 1.0,
-                  postscale_factor: float = 1.0) -> torch.Tensor:
+def reducescatter(
+    tensor: torch.Tensor,
+    name: Optional[str] = None,
+    compression: Compressor = Compression.none,
+    op: int = Average,
+    process_set: Any = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> torch.Tensor:
     """op(tensor * prescale) * postscale over ranks, rank r keeping its share of
     the first dimension; differentiable for Sum and Average (Horovod's gradient:
     the output gradients all-gathered, times size for Sum, times the factors)."""
-    compressed, ctx = compression.compress(_check_tensor(tensor))
+    compressed, ctx = compression.compress(check_tensor(tensor))
     if compressed.requires_grad and torch.is_grad_enabled():
-        reduced = autograd.Reducescatter.apply(compressed, name, _core.check_op(op), prescale_factor,
-                                               postscale_factor)
+        reduced = autograd.Reducescatter.apply(compressed, name, _core.check_op(op), prescale_factor, postscale_factor)
     else:
         reduced = reducescatter_async(compressed, name, op, process_set, prescale_factor, postscale_factor).wait()
     return compression.decompress(reduced, ctx)
@@ -463,11 +570,14 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression:
 
 # ---- all-to-all ----
 
+
 def _split_rows(first_dim: int, size: int, splits: Any) -> List[int]:
     if splits is None:
         if first_dim % size:
-            raise ValueError("kolo: alltoall without splits needs the first dimension (%d) divisible by the "
-                             "number of ranks (%d)" % (first_dim, size))
+            raise ValueError(
+                "kolo: alltoall without splits needs the first dimension (%d) divisible by the "
+                "number of ranks (%d)" % (first_dim, size)
+            )
         return [first_dim // size] * size
     if isinstance(splits, torch.Tensor):
         if splits.dtype.is_floating_point or splits.dim() != 1:
@@ -476,16 +586,18 @@ def _split_rows(first_dim: int, size: int, splits: Any) -> List[int]:
     else:
         rows = [int(s) for s in splits]
     if len(rows) != size or any(s < 0 for s in rows) or sum(rows) != first_dim:
-        raise ValueError("kolo: alltoall splits %s must be %d non-negative counts summing to %d"
-                         % (rows, size, first_dim))
+        raise ValueError(
+            "kolo: alltoall splits %s must be %d non-negative counts summing to %d" % (rows, size, first_dim)
+        )
     return rows
 
 
 @on_process_set
-def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
-                   process_set: Any = None) -> Handle:
+def alltoall_async(
+    tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None, process_set: Any = None
+) -> Handle:
     """Starts an all-to-all; synchronize(handle) returns (output, received_splits)."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     source = tensor.detach().contiguous()
     if source.dim() == 0:
         raise ValueError("kolo: alltoall needs a tensor of at least one dimension")
@@ -496,8 +608,9 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
         # no device path for all-to-all: staged through host memory
         device = source.device
         inner = alltoall_async(source.cpu(), rows, name, process_set)
-        return Handle(inner.requests, lambda: tuple(t.to(device) if i == 0 else t
-                                                    for i, t in enumerate(inner.wait())), "alltoall")
+        return Handle(
+            inner.requests, lambda: tuple(t.to(device) if i == 0 else t for i, t in enumerate(inner.wait())), "alltoall"
+        )
     raw = _core.op_name("alltoall", name)
     _prepare_device(source)
     shape_request, gathered = _shapes.submit(raw, tuple(source.shape), _DTYPES[source.dtype])
@@ -510,17 +623,19 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
         received = torch.tensor([c // row if row else 0 for c in counts], dtype=torch.int32)
         flat = _from_bytes(request.output, source.dtype, source.device)
         return flat.reshape((int(received.sum()),) + tuple(source.shape[1:])), received
+
     return Handle([shape_request, request], finish, what)
 
 
 @on_process_set
-def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
-             process_set: Any = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+def alltoall(
+    tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None, process_set: Any = None
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Sends splits[r] rows of the first dimension to rank r (even split by
     default) and returns what every rank sent here, in rank order; with splits
     given, also the received splits (as horovod.torch). Differentiable: the
     gradient goes back by an all-to-all with the received splits."""
-    tensor = _check_tensor(tensor)
+    tensor = check_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         output, received = autograd.Alltoall.apply(tensor, splits, name)
     else:
@@ -529,6 +644,7 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
 
 
 # ---- synchronisation ----
+
 
 @on_process_set
 def barrier(process_set: Any = None) -> None:

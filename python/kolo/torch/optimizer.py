@@ -20,13 +20,14 @@ from .._runtime import RUNTIME, in_scope
 from ..process_sets import process_set_scope
 from . import adasum, sparse
 from .compression import Compression, Compressor
-from .ops import Adasum, Average, Sum, _allreduce_into, _check_tensor
+from .ops import Adasum, Average, Sum, allreduce_into, check_tensor
 from .mode_optimizer import job_mode, mode_optimizer
 from ..mode import acknowledge, available
 
 
-def _named(optimizer: torch.optim.Optimizer,
-           named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]]) -> Dict[torch.Tensor, str]:
+def _named(
+    optimizer: torch.optim.Optimizer, named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]]
+) -> Dict[torch.Tensor, str]:
     """parameter -> name; the names must be unique and cover every parameter of
     the optimizer (they name the all-reduces, so they must match across ranks)."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -34,26 +35,36 @@ def _named(optimizer: torch.optim.Optimizer,
         return {p: "noname.%d" % i for i, p in enumerate(params)}
     named = list(named_parameters)
     if any(not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], str) for item in named):
-        raise ValueError("kolo: named_parameters must be a sequence of (name, parameter) tuples, "
-                         "e.g. model.named_parameters()")
+        raise ValueError(
+            "kolo: named_parameters must be a sequence of (name, parameter) tuples, " "e.g. model.named_parameters()"
+        )
     names = [name for name, _ in named]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError("kolo: parameter names in named_parameters must be unique; repeated: %s"
-                         % ", ".join(duplicates))
+        raise ValueError(
+            "kolo: parameter names in named_parameters must be unique; repeated: %s" % ", ".join(duplicates)
+        )
     by_param = {p: name for name, p in named}
     unnamed = [i for i, p in enumerate(params) if p not in by_param]
     if unnamed:
-        raise ValueError("kolo: named_parameters was given, but %d of the optimizer's parameters are not in it "
-                         "(indices %s)" % (len(unnamed), unnamed[:10]))
+        raise ValueError(
+            "kolo: named_parameters was given, but %d of the optimizer's parameters are not in it "
+            "(indices %s)" % (len(unnamed), unnamed[:10])
+        )
     return by_param
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     """Mixed into the wrapped optimizer's own class (see DistributedOptimizer)."""
 
-    def _kolo_setup(self, names: Dict[torch.Tensor, str], compression: Compressor, backward_passes_per_step: int,
-                    op: int, gradient_predivide_factor: float) -> None:
+    def _kolo_setup(
+        self,
+        names: Dict[torch.Tensor, str],
+        compression: Compressor,
+        backward_passes_per_step: int,
+        op: int,
+        gradient_predivide_factor: float,
+    ) -> None:
         self._kolo_names = names
         self._kolo_compression = compression
         self._kolo_passes = backward_passes_per_step
@@ -88,12 +99,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if self._kolo_delay[p] <= 0:
                     raise AssertionError(
                         "kolo: gradients were computed more than backward_passes_per_step times before "
-                        "step() or synchronize(); raise backward_passes_per_step to accumulate locally")
+                        "step() or synchronize(); raise backward_passes_per_step to accumulate locally"
+                    )
             self._kolo_delay[p] -= 1
             handle = None
             if self._kolo_delay[p] == 0:
                 handle = self._kolo_submit(p)
             self._kolo_handles[p] = handle if handle is not None else (None, None, None)
+
         return hook
 
     def _kolo_scales(self) -> Tuple[int, float, float]:
@@ -114,9 +127,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # zeros still go in, since other ranks may have computed it
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse:  # nn.Embedding(sparse=True): Horovod's sparse all-reduce (sparse.py)
-            return sparse.submit_gradient(p.grad, "allreduce." + self._kolo_names[p], self._kolo_op,
-                                          getattr(self, "_kolo_sparse_as_dense", False), self._kolo_compression)
-        grad = _check_tensor(p.grad)
+            return sparse.submit_gradient(
+                p.grad,
+                "allreduce." + self._kolo_names[p],
+                self._kolo_op,
+                getattr(self, "_kolo_sparse_as_dense", False),
+                self._kolo_compression,
+            )
+        grad = check_tensor(p.grad)
         if not grad.is_contiguous():
             grad = p.grad = grad.contiguous()
         compressed, ctx = self._kolo_compression.compress(grad)
@@ -124,7 +142,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not compressed.dtype.is_floating_point:
             prescale = postscale = 1.0
         name = _core.check_name("allreduce." + self._kolo_names[p])
-        handle = _allreduce_into(compressed, compressed, name, op, prescale, postscale)
+        handle = allreduce_into(compressed, compressed, name, op, prescale, postscale)
         return handle, ctx, compressed
 
     # ---- synchronisation ----
@@ -165,16 +183,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Any = None) -> Any:
         if self._kolo_should_synchronize:
             if self._kolo_synchronized:
-                warnings.warn("kolo: optimizer.step() after optimizer.synchronize() without "
-                              "optimizer.skip_synchronize(): the gradients are all-reduced twice")
+                warnings.warn(
+                    "kolo: optimizer.step() after optimizer.synchronize() without "
+                    "optimizer.skip_synchronize(): the gradients are all-reduced twice"
+                )
             self.synchronize()
         self._kolo_synchronized = False
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         if self._kolo_handles:
-            raise AssertionError("kolo: optimizer.zero_grad() after loss.backward() but before optimizer.step() "
-                                 "or optimizer.synchronize(); the gradients are still being all-reduced")
+            raise AssertionError(
+                "kolo: optimizer.zero_grad() after loss.backward() but before optimizer.step() "
+                "or optimizer.synchronize(); the gradients are still being all-reduced"
+            )
         return super(self.__class__, self).zero_grad(set_to_none)
 
     def kolo_abandon(self) -> None:
@@ -186,12 +208,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._kolo_synchronized = False
 
 
-def DistributedOptimizer(optimizer: torch.optim.Optimizer,
-                         named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
-                         compression: Compressor = Compression.none, backward_passes_per_step: int = 1,
-                         op: int = Average, gradient_predivide_factor: float = 1.0,
-                         num_groups: int = 0, groups: Any = None, sparse_as_dense: bool = False,
-                         process_set: Any = None) -> torch.optim.Optimizer:
+def DistributedOptimizer(
+    optimizer: torch.optim.Optimizer,
+    named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
+    compression: Compressor = Compression.none,
+    backward_passes_per_step: int = 1,
+    op: int = Average,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups: Any = None,
+    sparse_as_dense: bool = False,
+    process_set: Any = None,
+) -> torch.optim.Optimizer:
     """Wraps optimizer (horovod.torch.DistributedOptimizer's arguments): its
     gradients are averaged (op) over the ring before each step. The result is an
     instance of the optimizer's own class, with synchronize() and
@@ -203,8 +231,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     gradient arguments do not apply); synchronize() then ends the training on
     this rank (Rounds.join). The mode is acknowledged to the kolo agent."""
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("kolo: DistributedOptimizer needs a torch.optim.Optimizer, not %s"
-                        % type(optimizer).__name__)
+        raise TypeError("kolo: DistributedOptimizer needs a torch.optim.Optimizer, not %s" % type(optimizer).__name__)
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("kolo: this optimizer is already a DistributedOptimizer")
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
@@ -217,8 +244,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     if groups is not None or num_groups:
         warnings.warn("kolo: groups/num_groups are ignored; libkolo's engine fuses gradients itself")
     scope = process_set_scope(process_set)  # ValueError for a set this rank is not in
-    if not (isinstance(compression, type) and issubclass(compression, Compressor)) and \
-            not isinstance(compression, Compressor):
+    if not (isinstance(compression, type) and issubclass(compression, Compressor)) and not isinstance(
+        compression, Compressor
+    ):
         raise TypeError("kolo: compression must be kolo.torch.Compression.none, .fp16 or a Compressor")
     RUNTIME.require()
     names = _named(optimizer, named_parameters)

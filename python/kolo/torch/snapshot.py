@@ -43,8 +43,7 @@ def _value_copy(value: Any) -> Any:
 
 def _buffer_for(old: Optional[torch.Tensor], live: torch.Tensor) -> torch.Tensor:
     """old if it can hold a copy of live (same shape, dtype, device), else a new one."""
-    if (old is not None and old.shape == live.shape and old.dtype == live.dtype
-            and old.device == live.device):
+    if old is not None and old.shape == live.shape and old.dtype == live.dtype and old.device == live.device:
         return old
     return torch.empty_like(live, memory_format=torch.contiguous_format)
 
@@ -127,8 +126,9 @@ class Snapshot:
     they are copied. The slot is whole only then. A state under overlap_min_bytes
     (default 1 MiB) is copied at once all the same."""
 
-    def __init__(self, model: Optional[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer],
-                 overlap: bool = False) -> None:
+    def __init__(
+        self, model: Optional[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer], overlap: bool = False
+    ) -> None:
         self.model = model
         self.optimizer = optimizer
         self._slots: Tuple[_Slot, _Slot] = (_Slot(), _Slot())
@@ -165,7 +165,8 @@ class Snapshot:
                 if tensor is not None and name not in module._non_persistent_buffers_set:
                     entries.append((prefix + name, module._buffers, name))
         if [key for key, _, _ in entries] != list(every) or any(
-                every[key] is not table[name] for key, table, name in entries):
+            every[key] is not table[name] for key, table, name in entries
+        ):
             return None
         return entries
 
@@ -213,8 +214,10 @@ class Snapshot:
                     pairs.append((value, buffer))
                 else:
                     saved[key] = _value_copy(value)
-        slot.optim_groups = [{key: _value_copy(value) for key, value in group.items() if key != "params"}
-                             for group in self.optimizer.param_groups]
+        slot.optim_groups = [
+            {key: _value_copy(value) for key, value in group.items() if key != "params"}
+            for group in self.optimizer.param_groups
+        ]
 
     def write(self, keep: Optional[int] = None, overlap: bool = True) -> int:
         """Copies the live state into the slot that is not keep (default: the

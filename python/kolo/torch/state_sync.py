@@ -37,8 +37,12 @@ def _layout(optimizer: torch.optim.Optimizer) -> Layout:
         entry: Dict[str, Any] = {}
         for key, value in optimizer.state.get(p, {}).items():
             if isinstance(value, torch.Tensor):  # (Adam's "step" lives on the CPU next to a GPU parameter)
-                entry[key] = ("tensor", tuple(value.shape), str(value.dtype).replace("torch.", ""),
-                              value.device == p.device)
+                entry[key] = (
+                    "tensor",
+                    tuple(value.shape),
+                    str(value.dtype).replace("torch.", ""),
+                    value.device == p.device,
+                )
             else:
                 entry[key] = ("value", value)
         states.append(entry)
@@ -51,8 +55,10 @@ def _match(optimizer: torch.optim.Optimizer, layout: Layout) -> List[Tuple[str, 
     allocated where missing or of another shape); returns the tensors to receive."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     if len(params) != layout["count"] or len(optimizer.param_groups) != len(layout["groups"]):
-        raise ValueError("kolo: rank 0's optimizer has %d parameters in %d groups, this rank's %d in %d"
-                         % (layout["count"], len(layout["groups"]), len(params), len(optimizer.param_groups)))
+        raise ValueError(
+            "kolo: rank 0's optimizer has %d parameters in %d groups, this rank's %d in %d"
+            % (layout["count"], len(layout["groups"]), len(params), len(optimizer.param_groups))
+        )
     for group, saved in zip(optimizer.param_groups, layout["groups"]):
         group.update(saved)
     tensors: List[Tuple[str, torch.Tensor]] = []
@@ -71,8 +77,12 @@ def _match(optimizer: torch.optim.Optimizer, layout: Layout) -> List[Tuple[str, 
             dtype = getattr(torch, dtype)
             device = p.device if with_param else torch.device("cpu")
             live = state.get(key)
-            if (not isinstance(live, torch.Tensor) or tuple(live.shape) != tuple(shape) or live.dtype != dtype
-                    or live.device != device):
+            if (
+                not isinstance(live, torch.Tensor)
+                or tuple(live.shape) != tuple(shape)
+                or live.dtype != dtype
+                or live.device != device
+            ):
                 live = torch.empty(shape, dtype=dtype, device=device)
                 state[key] = live
             tensors.append(("%d.%s" % (index, key), live))
@@ -82,8 +92,9 @@ def _match(optimizer: torch.optim.Optimizer, layout: Layout) -> List[Tuple[str, 
 def optimizer_tensors_to_sync(optimizer: torch.optim.Optimizer, root_rank: int = 0) -> List[Tuple[str, torch.Tensor]]:
     """Takes root_rank's optimizer layout (one small object) and returns the state's
     tensors, allocated where missing, whose values must then become root_rank's."""
-    layout = broadcast_object(_layout(optimizer) if RUNTIME.rank() == root_rank else None, root_rank,
-                              name="kolo.state_sync.layout")
+    layout = broadcast_object(
+        _layout(optimizer) if RUNTIME.rank() == root_rank else None, root_rank, name="kolo.state_sync.layout"
+    )
     return _match(optimizer, layout)
 
 
@@ -110,8 +121,9 @@ def sync_in_place(tensors: List[Tuple[str, torch.Tensor]]) -> None:
 def broadcast_optimizer_state_in_place(optimizer: torch.optim.Optimizer, root_rank: int = 0) -> None:
     """Makes every rank's optimizer state equal to root_rank's: the layout as one small
     object, then each tensor broadcast in place."""
-    layout = broadcast_object(_layout(optimizer) if RUNTIME.rank() == root_rank else None, root_rank,
-                              name="kolo.state_sync.layout")
+    layout = broadcast_object(
+        _layout(optimizer) if RUNTIME.rank() == root_rank else None, root_rank, name="kolo.state_sync.layout"
+    )
     tensors = _match(optimizer, layout)
     handles = [broadcast_async_(tensor, root_rank, name="kolo.state_sync.%s" % name) for name, tensor in tensors]
     for handle in handles:

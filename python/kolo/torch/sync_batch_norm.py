@@ -25,8 +25,14 @@ class SyncBatchNorm(_BatchNorm):
     torch.nn.BatchNorm*d: num_features (C of an (N, C, ...) input), eps,
     momentum (None: cumulative average), affine, track_running_stats."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1, affine: bool = True,
-                 track_running_stats: bool = True) -> None:
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: Optional[float] = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+    ) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats)
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
@@ -44,11 +50,20 @@ class SyncBatchNorm(_BatchNorm):
         if self.training and self.track_running_stats:
             self.num_batches_tracked = self.num_batches_tracked + 1
         if not self.training and self.track_running_stats:
-            return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
-                                self.eps)
+            return F.batch_norm(
+                input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            )
         if RUNTIME.size() == 1:
-            return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias, True,
-                                self._factor() if self.track_running_stats else 0.0, self.eps)
+            return F.batch_norm(
+                input,
+                self.running_mean,
+                self.running_var,
+                self.weight,
+                self.bias,
+                True,
+                self._factor() if self.track_running_stats else 0.0,
+                self.eps,
+            )
         return self._synchronised(input)
 
     def _synchronised(self, input: torch.Tensor) -> torch.Tensor:

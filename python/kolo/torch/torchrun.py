@@ -38,6 +38,7 @@ def patch() -> None:
 def main() -> None:
     patch()
     from torch.distributed.run import main as torchrun_main
+
     torchrun_main(sys.argv[1:])
 
 
