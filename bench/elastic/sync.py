@@ -8,11 +8,31 @@ change), "sources" KOLO_STATE_SYNC=sources (digests, then only to the ranks that
 from the nearest holder). --hosts puts each rank on its own faked host (127.0.0.<r+1>):
 TCP between ranks, where auto (unset) picks sources. Medians over --runs kolorun runs x --rounds rounds.
 
+--netns RATE puts each rank in its own network namespace with tc-limited links
+(tests/support/netns.sh, root).
+
 Usage: bench/elastic/sync.py [--build build] [--state-mb 100] [--runs 4] [--rounds 5] [--np 3]
+                             [--hosts | --netns 1gbit]
 Run it under flock -o /tmp/kolo-heavy.lock."""
-import argparse, os, shutil, statistics, subprocess, tempfile, time
+import argparse, os, shutil, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+
+
+def run_netns(hostset, args, program, mode, variant):
+    """rank r in namespace host r (bench/netns/run.py's launch); rank 0's output."""
+    procs = []
+    for rank in range(args.np):
+        env = ["env", "KOLO_RANK=%d" % rank, "KOLO_SIZE=%d" % args.np, "KOLO_LOCAL_RANK=0", "KOLO_LOCAL_SIZE=1",
+               "KOLO_HOST=%s" % hostset.addresses[rank], "KOLO_RENDEZVOUS=%s:29500" % hostset.addresses[0],
+               "KOLO_SECRET=bench", "KOLO_TIMEOUT=120", "KOLO_STATE_SYNC=%s" % variant]
+        procs.append(subprocess.Popen(hostset.command(rank, env + [program, str(args.state_mb), str(args.rounds), mode]),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit("netns run failed:\n" + "\n".join(o[-1500:] for o in outputs))
+    return outputs[0]
 
 
 def main():
@@ -22,6 +42,8 @@ def main():
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--np", type=int, default=3)
+    ap.add_argument("--netns", metavar="RATE", help="each rank in its own network namespace, links limited to "
+                    "RATE by tc (e.g. 1gbit; tests/support/netns.sh, needs root)")
     ap.add_argument("--hosts", action="store_true",
                     help="each rank on its own faked host (a loopback address): TCP links, and auto picks sources")
     args = ap.parse_args()
@@ -32,12 +54,21 @@ def main():
         subprocess.check_call(["cc", "-O2", "-I", os.path.join(ROOT, "include"),
                                os.path.join(ROOT, "bench/elastic/sync_bench.c"), "-L", os.path.join(args.build, "lib"),
                                "-lkolo", "-Wl,-rpath," + os.path.join(args.build, "lib"), "-o", program])
+        hostset = None
+        if args.netns:
+            from netns import HostSet
+            hostset = HostSet(args.np, args.netns)
         load_before = os.getloadavg()
         for run in range(args.runs):
             variants = ["root", "sources"] if run % 2 == 0 else ["sources", "root"]
             for mode in ("join", "loss"):
                 for variant in variants:
                     env = dict(os.environ)
+                    if hostset is not None:
+                        stdout = run_netns(hostset, args, program, mode, variant)
+                        times = [float(l.split()[-1]) for l in stdout.splitlines() if l.startswith("SYNC")]
+                        results.setdefault((mode, variant), []).extend(times[1:])
+                        continue
                     env["KOLO_STATE_SYNC"] = variant
                     argv = [program, str(args.state_mb), str(args.rounds), mode]
                     if args.hosts:  # every rank its own host: 127.0.0.<rank + 1>, TCP between them
@@ -51,9 +82,13 @@ def main():
                              l.startswith("SYNC")]
                     results.setdefault((mode, variant), []).extend(times[1:])  # the first round warms up
         load_after = os.getloadavg()
+        if hostset is not None:
+            hostset.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     where = "one host each (TCP over loopback)" if args.hosts else "one host (shared memory)"
+    if args.netns:
+        where = "one network namespace each, links %s" % args.netns
     print(f"state sync of {args.state_mb} MiB on {args.np} ranks, {where}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after, {os.cpu_count()} CPUs")
     print("| case | root (old) ms, median (min-max) | sources (new) ms | rounds |")
