@@ -99,15 +99,24 @@ static kolo_status sync_from_sources(kolo_comm *comm, const kolo_state_buffer *b
   return status;
 }
 
+/* KOLO_STATE_SYNC: "root", "sources", or auto (unset, anything else): the sources
+ * where the ring crosses hosts, whose links carry the state slower than a rank
+ * digests it; on one host (shared memory) the digests cost about what the copies
+ * they save do (docs/PERFORMANCE.md, issue 28's joiner). The same on every rank. */
+static int use_sources(kolo_comm *comm) {
+  const char *mode = getenv("KOLO_STATE_SYNC");
+  if (mode != NULL && strcmp(mode, "root") == 0) return 0;
+  if (mode != NULL && strcmp(mode, "sources") == 0) return 1;
+  return comm->net.shape.hosts > 1;
+}
+
 kolo_status kolo_state_sync(kolo_comm *comm, const kolo_state_buffer *buffers, int count,
                             int from_root, uint8_t *received) {
   if (comm == NULL || count < 0 || (count > 0 && received == NULL)) return KOLO_ERR_INVALID_ARG;
   if (count == 0) return KOLO_OK;
   memset(received, 0, (size_t)count);
   if (kolo_comm_size(comm) == 1) return KOLO_OK;
-  const char *mode = getenv("KOLO_STATE_SYNC");
-  if (!from_root && mode != NULL && strcmp(mode, "root") == 0) from_root = 1;
-  if (!from_root) return sync_from_sources(comm, buffers, count, received);
+  if (!from_root && use_sources(comm)) return sync_from_sources(comm, buffers, count, received);
   for (int i = 0; i < count; i++) {
     KOLO_CHECK(kolo_broadcast(comm, buffers[i].buffer, buffers[i].bytes, KOLO_UINT8, 0));
     received[i] = kolo_comm_rank(comm) != 0;

@@ -5,8 +5,9 @@
  * kept an older commit or, in a local mode, its own parameters), each fed by
  * the nearest rank before it that holds rank 0's bytes
  * (kolo_ring_broadcast_sources): not all from rank 0, and a buffer every rank
- * already holds moves nowhere. KOLO_STATE_SYNC=root (or device buffers) takes the
- * old path: every buffer broadcast from rank 0 around the whole ring. */
+ * already holds moves nowhere. Taken across hosts, or with KOLO_STATE_SYNC=sources;
+ * on one host, with KOLO_STATE_SYNC=root or for device buffers, the old path: every
+ * buffer broadcast from rank 0 around the whole ring. */
 #ifndef KOLO_COLLECTIVE_STATE_SYNC_H
 #define KOLO_COLLECTIVE_STATE_SYNC_H
 
@@ -29,8 +30,8 @@ void kolo_state_digest(const void *data, size_t bytes, uint64_t out[2]);
 
 /* Makes count buffers (their .buffer) equal to rank 0's on every rank of comm (collective).
  * from_root: broadcast every buffer from rank 0 (the old path; also when
- * KOLO_STATE_SYNC=root). received[i] (count entries, may not be NULL when
- * count > 0): whether this rank's buffer i was overwritten. */
+ * KOLO_STATE_SYNC says root, or is unset on one host). received[i] (count entries, may not be NULL
+ * when count > 0): whether this rank's buffer i was overwritten. */
 kolo_status kolo_state_sync(kolo_comm *comm, const kolo_state_buffer *buffers, int count,
                             int from_root, uint8_t *received);
 

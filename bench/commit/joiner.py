@@ -2,15 +2,16 @@
 """How long a newcomer waits for a 100 MB state (issue 28): 3 ranks under kolorun; ranks
 0 and 1 hold a model of 12.5 M float parameters (50 MB) and SGD momentum (50 MB) after
 one step, the last rank is a newcomer (another model, an optimizer that never stepped).
-Times TorchState.sync() (the parameters broadcast in place, then the optimizer state:
-"in place", each tensor broadcast into place, kolo/torch/state_sync.py; then the commit
-of what arrived) against the previous sync ("pickled": broadcast_optimizer_state, rank
-0's torch.save of the state dict sent as one object and torch.load on every rank; then
-the deepcopy commit), then the newcomer's first step (which waits for the commit's
-background copy).
-Medians over --repeats, the slowest rank of each.
+Times TorchState.sync(): the model's and the optimizer's tensors in place
+(kolo/torch/state_sync.py), with KOLO_STATE_SYNC=root each broadcast from rank 0 around
+the ring ("root"), with KOLO_STATE_SYNC=sources only to the ranks whose bytes differ, from the nearest rank
+before them that holds rank 0's ("sources"); then the commit of what arrived. Against the
+sync before issue 28 ("pickled": broadcast_optimizer_state, rank 0's torch.save of the
+state dict sent as one object and torch.load on every rank; then the deepcopy commit).
+Then the newcomer's first step (which waits for the commit's background copy).
+Medians over --repeats (the ways interleaved), the slowest rank of each.
 
-    bench/commit/joiner.py [--repeats 3] [--build build]
+    bench/commit/joiner.py [--repeats 3] [--build build] [--ways pickled,root,sources]
 """
 import argparse
 import os
@@ -56,25 +57,34 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--ways", default="pickled,root,sources",
+                        help="pickled: the sync before issue 28's first change; root: TorchState.sync() with "
+                             "KOLO_STATE_SYNC=root (every tensor broadcast from rank 0 around the ring); sources: "
+                             "TorchState.sync() (only to the newcomer, from the nearest survivor)")
     args = parser.parse_args()
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1",
                KOLO_LIBRARY=os.path.join(args.build, "lib", "libkolo.so"))
-    results = {"pickled": [], "in place": []}
-    for _ in range(args.repeats):
-        for way in ("pickled", "in place"):
+    ways = args.ways.split(",")
+    results = {way: [] for way in ways}
+    for repeat in range(args.repeats):
+        for way in (ways if repeat % 2 == 0 else ways[::-1]):  # interleaved, alternating order
+            run_env = dict(env, KOLO_STATE_SYNC=way) if way in ("root", "sources") else env
             out = subprocess.run([os.path.join(args.build, "bin", "kolorun"), "-np", "3", "/usr/bin/python3", "-c",
-                                  WORKER, way.replace(" ", "")], env=env, capture_output=True, text=True,
-                                 timeout=600)
+                                  WORKER, "pickled" if way == "pickled" else "inplace"], env=run_env,
+                                 capture_output=True, text=True, timeout=600)
             times = [tuple(float(v) for v in line.split("TIMES ")[1].split()) for line in out.stdout.splitlines()
                      if "TIMES " in line]
             if out.returncode != 0 or len(times) != 3:
                 sys.exit("kolorun failed (%d): %s %s" % (out.returncode, out.stdout[-2000:], out.stderr[-2000:]))
             results[way].append((max(t[0] for t in times), max(t[1] for t in times)))
+    print("%s, load average %.1f, %d repeats" % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                                os.getloadavg()[0], args.repeats))
     print("| state sync of a 100 MB state (3 ranks, 1 newcomer) | sync (s) | to the newcomer's first step done (s) |")
     print("|---|---|---|")
     for way, rows in results.items():
-        print("| %s | %.3f | %.3f |" % (way, statistics.median(r[0] for r in rows),
-                                        statistics.median(r[1] for r in rows)))
+        print("| %s | %.3f (%.3f-%.3f) | %.3f (%.3f-%.3f) |" % (
+            way, statistics.median(r[0] for r in rows), min(r[0] for r in rows), max(r[0] for r in rows),
+            statistics.median(r[1] for r in rows), min(r[1] for r in rows), max(r[1] for r in rows)))
 
 
 if __name__ == "__main__":

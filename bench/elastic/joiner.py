@@ -2,8 +2,9 @@
 """Joiner benchmark (issue 28, "state for joiners from several peers"): the time
 from starting a new kolo-worker to the newcomer's first step on the grown ring,
 when the job's state is --state-mb MiB (default 100), with the state sync from
-several sources (libkolo's default) against the old one (KOLO_STATE_SYNC=root:
-every buffer broadcast from rank 0 around the whole ring), interleaved.
+several sources (KOLO_STATE_SYNC=sources; on one host libkolo's auto takes root) against
+the old one (KOLO_STATE_SYNC=root: every buffer broadcast from rank 0 around the whole
+ring), interleaved.
 
 Real etcd, kolo-server and kolo-workers on 127.0.0.1 (bench/recovery/run.py's
 Cluster); the job runs bench/recovery/recovery_loop with KOLO_STATE_MB (one
@@ -21,14 +22,14 @@ cluster). Prints one line per round, the medians per variant, the load, and a
 JSON summary on the last line. Run it under flock -o /tmp/kolo-heavy.lock.
 
 Usage: bench/elastic/joiner.py [--build build] [--state-mb 100] [--reps 3] [--rounds 3]"""
-import argparse, importlib.util, json, os, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, importlib.util, json, os, shutil, statistics, subprocess, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location("recovery_run", os.path.join(ROOT, "bench/recovery/run.py"))
 rec = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rec)
 
-VARIANTS = {"sources": {}, "root": {"KOLO_STATE_SYNC": "root"}}
+VARIANTS = {"sources": {"KOLO_STATE_SYNC": "sources"}, "root": {"KOLO_STATE_SYNC": "root"}}
 
 
 class JoinCluster(rec.Cluster):

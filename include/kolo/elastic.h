@@ -64,7 +64,9 @@ kolo_status kolo_elastic_sync(kolo_elastic *elastic);
  * the digests; a buffer goes only to the ranks whose digest differs from rank
  * 0's, each fed by the nearest rank before it that holds rank 0's bytes, so it
  * is not sent from rank 0 around the whole ring, and one every rank holds moves
- * nowhere. KOLO_STATE_SYNC=root broadcasts every buffer from rank 0 instead.
+ * nowhere. That is the way across hosts or with KOLO_STATE_SYNC=sources; on one
+ * host (shared memory copies as fast as a digest reads) or with
+ * KOLO_STATE_SYNC=root every buffer is broadcast from rank 0 instead.
  * received (count entries, or NULL): whether this rank's buffer i was
  * overwritten. Collective: the same count and sizes on every rank. */
 kolo_status kolo_sync_buffers(kolo_comm *comm, void *const *buffers, const size_t *bytes, int count,

@@ -6,7 +6,8 @@
  * other ranks hold rank 0's bytes. Every subset of ranks 1..n-1 is a case, with
  * buffers of 0, 1, 13, 4101 and 3 MiB + 7 bytes (several executor segments), over
  * the sources path (and kolo_sync_buffers: only the differing ranks receive), and
- * again with KOLO_STATE_SYNC=root (the old path). Exits 0 only
+ * again with KOLO_STATE_SYNC=root (the old path); with the argument "auto" the first
+ * pass leaves KOLO_STATE_SYNC unset (test_elastic_sync_hosts.sh). Exits 0 only
  * if every rank passed; prints "FAIL" lines naming the case otherwise. */
 #include <stdint.h>
 #include <stdio.h>
@@ -92,7 +93,7 @@ static int run_buffers(kolo_comm *comm, unsigned char **buffers) {
   return failures;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   kolo_elastic *elastic = NULL;
   kolo_status status = kolo_elastic_create(&elastic);
   if (status != KOLO_OK) {
@@ -105,6 +106,8 @@ int main(void) {
     if (buffers[b] == NULL || kolo_elastic_register(elastic, buffers[b], SIZES[b]) != KOLO_OK)
       return 1;
   }
+  /* auto (argument "auto": KOLO_STATE_SYNC left unset) takes the sources only across hosts */
+  if (argc < 2 || strcmp(argv[1], "auto") != 0) setenv("KOLO_STATE_SYNC", "sources", 1);
   int failures = run_cases(elastic, buffers, "sources");
   failures += run_buffers(kolo_elastic_comm(elastic), buffers);
   setenv("KOLO_STATE_SYNC", "root", 1);

@@ -213,11 +213,13 @@ def test_a_failure_during_a_commit_never_mixes_two_commits(overlap):
     assert outcomes["committed"] >= 2 and outcomes["rolled back"] >= lines // 2, outcomes
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_a_joiners_state_after_sync_equals_the_survivors_bit_for_bit(ranks):
+@pytest.mark.parametrize("ranks,path", [(2, "sources"), (3, "sources"), (3, "root")])
+def test_a_joiners_state_after_sync_equals_the_survivors_bit_for_bit(ranks, path):
     # survivors that trained three Adam steps and a newcomer with another model and no
     # optimizer state: after TorchState.sync() every tensor is rank 0's, byte for byte
-    # (with 3 ranks the newcomer's state comes from rank 1, the nearest survivor)
-    result = kolotest.kolorun(ranks, kolotest.worker("joiner_state.py"), timeout=240)
+    # (sources: with 3 ranks the newcomer's state comes from rank 1, the nearest survivor;
+    # root: the whole state broadcast from rank 0, what one host takes by default)
+    result = kolotest.kolorun(ranks, kolotest.worker("joiner_state.py"), timeout=240,
+                              extra_env={"KOLO_STATE_SYNC": path})
     for rank in range(ranks):
         assert any(line.startswith("SAME ") and int(line.split()[1]) >= 20 for line in result.lines(rank)), result

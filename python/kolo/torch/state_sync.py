@@ -103,8 +103,8 @@ def sync_in_place(tensors: List[Tuple[str, torch.Tensor]]) -> None:
     each rank digests them, and a tensor goes only to the ranks whose bytes differ
     from rank 0's (a newcomer, a survivor on another commit), each from the nearest
     rank before it that holds rank 0's bytes, not from rank 0 around the whole ring;
-    KOLO_STATE_SYNC=root takes the old broadcast. Device tensors are broadcast from
-    rank 0 in place."""
+    on one host (unless KOLO_STATE_SYNC=sources) or with KOLO_STATE_SYNC=root, libkolo
+    takes the old broadcast. Device tensors are broadcast from rank 0 in place."""
     host = [t for _, t in tensors if t.device.type == "cpu" and t.is_contiguous()]
     others = [(n, t) for n, t in tensors if not (t.device.type == "cpu" and t.is_contiguous())]
     handles = [broadcast_async_(t, 0, name="kolo.state_sync.%s" % n) for n, t in others]
