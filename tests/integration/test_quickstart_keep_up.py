@@ -1,11 +1,13 @@
 """scripts/quickstart.sh --keep-up: the quickstart prints the dashboard's URL, runs its job
 (one epoch here), then keeps etcd, kolo-server and the workers up; the printed URL serves the
 dashboard, the job is there with its metrics history; SIGINT (Ctrl-C) stops every process it
-started and the script exits with the job's verdict (0)."""
+started and the script exits with the job's verdict (0). With the documented HTTP port (7080)
+held by someone else it picks free ports and prints them (#29)."""
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -33,6 +35,14 @@ def get(url):
 
 class QuickstartKeepUpTest(unittest.TestCase):
     def test_the_cluster_stays_up_for_the_dashboard_until_ctrl_c(self):
+        # #29: another user holds the documented HTTP port: the quickstart takes free ones and prints them
+        holder = socket.socket()
+        try:
+            holder.bind(("127.0.0.1", 7080))
+            holder.listen(1)
+        except OSError:
+            pass  # someone holds it already: the same case
+        self.addCleanup(holder.close)
         proc = subprocess.Popen([os.path.join(SRC, "scripts", "quickstart.sh"), "--bin", BIN, "--epochs", "1",
                                  "--min-accuracy", "0.5", "--keep-up"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -52,6 +62,10 @@ class QuickstartKeepUpTest(unittest.TestCase):
             printed = re.search(r"== dashboard: (http://127\.0\.0\.1:\d+)/", out)
             self.assertIsNotNone(printed, out)
             api = printed.group(1)
+            self.assertNotEqual(api, "http://127.0.0.1:7080", "7080 is taken")
+            ports = re.search(r"kolo-server gRPC 127\.0\.0\.1:(\d+) \(KOLO_SERVER\), HTTP 127\.0\.0\.1:(\d+)", out)
+            self.assertIsNotNone(ports, out)
+            self.assertEqual("http://127.0.0.1:" + ports.group(2), api)
             job = re.search(r"job (\S+) submitted", out).group(1)
             self.assertIn("%s/#/jobs/%s" % (api, job), out)
             status, kind, page = get(api + "/")
