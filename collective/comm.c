@@ -98,6 +98,8 @@ static void free_comm(kolo_comm *comm) {
   pthread_mutex_destroy(&comm->net.error_mutex);
   pthread_cond_destroy(&comm->queue.cond);
   pthread_cond_destroy(&comm->queue.exec_cond);
+  pthread_mutex_destroy(&comm->hold_mutex);
+  pthread_cond_destroy(&comm->hold_cond);
   free(comm);
 }
 
@@ -169,6 +171,9 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
   pthread_mutex_init(&comm->net.error_mutex, NULL);
   pthread_cond_init(&comm->queue.cond, NULL);
   pthread_cond_init(&comm->queue.exec_cond, NULL);
+  pthread_mutex_init(&comm->hold_mutex, NULL);
+  pthread_cond_init(&comm->hold_cond, NULL);
+  atomic_init(&comm->held, 0);
   atomic_init(&comm->net.failed, 0);
   atomic_init(&comm->net.outbox_pending, 0);
   comm->net.epoch = spec->epoch;

@@ -6,8 +6,8 @@
  * are committed to host copies with CUDA copies.
  *
  * The lines themselves (HELLO, RING, FORMED, FAILED, REPORT, MODE, STOP, LEAVE,
- * REFUSED) are defined, parsed and formatted by common/agent_proto.h only.
- * A "planned" ring (a member was drained: nobody failed) does not abort the current
+ * REFUSED, HOLD, RELEASE: elastic_hold.c) are defined, parsed and formatted by common/agent_proto.h
+ * only. A "planned" ring (a member was drained: nobody failed) does not abort the current
  * communicator: the process goes on to its next commit, where kolo_elastic_commit
  * says KOLO_ERR_RING_CHANGED and the re-form restores that very commit, so no step
  * is redone. LEAVE is the drained member's side: it trains on up to its next commit
@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "collective/elastic_internal.h"
 #include "collective/face.h"
 #include "collective/state_sync.h"
 #include "common/agent_proto.h"
@@ -42,38 +43,7 @@
 #include "kolo/mode.h"
 
 #define MAX_LINE KOLO_AGENT_MAX_LINE
-#define MAX_BUFFERS 256
 #define STALE_RETRY_MS 50 /* pause before forming again with a neighbour at another epoch */
-
-/* A RING message as parsed (it owns its strings). */
-typedef struct ring_announcement {
-  kolo_agent_msg msg;
-  uint64_t epoch;
-  int planned; /* switch at the next commit instead of aborting the current ring */
-} ring_announcement;
-
-typedef kolo_state_buffer state_buffer; /* collective/state_sync.h */
-
-struct kolo_elastic {
-  int agent_fd; /* -1 without an agent */
-  pthread_t reader;
-  int reader_started;
-  pthread_mutex_t mutex;
-  pthread_cond_t cond;
-  kolo_comm *comm;
-  ring_announcement *pending; /* newest announced ring not yet formed */
-  int stop_requested;
-  int leave_requested; /* LEAVE: stop at the next commit */
-  int refused;         /* REFUSED: the agent does not speak our protocol version */
-  int agent_gone;
-  int reconfigurations;
-  state_buffer buffers[MAX_BUFFERS];
-  int buffer_count;
-  kolo_elastic_reset_fn reset;
-  void *reset_user;
-  pthread_mutex_t write_mutex;
-  int cuda_device; /* >= 0: the rings are in CUDA mode on this device (carried across re-forms) */
-};
 
 static void free_announcement(ring_announcement *ring) {
   if (ring == NULL) return;
@@ -188,6 +158,8 @@ static void handle_line(kolo_elastic *elastic, const char *line, size_t length) 
   }
   if (msg.verb == KOLO_AGENT_RING)
     on_ring(elastic, &msg);
+  else if (msg.verb == KOLO_AGENT_HOLD || msg.verb == KOLO_AGENT_RELEASE)
+    kolo_elastic_on_hold(elastic, &msg);
   else
     on_stop(elastic, &msg);
   kolo_agent_msg_clear(&msg);
@@ -363,6 +335,7 @@ static kolo_status form_next_ring(kolo_elastic *elastic, int *no_ring) {
   }
   pthread_mutex_lock(&elastic->mutex);
   elastic->comm = comm;
+  kolo_elastic_hold_apply_locked(elastic, comm); /* a ring formed while held starts held */
   /* a newer ring may have arrived while this one formed */
   if (comm != NULL && elastic->pending != NULL && elastic->pending->epoch > ring->epoch) {
     kolo_comm_abort(comm);
@@ -475,6 +448,7 @@ void kolo_elastic_set_reset_callback(kolo_elastic *elastic, kolo_elastic_reset_f
 
 kolo_status kolo_elastic_commit(kolo_elastic *elastic) {
   if (elastic == NULL) return KOLO_ERR_INVALID_ARG;
+  KOLO_CHECK(kolo_comm_hold_wait(kolo_elastic_comm(elastic))); /* held: commit nothing yet */
   KOLO_CHECK(copy_all(elastic, 1));
   pthread_mutex_lock(&elastic->mutex);
   int changed = elastic->pending != NULL && elastic->comm != NULL &&

@@ -45,6 +45,11 @@ struct kolo_comm {
 
   /* CUDA mode (collective/device.c): NULL until kolo_comm_use_cuda, then set once */
   _Atomic(kolo_device *) device;
+
+  /* the agent's hold (hold.c): while held, no new operation starts; the beat goes on */
+  pthread_mutex_t hold_mutex;
+  pthread_cond_t hold_cond;
+  atomic_int held; /* read without the lock on every operation: one load when not held */
 };
 
 /* kolo_comm_create whose ring formation gives up with KOLO_ERR_ABORTED as soon as
@@ -55,6 +60,16 @@ kolo_status kolo_comm_create_superseded(const kolo_ring_spec *spec, kolo_listene
 
 /* Sets the timeout the beat judges neighbours by (any thread; 0 = never). */
 void kolo_comm_set_peer_timeout(kolo_comm *comm, int timeout_ms);
+
+/* The partition fence's hold (hold.c; any thread): held, every new operation (each entry to
+ * kolo_queue_run_blocking / kolo_queue_submit) and kolo_elastic_commit waits in
+ * kolo_comm_hold_wait until released, while the negotiator thread keeps beating, so the
+ * neighbours see a live rank that is slow, not a silent one. */
+void kolo_comm_hold(kolo_comm *comm, int held);
+/* KOLO_OK at once when not held (or comm is NULL); else waits until released. A failed or
+ * aborted communicator (STOP, a newer ring, a lost peer) ends the wait with its error; so does
+ * the ring's no-progress timeout, which fails the communicator with KOLO_ERR_TIMEOUT. */
+kolo_status kolo_comm_hold_wait(kolo_comm *comm);
 
 /* Waits (under comm->mutex) until the engine completed request, hurrying the
  * negotiator; a negotiated device operation is then submitted to NCCL, not done. */

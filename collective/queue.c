@@ -191,6 +191,7 @@ static void submit_negotiated_locked(kolo_comm *comm, kolo_request *request) {
 }
 
 kolo_status kolo_queue_run_blocking(kolo_comm *comm, kolo_request *request) {
+  KOLO_CHECK(kolo_comm_hold_wait(comm)); /* the partition fence: nothing new starts */
   if (runs_on_device(comm, request)) {
     void *device = NULL;
     KOLO_CHECK(kolo_device_submit(comm, request, &device));
@@ -237,6 +238,7 @@ static kolo_request *take_pooled_locked(kolo_comm *comm) {
 }
 
 kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, kolo_request **out) {
+  KOLO_CHECK(kolo_comm_hold_wait(comm)); /* the partition fence: nothing new starts */
   void *device = NULL;
   if (runs_on_device(comm, prototype)) KOLO_CHECK(kolo_device_submit(comm, prototype, &device));
   pthread_mutex_lock(&comm->queue.mutex);

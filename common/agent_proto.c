@@ -27,6 +27,8 @@ static const struct {
     {KOLO_AGENT_STOP, "STOP", KOLO_AGENT_TO_PROCESS},
     {KOLO_AGENT_LEAVE, "LEAVE", KOLO_AGENT_TO_PROCESS},
     {KOLO_AGENT_REFUSED, "REFUSED", KOLO_AGENT_TO_PROCESS},
+    {KOLO_AGENT_HOLD, "HOLD", KOLO_AGENT_TO_PROCESS},
+    {KOLO_AGENT_RELEASE, "RELEASE", KOLO_AGENT_TO_PROCESS},
 };
 
 const char *kolo_agent_verb_name(kolo_agent_verb verb) {
@@ -257,6 +259,8 @@ static kolo_status parse_body(parser *p, kolo_agent_msg *m) {
       return parse_ring(p, m);
     case KOLO_AGENT_STOP:
     case KOLO_AGENT_LEAVE:
+    case KOLO_AGENT_HOLD:
+    case KOLO_AGENT_RELEASE:
       return rest(p, "reason", KOLO_AGENT_MAX_REASON, &m->text);
     case KOLO_AGENT_REFUSED:
       return parse_refused(p, m);
@@ -354,6 +358,8 @@ int kolo_agent_msg_equal(const kolo_agent_msg *a, const kolo_agent_msg *b) {
     case KOLO_AGENT_REPORT:
     case KOLO_AGENT_STOP:
     case KOLO_AGENT_LEAVE:
+    case KOLO_AGENT_HOLD:
+    case KOLO_AGENT_RELEASE:
       return same_string(a->text, b->text);
     default:
       return 1;
@@ -432,6 +438,8 @@ static void format_body(out_buffer *b, const kolo_agent_msg *m) {
     case KOLO_AGENT_REPORT:
     case KOLO_AGENT_STOP:
     case KOLO_AGENT_LEAVE:
+    case KOLO_AGENT_HOLD:
+    case KOLO_AGENT_RELEASE:
       if (m->text != NULL && m->text[0] != '\0') append(b, " %s", m->text);
       break;
     default:

@@ -14,12 +14,17 @@
  *                     STOP <reason>
  *                     LEAVE <reason>
  *                     REFUSED <min_version> <max_version> <reason>
+ *                     HOLD <reason>          (version 4: start no new collective or commit)
+ *                     RELEASE <reason>       (version 4: go on after a HOLD)
  *
- * Versions: 3 is this codec's. Version 1 is the protocol before versions
+ * Versions: 4 is this codec's. Version 1 is the protocol before versions
  * existed: its HELLO is "HELLO <pid>" and every other line is the same, so an
  * agent accepts it as version 1. Version 3 added MODE, the process's
  * acknowledgement of the training mode it runs (include/kolo/mode.h); a process
- * of version 1 or 2 acknowledges nothing (it runs SYNC as far as the agent knows). An agent answers
+ * of version 1 or 2 acknowledges nothing (it runs SYNC as far as the agent knows). Version 4 added
+ * HOLD and RELEASE, the partition fence's pause inside libkolo (its beat goes on): an agent sends
+ * them only to a process whose HELLO said 4 or more, and pauses an older one with SIGSTOP. An
+ * agent answers
  * a HELLO whose version it does not speak with REFUSED (the versions it speaks and why) and closes
  * the connection; libkolo then fails kolo_elastic_create with KOLO_ERR_PROTOCOL and both sides log
  * the two versions.
@@ -37,13 +42,14 @@
 
 #include "kolo/status.h"
 
-#define KOLO_AGENT_PROTOCOL_VERSION 3     /* what this codec speaks */
+#define KOLO_AGENT_PROTOCOL_VERSION 4     /* what this codec speaks */
 #define KOLO_AGENT_PROTOCOL_MIN_VERSION 1 /* the oldest an agent accepts (unversioned HELLO) */
 #define KOLO_AGENT_PROTOCOL_MAX_VERSION 65535
 #define KOLO_AGENT_MAX_LINE (64 * 1024) /* bytes of one line, its newline included */
 #define KOLO_AGENT_MAX_RING 65536       /* members of one ring */
 #define KOLO_AGENT_MAX_TOKEN 255        /* bytes of a secret, an address or a status name */
-#define KOLO_AGENT_MAX_REASON 200       /* bytes of a STOP / LEAVE / REFUSED reason */
+#define KOLO_AGENT_MAX_REASON 200       /* bytes of a STOP / LEAVE / REFUSED / HOLD reason */
+#define KOLO_AGENT_HOLD_VERSION 4       /* the first version that speaks HOLD and RELEASE */
 
 typedef enum kolo_agent_verb {
   KOLO_AGENT_NONE = 0,
@@ -58,6 +64,8 @@ typedef enum kolo_agent_verb {
   KOLO_AGENT_STOP,
   KOLO_AGENT_LEAVE,
   KOLO_AGENT_REFUSED,
+  KOLO_AGENT_HOLD,    /* version 4 */
+  KOLO_AGENT_RELEASE, /* version 4 */
 } kolo_agent_verb;
 
 /* Who reads the line: parse refuses a verb sent the wrong way. */
@@ -102,7 +110,8 @@ typedef struct kolo_agent_msg {
     int min_version, max_version; /* what the refusing agent speaks */
   } refused;
   /* REPORT: a JSON object's text ('{' .. '}'; the reader parses the JSON).
-   * STOP / LEAVE / REFUSED: the reason, 1..KOLO_AGENT_MAX_REASON printable bytes. */
+   * STOP / LEAVE / REFUSED / HOLD / RELEASE: the reason, 1..KOLO_AGENT_MAX_REASON printable
+   * bytes. */
   const char *text;
   char *storage_; /* private: the parsed line's copy */
   char **peers_;  /* private: the parsed peer array */

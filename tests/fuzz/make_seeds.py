@@ -143,8 +143,10 @@ def agent_seeds():
     to_process = {"ring": b"RING 3 1 3 0 1 30000 00112233 0.0.0.0:5001 h0:5000 h1:5001 h2:5002",
                   "ring-planned": b"RING 4 0 2 0 2 0 - 127.0.0.1:1 127.0.0.1:1 127.0.0.1:2 planned",
                   "stop": b"STOP job cancelled", "leave": b"LEAVE drained",
+                  "hold": b"HOLD no renewal of the worker's lease acknowledged for 2500 ms (TTL 3 s)",
+                  "release": b"RELEASE etcd renewed the lease",
                   "refused": b"REFUSED 1 2 agent protocol version 9 is not spoken by this kolo-worker"}
-    to_agent = {"hello": b"HELLO 4242 3", "hello-v2": b"HELLO 4242 2", "hello-v1": b"HELLO 4242",
+    to_agent = {"hello": b"HELLO 4242 4", "hello-v3": b"HELLO 4242 3", "hello-v2": b"HELLO 4242 2", "hello-v1": b"HELLO 4242",
                 "mode": b"MODE DILOCO", "mode-async": b"MODE ASYNC", "formed": b"FORMED 3 1 3",
                 "failed": b"FAILED 3 KOLO_ERR_PEER_LOST 2", "failed-none": b"FAILED 3 KOLO_ERR_TIMEOUT -1",
                 "report": b'REPORT {"event":"progress","step":10,"loss":0.5}'}

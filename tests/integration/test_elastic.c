@@ -38,6 +38,7 @@ typedef struct test_agent {
   int port_fds[MAX_PROCESSES]; /* each held while the test runs (tests/support/ports.h) */
   char pending[MAX_PROCESSES][4096];
   size_t filled[MAX_PROCESSES];
+  int ring_timeout_ms; /* the rings' no-progress timeout (10 s unless a test says) */
 } test_agent;
 
 static void agent_start(test_agent *agent) {
@@ -52,6 +53,7 @@ static void agent_start(test_agent *agent) {
   assert_int_equal(bind(agent->listen_fd, (struct sockaddr *)&address, sizeof address), 0);
   assert_int_equal(listen(agent->listen_fd, 8), 0);
   for (int i = 0; i < MAX_PROCESSES; i++) agent->conns[i] = agent->port_fds[i] = -1;
+  agent->ring_timeout_ms = 10000;
 }
 
 /* Starts process index i (elastic_loop, or the program KOLO_ELASTIC_LOOP names in
@@ -103,7 +105,7 @@ static void agent_announce_to(test_agent *agent, int only, uint64_t epoch, const
                                  .size = size,
                                  .local_rank = rank,
                                  .local_size = size,
-                                 .timeout_ms = 10000,
+                                 .timeout_ms = agent->ring_timeout_ms,
                                  .secret = secret,
                                  .listen_address = peers[rank],
                                  .peers = peers}};
@@ -193,6 +195,47 @@ static void agent_stop(test_agent *agent) {
   unlink(agent->socket_path);
   unlink(agent->result_path);
   rmdir(agent->directory);
+}
+
+/* Sends one line (with its newline) to process index. */
+static void agent_send(test_agent *agent, int index, const char *line) {
+  assert_int_equal(write(agent->conns[index], line, strlen(line)), (ssize_t)strlen(line));
+}
+
+/* Reads what processes 0..count-1 send for ms; fails the test on a FAILED line (a held rank
+ * must not look lost) and, when quiet, on a REPORT too (a held ring must make no progress). */
+static void agent_expect_quiet(test_agent *agent, int count, int ms, int quiet) {
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    for (int i = 0; i < count; i++) {
+      char *newline;
+      while ((newline = memchr(agent->pending[i], '\n', agent->filled[i])) != NULL) {
+        *newline = '\0';
+        if (strncmp(agent->pending[i], "FAILED", 6) == 0 ||
+            (quiet && strncmp(agent->pending[i], "REPORT", 6) == 0))
+          fail_msg("process %d sent '%s' while process 0 was held", i, agent->pending[i]);
+        size_t consumed = (size_t)(newline - agent->pending[i]) + 1;
+        memmove(agent->pending[i], newline + 1, agent->filled[i] - consumed);
+        agent->filled[i] -= consumed;
+      }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int elapsed =
+        (int)((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+    if (elapsed >= ms) return;
+    struct pollfd pfds[MAX_PROCESSES];
+    for (int i = 0; i < count; i++)
+      pfds[i] = (struct pollfd){.fd = agent->conns[i], .events = POLLIN};
+    if (poll(pfds, (nfds_t)count, 50) <= 0) continue;
+    for (int i = 0; i < count; i++) {
+      if (!(pfds[i].revents & POLLIN)) continue;
+      ssize_t n = read(agent->conns[i], agent->pending[i] + agent->filled[i],
+                       sizeof agent->pending[i] - 1 - agent->filled[i]);
+      assert_true(n > 0);
+      agent->filled[i] += (size_t)n;
+    }
+  }
 }
 
 static void survivors_reform_after_a_kill_and_finish_exactly(void **state) {
@@ -394,6 +437,64 @@ static void a_process_acknowledges_the_mode_its_environment_names(void **state) 
   agent_stop(&agent);
 }
 
+/* The partition fence's hold (#30 item 6, collective/elastic_hold.c): HOLD parks a process at
+ * its next collective or commit while its beat goes on. Held for 5 s (more than the peer
+ * timeout stretched to its most, 8 x 0.5 s), its neighbour, which waits on it, never counts it
+ * lost and neither reports a step: no FAILED, no REPORT (a SIGSTOPped process, whose beat
+ * stops, is counted lost in 0.5-4 s). After RELEASE both finish exactly, with no re-form. */
+static void a_held_process_keeps_beating_and_makes_no_progress_until_released(void **state) {
+  (void)state;
+  test_agent agent;
+  agent_start(&agent);
+  agent.ring_timeout_ms = 60000; /* far above the hold: only the beat could fail the ring */
+  for (int i = 0; i < 2; i++) agent_spawn(&agent, i, "300", "5");
+  int ring[2] = {0, 1};
+  agent_announce(&agent, 1, ring, 2);
+  while (agent_wait_line(&agent, 0, "REPORT", 20000) < 50) {
+  }
+  agent_send(&agent, 0, "HOLD the test holds it\n");
+  agent_expect_quiet(&agent, 2, 1000, 0); /* what was under way when the hold came finishes */
+  agent_expect_quiet(&agent, 2, 5000, 1);
+  agent_send(&agent, 0, "RELEASE the test releases it\n");
+  for (int i = 0; i < 2; i++) assert_int_equal(agent_wait_exit(&agent, i), 0);
+  assert_int_equal(count_exact_results(&agent, "300"), 2);
+  FILE *file = fopen(agent.result_path, "r");
+  char line[256];
+  while (file != NULL && fgets(line, sizeof line, file))
+    if (strstr(line, " 0 exact") == NULL) fail_msg("re-formed while held: %s", line);
+  if (file) fclose(file);
+  agent_stop(&agent);
+}
+
+/* A hold is bounded: a process alone in its ring (no neighbour to time out first) held past
+ * the ring's no-progress timeout (3 s here) fails the ring with KOLO_ERR_TIMEOUT; a ring formed
+ * while held starts held; STOP ends a hold at once. */
+static void a_hold_ends_at_the_rings_timeout_and_at_stop(void **state) {
+  (void)state;
+  test_agent agent;
+  agent_start(&agent);
+  agent.ring_timeout_ms = 3000;
+  agent_spawn(&agent, 0, "1000000", "5");
+  int ring[1] = {0};
+  agent_announce(&agent, 1, ring, 1);
+  while (agent_wait_line(&agent, 0, "REPORT", 20000) < 20) {
+  }
+  agent_send(&agent, 0, "HOLD the test holds it\n");
+  agent_wait_line(&agent, 0, "FAILED 1 KOLO_ERR_TIMEOUT -1", 15000);
+  agent.ring_timeout_ms = 60000;
+  agent_announce(&agent, 2, ring, 1);
+  agent_wait_line(&agent, 0, "FORMED 2", 15000);
+  agent_expect_quiet(&agent, 1, 2000, 1);
+  agent_send(&agent, 0, "STOP the test stops it\n");
+  struct timespec start, end;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  assert_int_equal(agent_wait_exit(&agent, 0), 1); /* stopped before its last step */
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  assert_true(end.tv_sec - start.tv_sec < 10); /* not the 60 s hold */
+  agent.pids[0] = 0;
+  agent_stop(&agent);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -403,6 +504,8 @@ int main(void) {
       cmocka_unit_test(a_neighbour_still_forming_an_older_epoch_fails_nobody),
       cmocka_unit_test(a_formation_waiting_for_a_member_that_never_comes_gives_way_to_a_newer_ring),
       cmocka_unit_test(a_process_acknowledges_the_mode_its_environment_names),
+      cmocka_unit_test(a_held_process_keeps_beating_and_makes_no_progress_until_released),
+      cmocka_unit_test(a_hold_ends_at_the_rings_timeout_and_at_stop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

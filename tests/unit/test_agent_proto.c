@@ -57,7 +57,7 @@ static void every_message_round_trips(void **state) {
   (void)state;
   round_trip(
       &(kolo_agent_msg){.verb = KOLO_AGENT_HELLO, .hello = {4242, KOLO_AGENT_PROTOCOL_VERSION}},
-      "HELLO 4242 3\n");
+      "HELLO 4242 4\n");
   round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_MODE, .mode = {KOLO_MODE_DILOCO}},
              "MODE DILOCO\n");
   round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_MODE, .mode = {KOLO_MODE_LOCAL_SGD}},
@@ -70,6 +70,10 @@ static void every_message_round_trips(void **state) {
   round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_STOP, .text = "job cancelled"},
              "STOP job cancelled\n");
   round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_LEAVE, .text = "drained"}, "LEAVE drained\n");
+  round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_HOLD, .text = "no lease renewal for 2500 ms"},
+             "HOLD no lease renewal for 2500 ms\n");
+  round_trip(&(kolo_agent_msg){.verb = KOLO_AGENT_RELEASE, .text = "etcd renewed the lease"},
+             "RELEASE etcd renewed the lease\n");
   round_trip(
       &(kolo_agent_msg){.verb = KOLO_AGENT_REFUSED, .refused = {1, 2}, .text = "process speaks 9"},
       "REFUSED 1 2 process speaks 9\n");
@@ -120,11 +124,12 @@ static void an_unversioned_hello_is_version_one_and_supported(void **state) {
   assert_int_equal(m.hello.version, 1);
   assert_true(kolo_agent_version_supported(m.hello.version));
   kolo_agent_msg_clear(&m);
-  assert_int_equal(parse("HELLO 17 4", KOLO_AGENT_TO_AGENT, &m, error), KOLO_OK);
-  assert_int_equal(m.hello.version, 4);
-  assert_false(kolo_agent_version_supported(4)); /* parses, but this agent does not speak it */
+  assert_int_equal(parse("HELLO 17 5", KOLO_AGENT_TO_AGENT, &m, error), KOLO_OK);
+  assert_int_equal(m.hello.version, 5);
+  assert_false(kolo_agent_version_supported(5)); /* parses, but this agent does not speak it */
   assert_true(kolo_agent_version_supported(2));  /* before MODE: still accepted */
-  assert_true(kolo_agent_version_supported(3));
+  assert_true(kolo_agent_version_supported(3));  /* before HOLD: still accepted (SIGSTOP fence) */
+  assert_true(kolo_agent_version_supported(4));
   assert_true(kolo_agent_version_supported(KOLO_AGENT_PROTOCOL_VERSION));
   assert_false(kolo_agent_version_supported(0));
   kolo_agent_msg_clear(&m);
@@ -167,6 +172,8 @@ static void field_counts_are_exact(void **state) {
   refused("REFUSED 1 2", KOLO_AGENT_TO_PROCESS, "missing reason");
   refused("REFUSED 2 1 why", KOLO_AGENT_TO_PROCESS, "'max_version' is 1, want 2..");
   refused("STOP", KOLO_AGENT_TO_PROCESS, "STOP: missing reason");
+  refused("HOLD", KOLO_AGENT_TO_PROCESS, "HOLD: missing reason");
+  refused("RELEASE", KOLO_AGENT_TO_PROCESS, "RELEASE: missing reason");
   refused("REPORT", KOLO_AGENT_TO_AGENT, "missing JSON object");
   refused("REPORT [1]", KOLO_AGENT_TO_AGENT, "not a JSON object");
 }
@@ -217,6 +224,8 @@ static void a_verb_is_refused_in_the_wrong_direction(void **state) {
   refused("HELLO 5 2", KOLO_AGENT_TO_PROCESS, "HELLO: sent by the process, not the agent");
   to_process("REPORT {}");
   to_agent("STOP now");
+  refused("HOLD etcd silent", KOLO_AGENT_TO_AGENT, "HOLD: sent by the agent, not the process");
+  refused("RELEASE etcd back", KOLO_AGENT_TO_AGENT, "RELEASE: sent by the agent, not the process");
 }
 
 /* MODE (version 3) names one mode in its canonical spelling, process -> agent only. */

@@ -1,0 +1,53 @@
+/* What collective/elastic.c and collective/elastic_hold.c share: the elastic state behind
+ * kolo_elastic (include/kolo/elastic.h). Internal to libkolo. */
+#ifndef KOLO_COLLECTIVE_ELASTIC_INTERNAL_H
+#define KOLO_COLLECTIVE_ELASTIC_INTERNAL_H
+
+#include <pthread.h>
+
+#include "collective/state_sync.h"
+#include "common/agent_proto.h"
+#include "kolo/elastic.h"
+
+#define MAX_BUFFERS 256
+
+/* A RING message as parsed (it owns its strings). */
+typedef struct ring_announcement {
+  kolo_agent_msg msg;
+  uint64_t epoch;
+  int planned; /* switch at the next commit instead of aborting the current ring */
+} ring_announcement;
+
+typedef kolo_state_buffer state_buffer; /* collective/state_sync.h */
+
+struct kolo_elastic {
+  int agent_fd; /* -1 without an agent */
+  pthread_t reader;
+  int reader_started;
+  pthread_mutex_t mutex;
+  pthread_cond_t cond;
+  kolo_comm *comm;
+  ring_announcement *pending; /* newest announced ring not yet formed */
+  int stop_requested;
+  int leave_requested; /* LEAVE: stop at the next commit */
+  int refused;         /* REFUSED: the agent does not speak our protocol version */
+  int agent_gone;
+  int reconfigurations;
+  state_buffer buffers[MAX_BUFFERS];
+  int buffer_count;
+  kolo_elastic_reset_fn reset;
+  void *reset_user;
+  pthread_mutex_t write_mutex;
+  int cuda_device; /* >= 0: the rings are in CUDA mode on this device (carried across re-forms) */
+  int held;        /* HOLD: the agent's partition fence holds the process (elastic_hold.c) */
+};
+
+/* HOLD / RELEASE from the agent (elastic_hold.c, on the reader thread): the current
+ * communicator, and every one formed while held, starts no new collective, and
+ * kolo_elastic_commit waits, until RELEASE; the beat goes on meanwhile. */
+void kolo_elastic_on_hold(kolo_elastic *elastic, const kolo_agent_msg *msg);
+
+/* Applies the hold to a communicator that becomes current (under elastic->mutex). */
+void kolo_elastic_hold_apply_locked(kolo_elastic *elastic, kolo_comm *comm);
+
+#endif
