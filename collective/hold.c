@@ -38,7 +38,8 @@ kolo_status kolo_comm_hold_wait(kolo_comm *comm) {
   if (comm == NULL || !atomic_load(&comm->held)) return KOLO_OK;
   int64_t deadline = kolo_deadline_after_ms(comm->net.timeout_ms);
   int64_t since = kolo_now_ns();
-  KOLO_LOGI("kolo", "rank %d epoch %llu: held by the agent (its lease may have expired): no new "
+  KOLO_LOGI("kolo",
+            "rank %d epoch %llu: held by the agent (its lease may have expired): no new "
             "collective until it releases, at most %d ms",
             comm->net.rank, (unsigned long long)comm->net.epoch, comm->net.timeout_ms);
   int timed_out = 0;

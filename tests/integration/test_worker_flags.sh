@@ -29,6 +29,8 @@ expect 1 "not a valid key segment" -- --etcd http://127.0.0.1:9 --advertise 127.
 expect 1 "is not key=value" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --labels zone
 expect 2 "--log-file-size: want a size" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --log-file-size 12Q
 expect 2 "--log-job-size must be at least twice" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --log-file-size 8M --log-job-size 10M
+expect 2 "--partition-fence: want on or off, got 'maybe'" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --partition-fence=maybe
+expect 0 "--no-partition-fence" -- --help
 expect 2 "--log-retention: want" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --log-retention -5
 expect 1 "is not host:port of an IPv4 address" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --logs-listen nope --work-dir /tmp/kolo-flags-$$
 rm -rf /tmp/kolo-flags-$$

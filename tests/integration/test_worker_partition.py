@@ -1,9 +1,11 @@
 """#30 item 6: a worker cut off from etcd must not keep running its job while the scheduler
 starts it elsewhere. Before the fence, a worker partitioned from etcd for 10 s ran its job beside
-the copy the scheduler had restarted on another worker, for 8 s. With --partition-fence
-(docs/ELASTIC.md says why it is not the default yet) the agent pauses its
-process once no lease renewal has been acknowledged for a TTL (worker/agent/fence.h), and kills
-it when etcd, reachable again, says the lease is gone. Real etcd, kolo-server and two
+the copy the scheduler had restarted on another worker, for 8 s. With the partition fence (on by
+default; --partition-fence=off turns it off) the agent holds its process once no lease renewal
+has been acknowledged for a TTL less a margin (worker/agent/fence.h): this job's program does not
+use libkolo, so it is paused with SIGSTOP (a libkolo process is held inside libkolo instead, its
+beat going on: tests/integration/test_elastic.c), and killed when etcd, reachable again, says the
+lease is gone. Real etcd, kolo-server and two
 kolo-workers; the partition is a TCP proxy between one worker and etcd that stops forwarding."""
 import os
 import socket
@@ -115,8 +117,7 @@ class PartitionTest(unittest.TestCase):
             etcd_port = int(c.etcd.url.rsplit(":", 1)[1])
             proxy = Proxy(etcd_port)
             c.next_port += 1
-            w1 = Worker("http://127.0.0.1:%d" % proxy.port, "w1", "127.0.0.1", c.next_port, c.root,
-                        "--partition-fence")
+            w1 = Worker("http://127.0.0.1:%d" % proxy.port, "w1", "127.0.0.1", c.next_port, c.root)
             c.workers["w1"] = w1
             wait_for(lambda: c.worker_record("w1"), 30, "w1 registered")
             out = os.path.join(c.root, "copies.txt")

@@ -23,8 +23,8 @@ typedef struct kolo_agent_options {
   int gpus;
   char train_bin[1024]; /* kolo-train for builtin jobs; "" = next to kolo-worker */
   int stop_grace_ms;
-  int partition_fence;   /* --partition-fence: pause the process while the lease may have
-                          * expired (fence.h); off by default, docs/ELASTIC.md says why */
+  int partition_fence;   /* hold the process while the lease may have expired (fence.h); on
+                          * unless --partition-fence=off / --no-partition-fence */
   char http_listen[256]; /* /healthz, /readyz, /metrics (health.h); "" = none */
   /* job logs (worker/agent/logstore.h) */
   char logs_listen[256]; /* where the log server binds; "" = the --advertise host, port 0 */

@@ -54,6 +54,13 @@
 #define REFORM_WAIT_S "600"
 #define CAPTURE_DRAIN_MS 1000 /* how long an exited process's pipes may still be read */
 
+/* How the partition fence holds the process (agent.fenced). */
+enum {
+  KOLO_AGENT_FENCED_NO = 0,
+  KOLO_AGENT_FENCED_STOPPED, /* SIGSTOP: a process that does not speak HOLD */
+  KOLO_AGENT_FENCED_HELD,    /* HOLD: libkolo starts nothing new, its beat goes on */
+};
+
 typedef struct agent {
   const kolo_agent_options *opts;
   char id[129], host[256], listen[256], work_dir[256], assign_key[256];
@@ -68,7 +75,8 @@ typedef struct agent {
   char *assignment;       /* newest assignment value, NULL when none */
   int assignment_refused; /* that value does not decode and was logged once */
   int lease_lost;
-  int fenced; /* the process is paused: the lease may have expired (fence.h) */
+  int fenced;           /* KOLO_AGENT_FENCED_*: the lease may have expired (fence.h) */
+  int fence_connection; /* held: the connection HOLD went on (kolo_agent_proc_hold_connection) */
   int64_t fenced_at_ms;
   int64_t register_at_ms;   /* unregistered (etcd said the lease is gone): next attempt */
   int64_t register_wait_ms; /* and the back-off before the one after */
@@ -165,9 +173,9 @@ char *kolo_agent_ring_line_for(agent *a, const kolo_ringspec *ring, int *rank, i
 void kolo_agent_start_process(agent *a, const char *job, const kolo_ringspec *ring);
 
 /* The partition fence (fence.h): while no renewal of the lease has been acknowledged for a
- * TTL, the process is paused, so it cannot run beside a copy the scheduler started elsewhere;
- * it continues when etcd renews the lease again, and dies with lose_registration when etcd
- * says the lease is gone. */
+ * TTL, the process is held (HOLD, or SIGSTOP for one that does not speak it), so it cannot run
+ * beside a copy the scheduler started elsewhere; it continues when etcd renews the lease again,
+ * and dies with lose_registration when etcd says the lease is gone. */
 void kolo_agent_fence(agent *a);
 
 /* At most wait_ms, less when the fence's deadline comes sooner (so it pauses on time). */

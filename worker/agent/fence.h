@@ -1,7 +1,8 @@
 /* The partition fence (#30 item 6): a worker that cannot reach etcd keeps training (an etcd
  * restart must cost no steps), but once its lease cannot have been renewed for (nearly) a TTL,
  * etcd (if it is up) has expired it and the scheduler may be starting the job elsewhere. From
- * then on the process is paused (SIGSTOP of its group) so two copies never run at once; it
+ * then on the process is held (HOLD inside libkolo, whose beat goes on; SIGSTOP of its group for
+ * a process that does not speak HOLD: registration.c) so two copies never run at once; it
  * resumes when etcd acknowledges a renewal again (the lease was alive: an etcd outage), and
  * is killed when etcd says the lease is gone (agent.c: lose_registration). A pure decision. */
 #ifndef KOLO_AGENT_FENCE_H

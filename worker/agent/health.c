@@ -95,10 +95,11 @@ char *kolo_agent_health_metrics_text(const kolo_agent_health_state *s) {
   metric(out, "kolo_worker_leases_lost_total", "counter", "Registration leases lost.", "",
          (double)s->leases_lost);
   metric(out, "kolo_worker_fenced", "gauge",
-         "1 while the process is paused because no lease renewal was acknowledged for a TTL.", "",
-         s->fenced);
+         "1 while the process is held (HOLD or SIGSTOP) because no lease renewal was acknowledged "
+         "for a TTL.",
+         "", s->fenced);
   metric(out, "kolo_worker_fences_total", "counter",
-         "Times the process was paused by the partition fence.", "", (double)s->fences);
+         "Times the process was held by the partition fence.", "", (double)s->fences);
   metric(out, "kolo_worker_processes_started_total", "counter", "Training processes started.", "",
          (double)s->processes_started);
   metric(out, "kolo_worker_processes_failed_total", "counter",

@@ -21,7 +21,7 @@ typedef struct kolo_agent_health_state {
   char job[129];  /* "" when none */
   int64_t epoch;  /* ring epoch of the job's newest ring */
   int process_running;
-  int fenced;       /* the process is paused by the partition fence (fence.h) */
+  int fenced;       /* the process is held by the partition fence (fence.h) */
   uint64_t fences;  /* times it was */
   int has_progress; /* the fields below come from the process's reports */
   double step, total_steps, loss, samples_per_sec;

@@ -24,9 +24,10 @@ void kolo_agent_options_usage(FILE *out) {
           "  --gpus N             GPUs of this worker (default 0)\n"
           "  --train-bin PATH     kolo-train for builtin jobs (default: next to kolo-worker)\n"
           "  --stop-grace-ms MS   STOP -> SIGTERM -> SIGKILL spacing (default 2000)\n"
-          "  --partition-fence    pause the process once no lease renewal was acknowledged\n"
+          "  --partition-fence[=on|off]  hold the process once no lease renewal was acknowledged\n"
           "                       for a TTL, so a worker cut off from etcd never runs a job\n"
-          "                       beside its restarted copy (docs/ELASTIC.md)\n"
+          "                       beside its restarted copy (default on; docs/ELASTIC.md)\n"
+          "  --no-partition-fence the same as --partition-fence=off\n"
           "  --http-listen H:P    serve /healthz, /readyz (200 while registered) and /metrics\n"
           "  --logs-listen H:P    where kolo-server fetches job logs (default: the --advertise "
           "host, a free port)\n"
@@ -82,6 +83,7 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
   memset(opts, 0, sizeof *opts);
   opts->lease_ttl_s = 3;
   opts->stop_grace_ms = 2000;
+  opts->partition_fence = 1; /* #30 item 6: off only with --partition-fence=off */
   opts->log_file_bytes = 8u << 20;
   opts->log_job_bytes = 64u << 20;
   opts->log_total_bytes = 1u << 30;
@@ -104,7 +106,8 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
                                                {"log-retention", required_argument, NULL, 'R'},
                                                {"http-listen", required_argument, NULL, 'H'},
                                                {"help", no_argument, NULL, 'h'},
-                                               {"partition-fence", no_argument, NULL, 6},
+                                               {"partition-fence", optional_argument, NULL, 6},
+                                               {"no-partition-fence", no_argument, NULL, 7},
                                                {"etcd-ca", required_argument, NULL, 1},
                                                {"etcd-cert", required_argument, NULL, 2},
                                                {"etcd-key", required_argument, NULL, 3},
@@ -119,7 +122,17 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
     char *end = NULL;
     switch (c) {
       case 6:
-        opts->partition_fence = 1;
+        if (optarg == NULL || strcmp(optarg, "on") == 0) {
+          opts->partition_fence = 1;
+        } else if (strcmp(optarg, "off") == 0) {
+          opts->partition_fence = 0;
+        } else {
+          snprintf(err, err_len, "--partition-fence: want on or off, got '%s'", optarg);
+          rc = -1;
+        }
+        break;
+      case 7:
+        opts->partition_fence = 0;
         break;
       case 'e':
         rc = copy(opts->etcd, sizeof opts->etcd, optarg, "--etcd", err, err_len);

@@ -32,6 +32,8 @@ struct kolo_agent_proc {
   int conn_fd;
   int hello;
   int ever_hello; /* it said HELLO at least once */
+  int version;    /* the agent protocol version of the connection's HELLO (0: none yet) */
+  int hellos;     /* HELLOs accepted: a new one is a new connection (the fence's hold) */
   int exec_fd;    /* read end of a close-on-exec pipe: the child's words if exec failed */
   char start_error[256];
   char socket_path[108];
@@ -200,12 +202,15 @@ static void drop_connection(kolo_agent_proc *proc) {
   close(proc->conn_fd);
   proc->conn_fd = -1;
   proc->hello = 0;
+  proc->version = 0;
 }
 
 /* A HELLO: the version decides whether the process may speak; 0 = refused. */
 static int accept_hello(kolo_agent_proc *proc, const kolo_agent_msg *msg) {
   if (kolo_agent_version_supported(msg->hello.version)) {
     proc->hello = proc->ever_hello = 1;
+    proc->version = msg->hello.version;
+    proc->hellos++;
     return 1;
   }
   char reason[128];
@@ -250,6 +255,7 @@ void kolo_agent_proc_service(kolo_agent_proc *proc, kolo_agent_msg_fn fn, void *
       proc->conn_fd = fd;
       proc->filled = 0;
       proc->hello = 0;
+      proc->version = 0;
     }
   }
   while (proc->conn_fd >= 0) {
@@ -347,6 +353,11 @@ const char *kolo_agent_proc_start_error(const kolo_agent_proc *proc) {
 
 int kolo_agent_proc_said_hello(const kolo_agent_proc *proc) {
   return proc != NULL && proc->ever_hello;
+}
+
+int kolo_agent_proc_hold_connection(const kolo_agent_proc *proc) {
+  if (!kolo_agent_proc_connected(proc) || proc->version < KOLO_AGENT_HOLD_VERSION) return 0;
+  return proc->hellos;
 }
 
 pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc) {

@@ -61,6 +61,12 @@ const char *kolo_agent_proc_start_error(const kolo_agent_proc *proc);
 /* Whether the process ever said HELLO (accepted), whatever its connection is now. */
 int kolo_agent_proc_said_hello(const kolo_agent_proc *proc);
 
+/* The connection a HOLD could be sent on: > 0 (it changes with each accepted HELLO) while the
+ * process is connected and speaks version 4 or later (libkolo's hold, agent_proto.h); 0 when
+ * it is not connected, never said HELLO (a program without libkolo) or speaks an older version:
+ * the fence pauses such a process with SIGSTOP. */
+int kolo_agent_proc_hold_connection(const kolo_agent_proc *proc);
+
 pid_t kolo_agent_proc_pid(const kolo_agent_proc *proc);
 
 /* Asks the process to stop: STOP line now, SIGTERM to the group after grace_ms,

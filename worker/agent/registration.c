@@ -1,6 +1,6 @@
 /* The worker's registration: its record under a lease (coordination/membership.h), the
  * state it advertises, losing the lease and registering again, and the partition fence
- * (fence.h) that pauses the process while the lease may have expired. */
+ * (fence.h) that holds the process while the lease may have expired. */
 #define _GNU_SOURCE
 #include "worker/agent/agent_internal.h"
 
@@ -68,8 +68,8 @@ kolo_status kolo_agent_register_worker(agent *a) {
  * stops (its ring moved on without it) and we come back as a new worker. */
 void kolo_agent_lose_registration(agent *a) {
   a->hs.leases_lost++;
-  a->fenced = 0; /* a paused process is killed below (SIGKILL needs no SIGCONT) */
-  if (a->proc) { /* never restart it for the assignment it had */
+  a->fenced = KOLO_AGENT_FENCED_NO; /* a held or paused process is killed below */
+  if (a->proc) {                    /* never restart it for the assignment it had */
     snprintf(a->done_job, sizeof a->done_job, "%s", a->job);
     a->done_epoch = a->epoch;
   }
@@ -99,44 +99,78 @@ kolo_status kolo_agent_reregister(agent *a) {
   return KOLO_OK;
 }
 
-/* The partition kolo_agent_fence (kolo_agent_fence.h): while no renewal of the lease has been
- * acknowledged for a TTL, the process is paused, so it cannot run beside a copy the scheduler
- * started elsewhere; it continues when etcd renews the lease again, and dies with
- * kolo_agent_lose_registration when etcd says the lease is gone. */
+/* Holds the process: HOLD when it speaks libkolo's hold (its beat goes on), else SIGSTOP. */
+static void fence_pause(agent *a, int64_t now, int64_t renewed) {
+  char why[160];
+  snprintf(why, sizeof why,
+           "no renewal of the worker's lease acknowledged for %" PRId64 " ms (TTL %d s)",
+           now - renewed, a->opts->lease_ttl_s);
+  int connection = kolo_agent_proc_hold_connection(a->proc);
+  kolo_agent_msg hold = {.verb = KOLO_AGENT_HOLD, .text = why};
+  if (connection > 0 && kolo_agent_proc_send_msg(a->proc, &hold) == KOLO_OK) {
+    KOLO_LOGW(LOG,
+              "%s: etcd may have expired it and the job may be running elsewhere, so the process "
+              "(pid %d) is held (it starts no new collective; its beat goes on) until etcd answers",
+              why, (int)kolo_agent_proc_pid(a->proc));
+    a->fenced = KOLO_AGENT_FENCED_HELD;
+    a->fence_connection = connection;
+  } else {
+    KOLO_LOGW(LOG,
+              "%s: etcd may have expired it and the job may be running elsewhere, so the process "
+              "(pid %d) is paused until etcd answers",
+              why, (int)kolo_agent_proc_pid(a->proc));
+    kolo_agent_proc_pause(a->proc, 1);
+    a->fenced = KOLO_AGENT_FENCED_STOPPED;
+  }
+  a->fenced_at_ms = now;
+  a->hs.fences++;
+}
+
+static void fence_resume(agent *a, int64_t now) {
+  KOLO_LOGI(LOG, "etcd renewed the lease again: the process continues after %" PRId64 " ms %s",
+            now - a->fenced_at_ms, a->fenced == KOLO_AGENT_FENCED_HELD ? "held" : "paused");
+  if (a->fenced == KOLO_AGENT_FENCED_HELD) {
+    kolo_agent_msg release = {.verb = KOLO_AGENT_RELEASE, .text = "etcd renewed the lease"};
+    if (kolo_agent_proc_send_msg(a->proc, &release) != KOLO_OK) /* it lost us: it stops itself */
+      KOLO_LOGW(LOG, "cannot send RELEASE: the process is no longer connected");
+  } else {
+    kolo_agent_proc_pause(a->proc, 0);
+  }
+  a->fenced = KOLO_AGENT_FENCED_NO;
+}
+
+/* The partition fence (fence.h): while no renewal of the lease has been acknowledged for a
+ * TTL (less a margin), the process is held (HOLD: libkolo starts nothing new but keeps beating)
+ * or, if it does not speak the hold (no libkolo, or an older one), paused with SIGSTOP, so it
+ * cannot run beside a copy the scheduler started elsewhere; it continues when etcd renews the
+ * lease again, and dies with kolo_agent_lose_registration when etcd says the lease is gone. A
+ * held process whose connection went or was replaced (a new HELLO) is paused with SIGSTOP. */
 void kolo_agent_fence(agent *a) {
   if (!a->opts->partition_fence || a->proc == NULL || a->reg == NULL) {
-    a->fenced = 0;
+    a->fenced = KOLO_AGENT_FENCED_NO;
     return;
   }
+  if (a->fenced == KOLO_AGENT_FENCED_HELD &&
+      kolo_agent_proc_hold_connection(a->proc) != a->fence_connection) {
+    KOLO_LOGW(LOG, "the held process (pid %d) left its connection: paused with SIGSTOP instead",
+              (int)kolo_agent_proc_pid(a->proc));
+    kolo_agent_proc_pause(a->proc, 1);
+    a->fenced = KOLO_AGENT_FENCED_STOPPED;
+  }
   int64_t now = mono_ms(), renewed = kolo_membership_renewed_ms(a->reg); /* CLOCK_MONOTONIC both */
-  switch (kolo_agent_fence_decide(now, renewed, a->opts->lease_ttl_s * 1000LL, a->fenced)) {
+  switch (kolo_agent_fence_decide(now, renewed, a->opts->lease_ttl_s * 1000LL, a->fenced != 0)) {
     case KOLO_AGENT_FENCE_PAUSE:
-      KOLO_LOGW(
-          LOG,
-          "no renewal of the lease acknowledged for %" PRId64
-          " ms (TTL %d s): etcd may have "
-          "expired it and the job may be running elsewhere, so the process (pid %d) is paused "
-          "until etcd answers",
-          now - renewed, a->opts->lease_ttl_s, (int)kolo_agent_proc_pid(a->proc));
-      kolo_agent_proc_pause(a->proc, 1);
-      a->fenced = 1;
-      a->fenced_at_ms = now;
-      a->hs.fences++;
+      fence_pause(a, now, renewed);
       break;
     case KOLO_AGENT_FENCE_RESUME:
-      KOLO_LOGI(LOG,
-                "etcd renewed the lease again: the process continues after %" PRId64 " ms paused",
-                now - a->fenced_at_ms);
-      kolo_agent_proc_pause(a->proc, 0);
-      a->fenced = 0;
+      fence_resume(a, now);
       break;
     case KOLO_AGENT_FENCE_KEEP:
       break;
   }
 }
 
-/* At most wait_ms, less when the kolo_agent_fence's deadline comes sooner (so it pauses on time).
- */
+/* At most wait_ms, less when the fence's deadline comes sooner (so it holds on time). */
 int kolo_agent_fence_wait_ms(const agent *a, int wait_ms) {
   if (!a->opts->partition_fence || a->proc == NULL || a->reg == NULL || a->fenced) return wait_ms;
   int64_t left = kolo_membership_renewed_ms(a->reg) +

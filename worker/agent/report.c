@@ -124,7 +124,7 @@ void kolo_agent_publish_health(agent *a) {
   snprintf(h->job, sizeof h->job, "%s", a->proc ? a->job : "");
   h->epoch = a->proc ? a->epoch : 0;
   h->process_running = a->proc != NULL;
-  h->fenced = a->fenced;
+  h->fenced = a->fenced != KOLO_AGENT_FENCED_NO;
   h->has_progress = a->proc != NULL && a->progress != NULL;
   if (h->has_progress) {
     h->step = progress_number(a->progress, "step");
