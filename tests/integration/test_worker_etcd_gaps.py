@@ -13,7 +13,9 @@ RUNNING for ever before their fix.
   exact result.
 - A report the agent cannot write (etcd down when the process exits) is written once etcd
   is back: before, only progress reports were retried, so a job whose only process exited
-  during an outage never ended."""
+  during an outage never ended. Its workers run with --partition-fence=off: the fence (on by
+  default) would pause the process before it could exit in the outage, which is the point
+  here (docs/ELASTIC.md, "etcd outages")."""
 import json
 import os
 import shutil
@@ -42,12 +44,15 @@ def registrations(w):
 
 class EtcdGaps(unittest.TestCase):
     def setUp(self):
+        # the exit case needs a process that can exit while etcd is down: no partition fence
+        fence = ["--partition-fence=off"] if "exit_report" in self.id() else []
         self.root = tempfile.mkdtemp(prefix="kolo-lease-")
         self.etcd = Etcd()
         self.paused = []
         # the leader's own lease outlives the pause: only the workers' expire
         self.server = Server(self.etcd.url, "--leader-ttl", "60")
-        self.workers = [Worker(self.etcd.url, "gw%d" % i, "127.0.0.1", free_port(), self.root) for i in range(2)]
+        self.workers = [Worker(self.etcd.url, "gw%d" % i, "127.0.0.1", free_port(), self.root, *fence)
+                        for i in range(2)]
         for w in self.workers:
             wait_for(lambda: registrations(w) >= 1, 30, "%s registered" % w.id)
 
