@@ -124,11 +124,13 @@ def test_a_drained_worker_leaves_at_a_commit_and_no_step_is_redone():
 def test_a_newcomer_slower_than_the_ring_timeout_leaves_the_survivors_running():
     # the newcomer's process starts kolo.init() 20 s late against an 8 s ring timeout (as a Python
     # process importing torch on a loaded host may): the survivors' re-forms time out, they report
-    # it and wait for the re-planned ring instead of exiting, and train on in the same processes
+    # it and wait for the re-planned ring instead of exiting, and train on in the same processes.
+    # The survivors switch rings at once (--warm-join-ms 0): with warm joins they would train on
+    # for 20 s while the newcomer starts, and this test is about a formation that times out.
     c = cluster.Cluster()
     try:
         for w in ("w1", "w2"):
-            c.start_worker(w)
+            c.start_worker(w, args=["--warm-join-ms", "0"])
         results = os.path.join(c.dir, "slow")
         # (every timed-out formation is a RING_STALLED re-form: room for many while w3 imports torch)
         submit(c, "slow", 3, results, collective_timeout_ms=8000, max_reconfigurations=100)
