@@ -185,7 +185,7 @@ int kolo_agent_fence_wait_ms(const agent *a, int wait_ms);
 /* Warm joins (warm_join.h): a newly loaded ring (begin) is held from a running process that
  * formed a ring before until the newcomers' processes are up (ready_now: 1 when the RING line
  * may go; it reads their reports at most every KOLO_AGENT_WARM_JOIN_POLL_MS), or for
- * KOLO_AGENT_WARM_JOIN_MS at most; wait_ms shortens the loop's poll meanwhile. */
+ * --warm-join-ms at most; wait_ms shortens the loop's poll meanwhile. */
 void kolo_agent_warm_join_begin(agent *a, const kolo_ringspec *ring);
 int kolo_agent_warm_join_ready_now(agent *a);
 int kolo_agent_warm_join_wait_ms(const agent *a, int wait_ms);
