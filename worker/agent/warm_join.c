@@ -42,13 +42,21 @@ void kolo_agent_warm_join_begin(agent *a, const kolo_ringspec *ring) {
     return;
   }
   kolo_agent_warm_join_newcomers(ring, a->id, a->formed_epoch, index, n);
-  for (size_t i = 0; i < n; i++) w->ids[w->n++] = strdup(ring->members[index[i]].worker_id);
+  for (size_t i = 0; i < n; i++) {
+    char *id = strdup(ring->members[index[i]].worker_id);
+    if (id != NULL) w->ids[w->n++] = id; /* no memory: that one is not waited for */
+  }
   free(index);
+  if (w->n == 0) {
+    warm_clear(w);
+    return;
+  }
   w->epoch = ring->epoch;
   w->since_ms = mono_ms();
   w->deadline_ms = w->since_ms + a->opts->warm_join_ms;
-  KOLO_LOGI(LOG, "ring epoch %" PRId64 " of job %s: training on until its %zu newcomer%s (%s%s) are up",
-            ring->epoch, a->job, n, n == 1 ? "" : "s", w->ids[0], n > 1 ? ", ..." : "");
+  KOLO_LOGI(LOG, "ring epoch %" PRId64 " of job %s: training on until %s%s (%zu new) %s up",
+            ring->epoch, a->job, w->ids[0], w->n > 1 ? " and the others" : "", w->n,
+            w->n == 1 ? "is" : "are");
 }
 
 /* Whether worker id's process is up for the held epoch (its report says so). */
@@ -94,7 +102,7 @@ int kolo_agent_warm_join_ready_now(agent *a) {
 
 int kolo_agent_warm_join_wait_ms(const agent *a, int wait_ms) {
   return a->warm.epoch != 0 && wait_ms > KOLO_AGENT_WARM_JOIN_POLL_MS ? KOLO_AGENT_WARM_JOIN_POLL_MS
-                                                                       : wait_ms;
+                                                                      : wait_ms;
 }
 
 void kolo_agent_warm_join_end(agent *a) {

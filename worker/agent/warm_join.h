@@ -21,7 +21,7 @@
 #include "coordination/report.h"
 #include "coordination/ringspec.h"
 
-#define KOLO_AGENT_WARM_JOIN_MS 20000 /* --warm-join-ms's default */
+#define KOLO_AGENT_WARM_JOIN_MS 20000   /* --warm-join-ms's default */
 #define KOLO_AGENT_WARM_JOIN_POLL_MS 50 /* how often the newcomers' reports are read meanwhile */
 
 /* The newcomers of ring for the agent of worker self, whose process last formed the ring of
