@@ -37,6 +37,11 @@
  * fewer steps than the gather; the two-level all-reduce above this size on
  * rings of several hosts with as many ranks each (kolo_allreduce_select) */
 #define DEFAULT_DOUBLING_MAX_BYTES (32 * 1024)
+/* the same on rings of 2+ hosts, where a hop crosses a network: netns hosts
+ * (bench/netns, #34), 8 ranks, doubling vs the ring or two levels at 64 KiB
+ * level at 1 Gbit and 1.3-4.2x ahead at 10 Gbit; at 128 KiB 1.3-1.5x ahead at
+ * 10 Gbit but 1.8-4x behind at 1 Gbit, where log2 p whole buffers fill the link */
+#define DEFAULT_DOUBLING_HOSTS_MAX_BYTES (64 * 1024)
 #define DEFAULT_TWO_LEVEL_MIN_BYTES (32 * 1024)
 /* how long the executor re-tries a stalled transfer before it sleeps in poll */
 #define DEFAULT_SPIN_US 100
@@ -200,6 +205,8 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
       kolo_size_from_env("KOLO_PAIR_SEGMENT_BYTES", DEFAULT_PAIR_SEGMENT_BYTES);
   comm->ring.doubling_max_bytes =
       kolo_size_from_env("KOLO_DOUBLING_MAX_BYTES", DEFAULT_DOUBLING_MAX_BYTES);
+  comm->ring.doubling_hosts_max_bytes =
+      kolo_size_from_env("KOLO_DOUBLING_HOSTS_MAX_BYTES", DEFAULT_DOUBLING_HOSTS_MAX_BYTES);
   comm->ring.two_level_min_bytes =
       kolo_size_from_env("KOLO_TWO_LEVEL_MIN_BYTES", DEFAULT_TWO_LEVEL_MIN_BYTES);
   comm->ring.forced_algo = forced_algo_from_env();

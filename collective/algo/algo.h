@@ -64,6 +64,7 @@ typedef struct kolo_ring {
   size_t pair_shm_max_bytes; /* 2 ranks over shared memory: the pair up to this size */
   size_t pair_segment_bytes; /* the pair exchange's segment (staging holds the larger one) */
   size_t doubling_max_bytes; /* kolo_allreduce_limits */
+  size_t doubling_hosts_max_bytes;
   size_t two_level_min_bytes;
   int forced_algo;        /* KOLO_ALLREDUCE_ALGO, -1: auto */
   unsigned algos_used;    /* kolo_ring_select: bit per algorithm run so far */
@@ -147,20 +148,25 @@ typedef struct kolo_allreduce_shape {
 /* The size settings (environment, read alike on every rank). */
 typedef struct kolo_allreduce_limits {
   size_t small_bytes, pair_min_bytes, pair_max_bytes, pair_shm_max_bytes;
-  size_t doubling_max_bytes;  /* KOLO_DOUBLING_MAX_BYTES: recursive doubling up to this */
-  size_t two_level_min_bytes; /* KOLO_TWO_LEVEL_MIN_BYTES: two-level above this */
-  int forced;                 /* KOLO_ALLREDUCE_ALGO: an algorithm, or -1 (auto) */
+  size_t doubling_max_bytes;       /* KOLO_DOUBLING_MAX_BYTES: recursive doubling up to this */
+  size_t doubling_hosts_max_bytes; /* KOLO_DOUBLING_HOSTS_MAX_BYTES: the same, 2+ hosts */
+  size_t two_level_min_bytes;      /* KOLO_TWO_LEVEL_MIN_BYTES: two-level above this */
+  int forced;                      /* KOLO_ALLREDUCE_ALGO: an algorithm, or -1 (auto) */
 } kolo_allreduce_limits;
 /* The all-reduce for count elements of bytes (pure). A forced algorithm is
  * taken where the shape allows it (else the automatic choice): DOUBLING needs
  * the mesh and 3+ ranks, TWO_LEVEL the mesh, 2+ hosts of as many ranks (2+),
  * and at least one element per rank, PAIR 2 ranks, RING one element per rank.
- * Automatic: DOUBLING up to doubling_max_bytes where its steps (log2 p, +2
+ * Automatic: DOUBLING up to kolo_doubling_limit where its steps (log2 p, +2
  * for the fold of a size that is no power of two) are fewer than the gather's
  * n-1; TWO_LEVEL above two_level_min_bytes; otherwise kolo_allreduce_choose. */
 kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
                                           const kolo_allreduce_limits *limits, size_t count,
                                           size_t bytes);
+/* Up to how many bytes the automatic choice takes recursive doubling: on a
+ * ring of 2+ hosts, where its hops cross hosts and each costs a network
+ * latency, doubling_hosts_max_bytes; on one host doubling_max_bytes (pure). */
+size_t kolo_doubling_limit(const kolo_allreduce_shape *shape, const kolo_allreduce_limits *limits);
 /* Latency steps of recursive doubling on size ranks. */
 int kolo_doubling_steps(int size);
 /* "auto" (-1), "ring", "gather", "pair", "doubling", "two_level"; -2 for anything else. */
