@@ -47,6 +47,15 @@
 #define DEFAULT_SPIN_US 100
 #define MAX_SPIN_US 100000
 
+/* KOLO_SPIN_YIELD: 1 a stalled spin always yields after its first microsecond
+ * (before #34), 0 never, anything else adaptive (kolo_yield_off_until). */
+static int spin_yield_from_env(void) {
+  const char *value = getenv("KOLO_SPIN_YIELD");
+  if (value != NULL && strcmp(value, "1") == 0) return 1;
+  if (value != NULL && strcmp(value, "0") == 0) return 0;
+  return -1;
+}
+
 /* KOLO_SPIN_US: microseconds of busy-polling before a wait sleeps (0 = never
  * spin), clamped to MAX_SPIN_US; DEFAULT_SPIN_US when unset or not a number. */
 static int64_t spin_ns_from_env(void) {
@@ -211,6 +220,7 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
       kolo_size_from_env("KOLO_TWO_LEVEL_MIN_BYTES", DEFAULT_TWO_LEVEL_MIN_BYTES);
   comm->ring.forced_algo = forced_algo_from_env();
   comm->ring.spin_ns = spin_ns_from_env();
+  comm->ring.spin_yield = spin_yield_from_env();
   comm->ring.spin_budget_ns = comm->ring.spin_ns;
   if (comm->ring.segment_bytes < 64) comm->ring.segment_bytes = 64;
   if (comm->ring.pair_segment_bytes < 64) comm->ring.pair_segment_bytes = 64;

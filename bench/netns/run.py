@@ -56,6 +56,7 @@ KOLO_SYSTEMS = {  # name -> extra environment of every rank
     "two_level": ["KOLO_ALLREDUCE_ALGO=two_level"],
     "doubling": ["KOLO_ALLREDUCE_ALGO=doubling"],
     "auto": [],
+    "auto_yield": ["KOLO_SPIN_YIELD=1"],  # auto with a stalled spin that always yields (before #34)
 }
 
 

@@ -66,10 +66,12 @@ typedef struct kolo_ring {
   size_t doubling_max_bytes; /* kolo_allreduce_limits */
   size_t doubling_hosts_max_bytes;
   size_t two_level_min_bytes;
-  int forced_algo;        /* KOLO_ALLREDUCE_ALGO, -1: auto */
-  unsigned algos_used;    /* kolo_ring_select: bit per algorithm run so far */
-  int64_t spin_ns;        /* the most a stalled transfer busy-polls before sleeping in poll */
-  int64_t spin_budget_ns; /* what it busy-polls now (the executor adapts it) */
+  int forced_algo;            /* KOLO_ALLREDUCE_ALGO, -1: auto */
+  unsigned algos_used;        /* kolo_ring_select: bit per algorithm run so far */
+  int64_t spin_ns;            /* the most a stalled transfer busy-polls before sleeping in poll */
+  int64_t spin_budget_ns;     /* what it busy-polls now (the executor adapts it) */
+  int spin_yield;             /* KOLO_SPIN_YIELD: 1 always, 0 never, -1 adaptive (default) */
+  int64_t yield_off_until_ns; /* adaptive: no yields before this (kolo_yield_off_until) */
   char *staging;
   size_t staging_bytes;
   char *scratch;
@@ -196,6 +198,18 @@ kolo_status kolo_allreduce_two_level(kolo_ring *ring, const kolo_piece *pieces, 
  * (KOLO_SPIN_US): a stall within the most sets it to at least twice the wait,
  * a longer one halves it; always within [max/16, max]. Pure (ring.c). */
 int64_t kolo_spin_budget_next(int64_t budget_ns, int64_t max_ns, int64_t waited_ns);
+
+/* A stalled spin yields the CPU after its first microsecond, so a neighbour
+ * waiting for this core (more ranks than cores) runs at once. A yield that
+ * takes KOLO_YIELD_SLOW_NS or more gave the core to a program that does not
+ * give it back (a compiler, another job): the scheduler runs it for a whole
+ * slice (a 4 ms tick here), so the spin then only pauses for
+ * KOLO_YIELD_OFF_NS before it tries a yield again. */
+#define KOLO_YIELD_SLOW_NS (500 * 1000LL)
+#define KOLO_YIELD_OFF_NS (100 * 1000 * 1000LL)
+/* Until when the spin does not yield, after a yield at now_ns that took
+ * took_ns, given the current bound off_until_ns. Pure (plan.c). */
+int64_t kolo_yield_off_until(int64_t off_until_ns, int64_t now_ns, int64_t took_ns);
 
 /* Whether an operation of bytes runs over shared memory in either ring
  * direction (the same answer on both ends of each link, so on every rank). */
