@@ -35,8 +35,8 @@ kolo_status kolo_route_check_scales(const kolo_route *route, kolo_dtype dtype);
  * named operation refuses one buffer on each side, and a stream call with host
  * buffers; an unnamed stream call is checked at submission (its refusal fails
  * the communicator: the other ranks run it on their GPUs). */
-kolo_status kolo_route_place(kolo_comm *comm, const kolo_route *route, const void *a,
-                             const void *b, int *device);
+kolo_status kolo_route_place(kolo_comm *comm, const kolo_route *route, const void *a, const void *b,
+                             int *device);
 /* KOLO_ERR_UNSUPPORTED, logged: what cannot run on device buffers. */
 kolo_status kolo_route_unsupported_on_device(const kolo_route *route, const char *what);
 /* A request of kind for route, zeroed but for what every request carries; a
