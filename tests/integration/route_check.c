@@ -47,8 +47,8 @@ static void check_scaled_unnamed(kolo_comm *comm, int rank, int size) {
   for (int i = 0; i < 3; i++) send[i] = (float)(rank + 1 + i);
   kolo_op_options options = {.flags = KOLO_OP_BLOCKING, .prescale = 2.0, .postscale = 0.25};
   kolo_request *request = NULL;
-  expect(kolo_allreduce_submit(comm, send, recv, 3, KOLO_FLOAT32, KOLO_SUM, &options,
-                               &request) == KOLO_OK,
+  expect(kolo_allreduce_submit(comm, send, recv, 3, KOLO_FLOAT32, KOLO_SUM, &options, &request) ==
+             KOLO_OK,
          "scaled unnamed all-reduce submitted");
   expect(request != NULL && kolo_wait(request) == KOLO_OK, "scaled unnamed all-reduce done");
   for (int i = 0; i < 3; i++) {
