@@ -37,10 +37,24 @@
  * fewer steps than the gather; the two-level all-reduce above this size on
  * rings of several hosts with as many ranks each (kolo_allreduce_select) */
 #define DEFAULT_DOUBLING_MAX_BYTES (32 * 1024)
+/* the same on rings of 2+ hosts, where a hop crosses a network: netns hosts
+ * (bench/netns, #34), 8 ranks, doubling vs the ring or two levels at 64 KiB
+ * level at 1 Gbit and 1.3-4.2x ahead at 10 Gbit; at 128 KiB 1.3-1.5x ahead at
+ * 10 Gbit but 1.8-4x behind at 1 Gbit, where log2 p whole buffers fill the link */
+#define DEFAULT_DOUBLING_HOSTS_MAX_BYTES (64 * 1024)
 #define DEFAULT_TWO_LEVEL_MIN_BYTES (32 * 1024)
 /* how long the executor re-tries a stalled transfer before it sleeps in poll */
 #define DEFAULT_SPIN_US 100
 #define MAX_SPIN_US 100000
+
+/* KOLO_SPIN_YIELD: 1 a stalled spin always yields after its first microsecond
+ * (before #34), 0 never, anything else adaptive (kolo_yield_off_until). */
+static int spin_yield_from_env(void) {
+  const char *value = getenv("KOLO_SPIN_YIELD");
+  if (value != NULL && strcmp(value, "1") == 0) return 1;
+  if (value != NULL && strcmp(value, "0") == 0) return 0;
+  return -1;
+}
 
 /* KOLO_SPIN_US: microseconds of busy-polling before a wait sleeps (0 = never
  * spin), clamped to MAX_SPIN_US; DEFAULT_SPIN_US when unset or not a number. */
@@ -200,10 +214,13 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
       kolo_size_from_env("KOLO_PAIR_SEGMENT_BYTES", DEFAULT_PAIR_SEGMENT_BYTES);
   comm->ring.doubling_max_bytes =
       kolo_size_from_env("KOLO_DOUBLING_MAX_BYTES", DEFAULT_DOUBLING_MAX_BYTES);
+  comm->ring.doubling_hosts_max_bytes =
+      kolo_size_from_env("KOLO_DOUBLING_HOSTS_MAX_BYTES", DEFAULT_DOUBLING_HOSTS_MAX_BYTES);
   comm->ring.two_level_min_bytes =
       kolo_size_from_env("KOLO_TWO_LEVEL_MIN_BYTES", DEFAULT_TWO_LEVEL_MIN_BYTES);
   comm->ring.forced_algo = forced_algo_from_env();
   comm->ring.spin_ns = spin_ns_from_env();
+  comm->ring.spin_yield = spin_yield_from_env();
   comm->ring.spin_budget_ns = comm->ring.spin_ns;
   if (comm->ring.segment_bytes < 64) comm->ring.segment_bytes = 64;
   if (comm->ring.pair_segment_bytes < 64) comm->ring.pair_segment_bytes = 64;

@@ -7,7 +7,7 @@ of HOSTS x RANKS per host, interleaved (one run of every system, then the next r
 of several runs; busbw against the link rate, and each system's time.
 
 Usage: bench/netns/run.py [--runs N] [--shapes 4x2,2x4,8x1] [--rates 10gbit,1gbit]
-                          [--sizes 4K:64M:4] [--iters N] [--systems flat,two_level,...]
+                          [--sizes 4K:64M:4] [--iters N] [--warmups N] [--systems flat,two_level,...]
                           [--mpi-tuned 1]
 Binaries from $KOLO_BIN_DIR (default build/bin). Needs root. Prints one table per
 (shape, rate): size, then each system's busbw (GB/s) and time (us), kolo's best against
@@ -46,9 +46,9 @@ def parse_rows(text):
     return rows
 
 
-def sweep_args(sizes, iters):
+def sweep_args(sizes, iters, warmups=3):
     low, high, factor = sizes.split(":")
-    return ["-b", low, "-e", high, "-f", factor, "-w", "3", "-n", str(iters)]
+    return ["-b", low, "-e", high, "-f", factor, "-w", str(warmups), "-n", str(iters)]
 
 
 KOLO_SYSTEMS = {  # name -> extra environment of every rank
@@ -56,6 +56,7 @@ KOLO_SYSTEMS = {  # name -> extra environment of every rank
     "two_level": ["KOLO_ALLREDUCE_ALGO=two_level"],
     "doubling": ["KOLO_ALLREDUCE_ALGO=doubling"],
     "auto": [],
+    "auto_yield": ["KOLO_SPIN_YIELD=1"],  # auto with a stalled spin that always yields (before #34)
 }
 
 
@@ -161,13 +162,14 @@ def main():
     p.add_argument("--rates", default="10gbit,1gbit")
     p.add_argument("--sizes", default="4K:64M:4")
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--warmups", type=int, default=3)
     p.add_argument("--systems", default="flat,two_level,doubling,auto,mpi,gloo")
     p.add_argument("--mpi-tuned", type=int, default=1)
     o = p.parse_args()
     for binary in ("kolo-allreduce-perf", "mpi-allreduce-perf"):
         if not os.access(os.path.join(BIN, binary), os.X_OK):
             sys.exit("run.py: %s not built in %s" % (binary, BIN))
-    args = sweep_args(o.sizes, o.iters)
+    args = sweep_args(o.sizes, o.iters, o.warmups)
     systems = o.systems.split(",")
     with open("/proc/loadavg") as f:
         print("# load average at start: %s" % " ".join(f.read().split()[:3]))

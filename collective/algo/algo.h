@@ -64,11 +64,14 @@ typedef struct kolo_ring {
   size_t pair_shm_max_bytes; /* 2 ranks over shared memory: the pair up to this size */
   size_t pair_segment_bytes; /* the pair exchange's segment (staging holds the larger one) */
   size_t doubling_max_bytes; /* kolo_allreduce_limits */
+  size_t doubling_hosts_max_bytes;
   size_t two_level_min_bytes;
-  int forced_algo;        /* KOLO_ALLREDUCE_ALGO, -1: auto */
-  unsigned algos_used;    /* kolo_ring_select: bit per algorithm run so far */
-  int64_t spin_ns;        /* the most a stalled transfer busy-polls before sleeping in poll */
-  int64_t spin_budget_ns; /* what it busy-polls now (the executor adapts it) */
+  int forced_algo;            /* KOLO_ALLREDUCE_ALGO, -1: auto */
+  unsigned algos_used;        /* kolo_ring_select: bit per algorithm run so far */
+  int64_t spin_ns;            /* the most a stalled transfer busy-polls before sleeping in poll */
+  int64_t spin_budget_ns;     /* what it busy-polls now (the executor adapts it) */
+  int spin_yield;             /* KOLO_SPIN_YIELD: 1 always, 0 never, -1 adaptive (default) */
+  int64_t yield_off_until_ns; /* adaptive: no yields before this (kolo_yield_off_until) */
   char *staging;
   size_t staging_bytes;
   char *scratch;
@@ -147,20 +150,25 @@ typedef struct kolo_allreduce_shape {
 /* The size settings (environment, read alike on every rank). */
 typedef struct kolo_allreduce_limits {
   size_t small_bytes, pair_min_bytes, pair_max_bytes, pair_shm_max_bytes;
-  size_t doubling_max_bytes;  /* KOLO_DOUBLING_MAX_BYTES: recursive doubling up to this */
-  size_t two_level_min_bytes; /* KOLO_TWO_LEVEL_MIN_BYTES: two-level above this */
-  int forced;                 /* KOLO_ALLREDUCE_ALGO: an algorithm, or -1 (auto) */
+  size_t doubling_max_bytes;       /* KOLO_DOUBLING_MAX_BYTES: recursive doubling up to this */
+  size_t doubling_hosts_max_bytes; /* KOLO_DOUBLING_HOSTS_MAX_BYTES: the same, 2+ hosts */
+  size_t two_level_min_bytes;      /* KOLO_TWO_LEVEL_MIN_BYTES: two-level above this */
+  int forced;                      /* KOLO_ALLREDUCE_ALGO: an algorithm, or -1 (auto) */
 } kolo_allreduce_limits;
 /* The all-reduce for count elements of bytes (pure). A forced algorithm is
  * taken where the shape allows it (else the automatic choice): DOUBLING needs
  * the mesh and 3+ ranks, TWO_LEVEL the mesh, 2+ hosts of as many ranks (2+),
  * and at least one element per rank, PAIR 2 ranks, RING one element per rank.
- * Automatic: DOUBLING up to doubling_max_bytes where its steps (log2 p, +2
+ * Automatic: DOUBLING up to kolo_doubling_limit where its steps (log2 p, +2
  * for the fold of a size that is no power of two) are fewer than the gather's
  * n-1; TWO_LEVEL above two_level_min_bytes; otherwise kolo_allreduce_choose. */
 kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
                                           const kolo_allreduce_limits *limits, size_t count,
                                           size_t bytes);
+/* Up to how many bytes the automatic choice takes recursive doubling: on a
+ * ring of 2+ hosts, where its hops cross hosts and each costs a network
+ * latency, doubling_hosts_max_bytes; on one host doubling_max_bytes (pure). */
+size_t kolo_doubling_limit(const kolo_allreduce_shape *shape, const kolo_allreduce_limits *limits);
 /* Latency steps of recursive doubling on size ranks. */
 int kolo_doubling_steps(int size);
 /* "auto" (-1), "ring", "gather", "pair", "doubling", "two_level"; -2 for anything else. */
@@ -190,6 +198,18 @@ kolo_status kolo_allreduce_two_level(kolo_ring *ring, const kolo_piece *pieces, 
  * (KOLO_SPIN_US): a stall within the most sets it to at least twice the wait,
  * a longer one halves it; always within [max/16, max]. Pure (ring.c). */
 int64_t kolo_spin_budget_next(int64_t budget_ns, int64_t max_ns, int64_t waited_ns);
+
+/* A stalled spin yields the CPU after its first microsecond, so a neighbour
+ * waiting for this core (more ranks than cores) runs at once. A yield that
+ * takes KOLO_YIELD_SLOW_NS or more gave the core to a program that does not
+ * give it back (a compiler, another job): the scheduler runs it for a whole
+ * slice (a 4 ms tick here), so the spin then only pauses for
+ * KOLO_YIELD_OFF_NS before it tries a yield again. */
+#define KOLO_YIELD_SLOW_NS (500 * 1000LL)
+#define KOLO_YIELD_OFF_NS (100 * 1000 * 1000LL)
+/* Until when the spin does not yield, after a yield at now_ns that took
+ * took_ns, given the current bound off_until_ns. Pure (plan.c). */
+int64_t kolo_yield_off_until(int64_t off_until_ns, int64_t now_ns, int64_t took_ns);
 
 /* Whether an operation of bytes runs over shared memory in either ring
  * direction (the same answer on both ends of each link, so on every rank). */

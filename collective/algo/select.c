@@ -48,12 +48,17 @@ static int usable(const kolo_allreduce_shape *shape, int algo, size_t count) {
   }
 }
 
+size_t kolo_doubling_limit(const kolo_allreduce_shape *shape, const kolo_allreduce_limits *limits) {
+  return shape->hosts >= 2 ? limits->doubling_hosts_max_bytes : limits->doubling_max_bytes;
+}
+
 kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
                                           const kolo_allreduce_limits *limits, size_t count,
                                           size_t bytes) {
   if (limits->forced >= 0 && usable(shape, limits->forced, count))
     return (kolo_allreduce_algo)limits->forced;
-  if (usable(shape, KOLO_ALLREDUCE_DOUBLING, count) && bytes <= limits->doubling_max_bytes &&
+  if (usable(shape, KOLO_ALLREDUCE_DOUBLING, count) &&
+      bytes <= kolo_doubling_limit(shape, limits) &&
       kolo_doubling_steps(shape->size) < shape->size - 1)
     return KOLO_ALLREDUCE_DOUBLING;
   if (usable(shape, KOLO_ALLREDUCE_TWO_LEVEL, count) && bytes > limits->two_level_min_bytes)
@@ -75,6 +80,7 @@ kolo_allreduce_algo kolo_ring_select(kolo_ring *ring, size_t count, size_t bytes
                                   .pair_max_bytes = ring->pair_max_bytes,
                                   .pair_shm_max_bytes = ring->pair_shm_max_bytes,
                                   .doubling_max_bytes = ring->doubling_max_bytes,
+                                  .doubling_hosts_max_bytes = ring->doubling_hosts_max_bytes,
                                   .two_level_min_bytes = ring->two_level_min_bytes,
                                   .forced = ring->forced_algo};
   kolo_allreduce_algo algo = kolo_allreduce_select(&shape, &limits, count, bytes);

@@ -22,6 +22,7 @@ static const kolo_allreduce_limits defaults = {.small_bytes = 32 * KIB,
                                                .pair_max_bytes = 8192 * KIB,
                                                .pair_shm_max_bytes = 32 * KIB,
                                                .doubling_max_bytes = 32 * KIB,
+                                               .doubling_hosts_max_bytes = 64 * KIB,
                                                .two_level_min_bytes = 32 * KIB,
                                                .forced = -1};
 
@@ -166,6 +167,44 @@ static void even_host_shapes_take_two_levels_above_the_small_sizes(void **state)
   assert_int_equal(pick(6, 3, 0, 1024 * KIB, -1), KOLO_ALLREDUCE_RING);
 }
 
+/* Where a hop crosses hosts it costs a network latency, so doubling's log2 p
+ * steps pay off up to a larger size than on one host, where the ring's hops
+ * are shared memory; every rank reads the same shape from the same addresses,
+ * so every rank takes the same limit and algorithm. */
+static void the_doubling_crossover_is_higher_where_hops_cross_hosts(void **state) {
+  (void)state;
+  assert_int_equal(pick(8, 8, 1, 64 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
+  assert_int_equal(pick(8, 4, 2, 48 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
+  assert_int_equal(pick(8, 2, 4, 64 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
+  assert_int_equal(pick(6, 3, 0, 64 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
+  assert_int_equal(pick(8, 4, 2, 64 * KIB + 4, -1), KOLO_ALLREDUCE_TWO_LEVEL);
+  assert_int_equal(pick(8, 8, 1, 64 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
+  /* one host keeps the lower crossover: the ring above 32 KiB */
+  assert_int_equal(pick(8, 1, 8, 64 * KIB, -1), KOLO_ALLREDUCE_RING);
+  assert_int_equal(pick(4, 1, 4, 32 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
+  assert_int_equal(pick(4, 1, 4, 32 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
+  /* two ranks on two hosts: no doubling at any size (the pair) */
+  assert_int_equal(pick(2, 2, 1, 64 * KIB, -1), KOLO_ALLREDUCE_PAIR);
+  /* the limit from every rank's view of the same addresses */
+  char storage[16][32];
+  char *peers[16];
+  int even[] = {2, 2, 2, 2}, one[] = {8};
+  for (int layout = 0; layout < 2; layout++) {
+    int n = layout == 0 ? addresses(even, 4, storage, peers) : addresses(one, 1, storage, peers);
+    for (int r = 0; r < n; r++) {
+      kolo_shape seen = kolo_shape_from_peers(peers, n, r);
+      kolo_allreduce_shape shape = {.size = n,
+                                    .hosts = seen.hosts,
+                                    .per_host = seen.per_host,
+                                    .mesh = 1,
+                                    .over_shm = seen.hosts == 1};
+      assert_int_equal(kolo_doubling_limit(&shape, &defaults), layout == 0 ? 64 * KIB : 32 * KIB);
+      assert_int_equal(kolo_allreduce_select(&shape, &defaults, 16 * KIB, 64 * KIB),
+                       layout == 0 ? KOLO_ALLREDUCE_DOUBLING : KOLO_ALLREDUCE_RING);
+    }
+  }
+}
+
 static void an_override_is_taken_only_where_the_shape_allows_it(void **state) {
   (void)state;
   assert_int_equal(kolo_allreduce_algo_parse(NULL), -1);
@@ -196,6 +235,7 @@ int main(void) {
       cmocka_unit_test(mesh_links_are_symmetric_and_cover_every_partner),
       cmocka_unit_test(small_buffers_on_many_ranks_take_recursive_doubling),
       cmocka_unit_test(even_host_shapes_take_two_levels_above_the_small_sizes),
+      cmocka_unit_test(the_doubling_crossover_is_higher_where_hops_cross_hosts),
       cmocka_unit_test(an_override_is_taken_only_where_the_shape_allows_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

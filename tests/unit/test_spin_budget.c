@@ -1,4 +1,5 @@
-/* Unit tests for kolo_spin_budget_next (collective/algo/plan.c): how long the
+/* Unit tests for kolo_spin_budget_next and kolo_yield_off_until
+ * (collective/algo/plan.c): how long the
  * executor busy-polls a stalled transfer before it sleeps in poll. A stall
  * that a longer spin would have covered raises the budget (also after a sleep,
  * so it can never stay stuck at the floor); only a stall longer than the most
@@ -53,12 +54,28 @@ static void the_budget_never_leaves_its_bounds(void **state) {
   }
 }
 
+/* A yield that lost the core for a slice (a compiler on the other side of it)
+ * stops the yields for KOLO_YIELD_OFF_NS; a quick one changes nothing, so an
+ * earlier bound stands and ranks sharing cores keep yielding to each other. */
+static void a_yield_that_lost_the_core_stops_the_yields_for_a_while(void **state) {
+  (void)state;
+  int64_t now = 5000000 * US;
+  assert_int_equal(kolo_yield_off_until(0, now, 3 * US), 0);
+  assert_int_equal(kolo_yield_off_until(0, now, KOLO_YIELD_SLOW_NS - 1), 0);
+  assert_int_equal(kolo_yield_off_until(0, now, KOLO_YIELD_SLOW_NS), now + KOLO_YIELD_OFF_NS);
+  assert_int_equal(kolo_yield_off_until(0, now, 4000 * US), now + KOLO_YIELD_OFF_NS);
+  assert_int_equal(kolo_yield_off_until(now + 7, now, 20 * US), now + 7);
+  /* a slow tick well below a time slice, above a wake-up of a yielding peer */
+  assert_true(KOLO_YIELD_SLOW_NS >= 200 * US && KOLO_YIELD_SLOW_NS <= 1000 * US);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_short_stall_at_the_floor_raises_the_budget_to_cover_it),
       cmocka_unit_test(a_stall_covered_by_the_spin_keeps_growing_the_budget),
       cmocka_unit_test(a_stall_longer_than_the_most_halves_the_budget_down_to_the_floor),
       cmocka_unit_test(the_budget_never_leaves_its_bounds),
+      cmocka_unit_test(a_yield_that_lost_the_core_stops_the_yields_for_a_while),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
