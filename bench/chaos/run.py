@@ -174,7 +174,8 @@ class KoloCluster:
         self.ports.setdefault(wid, free_port())
         self.agents[wid] = self.spawn([os.path.join(self.args.build, "bin/kolo-worker"), "--etcd", self.etcd_url,
                                        "--advertise", "127.0.0.1:%d" % self.ports[wid], "--id", wid,
-                                       "--lease-ttl", "2", "--work-dir", os.path.join(self.tmp, wid)], wid + ".log")
+                                       "--lease-ttl", "2", "--work-dir", os.path.join(self.tmp, wid)]
+                                      + self.args.worker_arg, wid + ".log")
 
     def registered(self):
         return {w["id"] for w in http(self.port, "GET", "/v1/workers").get("workers", [])}
@@ -538,6 +539,8 @@ def main():
     ap.add_argument("--start-timeout", type=float, default=300, help="seconds to the first step")
     ap.add_argument("--end-timeout", type=float, default=900, help="seconds past the schedule to the job's end")
     ap.add_argument("--keep", action="store_true", help="keep the logs")
+    ap.add_argument("--worker-arg", action="append", default=[],
+                    help="one more kolo-worker argument (repeatable), e.g. --worker-arg=--warm-join-ms=0")
     args = ap.parse_args()
     schedule = make_schedule(args.seed, args.duration, args.interval)
     print("schedule (seed %d): %s" % (args.seed, "; ".join(

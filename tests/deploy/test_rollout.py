@@ -163,7 +163,7 @@ class RolloutTest(unittest.TestCase):
         reforms = {}
         with open(os.path.join(self.results, "reform")) as f:
             for line in f:
-                _, epoch, discarded = line.split()
+                epoch, discarded = line.split()[1:3]
                 reforms.setdefault(int(epoch), []).append(int(discarded))
         # a drain epoch can be overtaken before anyone formed it (the next drain came first:
         # the members then switch straight to the newer planned ring)

@@ -11,9 +11,13 @@
  * Usage: elastic_loop STEPS LENGTH COMMIT_EVERY [STEP_DELAY_MS]
  * Prints "RESULT <steps> <checksum> <reconfigurations>" on success (rank 0 of the
  * final ring prints it; with KOLO_RESULT_FILE set, every rank writes it there).
- * With KOLO_REFORM_FILE set, every re-form appends "REFORM <epoch> <discarded>":
- * the epoch formed and how many steps this process computed that the restored
- * commit threw away (0 when the ring changed at a commit, as for a drain).
+ * With KOLO_REFORM_FILE set, every re-form appends "REFORM <epoch> <discarded> <ms>":
+ * the epoch formed, how many steps this process computed that the restored
+ * commit threw away (0 when the ring changed at a commit, as for a drain), and the
+ * milliseconds this process spent re-forming (the ring change noticed -> formed).
+ * With KOLO_LOOP_START_DELAY_MS=D, a process started for a later ring than the first
+ * (KOLO_EPOCH > 1: a newcomer) sleeps D ms before it speaks to its agent, as a Python
+ * program importing torch does.
  * With KOLO_LOOP_STALL_UNTIL=E, every rank of an epoch <= E stalls at step
  * KOLO_LOOP_STALL_AT (default 10) in a collective that cannot complete with
  * every member alive (each rank broadcasts from the next rank as root, so each
@@ -69,6 +73,21 @@ static kolo_status acknowledge(kolo_elastic *elastic, kolo_mode *acknowledged) {
   return status;
 }
 
+static int64_t now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* KOLO_LOOP_START_DELAY_MS (see above). */
+static void start_slowly(void) {
+  const char *delay = getenv("KOLO_LOOP_START_DELAY_MS"), *epoch = getenv("KOLO_EPOCH");
+  long ms = delay ? atol(delay) : 0;
+  if (ms <= 0 || epoch == NULL || atoll(epoch) <= 1) return;
+  struct timespec pause = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&pause, NULL);
+}
+
 static double step_value(int64_t step, size_t index) {
   return (double)((step * 7 + (int64_t)index) % 13);
 }
@@ -90,6 +109,7 @@ int main(int argc, char **argv) {
   long delay_ms = argc > 4 ? atol(argv[4]) : 0;
   if (steps < 0 || length == 0 || commit_every < 1) return 2;
 
+  start_slowly();
   kolo_elastic *elastic = NULL;
   kolo_status status = kolo_elastic_create(&elastic);
   if (status != KOLO_OK) {
@@ -116,14 +136,14 @@ int main(int argc, char **argv) {
          status == KOLO_ERR_ABORTED || status == KOLO_ERR_TIMEOUT) {
     if (status != KOLO_OK) {
       if (kolo_elastic_should_stop(elastic)) break;
-      int64_t before = step;
+      int64_t before = step, reform_at = now_ms();
       status = kolo_elastic_reform(elastic);
       if (status == KOLO_OK) note_transport(elastic);
       FILE *out = status == KOLO_OK && reform_file ? fopen(reform_file, "a") : NULL;
       if (out) {
-        fprintf(out, "REFORM %llu %lld\n",
+        fprintf(out, "REFORM %llu %lld %lld\n",
                 (unsigned long long)kolo_comm_epoch(kolo_elastic_comm(elastic)),
-                (long long)(before - step));
+                (long long)(before - step), (long long)(now_ms() - reform_at));
         fclose(out);
       }
       continue;

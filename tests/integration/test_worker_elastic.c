@@ -208,6 +208,59 @@ static void a_fourth_worker_joins_a_job_below_max_workers(void **state) {
   json_decref(job);
 }
 
+/* The re-form times (ms) the survivors logged for epoch into ms (at most cap); how many. */
+static int reform_times(cluster *c, const char *file, int epoch, long long *ms, int cap) {
+  char path[256], line[128];
+  snprintf(path, sizeof path, "%s/%s", c->dir, file);
+  FILE *in = fopen(path, "r");
+  int n = 0;
+  while (in && fgets(line, sizeof line, in)) {
+    int e = 0;
+    long long discarded = 0, took = 0;
+    if (sscanf(line, "REFORM %d %lld %lld", &e, &discarded, &took) == 3 && e == epoch && n < cap)
+      ms[n++] = took;
+  }
+  if (in) fclose(in);
+  return n;
+}
+
+/* A newcomer whose process takes 4 s to start (as Python importing torch) joins without
+ * stalling the others (issue 28's warm join, worker/agent/warm_join.h): the survivors train
+ * on while it starts and switch once it is up, so each of them re-forms in well under a
+ * second. Before, they switched at once and waited the whole start in the formation. */
+static void a_slow_starting_newcomer_joins_without_stalling_the_survivors(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  char env[768], gate[200];
+  snprintf(gate, sizeof gate, "%s/warm.gate", c->dir);
+  snprintf(env, sizeof env,
+           "\"KOLO_REFORM_FILE\":\"%s/warm.reforms\",\"KOLO_LOOP_START_DELAY_MS\":\"4000\","
+           "\"KOLO_GATE_FILE\":\"%s\"",
+           c->dir, gate);
+  assert_int_equal(cluster_submit_env(c, "warm", 3, 4, 200, 20, "", env), 0);
+  assert_int_equal(cluster_wait_step(c, "warm", 10, 30000), 0);
+  assert_int_equal(cluster_start_worker(c, 4), 0);
+  json_t *job = cluster_wait_phase(c, "warm", "RUNNING", 2, 40000);
+  assert_int_equal(status_int(job, "epoch"), 2);
+  assert_int_equal(member_count(job), 4);
+  json_decref(job);
+  FILE *open_gate = fopen(gate, "w");
+  assert_non_null(open_gate);
+  fclose(open_gate);
+  job = cluster_wait_phase(c, "warm", "SUCCEEDED", 2, 30000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(cluster_results(c, "warm", 200), 4);
+  json_decref(job);
+  long long ms[8];
+  int n = reform_times(c, "warm.reforms", 2, ms, 8);
+  assert_int_equal(n, 3); /* the three survivors; the newcomer formed, it did not re-form */
+  for (int i = 0; i < n; i++) {
+    printf("survivor re-formed into epoch 2 in %lld ms (the newcomer took 4000 ms to start)\n",
+           ms[i]);
+    assert_true(ms[i] < 2000);
+  }
+}
+
 static void a_draining_worker_leaves_at_once_and_exits_zero(void **state) {
   cluster *c = *state;
   start_workers(c, 3);
@@ -296,6 +349,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(full_cpu_load_on_both_cores_loses_no_worker, setup, teardown),
       cmocka_unit_test_setup_teardown(a_fourth_worker_joins_a_job_below_max_workers, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(a_slow_starting_newcomer_joins_without_stalling_the_survivors,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(a_draining_worker_leaves_at_once_and_exits_zero, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(a_crashed_process_is_reported_and_its_worker_rejoins, setup,

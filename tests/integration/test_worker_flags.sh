@@ -22,6 +22,7 @@ expect 2 "--etcd is required" -- --advertise 127.0.0.1:1
 expect 2 "--advertise is required" -- --etcd http://127.0.0.1:9
 expect 2 "--etcd: '127.0.0.1:9' is not an http://, https:// or unix:/// URL" -- --etcd 127.0.0.1:9 --advertise 127.0.0.1:1
 expect 2 "--lease-ttl: want 1..3600" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --lease-ttl 0
+expect 2 "--warm-join-ms: want 0..600000" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --warm-join-ms -1
 expect 2 "--gpus: want 0..65535" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 --gpus x
 expect 2 "unexpected argument" -- --etcd http://127.0.0.1:9 --advertise 127.0.0.1:1 extra
 expect 1 "is not host:port" -- --etcd http://127.0.0.1:9 --advertise nope

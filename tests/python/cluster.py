@@ -92,13 +92,15 @@ class Cluster:
 
     # ---- workers and jobs ----
 
-    def start_worker(self, worker_id: str, env_extra: Optional[Dict[str, str]] = None) -> None:
+    def start_worker(self, worker_id: str, env_extra: Optional[Dict[str, str]] = None,
+                     args: Optional[List[str]] = None) -> None:
+        """Starts kolo-worker worker_id (args: more kolo-worker flags) and waits until it registered."""
         env = kolotest.env(env_extra)
         advertise = "127.0.0.1:%d" % kolotest.free_port(self.held)
         self.workers[worker_id] = self._spawn(worker_id, [
             os.path.join(kolotest.BIN, "kolo-worker"), "--etcd", self.etcd_url, "--advertise", advertise,
             "--id", worker_id, "--lease-ttl", TTL, "--work-dir", os.path.join(self.dir, worker_id),
-            "--stop-grace-ms", "500"], env)
+            "--stop-grace-ms", "500"] + (args or []), env)
 
         def registered() -> bool:
             workers = (self.get("/v1/workers") or {}).get("workers", [])

@@ -17,11 +17,12 @@ STEPS, COMMIT, DELAY_MS = 60, 1, 60
 START_S = 300
 
 
-def submit(c, job_id, workers, results, **spec):
+def submit(c, job_id, workers, results, env=None, **spec):
     os.makedirs(results)
     c.submit(dict({"id": job_id, "name": job_id, "min_workers": 2, "max_workers": workers,
                    "exec": {"argv": [kolotest.PYTHON, kolotest.worker("elastic_train.py"), str(STEPS), str(COMMIT),
-                                     str(DELAY_MS), results], "env": {"OMP_NUM_THREADS": "1"}}}, **spec))
+                                     str(DELAY_MS), results], "env": dict({"OMP_NUM_THREADS": "1"}, **(env or {}))}},
+                  **spec))
 
 
 def wait_step(c, job_id, step):
@@ -77,9 +78,15 @@ def test_a_joining_worker_grows_the_ring_in_place_to_the_exact_result():
         for w in ("w1", "w2"):
             c.start_worker(w)
         results = os.path.join(c.dir, "grown")
-        submit(c, "grow", 3, results)
+        gate = os.path.join(c.dir, "grown.gate")
+        submit(c, "grow", 3, results, env={"ELASTIC_TRAIN_GATE": gate})
         wait_step(c, "grow", 10)
         c.start_worker("w3")
+        # the survivors train on while w3's process starts (warm joins), up to the gate: open
+        # it once w3 formed its first ring (the ring of 3)
+        cluster.wait_for(lambda: any(n.startswith("init-w3-") for n in os.listdir(results)), 120,
+                         "w3's process to join the ring")
+        open(gate, "w").close()
         job = c.wait_phase("grow", ["SUCCEEDED", "FAILED", "CANCELLED"], 240)
         assert job["status"]["phase"] == "SUCCEEDED", (json.dumps(job)[:3000], c.logs_tail())
         result = json.load(open(os.path.join(results, "result.json")))
@@ -124,11 +131,13 @@ def test_a_drained_worker_leaves_at_a_commit_and_no_step_is_redone():
 def test_a_newcomer_slower_than_the_ring_timeout_leaves_the_survivors_running():
     # the newcomer's process starts kolo.init() 20 s late against an 8 s ring timeout (as a Python
     # process importing torch on a loaded host may): the survivors' re-forms time out, they report
-    # it and wait for the re-planned ring instead of exiting, and train on in the same processes
+    # it and wait for the re-planned ring instead of exiting, and train on in the same processes.
+    # The survivors switch rings at once (--warm-join-ms 0): with warm joins they would train on
+    # for 20 s while the newcomer starts, and this test is about a formation that times out.
     c = cluster.Cluster()
     try:
         for w in ("w1", "w2"):
-            c.start_worker(w)
+            c.start_worker(w, args=["--warm-join-ms", "0"])
         results = os.path.join(c.dir, "slow")
         # (every timed-out formation is a RING_STALLED re-form: room for many while w3 imports torch)
         submit(c, "slow", 3, results, collective_timeout_ms=8000, max_reconfigurations=100)

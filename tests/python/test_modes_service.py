@@ -20,6 +20,9 @@ MODES = {
     "LOCAL_SGD": {"average_every": 8},
     "DILOCO": {"compression": "COMPRESSION_INT8"},
 }
+# DILOCO (int8) runs one epoch longer: at 5 epochs it ended at 84.59% once (load 7, a kill
+# mid-run), the others' margins are wider
+EPOCHS = {"DILOCO": 6}
 
 
 def markers(directory, kind):
@@ -36,7 +39,7 @@ def test_a_killed_worker_leaves_the_mode_training_on_in_the_same_processes_to_85
         os.makedirs(out)
         job_id = "m" + mode.lower().replace("_", "")
         spec = {"id": job_id, "name": job_id, "min_workers": 2, "max_workers": 3, "mode": mode,
-                "exec": {"argv": [kolotest.PYTHON, EXAMPLE, "--epochs", "5", "--sleep-ms", "2", "--markers", out],
+                "exec": {"argv": [kolotest.PYTHON, EXAMPLE, "--epochs", str(EPOCHS.get(mode, 5)), "--sleep-ms", "2", "--markers", out],
                          "env": {"OMP_NUM_THREADS": "1"}}}
         spec.update(MODES[mode])
         c.submit(spec)

@@ -112,13 +112,15 @@ static void reconcile(agent *a) {
       free(a->ring_line);
       a->ring_line = line;
       a->epoch = ring.epoch;
+      kolo_agent_warm_join_begin(a, &ring); /* survivors train on while newcomers start */
       kolo_agent_capture_segment(a->capture, a->epoch, (uint32_t)rank);
       kolo_agent_write_report(a);
     }
   }
   kolo_ringspec_clear(&ring);
 out:
-  if (a->proc && a->ring_line && a->sent_epoch < a->epoch && kolo_agent_proc_connected(a->proc)) {
+  if (a->proc && a->ring_line && a->sent_epoch < a->epoch && kolo_agent_proc_connected(a->proc) &&
+      kolo_agent_warm_join_ready_now(a)) {
     if (kolo_agent_proc_send(a->proc, a->ring_line) == KOLO_OK) {
       a->sent_epoch = a->epoch;
       a->hs.rings_sent++;
@@ -335,7 +337,8 @@ kolo_status kolo_agent_run(const kolo_agent_options *opts) {
     fds[1] = (struct pollfd){.fd = a.wake[0], .events = POLLIN};
     for (int i = 0; i < n_proc; i++)
       fds[2 + i] = (struct pollfd){.fd = proc_fds[i], .events = POLLIN};
-    poll(fds, (nfds_t)(2 + n_proc), kolo_agent_fence_wait_ms(&a, 250));
+    poll(fds, (nfds_t)(2 + n_proc),
+         kolo_agent_warm_join_wait_ms(&a, kolo_agent_fence_wait_ms(&a, 250)));
     struct signalfd_siginfo info;
     while (read(sfd, &info, sizeof info) == (ssize_t)sizeof info) {
       if ((info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT) && !a.draining) {
@@ -395,6 +398,7 @@ out:
   if (a.etcd) kolo_etcd_destroy(a.etcd);
   free(a.assignment);
   free(a.ring_line);
+  kolo_agent_warm_join_end(&a);
   if (a.progress) protobuf_c_message_free_unpacked(&a.progress->base, NULL);
   if (sfd >= 0) close(sfd);
   if (a.wake[0] >= 0) close(a.wake[0]);

@@ -23,6 +23,8 @@ typedef struct kolo_agent_options {
   int gpus;
   char train_bin[1024]; /* kolo-train for builtin jobs; "" = next to kolo-worker */
   int stop_grace_ms;
+  int warm_join_ms;      /* --warm-join-ms: the longest a survivor trains on while a grown ring's
+                          * newcomers start (warm_join.h); 0 = switch at once */
   int partition_fence;   /* --partition-fence: pause the process while the lease may have
                           * expired (fence.h); off by default, docs/ELASTIC.md says why */
   char http_listen[256]; /* /healthz, /readyz, /metrics (health.h); "" = none */

@@ -54,6 +54,14 @@
 #define REFORM_WAIT_S "600"
 #define CAPTURE_DRAIN_MS 1000 /* how long an exited process's pipes may still be read */
 
+/* A survivor's RING line held while the ring's newcomers start (warm_join.h). */
+typedef struct kolo_agent_warm {
+  int64_t epoch;                             /* the held ring's epoch; 0 = nothing held */
+  int64_t since_ms, deadline_ms, checked_ms; /* mono_ms */
+  char **ids;                                /* the newcomers not up yet */
+  size_t n;
+} kolo_agent_warm;
+
 typedef struct agent {
   const kolo_agent_options *opts;
   char id[129], host[256], listen[256], work_dir[256], assign_key[256];
@@ -78,6 +86,7 @@ typedef struct agent {
   int64_t epoch;      /* epoch of the newest ring loaded */
   int64_t sent_epoch; /* newest RING sent to the process */
   char *ring_line;
+  kolo_agent_warm warm; /* ring_line held until the newcomers are up (warm_join.h) */
   kolo_agent_proc *proc;
   char done_job[129]; /* the process of this job exited at done_epoch: not restarted */
   int64_t done_epoch;
@@ -172,6 +181,15 @@ void kolo_agent_fence(agent *a);
 
 /* At most wait_ms, less when the fence's deadline comes sooner (so it pauses on time). */
 int kolo_agent_fence_wait_ms(const agent *a, int wait_ms);
+
+/* Warm joins (warm_join.h): a newly loaded ring (begin) is held from a running process that
+ * formed a ring before until the newcomers' processes are up (ready_now: 1 when the RING line
+ * may go; it reads their reports at most every KOLO_AGENT_WARM_JOIN_POLL_MS), or for
+ * --warm-join-ms at most; wait_ms shortens the loop's poll meanwhile. */
+void kolo_agent_warm_join_begin(agent *a, const kolo_ringspec *ring);
+int kolo_agent_warm_join_ready_now(agent *a);
+int kolo_agent_warm_join_wait_ms(const agent *a, int wait_ms);
+void kolo_agent_warm_join_end(agent *a);
 
 void kolo_agent_publish_health(agent *a);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "worker/agent/agent.h"
+#include "worker/agent/warm_join.h"
 
 void kolo_agent_options_usage(FILE *out) {
   fprintf(out,
@@ -24,6 +25,8 @@ void kolo_agent_options_usage(FILE *out) {
           "  --gpus N             GPUs of this worker (default 0)\n"
           "  --train-bin PATH     kolo-train for builtin jobs (default: next to kolo-worker)\n"
           "  --stop-grace-ms MS   STOP -> SIGTERM -> SIGKILL spacing (default 2000)\n"
+          "  --warm-join-ms MS    a grown ring: train on until its newcomers' processes are up,\n"
+          "                       at most MS (default 20000; 0: switch at once)\n"
           "  --partition-fence    pause the process once no lease renewal was acknowledged\n"
           "                       for a TTL, so a worker cut off from etcd never runs a job\n"
           "                       beside its restarted copy (docs/ELASTIC.md)\n"
@@ -82,6 +85,7 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
   memset(opts, 0, sizeof *opts);
   opts->lease_ttl_s = 3;
   opts->stop_grace_ms = 2000;
+  opts->warm_join_ms = KOLO_AGENT_WARM_JOIN_MS;
   opts->log_file_bytes = 8u << 20;
   opts->log_job_bytes = 64u << 20;
   opts->log_total_bytes = 1u << 30;
@@ -96,6 +100,7 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
                                                {"gpus", required_argument, NULL, 'g'},
                                                {"train-bin", required_argument, NULL, 'b'},
                                                {"stop-grace-ms", required_argument, NULL, 's'},
+                                               {"warm-join-ms", required_argument, NULL, 'W'},
                                                {"logs-listen", required_argument, NULL, 'P'},
                                                {"log-dir", required_argument, NULL, 'D'},
                                                {"log-file-size", required_argument, NULL, 'F'},
@@ -180,6 +185,13 @@ kolo_status kolo_agent_options_parse(int argc, char **argv, kolo_agent_options *
         opts->stop_grace_ms = (int)strtol(optarg, &end, 10);
         if (*end || opts->stop_grace_ms < 0 || opts->stop_grace_ms > 600000) {
           snprintf(err, err_len, "--stop-grace-ms: want 0..600000, got '%s'", optarg);
+          rc = -1;
+        }
+        break;
+      case 'W':
+        opts->warm_join_ms = (int)strtol(optarg, &end, 10);
+        if (*end || opts->warm_join_ms < 0 || opts->warm_join_ms > 600000) {
+          snprintf(err, err_len, "--warm-join-ms: want 0..600000, got '%s'", optarg);
           rc = -1;
         }
         break;

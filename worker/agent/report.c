@@ -65,9 +65,10 @@ void kolo_agent_on_msg(const kolo_agent_msg *msg, void *user) {
       KOLO_LOGI(LOG, "process %lld says HELLO (agent protocol version %d)",
                 (long long)msg->hello.pid, msg->hello.version);
       a->sent_epoch = 0; /* (re)send the current ring */
-      if (!a->hello) {
+      if (!a->hello) {   /* at once: the scheduler judges an early exit by it, and the
+                          * survivors of a growing ring wait for it (warm_join.h) */
         a->hello = 1;
-        a->report_dirty = 1; /* the scheduler judges an early exit by it */
+        kolo_agent_write_report(a);
       }
       break;
     case KOLO_AGENT_MODE:

@@ -5,13 +5,17 @@ the ring does, the final step count is STEPS and the accumulator is the serial
 sum only if no step is lost or counted twice.
 
 argv: STEPS COMMIT_EVERY DELAY_MS RESULT_DIR. Every process writes
-RESULT_DIR/start-<worker>-<pid> when it starts; rank 0 of the final ring writes
+RESULT_DIR/start-<worker>-<pid> when it starts and RESULT_DIR/init-<worker>-<pid> once
+kolo.init() returned (its first ring formed); rank 0 of the final ring writes
 RESULT_DIR/result.json; every survivor writes RESULT_DIR/end-<worker>-<pid>.
 ELASTIC_TRAIN_INIT_DELAY_S (from the worker's environment) makes the process wait
 that long before kolo.init(): a newcomer slower than the ring's timeout.
 ELASTIC_TRAIN_PROCESS_SET=1 adds the process set of ranks 0 and 1, on which every step
 also all-reduces its value (the set is made again at each re-form); result.json then
-holds set_accumulator, exact only if the set's collectives ran right on every ring."""
+holds set_accumulator, exact only if the set's collectives ran right on every ring.
+ELASTIC_TRAIN_GATE=<file>: before its last step the loop waits until that file exists,
+committing every 20 ms meanwhile (so a ring change is taken up there): a test keeps the job
+running until the ring it waits for has formed, however slowly a newcomer starts."""
 import json
 import os
 import sys
@@ -28,6 +32,7 @@ torch.manual_seed(0)
 torch.set_num_threads(1)
 time.sleep(float(os.environ.get("ELASTIC_TRAIN_INIT_DELAY_S", "0")))
 hvd.init()
+open(os.path.join(out, "init-%s-%d" % (worker, os.getpid())), "w").close()
 pair = hvd.add_process_set([0, 1]) if os.environ.get("ELASTIC_TRAIN_PROCESS_SET") == "1" else None
 
 GLOBAL_BATCH = 24
@@ -50,9 +55,16 @@ state = hvd.elastic.TorchState(model, optimizer, step=0, accumulator=0.0, set_ac
 state.register_reset_callbacks([on_reset])
 
 
+gate = os.environ.get("ELASTIC_TRAIN_GATE")
+
+
 @hvd.elastic.run
 def train(state):
     while state.step < steps:
+        if gate and state.step == steps - 1 and not os.path.exists(gate):
+            time.sleep(0.02)
+            state.commit()
+            continue
         rank, size = hvd.rank(), hvd.size()
         generator = torch.Generator().manual_seed(state.step)
         x = torch.randn(GLOBAL_BATCH, 8, generator=generator)
