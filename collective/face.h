@@ -83,10 +83,15 @@ int kolo_queue_pending(kolo_comm *comm);
 void kolo_queue_stop(kolo_comm *comm);
 /* Frees the pooled requests. */
 void kolo_queue_free(kolo_comm *comm);
-/* Runs a request to completion, inline when nothing is queued. */
-kolo_status kolo_queue_run_blocking(kolo_comm *comm, kolo_request *request);
-/* Queues a copy of prototype; *out is the pooled request. */
-kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, kolo_request **out);
+/* The one submission: a copy of prototype goes to NCCL (an unnamed device
+ * operation), to the negotiator (named, or unnamed in named mode) or to the
+ * executor's queue; *out is the pooled request. blocking: the caller waits at
+ * once, so an unnamed host operation before named mode runs on its thread here
+ * when nothing is queued (the blocking calls' latency path). */
+kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, int blocking,
+                              kolo_request **out);
+/* kolo_queue_submit (blocking) + kolo_wait, for libkolo's own collectives. */
+kolo_status kolo_queue_run_blocking(kolo_comm *comm, const kolo_request *request);
 
 /* Device-buffer dispatch (collective/device.c). */
 /* CUDA mode's two local steps (kolo_comm_use_cuda in cuda.c agrees between

@@ -190,44 +190,6 @@ static void submit_negotiated_locked(kolo_comm *comm, kolo_request *request) {
   kolo_engine_submit_locked(&comm->nego, request);
 }
 
-kolo_status kolo_queue_run_blocking(kolo_comm *comm, kolo_request *request) {
-  KOLO_CHECK(kolo_comm_hold_wait(comm)); /* the partition fence: nothing new starts */
-  if (runs_on_device(comm, request)) {
-    void *device = NULL;
-    KOLO_CHECK(kolo_device_submit(comm, request, &device));
-    return kolo_device_wait(comm, device);
-  }
-  pthread_mutex_lock(&comm->queue.mutex);
-  if (comm->nego.named_mode) {
-    request->done = 0;
-    submit_negotiated_locked(comm, request);
-    comm->nego.hurry = 1;
-    kolo_net_wake(&comm->net);
-  } else if (!comm->queue.busy && comm->queue.queue_head == NULL) {
-    comm->queue.busy = 1;
-    comm->nego.unnamed_issued++;
-    pthread_mutex_unlock(&comm->queue.mutex);
-    kolo_status status = kolo_exec_run(&comm->exec, request, 0);
-    pthread_mutex_lock(&comm->queue.mutex);
-    comm->queue.busy = 0;
-    /* the executor only needs waking for what was queued meanwhile (waking it
-     * for nothing cost a futex call and a context switch per operation) */
-    if (comm->queue.queue_head != NULL || comm->queue.stopping)
-      pthread_cond_signal(&comm->queue.exec_cond);
-    pthread_cond_broadcast(&comm->queue.cond);
-    pthread_mutex_unlock(&comm->queue.mutex);
-    return status;
-  } else {
-    request->done = 0;
-    comm->nego.unnamed_issued++;
-    kolo_queue_push_locked(&comm->queue, request);
-  }
-  while (!request->done) pthread_cond_wait(&comm->queue.cond, &comm->queue.mutex);
-  kolo_status status = request->status;
-  pthread_mutex_unlock(&comm->queue.mutex);
-  return status;
-}
-
 static kolo_request *take_pooled_locked(kolo_comm *comm) {
   kolo_request *request = comm->free_requests;
   if (request != NULL) {
@@ -237,7 +199,28 @@ static kolo_request *take_pooled_locked(kolo_comm *comm) {
   return malloc(sizeof *request);
 }
 
-kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, kolo_request **out) {
+/* The latency path of a blocking unnamed operation before named mode: run on
+ * the caller's thread at once when the executor has nothing (no hand-off), in
+ * program order like the executor would. Under the mutex, which it drops while
+ * the operation runs; returns 0 (mutex held, nothing done) when it cannot. */
+static int run_inline_locked(kolo_comm *comm, kolo_request *request) {
+  if (comm->queue.busy || comm->queue.queue_head != NULL) return 0;
+  comm->queue.busy = 1;
+  comm->nego.unnamed_issued++;
+  pthread_mutex_unlock(&comm->queue.mutex);
+  kolo_status status = kolo_exec_run(&comm->exec, request, 0);
+  pthread_mutex_lock(&comm->queue.mutex);
+  comm->queue.busy = 0;
+  /* the executor only needs waking for what was queued meanwhile (waking it
+   * for nothing cost a futex call and a context switch per operation) */
+  if (comm->queue.queue_head != NULL || comm->queue.stopping)
+    pthread_cond_signal(&comm->queue.exec_cond);
+  kolo_request_complete_locked(&comm->queue, request, status);
+  return 1;
+}
+
+kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, int blocking,
+                              kolo_request **out) {
   KOLO_CHECK(kolo_comm_hold_wait(comm)); /* the partition fence: nothing new starts */
   void *device = NULL;
   if (runs_on_device(comm, prototype)) KOLO_CHECK(kolo_device_submit(comm, prototype, &device));
@@ -264,16 +247,24 @@ kolo_status kolo_queue_submit(kolo_comm *comm, const kolo_request *prototype, ko
     comm->queue.outstanding++;
     kolo_engine_submit_locked(&comm->nego, request);
   } else if (comm->nego.named_mode) {
-    submit_negotiated_locked(comm, request);
+    submit_negotiated_locked(comm, request); /* a blocking caller's wait hurries it */
   } else {
     wake = 0;
-    comm->nego.unnamed_issued++;
-    kolo_queue_push_locked(&comm->queue, request);
+    if (!blocking || !run_inline_locked(comm, request)) {
+      comm->nego.unnamed_issued++;
+      kolo_queue_push_locked(&comm->queue, request);
+    }
   }
   pthread_mutex_unlock(&comm->queue.mutex);
   if (wake) kolo_net_wake(&comm->net);
   *out = request;
   return KOLO_OK;
+}
+
+kolo_status kolo_queue_run_blocking(kolo_comm *comm, const kolo_request *request) {
+  kolo_request *submitted = NULL;
+  KOLO_CHECK(kolo_queue_submit(comm, request, 1, &submitted));
+  return kolo_wait(submitted);
 }
 
 /* Returns a request to the pool (under comm->queue.mutex), with what it still owns; a

@@ -8,6 +8,11 @@ internal function leaking into the ABI (libkolo is built with -fvisibility=hidde
 the headers' declarations are exported, see include/kolo/api.h); a missing one is a
 declared function the library does not provide.
 
+The single route (issue 31): of the exports, each collective operation has exactly one
+function, its submit (kolo_<op>_submit: the blocking, _async, _on_stream and _named forms are
+inline wrappers in the headers), and the requests they return share one set of functions
+(ROUTE and REQUEST_SET below): ROUTE_COUNT in all, asserted.
+
 `one-copy`: no program or library under the given folders that loads libkolo.so (a
 NEEDED entry) may define one of libkolo's exported symbols itself: that would be a
 second copy of its code and state in one process (two log levels, two status tables).
@@ -27,6 +32,13 @@ import sys
 # Symbols the linker itself may define in a shared object's dynamic table.
 LINKER_SYMBOLS = {"_init", "_fini", "_edata", "_end", "__bss_start"}
 IDENT = re.compile(r"[A-Za-z_]\w*")
+# The collective operations: each exports one function, kolo_<op>_submit.
+ROUTE = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall", "grouped_allreduce",
+         "barrier", "join")
+# What every operation's request is completed and used with.
+REQUEST_SET = {"kolo_wait", "kolo_test", "kolo_wait_result", "kolo_test_result", "kolo_stream_wait",
+               "kolo_request_cuda_event", "kolo_free"}
+ROUTE_COUNT = 15  # len(ROUTE) + len(REQUEST_SET)
 
 
 def public_text(cc, header_dir):
@@ -126,6 +138,29 @@ def check_exports(cc, library, header_dir):
               % (library, len(exported), len(declared), len(extra), len(missing)))
         return 1
     print("OK: %s exports exactly the %d functions the headers declare" % (library, len(declared)))
+    return check_route(exported)
+
+
+def check_route(exported):
+    """One exported function per collective operation plus the shared request set."""
+    failures, route = [], set()
+    for op in ROUTE:
+        forms = sorted(n for n in exported if n == "kolo_" + op or n.startswith("kolo_%s_" % op))
+        route.update(forms)
+        if forms != ["kolo_%s_submit" % op]:
+            failures.append("%s: exported %s, want only kolo_%s_submit" % (op, forms or "nothing", op))
+    requests = {n for n in exported if re.match(r"kolo_(wait|test|stream_wait|request_|free$)", n)}
+    route.update(requests)
+    if requests != REQUEST_SET:
+        failures.append("request set: exported %s, want %s" % (sorted(requests), sorted(REQUEST_SET)))
+    if len(route) != ROUTE_COUNT:
+        failures.append("%d route functions exported, want %d" % (len(route), ROUTE_COUNT))
+    for line in failures:
+        print("FAIL: " + line)
+    if failures:
+        return 1
+    print("OK: one submit per collective (%d) plus the request set (%d): %d route functions"
+          % (len(ROUTE), len(REQUEST_SET), len(route)))
     return 0
 
 

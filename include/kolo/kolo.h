@@ -128,12 +128,11 @@ kolo_status kolo_comm_error(const kolo_comm *comm, int *failed_rank);
  * the same point among its host collectives; the ranks agree, so all enter CUDA
  * mode or all get the same error, and share the epoch's NCCL id (the ring
  * spec's, or one rank 0 makes), which is a small all-reduce and broadcast on the
- * ring; the NCCL communicator is made at the first device operation. The
- * unordered forms (kolo_allreduce, ...) are ordered after the work
- * enqueued on the legacy default stream; for other streams use the _on_stream
- * forms below. A failure of the ring (a dead peer, an abort) aborts the GPU
- * collectives in flight at once; an NCCL error fails the communicator
- * (kolo_comm_error) like a ring error. GPU operations fail on no progress after
+ * ring; the NCCL communicator is made at the first device operation. An
+ * operation without KOLO_OP_STREAM is ordered after the work enqueued on the
+ * legacy default stream; for other streams use KOLO_OP_STREAM (below). A failure of the ring (a
+ * dead peer, an abort) aborts the GPU collectives in flight at once; an NCCL error fails the
+ * communicator (kolo_comm_error) like a ring error. GPU operations fail on no progress after
  * KOLO_GPU_TIMEOUT seconds (default 600, never less than the ring's timeout).
  * KOLO_ERR_NO_DEVICE without a usable GPU; KOLO_ERR_INVALID_ARG when
  * NCCL_COMM_BLOCKING=1 is set (NCCL's setup would wait with no deadline);
@@ -153,32 +152,85 @@ void kolo_comm_error_message(const kolo_comm *comm, char *buffer, size_t length)
  * sockets and frees everything. Pending requests must not be used afterwards. */
 void kolo_comm_destroy(kolo_comm *comm);
 
-/* ---- non-blocking operations ----
- * Every rank must issue the same operations in the same order (as with NCCL or
- * MPI). Buffers must stay valid until the request completes. send may equal recv
- * (in place). A request is freed by kolo_wait, or by kolo_test once it reports done. */
+/* ---- operations: one route each ----
+ * Every collective is one submit function that takes its buffers, its options
+ * (kolo_op_options, NULL = all defaults) and returns a request; the request is
+ * completed with kolo_wait / kolo_test (or kolo_wait_result / kolo_test_result,
+ * engine.h). The blocking form of any operation is its submit with
+ * KOLO_OP_BLOCKING followed by kolo_wait. Every rank must issue the same
+ * operations; unnamed ones in the same order on every rank (as with NCCL or MPI),
+ * named ones in any order (engine.h). Buffers must stay valid until the request
+ * completes. send may equal recv (in place). A request is freed by kolo_wait, or
+ * by kolo_test once it reports done. */
 
-kolo_status kolo_allreduce_async(kolo_comm *comm, const void *send, void *recv, size_t count,
-                                 kolo_dtype dtype, kolo_op op, kolo_request **request);
+/* kolo_op_options.flags */
+/* The caller waits for the request at once (kolo_wait right after the submit):
+ * an unnamed host operation may then run on the caller's thread inside the
+ * submit, when nothing else is queued and no named operation was issued yet (the
+ * latency path of the blocking calls: no hand-off to the executor thread). */
+#define KOLO_OP_BLOCKING 1u
+/* Stream-ordered (CUDA mode, device buffers): kolo's stream first waits on an
+ * event recorded on cuda_stream (a cudaStream_t passed as a pointer so this header
+ * needs no CUDA headers; NULL: the legacy default stream; cudaStreamPerThread: the
+ * calling thread's per-thread default stream), so data the caller's kernels write
+ * there before the call is what is sent; the host does not block. Without this
+ * flag a device operation is ordered after the legacy default stream.
+ * KOLO_ERR_STATE outside CUDA mode; host buffers are KOLO_ERR_INVALID_ARG and, for
+ * an unnamed operation, since the other ranks run it on their GPUs, fail the
+ * communicator (as any refusal made by one rank alone does). */
+#define KOLO_OP_STREAM 2u
+
+/* How one operation runs. Zero-initialised (or a NULL pointer) means the defaults:
+ * unnamed, not stream-ordered, no scaling, the communicator's own ranks. */
+typedef struct kolo_op_options {
+  /* NULL: unnamed. An unnamed operation is named by its position among this
+   * rank's unnamed operations: until this communicator's first named one they run
+   * in program order with no negotiation (every rank issues them in the same
+   * order); from then on they are negotiated by that position, in order with the
+   * named ones. Otherwise 1..KOLO_NAME_MAX bytes: the operation is negotiated by
+   * name (engine.h: ranks may submit names in any order; mismatches are reported). */
+  const char *name;
+  void *cuda_stream; /* with KOLO_OP_STREAM: the caller's cudaStream_t */
+  unsigned flags;    /* KOLO_OP_BLOCKING | KOLO_OP_STREAM */
+  /* all-reduce only: recv = op over ranks of (send * prescale), then * postscale;
+   * 0 means 1 (no scaling). Factors other than 1 need a floating dtype (else
+   * KOLO_ERR_INVALID_ARG) and host buffers (else KOLO_ERR_UNSUPPORTED). */
+  double prescale;
+  double postscale;
+  int process_set; /* reserved for process sets on one communicator: must be 0 */
+} kolo_op_options;
+
+kolo_status kolo_allreduce_submit(kolo_comm *comm, const void *send, void *recv, size_t count,
+                                  kolo_dtype dtype, kolo_op op, const kolo_op_options *options,
+                                  kolo_request **request);
 
 /* Each rank contributes send_count elements (counts may differ by rank); recv
  * receives their concatenation in rank order. recv_capacity is recv's size in
- * elements; recv_counts (size entries, may be NULL) receives every rank's count.
- * A total over capacity fails with KOLO_ERR_TOO_LARGE on every rank. */
-kolo_status kolo_allgather_async(kolo_comm *comm, const void *send, size_t send_count, void *recv,
-                                 size_t recv_capacity, size_t *recv_counts, kolo_dtype dtype,
-                                 kolo_request **request);
+ * elements (a total over it fails with KOLO_ERR_TOO_LARGE on every rank); with
+ * recv == NULL the engine allocates the output (kolo_result.output, engine.h; not
+ * on device buffers). recv_counts (size entries, may be NULL) receives every
+ * rank's count; it must stay valid until completion. */
+kolo_status kolo_allgather_submit(kolo_comm *comm, const void *send, size_t send_count, void *recv,
+                                  size_t recv_capacity, size_t *recv_counts, kolo_dtype dtype,
+                                  const kolo_op_options *options, kolo_request **request);
 
 /* Copies root's buffer (count elements) into every rank's buffer. */
-kolo_status kolo_broadcast_async(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype,
-                                 int root, kolo_request **request);
+kolo_status kolo_broadcast_submit(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype,
+                                  int root, const kolo_op_options *options, kolo_request **request);
 
-/* send holds recv_count * size elements; rank r receives block r of the reduction. */
-kolo_status kolo_reducescatter_async(kolo_comm *comm, const void *send, void *recv,
-                                     size_t recv_count, kolo_dtype dtype, kolo_op op,
-                                     kolo_request **request);
+/* send holds count elements (the total). recv_counts NULL: every rank receives
+ * count / size of the reduction (count must divide evenly); otherwise rank r
+ * receives recv_counts[r] elements (size entries summing to count), in rank
+ * order. Unequal blocks are not supported on device buffers. */
+kolo_status kolo_reducescatter_submit(kolo_comm *comm, const void *send, void *recv, size_t count,
+                                      const size_t *recv_counts, kolo_dtype dtype, kolo_op op,
+                                      const kolo_op_options *options, kolo_request **request);
 
-kolo_status kolo_barrier_async(kolo_comm *comm, kolo_request **request);
+/* Completes when every rank has entered it (unnamed, host only). */
+kolo_status kolo_barrier_submit(kolo_comm *comm, const kolo_op_options *options,
+                                kolo_request **request);
+
+/* ---- the request set (every operation's request) ---- */
 
 /* Blocks until the request completes; returns its status and frees it. */
 kolo_status kolo_wait(kolo_request *request);
@@ -186,38 +238,15 @@ kolo_status kolo_wait(kolo_request *request);
 /* Never blocks. Sets *done; when done, *status holds the result and the request is freed. */
 kolo_status kolo_test(kolo_request *request, int *done, kolo_status *status);
 
-/* ---- stream-ordered forms (CUDA mode, device buffers) ----
- * cuda_stream is the caller's cudaStream_t, passed as a pointer so this header
- * needs no CUDA headers (NULL: the legacy default stream; cudaStreamPerThread:
- * the calling thread's per-thread default stream). kolo's stream first waits on
- * an event recorded on cuda_stream, so data the caller's kernels write there
- * before the call is what is sent; the host does not block. The request
- * completes as any other (kolo_wait / kolo_test report its status); to use the
- * result on a stream without blocking the host, kolo_stream_wait. Arguments as
- * for the _async forms. KOLO_ERR_STATE outside CUDA mode; host buffers are
- * KOLO_ERR_INVALID_ARG and, since the other ranks run the operation on their GPUs,
- * fail the communicator (as any refusal made by one rank alone does). */
-kolo_status kolo_allreduce_on_stream(kolo_comm *comm, const void *send, void *recv, size_t count,
-                                     kolo_dtype dtype, kolo_op op, void *cuda_stream,
-                                     kolo_request **request);
-kolo_status kolo_allgather_on_stream(kolo_comm *comm, const void *send, size_t send_count,
-                                     void *recv, size_t recv_capacity, size_t *recv_counts,
-                                     kolo_dtype dtype, void *cuda_stream, kolo_request **request);
-kolo_status kolo_broadcast_on_stream(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype,
-                                     int root, void *cuda_stream, kolo_request **request);
-kolo_status kolo_reducescatter_on_stream(kolo_comm *comm, const void *send, void *recv,
-                                         size_t recv_count, kolo_dtype dtype, kolo_op op,
-                                         void *cuda_stream, kolo_request **request);
-
 /* Makes cuda_stream (NULL: legacy default) wait on the device until a device
  * request's collective is done; the host does not block, and the request stays
  * the caller's to complete with kolo_wait / kolo_test. If the operation fails,
  * the stream goes on once the abort has stopped the kernels, with the output
  * undefined: check the status. KOLO_ERR_INVALID_ARG for a request that does not
- * run on the device or a stream the runtime refuses. Any kind of request from a
- * device buffer in CUDA mode qualifies, not only the _on_stream ones; for a
- * named one (engine.h) the host first waits for its negotiation (never for NCCL)
- * and a request that failed there returns its error. */
+ * run on the device or a stream the runtime refuses. Any request on a device
+ * buffer in CUDA mode qualifies, stream-ordered or not; for a named one (engine.h)
+ * the host first waits for its negotiation (never for NCCL) and a request that
+ * failed there returns its error. */
 kolo_status kolo_stream_wait(kolo_request *request, void *cuda_stream);
 
 /* The completion event (a cudaEvent_t) of a device request, valid until the
@@ -225,16 +254,159 @@ kolo_status kolo_stream_wait(kolo_request *request, void *cuda_stream);
  * for a named device request until the engine has submitted it to NCCL). */
 void *kolo_request_cuda_event(kolo_request *request);
 
-/* ---- blocking forms: same arguments, return when the operation is complete ---- */
+/* ---- the forms before the single route (issue 31) ----
+ * Thin inline wrappers over the submit functions above, kept for one release so
+ * that programs compile unchanged; libkolo no longer exports them. The blocking
+ * ones are submit (KOLO_OP_BLOCKING) + kolo_wait, the _async ones a plain submit,
+ * the _on_stream ones a submit with KOLO_OP_STREAM. */
 
-kolo_status kolo_allreduce(kolo_comm *comm, const void *send, void *recv, size_t count,
-                           kolo_dtype dtype, kolo_op op);
-kolo_status kolo_allgather(kolo_comm *comm, const void *send, size_t send_count, void *recv,
-                           size_t recv_capacity, size_t *recv_counts, kolo_dtype dtype);
-kolo_status kolo_broadcast(kolo_comm *comm, void *buffer, size_t count, kolo_dtype dtype, int root);
-kolo_status kolo_reducescatter(kolo_comm *comm, const void *send, void *recv, size_t recv_count,
-                               kolo_dtype dtype, kolo_op op);
-kolo_status kolo_barrier(kolo_comm *comm);
+static inline kolo_op_options kolo_op_options_of(const char *name, unsigned flags,
+                                                 void *cuda_stream) {
+  kolo_op_options options;
+  options.name = name;
+  options.cuda_stream = cuda_stream;
+  options.flags = flags;
+  options.prescale = 1.0;
+  options.postscale = 1.0;
+  options.process_set = 0;
+  return options;
+}
+
+/* The blocking end of a submit: its error, or the status of the request it set
+ * (read only after the submit returned: the address is what is passed). */
+static inline kolo_status kolo_finish(kolo_status submitted, kolo_request *const *request) {
+  return submitted != KOLO_OK ? submitted : kolo_wait(*request);
+}
+
+/* recv_count elements for every rank of comm: the total, or 0 with *status set. */
+static inline size_t kolo_even_total(const kolo_comm *comm, size_t recv_count,
+                                     kolo_status *status) {
+  int size = kolo_comm_size(comm);
+  *status = KOLO_OK;
+  if (comm == NULL || size <= 0) {
+    *status = KOLO_ERR_INVALID_ARG;
+    return 0;
+  }
+  if (recv_count > SIZE_MAX / 16 / (size_t)size) {
+    *status = KOLO_ERR_TOO_LARGE;
+    return 0;
+  }
+  return recv_count * (size_t)size;
+}
+
+static inline kolo_status kolo_allreduce_async(kolo_comm *comm, const void *send, void *recv,
+                                               size_t count, kolo_dtype dtype, kolo_op op,
+                                               kolo_request **request) {
+  return kolo_allreduce_submit(comm, send, recv, count, dtype, op, NULL, request);
+}
+
+static inline kolo_status kolo_allgather_async(kolo_comm *comm, const void *send, size_t send_count,
+                                               void *recv, size_t recv_capacity,
+                                               size_t *recv_counts, kolo_dtype dtype,
+                                               kolo_request **request) {
+  if (recv == NULL && recv_capacity > 0) return KOLO_ERR_INVALID_ARG;
+  return kolo_allgather_submit(comm, send, send_count, recv, recv_capacity, recv_counts, dtype,
+                               NULL, request);
+}
+
+static inline kolo_status kolo_broadcast_async(kolo_comm *comm, void *buffer, size_t count,
+                                               kolo_dtype dtype, int root, kolo_request **request) {
+  return kolo_broadcast_submit(comm, buffer, count, dtype, root, NULL, request);
+}
+
+static inline kolo_status kolo_reducescatter_async(kolo_comm *comm, const void *send, void *recv,
+                                                   size_t recv_count, kolo_dtype dtype, kolo_op op,
+                                                   kolo_request **request) {
+  kolo_status status;
+  size_t total = kolo_even_total(comm, recv_count, &status);
+  if (status != KOLO_OK) return status;
+  return kolo_reducescatter_submit(comm, send, recv, total, NULL, dtype, op, NULL, request);
+}
+
+static inline kolo_status kolo_barrier_async(kolo_comm *comm, kolo_request **request) {
+  return kolo_barrier_submit(comm, NULL, request);
+}
+
+static inline kolo_status kolo_allreduce_on_stream(kolo_comm *comm, const void *send, void *recv,
+                                                   size_t count, kolo_dtype dtype, kolo_op op,
+                                                   void *cuda_stream, kolo_request **request) {
+  kolo_op_options options = kolo_op_options_of(NULL, KOLO_OP_STREAM, cuda_stream);
+  return kolo_allreduce_submit(comm, send, recv, count, dtype, op, &options, request);
+}
+
+static inline kolo_status kolo_allgather_on_stream(kolo_comm *comm, const void *send,
+                                                   size_t send_count, void *recv,
+                                                   size_t recv_capacity, size_t *recv_counts,
+                                                   kolo_dtype dtype, void *cuda_stream,
+                                                   kolo_request **request) {
+  kolo_op_options options = kolo_op_options_of(NULL, KOLO_OP_STREAM, cuda_stream);
+  if (recv == NULL && recv_capacity > 0) return KOLO_ERR_INVALID_ARG;
+  return kolo_allgather_submit(comm, send, send_count, recv, recv_capacity, recv_counts, dtype,
+                               &options, request);
+}
+
+static inline kolo_status kolo_broadcast_on_stream(kolo_comm *comm, void *buffer, size_t count,
+                                                   kolo_dtype dtype, int root, void *cuda_stream,
+                                                   kolo_request **request) {
+  kolo_op_options options = kolo_op_options_of(NULL, KOLO_OP_STREAM, cuda_stream);
+  return kolo_broadcast_submit(comm, buffer, count, dtype, root, &options, request);
+}
+
+static inline kolo_status kolo_reducescatter_on_stream(kolo_comm *comm, const void *send,
+                                                       void *recv, size_t recv_count,
+                                                       kolo_dtype dtype, kolo_op op,
+                                                       void *cuda_stream, kolo_request **request) {
+  kolo_op_options options = kolo_op_options_of(NULL, KOLO_OP_STREAM, cuda_stream);
+  kolo_status status;
+  size_t total = kolo_even_total(comm, recv_count, &status);
+  if (status != KOLO_OK) return status;
+  return kolo_reducescatter_submit(comm, send, recv, total, NULL, dtype, op, &options, request);
+}
+
+static inline kolo_status kolo_allreduce(kolo_comm *comm, const void *send, void *recv,
+                                         size_t count, kolo_dtype dtype, kolo_op op) {
+  kolo_op_options options = kolo_op_options_of(NULL, KOLO_OP_BLOCKING, NULL);
+  kolo_request *request = NULL;
+  return kolo_finish(kolo_allreduce_submit(comm, send, recv, count, dtype, op, &options, &request),
+                     &request);
+}
+
+static inline kolo_status kolo_allgather(kolo_comm *comm, const void *send, size_t send_count,
+                                         void *recv, size_t recv_capacity, size_t *recv_counts,
+                                         kolo_dtype dtype) {
+  kolo_op_options options = kolo_op_options_of(NULL, KOLO_OP_BLOCKING, NULL);
+  kolo_request *request = NULL;
+  if (recv == NULL && recv_capacity > 0) return KOLO_ERR_INVALID_ARG;
+  return kolo_finish(kolo_allgather_submit(comm, send, send_count, recv, recv_capacity, recv_counts,
+                                           dtype, &options, &request),
+                     &request);
+}
+
+static inline kolo_status kolo_broadcast(kolo_comm *comm, void *buffer, size_t count,
+                                         kolo_dtype dtype, int root) {
+  kolo_op_options options = kolo_op_options_of(NULL, KOLO_OP_BLOCKING, NULL);
+  kolo_request *request = NULL;
+  return kolo_finish(kolo_broadcast_submit(comm, buffer, count, dtype, root, &options, &request),
+                     &request);
+}
+
+static inline kolo_status kolo_reducescatter(kolo_comm *comm, const void *send, void *recv,
+                                             size_t recv_count, kolo_dtype dtype, kolo_op op) {
+  kolo_op_options options = kolo_op_options_of(NULL, KOLO_OP_BLOCKING, NULL);
+  kolo_request *request = NULL;
+  kolo_status status;
+  size_t total = kolo_even_total(comm, recv_count, &status);
+  if (status != KOLO_OK) return status;
+  return kolo_finish(
+      kolo_reducescatter_submit(comm, send, recv, total, NULL, dtype, op, &options, &request),
+      &request);
+}
+
+static inline kolo_status kolo_barrier(kolo_comm *comm) {
+  kolo_op_options options = kolo_op_options_of(NULL, KOLO_OP_BLOCKING, NULL);
+  kolo_request *request = NULL;
+  return kolo_finish(kolo_barrier_submit(comm, &options, &request), &request);
+}
 
 /* ---- float16 / bfloat16 helpers (round to nearest even) ---- */
 float kolo_half_to_float(uint16_t half);

@@ -3,9 +3,11 @@ kolo dtype) plus the object that keeps the memory alive; every submit_* function
 hands one operation to libkolo and returns a Request. kolo (numpy) and kolo.torch
 turn their arrays and tensors into Views and build their results from Requests.
 
-With the engine (engine.h) every operation is named, so ranks may submit them in
-any order; libkolo negotiates, fuses and reports mismatches. Without it (an older
-libkolo) the unnamed kolo.h calls run in submission order on every rank."""
+Every operation goes to libkolo's one route for it (kolo_<op>_submit with a
+kolo_op_options): host operations are named, so ranks may submit them in any
+order and libkolo negotiates, fuses and reports mismatches; operations on CUDA
+memory are stream-ordered and unnamed (in submission order on every rank, as
+NCCL's)."""
 from __future__ import annotations
 
 import ctypes
@@ -18,7 +20,6 @@ from ._runtime import RUNTIME, Runtime, current_scope, in_scope
 from .errors import KoloError
 
 lib = _lib.lib
-engine = _lib.have_engine
 
 # kolo_dtype and kolo_op (include/kolo/kolo.h, through the generated _abi; the sizes are
 # checked against libkolo's kolo_dtype_size by tests/python/workers/api_parity.py)
@@ -76,19 +77,20 @@ class View:
         return self.stream is not None
 
 
-def _check_streams(*views: "View") -> Optional[ctypes.c_void_p]:
-    """The stream of a device operation (None for a host one); every view of
-    one operation lives on the same side."""
+def _options(name: Optional[bytes], *views: "View", prescale: float = 1.0, postscale: float = 1.0) -> Any:
+    """The kolo_op_options of one operation on views: named on the host; on CUDA
+    memory stream-ordered (KOLO_OP_STREAM, after the views' stream) and unnamed.
+    Every view of one operation lives on the same side."""
     devices = {v.on_device for v in views}
     if len(devices) != 1:
         raise ValueError("kolo: an operation's tensors must all be on the host or all on the GPU")
-    if not views[0].on_device:
-        return None
-    if not _lib.have_streams():
-        raise KoloError(
-            "kolo: this libkolo has no stream-ordered CUDA calls; rebuild it with CUDA", "KOLO_ERR_UNSUPPORTED"
-        )
-    return ctypes.c_void_p(views[0].stream or None)
+    options = _lib.OpOptions(prescale=float(prescale), postscale=float(postscale))
+    if views[0].on_device:
+        options.flags = _abi.KOLO_OP_STREAM
+        options.cuda_stream = views[0].stream or None
+    else:
+        options.name = name
+    return ctypes.byref(options)
 
 
 def check_op(op: Any) -> int:
@@ -207,12 +209,9 @@ class Request:
         with self.lock:
             if self.done:
                 return
-            if engine():
-                result = _lib.Result()
-                code = lib.kolo_wait_result(self.handle, ctypes.byref(result))
-                self._finish(code, result)
-            else:
-                self._finish(lib.kolo_wait(self.handle), None)
+            result = _lib.Result()
+            code = lib.kolo_wait_result(self.handle, ctypes.byref(result))
+            self._finish(code, result)
 
     def poll(self) -> bool:
         """Never blocks; True once complete."""
@@ -222,16 +221,10 @@ class Request:
             if self.done:
                 return True
             done = ctypes.c_int(0)
-            if engine():
-                result = _lib.Result()
-                lib.kolo_test_result(self.handle, ctypes.byref(done), ctypes.byref(result))
-                if done.value:
-                    self._finish(result.status, result)
-            else:
-                status = ctypes.c_int(0)
-                lib.kolo_test(self.handle, ctypes.byref(done), ctypes.byref(status))
-                if done.value:
-                    self._finish(status.value, None)
+            result = _lib.Result()
+            lib.kolo_test_result(self.handle, ctypes.byref(done), ctypes.byref(result))
+            if done.value:
+                self._finish(result.status, result)
             return self.done
 
     def result(self) -> "Request":
@@ -294,39 +287,15 @@ def submit_allreduce(
     postscale: float = 1.0,
     runtime: Runtime = RUNTIME,
 ) -> Request:
-    """recv = op over ranks of (send * prescale) * postscale. Scales other than 1
-    need the engine (callers scale themselves otherwise)."""
+    """recv = op over ranks of (send * prescale) * postscale (libkolo scales host
+    floating-point buffers; kolo.torch scales CUDA and integer tensors itself)."""
     op = op_for_dtype(op, send.dtype)
     comm = runtime.require()
     request = Request("allreduce %s" % name.decode(errors="replace"), (send.keep, recv.keep), runtime)
-    stream = _check_streams(send, recv)
-    if stream is not None:
-        if prescale != 1.0 or postscale != 1.0:
-            raise KoloError(
-                "kolo: scaled all-reduce of CUDA buffers: scale on the stream first", "KOLO_ERR_UNSUPPORTED"
-            )
-        code = lib.kolo_allreduce_on_stream(
-            comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op, stream, ctypes.byref(request.handle)
-        )
-    elif engine():
-        code = lib.kolo_allreduce_named(
-            comm,
-            name,
-            _ptr(send.ptr),
-            _ptr(recv.ptr),
-            send.count,
-            send.dtype,
-            op,
-            float(prescale),
-            float(postscale),
-            ctypes.byref(request.handle),
-        )
-    else:
-        if prescale != 1.0 or postscale != 1.0:
-            raise KoloError("kolo: scaled all-reduce needs the engine", "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_allreduce_async(
-            comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op, ctypes.byref(request.handle)
-        )
+    options = _options(name, send, recv, prescale=prescale, postscale=postscale)
+    code = lib.kolo_allreduce_submit(
+        comm, _ptr(send.ptr), _ptr(recv.ptr), send.count, send.dtype, op, options, ctypes.byref(request.handle)
+    )
     return request.submitted(code)
 
 
@@ -340,11 +309,11 @@ def submit_grouped_allreduce(
     postscale: float = 1.0,
     runtime: Runtime = RUNTIME,
 ) -> List[Request]:
-    """All members of one dtype, negotiated and fused as one unit (engine); one
-    request per member otherwise."""
+    """All members of one dtype on the host, negotiated and fused as one unit; one
+    request per member on CUDA memory (libkolo groups host buffers only)."""
     if sends:
         op = op_for_dtype(op, sends[0].dtype)
-    if not engine() or any(v.on_device for v in sends):
+    if any(v.on_device for v in sends):
         return [submit_allreduce(n, s, r, op, prescale, postscale, runtime) for n, s, r in zip(names, sends, recvs)]
     comm = runtime.require()
     n = len(sends)
@@ -354,19 +323,9 @@ def submit_grouped_allreduce(
     c_counts = (ctypes.c_size_t * n)(*[s.count for s in sends])
     keep = ([s.keep for s in sends], [r.keep for r in recvs], c_names, c_sends, c_recvs, c_counts)
     request = Request("grouped allreduce %s" % group.decode(errors="replace"), keep, runtime)
-    code = lib.kolo_grouped_allreduce_named(
-        comm,
-        group,
-        n,
-        c_names,
-        c_sends,
-        c_recvs,
-        c_counts,
-        sends[0].dtype,
-        op,
-        float(prescale),
-        float(postscale),
-        ctypes.byref(request.handle),
+    options = _options(group, *sends, prescale=prescale, postscale=postscale)
+    code = lib.kolo_grouped_allreduce_submit(
+        comm, n, c_names, c_sends, c_recvs, c_counts, sends[0].dtype, op, options, ctypes.byref(request.handle)
     )
     return [request.submitted(code)]
 
@@ -374,72 +333,34 @@ def submit_grouped_allreduce(
 def submit_allgather(
     name: bytes, send: View, recv: Optional[View], recv_counts: Any, runtime: Runtime = RUNTIME
 ) -> Request:
-    """recv None: the engine allocates the output (Request.output). recv_counts:
-    a ctypes size_t array of size entries, or None."""
+    """recv None: libkolo allocates the output (Request.output; host memory only).
+    recv_counts: a ctypes size_t array of size entries, or None."""
     comm = runtime.require()
     request = Request(
         "allgather %s" % name.decode(errors="replace"), (send.keep, recv.keep if recv else None, recv_counts), runtime
     )
     request.output_dtype = send.dtype
-    stream = _check_streams(send, recv) if recv is not None else _check_streams(send)
-    if stream is not None:
-        if recv is None:
-            raise KoloError("kolo: allgather of CUDA buffers needs a receive buffer", "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_allgather_on_stream(
-            comm,
-            _ptr(send.ptr),
-            send.count,
-            _ptr(recv.ptr),
-            recv.count,
-            recv_counts,
-            send.dtype,
-            stream,
-            ctypes.byref(request.handle),
-        )
-    elif engine():
-        code = lib.kolo_allgather_named(
-            comm,
-            name,
-            _ptr(send.ptr),
-            send.count,
-            _ptr(recv.ptr if recv else 0),
-            recv.count if recv else 0,
-            recv_counts,
-            send.dtype,
-            ctypes.byref(request.handle),
-        )
-    else:
-        if recv is None:
-            raise KoloError("kolo: allgather without a receive buffer needs the engine", "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_allgather_async(
-            comm,
-            _ptr(send.ptr),
-            send.count,
-            _ptr(recv.ptr),
-            recv.count,
-            recv_counts,
-            send.dtype,
-            ctypes.byref(request.handle),
-        )
+    options = _options(name, send, recv) if recv is not None else _options(name, send)
+    code = lib.kolo_allgather_submit(
+        comm,
+        _ptr(send.ptr),
+        send.count,
+        _ptr(recv.ptr if recv else 0),
+        recv.count if recv else 0,
+        recv_counts,
+        send.dtype,
+        options,
+        ctypes.byref(request.handle),
+    )
     return request.submitted(code)
 
 
 def submit_broadcast(name: bytes, buffer: View, root: int, runtime: Runtime = RUNTIME) -> Request:
     comm = runtime.require()
     request = Request("broadcast %s" % name.decode(errors="replace"), buffer.keep, runtime)
-    stream = _check_streams(buffer)
-    if stream is not None:
-        code = lib.kolo_broadcast_on_stream(
-            comm, _ptr(buffer.ptr), buffer.count, buffer.dtype, root, stream, ctypes.byref(request.handle)
-        )
-    elif engine():
-        code = lib.kolo_broadcast_named(
-            comm, name, _ptr(buffer.ptr), buffer.count, buffer.dtype, root, ctypes.byref(request.handle)
-        )
-    else:
-        code = lib.kolo_broadcast_async(
-            comm, _ptr(buffer.ptr), buffer.count, buffer.dtype, root, ctypes.byref(request.handle)
-        )
+    code = lib.kolo_broadcast_submit(
+        comm, _ptr(buffer.ptr), buffer.count, buffer.dtype, root, _options(name, buffer), ctypes.byref(request.handle)
+    )
     return request.submitted(code)
 
 
@@ -451,50 +372,38 @@ def submit_reducescatter(
     comm = runtime.require()
     c_counts = (ctypes.c_size_t * len(counts))(*counts)
     request = Request("reducescatter %s" % name.decode(errors="replace"), (send.keep, recv.keep, c_counts), runtime)
-    stream = _check_streams(send, recv)
-    if stream is not None:
-        if len(set(counts)) != 1:
-            raise KoloError("kolo: reducescatter of CUDA buffers needs equal blocks", "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_reducescatter_on_stream(
-            comm, _ptr(send.ptr), _ptr(recv.ptr), counts[0], send.dtype, op, stream, ctypes.byref(request.handle)
-        )
-    elif engine():
-        code = lib.kolo_reducescatter_named(
-            comm,
-            name,
-            _ptr(send.ptr),
-            _ptr(recv.ptr),
-            send.count,
-            c_counts,
-            send.dtype,
-            op,
-            ctypes.byref(request.handle),
-        )
-    else:
-        if len(set(counts)) != 1:
-            raise KoloError("kolo: reducescatter with unequal blocks needs the engine", "KOLO_ERR_UNSUPPORTED")
-        code = lib.kolo_reducescatter_async(
-            comm, _ptr(send.ptr), _ptr(recv.ptr), counts[0], send.dtype, op, ctypes.byref(request.handle)
-        )
+    code = lib.kolo_reducescatter_submit(
+        comm,
+        _ptr(send.ptr),
+        _ptr(recv.ptr),
+        sum(counts),
+        c_counts,
+        send.dtype,
+        op,
+        _options(name, send, recv),
+        ctypes.byref(request.handle),
+    )
     return request.submitted(code)
 
 
 def submit_alltoall(
     name: bytes, send: View, send_counts: List[int], recv_counts: Any, runtime: Runtime = RUNTIME
 ) -> Request:
-    """Engine only: send_counts[r] elements go to rank r; the output is allocated."""
+    """send_counts[r] elements go to rank r; libkolo allocates the output (host memory only)."""
     comm = runtime.require()
-    if not engine():
-        raise KoloError("kolo: alltoall needs the engine", "KOLO_ERR_UNSUPPORTED")
-    if send.on_device:
-        raise KoloError(
-            "kolo: alltoall of CUDA buffers is staged through host memory by the caller", "KOLO_ERR_UNSUPPORTED"
-        )
     c_send_counts = (ctypes.c_size_t * len(send_counts))(*send_counts)
     request = Request("alltoall %s" % name.decode(errors="replace"), (send.keep, c_send_counts, recv_counts), runtime)
     request.output_dtype = send.dtype
-    code = lib.kolo_alltoall_named(
-        comm, name, _ptr(send.ptr), c_send_counts, None, 0, recv_counts, send.dtype, ctypes.byref(request.handle)
+    code = lib.kolo_alltoall_submit(
+        comm,
+        _ptr(send.ptr),
+        c_send_counts,
+        None,
+        0,
+        recv_counts,
+        send.dtype,
+        _options(name, send),
+        ctypes.byref(request.handle),
     )
     return request.submitted(code)
 
@@ -502,15 +411,22 @@ def submit_alltoall(
 def submit_barrier(runtime: Runtime = RUNTIME) -> Request:
     comm = runtime.require()
     request = Request("barrier", None, runtime)
-    return request.submitted(lib.kolo_barrier_async(comm, ctypes.byref(request.handle)))
+    return request.submitted(lib.kolo_barrier_submit(comm, None, ctypes.byref(request.handle)))
 
 
 def submit_join(runtime: Runtime = RUNTIME) -> Request:
     comm = runtime.require()
-    if not engine():
-        raise KoloError("kolo: join needs the engine", "KOLO_ERR_UNSUPPORTED")
     request = Request("join", None, runtime)
-    return request.submitted(lib.kolo_join_async(comm, ctypes.byref(request.handle)))
+    return request.submitted(lib.kolo_join_submit(comm, None, ctypes.byref(request.handle)))
+
+
+def broadcast_blocking(comm: int, pointer: Any, nbytes: int, root: int) -> int:
+    """An unnamed blocking broadcast of nbytes bytes on comm (submit + wait): the
+    status. For setup before the runtime has a communicator."""
+    options = _lib.OpOptions(flags=_abi.KOLO_OP_BLOCKING)
+    handle = ctypes.c_void_p()
+    code = lib.kolo_broadcast_submit(comm, pointer, nbytes, UINT8, root, ctypes.byref(options), ctypes.byref(handle))
+    return code if code != 0 else lib.kolo_wait(handle)
 
 
 def size_array(n: int) -> Any:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint8, c_uint64, c_void_p
+from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint, c_uint8, c_uint64, c_void_p
 from typing import List, Optional
 
 from . import _abi
@@ -107,8 +107,22 @@ class Result(ctypes.Structure):
     ]
 
 
+class OpOptions(ctypes.Structure):
+    """kolo_op_options (kolo.h): how one operation runs (name, stream, flags, scale factors)."""
+
+    _fields_ = [
+        ("name", c_char_p),
+        ("cuda_stream", c_void_p),
+        ("flags", c_uint),
+        ("prescale", c_double),
+        ("postscale", c_double),
+        ("process_set", c_int),
+    ]
+
+
 _P = c_void_p
 _PP = POINTER(c_void_p)
+_OPT = POINTER(OpOptions)
 _SZ = c_size_t
 _SZP = POINTER(c_size_t)
 
@@ -132,15 +146,20 @@ _SIGNATURES = {
     "kolo_listener_create": (c_int, [c_char_p, _PP]),
     "kolo_listener_address": (c_int, [_P, c_char_p, _SZ]),
     "kolo_listener_destroy": (None, [_P]),
-    "kolo_broadcast": (c_int, [_P, _P, _SZ, c_int, c_int]),
-    # non-blocking operations (kolo.h)
-    "kolo_allreduce_async": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _PP]),
-    "kolo_allgather_async": (c_int, [_P, _P, _SZ, _P, _SZ, _SZP, c_int, _PP]),
-    "kolo_broadcast_async": (c_int, [_P, _P, _SZ, c_int, c_int, _PP]),
-    "kolo_reducescatter_async": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _PP]),
-    "kolo_barrier_async": (c_int, [_P, _PP]),
+    # the single route: one submit per operation (kolo.h, engine.h), and the request set
+    "kolo_allreduce_submit": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _OPT, _PP]),
+    "kolo_allgather_submit": (c_int, [_P, _P, _SZ, _P, _SZ, _SZP, c_int, _OPT, _PP]),
+    "kolo_broadcast_submit": (c_int, [_P, _P, _SZ, c_int, c_int, _OPT, _PP]),
+    "kolo_reducescatter_submit": (c_int, [_P, _P, _P, _SZ, _SZP, c_int, c_int, _OPT, _PP]),
+    "kolo_alltoall_submit": (c_int, [_P, _P, _SZP, _P, _SZ, _SZP, c_int, _OPT, _PP]),
+    "kolo_grouped_allreduce_submit": (
+        c_int,
+        [_P, c_int, POINTER(c_char_p), _PP, _PP, _SZP, c_int, c_int, _OPT, _PP],
+    ),
+    "kolo_barrier_submit": (c_int, [_P, _OPT, _PP]),
+    "kolo_join_submit": (c_int, [_P, _OPT, _PP]),
     "kolo_wait": (c_int, [_P]),
-    "kolo_test": (c_int, [_P, POINTER(c_int), POINTER(c_int)]),
+    "kolo_free": (None, [_P]),
     # elastic (elastic.h)
     "kolo_elastic_create": (c_int, [_PP]),
     "kolo_elastic_comm": (_P, [_P]),
@@ -151,6 +170,8 @@ _SIGNATURES = {
     "kolo_elastic_reconfigurations": (c_int, [_P]),
     "kolo_elastic_destroy": (None, [_P]),
     "kolo_sync_buffers": (c_int, [_P, _PP, _SZP, c_int, POINTER(c_uint8)]),
+    "kolo_wait_result": (c_int, [_P, POINTER(Result)]),
+    "kolo_test_result": (c_int, [_P, POINTER(c_int), POINTER(Result)]),
 }
 
 
@@ -172,32 +193,7 @@ class EngineStats(ctypes.Structure):
     ]
 
 
-# engine.h: declared when this libkolo has the engine
-_ENGINE_SIGNATURES = {
-    "kolo_free": (None, [_P]),
-    "kolo_wait_result": (c_int, [_P, POINTER(Result)]),
-    "kolo_test_result": (c_int, [_P, POINTER(c_int), POINTER(Result)]),
-    "kolo_allreduce_named": (c_int, [_P, c_char_p, _P, _P, _SZ, c_int, c_int, c_double, c_double, _PP]),
-    "kolo_grouped_allreduce_named": (
-        c_int,
-        [_P, c_char_p, c_int, POINTER(c_char_p), _PP, _PP, _SZP, c_int, c_int, c_double, c_double, _PP],
-    ),
-    "kolo_allgather_named": (c_int, [_P, c_char_p, _P, _SZ, _P, _SZ, _SZP, c_int, _PP]),
-    "kolo_broadcast_named": (c_int, [_P, c_char_p, _P, _SZ, c_int, c_int, _PP]),
-    "kolo_reducescatter_named": (c_int, [_P, c_char_p, _P, _P, _SZ, _SZP, c_int, c_int, _PP]),
-    "kolo_alltoall_named": (c_int, [_P, c_char_p, _P, _SZP, _P, _SZ, _SZP, c_int, _PP]),
-    "kolo_join_async": (c_int, [_P, _PP]),
-}
 _STATS_SIGNATURES = {"kolo_engine_stats_get": (c_int, [_P, POINTER(EngineStats)])}
-
-
-# kolo.h's stream-ordered forms for CUDA buffers: declared when this libkolo has them
-_STREAM_SIGNATURES = {
-    "kolo_allreduce_on_stream": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _P, _PP]),
-    "kolo_allgather_on_stream": (c_int, [_P, _P, _SZ, _P, _SZ, _SZP, c_int, _P, _PP]),
-    "kolo_broadcast_on_stream": (c_int, [_P, _P, _SZ, c_int, c_int, _P, _PP]),
-    "kolo_reducescatter_on_stream": (c_int, [_P, _P, _P, _SZ, c_int, c_int, _P, _PP]),
-}
 
 
 class SplitOptions(ctypes.Structure):
@@ -231,8 +227,6 @@ class _Library:
 
     def __init__(self) -> None:
         self._cdll: Optional[ctypes.CDLL] = None
-        self.engine = False
-        self.streams = False
         self.stats = False
         self.sets = False
 
@@ -240,9 +234,6 @@ class _Library:
         if self._cdll is None:
             cdll = _load()
             _declare(cdll, _SIGNATURES, True)
-            engine = _declare(cdll, _ENGINE_SIGNATURES, False)
-            self.engine = engine and os.environ.get("KOLO_PY_ENGINE", "1") != "0"
-            self.streams = _declare(cdll, _STREAM_SIGNATURES, False)
             self.stats = _declare(cdll, _STATS_SIGNATURES, False)
             self.sets = _declare(cdll, _SET_SIGNATURES, False)
             self._cdll = cdll
@@ -253,19 +244,6 @@ class _Library:
 
 
 lib = _Library()
-
-
-def have_engine() -> bool:
-    """Whether the loaded libkolo has the named-operation engine (engine.h);
-    KOLO_PY_ENGINE=0 forces the unnamed kolo.h path."""
-    lib.load()
-    return lib.engine
-
-
-def have_streams() -> bool:
-    """Whether the loaded libkolo has the stream-ordered CUDA calls (kolo_*_on_stream)."""
-    lib.load()
-    return lib.streams
 
 
 def library_path() -> str:

@@ -120,29 +120,16 @@ def allgather_async(array: Any, name: Optional[str] = None) -> Handle:
         _shapes.check_compatible(what, records)
         return data.reshape((sum(_shapes.rows(records)),) + source.shape[1:])
 
-    if _core.engine():
-        counts = _core.size_array(size)
-        data_request = _core.submit_allgather(raw, _view(source), None, counts)
+    counts = _core.size_array(size)
+    data_request = _core.submit_allgather(raw, _view(source), None, counts)
 
-        def finish() -> np.ndarray:
-            flat = (
-                np.frombuffer(data_request.output, dtype=source.dtype)
-                if data_request.output
-                else np.empty(0, source.dtype)
-            )
-            return build(flat)
+    def finish() -> np.ndarray:
+        flat = (
+            np.frombuffer(data_request.output, dtype=source.dtype) if data_request.output else np.empty(0, source.dtype)
+        )
+        return build(flat)
 
-        return Handle([shape_request, data_request], finish, what)
-
-    def finish_two_stage() -> np.ndarray:
-        records = _shapes.decode(gathered, size)
-        _shapes.check_compatible(what, records)
-        total = sum(int(np.prod(record[1], dtype=np.int64)) for record in records if record is not None)
-        output = np.empty(total, source.dtype)
-        _core.submit_allgather(raw, _view(source), _view(output), None).result()
-        return build(output)
-
-    return Handle([shape_request], finish_two_stage, what)
+    return Handle([shape_request, data_request], finish, what)
 
 
 def allgather(array: Any, name: Optional[str] = None) -> np.ndarray:

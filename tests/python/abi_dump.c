@@ -59,6 +59,8 @@ static void print_enums(void) {
   CONST(KOLO_MODE_MAX_SYNC_EVERY);
   CONST(KOLO_MODE_MAX_STALENESS);
   CONST(KOLO_MODE_MAX_FRAGMENTS);
+  CONST(KOLO_OP_BLOCKING);
+  CONST(KOLO_OP_STREAM);
 }
 
 static void print_structs(void) {
@@ -87,6 +89,13 @@ static void print_structs(void) {
   FIELD(kolo_engine_stats, batches);
   FIELD(kolo_engine_stats, fused_tensors);
   FIELD(kolo_engine_stats, negotiation_work_ns);
+  STRUCT(kolo_op_options);
+  FIELD(kolo_op_options, name);
+  FIELD(kolo_op_options, cuda_stream);
+  FIELD(kolo_op_options, flags);
+  FIELD(kolo_op_options, prescale);
+  FIELD(kolo_op_options, postscale);
+  FIELD(kolo_op_options, process_set);
   STRUCT(kolo_split_options);
   FIELD(kolo_split_options, ranks);
   FIELD(kolo_split_options, n_ranks);

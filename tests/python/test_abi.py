@@ -28,6 +28,7 @@ STRUCTS = {
     "kolo_result": _lib.Result,
     "kolo_engine_stats": _lib.EngineStats,
     "kolo_split_options": _lib.SplitOptions,
+    "kolo_op_options": _lib.OpOptions,
     "kolo_mode_spec": mode._Spec,
 }
 

@@ -36,13 +36,12 @@ import torch.distributed as dist
 # the module (torch.distributed.rendezvous is also the name of a function there)
 _rendezvous = importlib.import_module("torch.distributed.rendezvous")
 
-from .. import _lib  # noqa: E402
+from .. import _core, _lib  # noqa: E402
 from .._runtime import RUNTIME, raise_for  # noqa: E402
 
 BACKEND = "kolo"
 EXTENSION = "_kolo_c10d.so"
 _ADDRESS_BYTES = 256
-_UINT8 = 0  # kolo_dtype KOLO_UINT8
 
 _lock = threading.Lock()
 _extension: Optional[ModuleType] = None
@@ -188,7 +187,7 @@ def _broadcast_text(comm: int, text: str) -> str:
     """Rank 0's text on every rank of comm (at most 255 bytes)."""
     buffer = ctypes.create_string_buffer(text.encode(), _ADDRESS_BYTES)
     raise_for(
-        _lib.lib.kolo_broadcast(comm, buffer, _ADDRESS_BYTES, _UINT8, 0),
+        _core.broadcast_blocking(comm, buffer, _ADDRESS_BYTES, 0),
         "kolo backend: broadcasting the store's address",
         comm,
     )

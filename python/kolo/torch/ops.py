@@ -169,25 +169,28 @@ def _from_bytes(data: Optional[bytearray], dtype: torch.dtype, device: torch.dev
 def allreduce_into(
     source: torch.Tensor, target: torch.Tensor, name: bytes, op: int, prescale: float, postscale: float
 ) -> Handle:
-    """target = op(source * prescale) * postscale; source may be target. The
-    engine scales host floating-point tensors itself; CUDA tensors, integer
-    tensors (Horovod's integer scaling: an Average is a Sum times
-    postscale / size, truncated) and an engine-less libkolo are scaled here,
-    on the tensor's stream, before and after."""
+    """target = op(source * prescale) * postscale; source may be target. One
+    submission either way: libkolo scales host floating-point tensors itself (in
+    its fused all-reduce); CUDA tensors and integer tensors (Horovod's integer
+    scaling: an Average is a Sum times postscale / size, truncated) are scaled
+    here, on the tensor's stream, before and after."""
     if op == Adasum:
         return _adasum.allreduce_into(source, target, name, prescale, postscale)
     integer = _integer_scaled(source, prescale, postscale)
-    if _core.engine() and source.device.type == "cpu" and not integer:
-        request = _core.submit_allreduce(name, _view(source), _view(target), op, prescale, postscale)
-        return Handle([request], lambda: target, "allreduce")
-    if source is not target:
-        target.copy_(source)
-    _scale_(target, prescale)
+    scaled_by_kolo = source.device.type == "cpu" and not integer
     divisor = RUNTIME.size() if integer and op == Average else 1
-    request = _core.submit_allreduce(name, _view(target), _view(target), Sum if divisor > 1 else op)
+    after = 1.0
+    if not scaled_by_kolo:
+        if source is not target:
+            target.copy_(source)
+        _scale_(target, prescale)
+        source, prescale, postscale, after = target, 1.0, 1.0, postscale / divisor
+    request = _core.submit_allreduce(
+        name, _view(source), _view(target), Sum if divisor > 1 else op, prescale, postscale
+    )
 
     def finish() -> torch.Tensor:
-        return _scale_(target, postscale / divisor)
+        return _scale_(target, after)
 
     return Handle([request], finish, "allreduce")
 
@@ -322,10 +325,8 @@ def _grouped_submit(
     prescale_factor: float,
     postscale_factor: float,
 ) -> Handle:
-    if (
-        _core.engine()
-        and op != Adasum
-        and all(t.device.type == "cpu" and not _integer_scaled(t, prescale_factor, postscale_factor) for t in sources)
+    if op != Adasum and all(
+        t.device.type == "cpu" and not _integer_scaled(t, prescale_factor, postscale_factor) for t in sources
     ):
         requests = []
         for dtype, members in by_dtype.items():
@@ -442,7 +443,7 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_se
         _shapes.check_compatible(what, records)
         return (sum(_shapes.rows(records)),) + rest
 
-    if _core.engine() and source.device.type == "cpu":
+    if source.device.type == "cpu":
         data = _core.submit_allgather(raw, _view(source), None, _core.size_array(size))
         return Handle(
             [shape_request, data],
