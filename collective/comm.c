@@ -3,6 +3,8 @@
  * (queue.c), the accessors (the failure ones read the net floor's record), and
  * destroying it (a goodbye to the neighbours when
  * nothing is pending, an abort when something is). */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -48,12 +50,16 @@
 #define MAX_SPIN_US 100000
 
 /* KOLO_SPIN_YIELD: 1 a stalled spin always yields after its first microsecond
- * (before #34), 0 never, anything else adaptive (kolo_yield_off_until). */
-static int spin_yield_from_env(void) {
+ * (before #34), 0 never, anything else: adaptive (kolo_yield_off_until) unless this
+ * host's local_size ranks outnumber the CPUs this process may use (kolo_spin_yield_mode). */
+static int spin_yield_from_env(int local_size) {
   const char *value = getenv("KOLO_SPIN_YIELD");
-  if (value != NULL && strcmp(value, "1") == 0) return 1;
-  if (value != NULL && strcmp(value, "0") == 0) return 0;
-  return -1;
+  int mode = -1;
+  if (value != NULL && strcmp(value, "1") == 0) mode = 1;
+  if (value != NULL && strcmp(value, "0") == 0) mode = 0;
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  return kolo_spin_yield_mode(mode, local_size, cpus);
 }
 
 /* KOLO_SPIN_US: microseconds of busy-polling before a wait sleeps (0 = never
@@ -225,7 +231,7 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
       kolo_size_from_env("KOLO_TWO_LEVEL_MIN_BYTES", DEFAULT_TWO_LEVEL_MIN_BYTES);
   comm->ring.forced_algo = forced_algo_from_env();
   comm->ring.spin_ns = spin_ns_from_env();
-  comm->ring.spin_yield = spin_yield_from_env();
+  comm->ring.spin_yield = spin_yield_from_env(comm->net.local_size);
   comm->ring.spin_budget_ns = comm->ring.spin_ns;
   if (comm->ring.segment_bytes < 64) comm->ring.segment_bytes = 64;
   if (comm->ring.pair_segment_bytes < 64) comm->ring.pair_segment_bytes = 64;

@@ -211,6 +211,13 @@ int64_t kolo_spin_budget_next(int64_t budget_ns, int64_t max_ns, int64_t waited_
  * took_ns, given the current bound off_until_ns. Pure (plan.c). */
 int64_t kolo_yield_off_until(int64_t off_until_ns, int64_t now_ns, int64_t took_ns);
 
+/* The spin's yield rule (ring->spin_yield) from KOLO_SPIN_YIELD's value (1 always, 0 never,
+ * else unset: -1) for local_size ranks on a host with cpus usable CPUs: unset, the adaptive rule
+ * (-1) where each local rank can have a core, the old one (1) where ranks outnumber cores: there
+ * the core a spin holds is one its neighbour waits for (8 ranks on 2 cores: 4 KiB 1.3-1.8x
+ * slower with the adaptive rule, #34). Pure (plan.c). */
+int kolo_spin_yield_mode(int env_mode, int local_size, int cpus);
+
 /* Whether an operation of bytes runs over shared memory in either ring
  * direction (the same answer on both ends of each link, so on every rank). */
 int kolo_bulk_is_shm(const kolo_ring *ring, size_t bytes);

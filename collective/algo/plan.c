@@ -47,6 +47,11 @@ int64_t kolo_spin_budget_next(int64_t budget_ns, int64_t max_ns, int64_t waited_
   return budget;
 }
 
+int kolo_spin_yield_mode(int env_mode, int local_size, int cpus) {
+  if (env_mode == 0 || env_mode == 1) return env_mode;
+  return cpus > 0 && local_size > cpus ? 1 : -1;
+}
+
 int64_t kolo_yield_off_until(int64_t off_until_ns, int64_t now_ns, int64_t took_ns) {
   if (took_ns < KOLO_YIELD_SLOW_NS) return off_until_ns;
   return now_ns + KOLO_YIELD_OFF_NS;

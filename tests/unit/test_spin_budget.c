@@ -69,6 +69,20 @@ static void a_yield_that_lost_the_core_stops_the_yields_for_a_while(void **state
   assert_true(KOLO_YIELD_SLOW_NS >= 200 * US && KOLO_YIELD_SLOW_NS <= 1000 * US);
 }
 
+/* Unset, the adaptive rule applies only where every local rank can have a CPU; where ranks
+ * outnumber CPUs a spin keeps yielding to the neighbour waiting for its core. */
+static void ranks_that_outnumber_the_cpus_keep_the_old_yield_rule(void **state) {
+  (void)state;
+  assert_int_equal(kolo_spin_yield_mode(-1, 2, 2), -1);
+  assert_int_equal(kolo_spin_yield_mode(-1, 1, 16), -1);
+  assert_int_equal(kolo_spin_yield_mode(-1, 3, 2), 1);
+  assert_int_equal(kolo_spin_yield_mode(-1, 8, 2), 1);
+  assert_int_equal(kolo_spin_yield_mode(-1, 8, 0), -1); /* CPUs unknown */
+  /* KOLO_SPIN_YIELD set wins either way */
+  assert_int_equal(kolo_spin_yield_mode(0, 8, 2), 0);
+  assert_int_equal(kolo_spin_yield_mode(1, 1, 2), 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_short_stall_at_the_floor_raises_the_budget_to_cover_it),
@@ -76,6 +90,7 @@ int main(void) {
       cmocka_unit_test(a_stall_longer_than_the_most_halves_the_budget_down_to_the_floor),
       cmocka_unit_test(the_budget_never_leaves_its_bounds),
       cmocka_unit_test(a_yield_that_lost_the_core_stops_the_yields_for_a_while),
+      cmocka_unit_test(ranks_that_outnumber_the_cpus_keep_the_old_yield_rule),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
