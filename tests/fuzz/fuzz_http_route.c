@@ -45,6 +45,9 @@ static int rebuild(const kolo_server_route *m, char *out, size_t len) {
     case KOLO_ROUTE_CANCEL_JOB:
       fmt = "/v1/jobs/%s:cancel";
       break;
+    case KOLO_ROUTE_PUT_JOB_BLOB:
+      fmt = "/v1/jobs/%s/blob";
+      break;
     case KOLO_ROUTE_SCALE_JOB:
       fmt = "/v1/jobs/%s:scale";
       break;
