@@ -39,7 +39,7 @@ void kolo_sched_snapshot_free(kolo_sched_snapshot *snap) {
   free(snap->jobs);
   for (size_t i = 0; i < snap->n_assigns; i++) {
     free(snap->assigns[i].worker_id);
-    kolo_assignment_clear(&snap->assigns[i].a);
+    if (snap->assigns[i].a) protobuf_c_message_free_unpacked(&snap->assigns[i].a->base, NULL);
   }
   free(snap->assigns);
   memset(snap, 0, sizeof *snap);
@@ -177,12 +177,13 @@ static kolo_status add_assign(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv)
   a->worker_id = strndup((const char *)kv->key + n, kv->key_len - n);
   if (a->worker_id == NULL) return KOLO_ERR_NO_MEMORY;
   snap->n_assigns++;
-  if (kolo_assignment_decode((const char *)kv->value, kv->value_len, &a->a) != KOLO_OK) {
-    KOLO_LOGW(LOG, "assignment of %s does not decode (to be swept): %s", a->worker_id,
-              kolo_etcd_last_error());
-    a->a.job = strdup("");
-    if (a->a.job == NULL) return KOLO_ERR_NO_MEMORY;
-  }
+  char err[256];
+  kolo_status rc =
+      kolo_assignment_read((const char *)kv->value, kv->value_len, &a->a, err, sizeof err);
+  if (rc == KOLO_ERR_NO_MEMORY) return rc;
+  if (rc != KOLO_OK)
+    KOLO_LOGW(LOG, "assignment of %s does not decode (to be swept): %s", a->worker_id, err);
+  a->job = a->a ? a->a->job : "";
   return KOLO_OK;
 }
 
@@ -227,7 +228,7 @@ kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
     w->m = snap->members[i];
     w->draining = strcmp(w->m.state, "draining") == 0 || drained(drains, w->m.id, w->m.lease);
     const kolo_sched_assign *a = find_assign(snap, w->m.id);
-    w->assign_job = a ? a->a.job : NULL;
+    w->assign_job = a ? a->job : NULL;
   }
   ensure_sorted(snap->workers, snap->n_workers, sizeof *snap->workers, worker_cmp);
   for (size_t i = 0; i < jobs->count; i++) add_job_key(snap, &jobs->kvs[i]);

@@ -30,11 +30,12 @@ typedef struct kolo_sched_worker {
 } kolo_sched_worker;
 
 /* An assignment record (coordination/assignment.h) under /kolo/v1/assign/<worker_id>;
- * one that does not decode is kept with job "" (logged), so the worker counts as busy
- * and the sweep takes it away instead of a pass planning the worker over it. */
+ * one that does not decode is kept (logged) with a NULL message and job "", so the worker
+ * counts as busy and the sweep takes it away instead of a pass planning the worker over it. */
 typedef struct kolo_sched_assign {
   char *worker_id;
-  kolo_assignment a;
+  Kolo__V1__Assignment *a; /* the record; NULL when it does not decode */
+  const char *job;         /* a->job, or "" when it does not decode */
 } kolo_sched_assign;
 
 /* A member's report under reports/<worker_id>, decoded by its owner. */

@@ -252,10 +252,10 @@ static void reconcile(kolo_fleet_agent *a, int64_t now) {
   char *value = a->assignment ? strdup(a->assignment) : NULL;
   a->changed = 0;
   pthread_mutex_unlock(&a->lock);
-  kolo_assignment as = {0};
-  if (value) kolo_assignment_decode(value, strlen(value), &as);
+  Kolo__V1__Assignment *as = NULL;
+  if (value) kolo_assignment_read(value, strlen(value), &as, NULL, 0);
   free(value);
-  const char *job = as.job;
+  const char *job = as ? as->job : NULL;
   if (a->running && (job == NULL || strcmp(job, a->job) != 0)) {
     int formed = a->formed_epoch == a->epoch && a->form_at == 0;
     if (job == NULL && !a->leaving && formed && (a->draining || drain_marked(a)))
@@ -273,9 +273,9 @@ static void reconcile(kolo_fleet_agent *a, int64_t now) {
     }
     goto out;
   }
-  take_ring(a, job, as.epoch, as.ring, now);
+  take_ring(a, job, as->epoch, as->ring, now);
 out:
-  kolo_assignment_clear(&as);
+  if (as) protobuf_c_message_free_unpacked(&as->base, NULL);
 }
 
 /* The simulated process: forming, a neighbour's loss, steps, exit. */

@@ -130,10 +130,12 @@ static void assert_same_snapshot(const kolo_sched_snapshot *a, const kolo_sched_
   assert_int_equal(a->n_assigns, b->n_assigns);
   for (size_t i = 0; i < a->n_assigns; i++) {
     assert_string_equal(a->assigns[i].worker_id, b->assigns[i].worker_id);
-    assert_string_equal(a->assigns[i].a.job ? a->assigns[i].a.job : "",
-                        b->assigns[i].a.job ? b->assigns[i].a.job : "");
-    assert_int_equal(a->assigns[i].a.epoch, b->assigns[i].a.epoch);
-    assert_int_equal(a->assigns[i].a.rank, b->assigns[i].a.rank);
+    assert_string_equal(a->assigns[i].job, b->assigns[i].job);
+    assert_int_equal(a->assigns[i].a == NULL, b->assigns[i].a == NULL);
+    if (a->assigns[i].a) {
+      assert_int_equal(a->assigns[i].a->epoch, b->assigns[i].a->epoch);
+      assert_int_equal(a->assigns[i].a->rank, b->assigns[i].a->rank);
+    }
   }
   assert_int_equal(a->n_jobs, b->n_jobs);
   for (size_t i = 0; i < a->n_jobs; i++) {

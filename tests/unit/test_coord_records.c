@@ -314,26 +314,43 @@ static void an_assignment_round_trips_and_has_the_documented_shape(void **state)
   const char *old =
       "{\"job\":\"j1\",\"epoch\":3,\"ring\":\"/kolo/v1/jobs/j1/ring/"
       "00000000000000000003\",\"rank\":1}";
-  kolo_assignment a = {"j1", 3, "/kolo/v1/jobs/j1/ring/00000000000000000003", 1};
-  char *json = NULL;
-  assert_int_equal(kolo_assignment_encode(&a, &json), KOLO_OK);
+  Kolo__V1__Assignment a = KOLO__V1__ASSIGNMENT__INIT;
+  a.job = "j1";
+  a.ring = "/kolo/v1/jobs/j1/ring/00000000000000000003";
+  a.has_epoch = a.has_rank = 1;
+  a.epoch = 3;
+  a.rank = 1;
+  char *json = NULL, err[256] = "";
+  assert_int_equal(kolo_assignment_write(&a, &json, err, sizeof err), KOLO_OK);
   assert_string_equal(json, old);
-  kolo_assignment back;
-  assert_int_equal(kolo_assignment_decode(json, strlen(json), &back), KOLO_OK);
-  assert_string_equal(back.job, "j1");
-  assert_int_equal(back.epoch, 3);
-  assert_string_equal(back.ring, a.ring);
-  assert_int_equal(back.rank, 1);
-  kolo_assignment_clear(&back);
+  Kolo__V1__Assignment *back = NULL;
+  assert_int_equal(kolo_assignment_read(json, strlen(json), &back, err, sizeof err), KOLO_OK);
+  assert_string_equal(back->job, "j1");
+  assert_int_equal(back->epoch, 3);
+  assert_string_equal(back->ring, a.ring);
+  assert_int_equal(back->rank, 1);
+  protobuf_c_message_free_unpacked(&back->base, NULL);
   free(json);
   const char *newer =
       "{\"job\":\"j1\",\"gpu\":0,\"epoch\":3,\"ring\":\"/kolo/v1/jobs/j1/ring/"
       "00000000000000000003\",\"rank\":1}";
-  assert_int_equal(kolo_assignment_decode(newer, strlen(newer), &back), KOLO_OK);
-  kolo_assignment_clear(&back);
+  assert_int_equal(kolo_assignment_read(newer, strlen(newer), &back, err, sizeof err), KOLO_OK);
+  protobuf_c_message_free_unpacked(&back->base, NULL);
   a.ring = "/kolo/v1/jobs/j2/ring/00000000000000000003";
-  assert_int_equal(kolo_assignment_encode(&a, &json), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_assignment_write(&a, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(
+      strstr(err, "'ring' '/kolo/v1/jobs/j2/ring/00000000000000000003' is not the ring"));
   assert_null(json);
+  /* the rules hold over a message built in memory as over one read */
+  a.ring = "/kolo/v1/jobs/j1/ring/00000000000000000003";
+  a.rank = KOLO_RINGSPEC_MAX_SIZE;
+  assert_int_equal(kolo_assignment_validate(&a, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "'rank' 65536 is not in 0..65535"));
+  a.rank = 0;
+  a.has_epoch = 0;
+  assert_int_equal(kolo_assignment_validate(&a, err, sizeof err), KOLO_ERR_PARSE);
+  assert_non_null(strstr(err, "has no 'epoch'"));
+  assert_int_equal(kolo_assignment_validate(&a, NULL, 0), KOLO_ERR_PARSE);
 }
 
 static void a_bad_assignment_is_refused_naming_the_field(void **state) {
@@ -364,13 +381,13 @@ static void a_bad_assignment_is_refused_naming_the_field(void **state) {
   CASE(KOLO_ERR_PARSE, "not an object", "[]");
 #undef CASE
   for (int i = 0; i < n; i++) {
-    kolo_assignment out;
-    kolo_status rc = kolo_assignment_decode(cases[i].json, strlen(cases[i].json), &out);
-    if (rc != cases[i].rc || strstr(kolo_etcd_last_error(), cases[i].needle) == NULL)
-      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), kolo_etcd_last_error(),
-               cases[i].json);
-    assert_null(out.job);
-    assert_null(out.ring);
+    Kolo__V1__Assignment *out = (Kolo__V1__Assignment *)&out; /* must come back NULL */
+    char err[256] = "";
+    kolo_status rc =
+        kolo_assignment_read(cases[i].json, strlen(cases[i].json), &out, err, sizeof err);
+    if (rc != cases[i].rc || strstr(err, cases[i].needle) == NULL)
+      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), err, cases[i].json);
+    assert_null(out);
   }
 }
 
