@@ -354,7 +354,7 @@ out:
 /* Rank 0's last reported progress (coordination/job_status.h: the JobStatus.progress
  * fields it holds). */
 static kolo_job_progress rank0_progress(const kolo_sched_job *j) {
-  const kolo_report *r = kolo_sched_job_report_of(j, kolo_sched_member_id(j, 0));
+  const Kolo__V1__AgentReport *r = kolo_sched_job_report_of(j, kolo_sched_member_id(j, 0));
   return kolo_job_progress_from_report(r ? r->progress : NULL);
 }
 

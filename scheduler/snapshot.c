@@ -27,7 +27,7 @@ static void job_free(kolo_sched_job *j) {
   free(j->rings);
   for (size_t i = 0; i < j->n_reports; i++) {
     free(j->reports[i].worker_id);
-    kolo_report_clear(&j->reports[i].r);
+    protobuf_c_message_free_unpacked(&j->reports[i].r->base, NULL);
   }
   free(j->reports);
 }
@@ -91,9 +91,10 @@ static void add_ring(kolo_sched_job *j, const char *key, const char *text, size_
 /* Keeps worker's report on j, decoded by its owner (coordination/report.h); one that
  * does not decode is logged and left out. */
 static void add_report(kolo_sched_job *j, const char *worker, const char *text, size_t length) {
-  kolo_report r;
-  if (kolo_report_decode(text, length, &r) != KOLO_OK) {
-    KOLO_LOGW(LOG, "job %s: report of %s left out: %s", j->id, worker, kolo_etcd_last_error());
+  Kolo__V1__AgentReport *r = NULL;
+  char err[256];
+  if (kolo_report_read(text, length, &r, err, sizeof err) != KOLO_OK) {
+    KOLO_LOGW(LOG, "job %s: report of %s left out: %s", j->id, worker, err);
     return;
   }
   kolo_sched_job_report *grown = realloc(j->reports, (j->n_reports + 1) * sizeof *grown);
@@ -101,16 +102,17 @@ static void add_report(kolo_sched_job *j, const char *worker, const char *text, 
   if (grown == NULL || id == NULL) {
     if (grown) j->reports = grown;
     free(id);
-    kolo_report_clear(&r);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
     return;
   }
   j->reports = grown;
   j->reports[j->n_reports++] = (kolo_sched_job_report){id, r};
 }
 
-const kolo_report *kolo_sched_job_report_of(const kolo_sched_job *j, const char *worker_id) {
+const Kolo__V1__AgentReport *kolo_sched_job_report_of(const kolo_sched_job *j,
+                                                      const char *worker_id) {
   for (size_t i = 0; worker_id && i < j->n_reports; i++)
-    if (strcmp(j->reports[i].worker_id, worker_id) == 0) return &j->reports[i].r;
+    if (strcmp(j->reports[i].worker_id, worker_id) == 0) return j->reports[i].r;
   return NULL;
 }
 
@@ -322,7 +324,7 @@ const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i) {
 }
 
 /* The decisions' view of a report (strings borrowed from it); none if r is NULL. */
-static kolo_sched_report report_of(const kolo_report *r) {
+static kolo_sched_report report_of(const Kolo__V1__AgentReport *r) {
   kolo_sched_report out = {0};
   out.failed_rank = -1;
   if (r == NULL) return out;
