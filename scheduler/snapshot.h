@@ -49,8 +49,8 @@ typedef struct kolo_sched_job {
   Kolo__V1__JobSpec *spec;     /* decoded (fields a newer writer added are skipped) */
   Kolo__V1__JobStatus *status; /* ditto; apply.c changes a copy with coordination/job_status.h */
   int64_t status_mod;
-  uint64_t max_seq;     /* highest event number */
-  kolo_ringspec *rings; /* the ring records that decode (ringspec.h), in epoch order */
+  uint64_t max_seq;             /* highest event number */
+  Kolo__V1__RingRecord **rings; /* the ring records that read (ringspec.h), in epoch order */
   size_t n_rings;
   kolo_sched_job_report *reports; /* the reports that decode (coordination/report.h) */
   size_t n_reports;
@@ -117,7 +117,7 @@ uint32_t kolo_sched_job_max_workers(const kolo_sched_job *j);
 const Kolo__V1__AgentReport *kolo_sched_job_report_of(const kolo_sched_job *j,
                                                       const char *worker_id);
 /* j's ring record of epoch; NULL if there is none that decodes. */
-const kolo_ringspec *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch);
+const Kolo__V1__RingRecord *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch);
 /* The worker id of status member i ("" if it has none). */
 const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i);
 

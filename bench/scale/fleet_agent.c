@@ -185,15 +185,15 @@ static int64_t spec_steps(kolo_fleet_agent *a, const char *job) {
 }
 
 /* agent.c start_process: a new process of job at ring (rank me). */
-static void start_process(kolo_fleet_agent *a, const char *job, const kolo_ringspec *ring, int me,
-                          int64_t now) {
+static void start_process(kolo_fleet_agent *a, const char *job, const Kolo__V1__RingRecord *ring,
+                          int me, int64_t now) {
   a->total = spec_steps(a, job);
   snprintf(a->job, sizeof a->job, "%s", job);
   a->running = 1;
   a->leaving = 0;
   a->epoch = ring->epoch;
   a->rank = me;
-  a->size = (int64_t)ring->size;
+  a->size = (int64_t)ring->n_members;
   a->formed_epoch = a->failed_epoch = a->exit_epoch = a->first_formed_epoch = 0;
   a->failed_rank = -1;
   a->failed_status[0] = '\0';
@@ -209,12 +209,13 @@ static void start_process(kolo_fleet_agent *a, const char *job, const kolo_rings
 }
 
 /* agent.c get_ring */
-static int get_ring(kolo_fleet_agent *a, const char *key, kolo_ringspec *ring) {
+static Kolo__V1__RingRecord *get_ring(kolo_fleet_agent *a, const char *key) {
   kolo_etcd_kv kv = {0};
-  if (kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK) return 0;
-  kolo_status rc = kolo_ringspec_decode((const char *)kv.value, kv.value_len, ring);
+  if (kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK) return NULL;
+  Kolo__V1__RingRecord *ring = NULL;
+  kolo_ringspec_read((const char *)kv.value, kv.value_len, &ring, NULL, 0);
   kolo_etcd_kv_clear(&kv);
-  return rc == KOLO_OK;
+  return ring;
 }
 
 /* agent.c drain_marked: an operator's DrainWorker names this registration. */
@@ -227,25 +228,25 @@ static void take_ring(kolo_fleet_agent *a, const char *job, int64_t epoch, const
                       int64_t now) {
   if (!a->running && strcmp(job, a->done_job) == 0 && epoch <= a->done_epoch) return;
   if (a->running && epoch <= a->epoch) return;
-  kolo_ringspec ring;
-  if (!get_ring(a, ring_key, &ring)) return;
-  int me = kolo_ringspec_rank_of(&ring, a->id);
-  int64_t lease = me < 0 ? 0 : ring.members[me].lease;
+  Kolo__V1__RingRecord *ring = get_ring(a, ring_key);
+  if (ring == NULL) return;
+  int me = kolo_ringspec_rank_of(ring, a->id);
+  int64_t lease = me < 0 ? 0 : ring->members[me]->lease;
   int stale = me < 0 || (lease != 0 && a->reg && lease != kolo_membership_lease(a->reg));
   if (stale && !a->running) { /* agent.c stale_member: never this epoch */
     snprintf(a->done_job, sizeof a->done_job, "%s", job);
     a->done_epoch = epoch;
   } else if (!a->running) {
-    start_process(a, job, &ring, me, now);
+    start_process(a, job, ring, me, now);
   } else if (!stale) {
-    a->epoch = ring.epoch;
+    a->epoch = ring->epoch;
     a->rank = me;
-    a->size = (int64_t)ring.size;
+    a->size = (int64_t)ring->n_members;
     write_report(a, now);
     a->form_at = now + a->c.form_ms;
     event(a, "assigned", a->epoch, me);
   }
-  kolo_ringspec_clear(&ring);
+  protobuf_c_message_free_unpacked(&ring->base, NULL);
 }
 
 /* agent.c reconcile: what runs follows the newest assignment. */

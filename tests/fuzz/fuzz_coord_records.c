@@ -2,7 +2,7 @@
  * per-epoch ring record (coordination/ringspec.c), a worker's membership record
  * (coordination/membership.c), a drain mark (coordination/drain.c), an assignment
  * (coordination/assignment.c) and an agent's report (coordination/report.c). Input: one byte
- * choosing the record, then JSON. Properties: no crash or leak; a ring record that decodes
+ * choosing the record, then JSON. Properties: no crash or leak; a ring record that reads
  * validates, re-encodes and decodes again to the same encoding; an assignment or a report
  * that decodes re-encodes and reads back the same (what is read also validates). */
 #include <stdio.h>
@@ -21,23 +21,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t len = size - 1;
   switch (data[0] % 5) {
     case 0: {
-      kolo_ringspec spec;
-      memset(&spec, 0, sizeof spec);
-      if (kolo_ringspec_decode(text, len, &spec) != KOLO_OK) break;
+      Kolo__V1__RingRecord *spec = NULL, *again = NULL;
+      char err[256];
+      if (kolo_ringspec_read(text, len, &spec, err, sizeof err) != KOLO_OK) break;
+      if (kolo_ringspec_validate(spec, err, sizeof err) != KOLO_OK) abort();
       char *first = NULL, *second = NULL;
-      if (kolo_ringspec_encode(&spec, &first) != KOLO_OK) abort();
-      kolo_ringspec again;
-      memset(&again, 0, sizeof again);
-      if (kolo_ringspec_decode(first, strlen(first), &again) != KOLO_OK) abort();
-      if (kolo_ringspec_encode(&again, &second) != KOLO_OK || strcmp(first, second) != 0) {
+      if (kolo_ringspec_write(spec, &first, err, sizeof err) != KOLO_OK) abort();
+      if (kolo_ringspec_read(first, strlen(first), &again, err, sizeof err) != KOLO_OK) abort();
+      if (kolo_ringspec_write(again, &second, err, sizeof err) != KOLO_OK ||
+          strcmp(first, second) != 0) {
         fprintf(stderr, "ring record not a fixed point:\n%s\n%s\n", first,
                 second ? second : "(null)");
         abort();
       }
       free(first);
       free(second);
-      kolo_ringspec_clear(&again);
-      kolo_ringspec_clear(&spec);
+      protobuf_c_message_free_unpacked(&again->base, NULL);
+      protobuf_c_message_free_unpacked(&spec->base, NULL);
       break;
     }
     case 1: {

@@ -159,8 +159,8 @@ static void assert_same_snapshot(const kolo_sched_snapshot *a, const kolo_sched_
     }
     assert_int_equal(x->n_rings, y->n_rings);
     for (size_t r = 0; r < x->n_rings; r++) {
-      assert_int_equal(x->rings[r].epoch, y->rings[r].epoch);
-      assert_int_equal(x->rings[r].size, y->rings[r].size);
+      assert_int_equal(x->rings[r]->epoch, y->rings[r]->epoch);
+      assert_int_equal(x->rings[r]->n_members, y->rings[r]->n_members);
     }
   }
 }

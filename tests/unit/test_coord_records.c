@@ -19,20 +19,46 @@
 #include "coordination/report.h"
 #include "coordination/ringspec.h"
 
-static void sample(kolo_ringspec *s, kolo_ringspec_member *members, kolo_ringspec_lost *lost) {
-  memset(s, 0, sizeof *s);
-  members[0] = (kolo_ringspec_member){"w1", "node-a", "10.0.0.5:7100", 0, 2, 1, 0};
-  members[1] = (kolo_ringspec_member){"w2", "node-a", "[fe80::1]:7100", 1, 2, 3, 0};
-  members[2] = (kolo_ringspec_member){"w3", "node-b", "node-3.cluster:7100", 0, 1, 4, 0};
-  lost[0] = (kolo_ringspec_lost){"w9", "its lease expired"};
+/* A ring record built in memory (strings borrowed), as the scheduler builds one. */
+typedef struct sample_ring {
+  Kolo__V1__RingRecord r;
+  Kolo__V1__RingMember members[3];
+  Kolo__V1__RingMember *member_ptrs[3];
+  Kolo__V1__RingLost lost[1];
+  Kolo__V1__RingLost *lost_ptrs[1];
+} sample_ring;
+
+static void member_of(Kolo__V1__RingMember *m, const char *id, const char *host,
+                      const char *address, int64_t local_rank, int64_t local_size, int64_t since) {
+  kolo__v1__ring_member__init(m);
+  m->worker_id = (char *)id;
+  m->host = (char *)host;
+  m->address = (char *)address;
+  m->local_rank = local_rank;
+  m->local_size = local_size;
+  m->since_epoch = since;
+}
+
+static void sample(sample_ring *t) {
+  memset(t, 0, sizeof *t);
+  member_of(&t->members[0], "w1", "node-a", "10.0.0.5:7100", 0, 2, 1);
+  member_of(&t->members[1], "w2", "node-a", "[fe80::1]:7100", 1, 2, 3);
+  member_of(&t->members[2], "w3", "node-b", "node-3.cluster:7100", 0, 1, 4);
+  for (int i = 0; i < 3; i++) t->member_ptrs[i] = &t->members[i];
+  kolo__v1__ring_lost__init(&t->lost[0]);
+  t->lost[0].worker_id = "w9";
+  t->lost[0].why = "its lease expired";
+  t->lost_ptrs[0] = &t->lost[0];
+  Kolo__V1__RingRecord *s = &t->r;
+  kolo__v1__ring_record__init(s);
   s->job = "job-1";
   s->epoch = 4;
   s->timeout_ms = 30000;
   s->secret = "0123456789abcdef0123456789abcdef";
-  s->size = 3;
-  s->members = members;
+  s->n_members = 3;
+  s->members = t->member_ptrs;
   s->n_lost = 1;
-  s->lost = lost;
+  s->lost = t->lost_ptrs;
 }
 
 /* The exact bytes the scheduler wrote before the codec owned the record: readers of
@@ -51,40 +77,40 @@ static const char documented[] =
 
 static void a_ring_record_round_trips_and_has_the_documented_shape(void **state) {
   (void)state;
-  kolo_ringspec s;
-  kolo_ringspec_member members[3];
-  kolo_ringspec_lost lost[1];
-  sample(&s, members, lost);
+  sample_ring t;
+  sample(&t);
+  Kolo__V1__RingMember *members = t.members;
+  char err[256] = "";
   for (int planned = 0; planned < 2; planned++) {
-    s.planned = planned;
+    t.r.planned = planned;
     char *json = NULL;
-    assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_OK);
+    assert_int_equal(kolo_ringspec_write(&t.r, &json, err, sizeof err), KOLO_OK);
     char expected[sizeof documented + 32];
     snprintf(expected, sizeof expected, "%.*s%s", (int)strlen(documented) - 1, documented,
              planned ? ",\"planned\":true}" : "}");
     assert_string_equal(json, expected);
-    kolo_ringspec back;
-    assert_int_equal(kolo_ringspec_decode(json, strlen(json), &back), KOLO_OK);
-    assert_string_equal(back.job, "job-1");
-    assert_int_equal(back.epoch, 4);
-    assert_int_equal(back.timeout_ms, 30000);
-    assert_string_equal(back.secret, s.secret);
-    assert_int_equal(back.size, 3);
+    Kolo__V1__RingRecord *back = NULL;
+    assert_int_equal(kolo_ringspec_read(json, strlen(json), &back, err, sizeof err), KOLO_OK);
+    assert_string_equal(back->job, "job-1");
+    assert_int_equal(back->epoch, 4);
+    assert_int_equal(back->timeout_ms, 30000);
+    assert_string_equal(back->secret, t.r.secret);
+    assert_int_equal(back->n_members, 3);
     for (int r = 0; r < 3; r++) {
-      assert_string_equal(back.members[r].worker_id, members[r].worker_id);
-      assert_string_equal(back.members[r].host, members[r].host);
-      assert_string_equal(back.members[r].address, members[r].address);
-      assert_int_equal(back.members[r].local_rank, members[r].local_rank);
-      assert_int_equal(back.members[r].local_size, members[r].local_size);
-      assert_int_equal(back.members[r].since_epoch, members[r].since_epoch);
+      assert_string_equal(back->members[r]->worker_id, members[r].worker_id);
+      assert_string_equal(back->members[r]->host, members[r].host);
+      assert_string_equal(back->members[r]->address, members[r].address);
+      assert_int_equal(back->members[r]->local_rank, members[r].local_rank);
+      assert_int_equal(back->members[r]->local_size, members[r].local_size);
+      assert_int_equal(back->members[r]->since_epoch, members[r].since_epoch);
     }
-    assert_int_equal(back.n_lost, 1);
-    assert_string_equal(back.lost[0].worker_id, "w9");
-    assert_string_equal(back.lost[0].why, "its lease expired");
-    assert_int_equal(back.planned, planned);
-    assert_int_equal(kolo_ringspec_rank_of(&back, "w3"), 2);
-    assert_int_equal(kolo_ringspec_rank_of(&back, "w9"), -1);
-    kolo_ringspec_clear(&back);
+    assert_int_equal(back->n_lost, 1);
+    assert_string_equal(back->lost[0]->worker_id, "w9");
+    assert_string_equal(back->lost[0]->why, "its lease expired");
+    assert_int_equal(back->planned, planned);
+    assert_int_equal(kolo_ringspec_rank_of(back, "w3"), 2);
+    assert_int_equal(kolo_ringspec_rank_of(back, "w9"), -1);
+    protobuf_c_message_free_unpacked(&back->base, NULL);
     free(json);
   }
 }
@@ -102,19 +128,20 @@ static void a_ring_record_written_the_old_way_is_read(void **state) {
            (int)(lease - documented), documented, lease + strlen("\"since_epoch\":3}"));
   const char *old[] = {documented, text, leased};
   for (int i = 0; i < 3; i++) {
-    kolo_ringspec back;
-    assert_int_equal(kolo_ringspec_decode(old[i], strlen(old[i]), &back), KOLO_OK);
-    assert_string_equal(back.job, "job-1");
-    assert_int_equal(back.size, 3);
-    assert_string_equal(back.members[2].address, "node-3.cluster:7100");
-    assert_int_equal(back.members[1].since_epoch, 3);
-    assert_int_equal(back.members[1].lease, i == 2 ? 7587892 : 0);
-    assert_int_equal(back.planned, i == 1);
+    Kolo__V1__RingRecord *back = NULL;
+    char err[256] = "";
+    assert_int_equal(kolo_ringspec_read(old[i], strlen(old[i]), &back, err, sizeof err), KOLO_OK);
+    assert_string_equal(back->job, "job-1");
+    assert_int_equal(back->n_members, 3);
+    assert_string_equal(back->members[2]->address, "node-3.cluster:7100");
+    assert_int_equal(back->members[1]->since_epoch, 3);
+    assert_int_equal(back->members[1]->lease, i == 2 ? 7587892 : 0);
+    assert_int_equal(back->planned, i == 1);
     char *again = NULL;
-    assert_int_equal(kolo_ringspec_encode(&back, &again), KOLO_OK);
+    assert_int_equal(kolo_ringspec_write(back, &again, err, sizeof err), KOLO_OK);
     assert_string_equal(again, old[i]);
     free(again);
-    kolo_ringspec_clear(&back);
+    protobuf_c_message_free_unpacked(&back->base, NULL);
   }
 }
 
@@ -122,25 +149,25 @@ static void a_ring_record_written_the_old_way_is_read(void **state) {
  * when known and read back; absent (older records) it is 0; a bad one is refused. */
 static void a_member_s_lease_round_trips_and_is_optional(void **state) {
   (void)state;
-  kolo_ringspec s;
-  kolo_ringspec_member members[3];
-  kolo_ringspec_lost lost[1];
-  sample(&s, members, lost);
+  sample_ring t;
+  sample(&t);
+  Kolo__V1__RingMember *members = t.members;
+  char err[256] = "";
   members[1].lease = 0x1fc4a231861dcb16;
   char *json = NULL;
-  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_OK);
+  assert_int_equal(kolo_ringspec_write(&t.r, &json, err, sizeof err), KOLO_OK);
   assert_non_null(strstr(json, "\"since_epoch\":3,\"lease\":2289132844198251286}"));
   assert_null(
       strstr(strstr(json, "\"lease\"") + 1, "\"lease\"")); /* members without one have none */
-  kolo_ringspec back;
-  assert_int_equal(kolo_ringspec_decode(json, strlen(json), &back), KOLO_OK);
-  assert_int_equal(back.members[0].lease, 0);
-  assert_int_equal(back.members[1].lease, 0x1fc4a231861dcb16);
-  assert_int_equal(back.members[2].lease, 0);
-  kolo_ringspec_clear(&back);
+  Kolo__V1__RingRecord *back = NULL;
+  assert_int_equal(kolo_ringspec_read(json, strlen(json), &back, err, sizeof err), KOLO_OK);
+  assert_int_equal(back->members[0]->lease, 0);
+  assert_int_equal(back->members[1]->lease, 0x1fc4a231861dcb16);
+  assert_int_equal(back->members[2]->lease, 0);
+  protobuf_c_message_free_unpacked(&back->base, NULL);
   free(json);
   members[1].lease = -1;
-  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_ringspec_write(&t.r, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
   assert_null(json);
   const char *bad[] = {"-5", "\"7\"", "1.5"};
   for (size_t i = 0; i < 3; i++) {
@@ -152,9 +179,10 @@ static void a_member_s_lease_round_trips_and_is_optional(void **state) {
         "\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,\"local_size\":1,"
         "\"since_epoch\":1,\"lease\":%s}],\"lost\":[]}",
         bad[i]);
-    kolo_ringspec out;
-    assert_int_not_equal(kolo_ringspec_decode(text, strlen(text), &out), KOLO_OK);
-    assert_non_null(strstr(kolo_etcd_last_error(), "'lease' of member 0"));
+    Kolo__V1__RingRecord *out = NULL;
+    assert_int_not_equal(kolo_ringspec_read(text, strlen(text), &out, err, sizeof err), KOLO_OK);
+    assert_non_null(strstr(err, "'lease' of member 0"));
+    assert_null(out);
   }
 }
 
@@ -165,12 +193,12 @@ static void unknown_fields_are_ignored_and_an_empty_lost_list_is_fine(void **sta
       "\"members\":[{\"worker_id\":\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_"
       "rank\":0,"
       "\"local_size\":1,\"since_epoch\":1,\"gpu\":\"x\"}],\"lost\":[]}";
-  kolo_ringspec out;
-  assert_int_equal(kolo_ringspec_decode(json, strlen(json), &out), KOLO_OK);
-  assert_int_equal(out.size, 1);
-  assert_int_equal(out.n_lost, 0);
-  assert_int_equal(out.planned, 0);
-  kolo_ringspec_clear(&out);
+  Kolo__V1__RingRecord *out = NULL;
+  assert_int_equal(kolo_ringspec_read(json, strlen(json), &out, NULL, 0), KOLO_OK);
+  assert_int_equal(out->n_members, 1);
+  assert_int_equal(out->n_lost, 0);
+  assert_int_equal(out->planned, 0);
+  protobuf_c_message_free_unpacked(&out->base, NULL);
 }
 
 /* A one-member record with the member's fields in m, the top-level fields around
@@ -272,38 +300,37 @@ static void a_ring_record_with_bad_fields_is_rejected_naming_the_field(void **st
   }
   assert_true(n > simple);
   for (int i = 0; i < n; i++) {
-    kolo_ringspec out;
-    kolo_status rc = kolo_ringspec_decode(cases[i].json, strlen(cases[i].json), &out);
-    if (rc != cases[i].expect || strstr(kolo_etcd_last_error(), cases[i].needle) == NULL)
-      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), kolo_etcd_last_error(),
-               cases[i].json);
-    assert_null(out.members);
-    assert_null(out.job);
-    assert_null(out.lost);
+    Kolo__V1__RingRecord *out = (Kolo__V1__RingRecord *)&out; /* must come back NULL */
+    char err[256] = "";
+    kolo_status rc =
+        kolo_ringspec_read(cases[i].json, strlen(cases[i].json), &out, err, sizeof err);
+    if (rc != cases[i].expect || strstr(err, cases[i].needle) == NULL)
+      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), err, cases[i].json);
+    assert_null(out);
   }
   /* The good variant of the same shape decodes. */
   char good[900];
   one_member(good, sizeof good, top, member, "[{\"worker_id\":\"w0\",\"why\":\"gone\"}]");
-  kolo_ringspec out;
-  assert_int_equal(kolo_ringspec_decode(good, strlen(good), &out), KOLO_OK);
-  assert_string_equal(out.members[0].address, "h:1");
-  kolo_ringspec_clear(&out);
+  Kolo__V1__RingRecord *out = NULL;
+  assert_int_equal(kolo_ringspec_read(good, strlen(good), &out, NULL, 0), KOLO_OK);
+  assert_string_equal(out->members[0]->address, "h:1");
+  protobuf_c_message_free_unpacked(&out->base, NULL);
 }
 
 static void encoding_an_invalid_ring_record_fails(void **state) {
   (void)state;
-  kolo_ringspec s;
-  kolo_ringspec_member members[3];
-  kolo_ringspec_lost lost[1];
-  sample(&s, members, lost);
+  sample_ring t;
+  sample(&t);
+  Kolo__V1__RingMember *members = t.members;
+  char err[256] = "";
   members[1].worker_id = "w1";
   char *json = NULL;
-  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_ringspec_write(&t.r, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
   assert_null(json);
-  sample(&s, members, lost);
+  sample(&t);
   members[2].address = "?"; /* what a member without a worker record used to get */
-  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_ERR_INVALID_ARG);
-  assert_non_null(strstr(kolo_etcd_last_error(), "member 2 (w3) address '?' is not host:port"));
+  assert_int_equal(kolo_ringspec_write(&t.r, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "member 2 (w3) address '?' is not host:port"));
   assert_null(json);
 }
 
