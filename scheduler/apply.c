@@ -292,10 +292,15 @@ static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_
     kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
     /* a newcomer must still be free when this lands */
     if (w && w->assign_job == NULL) kolo_sched_txn_compare(t, KOLO_ETCD_CMP_CREATE, strdup(key), 0);
-    kolo_assignment assignment = {j->id, epoch, (char *)ring_key, (int32_t)i};
-    char *value = NULL;
-    if (kolo_assignment_encode(&assignment, &value) != KOLO_OK)
-      KOLO_LOGW(LOG, "job %s: assignment of %s: %s", j->id, order[i], kolo_etcd_last_error());
+    Kolo__V1__Assignment assignment = KOLO__V1__ASSIGNMENT__INIT;
+    assignment.job = j->id;
+    assignment.ring = (char *)ring_key;
+    assignment.has_epoch = assignment.has_rank = 1;
+    assignment.epoch = epoch;
+    assignment.rank = (int64_t)i;
+    char *value = NULL, err[256];
+    if (kolo_assignment_write(&assignment, &value, err, sizeof err) != KOLO_OK)
+      KOLO_LOGW(LOG, "job %s: assignment of %s: %s", j->id, order[i], err);
     kolo_sched_txn_put(t, strdup(key), value); /* NULL breaks the txn */
   }
   delete_assignments(t, plan->removed, plan->n_removed);
@@ -349,7 +354,7 @@ out:
 /* Rank 0's last reported progress (coordination/job_status.h: the JobStatus.progress
  * fields it holds). */
 static kolo_job_progress rank0_progress(const kolo_sched_job *j) {
-  const kolo_report *r = kolo_sched_job_report_of(j, kolo_sched_member_id(j, 0));
+  const Kolo__V1__AgentReport *r = kolo_sched_job_report_of(j, kolo_sched_member_id(j, 0));
   return kolo_job_progress_from_report(r ? r->progress : NULL);
 }
 
@@ -426,7 +431,7 @@ void kolo_sched_copy_progress(const kolo_sched_writer *wr, kolo_sched_job *j) {
 
 void kolo_sched_sweep(const kolo_sched_writer *wr, kolo_sched_snapshot *snap) {
   for (size_t i = 0; i < snap->n_assigns; i++) {
-    const char *worker_id = snap->assigns[i].worker_id, *job_id = snap->assigns[i].a.job;
+    const char *worker_id = snap->assigns[i].worker_id, *job_id = snap->assigns[i].job;
     char key[512];
     if (kolo_sched_assignment_valid(snap, worker_id, job_id) ||
         kolo_keys_assign(worker_id, key, sizeof key) != KOLO_OK)

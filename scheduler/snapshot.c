@@ -27,7 +27,7 @@ static void job_free(kolo_sched_job *j) {
   free(j->rings);
   for (size_t i = 0; i < j->n_reports; i++) {
     free(j->reports[i].worker_id);
-    kolo_report_clear(&j->reports[i].r);
+    protobuf_c_message_free_unpacked(&j->reports[i].r->base, NULL);
   }
   free(j->reports);
 }
@@ -39,7 +39,7 @@ void kolo_sched_snapshot_free(kolo_sched_snapshot *snap) {
   free(snap->jobs);
   for (size_t i = 0; i < snap->n_assigns; i++) {
     free(snap->assigns[i].worker_id);
-    kolo_assignment_clear(&snap->assigns[i].a);
+    if (snap->assigns[i].a) protobuf_c_message_free_unpacked(&snap->assigns[i].a->base, NULL);
   }
   free(snap->assigns);
   memset(snap, 0, sizeof *snap);
@@ -91,9 +91,10 @@ static void add_ring(kolo_sched_job *j, const char *key, const char *text, size_
 /* Keeps worker's report on j, decoded by its owner (coordination/report.h); one that
  * does not decode is logged and left out. */
 static void add_report(kolo_sched_job *j, const char *worker, const char *text, size_t length) {
-  kolo_report r;
-  if (kolo_report_decode(text, length, &r) != KOLO_OK) {
-    KOLO_LOGW(LOG, "job %s: report of %s left out: %s", j->id, worker, kolo_etcd_last_error());
+  Kolo__V1__AgentReport *r = NULL;
+  char err[256];
+  if (kolo_report_read(text, length, &r, err, sizeof err) != KOLO_OK) {
+    KOLO_LOGW(LOG, "job %s: report of %s left out: %s", j->id, worker, err);
     return;
   }
   kolo_sched_job_report *grown = realloc(j->reports, (j->n_reports + 1) * sizeof *grown);
@@ -101,16 +102,17 @@ static void add_report(kolo_sched_job *j, const char *worker, const char *text, 
   if (grown == NULL || id == NULL) {
     if (grown) j->reports = grown;
     free(id);
-    kolo_report_clear(&r);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
     return;
   }
   j->reports = grown;
   j->reports[j->n_reports++] = (kolo_sched_job_report){id, r};
 }
 
-const kolo_report *kolo_sched_job_report_of(const kolo_sched_job *j, const char *worker_id) {
+const Kolo__V1__AgentReport *kolo_sched_job_report_of(const kolo_sched_job *j,
+                                                      const char *worker_id) {
   for (size_t i = 0; worker_id && i < j->n_reports; i++)
-    if (strcmp(j->reports[i].worker_id, worker_id) == 0) return &j->reports[i].r;
+    if (strcmp(j->reports[i].worker_id, worker_id) == 0) return j->reports[i].r;
   return NULL;
 }
 
@@ -177,12 +179,13 @@ static kolo_status add_assign(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv)
   a->worker_id = strndup((const char *)kv->key + n, kv->key_len - n);
   if (a->worker_id == NULL) return KOLO_ERR_NO_MEMORY;
   snap->n_assigns++;
-  if (kolo_assignment_decode((const char *)kv->value, kv->value_len, &a->a) != KOLO_OK) {
-    KOLO_LOGW(LOG, "assignment of %s does not decode (to be swept): %s", a->worker_id,
-              kolo_etcd_last_error());
-    a->a.job = strdup("");
-    if (a->a.job == NULL) return KOLO_ERR_NO_MEMORY;
-  }
+  char err[256];
+  kolo_status rc =
+      kolo_assignment_read((const char *)kv->value, kv->value_len, &a->a, err, sizeof err);
+  if (rc == KOLO_ERR_NO_MEMORY) return rc;
+  if (rc != KOLO_OK)
+    KOLO_LOGW(LOG, "assignment of %s does not decode (to be swept): %s", a->worker_id, err);
+  a->job = a->a ? a->a->job : "";
   return KOLO_OK;
 }
 
@@ -227,7 +230,7 @@ kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
     w->m = snap->members[i];
     w->draining = strcmp(w->m.state, "draining") == 0 || drained(drains, w->m.id, w->m.lease);
     const kolo_sched_assign *a = find_assign(snap, w->m.id);
-    w->assign_job = a ? a->a.job : NULL;
+    w->assign_job = a ? a->job : NULL;
   }
   ensure_sorted(snap->workers, snap->n_workers, sizeof *snap->workers, worker_cmp);
   for (size_t i = 0; i < jobs->count; i++) add_job_key(snap, &jobs->kvs[i]);
@@ -321,7 +324,7 @@ const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i) {
 }
 
 /* The decisions' view of a report (strings borrowed from it); none if r is NULL. */
-static kolo_sched_report report_of(const kolo_report *r) {
+static kolo_sched_report report_of(const Kolo__V1__AgentReport *r) {
   kolo_sched_report out = {0};
   out.failed_rank = -1;
   if (r == NULL) return out;

@@ -4,7 +4,7 @@
  * (coordination/assignment.c) and an agent's report (coordination/report.c). Input: one byte
  * choosing the record, then JSON. Properties: no crash or leak; a ring record that decodes
  * validates, re-encodes and decodes again to the same encoding; an assignment or a report
- * that decodes re-encodes and reads back the same. */
+ * that decodes re-encodes and reads back the same (what is read also validates). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,31 +47,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     }
     case 3: {
-      kolo_assignment a;
-      if (kolo_assignment_decode(text, len, &a) != KOLO_OK) break;
+      Kolo__V1__Assignment *a = NULL, *back = NULL;
+      char err[256];
+      if (kolo_assignment_read(text, len, &a, err, sizeof err) != KOLO_OK) break;
       char *json = NULL;
-      kolo_assignment back;
-      if (kolo_assignment_encode(&a, &json) != KOLO_OK ||
-          kolo_assignment_decode(json, strlen(json), &back) != KOLO_OK ||
-          strcmp(back.job, a.job) != 0 || back.epoch != a.epoch || back.rank != a.rank)
+      /* what was read passes the rules, and writes and reads back the same */
+      if (kolo_assignment_validate(a, err, sizeof err) != KOLO_OK ||
+          kolo_assignment_write(a, &json, err, sizeof err) != KOLO_OK ||
+          kolo_assignment_read(json, strlen(json), &back, err, sizeof err) != KOLO_OK ||
+          strcmp(back->job, a->job) != 0 || strcmp(back->ring, a->ring) != 0 ||
+          back->epoch != a->epoch || back->rank != a->rank)
         abort();
-      kolo_assignment_clear(&back);
-      kolo_assignment_clear(&a);
+      protobuf_c_message_free_unpacked(&back->base, NULL);
+      protobuf_c_message_free_unpacked(&a->base, NULL);
       free(json);
       break;
     }
     case 4: {
-      kolo_report r;
-      if (kolo_report_decode(text, len, &r) != KOLO_OK) break;
+      Kolo__V1__AgentReport *r = NULL, *back = NULL;
+      char err[256];
+      if (kolo_report_read(text, len, &r, err, sizeof err) != KOLO_OK) break;
+      if (kolo_report_validate(r, err, sizeof err) != KOLO_OK) abort();
       char *json = NULL;
-      kolo_report back;
-      /* a report that decodes with a worker re-encodes and reads back the same */
-      if (r.worker && (kolo_report_encode(&r, &json) != KOLO_OK ||
-                       kolo_report_decode(json, strlen(json), &back) != KOLO_OK ||
-                       back.exit_code != r.exit_code || back.failed_rank != r.failed_rank))
+      /* a report that reads with a worker writes and reads back the same */
+      if (r->worker && (kolo_report_write(r, &json, err, sizeof err) != KOLO_OK ||
+                        kolo_report_read(json, strlen(json), &back, err, sizeof err) != KOLO_OK ||
+                        back->exit_code != r->exit_code || back->failed_rank != r->failed_rank ||
+                        back->hello != r->hello || strcmp(back->worker, r->worker) != 0))
         abort();
-      if (r.worker) kolo_report_clear(&back);
-      kolo_report_clear(&r);
+      if (back) protobuf_c_message_free_unpacked(&back->base, NULL);
+      protobuf_c_message_free_unpacked(&r->base, NULL);
       free(json);
       break;
     }

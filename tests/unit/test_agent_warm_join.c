@@ -49,7 +49,9 @@ static void a_process_that_never_formed_a_ring_waits_for_nobody(void **state) {
 
 static void a_newcomer_is_up_once_its_process_said_hello_at_the_new_epoch(void **state) {
   (void)state;
-  kolo_report r = {.epoch = 5, .hello = 0};
+  Kolo__V1__AgentReport r = KOLO__V1__AGENT_REPORT__INIT;
+  r.epoch = 5;
+  r.hello = 0;
   assert_false(kolo_agent_warm_join_ready(&r, 5)); /* started, still importing */
   r.hello = 1;
   assert_true(kolo_agent_warm_join_ready(&r, 5));
@@ -60,7 +62,9 @@ static void a_newcomer_is_up_once_its_process_said_hello_at_the_new_epoch(void *
   r.exited = 1;
   assert_false(kolo_agent_warm_join_ready(&r, 5));
   /* exited at the new epoch: nothing to wait for, the ring fails as it would have */
-  r = (kolo_report){.epoch = 5, .exited = 1};
+  kolo__v1__agent_report__init(&r);
+  r.epoch = 5;
+  r.exited = 1;
   assert_true(kolo_agent_warm_join_ready(&r, 5));
 }
 

@@ -71,17 +71,20 @@ static void reconcile(agent *a) {
   int refused = a->assignment_refused;
   pthread_mutex_unlock(&a->lock);
   /* one that does not decode is no assignment (as a deleted one) */
-  kolo_assignment assignment = {0};
-  if (value && kolo_assignment_decode(value, strlen(value), &assignment) != KOLO_OK && !refused) {
-    KOLO_LOGW(LOG, "assignment does not decode: %s", kolo_etcd_last_error());
+  Kolo__V1__Assignment *assignment = NULL;
+  char err[256];
+  if (value &&
+      kolo_assignment_read(value, strlen(value), &assignment, err, sizeof err) != KOLO_OK &&
+      !refused) {
+    KOLO_LOGW(LOG, "assignment does not decode: %s", err);
     pthread_mutex_lock(&a->lock);
     a->assignment_refused = 1;
     pthread_mutex_unlock(&a->lock);
   }
   free(value);
-  const char *job = assignment.job;
-  int64_t epoch = assignment.epoch;
-  const char *ring_key = assignment.ring;
+  const char *job = assignment ? assignment->job : NULL;
+  int64_t epoch = assignment ? assignment->epoch : 0;
+  const char *ring_key = assignment ? assignment->ring : NULL;
 
   if (a->proc != NULL && (job == NULL || strcmp(job, a->job) != 0)) {
     if (job == NULL && leave_gracefully(a)) goto out; /* it stops at its next commit */
@@ -127,7 +130,7 @@ out:
       KOLO_LOGI(LOG, "sent ring epoch %" PRId64 " of job %s", a->epoch, a->job);
     }
   }
-  kolo_assignment_clear(&assignment);
+  if (assignment) protobuf_c_message_free_unpacked(&assignment->base, NULL);
 }
 
 static void reap(agent *a) {

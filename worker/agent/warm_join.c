@@ -18,7 +18,7 @@ size_t kolo_agent_warm_join_newcomers(const kolo_ringspec *ring, const char *sel
   return n;
 }
 
-int kolo_agent_warm_join_ready(const kolo_report *r, int64_t epoch) {
+int kolo_agent_warm_join_ready(const Kolo__V1__AgentReport *r, int64_t epoch) {
   return r->epoch >= epoch && (r->hello || r->exited);
 }
 
@@ -63,15 +63,15 @@ void kolo_agent_warm_join_begin(agent *a, const kolo_ringspec *ring) {
 static int newcomer_ready(agent *a, const char *id) {
   char key[512];
   kolo_etcd_kv kv = {0};
-  kolo_report report = {0};
+  Kolo__V1__AgentReport *report = NULL;
   int ready = 0;
   if (kolo_keys_report(a->job, id, key, sizeof key) != KOLO_OK) return 1; /* cannot ask */
   if (kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK || kv.value == NULL)
     goto out;
-  if (kolo_report_decode((const char *)kv.value, kv.value_len, &report) == KOLO_OK)
-    ready = kolo_agent_warm_join_ready(&report, a->warm.epoch);
+  if (kolo_report_read((const char *)kv.value, kv.value_len, &report, NULL, 0) == KOLO_OK)
+    ready = kolo_agent_warm_join_ready(report, a->warm.epoch);
 out:
-  kolo_report_clear(&report);
+  if (report) protobuf_c_message_free_unpacked(&report->base, NULL);
   kolo_etcd_kv_clear(&kv);
   return ready;
 }

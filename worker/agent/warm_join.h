@@ -33,6 +33,6 @@ size_t kolo_agent_warm_join_newcomers(const kolo_ringspec *ring, const char *sel
 
 /* Whether a newcomer whose report is r is warm enough for the ring of epoch: its process,
  * started for that epoch or a later one, said HELLO or has exited already. */
-int kolo_agent_warm_join_ready(const kolo_report *r, int64_t epoch);
+int kolo_agent_warm_join_ready(const Kolo__V1__AgentReport *r, int64_t epoch);
 
 #endif
