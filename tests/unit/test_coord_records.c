@@ -594,39 +594,58 @@ static void report_lines_merge_into_the_progress_within_its_limits(void **state)
 
 static void a_worker_record_round_trips_and_has_the_documented_shape(void **state) {
   (void)state;
-  kolo_member_label labels[] = {{"zone", "a"}, {"gpu.model", "H200"}};
-  kolo_member m = {.id = "w-7",
-                   .host = "node-a",
-                   .address = "10.0.0.5:7100",
-                   .cpus = 16,
-                   .gpus = 2,
-                   .labels = labels,
-                   .label_count = 2,
-                   .state = "idle"};
-  char *json = NULL;
-  assert_int_equal(kolo_member_to_json(&m, &json), KOLO_OK);
+  Kolo__V1__WorkerRecord__LabelsEntry zone = KOLO__V1__WORKER_RECORD__LABELS_ENTRY__INIT,
+                                      model = KOLO__V1__WORKER_RECORD__LABELS_ENTRY__INIT;
+  zone.key = "zone";
+  zone.value = "a";
+  model.key = "gpu.model";
+  model.value = "H200";
+  Kolo__V1__WorkerRecord__LabelsEntry *labels[] = {&zone, &model};
+  Kolo__V1__WorkerRecord m = KOLO__V1__WORKER_RECORD__INIT; /* presence: kolo_member_write's */
+  m.id = "w-7";
+  m.host = "node-a";
+  m.address = "10.0.0.5:7100";
+  m.cpus = 16;
+  m.gpus = 2;
+  m.labels = labels;
+  m.n_labels = 2;
+  m.state = "idle";
+  char *json = NULL, err[256] = "";
+  assert_int_equal(kolo_member_write(&m, &json, err, sizeof err), KOLO_OK);
   assert_string_equal(
       json,
       "{\"address\":\"10.0.0.5:7100\",\"cpus\":16,\"gpus\":2,\"host\":\"node-a\",\"id\":\"w-7\","
       "\"labels\":{\"gpu.model\":\"H200\",\"zone\":\"a\"},\"state\":\"idle\"}");
-  kolo_member back;
-  assert_int_equal(kolo_member_from_json(json, strlen(json), &back), KOLO_OK);
-  assert_string_equal(back.id, "w-7");
-  assert_string_equal(back.host, "node-a");
-  assert_int_equal(back.cpus, 16);
-  assert_int_equal(back.gpus, 2);
-  assert_int_equal(back.label_count, 2);
-  assert_int_equal(back.registered_unix_ms, 0); /* absent: not recorded */
-  kolo_member_clear(&back);
+  assert_ptr_equal(m.labels[0], &zone); /* the writer's order is left alone */
+  Kolo__V1__WorkerRecord *back = NULL;
+  assert_int_equal(kolo_member_read(json, strlen(json), &back, err, sizeof err), KOLO_OK);
+  assert_string_equal(back->id, "w-7");
+  assert_string_equal(back->host, "node-a");
+  assert_int_equal(back->cpus, 16);
+  assert_int_equal(back->gpus, 2);
+  assert_int_equal(back->n_labels, 2);
+  assert_int_equal(back->registered_unix_ms, 0); /* absent: not recorded */
+  protobuf_c_message_free_unpacked(&back->base, NULL);
   free(json);
   /* #12 item 10: the registration time travels in the record (ListWorkers' registered_unix_ms) */
   m.registered_unix_ms = 1764583200123;
-  assert_int_equal(kolo_member_to_json(&m, &json), KOLO_OK);
+  assert_int_equal(kolo_member_write(&m, &json, err, sizeof err), KOLO_OK);
   assert_non_null(strstr(json, "\"registered_unix_ms\":1764583200123"));
-  assert_int_equal(kolo_member_from_json(json, strlen(json), &back), KOLO_OK);
-  assert_int_equal(back.registered_unix_ms, 1764583200123);
-  kolo_member_clear(&back);
+  assert_int_equal(kolo_member_read(json, strlen(json), &back, err, sizeof err), KOLO_OK);
+  assert_int_equal(back->registered_unix_ms, 1764583200123);
+  protobuf_c_message_free_unpacked(&back->base, NULL);
   free(json);
+  /* the rules hold over a record built in memory as over one read */
+  m.state = "Busy";
+  assert_int_equal(kolo_member_write(&m, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "worker record w-7: state must be 1-32 of [a-z_]"));
+  assert_null(json);
+  m.state = "idle";
+  model.key = "zone";
+  assert_int_equal(kolo_member_validate(&m, err, sizeof err), KOLO_ERR_PARSE); /* no has_cpus */
+  m.has_cpus = m.has_gpus = 1;
+  assert_int_equal(kolo_member_validate(&m, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "label 'zone' appears twice"));
 }
 
 /* Worker records as kolo-worker has written them (JSON_SORT_KEYS, logs fields when set),
@@ -639,27 +658,28 @@ static void a_worker_record_written_the_old_way_is_read(void **state) {
       "\"id\":\"w-7\",\"labels\":{},\"logs_token\":\"abcdefghijklmnop\","
       "\"logs_url\":\"http://10.0.0.5:7102\",\"registered_unix_ms\":17,"
       "\"state\":\"busy\"}";
-  kolo_member m;
-  assert_int_equal(kolo_member_from_json(old, strlen(old), &m), KOLO_OK);
-  assert_string_equal(m.logs_url, "http://10.0.0.5:7102");
-  assert_string_equal(m.logs_token, "abcdefghijklmnop");
-  assert_int_equal(m.registered_unix_ms, 17);
-  assert_string_equal(m.state, "busy");
+  Kolo__V1__WorkerRecord *m = NULL;
+  char err[256] = "";
+  assert_int_equal(kolo_member_read(old, strlen(old), &m, err, sizeof err), KOLO_OK);
+  assert_string_equal(m->logs_url, "http://10.0.0.5:7102");
+  assert_string_equal(m->logs_token, "abcdefghijklmnop");
+  assert_int_equal(m->registered_unix_ms, 17);
+  assert_string_equal(m->state, "busy");
   char *again = NULL;
-  assert_int_equal(kolo_member_to_json(&m, &again), KOLO_OK);
+  assert_int_equal(kolo_member_write(m, &again, err, sizeof err), KOLO_OK);
   assert_string_equal(again, old);
   free(again);
-  kolo_member_clear(&m);
+  protobuf_c_message_free_unpacked(&m->base, NULL);
   const char *newer =
       "{\"address\":\"h:1\",\"cpus\":1,\"gpus\":0,\"host\":\"h\",\"id\":\"w\","
       "\"numa\":[0,1],\"state\":\"idle\"}";
-  assert_int_equal(kolo_member_from_json(newer, strlen(newer), &m), KOLO_OK);
-  assert_null(m.logs_url);
-  assert_int_equal(m.label_count, 0);
-  assert_int_equal(kolo_member_to_json(&m, &again), KOLO_OK);
+  assert_int_equal(kolo_member_read(newer, strlen(newer), &m, err, sizeof err), KOLO_OK);
+  assert_null(m->logs_url);
+  assert_int_equal(m->n_labels, 0);
+  assert_int_equal(kolo_member_write(m, &again, err, sizeof err), KOLO_OK);
   assert_null(strstr(again, "logs_")); /* none set: none written */
   free(again);
-  kolo_member_clear(&m);
+  protobuf_c_message_free_unpacked(&m->base, NULL);
 }
 
 static void bad_worker_records_are_rejected(void **state) {
@@ -683,11 +703,12 @@ static void bad_worker_records_are_rejected(void **state) {
       "[]",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    kolo_member m;
-    kolo_status rc = kolo_member_from_json(bad[i], strlen(bad[i]), &m);
+    Kolo__V1__WorkerRecord *m = (Kolo__V1__WorkerRecord *)&m; /* must come back NULL */
+    char err[256] = "";
+    kolo_status rc = kolo_member_read(bad[i], strlen(bad[i]), &m, err, sizeof err);
     if (rc != KOLO_ERR_PARSE && rc != KOLO_ERR_INVALID_ARG) fail_msg("accepted: %s", bad[i]);
-    assert_true(strstr(kolo_etcd_last_error(), "worker record") != NULL);
-    assert_null(m.id);
+    assert_true(strstr(err, "worker record") != NULL);
+    assert_null(m);
   }
 }
 
