@@ -64,17 +64,24 @@ static char *status_key(const kolo_sched_job *j) {
  * coordination/job_status.h (NULL when out of memory: the write fails). */
 static Kolo__V1__JobStatus *begin_job_write(kolo_sched_txn *t, const kolo_sched_job *j) {
   kolo_sched_txn_compare(t, KOLO_ETCD_CMP_MOD, status_key(j), j->status_mod);
+  /* a user's intent stored since the snapshot comes first: this write fails, the next pass
+   * applies it (so an accepted cancel is never overtaken by another end of the job) */
+  char key[512];
+  kolo_sched_txn_compare(
+      t, KOLO_ETCD_CMP_MOD,
+      key_copy(kolo_keys_job(j->id, KOLO_KEY_JOB_INTENT_HEAD, key, sizeof key), key),
+      j->intent_head_mod);
   return (Kolo__V1__JobStatus *)kolo_codec_copy(&j->status->base);
 }
 
-static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch,
-                      const char *message) {
+static void add_event_at(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch,
+                         const char *message, int64_t time_unix_ms) {
   uint64_t seq = ++j->max_seq;
   char buf[512];
   char *key = key_copy(kolo_keys_event(j->id, (int64_t)seq, buf, sizeof buf), buf);
   Kolo__V1__Event event = KOLO__V1__EVENT__INIT;
   event.seq = seq;
-  event.time_unix_ms = wall_ms();
+  event.time_unix_ms = time_unix_ms;
   event.type = (char *)type;
   event.message = (char *)message;
   event.epoch = epoch < 0 ? 0 : (uint64_t)epoch;
@@ -85,6 +92,11 @@ static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, in
     kolo_sched_txn_delete(t,
                           key_copy(kolo_keys_event(j->id, (int64_t)evicted, buf, sizeof buf), buf));
   KOLO_LOGI(LOG, "job %s: %s (epoch %" PRId64 "): %s", j->id, type, epoch, message);
+}
+
+static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch,
+                      const char *message) {
+  add_event_at(t, j, type, epoch, message, wall_ms());
 }
 
 /* Puts the changed status (st is freed); moved: the transition's result (a failed one,
@@ -463,4 +475,41 @@ void kolo_sched_sweep(const kolo_sched_writer *wr, kolo_sched_snapshot *snap) {
       KOLO_LOGI(LOG, "took stale assignment of %s (job %s) away", worker_id, job_id);
     kolo_sched_txn_destroy(t);
   }
+}
+
+/* ---- the user's intents ---- */
+
+kolo_status kolo_sched_apply_intents(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,
+                                     kolo_sched_job *j) {
+  size_t n = j->n_intents < KOLO_SCHED_INTENTS_PER_TXN ? j->n_intents : KOLO_SCHED_INTENTS_PER_TXN;
+  kolo_sched_txn *t = kolo_sched_txn_create();
+  const Kolo__V1__JobIntent **in = calloc(n + 1, sizeof *in);
+  kolo_job_intent_event *events = calloc(n + 1, sizeof *events);
+  kolo_status rc = KOLO_ERR_NO_MEMORY;
+  if (t == NULL || in == NULL || events == NULL) goto out;
+  /* no intent_head compare: intents stored since stay pending for the next pass */
+  kolo_sched_txn_compare(t, KOLO_ETCD_CMP_MOD, status_key(j), j->status_mod);
+  Kolo__V1__JobStatus *status = (Kolo__V1__JobStatus *)kolo_codec_copy(&j->status->base);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (j->intents[i].msg) in[k++] = j->intents[i].msg;
+  int added = status ? kolo_job_status_apply_intents(status, in, k, events, NULL) : -1;
+  for (int i = 0; i < added; i++) /* the intent's own time: what kolo-server's view showed */
+    add_event_at(t, j, events[i].type, (int64_t)j->status->epoch, events[i].message,
+                 events[i].time_unix_ms);
+  int cancelled = status && status->phase == KOLO__V1__PHASE__CANCELLED;
+  finish_job_write(t, j, status, added < 0 ? KOLO_ERR_NO_MEMORY : KOLO_OK);
+  for (size_t i = 0; i < n; i++) /* applied or not (a cancel before it, or not decoding) */
+    kolo_sched_txn_delete(t, strdup(j->intents[i].key));
+  for (size_t i = 0; cancelled && i < snap->n_workers; i++) {
+    kolo_sched_worker *w = &snap->workers[i];
+    if (w->assign_job && strcmp(w->assign_job, j->id) == 0)
+      delete_assignments(t, (const char *const *)&w->m.id, 1);
+  }
+  rc = commit(wr, t);
+out:
+  kolo_sched_txn_destroy(t);
+  free(in);
+  free(events);
+  return rc;
 }

@@ -22,6 +22,11 @@
 static void job_free(kolo_sched_job *j) {
   free(j->id);
   if (j->spec) protobuf_c_message_free_unpacked(&j->spec->base, NULL);
+  for (size_t i = 0; i < j->n_intents; i++) {
+    free(j->intents[i].key);
+    if (j->intents[i].msg) protobuf_c_message_free_unpacked(&j->intents[i].msg->base, NULL);
+  }
+  free(j->intents);
   if (j->status) protobuf_c_message_free_unpacked(&j->status->base, NULL);
   for (size_t i = 0; i < j->n_rings; i++)
     protobuf_c_message_free_unpacked(&j->rings[i]->base, NULL);
@@ -130,6 +135,23 @@ static void decode_into(const kolo_sched_job *j, const char *what, const char *t
     KOLO_LOGW(LOG, "job %s: its %s does not decode: %s", j->id, what, fault.message);
 }
 
+/* Adds the intent at kv to j, in create-revision order (one that does not decode is kept
+ * without its message, logged: the scheduler deletes it unapplied). */
+static void add_intent(kolo_sched_job *j, const kolo_etcd_kv *kv) {
+  kolo_sched_intent *grown = realloc(j->intents, (j->n_intents + 1) * sizeof *grown);
+  if (grown == NULL) return;
+  j->intents = grown;
+  kolo_sched_intent in = {strdup((const char *)kv->key), NULL, kv->create_revision};
+  if (in.key == NULL) return;
+  decode_into(j, "intent", (const char *)kv->value, kv->value_len,
+              &kolo__v1__job_intent__descriptor, (ProtobufCMessage **)&in.msg);
+  size_t pos = j->n_intents;
+  while (pos > 0 && j->intents[pos - 1].created > in.created) pos--;
+  memmove(&j->intents[pos + 1], &j->intents[pos], (j->n_intents - pos) * sizeof *j->intents);
+  j->intents[pos] = in;
+  j->n_intents++;
+}
+
 /* Files one key under /kolo/v1/jobs/<id>/ into its job. */
 static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
   const char *rest = (const char *)kv->key + strlen(KOLO_KEY_JOBS_PREFIX);
@@ -155,6 +177,10 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
       KOLO_LOGW(LOG, "job %s: its %s", j->id, err);
     j->status_mod = kv->mod_revision;
     j->created = j->status ? j->status->created_unix_ms : 0;
+  } else if (strncmp(part, KOLO_KEY_JOB_INTENTS, strlen(KOLO_KEY_JOB_INTENTS)) == 0) {
+    add_intent(j, kv);
+  } else if (strcmp(part, KOLO_KEY_JOB_INTENT_HEAD) == 0) {
+    j->intent_head_mod = kv->mod_revision;
   } else if (strncmp(part, "ring/", 5) == 0) {
     add_ring(j, (const char *)kv->key, text, length);
   } else if (strncmp(part, "reports/", 8) == 0) {
