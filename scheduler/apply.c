@@ -504,7 +504,7 @@ kolo_status kolo_sched_apply_intents(const kolo_sched_writer *wr, kolo_sched_sna
   for (size_t i = 0; cancelled && i < snap->n_workers; i++) {
     kolo_sched_worker *w = &snap->workers[i];
     if (w->assign_job && strcmp(w->assign_job, j->id) == 0)
-      delete_assignments(t, (const char *const *)&w->m.id, 1);
+      delete_assignments(t, (const char *const *)&w->m.record->id, 1);
   }
   rc = commit(wr, t);
 out:
