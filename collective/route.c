@@ -48,7 +48,9 @@ kolo_status kolo_route_begin(kolo_comm *comm, const kolo_op_options *options, co
                         .stream_call = (o->flags & KOLO_OP_STREAM) != 0,
                         .blocking = (o->flags & KOLO_OP_BLOCKING) != 0,
                         .prescale = o->prescale == 0.0 ? 1.0 : o->prescale,
-                        .postscale = o->postscale == 0.0 ? 1.0 : o->postscale};
+                        .postscale = o->postscale == 0.0 ? 1.0 : o->postscale,
+                        .alloc = o->alloc,
+                        .alloc_context = o->alloc_context};
   return KOLO_OK;
 }
 
@@ -123,6 +125,8 @@ void kolo_route_prototype(kolo_request *prototype, kolo_comm *comm, const kolo_r
   prototype->last_rank = -1;
   if (route->name != NULL) snprintf(prototype->name, sizeof prototype->name, "%s", route->name);
   if (route->stream_call) prototype->cuda_stream = route->stream;
+  prototype->output_alloc = route->alloc;
+  prototype->output_alloc_context = route->alloc_context;
   /* a named device operation is negotiated first, then submitted to NCCL by the
    * executor; an unnamed one goes to NCCL at submission (kolo_queue_submit) */
   if (device && route->name != NULL) prototype->on_device = 1;

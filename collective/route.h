@@ -16,6 +16,8 @@ typedef struct kolo_route {
   int stream_call;  /* KOLO_OP_STREAM */
   int blocking;     /* KOLO_OP_BLOCKING */
   double prescale, postscale;
+  void *(*alloc)(void *, size_t); /* the caller's output allocator (NULL: libkolo's) */
+  void *alloc_context;
 } kolo_route;
 
 /* Resolves options (NULL: defaults) for an operation of kind what; a name, if

@@ -132,20 +132,20 @@ static void delete_assignments(kolo_sched_txn *t, const char *const *ids, size_t
 /* Ranks the chosen members with coord's planner (grouped by host, survivors in
  * their old order, rank 0 the survivor with the lowest old rank). Leaves order
  * as it is if the planner refuses. Every member of order is registered. */
-static void order_by_planner(kolo_sched_snapshot *snap, const kolo_ringspec *old_ring,
+static void order_by_planner(kolo_sched_snapshot *snap, const Kolo__V1__RingRecord *old_ring,
                              const char **order, size_t n) {
   if (n == 0) return;
   kolo_planner_member *members = calloc(n, sizeof *members);
   size_t *ranks = calloc(n, sizeof *ranks);
   const char **reordered = calloc(n, sizeof *reordered);
-  size_t n_previous = old_ring ? old_ring->size : 0;
+  size_t n_previous = old_ring ? old_ring->n_members : 0;
   const char **previous = calloc(n_previous + 1, sizeof *previous);
   if (members && ranks && reordered && previous) {
     for (size_t i = 0; i < n; i++) {
       kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
       members[i] = (kolo_planner_member){order[i], w->m.host, w->m.address};
     }
-    for (size_t i = 0; i < n_previous; i++) previous[i] = old_ring->members[i].worker_id;
+    for (size_t i = 0; i < n_previous; i++) previous[i] = old_ring->members[i]->worker_id;
     if (kolo_planner_plan(members, n, previous, n_previous, ranks) == KOLO_OK) {
       for (size_t i = 0; i < n; i++) reordered[i] = order[ranks[i]];
       memcpy(order, reordered, n * sizeof *order);
@@ -173,9 +173,9 @@ static int all_registered(kolo_sched_snapshot *snap, const kolo_sched_job *j,
 
 /* The ring's members (strings borrowed from snap and order) and the status's
  * member entries, for order at epoch. */
-static kolo_status ring_members(kolo_sched_snapshot *snap, const kolo_ringspec *old_ring,
+static kolo_status ring_members(kolo_sched_snapshot *snap, const Kolo__V1__RingRecord *old_ring,
                                 int64_t epoch, const char *const *order, size_t n,
-                                kolo_ringspec_member *ring_out, Kolo__V1__Member **status_out) {
+                                Kolo__V1__RingMember *ring_out, Kolo__V1__Member **status_out) {
   const char **hosts = calloc(n + 1, sizeof *hosts);
   int *local_rank = calloc(n + 1, sizeof *local_rank),
       *local_size = calloc(n + 1, sizeof *local_size);
@@ -187,10 +187,17 @@ static kolo_status ring_members(kolo_sched_snapshot *snap, const kolo_ringspec *
     const kolo_member *w = &kolo_sched_find_worker(snap, order[i])->m;
     int old_rank = kolo_ringspec_rank_of(old_ring, order[i]);
     /* a survivor keeps its first epoch (epoch - 1 if the old ring did not say) */
-    int64_t since = old_rank < 0 ? epoch : old_ring->members[old_rank].since_epoch ?: epoch - 1;
+    int64_t since = old_rank < 0 ? epoch : old_ring->members[old_rank]->since_epoch ?: epoch - 1;
+    Kolo__V1__RingMember *o = &ring_out[i]; /* presence: kolo_ringspec_write's */
+    kolo__v1__ring_member__init(o);
+    o->worker_id = (char *)order[i];
+    o->host = w->host;
+    o->address = w->address;
+    o->local_rank = local_rank[i];
+    o->local_size = local_size[i];
+    o->since_epoch = since;
     /* the lease: which registration of the worker this epoch means (decide.h, kolo_sched_member) */
-    ring_out[i] = (kolo_ringspec_member){(char *)order[i], w->host, w->address, local_rank[i],
-                                         local_size[i],    since,   w->lease};
+    o->lease = w->lease;
     status_out[i] = status_member(order[i], i, w->host, w->address);
     if (status_out[i] == NULL) goto out;
   }
@@ -221,35 +228,47 @@ kolo_status kolo_sched_ring_secret(char out[KOLO_SCHED_SECRET_LEN + 1]) {
 
 /* The ring record of epoch (ringspec.h), encoded: members, a new secret, the
  * timeout, and the lost list so far (the old ring's plus the plan's). */
-static kolo_status ring_record(const kolo_sched_job *j, const kolo_ringspec *old_ring,
-                               int64_t epoch, kolo_ringspec_member *members, size_t n,
+static kolo_status ring_record(const kolo_sched_job *j, const Kolo__V1__RingRecord *old_ring,
+                               int64_t epoch, Kolo__V1__RingMember *members, size_t n,
                                const kolo_sched_epoch_plan *plan, char **json) {
   char secret[KOLO_SCHED_SECRET_LEN + 1];
   if (kolo_sched_ring_secret(secret) != KOLO_OK)
     return KOLO_ERR_SYSTEM; /* no epoch without a secret */
   size_t n_earlier = old_ring ? old_ring->n_lost : 0;
-  kolo_ringspec_lost *lost = calloc(n_earlier + plan->n_lost + 1, sizeof *lost);
-  if (lost == NULL) return KOLO_ERR_NO_MEMORY;
+  Kolo__V1__RingLost *added = calloc(plan->n_lost + 1, sizeof *added);
+  Kolo__V1__RingLost **lost = calloc(n_earlier + plan->n_lost + 1, sizeof *lost);
+  Kolo__V1__RingMember **member_ptrs = calloc(n + 1, sizeof *member_ptrs);
+  kolo_status rc = KOLO_ERR_NO_MEMORY;
+  if (added == NULL || lost == NULL || member_ptrs == NULL) goto out;
   for (size_t i = 0; i < n_earlier; i++) lost[i] = old_ring->lost[i];
-  for (size_t i = 0; i < plan->n_lost; i++)
-    lost[n_earlier + i] =
-        (kolo_ringspec_lost){(char *)plan->lost_ids[i], (char *)plan->lost_why[i]};
+  for (size_t i = 0; i < plan->n_lost; i++) {
+    kolo__v1__ring_lost__init(&added[i]);
+    added[i].worker_id = (char *)plan->lost_ids[i];
+    added[i].why = (char *)plan->lost_why[i];
+    lost[n_earlier + i] = &added[i];
+  }
+  for (size_t i = 0; i < n; i++) member_ptrs[i] = &members[i];
   int64_t timeout_ms = j->spec->collective_timeout_ms;
+  /* the strings are borrowed; presence is kolo_ringspec_write's */
+  Kolo__V1__RingRecord ring = KOLO__V1__RING_RECORD__INIT;
+  ring.job = j->id;
+  ring.epoch = epoch;
+  ring.timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
+  ring.secret = secret;
+  ring.n_members = n;
+  ring.members = member_ptrs;
+  ring.n_lost = n_earlier + plan->n_lost;
+  ring.lost = lost;
   /* members go on with the old ring up to their next commit, then switch (no step redone) */
-  kolo_ringspec ring = {.job = j->id,
-                        .epoch = epoch,
-                        .timeout_ms = timeout_ms > 0 ? timeout_ms : 30000,
-                        .secret = secret,
-                        .size = n,
-                        .members = members,
-                        .n_lost = n_earlier + plan->n_lost,
-                        .lost = lost,
-                        .planned = plan->planned};
-  kolo_status rc = kolo_ringspec_encode(&ring, json); /* the strings are borrowed: no clear */
+  ring.planned = plan->planned != 0;
+  char err[256];
+  rc = kolo_ringspec_write(&ring, json, err, sizeof err);
   if (rc != KOLO_OK)
-    KOLO_LOGE(LOG, "job %s: ring record of epoch %" PRId64 ": %s", j->id, epoch,
-              kolo_etcd_last_error());
+    KOLO_LOGE(LOG, "job %s: ring record of epoch %" PRId64 ": %s", j->id, epoch, err);
+out:
+  free(added);
   free(lost);
+  free(member_ptrs);
   return rc;
 }
 
@@ -292,10 +311,15 @@ static void add_epoch_writes(kolo_sched_txn *t, kolo_sched_snapshot *snap, kolo_
     kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
     /* a newcomer must still be free when this lands */
     if (w && w->assign_job == NULL) kolo_sched_txn_compare(t, KOLO_ETCD_CMP_CREATE, strdup(key), 0);
-    kolo_assignment assignment = {j->id, epoch, (char *)ring_key, (int32_t)i};
-    char *value = NULL;
-    if (kolo_assignment_encode(&assignment, &value) != KOLO_OK)
-      KOLO_LOGW(LOG, "job %s: assignment of %s: %s", j->id, order[i], kolo_etcd_last_error());
+    Kolo__V1__Assignment assignment = KOLO__V1__ASSIGNMENT__INIT;
+    assignment.job = j->id;
+    assignment.ring = (char *)ring_key;
+    assignment.has_epoch = assignment.has_rank = 1;
+    assignment.epoch = epoch;
+    assignment.rank = (int64_t)i;
+    char *value = NULL, err[256];
+    if (kolo_assignment_write(&assignment, &value, err, sizeof err) != KOLO_OK)
+      KOLO_LOGW(LOG, "job %s: assignment of %s: %s", j->id, order[i], err);
     kolo_sched_txn_put(t, strdup(key), value); /* NULL breaks the txn */
   }
   delete_assignments(t, plan->removed, plan->n_removed);
@@ -305,7 +329,7 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
                                    kolo_sched_job *j, const kolo_sched_epoch_plan *plan) {
   const char **newcomers = calloc(plan->take + 1, sizeof *newcomers);
   const char **order = calloc(plan->n_keep + plan->take + 1, sizeof *order);
-  kolo_ringspec_member *members = calloc(plan->n_keep + plan->take + 1, sizeof *members);
+  Kolo__V1__RingMember *members = calloc(plan->n_keep + plan->take + 1, sizeof *members);
   Kolo__V1__Member **status_members = calloc(plan->n_keep + plan->take + 1, sizeof *status_members);
   size_t n = 0;
   char *ring = NULL;
@@ -318,7 +342,7 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   n = kolo_sched_plan_ring(plan->keep, plan->n_keep, newcomers, n_new,
                            kolo_sched_job_max_workers(j), order);
   int64_t epoch = (int64_t)j->status->epoch + 1;
-  const kolo_ringspec *old_ring = kolo_sched_job_ring(j, epoch - 1);
+  const Kolo__V1__RingRecord *old_ring = kolo_sched_job_ring(j, epoch - 1);
   rc = KOLO_ERR_NOT_FOUND;
   if (!all_registered(snap, j, order, n)) goto out;
   order_by_planner(snap, old_ring, order, n);
@@ -349,7 +373,7 @@ out:
 /* Rank 0's last reported progress (coordination/job_status.h: the JobStatus.progress
  * fields it holds). */
 static kolo_job_progress rank0_progress(const kolo_sched_job *j) {
-  const kolo_report *r = kolo_sched_job_report_of(j, kolo_sched_member_id(j, 0));
+  const Kolo__V1__AgentReport *r = kolo_sched_job_report_of(j, kolo_sched_member_id(j, 0));
   return kolo_job_progress_from_report(r ? r->progress : NULL);
 }
 
@@ -426,7 +450,7 @@ void kolo_sched_copy_progress(const kolo_sched_writer *wr, kolo_sched_job *j) {
 
 void kolo_sched_sweep(const kolo_sched_writer *wr, kolo_sched_snapshot *snap) {
   for (size_t i = 0; i < snap->n_assigns; i++) {
-    const char *worker_id = snap->assigns[i].worker_id, *job_id = snap->assigns[i].a.job;
+    const char *worker_id = snap->assigns[i].worker_id, *job_id = snap->assigns[i].job;
     char key[512];
     if (kolo_sched_assignment_valid(snap, worker_id, job_id) ||
         kolo_keys_assign(worker_id, key, sizeof key) != KOLO_OK)

@@ -23,11 +23,12 @@ static void job_free(kolo_sched_job *j) {
   free(j->id);
   if (j->spec) protobuf_c_message_free_unpacked(&j->spec->base, NULL);
   if (j->status) protobuf_c_message_free_unpacked(&j->status->base, NULL);
-  for (size_t i = 0; i < j->n_rings; i++) kolo_ringspec_clear(&j->rings[i]);
+  for (size_t i = 0; i < j->n_rings; i++)
+    protobuf_c_message_free_unpacked(&j->rings[i]->base, NULL);
   free(j->rings);
   for (size_t i = 0; i < j->n_reports; i++) {
     free(j->reports[i].worker_id);
-    kolo_report_clear(&j->reports[i].r);
+    protobuf_c_message_free_unpacked(&j->reports[i].r->base, NULL);
   }
   free(j->reports);
 }
@@ -39,7 +40,7 @@ void kolo_sched_snapshot_free(kolo_sched_snapshot *snap) {
   free(snap->jobs);
   for (size_t i = 0; i < snap->n_assigns; i++) {
     free(snap->assigns[i].worker_id);
-    kolo_assignment_clear(&snap->assigns[i].a);
+    if (snap->assigns[i].a) protobuf_c_message_free_unpacked(&snap->assigns[i].a->base, NULL);
   }
   free(snap->assigns);
   memset(snap, 0, sizeof *snap);
@@ -74,14 +75,15 @@ static int by_creation(const void *a, const void *b) {
 
 /* Adds the ring record at key to j's rings (keys come in epoch order). */
 static void add_ring(kolo_sched_job *j, const char *key, const char *text, size_t length) {
-  kolo_ringspec ring;
-  if (kolo_ringspec_decode(text, length, &ring) != KOLO_OK) {
-    KOLO_LOGW(LOG, "%s is not a valid ring record: %s", key, kolo_etcd_last_error());
+  Kolo__V1__RingRecord *ring = NULL;
+  char err[256];
+  if (kolo_ringspec_read(text, length, &ring, err, sizeof err) != KOLO_OK) {
+    KOLO_LOGW(LOG, "%s is not a valid ring record: %s", key, err);
     return;
   }
-  kolo_ringspec *grown = realloc(j->rings, (j->n_rings + 1) * sizeof *grown);
+  Kolo__V1__RingRecord **grown = realloc(j->rings, (j->n_rings + 1) * sizeof *grown);
   if (grown == NULL) {
-    kolo_ringspec_clear(&ring);
+    protobuf_c_message_free_unpacked(&ring->base, NULL);
     return;
   }
   j->rings = grown;
@@ -91,9 +93,10 @@ static void add_ring(kolo_sched_job *j, const char *key, const char *text, size_
 /* Keeps worker's report on j, decoded by its owner (coordination/report.h); one that
  * does not decode is logged and left out. */
 static void add_report(kolo_sched_job *j, const char *worker, const char *text, size_t length) {
-  kolo_report r;
-  if (kolo_report_decode(text, length, &r) != KOLO_OK) {
-    KOLO_LOGW(LOG, "job %s: report of %s left out: %s", j->id, worker, kolo_etcd_last_error());
+  Kolo__V1__AgentReport *r = NULL;
+  char err[256];
+  if (kolo_report_read(text, length, &r, err, sizeof err) != KOLO_OK) {
+    KOLO_LOGW(LOG, "job %s: report of %s left out: %s", j->id, worker, err);
     return;
   }
   kolo_sched_job_report *grown = realloc(j->reports, (j->n_reports + 1) * sizeof *grown);
@@ -101,16 +104,17 @@ static void add_report(kolo_sched_job *j, const char *worker, const char *text, 
   if (grown == NULL || id == NULL) {
     if (grown) j->reports = grown;
     free(id);
-    kolo_report_clear(&r);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
     return;
   }
   j->reports = grown;
   j->reports[j->n_reports++] = (kolo_sched_job_report){id, r};
 }
 
-const kolo_report *kolo_sched_job_report_of(const kolo_sched_job *j, const char *worker_id) {
+const Kolo__V1__AgentReport *kolo_sched_job_report_of(const kolo_sched_job *j,
+                                                      const char *worker_id) {
   for (size_t i = 0; worker_id && i < j->n_reports; i++)
-    if (strcmp(j->reports[i].worker_id, worker_id) == 0) return &j->reports[i].r;
+    if (strcmp(j->reports[i].worker_id, worker_id) == 0) return j->reports[i].r;
   return NULL;
 }
 
@@ -177,12 +181,13 @@ static kolo_status add_assign(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv)
   a->worker_id = strndup((const char *)kv->key + n, kv->key_len - n);
   if (a->worker_id == NULL) return KOLO_ERR_NO_MEMORY;
   snap->n_assigns++;
-  if (kolo_assignment_decode((const char *)kv->value, kv->value_len, &a->a) != KOLO_OK) {
-    KOLO_LOGW(LOG, "assignment of %s does not decode (to be swept): %s", a->worker_id,
-              kolo_etcd_last_error());
-    a->a.job = strdup("");
-    if (a->a.job == NULL) return KOLO_ERR_NO_MEMORY;
-  }
+  char err[256];
+  kolo_status rc =
+      kolo_assignment_read((const char *)kv->value, kv->value_len, &a->a, err, sizeof err);
+  if (rc == KOLO_ERR_NO_MEMORY) return rc;
+  if (rc != KOLO_OK)
+    KOLO_LOGW(LOG, "assignment of %s does not decode (to be swept): %s", a->worker_id, err);
+  a->job = a->a ? a->a->job : "";
   return KOLO_OK;
 }
 
@@ -227,7 +232,7 @@ kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
     w->m = snap->members[i];
     w->draining = strcmp(w->m.state, "draining") == 0 || drained(drains, w->m.id, w->m.lease);
     const kolo_sched_assign *a = find_assign(snap, w->m.id);
-    w->assign_job = a ? a->a.job : NULL;
+    w->assign_job = a ? a->job : NULL;
   }
   ensure_sorted(snap->workers, snap->n_workers, sizeof *snap->workers, worker_cmp);
   for (size_t i = 0; i < jobs->count; i++) add_job_key(snap, &jobs->kvs[i]);
@@ -309,9 +314,9 @@ uint32_t kolo_sched_job_max_workers(const kolo_sched_job *j) {
   return bound(j->status->max_workers, j->spec->max_workers);
 }
 
-const kolo_ringspec *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch) {
+const Kolo__V1__RingRecord *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch) {
   for (size_t i = j->n_rings; i > 0; i--) /* the newest is the one asked for, mostly */
-    if (j->rings[i - 1].epoch == epoch) return &j->rings[i - 1];
+    if (j->rings[i - 1]->epoch == epoch) return j->rings[i - 1];
   return NULL;
 }
 
@@ -321,7 +326,7 @@ const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i) {
 }
 
 /* The decisions' view of a report (strings borrowed from it); none if r is NULL. */
-static kolo_sched_report report_of(const kolo_report *r) {
+static kolo_sched_report report_of(const Kolo__V1__AgentReport *r) {
   kolo_sched_report out = {0};
   out.failed_rank = -1;
   if (r == NULL) return out;
@@ -342,9 +347,9 @@ static kolo_sched_report report_of(const kolo_report *r) {
 }
 
 /* Worker id's entry in ring's members (NULL when it is not a member of it). */
-static const kolo_ringspec_member *member_in(const kolo_ringspec *ring, const char *id) {
+static const Kolo__V1__RingMember *member_in(const Kolo__V1__RingRecord *ring, const char *id) {
   int rank = ring ? kolo_ringspec_rank_of(ring, id) : -1;
-  return rank < 0 ? NULL : &ring->members[rank];
+  return rank < 0 ? NULL : ring->members[rank];
 }
 
 kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sched_job *j,
@@ -353,7 +358,7 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
   memset(view, 0, sizeof *view);
   size_t n = j->status->n_members;
   view->epoch = (int64_t)j->status->epoch;
-  const kolo_ringspec *ring = kolo_sched_job_ring(j, view->epoch);
+  const Kolo__V1__RingRecord *ring = kolo_sched_job_ring(j, view->epoch);
   size_t n_lost = ring ? ring->n_lost : 0;
   *members = calloc(n + 1, sizeof **members);
   *earlier = calloc(n_lost + 1, sizeof **earlier);
@@ -370,16 +375,16 @@ kolo_status kolo_sched_job_view_build(kolo_sched_snapshot *snap, const kolo_sche
     kolo_sched_worker *w = kolo_sched_find_worker(snap, m->worker_id);
     m->registered = w != NULL;
     m->draining = w != NULL && w->draining;
-    const kolo_ringspec_member *entry = member_in(ring, m->worker_id);
+    const Kolo__V1__RingMember *entry = member_in(ring, m->worker_id);
     m->since_epoch = entry ? entry->since_epoch : 0;
     m->lease = w != NULL ? w->m.lease : 0;
     m->ring_lease = entry ? entry->lease : 0;
     m->report = report_of(kolo_sched_job_report_of(j, m->worker_id));
   }
-  for (size_t k = 0; k < n_lost; k++) (*earlier)[view->n_earlier_lost++] = ring->lost[k].worker_id;
+  for (size_t k = 0; k < n_lost; k++) (*earlier)[view->n_earlier_lost++] = ring->lost[k]->worker_id;
   view->phase = kolo_sched_job_phase(j);
   view->has_ring = ring != NULL;
-  view->ring_size = ring ? ring->size : 0;
+  view->ring_size = ring ? ring->n_members : 0;
   view->members = *members;
   view->n_members = n;
   view->min_workers = kolo_sched_job_min_workers(j);

@@ -30,17 +30,18 @@ typedef struct kolo_sched_worker {
 } kolo_sched_worker;
 
 /* An assignment record (coordination/assignment.h) under /kolo/v1/assign/<worker_id>;
- * one that does not decode is kept with job "" (logged), so the worker counts as busy
- * and the sweep takes it away instead of a pass planning the worker over it. */
+ * one that does not decode is kept (logged) with a NULL message and job "", so the worker
+ * counts as busy and the sweep takes it away instead of a pass planning the worker over it. */
 typedef struct kolo_sched_assign {
   char *worker_id;
-  kolo_assignment a;
+  Kolo__V1__Assignment *a; /* the record; NULL when it does not decode */
+  const char *job;         /* a->job, or "" when it does not decode */
 } kolo_sched_assign;
 
 /* A member's report under reports/<worker_id>, decoded by its owner. */
 typedef struct kolo_sched_job_report {
   char *worker_id;
-  kolo_report r;
+  Kolo__V1__AgentReport *r; /* as kolo_report_read gives it */
 } kolo_sched_job_report;
 
 typedef struct kolo_sched_job {
@@ -48,8 +49,8 @@ typedef struct kolo_sched_job {
   Kolo__V1__JobSpec *spec;     /* decoded (fields a newer writer added are skipped) */
   Kolo__V1__JobStatus *status; /* ditto; apply.c changes a copy with coordination/job_status.h */
   int64_t status_mod;
-  uint64_t max_seq;     /* highest event number */
-  kolo_ringspec *rings; /* the ring records that decode (ringspec.h), in epoch order */
+  uint64_t max_seq;             /* highest event number */
+  Kolo__V1__RingRecord **rings; /* the ring records that read (ringspec.h), in epoch order */
   size_t n_rings;
   kolo_sched_job_report *reports; /* the reports that decode (coordination/report.h) */
   size_t n_reports;
@@ -113,9 +114,10 @@ Kolo__V1__Phase kolo_sched_job_phase(const kolo_sched_job *j);
 uint32_t kolo_sched_job_min_workers(const kolo_sched_job *j);
 uint32_t kolo_sched_job_max_workers(const kolo_sched_job *j);
 /* worker_id's report on j; NULL if there is none that decodes. */
-const kolo_report *kolo_sched_job_report_of(const kolo_sched_job *j, const char *worker_id);
+const Kolo__V1__AgentReport *kolo_sched_job_report_of(const kolo_sched_job *j,
+                                                      const char *worker_id);
 /* j's ring record of epoch; NULL if there is none that decodes. */
-const kolo_ringspec *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch);
+const Kolo__V1__RingRecord *kolo_sched_job_ring(const kolo_sched_job *j, int64_t epoch);
 /* The worker id of status member i ("" if it has none). */
 const char *kolo_sched_member_id(const kolo_sched_job *j, size_t i);
 

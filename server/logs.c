@@ -552,13 +552,15 @@ static void add_ring_members(kolo_server_logstream *s) {
   kolo_etcd_range_result r;
   if (view_records(s, prefix, &r) != KOLO_OK) return;
   for (size_t i = 0; i < r.count; i++) {
-    kolo_ringspec ring;
-    if (kolo_ringspec_decode((const char *)r.kvs[i].value, r.kvs[i].value_len, &ring) != KOLO_OK) {
-      KOLO_LOGW(LOG, "%s: %s", (const char *)r.kvs[i].key, kolo_etcd_last_error());
+    Kolo__V1__RingRecord *ring = NULL;
+    char err[256];
+    if (kolo_ringspec_read((const char *)r.kvs[i].value, r.kvs[i].value_len, &ring, err,
+                           sizeof err) != KOLO_OK) {
+      KOLO_LOGW(LOG, "%s: %s", (const char *)r.kvs[i].key, err);
       continue;
     }
-    for (size_t k = 0; k < ring.size; k++) ensure_source(s, ring.members[k].worker_id);
-    kolo_ringspec_clear(&ring);
+    for (size_t k = 0; k < ring->n_members; k++) ensure_source(s, ring->members[k]->worker_id);
+    protobuf_c_message_free_unpacked(&ring->base, NULL);
   }
   kolo_etcd_range_result_free(&r);
 }

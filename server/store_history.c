@@ -126,30 +126,30 @@ void kolo_server_store_apply_point(kolo_server_store *s, const char *key,
  * members by rank with host and address; the secret is never copied. NULL (the caller
  * logs it) for a record that does not decode. */
 static Kolo__V1__RingEpoch *ring_from_record(const char *text, size_t len) {
-  kolo_ringspec ring;
-  if (kolo_ringspec_decode(text, len, &ring) != KOLO_OK) return NULL;
+  Kolo__V1__RingRecord *ring = NULL;
+  if (kolo_ringspec_read(text, len, &ring, NULL, 0) != KOLO_OK) return NULL;
   Kolo__V1__RingEpoch *r = malloc(sizeof *r);
   if (r == NULL) goto out;
   kolo__v1__ring_epoch__init(r);
-  r->epoch = (uint64_t)ring.epoch;
-  r->members = calloc(ring.size + 1, sizeof *r->members);
+  r->epoch = (uint64_t)ring->epoch;
+  r->members = calloc(ring->n_members + 1, sizeof *r->members);
   if (r->members == NULL) {
     free(r);
     r = NULL;
     goto out;
   }
-  for (size_t i = 0; i < ring.size; i++) {
+  for (size_t i = 0; i < ring->n_members; i++) {
     Kolo__V1__Member *member = malloc(sizeof *member);
     if (member == NULL) break;
     kolo__v1__member__init(member);
-    kolo_codec_set_string(&member->worker_id, ring.members[i].worker_id);
-    kolo_codec_set_string(&member->host, ring.members[i].host);
-    kolo_codec_set_string(&member->address, ring.members[i].address);
+    kolo_codec_set_string(&member->worker_id, ring->members[i]->worker_id);
+    kolo_codec_set_string(&member->host, ring->members[i]->host);
+    kolo_codec_set_string(&member->address, ring->members[i]->address);
     member->rank = (uint32_t)i;
     r->members[r->n_members++] = member;
   }
 out:
-  kolo_ringspec_clear(&ring);
+  protobuf_c_message_free_unpacked(&ring->base, NULL);
   return r;
 }
 

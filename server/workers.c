@@ -77,12 +77,15 @@ static void set_job_from_assignment(Kolo__V1__Worker *w, const kolo_etcd_range_r
   if (kolo_keys_assign(w->id, key, sizeof key) != KOLO_OK) return;
   const kolo_etcd_kv *kv = record_at(assigns, key);
   if (kv == NULL) return;
-  kolo_assignment assignment;
-  if (kolo_assignment_decode((const char *)kv->value, kv->value_len, &assignment) == KOLO_OK)
-    kolo_codec_set_string(&w->job_id, assignment.job);
-  else
-    KOLO_LOGW(LOG, "assignment of worker %s does not decode: %s", w->id, kolo_etcd_last_error());
-  kolo_assignment_clear(&assignment);
+  Kolo__V1__Assignment *assignment = NULL;
+  char err[256];
+  if (kolo_assignment_read((const char *)kv->value, kv->value_len, &assignment, err, sizeof err) ==
+      KOLO_OK) {
+    kolo_codec_set_string(&w->job_id, assignment->job);
+    protobuf_c_message_free_unpacked(&assignment->base, NULL);
+  } else {
+    KOLO_LOGW(LOG, "assignment of worker %s does not decode: %s", w->id, err);
+  }
 }
 
 /* Whether the drain mark of worker m applies to its registration (its lease). */

@@ -116,22 +116,23 @@ static kolo_status register_once(kolo_fleet_agent *a) {
 static void write_report(kolo_fleet_agent *a, int64_t now) {
   char key[512];
   if (a->job[0] == '\0' || kolo_keys_report(a->job, a->id, key, sizeof key) != KOLO_OK) return;
-  kolo_report r = {.worker = a->id,
-                   .epoch = a->epoch,
-                   .formed_epoch = a->formed_epoch,
-                   .failed_epoch = a->failed_epoch,
-                   .failed_rank = a->failed_rank,
-                   .failed_status = a->failed_status,
-                   .exited = a->exited,
-                   .exit_code = a->exit_code,
-                   .exit_epoch = a->exit_epoch,
-                   .time_unix_ms = wall_ms(),
-                   .pid = a->running ? 100000 + (int64_t)(a->rank + 1) : 0,
-                   .progress = a->progress,
-                   .hello = a->hello,
-                   .first_formed_epoch = a->first_formed_epoch};
+  Kolo__V1__AgentReport r = KOLO__V1__AGENT_REPORT__INIT; /* presence: kolo_report_write's */
+  r.worker = a->id;
+  r.epoch = a->epoch;
+  r.formed_epoch = a->formed_epoch;
+  r.failed_epoch = a->failed_epoch;
+  r.failed_rank = a->failed_rank;
+  r.failed_status = a->failed_status;
+  r.exited = a->exited != 0;
+  r.exit_code = a->exit_code;
+  r.exit_epoch = a->exit_epoch;
+  r.time_unix_ms = wall_ms();
+  r.pid = a->running ? 100000 + (int64_t)(a->rank + 1) : 0;
+  r.progress = a->progress;
+  r.hello = a->hello != 0;
+  r.first_formed_epoch = a->first_formed_epoch;
   char *text = NULL;
-  if (kolo_report_encode(&r, &text) != KOLO_OK) return;
+  if (kolo_report_write(&r, &text, NULL, 0) != KOLO_OK) return;
   kolo_status rc = kolo_etcd_put(a->etcd, kolo_etcd_str(key), kolo_etcd_str(text), 0, NULL, NULL);
   free(text);
   a->report_dirty = rc != KOLO_OK; /* retried: an exit must reach the scheduler */
@@ -143,7 +144,8 @@ static void progress_line(kolo_fleet_agent *a) {
   char line[160];
   snprintf(line, sizeof line, "{\"step\":%" PRId64 ",\"total_steps\":%" PRId64 ",\"loss\":%.4f}",
            a->step, a->total, 2.3 / (1.0 + (double)a->step / 50.0));
-  if (kolo_report_progress_merge(&a->progress, line, strlen(line)) == KOLO_OK) a->report_dirty = 1;
+  if (kolo_report_progress_merge(&a->progress, line, strlen(line), NULL, 0) == KOLO_OK)
+    a->report_dirty = 1;
 }
 
 /* The process ended with code (agent.c reap). */
@@ -183,15 +185,15 @@ static int64_t spec_steps(kolo_fleet_agent *a, const char *job) {
 }
 
 /* agent.c start_process: a new process of job at ring (rank me). */
-static void start_process(kolo_fleet_agent *a, const char *job, const kolo_ringspec *ring, int me,
-                          int64_t now) {
+static void start_process(kolo_fleet_agent *a, const char *job, const Kolo__V1__RingRecord *ring,
+                          int me, int64_t now) {
   a->total = spec_steps(a, job);
   snprintf(a->job, sizeof a->job, "%s", job);
   a->running = 1;
   a->leaving = 0;
   a->epoch = ring->epoch;
   a->rank = me;
-  a->size = (int64_t)ring->size;
+  a->size = (int64_t)ring->n_members;
   a->formed_epoch = a->failed_epoch = a->exit_epoch = a->first_formed_epoch = 0;
   a->failed_rank = -1;
   a->failed_status[0] = '\0';
@@ -207,12 +209,13 @@ static void start_process(kolo_fleet_agent *a, const char *job, const kolo_rings
 }
 
 /* agent.c get_ring */
-static int get_ring(kolo_fleet_agent *a, const char *key, kolo_ringspec *ring) {
+static Kolo__V1__RingRecord *get_ring(kolo_fleet_agent *a, const char *key) {
   kolo_etcd_kv kv = {0};
-  if (kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK) return 0;
-  kolo_status rc = kolo_ringspec_decode((const char *)kv.value, kv.value_len, ring);
+  if (kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK) return NULL;
+  Kolo__V1__RingRecord *ring = NULL;
+  kolo_ringspec_read((const char *)kv.value, kv.value_len, &ring, NULL, 0);
   kolo_etcd_kv_clear(&kv);
-  return rc == KOLO_OK;
+  return ring;
 }
 
 /* agent.c drain_marked: an operator's DrainWorker names this registration. */
@@ -225,25 +228,25 @@ static void take_ring(kolo_fleet_agent *a, const char *job, int64_t epoch, const
                       int64_t now) {
   if (!a->running && strcmp(job, a->done_job) == 0 && epoch <= a->done_epoch) return;
   if (a->running && epoch <= a->epoch) return;
-  kolo_ringspec ring;
-  if (!get_ring(a, ring_key, &ring)) return;
-  int me = kolo_ringspec_rank_of(&ring, a->id);
-  int64_t lease = me < 0 ? 0 : ring.members[me].lease;
+  Kolo__V1__RingRecord *ring = get_ring(a, ring_key);
+  if (ring == NULL) return;
+  int me = kolo_ringspec_rank_of(ring, a->id);
+  int64_t lease = me < 0 ? 0 : ring->members[me]->lease;
   int stale = me < 0 || (lease != 0 && a->reg && lease != kolo_membership_lease(a->reg));
   if (stale && !a->running) { /* agent.c stale_member: never this epoch */
     snprintf(a->done_job, sizeof a->done_job, "%s", job);
     a->done_epoch = epoch;
   } else if (!a->running) {
-    start_process(a, job, &ring, me, now);
+    start_process(a, job, ring, me, now);
   } else if (!stale) {
-    a->epoch = ring.epoch;
+    a->epoch = ring->epoch;
     a->rank = me;
-    a->size = (int64_t)ring.size;
+    a->size = (int64_t)ring->n_members;
     write_report(a, now);
     a->form_at = now + a->c.form_ms;
     event(a, "assigned", a->epoch, me);
   }
-  kolo_ringspec_clear(&ring);
+  protobuf_c_message_free_unpacked(&ring->base, NULL);
 }
 
 /* agent.c reconcile: what runs follows the newest assignment. */
@@ -252,10 +255,10 @@ static void reconcile(kolo_fleet_agent *a, int64_t now) {
   char *value = a->assignment ? strdup(a->assignment) : NULL;
   a->changed = 0;
   pthread_mutex_unlock(&a->lock);
-  kolo_assignment as = {0};
-  if (value) kolo_assignment_decode(value, strlen(value), &as);
+  Kolo__V1__Assignment *as = NULL;
+  if (value) kolo_assignment_read(value, strlen(value), &as, NULL, 0);
   free(value);
-  const char *job = as.job;
+  const char *job = as ? as->job : NULL;
   if (a->running && (job == NULL || strcmp(job, a->job) != 0)) {
     int formed = a->formed_epoch == a->epoch && a->form_at == 0;
     if (job == NULL && !a->leaving && formed && (a->draining || drain_marked(a)))
@@ -273,9 +276,9 @@ static void reconcile(kolo_fleet_agent *a, int64_t now) {
     }
     goto out;
   }
-  take_ring(a, job, as.epoch, as.ring, now);
+  take_ring(a, job, as->epoch, as->ring, now);
 out:
-  kolo_assignment_clear(&as);
+  if (as) protobuf_c_message_free_unpacked(&as->base, NULL);
 }
 
 /* The simulated process: forming, a neighbour's loss, steps, exit. */

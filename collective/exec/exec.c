@@ -19,17 +19,28 @@ void kolo_request_message(kolo_request *request, const char *fmt, ...) {
   va_end(args);
 }
 
+/* The caller's allocator (kolo_op_options.alloc) gives memory the caller keeps;
+ * nothing is asked for an empty output, whose zero-byte copies need a non-NULL
+ * address all the same. */
+static void *caller_output(kolo_request *request, size_t count) {
+  static unsigned char empty[1];
+  if (count == 0) return empty;
+  return request->output_alloc(request->output_alloc_context, count);
+}
+
 kolo_status kolo_output_allocate(kolo_exec *ex, kolo_request *request, size_t count) {
   size_t bytes = count * kolo_dtype_size(request->dtype);
-  void *output = malloc(bytes > 0 ? bytes : 1);
+  int caller = request->output_alloc != NULL;
+  void *output = caller ? caller_output(request, count) : malloc(bytes > 0 ? bytes : 1);
   if (output == NULL) {
     kolo_net_fail(ex->ring->net, KOLO_ERR_NO_MEMORY, ex->ring->net->rank,
-                  "rank %d: out of memory for the %zu-byte output of '%s'", ex->ring->net->rank,
-                  bytes, request->name);
+                  "rank %d: %s for the %zu-byte output of '%s'", ex->ring->net->rank,
+                  caller ? "the caller's allocator gave no memory" : "out of memory", bytes,
+                  request->name);
     return KOLO_ERR_NO_MEMORY;
   }
   free(request->output);
-  request->output = output;
+  request->output = caller ? NULL : output;
   request->output_count = count;
   request->recv = output;
   return KOLO_OK;

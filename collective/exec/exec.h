@@ -62,7 +62,9 @@ struct kolo_request {
   const size_t *split_counts; /* reducescatter: per-rank recv counts; alltoall: per-rank
                                * send counts (caller's; NULL = even split) */
   int engine_output;          /* allgather/alltoall with recv == NULL: the engine allocates */
-  void *output;               /* what the engine allocated (handed over by _result) */
+  void *(*output_alloc)(void *, size_t); /* engine_output: the caller's allocator, or NULL */
+  void *output_alloc_context;
+  void *output; /* what the engine allocated (handed over by _result) */
   size_t output_count;
   int last_rank;        /* join: the last rank to join */
   int member_count;     /* all-reduce: 1, or a group's size */

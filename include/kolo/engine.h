@@ -44,8 +44,10 @@ typedef struct kolo_result {
   kolo_status status;
   /* why it failed ("tensor 'fc1.weight': count 10 on ranks 0,2 but 12 on rank 1"); "" on success */
   char message[KOLO_RESULT_MESSAGE_BYTES];
-  /* output the engine allocated (allgather/alltoall submitted with recv == NULL):
-   * output_count elements, owned by the caller from now on, freed with kolo_free */
+  /* output the engine allocated (allgather/alltoall submitted with recv == NULL and
+   * no kolo_op_options.alloc): output_count elements, owned by the caller from now
+   * on, freed with kolo_free. With alloc given: NULL, and output_count elements
+   * were written to the memory alloc returned. */
   void *output;
   size_t output_count;
   /* kolo_join_async: the last rank that joined; -1 otherwise */

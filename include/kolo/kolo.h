@@ -198,6 +198,17 @@ typedef struct kolo_op_options {
   double prescale;
   double postscale;
   int process_set; /* reserved for process sets on one communicator: must be 0 */
+  /* All-gather and all-to-all with recv == NULL: who provides the output. NULL:
+   * libkolo allocates it (kolo_result.output, the caller's to kolo_free). Else
+   * alloc(alloc_context, count) is called once the output's element count is known
+   * (the sizes only the ring learns), on the thread that runs the operation, and
+   * only when count > 0: it returns memory for count elements of the operation's
+   * dtype that stays the caller's (kolo_result.output is then NULL and
+   * output_count tells the count), or NULL, which fails the operation as an
+   * allocation failure inside libkolo does (KOLO_ERR_NO_MEMORY). It must not call
+   * libkolo. Host memory only. */
+  void *(*alloc)(void *alloc_context, size_t count);
+  void *alloc_context;
 } kolo_op_options;
 
 kolo_status kolo_allreduce_submit(kolo_comm *comm, const void *send, void *recv, size_t count,
@@ -269,6 +280,8 @@ static inline kolo_op_options kolo_op_options_of(const char *name, unsigned flag
   options.prescale = 1.0;
   options.postscale = 1.0;
   options.process_set = 0;
+  options.alloc = NULL;
+  options.alloc_context = NULL;
   return options;
 }
 

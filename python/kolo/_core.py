@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _abi, _lib
 from ._runtime import RUNTIME, Runtime, current_scope, in_scope
@@ -77,14 +77,24 @@ class View:
         return self.stream is not None
 
 
-def _options(name: Optional[bytes], *views: "View", prescale: float = 1.0, postscale: float = 1.0) -> Any:
+Allocator = Callable[[int], Tuple[Any, int]]
+"""count -> (the object that owns the memory, its address): an output of count
+elements of the operation's dtype in host memory (a numpy array, a tensor)."""
+
+
+def _options(
+    name: Optional[bytes], *views: "View", prescale: float = 1.0, postscale: float = 1.0, alloc: Any = None
+) -> Any:
     """The kolo_op_options of one operation on views: named on the host; on CUDA
     memory stream-ordered (KOLO_OP_STREAM, after the views' stream) and unnamed.
-    Every view of one operation lives on the same side."""
+    Every view of one operation lives on the same side. alloc: an _lib.ALLOC_FN
+    giving the output (all-gather, all-to-all into memory Python allocates)."""
     devices = {v.on_device for v in views}
     if len(devices) != 1:
         raise ValueError("kolo: an operation's tensors must all be on the host or all on the GPU")
     options = _lib.OpOptions(prescale=float(prescale), postscale=float(postscale))
+    if alloc is not None:
+        options.alloc = alloc
     if views[0].on_device:
         options.flags = _abi.KOLO_OP_STREAM
         options.cuda_stream = views[0].stream or None
@@ -168,10 +178,28 @@ class Request:
         self.lock = threading.Lock()
         self.done = False
         self.error: Optional[KoloError] = None
-        self.output: Optional[bytearray] = None
+        self.output: Any = None  # libkolo's output as a bytearray, or what an Allocator made
         self.output_count = 0
         self.output_dtype = UINT8
         self.last_rank = -1
+        self.alloc_error: Optional[BaseException] = None
+
+    def allocator(self, allocate: "Allocator") -> Any:
+        """A kolo_op_options.alloc that calls allocate(count) on libkolo's thread
+        once the output's element count is known and keeps what it made as
+        self.output. An exception cannot cross into C: it fails the operation
+        (NULL) and becomes the cause of the request's error."""
+
+        def call(_context: Any, count: int) -> Optional[int]:
+            try:
+                owner, address = allocate(count)
+            except BaseException as error:  # noqa: B902 (re-raised by result())
+                self.alloc_error = error
+                return None
+            self.output, self.output_count = owner, count
+            return address or None
+
+        return _lib.ALLOC_FN(call)
 
     def submitted(self, code: int) -> "Request":
         """Takes the submit call's status; raises if it failed."""
@@ -199,6 +227,7 @@ class Request:
             try:
                 self.runtime.check(code, self.what, message)
             except KoloError as error:
+                error.__cause__ = self.alloc_error
                 self.error = error
         self.keep = None
 
@@ -331,16 +360,24 @@ def submit_grouped_allreduce(
 
 
 def submit_allgather(
-    name: bytes, send: View, recv: Optional[View], recv_counts: Any, runtime: Runtime = RUNTIME
+    name: bytes,
+    send: View,
+    recv: Optional[View],
+    recv_counts: Any,
+    runtime: Runtime = RUNTIME,
+    *,
+    allocate: Optional[Allocator] = None,
 ) -> Request:
-    """recv None: libkolo allocates the output (Request.output; host memory only).
-    recv_counts: a ctypes size_t array of size entries, or None."""
+    """recv None: the output is allocated once its size is known (host memory
+    only), by allocate when given (Request.output is what it returned), else by
+    libkolo and copied into a bytearray. recv_counts: a ctypes size_t array of size
+    entries, or None."""
     comm = runtime.require()
-    request = Request(
-        "allgather %s" % name.decode(errors="replace"), (send.keep, recv.keep if recv else None, recv_counts), runtime
-    )
+    request = Request("allgather %s" % name.decode(errors="replace"), None, runtime)
+    alloc = request.allocator(allocate) if allocate is not None and recv is None else None
+    request.keep = (send.keep, recv.keep if recv else None, recv_counts, alloc)
     request.output_dtype = send.dtype
-    options = _options(name, send, recv) if recv is not None else _options(name, send)
+    options = _options(name, send, recv) if recv is not None else _options(name, send, alloc=alloc)
     code = lib.kolo_allgather_submit(
         comm,
         _ptr(send.ptr),
@@ -387,12 +424,22 @@ def submit_reducescatter(
 
 
 def submit_alltoall(
-    name: bytes, send: View, send_counts: List[int], recv_counts: Any, runtime: Runtime = RUNTIME
+    name: bytes,
+    send: View,
+    send_counts: List[int],
+    recv_counts: Any,
+    runtime: Runtime = RUNTIME,
+    *,
+    allocate: Optional[Allocator] = None,
 ) -> Request:
-    """send_counts[r] elements go to rank r; libkolo allocates the output (host memory only)."""
+    """send_counts[r] elements go to rank r; the output (host memory only) is
+    allocated once its size is known, by allocate when given, else by libkolo (as
+    submit_allgather's)."""
     comm = runtime.require()
     c_send_counts = (ctypes.c_size_t * len(send_counts))(*send_counts)
-    request = Request("alltoall %s" % name.decode(errors="replace"), (send.keep, c_send_counts, recv_counts), runtime)
+    request = Request("alltoall %s" % name.decode(errors="replace"), None, runtime)
+    alloc = request.allocator(allocate) if allocate is not None else None
+    request.keep = (send.keep, c_send_counts, recv_counts, alloc)
     request.output_dtype = send.dtype
     code = lib.kolo_alltoall_submit(
         comm,
@@ -402,7 +449,7 @@ def submit_alltoall(
         0,
         recv_counts,
         send.dtype,
-        _options(name, send),
+        _options(name, send, alloc=alloc),
         ctypes.byref(request.handle),
     )
     return request.submitted(code)

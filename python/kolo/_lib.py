@@ -107,8 +107,13 @@ class Result(ctypes.Structure):
     ]
 
 
+ALLOC_FN = ctypes.CFUNCTYPE(c_void_p, c_void_p, c_size_t)
+"""kolo_op_options.alloc: (context, element count) -> address of the output, or NULL."""
+
+
 class OpOptions(ctypes.Structure):
-    """kolo_op_options (kolo.h): how one operation runs (name, stream, flags, scale factors)."""
+    """kolo_op_options (kolo.h): how one operation runs (name, stream, flags, scale
+    factors, who allocates an output whose size only the ring learns)."""
 
     _fields_ = [
         ("name", c_char_p),
@@ -117,6 +122,8 @@ class OpOptions(ctypes.Structure):
         ("prescale", c_double),
         ("postscale", c_double),
         ("process_set", c_int),
+        ("alloc", ALLOC_FN),
+        ("alloc_context", c_void_p),
     ]
 
 

@@ -5,7 +5,7 @@ module for) uses the same calls. Out-of-place calls return new numpy arrays;
 the `_` forms work in place and need C-contiguous writable memory."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -50,6 +50,22 @@ def _view(array: np.ndarray) -> _core.View:
     if not array.flags.c_contiguous:
         raise ValueError("kolo: an in-place operation needs a C-contiguous array (use np.ascontiguousarray)")
     return _core.View(array.ctypes.data if array.size else 0, int(array.size), _DTYPES[array.dtype], array)
+
+
+def _allocate_flat(dtype: np.dtype) -> _core.Allocator:
+    """An output of count elements that libkolo writes into directly, made once
+    the ring knows count (all-gather, all-to-all)."""
+
+    def allocate(count: int) -> Tuple[np.ndarray, int]:
+        flat = np.empty(count, dtype=dtype)
+        return flat, flat.ctypes.data
+
+    return allocate
+
+
+def _output(request: _core.Request, dtype: np.dtype) -> np.ndarray:
+    """What _allocate_flat made for request (nothing was asked for an empty output)."""
+    return request.output if request.output is not None else np.empty(0, dtype)
 
 
 def _contiguous(value: Any) -> np.ndarray:
@@ -121,13 +137,10 @@ def allgather_async(array: Any, name: Optional[str] = None) -> Handle:
         return data.reshape((sum(_shapes.rows(records)),) + source.shape[1:])
 
     counts = _core.size_array(size)
-    data_request = _core.submit_allgather(raw, _view(source), None, counts)
+    data_request = _core.submit_allgather(raw, _view(source), None, counts, allocate=_allocate_flat(source.dtype))
 
     def finish() -> np.ndarray:
-        flat = (
-            np.frombuffer(data_request.output, dtype=source.dtype) if data_request.output else np.empty(0, source.dtype)
-        )
-        return build(flat)
+        return build(_output(data_request, source.dtype))
 
     return Handle([shape_request, data_request], finish, what)
 
@@ -193,12 +206,14 @@ def alltoall_async(array: Any, splits: Optional[Sequence[int]] = None, name: Opt
     counts = _core.size_array(size)
     raw = _core.op_name("alltoall", name)
     shape_request, gathered = _shapes.submit(raw, source.shape, _DTYPES[source.dtype])
-    request = _core.submit_alltoall(raw, _view(source), [n * row for n in rows], counts)
+    request = _core.submit_alltoall(
+        raw, _view(source), [n * row for n in rows], counts, allocate=_allocate_flat(source.dtype)
+    )
     what = "alltoall %s" % raw.decode()
 
     def finish() -> np.ndarray:
         _shapes.check_compatible(what, _shapes.decode(gathered, size))
-        flat = np.frombuffer(request.output, dtype=source.dtype) if request.output else np.empty(0, source.dtype)
+        flat = _output(request, source.dtype)
         return flat.reshape((-1,) + source.shape[1:]) if row else flat.reshape((0,) + source.shape[1:])
 
     return Handle([shape_request, request], finish, what)

@@ -2,9 +2,9 @@
  * per-epoch ring record (coordination/ringspec.c), a worker's membership record
  * (coordination/membership.c), a drain mark (coordination/drain.c), an assignment
  * (coordination/assignment.c) and an agent's report (coordination/report.c). Input: one byte
- * choosing the record, then JSON. Properties: no crash or leak; a ring record that decodes
+ * choosing the record, then JSON. Properties: no crash or leak; a ring record that reads
  * validates, re-encodes and decodes again to the same encoding; an assignment or a report
- * that decodes re-encodes and reads back the same. */
+ * that decodes re-encodes and reads back the same (what is read also validates). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,23 +21,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t len = size - 1;
   switch (data[0] % 5) {
     case 0: {
-      kolo_ringspec spec;
-      memset(&spec, 0, sizeof spec);
-      if (kolo_ringspec_decode(text, len, &spec) != KOLO_OK) break;
+      Kolo__V1__RingRecord *spec = NULL, *again = NULL;
+      char err[256];
+      if (kolo_ringspec_read(text, len, &spec, err, sizeof err) != KOLO_OK) break;
+      if (kolo_ringspec_validate(spec, err, sizeof err) != KOLO_OK) abort();
       char *first = NULL, *second = NULL;
-      if (kolo_ringspec_encode(&spec, &first) != KOLO_OK) abort();
-      kolo_ringspec again;
-      memset(&again, 0, sizeof again);
-      if (kolo_ringspec_decode(first, strlen(first), &again) != KOLO_OK) abort();
-      if (kolo_ringspec_encode(&again, &second) != KOLO_OK || strcmp(first, second) != 0) {
+      if (kolo_ringspec_write(spec, &first, err, sizeof err) != KOLO_OK) abort();
+      if (kolo_ringspec_read(first, strlen(first), &again, err, sizeof err) != KOLO_OK) abort();
+      if (kolo_ringspec_write(again, &second, err, sizeof err) != KOLO_OK ||
+          strcmp(first, second) != 0) {
         fprintf(stderr, "ring record not a fixed point:\n%s\n%s\n", first,
                 second ? second : "(null)");
         abort();
       }
       free(first);
       free(second);
-      kolo_ringspec_clear(&again);
-      kolo_ringspec_clear(&spec);
+      protobuf_c_message_free_unpacked(&again->base, NULL);
+      protobuf_c_message_free_unpacked(&spec->base, NULL);
       break;
     }
     case 1: {
@@ -47,31 +47,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     }
     case 3: {
-      kolo_assignment a;
-      if (kolo_assignment_decode(text, len, &a) != KOLO_OK) break;
+      Kolo__V1__Assignment *a = NULL, *back = NULL;
+      char err[256];
+      if (kolo_assignment_read(text, len, &a, err, sizeof err) != KOLO_OK) break;
       char *json = NULL;
-      kolo_assignment back;
-      if (kolo_assignment_encode(&a, &json) != KOLO_OK ||
-          kolo_assignment_decode(json, strlen(json), &back) != KOLO_OK ||
-          strcmp(back.job, a.job) != 0 || back.epoch != a.epoch || back.rank != a.rank)
+      /* what was read passes the rules, and writes and reads back the same */
+      if (kolo_assignment_validate(a, err, sizeof err) != KOLO_OK ||
+          kolo_assignment_write(a, &json, err, sizeof err) != KOLO_OK ||
+          kolo_assignment_read(json, strlen(json), &back, err, sizeof err) != KOLO_OK ||
+          strcmp(back->job, a->job) != 0 || strcmp(back->ring, a->ring) != 0 ||
+          back->epoch != a->epoch || back->rank != a->rank)
         abort();
-      kolo_assignment_clear(&back);
-      kolo_assignment_clear(&a);
+      protobuf_c_message_free_unpacked(&back->base, NULL);
+      protobuf_c_message_free_unpacked(&a->base, NULL);
       free(json);
       break;
     }
     case 4: {
-      kolo_report r;
-      if (kolo_report_decode(text, len, &r) != KOLO_OK) break;
+      Kolo__V1__AgentReport *r = NULL, *back = NULL;
+      char err[256];
+      if (kolo_report_read(text, len, &r, err, sizeof err) != KOLO_OK) break;
+      if (kolo_report_validate(r, err, sizeof err) != KOLO_OK) abort();
       char *json = NULL;
-      kolo_report back;
-      /* a report that decodes with a worker re-encodes and reads back the same */
-      if (r.worker && (kolo_report_encode(&r, &json) != KOLO_OK ||
-                       kolo_report_decode(json, strlen(json), &back) != KOLO_OK ||
-                       back.exit_code != r.exit_code || back.failed_rank != r.failed_rank))
+      /* a report that reads with a worker writes and reads back the same */
+      if (r->worker && (kolo_report_write(r, &json, err, sizeof err) != KOLO_OK ||
+                        kolo_report_read(json, strlen(json), &back, err, sizeof err) != KOLO_OK ||
+                        back->exit_code != r->exit_code || back->failed_rank != r->failed_rank ||
+                        back->hello != r->hello || strcmp(back->worker, r->worker) != 0))
         abort();
-      if (r.worker) kolo_report_clear(&back);
-      kolo_report_clear(&r);
+      if (back) protobuf_c_message_free_unpacked(&back->base, NULL);
+      protobuf_c_message_free_unpacked(&r->base, NULL);
       free(json);
       break;
     }

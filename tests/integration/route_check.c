@@ -1,7 +1,9 @@
 /* The single route (issue 31) under kolorun, on every rank: kolo_op_options that
  * libkolo must refuse (a process set, unknown flags, a named barrier), an unnamed
  * all-reduce with prescale/postscale (before #31 only named ones scaled), an
- * unnamed all-gather into memory libkolo allocates, and the blocking call as
+ * unnamed all-gather into memory libkolo allocates, all-gathers and an all-to-all
+ * into memory the caller's allocator gives once the size is known (asked only for
+ * a non-empty output), and the blocking call as
  * submit (KOLO_OP_BLOCKING) + kolo_wait on the same request. Exit 0 when every
  * rank saw what it should. */
 #include <stdio.h>
@@ -81,6 +83,68 @@ static void check_allocated_allgather(kolo_comm *comm, int rank, int size) {
   kolo_free(result.output);
 }
 
+/* The caller's allocator (kolo_op_options.alloc): hands out its buffer once and
+ * remembers the count it was asked for. */
+typedef struct arena {
+  int32_t buffer[4096];
+  size_t asked;
+  int calls;
+} arena;
+
+static void *arena_alloc(void *context, size_t count) {
+  arena *a = context;
+  a->calls++;
+  a->asked = count;
+  return count <= 4096 ? a->buffer : NULL;
+}
+
+/* Each rank gives rank+1 int32 values (none with empty); the output lands in the
+ * caller's memory and libkolo hands back none of its own. */
+static void check_caller_allgather(kolo_comm *comm, int rank, int size, int empty) {
+  int32_t send[64];
+  for (int i = 0; i <= rank; i++) send[i] = rank * 100 + i;
+  arena a = {.calls = 0};
+  kolo_op_options options = {.alloc = arena_alloc, .alloc_context = &a};
+  kolo_request *request = NULL;
+  kolo_result result;
+  size_t mine = empty ? 0 : (size_t)rank + 1;
+  expect(kolo_allgather_submit(comm, send, mine, NULL, 0, NULL, KOLO_INT32, &options, &request) ==
+             KOLO_OK,
+         "all-gather into the caller's memory submitted");
+  expect(kolo_wait_result(request, &result) == KOLO_OK, "all-gather into the caller's memory");
+  size_t want = empty ? 0 : (size_t)size * (size_t)(size + 1) / 2, at = 0;
+  expect(result.output == NULL && result.output_count == want, "caller's all-gather: no output");
+  expect(a.calls == (want > 0) && a.asked == want, "the allocator is asked once, for the count");
+  for (int r = 0; r < size && !empty; r++) {
+    for (int i = 0; i <= r; i++) expect(a.buffer[at++] == r * 100 + i, "caller's all-gather value");
+  }
+}
+
+/* Rank r sends r+1 values to every rank: each receives size(size+1)/2 values. */
+static void check_caller_alltoall(kolo_comm *comm, int rank, int size) {
+  int32_t send[64 * 64];
+  size_t counts[64], received[64];
+  for (int to = 0, at = 0; to < size; to++) {
+    counts[to] = (size_t)rank + 1;
+    for (int i = 0; i <= rank; i++) send[at++] = rank * 1000 + to * 10 + i;
+  }
+  arena a = {.calls = 0};
+  kolo_op_options options = {.name = "route_check.a2a", .alloc = arena_alloc, .alloc_context = &a};
+  kolo_request *request = NULL;
+  kolo_result result;
+  expect(kolo_alltoall_submit(comm, send, counts, NULL, 0, received, KOLO_INT32, &options,
+                              &request) == KOLO_OK,
+         "all-to-all into the caller's memory submitted");
+  expect(kolo_wait_result(request, &result) == KOLO_OK, "all-to-all into the caller's memory");
+  size_t want = (size_t)size * (size_t)(size + 1) / 2, at = 0;
+  expect(result.output == NULL && result.output_count == want && a.calls == 1 && a.asked == want,
+         "caller's all-to-all: asked once for the count, no output of libkolo's");
+  for (int r = 0; r < size; r++) {
+    expect(received[r] == (size_t)r + 1, "caller's all-to-all received count");
+    for (int i = 0; i <= r; i++) expect(a.buffer[at++] == r * 1000 + rank * 10 + i, "a2a value");
+  }
+}
+
 int main(void) {
   kolo_comm *comm = NULL;
   if (kolo_comm_create_from_env(&comm) != KOLO_OK) {
@@ -92,6 +156,9 @@ int main(void) {
   check_refusals(comm);
   check_scaled_unnamed(comm, rank, size);
   check_allocated_allgather(comm, rank, size);
+  check_caller_allgather(comm, rank, size, 0);
+  check_caller_allgather(comm, rank, size, 1);
+  check_caller_alltoall(comm, rank, size);
   int64_t mine = failures, total = 0;
   if (kolo_allreduce(comm, &mine, &total, 1, KOLO_INT64, KOLO_SUM) != KOLO_OK) total = 1;
   if (rank == 0) printf("route_check: %d ranks, %lld failures\n", size, (long long)total);

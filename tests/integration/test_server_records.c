@@ -130,10 +130,12 @@ static void assert_same_snapshot(const kolo_sched_snapshot *a, const kolo_sched_
   assert_int_equal(a->n_assigns, b->n_assigns);
   for (size_t i = 0; i < a->n_assigns; i++) {
     assert_string_equal(a->assigns[i].worker_id, b->assigns[i].worker_id);
-    assert_string_equal(a->assigns[i].a.job ? a->assigns[i].a.job : "",
-                        b->assigns[i].a.job ? b->assigns[i].a.job : "");
-    assert_int_equal(a->assigns[i].a.epoch, b->assigns[i].a.epoch);
-    assert_int_equal(a->assigns[i].a.rank, b->assigns[i].a.rank);
+    assert_string_equal(a->assigns[i].job, b->assigns[i].job);
+    assert_int_equal(a->assigns[i].a == NULL, b->assigns[i].a == NULL);
+    if (a->assigns[i].a) {
+      assert_int_equal(a->assigns[i].a->epoch, b->assigns[i].a->epoch);
+      assert_int_equal(a->assigns[i].a->rank, b->assigns[i].a->rank);
+    }
   }
   assert_int_equal(a->n_jobs, b->n_jobs);
   for (size_t i = 0; i < a->n_jobs; i++) {
@@ -147,17 +149,18 @@ static void assert_same_snapshot(const kolo_sched_snapshot *a, const kolo_sched_
     assert_int_equal(x->n_reports, y->n_reports); /* the same reports, decoded alike */
     for (size_t r = 0; r < x->n_reports; r++) {
       assert_string_equal(x->reports[r].worker_id, y->reports[r].worker_id);
-      assert_int_equal(x->reports[r].r.time_unix_ms, y->reports[r].r.time_unix_ms);
-      assert_int_equal(x->reports[r].r.formed_epoch, y->reports[r].r.formed_epoch);
-      assert_int_equal(x->reports[r].r.exit_code, y->reports[r].r.exit_code);
-      assert_int_equal(x->reports[r].r.progress == NULL, y->reports[r].r.progress == NULL);
-      if (x->reports[r].r.progress)
-        assert_true(same_message(&x->reports[r].r.progress->base, &y->reports[r].r.progress->base));
+      assert_int_equal(x->reports[r].r->time_unix_ms, y->reports[r].r->time_unix_ms);
+      assert_int_equal(x->reports[r].r->formed_epoch, y->reports[r].r->formed_epoch);
+      assert_int_equal(x->reports[r].r->exit_code, y->reports[r].r->exit_code);
+      assert_int_equal(x->reports[r].r->progress == NULL, y->reports[r].r->progress == NULL);
+      if (x->reports[r].r->progress)
+        assert_true(
+            same_message(&x->reports[r].r->progress->base, &y->reports[r].r->progress->base));
     }
     assert_int_equal(x->n_rings, y->n_rings);
     for (size_t r = 0; r < x->n_rings; r++) {
-      assert_int_equal(x->rings[r].epoch, y->rings[r].epoch);
-      assert_int_equal(x->rings[r].size, y->rings[r].size);
+      assert_int_equal(x->rings[r]->epoch, y->rings[r]->epoch);
+      assert_int_equal(x->rings[r]->n_members, y->rings[r]->n_members);
     }
   }
 }

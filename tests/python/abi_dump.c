@@ -96,6 +96,8 @@ static void print_structs(void) {
   FIELD(kolo_op_options, prescale);
   FIELD(kolo_op_options, postscale);
   FIELD(kolo_op_options, process_set);
+  FIELD(kolo_op_options, alloc);
+  FIELD(kolo_op_options, alloc_context);
   STRUCT(kolo_split_options);
   FIELD(kolo_split_options, ranks);
   FIELD(kolo_split_options, n_ranks);

@@ -88,3 +88,9 @@ def test_init_after_shutdown_forms_the_ring_again(ranks):
 def test_sync_batch_norm_normalises_by_the_global_batch_as_batch_norm_on_all_of_it(ranks):
     result = kolotest.kolorun(ranks, kolotest.worker("syncbn_check.py"), timeout=120)
     assert len(result.values("OK")) == ranks, result
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_allgather_and_alltoall_outputs_are_the_memory_python_allocated_once_the_size_is_known(ranks):
+    result = kolotest.kolorun(ranks, kolotest.worker("python_output.py"), timeout=120, check=False)
+    assert result.values("OK") == {r: "11" for r in range(ranks)}, result

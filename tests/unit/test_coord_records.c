@@ -19,20 +19,46 @@
 #include "coordination/report.h"
 #include "coordination/ringspec.h"
 
-static void sample(kolo_ringspec *s, kolo_ringspec_member *members, kolo_ringspec_lost *lost) {
-  memset(s, 0, sizeof *s);
-  members[0] = (kolo_ringspec_member){"w1", "node-a", "10.0.0.5:7100", 0, 2, 1, 0};
-  members[1] = (kolo_ringspec_member){"w2", "node-a", "[fe80::1]:7100", 1, 2, 3, 0};
-  members[2] = (kolo_ringspec_member){"w3", "node-b", "node-3.cluster:7100", 0, 1, 4, 0};
-  lost[0] = (kolo_ringspec_lost){"w9", "its lease expired"};
+/* A ring record built in memory (strings borrowed), as the scheduler builds one. */
+typedef struct sample_ring {
+  Kolo__V1__RingRecord r;
+  Kolo__V1__RingMember members[3];
+  Kolo__V1__RingMember *member_ptrs[3];
+  Kolo__V1__RingLost lost[1];
+  Kolo__V1__RingLost *lost_ptrs[1];
+} sample_ring;
+
+static void member_of(Kolo__V1__RingMember *m, const char *id, const char *host,
+                      const char *address, int64_t local_rank, int64_t local_size, int64_t since) {
+  kolo__v1__ring_member__init(m);
+  m->worker_id = (char *)id;
+  m->host = (char *)host;
+  m->address = (char *)address;
+  m->local_rank = local_rank;
+  m->local_size = local_size;
+  m->since_epoch = since;
+}
+
+static void sample(sample_ring *t) {
+  memset(t, 0, sizeof *t);
+  member_of(&t->members[0], "w1", "node-a", "10.0.0.5:7100", 0, 2, 1);
+  member_of(&t->members[1], "w2", "node-a", "[fe80::1]:7100", 1, 2, 3);
+  member_of(&t->members[2], "w3", "node-b", "node-3.cluster:7100", 0, 1, 4);
+  for (int i = 0; i < 3; i++) t->member_ptrs[i] = &t->members[i];
+  kolo__v1__ring_lost__init(&t->lost[0]);
+  t->lost[0].worker_id = "w9";
+  t->lost[0].why = "its lease expired";
+  t->lost_ptrs[0] = &t->lost[0];
+  Kolo__V1__RingRecord *s = &t->r;
+  kolo__v1__ring_record__init(s);
   s->job = "job-1";
   s->epoch = 4;
   s->timeout_ms = 30000;
   s->secret = "0123456789abcdef0123456789abcdef";
-  s->size = 3;
-  s->members = members;
+  s->n_members = 3;
+  s->members = t->member_ptrs;
   s->n_lost = 1;
-  s->lost = lost;
+  s->lost = t->lost_ptrs;
 }
 
 /* The exact bytes the scheduler wrote before the codec owned the record: readers of
@@ -51,40 +77,40 @@ static const char documented[] =
 
 static void a_ring_record_round_trips_and_has_the_documented_shape(void **state) {
   (void)state;
-  kolo_ringspec s;
-  kolo_ringspec_member members[3];
-  kolo_ringspec_lost lost[1];
-  sample(&s, members, lost);
+  sample_ring t;
+  sample(&t);
+  Kolo__V1__RingMember *members = t.members;
+  char err[256] = "";
   for (int planned = 0; planned < 2; planned++) {
-    s.planned = planned;
+    t.r.planned = planned;
     char *json = NULL;
-    assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_OK);
+    assert_int_equal(kolo_ringspec_write(&t.r, &json, err, sizeof err), KOLO_OK);
     char expected[sizeof documented + 32];
     snprintf(expected, sizeof expected, "%.*s%s", (int)strlen(documented) - 1, documented,
              planned ? ",\"planned\":true}" : "}");
     assert_string_equal(json, expected);
-    kolo_ringspec back;
-    assert_int_equal(kolo_ringspec_decode(json, strlen(json), &back), KOLO_OK);
-    assert_string_equal(back.job, "job-1");
-    assert_int_equal(back.epoch, 4);
-    assert_int_equal(back.timeout_ms, 30000);
-    assert_string_equal(back.secret, s.secret);
-    assert_int_equal(back.size, 3);
+    Kolo__V1__RingRecord *back = NULL;
+    assert_int_equal(kolo_ringspec_read(json, strlen(json), &back, err, sizeof err), KOLO_OK);
+    assert_string_equal(back->job, "job-1");
+    assert_int_equal(back->epoch, 4);
+    assert_int_equal(back->timeout_ms, 30000);
+    assert_string_equal(back->secret, t.r.secret);
+    assert_int_equal(back->n_members, 3);
     for (int r = 0; r < 3; r++) {
-      assert_string_equal(back.members[r].worker_id, members[r].worker_id);
-      assert_string_equal(back.members[r].host, members[r].host);
-      assert_string_equal(back.members[r].address, members[r].address);
-      assert_int_equal(back.members[r].local_rank, members[r].local_rank);
-      assert_int_equal(back.members[r].local_size, members[r].local_size);
-      assert_int_equal(back.members[r].since_epoch, members[r].since_epoch);
+      assert_string_equal(back->members[r]->worker_id, members[r].worker_id);
+      assert_string_equal(back->members[r]->host, members[r].host);
+      assert_string_equal(back->members[r]->address, members[r].address);
+      assert_int_equal(back->members[r]->local_rank, members[r].local_rank);
+      assert_int_equal(back->members[r]->local_size, members[r].local_size);
+      assert_int_equal(back->members[r]->since_epoch, members[r].since_epoch);
     }
-    assert_int_equal(back.n_lost, 1);
-    assert_string_equal(back.lost[0].worker_id, "w9");
-    assert_string_equal(back.lost[0].why, "its lease expired");
-    assert_int_equal(back.planned, planned);
-    assert_int_equal(kolo_ringspec_rank_of(&back, "w3"), 2);
-    assert_int_equal(kolo_ringspec_rank_of(&back, "w9"), -1);
-    kolo_ringspec_clear(&back);
+    assert_int_equal(back->n_lost, 1);
+    assert_string_equal(back->lost[0]->worker_id, "w9");
+    assert_string_equal(back->lost[0]->why, "its lease expired");
+    assert_int_equal(back->planned, planned);
+    assert_int_equal(kolo_ringspec_rank_of(back, "w3"), 2);
+    assert_int_equal(kolo_ringspec_rank_of(back, "w9"), -1);
+    protobuf_c_message_free_unpacked(&back->base, NULL);
     free(json);
   }
 }
@@ -102,19 +128,20 @@ static void a_ring_record_written_the_old_way_is_read(void **state) {
            (int)(lease - documented), documented, lease + strlen("\"since_epoch\":3}"));
   const char *old[] = {documented, text, leased};
   for (int i = 0; i < 3; i++) {
-    kolo_ringspec back;
-    assert_int_equal(kolo_ringspec_decode(old[i], strlen(old[i]), &back), KOLO_OK);
-    assert_string_equal(back.job, "job-1");
-    assert_int_equal(back.size, 3);
-    assert_string_equal(back.members[2].address, "node-3.cluster:7100");
-    assert_int_equal(back.members[1].since_epoch, 3);
-    assert_int_equal(back.members[1].lease, i == 2 ? 7587892 : 0);
-    assert_int_equal(back.planned, i == 1);
+    Kolo__V1__RingRecord *back = NULL;
+    char err[256] = "";
+    assert_int_equal(kolo_ringspec_read(old[i], strlen(old[i]), &back, err, sizeof err), KOLO_OK);
+    assert_string_equal(back->job, "job-1");
+    assert_int_equal(back->n_members, 3);
+    assert_string_equal(back->members[2]->address, "node-3.cluster:7100");
+    assert_int_equal(back->members[1]->since_epoch, 3);
+    assert_int_equal(back->members[1]->lease, i == 2 ? 7587892 : 0);
+    assert_int_equal(back->planned, i == 1);
     char *again = NULL;
-    assert_int_equal(kolo_ringspec_encode(&back, &again), KOLO_OK);
+    assert_int_equal(kolo_ringspec_write(back, &again, err, sizeof err), KOLO_OK);
     assert_string_equal(again, old[i]);
     free(again);
-    kolo_ringspec_clear(&back);
+    protobuf_c_message_free_unpacked(&back->base, NULL);
   }
 }
 
@@ -122,25 +149,25 @@ static void a_ring_record_written_the_old_way_is_read(void **state) {
  * when known and read back; absent (older records) it is 0; a bad one is refused. */
 static void a_member_s_lease_round_trips_and_is_optional(void **state) {
   (void)state;
-  kolo_ringspec s;
-  kolo_ringspec_member members[3];
-  kolo_ringspec_lost lost[1];
-  sample(&s, members, lost);
+  sample_ring t;
+  sample(&t);
+  Kolo__V1__RingMember *members = t.members;
+  char err[256] = "";
   members[1].lease = 0x1fc4a231861dcb16;
   char *json = NULL;
-  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_OK);
+  assert_int_equal(kolo_ringspec_write(&t.r, &json, err, sizeof err), KOLO_OK);
   assert_non_null(strstr(json, "\"since_epoch\":3,\"lease\":2289132844198251286}"));
   assert_null(
       strstr(strstr(json, "\"lease\"") + 1, "\"lease\"")); /* members without one have none */
-  kolo_ringspec back;
-  assert_int_equal(kolo_ringspec_decode(json, strlen(json), &back), KOLO_OK);
-  assert_int_equal(back.members[0].lease, 0);
-  assert_int_equal(back.members[1].lease, 0x1fc4a231861dcb16);
-  assert_int_equal(back.members[2].lease, 0);
-  kolo_ringspec_clear(&back);
+  Kolo__V1__RingRecord *back = NULL;
+  assert_int_equal(kolo_ringspec_read(json, strlen(json), &back, err, sizeof err), KOLO_OK);
+  assert_int_equal(back->members[0]->lease, 0);
+  assert_int_equal(back->members[1]->lease, 0x1fc4a231861dcb16);
+  assert_int_equal(back->members[2]->lease, 0);
+  protobuf_c_message_free_unpacked(&back->base, NULL);
   free(json);
   members[1].lease = -1;
-  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_ringspec_write(&t.r, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
   assert_null(json);
   const char *bad[] = {"-5", "\"7\"", "1.5"};
   for (size_t i = 0; i < 3; i++) {
@@ -152,9 +179,10 @@ static void a_member_s_lease_round_trips_and_is_optional(void **state) {
         "\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_rank\":0,\"local_size\":1,"
         "\"since_epoch\":1,\"lease\":%s}],\"lost\":[]}",
         bad[i]);
-    kolo_ringspec out;
-    assert_int_not_equal(kolo_ringspec_decode(text, strlen(text), &out), KOLO_OK);
-    assert_non_null(strstr(kolo_etcd_last_error(), "'lease' of member 0"));
+    Kolo__V1__RingRecord *out = NULL;
+    assert_int_not_equal(kolo_ringspec_read(text, strlen(text), &out, err, sizeof err), KOLO_OK);
+    assert_non_null(strstr(err, "'lease' of member 0"));
+    assert_null(out);
   }
 }
 
@@ -165,12 +193,12 @@ static void unknown_fields_are_ignored_and_an_empty_lost_list_is_fine(void **sta
       "\"members\":[{\"worker_id\":\"w\",\"rank\":0,\"host\":\"h\",\"address\":\"h:1\",\"local_"
       "rank\":0,"
       "\"local_size\":1,\"since_epoch\":1,\"gpu\":\"x\"}],\"lost\":[]}";
-  kolo_ringspec out;
-  assert_int_equal(kolo_ringspec_decode(json, strlen(json), &out), KOLO_OK);
-  assert_int_equal(out.size, 1);
-  assert_int_equal(out.n_lost, 0);
-  assert_int_equal(out.planned, 0);
-  kolo_ringspec_clear(&out);
+  Kolo__V1__RingRecord *out = NULL;
+  assert_int_equal(kolo_ringspec_read(json, strlen(json), &out, NULL, 0), KOLO_OK);
+  assert_int_equal(out->n_members, 1);
+  assert_int_equal(out->n_lost, 0);
+  assert_int_equal(out->planned, 0);
+  protobuf_c_message_free_unpacked(&out->base, NULL);
 }
 
 /* A one-member record with the member's fields in m, the top-level fields around
@@ -272,38 +300,37 @@ static void a_ring_record_with_bad_fields_is_rejected_naming_the_field(void **st
   }
   assert_true(n > simple);
   for (int i = 0; i < n; i++) {
-    kolo_ringspec out;
-    kolo_status rc = kolo_ringspec_decode(cases[i].json, strlen(cases[i].json), &out);
-    if (rc != cases[i].expect || strstr(kolo_etcd_last_error(), cases[i].needle) == NULL)
-      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), kolo_etcd_last_error(),
-               cases[i].json);
-    assert_null(out.members);
-    assert_null(out.job);
-    assert_null(out.lost);
+    Kolo__V1__RingRecord *out = (Kolo__V1__RingRecord *)&out; /* must come back NULL */
+    char err[256] = "";
+    kolo_status rc =
+        kolo_ringspec_read(cases[i].json, strlen(cases[i].json), &out, err, sizeof err);
+    if (rc != cases[i].expect || strstr(err, cases[i].needle) == NULL)
+      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), err, cases[i].json);
+    assert_null(out);
   }
   /* The good variant of the same shape decodes. */
   char good[900];
   one_member(good, sizeof good, top, member, "[{\"worker_id\":\"w0\",\"why\":\"gone\"}]");
-  kolo_ringspec out;
-  assert_int_equal(kolo_ringspec_decode(good, strlen(good), &out), KOLO_OK);
-  assert_string_equal(out.members[0].address, "h:1");
-  kolo_ringspec_clear(&out);
+  Kolo__V1__RingRecord *out = NULL;
+  assert_int_equal(kolo_ringspec_read(good, strlen(good), &out, NULL, 0), KOLO_OK);
+  assert_string_equal(out->members[0]->address, "h:1");
+  protobuf_c_message_free_unpacked(&out->base, NULL);
 }
 
 static void encoding_an_invalid_ring_record_fails(void **state) {
   (void)state;
-  kolo_ringspec s;
-  kolo_ringspec_member members[3];
-  kolo_ringspec_lost lost[1];
-  sample(&s, members, lost);
+  sample_ring t;
+  sample(&t);
+  Kolo__V1__RingMember *members = t.members;
+  char err[256] = "";
   members[1].worker_id = "w1";
   char *json = NULL;
-  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_ringspec_write(&t.r, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
   assert_null(json);
-  sample(&s, members, lost);
+  sample(&t);
   members[2].address = "?"; /* what a member without a worker record used to get */
-  assert_int_equal(kolo_ringspec_encode(&s, &json), KOLO_ERR_INVALID_ARG);
-  assert_non_null(strstr(kolo_etcd_last_error(), "member 2 (w3) address '?' is not host:port"));
+  assert_int_equal(kolo_ringspec_write(&t.r, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "member 2 (w3) address '?' is not host:port"));
   assert_null(json);
 }
 
@@ -314,26 +341,43 @@ static void an_assignment_round_trips_and_has_the_documented_shape(void **state)
   const char *old =
       "{\"job\":\"j1\",\"epoch\":3,\"ring\":\"/kolo/v1/jobs/j1/ring/"
       "00000000000000000003\",\"rank\":1}";
-  kolo_assignment a = {"j1", 3, "/kolo/v1/jobs/j1/ring/00000000000000000003", 1};
-  char *json = NULL;
-  assert_int_equal(kolo_assignment_encode(&a, &json), KOLO_OK);
+  Kolo__V1__Assignment a = KOLO__V1__ASSIGNMENT__INIT;
+  a.job = "j1";
+  a.ring = "/kolo/v1/jobs/j1/ring/00000000000000000003";
+  a.has_epoch = a.has_rank = 1;
+  a.epoch = 3;
+  a.rank = 1;
+  char *json = NULL, err[256] = "";
+  assert_int_equal(kolo_assignment_write(&a, &json, err, sizeof err), KOLO_OK);
   assert_string_equal(json, old);
-  kolo_assignment back;
-  assert_int_equal(kolo_assignment_decode(json, strlen(json), &back), KOLO_OK);
-  assert_string_equal(back.job, "j1");
-  assert_int_equal(back.epoch, 3);
-  assert_string_equal(back.ring, a.ring);
-  assert_int_equal(back.rank, 1);
-  kolo_assignment_clear(&back);
+  Kolo__V1__Assignment *back = NULL;
+  assert_int_equal(kolo_assignment_read(json, strlen(json), &back, err, sizeof err), KOLO_OK);
+  assert_string_equal(back->job, "j1");
+  assert_int_equal(back->epoch, 3);
+  assert_string_equal(back->ring, a.ring);
+  assert_int_equal(back->rank, 1);
+  protobuf_c_message_free_unpacked(&back->base, NULL);
   free(json);
   const char *newer =
       "{\"job\":\"j1\",\"gpu\":0,\"epoch\":3,\"ring\":\"/kolo/v1/jobs/j1/ring/"
       "00000000000000000003\",\"rank\":1}";
-  assert_int_equal(kolo_assignment_decode(newer, strlen(newer), &back), KOLO_OK);
-  kolo_assignment_clear(&back);
+  assert_int_equal(kolo_assignment_read(newer, strlen(newer), &back, err, sizeof err), KOLO_OK);
+  protobuf_c_message_free_unpacked(&back->base, NULL);
   a.ring = "/kolo/v1/jobs/j2/ring/00000000000000000003";
-  assert_int_equal(kolo_assignment_encode(&a, &json), KOLO_ERR_INVALID_ARG);
+  assert_int_equal(kolo_assignment_write(&a, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(
+      strstr(err, "'ring' '/kolo/v1/jobs/j2/ring/00000000000000000003' is not the ring"));
   assert_null(json);
+  /* the rules hold over a message built in memory as over one read */
+  a.ring = "/kolo/v1/jobs/j1/ring/00000000000000000003";
+  a.rank = KOLO_RINGSPEC_MAX_SIZE;
+  assert_int_equal(kolo_assignment_validate(&a, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "'rank' 65536 is not in 0..65535"));
+  a.rank = 0;
+  a.has_epoch = 0;
+  assert_int_equal(kolo_assignment_validate(&a, err, sizeof err), KOLO_ERR_PARSE);
+  assert_non_null(strstr(err, "has no 'epoch'"));
+  assert_int_equal(kolo_assignment_validate(&a, NULL, 0), KOLO_ERR_PARSE);
 }
 
 static void a_bad_assignment_is_refused_naming_the_field(void **state) {
@@ -364,13 +408,13 @@ static void a_bad_assignment_is_refused_naming_the_field(void **state) {
   CASE(KOLO_ERR_PARSE, "not an object", "[]");
 #undef CASE
   for (int i = 0; i < n; i++) {
-    kolo_assignment out;
-    kolo_status rc = kolo_assignment_decode(cases[i].json, strlen(cases[i].json), &out);
-    if (rc != cases[i].rc || strstr(kolo_etcd_last_error(), cases[i].needle) == NULL)
-      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), kolo_etcd_last_error(),
-               cases[i].json);
-    assert_null(out.job);
-    assert_null(out.ring);
+    Kolo__V1__Assignment *out = (Kolo__V1__Assignment *)&out; /* must come back NULL */
+    char err[256] = "";
+    kolo_status rc =
+        kolo_assignment_read(cases[i].json, strlen(cases[i].json), &out, err, sizeof err);
+    if (rc != cases[i].rc || strstr(err, cases[i].needle) == NULL)
+      fail_msg("case %d: got %s '%s' for %s", i, kolo_status_name(rc), err, cases[i].json);
+    assert_null(out);
   }
 }
 
@@ -385,52 +429,67 @@ static void an_agent_report_carries_the_process_s_progress_as_is(void **state) {
       "\"exit_epoch\":3,\"time_unix_ms\":1700000000000,\"pid\":4242,"
       "\"progress\":{\"step\":40,\"event\":\"synced\",\"synced_step\":30},"
       "\"stderr_tail\":\"boom\"}";
-  kolo_report r;
-  assert_int_equal(kolo_report_decode(old, strlen(old), &r), KOLO_OK);
-  assert_string_equal(r.worker, "w1");
-  assert_int_equal(r.failed_rank, -1);
-  assert_true(r.exited);
-  assert_int_equal(r.exit_code, 1);
-  assert_int_equal(r.pid, 4242);
-  assert_string_equal(r.stderr_tail, "boom");
-  const Kolo__V1__Value *event = kolo_codec_struct_get(r.progress, "event");
+  Kolo__V1__AgentReport *r = NULL, *back = NULL;
+  char err[256] = "";
+  assert_int_equal(kolo_report_read(old, strlen(old), &r, err, sizeof err), KOLO_OK);
+  assert_string_equal(r->worker, "w1");
+  assert_int_equal(r->failed_rank, -1);
+  assert_true(r->exited);
+  assert_int_equal(r->exit_code, 1);
+  assert_int_equal(r->pid, 4242);
+  assert_string_equal(r->stderr_tail, "boom");
+  const Kolo__V1__Value *event = kolo_codec_struct_get(r->progress, "event");
   assert_non_null(event);
   assert_string_equal(event->string_value, "synced");
   char *json = NULL;
-  assert_int_equal(kolo_report_encode(&r, &json), KOLO_OK);
-  kolo_report back;
-  assert_int_equal(kolo_report_decode(json, strlen(json), &back), KOLO_OK);
+  assert_int_equal(kolo_report_write(r, &json, err, sizeof err), KOLO_OK);
+  assert_int_equal(kolo_report_read(json, strlen(json), &back, err, sizeof err), KOLO_OK);
   double synced_step = 0;
-  assert_true(kolo_codec_struct_number(back.progress, "synced_step", &synced_step));
+  assert_true(kolo_codec_struct_number(back->progress, "synced_step", &synced_step));
   assert_true(synced_step == 30);
-  assert_int_equal(back.time_unix_ms, 1700000000000);
-  assert_string_equal(back.stderr_tail, "boom");
-  kolo_report_clear(&back);
+  assert_int_equal(back->time_unix_ms, 1700000000000);
+  assert_string_equal(back->stderr_tail, "boom");
+  protobuf_c_message_free_unpacked(&back->base, NULL);
   free(json);
-  r.exited = 0;
-  free(r.stderr_tail);
-  r.stderr_tail = NULL;
-  assert_int_equal(kolo_report_encode(&r, &json), KOLO_OK);
+  r->exited = 0;
+  free(r->stderr_tail);
+  r->stderr_tail = NULL;
+  assert_int_equal(kolo_report_write(r, &json, err, sizeof err), KOLO_OK);
   assert_null(strstr(json, "stderr_tail")); /* only an exited process's */
   free(json);
-  kolo_report_clear(&r);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
   const char *partial = "{\"time_unix_ms\":900,\"formed_epoch\":2,\"gpu_util\":0.5}";
-  assert_int_equal(kolo_report_decode(partial, strlen(partial), &r), KOLO_OK);
-  assert_int_equal(r.formed_epoch, 2);
-  assert_int_equal(r.failed_rank, -1);
-  assert_null(r.progress);
-  kolo_report_clear(&r);
+  assert_int_equal(kolo_report_read(partial, strlen(partial), &r, err, sizeof err), KOLO_OK);
+  assert_int_equal(r->formed_epoch, 2);
+  assert_int_equal(r->failed_rank, -1);
+  assert_string_equal(r->failed_status, "");
+  assert_null(r->progress);
+  /* a report without a worker reads, but is not written */
+  assert_int_equal(kolo_report_write(r, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "worker '(null)' is not valid"));
+  assert_null(json);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
   const char *bad[][2] = {{"{\"exit_code\":\"1\"}", "exit_code"},
                           {"{\"progress\":[1]}", "'progress' is not an object"},
                           {"{\"exited\":1}", "exited"},
                           {"{\"worker\":\"../w\"}", "worker '../w' is not valid"},
                           {"[]", "not an object"}};
   for (size_t i = 0; i < 5; i++) {
-    assert_int_not_equal(kolo_report_decode(bad[i][0], strlen(bad[i][0]), &r), KOLO_OK);
-    if (strstr(kolo_etcd_last_error(), bad[i][1]) == NULL)
-      fail_msg("case %zu: '%s' for %s", i, kolo_etcd_last_error(), bad[i][0]);
-    assert_null(r.progress);
+    r = (Kolo__V1__AgentReport *)&r; /* must come back NULL */
+    err[0] = '\0';
+    assert_int_not_equal(kolo_report_read(bad[i][0], strlen(bad[i][0]), &r, err, sizeof err),
+                         KOLO_OK);
+    if (strstr(err, bad[i][1]) == NULL) fail_msg("case %zu: '%s' for %s", i, err, bad[i][0]);
+    assert_null(r);
   }
+  /* the rules hold over a report built in memory as over one read */
+  Kolo__V1__AgentReport built = KOLO__V1__AGENT_REPORT__INIT;
+  assert_int_equal(kolo_report_validate(&built, err, sizeof err), KOLO_OK);
+  built.worker = "a/b";
+  assert_int_equal(kolo_report_validate(&built, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_non_null(strstr(err, "worker 'a/b' is not valid"));
+  assert_int_equal(kolo_report_write(&built, &json, err, sizeof err), KOLO_ERR_INVALID_ARG);
+  assert_null(json);
 }
 
 /* The report's progress is a kolo.v1.Struct now, and the record's bytes are what the
@@ -448,38 +507,52 @@ static void a_report_with_progress_is_written_as_before(void **state) {
       "\"failed_rank\":-1,\"failed_status\":\"\",\"exited\":true,\"exit_code\":1,"
       "\"exit_epoch\":3,\"time_unix_ms\":1700000000000,\"pid\":4242,\"stderr_tail\":\"boom\","
       "\"progress\":{\"step\":40,\"loss\":0.5,\"event\":\"synced\",\"list\":[1,null,{}]}}";
-  kolo_report r;
-  assert_int_equal(kolo_report_decode(old, strlen(old), &r), KOLO_OK);
+  Kolo__V1__AgentReport *r = NULL;
+  char err[256] = "";
+  assert_int_equal(kolo_report_read(old, strlen(old), &r, err, sizeof err), KOLO_OK);
   char *json = NULL;
-  assert_int_equal(kolo_report_encode(&r, &json), KOLO_OK);
+  assert_int_equal(kolo_report_write(r, &json, err, sizeof err), KOLO_OK);
   assert_string_equal(json, now);
   free(json);
-  kolo_report_clear(&r);
-  assert_int_equal(kolo_report_decode(now, strlen(now), &r), KOLO_OK);
-  assert_int_equal(r.progress->n_fields, 4);
-  assert_int_equal(r.hello, 1); /* absent: an older agent, read as said */
-  assert_null(r.permanent);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  assert_int_equal(kolo_report_read(now, strlen(now), &r, err, sizeof err), KOLO_OK);
+  assert_int_equal(r->progress->n_fields, 4);
+  assert_int_equal(r->hello, 1); /* absent: an older agent, read as said */
+  assert_null(r->permanent);
   /* #29: a process that never said HELLO, and the agent's permanent reason, round-trip */
-  r.hello = 0;
-  r.permanent = strdup("its program could not be started: cannot execute x: No such file");
-  assert_int_equal(kolo_report_encode(&r, &json), KOLO_OK);
+  r->hello = 0;
+  r->permanent = strdup("its program could not be started: cannot execute x: No such file");
+  assert_int_equal(kolo_report_write(r, &json, err, sizeof err), KOLO_OK);
   assert_non_null(strstr(json, "\"hello\":false,\"permanent\":\"its program could not be"));
-  kolo_report_clear(&r);
-  assert_int_equal(kolo_report_decode(json, strlen(json), &r), KOLO_OK);
-  assert_int_equal(r.hello, 0);
-  assert_string_equal(r.permanent,
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  assert_int_equal(kolo_report_read(json, strlen(json), &r, err, sizeof err), KOLO_OK);
+  assert_int_equal(r->hello, 0);
+  assert_string_equal(r->permanent,
                       "its program could not be started: cannot execute x: No such file");
   free(json);
-  kolo_report_clear(&r);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  /* a message built in memory is written with the record's presence, whatever its has_
+   * flags say: every counter, failed_status "", no hello when said, no empty permanent */
+  Kolo__V1__AgentReport built = KOLO__V1__AGENT_REPORT__INIT;
+  built.worker = "w2";
+  built.hello = 1;
+  built.permanent = "";
+  built.failed_rank = -1;
+  assert_int_equal(kolo_report_write(&built, &json, err, sizeof err), KOLO_OK);
+  assert_string_equal(json,
+                      "{\"worker\":\"w2\",\"epoch\":0,\"formed_epoch\":0,\"failed_epoch\":0,"
+                      "\"failed_rank\":-1,\"failed_status\":\"\",\"exited\":false,\"exit_code\":0,"
+                      "\"exit_epoch\":0,\"time_unix_ms\":0,\"pid\":0}");
+  free(json);
   /* too deep a progress: the report does not decode, the error names the field */
   char deep[512] = "{\"worker\":\"w1\",\"progress\":";
   for (int i = 0; i < 40; i++) strcat(deep, "{\"x\":");
   strcat(deep, "0");
   for (int i = 0; i < 41; i++) strcat(deep, "}");
-  assert_int_equal(kolo_report_decode(deep, strlen(deep), &r), KOLO_ERR_PARSE);
-  assert_non_null(strstr(kolo_etcd_last_error(), "progress.x.x"));
-  assert_non_null(strstr(kolo_etcd_last_error(), "nested deeper than"));
-  assert_null(r.progress);
+  assert_int_equal(kolo_report_read(deep, strlen(deep), &r, err, sizeof err), KOLO_ERR_PARSE);
+  assert_non_null(strstr(err, "progress.x.x"));
+  assert_non_null(strstr(err, "nested deeper than"));
+  assert_null(r);
 }
 
 /* The agent merges each REPORT line into the progress (newest value wins, earlier keys
@@ -487,17 +560,21 @@ static void a_report_with_progress_is_written_as_before(void **state) {
 static void report_lines_merge_into_the_progress_within_its_limits(void **state) {
   (void)state;
   Kolo__V1__Struct *p = NULL;
+  char err[256] = "";
   const char *first = "{\"step\":10,\"loss\":2.5}", *second = "{\"step\":20,\"event\":\"done\"}";
-  assert_int_equal(kolo_report_progress_merge(&p, first, strlen(first)), KOLO_OK);
-  assert_int_equal(kolo_report_progress_merge(&p, second, strlen(second)), KOLO_OK);
+  assert_int_equal(kolo_report_progress_merge(&p, first, strlen(first), err, sizeof err), KOLO_OK);
+  assert_int_equal(kolo_report_progress_merge(&p, second, strlen(second), err, sizeof err),
+                   KOLO_OK);
   double d = 0;
   assert_true(kolo_codec_struct_number(p, "step", &d) && d == 20);
   assert_true(kolo_codec_struct_number(p, "loss", &d) && d == 2.5);
   assert_string_equal(kolo_codec_struct_get(p, "event")->string_value, "done");
   const char *not_object = "[1]", *garbage = "{\"step\":";
-  assert_int_equal(kolo_report_progress_merge(&p, not_object, strlen(not_object)), KOLO_ERR_PARSE);
-  assert_int_equal(kolo_report_progress_merge(&p, garbage, strlen(garbage)), KOLO_ERR_PARSE);
-  assert_non_null(strstr(kolo_etcd_last_error(), "progress"));
+  assert_int_equal(kolo_report_progress_merge(&p, not_object, strlen(not_object), err, sizeof err),
+                   KOLO_ERR_PARSE);
+  assert_int_equal(kolo_report_progress_merge(&p, garbage, strlen(garbage), err, sizeof err),
+                   KOLO_ERR_PARSE);
+  assert_non_null(strstr(err, "progress"));
   /* each line is small, but together they pass the value limit: the last one is refused */
   kolo_status rc = KOLO_OK;
   int lines = 0;
@@ -506,11 +583,11 @@ static void report_lines_merge_into_the_progress_within_its_limits(void **state)
     char *end = line + sprintf(line, "{\"l%d\":[", lines);
     for (int i = 0; i < 1000; i++) end += sprintf(end, i ? ",%d" : "%d", i);
     strcpy(end, "]}");
-    rc = kolo_report_progress_merge(&p, line, strlen(line));
+    rc = kolo_report_progress_merge(&p, line, strlen(line), err, sizeof err);
   }
   assert_int_equal(rc, KOLO_ERR_INVALID_ARG);
   assert_int_equal(lines, 10); /* 9 lists of 1001 values + 3 fit, the 10th does not */
-  assert_non_null(strstr(kolo_etcd_last_error(), "progress: more than 10000 values"));
+  assert_non_null(strstr(err, "progress: more than 10000 values"));
   assert_int_equal(p->n_fields, 3 + 9); /* what was merged before stays */
   protobuf_c_message_free_unpacked(&p->base, NULL);
 }

@@ -179,10 +179,10 @@ static void bounds_prefer_the_status_over_the_spec(void **state) {
 
 static void ring_records_are_read_through_their_codec(void **state) {
   fixture *f = *state;
-  const kolo_ringspec *ring = kolo_sched_job_ring(&f->snap.jobs[1], 2);
+  const Kolo__V1__RingRecord *ring = kolo_sched_job_ring(&f->snap.jobs[1], 2);
   assert_non_null(ring);
-  assert_int_equal(ring->size, 2);
-  assert_string_equal(ring->members[1].address, "127.0.0.1:7002");
+  assert_int_equal(ring->n_members, 2);
+  assert_string_equal(ring->members[1]->address, "127.0.0.1:7002");
   assert_null(kolo_sched_job_ring(&f->snap.jobs[1], 3)); /* no address: not a ring */
   assert_null(kolo_sched_job_ring(&f->snap.jobs[1], 1));
 }

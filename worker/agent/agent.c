@@ -71,17 +71,20 @@ static void reconcile(agent *a) {
   int refused = a->assignment_refused;
   pthread_mutex_unlock(&a->lock);
   /* one that does not decode is no assignment (as a deleted one) */
-  kolo_assignment assignment = {0};
-  if (value && kolo_assignment_decode(value, strlen(value), &assignment) != KOLO_OK && !refused) {
-    KOLO_LOGW(LOG, "assignment does not decode: %s", kolo_etcd_last_error());
+  Kolo__V1__Assignment *assignment = NULL;
+  char err[256];
+  if (value &&
+      kolo_assignment_read(value, strlen(value), &assignment, err, sizeof err) != KOLO_OK &&
+      !refused) {
+    KOLO_LOGW(LOG, "assignment does not decode: %s", err);
     pthread_mutex_lock(&a->lock);
     a->assignment_refused = 1;
     pthread_mutex_unlock(&a->lock);
   }
   free(value);
-  const char *job = assignment.job;
-  int64_t epoch = assignment.epoch;
-  const char *ring_key = assignment.ring;
+  const char *job = assignment ? assignment->job : NULL;
+  int64_t epoch = assignment ? assignment->epoch : 0;
+  const char *ring_key = assignment ? assignment->ring : NULL;
 
   if (a->proc != NULL && (job == NULL || strcmp(job, a->job) != 0)) {
     if (job == NULL && leave_gracefully(a)) goto out; /* it stops at its next commit */
@@ -97,27 +100,27 @@ static void reconcile(agent *a) {
   }
   if (a->proc == NULL && strcmp(job, a->done_job) == 0 && epoch <= a->done_epoch) goto out;
   if (a->proc != NULL && epoch <= a->epoch) goto out;
-  kolo_ringspec ring;
-  if (!kolo_agent_get_ring(a, ring_key, &ring)) goto out;
-  if (a->proc == NULL && kolo_agent_stale_member(a, &ring)) {
+  Kolo__V1__RingRecord *ring = kolo_agent_get_ring(a, ring_key);
+  if (ring == NULL) goto out;
+  if (a->proc == NULL && kolo_agent_stale_member(a, ring)) {
     snprintf(a->done_job, sizeof a->done_job, "%s",
              job); /* never this epoch: the coordinator re-plans */
     a->done_epoch = epoch;
   } else if (a->proc == NULL) {
-    kolo_agent_start_process(a, job, &ring);
+    kolo_agent_start_process(a, job, ring);
   } else {
     int rank, size;
-    char *line = kolo_agent_ring_line_for(a, &ring, &rank, &size);
+    char *line = kolo_agent_ring_line_for(a, ring, &rank, &size);
     if (line != NULL) {
       free(a->ring_line);
       a->ring_line = line;
-      a->epoch = ring.epoch;
-      kolo_agent_warm_join_begin(a, &ring); /* survivors train on while newcomers start */
+      a->epoch = ring->epoch;
+      kolo_agent_warm_join_begin(a, ring); /* survivors train on while newcomers start */
       kolo_agent_capture_segment(a->capture, a->epoch, (uint32_t)rank);
       kolo_agent_write_report(a);
     }
   }
-  kolo_ringspec_clear(&ring);
+  protobuf_c_message_free_unpacked(&ring->base, NULL);
 out:
   if (a->proc && a->ring_line && a->sent_epoch < a->epoch && kolo_agent_proc_connected(a->proc) &&
       kolo_agent_warm_join_ready_now(a)) {
@@ -127,7 +130,7 @@ out:
       KOLO_LOGI(LOG, "sent ring epoch %" PRId64 " of job %s", a->epoch, a->job);
     }
   }
-  kolo_assignment_clear(&assignment);
+  if (assignment) protobuf_c_message_free_unpacked(&assignment->base, NULL);
 }
 
 static void reap(agent *a) {

@@ -164,22 +164,23 @@ void kolo_agent_write_report(agent *a);
 
 void kolo_agent_on_msg(const kolo_agent_msg *msg, void *user);
 
-/* Reads the ring record at key through its codec (coordination/ringspec.h); 0 if
+/* Reads the ring record at key through its codec (coordination/ringspec.h): a new message
+ * (protobuf_c_message_free_unpacked), or NULL if
  * it cannot be read or is not a valid record (logged, naming what is wrong). */
-int kolo_agent_get_ring(agent *a, const char *key, kolo_ringspec *ring);
+Kolo__V1__RingRecord *kolo_agent_get_ring(agent *a, const char *key);
 
 /* Whether the ring's member entry for this worker names another registration of it:
  * the ring was planned for this worker before its lease expired (the process it had
  * is gone), so the coordinator counts that member lost and this registration must
  * not take its place. Entries without a lease (older records) name any. */
-int kolo_agent_stale_member(agent *a, const kolo_ringspec *ring);
+int kolo_agent_stale_member(agent *a, const Kolo__V1__RingRecord *ring);
 
 /* Builds the RING line for this worker from the ring record; NULL if absent from
  * it, or if the record does not make a valid RING (logged). */
-char *kolo_agent_ring_line_for(agent *a, const kolo_ringspec *ring, int *rank, int *size);
+char *kolo_agent_ring_line_for(agent *a, const Kolo__V1__RingRecord *ring, int *rank, int *size);
 
 /* Starts the process for job at ring. */
-void kolo_agent_start_process(agent *a, const char *job, const kolo_ringspec *ring);
+void kolo_agent_start_process(agent *a, const char *job, const Kolo__V1__RingRecord *ring);
 
 /* The partition fence (fence.h): while no renewal of the lease has been acknowledged for a
  * TTL, the process is held (HOLD, or SIGSTOP for one that does not speak it), so it cannot run
@@ -194,7 +195,7 @@ int kolo_agent_fence_wait_ms(const agent *a, int wait_ms);
  * formed a ring before until the newcomers' processes are up (ready_now: 1 when the RING line
  * may go; it reads their reports at most every KOLO_AGENT_WARM_JOIN_POLL_MS), or for
  * --warm-join-ms at most; wait_ms shortens the loop's poll meanwhile. */
-void kolo_agent_warm_join_begin(agent *a, const kolo_ringspec *ring);
+void kolo_agent_warm_join_begin(agent *a, const Kolo__V1__RingRecord *ring);
 int kolo_agent_warm_join_ready_now(agent *a);
 int kolo_agent_warm_join_wait_ms(const agent *a, int wait_ms);
 void kolo_agent_warm_join_end(agent *a);

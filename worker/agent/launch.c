@@ -60,28 +60,30 @@ static Kolo__V1__JobSpec *get_spec(agent *a, const char *key) {
   return (Kolo__V1__JobSpec *)msg;
 }
 
-/* Reads the ring record at key through its codec (coordination/ringspec.h); 0 if
+/* Reads the ring record at key through its codec (coordination/ringspec.h): a new message
+ * (protobuf_c_message_free_unpacked), or NULL if
  * it cannot be read or is not a valid record (logged, naming what is wrong). */
-int kolo_agent_get_ring(agent *a, const char *key, kolo_ringspec *ring) {
+Kolo__V1__RingRecord *kolo_agent_get_ring(agent *a, const char *key) {
   kolo_etcd_kv kv = {0};
   if (kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK) {
     KOLO_LOGW(LOG, "cannot read %s: %s", key, kolo_etcd_last_error());
-    return 0;
+    return NULL;
   }
-  kolo_status rc = kolo_ringspec_decode((const char *)kv.value, kv.value_len, ring);
-  if (rc != KOLO_OK)
-    KOLO_LOGE(LOG, "%s is not a valid ring record: %s", key, kolo_etcd_last_error());
+  Kolo__V1__RingRecord *ring = NULL;
+  char err[256];
+  if (kolo_ringspec_read((const char *)kv.value, kv.value_len, &ring, err, sizeof err) != KOLO_OK)
+    KOLO_LOGE(LOG, "%s is not a valid ring record: %s", key, err);
   kolo_etcd_kv_clear(&kv);
-  return rc == KOLO_OK;
+  return ring;
 }
 
 /* Whether the ring's member entry for this worker names another registration of it:
  * the ring was planned for this worker before its lease expired (the process it had
  * is gone), so the coordinator counts that member lost and this registration must
  * not take its place. Entries without a lease (older records) name any. */
-int kolo_agent_stale_member(agent *a, const kolo_ringspec *ring) {
+int kolo_agent_stale_member(agent *a, const Kolo__V1__RingRecord *ring) {
   int me = kolo_ringspec_rank_of(ring, a->id);
-  int64_t lease = me < 0 ? 0 : ring->members[me].lease;
+  int64_t lease = me < 0 ? 0 : ring->members[me]->lease;
   int64_t ours = a->reg ? kolo_membership_lease(a->reg) : 0;
   if (lease == 0 || lease == ours) return 0;
   KOLO_LOGW(LOG,
@@ -93,21 +95,22 @@ int kolo_agent_stale_member(agent *a, const kolo_ringspec *ring) {
 
 /* Builds the RING line for this worker from the ring record; NULL if absent from
  * it, or if the record does not make a valid RING (logged). */
-char *kolo_agent_ring_line_for(agent *a, const kolo_ringspec *ring, int *rank, int *size) {
+char *kolo_agent_ring_line_for(agent *a, const Kolo__V1__RingRecord *ring, int *rank, int *size) {
   int me = kolo_ringspec_rank_of(ring, a->id);
-  if (me < 0 || ring->size > KOLO_AGENT_MAX_RING || kolo_agent_stale_member(a, ring)) return NULL;
-  const char **peers = calloc(ring->size, sizeof *peers);
+  if (me < 0 || ring->n_members > KOLO_AGENT_MAX_RING || kolo_agent_stale_member(a, ring))
+    return NULL;
+  const char **peers = calloc(ring->n_members, sizeof *peers);
   if (peers == NULL) return NULL;
-  for (size_t i = 0; i < ring->size; i++) peers[i] = ring->members[i].address;
-  const kolo_ringspec_member *mine = &ring->members[me];
+  for (size_t i = 0; i < ring->n_members; i++) peers[i] = ring->members[i]->address;
+  const Kolo__V1__RingMember *mine = ring->members[me];
   kolo_agent_msg msg = {
       .verb = KOLO_AGENT_RING,
       .ring = {
           .epoch = (uint64_t)ring->epoch,
           .rank = me,
-          .size = (int)ring->size,
-          .local_rank = mine->local_rank,
-          .local_size = mine->local_size,
+          .size = (int)ring->n_members,
+          .local_rank = (int)mine->local_rank,
+          .local_size = (int)mine->local_size,
           .timeout_ms = (int)ring->timeout_ms,
           .secret = ring->secret,
           .listen_address = a->listen,
@@ -121,7 +124,7 @@ char *kolo_agent_ring_line_for(agent *a, const kolo_ringspec *ring, int *rank, i
   free(peers);
   if (line == NULL) return NULL;
   *rank = me;
-  *size = (int)ring->size;
+  *size = (int)ring->n_members;
   return line;
 }
 
@@ -183,7 +186,7 @@ static kolo_status push_blob(agent *a, const char *job, const Kolo__V1__BlobRef 
 }
 
 /* Starts the process for job at ring. */
-void kolo_agent_start_process(agent *a, const char *job, const kolo_ringspec *ring) {
+void kolo_agent_start_process(agent *a, const char *job, const Kolo__V1__RingRecord *ring) {
   char key[512];
   Kolo__V1__JobSpec *spec =
       kolo_keys_job(job, "spec", key, sizeof key) == KOLO_OK ? get_spec(a, key) : NULL;

@@ -12,25 +12,26 @@ void kolo_agent_write_report(agent *a) {
     return;
   }
   /* the record's owner is coordination/report.h (strings and progress borrowed here) */
-  kolo_report r = {.worker = a->id,
-                   .epoch = a->epoch,
-                   .formed_epoch = a->formed_epoch,
-                   .failed_epoch = a->failed_epoch,
-                   .failed_rank = a->failed_rank,
-                   .failed_status = a->failed_status,
-                   .exited = a->exited,
-                   .exit_code = a->exit_code,
-                   .exit_epoch = a->exit_epoch,
-                   .time_unix_ms = wall_ms(),
-                   .pid = kolo_agent_proc_pid(a->proc),
-                   .progress = a->progress,
-                   .stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL,
-                   .hello = a->hello,
-                   .first_formed_epoch = a->first_formed_epoch,
-                   .permanent = a->permanent[0] ? a->permanent : NULL};
-  char *text = NULL;
-  if (kolo_report_encode(&r, &text) != KOLO_OK) {
-    KOLO_LOGW(LOG, "no report for job '%s': %s", a->job, kolo_etcd_last_error());
+  Kolo__V1__AgentReport r = KOLO__V1__AGENT_REPORT__INIT; /* presence: kolo_report_write's */
+  r.worker = a->id;
+  r.epoch = a->epoch;
+  r.formed_epoch = a->formed_epoch;
+  r.failed_epoch = a->failed_epoch;
+  r.failed_rank = a->failed_rank;
+  r.failed_status = a->failed_status;
+  r.exited = a->exited != 0;
+  r.exit_code = a->exit_code;
+  r.exit_epoch = a->exit_epoch;
+  r.time_unix_ms = wall_ms();
+  r.pid = kolo_agent_proc_pid(a->proc);
+  r.progress = a->progress;
+  r.stderr_tail = a->exited && a->stderr_tail[0] ? a->stderr_tail : NULL;
+  r.hello = a->hello != 0;
+  r.first_formed_epoch = a->first_formed_epoch;
+  r.permanent = a->permanent[0] ? a->permanent : NULL;
+  char *text = NULL, err[256];
+  if (kolo_report_write(&r, &text, err, sizeof err) != KOLO_OK) {
+    KOLO_LOGW(LOG, "no report for job '%s': %s", a->job, err);
     return;
   }
   kolo_status rc = kolo_etcd_put(a->etcd, kolo_etcd_str(key), kolo_etcd_str(text), 0, NULL, NULL);
@@ -92,11 +93,13 @@ void kolo_agent_on_msg(const kolo_agent_msg *msg, void *user) {
       break;
     case KOLO_AGENT_REPORT: {
       /* merged: a final line (e.g. kolo-train's "done") keeps earlier fields */
-      if (kolo_report_progress_merge(&a->progress, msg->text, strlen(msg->text)) == KOLO_OK) {
+      char err[256];
+      if (kolo_report_progress_merge(&a->progress, msg->text, strlen(msg->text), err, sizeof err) ==
+          KOLO_OK) {
         a->report_dirty = 1;
         if (mono_ms() - a->report_written_ms >= REPORT_EVERY_MS) kolo_agent_write_report(a);
       } else {
-        KOLO_LOGW(LOG, "ignoring a REPORT: %s", kolo_etcd_last_error());
+        KOLO_LOGW(LOG, "ignoring a REPORT: %s", err);
       }
       break;
     }

@@ -5,12 +5,12 @@
 #include "coordination/keys.h"
 #include "worker/agent/agent_internal.h"
 
-size_t kolo_agent_warm_join_newcomers(const kolo_ringspec *ring, const char *self,
+size_t kolo_agent_warm_join_newcomers(const Kolo__V1__RingRecord *ring, const char *self,
                                       int64_t formed_epoch, size_t *out, size_t cap) {
   size_t n = 0;
   if (formed_epoch <= 0) return 0;
-  for (size_t i = 0; i < ring->size; i++) {
-    const kolo_ringspec_member *m = &ring->members[i];
+  for (size_t i = 0; i < ring->n_members; i++) {
+    const Kolo__V1__RingMember *m = ring->members[i];
     if (m->since_epoch <= formed_epoch || strcmp(m->worker_id, self) == 0) continue;
     if (n < cap) out[n] = i;
     n++;
@@ -18,7 +18,7 @@ size_t kolo_agent_warm_join_newcomers(const kolo_ringspec *ring, const char *sel
   return n;
 }
 
-int kolo_agent_warm_join_ready(const kolo_report *r, int64_t epoch) {
+int kolo_agent_warm_join_ready(const Kolo__V1__AgentReport *r, int64_t epoch) {
   return r->epoch >= epoch && (r->hello || r->exited);
 }
 
@@ -29,7 +29,7 @@ static void warm_clear(kolo_agent_warm *w) {
   *w = (kolo_agent_warm){0};
 }
 
-void kolo_agent_warm_join_begin(agent *a, const kolo_ringspec *ring) {
+void kolo_agent_warm_join_begin(agent *a, const Kolo__V1__RingRecord *ring) {
   kolo_agent_warm *w = &a->warm;
   warm_clear(w);
   size_t n = kolo_agent_warm_join_newcomers(ring, a->id, a->formed_epoch, NULL, 0);
@@ -43,7 +43,7 @@ void kolo_agent_warm_join_begin(agent *a, const kolo_ringspec *ring) {
   }
   kolo_agent_warm_join_newcomers(ring, a->id, a->formed_epoch, index, n);
   for (size_t i = 0; i < n; i++) {
-    char *id = strdup(ring->members[index[i]].worker_id);
+    char *id = strdup(ring->members[index[i]]->worker_id);
     if (id != NULL) w->ids[w->n++] = id; /* no memory: that one is not waited for */
   }
   free(index);
@@ -63,15 +63,15 @@ void kolo_agent_warm_join_begin(agent *a, const kolo_ringspec *ring) {
 static int newcomer_ready(agent *a, const char *id) {
   char key[512];
   kolo_etcd_kv kv = {0};
-  kolo_report report = {0};
+  Kolo__V1__AgentReport *report = NULL;
   int ready = 0;
   if (kolo_keys_report(a->job, id, key, sizeof key) != KOLO_OK) return 1; /* cannot ask */
   if (kolo_etcd_get(a->etcd, kolo_etcd_str(key), &kv, NULL) != KOLO_OK || kv.value == NULL)
     goto out;
-  if (kolo_report_decode((const char *)kv.value, kv.value_len, &report) == KOLO_OK)
-    ready = kolo_agent_warm_join_ready(&report, a->warm.epoch);
+  if (kolo_report_read((const char *)kv.value, kv.value_len, &report, NULL, 0) == KOLO_OK)
+    ready = kolo_agent_warm_join_ready(report, a->warm.epoch);
 out:
-  kolo_report_clear(&report);
+  if (report) protobuf_c_message_free_unpacked(&report->base, NULL);
   kolo_etcd_kv_clear(&kv);
   return ready;
 }

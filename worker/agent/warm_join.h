@@ -28,11 +28,11 @@
  * epoch formed_epoch (0: it never formed one, so it is no survivor and waits for nobody):
  * the index of each member other than self with since_epoch > formed_epoch, into out (at
  * most cap); returns how many there are (which may exceed cap). */
-size_t kolo_agent_warm_join_newcomers(const kolo_ringspec *ring, const char *self,
+size_t kolo_agent_warm_join_newcomers(const Kolo__V1__RingRecord *ring, const char *self,
                                       int64_t formed_epoch, size_t *out, size_t cap);
 
 /* Whether a newcomer whose report is r is warm enough for the ring of epoch: its process,
  * started for that epoch or a later one, said HELLO or has exited already. */
-int kolo_agent_warm_join_ready(const kolo_report *r, int64_t epoch);
+int kolo_agent_warm_join_ready(const Kolo__V1__AgentReport *r, int64_t epoch);
 
 #endif

@@ -156,11 +156,20 @@ def _shape_checked(handle: Handle, raw: bytes, tensor: torch.Tensor, kind: str) 
     return Handle([shape_request] + handle.requests, finish, handle.what)
 
 
-def _from_bytes(data: Optional[bytearray], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    if not data:
-        return torch.empty(0, dtype=dtype, device=device)
-    flat = torch.frombuffer(data, dtype=dtype)
-    return flat if device.type == "cpu" else flat.to(device)
+def _allocate_flat(dtype: torch.dtype) -> _core.Allocator:
+    """An output of count elements that libkolo writes into directly (host memory:
+    the all-gather and all-to-all of CPU tensors), made once the ring knows count."""
+
+    def allocate(count: int) -> Tuple[torch.Tensor, int]:
+        flat = torch.empty(count, dtype=dtype)
+        return flat, flat.data_ptr()
+
+    return allocate
+
+
+def _output(request: _core.Request, dtype: torch.dtype) -> torch.Tensor:
+    """What _allocate_flat made for request (nothing was asked for an empty output)."""
+    return request.output if request.output is not None else torch.empty(0, dtype=dtype)
 
 
 # ---- all-reduce ----
@@ -444,12 +453,10 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, process_se
         return (sum(_shapes.rows(records)),) + rest
 
     if source.device.type == "cpu":
-        data = _core.submit_allgather(raw, _view(source), None, _core.size_array(size))
-        return Handle(
-            [shape_request, data],
-            lambda: _from_bytes(data.output, source.dtype, source.device).reshape(shape_out()),
-            what,
+        data = _core.submit_allgather(
+            raw, _view(source), None, _core.size_array(size), allocate=_allocate_flat(source.dtype)
         )
+        return Handle([shape_request, data], lambda: _output(data, source.dtype).reshape(shape_out()), what)
 
     def two_stage() -> torch.Tensor:
         output = torch.empty(shape_out(), dtype=source.dtype, device=source.device)
@@ -616,13 +623,15 @@ def alltoall_async(
     _prepare_device(source)
     shape_request, gathered = _shapes.submit(raw, tuple(source.shape), _DTYPES[source.dtype])
     counts = _core.size_array(size)
-    request = _core.submit_alltoall(raw, _view(source), [n * row for n in rows], counts)
+    request = _core.submit_alltoall(
+        raw, _view(source), [n * row for n in rows], counts, allocate=_allocate_flat(source.dtype)
+    )
     what = "alltoall %s" % raw.decode()
 
     def finish() -> Tuple[torch.Tensor, torch.Tensor]:
         _shapes.check_compatible(what, _shapes.decode(gathered, size))
         received = torch.tensor([c // row if row else 0 for c in counts], dtype=torch.int32)
-        flat = _from_bytes(request.output, source.dtype, source.device)
+        flat = _output(request, source.dtype)
         return flat.reshape((int(received.sum()),) + tuple(source.shape[1:])), received
 
     return Handle([shape_request, request], finish, what)
