@@ -3,6 +3,7 @@
 #include "coordination/job_status.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,6 +93,52 @@ kolo_status kolo_job_status_scale(Kolo__V1__JobStatus *st, uint32_t min_workers,
   st->max_workers = max_workers;
   st->updated_unix_ms = now_ms;
   return note_waiting(st, now_ms);
+}
+
+void kolo_job_cancel_message(const char *reason, char *out, size_t len) {
+  snprintf(out, len, "cancelled%s%.256s", reason && reason[0] ? ": " : "", reason ? reason : "");
+}
+
+void kolo_job_scale_message(uint32_t from_min, uint32_t from_max, uint32_t to_min, uint32_t to_max,
+                            char *out, size_t len) {
+  snprintf(out, len, "scaled from %u-%u to %u-%u workers", from_min, from_max, to_min, to_max);
+}
+
+/* Applies one intent to st; 1 with *ev filled, 0 if it does not apply, -1 out of memory. */
+static int apply_intent(Kolo__V1__JobStatus *st, const Kolo__V1__JobIntent *in,
+                        kolo_job_intent_event *ev) {
+  kolo_status rc;
+  if (in->cancel) {
+    kolo_job_cancel_message(in->cancel->reason, ev->message, sizeof ev->message);
+    ev->type = "CANCELLED";
+    ev->time_unix_ms = in->cancel->time_unix_ms;
+    rc = kolo_job_status_cancel(st, ev->message, ev->time_unix_ms);
+  } else if (in->scale && in->scale->min_workers > 0) {
+    const Kolo__V1__ScaleIntent *sc = in->scale;
+    uint32_t max = sc->max_workers > sc->min_workers ? sc->max_workers : sc->min_workers;
+    kolo_job_scale_message(st->min_workers, st->max_workers, sc->min_workers, max, ev->message,
+                           sizeof ev->message);
+    ev->type = "SCALED";
+    ev->time_unix_ms = sc->time_unix_ms;
+    rc = kolo_job_status_scale(st, sc->min_workers, max, ev->time_unix_ms);
+  } else {
+    return 0;
+  }
+  if (rc == KOLO_ERR_NO_MEMORY) return -1;
+  return rc == KOLO_OK;
+}
+
+int kolo_job_status_apply_intents(Kolo__V1__JobStatus *st,
+                                  const Kolo__V1__JobIntent *const *intents, size_t n,
+                                  kolo_job_intent_event *events, int *applied) {
+  int count = 0;
+  for (size_t i = 0; i < n; i++) {
+    int took = apply_intent(st, intents[i], &events[count]);
+    if (took < 0) return -1;
+    if (applied) applied[i] = took;
+    count += took;
+  }
+  return count;
 }
 
 static void free_members(Kolo__V1__Member **members, size_t n) {

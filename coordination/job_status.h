@@ -1,14 +1,16 @@
 /* The job status record, /kolo/v1/jobs/<job>/status: kolo.v1.JobStatus (job.proto), one
- * owner for both of its writers. kolo-server writes it at submit, cancel and scale; the
- * scheduler at every other transition (a new epoch, a phase change, the end, progress).
- * Both build the change with the pure functions below over the message and store it
- * with kolo_job_status_write (the one codec, codec/), so the phases, the counters
- * (reconfigurations, drains), the times and the progress follow one set of rules
- * whichever process writes them (tests/unit/test_job_status.c). Every transition sets
- * updated_unix_ms to the caller's now_ms (the caller's clock: the functions read none).
- * Phases: PENDING -> RUNNING <-> RECONFIGURING -> SUCCEEDED | FAILED; RUNNING or
- * RECONFIGURING -> PENDING (the ring lost its members and waits for new ones); any
- * non-final phase -> CANCELLED or FAILED (kolo_job_status_allowed, which cancel
+ * owner. kolo-server writes it once, at submit; every later write is the scheduler's (a
+ * new epoch, a phase change, the end, progress, and the user's intents: CancelJob and
+ * ScaleJob store a kolo.v1.JobIntent at jobs/<id>/intents/<name> (coordination/keys.h)
+ * that the scheduler applies with kolo_job_status_apply_intents, and kolo-server's view
+ * shows a status with its pending intents applied by the same function). Both build the
+ * change with the pure functions below over the message and store it with kolo_job_status_write
+ * (the one codec, codec/), so the phases, the counters (reconfigurations, drains), the times and
+ * the progress follow one set of rules whichever process writes them
+ * (tests/unit/test_job_status.c). Every transition sets updated_unix_ms to the caller's now_ms (the
+ * caller's clock: the functions read none). Phases: PENDING -> RUNNING <-> RECONFIGURING ->
+ * SUCCEEDED | FAILED; RUNNING or RECONFIGURING -> PENDING (the ring lost its members and waits for
+ * new ones); any non-final phase -> CANCELLED or FAILED (kolo_job_status_allowed, which cancel
  * applies). The scheduler's moves need only that the phase is not final: a final phase
  * never changes, whoever asks. */
 #ifndef KOLO_COORD_JOB_STATUS_H
@@ -46,6 +48,28 @@ kolo_status kolo_job_status_cancel(Kolo__V1__JobStatus *st, const char *message,
 /* New bounds. KOLO_ERR_STATE once final (the caller checks the bounds themselves). */
 kolo_status kolo_job_status_scale(Kolo__V1__JobStatus *st, uint32_t min_workers,
                                   uint32_t max_workers, int64_t now_ms);
+
+/* ---- the user's intents (pure) ---- */
+/* The event an intent adds: type and message, at the intent's time. */
+typedef struct kolo_job_intent_event {
+  const char *type; /* "CANCELLED" or "SCALED" */
+  char message[320];
+  int64_t time_unix_ms;
+} kolo_job_intent_event;
+
+/* The event messages (one wording for the view and the scheduler). */
+void kolo_job_cancel_message(const char *reason, char *out, size_t len);
+void kolo_job_scale_message(uint32_t from_min, uint32_t from_max, uint32_t to_min, uint32_t to_max,
+                            char *out, size_t len);
+
+/* Applies intents[0..n) (in the order they were accepted: their keys' create revisions) to st,
+ * each at its own time (cancel: kolo_job_status_cancel; scale: kolo_job_status_scale); one that
+ * no longer applies (st final by then) or holds neither changes nothing. events[k] for each
+ * that applied, in order; applied[i] (optional) says whether intents[i] did. Returns how many
+ * events, -1 when out of memory (st is then partly changed: drop it). */
+int kolo_job_status_apply_intents(Kolo__V1__JobStatus *st,
+                                  const Kolo__V1__JobIntent *const *intents, size_t n,
+                                  kolo_job_intent_event *events, int *applied);
 
 /* A change of phase (or none: the same phase), and of members when members is not NULL
  * (st takes members[0..n) and the array; the old ones are freed), reconfigurations +

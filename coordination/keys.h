@@ -12,8 +12,8 @@
 #define KOLO_KEY_ROOT "/kolo/v1/"
 #define KOLO_KEY_LEADER_PREFIX "/kolo/v1/leader/"   /* + <lease id, hex> */
 #define KOLO_KEY_WORKERS_PREFIX "/kolo/v1/workers/" /* + <worker id> */
-#define KOLO_KEY_JOBS_PREFIX                                          \
-  "/kolo/v1/jobs/" /* + <job id>/{spec,status,events/,ring/,reports/} \
+#define KOLO_KEY_JOBS_PREFIX                                                               \
+  "/kolo/v1/jobs/" /* + <job id>/{spec,status,events/,ring/,reports/,intents/,intent_head} \
                     */
 #define KOLO_KEY_ASSIGN_PREFIX "/kolo/v1/assign/"   /* + <worker id> */
 #define KOLO_KEY_DRAIN_PREFIX "/kolo/v1/drain/"     /* + <worker id> (coordination/drain.h) */
@@ -44,7 +44,15 @@ kolo_status kolo_keys_assign(const char *worker_id, char *buf, size_t size);
 /* "/kolo/v1/drain/<id>". */
 kolo_status kolo_keys_drain(const char *worker_id, char *buf, size_t size);
 
-/* "/kolo/v1/jobs/<job>/<leaf>" for leaf "spec", "status", "events/", "ring/", "reports/". */
+/* The leaves of a user's intents (kolo-server writes them, the scheduler acts on them and
+ * deletes them: coordination/job_status.h), each a kolo.v1.JobIntent: "intents/<unique>" one
+ * per accepted CancelJob/ScaleJob (applied in create-revision order), and "intent_head" the
+ * newest one again (the scheduler's writes compare its mod revision). */
+#define KOLO_KEY_JOB_INTENTS "intents/"
+#define KOLO_KEY_JOB_INTENT_HEAD "intent_head"
+
+/* "/kolo/v1/jobs/<job>/<leaf>" for leaf "spec", "status", "events/", "ring/", "reports/",
+ * KOLO_KEY_JOB_INTENTS (+ its name), KOLO_KEY_JOB_INTENT_HEAD. */
 kolo_status kolo_keys_job(const char *job_id, const char *leaf, char *buf, size_t size);
 
 /* "/kolo/blobs/meta/<job>" and "/kolo/blobs/data/<job>/<chunk, 8 digits>". */

@@ -64,17 +64,24 @@ static char *status_key(const kolo_sched_job *j) {
  * coordination/job_status.h (NULL when out of memory: the write fails). */
 static Kolo__V1__JobStatus *begin_job_write(kolo_sched_txn *t, const kolo_sched_job *j) {
   kolo_sched_txn_compare(t, KOLO_ETCD_CMP_MOD, status_key(j), j->status_mod);
+  /* a user's intent stored since the snapshot comes first: this write fails, the next pass
+   * applies it (so an accepted cancel is never overtaken by another end of the job) */
+  char key[512];
+  kolo_sched_txn_compare(
+      t, KOLO_ETCD_CMP_MOD,
+      key_copy(kolo_keys_job(j->id, KOLO_KEY_JOB_INTENT_HEAD, key, sizeof key), key),
+      j->intent_head_mod);
   return (Kolo__V1__JobStatus *)kolo_codec_copy(&j->status->base);
 }
 
-static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch,
-                      const char *message) {
+static void add_event_at(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch,
+                         const char *message, int64_t time_unix_ms) {
   uint64_t seq = ++j->max_seq;
   char buf[512];
   char *key = key_copy(kolo_keys_event(j->id, (int64_t)seq, buf, sizeof buf), buf);
   Kolo__V1__Event event = KOLO__V1__EVENT__INIT;
   event.seq = seq;
-  event.time_unix_ms = wall_ms();
+  event.time_unix_ms = time_unix_ms;
   event.type = (char *)type;
   event.message = (char *)message;
   event.epoch = epoch < 0 ? 0 : (uint64_t)epoch;
@@ -85,6 +92,11 @@ static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, in
     kolo_sched_txn_delete(t,
                           key_copy(kolo_keys_event(j->id, (int64_t)evicted, buf, sizeof buf), buf));
   KOLO_LOGI(LOG, "job %s: %s (epoch %" PRId64 "): %s", j->id, type, epoch, message);
+}
+
+static void add_event(kolo_sched_txn *t, kolo_sched_job *j, const char *type, int64_t epoch,
+                      const char *message) {
+  add_event_at(t, j, type, epoch, message, wall_ms());
 }
 
 /* Puts the changed status (st is freed); moved: the transition's result (a failed one,
@@ -143,7 +155,7 @@ static void order_by_planner(kolo_sched_snapshot *snap, const Kolo__V1__RingReco
   if (members && ranks && reordered && previous) {
     for (size_t i = 0; i < n; i++) {
       kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
-      members[i] = (kolo_planner_member){order[i], w->m.host, w->m.address};
+      members[i] = (kolo_planner_member){order[i], w->m.record->host, w->m.record->address};
     }
     for (size_t i = 0; i < n_previous; i++) previous[i] = old_ring->members[i]->worker_id;
     if (kolo_planner_plan(members, n, previous, n_previous, ranks) == KOLO_OK) {
@@ -181,24 +193,24 @@ static kolo_status ring_members(kolo_sched_snapshot *snap, const Kolo__V1__RingR
       *local_size = calloc(n + 1, sizeof *local_size);
   kolo_status rc = KOLO_ERR_NO_MEMORY;
   if (hosts == NULL || local_rank == NULL || local_size == NULL) goto out;
-  for (size_t i = 0; i < n; i++) hosts[i] = kolo_sched_find_worker(snap, order[i])->m.host;
+  for (size_t i = 0; i < n; i++) hosts[i] = kolo_sched_find_worker(snap, order[i])->m.record->host;
   kolo_sched_local_ranks(hosts, n, local_rank, local_size);
   for (size_t i = 0; i < n; i++) {
-    const kolo_member *w = &kolo_sched_find_worker(snap, order[i])->m;
+    const kolo_worker_entry *w = &kolo_sched_find_worker(snap, order[i])->m;
     int old_rank = kolo_ringspec_rank_of(old_ring, order[i]);
     /* a survivor keeps its first epoch (epoch - 1 if the old ring did not say) */
     int64_t since = old_rank < 0 ? epoch : old_ring->members[old_rank]->since_epoch ?: epoch - 1;
     Kolo__V1__RingMember *o = &ring_out[i]; /* presence: kolo_ringspec_write's */
     kolo__v1__ring_member__init(o);
     o->worker_id = (char *)order[i];
-    o->host = w->host;
-    o->address = w->address;
+    o->host = w->record->host;
+    o->address = w->record->address;
     o->local_rank = local_rank[i];
     o->local_size = local_size[i];
     o->since_epoch = since;
     /* the lease: which registration of the worker this epoch means (decide.h, kolo_sched_member) */
     o->lease = w->lease;
-    status_out[i] = status_member(order[i], i, w->host, w->address);
+    status_out[i] = status_member(order[i], i, w->record->host, w->record->address);
     if (status_out[i] == NULL) goto out;
   }
   rc = KOLO_OK;
@@ -338,7 +350,8 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   if (!newcomers || !order || !members || !status_members || !t) goto out;
   size_t n_new = 0;
   for (size_t i = 0; i < snap->n_workers && n_new < plan->take; i++)
-    if (kolo_sched_worker_idle(&snap->workers[i])) newcomers[n_new++] = snap->workers[i].m.id;
+    if (kolo_sched_worker_idle(&snap->workers[i]))
+      newcomers[n_new++] = snap->workers[i].m.record->id;
   n = kolo_sched_plan_ring(plan->keep, plan->n_keep, newcomers, n_new,
                            kolo_sched_job_max_workers(j), order);
   int64_t epoch = (int64_t)j->status->epoch + 1;
@@ -392,7 +405,7 @@ kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot 
   for (size_t i = 0; i < snap->n_workers; i++) {
     kolo_sched_worker *w = &snap->workers[i];
     if (w->assign_job && strcmp(w->assign_job, j->id) == 0)
-      delete_assignments(t, (const char *const *)&w->m.id, 1);
+      delete_assignments(t, (const char *const *)&w->m.record->id, 1);
   }
   kolo_status rc = commit(wr, t);
   kolo_sched_txn_destroy(t);
@@ -462,4 +475,41 @@ void kolo_sched_sweep(const kolo_sched_writer *wr, kolo_sched_snapshot *snap) {
       KOLO_LOGI(LOG, "took stale assignment of %s (job %s) away", worker_id, job_id);
     kolo_sched_txn_destroy(t);
   }
+}
+
+/* ---- the user's intents ---- */
+
+kolo_status kolo_sched_apply_intents(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,
+                                     kolo_sched_job *j) {
+  size_t n = j->n_intents < KOLO_SCHED_INTENTS_PER_TXN ? j->n_intents : KOLO_SCHED_INTENTS_PER_TXN;
+  kolo_sched_txn *t = kolo_sched_txn_create();
+  const Kolo__V1__JobIntent **in = calloc(n + 1, sizeof *in);
+  kolo_job_intent_event *events = calloc(n + 1, sizeof *events);
+  kolo_status rc = KOLO_ERR_NO_MEMORY;
+  if (t == NULL || in == NULL || events == NULL) goto out;
+  /* no intent_head compare: intents stored since stay pending for the next pass */
+  kolo_sched_txn_compare(t, KOLO_ETCD_CMP_MOD, status_key(j), j->status_mod);
+  Kolo__V1__JobStatus *status = (Kolo__V1__JobStatus *)kolo_codec_copy(&j->status->base);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (j->intents[i].msg) in[k++] = j->intents[i].msg;
+  int added = status ? kolo_job_status_apply_intents(status, in, k, events, NULL) : -1;
+  for (int i = 0; i < added; i++) /* the intent's own time: what kolo-server's view showed */
+    add_event_at(t, j, events[i].type, (int64_t)j->status->epoch, events[i].message,
+                 events[i].time_unix_ms);
+  int cancelled = status && status->phase == KOLO__V1__PHASE__CANCELLED;
+  finish_job_write(t, j, status, added < 0 ? KOLO_ERR_NO_MEMORY : KOLO_OK);
+  for (size_t i = 0; i < n; i++) /* applied or not (a cancel before it, or not decoding) */
+    kolo_sched_txn_delete(t, strdup(j->intents[i].key));
+  for (size_t i = 0; cancelled && i < snap->n_workers; i++) {
+    kolo_sched_worker *w = &snap->workers[i];
+    if (w->assign_job && strcmp(w->assign_job, j->id) == 0)
+      delete_assignments(t, (const char *const *)&w->m.id, 1);
+  }
+  rc = commit(wr, t);
+out:
+  kolo_sched_txn_destroy(t);
+  free(in);
+  free(events);
+  return rc;
 }

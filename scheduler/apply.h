@@ -73,6 +73,15 @@ typedef struct kolo_sched_change {
 kolo_status kolo_sched_write_change(const kolo_sched_writer *wr, kolo_sched_job *j,
                                     const kolo_sched_change *change);
 
+/* Acts on j's pending intents (kolo-server's jobs/<id>/intents/<name>), the oldest
+ * KOLO_SCHED_INTENTS_PER_TXN of them (etcd bounds a txn's operations; the rest wait a pass):
+ * applies them to the status in the order they were accepted, each at its own time, with its
+ * event (coordination/job_status.h: what kolo-server's view already shows), deletes them
+ * (applied or not) and, when the job is now CANCELLED, every member's assignment. */
+#define KOLO_SCHED_INTENTS_PER_TXN 24
+kolo_status kolo_sched_apply_intents(const kolo_sched_writer *wr, kolo_sched_snapshot *snap,
+                                     kolo_sched_job *j);
+
 /* Copies rank 0's reported progress into the status, at most once a second and
  * only when it changed. */
 void kolo_sched_copy_progress(const kolo_sched_writer *wr, kolo_sched_job *j);

@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "coordination/etcd.h"
+#include "coordination/job_status.h"
 #include "scheduler/apply.h"
 #include "scheduler/decide.h"
 #include "scheduler/plan.h"
@@ -307,7 +308,11 @@ static void pass(kolo_sched *s) {
   for (size_t i = 0; i < snap.n_jobs; i++) {
     kolo_sched_job *j = &snap.jobs[i];
     Kolo__V1__Phase phase = kolo_sched_job_phase(j);
-    if (phase == KOLO__V1__PHASE__PENDING) {
+    if (j->n_intents > 0 && !kolo_job_status_final(phase)) {
+      /* the user's intents first; the next pass decides on the status they leave */
+      wrote |= kolo_sched_apply_intents(&s->writer, &snap, j) == KOLO_OK;
+      if (phase == KOLO__V1__PHASE__PENDING) queue.held = 1; /* FIFO: later jobs wait a pass */
+    } else if (phase == KOLO__V1__PHASE__PENDING) {
       /* FIFO, with backfill past a job larger than the cluster (plan.h) */
       start_pending(s, &snap, &queue, j, &wrote);
     } else if (kolo_sched_phase_active(phase)) {

@@ -22,6 +22,11 @@
 static void job_free(kolo_sched_job *j) {
   free(j->id);
   if (j->spec) protobuf_c_message_free_unpacked(&j->spec->base, NULL);
+  for (size_t i = 0; i < j->n_intents; i++) {
+    free(j->intents[i].key);
+    if (j->intents[i].msg) protobuf_c_message_free_unpacked(&j->intents[i].msg->base, NULL);
+  }
+  free(j->intents);
   if (j->status) protobuf_c_message_free_unpacked(&j->status->base, NULL);
   for (size_t i = 0; i < j->n_rings; i++)
     protobuf_c_message_free_unpacked(&j->rings[i]->base, NULL);
@@ -34,7 +39,7 @@ static void job_free(kolo_sched_job *j) {
 }
 
 void kolo_sched_snapshot_free(kolo_sched_snapshot *snap) {
-  kolo_members_free(snap->members, snap->n_members);
+  kolo_worker_entries_free(snap->members, snap->n_members);
   free(snap->workers);
   for (size_t i = 0; i < snap->n_jobs; i++) job_free(&snap->jobs[i]);
   free(snap->jobs);
@@ -130,6 +135,23 @@ static void decode_into(const kolo_sched_job *j, const char *what, const char *t
     KOLO_LOGW(LOG, "job %s: its %s does not decode: %s", j->id, what, fault.message);
 }
 
+/* Adds the intent at kv to j, in create-revision order (one that does not decode is kept
+ * without its message, logged: the scheduler deletes it unapplied). */
+static void add_intent(kolo_sched_job *j, const kolo_etcd_kv *kv) {
+  kolo_sched_intent *grown = realloc(j->intents, (j->n_intents + 1) * sizeof *grown);
+  if (grown == NULL) return;
+  j->intents = grown;
+  kolo_sched_intent in = {strdup((const char *)kv->key), NULL, kv->create_revision};
+  if (in.key == NULL) return;
+  decode_into(j, "intent", (const char *)kv->value, kv->value_len,
+              &kolo__v1__job_intent__descriptor, (ProtobufCMessage **)&in.msg);
+  size_t pos = j->n_intents;
+  while (pos > 0 && j->intents[pos - 1].created > in.created) pos--;
+  memmove(&j->intents[pos + 1], &j->intents[pos], (j->n_intents - pos) * sizeof *j->intents);
+  j->intents[pos] = in;
+  j->n_intents++;
+}
+
 /* Files one key under /kolo/v1/jobs/<id>/ into its job. */
 static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
   const char *rest = (const char *)kv->key + strlen(KOLO_KEY_JOBS_PREFIX);
@@ -155,6 +177,10 @@ static void add_job_key(kolo_sched_snapshot *snap, const kolo_etcd_kv *kv) {
       KOLO_LOGW(LOG, "job %s: its %s", j->id, err);
     j->status_mod = kv->mod_revision;
     j->created = j->status ? j->status->created_unix_ms : 0;
+  } else if (strncmp(part, KOLO_KEY_JOB_INTENTS, strlen(KOLO_KEY_JOB_INTENTS)) == 0) {
+    add_intent(j, kv);
+  } else if (strcmp(part, KOLO_KEY_JOB_INTENT_HEAD) == 0) {
+    j->intent_head_mod = kv->mod_revision;
   } else if (strncmp(part, "ring/", 5) == 0) {
     add_ring(j, (const char *)kv->key, text, length);
   } else if (strncmp(part, "reports/", 8) == 0) {
@@ -197,7 +223,8 @@ static int assign_cmp(const void *a, const void *b) {
 }
 
 static int worker_cmp(const void *a, const void *b) {
-  return strcmp(((const kolo_sched_worker *)a)->m.id, ((const kolo_sched_worker *)b)->m.id);
+  return strcmp(((const kolo_sched_worker *)a)->m.record->id,
+                ((const kolo_sched_worker *)b)->m.record->id);
 }
 
 /* Binary search (the assignments are sorted by worker id: kolo_sched_snapshot_fill). */
@@ -230,8 +257,9 @@ kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
   for (size_t i = 0; i < snap->n_members; i++) {
     kolo_sched_worker *w = &snap->workers[snap->n_workers++];
     w->m = snap->members[i];
-    w->draining = strcmp(w->m.state, "draining") == 0 || drained(drains, w->m.id, w->m.lease);
-    const kolo_sched_assign *a = find_assign(snap, w->m.id);
+    w->draining =
+        strcmp(w->m.record->state, "draining") == 0 || drained(drains, w->m.record->id, w->m.lease);
+    const kolo_sched_assign *a = find_assign(snap, w->m.record->id);
     w->assign_job = a ? a->job : NULL;
   }
   ensure_sorted(snap->workers, snap->n_workers, sizeof *snap->workers, worker_cmp);
@@ -280,13 +308,16 @@ kolo_status kolo_sched_snapshot_build(kolo_sched_snapshot *snap, const kolo_sche
 }
 
 kolo_sched_worker *kolo_sched_find_worker(kolo_sched_snapshot *snap, const char *id) {
-  kolo_sched_worker key = {.m = {.id = (char *)id}};
+  Kolo__V1__WorkerRecord record = KOLO__V1__WORKER_RECORD__INIT;
+  record.id = (char *)id;
+  kolo_sched_worker key = {.m = {.record = &record}};
   return snap->n_workers ? bsearch(&key, snap->workers, snap->n_workers, sizeof key, worker_cmp)
                          : NULL;
 }
 
 int kolo_sched_worker_idle(const kolo_sched_worker *w) {
-  return !w->taken && !w->draining && w->assign_job == NULL && strcmp(w->m.state, "idle") == 0;
+  return !w->taken && !w->draining && w->assign_job == NULL &&
+         strcmp(w->m.record->state, "idle") == 0;
 }
 
 size_t kolo_sched_count_idle(const kolo_sched_snapshot *snap) {

@@ -23,7 +23,7 @@
 #include "scheduler/decide.h"
 
 typedef struct kolo_sched_worker {
-  kolo_member m; /* borrowed from the snapshot's member list */
+  kolo_worker_entry m; /* borrowed from the snapshot's member list */
   int draining;
   const char *assign_job; /* borrowed from the snapshot's assignments; NULL = none */
   int taken;              /* given to a job in this pass */
@@ -44,11 +44,24 @@ typedef struct kolo_sched_job_report {
   Kolo__V1__AgentReport *r; /* as kolo_report_read gives it */
 } kolo_sched_job_report;
 
+/* A pending intent: its key, message and create revision. */
+typedef struct kolo_sched_intent {
+  char *key;
+  Kolo__V1__JobIntent *msg;
+  int64_t created;
+} kolo_sched_intent;
+
 typedef struct kolo_sched_job {
   char *id;
   Kolo__V1__JobSpec *spec;     /* decoded (fields a newer writer added are skipped) */
   Kolo__V1__JobStatus *status; /* ditto; apply.c changes a copy with coordination/job_status.h */
   int64_t status_mod;
+  /* the user's pending intents (jobs/<id>/intents/<name>, kolo-server's), in create-revision
+   * order (msg NULL: it does not decode; it is deleted unapplied), and intent_head's mod
+   * revision (0: absent), which every other write of the job compares */
+  kolo_sched_intent *intents;
+  size_t n_intents;
+  int64_t intent_head_mod;
   uint64_t max_seq;             /* highest event number */
   Kolo__V1__RingRecord **rings; /* the ring records that read (ringspec.h), in epoch order */
   size_t n_rings;
@@ -58,7 +71,7 @@ typedef struct kolo_sched_job {
 } kolo_sched_job;
 
 typedef struct kolo_sched_snapshot {
-  kolo_member *members;
+  kolo_worker_entry *members;
   size_t n_members;
   kolo_sched_worker *workers;
   size_t n_workers;

@@ -19,7 +19,6 @@
 #include "server/store_internal.h"
 
 #define LOG "store"
-#define WRITE_ATTEMPTS 8
 #define CATCH_UP_MS 5000 /* default of kolo_server_store_set_catch_up_ms */
 #define KOLO_CHECK_GOTO_RC(call) KOLO_CHECK_GOTO(call, rc, out)
 
@@ -39,10 +38,67 @@ long kolo_server_store_find_entry(const kolo_server_store *s, const char *id) {
   return -(long)lo - 1;
 }
 
+/* Drops what the view shows (the status with intents applied and their events). */
+static void entry_clear_shown(entry *e) {
+  if (e->status) protobuf_c_message_free_unpacked(&e->status->base, NULL);
+  e->status = NULL;
+  for (size_t i = 0; i < e->n_intent_events; i++)
+    protobuf_c_message_free_unpacked(&e->intent_events[i]->base, NULL);
+  e->n_intent_events = 0;
+}
+
+/* What the view shows of e: its stored status with the pending intents applied, as the
+ * scheduler will write it (coordination/job_status.h, the same function and times), and
+ * the events they add numbered after the stored ones. A final stored status takes no intent
+ * (one written after the job ended is refused to its writer and deleted). */
+static kolo_status entry_show(entry *e) {
+  entry_clear_shown(e);
+  if (e->stored == NULL) return KOLO_OK;
+  e->status = (Kolo__V1__JobStatus *)kolo_codec_copy(&e->stored->base);
+  if (e->status == NULL) return KOLO_ERR_NO_MEMORY;
+  for (size_t i = 0; i < e->n_intents; i++) e->intents[i].applied = 0;
+  if (kolo_job_status_final(e->stored->phase) || e->n_intents == 0) return KOLO_OK;
+  kolo_status rc = KOLO_ERR_NO_MEMORY;
+  const Kolo__V1__JobIntent **in = malloc(e->n_intents * sizeof *in);
+  kolo_job_intent_event *evs = malloc(e->n_intents * sizeof *evs);
+  int *applied = calloc(e->n_intents, sizeof *applied);
+  Kolo__V1__Event **grown = realloc(e->intent_events, e->n_intents * sizeof *grown);
+  if (grown) e->intent_events = grown;
+  if (!in || !evs || !applied || !grown) goto out;
+  for (size_t i = 0; i < e->n_intents; i++) in[i] = e->intents[i].msg;
+  int n = kolo_job_status_apply_intents(e->status, in, e->n_intents, evs, applied);
+  if (n < 0) goto out;
+  for (size_t i = 0; i < e->n_intents; i++) e->intents[i].applied = applied[i];
+  uint64_t seq = e->n_events ? e->events[e->n_events - 1]->seq : 0;
+  for (int i = 0; i < n; i++) {
+    Kolo__V1__Event *ev = malloc(sizeof *ev);
+    if (ev == NULL) goto out;
+    kolo__v1__event__init(ev);
+    e->intent_events[e->n_intent_events++] = ev;
+    ev->seq = seq + 1 + (uint64_t)i;
+    ev->time_unix_ms = evs[i].time_unix_ms;
+    ev->epoch = e->status->epoch;
+    if (kolo_codec_set_string(&ev->type, evs[i].type) != KOLO_OK ||
+        kolo_codec_set_string(&ev->message, evs[i].message) != KOLO_OK)
+      goto out;
+  }
+  rc = KOLO_OK;
+out:
+  free(in);
+  free(evs);
+  free(applied);
+  return rc;
+}
+
 static void entry_free(entry *e) {
   if (e == NULL) return;
   if (e->spec) protobuf_c_message_free_unpacked(&e->spec->base, NULL);
-  if (e->status) protobuf_c_message_free_unpacked(&e->status->base, NULL);
+  if (e->stored) protobuf_c_message_free_unpacked(&e->stored->base, NULL);
+  for (size_t i = 0; i < e->n_intents; i++)
+    protobuf_c_message_free_unpacked(&e->intents[i].msg->base, NULL);
+  free(e->intents);
+  entry_clear_shown(e);
+  free(e->intent_events);
   for (size_t i = 0; i < e->n_events; i++)
     protobuf_c_message_free_unpacked(&e->events[i]->base, NULL);
   free(e->events);
@@ -73,37 +129,60 @@ entry *kolo_server_store_entry_for(kolo_server_store *s, const char *id) {
   return e;
 }
 
-/* A Job that borrows the entry's parts (never free it; only pack or encode it). */
-static void borrow_job(entry *e, Kolo__V1__Job *job, int with_events) {
+/* A Job that borrows the entry's parts (never free it; only pack or encode it). events: the
+ * stored events and the intents' (NULL: none). */
+static void borrow_job(entry *e, Kolo__V1__Job *job, Kolo__V1__Event **events, size_t n_events) {
   kolo__v1__job__init(job);
   job->id = e->id;
   job->spec = e->spec;
   job->status = e->status;
-  if (with_events) {
-    job->events = e->events;
-    job->n_events = e->n_events;
-  }
+  job->events = events;
+  job->n_events = events ? n_events : 0;
 }
 
-static void entry_rebuild(entry *e) {
-  free(e->packed);
+/* The stored events then the intents' into out (room for n_events + 2), the log bounded as
+ * the scheduler's write will leave it (the first and the last KOLO_EVENTS_KEPT). */
+static size_t shown_events(const entry *e, Kolo__V1__Event **out) {
+  size_t n = 0, total = e->n_events + e->n_intent_events;
+  size_t skip = total > KOLO_EVENTS_KEPT + 1 ? total - (KOLO_EVENTS_KEPT + 1) : 0;
+  for (size_t i = 0; i < e->n_events; i++)
+    if (i == 0 || i > skip) out[n++] = e->events[i];
+  for (size_t i = 0; i < e->n_intent_events; i++) out[n++] = e->intent_events[i];
+  return n;
+}
+
+/* Rebuilds what the view shows of e and its cached forms; 1 if the packed job changed (a
+ * scheduler's write of what the view already showed changes nothing a watcher sees). */
+static int entry_rebuild(entry *e) {
+  uint8_t *old = e->packed;
+  size_t old_len = e->packed_len;
+  int changed = 1;
   free(e->json);
   free(e->summary);
   e->packed = NULL;
   e->json = e->summary = NULL;
-  if (e->spec == NULL || e->status == NULL) return;
+  Kolo__V1__Event **events = NULL;
+  if (entry_show(e) != KOLO_OK || e->spec == NULL || e->status == NULL) goto out;
+  events = malloc((e->n_events + e->n_intent_events + 1) * sizeof *events);
+  if (events == NULL) goto out;
   Kolo__V1__Job job;
-  borrow_job(e, &job, 1);
+  borrow_job(e, &job, events, shown_events(e, events));
   e->packed_len = kolo__v1__job__get_packed_size(&job);
   e->packed = malloc(e->packed_len + 1);
   if (e->packed) kolo__v1__job__pack(&job, e->packed);
   e->json = kolo_codec_dump(&job.base, 0);
-  borrow_job(e, &job, 0);
+  borrow_job(e, &job, NULL, 0);
   e->summary = kolo_codec_dump(&job.base, 0);
   if (e->json == NULL || e->summary == NULL) {
     free(e->packed);
     e->packed = NULL;
   }
+  changed = e->packed == NULL || old == NULL || old_len != e->packed_len ||
+            memcmp(old, e->packed, old_len) != 0;
+out:
+  free(events);
+  free(old);
+  return changed;
 }
 
 static kolo_status entry_put_event(entry *e, Kolo__V1__Event *ev) {
@@ -133,6 +212,36 @@ static kolo_status entry_put_event(entry *e, Kolo__V1__Event *ev) {
   return KOLO_OK;
 }
 
+/* Adds (msg, created at rev; e takes it) or removes (NULL) e's pending intent name, keeping
+ * them in create-revision order. */
+static kolo_status entry_set_intent(entry *e, const char *name, Kolo__V1__JobIntent *msg,
+                                    int64_t rev) {
+  size_t at = 0;
+  while (at < e->n_intents && strcmp(e->intents[at].name, name) != 0) at++;
+  if (at < e->n_intents) { /* never rewritten by kolo; a put again replaces it */
+    protobuf_c_message_free_unpacked(&e->intents[at].msg->base, NULL);
+    memmove(&e->intents[at], &e->intents[at + 1], (e->n_intents - at - 1) * sizeof *e->intents);
+    e->n_intents--;
+  }
+  e->touched = 1;
+  if (msg == NULL) return KOLO_OK;
+  if (strlen(name) >= sizeof e->intents[0].name) return KOLO_ERR_INVALID_ARG;
+  if (e->n_intents == e->cap_intents) {
+    size_t cap = e->cap_intents ? e->cap_intents * 2 : 4;
+    pending_intent *grown = realloc(e->intents, cap * sizeof *grown);
+    if (grown == NULL) return KOLO_ERR_NO_MEMORY;
+    e->intents = grown;
+    e->cap_intents = cap;
+  }
+  size_t pos = e->n_intents;
+  while (pos > 0 && e->intents[pos - 1].rev > rev) pos--;
+  memmove(&e->intents[pos + 1], &e->intents[pos], (e->n_intents - pos) * sizeof *e->intents);
+  e->intents[pos] = (pending_intent){.msg = msg, .rev = rev};
+  snprintf(e->intents[pos].name, sizeof e->intents[pos].name, "%s", name);
+  e->n_intents++;
+  return KOLO_OK;
+}
+
 /* Applies one key of /kolo/v1/jobs/ to the view (write lock held). */
 static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item, int is_delete) {
   const char *rest = item->key + strlen(KOLO_KEY_JOBS_PREFIX);
@@ -149,6 +258,8 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
     desc = &kolo__v1__job_status__descriptor;
   else if (strncmp(part, "events/", 7) == 0)
     desc = &kolo__v1__event__descriptor;
+  else if (strncmp(part, KOLO_KEY_JOB_INTENTS, strlen(KOLO_KEY_JOB_INTENTS)) == 0)
+    desc = &kolo__v1__job_intent__descriptor;
   else if (strncmp(part, "ring/", 5) == 0) {
     entry *e = NULL;
     if (!is_delete) {
@@ -167,6 +278,12 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
   if (is_delete) {
     long at = kolo_server_store_find_entry(s, id);
     if (at < 0) return;
+    /* The scheduler acted on an intent (or its writer took it back). */
+    if (desc == &kolo__v1__job_intent__descriptor) {
+      entry_set_intent(s->entries[at], part + strlen(KOLO_KEY_JOB_INTENTS), NULL, 0);
+      s->list_batch = s->entries[at]->summary_batch = s->batch;
+      return;
+    }
     /* Deleting a job's spec removes the job from the view (operators' cleanup). */
     if (desc == &kolo__v1__job_spec__descriptor) {
       entry_free(s->entries[at]);
@@ -193,9 +310,14 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
     e->spec = (Kolo__V1__JobSpec *)msg;
     s->list_batch = e->summary_batch = s->batch;
   } else if (desc == &kolo__v1__job_status__descriptor) {
-    if (e->status) protobuf_c_message_free_unpacked(&e->status->base, NULL);
-    e->status = (Kolo__V1__JobStatus *)msg;
+    if (e->stored) protobuf_c_message_free_unpacked(&e->stored->base, NULL);
+    e->stored = (Kolo__V1__JobStatus *)msg;
     e->status_rev = item->mod_revision;
+    s->list_batch = e->summary_batch = s->batch;
+  } else if (desc != &kolo__v1__event__descriptor) {
+    if (entry_set_intent(e, part + strlen(KOLO_KEY_JOB_INTENTS), (Kolo__V1__JobIntent *)msg,
+                         item->create_revision) != KOLO_OK)
+      protobuf_c_message_free_unpacked(msg, NULL);
     s->list_batch = e->summary_batch = s->batch;
   } else if (entry_put_event(e, (Kolo__V1__Event *)msg) != KOLO_OK) {
     protobuf_c_message_free_unpacked(msg, NULL);
@@ -255,8 +377,7 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
     if (!e->touched) continue;
     e->touched = 0;
     e->job_batch = s->batch;
-    entry_rebuild(e);
-    if (e->packed == NULL) continue;
+    if (!entry_rebuild(e) || e->packed == NULL) continue;
     for (subscriber *sub = s->subs; sub; sub = sub->next)
       if (strcmp(sub->id, e->id) == 0)
         sub->fn(sub->arg, e->packed, e->packed_len, e->status->phase);
@@ -271,7 +392,8 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
 }
 
 /* Waits until the view has applied revision (a write of ours), up to timeout_ms. */
-static kolo_status wait_revision(kolo_server_store *s, int64_t revision, int timeout_ms) {
+kolo_status kolo_server_store_wait_revision(kolo_server_store *s, int64_t revision,
+                                            int timeout_ms) {
   struct timespec deadline;
   clock_gettime(CLOCK_REALTIME, &deadline);
   deadline.tv_sec += timeout_ms / 1000;
@@ -429,7 +551,7 @@ kolo_status kolo_server_store_list(kolo_server_store *s, const Kolo__V1__ListJob
       break;
     }
     Kolo__V1__Job borrowed;
-    borrow_job(e, &borrowed, 0);
+    borrow_job(e, &borrowed, NULL, 0);
     Kolo__V1__Job *copy = (Kolo__V1__Job *)kolo_codec_copy(&borrowed.base);
     if (copy == NULL) goto out;
     resp->jobs[resp->n_jobs++] = copy;
@@ -485,129 +607,14 @@ static kolo_status event_key(char *out, size_t len, const char *id, uint64_t seq
   return kolo_keys_event(id, (int64_t)seq, out, len);
 }
 
-/* The view's status revision and event count for id (0, 0 if unknown). */
-static kolo_status snapshot(kolo_server_store *s, const char *id, Kolo__V1__Job **job,
-                            int64_t *status_rev) {
-  kolo_status rc = KOLO_ERR_NOT_FOUND;
-  pthread_rwlock_rdlock(&s->lock);
-  long at = kolo_server_store_find_entry(s, id);
-  if (at >= 0 && s->entries[at]->packed) {
-    entry *e = s->entries[at];
-    *status_rev = e->status_rev;
-    *job = kolo__v1__job__unpack(NULL, e->packed_len, e->packed);
-    rc = *job ? KOLO_OK : KOLO_ERR_NO_MEMORY;
-  }
-  pthread_rwlock_unlock(&s->lock);
-  return rc;
-}
-
-/* Writes job's status and its events from index first_new on, if the status is still at
- * status_rev and none of the new event keys exist. */
-static kolo_status write_status(kolo_server_store *s, const Kolo__V1__Job *job, size_t first_new,
-                                int64_t status_rev, int64_t *revision) {
-  kolo_status rc = KOLO_ERR_NO_MEMORY;
-  size_t n_new = job->n_events - first_new, n_puts = n_new + 1;
-  kolo_server_kv_compare *cmps = calloc(n_new + 1, sizeof *cmps);
-  kolo_server_kv_put *puts = calloc(2 * n_new + 1, sizeof *puts);
-  char(*keys)[160] = calloc(2 * n_new + 1, sizeof *keys);
-  char **values = calloc(n_new + 1, sizeof *values);
-  if (!cmps || !puts || !keys || !values) goto out;
-  if (job_key(keys[0], sizeof keys[0], job->id, "status") != KOLO_OK) goto out;
-  cmps[0] = (kolo_server_kv_compare){keys[0], KOLO_SERVER_KV_MOD, status_rev};
-  values[0] = kolo_codec_dump(&job->status->base, 0);
-  if (values[0] == NULL) goto out;
-  puts[0] = (kolo_server_kv_put){keys[0], values[0], 0};
-  for (size_t i = 0; i < n_new; i++) {
-    const Kolo__V1__Event *ev = job->events[first_new + i];
-    if (event_key(keys[i + 1], sizeof keys[i + 1], job->id, ev->seq) != KOLO_OK) goto out;
-    cmps[i + 1] = (kolo_server_kv_compare){keys[i + 1], KOLO_SERVER_KV_CREATE, 0};
-    values[i + 1] = kolo_codec_dump(&ev->base, 0);
-    if (values[i + 1] == NULL) goto out;
-    puts[i + 1] = (kolo_server_kv_put){keys[i + 1], values[i + 1], 0};
-    uint64_t evicted = kolo_keys_event_evicted(ev->seq); /* the bounded log (keys.h) */
-    if (evicted == 0) continue;
-    if (event_key(keys[n_puts], sizeof keys[n_puts], job->id, evicted) != KOLO_OK) goto out;
-    puts[n_puts] = (kolo_server_kv_put){keys[n_puts], NULL, 0};
-    n_puts++;
-  }
-  rc = s->kv->ops->txn(s->kv, cmps, n_new + 1, puts, n_puts, revision);
-out:
-  for (size_t i = 0; values && i < n_new + 1; i++) free(values[i]);
-  free(values);
-  free(keys);
-  free(puts);
-  free(cmps);
-  return rc;
-}
-
-typedef kolo_status (*mutate_fn)(Kolo__V1__Job *job, const void *arg, char *err, size_t err_len);
-
-/* UNAVAILABLE after a write of job id at revision that the view has not shown in time (the
- * write is in etcd: a retry of the same request finds it). */
-static kolo_status view_behind(kolo_server_store *s, const char *what, const char *id,
-                               int64_t revision, char *err, size_t err_len) {
+kolo_status kolo_server_store_view_behind(kolo_server_store *s, const char *what, const char *id,
+                                          int64_t revision, char *err, size_t err_len) {
   if (err && err_len)
     snprintf(err, err_len,
              "%s job %.63s, but this server's view of etcd has not reached revision %" PRId64
              " within %d ms; GetJob shows it once it has",
              what, id, revision, s->catch_up_ms);
   return KOLO_ERR_UNAVAILABLE;
-}
-
-/* Read-modify-write of one job's status with compares; retried while other writers win. */
-static kolo_status mutate(kolo_server_store *s, const char *id, const char *what, mutate_fn fn,
-                          const void *arg, Kolo__V1__Job **out, char *err, size_t err_len) {
-  kolo_status rc = KOLO_ERR_CONFLICT;
-  for (int attempt = 0; attempt < WRITE_ATTEMPTS; attempt++) {
-    Kolo__V1__Job *job = NULL;
-    int64_t status_rev = 0, revision = 0;
-    if (err && err_len) err[0] = '\0';
-    rc = snapshot(s, id, &job, &status_rev);
-    if (rc != KOLO_OK) {
-      if (rc == KOLO_ERR_NOT_FOUND && err && err_len) snprintf(err, err_len, "no job %.63s", id);
-      return rc;
-    }
-    size_t first_new = job->n_events;
-    rc = fn(job, arg, err, err_len);
-    if (rc == KOLO_OK) rc = write_status(s, job, first_new, status_rev, &revision);
-    protobuf_c_message_free_unpacked(&job->base, NULL);
-    if (rc == KOLO_OK) {
-      rc = wait_revision(s, revision, s->catch_up_ms);
-      if (rc != KOLO_OK) return view_behind(s, what, id, revision, err, err_len);
-      return kolo_server_store_get(s, id, out);
-    }
-    if (rc != KOLO_ERR_CONFLICT) return rc;
-    /* Someone else wrote first: let the view catch up with etcd, then try again. */
-    int64_t seen = kolo_server_store_revision(s);
-    wait_revision(s, seen + 1, 100 + attempt * 50);
-  }
-  if (err && err_len) snprintf(err, err_len, "job %.63s kept changing; try again", id);
-  return rc;
-}
-
-static kolo_status do_cancel(Kolo__V1__Job *job, const void *arg, char *err, size_t err_len) {
-  return kolo_server_job_cancel(job, arg, kolo_server_now_ms(), err, err_len);
-}
-
-kolo_status kolo_server_store_cancel(kolo_server_store *s, const char *id, const char *reason,
-                                     Kolo__V1__Job **out, char *err, size_t err_len) {
-  return mutate(s, id, "cancelled", do_cancel, reason ? reason : "", out, err, err_len);
-}
-
-typedef struct scale_arg {
-  uint32_t min, max;
-} scale_arg;
-
-static kolo_status do_scale(Kolo__V1__Job *job, const void *arg, char *err, size_t err_len) {
-  const scale_arg *a = arg;
-  return kolo_server_job_scale(job, a->min, a->max, kolo_server_now_ms(), err, err_len);
-}
-
-kolo_status kolo_server_store_scale(kolo_server_store *s, const char *id, uint32_t min_workers,
-                                    uint32_t max_workers, Kolo__V1__Job **out, char *err,
-                                    size_t err_len) {
-  scale_arg a = {min_workers, max_workers};
-  return mutate(s, id, "scaled", do_scale, &a, out, err, err_len);
 }
 
 /* A copy of id's spec as the view holds it (KOLO_ERR_NOT_FOUND if it has none). */
@@ -641,7 +648,7 @@ static kolo_status read_spec(kolo_server_store *s, const char *id, Kolo__V1__Job
     break;
   }
   kolo_server_kv_items_free(items, n);
-  if (rc == KOLO_OK) wait_revision(s, revision, s->catch_up_ms);
+  if (rc == KOLO_OK) kolo_server_store_wait_revision(s, revision, s->catch_up_ms);
   return rc;
 }
 
@@ -679,8 +686,8 @@ kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *sp
   if (rc == KOLO_OK) {
     *created = 1;
     KOLO_LOGI(LOG, "job %s (%s) submitted at revision %" PRId64, id, spec->name, revision);
-    if (wait_revision(s, revision, s->catch_up_ms) != KOLO_OK) {
-      rc = view_behind(s, "submitted", id, revision, err, err_len);
+    if (kolo_server_store_wait_revision(s, revision, s->catch_up_ms) != KOLO_OK) {
+      rc = kolo_server_store_view_behind(s, "submitted", id, revision, err, err_len);
       goto out;
     }
     rc = kolo_server_store_get(s, id, out);
@@ -692,7 +699,7 @@ kolo_status kolo_server_store_submit(kolo_server_store *s, Kolo__V1__JobSpec *sp
    * is a key the view never sees, or the view is stuck) the spec is read from etcd. */
   Kolo__V1__JobSpec *existing = NULL;
   rc = KOLO_ERR_NOT_FOUND;
-  if (revision > 0 && wait_revision(s, revision, s->catch_up_ms) == KOLO_OK)
+  if (revision > 0 && kolo_server_store_wait_revision(s, revision, s->catch_up_ms) == KOLO_OK)
     rc = view_spec(s, id, &existing);
   if (rc == KOLO_ERR_NOT_FOUND) rc = read_spec(s, id, &existing);
   if (rc != KOLO_OK) goto out;

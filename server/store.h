@@ -41,10 +41,15 @@ kolo_status kolo_server_store_get_json(kolo_server_store *store, const char *id,
 kolo_status kolo_server_store_list(kolo_server_store *store, const Kolo__V1__ListJobsRequest *req,
                                    Kolo__V1__ListJobsResponse **out);
 
-/* CANCELLED, recorded with an event; KOLO_ERR_STATE if the job already ended. */
+/* The user's intents (store_intent.c): each stores a kolo.v1.JobIntent at
+ * /kolo/v1/jobs/<id>/intents/<name> for the scheduler to apply (kolo-server never writes the
+ * status after submit) and answers, once the view shows it, the job as the view shows it: the
+ * status with the pending intents applied, as the scheduler will write it.
+ * Cancel: CANCELLED with a CANCELLED event; KOLO_ERR_STATE if the job already ended (also when
+ * it had ended in etcd before the intent got there: the intent is then deleted). */
 kolo_status kolo_server_store_cancel(kolo_server_store *store, const char *id, const char *reason,
                                      Kolo__V1__Job **out, char *err, size_t err_len);
-/* New worker bounds with a SCALED event. */
+/* Scale: new worker bounds with a SCALED event; KOLO_ERR_STATE as for a cancel. */
 kolo_status kolo_server_store_scale(kolo_server_store *store, const char *id, uint32_t min_workers,
                                     uint32_t max_workers, Kolo__V1__Job **out, char *err,
                                     size_t err_len);

@@ -10,12 +10,29 @@
 #include "server/job_model.h"
 #include "server/store.h"
 
+/* One pending intent of a job: its key's name under intents/, message and create revision;
+ * applied: whether the view's status took it (an earlier cancel leaves a later one nothing). */
+typedef struct pending_intent {
+  char name[96];
+  Kolo__V1__JobIntent *msg;
+  int64_t rev;
+  int applied;
+} pending_intent;
+
 typedef struct entry {
   char id[KOLO_SERVER_ID_MAX + 1];
   Kolo__V1__JobSpec *spec;
-  Kolo__V1__JobStatus *status;
+  Kolo__V1__JobStatus *stored; /* the status as etcd holds it (the scheduler's) */
   int64_t status_rev;
-  Kolo__V1__Event **events; /* sorted by seq */
+  /* the user's pending intents (jobs/<id>/intents/<name>), in create-revision order */
+  pending_intent *intents;
+  size_t n_intents, cap_intents;
+  /* what the view shows: stored with the pending intents applied (coordination/job_status.h),
+   * and the events they add; rebuilt with the cached forms */
+  Kolo__V1__JobStatus *status;
+  Kolo__V1__Event **intent_events;
+  size_t n_intent_events;
+  Kolo__V1__Event **events; /* stored, sorted by seq */
   size_t n_events, cap_events;
   uint8_t *packed; /* Job with events; NULL until spec and status are both known */
   size_t packed_len;
@@ -71,6 +88,13 @@ struct kolo_server_store {
 
 /* store.c */
 long kolo_server_store_find_entry(const kolo_server_store *s, const char *id);
+/* Waits until the view has applied revision (a write of ours), up to timeout_ms:
+ * KOLO_ERR_TIMEOUT if it has not. */
+kolo_status kolo_server_store_wait_revision(kolo_server_store *s, int64_t revision, int timeout_ms);
+/* KOLO_ERR_UNAVAILABLE with err saying that the write (what: "cancelled", ...) of job id at
+ * revision is in etcd but the view has not shown it within the catch-up time. */
+kolo_status kolo_server_store_view_behind(kolo_server_store *s, const char *what, const char *id,
+                                          int64_t revision, char *err, size_t err_len);
 entry *kolo_server_store_entry_for(kolo_server_store *s, const char *id);
 
 /* store_records.c (write lock held for apply/clear) */

@@ -153,11 +153,13 @@ static kolo_status copy_prefix(const kolo_server_store *s, const char *prefix,
   return copy_range(s, first, end, out);
 }
 
-/* Whether the view holds job e as ended (SUCCEEDED, FAILED, CANCELLED): nothing of it
- * changes any more, so nothing under it is the scheduler's. */
+/* Whether the view holds job e's stored status (the scheduler's, not the one the view shows
+ * with pending intents applied) as ended (SUCCEEDED, FAILED, CANCELLED): nothing of it
+ * changes any more, so nothing under it is the scheduler's. A job cancelled by an intent the
+ * scheduler has not acted on yet is live: the scheduler still has to. */
 static int job_ended(const entry *e) {
-  if (e->status == NULL) return 0;
-  Kolo__V1__Phase p = e->status->phase;
+  if (e->stored == NULL) return 0;
+  Kolo__V1__Phase p = e->stored->phase;
   return p == KOLO__V1__PHASE__SUCCEEDED || p == KOLO__V1__PHASE__FAILED ||
          p == KOLO__V1__PHASE__CANCELLED;
 }
