@@ -10,30 +10,17 @@
 #include "common/log.h"
 #include "coordination/etcd_internal.h"
 #include "coordination/keys.h"
+#include "coordination/record.h"
+#include "common/checks.h"
 #include "kolo/v1/records.pb-c.h"
 
 #define COMPONENT "membership"
 #define MAX_LABELS 64
 
-void kolo_member_clear(kolo_member *m) {
-  if (m == NULL) return;
-  free(m->id);
-  free(m->host);
-  free(m->address);
-  free(m->logs_url);
-  free(m->logs_token);
-  free(m->state);
-  for (size_t i = 0; i < m->label_count; i++) {
-    free(m->labels[i].key);
-    free(m->labels[i].value);
-  }
-  free(m->labels);
-  memset(m, 0, sizeof *m);
-}
-
-void kolo_members_free(kolo_member *members, size_t count) {
-  for (size_t i = 0; i < count; i++) kolo_member_clear(&members[i]);
-  free(members);
+void kolo_worker_entries_free(kolo_worker_entry *entries, size_t count) {
+  for (size_t i = 0; entries && i < count; i++)
+    if (entries[i].record) protobuf_c_message_free_unpacked(&entries[i].record->base, NULL);
+  free(entries);
 }
 
 int kolo_member_address_valid(const char *address) {
@@ -84,57 +71,77 @@ int kolo_member_host_valid(const char *host) {
   return printable(host, 255);
 }
 
-kolo_status kolo_member_validate(const kolo_member *m) {
-  if (m == NULL) return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record is NULL");
-  if (!kolo_keys_name_valid(m->id))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                          "worker record: id '%.64s' is not valid (1-128 of A-Z a-z 0-9 . _ -)",
-                          m->id ? m->id : "(null)");
-  if (!kolo_member_host_valid(m->host))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                          "worker record %s: host must be 1-255 printable characters", m->id);
-  if (!kolo_member_address_valid(m->address))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                          "worker record %s: address '%.64s' is not host:port", m->id,
-                          m->address ? m->address : "(null)");
-  if (m->cpus < 0 || m->cpus > 65535 || m->gpus < 0 || m->gpus > 65535)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                          "worker record %s: cpus and gpus must be in 0..65535", m->id);
-  if (m->state == NULL || m->state[0] == '\0' || strlen(m->state) > 32 ||
-      strspn(m->state, "abcdefghijklmnopqrstuvwxyz_") != strlen(m->state))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: state must be 1-32 of [a-z_]",
-                          m->id);
+/* The optional parts: the logs endpoint and the labels. */
+static kolo_status check_logs_and_labels(const Kolo__V1__WorkerRecord *m, char *err,
+                                         size_t err_len) {
   if ((m->logs_url == NULL) != (m->logs_token == NULL))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                          "worker record %s: logs_url and logs_token go together", m->id);
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len,
+                            "worker record %s: logs_url and logs_token go together", m->id);
   if (m->logs_url != NULL &&
       (!printable(m->logs_url, 255) ||
        (strncmp(m->logs_url, "http://", 7) != 0 && strncmp(m->logs_url, "https://", 8) != 0)))
-    return kolo_etcd_fail(
-        KOLO_ERR_INVALID_ARG,
+    return kolo_record_fail(
+        KOLO_ERR_INVALID_ARG, err, err_len,
         "worker record %s: logs_url must be an http(s):// URL of 1-255 printable characters",
         m->id);
   if (m->logs_token != NULL &&
       (strlen(m->logs_token) < 16 || strlen(m->logs_token) > 128 ||
        strspn(m->logs_token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") !=
            strlen(m->logs_token)))
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                          "worker record %s: logs_token must be 16-128 of [A-Za-z0-9]", m->id);
-  if (m->label_count > MAX_LABELS)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: more than %d labels", m->id,
-                          MAX_LABELS);
-  for (size_t i = 0; i < m->label_count; i++) {
-    if (!printable(m->labels[i].key, 128) || m->labels[i].value == NULL ||
-        strlen(m->labels[i].value) > 1024)
-      return kolo_etcd_fail(KOLO_ERR_INVALID_ARG,
-                            "worker record %s: label %zu is not a short printable key with a value",
-                            m->id, i);
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len,
+                            "worker record %s: logs_token must be 16-128 of [A-Za-z0-9]", m->id);
+  for (size_t i = 0; i < m->n_labels; i++) {
+    const Kolo__V1__WorkerRecord__LabelsEntry *l = m->labels[i];
+    if (l == NULL || !printable(l->key, 128) || l->value == NULL || strlen(l->value) > 1024)
+      return kolo_record_fail(
+          KOLO_ERR_INVALID_ARG, err, err_len,
+          "worker record %s: label %zu is not a short printable key with a value", m->id, i);
     for (size_t k = 0; k < i; k++)
-      if (strcmp(m->labels[k].key, m->labels[i].key) == 0)
-        return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record %s: label '%s' appears twice",
-                              m->id, m->labels[i].key);
+      if (strcmp(m->labels[k]->key, l->key) == 0)
+        return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len,
+                                "worker record %s: label '%s' appears twice", m->id, l->key);
   }
   return KOLO_OK;
+}
+
+kolo_status kolo_member_validate(const Kolo__V1__WorkerRecord *m, char *err, size_t err_len) {
+  if (m == NULL)
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len, "worker record is NULL");
+  static const char *names[] = {"id", "host", "address", "state", "cpus", "gpus"};
+  int present[] = {m->id != NULL,    m->host != NULL, m->address != NULL,
+                   m->state != NULL, m->has_cpus,     m->has_gpus};
+  for (size_t i = 0; i < 6; i++)
+    if (!present[i])
+      return kolo_record_fail(KOLO_ERR_PARSE, err, err_len, "worker record: missing '%s'",
+                              names[i]);
+  if (m->cpus < 0 || m->cpus > 65535)
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len,
+                            "worker record: 'cpus' out of range");
+  if (m->gpus < 0 || m->gpus > 65535)
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len,
+                            "worker record: 'gpus' out of range");
+  if (m->has_registered_unix_ms && m->registered_unix_ms <= 0)
+    return kolo_record_fail(KOLO_ERR_PARSE, err, err_len,
+                            "worker record: 'registered_unix_ms' is not a positive integer");
+  if (m->n_labels > MAX_LABELS)
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len,
+                            "worker record: more than %d labels", MAX_LABELS);
+  if (!kolo_keys_name_valid(m->id))
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len,
+                            "worker record: id '%.64s' is not valid (1-128 of A-Z a-z 0-9 . _ -)",
+                            m->id);
+  if (!kolo_member_host_valid(m->host))
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len,
+                            "worker record %s: host must be 1-255 printable characters", m->id);
+  if (!kolo_member_address_valid(m->address))
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len,
+                            "worker record %s: address '%.64s' is not host:port", m->id,
+                            m->address);
+  if (m->state[0] == '\0' || strlen(m->state) > 32 ||
+      strspn(m->state, "abcdefghijklmnopqrstuvwxyz_") != strlen(m->state))
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len,
+                            "worker record %s: state must be 1-32 of [a-z_]", m->id);
+  return check_logs_and_labels(m, err, err_len);
 }
 
 /* ---- the record as kolo.v1.WorkerRecord (records.proto), through the one codec ---- */
@@ -145,120 +152,67 @@ static int by_label_key(const void *a, const void *b) {
   return strcmp(x->key, y->key);
 }
 
-kolo_status kolo_member_to_json(const kolo_member *m, char **json) {
+kolo_status kolo_member_write(const Kolo__V1__WorkerRecord *m, char **json, char *err,
+                              size_t err_len) {
+  if (json == NULL) return KOLO_ERR_INVALID_ARG;
   *json = NULL;
-  kolo_status rc = kolo_member_validate(m);
-  if (rc != KOLO_OK) return rc;
-  Kolo__V1__WorkerRecord r = KOLO__V1__WORKER_RECORD__INIT;
-  Kolo__V1__WorkerRecord__LabelsEntry *entries = calloc(m->label_count + 1, sizeof *entries);
-  Kolo__V1__WorkerRecord__LabelsEntry **sorted = calloc(m->label_count + 1, sizeof *sorted);
-  if (entries == NULL || sorted == NULL) {
-    free(entries);
-    free(sorted);
-    return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a worker record");
-  }
-  for (size_t i = 0; i < m->label_count; i++) {
-    kolo__v1__worker_record__labels_entry__init(&entries[i]);
-    entries[i].key = m->labels[i].key;
-    entries[i].value = m->labels[i].value;
-    sorted[i] = &entries[i];
-  }
-  qsort(sorted, m->label_count, sizeof *sorted, by_label_key); /* keys in order, as always */
-  r.address = m->address;
+  if (m == NULL)
+    return kolo_record_fail(KOLO_ERR_INVALID_ARG, err, err_len, "worker record is NULL");
+  Kolo__V1__WorkerRecord r = *m; /* a shallow copy with the record's presence */
   r.has_cpus = r.has_gpus = 1;
-  r.cpus = m->cpus;
-  r.gpus = m->gpus;
-  r.host = m->host;
-  r.id = m->id;
-  r.n_labels = m->label_count;
-  r.labels = sorted;
-  r.logs_token = m->logs_token; /* NULL: left out */
-  r.logs_url = m->logs_url;
   r.has_registered_unix_ms = m->registered_unix_ms > 0;
-  r.registered_unix_ms = m->registered_unix_ms;
-  r.state = m->state;
+  if (r.labels == NULL) r.n_labels = 0;
+  KOLO_CHECK(kolo_member_validate(&r, err, err_len));
+  Kolo__V1__WorkerRecord__LabelsEntry **sorted = calloc(r.n_labels + 1, sizeof *sorted);
+  if (sorted == NULL)
+    return kolo_record_fail(KOLO_ERR_NO_MEMORY, err, err_len,
+                            "out of memory encoding a worker record");
+  if (r.n_labels) memcpy(sorted, r.labels, r.n_labels * sizeof *sorted);
+  qsort(sorted, r.n_labels, sizeof *sorted, by_label_key); /* keys in order, as always */
+  r.labels = sorted;
   *json = kolo_codec_dump(&r.base, 0);
   free(sorted);
-  free(entries);
   return *json ? KOLO_OK
-               : kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory encoding a worker record");
+               : kolo_record_fail(KOLO_ERR_NO_MEMORY, err, err_len,
+                                  "out of memory encoding a worker record");
 }
 
 /* Words a codec fault for this record's readers. */
-static kolo_status fault_error(kolo_status rc, const kolo_codec_fault *f) {
-  if (rc == KOLO_ERR_NO_MEMORY) return kolo_etcd_fail(rc, "out of memory reading a worker record");
+static kolo_status fault_error(kolo_status rc, const kolo_codec_fault *f, char *err,
+                               size_t err_len) {
+  if (rc == KOLO_ERR_NO_MEMORY)
+    return kolo_record_fail(rc, err, err_len, "out of memory reading a worker record");
   if (f->kind != KOLO_CODEC_FAULT_TYPE || f->field == NULL)
-    return kolo_etcd_fail(
-        KOLO_ERR_PARSE, "worker record: %s",
+    return kolo_record_fail(
+        KOLO_ERR_PARSE, err, err_len, "worker record: %s",
         f->kind == KOLO_CODEC_FAULT_TYPE ? "malformed JSON: not an object" : f->message);
   if (strncmp(f->path, "labels.", 7) == 0)
-    return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: label '%.64s' is not a string",
-                          f->path + 7);
+    return kolo_record_fail(KOLO_ERR_PARSE, err, err_len,
+                            "worker record: label '%.64s' is not a string", f->path + 7);
   const char *what = f->field->type == PROTOBUF_C_TYPE_STRING       ? "a string"
                      : f->field->label == PROTOBUF_C_LABEL_REPEATED ? "an object"
                                                                     : "an integer";
-  return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: '%s' is not %s", f->field->name, what);
+  return kolo_record_fail(KOLO_ERR_PARSE, err, err_len, "worker record: '%s' is not %s",
+                          f->field->name, what);
 }
 
-static kolo_status missing(const char *name) {
-  return kolo_etcd_fail(KOLO_ERR_PARSE, "worker record: missing '%s'", name);
-}
-
-static char *take(char **slot) {
-  char *s = *slot;
-  *slot = NULL;
-  return s;
-}
-
-/* Presence and ranges over the decoded message, then the struct takes its values. */
-static kolo_status from_record(Kolo__V1__WorkerRecord *r, kolo_member *out) {
-  if (r->id == NULL) return missing("id");
-  if (r->host == NULL) return missing("host");
-  if (r->address == NULL) return missing("address");
-  if (r->state == NULL) return missing("state");
-  if (!r->has_cpus) return missing("cpus");
-  if (!r->has_gpus) return missing("gpus");
-  if (r->cpus < 0 || r->cpus > 65535)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: 'cpus' out of range");
-  if (r->gpus < 0 || r->gpus > 65535)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: 'gpus' out of range");
-  if (r->has_registered_unix_ms && r->registered_unix_ms <= 0)
-    return kolo_etcd_fail(KOLO_ERR_PARSE,
-                          "worker record: 'registered_unix_ms' is not a positive integer");
-  if (r->n_labels > MAX_LABELS)
-    return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record: more than %d labels", MAX_LABELS);
-  out->labels = r->n_labels ? calloc(r->n_labels, sizeof *out->labels) : NULL;
-  if (r->n_labels && out->labels == NULL)
-    return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
-  for (size_t i = 0; i < r->n_labels; i++) {
-    out->labels[i].key = take(&r->labels[i]->key);
-    out->labels[i].value = take(&r->labels[i]->value);
-    out->label_count++;
-  }
-  out->id = take(&r->id);
-  out->host = take(&r->host);
-  out->address = take(&r->address);
-  out->state = take(&r->state);
-  out->cpus = (int)r->cpus;
-  out->gpus = (int)r->gpus;
-  out->logs_url = take(&r->logs_url);
-  out->logs_token = take(&r->logs_token);
-  out->registered_unix_ms = r->has_registered_unix_ms ? r->registered_unix_ms : 0;
-  return kolo_member_validate(out);
-}
-
-kolo_status kolo_member_from_json(const char *text, size_t len, kolo_member *out) {
-  memset(out, 0, sizeof *out);
+kolo_status kolo_member_read(const char *text, size_t len, Kolo__V1__WorkerRecord **out, char *err,
+                             size_t err_len) {
+  if (out == NULL) return KOLO_ERR_INVALID_ARG;
+  *out = NULL;
   ProtobufCMessage *msg = NULL;
   kolo_codec_fault fault;
   kolo_status rc =
       kolo_codec_read(text, text ? len : 0, &kolo__v1__worker_record__descriptor,
                       KOLO_CODEC_IGNORE_UNKNOWN | KOLO_CODEC_INTEGERS_ONLY, &msg, &fault);
-  if (rc != KOLO_OK) return fault_error(rc, &fault);
-  rc = from_record((Kolo__V1__WorkerRecord *)msg, out);
-  protobuf_c_message_free_unpacked(msg, NULL);
-  if (rc != KOLO_OK) kolo_member_clear(out);
-  return rc;
+  if (rc != KOLO_OK) return fault_error(rc, &fault, err, err_len);
+  rc = kolo_member_validate((Kolo__V1__WorkerRecord *)msg, err, err_len);
+  if (rc != KOLO_OK) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+  }
+  *out = (Kolo__V1__WorkerRecord *)msg;
+  return KOLO_OK;
 }
 
 /* ---- registration ---- */
@@ -271,13 +225,14 @@ struct kolo_membership {
   kolo_etcd_keepalive *keepalive;
 };
 
-kolo_status kolo_membership_register(kolo_etcd *client, const kolo_member *m, int64_t ttl_s,
-                                     kolo_etcd_lease_lost_fn lost, void *user,
+kolo_status kolo_membership_register(kolo_etcd *client, const Kolo__V1__WorkerRecord *m,
+                                     int64_t ttl_s, kolo_etcd_lease_lost_fn lost, void *user,
                                      kolo_membership **out) {
   *out = NULL;
   char *json = NULL;
-  kolo_status rc = kolo_member_to_json(m, &json);
-  if (rc != KOLO_OK) return rc;
+  char err[256];
+  kolo_status rc = kolo_member_write(m, &json, err, sizeof err);
+  if (rc != KOLO_OK) return kolo_etcd_fail(rc, "%s", err);
   kolo_membership *r = calloc(1, sizeof *r);
   if (r == NULL || (r->id = strdup(m->id)) == NULL) {
     rc = kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
@@ -325,13 +280,14 @@ fail:
   return rc;
 }
 
-kolo_status kolo_membership_update(kolo_membership *r, const kolo_member *m) {
+kolo_status kolo_membership_update(kolo_membership *r, const Kolo__V1__WorkerRecord *m) {
   if (m == NULL || m->id == NULL || strcmp(m->id, r->id) != 0)
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record update must keep the id '%s'",
                           r->id);
   char *json = NULL;
-  kolo_status rc = kolo_member_to_json(m, &json);
-  if (rc != KOLO_OK) return rc;
+  char err[256];
+  kolo_status rc = kolo_member_write(m, &json, err, sizeof err);
+  if (rc != KOLO_OK) return kolo_etcd_fail(rc, "%s", err);
   /* Only while the record is still ours: compare LEASE(key) == our lease. */
   kolo_etcd_compare cmp = {.target = KOLO_ETCD_CMP_LEASE,
                            .result = KOLO_ETCD_EQUAL,
@@ -390,16 +346,21 @@ void kolo_membership_abandon(kolo_membership *r) {
 /* ---- list and watch ---- */
 
 static int by_id(const void *a, const void *b) {
-  return strcmp(((const kolo_member *)a)->id, ((const kolo_member *)b)->id);
+  return strcmp(((const kolo_worker_entry *)a)->record->id,
+                ((const kolo_worker_entry *)b)->record->id);
 }
 
 /* Decodes one kv into m, checking the key matches the id inside. */
-static kolo_status member_from_kv(const kolo_etcd_kv *kv, kolo_member *m) {
-  kolo_status rc = kolo_member_from_json((const char *)kv->value, kv->value_len, m);
-  if (rc != KOLO_OK) return rc;
+static kolo_status member_from_kv(const kolo_etcd_kv *kv, kolo_worker_entry *m) {
+  char err[256];
+  memset(m, 0, sizeof *m);
+  kolo_status rc =
+      kolo_member_read((const char *)kv->value, kv->value_len, &m->record, err, sizeof err);
+  if (rc != KOLO_OK) return kolo_etcd_fail(rc, "%s", err);
   const char *suffix = (const char *)kv->key + strlen(KOLO_KEY_WORKERS_PREFIX);
-  if (kv->key_len <= strlen(KOLO_KEY_WORKERS_PREFIX) || strcmp(suffix, m->id) != 0) {
-    kolo_member_clear(m);
+  if (kv->key_len <= strlen(KOLO_KEY_WORKERS_PREFIX) || strcmp(suffix, m->record->id) != 0) {
+    protobuf_c_message_free_unpacked(&m->record->base, NULL);
+    m->record = NULL;
     return kolo_etcd_fail(KOLO_ERR_INVALID_ARG, "worker record at '%.100s' has another id",
                           (const char *)kv->key);
   }
@@ -409,12 +370,12 @@ static kolo_status member_from_kv(const kolo_etcd_kv *kv, kolo_member *m) {
 }
 
 /* Decodes kvs into a sorted member array, skipping bad records. */
-kolo_status kolo_members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_member **members,
+kolo_status kolo_members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_worker_entry **members,
                                   size_t *count) {
   *members = NULL;
   *count = 0;
   if (n == 0) return KOLO_OK;
-  kolo_member *out = calloc(n, sizeof *out);
+  kolo_worker_entry *out = calloc(n, sizeof *out);
   if (out == NULL) return kolo_etcd_fail(KOLO_ERR_NO_MEMORY, "out of memory");
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
@@ -430,7 +391,7 @@ kolo_status kolo_members_from_kvs(const kolo_etcd_kv *kvs, size_t n, kolo_member
   return KOLO_OK;
 }
 
-kolo_status kolo_membership_list(kolo_etcd *client, kolo_member **members, size_t *count,
+kolo_status kolo_membership_list(kolo_etcd *client, kolo_worker_entry **members, size_t *count,
                                  int64_t *revision) {
   *members = NULL;
   *count = 0;
@@ -446,7 +407,7 @@ kolo_status kolo_membership_list(kolo_etcd *client, kolo_member **members, size_
 struct kolo_membership_watch {
   kolo_membership_fn fn;
   void *user;
-  kolo_member *members; /* sorted by id; touched only by the watch thread after start */
+  kolo_worker_entry *members; /* sorted by id; touched only by the watch thread after start */
   size_t count;
   kolo_etcd_watch *watch;
 };
@@ -454,8 +415,8 @@ struct kolo_membership_watch {
 /* Removes the member with this id, if present. */
 static void remove_member(kolo_membership_watch *w, const char *id) {
   for (size_t i = 0; i < w->count; i++) {
-    if (strcmp(w->members[i].id, id) == 0) {
-      kolo_member_clear(&w->members[i]);
+    if (strcmp(w->members[i].record->id, id) == 0) {
+      protobuf_c_message_free_unpacked(&w->members[i].record->base, NULL);
       memmove(&w->members[i], &w->members[i + 1], (w->count - i - 1) * sizeof *w->members);
       w->count--;
       return;
@@ -466,10 +427,10 @@ static void remove_member(kolo_membership_watch *w, const char *id) {
 static void on_change(const kolo_etcd_watch_update *u, void *user) {
   kolo_membership_watch *w = user;
   if (u->kind == KOLO_ETCD_WATCH_RESYNC) {
-    kolo_member *fresh = NULL;
+    kolo_worker_entry *fresh = NULL;
     size_t n = 0;
     if (kolo_members_from_kvs(u->kvs, u->kv_count, &fresh, &n) != KOLO_OK) return;
-    kolo_members_free(w->members, w->count);
+    kolo_worker_entries_free(w->members, w->count);
     w->members = fresh;
     w->count = n;
     w->fn(w->members, w->count, w->user);
@@ -482,14 +443,14 @@ static void on_change(const kolo_etcd_watch_update *u, void *user) {
     const char *id = key + strlen(KOLO_KEY_WORKERS_PREFIX);
     remove_member(w, id);
     if (e->type == KOLO_ETCD_EVENT_DELETE) continue;
-    kolo_member m;
+    kolo_worker_entry m;
     if (member_from_kv(&e->kv, &m) != KOLO_OK) {
       KOLO_LOGW(COMPONENT, "ignoring worker record %.100s: %s", key, kolo_etcd_last_error());
       continue;
     }
-    kolo_member *grown = realloc(w->members, (w->count + 1) * sizeof *grown);
+    kolo_worker_entry *grown = realloc(w->members, (w->count + 1) * sizeof *grown);
     if (grown == NULL) {
-      kolo_member_clear(&m);
+      protobuf_c_message_free_unpacked(&m.record->base, NULL);
       continue;
     }
     w->members = grown;
@@ -518,7 +479,7 @@ kolo_status kolo_membership_watch_start(kolo_etcd *client, kolo_membership_fn fn
       .key = kolo_etcd_str(KOLO_KEY_WORKERS_PREFIX), .prefix = 1, .start_revision = revision + 1};
   rc = kolo_etcd_watch_start(client, &opts, on_change, w, &w->watch);
   if (rc != KOLO_OK) {
-    kolo_members_free(w->members, w->count);
+    kolo_worker_entries_free(w->members, w->count);
     free(w);
     return rc;
   }
@@ -529,6 +490,6 @@ kolo_status kolo_membership_watch_start(kolo_etcd *client, kolo_membership_fn fn
 void kolo_membership_watch_stop(kolo_membership_watch *w) {
   if (w == NULL) return;
   kolo_etcd_watch_stop(w->watch);
-  kolo_members_free(w->members, w->count);
+  kolo_worker_entries_free(w->members, w->count);
   free(w);
 }

@@ -155,7 +155,7 @@ static void order_by_planner(kolo_sched_snapshot *snap, const Kolo__V1__RingReco
   if (members && ranks && reordered && previous) {
     for (size_t i = 0; i < n; i++) {
       kolo_sched_worker *w = kolo_sched_find_worker(snap, order[i]);
-      members[i] = (kolo_planner_member){order[i], w->m.host, w->m.address};
+      members[i] = (kolo_planner_member){order[i], w->m.record->host, w->m.record->address};
     }
     for (size_t i = 0; i < n_previous; i++) previous[i] = old_ring->members[i]->worker_id;
     if (kolo_planner_plan(members, n, previous, n_previous, ranks) == KOLO_OK) {
@@ -193,24 +193,24 @@ static kolo_status ring_members(kolo_sched_snapshot *snap, const Kolo__V1__RingR
       *local_size = calloc(n + 1, sizeof *local_size);
   kolo_status rc = KOLO_ERR_NO_MEMORY;
   if (hosts == NULL || local_rank == NULL || local_size == NULL) goto out;
-  for (size_t i = 0; i < n; i++) hosts[i] = kolo_sched_find_worker(snap, order[i])->m.host;
+  for (size_t i = 0; i < n; i++) hosts[i] = kolo_sched_find_worker(snap, order[i])->m.record->host;
   kolo_sched_local_ranks(hosts, n, local_rank, local_size);
   for (size_t i = 0; i < n; i++) {
-    const kolo_member *w = &kolo_sched_find_worker(snap, order[i])->m;
+    const kolo_worker_entry *w = &kolo_sched_find_worker(snap, order[i])->m;
     int old_rank = kolo_ringspec_rank_of(old_ring, order[i]);
     /* a survivor keeps its first epoch (epoch - 1 if the old ring did not say) */
     int64_t since = old_rank < 0 ? epoch : old_ring->members[old_rank]->since_epoch ?: epoch - 1;
     Kolo__V1__RingMember *o = &ring_out[i]; /* presence: kolo_ringspec_write's */
     kolo__v1__ring_member__init(o);
     o->worker_id = (char *)order[i];
-    o->host = w->host;
-    o->address = w->address;
+    o->host = w->record->host;
+    o->address = w->record->address;
     o->local_rank = local_rank[i];
     o->local_size = local_size[i];
     o->since_epoch = since;
     /* the lease: which registration of the worker this epoch means (decide.h, kolo_sched_member) */
     o->lease = w->lease;
-    status_out[i] = status_member(order[i], i, w->host, w->address);
+    status_out[i] = status_member(order[i], i, w->record->host, w->record->address);
     if (status_out[i] == NULL) goto out;
   }
   rc = KOLO_OK;
@@ -350,7 +350,8 @@ kolo_status kolo_sched_write_epoch(const kolo_sched_writer *wr, kolo_sched_snaps
   if (!newcomers || !order || !members || !status_members || !t) goto out;
   size_t n_new = 0;
   for (size_t i = 0; i < snap->n_workers && n_new < plan->take; i++)
-    if (kolo_sched_worker_idle(&snap->workers[i])) newcomers[n_new++] = snap->workers[i].m.id;
+    if (kolo_sched_worker_idle(&snap->workers[i]))
+      newcomers[n_new++] = snap->workers[i].m.record->id;
   n = kolo_sched_plan_ring(plan->keep, plan->n_keep, newcomers, n_new,
                            kolo_sched_job_max_workers(j), order);
   int64_t epoch = (int64_t)j->status->epoch + 1;
@@ -404,7 +405,7 @@ kolo_status kolo_sched_end_job(const kolo_sched_writer *wr, kolo_sched_snapshot 
   for (size_t i = 0; i < snap->n_workers; i++) {
     kolo_sched_worker *w = &snap->workers[i];
     if (w->assign_job && strcmp(w->assign_job, j->id) == 0)
-      delete_assignments(t, (const char *const *)&w->m.id, 1);
+      delete_assignments(t, (const char *const *)&w->m.record->id, 1);
   }
   kolo_status rc = commit(wr, t);
   kolo_sched_txn_destroy(t);

@@ -39,7 +39,7 @@ static void job_free(kolo_sched_job *j) {
 }
 
 void kolo_sched_snapshot_free(kolo_sched_snapshot *snap) {
-  kolo_members_free(snap->members, snap->n_members);
+  kolo_worker_entries_free(snap->members, snap->n_members);
   free(snap->workers);
   for (size_t i = 0; i < snap->n_jobs; i++) job_free(&snap->jobs[i]);
   free(snap->jobs);
@@ -223,7 +223,8 @@ static int assign_cmp(const void *a, const void *b) {
 }
 
 static int worker_cmp(const void *a, const void *b) {
-  return strcmp(((const kolo_sched_worker *)a)->m.id, ((const kolo_sched_worker *)b)->m.id);
+  return strcmp(((const kolo_sched_worker *)a)->m.record->id,
+                ((const kolo_sched_worker *)b)->m.record->id);
 }
 
 /* Binary search (the assignments are sorted by worker id: kolo_sched_snapshot_fill). */
@@ -256,8 +257,9 @@ kolo_status kolo_sched_snapshot_fill(kolo_sched_snapshot *snap,
   for (size_t i = 0; i < snap->n_members; i++) {
     kolo_sched_worker *w = &snap->workers[snap->n_workers++];
     w->m = snap->members[i];
-    w->draining = strcmp(w->m.state, "draining") == 0 || drained(drains, w->m.id, w->m.lease);
-    const kolo_sched_assign *a = find_assign(snap, w->m.id);
+    w->draining =
+        strcmp(w->m.record->state, "draining") == 0 || drained(drains, w->m.record->id, w->m.lease);
+    const kolo_sched_assign *a = find_assign(snap, w->m.record->id);
     w->assign_job = a ? a->job : NULL;
   }
   ensure_sorted(snap->workers, snap->n_workers, sizeof *snap->workers, worker_cmp);
@@ -306,13 +308,16 @@ kolo_status kolo_sched_snapshot_build(kolo_sched_snapshot *snap, const kolo_sche
 }
 
 kolo_sched_worker *kolo_sched_find_worker(kolo_sched_snapshot *snap, const char *id) {
-  kolo_sched_worker key = {.m = {.id = (char *)id}};
+  Kolo__V1__WorkerRecord record = KOLO__V1__WORKER_RECORD__INIT;
+  record.id = (char *)id;
+  kolo_sched_worker key = {.m = {.record = &record}};
   return snap->n_workers ? bsearch(&key, snap->workers, snap->n_workers, sizeof key, worker_cmp)
                          : NULL;
 }
 
 int kolo_sched_worker_idle(const kolo_sched_worker *w) {
-  return !w->taken && !w->draining && w->assign_job == NULL && strcmp(w->m.state, "idle") == 0;
+  return !w->taken && !w->draining && w->assign_job == NULL &&
+         strcmp(w->m.record->state, "idle") == 0;
 }
 
 size_t kolo_sched_count_idle(const kolo_sched_snapshot *snap) {

@@ -23,7 +23,7 @@
 #include "scheduler/decide.h"
 
 typedef struct kolo_sched_worker {
-  kolo_member m; /* borrowed from the snapshot's member list */
+  kolo_worker_entry m; /* borrowed from the snapshot's member list */
   int draining;
   const char *assign_job; /* borrowed from the snapshot's assignments; NULL = none */
   int taken;              /* given to a job in this pass */
@@ -71,7 +71,7 @@ typedef struct kolo_sched_job {
 } kolo_sched_job;
 
 typedef struct kolo_sched_snapshot {
-  kolo_member *members;
+  kolo_worker_entry *members;
   size_t n_members;
   kolo_sched_worker *workers;
   size_t n_workers;

@@ -385,17 +385,19 @@ static int worker_endpoint(kolo_server_logstream *s, const char *worker, char *u
   int found = 0;
   for (size_t i = 0; i < r.count && !found; i++) {
     if (strcmp((const char *)r.kvs[i].key, key) != 0) continue; /* w1 also finds w10 */
-    kolo_member m;
-    if (kolo_member_from_json((const char *)r.kvs[i].value, r.kvs[i].value_len, &m) != KOLO_OK) {
-      KOLO_LOGW(LOG, "%s: %s", key, kolo_etcd_last_error());
+    Kolo__V1__WorkerRecord *m = NULL;
+    char err[256];
+    if (kolo_member_read((const char *)r.kvs[i].value, r.kvs[i].value_len, &m, err, sizeof err) !=
+        KOLO_OK) {
+      KOLO_LOGW(LOG, "%s: %s", key, err);
       continue;
     }
-    if (endpoint_ok(m.logs_url, url_len, m.logs_token, token_len)) {
-      snprintf(url, url_len, "%s", m.logs_url);
-      snprintf(token, token_len, "%s", m.logs_token);
+    if (endpoint_ok(m->logs_url, url_len, m->logs_token, token_len)) {
+      snprintf(url, url_len, "%s", m->logs_url);
+      snprintf(token, token_len, "%s", m->logs_token);
       found = 1;
     }
-    kolo_member_clear(&m);
+    protobuf_c_message_free_unpacked(&m->base, NULL);
   }
   kolo_etcd_range_result_free(&r);
   return found;

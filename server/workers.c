@@ -39,7 +39,8 @@ static const char *state_name(const char *state) {
 
 /* A worker registration as ListWorkers shows it, from its decoded record (NULL when out of
  * memory). */
-static Kolo__V1__Worker *worker_from_member(const kolo_member *m) {
+static Kolo__V1__Worker *worker_from_member(const kolo_worker_entry *e) {
+  const Kolo__V1__WorkerRecord *m = e->record;
   Kolo__V1__Worker *w = malloc(sizeof *w);
   if (w == NULL) return NULL;
   kolo__v1__worker__init(w);
@@ -51,13 +52,13 @@ static Kolo__V1__Worker *worker_from_member(const kolo_member *m) {
   w->slots = (uint32_t)m->cpus;          /* one slot per CPU */
   w->gpus = (uint32_t)m->gpus;
   w->registered_unix_ms = m->registered_unix_ms;
-  w->labels = m->label_count ? calloc(m->label_count, sizeof *w->labels) : NULL;
-  for (size_t i = 0; w->labels && i < m->label_count; i++) {
+  w->labels = m->n_labels ? calloc(m->n_labels, sizeof *w->labels) : NULL;
+  for (size_t i = 0; w->labels && i < m->n_labels; i++) {
     Kolo__V1__Worker__LabelsEntry *entry = malloc(sizeof *entry);
     if (entry == NULL) continue;
     kolo__v1__worker__labels_entry__init(entry);
-    kolo_codec_set_string(&entry->key, m->labels[i].key);
-    kolo_codec_set_string(&entry->value, m->labels[i].value);
+    kolo_codec_set_string(&entry->key, m->labels[i]->key);
+    kolo_codec_set_string(&entry->value, m->labels[i]->value);
     w->labels[w->n_labels++] = entry;
   }
   return w;
@@ -89,9 +90,9 @@ static void set_job_from_assignment(Kolo__V1__Worker *w, const kolo_etcd_range_r
 }
 
 /* Whether the drain mark of worker m applies to its registration (its lease). */
-static int drained(const kolo_member *m, const kolo_etcd_range_result *drains) {
+static int drained(const kolo_worker_entry *m, const kolo_etcd_range_result *drains) {
   char key[200];
-  if (kolo_keys_drain(m->id, key, sizeof key) != KOLO_OK) return 0;
+  if (kolo_keys_drain(m->record->id, key, sizeof key) != KOLO_OK) return 0;
   const kolo_etcd_kv *kv = record_at(drains, key);
   return kv && kolo_drain_mark_applies((const char *)kv->value, kv->value_len, m->lease);
 }
@@ -126,7 +127,7 @@ static kolo_status read_cluster(kolo_server_store *s, int64_t min_revision, clus
 
 /* ListWorkers' answer from the records (records that do not decode are left out, logged). */
 static kolo_status list_from(const cluster_records *r, Kolo__V1__ListWorkersResponse **out) {
-  kolo_member *members = NULL;
+  kolo_worker_entry *members = NULL;
   size_t n = 0;
   KOLO_CHECK(kolo_members_from_kvs(r->workers.kvs, r->workers.count, &members, &n));
   kolo_status rc = KOLO_ERR_NO_MEMORY;
@@ -149,7 +150,7 @@ static kolo_status list_from(const cluster_records *r, Kolo__V1__ListWorkersResp
   *out = resp;
   rc = KOLO_OK;
 out:
-  kolo_members_free(members, n);
+  kolo_worker_entries_free(members, n);
   return rc;
 }
 

@@ -28,7 +28,7 @@ struct kolo_fleet_agent {
   char logs_url[300], logs_token[40]; /* as a real agent publishes them (nothing serves them) */
   kolo_etcd *etcd;
   kolo_membership *reg;
-  kolo_member record;
+  Kolo__V1__WorkerRecord record; /* coordination/membership.h; strings borrowed */
   kolo_etcd_watch *watch;
   pthread_mutex_t lock;
   char *assignment; /* newest value (watch thread); NULL = none */
@@ -432,12 +432,14 @@ kolo_status kolo_fleet_agent_start(const kolo_fleet_agent_config *c, kolo_fleet_
   snprintf(a->address, sizeof a->address, "%s", c->address);
   snprintf(a->logs_url, sizeof a->logs_url, "http://%s:9", a->host);
   for (int i = 0; i < 32; i++) a->logs_token[i] = "0123456789abcdef"[(unsigned)random() % 16];
-  a->record = (kolo_member){.id = a->id,
-                            .host = a->host,
-                            .address = a->address,
-                            .cpus = 1,
-                            .logs_url = a->logs_url,
-                            .logs_token = a->logs_token};
+  kolo__v1__worker_record__init(&a->record);
+  a->record.id = a->id;
+  a->record.host = a->host;
+  a->record.address = a->address;
+  a->record.has_cpus = a->record.has_gpus = 1;
+  a->record.cpus = 1;
+  a->record.logs_url = a->logs_url;
+  a->record.logs_token = a->logs_token;
   kolo_status rc = kolo_keys_assign(a->id, a->assign_key, sizeof a->assign_key);
   const char *endpoints[1] = {c->etcd_url};
   kolo_etcd_config ec = {.endpoints = endpoints, .endpoint_count = 1};

@@ -3,8 +3,8 @@
  * (coordination/membership.c), a drain mark (coordination/drain.c), an assignment
  * (coordination/assignment.c) and an agent's report (coordination/report.c). Input: one byte
  * choosing the record, then JSON. Properties: no crash or leak; a ring record that reads
- * validates, re-encodes and decodes again to the same encoding; an assignment or a report
- * that decodes re-encodes and reads back the same (what is read also validates). */
+ * validates, re-encodes and decodes again to the same encoding; an assignment, a worker
+ * record or a report that reads validates, writes and reads back the same. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,9 +41,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     }
     case 1: {
-      kolo_member m;
-      memset(&m, 0, sizeof m);
-      if (kolo_member_from_json(text, len, &m) == KOLO_OK) kolo_member_clear(&m);
+      Kolo__V1__WorkerRecord *m = NULL, *back = NULL;
+      char err[256];
+      if (kolo_member_read(text, len, &m, err, sizeof err) != KOLO_OK) break;
+      char *json = NULL;
+      /* what was read passes the rules, and writes and reads back the same */
+      if (kolo_member_validate(m, err, sizeof err) != KOLO_OK ||
+          kolo_member_write(m, &json, err, sizeof err) != KOLO_OK ||
+          kolo_member_read(json, strlen(json), &back, err, sizeof err) != KOLO_OK ||
+          strcmp(back->id, m->id) != 0 || back->n_labels != m->n_labels || back->cpus != m->cpus)
+        abort();
+      protobuf_c_message_free_unpacked(&back->base, NULL);
+      protobuf_c_message_free_unpacked(&m->base, NULL);
+      free(json);
       break;
     }
     case 3: {

@@ -20,6 +20,18 @@
 #include "coordination/membership.h"
 #include "tests/support/etcd_harness.h"
 
+/* A worker record built in memory (strings borrowed; kolo_member_write sets presence). */
+static Kolo__V1__WorkerRecord record_of(const char *id, const char *host, const char *address,
+                                        int64_t cpus, const char *state) {
+  Kolo__V1__WorkerRecord m = KOLO__V1__WORKER_RECORD__INIT;
+  m.id = (char *)id;
+  m.host = (char *)host;
+  m.address = (char *)address;
+  m.cpus = cpus;
+  m.state = (char *)state;
+  return m;
+}
+
 #define TTL 2
 
 typedef struct fixture {
@@ -97,8 +109,7 @@ static void registration_stays_while_kept_alive_and_goes_within_ttl_after_sigkil
 
 static void deregister_removes_the_record_at_once(void **state) {
   fixture *f = *state;
-  kolo_member m = {
-      .id = "w-dereg", .host = "h1", .address = "127.0.0.1:7001", .cpus = 4, .state = "idle"};
+  Kolo__V1__WorkerRecord m = record_of("w-dereg", "h1", "127.0.0.1:7001", 4, "idle");
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(f->client, &m, TTL, NULL, NULL, &reg), KOLO_OK);
   assert_true(record_exists(f, "w-dereg"));
@@ -108,7 +119,7 @@ static void deregister_removes_the_record_at_once(void **state) {
 
 static void a_second_registration_of_a_live_id_is_refused(void **state) {
   fixture *f = *state;
-  kolo_member m = {.id = "w-dup", .host = "h1", .address = "127.0.0.1:7002", .state = "idle"};
+  Kolo__V1__WorkerRecord m = record_of("w-dup", "h1", "127.0.0.1:7002", 0, "idle");
   kolo_membership *first = NULL, *second = NULL;
   assert_int_equal(kolo_membership_register(f->client, &m, TTL, NULL, NULL, &first), KOLO_OK);
   m.address = "127.0.0.1:7003";
@@ -117,18 +128,18 @@ static void a_second_registration_of_a_live_id_is_refused(void **state) {
   assert_null(second);
   assert_non_null(strstr(kolo_etcd_last_error(), "already registered"));
   /* The first record is untouched. */
-  kolo_member *members = NULL;
+  kolo_worker_entry *members = NULL;
   size_t count = 0;
   assert_int_equal(kolo_membership_list(f->client, &members, &count, NULL), KOLO_OK);
   int found = 0;
   for (size_t i = 0; i < count; i++)
-    if (strcmp(members[i].id, "w-dup") == 0) {
+    if (strcmp(members[i].record->id, "w-dup") == 0) {
       found = 1;
-      assert_string_equal(members[i].address, "127.0.0.1:7002");
+      assert_string_equal(members[i].record->address, "127.0.0.1:7002");
       assert_int_equal(members[i].lease, kolo_membership_lease(first));
     }
   assert_true(found);
-  kolo_members_free(members, count);
+  kolo_worker_entries_free(members, count);
   assert_int_equal(kolo_membership_deregister(first), KOLO_OK);
 }
 
@@ -151,7 +162,7 @@ static void on_lost(int64_t lease, kolo_status status, const char *message, void
 static void a_revoked_lease_is_reported_lost_and_updates_fail(void **state) {
   fixture *f = *state;
   lost_flag lost = {.lock = PTHREAD_MUTEX_INITIALIZER};
-  kolo_member m = {.id = "w-lost", .host = "h1", .address = "127.0.0.1:7004", .state = "idle"};
+  Kolo__V1__WorkerRecord m = record_of("w-lost", "h1", "127.0.0.1:7004", 0, "idle");
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(f->client, &m, TTL, on_lost, &lost, &reg), KOLO_OK);
   assert_int_equal(kolo_etcd_lease_revoke(f->client, kolo_membership_lease(reg)), KOLO_OK);
@@ -178,14 +189,14 @@ typedef struct seen {
   size_t count;
 } seen;
 
-static void on_members(const kolo_member *members, size_t count, void *user) {
+static void on_members(const kolo_worker_entry *members, size_t count, void *user) {
   seen *s = user;
   pthread_mutex_lock(&s->lock);
   s->calls++;
   s->count = 0;
   for (size_t i = 0; i < count && i < 8; i++) {
-    snprintf(s->ids[i], 32, "%s", members[i].id);
-    snprintf(s->states[i], 32, "%s", members[i].state);
+    snprintf(s->ids[i], 32, "%s", members[i].record->id);
+    snprintf(s->states[i], 32, "%s", members[i].record->state);
     s->count++;
   }
   pthread_mutex_unlock(&s->lock);
@@ -216,17 +227,15 @@ static void membership_watch_follows_joins_updates_and_leaves(void **state) {
   assert_int_equal(s.calls, 1); /* the initial snapshot, before start returned */
   assert_int_equal(s.count, 0);
 
-  kolo_member_label labels[] = {{"zone", "a"}};
-  kolo_member a = {.id = "wa",
-                   .host = "h1",
-                   .address = "127.0.0.1:7010",
-                   .cpus = 8,
-                   .gpus = 1,
-                   .labels = labels,
-                   .label_count = 1,
-                   .state = "idle"};
-  kolo_member b = {
-      .id = "wb", .host = "h2", .address = "127.0.0.1:7011", .cpus = 8, .state = "idle"};
+  Kolo__V1__WorkerRecord__LabelsEntry zone = KOLO__V1__WORKER_RECORD__LABELS_ENTRY__INIT;
+  zone.key = "zone";
+  zone.value = "a";
+  Kolo__V1__WorkerRecord__LabelsEntry *labels[] = {&zone};
+  Kolo__V1__WorkerRecord a = record_of("wa", "h1", "127.0.0.1:7010", 8, "idle");
+  a.gpus = 1;
+  a.labels = labels;
+  a.n_labels = 1;
+  Kolo__V1__WorkerRecord b = record_of("wb", "h2", "127.0.0.1:7011", 8, "idle");
   kolo_membership *ra = NULL, *rb = NULL;
   assert_int_equal(kolo_membership_register(f->client, &a, TTL, NULL, NULL, &ra), KOLO_OK);
   assert_int_equal(kolo_membership_register(f->client, &b, TTL, NULL, NULL, &rb), KOLO_OK);
@@ -249,11 +258,11 @@ static void membership_watch_follows_joins_updates_and_leaves(void **state) {
 static void invalid_records_are_refused_with_the_field_named(void **state) {
   fixture *f = *state;
   kolo_membership *reg = NULL;
-  kolo_member bad_id = {.id = "a/b", .host = "h", .address = "127.0.0.1:1", .state = "idle"};
+  Kolo__V1__WorkerRecord bad_id = record_of("a/b", "h", "127.0.0.1:1", 0, "idle");
   assert_int_equal(kolo_membership_register(f->client, &bad_id, TTL, NULL, NULL, &reg),
                    KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(kolo_etcd_last_error(), "id"));
-  kolo_member bad_addr = {.id = "ok", .host = "h", .address = "127.0.0.1", .state = "idle"};
+  Kolo__V1__WorkerRecord bad_addr = record_of("ok", "h", "127.0.0.1", 0, "idle");
   assert_int_equal(kolo_membership_register(f->client, &bad_addr, TTL, NULL, NULL, &reg),
                    KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(kolo_etcd_last_error(), "address"));

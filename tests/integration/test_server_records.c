@@ -119,9 +119,9 @@ static int same_message(const ProtobufCMessage *a, const ProtobufCMessage *b) {
 static void assert_same_snapshot(const kolo_sched_snapshot *a, const kolo_sched_snapshot *b) {
   assert_int_equal(a->n_workers, b->n_workers);
   for (size_t i = 0; i < a->n_workers; i++) {
-    assert_string_equal(a->workers[i].m.id, b->workers[i].m.id);
+    assert_string_equal(a->workers[i].m.record->id, b->workers[i].m.record->id);
     assert_int_equal(a->workers[i].m.lease, b->workers[i].m.lease);
-    assert_string_equal(a->workers[i].m.state, b->workers[i].m.state);
+    assert_string_equal(a->workers[i].m.record->state, b->workers[i].m.record->state);
     assert_int_equal(a->workers[i].draining, b->workers[i].draining);
     assert_int_equal(a->workers[i].assign_job == NULL, b->workers[i].assign_job == NULL);
     if (a->workers[i].assign_job)

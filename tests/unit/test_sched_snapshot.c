@@ -41,8 +41,9 @@ static void clear(kvs *set) {
 static void add_member(kolo_sched_snapshot *snap, const char *json) {
   snap->members = realloc(snap->members, (snap->n_members + 1) * sizeof *snap->members);
   assert_non_null(snap->members);
-  assert_int_equal(kolo_member_from_json(json, strlen(json), &snap->members[snap->n_members]),
-                   KOLO_OK);
+  kolo_worker_entry *e = &snap->members[snap->n_members];
+  memset(e, 0, sizeof *e);
+  assert_int_equal(kolo_member_read(json, strlen(json), &e->record, NULL, 0), KOLO_OK);
   snap->n_members++;
 }
 

@@ -230,6 +230,7 @@ static kolo_status setup_logs(agent *a) {
 
 static kolo_status setup(agent *a) {
   const kolo_agent_options *o = a->opts;
+  kolo__v1__worker_record__init(&a->record);
   if (gethostname(a->host, sizeof a->host) != 0) snprintf(a->host, sizeof a->host, "localhost");
   a->host[sizeof a->host - 1] = '\0';
   if (o->id[0])
@@ -253,13 +254,14 @@ static kolo_status setup(agent *a) {
   a->record.host = a->host;
   a->record.address = (char *)o->advertise;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  a->record.has_cpus = a->record.has_gpus = 1;
   a->record.cpus = cpus > 0 && cpus < 65536 ? (int)cpus : 1;
   a->record.gpus = o->gpus;
-  kolo_member_label *labels = a->labels;
+  Kolo__V1__WorkerRecord__LabelsEntry *labels = a->labels;
   char *label_text = a->label_text;
   snprintf(label_text, sizeof a->label_text, "%s", o->labels);
   char *save = NULL;
-  for (char *pair = strtok_r(label_text, ",", &save); pair && a->record.label_count < 64;
+  for (char *pair = strtok_r(label_text, ",", &save); pair && a->record.n_labels < 64;
        pair = strtok_r(NULL, ",", &save)) {
     char *eq = strchr(pair, '=');
     if (eq == NULL) {
@@ -267,14 +269,19 @@ static kolo_status setup(agent *a) {
       return KOLO_ERR_INVALID_ARG;
     }
     *eq = '\0';
-    labels[a->record.label_count++] = (kolo_member_label){pair, eq + 1};
+    Kolo__V1__WorkerRecord__LabelsEntry *l = &labels[a->record.n_labels];
+    kolo__v1__worker_record__labels_entry__init(l);
+    l->key = pair;
+    l->value = eq + 1;
+    a->label_ptrs[a->record.n_labels++] = l;
   }
-  a->record.labels = labels;
+  a->record.labels = a->label_ptrs;
   a->record.state = "idle";
-  kolo_status rc = kolo_member_validate(&a->record);
+  char err[256];
+  kolo_status rc = kolo_member_validate(&a->record, err, sizeof err);
   a->record.state = NULL;
   if (rc != KOLO_OK) {
-    KOLO_LOGE(LOG, "bad worker record: %s", kolo_etcd_last_error());
+    KOLO_LOGE(LOG, "bad worker record: %s", err);
     return rc;
   }
 

@@ -74,8 +74,9 @@ typedef struct agent {
   char id[129], host[256], listen[256], work_dir[256], assign_key[256];
   kolo_etcd *etcd;
   kolo_membership *reg;
-  kolo_member record;
-  kolo_member_label labels[64]; /* the record's labels point into label_text */
+  Kolo__V1__WorkerRecord record; /* coordination/membership.h; its strings are borrowed */
+  Kolo__V1__WorkerRecord__LabelsEntry labels[64]; /* the record's labels point into label_text */
+  Kolo__V1__WorkerRecord__LabelsEntry *label_ptrs[64];
   char label_text[1024];
   kolo_etcd_watch *watch;
   int wake[2];
