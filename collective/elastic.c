@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "collective/elastic_hold.h"
 #include "collective/elastic_internal.h"
 #include "collective/face.h"
 #include "collective/state_sync.h"
@@ -159,7 +160,7 @@ static void handle_line(kolo_elastic *elastic, const char *line, size_t length) 
   if (msg.verb == KOLO_AGENT_RING)
     on_ring(elastic, &msg);
   else if (msg.verb == KOLO_AGENT_HOLD || msg.verb == KOLO_AGENT_RELEASE)
-    kolo_elastic_on_hold(elastic, &msg);
+    kolo_elastic_on_hold(&elastic->mutex, &elastic->held, &elastic->comm, &msg);
   else
     on_stop(elastic, &msg);
   kolo_agent_msg_clear(&msg);
@@ -335,7 +336,7 @@ static kolo_status form_next_ring(kolo_elastic *elastic, int *no_ring) {
   }
   pthread_mutex_lock(&elastic->mutex);
   elastic->comm = comm;
-  kolo_elastic_hold_apply_locked(elastic, comm); /* a ring formed while held starts held */
+  kolo_comm_hold(comm, elastic->held); /* a ring formed while held starts held */
   /* a newer ring may have arrived while this one formed */
   if (comm != NULL && elastic->pending != NULL && elastic->pending->epoch > ring->epoch) {
     kolo_comm_abort(comm);
@@ -477,6 +478,25 @@ static kolo_status sync_state(kolo_elastic *elastic, int restored) {
 
 kolo_status kolo_elastic_sync(kolo_elastic *elastic) {
   return elastic == NULL ? KOLO_ERR_INVALID_ARG : sync_state(elastic, 0);
+}
+
+/* kolo_elastic_sync's transfer for a caller's own buffers (state_sync.h does the work). */
+kolo_status kolo_sync_buffers(kolo_comm *comm, void *const *buffers, const size_t *bytes, int count,
+                              uint8_t *received) {
+  if (comm == NULL || count < 0 || (count > 0 && (buffers == NULL || bytes == NULL)))
+    return KOLO_ERR_INVALID_ARG;
+  if (count == 0) return KOLO_OK;
+  kolo_state_buffer *states = calloc((size_t)count, sizeof *states);
+  uint8_t *got = received != NULL ? received : malloc((size_t)count);
+  kolo_status status = states && got ? KOLO_OK : KOLO_ERR_NO_MEMORY;
+  for (int i = 0; status == KOLO_OK && i < count; i++) {
+    if (buffers[i] == NULL && bytes[i] > 0) status = KOLO_ERR_INVALID_ARG;
+    states[i] = (kolo_state_buffer){.buffer = buffers[i], .bytes = bytes[i]};
+  }
+  if (status == KOLO_OK) status = kolo_state_sync(comm, states, count, 0, got);
+  free(states);
+  if (got != received) free(got);
+  return status;
 }
 
 /* Tells the agent how the current ring failed, if it did. A peer's abort names

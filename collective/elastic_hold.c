@@ -5,23 +5,19 @@
  * instead. Held, the process starts no new collective and commits nothing (hold.c), but its
  * beat goes on: in an etcd outage every worker is held, and none of them looks dead to its
  * neighbours, so the job goes on where it stopped once etcd answers. */
-#include <pthread.h>
+#include "collective/elastic_hold.h"
 
-#include "collective/elastic_internal.h"
 #include "collective/face.h"
 #include "common/log.h"
 
-void kolo_elastic_hold_apply_locked(kolo_elastic *elastic, kolo_comm *comm) {
-  if (comm != NULL) kolo_comm_hold(comm, elastic->held);
-}
-
-void kolo_elastic_on_hold(kolo_elastic *elastic, const kolo_agent_msg *msg) {
+void kolo_elastic_on_hold(pthread_mutex_t *mutex, int *held, kolo_comm *const *current,
+                          const kolo_agent_msg *msg) {
   int hold = msg->verb == KOLO_AGENT_HOLD;
-  pthread_mutex_lock(&elastic->mutex);
-  int was = elastic->held;
-  elastic->held = hold;
-  kolo_elastic_hold_apply_locked(elastic, elastic->comm);
-  pthread_mutex_unlock(&elastic->mutex);
+  pthread_mutex_lock(mutex);
+  int was = *held;
+  *held = hold;
+  kolo_comm_hold(*current, hold);
+  pthread_mutex_unlock(mutex);
   if (hold == was)
     KOLO_LOGW("elastic", "%s from the agent while %s: nothing changes (%s)",
               kolo_agent_verb_name(msg->verb), was ? "held" : "not held", msg->text);

@@ -1,5 +1,5 @@
-/* What collective/elastic.c and collective/elastic_hold.c share: the elastic state behind
- * kolo_elastic (include/kolo/elastic.h). Internal to libkolo. */
+/* The elastic state behind kolo_elastic (include/kolo/elastic.h), collective/elastic.c's alone
+ * (elastic_hold.c is handed the few members the hold touches). Internal to libkolo. */
 #ifndef KOLO_COLLECTIVE_ELASTIC_INTERNAL_H
 #define KOLO_COLLECTIVE_ELASTIC_INTERNAL_H
 
@@ -41,13 +41,5 @@ struct kolo_elastic {
   int cuda_device; /* >= 0: the rings are in CUDA mode on this device (carried across re-forms) */
   int held;        /* HOLD: the agent's partition fence holds the process (elastic_hold.c) */
 };
-
-/* HOLD / RELEASE from the agent (elastic_hold.c, on the reader thread): the current
- * communicator, and every one formed while held, starts no new collective, and
- * kolo_elastic_commit waits, until RELEASE; the beat goes on meanwhile. */
-void kolo_elastic_on_hold(kolo_elastic *elastic, const kolo_agent_msg *msg);
-
-/* Applies the hold to a communicator that becomes current (under elastic->mutex). */
-void kolo_elastic_hold_apply_locked(kolo_elastic *elastic, kolo_comm *comm);
 
 #endif

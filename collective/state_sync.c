@@ -7,7 +7,6 @@
 #include "collective/face.h"
 #include "common/checks.h"
 #include "common/log.h"
-#include "kolo/elastic.h"
 
 #define PRIME1 0x9E3779B185EBCA87ull
 #define PRIME2 0xC2B2AE3D27D4EB4Full
@@ -122,22 +121,4 @@ kolo_status kolo_state_sync(kolo_comm *comm, const kolo_state_buffer *buffers, i
     received[i] = kolo_comm_rank(comm) != 0;
   }
   return KOLO_OK;
-}
-
-kolo_status kolo_sync_buffers(kolo_comm *comm, void *const *buffers, const size_t *bytes, int count,
-                              uint8_t *received) {
-  if (comm == NULL || count < 0 || (count > 0 && (buffers == NULL || bytes == NULL)))
-    return KOLO_ERR_INVALID_ARG;
-  if (count == 0) return KOLO_OK;
-  kolo_state_buffer *states = calloc((size_t)count, sizeof *states);
-  uint8_t *got = received != NULL ? received : malloc((size_t)count);
-  kolo_status status = states && got ? KOLO_OK : KOLO_ERR_NO_MEMORY;
-  for (int i = 0; status == KOLO_OK && i < count; i++) {
-    if (buffers[i] == NULL && bytes[i] > 0) status = KOLO_ERR_INVALID_ARG;
-    states[i] = (kolo_state_buffer){.buffer = buffers[i], .bytes = bytes[i]};
-  }
-  if (status == KOLO_OK) status = kolo_state_sync(comm, states, count, 0, got);
-  free(states);
-  if (got != received) free(got);
-  return status;
 }

@@ -1,9 +1,13 @@
 /* The algorithm floor of libkolo (collective/algo/): reductions over typed
  * buffers (dtype.c), the ring plan (send and recv items over the ring's two
- * directions) and its executor (plan.c), and the algorithms compiled into plans:
- * the ring, gather and pair all-reduces, broadcast, reduce-scatter and
- * all-gather (ring.c), the fused all-reduce over pieces
- * (ring_fused.c), the uneven reduce-scatter and all-to-all (ring_uneven.c). */
+ * directions) with the items over pieces, and its executor (plan.c), which
+ * all-reduce runs (select.c), and the algorithms compiled into plans: the ring,
+ * gather and pair all-reduces, broadcast, reduce-scatter and all-gather
+ * (ring.c), the fused all-reduce over pieces (ring_fused.c), recursive doubling
+ * (doubling.c), the two-level all-reduce (two_level.c), the uneven
+ * reduce-scatter and all-to-all (ring_uneven.c). The algorithms call the
+ * selection and the plan, and the fused and single-buffer all-reduces call the
+ * doubling and two-level ones; nothing calls back up (no circle). */
 #ifndef KOLO_COLLECTIVE_ALGO_ALGO_H
 #define KOLO_COLLECTIVE_ALGO_ALGO_H
 
@@ -116,7 +120,7 @@ kolo_status kolo_execute_plan(kolo_ring *ring, int engine_thread, size_t op_byte
 kolo_status kolo_execute_plan_over(kolo_ring *ring, int engine_thread, const kolo_channel *to,
                                    int to_rank, const kolo_channel *from, int from_rank);
 /* recv = op over ranks of send (the small path or the ring, by size). */
-/* How a ring all-reduces. A pure function of what every rank knows alike (ring
+/* How a ring all-reduces (select.c). A pure function of what every rank knows alike (ring
  * size, element count, bytes, the size settings, whether the links are shared
  * memory), never of a rank's own buffers, so that every rank picks the same:
  *   GATHER: at most small_bytes (or fewer elements than ranks): all-gather the
@@ -178,7 +182,7 @@ const char *kolo_allreduce_algo_name(kolo_allreduce_algo algo);
 /* (logs each algorithm's first use on this communicator at debug level) */
 kolo_allreduce_algo kolo_ring_select(kolo_ring *ring, size_t count, size_t bytes);
 
-/* ---- pieces (ring_fused.c), shared by the fused, doubling and two-level plans ---- */
+/* ---- pieces (plan.c), shared by the fused and two-level plans ---- */
 enum { KOLO_FROM_SRC, KOLO_FROM_DST, KOLO_REDUCE_INTO_DST, KOLO_COPY_INTO_DST, KOLO_REDUCE_DST };
 /* One plan item per piece overlapping virtual bytes [begin, end) (one empty item for an
  * empty range); sends depend on recv item depends_first + j for their j-th overlap.
@@ -219,7 +223,7 @@ int64_t kolo_yield_off_until(int64_t off_until_ns, int64_t now_ns, int64_t took_
 int kolo_spin_yield_mode(int env_mode, int local_size, int cpus);
 
 /* Whether an operation of bytes runs over shared memory in either ring
- * direction (the same answer on both ends of each link, so on every rank). */
+ * direction (the same answer on both ends of each link, so on every rank; select.c). */
 int kolo_bulk_is_shm(const kolo_ring *ring, size_t bytes);
 
 kolo_status kolo_ring_allreduce(kolo_ring *ring, const void *send, void *recv, size_t count,

@@ -1,6 +1,7 @@
 /* The ring plan and its executor. Every collective is compiled into a plan of
  * send and recv items over the ring's two directions (ring.c, ring_fused.c,
- * ring_uneven.c), and this one executor streams a plan over the data
+ * ring_uneven.c, doubling.c, two_level.c; the items over a list of pieces are
+ * made here, kolo_plan_range), and this one executor streams a plan over the data
  * connections with non-blocking I/O, so that sending, receiving and reducing
  * overlap segment by segment. While it waits it spins a learned budget, then
  * sleeps in poll on the channels, the failure eventfd and (on the engine
@@ -161,6 +162,62 @@ void kolo_plan_allgather_blocks(kolo_ring *ring, char *out, const size_t *offset
     kolo_plan_send(plan, out + offsets[send_block], bytes[send_block], t == 0 ? -1 : t - 1);
     kolo_plan_recv(plan, out + offsets[recv_block], NULL, bytes[recv_block], 0);
   }
+}
+
+/* ---- plans over pieces (a virtual concatenation: the fused, doubling and two-level
+ * all-reduces) ---- */
+
+/* The first piece that ends after byte begin (offsets: each piece's start). */
+static int first_piece(const size_t *offsets, const kolo_piece *pieces, int count, size_t begin) {
+  int low = 0, high = count - 1;
+  while (low < high) {
+    int mid = (low + high) / 2;
+    if (offsets[mid] + pieces[mid].bytes <= begin)
+      low = mid + 1;
+    else
+      high = mid;
+  }
+  return low;
+}
+
+int kolo_plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size_t *offsets,
+                    int count, size_t begin, size_t end, int mode, int depends_first,
+                    int finalize) {
+  int made = 0;
+  if (begin >= end) {
+    /* an empty chunk still takes one (empty) item so that steps line up */
+    if (mode == KOLO_FROM_SRC || mode == KOLO_FROM_DST)
+      kolo_plan_send(plan, NULL, 0, -1);
+    else
+      kolo_plan_recv(plan, NULL, NULL, 0, 0);
+    return 1;
+  }
+  for (int p = first_piece(offsets, pieces, count, begin); p < count && offsets[p] < end; p++) {
+    size_t from = begin > offsets[p] ? begin - offsets[p] : 0;
+    size_t to = end - offsets[p] < pieces[p].bytes ? end - offsets[p] : pieces[p].bytes;
+    if (to <= from) continue;
+    const kolo_piece *piece = &pieces[p];
+    switch (mode) {
+      case KOLO_FROM_SRC:
+        kolo_plan_send(plan, piece->src + from, to - from, -1);
+        break;
+      case KOLO_FROM_DST:
+        kolo_plan_send(plan, piece->dst + from, to - from,
+                       depends_first < 0 ? -1 : depends_first + made);
+        break;
+      case KOLO_REDUCE_INTO_DST:
+        kolo_plan_recv(plan, piece->dst + from, piece->src + from, to - from, finalize);
+        break;
+      case KOLO_REDUCE_DST:
+        kolo_plan_recv(plan, piece->dst + from, piece->dst + from, to - from, finalize);
+        break;
+      default:
+        kolo_plan_recv(plan, piece->dst + from, NULL, to - from, 0);
+        break;
+    }
+    made++;
+  }
+  return made;
 }
 
 /* ---- the executor ---- */

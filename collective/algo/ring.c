@@ -37,25 +37,6 @@ static void plan_allreduce_ring(kolo_ring *ring, const char *src, char *dst, siz
   }
 }
 
-kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
-                                          size_t pair_min_bytes, size_t pair_max_bytes,
-                                          size_t pair_shm_max_bytes, int over_shm) {
-  if (count < (size_t)size) return KOLO_ALLREDUCE_GATHER;
-  /* over shared memory the pair reduces the peer's buffer straight out of the
-   * ring (the gather copies it out first), up to where the ring's halved
-   * reduction wins (#16 A/B runs) */
-  if (size == 2 && over_shm && bytes <= pair_shm_max_bytes) return KOLO_ALLREDUCE_PAIR;
-  if (bytes <= small_bytes) return KOLO_ALLREDUCE_GATHER;
-  /* over TCP the kernel's copies dominate and the pair moves the same bytes as
-   * the ring with no step waiting on the peer's reduction; over shared memory
-   * copies are cheap and the ring's halved reduction wins, as it does over TCP
-   * once the buffers leave the cache (#16 A/B runs) */
-  if (size == 2 && !over_shm && bytes >= pair_min_bytes && bytes <= pair_max_bytes) {
-    return KOLO_ALLREDUCE_PAIR;
-  }
-  return KOLO_ALLREDUCE_RING;
-}
-
 /* Latency path: gather every rank's whole buffer (n-1 steps instead of
  * 2(n-1)), then reduce locally in rank order so all ranks agree bit for bit.
  * This rank's block is sent and reduced straight from src (no copy), unless
@@ -107,15 +88,6 @@ static void plan_allreduce_pair(kolo_ring *ring, const char *src, char *dst, siz
   uintptr_t from = (uintptr_t)src, to = (uintptr_t)dst;
   plan->recvs[index].remote_first = ring->net->rank == 1;
   plan->recvs[index].guards_send = (to < from + bytes && from < to + bytes) ? 0 : -1;
-}
-
-/* Whether this operation's bulk channel is shared memory in either direction
- * (the same answer on both ends of each link, so on every rank). */
-int kolo_bulk_is_shm(const kolo_ring *ring, size_t bytes) {
-  return kolo_channel_is_bulk(
-             kolo_direction_pick(&ring->net->next, bytes, ring->net->bulk_min_bytes)) ||
-         kolo_channel_is_bulk(
-             kolo_direction_pick(&ring->net->prev, bytes, ring->net->bulk_min_bytes));
 }
 
 kolo_status kolo_ring_allreduce(kolo_ring *ring, const void *send, void *recv, size_t count,

@@ -23,59 +23,6 @@ enum {
   COPY_INTO_DST = KOLO_COPY_INTO_DST
 };
 
-/* The first piece that ends after byte begin (offsets: each piece's start). */
-static int first_piece(const size_t *offsets, const kolo_piece *pieces, int count, size_t begin) {
-  int low = 0, high = count - 1;
-  while (low < high) {
-    int mid = (low + high) / 2;
-    if (offsets[mid] + pieces[mid].bytes <= begin)
-      low = mid + 1;
-    else
-      high = mid;
-  }
-  return low;
-}
-
-int kolo_plan_range(kolo_ring_plan *plan, const kolo_piece *pieces, const size_t *offsets,
-                    int count, size_t begin, size_t end, int mode, int depends_first,
-                    int finalize) {
-  int made = 0;
-  if (begin >= end) {
-    /* an empty chunk still takes one (empty) item so that steps line up */
-    if (mode == FROM_SRC || mode == FROM_DST)
-      kolo_plan_send(plan, NULL, 0, -1);
-    else
-      kolo_plan_recv(plan, NULL, NULL, 0, 0);
-    return 1;
-  }
-  for (int p = first_piece(offsets, pieces, count, begin); p < count && offsets[p] < end; p++) {
-    size_t from = begin > offsets[p] ? begin - offsets[p] : 0;
-    size_t to = end - offsets[p] < pieces[p].bytes ? end - offsets[p] : pieces[p].bytes;
-    if (to <= from) continue;
-    const kolo_piece *piece = &pieces[p];
-    switch (mode) {
-      case FROM_SRC:
-        kolo_plan_send(plan, piece->src + from, to - from, -1);
-        break;
-      case FROM_DST:
-        kolo_plan_send(plan, piece->dst + from, to - from,
-                       depends_first < 0 ? -1 : depends_first + made);
-        break;
-      case REDUCE_INTO_DST:
-        kolo_plan_recv(plan, piece->dst + from, piece->src + from, to - from, finalize);
-        break;
-      case KOLO_REDUCE_DST:
-        kolo_plan_recv(plan, piece->dst + from, piece->dst + from, to - from, finalize);
-        break;
-      default:
-        kolo_plan_recv(plan, piece->dst + from, NULL, to - from, 0);
-        break;
-    }
-    made++;
-  }
-  return made;
-}
-
 static void plan_pieces(kolo_ring *ring, const kolo_piece *pieces, const size_t *offsets, int count,
                         size_t elements, size_t element, kolo_op op, int *recv_first) {
   kolo_ring_plan *plan = &ring->plan;

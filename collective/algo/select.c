@@ -4,7 +4,10 @@
  * rank), never of a rank's own buffers or timing, so every rank runs the same
  * algorithm and the plans meet. The shape comes from the net floor (kolo_shape:
  * hosts are runs of ranks whose addresses name one host) and is re-read with
- * every epoch's ring. */
+ * every epoch's ring. The flat ring's own choice between the gather, the pair
+ * and the ring (kolo_allreduce_choose) and the channel question it asks
+ * (kolo_bulk_is_shm) are here too: the algorithms call the selection, never
+ * the other way round. */
 #include <string.h>
 
 #include "collective/algo/algo.h"
@@ -52,6 +55,25 @@ size_t kolo_doubling_limit(const kolo_allreduce_shape *shape, const kolo_allredu
   return shape->hosts >= 2 ? limits->doubling_hosts_max_bytes : limits->doubling_max_bytes;
 }
 
+kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
+                                          size_t pair_min_bytes, size_t pair_max_bytes,
+                                          size_t pair_shm_max_bytes, int over_shm) {
+  if (count < (size_t)size) return KOLO_ALLREDUCE_GATHER;
+  /* over shared memory the pair reduces the peer's buffer straight out of the
+   * ring (the gather copies it out first), up to where the ring's halved
+   * reduction wins (#16 A/B runs) */
+  if (size == 2 && over_shm && bytes <= pair_shm_max_bytes) return KOLO_ALLREDUCE_PAIR;
+  if (bytes <= small_bytes) return KOLO_ALLREDUCE_GATHER;
+  /* over TCP the kernel's copies dominate and the pair moves the same bytes as
+   * the ring with no step waiting on the peer's reduction; over shared memory
+   * copies are cheap and the ring's halved reduction wins, as it does over TCP
+   * once the buffers leave the cache (#16 A/B runs) */
+  if (size == 2 && !over_shm && bytes >= pair_min_bytes && bytes <= pair_max_bytes) {
+    return KOLO_ALLREDUCE_PAIR;
+  }
+  return KOLO_ALLREDUCE_RING;
+}
+
 kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
                                           const kolo_allreduce_limits *limits, size_t count,
                                           size_t bytes) {
@@ -66,6 +88,15 @@ kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
   return kolo_allreduce_choose(shape->size, count, bytes, limits->small_bytes,
                                limits->pair_min_bytes, limits->pair_max_bytes,
                                limits->pair_shm_max_bytes, shape->over_shm);
+}
+
+/* Whether this operation's bulk channel is shared memory in either direction
+ * (the same answer on both ends of each link, so on every rank). */
+int kolo_bulk_is_shm(const kolo_ring *ring, size_t bytes) {
+  return kolo_channel_is_bulk(
+             kolo_direction_pick(&ring->net->next, bytes, ring->net->bulk_min_bytes)) ||
+         kolo_channel_is_bulk(
+             kolo_direction_pick(&ring->net->prev, bytes, ring->net->bulk_min_bytes));
 }
 
 kolo_allreduce_algo kolo_ring_select(kolo_ring *ring, size_t count, size_t bytes) {

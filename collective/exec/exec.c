@@ -1,7 +1,8 @@
-/* Running named requests on the ring: all-reduce with prescale and postscale,
- * several tensors fused through one buffer (a grouped all-reduce, and the
- * engine's fusion), the outputs the engine allocates, and per-request error
- * messages. Runs on whichever thread executes the request. */
+/* Running named requests on the ring: the join, the reduce-scatter while ranks
+ * have joined, the outputs the engine allocates, and per-request error
+ * messages (the all-reduce, with its prescale and postscale, and several
+ * tensors fused through one buffer are fusion.c's). Runs on whichever thread
+ * executes the request. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,35 +44,6 @@ kolo_status kolo_output_allocate(kolo_exec *ex, kolo_request *request, size_t co
   request->output_count = count;
   request->recv = output;
   return KOLO_OK;
-}
-
-kolo_status kolo_exec_allreduce(kolo_exec *ex, kolo_request *request, int engine_thread) {
-  if (request->member_count == 0) { /* the unnamed API */
-    return kolo_ring_allreduce(ex->ring, request->send, request->recv, request->count,
-                               request->dtype, request->op, engine_thread);
-  }
-  kolo_fused_item stack_items[8] = {{0}};
-  kolo_fused_item *items = stack_items;
-  if (request->member_count > 8) {
-    items = malloc((size_t)request->member_count * sizeof *items);
-    if (items == NULL) {
-      kolo_net_fail(ex->ring->net, KOLO_ERR_NO_MEMORY, ex->ring->net->rank,
-                    "rank %d: out of memory", ex->ring->net->rank);
-      return KOLO_ERR_NO_MEMORY;
-    }
-  }
-  for (int i = 0; i < request->member_count; i++) {
-    const kolo_member *m = &request->members[i];
-    items[i] = (kolo_fused_item){.send = m->send,
-                                 .recv = m->recv,
-                                 .count = m->count,
-                                 .prescale = request->prescale,
-                                 .postscale = request->postscale};
-  }
-  kolo_status status = kolo_exec_fused(ex, items, request->member_count, request->dtype,
-                                       request->op, engine_thread, NULL);
-  if (items != stack_items) free(items);
-  return status;
 }
 
 /* A join: the negotiation already decided it (every rank joined; last_rank

@@ -1,8 +1,8 @@
 /* The execution floor of libkolo (collective/exec/): the request as the
  * executor runs it (kinds, named members, fused batches), the one dispatcher
- * from a request to its algorithm (dispatch.c), the named and joined forms
- * (exec.c), fusion (fusion.c), and the queue the executor runs in order, whose
- * lock the engine shares (run_queue.c). */
+ * from a request to its algorithm (dispatch.c), the all-reduce and fusion
+ * (fusion.c), the joined forms and the engine's outputs (exec.c), and the queue the executor runs
+ * in order, whose lock the engine shares (run_queue.c). */
 #ifndef KOLO_COLLECTIVE_EXEC_EXEC_H
 #define KOLO_COLLECTIVE_EXEC_EXEC_H
 
@@ -156,13 +156,14 @@ typedef struct kolo_fused_times {
   int64_t start_ns, staged_ns, reduced_ns, end_ns;
 } kolo_fused_times;
 
-/* exec.c: named requests. */
+/* fusion.c: an all-reduce request (unnamed: the ring's; named: its members fused). */
 kolo_status kolo_exec_allreduce(kolo_exec *ex, kolo_request *request, int engine_thread);
 /* count tensors of one dtype and op as one all-reduce through the fusion buffer
  * (one tensor alone runs in place). */
 kolo_status kolo_exec_fused(kolo_exec *ex, const kolo_fused_item *items, int count,
                             kolo_dtype dtype, kolo_op op, int engine_thread,
                             kolo_fused_times *times);
+/* exec.c: named requests. */
 kolo_status kolo_exec_join(kolo_exec *ex, kolo_request *request, int engine_thread);
 /* A reduce-scatter while ranks have joined (request->counts_from > 0): the
  * counts go from that rank to every rank, then the ring reduce-scatter-v runs

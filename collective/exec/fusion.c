@@ -1,10 +1,11 @@
-/* Tensor fusion on the executor: a batch of tensors of one dtype and op runs as
- * one all-reduce. Small tensors (under KOLO_FUSION_COPY_BYTES, 64 KiB) are
- * copied (scaled by their prescale) into the fusion buffer; large ones are
- * reduced where they are, as pieces of one virtual concatenation
- * (ring_fused.c), so fusing never copies the bulk of the bytes. A batch whose
- * total is small takes the latency path (gather and reduce locally) through the
- * fusion buffer. A joined rank's slots contribute op's identity. */
+/* Tensor fusion on the executor: an all-reduce request (a named one's members:
+ * one tensor, or a grouped all-reduce's several) and the engine's batch of
+ * tensors of one dtype and op each run as one all-reduce. Small tensors (under
+ * KOLO_FUSION_COPY_BYTES, 64 KiB) are copied (scaled by their prescale) into the fusion buffer;
+ * large ones are reduced where they are, as pieces of one virtual concatenation (ring_fused.c), so
+ * fusing never copies the bulk of the bytes. A batch whose total is small takes the latency path
+ * (gather and reduce locally) through the fusion buffer. A joined rank's slots contribute op's
+ * identity. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,6 +137,37 @@ kolo_status kolo_exec_fused(kolo_exec *ex, const kolo_fused_item *items, int cou
   finish_items(ex, items, count, dtype, latency_path);
   times->end_ns = kolo_now_ns();
   return KOLO_OK;
+}
+
+/* An all-reduce request: unnamed, the ring's own; named, its members (one, or a grouped
+ * all-reduce's several) fused with their prescale and postscale. */
+kolo_status kolo_exec_allreduce(kolo_exec *ex, kolo_request *request, int engine_thread) {
+  if (request->member_count == 0) { /* the unnamed API */
+    return kolo_ring_allreduce(ex->ring, request->send, request->recv, request->count,
+                               request->dtype, request->op, engine_thread);
+  }
+  kolo_fused_item stack_items[8] = {{0}};
+  kolo_fused_item *items = stack_items;
+  if (request->member_count > 8) {
+    items = malloc((size_t)request->member_count * sizeof *items);
+    if (items == NULL) {
+      kolo_net_fail(ex->ring->net, KOLO_ERR_NO_MEMORY, ex->ring->net->rank,
+                    "rank %d: out of memory", ex->ring->net->rank);
+      return KOLO_ERR_NO_MEMORY;
+    }
+  }
+  for (int i = 0; i < request->member_count; i++) {
+    const kolo_member *m = &request->members[i];
+    items[i] = (kolo_fused_item){.send = m->send,
+                                 .recv = m->recv,
+                                 .count = m->count,
+                                 .prescale = request->prescale,
+                                 .postscale = request->postscale};
+  }
+  kolo_status status = kolo_exec_fused(ex, items, request->member_count, request->dtype,
+                                       request->op, engine_thread, NULL);
+  if (items != stack_items) free(items);
+  return status;
 }
 
 kolo_status kolo_exec_batch(kolo_exec *ex, kolo_batch *batch, kolo_fused_times *times) {
