@@ -8,18 +8,7 @@
 #include <unistd.h>
 
 #include "coordination/membership.h"
-
-/* A worker record built in memory (strings borrowed; kolo_member_write sets presence). */
-static Kolo__V1__WorkerRecord record_of(const char *id, const char *host, const char *address,
-                                        int64_t cpus, const char *state) {
-  Kolo__V1__WorkerRecord m = KOLO__V1__WORKER_RECORD__INIT;
-  m.id = (char *)id;
-  m.host = (char *)host;
-  m.address = (char *)address;
-  m.cpus = cpus;
-  m.state = (char *)state;
-  return m;
-}
+#include "tests/support/worker_record.h"
 
 int main(int argc, char **argv) {
   if (argc != 4) {
@@ -32,7 +21,8 @@ int main(int argc, char **argv) {
   kolo_etcd *client = NULL;
   kolo_membership *reg = NULL;
   if (kolo_etcd_create(&config, &client) != KOLO_OK) return 1;
-  Kolo__V1__WorkerRecord m = record_of(argv[2], "holder-host", "127.0.0.1:7000", 2, "idle");
+  Kolo__V1__WorkerRecord m =
+      kolo_test_worker_record(argv[2], "holder-host", "127.0.0.1:7000", 2, "idle");
   m.gpus = 0;
   kolo_status rc = kolo_membership_register(client, &m, atoi(argv[3]), NULL, NULL, &reg);
   if (rc != KOLO_OK) {

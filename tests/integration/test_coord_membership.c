@@ -19,18 +19,7 @@
 #include "coordination/keys.h"
 #include "coordination/membership.h"
 #include "tests/support/etcd_harness.h"
-
-/* A worker record built in memory (strings borrowed; kolo_member_write sets presence). */
-static Kolo__V1__WorkerRecord record_of(const char *id, const char *host, const char *address,
-                                        int64_t cpus, const char *state) {
-  Kolo__V1__WorkerRecord m = KOLO__V1__WORKER_RECORD__INIT;
-  m.id = (char *)id;
-  m.host = (char *)host;
-  m.address = (char *)address;
-  m.cpus = cpus;
-  m.state = (char *)state;
-  return m;
-}
+#include "tests/support/worker_record.h"
 
 #define TTL 2
 
@@ -109,7 +98,7 @@ static void registration_stays_while_kept_alive_and_goes_within_ttl_after_sigkil
 
 static void deregister_removes_the_record_at_once(void **state) {
   fixture *f = *state;
-  Kolo__V1__WorkerRecord m = record_of("w-dereg", "h1", "127.0.0.1:7001", 4, "idle");
+  Kolo__V1__WorkerRecord m = kolo_test_worker_record("w-dereg", "h1", "127.0.0.1:7001", 4, "idle");
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(f->client, &m, TTL, NULL, NULL, &reg), KOLO_OK);
   assert_true(record_exists(f, "w-dereg"));
@@ -119,7 +108,7 @@ static void deregister_removes_the_record_at_once(void **state) {
 
 static void a_second_registration_of_a_live_id_is_refused(void **state) {
   fixture *f = *state;
-  Kolo__V1__WorkerRecord m = record_of("w-dup", "h1", "127.0.0.1:7002", 0, "idle");
+  Kolo__V1__WorkerRecord m = kolo_test_worker_record("w-dup", "h1", "127.0.0.1:7002", 0, "idle");
   kolo_membership *first = NULL, *second = NULL;
   assert_int_equal(kolo_membership_register(f->client, &m, TTL, NULL, NULL, &first), KOLO_OK);
   m.address = "127.0.0.1:7003";
@@ -162,7 +151,7 @@ static void on_lost(int64_t lease, kolo_status status, const char *message, void
 static void a_revoked_lease_is_reported_lost_and_updates_fail(void **state) {
   fixture *f = *state;
   lost_flag lost = {.lock = PTHREAD_MUTEX_INITIALIZER};
-  Kolo__V1__WorkerRecord m = record_of("w-lost", "h1", "127.0.0.1:7004", 0, "idle");
+  Kolo__V1__WorkerRecord m = kolo_test_worker_record("w-lost", "h1", "127.0.0.1:7004", 0, "idle");
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(f->client, &m, TTL, on_lost, &lost, &reg), KOLO_OK);
   assert_int_equal(kolo_etcd_lease_revoke(f->client, kolo_membership_lease(reg)), KOLO_OK);
@@ -231,11 +220,11 @@ static void membership_watch_follows_joins_updates_and_leaves(void **state) {
   zone.key = "zone";
   zone.value = "a";
   Kolo__V1__WorkerRecord__LabelsEntry *labels[] = {&zone};
-  Kolo__V1__WorkerRecord a = record_of("wa", "h1", "127.0.0.1:7010", 8, "idle");
+  Kolo__V1__WorkerRecord a = kolo_test_worker_record("wa", "h1", "127.0.0.1:7010", 8, "idle");
   a.gpus = 1;
   a.labels = labels;
   a.n_labels = 1;
-  Kolo__V1__WorkerRecord b = record_of("wb", "h2", "127.0.0.1:7011", 8, "idle");
+  Kolo__V1__WorkerRecord b = kolo_test_worker_record("wb", "h2", "127.0.0.1:7011", 8, "idle");
   kolo_membership *ra = NULL, *rb = NULL;
   assert_int_equal(kolo_membership_register(f->client, &a, TTL, NULL, NULL, &ra), KOLO_OK);
   assert_int_equal(kolo_membership_register(f->client, &b, TTL, NULL, NULL, &rb), KOLO_OK);
@@ -258,11 +247,11 @@ static void membership_watch_follows_joins_updates_and_leaves(void **state) {
 static void invalid_records_are_refused_with_the_field_named(void **state) {
   fixture *f = *state;
   kolo_membership *reg = NULL;
-  Kolo__V1__WorkerRecord bad_id = record_of("a/b", "h", "127.0.0.1:1", 0, "idle");
+  Kolo__V1__WorkerRecord bad_id = kolo_test_worker_record("a/b", "h", "127.0.0.1:1", 0, "idle");
   assert_int_equal(kolo_membership_register(f->client, &bad_id, TTL, NULL, NULL, &reg),
                    KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(kolo_etcd_last_error(), "id"));
-  Kolo__V1__WorkerRecord bad_addr = record_of("ok", "h", "127.0.0.1", 0, "idle");
+  Kolo__V1__WorkerRecord bad_addr = kolo_test_worker_record("ok", "h", "127.0.0.1", 0, "idle");
   assert_int_equal(kolo_membership_register(f->client, &bad_addr, TTL, NULL, NULL, &reg),
                    KOLO_ERR_INVALID_ARG);
   assert_non_null(strstr(kolo_etcd_last_error(), "address"));

@@ -23,18 +23,7 @@
 
 #include "coordination/membership.h"
 #include "tests/support/etcd_harness.h"
-
-/* A worker record built in memory (strings borrowed; kolo_member_write sets presence). */
-static Kolo__V1__WorkerRecord record_of(const char *id, const char *host, const char *address,
-                                        int64_t cpus, const char *state) {
-  Kolo__V1__WorkerRecord m = KOLO__V1__WORKER_RECORD__INIT;
-  m.id = (char *)id;
-  m.host = (char *)host;
-  m.address = (char *)address;
-  m.cpus = cpus;
-  m.state = (char *)state;
-  return m;
-}
+#include "tests/support/worker_record.h"
 
 typedef struct fixture {
   kolo_etcd_harness *etcd;
@@ -131,7 +120,7 @@ static void with_etcd_stopped_every_call_fails_fast_with_a_clear_error(void **st
   assert_int_equal(
       kolo_etcd_create_key(c, kolo_etcd_str("/u/k"), kolo_etcd_str("v"), 0, NULL, NULL),
       KOLO_ERR_UNAVAILABLE);
-  Kolo__V1__WorkerRecord m = record_of("w", "h", "127.0.0.1:1", 0, "idle");
+  Kolo__V1__WorkerRecord m = kolo_test_worker_record("w", "h", "127.0.0.1:1", 0, "idle");
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(c, &m, 2, NULL, NULL, &reg), KOLO_ERR_UNAVAILABLE);
   long long took = now_ms() - t0;
@@ -241,7 +230,7 @@ static void a_keepalive_rides_out_an_etcd_restart(void **state) {
   fixture *f = *state;
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
   kolo_etcd *c = client_for(endpoints, 1, 1000);
-  Kolo__V1__WorkerRecord m = record_of("w-restart", "h", "127.0.0.1:1", 0, "idle");
+  Kolo__V1__WorkerRecord m = kolo_test_worker_record("w-restart", "h", "127.0.0.1:1", 0, "idle");
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(c, &m, 6, NULL, NULL, &reg), KOLO_OK);
   assert_int_equal(kolo_etcd_harness_stop(f->etcd), KOLO_OK);
@@ -284,7 +273,7 @@ static void only_etcd_ends_a_worker_lease_through_an_outage_longer_than_its_ttl(
   kolo_etcd *c = client_for(endpoints, 1, 1000);
   lost_count worker = {.lock = PTHREAD_MUTEX_INITIALIZER},
              leader = {.lock = PTHREAD_MUTEX_INITIALIZER};
-  Kolo__V1__WorkerRecord m = record_of("w-outage", "h", "127.0.0.1:1", 0, "idle");
+  Kolo__V1__WorkerRecord m = kolo_test_worker_record("w-outage", "h", "127.0.0.1:1", 0, "idle");
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(c, &m, 2, count_lost, &worker, &reg), KOLO_OK);
   int64_t lease = 0;
@@ -322,7 +311,7 @@ static void a_keepalive_stops_promptly_while_a_renewal_hangs(void **state) {
   fixture *f = *state;
   const char *endpoints[] = {kolo_etcd_harness_url(f->etcd)};
   kolo_etcd *c = client_for(endpoints, 1, 5000);
-  Kolo__V1__WorkerRecord m = record_of("w-hang", "h", "127.0.0.1:1", 0, "idle");
+  Kolo__V1__WorkerRecord m = kolo_test_worker_record("w-hang", "h", "127.0.0.1:1", 0, "idle");
   kolo_membership *reg = NULL;
   assert_int_equal(kolo_membership_register(c, &m, 3, NULL, NULL, &reg), KOLO_OK);
   freeze(kolo_etcd_harness_pid(f->etcd));
