@@ -106,23 +106,35 @@ ProcessGroupKolo::ProcessGroupKolo(kolo_comm *comm, bool owned, std::chrono::mil
 }
 
 ProcessGroupKolo::~ProcessGroupKolo() {
+  shutdown();
+  if (owned_) kolo_comm_destroy(comm_);
+}
+
+void ProcessGroupKolo::shutdown() {
   {
+    /* under the submit lock: a collective that saw the group running is queued
+     * before the completion thread can see stopping_ (it drains the queue first) */
+    std::lock_guard<std::mutex> submit(submit_mutex_);
     std::lock_guard<std::mutex> lock(queue_mutex_);
     stopping_ = true;
   }
   queue_cv_.notify_all();
-  /* the completion thread may be running a Python callback (a comm hook's then())
-   * that needs the GIL this thread holds when Python drops the group */
+  std::lock_guard<std::mutex> once(shutdown_mutex_);
+  /* the completion thread may be running a Python callback (a comm hook's then()),
+   * or dropping the last reference to a tensor Python made: both need the GIL this
+   * thread holds when Python drops the group or calls shutdown_all() */
   if (Py_IsInitialized() && PyGILState_Check()) {
     PyThreadState *state = PyEval_SaveThread();
-    completer_.join();
-    callbacks_.stop();
+    join_threads();
     PyEval_RestoreThread(state);
   } else {
-    completer_.join();
-    callbacks_.stop();
+    join_threads();
   }
-  if (owned_) kolo_comm_destroy(comm_);
+}
+
+void ProcessGroupKolo::join_threads() {
+  if (completer_.joinable()) completer_.join();
+  callbacks_.stop();
 }
 
 void ProcessGroupKolo::complete_loop() {
@@ -151,6 +163,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::run(c10d::OpType type, const ch
   auto work = c10::make_intrusive<KoloWork>(rank_, type, what, std::move(outputs), timeout_, comm_);
   {
     std::lock_guard<std::mutex> guard(submit_mutex_);
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      TORCH_CHECK(!stopping_, "kolo backend: ", what,
+                  " on a process group that is shut down (the interpreter is exiting)");
+    }
     submit(*work);
     std::lock_guard<std::mutex> lock(queue_mutex_);
     queue_.push_back(work);

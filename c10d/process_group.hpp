@@ -100,6 +100,14 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
 
   kolo_comm *comm() const { return comm_; }
 
+  /* Finishes the queued collectives, then stops and joins the completion and callback
+   * threads (releasing the GIL if held); later collectives fail. Idempotent; the
+   * destructor calls it. Run at interpreter exit (module.cpp's shutdown_all) so that
+   * no thread of the group takes the GIL while Python finalises: one that does is
+   * ended by pthread_exit, whose unwinding through a destructor terminates the
+   * process ("terminate called without an active exception"). */
+  void shutdown();
+
  private:
   using Submit = std::function<void(KoloWork &)>;
   /* Makes the work, runs submit under the submit lock (every rank submits in the
@@ -107,6 +115,7 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, const char *what,
                                      std::vector<at::Tensor> outputs, const Submit &submit);
   void complete_loop();
+  void join_threads();
   std::string next_name(const char *kind);
 
   kolo_comm *comm_;
@@ -119,6 +128,7 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   std::deque<c10::intrusive_ptr<KoloWork>> queue_;
   bool stopping_ = false;
   std::thread completer_;
+  std::mutex shutdown_mutex_;  /* one joiner at a time */
   CallbackPool callbacks_;
 };
 

@@ -20,6 +20,7 @@ the package found libkolo in, and forms its ring:
 See docs/PYTHON.md ("torch.distributed backend") for what is supported."""
 from __future__ import annotations
 
+import atexit
 import ctypes
 import datetime
 import importlib.machinery
@@ -60,7 +61,10 @@ def extension_path() -> str:
 
 def extension() -> ModuleType:
     """The loaded _kolo_c10d module. libkolo is loaded first (ctypes), so the
-    extension's libkolo.so.0 resolves to that same copy (one communicator space)."""
+    extension's libkolo.so.0 resolves to that same copy (one communicator space).
+    Loading it registers its shutdown_all() with atexit: the groups' threads stop
+    while the interpreter is whole (one that takes the GIL during finalisation would
+    abort the process)."""
     global _extension
     with _lock:
         if _extension is None:
@@ -74,6 +78,7 @@ def extension() -> ModuleType:
             spec = importlib.util.spec_from_file_location("_kolo_c10d", path, loader=loader)
             module = importlib.util.module_from_spec(spec)
             loader.exec_module(module)
+            atexit.register(module.shutdown_all)
             _extension = module
         return _extension
 
