@@ -15,12 +15,22 @@ int kolo_job_status_final(Kolo__V1__Phase phase) {
          phase == KOLO__V1__PHASE__CANCELLED;
 }
 
+int kolo_job_status_scheduled(const Kolo__V1__JobStatus *st) {
+  if (st == NULL) return 0;
+  return st->phase == KOLO__V1__PHASE__RUNNING || st->phase == KOLO__V1__PHASE__RECONFIGURING ||
+         (st->phase == KOLO__V1__PHASE__PENDING && st->epoch > 0 && st->n_members > 0);
+}
+
 int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to) {
   if (from == to || kolo_job_status_final(from)) return 0;
   if (to == KOLO__V1__PHASE__FAILED || to == KOLO__V1__PHASE__CANCELLED) return 1;
   switch (from) {
     case KOLO__V1__PHASE__PENDING:
-      return to == KOLO__V1__PHASE__RUNNING;
+      /* RUNNING when the first ring formed; RECONFIGURING when it lost a member or
+       * stalled first; SUCCEEDED when rank 0 ended before one formed (a program without
+       * libkolo forms none) */
+      return to == KOLO__V1__PHASE__RUNNING || to == KOLO__V1__PHASE__RECONFIGURING ||
+             to == KOLO__V1__PHASE__SUCCEEDED;
     case KOLO__V1__PHASE__RUNNING:
       return to == KOLO__V1__PHASE__RECONFIGURING || to == KOLO__V1__PHASE__SUCCEEDED ||
              to == KOLO__V1__PHASE__PENDING;

@@ -9,10 +9,14 @@
  * the progress follow one set of rules whichever process writes them
  * (tests/unit/test_job_status.c). Every transition sets updated_unix_ms to the caller's now_ms (the
  * caller's clock: the functions read none). Phases: PENDING -> RUNNING <-> RECONFIGURING ->
- * SUCCEEDED | FAILED; RUNNING or RECONFIGURING -> PENDING (the ring lost its members and waits for
- * new ones); any non-final phase -> CANCELLED or FAILED (kolo_job_status_allowed, which cancel
- * applies). The scheduler's moves need only that the phase is not final: a final phase
- * never changes, whoever asks. */
+ * SUCCEEDED | FAILED. RUNNING means "the ring formed": the scheduler writes it in one place, when
+ * every member reported the status's epoch formed (RING_FORMED). A job it gang-schedules stays
+ * PENDING, with its epoch and members (SCHEDULED), until its first ring formed; a loss or a stall
+ * before that re-forms it (PENDING -> RECONFIGURING), and rank 0 ending before (a program without
+ * libkolo forms no ring) ends it (PENDING -> SUCCEEDED). RUNNING or RECONFIGURING -> PENDING
+ * (the ring lost its members and waits for new ones); any non-final phase -> CANCELLED or FAILED
+ * (kolo_job_status_allowed, which cancel applies). The scheduler's moves need only that the phase
+ * is not final: a final phase never changes, whoever asks. */
 #ifndef KOLO_COORD_JOB_STATUS_H
 #define KOLO_COORD_JOB_STATUS_H
 
@@ -25,6 +29,10 @@
 
 /* ---- phases ---- */
 int kolo_job_status_final(Kolo__V1__Phase phase);
+/* Whether the scheduler has given st's job a ring (its epoch and members): RUNNING,
+ * RECONFIGURING, or PENDING with an epoch and members (scheduled, its first ring not formed
+ * yet). A PENDING job without them waits in the scheduler's queue. */
+int kolo_job_status_scheduled(const Kolo__V1__JobStatus *st);
 /* Whether a status in from may move to to (the rule above; from == to is not a move). */
 int kolo_job_status_allowed(Kolo__V1__Phase from, Kolo__V1__Phase to);
 

@@ -1,7 +1,8 @@
 /* Implementation of decide.h. The order of the checks is the order of the
- * rules: finished first, then lost members (gone lease, drain, failed process,
- * neighbours' FAILED reports), then a held job resuming, a re-formed ring
- * becoming RUNNING, and a healthy ring shrinking or growing. A drained member
+ * rules: finished first (a formed ring not RUNNING yet becomes RUNNING before),
+ * then lost members (gone lease, drain, failed process, neighbours' FAILED
+ * reports), then a held job resuming, a new or re-formed
+ * ring becoming RUNNING, and a healthy ring shrinking or growing. A drained member
  * leaves as planned: only real losses count against max_reconfigurations. */
 #define _GNU_SOURCE
 #include "scheduler/decide.h"
@@ -13,10 +14,6 @@
 
 #include "scheduler/false_loss.h"
 #include "scheduler/plan.h"
-
-int kolo_sched_phase_active(Kolo__V1__Phase phase) {
-  return phase == KOLO__V1__PHASE__RUNNING || phase == KOLO__V1__PHASE__RECONFIGURING;
-}
 
 void kolo_sched_decision_clear(kolo_sched_decision *decision) {
   if (decision == NULL) return;
@@ -244,6 +241,16 @@ static size_t count_formed(const kolo_sched_job_view *job) {
   return formed;
 }
 
+/* Every member formed the status's epoch: RUNNING (restarted: none of them survived an
+ * earlier ring). */
+static void decide_formed(const kolo_sched_job_view *job, kolo_sched_decision *d) {
+  size_t fresh = 0;
+  d->action = KOLO_SCHED_FORMED;
+  for (size_t i = 0; i < job->n_members; i++)
+    fresh += job->members[i].report.first_formed_epoch == job->epoch;
+  d->restarted = job->epoch > 1 && fresh == job->n_members;
+}
+
 /* No loss: resume a held job, finish a re-form, or shrink / grow / report. */
 static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *d) {
   size_t n = job->n_members;
@@ -255,14 +262,9 @@ static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *
     return;
   }
   size_t formed = count_formed(job);
-  if (job->phase == KOLO__V1__PHASE__RECONFIGURING) {
-    if (formed == n && n > 0) {
-      d->action = KOLO_SCHED_FORMED;
-      size_t fresh = 0;
-      for (size_t i = 0; i < n; i++)
-        fresh += job->members[i].report.first_formed_epoch == job->epoch;
-      d->restarted = job->epoch > 1 && fresh == n;
-    }
+  /* a re-formed ring, or a scheduled job's first (PENDING): RUNNING once every member formed it */
+  if (job->phase == KOLO__V1__PHASE__RECONFIGURING || job->phase == KOLO__V1__PHASE__PENDING) {
+    if (formed == n && n > 0) decide_formed(job, d);
     return;
   }
   /* RUNNING; never move a ring that has not formed yet (its processes would
@@ -277,6 +279,18 @@ static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *
   } else if (n > 0) {
     d->action = KOLO_SCHED_PROGRESS;
   }
+}
+
+/* Rank 0 exited 0 in a ring that every member formed but that is not RUNNING yet (a short
+ * program may form, train and exit between two passes): RUNNING first (FORMED, the one place
+ * it is written), so a job whose ring formed shows it; the next pass finishes it. */
+static int formed_before_finish(const kolo_sched_job_view *job, kolo_sched_decision *d) {
+  size_t n = job->n_members;
+  if (job->phase == KOLO__V1__PHASE__RUNNING || n == 0 || n != job->ring_size) return 0;
+  const kolo_sched_report *r0 = &job->members[0].report;
+  if (!(r0->exited && r0->exit_code == 0) || count_formed(job) < n) return 0;
+  decide_formed(job, d);
+  return 1;
 }
 
 /* A reason an agent found (the report's `permanent`) fails the job before anything else,
@@ -300,7 +314,8 @@ kolo_status kolo_sched_decide(const kolo_sched_job_view *job, kolo_sched_decisio
   memset(out, 0, sizeof *out);
   out->lost = calloc(job->n_members + 1, sizeof *out->lost);
   if (out->lost == NULL) return KOLO_ERR_NO_MEMORY;
-  if (agent_found(job, out) || decide_finished(job, out)) return KOLO_OK;
+  if (agent_found(job, out) || formed_before_finish(job, out) || decide_finished(job, out))
+    return KOLO_OK;
   find_gone(job, out);
   if (find_named(job, out) != KOLO_OK) {
     kolo_sched_decision_clear(out);

@@ -47,9 +47,10 @@
 #define KOLO_SCHED_EXIT_USAGE 2
 #define KOLO_SCHED_EARLY_SETTLE_MS 1500
 
-/* Whether a job in phase is the decisions' to judge (RUNNING or RECONFIGURING; a PENDING
- * job is plan.h's, an ended one nobody's). Phases are job.proto's enum, never names. */
-int kolo_sched_phase_active(Kolo__V1__Phase phase);
+/* The decisions judge the jobs the scheduler gave a ring (coordination/job_status.h's
+ * kolo_job_status_scheduled: RUNNING, RECONFIGURING, or PENDING with an epoch, its first ring
+ * forming); a PENDING job without one is plan.h's, an ended one nobody's. Phases are
+ * job.proto's enum, never names. */
 
 /* A member's last report (what its agent wrote under reports/<worker>). */
 typedef struct kolo_sched_report {
@@ -83,9 +84,10 @@ typedef struct kolo_sched_member {
   int64_t ring_lease; /* the lease the ring of this epoch names for it (0: not recorded) */
 } kolo_sched_member;
 
-/* A RUNNING or RECONFIGURING job as the scheduler sees it in one pass. */
+/* A scheduled job (RUNNING, RECONFIGURING, or PENDING with its first ring forming) as the
+ * scheduler sees it in one pass. */
 typedef struct kolo_sched_job_view {
-  Kolo__V1__Phase phase;            /* RUNNING or RECONFIGURING */
+  Kolo__V1__Phase phase;            /* RUNNING, RECONFIGURING or PENDING (not formed yet) */
   int64_t epoch;                    /* the status's epoch */
   int has_ring;                     /* the ring record of that epoch was read */
   size_t ring_size;                 /* its members (0 without one) */
@@ -107,10 +109,12 @@ typedef enum kolo_sched_action {
   KOLO_SCHED_LOST_HOLD,   /* members lost, below min_workers: RECONFIGURING, survivors wait */
   KOLO_SCHED_LOST_FAIL,   /* members lost past max_reconfigurations: FAILED */
   KOLO_SCHED_RESUME,      /* a held job has enough workers again: next epoch (+ take idle) */
-  KOLO_SCHED_FORMED,      /* every member formed the epoch: RUNNING */
-  KOLO_SCHED_SHRINK,      /* above max_workers: next epoch with the first keep members */
-  KOLO_SCHED_GROW,        /* below max_workers with idle workers: next epoch (+ take idle) */
-  KOLO_SCHED_PROGRESS,    /* healthy: copy rank 0's progress into the status */
+  /* every member formed the epoch: RUNNING (the one place it is written), from PENDING (the
+   * first ring) or RECONFIGURING; before FINISH when rank 0 exited 0 in such a ring */
+  KOLO_SCHED_FORMED,
+  KOLO_SCHED_SHRINK,   /* above max_workers: next epoch with the first keep members */
+  KOLO_SCHED_GROW,     /* below max_workers with idle workers: next epoch (+ take idle) */
+  KOLO_SCHED_PROGRESS, /* healthy: copy rank 0's progress into the status */
   /* Only drained members left (planned leaves, not losses: never counted against
    * max_reconfigurations, never a failure): */
   KOLO_SCHED_DRAIN_REFORM, /* next epoch with the others (+ take idle); planned when nobody joins */

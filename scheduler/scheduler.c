@@ -216,7 +216,8 @@ out:
   return rc == KOLO_OK;
 }
 
-/* One running (or re-forming) job; returns 1 if it wrote something. */
+/* One scheduled job (running, re-forming, or forming its first ring); returns 1 if it wrote
+ * something. */
 static int handle_active(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j) {
   kolo_sched_job_view view;
   kolo_sched_member *members = NULL;
@@ -241,8 +242,9 @@ static void start_pending(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_q
   if (take == 0) return;
   char message[128];
   snprintf(message, sizeof message, "gang of %zu workers (min %u, max %u)", take, min, max);
+  /* PENDING until every member formed the ring: RUNNING is written at FORMED alone */
   kolo_sched_epoch_plan plan = {.take = take,
-                                .phase = KOLO__V1__PHASE__RUNNING,
+                                .phase = KOLO__V1__PHASE__PENDING,
                                 .event_type = "SCHEDULED",
                                 .event_message = message};
   *wrote |= kolo_sched_write_epoch(&s->writer, snap, j, &plan) == KOLO_OK;
@@ -308,14 +310,16 @@ static void pass(kolo_sched *s) {
   for (size_t i = 0; i < snap.n_jobs; i++) {
     kolo_sched_job *j = &snap.jobs[i];
     Kolo__V1__Phase phase = kolo_sched_job_phase(j);
+    int scheduled = kolo_job_status_scheduled(j->status); /* a PENDING one: its ring forming */
+    int queued = phase == KOLO__V1__PHASE__PENDING && !scheduled;
     if (j->n_intents > 0 && !kolo_job_status_final(phase)) {
       /* the user's intents first; the next pass decides on the status they leave */
       wrote |= kolo_sched_apply_intents(&s->writer, &snap, j) == KOLO_OK;
-      if (phase == KOLO__V1__PHASE__PENDING) queue.held = 1; /* FIFO: later jobs wait a pass */
-    } else if (phase == KOLO__V1__PHASE__PENDING) {
+      if (queued) queue.held = 1; /* FIFO: later jobs wait a pass */
+    } else if (queued) {
       /* FIFO, with backfill past a job larger than the cluster (plan.h) */
       start_pending(s, &snap, &queue, j, &wrote);
-    } else if (kolo_sched_phase_active(phase)) {
+    } else if (scheduled) {
       wrote |= handle_active(s, &snap, j);
     }
   }

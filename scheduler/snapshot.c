@@ -433,7 +433,7 @@ int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *wor
   for (size_t i = 0; i < snap->n_jobs; i++) {
     const kolo_sched_job *j = &snap->jobs[i];
     if (strcmp(j->id, job_id) != 0) continue;
-    if (!kolo_sched_phase_active(kolo_sched_job_phase(j))) return 0;
+    if (!kolo_job_status_scheduled(j->status)) return 0;
     for (size_t m = 0; m < j->status->n_members; m++)
       if (strcmp(kolo_sched_member_id(j, m), worker_id) == 0) return 1;
     return 0;

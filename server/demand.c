@@ -13,22 +13,16 @@ void kolo_server_demand_compute(const kolo_server_job_size *jobs, size_t n_jobs,
   for (size_t i = 0; i < n_jobs; i++) {
     const kolo_server_job_size *j = &jobs[i];
     uint32_t max = j->max_workers > j->min_workers ? j->max_workers : j->min_workers;
-    switch (j->phase) {
-      case KOLO__V1__PHASE__PENDING:
-        wanted += max;
-        missing += max;
-        pending++;
-        break;
-      case KOLO__V1__PHASE__RUNNING:
-      case KOLO__V1__PHASE__RECONFIGURING:
-        wanted += max;
-        if (j->members < max) {
-          missing += max - j->members;
-          growable++;
-        }
-        break;
-      default: /* ended (or unknown): wants nothing */
-        break;
+    int ended = j->phase != KOLO__V1__PHASE__PENDING && j->phase != KOLO__V1__PHASE__RUNNING &&
+                j->phase != KOLO__V1__PHASE__RECONFIGURING; /* (or unknown): wants nothing */
+    if (ended) continue;
+    wanted += max;
+    if (j->phase == KOLO__V1__PHASE__PENDING && j->members == 0) { /* queued */
+      missing += max;
+      pending++;
+    } else if (j->members < max) { /* scheduled: running, re-forming or forming its first ring */
+      missing += max - j->members;
+      growable++;
     }
   }
   out->workers_wanted = saturate(wanted);

@@ -24,7 +24,8 @@ typedef struct kolo_server_worker_counts {
 } kolo_server_worker_counts;
 
 /* Fills the counters of out (an initialised Demand; time_unix_ms is left to the caller).
- * A pending job wants max_workers; a running or re-forming one wants max_workers and misses
+ * A queued job (PENDING without members) wants max_workers; a scheduled one (RUNNING,
+ * RECONFIGURING, or PENDING with members: its first ring forming) wants max_workers and misses
  * what it has fewer members than that (a job shrinking to a lowered max_workers wants the
  * new max). Ended jobs want nothing. Sums saturate at UINT32_MAX. */
 void kolo_server_demand_compute(const kolo_server_job_size *jobs, size_t n_jobs,

@@ -195,17 +195,19 @@ class DeposedLeaderTest(unittest.TestCase):
         wait_for(lambda: curl(a.http_port, "/v1/jobs/fenced")[0] == 200, 5, "a sees the job")
         # Until the new leader's lease runs out nobody may schedule the job.
         while True:
-            phase = client.call("GetJob", pb.GetJobRequest(id="fenced")).status.phase
+            status = client.call("GetJob", pb.GetJobRequest(id="fenced")).status
             if is_leader(standby):
                 break
-            self.assertEqual(phase, pb.PENDING, "scheduled by a replica that does not lead")
+            self.assertEqual((status.phase, status.epoch), (pb.PENDING, 0), "scheduled by a replica that does not lead")
             self.assertLess(time.monotonic() - paused_at, TTL + 10, "the standby never took over")
             time.sleep(0.05)
         print("job stayed PENDING %.2f s after the deposed leader woke" % (time.monotonic() - paused_at))
         self.assertFalse(is_leader(a))
-        # The real next leader schedules it.
-        wait_for(lambda: client.call("GetJob", pb.GetJobRequest(id="fenced")).status.phase == pb.RUNNING,
-                 20, "the job running under the new leader")
+        # The real next leader schedules it (epoch 1; /bin/sleep forms no ring, so it stays
+        # PENDING: RUNNING means the ring formed).
+        wait_for(lambda: client.call("GetJob", pb.GetJobRequest(id="fenced")).status.epoch == 1,
+                 20, "the job scheduled under the new leader")
+        self.assertEqual(client.call("GetJob", pb.GetJobRequest(id="fenced")).status.phase, pb.PENDING)
         client.close()
 
 

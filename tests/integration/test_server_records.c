@@ -3,7 +3,8 @@
  * prefixes key for key (value, revisions, lease) and build the same scheduler snapshot,
  * after the first load and after puts, deletes and an expired lease arrive by the watch
  * (a reload is test_server_store's case); the scheduler schedules a job from them with no
- * etcd read or watch of its own, and waits for its own write before its next pass;
+ * etcd read or watch of its own (PENDING until its ring formed, then RUNNING with RING_FORMED),
+ * and waits for its own write before its next pass;
  * metrics history writes alone do not wake it. ListWorkers, demand, drain and undrain
  * (server/workers.c) read them too: no etcd range, and a drain shows in the next list. */
 #include <setjmp.h>
@@ -302,6 +303,22 @@ static Kolo__V1__Phase phase_of(fixture *f, const char *id) {
   return p;
 }
 
+static uint64_t epoch_of(fixture *f, const char *id) {
+  Kolo__V1__Job *job = NULL;
+  if (kolo_server_store_get(f->store, id, &job) != KOLO_OK) return 0;
+  uint64_t epoch = job->status->epoch;
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  return epoch;
+}
+
+/* job's first event of type at epoch; NULL if none. */
+static const Kolo__V1__Event *event_of(const Kolo__V1__Job *job, const char *type, uint64_t epoch) {
+  for (size_t i = 0; i < job->n_events; i++)
+    if (strcmp(job->events[i]->type, type) == 0 && job->events[i]->epoch == epoch)
+      return job->events[i];
+  return NULL;
+}
+
 static void the_scheduler_schedules_from_the_records_without_reading_etcd(void **state) {
   fixture *f = *state;
   leader l = {"/kolo/v1/leader/test", 0};
@@ -342,11 +359,20 @@ static void the_scheduler_schedules_from_the_records_without_reading_etcd(void *
                    KOLO_OK);
   protobuf_c_message_free_unpacked(&spec->base, NULL);
   protobuf_c_message_free_unpacked(&job->base, NULL);
-  for (i = 0; i < 200 && phase_of(f, "j1") != KOLO__V1__PHASE__RUNNING; i++) {
+  for (i = 0; i < 200 && epoch_of(f, "j1") == 0; i++) {
     struct timespec pause = {0, 50 * 1000000L};
     nanosleep(&pause, NULL);
   }
   assert_true(i < 200); /* scheduled within 10 s */
+  /* SCHEDULED is not RUNNING: the job stays PENDING, with its epoch and members, until its
+   * ring formed (no member reported it yet) */
+  Kolo__V1__Job *now = NULL;
+  assert_int_equal(kolo_server_store_get(f->store, "j1", &now), KOLO_OK);
+  assert_int_equal(now->status->phase, KOLO__V1__PHASE__PENDING);
+  assert_int_equal(now->status->n_members, 1);
+  assert_non_null(event_of(now, "SCHEDULED", 1));
+  assert_null(event_of(now, "RING_FORMED", 1));
+  protobuf_c_message_free_unpacked(&now->base, NULL);
   kolo_etcd_kv kv;
   assert_int_equal(kolo_etcd_get(f->client, kolo_etcd_str("/kolo/v1/assign/w1"), &kv, NULL),
                    KOLO_OK);
@@ -366,16 +392,31 @@ static void the_scheduler_schedules_from_the_records_without_reading_etcd(void *
   assert_int_equal(st.watches_started, 0);
   assert_true(st.requests[KOLO_ETCD_REQ_TXN] >= 1);
   assert_true(kolo_etcd_written_revision(kolo_sched_etcd(w.sched)) > l.revision);
-  Kolo__V1__Job *now = NULL;
   assert_int_equal(kolo_server_store_get(f->store, "j1", &now), KOLO_OK);
   assert_int_equal(now->status->epoch, 1); /* one epoch: no pass redid the start */
+  /* passes went by, still PENDING: a scheduled job is not queued again, nor RUNNING */
+  assert_int_equal(now->status->phase, KOLO__V1__PHASE__PENDING);
+  assert_null(event_of(now, "RING_FORMED", 1));
   protobuf_c_message_free_unpacked(&now->base, NULL);
 
-  /* A view that lags behind the scheduler's own write: the job grows (w1 formed epoch 1,
-   * w2 comes idle), then every read waits for that write and no pass runs meanwhile. */
-  int64_t head = put(f, "/kolo/v1/health", "x", 0);
-  __atomic_store_n(&g.cap, head + 2, __ATOMIC_SEQ_CST); /* the report and w2 pass the gate */
+  /* w1 formed epoch 1: RUNNING comes with the RING_FORMED event, written together */
   put(f, "/kolo/v1/jobs/j1/reports/w1", "{\"time_unix_ms\":2,\"formed_epoch\":1}", 0);
+  for (i = 0; i < 200 && phase_of(f, "j1") == KOLO__V1__PHASE__PENDING; i++) {
+    struct timespec pause = {0, 50 * 1000000L};
+    nanosleep(&pause, NULL);
+  }
+  assert_int_equal(kolo_server_store_get(f->store, "j1", &now), KOLO_OK);
+  assert_int_equal(now->status->phase, KOLO__V1__PHASE__RUNNING);
+  assert_int_equal(now->status->epoch, 1);
+  assert_true(now->n_events >= 1);
+  assert_string_equal(now->events[now->n_events - 1]->type, "RING_FORMED");
+  assert_int_equal(now->events[now->n_events - 1]->epoch, 1);
+  protobuf_c_message_free_unpacked(&now->base, NULL);
+
+  /* A view that lags behind the scheduler's own write: the job grows (w2 comes idle), then
+   * every read waits for that write and no pass runs meanwhile. */
+  int64_t head = put(f, "/kolo/v1/health", "x", 0);
+  __atomic_store_n(&g.cap, head + 1, __ATOMIC_SEQ_CST); /* w2 passes the gate */
   put(f, "/kolo/v1/workers/w2", WORKER("w2", "7002", "idle"), 0);
   for (i = 0; i < 200; i++) {
     assert_int_equal(kolo_server_store_get(f->store, "j1", &now), KOLO_OK);
@@ -387,7 +428,7 @@ static void the_scheduler_schedules_from_the_records_without_reading_etcd(void *
   }
   assert_true(i < 200); /* grown to epoch 2 */
   int64_t grown_at = kolo_etcd_written_revision(kolo_sched_etcd(w.sched));
-  assert_true(grown_at > head + 2);
+  assert_true(grown_at > head + 1);
   for (i = 0; i < 100 && __atomic_load_n(&g.timeouts, __ATOMIC_SEQ_CST) < 3; i++) {
     struct timespec pause = {0, 50 * 1000000L};
     nanosleep(&pause, NULL);

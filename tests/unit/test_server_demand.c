@@ -40,6 +40,18 @@ static void a_pending_job_wants_its_max_workers(void **state) {
   assert_int_equal(d.pending_jobs, 1);
 }
 
+/* Scheduled, its first ring not formed yet (PENDING with members): it has its gang and is no
+ * pending job; it misses only what it is below max_workers. */
+static void a_scheduled_job_forming_its_ring_wants_what_a_running_one_does(void **state) {
+  (void)state;
+  kolo_server_job_size jobs[] = {{P(PENDING), 2, 2, 6}, {P(PENDING), 0, 1, 1}};
+  Kolo__V1__Demand d = compute(jobs, 2);
+  assert_int_equal(d.workers_wanted, 6 + 1);
+  assert_int_equal(d.workers_missing, 4 + 1);
+  assert_int_equal(d.pending_jobs, 1);
+  assert_int_equal(d.growable_jobs, 1);
+}
+
 static void a_full_running_job_wants_what_it_has(void **state) {
   (void)state;
   kolo_server_job_size jobs[] = {{P(RUNNING), 4, 2, 4}};
@@ -124,6 +136,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(no_jobs_want_no_workers),
       cmocka_unit_test(a_pending_job_wants_its_max_workers),
+      cmocka_unit_test(a_scheduled_job_forming_its_ring_wants_what_a_running_one_does),
       cmocka_unit_test(a_full_running_job_wants_what_it_has),
       cmocka_unit_test(a_job_below_max_workers_is_growable_and_misses_the_rest),
       cmocka_unit_test(a_job_shrinking_to_a_lowered_max_wants_the_new_max),

@@ -231,7 +231,7 @@ static void the_phase_machine_allows_only_forward_moves(void **state) {
   assert_true(kolo_job_status_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__CANCELLED));
   assert_true(kolo_job_status_allowed(KOLO__V1__PHASE__RUNNING, KOLO__V1__PHASE__RECONFIGURING));
   assert_true(kolo_job_status_allowed(KOLO__V1__PHASE__RECONFIGURING, KOLO__V1__PHASE__RUNNING));
-  assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__PENDING, KOLO__V1__PHASE__SUCCEEDED));
+  assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__RECONFIGURING, KOLO__V1__PHASE__SUCCEEDED));
   assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__SUCCEEDED, KOLO__V1__PHASE__CANCELLED));
   assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__CANCELLED, KOLO__V1__PHASE__RUNNING));
   assert_false(kolo_job_status_allowed(KOLO__V1__PHASE__FAILED, KOLO__V1__PHASE__FAILED));
