@@ -310,7 +310,7 @@ static void pass(kolo_sched *s) {
   for (size_t i = 0; i < snap.n_jobs; i++) {
     kolo_sched_job *j = &snap.jobs[i];
     Kolo__V1__Phase phase = kolo_sched_job_phase(j);
-    int scheduled = kolo_job_status_scheduled(j->status); /* a PENDING one: its ring forming */
+    int scheduled = kolo_sched_job_scheduled(j); /* a PENDING one: its first ring forming */
     int queued = phase == KOLO__V1__PHASE__PENDING && !scheduled;
     if (j->n_intents > 0 && !kolo_job_status_final(phase)) {
       /* the user's intents first; the next pass decides on the status they leave */

@@ -332,6 +332,12 @@ Kolo__V1__Phase kolo_sched_job_phase(const kolo_sched_job *j) {
   return j->status ? j->status->phase : KOLO__V1__PHASE__PHASE_UNSPECIFIED;
 }
 
+int kolo_sched_job_scheduled(const kolo_sched_job *j) {
+  if (!kolo_job_status_scheduled(j->status)) return 0;
+  return j->status->phase != KOLO__V1__PHASE__PENDING ||
+         kolo_sched_job_ring(j, (int64_t)j->status->epoch) != NULL;
+}
+
 static uint32_t bound(uint32_t from_status, uint32_t from_spec) {
   uint32_t v = from_status ? from_status : from_spec;
   return v > 0 ? v : 1;
@@ -433,7 +439,7 @@ int kolo_sched_assignment_valid(const kolo_sched_snapshot *snap, const char *wor
   for (size_t i = 0; i < snap->n_jobs; i++) {
     const kolo_sched_job *j = &snap->jobs[i];
     if (strcmp(j->id, job_id) != 0) continue;
-    if (!kolo_job_status_scheduled(j->status)) return 0;
+    if (!kolo_sched_job_scheduled(j)) return 0;
     for (size_t m = 0; m < j->status->n_members; m++)
       if (strcmp(kolo_sched_member_id(j, m), worker_id) == 0) return 1;
     return 0;

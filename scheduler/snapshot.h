@@ -123,6 +123,12 @@ size_t kolo_sched_count_idle(const kolo_sched_snapshot *snap);
 
 /* ---- job fields ---- */
 Kolo__V1__Phase kolo_sched_job_phase(const kolo_sched_job *j);
+/* Whether the scheduler gave j a ring and so judges it (decide.h) instead of queueing it
+ * (plan.h): its status says so (coordination/job_status.h's kolo_job_status_scheduled), and a
+ * PENDING one (scheduled, its first ring forming) has the ring record of its status's epoch,
+ * which SCHEDULED wrote in the same txn. A PENDING status with members but no such ring is
+ * none of the scheduler's doing: it stays queued. */
+int kolo_sched_job_scheduled(const kolo_sched_job *j);
 /* The effective bounds: the status's (ScaleJob changes them), else the spec's, at least 1. */
 uint32_t kolo_sched_job_min_workers(const kolo_sched_job *j);
 uint32_t kolo_sched_job_max_workers(const kolo_sched_job *j);

@@ -143,6 +143,24 @@ static void jobs_come_oldest_first_and_unreadable_ones_are_dropped(void **state)
   assert_int_equal(kolo_sched_job_phase(&f->snap.jobs[0]), KOLO__V1__PHASE__PENDING);
 }
 
+/* Judged (decide.h), not queued (plan.h): RUNNING b, and b again as a PENDING job forming its
+ * first ring (the ring of its epoch exists); not a PENDING status whose epoch has no ring (no
+ * SCHEDULED wrote it), nor queued a (issue 32). */
+static void a_pending_job_is_scheduled_once_its_epoch_has_a_ring(void **state) {
+  fixture *f = *state;
+  kolo_sched_job *b = &f->snap.jobs[1];
+  assert_false(kolo_sched_job_scheduled(&f->snap.jobs[0]));
+  assert_true(kolo_sched_job_scheduled(b));
+  b->status->phase = KOLO__V1__PHASE__PENDING;
+  assert_true(kolo_sched_job_scheduled(b));
+  b->status->epoch = 3; /* its ring record did not decode: left out */
+  assert_false(kolo_sched_job_scheduled(b));
+  b->status->phase = KOLO__V1__PHASE__RECONFIGURING;
+  assert_true(kolo_sched_job_scheduled(b));
+  b->status->phase = KOLO__V1__PHASE__RUNNING;
+  b->status->epoch = 2;
+}
+
 /* A job's spec and status are kept as the messages they decode to (job.proto): the
  * decisions' view and apply.c's writes read their fields, never JSON. */
 static void a_job_s_spec_and_status_are_kept_decoded(void **state) {
@@ -308,6 +326,7 @@ int main(void) {
       T(jobs_come_oldest_first_and_unreadable_ones_are_dropped),
       T(a_drained_or_assigned_worker_is_not_idle),
       T(a_job_s_spec_and_status_are_kept_decoded),
+      T(a_pending_job_is_scheduled_once_its_epoch_has_a_ring),
       T(bounds_prefer_the_status_over_the_spec),
       T(ring_records_are_read_through_their_codec),
       cmocka_unit_test(event_numbers_of_both_key_widths_count),
