@@ -47,10 +47,10 @@
 #define KOLO_SCHED_EXIT_USAGE 2
 #define KOLO_SCHED_EARLY_SETTLE_MS 1500
 
-/* The decisions judge the jobs the scheduler gave a ring (coordination/job_status.h's
- * kolo_job_status_scheduled: RUNNING, RECONFIGURING, or PENDING with an epoch, its first ring
- * forming); a PENDING job without one is plan.h's, an ended one nobody's. Phases are
- * job.proto's enum, never names. */
+/* The decisions judge the jobs the scheduler gave a ring (snapshot.h's kolo_sched_job_scheduled:
+ * RUNNING, RECONFIGURING, or PENDING with the ring of its epoch, its first ring forming); a
+ * queued PENDING job is plan.h's, an ended one nobody's. Phases are job.proto's enum, never
+ * names. */
 
 /* A member's last report (what its agent wrote under reports/<worker>). */
 typedef struct kolo_sched_report {
