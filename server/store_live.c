@@ -93,7 +93,7 @@ static int by_id(const void *a, const void *b) {
 
 size_t kolo_server_store_take_touched(kolo_server_store *s) {
   for (size_t i = 0; i < s->n_touched; i++) s->touched[i]->touched = 0;
-  qsort(s->touched, s->n_touched, sizeof *s->touched, by_id);
+  if (s->n_touched > 1) qsort(s->touched, s->n_touched, sizeof *s->touched, by_id);
   size_t n = s->n_touched;
   s->n_touched = 0;
   return n;
