@@ -92,8 +92,8 @@ static void delete_job(fixture *f, const char *id) {
 
 typedef struct group {
   char id[128];
-  size_t first, end;   /* its keys in the full read */
-  int in_view, ended;  /* a key that makes a view entry; its stored status ended */
+  size_t first, end;  /* its keys in the full read */
+  int in_view, ended; /* a key that makes a view entry; its stored status ended */
 } group;
 
 static int group_cmp(const void *a, const void *b) {
@@ -128,8 +128,8 @@ static group *groups_of(const kolo_etcd_range_result *all, size_t *n) {
     assert_int_equal(g[at].end == 0 || g[at].end == i, 1); /* a job's keys are adjacent */
     g[at].end = i + 1;
     const char *part = slash + 1;
-    if (strcmp(part, "status") == 0) g[at].ended = ended_phase(
-        (const char *)all->kvs[i].value, all->kvs[i].value_len);
+    if (strcmp(part, "status") == 0)
+      g[at].ended = ended_phase((const char *)all->kvs[i].value, all->kvs[i].value_len);
     /* the keys that make a view entry (reports/ alone do not) */
     if (strcmp(part, "spec") == 0 || strcmp(part, "status") == 0 ||
         strncmp(part, "events/", 7) == 0 || strncmp(part, "ring/", 5) == 0 ||
@@ -280,8 +280,8 @@ static void the_live_list_follows_jobs_ending_appearing_and_a_reload(void **stat
  * step the live read equals the oracle. */
 static void the_live_read_equals_a_filtered_full_read_through_a_random_walk(void **state) {
   fixture *f = *state;
-  static const char *const phases[] = {"PENDING",       "RECONFIGURING", "RUNNING", "RECONFIGURING",
-                                       "SUCCEEDED",     "FAILED",    "CANCELLED"};
+  static const char *const phases[] = {"PENDING",   "RECONFIGURING", "RUNNING",  "RECONFIGURING",
+                                       "SUCCEEDED", "FAILED",        "CANCELLED"};
   char ids[30][16];
   int present[30] = {0};
   for (int i = 0; i < 30; i++) snprintf(ids[i], sizeof ids[i], i % 3 ? "j%d" : "j%d-x", i / 3);
