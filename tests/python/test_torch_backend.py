@@ -139,26 +139,23 @@ def test_a_sigkilled_rank_fails_the_survivors_pending_work_within_a_second():
         assert "AGAIN kolo: allreduce failed" in out, out
 
 
+def exit_case(mode: str) -> List[kolotest.Result]:
+    ranks = TorchRanks(2, kolotest.worker("c10d_exit.py"), mode)
+    try:
+        return ranks.wait(60)
+    finally:
+        ranks.kill()
+
+
 def test_a_callback_still_running_at_exit_finishes_before_python_finalises():
     # without the atexit shutdown the callback's thread takes the GIL during
     # finalisation and the process aborts ("terminate called without an active exception")
-    ranks = TorchRanks(2, kolotest.worker("c10d_exit.py"), "callback")
-    try:
-        results = ranks.wait(60)
-    finally:
-        ranks.kill()
-    for result in results:
+    for result in exit_case("callback"):
         assert result.returncode == 0, result
-        lines = result.stdout.splitlines()
-        assert lines == ["EXITING", "CALLBACK [2.0, 2.0, 2.0, 2.0]"], result
+        assert result.stdout.splitlines() == ["EXITING", "CALLBACK [2.0, 2.0, 2.0, 2.0]"], result
 
 
 def test_a_collective_after_the_exit_shutdown_fails_with_a_clear_error():
-    ranks = TorchRanks(2, kolotest.worker("c10d_exit.py"), "after")
-    try:
-        results = ranks.wait(60)
-    finally:
-        ranks.kill()
-    for result in results:
+    for result in exit_case("after"):
         assert result.returncode == 0 and value_of(result, "COUNT") == "1", result
         assert "shut down (the interpreter is exiting)" in value_of(result, "AFTER"), result
