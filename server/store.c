@@ -114,6 +114,7 @@ entry *kolo_server_store_entry_for(kolo_server_store *s, const char *id) {
   if (at >= 0) return s->entries[at];
   if (s->count == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 64;
+    if (kolo_server_store_lists_reserve(s, cap) != KOLO_OK) return NULL;
     entry **grown = realloc(s->entries, cap * sizeof *grown);
     if (grown == NULL) return NULL;
     s->entries = grown;
@@ -126,6 +127,7 @@ entry *kolo_server_store_entry_for(kolo_server_store *s, const char *id) {
   memmove(&s->entries[pos + 1], &s->entries[pos], (s->count - pos) * sizeof *s->entries);
   s->entries[pos] = e;
   s->count++;
+  kolo_server_store_live_update(s, e); /* no status yet: live */
   return e;
 }
 
@@ -223,7 +225,6 @@ static kolo_status entry_set_intent(entry *e, const char *name, Kolo__V1__JobInt
     memmove(&e->intents[at], &e->intents[at + 1], (e->n_intents - at - 1) * sizeof *e->intents);
     e->n_intents--;
   }
-  e->touched = 1;
   if (msg == NULL) return KOLO_OK;
   if (strlen(name) >= sizeof e->intents[0].name) return KOLO_ERR_INVALID_ARG;
   if (e->n_intents == e->cap_intents) {
@@ -281,11 +282,13 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
     /* The scheduler acted on an intent (or its writer took it back). */
     if (desc == &kolo__v1__job_intent__descriptor) {
       entry_set_intent(s->entries[at], part + strlen(KOLO_KEY_JOB_INTENTS), NULL, 0);
+      kolo_server_store_touch(s, s->entries[at]);
       s->list_batch = s->entries[at]->summary_batch = s->batch;
       return;
     }
     /* Deleting a job's spec removes the job from the view (operators' cleanup). */
     if (desc == &kolo__v1__job_spec__descriptor) {
+      kolo_server_store_lists_forget(s, s->entries[at]);
       entry_free(s->entries[at]);
       memmove(&s->entries[at], &s->entries[at + 1],
               (s->count - (size_t)at - 1) * sizeof *s->entries);
@@ -313,6 +316,7 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
     if (e->stored) protobuf_c_message_free_unpacked(&e->stored->base, NULL);
     e->stored = (Kolo__V1__JobStatus *)msg;
     e->status_rev = item->mod_revision;
+    kolo_server_store_live_update(s, e);
     s->list_batch = e->summary_batch = s->batch;
   } else if (desc != &kolo__v1__event__descriptor) {
     if (entry_set_intent(e, part + strlen(KOLO_KEY_JOB_INTENTS), (Kolo__V1__JobIntent *)msg,
@@ -322,7 +326,7 @@ static void apply_job_item(kolo_server_store *s, const kolo_server_kv_item *item
   } else if (entry_put_event(e, (Kolo__V1__Event *)msg) != KOLO_OK) {
     protobuf_c_message_free_unpacked(msg, NULL);
   }
-  e->touched = 1;
+  kolo_server_store_touch(s, e);
 }
 
 static int has_prefix(const char *key, const char *prefix) {
@@ -362,6 +366,7 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
   if (reset) {
     /* History was compacted away: rebuild the view from the snapshot. */
     KOLO_LOGW(LOG, "watch resynced at revision %" PRId64 "; reloading %zu keys", revision, count);
+    kolo_server_store_lists_clear(s);
     for (size_t i = 0; i < s->count; i++) entry_free(s->entries[i]);
     s->count = 0;
     kolo_server_store_records_clear(s);
@@ -372,10 +377,10 @@ static void on_watch(void *arg, const kolo_server_kv_event *events, size_t count
     apply_item(s, &events[i].item, events[i].is_delete);
     records_changed |= kolo_server_store_record_kept(events[i].item.key);
   }
-  for (size_t i = 0; i < s->count; i++) {
-    entry *e = s->entries[i];
-    if (!e->touched) continue;
-    e->touched = 0;
+  /* the touched ones only, in id order: a batch costs what it touched, not every job */
+  size_t n_touched = kolo_server_store_take_touched(s);
+  for (size_t i = 0; i < n_touched; i++) {
+    entry *e = s->touched[i];
     e->job_batch = s->batch;
     if (!entry_rebuild(e) || e->packed == NULL) continue;
     for (subscriber *sub = s->subs; sub; sub = sub->next)
@@ -439,8 +444,8 @@ kolo_status kolo_server_store_create(kolo_server_kv *kv, kolo_server_store **out
   KOLO_CHECK_GOTO_RC(kv->ops->range(kv, KOLO_KEY_ROOT, &items, &n, &revision));
   pthread_rwlock_wrlock(&s->lock);
   for (size_t i = 0; i < n; i++) apply_item(s, &items[i], 0);
+  kolo_server_store_take_touched(s); /* every entry is rebuilt below */
   for (size_t i = 0; i < s->count; i++) {
-    s->entries[i]->touched = 0;
     s->entries[i]->job_batch = s->entries[i]->summary_batch = s->batch;
     entry_rebuild(s->entries[i]);
   }
@@ -463,6 +468,7 @@ void kolo_server_store_destroy(kolo_server_store *s) {
   s->kv->ops->stop_watch(s->kv);
   for (size_t i = 0; i < s->count; i++) entry_free(s->entries[i]);
   free(s->entries);
+  kolo_server_store_lists_free(s);
   kolo_server_store_records_free(s);
   while (s->subs) {
     subscriber *next = s->subs->next;

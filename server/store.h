@@ -179,7 +179,8 @@ kolo_status kolo_server_store_read_records(kolo_server_store *store, const char 
 /* The same, except that under KOLO_KEY_JOBS_PREFIX only the keys of jobs the view does not
  * hold as ended (SUCCEEDED, FAILED, CANCELLED) are copied: what the scheduler reads for a pass
  * (nothing of an ended job is its to decide; an assignment to a job it does not see is
- * stale, as one to an ended job), so a pass's cost does not grow with the jobs that ended.
+ * stale, as one to an ended job), so a pass's cost does not grow with the jobs that ended:
+ * the read walks the live jobs only, a list the watch keeps (server/store_live.c), in id order.
  * *waited_us (optional): how long it waited for min_revision. */
 kolo_status kolo_server_store_read_live_records(kolo_server_store *store,
                                                 const char *const *prefixes, size_t n,

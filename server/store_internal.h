@@ -38,7 +38,8 @@ typedef struct entry {
   size_t packed_len;
   char *json;
   char *summary; /* the Job without its events as JSON (what ListJobs shows) */
-  int touched;   /* changed in the batch being applied */
+  int touched;   /* changed in the batch being applied: in the store's touched list */
+  int live;      /* in the store's live list */
   /* metrics history (/kolo/v1/metrics/<id>/<step>), sorted by step */
   Kolo__V1__MetricPoint **points;
   int64_t *point_revs; /* mod revision of each point's key */
@@ -81,7 +82,12 @@ struct kolo_server_store {
   /* store_records.c: every key under /kolo/v1/ but the metrics history, as etcd has it */
   kolo_server_kv_item *records; /* sorted by key; under lock */
   size_t n_records, cap_records;
-  uint64_t reloads;                        /* times the view was rebuilt whole (under lock) */
+  uint64_t reloads; /* times the view was rebuilt whole (under lock) */
+  /* store_live.c, under lock, each with room for cap entries: the entries whose stored status
+   * is not ended (one with no status yet included), sorted by id, which the scheduler's live
+   * read walks; the entries the batch being applied touched */
+  entry **live, **touched;
+  size_t n_live, n_touched;
   kolo_server_store_records_fn records_fn; /* under sub_lock */
   void *records_arg;
 };
@@ -103,6 +109,20 @@ kolo_status kolo_server_store_apply_record(kolo_server_store *s, const kolo_serv
                                            int is_delete);
 void kolo_server_store_records_clear(kolo_server_store *s);
 void kolo_server_store_records_free(kolo_server_store *s);
+
+/* store_live.c: the live and touched lists (write lock held). reserve: room for cap entries
+ * (before entries grows to cap). live_update: puts e in the live list or takes it out as its
+ * stored status says (after e was made or its status applied). touch: e changed in this batch.
+ * take_touched: the batch's touched entries, sorted by id, are s->touched[0..returned), and
+ * none is touched any more. forget: e leaves both (before it is freed). clear: both empty (the
+ * view reloaded, before its entries are freed). */
+kolo_status kolo_server_store_lists_reserve(kolo_server_store *s, size_t cap);
+void kolo_server_store_lists_free(kolo_server_store *s);
+void kolo_server_store_live_update(kolo_server_store *s, entry *e);
+void kolo_server_store_touch(kolo_server_store *s, entry *e);
+size_t kolo_server_store_take_touched(kolo_server_store *s);
+void kolo_server_store_lists_forget(kolo_server_store *s, entry *e);
+void kolo_server_store_lists_clear(kolo_server_store *s);
 
 /* store_history.c: applying /kolo/v1/metrics/ and ring keys to an entry (write lock held). */
 void kolo_server_store_apply_point(kolo_server_store *s, const char *key,

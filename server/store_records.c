@@ -153,35 +153,23 @@ static kolo_status copy_prefix(const kolo_server_store *s, const char *prefix,
   return copy_range(s, first, end, out);
 }
 
-/* Whether the view holds job e's stored status (the scheduler's, not the one the view shows
- * with pending intents applied) as ended (SUCCEEDED, FAILED, CANCELLED): nothing of it
- * changes any more, so nothing under it is the scheduler's. A job cancelled by an intent the
- * scheduler has not acted on yet is live: the scheduler still has to. */
-static int job_ended(const entry *e) {
-  if (e->stored == NULL) return 0;
-  Kolo__V1__Phase p = e->stored->phase;
-  return p == KOLO__V1__PHASE__SUCCEEDED || p == KOLO__V1__PHASE__FAILED ||
-         p == KOLO__V1__PHASE__CANCELLED;
-}
-
-/* Copies the records of every job the view does not hold as ended, job by job (each job's
- * keys adjacent, as a prefix range returns them): its cost grows with the live jobs' records
- * and the number of jobs, not with the ended jobs' records (#32, #35). */
+/* Copies the records of every job the view does not hold as ended, job by job in id order
+ * (each job's keys adjacent, as a prefix range returns them), from the live list: its cost
+ * grows with the live jobs and their records (and the log of all records), not with the ended
+ * jobs (#32, #35). */
 static kolo_status copy_live_jobs(const kolo_server_store *s, kolo_etcd_range_result *out) {
-  size_t(*groups)[2] = calloc(s->count + 1, sizeof *groups), n_groups = 0, total = 0;
+  size_t(*groups)[2] = calloc(s->n_live + 1, sizeof *groups), total = 0;
   if (groups == NULL) return KOLO_ERR_NO_MEMORY;
   char prefix[512];
-  for (size_t i = 0; i < s->count; i++) {
-    if (job_ended(s->entries[i])) continue;
-    snprintf(prefix, sizeof prefix, "%s%s/", KOLO_KEY_JOBS_PREFIX, s->entries[i]->id);
-    find_group(s, prefix, &groups[n_groups][0], &groups[n_groups][1]);
-    total += groups[n_groups][1] - groups[n_groups][0];
-    n_groups++;
+  for (size_t i = 0; i < s->n_live; i++) {
+    snprintf(prefix, sizeof prefix, "%s%s/", KOLO_KEY_JOBS_PREFIX, s->live[i]->id);
+    find_group(s, prefix, &groups[i][0], &groups[i][1]);
+    total += groups[i][1] - groups[i][0];
   }
   kolo_status rc = KOLO_ERR_NO_MEMORY;
   out->kvs = calloc(total + 1, sizeof *out->kvs);
   if (out->kvs != NULL) rc = KOLO_OK;
-  for (size_t g = 0; rc == KOLO_OK && g < n_groups; g++)
+  for (size_t g = 0; rc == KOLO_OK && g < s->n_live; g++)
     rc = copy_range(s, groups[g][0], groups[g][1], out);
   free(groups);
   return rc;

@@ -510,11 +510,17 @@ def run_finished(args, counts):
             time.sleep(args.idle_s)
             m1 = plane.server_metrics(leader)
             q = lambda name, p: round(hist_quantile(m0, m1, name, p) * 1000, 3)
+            # the mean from _sum/_count: the histogram's first bucket (0.25 ms) hides what is below it
+            mean = lambda name: round((m1[name + "_sum"] - m0.get(name + "_sum", 0)) * 1000 /
+                                      max(1, m1[name + "_count"] - m0.get(name + "_count", 0)), 3)
             rows.append({"finished_jobs": count, "keys_per_job": keys,
                          "passes": int(m1["kolo_scheduler_passes_total"] - m0["kolo_scheduler_passes_total"]),
                          "pass_ms_p50": q("kolo_scheduler_pass_seconds", 0.5),
                          "pass_ms_p99": q("kolo_scheduler_pass_seconds", 0.99),
                          "snapshot_ms_p50": q("kolo_scheduler_snapshot_seconds", 0.5),
+                         "pass_ms_mean": mean("kolo_scheduler_pass_seconds"),
+                         "snapshot_ms_mean": mean("kolo_scheduler_snapshot_seconds"),
+                         "load_average": os.getloadavg()[0],
                          "rss_kib": [rss_kib(s["proc"].pid) for s in plane.servers]})
             print(json.dumps(rows[-1]), flush=True)
         return rows

@@ -1,8 +1,8 @@
 /* A kv.h backend for unit tests: the in-memory kv behind a wrapper that counts range calls
  * and can hold its watch deliveries back (lag_pause) and deliver them later in order
  * (lag_resume, or resume_later on a thread after 300 ms): a store over it has a view that
- * lags behind the kv, as a kolo-server's view lags behind etcd. Used by test_server_workers
- * and test_server_store. */
+ * lags behind the kv, as a kolo-server's view lags behind etcd. Used by test_server_workers,
+ * test_server_store and test_server_store_live (which delivers reloads through fn). */
 #ifndef KOLO_TESTS_UNIT_LAG_KV_H
 #define KOLO_TESTS_UNIT_LAG_KV_H
 

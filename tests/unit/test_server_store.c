@@ -403,49 +403,6 @@ static void the_records_follow_the_kv_skip_metrics_and_reload_whole(void **state
   spy->base.ops->destroy(&spy->base);
 }
 
-/* The scheduler's read (#35): the keys of a job the view holds as ended are left out, those
- * of a live job (and every other prefix) are copied whole; the plain read keeps both. */
-static void the_live_read_leaves_out_the_keys_of_ended_jobs(void **state) {
-  fixture *f = *state;
-  Kolo__V1__Job *job = NULL;
-  int created;
-  assert_int_equal(submit(f, SPEC("live", ""), &job, &created), KOLO_OK);
-  protobuf_c_message_free_unpacked(&job->base, NULL);
-  assert_int_equal(submit(f, SPEC("live-ended", ""), &job, &created), KOLO_OK);
-  protobuf_c_message_free_unpacked(&job->base, NULL);
-  /* ended as the scheduler ends it: its status written CANCELLED */
-  kv_put(f->kv, "/kolo/v1/jobs/live-ended/status", "{\"phase\":\"CANCELLED\"}");
-  kv_put(f->kv, "/kolo/v1/jobs/live/reports/w1", "{}");
-  kv_put(f->kv, "/kolo/v1/jobs/live-ended/reports/w1", "{}");
-  int64_t at = kv_put(f->kv, "/kolo/v1/workers/w1", "{}");
-  const char *const prefixes[2] = {"/kolo/v1/workers/", "/kolo/v1/jobs/"};
-  kolo_etcd_range_result all[2], live[2];
-  assert_int_equal(kolo_server_store_read_records(f->store, prefixes, 2, at, 1000, all, NULL, NULL),
-                   KOLO_OK);
-  assert_int_equal(
-      kolo_server_store_read_live_records(f->store, prefixes, 2, at, 1000, live, NULL, NULL, NULL),
-      KOLO_OK);
-  assert_int_equal(live[0].count, 1);
-  assert_int_equal(all[0].count, 1);
-  size_t live_keys = 0, ended_keys = 0;
-  for (size_t i = 0; i < all[1].count; i++) {
-    const char *key = (const char *)all[1].kvs[i].key;
-    if (strncmp(key, "/kolo/v1/jobs/live/", 19) == 0) live_keys++;
-    if (strncmp(key, "/kolo/v1/jobs/live-ended/", 25) == 0) ended_keys++;
-  }
-  assert_true(live_keys >= 3); /* spec, status, an event, the report */
-  assert_true(ended_keys >= 3);
-  assert_int_equal(all[1].count, live_keys + ended_keys);
-  assert_int_equal(live[1].count, live_keys);
-  for (size_t i = 0; i < live[1].count; i++)
-    assert_int_equal(strncmp((const char *)live[1].kvs[i].key, "/kolo/v1/jobs/live/", 19), 0);
-  assert_string_equal((const char *)live[1].kvs[live_keys - 1].key, "/kolo/v1/jobs/live/status");
-  for (int i = 0; i < 2; i++) {
-    kolo_etcd_range_result_free(&all[i]);
-    kolo_etcd_range_result_free(&live[i]);
-  }
-}
-
 static Kolo__V1__Phase phase_now(kolo_server_store *store, const char *id) {
   Kolo__V1__Job *job = NULL;
   if (kolo_server_store_get(store, id, &job) != KOLO_OK) return KOLO__V1__PHASE__PHASE_UNSPECIFIED;
@@ -529,8 +486,6 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(a_new_store_over_the_same_kv_sees_every_job, setup, teardown),
       cmocka_unit_test(the_records_follow_the_kv_skip_metrics_and_reload_whole),
-      cmocka_unit_test_setup_teardown(the_live_read_leaves_out_the_keys_of_ended_jobs, setup,
-                                      teardown),
       cmocka_unit_test(a_write_answers_from_the_view_once_it_shows_the_write_or_unavailable),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
