@@ -89,10 +89,13 @@ static json_int_t report_int(json_t *report, const char *name) {
 }
 
 /* Every worker listed continued from the same state after its last re-form
- * (same step and state checksum), at least min_step: the newest commit a
- * survivor held. A survivor whose step was cut short between its reduction and
- * its commit holds the commit before (one --commit-every, 10 steps, back); a
- * newcomer's state came from the ring. Each trained by the ring's global batch. */
+ * (same step and state checksum), at least min_step: the commit the new ring's
+ * rank 0 held (kolo_elastic_sync broadcasts rank 0's state, as Horovod's
+ * state.sync() does). A survivor cut short between its reduction and its commit
+ * holds the commit before (one --commit-every, 10 steps, back); when rank 0 was
+ * the one cut short, the others hold one commit more (CI: w5 at 780, the ring
+ * resumed at rank 0 w4's 770). A newcomer's state came from the ring. Each
+ * trained by the ring's global batch. */
 static void assert_resumed_together(cluster *c, const char *job, const char *const *workers, int n,
                                     const int *survivor, json_int_t min_step,
                                     json_int_t global_batch) {
@@ -117,7 +120,7 @@ static void assert_resumed_together(cluster *c, const char *job, const char *con
     assert_int_equal(report_int(report, "global_batch"), global_batch);
     if (survivor[i]) {
       json_int_t committed = report_int(report, "committed_step");
-      assert_true(committed <= step && committed >= step - 10);
+      assert_true(committed <= step + 10 && committed >= step - 10);
       if (committed == step) {
         assert_int_equal(report_int(report, "committed_checksum"), crc);
         newest++;
