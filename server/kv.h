@@ -20,6 +20,11 @@ typedef struct kolo_server_kv_item {
   int64_t lease; /* the lease the key is attached to (0 = none) */
 } kolo_server_kv_item;
 
+/* An item's key: how server/sorted.h reads an array of items sorted by key. */
+static inline const char *kolo_server_kv_item_key(const void *item) {
+  return ((const kolo_server_kv_item *)item)->key;
+}
+
 typedef enum kolo_server_kv_target {
   KOLO_SERVER_KV_CREATE = 0, /* create_revision (0 = key absent) */
   KOLO_SERVER_KV_MOD = 1,    /* mod_revision */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "server/kv.h"
+#include "server/sorted.h"
 
 typedef struct mem_kv {
   kolo_server_kv base;
@@ -29,17 +30,8 @@ void kolo_server_kv_items_free(kolo_server_kv_item *items, size_t count) {
 
 /* Index of key, or -(insertion point) - 1. */
 static long find(const mem_kv *m, const char *key) {
-  size_t lo = 0, hi = m->count;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    int c = strcmp(m->items[mid].key, key);
-    if (c == 0) return (long)mid;
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return -(long)lo - 1;
+  return kolo_server_sorted_find(m->items, m->count, sizeof *m->items, kolo_server_kv_item_key,
+                                 key);
 }
 
 static kolo_status copy_item(const kolo_server_kv_item *src, kolo_server_kv_item *dst) {

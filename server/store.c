@@ -24,18 +24,13 @@
 
 /* ---- the view ---- */
 
+const char *kolo_server_entry_id(const void *element) {
+  return (*(entry *const *)element)->id;
+}
+
 long kolo_server_store_find_entry(const kolo_server_store *s, const char *id) {
-  size_t lo = 0, hi = s->count;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    int c = strcmp(s->entries[mid]->id, id);
-    if (c == 0) return (long)mid;
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return -(long)lo - 1;
+  return kolo_server_sorted_find(s->entries, s->count, sizeof *s->entries, kolo_server_entry_id,
+                                 id);
 }
 
 /* Drops what the view shows (the status with intents applied and their events). */

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "server/job_model.h"
+#include "server/sorted.h"
 #include "server/store.h"
 
 /* One pending intent of a job: its key's name under intents/, message and create revision;
@@ -93,6 +94,8 @@ struct kolo_server_store {
 };
 
 /* store.c */
+/* An entry's job id, for kolo_server_sorted_find over arrays of entry pointers. */
+const char *kolo_server_entry_id(const void *element);
 long kolo_server_store_find_entry(const kolo_server_store *s, const char *id);
 /* Waits until the view has applied revision (a write of ours), up to timeout_ms:
  * KOLO_ERR_TIMEOUT if it has not. */

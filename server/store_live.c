@@ -42,17 +42,7 @@ static int job_ended(const entry *e) {
 
 /* Index of the entry with id in the live list, or -(insertion point) - 1. */
 static long find_live(const kolo_server_store *s, const char *id) {
-  size_t lo = 0, hi = s->n_live;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    int c = strcmp(s->live[mid]->id, id);
-    if (c == 0) return (long)mid;
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return -(long)lo - 1;
+  return kolo_server_sorted_find(s->live, s->n_live, sizeof *s->live, kolo_server_entry_id, id);
 }
 
 static void live_remove(kolo_server_store *s, entry *e) {

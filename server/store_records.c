@@ -13,17 +13,8 @@
 
 /* Index of key in the records, or -(insertion point) - 1. */
 static long find_record(const kolo_server_store *s, const char *key) {
-  size_t lo = 0, hi = s->n_records;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    int c = strcmp(s->records[mid].key, key);
-    if (c == 0) return (long)mid;
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return -(long)lo - 1;
+  return kolo_server_sorted_find(s->records, s->n_records, sizeof *s->records,
+                                 kolo_server_kv_item_key, key);
 }
 
 static void item_clear(kolo_server_kv_item *item) {
