@@ -13,42 +13,18 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/sched_view.h"
+
 #include "scheduler/decide.h"
 #include "scheduler/false_loss.h"
 
-#define NOW 1000000
 #define LOST "KOLO_ERR_PEER_LOST"
-
-static const char *const IDS[] = {"w0", "w1", "w2", "w3"};
-
-typedef struct fixture {
-  kolo_sched_member members[4];
-  kolo_sched_job_view view;
-  kolo_sched_decision d;
-} fixture;
 
 /* A RUNNING job of n members at epoch 3, every member formed it, under the ring's lease. */
 static void healthy(fixture *f, size_t n) {
   kolo_sched_decision_clear(&f->d); /* an earlier decision of the same case */
-  memset(f, 0, sizeof *f);
-  for (size_t i = 0; i < n; i++) {
-    kolo_sched_member *m = &f->members[i];
-    m->worker_id = IDS[i];
-    m->registered = 1;
-    m->since_epoch = 1;
-    m->lease = m->ring_lease = 100 + (int64_t)i;
-    m->report = (kolo_sched_report){
-        .present = 1, .time_unix_ms = NOW - 100, .formed_epoch = 3, .failed_rank = -1, .hello = 1};
-  }
-  f->view = (kolo_sched_job_view){.phase = KOLO__V1__PHASE__RUNNING,
-                                  .epoch = 3,
-                                  .has_ring = 1,
-                                  .ring_size = n,
-                                  .members = f->members,
-                                  .n_members = n,
-                                  .min_workers = 2,
-                                  .max_workers = n,
-                                  .now_unix_ms = NOW};
+  healthy_view(f, n);
+  for (size_t i = 0; i < n; i++) f->members[i].lease = f->members[i].ring_lease = 100 + (int64_t)i;
 }
 
 /* Member i's process says this epoch's ring failed with status, naming rank named. */
@@ -58,24 +34,6 @@ static void failed(fixture *f, size_t i, const char *status, int64_t named) {
   r->failed_rank = named;
   r->failed_status = status;
   r->time_unix_ms = NOW - 10;
-}
-
-static kolo_sched_action decide(fixture *f) {
-  kolo_sched_decision_clear(&f->d);
-  assert_int_equal(kolo_sched_decide(&f->view, &f->d), KOLO_OK);
-  return f->d.action;
-}
-
-static int setup(void **state) {
-  *state = calloc(1, sizeof(fixture));
-  return *state ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  kolo_sched_decision_clear(&f->d);
-  free(f);
-  return 0;
 }
 
 /* w1 was silent past the beat's timeout (w0 and w2 lost it) but its process ran on and

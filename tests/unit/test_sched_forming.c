@@ -10,61 +10,14 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/sched_view.h"
+
 #include "coordination/job_status.h"
 #include "scheduler/decide.h"
 
-#define NOW 1000000
-
-static const char *const IDS[] = {"w0", "w1", "w2", "w3"};
-
-typedef struct fixture {
-  kolo_sched_member members[4];
-  kolo_sched_job_view view;
-  kolo_sched_decision d;
-} fixture;
-
 /* A healthy RUNNING job of n members at epoch 3, every member formed it. */
 static void healthy(fixture *f, size_t n) {
-  memset(f, 0, sizeof *f);
-  for (size_t i = 0; i < n; i++) {
-    kolo_sched_member *m = &f->members[i];
-    m->worker_id = IDS[i];
-    m->registered = 1;
-    m->since_epoch = 1;
-    m->report = (kolo_sched_report){
-        .present = 1, .time_unix_ms = NOW - 100, .formed_epoch = 3, .failed_rank = -1, .hello = 1};
-  }
-  f->view = (kolo_sched_job_view){.phase = KOLO__V1__PHASE__RUNNING,
-                                  .epoch = 3,
-                                  .has_ring = 1,
-                                  .ring_size = n,
-                                  .members = f->members,
-                                  .n_members = n,
-                                  .min_workers = 2,
-                                  .max_workers = n,
-                                  .now_unix_ms = NOW};
-}
-
-static kolo_sched_action decide(fixture *f) {
-  kolo_sched_decision_clear(&f->d);
-  assert_int_equal(kolo_sched_decide(&f->view, &f->d), KOLO_OK);
-  return f->d.action;
-}
-
-static char *message(fixture *f) {
-  return kolo_sched_decision_message(&f->view, &f->d);
-}
-
-static int setup(void **state) {
-  *state = calloc(1, sizeof(fixture));
-  return *state ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  kolo_sched_decision_clear(&f->d);
-  free(f);
-  return 0;
+  healthy_view(f, n);
 }
 
 /* The decisions judge the jobs the scheduler gave a ring: RUNNING, RECONFIGURING, and PENDING

@@ -13,7 +13,9 @@
 #include "server/kv.h"
 #include "server/sorted.h"
 
-static const char *pointed(const void *element) { return *(const char *const *)element; }
+static const char *pointed(const void *element) {
+  return *(const char *const *)element;
+}
 
 /* What the search must answer: the index, or -(first element above key) - 1. */
 static long linear(const char *const *keys, size_t n, const char *key) {
@@ -25,8 +27,8 @@ static long linear(const char *const *keys, size_t n, const char *key) {
 static void every_key_and_every_gap_of_a_sorted_array_is_placed_as_a_scan_places_it(void **state) {
   (void)state;
   const char *keys[] = {"a", "a-b", "a/", "b", "jobs/1", "jobs/10", "jobs/2"};
-  const char *probes[] = {"", "0", "a", "a-", "a-b", "a/", "a0", "b", "c", "jobs/1", "jobs/11",
-                          "jobs/2", "jobs/3", "z"};
+  const char *probes[] = {"",  "0", "a",      "a-",      "a-b",    "a/",     "a0",
+                          "b", "c", "jobs/1", "jobs/11", "jobs/2", "jobs/3", "z"};
   kolo_server_kv_item items[7];
   memset(items, 0, sizeof items);
   for (size_t n = 0; n <= 7; n++) {
