@@ -150,9 +150,13 @@ def exit_case(mode: str) -> List[kolotest.Result]:
 def test_a_callback_still_running_at_exit_finishes_before_python_finalises():
     # without the atexit shutdown the callback's thread takes the GIL during
     # finalisation and the process aborts ("terminate called without an active exception")
-    for result in exit_case("callback"):
+    results = exit_case("callback")
+    late = ["EXITING", "CALLBACK [2.0, 2.0, 2.0, 2.0]"]
+    for result in results:
         assert result.returncode == 0, result
-        assert result.stdout.splitlines() == ["EXITING", "CALLBACK [2.0, 2.0, 2.0, 2.0]"], result
+    # rank 0 chained on a pending Future; rank 1's may have completed (run inline)
+    assert results[0].stdout.splitlines() == late, results[0]
+    assert results[1].stdout.splitlines() in (late, ["INLINE", "EXITING"]), results[1]
 
 
 def test_a_collective_after_the_exit_shutdown_fails_with_a_clear_error():
