@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordination/job_status.h"
 #include "server/store_internal.h"
 
 kolo_status kolo_server_store_lists_reserve(kolo_server_store *s, size_t cap) {
@@ -34,10 +35,7 @@ void kolo_server_store_lists_free(kolo_server_store *s) {
  * scheduler has not acted on yet is live: the scheduler still has to. So is one whose status
  * the view has not seen yet. */
 static int job_ended(const entry *e) {
-  if (e->stored == NULL) return 0;
-  Kolo__V1__Phase p = e->stored->phase;
-  return p == KOLO__V1__PHASE__SUCCEEDED || p == KOLO__V1__PHASE__FAILED ||
-         p == KOLO__V1__PHASE__CANCELLED;
+  return e->stored != NULL && kolo_job_status_final(e->stored->phase);
 }
 
 /* Index of the entry with id in the live list, or -(insertion point) - 1. */
