@@ -41,18 +41,35 @@ class Cluster:
         self.logs: List[Any] = []
         self.held: List[socket.socket] = []  # the workers' data-plane ports (kolotest.free_port)
         atexit.register(self.stop)
-        self.etcd = subprocess.Popen([os.path.join(kolotest.TESTS, "test_server_etcd")], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.etcd = subprocess.Popen(
+            [os.path.join(kolotest.TESTS, "test_server_etcd")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         self.procs.append(self.etcd)
         self.etcd_url = self.etcd.stdout.readline().strip()
         if not self.etcd_url.startswith("http://"):
             self.stop()
             raise RuntimeError("the etcd helper did not start")
         port_file = os.path.join(self.dir, "server.ports")
-        self.server = self._spawn("server", [os.path.join(kolotest.BIN, "kolo-server"), "--etcd", self.etcd_url,
-                                             "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
-                                             "--port-file", port_file, "--leader-ttl", TTL, "--grace-ms", "200",
-                                             "--data-dir", os.path.join(self.dir, "server-data")])
+        self.server = self._spawn(
+            "server",
+            [
+                os.path.join(kolotest.BIN, "kolo-server"),
+                "--etcd",
+                self.etcd_url,
+                "--grpc-listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+                "--port-file",
+                port_file,
+                "--leader-ttl",
+                TTL,
+                "--grace-ms",
+                "200",
+                "--data-dir",
+                os.path.join(self.dir, "server-data"),
+            ],
+        )
         wait_for(lambda: os.path.exists(port_file) and "http_port=" in open(port_file).read(), 30, "server ports")
         with open(port_file) as f:
             ports = dict(line.split("=", 1) for line in f.read().split())
@@ -76,8 +93,12 @@ class Cluster:
 
     def request(self, method: str, path: str, body: Optional[dict] = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request("http://127.0.0.1:%d%s" % (self.http_port, path), data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            "http://127.0.0.1:%d%s" % (self.http_port, path),
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return json.loads(response.read() or b"null")
@@ -92,19 +113,37 @@ class Cluster:
 
     # ---- workers and jobs ----
 
-    def start_worker(self, worker_id: str, env_extra: Optional[Dict[str, str]] = None,
-                     args: Optional[List[str]] = None) -> None:
+    def start_worker(
+        self, worker_id: str, env_extra: Optional[Dict[str, str]] = None, args: Optional[List[str]] = None
+    ) -> None:
         """Starts kolo-worker worker_id (args: more kolo-worker flags) and waits until it registered."""
         env = kolotest.env(env_extra)
         advertise = "127.0.0.1:%d" % kolotest.free_port(self.held)
-        self.workers[worker_id] = self._spawn(worker_id, [
-            os.path.join(kolotest.BIN, "kolo-worker"), "--etcd", self.etcd_url, "--advertise", advertise,
-            "--id", worker_id, "--lease-ttl", TTL, "--work-dir", os.path.join(self.dir, worker_id),
-            "--stop-grace-ms", "500"] + (args or []), env)
+        self.workers[worker_id] = self._spawn(
+            worker_id,
+            [
+                os.path.join(kolotest.BIN, "kolo-worker"),
+                "--etcd",
+                self.etcd_url,
+                "--advertise",
+                advertise,
+                "--id",
+                worker_id,
+                "--lease-ttl",
+                TTL,
+                "--work-dir",
+                os.path.join(self.dir, worker_id),
+                "--stop-grace-ms",
+                "500",
+            ]
+            + (args or []),
+            env,
+        )
 
         def registered() -> bool:
             workers = (self.get("/v1/workers") or {}).get("workers", [])
             return any(w.get("id") == worker_id for w in workers)
+
         wait_for(registered, 30, "worker %s to register" % worker_id)
 
     def kill_worker(self, worker_id: str) -> None:
@@ -123,11 +162,23 @@ class Cluster:
         def reached() -> Optional[dict]:
             job = self.job(job_id)
             return job if job.get("status", {}).get("phase") in phases else None
+
         try:
             return wait_for(reached, timeout, "job %s to reach %s" % (job_id, phases), 0.2)
         except AssertionError as error:
-            raise AssertionError("%s; job is %s\n%s" % (error, json.dumps(self.job(job_id))[:3000],
-                                                        self.logs_tail())) from None
+            raise AssertionError(
+                "%s; job is %s\n%s" % (error, json.dumps(self.job(job_id))[:3000], self.logs_tail())
+            ) from None
+
+    def wait_jobs_ended(self, timeout: float) -> None:
+        """Waits until no job holds a worker (every job SUCCEEDED, FAILED or CANCELLED), so
+        the next job sees every worker idle."""
+
+        def ended() -> bool:
+            jobs = (self.get("/v1/jobs?page_size=1000") or {}).get("jobs", [])
+            return all(j.get("status", {}).get("phase") in ("SUCCEEDED", "FAILED", "CANCELLED") for j in jobs)
+
+        wait_for(ended, timeout, "every job to end", 0.2)
 
     def logs_tail(self) -> str:
         """The end of the server's and every agent's log, and of every training
