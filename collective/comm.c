@@ -40,10 +40,16 @@
  * rings of several hosts with as many ranks each (kolo_allreduce_select) */
 #define DEFAULT_DOUBLING_MAX_BYTES (32 * 1024)
 /* the same on rings of 2+ hosts, where a hop crosses a network: netns hosts
- * (bench/netns, #34), 8 ranks, doubling vs the ring or two levels at 64 KiB
- * level at 1 Gbit and 1.3-4.2x ahead at 10 Gbit; at 128 KiB 1.3-1.5x ahead at
- * 10 Gbit but 1.8-4x behind at 1 Gbit, where log2 p whole buffers fill the link */
-#define DEFAULT_DOUBLING_HOSTS_MAX_BYTES (64 * 1024)
+ * (bench/netns, #34), 8 ranks (2x4, 4x2, 8x1 at 1 and 10 Gbit): doubling ahead
+ * of halving at 8-32 KiB in 10 of 12 cells; from 64 KiB its log2 p whole buffers
+ * fill a 1 Gbit link (3.5x halving's time in 2x4) */
+#define DEFAULT_DOUBLING_HOSTS_MAX_BYTES (32 * 1024)
+/* halving (Rabenseifner: the ring's bytes in 2 log2 p steps) above that on
+ * rings of 2+ hosts, up to this: at 64-512 KiB within 14% of two levels (the
+ * flat ring on 8x1) or ahead in all 24 cells, at 64 KiB 1.3-3.5x ahead of
+ * doubling at 1 Gbit (0.6-0.7x at 10 Gbit on 4x2 and 8x1); two levels lead
+ * again from 1 MiB on 2x4 */
+#define DEFAULT_HALVING_HOSTS_MAX_BYTES (512 * 1024)
 #define DEFAULT_TWO_LEVEL_MIN_BYTES (32 * 1024)
 /* how long the executor re-tries a stalled transfer before it sleeps in poll */
 #define DEFAULT_SPIN_US 100
@@ -227,6 +233,8 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
       kolo_size_from_env("KOLO_DOUBLING_MAX_BYTES", DEFAULT_DOUBLING_MAX_BYTES);
   comm->ring.doubling_hosts_max_bytes =
       kolo_size_from_env("KOLO_DOUBLING_HOSTS_MAX_BYTES", DEFAULT_DOUBLING_HOSTS_MAX_BYTES);
+  comm->ring.halving_hosts_max_bytes =
+      kolo_size_from_env("KOLO_HALVING_HOSTS_MAX_BYTES", DEFAULT_HALVING_HOSTS_MAX_BYTES);
   comm->ring.two_level_min_bytes =
       kolo_size_from_env("KOLO_TWO_LEVEL_MIN_BYTES", DEFAULT_TWO_LEVEL_MIN_BYTES);
   comm->ring.forced_algo = forced_algo_from_env();

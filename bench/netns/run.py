@@ -55,6 +55,7 @@ KOLO_SYSTEMS = {  # name -> extra environment of every rank
     "flat": ["KOLO_MESH=0"],  # kolo before the mesh: gather / pair / flat ring
     "two_level": ["KOLO_ALLREDUCE_ALGO=two_level"],
     "doubling": ["KOLO_ALLREDUCE_ALGO=doubling"],
+    "halving": ["KOLO_ALLREDUCE_ALGO=halving"],  # recursive halving, then doubling (Rabenseifner)
     "auto": [],
     "auto_yield": ["KOLO_SPIN_YIELD=1"],  # auto with a stalled spin that always yields (before #34)
 }
@@ -163,7 +164,7 @@ def main():
     p.add_argument("--sizes", default="4K:64M:4")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmups", type=int, default=3)
-    p.add_argument("--systems", default="flat,two_level,doubling,auto,mpi,gloo")
+    p.add_argument("--systems", default="flat,two_level,doubling,halving,auto,mpi,gloo")
     p.add_argument("--mpi-tuned", type=int, default=1)
     o = p.parse_args()
     for binary in ("kolo-allreduce-perf", "mpi-allreduce-perf"):

@@ -4,10 +4,10 @@
  * all-reduce runs (select.c), and the algorithms compiled into plans: the ring,
  * gather and pair all-reduces, broadcast, reduce-scatter and all-gather
  * (ring.c), the fused all-reduce over pieces (ring_fused.c), recursive doubling
- * (doubling.c), the two-level all-reduce (two_level.c), the uneven
+ * and halving (doubling.c), the two-level all-reduce (two_level.c), the uneven
  * reduce-scatter and all-to-all (ring_uneven.c). The algorithms call the
  * selection and the plan, and the fused and single-buffer all-reduces call the
- * doubling and two-level ones; nothing calls back up (no circle). */
+ * doubling, halving and two-level ones; nothing calls back up (no circle). */
 #ifndef KOLO_COLLECTIVE_ALGO_ALGO_H
 #define KOLO_COLLECTIVE_ALGO_ALGO_H
 
@@ -69,6 +69,7 @@ typedef struct kolo_ring {
   size_t pair_segment_bytes; /* the pair exchange's segment (staging holds the larger one) */
   size_t doubling_max_bytes; /* kolo_allreduce_limits */
   size_t doubling_hosts_max_bytes;
+  size_t halving_hosts_max_bytes;
   size_t two_level_min_bytes;
   int forced_algo;            /* KOLO_ALLREDUCE_ALGO, -1: auto */
   unsigned algos_used;        /* kolo_ring_select: bit per algorithm run so far */
@@ -136,6 +137,7 @@ typedef enum {
   KOLO_ALLREDUCE_RING,
   KOLO_ALLREDUCE_DOUBLING,  /* recursive doubling over mesh links (doubling.c) */
   KOLO_ALLREDUCE_TWO_LEVEL, /* in-host reduce-scatter, cross-host rings, in-host all-gather */
+  KOLO_ALLREDUCE_HALVING,   /* recursive halving, then doubling, over mesh links (doubling.c) */
   KOLO_ALLREDUCE_ALGO_COUNT
 } kolo_allreduce_algo;
 kolo_allreduce_algo kolo_allreduce_choose(int size, size_t count, size_t bytes, size_t small_bytes,
@@ -156,6 +158,7 @@ typedef struct kolo_allreduce_limits {
   size_t small_bytes, pair_min_bytes, pair_max_bytes, pair_shm_max_bytes;
   size_t doubling_max_bytes;       /* KOLO_DOUBLING_MAX_BYTES: recursive doubling up to this */
   size_t doubling_hosts_max_bytes; /* KOLO_DOUBLING_HOSTS_MAX_BYTES: the same, 2+ hosts */
+  size_t halving_hosts_max_bytes;  /* KOLO_HALVING_HOSTS_MAX_BYTES: 2+ hosts, halving up to this */
   size_t two_level_min_bytes;      /* KOLO_TWO_LEVEL_MIN_BYTES: two-level above this */
   int forced;                      /* KOLO_ALLREDUCE_ALGO: an algorithm, or -1 (auto) */
 } kolo_allreduce_limits;
@@ -165,7 +168,9 @@ typedef struct kolo_allreduce_limits {
  * and at least one element per rank, PAIR 2 ranks, RING one element per rank.
  * Automatic: DOUBLING up to kolo_doubling_limit where its steps (log2 p, +2
  * for the fold of a size that is no power of two) are fewer than the gather's
- * n-1; TWO_LEVEL above two_level_min_bytes; otherwise kolo_allreduce_choose. */
+ * n-1; on rings of 2+ hosts HALVING (the mesh, 3+ ranks) up to
+ * halving_hosts_max_bytes; TWO_LEVEL above two_level_min_bytes; otherwise
+ * kolo_allreduce_choose. HALVING needs what DOUBLING does and an element per rank. */
 kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
                                           const kolo_allreduce_limits *limits, size_t count,
                                           size_t bytes);
@@ -175,7 +180,8 @@ kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
 size_t kolo_doubling_limit(const kolo_allreduce_shape *shape, const kolo_allreduce_limits *limits);
 /* Latency steps of recursive doubling on size ranks. */
 int kolo_doubling_steps(int size);
-/* "auto" (-1), "ring", "gather", "pair", "doubling", "two_level"; -2 for anything else. */
+/* "auto" (-1), "ring", "gather", "pair", "doubling", "two_level", "halving"; -2 for anything
+ * else. */
 int kolo_allreduce_algo_parse(const char *name);
 const char *kolo_allreduce_algo_name(kolo_allreduce_algo algo);
 /* The selection for this ring and operation (what kolo_ring_allreduce runs). */
@@ -196,6 +202,8 @@ kolo_status kolo_allreduce_doubling(kolo_ring *ring, const kolo_piece *pieces, i
                                     kolo_dtype dtype, kolo_op op, int engine_thread);
 kolo_status kolo_allreduce_two_level(kolo_ring *ring, const kolo_piece *pieces, int count,
                                      kolo_dtype dtype, kolo_op op, int engine_thread);
+kolo_status kolo_allreduce_halving(kolo_ring *ring, const kolo_piece *pieces, int count,
+                                   kolo_dtype dtype, kolo_op op, int engine_thread);
 
 /* The executor's next spin budget after a stall of waited_ns ended (spun out
  * or slept through), given the current budget and the most it may spin

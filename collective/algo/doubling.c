@@ -1,14 +1,29 @@
-/* The latency all-reduce: recursive doubling over the mesh links, log2(p)
- * steps instead of the gather's n-1 (p: the largest power of two <= n). Ranks
- * below 2(n-p) first fold in pairs (the even one gives its buffer to the odd
- * one, which takes part for both, and gets the result back at the end). In
- * each step a rank exchanges its whole partial with its partner (new rank ^
- * 2^k) and reduces, operands in new-rank order: partners compute the same
- * bits, so after the last step every rank holds the same bits (a group of 2^k
- * ranks agrees after step k). AVG divides once, at the end, before the result
- * goes back to a folded rank. Works over pieces (a virtual concatenation), so
- * the engine's fused batches take it as well as single buffers. */
+/* The latency all-reduces over the mesh links, both on the partners of
+ * recursive doubling (p: the largest power of two <= n). Ranks below 2(n-p)
+ * first fold in pairs (the even one gives its buffer to the odd one, which
+ * takes part for both, and gets the result back at the end).
+ *
+ * Recursive doubling: log2(p) steps instead of the gather's n-1. In each step
+ * a rank exchanges its whole partial with its partner (new rank ^ 2^k) and
+ * reduces, operands in new-rank order: partners compute the same bits, so
+ * after the last step every rank holds the same bits (a group of 2^k ranks
+ * agrees after step k). AVG divides once, at the end, before the result goes
+ * back to a folded rank.
+ *
+ * Halving (Rabenseifner's): a reduce-scatter by recursive vector halving with
+ * distance doubling (step k: with new rank ^ 2^k, send the half of the current
+ * range the partner keeps and reduce the half this rank keeps), then an
+ * all-gather by recursive vector doubling in the reverse order. 2 log2(p)
+ * steps, and each rank's links carry the ring's 2(p-1)/p of the buffer where
+ * doubling's carry log2(p) buffers. Ranks are ordered by host, so the nearest
+ * partners (one host) move the largest halves and the hops across hosts the
+ * smallest. Every element's final value is made by one rank (AVG divided there)
+ * and copied to the others: the same bits everywhere.
+ *
+ * Both work over pieces (a virtual concatenation), so the engine's fused
+ * batches take them as well as single buffers. */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "collective/algo/algo.h"
 
@@ -81,5 +96,104 @@ kolo_status kolo_allreduce_doubling(kolo_ring *ring, const kolo_piece *pieces, i
     for (int q = 0; q < count; q++) kolo_plan_send(plan, pieces[q].dst, pieces[q].bytes, -1);
     status = run_with(ring, r - 1, engine_thread);
   }
+  return status;
+}
+
+/* The halving's ranges: [lo[k], hi[k]) elements of the virtual buffer held after step k. */
+#define HALVING_MAX_STEPS 32
+
+typedef struct halving {
+  kolo_ring *ring;
+  const kolo_piece *pieces;
+  size_t *offsets;
+  int count;
+  size_t element;
+  int engine_thread;
+} halving;
+
+static void plan_elements(kolo_ring_plan *plan, const halving *h, size_t lo, size_t hi, int mode,
+                          int finalize) {
+  kolo_plan_range(plan, h->pieces, h->offsets, h->count, lo * h->element, hi * h->element, mode, -1,
+                  finalize);
+}
+
+/* One step with partner (a new rank): send [give_lo, give_hi) (from src before this rank's
+ * value lives in dst), then receive [take_lo, take_hi), reduced (reduce_mode) or copied. */
+static kolo_status halving_step(const halving *h, int partner_new, size_t give_lo, size_t give_hi,
+                                int send_mode, size_t take_lo, size_t take_hi, int recv_mode,
+                                int finalize) {
+  kolo_ring_plan *plan = &h->ring->plan;
+  kolo_plan_reset(plan, plan->dtype, plan->op);
+  plan_elements(plan, h, give_lo, give_hi, send_mode, 0);
+  plan_elements(plan, h, take_lo, take_hi, recv_mode, finalize);
+  return run_with(h->ring, kolo_doubling_oldrank(h->ring->net->size, partner_new),
+                  h->engine_thread);
+}
+
+/* Steps 1..log2(p) and back, between the folds (in_dst: this rank's value is in dst). */
+static kolo_status halving_core(const halving *h, int newrank, int p, size_t elements, int in_dst,
+                                kolo_op op) {
+  size_t lo[HALVING_MAX_STEPS + 1], hi[HALVING_MAX_STEPS + 1];
+  int steps = 0;
+  kolo_status status = KOLO_OK;
+  lo[0] = 0;
+  hi[0] = elements;
+  for (int mask = 1; mask < p && status == KOLO_OK; mask <<= 1, steps++) {
+    size_t mid = lo[steps] + (hi[steps] - lo[steps]) / 2;
+    int upper = (newrank & mask) != 0; /* this rank keeps the upper half */
+    lo[steps + 1] = upper ? mid : lo[steps];
+    hi[steps + 1] = upper ? hi[steps] : mid;
+    status = halving_step(h, newrank ^ mask, upper ? lo[steps] : mid, upper ? mid : hi[steps],
+                          in_dst ? KOLO_FROM_DST : KOLO_FROM_SRC, lo[steps + 1], hi[steps + 1],
+                          in_dst ? KOLO_REDUCE_DST : KOLO_REDUCE_INTO_DST,
+                          op == KOLO_AVG && mask * 2 >= p);
+    in_dst = 1;
+  }
+  for (int k = steps; k > 0 && status == KOLO_OK; k--) { /* the all-gather, nearest last */
+    int upper = lo[k] != lo[k - 1];                      /* the sibling is below */
+    status =
+        halving_step(h, newrank ^ (1 << (k - 1)), lo[k], hi[k], KOLO_FROM_DST,
+                     upper ? lo[k - 1] : hi[k], upper ? lo[k] : hi[k - 1], KOLO_COPY_INTO_DST, 0);
+  }
+  return status;
+}
+
+kolo_status kolo_allreduce_halving(kolo_ring *ring, const kolo_piece *pieces, int count,
+                                   kolo_dtype dtype, kolo_op op, int engine_thread) {
+  int n = ring->net->size, r = ring->net->rank;
+  int p = kolo_doubling_pow2(n), rem = n - p;
+  int newrank = kolo_doubling_newrank(n, r);
+  kolo_ring_plan *plan = &ring->plan;
+  halving h = {ring,
+               pieces,
+               malloc((size_t)(count > 0 ? count : 1) * sizeof(size_t)),
+               count,
+               kolo_dtype_size(dtype),
+               engine_thread};
+  size_t bytes = 0;
+  kolo_status status = h.offsets ? kolo_plan_reserve(plan, 2 * count + 4) : KOLO_ERR_NO_MEMORY;
+  if (status != KOLO_OK) goto out;
+  for (int q = 0; q < count; q++) {
+    h.offsets[q] = bytes;
+    bytes += pieces[q].bytes;
+  }
+  kolo_plan_reset(plan, dtype, op);
+  if (newrank < 0) {
+    status = folded_rank(ring, pieces, count, engine_thread);
+    goto out;
+  }
+  if (r < 2 * rem) { /* take rank - 1's buffer: dst = theirs (op) ours */
+    plan_exchange(plan, pieces, count, 0, 1, 0, 1);
+    status = run_with(ring, r - 1, engine_thread);
+    if (status != KOLO_OK) goto out;
+  }
+  status = halving_core(&h, newrank, p, bytes / h.element, r < 2 * rem, op);
+  if (status == KOLO_OK && r < 2 * rem) { /* the result back to the folded rank */
+    kolo_plan_reset(plan, dtype, op);
+    for (int q = 0; q < count; q++) kolo_plan_send(plan, pieces[q].dst, pieces[q].bytes, -1);
+    status = run_with(ring, r - 1, engine_thread);
+  }
+out:
+  free(h.offsets);
   return status;
 }

@@ -108,6 +108,8 @@ kolo_status kolo_ring_allreduce(kolo_ring *ring, const void *send, void *recv, s
       return kolo_allreduce_doubling(ring, &whole, 1, dtype, op, engine_thread);
     case KOLO_ALLREDUCE_TWO_LEVEL:
       return kolo_allreduce_two_level(ring, &whole, 1, dtype, op, engine_thread);
+    case KOLO_ALLREDUCE_HALVING:
+      return kolo_allreduce_halving(ring, &whole, 1, dtype, op, engine_thread);
     case KOLO_ALLREDUCE_GATHER:
       return allreduce_gather(ring, src, dst, count, dtype, op, engine_thread);
     case KOLO_ALLREDUCE_PAIR:

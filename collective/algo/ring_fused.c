@@ -90,6 +90,8 @@ kolo_status kolo_ring_allreduce_pieces(kolo_ring *ring, const kolo_piece *pieces
       status = kolo_allreduce_doubling(ring, pieces, count, dtype, op, engine_thread);
     } else if (algo == KOLO_ALLREDUCE_TWO_LEVEL) {
       status = kolo_allreduce_two_level(ring, pieces, count, dtype, op, engine_thread);
+    } else if (algo == KOLO_ALLREDUCE_HALVING) {
+      status = kolo_allreduce_halving(ring, pieces, count, dtype, op, engine_thread);
     } else {
       if (algo == KOLO_ALLREDUCE_PAIR)
         plan_pieces_pair(ring, pieces, count, op);

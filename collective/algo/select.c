@@ -13,8 +13,8 @@
 #include "collective/algo/algo.h"
 #include "common/log.h"
 
-static const char *const names[KOLO_ALLREDUCE_ALGO_COUNT] = {"gather", "pair", "ring", "doubling",
-                                                             "two_level"};
+static const char *const names[KOLO_ALLREDUCE_ALGO_COUNT] = {"gather",   "pair",      "ring",
+                                                             "doubling", "two_level", "halving"};
 
 int kolo_doubling_steps(int size) {
   int p = kolo_doubling_pow2(size), steps = 0;
@@ -43,6 +43,8 @@ static int usable(const kolo_allreduce_shape *shape, int algo, size_t count) {
       return count >= (size_t)shape->size;
     case KOLO_ALLREDUCE_DOUBLING:
       return shape->mesh && shape->size >= 3;
+    case KOLO_ALLREDUCE_HALVING:
+      return shape->mesh && shape->size >= 3 && count >= (size_t)shape->size;
     case KOLO_ALLREDUCE_TWO_LEVEL:
       return shape->mesh && shape->hosts >= 2 && shape->per_host >= 2 &&
              count >= (size_t)shape->size;
@@ -83,6 +85,9 @@ kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
       bytes <= kolo_doubling_limit(shape, limits) &&
       kolo_doubling_steps(shape->size) < shape->size - 1)
     return KOLO_ALLREDUCE_DOUBLING;
+  if (shape->hosts >= 2 && usable(shape, KOLO_ALLREDUCE_HALVING, count) &&
+      bytes <= limits->halving_hosts_max_bytes)
+    return KOLO_ALLREDUCE_HALVING;
   if (usable(shape, KOLO_ALLREDUCE_TWO_LEVEL, count) && bytes > limits->two_level_min_bytes)
     return KOLO_ALLREDUCE_TWO_LEVEL;
   return kolo_allreduce_choose(shape->size, count, bytes, limits->small_bytes,
@@ -112,6 +117,7 @@ kolo_allreduce_algo kolo_ring_select(kolo_ring *ring, size_t count, size_t bytes
                                   .pair_shm_max_bytes = ring->pair_shm_max_bytes,
                                   .doubling_max_bytes = ring->doubling_max_bytes,
                                   .doubling_hosts_max_bytes = ring->doubling_hosts_max_bytes,
+                                  .halving_hosts_max_bytes = ring->halving_hosts_max_bytes,
                                   .two_level_min_bytes = ring->two_level_min_bytes,
                                   .forced = ring->forced_algo};
   kolo_allreduce_algo algo = kolo_allreduce_select(&shape, &limits, count, bytes);

@@ -1,5 +1,5 @@
 /* A rank SIGKILLed during each all-reduce algorithm (recursive doubling, the
- * two-level all-reduce, the flat ring), on rings whose hosts are faked by
+ * two-level all-reduce, halving, the flat ring), on rings whose hosts are faked by
  * loopback addresses (127.0.0.<host+1>; kolo reads hosts from the peers'
  * addresses): every survivor's all-reduce must fail with KOLO_ERR_PEER_LOST
  * naming the killed rank, soon (the target is one second; the assert allows 3 s
@@ -174,6 +174,13 @@ static void a_kill_during_the_two_level_all_reduce_fails_every_survivor_and_the_
   kill_during(&s);
 }
 
+static void a_kill_during_the_halving_all_reduce_fails_every_survivor_and_the_next_ring_works(
+    void **state) {
+  (void)state;
+  scenario s = {.algo = "halving", .hosts = {1, 2, 3}, .victim = 3, .count = 1 << 20};
+  kill_during(&s);
+}
+
 static void a_kill_during_the_flat_ring_on_uneven_hosts_fails_every_survivor(void **state) {
   (void)state;
   scenario s = {.algo = "ring", .hosts = {1, 2, 3}, .victim = 4, .count = 1 << 20};
@@ -187,6 +194,8 @@ int main(void) {
           a_kill_during_recursive_doubling_fails_every_survivor_and_the_next_ring_works),
       cmocka_unit_test(
           a_kill_during_the_two_level_all_reduce_fails_every_survivor_and_the_next_ring_works),
+      cmocka_unit_test(
+          a_kill_during_the_halving_all_reduce_fails_every_survivor_and_the_next_ring_works),
       cmocka_unit_test(a_kill_during_the_flat_ring_on_uneven_hosts_fails_every_survivor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

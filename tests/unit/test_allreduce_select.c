@@ -22,7 +22,8 @@ static const kolo_allreduce_limits defaults = {.small_bytes = 32 * KIB,
                                                .pair_max_bytes = 8192 * KIB,
                                                .pair_shm_max_bytes = 32 * KIB,
                                                .doubling_max_bytes = 32 * KIB,
-                                               .doubling_hosts_max_bytes = 64 * KIB,
+                                               .doubling_hosts_max_bytes = 32 * KIB,
+                                               .halving_hosts_max_bytes = 512 * KIB,
                                                .two_level_min_bytes = 32 * KIB,
                                                .forced = -1};
 
@@ -156,9 +157,10 @@ static void small_buffers_on_many_ranks_take_recursive_doubling(void **state) {
   assert_int_equal(pick(8, 1, 8, 32 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
 }
 
-static void even_host_shapes_take_two_levels_above_the_small_sizes(void **state) {
+static void even_host_shapes_take_two_levels_above_the_middle_sizes(void **state) {
   (void)state;
   assert_int_equal(pick(8, 4, 2, 1024 * KIB, -1), KOLO_ALLREDUCE_TWO_LEVEL);
+  assert_int_equal(pick(8, 2, 4, 512 * KIB + 4, -1), KOLO_ALLREDUCE_TWO_LEVEL);
   assert_int_equal(pick(8, 2, 4, 256 * 1024 * KIB, -1), KOLO_ALLREDUCE_TWO_LEVEL);
   assert_int_equal(pick(8, 4, 2, 32 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
   /* one host, one rank per host, or uneven hosts: the flat ring */
@@ -171,14 +173,43 @@ static void even_host_shapes_take_two_levels_above_the_small_sizes(void **state)
  * steps pay off up to a larger size than on one host, where the ring's hops
  * are shared memory; every rank reads the same shape from the same addresses,
  * so every rank takes the same limit and algorithm. */
+static void where_hops_cross_hosts_the_middle_sizes_take_halving(void **state) {
+  (void)state;
+  assert_int_equal(pick(8, 8, 1, 32 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
+  assert_int_equal(pick(8, 2, 4, 32 * KIB + 4, -1), KOLO_ALLREDUCE_HALVING);
+  assert_int_equal(pick(8, 4, 2, 64 * KIB, -1), KOLO_ALLREDUCE_HALVING);
+  assert_int_equal(pick(8, 8, 1, 512 * KIB, -1), KOLO_ALLREDUCE_HALVING);
+  assert_int_equal(pick(6, 3, 0, 256 * KIB, -1), KOLO_ALLREDUCE_HALVING); /* uneven hosts */
+  assert_int_equal(pick(3, 3, 1, 64 * KIB, -1), KOLO_ALLREDUCE_HALVING);  /* with a fold */
+  assert_int_equal(pick(8, 4, 2, 512 * KIB + 4, -1), KOLO_ALLREDUCE_TWO_LEVEL);
+  assert_int_equal(pick(8, 8, 1, 512 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
+  assert_int_equal(pick(6, 3, 0, 512 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
+  /* not on one host (its ring runs over shared memory), nor without the mesh */
+  assert_int_equal(pick(8, 1, 8, 64 * KIB, -1), KOLO_ALLREDUCE_RING);
+  kolo_allreduce_shape no_mesh = {.size = 8, .hosts = 4, .per_host = 2, .mesh = 0};
+  assert_int_equal(kolo_allreduce_select(&no_mesh, &defaults, 16 * KIB, 64 * KIB),
+                   KOLO_ALLREDUCE_RING);
+  /* fewer elements than ranks: not halving (doubling, whatever the size limit) */
+  kolo_allreduce_limits low = defaults;
+  low.doubling_hosts_max_bytes = 0;
+  kolo_allreduce_shape hosts = {.size = 8, .hosts = 4, .per_host = 2, .mesh = 1};
+  assert_int_equal(kolo_allreduce_select(&hosts, &low, 7, 28), KOLO_ALLREDUCE_GATHER);
+  assert_int_equal(kolo_allreduce_select(&hosts, &low, 8, 32), KOLO_ALLREDUCE_HALVING);
+}
+
+/* Where a hop crosses hosts it costs a network latency, so doubling's log2 p
+ * steps pay off up to a larger size than on one host, where the ring's hops
+ * are shared memory; every rank reads the same shape from the same addresses,
+ * so every rank takes the same limit and algorithm. */
 static void the_doubling_crossover_is_higher_where_hops_cross_hosts(void **state) {
   (void)state;
-  assert_int_equal(pick(8, 8, 1, 64 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
-  assert_int_equal(pick(8, 4, 2, 48 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
-  assert_int_equal(pick(8, 2, 4, 64 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
-  assert_int_equal(pick(6, 3, 0, 64 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
-  assert_int_equal(pick(8, 4, 2, 64 * KIB + 4, -1), KOLO_ALLREDUCE_TWO_LEVEL);
-  assert_int_equal(pick(8, 8, 1, 64 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
+  kolo_allreduce_limits high = defaults;
+  high.doubling_hosts_max_bytes = 64 * KIB;
+  kolo_allreduce_shape eight = {.size = 8, .hosts = 8, .per_host = 1, .mesh = 1};
+  assert_int_equal(kolo_allreduce_select(&eight, &high, 16 * KIB, 64 * KIB),
+                   KOLO_ALLREDUCE_DOUBLING);
+  assert_int_equal(pick(8, 4, 2, 32 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
+  assert_int_equal(pick(6, 3, 0, 32 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
   /* one host keeps the lower crossover: the ring above 32 KiB */
   assert_int_equal(pick(8, 1, 8, 64 * KIB, -1), KOLO_ALLREDUCE_RING);
   assert_int_equal(pick(4, 1, 4, 32 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
@@ -198,9 +229,11 @@ static void the_doubling_crossover_is_higher_where_hops_cross_hosts(void **state
                                     .per_host = seen.per_host,
                                     .mesh = 1,
                                     .over_shm = seen.hosts == 1};
-      assert_int_equal(kolo_doubling_limit(&shape, &defaults), layout == 0 ? 64 * KIB : 32 * KIB);
-      assert_int_equal(kolo_allreduce_select(&shape, &defaults, 16 * KIB, 64 * KIB),
+      assert_int_equal(kolo_doubling_limit(&shape, &high), layout == 0 ? 64 * KIB : 32 * KIB);
+      assert_int_equal(kolo_allreduce_select(&shape, &high, 16 * KIB, 64 * KIB),
                        layout == 0 ? KOLO_ALLREDUCE_DOUBLING : KOLO_ALLREDUCE_RING);
+      assert_int_equal(kolo_allreduce_select(&shape, &defaults, 32 * KIB, 128 * KIB),
+                       layout == 0 ? KOLO_ALLREDUCE_HALVING : KOLO_ALLREDUCE_RING);
     }
   }
 }
@@ -211,6 +244,7 @@ static void an_override_is_taken_only_where_the_shape_allows_it(void **state) {
   assert_int_equal(kolo_allreduce_algo_parse("auto"), -1);
   assert_int_equal(kolo_allreduce_algo_parse("two_level"), KOLO_ALLREDUCE_TWO_LEVEL);
   assert_int_equal(kolo_allreduce_algo_parse("doubling"), KOLO_ALLREDUCE_DOUBLING);
+  assert_int_equal(kolo_allreduce_algo_parse("halving"), KOLO_ALLREDUCE_HALVING);
   assert_int_equal(kolo_allreduce_algo_parse("ring"), KOLO_ALLREDUCE_RING);
   assert_int_equal(kolo_allreduce_algo_parse("fastest"), -2);
   for (int a = 0; a < KOLO_ALLREDUCE_ALGO_COUNT; a++)
@@ -226,6 +260,10 @@ static void an_override_is_taken_only_where_the_shape_allows_it(void **state) {
   assert_int_equal(pick(2, 1, 2, 4 * KIB, KOLO_ALLREDUCE_DOUBLING), KOLO_ALLREDUCE_GATHER);
   assert_int_equal(pick(8, 1, 8, 1024 * KIB, KOLO_ALLREDUCE_PAIR), KOLO_ALLREDUCE_RING);
   assert_int_equal(pick(8, 1, 8, 16, KOLO_ALLREDUCE_RING), KOLO_ALLREDUCE_DOUBLING);
+  /* halving where doubling may run, one host included, but not on two ranks */
+  assert_int_equal(pick(8, 1, 8, 1024 * KIB, KOLO_ALLREDUCE_HALVING), KOLO_ALLREDUCE_HALVING);
+  assert_int_equal(pick(5, 5, 1, 4 * KIB, KOLO_ALLREDUCE_HALVING), KOLO_ALLREDUCE_HALVING);
+  assert_int_equal(pick(2, 2, 1, 64 * KIB, KOLO_ALLREDUCE_HALVING), KOLO_ALLREDUCE_PAIR);
 }
 
 int main(void) {
@@ -234,7 +272,8 @@ int main(void) {
       cmocka_unit_test(recursive_doubling_folds_any_size_onto_a_power_of_two),
       cmocka_unit_test(mesh_links_are_symmetric_and_cover_every_partner),
       cmocka_unit_test(small_buffers_on_many_ranks_take_recursive_doubling),
-      cmocka_unit_test(even_host_shapes_take_two_levels_above_the_small_sizes),
+      cmocka_unit_test(even_host_shapes_take_two_levels_above_the_middle_sizes),
+      cmocka_unit_test(where_hops_cross_hosts_the_middle_sizes_take_halving),
       cmocka_unit_test(the_doubling_crossover_is_higher_where_hops_cross_hosts),
       cmocka_unit_test(an_override_is_taken_only_where_the_shape_allows_it),
   };
