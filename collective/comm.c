@@ -50,6 +50,10 @@
  * doubling at 1 Gbit (0.6-0.7x at 10 Gbit on 4x2 and 8x1); two levels lead
  * again from 1 MiB on 2x4 */
 #define DEFAULT_HALVING_HOSTS_MAX_BYTES (512 * 1024)
+/* the same where two levels cannot run and the flat ring is the alternative (one
+ * rank per host, unequal hosts): 8x1, halving level with the ring at 1 Gbit up to
+ * 2 MiB and 1.1-1.4x ahead at 10 Gbit at 512 KiB-2 MiB */
+#define DEFAULT_HALVING_RING_MAX_BYTES (2 * 1024 * 1024)
 #define DEFAULT_TWO_LEVEL_MIN_BYTES (32 * 1024)
 /* how long the executor re-tries a stalled transfer before it sleeps in poll */
 #define DEFAULT_SPIN_US 100
@@ -235,6 +239,8 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
       kolo_size_from_env("KOLO_DOUBLING_HOSTS_MAX_BYTES", DEFAULT_DOUBLING_HOSTS_MAX_BYTES);
   comm->ring.halving_hosts_max_bytes =
       kolo_size_from_env("KOLO_HALVING_HOSTS_MAX_BYTES", DEFAULT_HALVING_HOSTS_MAX_BYTES);
+  comm->ring.halving_ring_max_bytes =
+      kolo_size_from_env("KOLO_HALVING_RING_MAX_BYTES", DEFAULT_HALVING_RING_MAX_BYTES);
   comm->ring.two_level_min_bytes =
       kolo_size_from_env("KOLO_TWO_LEVEL_MIN_BYTES", DEFAULT_TWO_LEVEL_MIN_BYTES);
   comm->ring.forced_algo = forced_algo_from_env();

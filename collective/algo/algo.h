@@ -70,6 +70,7 @@ typedef struct kolo_ring {
   size_t doubling_max_bytes; /* kolo_allreduce_limits */
   size_t doubling_hosts_max_bytes;
   size_t halving_hosts_max_bytes;
+  size_t halving_ring_max_bytes;
   size_t two_level_min_bytes;
   int forced_algo;            /* KOLO_ALLREDUCE_ALGO, -1: auto */
   unsigned algos_used;        /* kolo_ring_select: bit per algorithm run so far */
@@ -159,6 +160,8 @@ typedef struct kolo_allreduce_limits {
   size_t doubling_max_bytes;       /* KOLO_DOUBLING_MAX_BYTES: recursive doubling up to this */
   size_t doubling_hosts_max_bytes; /* KOLO_DOUBLING_HOSTS_MAX_BYTES: the same, 2+ hosts */
   size_t halving_hosts_max_bytes;  /* KOLO_HALVING_HOSTS_MAX_BYTES: 2+ hosts, halving up to this */
+  size_t halving_ring_max_bytes;   /* KOLO_HALVING_RING_MAX_BYTES: the same where two levels
+                                    * cannot run (one rank per host, unequal hosts) */
   size_t two_level_min_bytes;      /* KOLO_TWO_LEVEL_MIN_BYTES: two-level above this */
   int forced;                      /* KOLO_ALLREDUCE_ALGO: an algorithm, or -1 (auto) */
 } kolo_allreduce_limits;
@@ -169,7 +172,8 @@ typedef struct kolo_allreduce_limits {
  * Automatic: DOUBLING up to kolo_doubling_limit where its steps (log2 p, +2
  * for the fold of a size that is no power of two) are fewer than the gather's
  * n-1; on rings of 2+ hosts HALVING (the mesh, 3+ ranks) up to
- * halving_hosts_max_bytes; TWO_LEVEL above two_level_min_bytes; otherwise
+ * halving_hosts_max_bytes, or halving_ring_max_bytes where TWO_LEVEL cannot run (the flat
+ * ring is the alternative there); TWO_LEVEL above two_level_min_bytes; otherwise
  * kolo_allreduce_choose. HALVING needs what DOUBLING does and an element per rank. */
 kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
                                           const kolo_allreduce_limits *limits, size_t count,

@@ -85,11 +85,11 @@ kolo_allreduce_algo kolo_allreduce_select(const kolo_allreduce_shape *shape,
       bytes <= kolo_doubling_limit(shape, limits) &&
       kolo_doubling_steps(shape->size) < shape->size - 1)
     return KOLO_ALLREDUCE_DOUBLING;
+  int two_level = usable(shape, KOLO_ALLREDUCE_TWO_LEVEL, count);
   if (shape->hosts >= 2 && usable(shape, KOLO_ALLREDUCE_HALVING, count) &&
-      bytes <= limits->halving_hosts_max_bytes)
+      bytes <= (two_level ? limits->halving_hosts_max_bytes : limits->halving_ring_max_bytes))
     return KOLO_ALLREDUCE_HALVING;
-  if (usable(shape, KOLO_ALLREDUCE_TWO_LEVEL, count) && bytes > limits->two_level_min_bytes)
-    return KOLO_ALLREDUCE_TWO_LEVEL;
+  if (two_level && bytes > limits->two_level_min_bytes) return KOLO_ALLREDUCE_TWO_LEVEL;
   return kolo_allreduce_choose(shape->size, count, bytes, limits->small_bytes,
                                limits->pair_min_bytes, limits->pair_max_bytes,
                                limits->pair_shm_max_bytes, shape->over_shm);
@@ -118,6 +118,7 @@ kolo_allreduce_algo kolo_ring_select(kolo_ring *ring, size_t count, size_t bytes
                                   .doubling_max_bytes = ring->doubling_max_bytes,
                                   .doubling_hosts_max_bytes = ring->doubling_hosts_max_bytes,
                                   .halving_hosts_max_bytes = ring->halving_hosts_max_bytes,
+                                  .halving_ring_max_bytes = ring->halving_ring_max_bytes,
                                   .two_level_min_bytes = ring->two_level_min_bytes,
                                   .forced = ring->forced_algo};
   kolo_allreduce_algo algo = kolo_allreduce_select(&shape, &limits, count, bytes);

@@ -24,6 +24,7 @@ static const kolo_allreduce_limits defaults = {.small_bytes = 32 * KIB,
                                                .doubling_max_bytes = 32 * KIB,
                                                .doubling_hosts_max_bytes = 32 * KIB,
                                                .halving_hosts_max_bytes = 512 * KIB,
+                                               .halving_ring_max_bytes = 2048 * KIB,
                                                .two_level_min_bytes = 32 * KIB,
                                                .forced = -1};
 
@@ -163,10 +164,10 @@ static void even_host_shapes_take_two_levels_above_the_middle_sizes(void **state
   assert_int_equal(pick(8, 2, 4, 512 * KIB + 4, -1), KOLO_ALLREDUCE_TWO_LEVEL);
   assert_int_equal(pick(8, 2, 4, 256 * 1024 * KIB, -1), KOLO_ALLREDUCE_TWO_LEVEL);
   assert_int_equal(pick(8, 4, 2, 32 * KIB, -1), KOLO_ALLREDUCE_DOUBLING);
-  /* one host, one rank per host, or uneven hosts: the flat ring */
+  /* one host, one rank per host, or uneven hosts: the flat ring (past halving) */
   assert_int_equal(pick(8, 1, 8, 1024 * KIB, -1), KOLO_ALLREDUCE_RING);
-  assert_int_equal(pick(8, 8, 1, 1024 * KIB, -1), KOLO_ALLREDUCE_RING);
-  assert_int_equal(pick(6, 3, 0, 1024 * KIB, -1), KOLO_ALLREDUCE_RING);
+  assert_int_equal(pick(8, 8, 1, 4096 * KIB, -1), KOLO_ALLREDUCE_RING);
+  assert_int_equal(pick(6, 3, 0, 4096 * KIB, -1), KOLO_ALLREDUCE_RING);
 }
 
 /* Where a hop crosses hosts it costs a network latency, so doubling's log2 p
@@ -182,8 +183,11 @@ static void where_hops_cross_hosts_the_middle_sizes_take_halving(void **state) {
   assert_int_equal(pick(6, 3, 0, 256 * KIB, -1), KOLO_ALLREDUCE_HALVING); /* uneven hosts */
   assert_int_equal(pick(3, 3, 1, 64 * KIB, -1), KOLO_ALLREDUCE_HALVING);  /* with a fold */
   assert_int_equal(pick(8, 4, 2, 512 * KIB + 4, -1), KOLO_ALLREDUCE_TWO_LEVEL);
-  assert_int_equal(pick(8, 8, 1, 512 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
-  assert_int_equal(pick(6, 3, 0, 512 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
+  /* where two levels cannot run, the flat ring is the alternative: halving further */
+  assert_int_equal(pick(8, 8, 1, 2048 * KIB, -1), KOLO_ALLREDUCE_HALVING);
+  assert_int_equal(pick(6, 3, 0, 1024 * KIB, -1), KOLO_ALLREDUCE_HALVING);
+  assert_int_equal(pick(8, 8, 1, 2048 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
+  assert_int_equal(pick(6, 3, 0, 2048 * KIB + 4, -1), KOLO_ALLREDUCE_RING);
   /* not on one host (its ring runs over shared memory), nor without the mesh */
   assert_int_equal(pick(8, 1, 8, 64 * KIB, -1), KOLO_ALLREDUCE_RING);
   kolo_allreduce_shape no_mesh = {.size = 8, .hosts = 4, .per_host = 2, .mesh = 0};
@@ -255,7 +259,7 @@ static void an_override_is_taken_only_where_the_shape_allows_it(void **state) {
   assert_int_equal(pick(8, 4, 2, 4 * KIB, KOLO_ALLREDUCE_RING), KOLO_ALLREDUCE_RING);
   /* not allowed: two levels on uneven hosts or fewer elements than ranks, doubling
    * without the mesh, the pair on more than two ranks: the automatic choice */
-  assert_int_equal(pick(6, 3, 0, 1024 * KIB, KOLO_ALLREDUCE_TWO_LEVEL), KOLO_ALLREDUCE_RING);
+  assert_int_equal(pick(6, 3, 0, 4096 * KIB, KOLO_ALLREDUCE_TWO_LEVEL), KOLO_ALLREDUCE_RING);
   assert_int_equal(pick(8, 4, 2, 16, KOLO_ALLREDUCE_TWO_LEVEL), KOLO_ALLREDUCE_DOUBLING);
   assert_int_equal(pick(2, 1, 2, 4 * KIB, KOLO_ALLREDUCE_DOUBLING), KOLO_ALLREDUCE_GATHER);
   assert_int_equal(pick(8, 1, 8, 1024 * KIB, KOLO_ALLREDUCE_PAIR), KOLO_ALLREDUCE_RING);
