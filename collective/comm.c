@@ -13,6 +13,7 @@
 #include "collective/face.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "common/machine_ranks.h"
 
 #define DEFAULT_SEGMENT_BYTES (256 * 1024)
 #define DEFAULT_SMALL_BYTES (32 * 1024)
@@ -60,16 +61,32 @@
 #define MAX_SPIN_US 100000
 
 /* KOLO_SPIN_YIELD: 1 a stalled spin always yields after its first microsecond
- * (before #34), 0 never, anything else: adaptive (kolo_yield_off_until) unless this
- * host's local_size ranks outnumber the CPUs this process may use (kolo_spin_yield_mode). */
-static int spin_yield_from_env(int local_size) {
+ * (before #34), 0 never, anything else (-1): decided once the ring formed
+ * (spin_yield_formed). */
+static int spin_yield_from_env(void) {
   const char *value = getenv("KOLO_SPIN_YIELD");
-  int mode = -1;
-  if (value != NULL && strcmp(value, "1") == 0) mode = 1;
-  if (value != NULL && strcmp(value, "0") == 0) mode = 0;
+  if (value != NULL && strcmp(value, "1") == 0) return 1;
+  if (value != NULL && strcmp(value, "0") == 0) return 0;
+  return -1;
+}
+
+/* Unset, the spin is adaptive (kolo_yield_off_until) unless more ranks share this
+ * machine than the CPUs this process may use (kolo_spin_yield_mode): this host's
+ * local_size, or the processes registered on the machine (machine_ranks.h) when more
+ * (network-namespace or container hosts on one kernel, other jobs). Counted once the
+ * ring formed: every rank of this ring registered before it connected. */
+static void spin_yield_formed(kolo_comm *comm) {
+  int ranks = comm->net.local_size;
+  int machine = kolo_machine_ranks_count(comm->machine_ranks);
+  if (machine > ranks) ranks = machine;
   cpu_set_t set;
   int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-  return kolo_spin_yield_mode(mode, local_size, cpus);
+  comm->ring.spin_yield = kolo_spin_yield_mode(comm->spin_yield_env, ranks, cpus);
+  KOLO_LOGD("kolo", "rank %d: %d ranks on this machine (%d here), %d CPUs: spin %s", comm->net.rank,
+            machine, comm->net.local_size, cpus,
+            comm->ring.spin_yield == 1   ? "always yields"
+            : comm->ring.spin_yield == 0 ? "never yields"
+                                         : "yields adaptively");
 }
 
 /* KOLO_SPIN_US: microseconds of busy-polling before a wait sleeps (0 = never
@@ -105,6 +122,7 @@ static void free_comm(kolo_comm *comm) {
   }
   free(comm->net.secret);
   kolo_mesh_close(&comm->net);
+  kolo_machine_ranks_destroy(comm->machine_ranks);
   kolo_direction_close(&comm->net.next);
   kolo_direction_close(&comm->net.prev);
   kolo_channel_close(&comm->net.control[0].channel);
@@ -245,7 +263,12 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
       kolo_size_from_env("KOLO_TWO_LEVEL_MIN_BYTES", DEFAULT_TWO_LEVEL_MIN_BYTES);
   comm->ring.forced_algo = forced_algo_from_env();
   comm->ring.spin_ns = spin_ns_from_env();
-  comm->ring.spin_yield = spin_yield_from_env(comm->net.local_size);
+  comm->spin_yield_env = spin_yield_from_env();
+  comm->ring.spin_yield = comm->spin_yield_env;
+  if (comm->spin_yield_env < 0) { /* without a registration the count falls back */
+    char dir[512];
+    kolo_machine_ranks_create(kolo_machine_ranks_dir(dir, sizeof dir), &comm->machine_ranks);
+  }
   comm->ring.spin_budget_ns = comm->ring.spin_ns;
   if (comm->ring.segment_bytes < 64) comm->ring.segment_bytes = 64;
   if (comm->ring.pair_segment_bytes < 64) comm->ring.pair_segment_bytes = 64;
@@ -322,6 +345,7 @@ kolo_status kolo_comm_create_superseded(const kolo_ring_spec *spec, kolo_listene
     if (status == KOLO_OK) status = kolo_form_mesh(&comm->net, listener);
     if (status != KOLO_OK) goto out;
   }
+  if (comm->spin_yield_env < 0) spin_yield_formed(comm);
   status = kolo_queue_start(comm);
   if (status != KOLO_OK) goto out;
   KOLO_LOGD("kolo", "rank %d of %d joined the ring at epoch %llu (bulk out: %s, in: %s)",

@@ -19,7 +19,8 @@
 #include "kolo/engine.h"
 #include "kolo/kolo.h"
 
-typedef struct kolo_device kolo_device; /* CUDA mode state, collective/device.c */
+typedef struct kolo_device kolo_device;               /* CUDA mode state, collective/device.c */
+typedef struct kolo_machine_ranks kolo_machine_ranks; /* common/machine_ranks.h */
 
 struct kolo_comm {
   /* net/: who we are, the ring's connections and control links, the failure record */
@@ -41,7 +42,9 @@ struct kolo_comm {
 
   /* algo/: settings, buffers and the plan of the ring algorithms */
   kolo_ring ring;
-  kolo_exec exec; /* exec/: the fusion buffer */
+  int spin_yield_env; /* KOLO_SPIN_YIELD: 1, 0, or -1 (unset: decided at formation) */
+  kolo_machine_ranks *machine_ranks; /* this process's registration on the machine, or NULL */
+  kolo_exec exec;                    /* exec/: the fusion buffer */
 
   /* CUDA mode (collective/device.c): NULL until kolo_comm_use_cuda, then set once */
   _Atomic(kolo_device *) device;
