@@ -63,8 +63,15 @@ static kolo_status folded_rank(kolo_ring *ring, const kolo_piece *pieces, int co
   return run_with(ring, ring->net->rank + 1, engine_thread);
 }
 
-kolo_status kolo_allreduce_doubling(kolo_ring *ring, const kolo_piece *pieces, int count,
-                                    kolo_dtype dtype, kolo_op op, int engine_thread) {
+/* What the ranks that take part run between the folds (in_dst: this rank's value is in
+ * dst already, after it took its folded neighbour's). */
+typedef kolo_status (*fold_core)(void *context, int newrank, int p, int in_dst);
+
+/* The fold around core: a folded (even) rank below 2(n-p) gives its buffer to rank + 1
+ * and gets the result back; that odd rank reduces it into dst first and sends the
+ * result back after core. */
+static kolo_status with_fold(kolo_ring *ring, const kolo_piece *pieces, int count, kolo_dtype dtype,
+                             kolo_op op, int engine_thread, fold_core core, void *context) {
   int n = ring->net->size, r = ring->net->rank;
   int p = kolo_doubling_pow2(n), rem = n - p;
   int newrank = kolo_doubling_newrank(n, r);
@@ -73,25 +80,13 @@ kolo_status kolo_allreduce_doubling(kolo_ring *ring, const kolo_piece *pieces, i
   if (status != KOLO_OK) return status;
   kolo_plan_reset(plan, dtype, op);
   if (newrank < 0) return folded_rank(ring, pieces, count, engine_thread);
-  int in_dst = 0;
   if (r < 2 * rem) { /* take rank - 1's buffer: dst = theirs (op) ours */
     plan_exchange(plan, pieces, count, 0, 1, 0, 1);
     status = run_with(ring, r - 1, engine_thread);
     if (status != KOLO_OK) return status;
-    in_dst = 1;
   }
-  for (int mask = 1; mask < p; mask <<= 1) {
-    int partner_new = newrank ^ mask;
-    kolo_plan_reset(plan, dtype, op);
-    plan_exchange(plan, pieces, count, in_dst, partner_new < newrank, 1, 1);
-    status = run_with(ring, kolo_doubling_oldrank(n, partner_new), engine_thread);
-    if (status != KOLO_OK) return status;
-    in_dst = 1;
-  }
-  size_t element = kolo_dtype_size(dtype);
-  if (op == KOLO_AVG)
-    for (int q = 0; q < count; q++) kolo_divide(pieces[q].dst, pieces[q].bytes / element, dtype, n);
-  if (r < 2 * rem) { /* the result back to the folded rank */
+  status = core(context, newrank, p, r < 2 * rem);
+  if (status == KOLO_OK && r < 2 * rem) { /* the result back to the folded rank */
     kolo_plan_reset(plan, dtype, op);
     for (int q = 0; q < count; q++) kolo_plan_send(plan, pieces[q].dst, pieces[q].bytes, -1);
     status = run_with(ring, r - 1, engine_thread);
@@ -99,60 +94,87 @@ kolo_status kolo_allreduce_doubling(kolo_ring *ring, const kolo_piece *pieces, i
   return status;
 }
 
+/* One algorithm's call, as the cores see it. */
+typedef struct call {
+  kolo_ring *ring;
+  const kolo_piece *pieces;
+  size_t *offsets; /* halving: each piece's first byte */
+  int count;
+  kolo_dtype dtype;
+  kolo_op op;
+  int engine_thread;
+} call;
+
+static kolo_status doubling_core(void *context, int newrank, int p, int in_dst) {
+  const call *c = context;
+  kolo_ring *ring = c->ring;
+  kolo_status status = KOLO_OK;
+  for (int mask = 1; mask < p && status == KOLO_OK; mask <<= 1) {
+    int partner_new = newrank ^ mask;
+    kolo_plan_reset(&ring->plan, c->dtype, c->op);
+    plan_exchange(&ring->plan, c->pieces, c->count, in_dst, partner_new < newrank, 1, 1);
+    status = run_with(ring, kolo_doubling_oldrank(ring->net->size, partner_new), c->engine_thread);
+    in_dst = 1;
+  }
+  size_t element = kolo_dtype_size(c->dtype);
+  for (int q = 0; status == KOLO_OK && c->op == KOLO_AVG && q < c->count; q++)
+    kolo_divide(c->pieces[q].dst, c->pieces[q].bytes / element, c->dtype, ring->net->size);
+  return status;
+}
+
+kolo_status kolo_allreduce_doubling(kolo_ring *ring, const kolo_piece *pieces, int count,
+                                    kolo_dtype dtype, kolo_op op, int engine_thread) {
+  call c = {ring, pieces, NULL, count, dtype, op, engine_thread};
+  return with_fold(ring, pieces, count, dtype, op, engine_thread, doubling_core, &c);
+}
+
 /* The halving's ranges: [lo[k], hi[k]) elements of the virtual buffer held after step k. */
 #define HALVING_MAX_STEPS 32
 
-typedef struct halving {
-  kolo_ring *ring;
-  const kolo_piece *pieces;
-  size_t *offsets;
-  int count;
-  size_t element;
-  int engine_thread;
-} halving;
-
-static void plan_elements(kolo_ring_plan *plan, const halving *h, size_t lo, size_t hi, int mode,
+static void plan_elements(kolo_ring_plan *plan, const call *c, size_t lo, size_t hi, int mode,
                           int finalize) {
-  kolo_plan_range(plan, h->pieces, h->offsets, h->count, lo * h->element, hi * h->element, mode, -1,
+  size_t element = kolo_dtype_size(c->dtype);
+  kolo_plan_range(plan, c->pieces, c->offsets, c->count, lo * element, hi * element, mode, -1,
                   finalize);
 }
 
 /* One step with partner (a new rank): send [give_lo, give_hi) (from src before this rank's
  * value lives in dst), then receive [take_lo, take_hi), reduced (reduce_mode) or copied. */
-static kolo_status halving_step(const halving *h, int partner_new, size_t give_lo, size_t give_hi,
+static kolo_status halving_step(const call *c, int partner_new, size_t give_lo, size_t give_hi,
                                 int send_mode, size_t take_lo, size_t take_hi, int recv_mode,
                                 int finalize) {
-  kolo_ring_plan *plan = &h->ring->plan;
-  kolo_plan_reset(plan, plan->dtype, plan->op);
-  plan_elements(plan, h, give_lo, give_hi, send_mode, 0);
-  plan_elements(plan, h, take_lo, take_hi, recv_mode, finalize);
-  return run_with(h->ring, kolo_doubling_oldrank(h->ring->net->size, partner_new),
-                  h->engine_thread);
+  kolo_ring_plan *plan = &c->ring->plan;
+  kolo_plan_reset(plan, c->dtype, c->op);
+  plan_elements(plan, c, give_lo, give_hi, send_mode, 0);
+  plan_elements(plan, c, take_lo, take_hi, recv_mode, finalize);
+  return run_with(c->ring, kolo_doubling_oldrank(c->ring->net->size, partner_new),
+                  c->engine_thread);
 }
 
-/* Steps 1..log2(p) and back, between the folds (in_dst: this rank's value is in dst). */
-static kolo_status halving_core(const halving *h, int newrank, int p, size_t elements, int in_dst,
-                                kolo_op op) {
-  size_t lo[HALVING_MAX_STEPS + 1], hi[HALVING_MAX_STEPS + 1];
+/* Steps 1..log2(p) and back, between the folds. */
+static kolo_status halving_core(void *context, int newrank, int p, int in_dst) {
+  const call *c = context;
+  size_t lo[HALVING_MAX_STEPS + 1], hi[HALVING_MAX_STEPS + 1], bytes = 0;
+  for (int q = 0; q < c->count; q++) bytes += c->pieces[q].bytes;
   int steps = 0;
   kolo_status status = KOLO_OK;
   lo[0] = 0;
-  hi[0] = elements;
+  hi[0] = bytes / kolo_dtype_size(c->dtype);
   for (int mask = 1; mask < p && status == KOLO_OK; mask <<= 1, steps++) {
     size_t mid = lo[steps] + (hi[steps] - lo[steps]) / 2;
     int upper = (newrank & mask) != 0; /* this rank keeps the upper half */
     lo[steps + 1] = upper ? mid : lo[steps];
     hi[steps + 1] = upper ? hi[steps] : mid;
-    status = halving_step(h, newrank ^ mask, upper ? lo[steps] : mid, upper ? mid : hi[steps],
+    status = halving_step(c, newrank ^ mask, upper ? lo[steps] : mid, upper ? mid : hi[steps],
                           in_dst ? KOLO_FROM_DST : KOLO_FROM_SRC, lo[steps + 1], hi[steps + 1],
                           in_dst ? KOLO_REDUCE_DST : KOLO_REDUCE_INTO_DST,
-                          op == KOLO_AVG && mask * 2 >= p);
+                          c->op == KOLO_AVG && mask * 2 >= p);
     in_dst = 1;
   }
   for (int k = steps; k > 0 && status == KOLO_OK; k--) { /* the all-gather, nearest last */
     int upper = lo[k] != lo[k - 1];                      /* the sibling is below */
     status =
-        halving_step(h, newrank ^ (1 << (k - 1)), lo[k], hi[k], KOLO_FROM_DST,
+        halving_step(c, newrank ^ (1 << (k - 1)), lo[k], hi[k], KOLO_FROM_DST,
                      upper ? lo[k - 1] : hi[k], upper ? lo[k] : hi[k - 1], KOLO_COPY_INTO_DST, 0);
   }
   return status;
@@ -160,40 +182,16 @@ static kolo_status halving_core(const halving *h, int newrank, int p, size_t ele
 
 kolo_status kolo_allreduce_halving(kolo_ring *ring, const kolo_piece *pieces, int count,
                                    kolo_dtype dtype, kolo_op op, int engine_thread) {
-  int n = ring->net->size, r = ring->net->rank;
-  int p = kolo_doubling_pow2(n), rem = n - p;
-  int newrank = kolo_doubling_newrank(n, r);
-  kolo_ring_plan *plan = &ring->plan;
-  halving h = {ring,
-               pieces,
-               malloc((size_t)(count > 0 ? count : 1) * sizeof(size_t)),
-               count,
-               kolo_dtype_size(dtype),
-               engine_thread};
+  call c = {ring,         pieces, malloc((size_t)(count > 0 ? count : 1) * sizeof(size_t)),
+            count,        dtype,  op,
+            engine_thread};
+  if (c.offsets == NULL) return KOLO_ERR_NO_MEMORY;
   size_t bytes = 0;
-  kolo_status status = h.offsets ? kolo_plan_reserve(plan, 2 * count + 4) : KOLO_ERR_NO_MEMORY;
-  if (status != KOLO_OK) goto out;
   for (int q = 0; q < count; q++) {
-    h.offsets[q] = bytes;
+    c.offsets[q] = bytes;
     bytes += pieces[q].bytes;
   }
-  kolo_plan_reset(plan, dtype, op);
-  if (newrank < 0) {
-    status = folded_rank(ring, pieces, count, engine_thread);
-    goto out;
-  }
-  if (r < 2 * rem) { /* take rank - 1's buffer: dst = theirs (op) ours */
-    plan_exchange(plan, pieces, count, 0, 1, 0, 1);
-    status = run_with(ring, r - 1, engine_thread);
-    if (status != KOLO_OK) goto out;
-  }
-  status = halving_core(&h, newrank, p, bytes / h.element, r < 2 * rem, op);
-  if (status == KOLO_OK && r < 2 * rem) { /* the result back to the folded rank */
-    kolo_plan_reset(plan, dtype, op);
-    for (int q = 0; q < count; q++) kolo_plan_send(plan, pieces[q].dst, pieces[q].bytes, -1);
-    status = run_with(ring, r - 1, engine_thread);
-  }
-out:
-  free(h.offsets);
+  kolo_status status = with_fold(ring, pieces, count, dtype, op, engine_thread, halving_core, &c);
+  free(c.offsets);
   return status;
 }
