@@ -81,7 +81,7 @@ static void spin_yield_formed(kolo_comm *comm) {
   if (machine > ranks) ranks = machine;
   cpu_set_t set;
   int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-  comm->ring.spin_yield = kolo_spin_yield_mode(comm->spin_yield_env, ranks, cpus);
+  comm->ring.spin_yield = kolo_spin_yield_mode(comm->ring.spin_yield, ranks, cpus);
   KOLO_LOGD("kolo", "rank %d: %d ranks on this machine (%d here), %d CPUs: spin %s", comm->net.rank,
             machine, comm->net.local_size, cpus,
             comm->ring.spin_yield == 1   ? "always yields"
@@ -263,9 +263,8 @@ static kolo_status allocate_comm(const kolo_ring_spec *spec, kolo_comm **out) {
       kolo_size_from_env("KOLO_TWO_LEVEL_MIN_BYTES", DEFAULT_TWO_LEVEL_MIN_BYTES);
   comm->ring.forced_algo = forced_algo_from_env();
   comm->ring.spin_ns = spin_ns_from_env();
-  comm->spin_yield_env = spin_yield_from_env();
-  comm->ring.spin_yield = comm->spin_yield_env;
-  if (comm->spin_yield_env < 0) { /* without a registration the count falls back */
+  comm->ring.spin_yield = spin_yield_from_env(); /* -1 (unset) until the ring formed */
+  if (comm->ring.spin_yield < 0) {               /* without a registration the count falls back */
     char dir[512];
     kolo_machine_ranks_create(kolo_machine_ranks_dir(dir, sizeof dir), &comm->machine_ranks);
   }
@@ -345,7 +344,7 @@ kolo_status kolo_comm_create_superseded(const kolo_ring_spec *spec, kolo_listene
     if (status == KOLO_OK) status = kolo_form_mesh(&comm->net, listener);
     if (status != KOLO_OK) goto out;
   }
-  if (comm->spin_yield_env < 0) spin_yield_formed(comm);
+  if (comm->ring.spin_yield < 0) spin_yield_formed(comm);
   status = kolo_queue_start(comm);
   if (status != KOLO_OK) goto out;
   KOLO_LOGD("kolo", "rank %d of %d joined the ring at epoch %llu (bulk out: %s, in: %s)",

@@ -42,7 +42,6 @@ struct kolo_comm {
 
   /* algo/: settings, buffers and the plan of the ring algorithms */
   kolo_ring ring;
-  int spin_yield_env; /* KOLO_SPIN_YIELD: 1, 0, or -1 (unset: decided at formation) */
   kolo_machine_ranks *machine_ranks; /* this process's registration on the machine, or NULL */
   kolo_exec exec;                    /* exec/: the fusion buffer */
 
