@@ -34,10 +34,20 @@ _claims = {}  # PersistentVolumeClaim name -> its local directory (outlives pods
 _root = tempfile.mkdtemp(prefix="kolo-kubelet-")
 
 
+_handed_out = set()  # every port free_port() returned in this process
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A local port nothing holds now and that this process never handed out before: the
+    kernel may offer a just-closed port again, and two pods given one port cannot both hold it."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no fresh local port after 100 tries")
 
 
 def wait_for(predicate, timeout, what, interval=0.05):
