@@ -1,19 +1,18 @@
-/* Elastic state and the process side of the agent protocol. A reader thread
- * takes ring announcements from the kolo-worker agent over a unix socket and
- * aborts the current communicator when a newer ring arrives; the training loop
- * commits, restores and re-forms through the kolo_elastic_* calls. A ring in
- * CUDA mode hands its mode to the next one, and state buffers in device memory
- * are committed to host copies with CUDA copies.
+/* Elastic state and the training loop's side of a re-form: the kolo_elastic_* calls commit,
+ * restore and re-form; collective/elastic_agent.c is the link to the kolo-worker agent (the
+ * lines sent to it, and the reader thread that takes ring announcements and aborts the current
+ * communicator when a newer ring arrives). A ring in CUDA mode hands its mode to the next one,
+ * and state buffers in device memory are committed to host copies with CUDA copies.
  *
  * The lines themselves (HELLO, RING, FORMED, FAILED, REPORT, MODE, STOP, LEAVE,
  * REFUSED, HOLD, RELEASE: elastic_hold.c) are defined, parsed and formatted by common/agent_proto.h
- * only. A "planned" ring (a member was drained: nobody failed) does not abort the current
- * communicator: the process goes on to its next commit, where kolo_elastic_commit
- * says KOLO_ERR_RING_CHANGED and the re-form restores that very commit, so no step
- * is redone. LEAVE is the drained member's side: it trains on up to its next commit
- * and stops there (commit answers KOLO_ERR_ABORTED, should_stop turns true), so its
- * peers switch rings at the same commit. REFUSED (the agent does not speak our
- * protocol version) fails kolo_elastic_create with KOLO_ERR_PROTOCOL.
+ * only. A "planned" ring (nobody failed: a member was drained, or workers join) does not abort
+ * the current communicator: the process goes on to its next commit, where kolo_elastic_commit
+ * says KOLO_ERR_RING_CHANGED and the re-form restores that very commit, so no step is redone
+ * (within half the ring's timeout: elastic_agent.c). LEAVE is the drained member's side: it
+ * trains on up to its next commit and stops there (commit answers KOLO_ERR_ABORTED,
+ * should_stop turns true), so its peers switch rings at the same commit. REFUSED (the agent
+ * does not speak our protocol version) fails kolo_elastic_create with KOLO_ERR_PROTOCOL.
  *
  * A ring that fails while it forms (a member died, or was not there within the
  * ring's timeout: a newcomer's process still starting, e.g. Python importing
@@ -22,6 +21,7 @@
  * members): it stays alive, with its state. Only "no new ring within
  * KOLO_TIMEOUT", a stop or a refusal end kolo_elastic_create / _reform. */
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -43,160 +43,7 @@
 #include "kolo/elastic.h"
 #include "kolo/mode.h"
 
-#define MAX_LINE KOLO_AGENT_MAX_LINE
 #define STALE_RETRY_MS 50 /* pause before forming again with a neighbour at another epoch */
-
-static void free_announcement(ring_announcement *ring) {
-  if (ring == NULL) return;
-  kolo_agent_msg_clear(&ring->msg);
-  free(ring);
-}
-
-static ring_announcement *announcement_from(kolo_agent_msg *msg) {
-  ring_announcement *ring = calloc(1, sizeof *ring);
-  if (ring == NULL) return NULL;
-  ring->msg = *msg;
-  memset(msg, 0, sizeof *msg); /* moved */
-  ring->epoch = ring->msg.ring.epoch;
-  ring->planned = ring->msg.ring.planned;
-  return ring;
-}
-
-static kolo_status send_line(kolo_elastic *elastic, const char *line) {
-  if (elastic->agent_fd < 0) return KOLO_OK;
-  pthread_mutex_lock(&elastic->write_mutex);
-  size_t length = strlen(line), done = 0;
-  kolo_status status = KOLO_OK;
-  int64_t deadline = kolo_deadline_after_ms(2000);
-  while (done < length) {
-    ssize_t n = send(elastic->agent_fd, line + done, length - done, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      done += (size_t)n;
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      struct pollfd pfd = {.fd = elastic->agent_fd, .events = POLLOUT};
-      if (kolo_ms_until(deadline) == 0) {
-        status = KOLO_ERR_TIMEOUT;
-        break;
-      }
-      poll(&pfd, 1, kolo_ms_until(deadline));
-      continue;
-    }
-    status = KOLO_ERR_PEER_LOST;
-    break;
-  }
-  pthread_mutex_unlock(&elastic->write_mutex);
-  return status;
-}
-
-/* Formats msg and sends it; a message that cannot be formatted is a bug here. */
-static kolo_status send_msg(kolo_elastic *elastic, const kolo_agent_msg *msg) {
-  char *line = NULL, error[256];
-  kolo_status status = kolo_agent_msg_format(msg, &line, error, sizeof error);
-  if (status != KOLO_OK) {
-    KOLO_LOGE("elastic", "cannot send %s to the agent: %s", kolo_agent_verb_name(msg->verb), error);
-    return status;
-  }
-  status = send_line(elastic, line);
-  free(line);
-  return status;
-}
-
-static void on_ring(kolo_elastic *elastic, kolo_agent_msg *msg) {
-  ring_announcement *ring = announcement_from(msg);
-  if (ring == NULL) {
-    KOLO_LOGE("elastic", "out of memory for a RING line; ignored");
-    return;
-  }
-  pthread_mutex_lock(&elastic->mutex);
-  uint64_t newest = elastic->pending ? elastic->pending->epoch
-                                     : (elastic->comm ? kolo_comm_epoch(elastic->comm) : 0);
-  if (ring->epoch > newest || (elastic->pending == NULL && elastic->comm == NULL)) {
-    free_announcement(elastic->pending);
-    elastic->pending = ring;
-    ring = NULL;
-    /* a collective blocked on the old ring must not wait for its timeout; a planned
-     * ring waits for the next commit instead */
-    if (elastic->comm != NULL && kolo_comm_epoch(elastic->comm) < elastic->pending->epoch &&
-        !elastic->pending->planned) {
-      kolo_comm_abort(elastic->comm);
-    }
-    pthread_cond_broadcast(&elastic->cond);
-  }
-  pthread_mutex_unlock(&elastic->mutex);
-  free_announcement(ring);
-}
-
-/* STOP, LEAVE or REFUSED: stop training (LEAVE: at the next commit). */
-static void on_stop(kolo_elastic *elastic, const kolo_agent_msg *msg) {
-  if (msg->verb == KOLO_AGENT_REFUSED)
-    KOLO_LOGE("elastic",
-              "the agent refused this process: it speaks agent protocol versions %d..%d, this "
-              "libkolo speaks %d "
-              "(%s)",
-              msg->refused.min_version, msg->refused.max_version, KOLO_AGENT_PROTOCOL_VERSION,
-              msg->text);
-  pthread_mutex_lock(&elastic->mutex);
-  if (msg->verb == KOLO_AGENT_LEAVE) {
-    elastic->leave_requested = 1;
-  } else {
-    elastic->stop_requested = 1;
-    if (msg->verb == KOLO_AGENT_REFUSED) elastic->refused = 1;
-    if (elastic->comm != NULL) kolo_comm_abort(elastic->comm);
-  }
-  pthread_cond_broadcast(&elastic->cond); /* a process waiting for a ring leaves now */
-  pthread_mutex_unlock(&elastic->mutex);
-}
-
-static void handle_line(kolo_elastic *elastic, const char *line, size_t length) {
-  kolo_agent_msg msg;
-  char error[256];
-  if (kolo_agent_msg_parse(line, length, KOLO_AGENT_TO_PROCESS, &msg, error, sizeof error) !=
-      KOLO_OK) {
-    KOLO_LOGE("elastic", "ignored a malformed line from the agent: %s", error);
-    return;
-  }
-  if (msg.verb == KOLO_AGENT_RING)
-    on_ring(elastic, &msg);
-  else if (msg.verb == KOLO_AGENT_HOLD || msg.verb == KOLO_AGENT_RELEASE)
-    kolo_elastic_on_hold(&elastic->mutex, &elastic->held, &elastic->comm, &msg);
-  else
-    on_stop(elastic, &msg);
-  kolo_agent_msg_clear(&msg);
-}
-
-static void *reader_main(void *argument) {
-  kolo_elastic *elastic = argument;
-  char *buffer = malloc(MAX_LINE);
-  size_t filled = 0;
-  while (buffer != NULL) {
-    ssize_t n = recv(elastic->agent_fd, buffer + filled, MAX_LINE - 1 - filled, 0);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      break;
-    }
-    filled += (size_t)n;
-    char *start = buffer;
-    char *newline;
-    while ((newline = memchr(start, '\n', filled - (size_t)(start - buffer))) != NULL) {
-      handle_line(elastic, start, (size_t)(newline - start));
-      start = newline + 1;
-    }
-    filled -= (size_t)(start - buffer);
-    memmove(buffer, start, filled);
-    if (filled == MAX_LINE - 1) filled = 0; /* an endless line: drop it */
-  }
-  free(buffer);
-  /* the agent is gone (or we are shutting down): never keep training orphaned */
-  pthread_mutex_lock(&elastic->mutex);
-  elastic->agent_gone = 1;
-  elastic->stop_requested = 1;
-  if (elastic->comm != NULL) kolo_comm_abort(elastic->comm);
-  pthread_cond_broadcast(&elastic->cond);
-  pthread_mutex_unlock(&elastic->mutex);
-  return NULL;
-}
 
 /* Whether a ring newer than epoch was announced, or the process must stop. */
 static int superseded(void *context, uint64_t epoch) {
@@ -328,11 +175,12 @@ static kolo_status form_next_ring(kolo_elastic *elastic, int *no_ring) {
     }
   }
   if (status == KOLO_OK) {
-    send_msg(elastic,
-             &(kolo_agent_msg){.verb = KOLO_AGENT_FORMED, .formed = {r->epoch, r->rank, r->size}});
+    kolo_elastic_send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_FORMED,
+                                                     .formed = {r->epoch, r->rank, r->size}});
   } else {
-    send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_FAILED,
-                                        .failed = {r->epoch, kolo_status_name(status), -1}});
+    kolo_elastic_send_msg(elastic,
+                          &(kolo_agent_msg){.verb = KOLO_AGENT_FAILED,
+                                            .failed = {r->epoch, kolo_status_name(status), -1}});
   }
   pthread_mutex_lock(&elastic->mutex);
   elastic->comm = comm;
@@ -342,7 +190,7 @@ static kolo_status form_next_ring(kolo_elastic *elastic, int *no_ring) {
     kolo_comm_abort(comm);
   }
   pthread_mutex_unlock(&elastic->mutex);
-  free_announcement(ring);
+  kolo_elastic_free_announcement(ring);
   return status;
 }
 
@@ -363,11 +211,11 @@ kolo_status kolo_elastic_create(kolo_elastic **out) {
     return KOLO_OK;
   }
   KOLO_CHECK_GOTO(kolo_agent_connect(agent, &elastic->agent_fd), status, fail);
-  KOLO_CHECK_GOTO(
-      send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_HELLO,
-                                          .hello = {getpid(), KOLO_AGENT_PROTOCOL_VERSION}}),
-      status, fail);
-  if (pthread_create(&elastic->reader, NULL, reader_main, elastic) != 0) {
+  KOLO_CHECK_GOTO(kolo_elastic_send_msg(
+                      elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_HELLO,
+                                                 .hello = {getpid(), KOLO_AGENT_PROTOCOL_VERSION}}),
+                  status, fail);
+  if (pthread_create(&elastic->reader, NULL, kolo_elastic_reader_main, elastic) != 0) {
     status = KOLO_ERR_SYSTEM;
     goto fail;
   }
@@ -452,6 +300,7 @@ kolo_status kolo_elastic_commit(kolo_elastic *elastic) {
   KOLO_CHECK(kolo_comm_hold_wait(kolo_elastic_comm(elastic))); /* held: commit nothing yet */
   KOLO_CHECK(copy_all(elastic, 1));
   pthread_mutex_lock(&elastic->mutex);
+  elastic->commits++;
   int changed = elastic->pending != NULL && elastic->comm != NULL &&
                 elastic->pending->epoch > kolo_comm_epoch(elastic->comm);
   int leave = elastic->leave_requested;
@@ -510,8 +359,9 @@ static void report_ring_failure(kolo_elastic *elastic) {
   kolo_status error = kolo_comm_error(comm, &failed_rank);
   if (error != KOLO_OK &&
       (error != KOLO_ERR_ABORTED || (failed_rank >= 0 && failed_rank != kolo_comm_rank(comm))))
-    send_msg(elastic, &(kolo_agent_msg){
-                          .verb = KOLO_AGENT_FAILED,
+    kolo_elastic_send_msg(
+        elastic,
+        &(kolo_agent_msg){.verb = KOLO_AGENT_FAILED,
                           .failed = {kolo_comm_epoch(comm), kolo_status_name(error), failed_rank}});
 }
 
@@ -541,7 +391,7 @@ kolo_status kolo_elastic_reform(kolo_elastic *elastic) {
 kolo_status kolo_elastic_report(kolo_elastic *elastic, const char *json) {
   if (elastic == NULL || json == NULL || strchr(json, '\n') != NULL) return KOLO_ERR_INVALID_ARG;
   if (elastic->agent_fd < 0) return KOLO_OK;
-  if (strlen(json) + 8 >= MAX_LINE) return KOLO_ERR_TOO_LARGE;
+  if (strlen(json) + 8 >= KOLO_AGENT_MAX_LINE) return KOLO_ERR_TOO_LARGE;
   kolo_agent_msg msg = {.verb = KOLO_AGENT_REPORT, .text = json};
   char *line = NULL, error[256];
   kolo_status status = kolo_agent_msg_format(&msg, &line, error, sizeof error);
@@ -549,7 +399,7 @@ kolo_status kolo_elastic_report(kolo_elastic *elastic, const char *json) {
     KOLO_LOGW("elastic", "report refused: %s", error); /* e.g. not an object, a control byte */
     return status;
   }
-  status = send_line(elastic, line);
+  status = kolo_elastic_send_line(elastic, line);
   free(line);
   return status;
 }
@@ -559,7 +409,8 @@ kolo_status kolo_elastic_acknowledge_mode(kolo_elastic *elastic, kolo_mode mode)
   if (elastic == NULL || mode < KOLO_MODE_SYNC || mode > KOLO_MODE_DILOCO)
     return KOLO_ERR_INVALID_ARG;
   if (elastic->agent_fd < 0) return KOLO_OK;
-  return send_msg(elastic, &(kolo_agent_msg){.verb = KOLO_AGENT_MODE, .mode = {(int)mode}});
+  return kolo_elastic_send_msg(elastic,
+                               &(kolo_agent_msg){.verb = KOLO_AGENT_MODE, .mode = {(int)mode}});
 }
 
 int kolo_elastic_should_stop(kolo_elastic *elastic) {
@@ -584,7 +435,7 @@ void kolo_elastic_destroy(kolo_elastic *elastic) {
   if (elastic->agent_fd >= 0) shutdown(elastic->agent_fd, SHUT_RDWR);
   if (elastic->reader_started) pthread_join(elastic->reader, NULL);
   if (elastic->agent_fd >= 0) close(elastic->agent_fd);
-  free_announcement(elastic->pending);
+  kolo_elastic_free_announcement(elastic->pending);
   for (int i = 0; i < elastic->buffer_count; i++) free(elastic->buffers[i].committed);
   pthread_mutex_destroy(&elastic->mutex);
   pthread_mutex_destroy(&elastic->write_mutex);

@@ -15,7 +15,8 @@
 typedef struct ring_announcement {
   kolo_agent_msg msg;
   uint64_t epoch;
-  int planned; /* switch at the next commit instead of aborting the current ring */
+  int planned;          /* switch at the next commit instead of aborting the current ring */
+  int64_t switch_by_ns; /* planned: abort the current ring if no commit came by then (0: none) */
 } ring_announcement;
 
 typedef kolo_state_buffer state_buffer; /* collective/state_sync.h */
@@ -33,6 +34,7 @@ struct kolo_elastic {
   int refused;         /* REFUSED: the agent does not speak our protocol version */
   int agent_gone;
   int reconfigurations;
+  uint64_t commits; /* kolo_elastic_commit calls: a process that never commits waits for none */
   state_buffer buffers[MAX_BUFFERS];
   int buffer_count;
   kolo_elastic_reset_fn reset;
@@ -41,5 +43,13 @@ struct kolo_elastic {
   int cuda_device; /* >= 0: the rings are in CUDA mode on this device (carried across re-forms) */
   int held;        /* HOLD: the agent's partition fence holds the process (elastic_hold.c) */
 };
+
+/* elastic_agent.c: the link to the agent. */
+void kolo_elastic_free_announcement(ring_announcement *ring);
+kolo_status kolo_elastic_send_line(kolo_elastic *elastic, const char *line);
+/* Formats msg and sends it (a message that cannot be formatted is a bug: logged). */
+kolo_status kolo_elastic_send_msg(kolo_elastic *elastic, const kolo_agent_msg *msg);
+/* The reader thread's body (argument: the kolo_elastic); returns when the socket closes. */
+void *kolo_elastic_reader_main(void *argument);
 
 #endif

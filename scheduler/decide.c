@@ -215,7 +215,7 @@ static void decide_loss(const kolo_sched_job_view *job, kolo_sched_decision *d) 
     kolo_sched_loss_action action = kolo_sched_on_loss(survivors, job->idle, job->min_workers,
                                                        job->max_workers, 0, UINT32_MAX, &d->take);
     d->action = action == KOLO_SCHED_REFORM ? KOLO_SCHED_DRAIN_REFORM : KOLO_SCHED_DRAIN_HOLD;
-    d->planned = d->action == KOLO_SCHED_DRAIN_REFORM && d->take == 0 && survivors > 0;
+    d->planned = d->action == KOLO_SCHED_DRAIN_REFORM && survivors > 0;
     return;
   }
   kolo_sched_loss_action action =
@@ -276,6 +276,7 @@ static void decide_healthy(const kolo_sched_job_view *job, kolo_sched_decision *
   } else if (n < job->max_workers && job->idle > 0) {
     d->action = KOLO_SCHED_GROW;
     d->take = job->idle < job->max_workers - n ? job->idle : job->max_workers - n;
+    d->planned = 1; /* nobody failed: the members switch at their next commit */
   } else if (n > 0) {
     d->action = KOLO_SCHED_PROGRESS;
   }
@@ -502,7 +503,8 @@ char *kolo_sched_decision_message(const kolo_sched_job_view *job, const kolo_sch
       fprintf(out, "max_workers is %u: leaving %zu workers", job->max_workers, n - d->keep);
       break;
     case KOLO_SCHED_GROW:
-      fprintf(out, "%zu idle workers join (below max_workers %u)", d->take, job->max_workers);
+      fprintf(out, "%zu idle workers join at the next commit (below max_workers %u)", d->take,
+              job->max_workers);
       break;
     default:
       break;

@@ -144,9 +144,10 @@ typedef struct kolo_sched_decision {
   size_t n_lost;         /* ... of which n_drained are drained members (planned leaves) */
   size_t n_drained;
   uint32_t limit; /* LOST_FAIL: the effective max_reconfigurations */
-  /* DRAIN_REFORM: the members go on until their next commit and switch rings there (the
-   * ring record says "planned"), so the leave costs no step; only when nobody joins (a
-   * newcomer could not wait for the others' commit within the ring timeout). */
+  /* DRAIN_REFORM (with survivors) and GROW: nobody failed, so the members go on until their
+   * next commit and switch rings there (the ring record says "planned"): the change costs no
+   * step. A newcomer's formation waits for that commit; libkolo aborts the old ring after
+   * half the ring's timeout without one (collective/elastic.c), so the wait is bounded. */
   int planned;
   int stalled; /* FAILED reports at this epoch name no missing member (see STALLED_*) */
   int early;   /* members exited early, others still run: waiting (NOTHING) to see them all */

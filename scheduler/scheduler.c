@@ -193,6 +193,7 @@ static int apply(kolo_sched *s, kolo_sched_snapshot *snap, kolo_sched_job *j,
       break;
     case KOLO_SCHED_RESUME:
     case KOLO_SCHED_GROW:
+      plan.planned = d->planned;
       rc = kolo_sched_write_epoch(&s->writer, snap, j, &plan);
       break;
     case KOLO_SCHED_SHRINK:

@@ -208,20 +208,102 @@ static void a_fourth_worker_joins_a_job_below_max_workers(void **state) {
   json_decref(job);
 }
 
-/* The re-form times (ms) the survivors logged for epoch into ms (at most cap); how many. */
-static int reform_times(cluster *c, const char *file, int epoch, long long *ms, int cap) {
+/* The re-forms the survivors logged for epoch: their times (ms) into ms and the steps each
+ * threw away into discarded (either may be NULL), at most cap; how many. */
+static int reform_times(cluster *c, const char *file, int epoch, long long *ms,
+                        long long *discarded, int cap) {
   char path[256], line[128];
   snprintf(path, sizeof path, "%s/%s", c->dir, file);
   FILE *in = fopen(path, "r");
   int n = 0;
   while (in && fgets(line, sizeof line, in)) {
     int e = 0;
-    long long discarded = 0, took = 0;
-    if (sscanf(line, "REFORM %d %lld %lld", &e, &discarded, &took) == 3 && e == epoch && n < cap)
-      ms[n++] = took;
+    long long thrown = 0, took = 0;
+    if (sscanf(line, "REFORM %d %lld %lld", &e, &thrown, &took) == 3 && e == epoch && n < cap) {
+      if (ms) ms[n] = took;
+      if (discarded) discarded[n] = thrown;
+      n++;
+    }
   }
   if (in) fclose(in);
   return n;
+}
+
+/* elastic_loop STEPS 1000 COMMIT_EVERY DELAY_MS as job id (3 to 4 workers), its re-forms in
+ * <id>.reforms, holding before its end until <id>.gate exists; extra: more spec fields. */
+static int submit_loop(cluster *c, const char *id, int steps, int commit_every, int delay_ms,
+                       const char *extra) {
+  char body[2048];
+  snprintf(body, sizeof body,
+           "{\"id\":\"%s\",\"name\":\"elastic-loop\",\"min_workers\":3,\"max_workers\":4%s,"
+           "\"exec\":{\"argv\":[\"%s/elastic_loop\",\"%d\",\"1000\",\"%d\",\"%d\"],"
+           "\"env\":{\"KOLO_RESULT_FILE\":\"%s/%s.result\",\"KOLO_REFORM_FILE\":\"%s/%s.reforms\","
+           "\"KOLO_GATE_FILE\":\"%s/%s.gate\"}}}",
+           id, extra, getenv("KOLO_TEST_DIR"), steps, commit_every, delay_ms, c->dir, id, c->dir,
+           id, c->dir, id);
+  json_t *job = cluster_post(c, "/v1/jobs", body);
+  int ok = job != NULL && json_object_get(job, "error") == NULL;
+  json_decref(job);
+  return ok ? 0 : -1;
+}
+
+/* Opens <id>.gate: the loop goes on to its end. */
+static void open_gate(cluster *c, const char *id) {
+  char gate[256];
+  snprintf(gate, sizeof gate, "%s/%s.gate", c->dir, id);
+  FILE *f = fopen(gate, "w");
+  assert_non_null(f);
+  fclose(f);
+}
+
+/* A join is planned (nobody failed): the survivors finish the step in flight, commit, and
+ * switch rings there, so no step is thrown away. Before, the join aborted the ring at once
+ * and every survivor redid the steps since its last commit (0-4 of them here). */
+static void a_join_throws_away_no_step(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(submit_loop(c, "join", 600, 5, 20, ""), 0);
+  assert_int_equal(cluster_wait_step(c, "join", 10, 30000), 0);
+  assert_int_equal(cluster_start_worker(c, 4), 0);
+  json_t *job = cluster_wait_phase(c, "join", "RUNNING", 2, 40000);
+  assert_int_equal(member_count(job), 4);
+  assert_int_equal(status_int(job, "epoch"), 2);
+  json_decref(job);
+  open_gate(c, "join");
+  job = cluster_wait_phase(c, "join", "SUCCEEDED", 2, 60000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(status_int(job, "reconfigurations"), 0);
+  json_decref(job);
+  assert_int_equal(cluster_results(c, "join", 600), 4);
+  long long discarded[8];
+  int n = reform_times(c, "join.reforms", 2, NULL, discarded, 8);
+  assert_int_equal(n, 3); /* the three survivors */
+  for (int i = 0; i < n; i++) assert_int_equal(discarded[i], 0);
+}
+
+/* A planned ring waits for the next commit only half the ring's timeout: here commits come
+ * every 300 steps (6 s), the timeout is 3 s, so the survivors give the old ring up after
+ * 1.5 s (throwing the steps since their commit away) and the newcomer, which waits up to the
+ * whole timeout, sees the ring form: no stall, no reconfiguration, the exact result. */
+static void a_planned_ring_without_a_commit_in_time_aborts_the_old_one(void **state) {
+  cluster *c = *state;
+  start_workers(c, 3);
+  assert_int_equal(submit_loop(c, "late", 900, 300, 20, ",\"collective_timeout_ms\":3000"), 0);
+  assert_int_equal(cluster_wait_step(c, "late", 300, 60000), 0); /* the first commit */
+  assert_int_equal(cluster_start_worker(c, 4), 0);
+  json_t *job = cluster_wait_phase(c, "late", "RUNNING", 2, 40000);
+  assert_int_equal(member_count(job), 4);
+  json_decref(job);
+  open_gate(c, "late");
+  job = cluster_wait_phase(c, "late", "SUCCEEDED", 2, 60000);
+  assert_string_equal(phase(job), "SUCCEEDED");
+  assert_int_equal(status_int(job, "reconfigurations"), 0); /* the newcomer never timed out */
+  json_decref(job);
+  assert_int_equal(cluster_results(c, "late", 900), 4);
+  long long discarded[8];
+  int n = reform_times(c, "late.reforms", 2, NULL, discarded, 8);
+  assert_int_equal(n, 3);
+  for (int i = 0; i < n; i++) assert_true(discarded[i] > 0 && discarded[i] < 300);
 }
 
 /* A newcomer whose process takes 4 s to start (as Python importing torch) joins without
@@ -252,7 +334,7 @@ static void a_slow_starting_newcomer_joins_without_stalling_the_survivors(void *
   assert_int_equal(cluster_results(c, "warm", 200), 4);
   json_decref(job);
   long long ms[8];
-  int n = reform_times(c, "warm.reforms", 2, ms, 8);
+  int n = reform_times(c, "warm.reforms", 2, ms, NULL, 8);
   assert_int_equal(n, 3); /* the three survivors; the newcomer formed, it did not re-form */
   for (int i = 0; i < n; i++) {
     printf("survivor re-formed into epoch 2 in %lld ms (the newcomer took 4000 ms to start)\n",
@@ -350,6 +432,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_fourth_worker_joins_a_job_below_max_workers, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(a_slow_starting_newcomer_joins_without_stalling_the_survivors,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(a_join_throws_away_no_step, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_planned_ring_without_a_commit_in_time_aborts_the_old_one,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(a_draining_worker_leaves_at_once_and_exits_zero, setup,
                                       teardown),
