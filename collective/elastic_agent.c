@@ -21,15 +21,17 @@
 #include "collective/face.h"
 #include "common/agent_proto.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "kolo/kolo.h"
 
 #define MAX_LINE KOLO_AGENT_MAX_LINE
 
-/* How long a planned ring waits for this process's next commit: half the ring's timeout, so
- * a newcomer forming the new ring (which waits up to the whole timeout) sees it form. */
+/* How long a planned ring waits for this process's next commit: half the ring's timeout (0:
+ * KOLO_TIMEOUT's, as the formation takes it: elastic.c), so a newcomer forming the new ring
+ * (which waits up to the whole timeout) sees it form. */
 static int planned_switch_ms(int timeout_ms) {
-  return (timeout_ms > 0 ? timeout_ms : KOLO_DEFAULT_TIMEOUT_MS) / 2;
+  return (timeout_ms > 0 ? timeout_ms : kolo_timeout_ms_from_env()) / 2;
 }
 
 void kolo_elastic_free_announcement(ring_announcement *ring) {

@@ -147,7 +147,7 @@ typedef struct kolo_sched_decision {
   /* DRAIN_REFORM (with survivors) and GROW: nobody failed, so the members go on until their
    * next commit and switch rings there (the ring record says "planned"): the change costs no
    * step. A newcomer's formation waits for that commit; libkolo aborts the old ring after
-   * half the ring's timeout without one (collective/elastic.c), so the wait is bounded. */
+   * half the ring's timeout without one (collective/elastic_agent.c): the wait is bounded. */
   int planned;
   int stalled; /* FAILED reports at this epoch name no missing member (see STALLED_*) */
   int early;   /* members exited early, others still run: waiting (NOTHING) to see them all */
